@@ -1,0 +1,107 @@
+//! The registry of lint codes: stable code, kebab-case name, default severity, one-line summary
+//! and the long explanation shown by `switchyard explain`.
+//!
+//! Codes never change meaning once published. `SY1xx` syntax and shape, `SY2xx` references and
+//! graph, `SY3xx` loops and limits, `SY4xx` expressions and mappings, `SY5xx` agents and security.
+
+use super::Severity;
+
+#[derive(Debug, PartialEq, Eq)]
+pub struct Rule {
+    pub code: &'static str,
+    pub name: &'static str,
+    pub severity: Severity,
+    pub summary: &'static str,
+    /// Markdown: What it does / Why is this bad / Example / Use instead.
+    pub doc: &'static str,
+}
+
+macro_rules! rules {
+    ($($ident:ident = $code:literal, $name:literal, $sev:ident, $summary:literal;)*) => {
+        $(
+            pub static $ident: Rule = Rule {
+                code: $code,
+                name: $name,
+                severity: Severity::$sev,
+                summary: $summary,
+                doc: include_str!(concat!("explain/", $code, ".md")),
+            };
+        )*
+        /// Every rule, in code order.
+        pub static RULES: &[&Rule] = &[$(&$ident),*];
+    };
+}
+
+rules! {
+    YAML_SYNTAX = "SY100", "yaml-syntax", Error, "the file is not valid YAML (or not UTF-8 text)";
+    YAML_BUDGET = "SY101", "yaml-budget-exceeded", Error, "the file exceeds a hard parsing limit (size, depth, nodes, aliases)";
+    DUPLICATE_KEY = "SY102", "duplicate-key", Error, "a mapping has the same key twice";
+    UNKNOWN_KEY = "SY103", "unknown-key", Error, "a key that this place does not accept";
+    INVALID_TYPE = "SY104", "invalid-type", Error, "a value of the wrong type (a list where a map is expected, ...)";
+    MISSING_KEY = "SY105", "missing-key", Error, "a required key is missing";
+    INVALID_IDENTIFIER = "SY106", "invalid-identifier", Error, "a step, agent, provider or flow name that is not a valid identifier";
+    RESERVED_IDENTIFIER = "SY107", "reserved-identifier", Error, "`end` used as a step id";
+    INVALID_VALUE = "SY108", "invalid-value", Error, "a value outside its allowed set (a duration, a size, an enum)";
+    STEP_KIND = "SY109", "step-kind", Error, "a step with no kind key, or with more than one";
+    UNKNOWN_STEP = "SY201", "unknown-step", Error, "a reference to a step that does not exist";
+    UNKNOWN_AGENT = "SY202", "unknown-agent", Error, "a reference to an agent that does not exist";
+    UNKNOWN_PROVIDER = "SY203", "unknown-provider", Error, "a reference to a provider that does not exist";
+    DUPLICATE_DEFINITION = "SY204", "duplicate-definition", Error, "an agent or provider defined twice across imports";
+    UNREACHABLE_STEP = "SY205", "unreachable-step", Error, "a step that no path from `start` reaches";
+    EDGE_CYCLE = "SY206", "edge-cycle", Error, "edges that form a cycle";
+    FLOW_CALL_CYCLE = "SY207", "flow-call-cycle", Error, "flows that call each other in a cycle";
+    IMPORT_CYCLE = "SY208", "import-cycle", Error, "files that import each other in a cycle";
+    PATH_OUTSIDE_ROOT = "SY209", "path-outside-root", Error, "a file path that leaves the project root";
+    MISSING_FILE = "SY210", "missing-file", Error, "an imported, called or referenced file that cannot be read";
+    MISSING_FALLBACK = "SY211", "missing-fallback", Warning, "conditional edges with no unconditional fallback for the outcome";
+    UNKNOWN_BRANCH = "SY212", "unknown-branch", Error, "a reference to a `parallel` branch that does not exist";
+    WHILE_WITHOUT_BOUND = "SY301", "while-without-bound", Error, "a `while` loop without `max_iterations`";
+    LIMIT_OUT_OF_RANGE = "SY302", "limit-out-of-range", Error, "a limit, count or bound outside its allowed range";
+    JSONPATH_SYNTAX = "SY401", "jsonpath-syntax", Error, "a JSONPath that does not parse";
+    NON_SINGULAR_DESTINATION = "SY402", "non-singular-destination", Error, "a destination path that can match more than one place";
+    EXPRESSION_SYNTAX = "SY403", "expression-syntax", Error, "a CEL expression that does not parse";
+    UNKNOWN_VARIABLE = "SY404", "unknown-variable", Error, "an expression or template variable that is not in scope here";
+    UNKNOWN_FIELD = "SY405", "unknown-field", Error, "a field that the declared JSON Schema does not have";
+    TEMPLATE_SYNTAX = "SY406", "template-syntax", Error, "a template that does not parse";
+    STEP_MAY_NOT_HAVE_RUN = "SY407", "step-may-not-have-run", Error, "`steps.x` referenced where `x` has not run on every path";
+    PARALLEL_OUTPUT_CONFLICT = "SY408", "parallel-output-conflict", Error, "two `parallel` branches whose outputs can write the same path";
+    INVALID_SCHEMA = "SY409", "invalid-schema", Error, "a JSON Schema that is not valid";
+    CAPABILITY_NOT_ALLOWED = "SY501", "capability-not-allowed", Error, "an agent kind outside the flow's `allow` list";
+    UNUSED_RESULT = "SY502", "unused-result", Warning, "an agent step whose result is neither mapped nor referenced";
+    LITERAL_SECRET = "SY503", "literal-secret", Warning, "a literal that looks like a secret";
+    SHELL_WITH_TEMPLATE = "SY504", "shell-with-template", Warning, "a `command` agent that runs a shell with templated input";
+}
+
+/// The rule with this code (`SY201`) or name (`unknown-step`), case-insensitive.
+pub fn find(code_or_name: &str) -> Option<&'static Rule> {
+    RULES
+        .iter()
+        .copied()
+        .find(|r| r.code.eq_ignore_ascii_case(code_or_name) || r.name.eq_ignore_ascii_case(code_or_name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_are_unique_and_sorted() {
+        for w in RULES.windows(2) {
+            assert!(w[0].code < w[1].code, "{} before {}", w[0].code, w[1].code);
+        }
+        let mut names: Vec<_> = RULES.iter().map(|r| r.name).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), RULES.len());
+    }
+
+    #[test]
+    fn every_rule_has_an_explanation_with_examples() {
+        for r in RULES {
+            for section in ["## What it does", "## Why is this bad", "## Example", "## Use instead"] {
+                assert!(r.doc.contains(section), "{} lacks `{section}`", r.code);
+            }
+            assert!(r.doc.contains("```yaml"), "{} has no YAML example", r.code);
+        }
+    }
+}

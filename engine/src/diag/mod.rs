@@ -1,0 +1,161 @@
+//! Diagnostics: the one model of a problem found in a flow, its stable codes, and its renderers.
+//!
+//! Parsing, linting and compiling never fail on user input: they return what they could build
+//! *and* every [`Diagnostic`] they found. Renderers (human, JSON, SARIF, GitHub annotations)
+//! turn diagnostics into text; choosing which one and printing it is the CLI's job.
+
+pub mod codes;
+pub mod render;
+
+use crate::source::Span;
+pub use codes::{Rule, RULES};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Severity {
+    Error,
+    Warning,
+}
+
+impl Severity {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Severity::Error => "error",
+            Severity::Warning => "warning",
+        }
+    }
+}
+
+/// A span with a short message shown under it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Label {
+    pub span: Span,
+    pub message: String,
+}
+
+/// One problem: a stable code, a message, a label on the exact span, and help.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Diagnostic {
+    pub rule: &'static Rule,
+    pub severity: Severity,
+    /// Terse, lower case, names in backticks.
+    pub message: String,
+    pub primary: Label,
+    /// Other places involved (the other definition of a duplicate, the steps of a cycle).
+    pub secondary: Vec<Label>,
+    /// Finishes the thought: "did you mean `x`?", "valid keys are: ...".
+    pub help: Option<String>,
+}
+
+impl Diagnostic {
+    /// A diagnostic of `rule` at `span`, with the rule's default severity. The primary label
+    /// repeats the message unless [`Diagnostic::label`] sets a shorter one.
+    pub fn new(rule: &'static Rule, span: Span, message: impl Into<String>) -> Self {
+        let message = message.into();
+        Diagnostic {
+            rule,
+            severity: rule.severity,
+            primary: Label { span, message: String::new() },
+            message,
+            secondary: Vec::new(),
+            help: None,
+        }
+    }
+
+    pub fn label(mut self, message: impl Into<String>) -> Self {
+        self.primary.message = message.into();
+        self
+    }
+
+    pub fn with_secondary(mut self, span: Span, message: impl Into<String>) -> Self {
+        self.secondary.push(Label { span, message: message.into() });
+        self
+    }
+
+    pub fn help(mut self, help: impl Into<String>) -> Self {
+        self.help = Some(help.into());
+        self
+    }
+
+    pub fn code(&self) -> &'static str {
+        self.rule.code
+    }
+
+    pub fn is_error(&self) -> bool {
+        self.severity == Severity::Error
+    }
+}
+
+/// Sorts diagnostics into their stable order: file, position, code, message.
+pub fn sort(diags: &mut [Diagnostic]) {
+    diags.sort_by(|a, b| {
+        (a.primary.span.file, a.primary.span.start, a.primary.span.end, a.rule.code, &a.message).cmp(&(
+            b.primary.span.file,
+            b.primary.span.start,
+            b.primary.span.end,
+            b.rule.code,
+            &b.message,
+        ))
+    });
+}
+
+/// Collects diagnostics while a phase runs.
+#[derive(Default, Debug)]
+pub struct Sink {
+    pub diags: Vec<Diagnostic>,
+}
+
+impl Sink {
+    pub fn push(&mut self, d: Diagnostic) {
+        self.diags.push(d);
+    }
+
+    pub fn has_errors(&self) -> bool {
+        self.diags.iter().any(Diagnostic::is_error)
+    }
+}
+
+/// The closest of `candidates` to `name`, if it is close enough to be a likely typo.
+pub fn closest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    let mut best: Option<(usize, &str)> = None;
+    for c in candidates {
+        let d = edit_distance(name, c);
+        let limit = (name.chars().count().max(c.chars().count()) / 3).max(1);
+        if d <= limit && best.is_none_or(|(bd, _)| d < bd) {
+            best = Some((d, c));
+        }
+    }
+    best.map(|(_, c)| c)
+}
+
+/// Levenshtein distance over characters.
+pub fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    let mut cur = vec![0; b.len() + 1];
+    for (i, ca) in a.chars().enumerate() {
+        cur[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let cost = usize::from(ca != *cb);
+            cur[j + 1] = (prev[j] + cost).min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        std::mem::swap(&mut prev, &mut cur);
+    }
+    prev[b.len()]
+}
+
+/// "did you mean `x`?" when a close candidate exists.
+pub fn did_you_mean<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<String> {
+    closest(name, candidates).map(|c| format!("did you mean `{c}`?"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn closest_finds_typos_only() {
+        assert_eq!(closest("fetch_doc", ["fetch_docs", "classify"]), Some("fetch_docs"));
+        assert_eq!(closest("zzz", ["fetch_docs", "classify"]), None);
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+    }
+}

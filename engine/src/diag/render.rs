@@ -1,0 +1,1 @@
+//! Renderers: diagnostics as text for people (miette) and for machines (JSON, SARIF, GitHub).

@@ -1,0 +1,14 @@
+//! Switchyard: a declarative flow-graph engine for agent pipelines.
+//!
+//! The crate reads as a pipeline: [`source`] files → [`syntax`] (YAML → spanned nodes) →
+//! [`model`] (typed, unresolved flow) → [`lint`] (every problem, as [`diag`]nostics) →
+//! [`compile`] (names resolved, paths/expressions/templates parsed once) → [`plan`] (the
+//! petgraph graph the runtime executes). `cli` is the only module that prints.
+
+pub mod compile;
+pub mod diag;
+pub mod lint;
+pub mod model;
+pub mod plan;
+pub mod source;
+pub mod syntax;

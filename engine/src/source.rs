@@ -1,0 +1,141 @@
+//! Source files, byte spans and line/column lookup.
+//!
+//! Every diagnostic points into a [`SourceFile`] through a [`Span`] of byte offsets. This module
+//! owns the mapping from byte offsets to the 1-based line and column that users see; it knows
+//! nothing of YAML or flows.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Index of a file in a [`SourceMap`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct FileId(pub u32);
+
+/// A byte range in one source file. `start..end`, both byte offsets into the file's text.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct Span {
+    pub file: FileId,
+    pub start: u32,
+    pub end: u32,
+}
+
+impl Span {
+    pub fn new(file: FileId, start: usize, end: usize) -> Self {
+        let start = u32::try_from(start).unwrap_or(u32::MAX);
+        let end = u32::try_from(end).unwrap_or(u32::MAX).max(start);
+        Span { file, start, end }
+    }
+
+    /// An empty span at the start of `file`, for problems that concern a whole file.
+    pub fn file_start(file: FileId) -> Self {
+        Span { file, start: 0, end: 0 }
+    }
+
+    pub fn len(&self) -> usize {
+        (self.end - self.start) as usize
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.end == self.start
+    }
+
+    /// The sub-range `start..end` (relative to this span's start), clamped to this span.
+    pub fn sub(&self, start: usize, end: usize) -> Span {
+        let s = (self.start as usize + start).min(self.end as usize);
+        let e = (self.start as usize + end).clamp(s, self.end as usize);
+        Span::new(self.file, s, e)
+    }
+}
+
+/// One loaded file: its display path and its text.
+#[derive(Debug, Clone)]
+pub struct SourceFile {
+    /// The path as given (or relative to the working directory), used in diagnostics.
+    pub name: String,
+    /// The canonical path on disk, when the file came from disk.
+    pub path: Option<PathBuf>,
+    pub text: Arc<str>,
+    line_starts: Vec<usize>,
+}
+
+impl SourceFile {
+    pub fn new(name: impl Into<String>, path: Option<PathBuf>, text: impl Into<Arc<str>>) -> Self {
+        let text: Arc<str> = text.into();
+        let mut line_starts = vec![0];
+        line_starts.extend(text.bytes().enumerate().filter(|(_, b)| *b == b'\n').map(|(i, _)| i + 1));
+        SourceFile { name: name.into(), path, text, line_starts }
+    }
+
+    /// 1-based line and 1-based column (in characters) of a byte offset.
+    pub fn line_col(&self, offset: usize) -> (usize, usize) {
+        let offset = offset.min(self.text.len());
+        let line = match self.line_starts.binary_search(&offset) {
+            Ok(l) => l,
+            Err(l) => l - 1,
+        };
+        let start = self.line_starts[line];
+        let mut end = offset;
+        while end > start && !self.text.is_char_boundary(end) {
+            end -= 1;
+        }
+        let col = self.text[start..end].chars().count() + 1;
+        (line + 1, col)
+    }
+
+    /// The text of a span (empty when the span does not fall on character boundaries).
+    pub fn slice(&self, span: Span) -> &str {
+        self.text.get(span.start as usize..span.end as usize).unwrap_or("")
+    }
+
+    /// Byte offset of the `n`th character (0-based); the text length when past the end.
+    pub fn char_to_byte(&self, n: usize) -> usize {
+        self.text.char_indices().nth(n).map(|(i, _)| i).unwrap_or(self.text.len())
+    }
+}
+
+/// All files loaded for one command: the flows, their imports and the flows they call.
+#[derive(Debug, Default, Clone)]
+pub struct SourceMap {
+    files: Vec<SourceFile>,
+}
+
+impl SourceMap {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn add(&mut self, file: SourceFile) -> FileId {
+        self.files.push(file);
+        FileId(u32::try_from(self.files.len() - 1).expect("fewer than 4 billion files"))
+    }
+
+    pub fn get(&self, id: FileId) -> &SourceFile {
+        &self.files[id.0 as usize]
+    }
+
+    pub fn files(&self) -> impl Iterator<Item = (FileId, &SourceFile)> {
+        self.files.iter().enumerate().map(|(i, f)| (FileId(i as u32), f))
+    }
+
+    /// The file already loaded from this canonical path, if any.
+    pub fn find_path(&self, path: &Path) -> Option<FileId> {
+        self.files()
+            .find(|(_, f)| f.path.as_deref() == Some(path))
+            .map(|(id, _)| id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn line_col_counts_characters() {
+        let f = SourceFile::new("a.yaml", None, "ab\nçd: x\n");
+        assert_eq!(f.line_col(0), (1, 1));
+        assert_eq!(f.line_col(3), (2, 1));
+        // 'ç' is two bytes; the byte after it is column 2.
+        assert_eq!(f.line_col(5), (2, 2));
+        assert_eq!(f.line_col(100), (3, 1));
+    }
+}

@@ -10,5 +10,6 @@ pub mod diag;
 pub mod lint;
 pub mod model;
 pub mod plan;
+pub mod project;
 pub mod source;
 pub mod syntax;

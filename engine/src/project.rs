@@ -1,0 +1,392 @@
+//! Loading a project: the top flow, the files it imports, the flows it calls and the JSON
+//! Schemas it names, each parsed once. This is the only module before the runtime that reads
+//! files; everything after it (lint, compile) works on the loaded [`Project`].
+//!
+//! Paths are relative to the file that names them and may not leave the project root (the
+//! directory of the top flow, or `--root`). Problems of reach (a missing file, a path outside
+//! the root) are diagnostics here; cycles are found by `lint` from the recorded edges.
+
+use std::collections::HashMap;
+use std::path::{Component, Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+use crate::diag::{codes, Diagnostic};
+use crate::model::build::{self, Cx, Library};
+use crate::model::{AgentRef, AgentSpec, Flow, SchemaRef, Sp, StepKind};
+use crate::source::{FileId, SourceFile, SourceMap, Span};
+use crate::syntax::{self, Limits, Node};
+
+/// Index of a flow in [`Project::flows`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FlowId(pub usize);
+
+/// Index of an imported file in [`Project::libraries`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LibId(pub usize);
+
+/// A flow file as loaded.
+#[derive(Debug)]
+pub struct LoadedFlow {
+    pub path: PathBuf,
+    pub file: FileId,
+    /// `None` when the file could not be parsed into a flow at all.
+    pub flow: Option<Flow>,
+    /// SHA-256 of the file's bytes, hex.
+    pub hash: String,
+    /// Each `imports:` entry and the library it resolved to.
+    pub imports: Vec<(Sp<String>, Option<LibId>)>,
+}
+
+/// An imported file of agents and providers.
+#[derive(Debug)]
+pub struct LoadedLibrary {
+    pub path: PathBuf,
+    pub file: FileId,
+    pub library: Library,
+    pub imports: Vec<(Sp<String>, Option<LibId>)>,
+}
+
+/// A JSON Schema file named by a flow.
+#[derive(Debug)]
+pub struct LoadedSchema {
+    pub file: FileId,
+    pub node: Option<Node>,
+}
+
+/// Everything one command needs from disk.
+#[derive(Debug, Default)]
+pub struct Project {
+    pub root: PathBuf,
+    pub sources: SourceMap,
+    pub flows: Vec<LoadedFlow>,
+    pub libraries: Vec<LoadedLibrary>,
+    /// Schema files by canonical path.
+    pub schemas: HashMap<PathBuf, LoadedSchema>,
+    /// Flow files called by `flow` agents: (calling flow, the `path` span, the callee).
+    pub calls: Vec<(FlowId, Sp<String>, Option<FlowId>)>,
+    /// Problems found while loading (parse errors, shape errors, missing files).
+    pub diags: Vec<Diagnostic>,
+    by_path: HashMap<PathBuf, Loaded>,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Loaded {
+    Flow(FlowId),
+    Library(LibId),
+}
+
+/// Options for loading.
+#[derive(Clone, Debug, Default)]
+pub struct LoadOptions {
+    /// The project root; default the directory of the first flow loaded.
+    pub root: Option<PathBuf>,
+    pub limits: Limits,
+}
+
+impl Project {
+    /// An empty project rooted at `root`.
+    pub fn new(root: PathBuf) -> Self {
+        Project { root, ..Default::default() }
+    }
+
+    /// Loads a flow file and, transitively, everything it names. Returns its id, or `None`
+    /// (with a diagnostic) when the file cannot be read.
+    pub fn load_flow(&mut self, path: &Path, limits: &Limits) -> Option<FlowId> {
+        let canonical = match path.canonicalize() {
+            Ok(p) => p,
+            Err(e) => {
+                let file = self.sources.add(SourceFile::new(display(path), None, ""));
+                self.diags.push(
+                    Diagnostic::new(&codes::MISSING_FILE, Span::file_start(file), format!("cannot read `{}`: {}", display(path), io_reason(&e)))
+                        .label("cannot read"),
+                );
+                return None;
+            }
+        };
+        self.load_flow_at(canonical, display(path), limits)
+    }
+
+    fn load_flow_at(&mut self, canonical: PathBuf, name: String, limits: &Limits) -> Option<FlowId> {
+        if let Some(Loaded::Flow(id)) = self.by_path.get(&canonical) {
+            return Some(*id);
+        }
+        let bytes = match std::fs::read(&canonical) {
+            Ok(b) => b,
+            Err(e) => {
+                let file = self.sources.add(SourceFile::new(name.clone(), Some(canonical), ""));
+                self.diags.push(
+                    Diagnostic::new(&codes::MISSING_FILE, Span::file_start(file), format!("cannot read `{name}`: {}", io_reason(&e)))
+                        .label("cannot read"),
+                );
+                return None;
+            }
+        };
+        let hash = hex(&Sha256::digest(&bytes));
+        let (file, node) = self.parse_file(name, canonical.clone(), &bytes, limits);
+        let flow = node.and_then(|node| {
+            let text = self.sources.get(file).text.clone();
+            let mut cx = Cx::new(&text);
+            let flow = build::flow(&mut cx, &node);
+            self.diags.extend(cx.diags);
+            flow
+        });
+        let id = FlowId(self.flows.len());
+        self.by_path.insert(canonical.clone(), Loaded::Flow(id));
+        self.flows.push(LoadedFlow { path: canonical.clone(), file, flow, hash, imports: Vec::new() });
+        let dir = canonical.parent().map(Path::to_path_buf).unwrap_or_default();
+
+        // Imports.
+        let import_specs = self.flows[id.0].flow.as_ref().map(|f| f.imports.clone()).unwrap_or_default();
+        let imports = import_specs
+            .into_iter()
+            .map(|spec| {
+                let lib = self.resolve(&dir, &spec).and_then(|p| self.load_library(p, &spec, limits));
+                (spec, lib)
+            })
+            .collect();
+        self.flows[id.0].imports = imports;
+
+        // Flow agents by path, and schema files, in this flow and in its inline flows.
+        let mut flow_paths = Vec::new();
+        let mut schema_paths = Vec::new();
+        if let Some(flow) = &self.flows[id.0].flow {
+            collect_refs(flow, &mut flow_paths, &mut schema_paths);
+        }
+        for spec in flow_paths {
+            let callee = self.resolve(&dir, &spec).and_then(|p| {
+                let name = self.display_relative(&p);
+                self.load_flow_at(p, name, limits)
+            });
+            self.calls.push((id, spec, callee));
+        }
+        for spec in schema_paths {
+            if let Some(p) = self.resolve(&dir, &spec) {
+                self.load_schema(p, limits);
+            }
+        }
+        Some(id)
+    }
+
+    /// Loads the libraries imported by a library, recursively.
+    fn load_library(&mut self, canonical: PathBuf, spec: &Sp<String>, limits: &Limits) -> Option<LibId> {
+        match self.by_path.get(&canonical) {
+            Some(Loaded::Library(id)) => return Some(*id),
+            Some(Loaded::Flow(_)) => {
+                self.diags.push(
+                    Diagnostic::new(&codes::INVALID_VALUE, spec.span, format!("`{}` is a flow, not a file of shared agents", spec.value))
+                        .label("a flow file")
+                        .help("import files that hold only `agents:` and `providers:`; call flows with a `flow` agent"),
+                );
+                return None;
+            }
+            None => {}
+        }
+        let name = self.display_relative(&canonical);
+        let bytes = match std::fs::read(&canonical) {
+            Ok(b) => b,
+            Err(e) => {
+                self.diags.push(
+                    Diagnostic::new(&codes::MISSING_FILE, spec.span, format!("cannot read `{}`: {}", spec.value, io_reason(&e)))
+                        .label("cannot read"),
+                );
+                return None;
+            }
+        };
+        let (file, node) = self.parse_file(name, canonical.clone(), &bytes, limits);
+        let library = node
+            .map(|node| {
+                let text = self.sources.get(file).text.clone();
+                let mut cx = Cx::new(&text);
+                let lib = build::library(&mut cx, &node);
+                self.diags.extend(cx.diags);
+                lib
+            })
+            .unwrap_or_default();
+        let id = LibId(self.libraries.len());
+        self.by_path.insert(canonical.clone(), Loaded::Library(id));
+        let specs = library.imports.clone();
+        self.libraries.push(LoadedLibrary { path: canonical.clone(), file, library, imports: Vec::new() });
+        let dir = canonical.parent().map(Path::to_path_buf).unwrap_or_default();
+        let imports = specs
+            .into_iter()
+            .map(|spec| {
+                let lib = self.resolve(&dir, &spec).and_then(|p| self.load_library(p, &spec, limits));
+                (spec, lib)
+            })
+            .collect();
+        self.libraries[id.0].imports = imports;
+        Some(id)
+    }
+
+    fn load_schema(&mut self, canonical: PathBuf, limits: &Limits) {
+        if self.schemas.contains_key(&canonical) {
+            return;
+        }
+        let name = self.display_relative(&canonical);
+        let (file, node) = match std::fs::read(&canonical) {
+            Ok(bytes) => self.parse_file(name, canonical.clone(), &bytes, limits),
+            Err(e) => {
+                let file = self.sources.add(SourceFile::new(name.clone(), Some(canonical.clone()), ""));
+                self.diags.push(
+                    Diagnostic::new(&codes::MISSING_FILE, Span::file_start(file), format!("cannot read `{name}`: {}", io_reason(&e))),
+                );
+                (file, None)
+            }
+        };
+        self.schemas.insert(canonical, LoadedSchema { file, node });
+    }
+
+    /// Parses bytes into nodes, registering the file's text for diagnostics.
+    fn parse_file(&mut self, name: String, canonical: PathBuf, bytes: &[u8], limits: &Limits) -> (FileId, Option<Node>) {
+        let text = String::from_utf8_lossy(bytes).into_owned();
+        let file = self.sources.add(SourceFile::new(name, Some(canonical), text));
+        match syntax::parse(file, bytes, limits) {
+            Ok(node) => (file, Some(node)),
+            Err(d) => {
+                self.diags.push(d);
+                (file, None)
+            }
+        }
+    }
+
+    /// Resolves `spec` relative to `dir`: the canonical path, or a diagnostic when it leaves
+    /// the root or does not exist.
+    pub fn resolve(&mut self, dir: &Path, spec: &Sp<String>) -> Option<PathBuf> {
+        let joined = normalize(&dir.join(&spec.value));
+        if !joined.starts_with(&self.root) {
+            self.diags.push(
+                Diagnostic::new(&codes::PATH_OUTSIDE_ROOT, spec.span, format!("`{}` leaves the project root", spec.value))
+                    .label("outside the root")
+                    .help(format!("files must be under `{}`; move the file, or pass `--root` with a directory that holds both", self.root.display())),
+            );
+            return None;
+        }
+        match joined.canonicalize() {
+            Ok(p) if p.starts_with(&self.root) => Some(p),
+            Ok(_) => {
+                self.diags.push(
+                    Diagnostic::new(&codes::PATH_OUTSIDE_ROOT, spec.span, format!("`{}` is a link that leaves the project root", spec.value))
+                        .label("outside the root"),
+                );
+                None
+            }
+            Err(e) => {
+                self.diags.push(
+                    Diagnostic::new(&codes::MISSING_FILE, spec.span, format!("cannot read `{}`: {}", spec.value, io_reason(&e)))
+                        .label("no such file")
+                        .help(format!("paths are relative to the file that names them (`{}`)", self.display_relative(dir))),
+                );
+                None
+            }
+        }
+    }
+
+    /// A path for messages: relative to the working directory when under it.
+    pub fn display_relative(&self, p: &Path) -> String {
+        match std::env::current_dir().ok().and_then(|cwd| p.strip_prefix(cwd).ok().map(Path::to_path_buf)) {
+            Some(rel) if !rel.as_os_str().is_empty() => rel.display().to_string(),
+            _ => p.display().to_string(),
+        }
+    }
+
+    /// The flow with this id.
+    pub fn flow(&self, id: FlowId) -> &LoadedFlow {
+        &self.flows[id.0]
+    }
+
+    /// The loaded schema that a `SchemaRef::Path` in `flow` names.
+    pub fn schema_for(&self, flow: FlowId, path: &str) -> Option<&LoadedSchema> {
+        let dir = self.flows[flow.0].path.parent()?;
+        let p = normalize(&dir.join(path)).canonicalize().ok()?;
+        self.schemas.get(&p)
+    }
+}
+
+/// Loads the flows at `paths` into one project rooted at the first flow's directory (or
+/// `opts.root`).
+pub fn load(paths: &[PathBuf], opts: &LoadOptions) -> (Project, Vec<Option<FlowId>>) {
+    let root = opts
+        .root
+        .clone()
+        .or_else(|| paths.first().and_then(|p| p.parent().map(Path::to_path_buf)))
+        .map(|r| if r.as_os_str().is_empty() { PathBuf::from(".") } else { r })
+        .and_then(|r| r.canonicalize().ok())
+        .unwrap_or_else(|| PathBuf::from("/"));
+    let mut project = Project::new(root);
+    let ids = paths.iter().map(|p| project.load_flow(p, &opts.limits)).collect();
+    (project, ids)
+}
+
+fn collect_refs(flow: &Flow, flows: &mut Vec<Sp<String>>, schemas: &mut Vec<Sp<String>>) {
+    let schema = |s: &Option<SchemaRef>, out: &mut Vec<Sp<String>>| {
+        if let Some(SchemaRef::Path(p)) = s {
+            out.push(p.clone());
+        }
+    };
+    schema(&flow.input.as_ref().and_then(|i| i.schema.clone()), schemas);
+    schema(&flow.output.as_ref().and_then(|o| o.schema.clone()), schemas);
+    let agent = |a: &crate::model::Agent, flows: &mut Vec<Sp<String>>, schemas: &mut Vec<Sp<String>>| {
+        schema(&a.common.result_schema, schemas);
+        if let AgentSpec::Flow(f) = &a.spec {
+            if let Some(p) = &f.path {
+                flows.push(p.clone());
+            }
+            if let Some(inline) = &f.inline {
+                collect_refs(inline, flows, schemas);
+            }
+        }
+    };
+    for a in flow.agents.values() {
+        agent(a, flows, schemas);
+    }
+    for step in flow.steps.values() {
+        match &step.kind {
+            StepKind::Agent(AgentRef::Inline(a)) => agent(a, flows, schemas),
+            StepKind::Parallel(branches) => {
+                for b in branches.values() {
+                    if let AgentRef::Inline(a) = &b.agent {
+                        agent(a, flows, schemas);
+                    }
+                }
+            }
+            StepKind::Interrupt(i) => {
+                if let Some(SchemaRef::Path(p)) = &i.schema {
+                    schemas.push(p.clone());
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Removes `.` and resolves `..` lexically (without touching the disk).
+pub fn normalize(p: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in p.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+fn display(p: &Path) -> String {
+    p.display().to_string()
+}
+
+fn io_reason(e: &std::io::Error) -> String {
+    match e.kind() {
+        std::io::ErrorKind::NotFound => "no such file".into(),
+        std::io::ErrorKind::PermissionDenied => "permission denied".into(),
+        _ => e.to_string().to_lowercase(),
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}

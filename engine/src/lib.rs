@@ -11,5 +11,7 @@ pub mod lint;
 pub mod model;
 pub mod plan;
 pub mod project;
+pub mod schema;
+pub mod cli;
 pub mod source;
 pub mod syntax;

@@ -1,1 +1,5 @@
-fn main() {}
+//! The `switchyard` binary: everything lives in the library's `cli` module.
+
+fn main() -> std::process::ExitCode {
+    switchyard::cli::main()
+}

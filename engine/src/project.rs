@@ -90,6 +90,24 @@ impl Project {
         Project { root, ..Default::default() }
     }
 
+    /// Loads a top-level file named on the command line, with its own project root: a flow
+    /// (and everything it names), or a file of shared agents (checked for shape only). Which
+    /// one is decided by its keys: a flow has `flow:` or `steps:`.
+    pub fn load_top(&mut self, path: &Path, root: PathBuf, limits: &Limits) -> Option<FlowId> {
+        self.root = root;
+        if let Ok(bytes) = std::fs::read(path)
+            && is_library(&bytes)
+            && let Ok(canonical) = path.canonicalize()
+        {
+            let spec = Sp::new(display(path), Span::default());
+            if !self.by_path.contains_key(&canonical) {
+                self.load_library(canonical, &spec, limits);
+            }
+            return None;
+        }
+        self.load_flow(path, limits)
+    }
+
     /// Loads a flow file and, transitively, everything it names. Returns its id, or `None`
     /// (with a diagnostic) when the file cannot be read.
     pub fn load_flow(&mut self, path: &Path, limits: &Limits) -> Option<FlowId> {
@@ -316,6 +334,19 @@ pub fn load(paths: &[PathBuf], opts: &LoadOptions) -> (Project, Vec<Option<FlowI
     let mut project = Project::new(root);
     let ids = paths.iter().map(|p| project.load_flow(p, &opts.limits)).collect();
     (project, ids)
+}
+
+/// Whether a YAML file is a file of shared agents rather than a flow: a top-level mapping
+/// without `flow:` or `steps:` but with `agents:`, `providers:` or `imports:`.
+fn is_library(bytes: &[u8]) -> bool {
+    let Ok(text) = std::str::from_utf8(bytes) else { return false };
+    let top_keys: Vec<&str> = text
+        .lines()
+        .filter(|l| !l.starts_with([' ', '\t', '#', '-']) && !l.is_empty())
+        .filter_map(|l| l.split(':').next())
+        .collect();
+    !top_keys.iter().any(|k| *k == "flow" || *k == "steps")
+        && top_keys.iter().any(|k| *k == "agents" || *k == "providers" || *k == "imports")
 }
 
 fn collect_refs(flow: &Flow, flows: &mut Vec<Sp<String>>, schemas: &mut Vec<Sp<String>>) {

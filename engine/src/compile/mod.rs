@@ -1,1 +1,10 @@
-//! TODO
+//! Model → plan: names resolved, every JSONPath, expression and template parsed once.
+//!
+//! The primitives ([`path`], [`expr`], [`template`], [`value`]) parse text into reusable,
+//! pre-compiled forms and report problems with byte offsets inside the text, which callers
+//! turn into spans inside the YAML string.
+
+pub mod expr;
+pub mod path;
+pub mod template;
+pub mod value;

@@ -95,13 +95,107 @@ mod tests {
         assert_eq!(names.len(), RULES.len());
     }
 
+    const SECTIONS: [&str; 4] = ["What it does", "Why is this bad", "Example", "Use instead"];
+
+    /// The body of each of [`SECTIONS`] in `doc`, in order; panics naming the rule when a section
+    /// is missing, repeated or out of order.
+    fn sections(r: &Rule) -> Vec<&'static str> {
+        let doc = r.doc;
+        let starts: Vec<(usize, usize)> = SECTIONS
+            .iter()
+            .map(|s| {
+                let heading = format!("\n## {s}\n");
+                let found: Vec<usize> = doc.match_indices(&heading).map(|(i, _)| i).collect();
+                assert_eq!(found.len(), 1, "{} needs exactly one `## {s}`", r.code);
+                (found[0], found[0] + heading.len())
+            })
+            .collect();
+        assert!(
+            starts.windows(2).all(|w| w[0].0 < w[1].0),
+            "{}: sections out of order",
+            r.code
+        );
+        (0..SECTIONS.len())
+            .map(|i| &doc[starts[i].1..starts.get(i + 1).map_or(doc.len(), |n| n.0)])
+            .collect()
+    }
+
+    /// The content of the one ```yaml block of a section.
+    fn yaml_block<'a>(code: &str, section: &str, body: &'a str) -> &'a str {
+        assert_eq!(
+            body.matches("```yaml\n").count(),
+            1,
+            "{code}: `## {section}` needs one ```yaml block"
+        );
+        let start = body.find("```yaml\n").expect("counted above") + "```yaml\n".len();
+        let len = body[start..]
+            .find("```")
+            .unwrap_or_else(|| panic!("{code}: unclosed block in `## {section}`"));
+        &body[start..start + len]
+    }
+
     #[test]
     fn every_rule_has_an_explanation_with_examples() {
         for r in RULES {
-            for section in ["## What it does", "## Why is this bad", "## Example", "## Use instead"] {
-                assert!(r.doc.contains(section), "{} lacks `{section}`", r.code);
+            let title = r.doc.lines().next().unwrap_or_default();
+            assert_eq!(
+                title,
+                format!("# {} {}", r.code, r.name),
+                "{}: the first line names the rule",
+                r.code
+            );
+            let headings = r.doc.lines().filter(|l| l.starts_with("## ")).count();
+            assert_eq!(
+                headings,
+                SECTIONS.len(),
+                "{}: only the four sections",
+                r.code
+            );
+            assert_eq!(
+                r.doc.matches("```").count() % 2,
+                0,
+                "{}: unbalanced code fences",
+                r.code
+            );
+
+            let bodies = sections(r);
+            for (section, body) in SECTIONS.iter().zip(&bodies) {
+                assert!(
+                    !body.trim().is_empty(),
+                    "{}: `## {section}` is empty",
+                    r.code
+                );
             }
-            assert!(r.doc.contains("```yaml"), "{} has no YAML example", r.code);
+            for (section, body) in SECTIONS.iter().zip(&bodies).take(2) {
+                assert!(
+                    !body.contains("```"),
+                    "{}: `## {section}` is prose, not code",
+                    r.code
+                );
+                assert!(
+                    body.trim().len() >= 40,
+                    "{}: `## {section}` says too little",
+                    r.code
+                );
+            }
+            let bad = yaml_block(r.code, "Example", bodies[2]);
+            let good = yaml_block(r.code, "Use instead", bodies[3]);
+            for (section, block) in [("Example", bad), ("Use instead", good)] {
+                let has_yaml = block
+                    .lines()
+                    .any(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#'));
+                assert!(
+                    has_yaml,
+                    "{}: the ```yaml block of `## {section}` is empty",
+                    r.code
+                );
+            }
+            assert_ne!(
+                bad.trim(),
+                good.trim(),
+                "{}: the fixed example repeats the bad one",
+                r.code
+            );
         }
     }
 }

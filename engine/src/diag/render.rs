@@ -19,7 +19,12 @@ use super::{Diagnostic, Label, RULES, Severity};
 use crate::source::{SourceFile, SourceMap, Span};
 
 const SARIF_SCHEMA: &str = "https://json.schemastore.org/sarif-2.1.0.json";
-const INFORMATION_URI: &str = "https://github.com/switchyard-dev/switchyard";
+/// The project's home, from `repository` (or `homepage`) in Cargo.toml; empty when unset.
+const INFORMATION_URI: &str = if env!("CARGO_PKG_REPOSITORY").is_empty() {
+    env!("CARGO_PKG_HOMEPAGE")
+} else {
+    env!("CARGO_PKG_REPOSITORY")
+};
 
 /// How [`human`] draws: colours on or off (off for files, pipes and snapshots), and the width
 /// that long lines wrap at.
@@ -198,16 +203,18 @@ pub fn sarif(diags: &[Diagnostic], sources: &SourceMap) -> String {
             result
         })
         .collect();
+    let mut driver = serde_json::Map::new();
+    driver.insert("name".into(), json!("switchyard"));
+    if !INFORMATION_URI.is_empty() {
+        driver.insert("informationUri".into(), json!(INFORMATION_URI));
+    }
+    driver.insert("version".into(), json!(env!("CARGO_PKG_VERSION")));
+    driver.insert("rules".into(), Value::Array(rules));
     let log = json!({
         "$schema": SARIF_SCHEMA,
         "version": "2.1.0",
         "runs": [{
-            "tool": {"driver": {
-                "name": "switchyard",
-                "informationUri": INFORMATION_URI,
-                "version": env!("CARGO_PKG_VERSION"),
-                "rules": rules,
-            }},
+            "tool": {"driver": driver},
             "columnKind": "unicodeCodePoints",
             "results": results,
         }],

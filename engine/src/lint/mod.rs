@@ -1,1 +1,204 @@
-//! TODO
+//! `switchyard lint`: every problem of a loaded project, in one pass, in a stable order.
+//!
+//! Each rule lives in its own file under [`rules`], named after the pattern it catches, and
+//! reads the model through a [`FlowCx`]: one flow (a file's, or an inline `flow` agent's) with
+//! the agents and providers visible to it. Rules never read files and never stop early.
+
+pub mod rules;
+
+use std::collections::BTreeSet;
+
+use indexmap::IndexMap;
+
+use crate::diag::{self, Diagnostic};
+use crate::model::{Agent, AgentKind, AgentRef, AgentSpec, Flow, Provider, Step, StepKind};
+use crate::project::{FlowId, Project};
+use crate::source::FileId;
+
+/// One flow being checked, with what it can see.
+pub struct FlowCx<'p> {
+    pub project: &'p Project,
+    /// The file the flow belongs to (for inline flows: the enclosing file).
+    pub id: FlowId,
+    pub flow: &'p Flow,
+    pub text: &'p str,
+    /// Agents visible by name: the flow's own, its imports', and (inline flows) the enclosing
+    /// flow's. The file that defines each is kept for duplicate reports.
+    pub agents: IndexMap<&'p str, &'p Agent>,
+    pub providers: IndexMap<&'p str, &'p Provider>,
+    /// The agent kinds allowed here: the intersection of this flow's `allow` and every caller's
+    /// that lint can see. `None` means all.
+    pub allow: Option<BTreeSet<AgentKind>>,
+    /// Whether this is an inline flow (no `tests:`, no `flow:` name).
+    pub inline: bool,
+}
+
+impl<'p> FlowCx<'p> {
+    /// The file text the flow's spans point into.
+    pub fn file(&self) -> FileId {
+        self.project.flow(self.id).file
+    }
+
+    /// The step the run starts at: `start`, else the first step.
+    pub fn start(&self) -> Option<&'p str> {
+        match &self.flow.start {
+            Some(s) => self.flow.steps.get_key_value(&s.value).map(|(k, _)| k.as_str()),
+            None => self.flow.steps.keys().next().map(String::as_str),
+        }
+    }
+
+    /// The agent a reference names, when it resolves.
+    pub fn agent(&self, r: &'p AgentRef) -> Option<&'p Agent> {
+        match r {
+            AgentRef::Named(n) => self.agents.get(n.value.as_str()).copied(),
+            AgentRef::Inline(a) => Some(a),
+        }
+    }
+
+    /// Every agent reference of the flow's steps, with the step (and branch) making it.
+    pub fn agent_refs(&self) -> Vec<(&'p Step, Option<&'p str>, &'p AgentRef)> {
+        let mut out = Vec::new();
+        for step in self.flow.steps.values() {
+            match &step.kind {
+                StepKind::Agent(r) => out.push((step, None, r)),
+                StepKind::Parallel(branches) => {
+                    for (name, b) in branches {
+                        out.push((step, Some(name.as_str()), &b.agent));
+                    }
+                }
+                _ => {}
+            }
+        }
+        out
+    }
+
+    /// Successor step ids of a step (edge targets other than `end`), in edge order.
+    pub fn successors(&self, step: &'p Step) -> Vec<&'p str> {
+        let Some(next) = &step.next else { return Vec::new() };
+        match next {
+            crate::model::Next::One(to) => {
+                self.flow.steps.get_key_value(&to.value).map(|(k, _)| vec![k.as_str()]).unwrap_or_default()
+            }
+            crate::model::Next::Edges(edges) => edges
+                .iter()
+                .filter_map(|e| self.flow.steps.get_key_value(&e.to.value).map(|(k, _)| k.as_str()))
+                .collect(),
+        }
+    }
+}
+
+/// Lints every flow of the project (those named on the command line and those they call),
+/// returning all diagnostics, loader problems included, sorted.
+pub fn lint_project(project: &Project) -> Vec<Diagnostic> {
+    let mut out = project.diags.clone();
+    rules::files::check(project, &mut out);
+    let allow = inherited_allow(project);
+    for (i, loaded) in project.flows.iter().enumerate() {
+        let Some(flow) = &loaded.flow else { continue };
+        let id = FlowId(i);
+        let mut agents = IndexMap::new();
+        let mut providers = IndexMap::new();
+        rules::files::visible_definitions(project, id, &mut agents, &mut providers, &mut out);
+        let own_allow = flow.allow.as_ref().map(|a| a.iter().map(|k| k.value).collect::<BTreeSet<_>>());
+        let eff = intersect(own_allow, allow.get(&id).cloned().flatten());
+        let cx = FlowCx {
+            project,
+            id,
+            flow,
+            text: &project.sources.get(loaded.file).text,
+            agents,
+            providers,
+            allow: eff,
+            inline: false,
+        };
+        lint_flow(&cx, &mut out);
+    }
+    dedup(&mut out);
+    diag::sort(&mut out);
+    out
+}
+
+fn intersect(a: Option<BTreeSet<AgentKind>>, b: Option<BTreeSet<AgentKind>>) -> Option<BTreeSet<AgentKind>> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.intersection(&b).copied().collect()),
+        (a, None) => a,
+        (None, b) => b,
+    }
+}
+
+/// For each flow file, the allow set its callers impose (the intersection over the call chain
+/// from flows that set `allow`). Computed by propagating along `flow` agent calls.
+fn inherited_allow(project: &Project) -> std::collections::HashMap<FlowId, Option<BTreeSet<AgentKind>>> {
+    let mut imposed: std::collections::HashMap<FlowId, Option<BTreeSet<AgentKind>>> = Default::default();
+    // Fixed point over the call graph; sets only shrink, so this terminates.
+    let own = |id: FlowId| {
+        project.flow(id).flow.as_ref().and_then(|f| f.allow.as_ref()).map(|a| a.iter().map(|k| k.value).collect())
+    };
+    let mut changed = true;
+    let mut rounds = 0;
+    while changed && rounds < 64 {
+        changed = false;
+        rounds += 1;
+        for (caller, _, callee) in &project.calls {
+            let Some(callee) = callee else { continue };
+            let caller_eff = intersect(own(*caller), imposed.get(caller).cloned().flatten());
+            let Some(caller_eff) = caller_eff else { continue };
+            let entry = imposed.entry(*callee).or_insert(None);
+            let next = intersect(entry.clone(), Some(caller_eff));
+            if *entry != next {
+                *entry = next;
+                changed = true;
+            }
+        }
+    }
+    imposed
+}
+
+/// Lints one flow and, recursively, its inline flows.
+pub fn lint_flow(cx: &FlowCx, out: &mut Vec<Diagnostic>) {
+    rules::references::check(cx, out);
+    rules::reachability::check(cx, out);
+    rules::cycles::check(cx, out);
+    rules::fallback::check(cx, out);
+    rules::bounds::check(cx, out);
+    rules::capability::check(cx, out);
+    rules::secrets::check(cx, out);
+    rules::shell::check(cx, out);
+    for agent in inline_flow_agents(cx) {
+        let AgentSpec::Flow(f) = &agent.spec else { continue };
+        let Some(inner) = &f.inline else { continue };
+        let mut agents = cx.agents.clone();
+        for (k, a) in &inner.agents {
+            agents.insert(k.as_str(), a);
+        }
+        let own = inner.allow.as_ref().map(|a| a.iter().map(|k| k.value).collect::<BTreeSet<_>>());
+        let inner_cx = FlowCx {
+            project: cx.project,
+            id: cx.id,
+            flow: inner,
+            text: cx.text,
+            agents,
+            providers: cx.providers.clone(),
+            allow: intersect(own, cx.allow.clone()),
+            inline: true,
+        };
+        lint_flow(&inner_cx, out);
+    }
+}
+
+/// Agents defined in this flow (named or inline in steps) whose kind is `flow` with inline steps.
+fn inline_flow_agents<'p>(cx: &FlowCx<'p>) -> Vec<&'p Agent> {
+    let mut out: Vec<&Agent> = cx.flow.agents.values().collect();
+    for (_, _, r) in cx.agent_refs() {
+        if let AgentRef::Inline(a) = r {
+            out.push(a);
+        }
+    }
+    out.retain(|a| matches!(&a.spec, AgentSpec::Flow(f) if f.inline.is_some()));
+    out
+}
+
+fn dedup(out: &mut Vec<Diagnostic>) {
+    let mut seen = std::collections::HashSet::new();
+    out.retain(|d| seen.insert((d.rule.code, d.primary.span, d.message.clone())));
+}

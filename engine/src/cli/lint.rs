@@ -1,0 +1,121 @@
+//! `switchyard lint PATH...`: check flows and print every problem.
+
+use std::path::{Path, PathBuf};
+
+use clap::ValueEnum;
+
+use crate::diag::render;
+use crate::project::Project;
+use crate::syntax::Limits;
+
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
+pub enum Format {
+    /// Annotated source snippets (colour on a terminal).
+    Human,
+    /// A JSON array of diagnostics.
+    Json,
+    /// SARIF 2.1.0, for GitHub code scanning.
+    Sarif,
+    /// GitHub Actions workflow annotations.
+    Github,
+}
+
+#[derive(clap::Args, Debug)]
+#[command(after_help = "Exit status: 0 no errors, 1 errors (or warnings with --deny-warnings), 2 usage.\n\
+                        `switchyard explain CODE` explains a diagnostic.")]
+pub struct Args {
+    /// Flow files and directories (searched for *.yaml and *.yml).
+    #[arg(required = true)]
+    pub paths: Vec<PathBuf>,
+    #[arg(long, value_enum, default_value = "human")]
+    pub format: Format,
+    /// Exit 1 when there are warnings.
+    #[arg(long)]
+    pub deny_warnings: bool,
+    /// The project root that file paths may not leave; default the directory of each flow (or
+    /// the directory given on the command line).
+    #[arg(long)]
+    pub root: Option<PathBuf>,
+}
+
+/// The files to check, each with its project root.
+fn collect(paths: &[PathBuf], root: Option<&Path>) -> Result<Vec<(PathBuf, PathBuf)>, String> {
+    let mut out = Vec::new();
+    for p in paths {
+        let meta = std::fs::metadata(p).map_err(|e| format!("cannot read `{}`: {e}", p.display()))?;
+        if meta.is_dir() {
+            let mut files = Vec::new();
+            walk(p, &mut files).map_err(|e| format!("cannot read `{}`: {e}", p.display()))?;
+            files.sort();
+            let r = root.map(Path::to_path_buf).unwrap_or_else(|| p.clone());
+            out.extend(files.into_iter().map(|f| (f, r.clone())));
+        } else {
+            let r = root
+                .map(Path::to_path_buf)
+                .or_else(|| p.parent().map(Path::to_path_buf))
+                .filter(|r| !r.as_os_str().is_empty())
+                .unwrap_or_else(|| PathBuf::from("."));
+            out.push((p.clone(), r));
+        }
+    }
+    Ok(out)
+}
+
+fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let path = entry.path();
+        let name = entry.file_name();
+        if name.to_string_lossy().starts_with('.') {
+            continue;
+        }
+        let ty = entry.file_type()?;
+        if ty.is_dir() {
+            walk(&path, out)?;
+        } else if matches!(path.extension().and_then(|e| e.to_str()), Some("yaml" | "yml")) {
+            out.push(path);
+        }
+    }
+    Ok(())
+}
+
+pub fn run(args: Args) -> u8 {
+    let files = match collect(&args.paths, args.root.as_deref()) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return super::exit::USAGE;
+        }
+    };
+    let (project, diags) = check(&files);
+    let text = match args.format {
+        Format::Human => {
+            let opts = render::HumanOptions { color: super::color_stdout(), width: super::width() };
+            let mut s = render::human(&diags, &project.sources, &opts);
+            s.push_str(&render::summary(&diags, files.len()));
+            s
+        }
+        Format::Json => render::json(&diags, &project.sources),
+        Format::Sarif => render::sarif(&diags, &project.sources),
+        Format::Github => render::github(&diags, &project.sources),
+    };
+    print!("{text}");
+    if !text.ends_with('\n') && !text.is_empty() {
+        println!();
+    }
+    let errors = diags.iter().any(|d| d.is_error());
+    let warnings = diags.iter().any(|d| !d.is_error());
+    if errors || (args.deny_warnings && warnings) { super::exit::FAILED } else { super::exit::OK }
+}
+
+/// Loads and lints `files` (each with its root) into one project.
+pub fn check(files: &[(PathBuf, PathBuf)]) -> (Project, Vec<crate::diag::Diagnostic>) {
+    let limits = Limits::default();
+    let mut project = Project::default();
+    for (file, root) in files {
+        let root = root.canonicalize().unwrap_or_else(|_| root.clone());
+        project.load_top(file, root, &limits);
+    }
+    let diags = crate::lint::lint_project(&project);
+    (project, diags)
+}

@@ -1,0 +1,9 @@
+//! `switchyard schema`: the JSON Schema of flow files.
+
+#[derive(clap::Args, Debug)]
+pub struct Args {}
+
+pub fn run(_args: Args) -> u8 {
+    println!("{}", crate::schema::flow_schema_json());
+    super::exit::OK
+}

@@ -1,0 +1,11 @@
+//! Lint rules, one file per pattern caught. Each exposes `check`, which appends diagnostics.
+
+pub mod bounds;
+pub mod capability;
+pub mod cycles;
+pub mod fallback;
+pub mod files;
+pub mod reachability;
+pub mod references;
+pub mod secrets;
+pub mod shell;

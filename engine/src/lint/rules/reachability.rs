@@ -1,0 +1,29 @@
+//! Steps that no path from `start` reaches (SY205).
+
+use std::collections::HashSet;
+
+use crate::diag::{codes, Diagnostic};
+use crate::lint::FlowCx;
+
+pub fn check(cx: &FlowCx, out: &mut Vec<Diagnostic>) {
+    let Some(start) = cx.start() else { return };
+    let mut seen: HashSet<&str> = HashSet::new();
+    let mut stack = vec![start];
+    while let Some(id) = stack.pop() {
+        if !seen.insert(id) {
+            continue;
+        }
+        if let Some(step) = cx.flow.steps.get(id) {
+            stack.extend(cx.successors(step));
+        }
+    }
+    for (id, step) in &cx.flow.steps {
+        if !seen.contains(id.as_str()) {
+            out.push(
+                Diagnostic::new(&codes::UNREACHABLE_STEP, step.id.span, format!("step `{id}` is unreachable from `{start}`"))
+                    .label("never runs")
+                    .help("add an edge to it with `next`, or remove it"),
+            );
+        }
+    }
+}

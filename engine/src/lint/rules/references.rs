@@ -1,0 +1,98 @@
+//! Unknown references: steps (SY201), agents (SY202), providers (SY203), with the closest name.
+
+use crate::diag::{codes, did_you_mean, Diagnostic};
+use crate::lint::FlowCx;
+use crate::model::{AgentRef, AgentSpec, Next, Sp};
+
+pub fn check(cx: &FlowCx, out: &mut Vec<Diagnostic>) {
+    let flow = cx.flow;
+    let step_names = || flow.steps.keys().map(String::as_str);
+    let unknown_step = |to: &Sp<String>, out: &mut Vec<Diagnostic>, allow_end: bool| {
+        if (allow_end && to.value == "end") || flow.steps.contains_key(&to.value) {
+            return;
+        }
+        let mut d = Diagnostic::new(&codes::UNKNOWN_STEP, to.span, format!("unknown step `{}`", to.value))
+            .label("no such step");
+        let candidates: Vec<&str> = step_names().chain(allow_end.then_some("end")).collect();
+        d = match did_you_mean(&to.value, candidates.iter().copied()) {
+            Some(h) => d.help(h),
+            None => d.help(format!("steps are: {}", list(step_names()))),
+        };
+        out.push(d);
+    };
+    if let Some(start) = &flow.start {
+        unknown_step(start, out, false);
+    }
+    for step in flow.steps.values() {
+        match &step.next {
+            Some(Next::One(to)) => unknown_step(to, out, true),
+            Some(Next::Edges(edges)) => edges.iter().for_each(|e| unknown_step(&e.to, out, true)),
+            None => {}
+        }
+    }
+    for (_, _, r) in cx.agent_refs() {
+        if let AgentRef::Named(name) = r
+            && !cx.agents.contains_key(name.value.as_str())
+        {
+            out.push(unknown_agent(cx, name));
+        }
+    }
+    // Providers of every llm agent defined here (named or inline).
+    let mut defined: Vec<&crate::model::Agent> = flow.agents.values().collect();
+    for (_, _, r) in cx.agent_refs() {
+        if let AgentRef::Inline(a) = r {
+            defined.push(a);
+        }
+    }
+    for a in defined {
+        if let AgentSpec::Llm(l) = &a.spec
+            && !l.provider.value.is_empty()
+            && !cx.providers.contains_key(l.provider.value.as_str())
+        {
+            let mut d = Diagnostic::new(&codes::UNKNOWN_PROVIDER, l.provider.span, format!("unknown provider `{}`", l.provider.value))
+                .label("no such provider");
+            d = match did_you_mean(&l.provider.value, cx.providers.keys().copied()) {
+                Some(h) => d.help(h),
+                None if cx.providers.is_empty() => d.help("define it under `providers:` (here or in an imported file)"),
+                None => d.help(format!("providers are: {}", list(cx.providers.keys().copied()))),
+            };
+            out.push(d);
+        }
+    }
+    // Tests name steps and agents too.
+    if !cx.inline {
+        for t in &flow.tests {
+            for p in t.expect.path.iter().flatten() {
+                unknown_step(p, out, false);
+            }
+            for (name, m) in &t.mocks {
+                if !cx.agents.contains_key(name.as_str()) {
+                    let span = m.returns.as_ref().map(|r| r.0.span).unwrap_or(t.span);
+                    let key = t_key_span(cx, t, name).unwrap_or(span);
+                    out.push(unknown_agent(cx, &Sp::new(name.clone(), key)));
+                }
+            }
+        }
+    }
+}
+
+/// The span of a key under a test's `mocks:` (the model keeps mock values, not key spans).
+fn t_key_span(cx: &FlowCx, t: &crate::model::FlowTest, name: &str) -> Option<crate::source::Span> {
+    let text = cx.project.sources.get(cx.file()).slice(t.span);
+    let at = text.find(&format!("{name}:"))?;
+    Some(t.span.sub(at, at + name.len()))
+}
+
+fn unknown_agent(cx: &FlowCx, name: &Sp<String>) -> Diagnostic {
+    let d = Diagnostic::new(&codes::UNKNOWN_AGENT, name.span, format!("unknown agent `{}`", name.value)).label("no such agent");
+    match did_you_mean(&name.value, cx.agents.keys().copied()) {
+        Some(h) => d.help(h),
+        None if cx.agents.is_empty() => d.help("define it under `agents:` (here or in an imported file), or inline as `agent: {kind: ...}`"),
+        None => d.help(format!("agents are: {}", list(cx.agents.keys().copied()))),
+    }
+}
+
+pub(crate) fn list<'a>(names: impl Iterator<Item = &'a str>) -> String {
+    let v: Vec<String> = names.take(20).map(|n| format!("`{n}`")).collect();
+    v.join(", ")
+}

@@ -1,0 +1,157 @@
+//! Literals that look like secrets (SY503, warning): API keys, tokens and passwords belong in
+//! the environment, referenced as `${env:NAME}`, never in a flow file that is committed.
+
+use crate::diag::{codes, Diagnostic};
+use crate::lint::FlowCx;
+use crate::model::{Agent, AgentRef, AgentSpec, Sp};
+use crate::source::Span;
+
+/// Well-known token prefixes and the least number of token characters after them.
+const PREFIXES: &[(&str, usize)] = &[
+    ("sk-", 20),
+    ("ghp_", 30),
+    ("gho_", 30),
+    ("ghs_", 30),
+    ("github_pat_", 30),
+    ("glpat-", 20),
+    ("xoxb-", 20),
+    ("xoxp-", 20),
+    ("AKIA", 16),
+    ("AIza", 30),
+    ("hf_", 30),
+];
+
+fn token_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '_' || c == '-'
+}
+
+/// Byte ranges of token-looking substrings in `text`.
+pub fn find_tokens(text: &str) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    for (prefix, min) in PREFIXES {
+        let mut from = 0;
+        while let Some(i) = text[from..].find(prefix) {
+            let start = from + i;
+            let before_ok = text[..start].chars().next_back().is_none_or(|c| !token_char(c));
+            let body = &text[start + prefix.len()..];
+            let len = body.find(|c: char| !token_char(c)).unwrap_or(body.len());
+            if before_ok && len >= *min && body[..len].chars().any(|c| c.is_ascii_digit()) {
+                out.push((start, start + prefix.len() + len));
+            }
+            from = start + prefix.len();
+        }
+    }
+    if let Some(i) = text.find("-----BEGIN") {
+        if text[i..].lines().next().is_some_and(|l| l.contains("PRIVATE KEY")) {
+            out.push((i, i + "-----BEGIN".len()));
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+fn is_reference(s: &str) -> bool {
+    let s = s.trim();
+    s.is_empty() || (s.starts_with("${env:") && s.ends_with('}'))
+        || s.starts_with("Bearer ${env:")
+        || s.starts_with("Basic ${env:")
+}
+
+fn literal(out: &mut Vec<Diagnostic>, v: &Sp<String>, what: &str) {
+    if is_reference(&v.value) || v.value.len() < 8 || v.value.contains("{{") {
+        return;
+    }
+    out.push(
+        Diagnostic::new(&codes::LITERAL_SECRET, v.span, format!("{what} is a literal; it looks like a secret"))
+            .label("literal secret")
+            .help("keep secrets out of flow files: write `${env:NAME}` and set NAME in the environment"),
+    );
+}
+
+const SENSITIVE: &[&str] = &["authorization", "api-key", "x-api-key", "api_key", "token", "password", "secret"];
+
+fn sensitive(name: &str) -> bool {
+    let n = name.to_ascii_lowercase();
+    SENSITIVE.iter().any(|s| n.contains(s))
+}
+
+fn agent(out: &mut Vec<Diagnostic>, a: &Agent) {
+    match &a.spec {
+        AgentSpec::Http(h) => {
+            for (k, v) in &h.headers {
+                if sensitive(k) {
+                    literal(out, v, &format!("header `{k}`"));
+                }
+            }
+            if let Some(rest) = h.url.value.split("://").nth(1)
+                && let Some(userinfo) = rest.split('/').next().and_then(|auth| auth.rsplit_once('@')).map(|(u, _)| u)
+                && userinfo.contains(':')
+                && !userinfo.contains("${env:")
+            {
+                out.push(
+                    Diagnostic::new(&codes::LITERAL_SECRET, a.name.span, format!("the url of agent `{}` holds a password", a.name.value))
+                        .with_secondary(h.url.span, "credentials in the url")
+                        .help("send credentials in a header whose value is `${env:NAME}`"),
+                );
+            }
+        }
+        AgentSpec::Command(c) => {
+            for (k, v) in &c.env {
+                if sensitive(k) {
+                    literal(out, v, &format!("environment variable `{k}`"));
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+pub fn check(cx: &FlowCx, out: &mut Vec<Diagnostic>) {
+    for p in cx.flow.providers.values() {
+        if let Some(k) = &p.api_key {
+            literal(out, k, &format!("the `api_key` of provider `{}`", p.name.value));
+        }
+        for (k, v) in &p.headers {
+            if sensitive(k) {
+                literal(out, v, &format!("header `{k}`"));
+            }
+        }
+    }
+    for a in cx.flow.agents.values() {
+        agent(out, a);
+    }
+    for (_, _, r) in cx.agent_refs() {
+        if let AgentRef::Inline(a) = r {
+            agent(out, a);
+        }
+    }
+    // Known token shapes anywhere in the file (once per file: only for the file's own flow).
+    if !cx.inline {
+        let file = cx.file();
+        for (s, e) in find_tokens(cx.text) {
+            let span = Span::new(file, s, e);
+            if out.iter().any(|d| d.rule.code == codes::LITERAL_SECRET.code && d.primary.span.start <= span.start && span.end <= d.primary.span.end) {
+                continue;
+            }
+            out.push(
+                Diagnostic::new(&codes::LITERAL_SECRET, span, "this looks like an API token")
+                    .label("literal secret")
+                    .help("keep secrets out of flow files: write `${env:NAME}` and set NAME in the environment"),
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_known_token_shapes_only() {
+        assert_eq!(find_tokens("key: sk-abc123def456ghi789jkl0mn").len(), 1);
+        assert_eq!(find_tokens("AKIAABCDEFGHIJ123456").len(), 1);
+        assert!(find_tokens("task-classification-step").is_empty());
+        assert!(find_tokens("sk-short1").is_empty());
+    }
+}

@@ -1,0 +1,34 @@
+//! A `command` agent that runs a shell (`sh -c`, `bash -c`) with templated input (SY504,
+//! warning): payload text would be parsed by the shell.
+
+use crate::diag::{codes, Diagnostic};
+use crate::lint::FlowCx;
+use crate::model::{AgentRef, AgentSpec};
+
+const SHELLS: &[&str] = &["sh", "bash", "zsh", "dash", "ksh", "fish", "csh", "tcsh", "ash"];
+
+pub fn check(cx: &FlowCx, out: &mut Vec<Diagnostic>) {
+    let mut agents: Vec<&crate::model::Agent> = cx.flow.agents.values().collect();
+    for (_, _, r) in cx.agent_refs() {
+        if let AgentRef::Inline(a) = r {
+            agents.push(a);
+        }
+    }
+    for a in agents {
+        let AgentSpec::Command(c) = &a.spec else { continue };
+        let Some(program) = c.run.first() else { continue };
+        let base = program.value.rsplit('/').next().unwrap_or("");
+        let shell = SHELLS.contains(&base) || (base == "env" && c.run.get(1).is_some_and(|s| SHELLS.contains(&s.value.as_str())));
+        if !shell || !c.run.iter().any(|s| s.value == "-c" || s.value.starts_with("-c") || s.value == "-lc") {
+            continue;
+        }
+        if let Some(t) = c.run.iter().find(|s| s.value.contains("{{") || s.value.contains("{%")) {
+            out.push(
+                Diagnostic::new(&codes::SHELL_WITH_TEMPLATE, t.span, format!("agent `{}` runs a shell with templated input", a.name.value))
+                    .label("payload text would be parsed by the shell")
+                    .with_secondary(program.span, "a shell")
+                    .help("run the program directly (`run: [python3, tool.py]`) and read the input document from stdin"),
+            );
+        }
+    }
+}

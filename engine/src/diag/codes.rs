@@ -145,12 +145,7 @@ mod tests {
                 r.code
             );
             let headings = r.doc.lines().filter(|l| l.starts_with("## ")).count();
-            assert_eq!(
-                headings,
-                SECTIONS.len(),
-                "{}: only the four sections",
-                r.code
-            );
+            assert_eq!(headings, SECTIONS.len(), "{}: only the four sections", r.code);
             assert_eq!(
                 r.doc.matches("```").count() % 2,
                 0,
@@ -160,11 +155,7 @@ mod tests {
 
             let bodies = sections(r);
             for (section, body) in SECTIONS.iter().zip(&bodies) {
-                assert!(
-                    !body.trim().is_empty(),
-                    "{}: `## {section}` is empty",
-                    r.code
-                );
+                assert!(!body.trim().is_empty(), "{}: `## {section}` is empty", r.code);
             }
             for (section, body) in SECTIONS.iter().zip(&bodies).take(2) {
                 assert!(

@@ -9,8 +9,8 @@
 use std::fmt::{self, Write as _};
 
 use miette::{
-    GraphicalReportHandler, GraphicalTheme, LabeledSpan, MietteError, MietteSpanContents,
-    NamedSource, SourceCode, SourceSpan, SpanContents,
+    GraphicalReportHandler, GraphicalTheme, LabeledSpan, MietteError, MietteSpanContents, NamedSource,
+    SourceCode, SourceSpan, SpanContents,
 };
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -19,12 +19,8 @@ use super::{Diagnostic, Label, RULES, Severity};
 use crate::source::{SourceFile, SourceMap, Span};
 
 const SARIF_SCHEMA: &str = "https://json.schemastore.org/sarif-2.1.0.json";
-/// The project's home, from `repository` (or `homepage`) in Cargo.toml; empty when unset.
-const INFORMATION_URI: &str = if env!("CARGO_PKG_REPOSITORY").is_empty() {
-    env!("CARGO_PKG_HOMEPAGE")
-} else {
-    env!("CARGO_PKG_REPOSITORY")
-};
+/// The project's home, from `repository` in Cargo.toml; SARIF omits it while that is unset.
+const INFORMATION_URI: &str = env!("CARGO_PKG_REPOSITORY");
 
 /// How [`human`] draws: colours on or off (off for files, pipes and snapshots), and the width
 /// that long lines wrap at.
@@ -75,9 +71,7 @@ pub fn human(diags: &[Diagnostic], sources: &SourceMap, opts: &HumanOptions) -> 
             .iter()
             .filter(|l| l.span.file != diag.primary.span.file)
         {
-            let (line, col) = sources
-                .get(label.span.file)
-                .line_col(label.span.start as usize);
+            let (line, col) = sources.get(label.span.file).line_col(label.span.start as usize);
             let name = &sources.get(label.span.file).name;
             let message = if label.message.is_empty() {
                 "see"
@@ -93,10 +87,7 @@ pub fn human(diags: &[Diagnostic], sources: &SourceMap, opts: &HumanOptions) -> 
 /// The closing line of a lint run: `checked 3 files: 2 errors, 1 warning`, or
 /// `checked 3 files: no problems`.
 pub fn summary(diags: &[Diagnostic], files_checked: usize) -> String {
-    let errors = diags
-        .iter()
-        .filter(|d| d.severity == Severity::Error)
-        .count();
+    let errors = diags.iter().filter(|d| d.severity == Severity::Error).count();
     let warnings = diags.len() - errors;
     let files = plural(files_checked, "file");
     let mut parts = Vec::new();
@@ -179,10 +170,7 @@ pub fn sarif(diags: &[Diagnostic], sources: &SourceMap) -> String {
                 "locations": [{"physicalLocation": sarif_location(d.primary.span, sources)}],
             });
             if rule_index.is_none() {
-                result
-                    .as_object_mut()
-                    .expect("an object")
-                    .remove("ruleIndex");
+                result.as_object_mut().expect("an object").remove("ruleIndex");
             }
             if !d.secondary.is_empty() {
                 let related: Vec<Value> = d
@@ -190,8 +178,7 @@ pub fn sarif(diags: &[Diagnostic], sources: &SourceMap) -> String {
                     .iter()
                     .enumerate()
                     .map(|(i, l)| {
-                        let mut loc =
-                            json!({"id": i, "physicalLocation": sarif_location(l.span, sources)});
+                        let mut loc = json!({"id": i, "physicalLocation": sarif_location(l.span, sources)});
                         if !l.message.is_empty() {
                             loc["message"] = json!({"text": l.message});
                         }
@@ -241,12 +228,8 @@ pub fn github(diags: &[Diagnostic], sources: &SourceMap) -> String {
             } else {
                 l.message.as_str()
             };
-            write!(
-                message,
-                "\nnote: {what}: {}:{}:{}",
-                p.file, p.line, p.column
-            )
-            .expect("writing to a String");
+            write!(message, "\nnote: {what}: {}:{}:{}", p.file, p.line, p.column)
+                .expect("writing to a String");
         }
         writeln!(
             out,
@@ -561,9 +544,7 @@ fn doc_section<'d>(doc: &'d str, title: &str) -> Option<&'d str> {
 
 /// Escapes the message of a workflow command (GitHub's `escapeData`).
 fn escape_data(s: &str) -> String {
-    s.replace('%', "%25")
-        .replace('\r', "%0D")
-        .replace('\n', "%0A")
+    s.replace('%', "%25").replace('\r', "%0D").replace('\n', "%0A")
 }
 
 /// Escapes a property value of a workflow command (GitHub's `escapeProperty`).
@@ -602,11 +583,7 @@ steps:
 
     fn span_of(map: &SourceMap, file: FileId, needle: &str, nth: usize) -> Span {
         let text = &map.get(file).text;
-        let start = text
-            .match_indices(needle)
-            .nth(nth)
-            .expect("needle in text")
-            .0;
+        let start = text.match_indices(needle).nth(nth).expect("needle in text").0;
         Span::new(file, start, start + needle.len())
     }
 
@@ -783,14 +760,8 @@ steps:
         let e = unknown_step(&map, file);
         let w = Diagnostic::new(&UNUSED_RESULT, Span::file_start(file), "unused");
         assert_eq!(summary(&[], 3), "checked 3 files: no problems");
-        assert_eq!(
-            summary(std::slice::from_ref(&e), 1),
-            "checked 1 file: 1 error"
-        );
-        assert_eq!(
-            summary(std::slice::from_ref(&w), 2),
-            "checked 2 files: 1 warning"
-        );
+        assert_eq!(summary(std::slice::from_ref(&e), 1), "checked 1 file: 1 error");
+        assert_eq!(summary(std::slice::from_ref(&w), 2), "checked 2 files: 1 warning");
         assert_eq!(
             summary(&[e.clone(), w.clone(), e, w.clone(), w], 3),
             "checked 3 files: 2 errors, 3 warnings"
@@ -801,8 +772,8 @@ steps:
     fn json_has_every_field() {
         let (map, file) = one_file(FLOW);
         let plain = Diagnostic::new(&UNUSED_RESULT, span_of(&map, file, "classify", 0), "unused");
-        let v: Value = serde_json::from_str(&json(&[unknown_step(&map, file), plain], &map))
-            .expect("valid JSON");
+        let v: Value =
+            serde_json::from_str(&json(&[unknown_step(&map, file), plain], &map)).expect("valid JSON");
         let d = &v[0];
         assert_eq!(d["code"], "SY201");
         assert_eq!(d["rule"], "unknown-step");
@@ -821,11 +792,7 @@ steps:
         assert_eq!(labels[1]["primary"], false);
         assert_eq!(labels[1]["message"], "a similar step is defined here");
         assert_eq!(
-            [
-                &labels[1]["line"],
-                &labels[1]["column"],
-                &labels[1]["end_column"]
-            ],
+            [&labels[1]["line"], &labels[1]["column"], &labels[1]["end_column"]],
             [3, 3, 13]
         );
         assert_eq!(v[1]["severity"], "warning");
@@ -846,12 +813,7 @@ steps:
         assert_eq!(text, sarif(&[d], &map), "deterministic");
         let v: Value = serde_json::from_str(&text).expect("valid JSON");
         assert_eq!(v["version"], "2.1.0");
-        assert!(
-            v["$schema"]
-                .as_str()
-                .expect("schema")
-                .contains("sarif-2.1.0")
-        );
+        assert!(v["$schema"].as_str().expect("schema").contains("sarif-2.1.0"));
         let run = &v["runs"][0];
         let driver = &run["tool"]["driver"];
         assert_eq!(driver["name"], "switchyard");
@@ -862,12 +824,7 @@ steps:
             assert_eq!(rule["id"], r.code);
             assert_eq!(rule["name"], r.name);
             assert_eq!(rule["shortDescription"]["text"], r.summary);
-            assert!(
-                !rule["fullDescription"]["text"]
-                    .as_str()
-                    .expect("full")
-                    .is_empty()
-            );
+            assert!(!rule["fullDescription"]["text"].as_str().expect("full").is_empty());
             assert_eq!(rule["help"]["markdown"], r.doc);
             assert_eq!(rule["defaultConfiguration"]["level"], r.severity.as_str());
         }

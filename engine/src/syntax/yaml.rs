@@ -75,6 +75,7 @@ pub fn parse(file: FileId, bytes: &[u8], limits: &Limits) -> Result<Node, Diagno
         .saturating_mul(limits.max_depth)
         .saturating_add(PARSE_STACK_BYTES)
         .min(MAX_PARSE_STACK_BYTES);
+    let stack = std::env::var("SY_STACK").ok().and_then(|v| v.parse().ok()).unwrap_or(stack); // TEMP
     std::thread::scope(|scope| {
         let spawned = std::thread::Builder::new()
             .name("switchyard-yaml".into())

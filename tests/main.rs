@@ -1,1 +1,15 @@
+//! The one integration-test binary of Switchyard. It drives the real `switchyard` binary (and,
+//! for the property tests, the library) the way users do:
+//!
+//! - [`lint_fixtures`]: YAML fixtures per rule with inline caret expectations;
+//! - [`snapshots`]: rendered human output, snapshot-tested with insta;
+//! - [`cli`]: exit codes, output formats, `explain`, `--help`;
+//! - [`corpus`]: hostile inputs (alias bombs, deep nesting, huge and binary files);
+//! - [`fuzz`]: property tests over generated and mutated flows.
 
+mod cli;
+mod corpus;
+mod fuzz;
+mod lint_fixtures;
+mod snapshots;
+mod support;

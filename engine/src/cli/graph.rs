@@ -1,6 +1,104 @@
-//! `switchyard graph FLOW`: the flow as a picture.
+//! `switchyard graph FLOW`: the compiled flow as a Mermaid or Graphviz picture.
+
+use std::path::PathBuf;
+
+use clap::ValueEnum;
+
+use crate::diag::render;
+use crate::plan::{AgentPlanSpec, Plan, StepPlanKind, draw};
+use crate::project::Project;
+use crate::syntax::Limits;
+
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
+pub enum Format {
+    /// Mermaid `flowchart` text (renders on GitHub and in most Markdown viewers).
+    Mermaid,
+    /// Graphviz DOT text (`switchyard graph f.yaml --format dot | dot -Tsvg > f.svg`).
+    Dot,
+}
+
 #[derive(clap::Args, Debug)]
-pub struct Args {}
-pub fn run(_args: Args) -> u8 {
-    0
+#[command(after_help = "Edges are labelled with their `on`, `if` and `errors`; failure edges are dashed.\n\
+                        `foreach` and `while` loops are self-loops with their bound; `parallel`\n\
+                        branches are drawn inside their step. Flows called by `flow` agents follow\n\
+                        with --nested.")]
+pub struct Args {
+    /// The flow file.
+    pub flow: PathBuf,
+    #[arg(long, value_enum, default_value = "mermaid")]
+    pub format: Format,
+    /// Also draw every flow that `flow` agents call, one diagram after another.
+    #[arg(long)]
+    pub nested: bool,
+    /// The project root that file paths may not leave; default the flow's directory.
+    #[arg(long)]
+    pub root: Option<PathBuf>,
+}
+
+pub fn run(args: Args) -> u8 {
+    let Some(plan) = load_plan(&args.flow, args.root.clone()) else { return super::exit::USAGE };
+    let mut flows = vec![plan.root];
+    if args.nested {
+        collect_called(&plan, plan.root, &mut flows);
+    }
+    for (i, r) in flows.iter().enumerate() {
+        let f = plan.flow(*r);
+        if i > 0 {
+            println!();
+        }
+        match args.format {
+            Format::Mermaid => print!("{}", draw::mermaid(f)),
+            Format::Dot => print!("{}", draw::dot(f)),
+        }
+    }
+    super::exit::OK
+}
+
+fn collect_called(plan: &Plan, r: crate::plan::FlowRef, out: &mut Vec<crate::plan::FlowRef>) {
+    let flow = plan.flow(r);
+    for n in flow.steps.values() {
+        let Some(step) = flow.step(*n) else { continue };
+        let calls: Vec<&crate::plan::CallPlan> = match &step.kind {
+            StepPlanKind::Call(c) => vec![c],
+            StepPlanKind::Foreach(f) => vec![&f.body],
+            StepPlanKind::While(w) => vec![&w.body],
+            StepPlanKind::Parallel(p) => p.branches.iter().map(|(_, c)| c).collect(),
+            _ => Vec::new(),
+        };
+        for c in calls {
+            if let AgentPlanSpec::Flow(child) = &c.agent.spec
+                && !out.contains(child)
+            {
+                out.push(*child);
+                collect_called(plan, *child, out);
+            }
+        }
+    }
+}
+
+/// Loads, lints and compiles a flow; prints its diagnostics to stderr when it does not lint
+/// clean (warnings alone are printed too, and compilation goes on).
+pub(crate) fn load_plan(flow: &std::path::Path, root: Option<PathBuf>) -> Option<Plan> {
+    let root = root
+        .or_else(|| flow.parent().map(std::path::Path::to_path_buf))
+        .filter(|r| !r.as_os_str().is_empty())
+        .unwrap_or_else(|| PathBuf::from("."));
+    let root = root.canonicalize().unwrap_or(root);
+    let mut project = Project::default();
+    let id = project.load_top(flow, root, &Limits::default());
+    let Some(id) = id else {
+        let diags = crate::lint::lint_project(&project);
+        eprint!("{}", render::human(&diags, &project.sources, &render::HumanOptions { color: super::color_stderr(), width: super::width() }));
+        if diags.is_empty() {
+            eprintln!("error: `{}` is not a flow (it has no `flow:` or `steps:`)", flow.display());
+        }
+        return None;
+    };
+    let (plan, diags) = crate::compile::compile(&project, id);
+    if !diags.is_empty() {
+        let opts = render::HumanOptions { color: super::color_stderr(), width: super::width() };
+        eprint!("{}", render::human(&diags, &project.sources, &opts));
+        eprintln!("{}", render::summary(&diags, project.flows.len()));
+    }
+    plan
 }

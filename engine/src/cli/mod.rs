@@ -77,3 +77,9 @@ pub(crate) fn color_stdout() -> bool {
 pub(crate) fn width() -> usize {
     std::env::var("COLUMNS").ok().and_then(|c| c.parse().ok()).unwrap_or(100)
 }
+
+/// Whether stderr should be coloured: a terminal, and `NO_COLOR` unset.
+pub(crate) fn color_stderr() -> bool {
+    use std::io::IsTerminal;
+    std::env::var_os("NO_COLOR").is_none() && std::io::stderr().is_terminal()
+}

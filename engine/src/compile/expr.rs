@@ -1,1 +1,688 @@
-//! TODO
+//! CEL expressions, parsed once and inspected for the variables they read.
+//!
+//! This module owns [`Expr`] (the expression text and its AST, parsed with cel's Pratt parser,
+//! which expands the standard macros `has`, `all`, `exists`, `exists_one`, `map`, `filter`),
+//! [`ExprError`] (a terse message on a byte range of the text) and [`Reference`]s (each free
+//! variable read, with its static field chain and byte range). It does not evaluate, and it does
+//! not know which variable names a flow allows: that is lint's business.
+//!
+//! The Pratt parser keeps byte offsets only on failure, so on success the offsets of references
+//! are recovered by lexing the text with cel's own lexer and pairing identifier tokens with AST
+//! identifiers in source order (AST ids are handed out left to right).
+
+use cel::common::ast::{EntryExpr, Expr as Node};
+use cel::parser::pratt_parser::{Lexer, Token, TokenKind};
+use cel::parser::{Expression, ParseErrors, PrattParser};
+
+/// A parsed CEL expression. `Send + Sync`, so it can be shared behind an `Arc`.
+#[derive(Clone, Debug)]
+pub struct Expr {
+    text: String,
+    ast: Expression,
+}
+
+/// A CEL syntax error: `start..end` are byte offsets inside the expression text.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct ExprError {
+    pub start: usize,
+    pub end: usize,
+    pub message: String,
+}
+
+/// A free variable the expression reads, with the static member chain that follows it:
+/// `payload.items[0].x` is root `payload`, fields `["items"]` (the chain stops at the first
+/// index, call or other non-static access). `start..end` covers the root through the last
+/// field, in bytes of the expression text.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reference {
+    pub root: String,
+    pub fields: Vec<String>,
+    pub start: usize,
+    pub end: usize,
+}
+
+/// How deeply an expression may nest. cel's parser, its `Clone`/`Drop` and every walk over the
+/// AST recurse once per level, and chains (`a[0][0]...`, `a + a + ...`) are not bounded by the
+/// parser's own recursion limit; this keeps all of them far from the end of a 2 MiB stack.
+pub const MAX_DEPTH: usize = 256;
+
+/// Parses a CEL expression. On failure the first error (in source order) is returned.
+pub fn parse(text: &str) -> Result<Expr, ExprError> {
+    check_depth(text)?;
+    match PrattParser::new().parse(text) {
+        Ok(ast) => Ok(Expr {
+            text: text.to_owned(),
+            ast,
+        }),
+        Err(errors) => Err(convert_error(text, &errors)),
+    }
+}
+
+impl Expr {
+    /// The expression as written (without the leading `=` of a mapping).
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    pub fn ast(&self) -> &Expression {
+        &self.ast
+    }
+
+    /// Every read of a free variable, in source order. Variables bound by a comprehension
+    /// (the iteration variable of `exists(x, ...)`, `map(x, ...)`, ... and its accumulator) are
+    /// not free and not reported.
+    pub fn references(&self) -> Vec<Reference> {
+        let mut walker = Walker::default();
+        walker.expr(&self.ast);
+        let tokens = lex(&self.text);
+        let roots = root_idents(&tokens, &self.text);
+        let positions = pair_in_order(&mut walker.idents, &roots, &tokens, &self.text);
+        let mut refs: Vec<Reference> = walker
+            .refs
+            .into_iter()
+            .map(|r| {
+                let (start, end) = match lookup(&positions, r.id) {
+                    Some(t) => (tokens[t].start, chain_end(&tokens, t, r.fields.len())),
+                    None => (0, self.text.len()),
+                };
+                Reference {
+                    root: r.root.to_owned(),
+                    fields: r.fields.into_iter().map(str::to_owned).collect(),
+                    start,
+                    end,
+                }
+            })
+            .collect();
+        refs.sort_by_key(|r| (r.start, r.end));
+        refs
+    }
+
+    /// Every function called by name (global `size(x)` or member `x.size()`), with the byte
+    /// range of the name, in source order. Operators and expanded macros are not included.
+    pub fn functions(&self) -> Vec<(String, usize, usize)> {
+        let mut walker = Walker::default();
+        walker.expr(&self.ast);
+        let tokens = lex(&self.text);
+        let calls: Vec<usize> = (0..tokens.len())
+            .filter(|&i| {
+                is_ident(tokens[i].kind) && tokens.get(i + 1).map(|t| t.kind) == Some(TokenKind::TokLeftParen)
+            })
+            .collect();
+        let positions = pair_in_order(&mut walker.calls, &calls, &tokens, &self.text);
+        let mut out: Vec<(String, usize, usize)> = walker
+            .calls
+            .iter()
+            .map(|&(id, name)| match lookup(&positions, id) {
+                Some(t) => (name.to_owned(), tokens[t].start, tokens[t].end),
+                None => (name.to_owned(), 0, self.text.len()),
+            })
+            .collect();
+        out.sort_by_key(|f| (f.1, f.2));
+        out
+    }
+}
+
+/// A reference found in the AST: `id` is the AST id of its root identifier.
+struct RawRef<'a> {
+    id: u64,
+    root: &'a str,
+    fields: Vec<&'a str>,
+}
+
+/// Collects identifiers (free or bound, for pairing with tokens), free references and named
+/// calls, tracking the variables bound by enclosing comprehensions.
+#[derive(Default)]
+struct Walker<'a> {
+    bound: Vec<&'a str>,
+    idents: Vec<(u64, &'a str)>,
+    refs: Vec<RawRef<'a>>,
+    calls: Vec<(u64, &'a str)>,
+}
+
+impl<'a> Walker<'a> {
+    fn expr(&mut self, e: &'a Expression) {
+        match &e.expr {
+            Node::Ident(name) => self.ident(e.id, name, Vec::new()),
+            Node::Select(_) => {
+                // A chain of selections on an identifier is one reference.
+                let mut fields = Vec::new();
+                let mut cur = e;
+                while let Node::Select(s) = &cur.expr {
+                    fields.push(s.field.as_str());
+                    cur = &s.operand;
+                }
+                fields.reverse();
+                match &cur.expr {
+                    Node::Ident(name) => self.ident(cur.id, name, fields),
+                    _ => self.expr(cur),
+                }
+            }
+            Node::Call(call) => {
+                if is_function_name(&call.func_name) {
+                    self.calls.push((e.id, &call.func_name));
+                }
+                if let Some(target) = &call.target {
+                    self.expr(target);
+                }
+                call.args.iter().for_each(|a| self.expr(a));
+            }
+            Node::Comprehension(c) => {
+                self.expr(&c.iter_range);
+                self.expr(&c.accu_init);
+                let depth = self.bound.len();
+                self.bound.push(&c.accu_var);
+                self.expr(&c.result);
+                self.bound.push(&c.iter_var);
+                if let Some(v) = &c.iter_var2 {
+                    self.bound.push(v);
+                }
+                self.expr(&c.loop_cond);
+                self.expr(&c.loop_step);
+                self.bound.truncate(depth);
+            }
+            Node::List(list) => list.elements.iter().for_each(|x| self.expr(x)),
+            Node::Map(map) => map.entries.iter().for_each(|x| self.entry(&x.expr)),
+            Node::Struct(s) => s.entries.iter().for_each(|x| self.entry(&x.expr)),
+            Node::Literal(_) | Node::Unspecified => {}
+        }
+    }
+
+    fn entry(&mut self, entry: &'a EntryExpr) {
+        match entry {
+            EntryExpr::MapEntry(m) => {
+                self.expr(&m.key);
+                self.expr(&m.value);
+            }
+            EntryExpr::StructField(f) => self.expr(&f.value),
+        }
+    }
+
+    fn ident(&mut self, id: u64, name: &'a str, fields: Vec<&'a str>) {
+        self.idents.push((id, name));
+        if !self.bound.contains(&name) {
+            self.refs.push(RawRef {
+                id,
+                root: name,
+                fields,
+            });
+        }
+    }
+}
+
+/// Operators (`_+_`, `@in`, `!_`, ...) are calls too; only names a user can write count.
+fn is_function_name(name: &str) -> bool {
+    !name.starts_with('@')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.')
+}
+
+fn is_ident(kind: TokenKind) -> bool {
+    matches!(kind, TokenKind::TokIdent | TokenKind::TokReservedWord)
+}
+
+/// The significant tokens of `text` (no whitespace or comments).
+fn lex(text: &str) -> Vec<Token> {
+    let mut lexer = Lexer::new(text);
+    let mut tokens = Vec::new();
+    // Every token but the last consumes input, so this bounds the loop even on a lexer bug.
+    for _ in 0..=text.len() {
+        let tok = lexer.lex();
+        match tok.kind {
+            TokenKind::TokEnd | TokenKind::TokError => break,
+            TokenKind::TokWhitespace | TokenKind::TokComment => {}
+            _ => tokens.push(tok),
+        }
+    }
+    tokens
+}
+
+/// Indexes of the identifier tokens that the parser turns into `Ident` nodes, in order: not
+/// after `.` (a field or method), not before `(` (a function), and not the variable declared
+/// by a macro that drops it (`x` in `l.all(x, p)`; `filter` keeps it in its expansion).
+fn root_idents(tokens: &[Token], text: &str) -> Vec<usize> {
+    let kind = |i: usize| tokens.get(i).map(|t| t.kind);
+    let name = |i: usize| tokens.get(i).map_or("", |t| &text[t.start..t.end]);
+    (0..tokens.len())
+        .filter(|&i| {
+            tokens[i].kind == TokenKind::TokIdent
+                && (i == 0 || kind(i - 1) != Some(TokenKind::TokDot))
+                && kind(i + 1) != Some(TokenKind::TokLeftParen)
+        })
+        .filter(|&i| {
+            let declares = i >= 3
+                && kind(i - 1) == Some(TokenKind::TokLeftParen)
+                && kind(i - 3) == Some(TokenKind::TokDot)
+                && kind(i + 1) == Some(TokenKind::TokComma);
+            if !declares {
+                return true;
+            }
+            let args = count_args(tokens, i - 1);
+            let expands = match name(i - 2) {
+                "all" | "exists" | "exists_one" | "existsOne" => args == 2,
+                "map" => args == 2 || args == 3,
+                _ => false,
+            };
+            !expands
+        })
+        .collect()
+}
+
+/// The number of arguments of the call whose `(` is at `open`.
+fn count_args(tokens: &[Token], open: usize) -> usize {
+    let mut depth = 0usize;
+    let mut args = 1;
+    for t in &tokens[open..] {
+        match t.kind {
+            TokenKind::TokLeftParen | TokenKind::TokLeftBracket | TokenKind::TokLeftBrace => depth += 1,
+            TokenKind::TokRightParen | TokenKind::TokRightBracket | TokenKind::TokRightBrace => {
+                depth = depth.saturating_sub(1);
+                if depth == 0 {
+                    break;
+                }
+            }
+            TokenKind::TokComma if depth == 1 => args += 1,
+            _ => {}
+        }
+    }
+    args
+}
+
+/// Pairs AST nodes (`(id, name)`, sorted here by id, which is source order) with candidate
+/// tokens of the same name, left to right. Returns `(id, token index)` sorted by id.
+fn pair_in_order(
+    nodes: &mut [(u64, &str)],
+    candidates: &[usize],
+    tokens: &[Token],
+    text: &str,
+) -> Vec<(u64, usize)> {
+    nodes.sort_by_key(|n| n.0);
+    let mut out = Vec::with_capacity(nodes.len());
+    let mut cursor = 0;
+    let mut last = None;
+    for &(id, name) in nodes.iter() {
+        if last == Some(id) {
+            continue; // the same node reached twice
+        }
+        last = Some(id);
+        let found = candidates[cursor..]
+            .iter()
+            .position(|&t| &text[tokens[t].start..tokens[t].end] == name);
+        if let Some(k) = found {
+            out.push((id, candidates[cursor + k]));
+            cursor += k + 1;
+        }
+    }
+    out
+}
+
+fn lookup(positions: &[(u64, usize)], id: u64) -> Option<usize> {
+    positions
+        .binary_search_by_key(&id, |p| p.0)
+        .ok()
+        .map(|i| positions[i].1)
+}
+
+/// The end of the root token at `t` followed by up to `fields` `.name` selections.
+fn chain_end(tokens: &[Token], t: usize, fields: usize) -> usize {
+    let mut j = t;
+    for _ in 0..fields {
+        match (tokens.get(j + 1), tokens.get(j + 2)) {
+            (Some(dot), Some(name)) if dot.kind == TokenKind::TokDot && is_ident(name.kind) => j += 2,
+            _ => break,
+        }
+    }
+    tokens[j].end
+}
+
+/// Rejects text whose AST could be deeper than [`MAX_DEPTH`], by an upper bound computed on
+/// the tokens: every operator, selection and bracket may add a level; `,` and `:` inside
+/// brackets start a sibling, which is as deep as the bracket itself.
+fn check_depth(text: &str) -> Result<(), ExprError> {
+    let mut lexer = Lexer::new(text);
+    let mut open: Vec<usize> = Vec::new();
+    let mut depth = 0;
+    for _ in 0..=text.len() {
+        let tok = lexer.lex();
+        match tok.kind {
+            TokenKind::TokEnd | TokenKind::TokError => break,
+            TokenKind::TokWhitespace
+            | TokenKind::TokComment
+            | TokenKind::TokIdent
+            | TokenKind::TokReservedWord
+            | TokenKind::TokNull
+            | TokenKind::TokTrue
+            | TokenKind::TokFalse
+            | TokenKind::TokInt
+            | TokenKind::TokUint
+            | TokenKind::TokFloat
+            | TokenKind::TokString
+            | TokenKind::TokBytes => continue,
+            TokenKind::TokLeftParen | TokenKind::TokLeftBracket | TokenKind::TokLeftBrace => {
+                open.push(depth);
+                depth += 1;
+            }
+            TokenKind::TokRightParen | TokenKind::TokRightBracket | TokenKind::TokRightBrace => {
+                depth = open.pop().unwrap_or(depth) + 1;
+            }
+            TokenKind::TokComma | TokenKind::TokColon if !open.is_empty() => {
+                depth = open[open.len() - 1] + 1;
+            }
+            _ => depth += 1,
+        }
+        if depth > MAX_DEPTH {
+            return Err(ExprError {
+                start: tok.start,
+                end: tok.end,
+                message: format!("expression nests too deeply (more than {MAX_DEPTH} levels)"),
+            });
+        }
+    }
+    Ok(())
+}
+
+fn convert_error(text: &str, errors: &ParseErrors) -> ExprError {
+    let Some(e) = errors.errors.first() else {
+        return ExprError {
+            start: 0,
+            end: text.len(),
+            message: "invalid expression".into(),
+        };
+    };
+    let by_id = (e.expr_id != 0)
+        .then(|| e.source_info.as_ref()?.offset_for(e.expr_id))
+        .flatten()
+        .map(|(s, e)| (s as usize, e as usize));
+    let (start, end) = match by_id {
+        Some(range) => range,
+        None if e.pos.0 >= 1 && e.pos.1 >= 1 => {
+            let start = offset_of(text, e.pos.0 as usize, e.pos.1 as usize);
+            let tok = Lexer::new(&text[floor_boundary(text, start)..]).lex();
+            (start, start + tok.end.max(1))
+        }
+        None => (0, text.len()),
+    };
+    let start = floor_boundary(text, start.min(text.len()));
+    let end = ceil_boundary(text, end.clamp(start, text.len()));
+    ExprError {
+        start,
+        end,
+        message: tidy_message(&e.msg),
+    }
+}
+
+/// Byte offset of a 1-based line and 1-based byte column.
+fn offset_of(text: &str, line: usize, col: usize) -> usize {
+    let line_start: usize = text.split_inclusive('\n').take(line - 1).map(str::len).sum();
+    (line_start + col - 1).min(text.len())
+}
+
+fn floor_boundary(s: &str, mut i: usize) -> usize {
+    while i > 0 && !s.is_char_boundary(i) {
+        i -= 1;
+    }
+    i
+}
+
+fn ceil_boundary(s: &str, mut i: usize) -> usize {
+    while i < s.len() && !s.is_char_boundary(i) {
+        i += 1;
+    }
+    i
+}
+
+/// cel's messages, made terse and lower case with code in backticks.
+fn tidy_message(msg: &str) -> String {
+    let msg = msg.strip_prefix("Syntax error: ").unwrap_or(msg);
+    if let Some((found, expecting)) = msg
+        .strip_prefix("mismatched input ")
+        .and_then(|m| m.split_once(" expecting "))
+    {
+        let found = unquote(found);
+        return match (found, expecting) {
+            ("<EOF>", "expression") => "expected an expression".to_owned(),
+            ("<EOF>", other) => format!("unexpected end of expression, expected `{}`", unquote(other)),
+            (found, "<EOF>") => format!("unexpected `{found}`"),
+            (found, "expression") => format!("unexpected `{found}`, expected an expression"),
+            (found, other) => format!("unexpected `{found}`, expected `{}`", unquote(other)),
+        };
+    }
+    if let Some(word) = msg.strip_prefix("reserved identifier: ") {
+        return format!("`{word}` is a reserved word");
+    }
+    if msg == "unsupported syntax: '`'" {
+        return "backquoted names are not supported; use `x['name']`".to_owned();
+    }
+    if msg == "invalid argument to has() macro" {
+        return "`has()` takes a field selection, like `has(payload.x)`".to_owned();
+    }
+    let mut out = String::with_capacity(msg.len());
+    // 'x' → `x`, for quotes around a short piece of code.
+    let mut rest = msg;
+    while let Some(open) = rest.find('\'') {
+        let after = &rest[open + 1..];
+        match after.find('\'') {
+            Some(close) if close > 0 && !after[..close].contains(' ') => {
+                out.push_str(&rest[..open]);
+                out.push('`');
+                out.push_str(&after[..close]);
+                out.push('`');
+                rest = &after[close + 1..];
+            }
+            _ => break,
+        }
+    }
+    out.push_str(rest);
+    let mut chars = out.chars();
+    match chars.next() {
+        Some(first) if first.is_uppercase() => first.to_lowercase().chain(chars).collect(),
+        _ => out,
+    }
+}
+
+/// `'x'` → `x` (one pair of quotes only).
+fn unquote(s: &str) -> &str {
+    s.strip_prefix('\'')
+        .and_then(|s| s.strip_suffix('\''))
+        .unwrap_or(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refs(text: &str) -> Vec<(String, Vec<String>, &str)> {
+        let e = parse(text).expect("valid expression");
+        e.references()
+            .into_iter()
+            .map(|r| (r.root, r.fields, &text[r.start..r.end]))
+            .collect()
+    }
+
+    fn r<'a>(root: &str, fields: &[&str], at: &'a str) -> (String, Vec<String>, &'a str) {
+        (root.into(), fields.iter().map(|f| f.to_string()).collect(), at)
+    }
+
+    #[test]
+    fn expr_is_send_and_sync() {
+        fn check<T: Send + Sync>() {}
+        check::<Expr>();
+        check::<std::sync::Arc<Expr>>();
+    }
+
+    #[test]
+    fn references_with_field_chains() {
+        assert_eq!(
+            refs("payload.ticket.id"),
+            vec![r("payload", &["ticket", "id"], "payload.ticket.id")]
+        );
+        assert_eq!(
+            refs("steps.classify.result.confidence > 0.8"),
+            vec![r(
+                "steps",
+                &["classify", "result", "confidence"],
+                "steps.classify.result.confidence"
+            )]
+        );
+        assert_eq!(
+            refs("payload.items[0].x"),
+            vec![r("payload", &["items"], "payload.items")]
+        );
+        assert_eq!(refs("has(payload.x)"), vec![r("payload", &["x"], "payload.x")]);
+        assert_eq!(
+            refs("size(payload.items) + 1"),
+            vec![r("payload", &["items"], "payload.items")]
+        );
+        assert_eq!(
+            refs("payload . a .\n b"),
+            vec![r("payload", &["a", "b"], "payload . a .\n b")]
+        );
+        assert_eq!(
+            refs("payload.name.startsWith('x')"),
+            vec![r("payload", &["name"], "payload.name")]
+        );
+        assert_eq!(refs("x"), vec![r("x", &[], "x")]);
+    }
+
+    #[test]
+    fn references_in_source_order_with_repeats() {
+        assert_eq!(
+            refs("result.ok ? payload.a : payload.b + item"),
+            vec![
+                r("result", &["ok"], "result.ok"),
+                r("payload", &["a"], "payload.a"),
+                r("payload", &["b"], "payload.b"),
+                r("item", &[], "item"),
+            ]
+        );
+        assert_eq!(
+            refs("{input.k: [context.v, index]}"),
+            vec![
+                r("input", &["k"], "input.k"),
+                r("context", &["v"], "context.v"),
+                r("index", &[], "index")
+            ]
+        );
+    }
+
+    #[test]
+    fn comprehension_variables_are_not_free() {
+        assert_eq!(
+            refs("payload.items.all(i, i.ok)"),
+            vec![r("payload", &["items"], "payload.items")]
+        );
+        assert_eq!(
+            refs("payload.items.exists(x, x > payload.min)"),
+            vec![
+                r("payload", &["items"], "payload.items"),
+                r("payload", &["min"], "payload.min")
+            ]
+        );
+        assert_eq!(
+            refs("payload.items.map(x, x.ok, x.id).exists_one(y, y == 1)"),
+            vec![r("payload", &["items"], "payload.items")]
+        );
+        assert_eq!(
+            refs("payload.l.filter(x, x > 1)"),
+            vec![r("payload", &["l"], "payload.l")]
+        );
+        // A variable bound inside a comprehension is free again outside it.
+        assert_eq!(
+            refs("payload.l.all(x, x > 0) && x == 2"),
+            vec![r("payload", &["l"], "payload.l"), r("x", &[], "x")]
+        );
+        let text = "payload.l.all(x, x > 0) && x == 2";
+        let last = parse(text).unwrap().references().pop().unwrap();
+        assert_eq!(last.start, text.rfind('x').unwrap());
+        assert_eq!(
+            refs("payload.l.filter(x, x > 1).size() > x"),
+            vec![r("payload", &["l"], "payload.l"), r("x", &[], "x")]
+        );
+        assert_eq!(refs("payload.l.map(p, p.map(q, q + payload.k))").len(), 2);
+        // Nested comprehensions over the same name.
+        assert_eq!(
+            refs("[1].all(x, [2].all(x, x > 0)) || x").last().map(|r| r.2),
+            Some("x")
+        );
+    }
+
+    #[test]
+    fn functions_are_listed_without_operators_or_macros() {
+        let text = "size(payload.a) > 1 && payload.b.startsWith('x') && payload.c.all(y, y)";
+        let e = parse(text).unwrap();
+        let names: Vec<_> = e
+            .functions()
+            .into_iter()
+            .map(|(n, s, e)| (n, &text[s..e]))
+            .collect();
+        assert_eq!(
+            names,
+            vec![
+                ("size".to_string(), "size"),
+                ("startsWith".to_string(), "startsWith")
+            ]
+        );
+    }
+
+    #[test]
+    fn errors_have_terse_messages_and_ranges() {
+        let cases = [
+            ("payload.x +", 11, 11, "expected an expression"),
+            ("payload.x )", 10, 11, "unexpected `)`"),
+            ("a.b.", 4, 4, "expected identifier after `.`"),
+            ("a &b", 2, 3, "unexpected single `&`, expected `&&`"),
+            ("'abc", 0, 4, "unterminated string literal"),
+            (
+                "has(x)",
+                4,
+                5,
+                "`has()` takes a field selection, like `has(payload.x)`",
+            ),
+            ("x.all(1, y)", 6, 7, "argument must be a simple name"),
+            ("if", 0, 2, "`if` is a reserved word"),
+            ("a ? b", 5, 5, "expected `:` in conditional expression"),
+            ("", 0, 0, "expected an expression"),
+            ("a\n  + )", 6, 7, "unexpected token"),
+            ("é", 0, 2, "unexpected character"),
+        ];
+        for (text, start, end, message) in cases {
+            let e = parse(text).unwrap_err();
+            assert_eq!(
+                (e.start, e.end, e.message.as_str()),
+                (start, end, message),
+                "{text:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn deep_nesting_is_an_error_not_a_crash() {
+        let n = 20_000;
+        let texts = [
+            format!("{}1{}", "(".repeat(n), ")".repeat(n)),
+            format!("{}1{}", "[".repeat(n), "]".repeat(n)),
+            format!("{}1{}", "(1 + ".repeat(n), ")".repeat(n)),
+            format!("a{}", ".f()".repeat(n)),
+            format!("a{}", "[0]".repeat(n)),
+            format!("a{}", ".b".repeat(n)),
+            format!("{}a", "-".repeat(n)),
+            format!("{}a", "!".repeat(n)),
+            format!("a{}", " + a".repeat(n)),
+            format!("a{}", " && a".repeat(n)),
+        ];
+        for text in &texts {
+            let e = parse(text).unwrap_err();
+            assert!(
+                e.message.contains("too deeply") || e.message.contains("recursion"),
+                "{}",
+                e.message
+            );
+        }
+        let flat = format!("[{}]", vec!["payload.a.b.c"; 5_000].join(", "));
+        assert_eq!(
+            parse(&flat).expect("flat lists are fine").references().len(),
+            5_000
+        );
+    }
+}

@@ -8,3 +8,6 @@ pub mod expr;
 pub mod path;
 pub mod template;
 pub mod value;
+
+mod lower;
+pub use lower::{compile, DEFAULT_MAX_ITEMS, DEFAULT_MAX_OUTPUT, DEFAULT_TIMEOUT};

@@ -92,6 +92,18 @@ impl<'p> FlowCx<'p> {
 pub fn lint_project(project: &Project) -> Vec<Diagnostic> {
     let mut out = project.diags.clone();
     rules::files::check(project, &mut out);
+    for lib in &project.libraries {
+        let l = &lib.library;
+        for p in l.providers.values() {
+            rules::secrets::provider(&mut out, p);
+        }
+        for a in l.agents.values() {
+            rules::secrets::agent(&mut out, a);
+            rules::shell::agent(&mut out, a);
+            rules::bounds::agent(&mut out, a);
+        }
+        rules::secrets::tokens(lib.file, &project.sources.get(lib.file).text, &mut out);
+    }
     let allow = inherited_allow(project);
     for (i, loaded) in project.flows.iter().enumerate() {
         let Some(flow) = &loaded.flow else { continue };
@@ -164,6 +176,7 @@ pub fn lint_flow(cx: &FlowCx, out: &mut Vec<Diagnostic>) {
     rules::capability::check(cx, out);
     rules::secrets::check(cx, out);
     rules::shell::check(cx, out);
+    rules::data::check(cx, out);
     for agent in inline_flow_agents(cx) {
         let AgentSpec::Flow(f) = &agent.spec else { continue };
         let Some(inner) = &f.inline else { continue };

@@ -1,1 +1,377 @@
-//! TODO
+//! The plan: what the runtime executes. Every name is resolved, every JSONPath, expression
+//! and template is compiled, and steps refer to each other by graph index.
+//!
+//! A [`Plan`] holds every flow of a run tree, keyed by content hash: the top flow and each flow
+//! file (or inline flow) that a `flow` agent calls. Each [`FlowPlan`] is a petgraph
+//! `StableDiGraph` of [`PlanNode`]s whose edges are the routes of SPEC §4, tried in the order
+//! written. Loop bodies (`foreach`, `while`) and `parallel` branches are [`CallPlan`]s inside
+//! their node: sub-plans of one agent call each.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use indexmap::IndexMap;
+use petgraph::stable_graph::{EdgeIndex, NodeIndex, StableDiGraph};
+use serde_json::Value;
+
+use crate::compile::expr::Expr;
+use crate::compile::path::Path;
+use crate::compile::template::Template;
+use crate::compile::value::ValueTemplate;
+use crate::model::{AgentKind, EdgeOn, MessageMode};
+
+/// Index of a flow in [`Plan::flows`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FlowRef(pub usize);
+
+/// Every flow of a run tree, compiled.
+#[derive(Debug)]
+pub struct Plan {
+    pub flows: Vec<Arc<FlowPlan>>,
+    /// The top flow.
+    pub root: FlowRef,
+}
+
+impl Plan {
+    pub fn root(&self) -> &Arc<FlowPlan> {
+        &self.flows[self.root.0]
+    }
+
+    pub fn flow(&self, r: FlowRef) -> &Arc<FlowPlan> {
+        &self.flows[r.0]
+    }
+}
+
+/// One compiled flow.
+#[derive(Debug)]
+pub struct FlowPlan {
+    pub name: String,
+    /// SHA-256 of the flow's file (with a suffix naming the agent for inline flows).
+    pub hash: String,
+    /// The file the flow came from (for inline flows: the enclosing file).
+    pub path: Option<PathBuf>,
+    pub graph: StableDiGraph<PlanNode, RouteEdge>,
+    pub start: NodeIndex,
+    /// The node `to: end` leads to.
+    pub end: NodeIndex,
+    /// Step id → node, in the order written.
+    pub steps: IndexMap<String, NodeIndex>,
+    pub input_schema: Option<Arc<Value>>,
+    pub output_schema: Option<Arc<Value>>,
+    pub output_select: Option<Path>,
+    pub limits: FlowLimits,
+    /// Agent kinds allowed by this flow (before intersecting with callers'); `None`: all.
+    pub allow: Option<BTreeSet<AgentKind>>,
+    pub allow_hosts: Option<Vec<String>>,
+}
+
+impl FlowPlan {
+    /// The step at a node; `None` for the end node.
+    pub fn step(&self, n: NodeIndex) -> Option<&StepPlan> {
+        match &self.graph[n] {
+            PlanNode::Step(s) => Some(s),
+            PlanNode::End => None,
+        }
+    }
+
+    /// A step's routes, in the order written.
+    pub fn routes(&self, step: &StepPlan) -> impl Iterator<Item = (&RouteEdge, NodeIndex)> {
+        step.routes.iter().map(|e| {
+            let (_, to) = self.graph.edge_endpoints(*e).expect("route edges exist");
+            (&self.graph[*e], to)
+        })
+    }
+}
+
+/// `limits:` with defaults applied (SPEC §9).
+#[derive(Clone, Debug, PartialEq)]
+pub struct FlowLimits {
+    pub max_steps: u64,
+    pub max_depth: u64,
+    pub timeout: Option<Duration>,
+    pub max_payload_bytes: u64,
+    pub max_cost_usd: Option<f64>,
+}
+
+impl Default for FlowLimits {
+    fn default() -> Self {
+        FlowLimits { max_steps: 10_000, max_depth: 3, timeout: None, max_payload_bytes: 8 << 20, max_cost_usd: None }
+    }
+}
+
+#[derive(Debug)]
+pub enum PlanNode {
+    Step(StepPlan),
+    /// `to: end`: finish the run successfully.
+    End,
+}
+
+/// A route: taken when `on` matches the outcome, the error kind is in `errors` (if any) and
+/// `cond` (if any) is true.
+#[derive(Debug, Clone)]
+pub struct RouteEdge {
+    pub on: EdgeOn,
+    pub errors: Option<Vec<String>>,
+    pub cond: Option<Arc<Expr>>,
+    /// Position among the step's edges.
+    pub order: usize,
+}
+
+impl RouteEdge {
+    /// The label drawn on the edge: `if`, `on`, `errors`.
+    pub fn label(&self) -> String {
+        let mut parts = Vec::new();
+        match self.on {
+            EdgeOn::Success => {}
+            EdgeOn::Failure => parts.push("on failure".to_string()),
+            EdgeOn::Always => parts.push("always".to_string()),
+        }
+        if let Some(e) = &self.errors {
+            parts.push(format!("errors: {}", e.join(", ")));
+        }
+        if let Some(c) = &self.cond {
+            parts.push(format!("if {}", c.text()));
+        }
+        parts.join("; ")
+    }
+}
+
+#[derive(Debug)]
+pub struct StepPlan {
+    pub id: String,
+    /// Position in `steps:`.
+    pub index: usize,
+    pub kind: StepPlanKind,
+    /// Routing edges, in the order written (indices into the graph).
+    pub routes: Vec<EdgeIndex>,
+    /// Whether the step has `next` at all (no `next`: success ends the run).
+    pub has_next: bool,
+}
+
+#[derive(Debug)]
+pub enum StepPlanKind {
+    Call(CallPlan),
+    Foreach(ForeachPlan),
+    While(WhilePlan),
+    Set(Vec<(Path, SourcePlan)>),
+    Parallel(ParallelPlan),
+    Interrupt(InterruptPlan),
+    Fail { kind: String, message: Option<Template> },
+    Succeed,
+}
+
+impl StepPlanKind {
+    pub fn name(&self) -> &'static str {
+        match self {
+            StepPlanKind::Call(_) => "agent",
+            StepPlanKind::Foreach(_) => "foreach",
+            StepPlanKind::While(_) => "while",
+            StepPlanKind::Set(_) => "set",
+            StepPlanKind::Parallel(_) => "parallel",
+            StepPlanKind::Interrupt(_) => "interrupt",
+            StepPlanKind::Fail { .. } => "fail",
+            StepPlanKind::Succeed => "succeed",
+        }
+    }
+}
+
+/// One agent call: how its input is built, how its result comes back, and its policies.
+#[derive(Debug)]
+pub struct CallPlan {
+    pub agent: Arc<AgentPlan>,
+    pub scope: Option<Path>,
+    pub input: InputPlan,
+    pub output: OutputPlan,
+    pub message: Option<Template>,
+    pub retry: RetryPolicy,
+    pub timeout: Duration,
+    pub idempotent: bool,
+}
+
+#[derive(Debug)]
+pub struct ForeachPlan {
+    pub over: SourcePlan,
+    pub as_name: String,
+    pub concurrency: usize,
+    pub max_items: u64,
+    pub tolerate: Tolerance,
+    pub select: Option<Path>,
+    /// The per-item call; its `output` is applied once, to the array of results.
+    pub body: CallPlan,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Tolerance {
+    Count(u64),
+    Percent(f64),
+}
+
+#[derive(Debug)]
+pub struct WhilePlan {
+    pub cond: Arc<Expr>,
+    pub max_iterations: u64,
+    pub delay: Duration,
+    pub body: CallPlan,
+}
+
+#[derive(Debug)]
+pub struct ParallelPlan {
+    pub branches: Vec<(String, CallPlan)>,
+    pub concurrency: usize,
+    pub fail_fast: bool,
+}
+
+#[derive(Debug)]
+pub struct InterruptPlan {
+    pub prompt: Option<Template>,
+    pub schema: Option<Arc<Value>>,
+    pub expires: Option<Duration>,
+    pub scope: Option<Path>,
+    pub input: InputPlan,
+    pub output: OutputPlan,
+}
+
+#[derive(Debug)]
+pub enum InputPlan {
+    /// The whole payload (or scope).
+    All,
+    /// Only these paths, structure kept.
+    Paths(Vec<Path>),
+    /// A new document.
+    Map(Vec<(Path, SourcePlan)>),
+}
+
+#[derive(Debug)]
+pub enum OutputPlan {
+    /// Nothing merged.
+    None,
+    /// Deep merge.
+    All,
+    /// Deep merge under these paths only; anything else is a violation.
+    Paths(Vec<Path>),
+    /// Destination → source in the result.
+    Map(Vec<(Path, SourcePlan)>),
+}
+
+#[derive(Debug)]
+pub enum SourcePlan {
+    Path(Path),
+    Expr(Arc<Expr>),
+    WithDefault(Path, Value),
+    Literal(Value),
+}
+
+/// `retry:` with defaults applied.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RetryPolicy {
+    pub attempts: u32,
+    pub backoff: Duration,
+    pub factor: f64,
+    pub max_backoff: Duration,
+    /// Fraction of each wait randomised (0 = none).
+    pub jitter: f64,
+    pub on: Vec<String>,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            attempts: 1,
+            backoff: Duration::from_secs(1),
+            factor: 2.0,
+            max_backoff: Duration::from_secs(60),
+            jitter: 0.5,
+            on: vec!["timeout".into(), "agent".into(), "rate_limited".into()],
+        }
+    }
+}
+
+/// A resolved agent.
+#[derive(Debug)]
+pub struct AgentPlan {
+    pub name: String,
+    pub spec: AgentPlanSpec,
+    pub result_schema: Option<Arc<Value>>,
+}
+
+impl AgentPlan {
+    pub fn kind(&self) -> AgentKind {
+        match &self.spec {
+            AgentPlanSpec::Llm(_) => AgentKind::Llm,
+            AgentPlanSpec::Command(_) => AgentKind::Command,
+            AgentPlanSpec::Http(_) => AgentKind::Http,
+            AgentPlanSpec::Flow(_) => AgentKind::Flow,
+            AgentPlanSpec::Transform(_) => AgentKind::Transform,
+            AgentPlanSpec::Mock(_) => AgentKind::Mock,
+        }
+    }
+}
+
+#[derive(Debug)]
+pub enum AgentPlanSpec {
+    Llm(LlmPlan),
+    Command(CommandPlan),
+    Http(HttpPlan),
+    Flow(FlowRef),
+    Transform(ValueTemplate),
+    Mock(MockPlan),
+}
+
+#[derive(Debug)]
+pub struct ProviderPlan {
+    pub name: String,
+    pub base_url: String,
+    /// A secret reference (`${env:NAME}`), resolved at call time.
+    pub api_key: Option<String>,
+    pub headers: Vec<(String, String)>,
+    pub max_concurrency: Option<u64>,
+    pub requests_per_minute: Option<u64>,
+    pub tokens_per_minute: Option<u64>,
+    /// Model → (input, output) USD per million tokens.
+    pub prices: IndexMap<String, (f64, f64)>,
+    pub timeout: Option<Duration>,
+}
+
+#[derive(Debug)]
+pub struct LlmPlan {
+    pub provider: Arc<ProviderPlan>,
+    pub model: String,
+    pub system: Option<Template>,
+    pub prompt: Option<Template>,
+    pub temperature: Option<f64>,
+    pub max_tokens: Option<u64>,
+    pub repair_attempts: u64,
+    pub context_paths: Vec<Path>,
+    pub message_mode: MessageMode,
+    pub max_messages: Option<u64>,
+}
+
+#[derive(Debug)]
+pub struct CommandPlan {
+    pub run: Vec<Template>,
+    /// Values may be secret references, resolved at call time.
+    pub env: Vec<(String, String)>,
+    pub cwd: Option<PathBuf>,
+    pub max_output: u64,
+}
+
+#[derive(Debug)]
+pub struct HttpPlan {
+    pub url: String,
+    pub method: String,
+    pub headers: Vec<(String, String)>,
+    pub max_response: u64,
+}
+
+#[derive(Debug)]
+pub struct MockPlan {
+    pub returns: Option<ValueTemplate>,
+    pub sequence: Vec<ValueTemplate>,
+    pub latency: Option<Duration>,
+    pub fail_times: u64,
+    pub fail_rate: f64,
+    pub seed: u64,
+}
+pub mod draw;

@@ -1,570 +1,895 @@
-//! YAML parsing with serde-saphyr into [`Node`](super::Node)s, under hard budgets.
+//! YAML text → spanned [`Node`](super::Node)s, under hard budgets.
 //!
-//! The text is deserialized through serde-saphyr's `deserialize_any` into a raw tree whose every
-//! value and key is wrapped in [`serde_saphyr::Spanned`], then converted into [`Node`]s with byte
-//! spans. The conversion also rejects duplicate and non-scalar keys, and picks each node's span:
-//! the text that defines it, except that the top of an alias expansion points at the `*alias`.
+//! The YAML parser is serde-saphyr's own (`serde_saphyr::granit_parser`, pinned with it). This
+//! module reads its event stream and builds the [`Node`] tree itself, with an explicit stack.
+//! Going through serde-saphyr's `Deserialize` layer instead, with `Spanned<T>` at every node, was
+//! three times slower on flow-sized files (the parser itself is most of what remains), recursed
+//! a dozen stack frames per nesting level, and knew only where collections start.
 //!
-//! Budgets are enforced twice: serde-saphyr's own `Budget`/`AliasLimits` stop the event stream
-//! (nesting, nodes, aliases), and the visitor counts every node it builds, alias expansions
-//! included, and the nesting it recurses into. Parsing runs on its own thread with a stack of
-//! [`PARSE_STACK_BYTES`] plus a per-level allowance, so no input can overflow the caller's stack.
-//! This module knows YAML, not flows.
+//! Semantics: YAML 1.2 core schema. Only `true`/`false` (and `True`, `TRUE`, ...) are booleans;
+//! `~`, `null` and empty are null; integers with leading zeros (`007`) and YAML 1.1 spellings
+//! (`yes`, `on`, `1_000`, `0X1F`) are strings. Quoted scalars are strings. `!!str`, `!!int`,
+//! `!!float`, `!!bool`, `!!null`, `!!map`, `!!seq` and the non-specific `!` are honoured; other
+//! tags are errors. Anchors and aliases work (an alias copies its anchor's node); merge keys
+//! (`<<: *base`) merge, the mapping's own keys winning. Duplicate keys are errors.
+//!
+//! Spans are byte offsets. A scalar spans its text (quotes included; a block scalar spans its
+//! content lines, not the `|` header). A flow collection spans `[`…`]`; a block collection spans
+//! its first key or `-` to the end of its last value. A node copied by an alias spans the
+//! `*alias` token; the nodes inside it keep the spans of the text that defines them.
+//!
+//! Budgets ([`Limits`]): the file size is checked first; nesting depth, node count and alias
+//! expansion are counted as events arrive, so every limit stops the parse where it is crossed.
+//! The builder does not recurse, but cloning and dropping nodes do (one level per nesting level),
+//! so parsing runs on a thread whose stack grows with [`Limits::max_depth`]. This module knows
+//! YAML, not flows.
 
-use std::cell::Cell;
+use std::borrow::Cow;
 use std::collections::HashMap;
-use std::fmt;
 
-use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
-use serde_saphyr::budget::BudgetBreach;
-use serde_saphyr::granit_parser::ErrorKind as ScanErrorKind;
-use serde_saphyr::{
-    DuplicateKeyPolicy, ExternalMessageSource, MessageFormatter, NonFiniteFloatPolicy, Spanned,
+use serde_saphyr::granit_parser::{
+    ErrorKind, Event, Marker, Options, Parser, ScalarStyle, ScanError, StructureStyle, Tag,
 };
 
 use super::{Key, Node, Value};
-use crate::diag::codes::{DUPLICATE_KEY, YAML_BUDGET, YAML_SYNTAX};
 use crate::diag::Diagnostic;
+use crate::diag::codes::{DUPLICATE_KEY, YAML_BUDGET, YAML_SYNTAX};
 use crate::source::{FileId, Span};
 
-/// Hard limits on one file. Every limit names itself and its value when it is hit.
+/// Hard limits on one file. Every limit names itself and its value when it is crossed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Limits {
     /// Largest file accepted, in bytes, checked before parsing. Default: 8 MiB.
     pub max_bytes: usize,
-    /// Deepest nesting of mappings and sequences (the top-level mapping is level 1).
-    /// Default: 128, room for JSON Schemas nested dozens of levels inside a flow.
+    /// Deepest nesting of mappings and lists; the top-level mapping is level 1. Default: 128,
+    /// room for JSON Schemas nested dozens of levels deep inside a flow. The parse itself never
+    /// recurses; code that walks or drops a tree recurses once per level, so raise this far
+    /// (beyond a few thousand) only where that code runs on a big enough stack.
     pub max_depth: usize,
-    /// Most nodes (scalars, mappings, sequences and mapping keys), counting every copy that an
-    /// alias expands to. Default: 1,000,000.
+    /// Most nodes (scalars, mappings, lists and keys), counting the copies that aliases make
+    /// and the copy kept of each anchored node. Default: 1,000,000.
     pub max_nodes: usize,
-    /// Most parser events that aliases may replay in one file, which bounds what `*alias`
-    /// references can add to the tree ("billion laughs"). Default: 100,000.
+    /// Most nodes that aliases may copy into the tree in one file, which stops "billion laughs"
+    /// alias bombs. Default: 100,000.
     pub max_alias_expansions: usize,
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { max_bytes: 8 << 20, max_depth: 128, max_nodes: 1_000_000, max_alias_expansions: 100_000 }
+        Limits {
+            max_bytes: 8 << 20,
+            max_depth: 128,
+            max_nodes: 1_000_000,
+            max_alias_expansions: 100_000,
+        }
     }
 }
 
-/// Stack of the parsing thread before the per-level allowance: serde's recursion and the
-/// YAML scanner need well under this for a flat file.
-pub const PARSE_STACK_BYTES: usize = 16 << 20;
-
-/// Stack allowed per nesting level on top of [`PARSE_STACK_BYTES`]. One YAML level is a dozen
-/// serde frames (value → `Spanned` → map access → value); unoptimized builds use the most.
-const STACK_BYTES_PER_LEVEL: usize = 64 << 10;
-
-/// Largest stack requested for the parsing thread, whatever `max_depth` asks for. It is
-/// reserved address space, committed only as deep nesting actually touches it.
-const MAX_PARSE_STACK_BYTES: usize = 1 << 30;
+/// Stack of the parsing thread, before the per-level allowance.
+const BASE_STACK_BYTES: usize = 4 << 20;
+/// Stack allowed per nesting level, for cloning and dropping nested nodes (a few hundred bytes
+/// per level in release builds, a few KiB unoptimized).
+const STACK_BYTES_PER_LEVEL: usize = 16 << 10;
+/// Cap on the parsing thread's stack. Address space is reserved, and only touched as needed.
+const MAX_STACK_BYTES: usize = 1 << 30;
 
 /// Parses one file into a spanned [`Node`] tree.
 ///
-/// An empty file, or one holding only comments, gives a [`Value::Null`] node. Every problem is a
-/// diagnostic: `SY100` (not UTF-8, not YAML, more than one document), `SY101` (a limit of
-/// [`Limits`] was crossed) or `SY102` (a duplicate key). This function never panics.
+/// An empty file, or one holding only comments, gives a [`Value::Null`] node: the caller decides
+/// what an empty flow means. A problem is a diagnostic: `SY100` (not UTF-8, not YAML, more than
+/// one document, an unsupported tag), `SY101` (a limit of [`Limits`] crossed) or `SY102` (a
+/// duplicate key); this returns the first one in the file. [`parse_collecting`] returns every
+/// duplicate key and the tree. Parsing runs on its own thread (spawning it costs some 40 µs),
+/// with a stack of 4 MiB plus 16 KiB per allowed nesting level, at most 1 GiB: no input can
+/// overflow it, make it panic or hang.
+#[allow(clippy::result_large_err, reason = "one diagnostic per file, returned once")]
 pub fn parse(file: FileId, bytes: &[u8], limits: &Limits) -> Result<Node, Diagnostic> {
-    if bytes.len() > limits.max_bytes {
-        return Err(too_large(file, bytes.len(), limits.max_bytes));
+    let (node, diagnostics) = parse_collecting(file, bytes, limits);
+    match (node, diagnostics.into_iter().next()) {
+        (_, Some(first)) => Err(first),
+        (Some(node), None) => Ok(node),
+        (None, None) => Err(internal(file, "the YAML parser returned nothing")),
     }
-    let text = std::str::from_utf8(bytes).map_err(|e| not_utf8(file, bytes, &e))?;
+}
+
+/// Parses one file like [`parse`], but goes on past duplicate keys: it returns the tree (where
+/// each mapping keeps the first of duplicate keys, so keys stay unique) and a `SY102` for every
+/// duplicate, in file order. Any other problem stops the parse: then there is no tree, and the
+/// last diagnostic is that problem.
+pub fn parse_collecting(file: FileId, bytes: &[u8], limits: &Limits) -> (Option<Node>, Vec<Diagnostic>) {
+    if bytes.len() > limits.max_bytes {
+        return (None, vec![too_large(file, bytes.len(), limits.max_bytes)]);
+    }
+    let text = match std::str::from_utf8(bytes) {
+        Ok(text) => text,
+        Err(e) => return (None, vec![not_utf8(file, bytes, &e)]),
+    };
     let stack = STACK_BYTES_PER_LEVEL
         .saturating_mul(limits.max_depth)
-        .saturating_add(PARSE_STACK_BYTES)
-        .min(MAX_PARSE_STACK_BYTES);
-    let stack = std::env::var("SY_STACK").ok().and_then(|v| v.parse().ok()).unwrap_or(stack); // TEMP
+        .saturating_add(BASE_STACK_BYTES)
+        .min(MAX_STACK_BYTES);
     std::thread::scope(|scope| {
         let spawned = std::thread::Builder::new()
             .name("switchyard-yaml".into())
             .stack_size(stack)
-            .spawn_scoped(scope, || parse_text(file, text, limits));
+            .spawn_scoped(scope, || Builder::new(file, text, limits).run());
         match spawned {
-            Ok(handle) => handle.join().unwrap_or_else(|_| Err(internal(file, "the YAML parser failed"))),
-            Err(e) => Err(internal(file, &format!("cannot start the YAML parser thread: {e}"))),
+            Ok(handle) => handle
+                .join()
+                .unwrap_or_else(|_| (None, vec![internal(file, "the YAML parser failed")])),
+            Err(e) => (
+                None,
+                vec![internal(file, &format!("cannot start the YAML parser: {e}"))],
+            ),
         }
     })
 }
 
-/// Parses valid UTF-8 text on the current thread. The caller provides the stack (see [`parse`]).
-fn parse_text(file: FileId, text: &str, limits: &Limits) -> Result<Node, Diagnostic> {
-    let options = serde_saphyr::options! {
-        budget: serde_saphyr::budget! {
-            max_depth: limits.max_depth,
-            // The scanner checks flow nesting before the budget sees the events; one level of
-            // slack lets the budget report the depth, the scanner error is mapped the same way.
-            flow_nesting_limit: limits.max_depth.saturating_add(1),
-            max_nodes: limits.max_nodes,
-            max_events: limits.max_nodes.saturating_mul(3).saturating_add(16),
-            max_aliases: limits.max_alias_expansions,
-            // Many aliases of one anchor (`retry: *standard` in every step) is legitimate; the
-            // replay limit below is what stops alias bombs.
-            enforce_alias_anchor_ratio: false,
-        },
-        alias_limits: serde_saphyr::alias_limits! {
-            max_total_replayed_events: limits.max_alias_expansions,
-        },
-        // Duplicates are found while converting, where both keys' spans are known.
-        duplicate_keys: DuplicateKeyPolicy::PassThrough,
-        strict_booleans: true,
-        leading_zero_numbers_as_strings: true,
-        non_finite_float_policy: NonFiniteFloatPolicy::PassThrough,
-        reject_unsupported_tags: true,
-        with_snippet: false,
-    };
-
-    BUDGET.set(Budget { max_depth: limits.max_depth, max_nodes: limits.max_nodes, ..Budget::default() });
-    let result = serde_saphyr::from_str_with_options::<Spanned<RawValue>>(text, options);
-    let budget = BUDGET.replace(Budget::default());
-    let mut conv = Converter { file, text, chars: CharCursor::default() };
-    match result {
-        Ok(root) => conv.node(Raw::from(root), None),
-        Err(e) => Err(conv.error(&e, budget.tripped, limits)),
-    }
+/// Inside the parser, a diagnostic travels boxed, so that results stay small on the hot path.
+fn fail<T>(d: Diagnostic) -> Result<T, Box<Diagnostic>> {
+    Err(Box::new(d))
 }
 
 // ---------------------------------------------------------------------------------------------
-// Raw tree: what the serde visitor builds, with serde-saphyr's spans.
+// The builder: parser events → nodes, with an explicit stack.
 
-/// A value with the spans serde-saphyr gave it: where it is used (`*alias` for an alias) and
-/// where it is defined (the anchored text).
-struct Raw {
-    referenced: serde_saphyr::Span,
-    defined: serde_saphyr::Span,
-    value: RawValue,
-}
-
-impl From<Spanned<RawValue>> for Raw {
-    fn from(s: Spanned<RawValue>) -> Self {
-        Raw { referenced: s.referenced.span(), defined: s.defined.span(), value: s.value }
-    }
-}
-
-enum RawValue {
-    Null,
-    Bool(bool),
-    Int(i64),
-    Float(f64),
-    Str(String),
-    Seq(Vec<Raw>),
-    Map(Vec<(Raw, Raw)>),
-}
-
-/// Counters of the visitor, per parsing thread. A thread-local because `Spanned<T>` needs
-/// `T: Deserialize`, which cannot carry state of its own.
-#[derive(Clone, Copy, Default)]
-struct Budget {
-    max_depth: usize,
-    max_nodes: usize,
-    depth: usize,
-    nodes: usize,
-    tripped: Option<Tripped>,
-}
-
-/// Which of the visitor's own limits stopped the parse, and where when known.
-#[derive(Clone, Copy, Debug)]
-enum Tripped {
-    Depth,
-    Nodes(serde_saphyr::Span),
-}
-
-thread_local! {
-    static BUDGET: Cell<Budget> = const {
-        Cell::new(Budget { max_depth: 0, max_nodes: 0, depth: 0, nodes: 0, tripped: None })
-    };
-}
-
-fn enter<E: de::Error>() -> Result<(), E> {
-    let mut b = BUDGET.get();
-    b.depth += 1;
-    if b.depth > b.max_depth {
-        b.tripped = Some(Tripped::Depth);
-        BUDGET.set(b);
-        return Err(E::custom("nesting depth limit exceeded"));
-    }
-    BUDGET.set(b);
-    Ok(())
-}
-
-fn leave() {
-    let mut b = BUDGET.get();
-    b.depth = b.depth.saturating_sub(1);
-    BUDGET.set(b);
-}
-
-/// Counts one node built by the visitor (alias copies included).
-fn count<E: de::Error>(node: &Spanned<RawValue>) -> Result<(), E> {
-    let mut b = BUDGET.get();
-    b.nodes += 1;
-    if b.nodes > b.max_nodes {
-        b.tripped = Some(Tripped::Nodes(node.referenced.span()));
-        BUDGET.set(b);
-        return Err(E::custom("node limit exceeded"));
-    }
-    BUDGET.set(b);
-    Ok(())
-}
-
-impl<'de> Deserialize<'de> for RawValue {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_any(RawVisitor)
-    }
-}
-
-struct RawVisitor;
-
-impl<'de> Visitor<'de> for RawVisitor {
-    type Value = RawValue;
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("any YAML value")
-    }
-
-    fn visit_unit<E>(self) -> Result<RawValue, E> {
-        Ok(RawValue::Null)
-    }
-
-    fn visit_none<E>(self) -> Result<RawValue, E> {
-        Ok(RawValue::Null)
-    }
-
-    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<RawValue, D::Error> {
-        d.deserialize_any(RawVisitor)
-    }
-
-    fn visit_bool<E>(self, v: bool) -> Result<RawValue, E> {
-        Ok(RawValue::Bool(v))
-    }
-
-    fn visit_i64<E>(self, v: i64) -> Result<RawValue, E> {
-        Ok(RawValue::Int(v))
-    }
-
-    /// Integers beyond `i64` become floats, as JSON numbers would.
-    fn visit_u64<E>(self, v: u64) -> Result<RawValue, E> {
-        Ok(i64::try_from(v).map_or(RawValue::Float(v as f64), RawValue::Int))
-    }
-
-    fn visit_i128<E>(self, v: i128) -> Result<RawValue, E> {
-        Ok(i64::try_from(v).map_or(RawValue::Float(v as f64), RawValue::Int))
-    }
-
-    fn visit_u128<E>(self, v: u128) -> Result<RawValue, E> {
-        Ok(i64::try_from(v).map_or(RawValue::Float(v as f64), RawValue::Int))
-    }
-
-    fn visit_f64<E>(self, v: f64) -> Result<RawValue, E> {
-        Ok(RawValue::Float(v))
-    }
-
-    fn visit_str<E>(self, v: &str) -> Result<RawValue, E> {
-        Ok(RawValue::Str(v.to_owned()))
-    }
-
-    fn visit_string<E>(self, v: String) -> Result<RawValue, E> {
-        Ok(RawValue::Str(v))
-    }
-
-    fn visit_bytes<E: de::Error>(self, v: &[u8]) -> Result<RawValue, E> {
-        match std::str::from_utf8(v) {
-            Ok(s) => Ok(RawValue::Str(s.to_owned())),
-            Err(_) => Err(E::custom("binary data that is not UTF-8 text is not supported")),
-        }
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<RawValue, A::Error> {
-        enter()?;
-        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(256));
-        while let Some(item) = seq.next_element::<Spanned<RawValue>>()? {
-            count(&item)?;
-            items.push(Raw::from(item));
-        }
-        leave();
-        Ok(RawValue::Seq(items))
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawValue, A::Error> {
-        enter()?;
-        let mut entries = Vec::with_capacity(map.size_hint().unwrap_or(0).min(256));
-        while let Some(key) = map.next_key::<Spanned<RawValue>>()? {
-            count(&key)?;
-            let value = map.next_value::<Spanned<RawValue>>()?;
-            count(&value)?;
-            entries.push((Raw::from(key), Raw::from(value)));
-        }
-        leave();
-        Ok(RawValue::Map(entries))
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Conversion: raw tree → nodes with byte spans; errors → diagnostics.
-
-struct Converter<'a> {
+struct Builder<'a> {
     file: FileId,
     text: &'a str,
+    limits: &'a Limits,
+    stack: Vec<Frame>,
+    /// Copies of anchored nodes, by the parser's anchor id.
+    anchors: HashMap<usize, Anchored>,
+    root: Option<Node>,
+    documents: usize,
+    /// Duplicate keys found so far; the parse goes on past them.
+    duplicates: Vec<Diagnostic>,
+    nodes: usize,
+    expanded: usize,
     chars: CharCursor,
 }
 
-impl Converter<'_> {
-    /// Converts `raw`, whose parent was referenced at `parent_ref` (`None` for the root).
-    fn node(&mut self, raw: Raw, parent_ref: Option<serde_saphyr::Span>) -> Result<Node, Diagnostic> {
-        let Raw { referenced, defined, value } = raw;
-        // Inside an alias expansion every node is "referenced" at the `*alias` token. The top of
-        // the expansion keeps that span; the nodes below it point at the text that defines them.
-        let alias_top = referenced != defined && parent_ref != Some(referenced);
-        let own = if alias_top || defined == serde_saphyr::Span::UNKNOWN { referenced } else { defined };
-        let (start, mut end) = self.range(own).unwrap_or((0, 0));
-        let value = match value {
-            RawValue::Null => Value::Null,
-            RawValue::Bool(b) => Value::Bool(b),
-            RawValue::Int(i) => Value::Int(i),
-            RawValue::Float(f) => Value::Float(f),
-            RawValue::Str(s) => {
-                end = trim_end(self.text, start, end);
-                Value::Str(s)
+/// An open mapping or list.
+struct Frame {
+    start: usize,
+    /// End of the content so far: the end of the last child.
+    end: usize,
+    flow: bool,
+    anchor: usize,
+    /// Nodes in this subtree, keys and the frame itself included.
+    size: usize,
+    /// Nesting levels in this subtree: 1 for a mapping of scalars.
+    height: usize,
+    body: Body,
+}
+
+enum Body {
+    Seq(Vec<Node>),
+    Map(MapFrame),
+}
+
+#[derive(Default)]
+struct MapFrame {
+    entries: Vec<(Key, Node)>,
+    pending: Option<Pending>,
+    /// Values of `<<` keys, merged when the mapping ends.
+    merges: Vec<Node>,
+    /// Entry index by key name, built once the mapping is large.
+    index: HashMap<String, usize>,
+}
+
+/// A key read, waiting for its value.
+enum Pending {
+    Key(Key),
+    Merge(Span),
+    /// The key was a duplicate: its value is read and dropped.
+    Skip,
+}
+
+/// A node as an alias copies it.
+struct Anchored {
+    node: Node,
+    /// The scalar's text, for an anchored scalar later used as a key.
+    text: Option<String>,
+    size: usize,
+    height: usize,
+}
+
+/// What a finished node brings to its parent besides itself.
+struct Done {
+    /// The scalar's text (for keys), when it is a scalar.
+    text: Option<String>,
+    /// A plain `<<` (or `!!merge`) scalar: a merge key in key position.
+    merge: bool,
+    size: usize,
+    height: usize,
+}
+
+/// Mapping keys up to this many are checked for duplicates by scanning; larger mappings
+/// get a hash index.
+const SCAN_KEYS: usize = 16;
+
+impl<'a> Builder<'a> {
+    fn new(file: FileId, text: &'a str, limits: &'a Limits) -> Self {
+        Builder {
+            file,
+            text,
+            limits,
+            stack: Vec::new(),
+            anchors: HashMap::new(),
+            root: None,
+            documents: 0,
+            duplicates: Vec::new(),
+            nodes: 0,
+            expanded: 0,
+            chars: CharCursor::default(),
+        }
+    }
+
+    /// The tree, or none when a problem stopped the parse; the duplicate keys found, then that
+    /// problem.
+    fn run(mut self) -> (Option<Node>, Vec<Diagnostic>) {
+        match self.build() {
+            Ok(node) => (Some(node), self.duplicates),
+            Err(problem) => {
+                let mut diagnostics = std::mem::take(&mut self.duplicates);
+                diagnostics.push(*problem);
+                (None, diagnostics)
             }
-            RawValue::Seq(items) => {
-                let mut nodes = Vec::with_capacity(items.len());
-                for item in items {
-                    let node = self.node(item, Some(referenced))?;
-                    end = end.max(node.span.end as usize);
-                    nodes.push(node);
-                }
-                Value::Seq(nodes)
-            }
-            RawValue::Map(raw_entries) => {
-                let mut entries: Vec<(Key, Node)> = Vec::with_capacity(raw_entries.len());
-                let mut index: HashMap<String, usize> = HashMap::new();
-                for (raw_key, raw_value) in raw_entries {
-                    let key = self.key(raw_key, referenced)?;
-                    if let Some(first) = find_key(&entries, &mut index, &key.name) {
-                        return Err(self.duplicate(&entries[first].0, &key));
+        }
+    }
+
+    fn build(&mut self) -> Result<Node, Box<Diagnostic>> {
+        let nesting = self.limits.max_depth.saturating_add(1);
+        let mut options = Options::default();
+        options.flow_nesting_limit = nesting;
+        options.block_nesting_limit = nesting;
+        options.set_emit_comments(false);
+        let mut parser = Parser::new_from_str_with_options(self.text, options);
+        while let Some(next) = parser.next_event() {
+            let (event, span) = next.map_err(|e| self.scan_error(&e))?;
+            let (start, end) = (self.byte(span.start), self.byte(span.end));
+            match event {
+                Event::DocumentStart(..) => {
+                    if self.documents > 0 {
+                        return fail(self.second_document(start, end));
                     }
-                    let node = self.node(raw_value, Some(referenced))?;
-                    end = end.max(key.span.end as usize).max(node.span.end as usize);
-                    entries.push((key, node));
+                    self.documents += 1;
                 }
-                Value::Map(entries)
+                Event::Scalar(value, style, anchor, tag) => {
+                    self.scalar(value, style, anchor, tag.as_deref(), start, end)?;
+                }
+                Event::SequenceStart(style, anchor, tag) => {
+                    self.open(style, anchor, tag.as_deref(), start, end, Body::Seq(Vec::new()))?;
+                }
+                Event::MappingStart(style, anchor, tag) => {
+                    self.open(
+                        style,
+                        anchor,
+                        tag.as_deref(),
+                        start,
+                        end,
+                        Body::Map(MapFrame::default()),
+                    )?;
+                }
+                Event::SequenceEnd | Event::MappingEnd => self.close(end)?,
+                Event::Alias(id) => self.alias(id, start, end)?,
+                _ => {}
             }
-        };
-        if !alias_top && matches!(value, Value::Seq(_) | Value::Map(_)) {
-            end = close_flow(self.text, start, end);
         }
-        Ok(Node { span: Span::new(self.file, start, end), value })
+        Ok(self.root.take().unwrap_or(Node {
+            span: Span::file_start(self.file),
+            value: Value::Null,
+        }))
     }
 
-    fn key(&mut self, raw: Raw, parent_ref: serde_saphyr::Span) -> Result<Key, Diagnostic> {
-        let spelled = self.range(raw.defined).map(|(s, e)| (s, trim_end(self.text, s, e)));
-        let node = self.node(raw, Some(parent_ref))?;
-        let spelling = spelled.and_then(|(s, e)| self.text.get(s..e));
-        let name = match node.value {
-            Value::Str(s) => s,
-            Value::Seq(_) | Value::Map(_) => {
-                let what = if matches!(node.value, Value::Seq(_)) { "list" } else { "mapping" };
-                return Err(Diagnostic::new(
-                    &YAML_SYNTAX,
-                    node.span,
-                    format!("a mapping key must be a scalar, not a {what}"),
-                )
-                .label(format!("{what} used as a key"))
-                .help("keys are names: write `name: value`"));
-            }
-            // Keys keep their spelling: `200: x` has key "200", `0x1F: x` has key "0x1F".
-            Value::Null => spelling.unwrap_or("null").to_owned(),
-            Value::Bool(b) => spelling.map_or_else(|| b.to_string(), str::to_owned),
-            Value::Int(i) => spelling.map_or_else(|| i.to_string(), str::to_owned),
-            Value::Float(f) => spelling.map_or_else(|| f.to_string(), str::to_owned),
-        };
-        Ok(Key { name, span: node.span })
+    fn span(&self, start: usize, end: usize) -> Span {
+        Span::new(self.file, start, end)
     }
 
-    fn duplicate(&self, first: &Key, second: &Key) -> Diagnostic {
-        let line = line_of(self.text, first.span.start as usize);
-        Diagnostic::new(&DUPLICATE_KEY, second.span, format!("duplicate key `{}`", second.name))
-            .label("defined again here")
-            .with_secondary(first.span, "first defined here")
-            .help(format!("`{}` is first defined on line {line}; keep one of the two", second.name))
-    }
-
-    /// Byte range of a serde-saphyr span (which carries byte offsets for string input; the
-    /// character offset is converted otherwise).
-    fn range(&mut self, span: serde_saphyr::Span) -> Option<(usize, usize)> {
-        if span == serde_saphyr::Span::UNKNOWN {
-            return None;
-        }
-        let len = self.text.len();
-        if let (Some(offset), Some(bytes)) = (span.byte_offset(), span.byte_len()) {
-            let start = usize::try_from(offset).unwrap_or(len).min(len);
-            let end = usize::try_from(offset.saturating_add(bytes)).unwrap_or(len).min(len);
-            return Some((start, end));
-        }
-        let first = usize::try_from(span.offset()).unwrap_or(usize::MAX);
-        let start = self.chars.byte_of(self.text, first);
-        let end = self.chars.byte_of(self.text, first.saturating_add(usize::try_from(span.len()).unwrap_or(0)));
-        Some((start, end))
-    }
-
-    /// Turns a serde-saphyr error into a diagnostic. `tripped` is the visitor's own limit, if
-    /// that is what stopped the parse.
-    fn error(&mut self, err: &serde_saphyr::Error, tripped: Option<Tripped>, limits: &Limits) -> Diagnostic {
-        let err = innermost(err);
-        let at = err.location().and_then(|l| self.range(l.span()));
-        let span = at.map_or(Span::file_start(self.file), |(s, e)| Span::new(self.file, s, e));
-        match tripped {
-            Some(Tripped::Depth) => return depth_exceeded(span, limits),
-            Some(Tripped::Nodes(node)) => {
-                let span = self.range(node).map_or(span, |(s, e)| Span::new(self.file, s, e));
-                return nodes_exceeded(span, limits);
-            }
-            None => {}
-        }
-        use serde_saphyr::Error as E;
-        match err {
-            E::Budget { breach, .. } => self.breach(breach, span, limits),
-            E::AliasReplayLimitExceeded { .. } | E::AliasExpansionLimitExceeded { .. } => {
-                aliases_exceeded(span, limits)
-            }
-            E::AliasReplayStackDepthExceeded { max_depth, .. } => Diagnostic::new(
-                &YAML_BUDGET,
-                span,
-                format!("alias nesting limit exceeded ({max_depth} levels)"),
+    fn scalar(
+        &mut self,
+        text: Cow<'_, str>,
+        style: ScalarStyle,
+        anchor: usize,
+        tag: Option<&Tag>,
+        start: usize,
+        end: usize,
+    ) -> Result<(), Box<Diagnostic>> {
+        let end = trim_end(self.text, start, end);
+        let span = self.span(start, end);
+        self.count(1, span)?;
+        let resolved = scalar_value(&text, style, tag).map_err(|message| {
+            Diagnostic::new(&YAML_SYNTAX, span, message).label("here").help(
+                "flows use the YAML 1.2 core tags only: `!!str`, `!!int`, `!!float`, `!!bool`, `!!null`",
             )
-            .label("alias expanded here")
-            .help("an alias expands to a value that uses further aliases, too many levels deep"),
-            E::ExternalMessage { source, .. }
-                if matches!(source.as_ref(),
-                    ExternalMessageSource::Parser(e) if matches!(e.kind(), ScanErrorKind::RecursionLimitExceeded)) =>
-            {
-                depth_exceeded(span, limits)
+        })?;
+        let merge = style == ScalarStyle::Plain
+            && text == "<<"
+            && tag.is_none_or(|t| t.suffix_in_namespace(CORE).as_deref() == Some("merge"));
+        // A string is its text; other scalars keep their text too, as the name of a key.
+        let (value, text) = match resolved {
+            None => (Value::Str(text.into_owned()), None),
+            Some(value) => (value, Some(text.into_owned())),
+        };
+        let node = Node { span, value };
+        if anchor != 0 {
+            self.count(1, span)?;
+            let anchored = Anchored {
+                node: node.clone(),
+                text: text.clone(),
+                size: 1,
+                height: 0,
+            };
+            self.anchors.insert(anchor, anchored);
+        }
+        self.add(
+            node,
+            Done {
+                text,
+                merge,
+                size: 1,
+                height: 0,
+            },
+        )
+    }
+
+    fn open(
+        &mut self,
+        style: StructureStyle,
+        anchor: usize,
+        tag: Option<&Tag>,
+        start: usize,
+        end: usize,
+        body: Body,
+    ) -> Result<(), Box<Diagnostic>> {
+        let span = self.span(start, end);
+        let (kind, what) = match body {
+            Body::Seq(_) => ("seq", "a list"),
+            Body::Map(_) => ("map", "a mapping"),
+        };
+        if let Some(tag) = tag
+            && tag.core_suffix() != Some(kind)
+        {
+            return fail(
+                Diagnostic::new(
+                    &YAML_SYNTAX,
+                    span,
+                    format!("unsupported tag `{}` on {what}", tag.original()),
+                )
+                .label("here"),
+            );
+        }
+        if self.stack.len() >= self.limits.max_depth {
+            return fail(depth_exceeded(span, self.limits));
+        }
+        self.count(1, span)?;
+        let flow = style == StructureStyle::Flow;
+        self.stack.push(Frame {
+            start,
+            end,
+            flow,
+            anchor,
+            size: 1,
+            height: 1,
+            body,
+        });
+        Ok(())
+    }
+
+    fn close(&mut self, end: usize) -> Result<(), Box<Diagnostic>> {
+        let Some(frame) = self.stack.pop() else {
+            return Ok(());
+        };
+        // A flow collection's end event spans its closing bracket; a block collection's is an
+        // empty span at the next token, past blank and comment lines.
+        let end = if frame.flow {
+            end.max(frame.start)
+        } else {
+            frame.end
+        };
+        let span = self.span(frame.start, end);
+        let value = match frame.body {
+            Body::Seq(items) => Value::Seq(items),
+            Body::Map(map) => Value::Map(merge(map)),
+        };
+        let node = Node { span, value };
+        if frame.anchor != 0 {
+            self.count(frame.size, span)?;
+            let anchored = Anchored {
+                node: node.clone(),
+                text: None,
+                size: frame.size,
+                height: frame.height,
+            };
+            self.anchors.insert(frame.anchor, anchored);
+        }
+        self.add(
+            node,
+            Done {
+                text: None,
+                merge: false,
+                size: frame.size,
+                height: frame.height,
+            },
+        )
+    }
+
+    fn alias(&mut self, id: usize, start: usize, end: usize) -> Result<(), Box<Diagnostic>> {
+        let span = self.span(start, end);
+        let Some(anchored) = self.anchors.get(&id) else {
+            return fail(
+                Diagnostic::new(&YAML_SYNTAX, span, "alias refers to the value that contains it")
+                    .label("recursive alias")
+                    .help("an alias can only repeat a value that is complete before it"),
+            );
+        };
+        let (size, height) = (anchored.size, anchored.height);
+        if self.expanded.saturating_add(size) > self.limits.max_alias_expansions {
+            return fail(aliases_exceeded(span, self.limits));
+        }
+        if self.stack.len().saturating_add(height) > self.limits.max_depth {
+            return fail(depth_exceeded(span, self.limits));
+        }
+        let mut node = anchored.node.clone();
+        let text = anchored.text.clone();
+        node.span = span;
+        self.count(size, span)?;
+        self.expanded += size;
+        self.add(
+            node,
+            Done {
+                text,
+                merge: false,
+                size,
+                height,
+            },
+        )
+    }
+
+    /// Counts `n` more nodes, the last of them at `span`.
+    fn count(&mut self, n: usize, span: Span) -> Result<(), Box<Diagnostic>> {
+        self.nodes = self.nodes.saturating_add(n);
+        if self.nodes > self.limits.max_nodes {
+            return fail(nodes_exceeded(span, self.limits));
+        }
+        Ok(())
+    }
+
+    /// Hands a finished node to the open collection (or makes it the root).
+    fn add(&mut self, node: Node, done: Done) -> Result<(), Box<Diagnostic>> {
+        let Some(frame) = self.stack.last_mut() else {
+            self.root = Some(node);
+            return Ok(());
+        };
+        frame.size = frame.size.saturating_add(done.size);
+        frame.height = frame.height.max(done.height + 1);
+        frame.end = frame.end.max(node.span.end as usize);
+        let map = match &mut frame.body {
+            Body::Seq(items) => {
+                items.push(node);
+                return Ok(());
             }
-            E::MultipleDocuments { .. } => self.second_document(span),
-            E::DuplicateMappingKey { key, .. } => {
-                let key = key.as_deref().unwrap_or("?");
-                Diagnostic::new(&DUPLICATE_KEY, span, format!("duplicate key `{key}`")).label("defined again here")
+            Body::Map(map) => map,
+        };
+        match map.pending.take() {
+            Some(Pending::Key(key)) => {
+                map.entries.push((key, node));
+                let n = map.entries.len();
+                if n == SCAN_KEYS {
+                    map.index.extend(
+                        map.entries
+                            .iter()
+                            .enumerate()
+                            .map(|(i, (k, _))| (k.name.clone(), i)),
+                    );
+                } else if n > SCAN_KEYS {
+                    map.index.insert(map.entries[n - 1].0.name.clone(), n - 1);
+                }
             }
-            E::InvalidUtf8Input => Diagnostic::new(&YAML_SYNTAX, span, "file is not valid UTF-8"),
-            other => {
-                let message = serde_saphyr::DefaultMessageFormatter.format_message(other);
-                Diagnostic::new(&YAML_SYNTAX, span, clean_message(&message)).label("here")
+            Some(Pending::Merge(at)) => {
+                let mergeable = match &node.value {
+                    Value::Map(_) => true,
+                    Value::Seq(items) => items.iter().all(|i| matches!(i.value, Value::Map(_))),
+                    _ => false,
+                };
+                if !mergeable {
+                    return fail(
+                        Diagnostic::new(
+                            &YAML_SYNTAX,
+                            node.span,
+                            "a merge key `<<` takes a mapping or a list of mappings",
+                        )
+                        .label(format!("{} given", node.type_name()))
+                        .with_secondary(at, "merge key"),
+                    );
+                }
+                map.merges.push(node);
             }
+            Some(Pending::Skip) => {}
+            None if done.merge => map.pending = Some(Pending::Merge(node.span)),
+            None => {
+                let name = match (node.value, done.text) {
+                    (Value::Seq(_), _) => return fail(non_scalar_key(node.span, "list")),
+                    (Value::Map(_), _) => return fail(non_scalar_key(node.span, "mapping")),
+                    // Keys keep their spelling: `200: x` has key "200", `0x1F: x` has "0x1F".
+                    (Value::Str(s), _) => s,
+                    (_, Some(text)) => text,
+                    (_, None) => String::new(),
+                };
+                let key = Key {
+                    name,
+                    span: node.span,
+                };
+                map.pending = Some(match find_key(map, &key.name) {
+                    Some(first) => {
+                        self.duplicates
+                            .push(duplicate(self.text, &map.entries[first].0, &key));
+                        Pending::Skip
+                    }
+                    None => Pending::Key(key),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Byte offset of a parser marker (which has one for text input; else from its character
+    /// offset).
+    fn byte(&mut self, marker: Marker) -> usize {
+        match marker.byte_offset() {
+            Some(b) => b.min(self.text.len()),
+            None => self.chars.byte_of(self.text, marker.index()),
         }
     }
 
-    fn breach(&self, breach: &BudgetBreach, span: Span, limits: &Limits) -> Diagnostic {
-        match breach {
-            BudgetBreach::Depth { .. } => depth_exceeded(span, limits),
-            BudgetBreach::Nodes { .. } | BudgetBreach::Events { .. } => nodes_exceeded(span, limits),
-            BudgetBreach::Aliases { .. } => aliases_exceeded(span, limits),
-            BudgetBreach::Documents { .. } => self.second_document(span),
-            other => Diagnostic::new(&YAML_BUDGET, span, format!("YAML budget exceeded: {}", breach_name(other)))
-                .label("limit crossed here"),
+    fn scan_error(&mut self, e: &ScanError) -> Diagnostic {
+        let start = self.byte(*e.marker());
+        let width = self
+            .text
+            .get(start..)
+            .and_then(|s| s.chars().next())
+            .map_or(0, char::len_utf8);
+        let span = self.span(start, start + width);
+        match e.kind() {
+            ErrorKind::RecursionLimitExceeded => return depth_exceeded(span, self.limits),
+            ErrorKind::UnknownAnchor => {
+                if let Some(alias) = self.text.get(start..).and_then(|t| t.strip_prefix('*')) {
+                    let end = alias
+                        .find(|c: char| c.is_whitespace() || ",[]{}".contains(c))
+                        .unwrap_or(alias.len());
+                    let name = &alias[..end];
+                    let span = self.span(start, start + 1 + end);
+                    return Diagnostic::new(&YAML_SYNTAX, span, format!("unknown anchor `{name}`"))
+                        .label("alias of an unknown anchor")
+                        .help(format!(
+                            "define the value first, as `&{name} value`; aliases refer back, never forward"
+                        ));
+                }
+            }
+            _ => {}
         }
+        Diagnostic::new(&YAML_SYNTAX, span, clean_message(&e.kind().to_string())).label("here")
     }
 
-    /// "one document" error, pointing at the `---` that starts the second document when it
-    /// can be found just before the position serde-saphyr reports.
-    fn second_document(&self, at: Span) -> Diagnostic {
-        let span = find_document_marker(self.text, at.start as usize)
-            .map_or(at, |s| Span::new(self.file, s, s + 3));
+    fn second_document(&self, start: usize, end: usize) -> Diagnostic {
+        let span = self.span(start, end);
         Diagnostic::new(&YAML_SYNTAX, span, "a flow file holds one YAML document")
             .label("second document starts here")
             .help("remove the `---` separator, or move the second document to its own file")
     }
 }
 
-/// The index of the entry named `name`, if any. Small maps are scanned; larger ones get an index.
-fn find_key(entries: &[(Key, Node)], index: &mut HashMap<String, usize>, name: &str) -> Option<usize> {
-    const SCAN: usize = 16;
-    if entries.len() < SCAN {
-        return entries.iter().position(|(k, _)| k.name == name);
+/// The mapping's entries, with the entries of its `<<` merge values that it does not define
+/// itself appended in order (an earlier merge value wins over a later one).
+fn merge(mut map: MapFrame) -> Vec<(Key, Node)> {
+    if map.merges.is_empty() {
+        return map.entries;
     }
-    if index.is_empty() {
-        index.extend(entries.iter().enumerate().map(|(i, (k, _))| (k.name.clone(), i)));
+    let mut seen: std::collections::HashSet<String> =
+        map.entries.iter().map(|(k, _)| k.name.clone()).collect();
+    for source in std::mem::take(&mut map.merges) {
+        let maps = match source.value {
+            Value::Seq(items) => items,
+            value => vec![Node {
+                span: source.span,
+                value,
+            }],
+        };
+        for m in maps {
+            if let Value::Map(entries) = m.value {
+                for (key, value) in entries {
+                    if seen.insert(key.name.clone()) {
+                        map.entries.push((key, value));
+                    }
+                }
+            }
+        }
+    }
+    map.entries
+}
+
+/// The index of the entry named `name`, if any.
+fn find_key(map: &MapFrame, name: &str) -> Option<usize> {
+    if map.entries.len() < SCAN_KEYS {
+        map.entries.iter().position(|(k, _)| k.name == name)
     } else {
-        let (k, _) = entries.last().expect("entries is not empty");
-        index.insert(k.name.clone(), entries.len() - 1);
-    }
-    index.get(name).copied()
-}
-
-/// Unwraps alias context and snippets down to the error that says what went wrong.
-fn innermost(err: &serde_saphyr::Error) -> &serde_saphyr::Error {
-    match err.without_snippet() {
-        serde_saphyr::Error::AliasError { error, .. } => innermost(error),
-        other => other,
-    }
-}
-
-fn breach_name(breach: &BudgetBreach) -> String {
-    let debug = format!("{breach:?}");
-    debug.split([' ', '{', '(']).next().unwrap_or("limit").to_lowercase()
-}
-
-/// Terse, lower case, one line, no location suffix, no trailing period.
-fn clean_message(message: &str) -> String {
-    let one_line: String = message.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
-    let mut out = one_line.split_whitespace().collect::<Vec<_>>().join(" ");
-    while out.ends_with('.') {
-        out.pop();
-    }
-    let mut chars = out.chars();
-    let Some(first) = chars.next() else { return "invalid YAML".to_owned() };
-    // Lower-case a capitalized first word, but keep acronyms ("YAML ...") as they are.
-    if first.is_uppercase() && !chars.clone().next().is_some_and(char::is_uppercase) {
-        first.to_lowercase().chain(chars).collect()
-    } else {
-        out
+        map.index.get(name).copied()
     }
 }
 
 // ---------------------------------------------------------------------------------------------
-// Limit diagnostics.
+// Scalars: YAML 1.2 core schema.
+
+const CORE: &str = "tag:yaml.org,2002:";
+
+/// The value of a scalar with this style and tag: `None` for a string (the text itself), or
+/// why it has no value.
+fn scalar_value(text: &str, style: ScalarStyle, tag: Option<&Tag>) -> Result<Option<Value>, String> {
+    let Some(tag) = tag else {
+        return Ok(if style == ScalarStyle::Plain {
+            resolve_plain(text)
+        } else {
+            None
+        });
+    };
+    let core = tag.suffix_in_namespace(CORE);
+    let wrong = |what: &str| format!("`{text}` is not {what}, as tag `{}` says", tag.original());
+    match core.as_deref() {
+        Some("str") => Ok(None),
+        Some("null") => Ok(Some(Value::Null)),
+        Some("bool") => parse_bool(text)
+            .map(|b| Some(Value::Bool(b)))
+            .ok_or_else(|| wrong("a boolean")),
+        Some("int") => parse_int(text)
+            .map(|i| Some(Value::Int(i)))
+            .ok_or_else(|| wrong("an integer")),
+        Some("float") => parse_int(text)
+            .map(|i| i as f64)
+            .or_else(|| parse_float(text))
+            .map(|f| Some(Value::Float(f)))
+            .ok_or_else(|| wrong("a number")),
+        Some("merge") if text == "<<" => Ok(None),
+        // The non-specific tag `!` makes a scalar a string.
+        _ if tag.parts() == ("", "!") => Ok(None),
+        _ => Err(format!("unsupported tag `{}`", tag.original())),
+    }
+}
+
+/// A plain scalar's value under the YAML 1.2 core schema; `None` when it is a string.
+fn resolve_plain(text: &str) -> Option<Value> {
+    match text {
+        "" | "~" | "null" | "Null" | "NULL" => return Some(Value::Null),
+        _ => {}
+    }
+    if let Some(b) = parse_bool(text) {
+        return Some(Value::Bool(b));
+    }
+    let first = text.as_bytes()[0];
+    if !(first.is_ascii_digit() || matches!(first, b'-' | b'+' | b'.')) {
+        return None;
+    }
+    if is_decimal(text) {
+        if has_leading_zero(text) {
+            return None;
+        }
+        // An integer too large for i64 is a float, as a JSON number would be.
+        return match text.parse::<i64>() {
+            Ok(i) => Some(Value::Int(i)),
+            Err(_) => text.parse::<f64>().ok().map(Value::Float),
+        };
+    }
+    parse_int(text)
+        .map(Value::Int)
+        .or_else(|| parse_float(text).map(Value::Float))
+}
+
+fn parse_bool(text: &str) -> Option<bool> {
+    match text {
+        "true" | "True" | "TRUE" => Some(true),
+        "false" | "False" | "FALSE" => Some(false),
+        _ => None,
+    }
+}
+
+/// `[-+]?[0-9]+` without redundant leading zeros, `0o[0-7]+`, `0x[0-9a-fA-F]+`, within i64.
+fn parse_int(text: &str) -> Option<i64> {
+    if let Some(hex) = text.strip_prefix("0x") {
+        return hex
+            .bytes()
+            .all(|b| b.is_ascii_hexdigit())
+            .then(|| i64::from_str_radix(hex, 16).ok())?;
+    }
+    if let Some(oct) = text.strip_prefix("0o") {
+        return oct
+            .bytes()
+            .all(|b| matches!(b, b'0'..=b'7'))
+            .then(|| i64::from_str_radix(oct, 8).ok())?;
+    }
+    if is_decimal(text) && !has_leading_zero(text) {
+        text.parse().ok()
+    } else {
+        None
+    }
+}
+
+/// `[-+]?[0-9]+`.
+fn is_decimal(text: &str) -> bool {
+    let digits = text.strip_prefix(['-', '+']).unwrap_or(text);
+    !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// `007`, `-01`, `+00`: kept as strings (zip codes, file modes, version parts).
+fn has_leading_zero(text: &str) -> bool {
+    let digits = text.strip_prefix(['-', '+']).unwrap_or(text);
+    digits.len() > 1 && digits.starts_with('0')
+}
+
+/// `[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?`, `[-+]?.inf`, `.nan` (in the three
+/// cases the core schema allows).
+fn parse_float(text: &str) -> Option<f64> {
+    let unsigned = text.strip_prefix(['-', '+']).unwrap_or(text);
+    let negative = text.starts_with('-');
+    match unsigned {
+        ".inf" | ".Inf" | ".INF" => {
+            return Some(if negative {
+                f64::NEG_INFINITY
+            } else {
+                f64::INFINITY
+            });
+        }
+        ".nan" | ".NaN" | ".NAN" if unsigned.len() == text.len() => return Some(f64::NAN),
+        _ => {}
+    }
+    let b = unsigned.as_bytes();
+    let digits = |mut i: usize| {
+        while b.get(i).is_some_and(u8::is_ascii_digit) {
+            i += 1;
+        }
+        i
+    };
+    let int_end = digits(0);
+    let mut i = int_end;
+    let mut frac = 0;
+    if b.get(i) == Some(&b'.') {
+        let frac_end = digits(i + 1);
+        frac = frac_end - (i + 1);
+        i = frac_end;
+    }
+    if int_end == 0 && frac == 0 {
+        return None;
+    }
+    if matches!(b.get(i), Some(b'e' | b'E')) {
+        let mut j = i + 1;
+        if matches!(b.get(j), Some(b'-' | b'+')) {
+            j += 1;
+        }
+        let exp_end = digits(j);
+        if exp_end == j {
+            return None;
+        }
+        i = exp_end;
+    }
+    if i != b.len() {
+        return None;
+    }
+    text.parse().ok()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Diagnostics.
+
+fn duplicate(text: &str, first: &Key, second: &Key) -> Diagnostic {
+    let line = line_of(text, first.span.start as usize);
+    Diagnostic::new(
+        &DUPLICATE_KEY,
+        second.span,
+        format!("duplicate key `{}`", second.name),
+    )
+    .label("defined again here")
+    .with_secondary(first.span, "first defined here")
+    .help(format!(
+        "`{}` is first defined on line {line}; keep one of the two",
+        second.name
+    ))
+}
+
+fn non_scalar_key(span: Span, what: &str) -> Diagnostic {
+    Diagnostic::new(
+        &YAML_SYNTAX,
+        span,
+        format!("a mapping key must be a scalar, not a {what}"),
+    )
+    .label(format!("{what} used as a key"))
+    .help("keys are names: write `name: value`")
+}
 
 fn too_large(file: FileId, len: usize, max: usize) -> Diagnostic {
     let (mut size, mut limit) = (approx_size(len), exact_size(max));
     if size == approx_size(max) {
         (size, limit) = (format!("{len} bytes"), format!("{max}-byte"));
     }
-    Diagnostic::new(&YAML_BUDGET, Span::file_start(file), format!("file is {size}, larger than the {limit} limit"))
-        .label("file too large")
-        .help("flow files are read whole; keep large data out of the flow file")
+    Diagnostic::new(
+        &YAML_BUDGET,
+        Span::file_start(file),
+        format!("file is {size}, larger than the {limit} limit"),
+    )
+    .label("file too large")
+    .help("flow files are read whole; keep large data out of the flow file")
 }
 
 fn depth_exceeded(span: Span, limits: &Limits) -> Diagnostic {
-    Diagnostic::new(&YAML_BUDGET, span, format!("nesting depth limit exceeded ({} levels)", limits.max_depth))
-        .label("nested too deep here")
-        .help("mappings and lists may nest this many levels, counting the top-level mapping")
+    Diagnostic::new(
+        &YAML_BUDGET,
+        span,
+        format!("nesting depth limit exceeded ({} levels)", limits.max_depth),
+    )
+    .label("nested too deep here")
+    .help("mappings and lists may nest this many levels, counting the top-level mapping")
 }
 
 fn nodes_exceeded(span: Span, limits: &Limits) -> Diagnostic {
-    Diagnostic::new(&YAML_BUDGET, span, format!("node limit exceeded ({} nodes)", limits.max_nodes))
-        .label("limit crossed here")
-        .help("every key, value and alias copy counts as a node")
+    Diagnostic::new(
+        &YAML_BUDGET,
+        span,
+        format!("node limit exceeded ({} nodes)", limits.max_nodes),
+    )
+    .label("limit crossed here")
+    .help("every key and value counts as a node, and so does every copy an alias or anchor makes")
 }
 
 fn aliases_exceeded(span: Span, limits: &Limits) -> Diagnostic {
     Diagnostic::new(
         &YAML_BUDGET,
         span,
-        format!("alias expansion limit exceeded ({} nodes)", limits.max_alias_expansions),
+        format!(
+            "alias expansion limit exceeded ({} nodes)",
+            limits.max_alias_expansions
+        ),
     )
     .label("alias expanded here")
-    .help("aliases that expand to aliases multiply the document; use fewer levels of aliases")
+    .help("aliases of values that hold aliases multiply the document; use fewer levels of aliases")
 }
 
 fn not_utf8(file: FileId, bytes: &[u8], e: &std::str::Utf8Error) -> Diagnostic {
     let start = e.valid_up_to();
     let end = start + e.error_len().unwrap_or(bytes.len() - start);
-    Diagnostic::new(&YAML_SYNTAX, Span::new(file, start, end), "file is not valid UTF-8")
-        .label(format!("invalid byte 0x{:02x}", bytes.get(start).copied().unwrap_or(0)))
-        .help("flow files are UTF-8 text; is this a binary file, or saved in another encoding?")
+    Diagnostic::new(
+        &YAML_SYNTAX,
+        Span::new(file, start, end),
+        "file is not valid UTF-8",
+    )
+    .label(format!(
+        "invalid byte 0x{:02x}",
+        bytes.get(start).copied().unwrap_or(0)
+    ))
+    .help("flow files are UTF-8 text; is this a binary file, or saved in another encoding?")
 }
 
 fn internal(file: FileId, message: &str) -> Diagnostic {
     Diagnostic::new(&YAML_SYNTAX, Span::file_start(file), message.to_owned())
+}
+
+/// Terse, lower case, one line, no trailing period.
+fn clean_message(message: &str) -> String {
+    let one_line: String = message
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    let mut out = one_line.split_whitespace().collect::<Vec<_>>().join(" ");
+    while out.ends_with('.') {
+        out.pop();
+    }
+    let mut chars = out.chars();
+    let Some(first) = chars.next() else {
+        return "invalid YAML".to_owned();
+    };
+    // Lower-case a capitalized first word, but keep acronyms ("YAML ...") as they are.
+    if first.is_uppercase() && !chars.clone().next().is_some_and(char::is_uppercase) {
+        first.to_lowercase().chain(chars).collect()
+    } else {
+        out
+    }
 }
 
 fn approx_size(n: usize) -> String {
@@ -580,9 +905,9 @@ fn approx_size(n: usize) -> String {
 }
 
 fn exact_size(n: usize) -> String {
-    if n >= 1 << 20 && n % (1 << 20) == 0 {
+    if n >= 1 << 20 && n.is_multiple_of(1 << 20) {
         format!("{} MiB", n >> 20)
-    } else if n >= 1 << 10 && n % (1 << 10) == 0 {
+    } else if n >= 1 << 10 && n.is_multiple_of(1 << 10) {
         format!("{} KiB", n >> 10)
     } else {
         format!("{n}-byte")
@@ -592,7 +917,7 @@ fn exact_size(n: usize) -> String {
 // ---------------------------------------------------------------------------------------------
 // Text helpers.
 
-/// `end` moved back over trailing whitespace (block scalars' spans run to the next token).
+/// `end` moved back over trailing whitespace (a block scalar's span runs to the next token).
 fn trim_end(text: &str, start: usize, end: usize) -> usize {
     let bytes = text.as_bytes();
     let mut end = end.min(bytes.len());
@@ -602,64 +927,17 @@ fn trim_end(text: &str, start: usize, end: usize) -> usize {
     end
 }
 
-/// For a flow collection starting at `start` (`[` or `{`) whose content ends at `end`, the end
-/// just past its closing bracket. serde-saphyr spans a collection's opening token only.
-fn close_flow(text: &str, start: usize, end: usize) -> usize {
-    let bytes = text.as_bytes();
-    let close = match bytes.get(start) {
-        Some(b'[') => b']',
-        Some(b'{') => b'}',
-        _ => return end,
-    };
-    let mut i = end.max(start + 1);
-    while let Some(&b) = bytes.get(i) {
-        match b {
-            b if b == close => return i + 1,
-            b' ' | b'\t' | b'\r' | b'\n' | b',' | b':' | b'?' => i += 1,
-            b'#' => {
-                while bytes.get(i).is_some_and(|&b| b != b'\n') {
-                    i += 1;
-                }
-            }
-            _ => break,
-        }
-    }
-    end
-}
-
-/// Byte offset of the `---` that starts the document containing `at`, looking back over the
-/// blank, comment and directive lines in between.
-fn find_document_marker(text: &str, at: usize) -> Option<usize> {
-    let at = at.min(text.len());
-    let mut line_start = text[..at].rfind('\n').map_or(0, |i| i + 1);
-    if text[line_start..].starts_with("---") {
-        return Some(line_start);
-    }
-    if !text[line_start..at].trim().is_empty() {
-        return None;
-    }
-    while line_start > 0 {
-        let prev = text[..line_start - 1].rfind('\n').map_or(0, |i| i + 1);
-        let line = &text[prev..line_start - 1];
-        if line.starts_with("---") {
-            return Some(prev);
-        }
-        let trimmed = line.trim();
-        if !(trimmed.is_empty() || trimmed.starts_with('#') || line.starts_with('%')) {
-            return None;
-        }
-        line_start = prev;
-    }
-    None
-}
-
 /// 1-based line of a byte offset.
 fn line_of(text: &str, offset: usize) -> usize {
-    text.as_bytes()[..offset.min(text.len())].iter().filter(|&&b| b == b'\n').count() + 1
+    text.as_bytes()[..offset.min(text.len())]
+        .iter()
+        .filter(|&&b| b == b'\n')
+        .count()
+        + 1
 }
 
 /// Converts character offsets to byte offsets, walking on from the last answer when asked for
-/// a later offset, so a forward sequence of lookups is linear in the text.
+/// a later offset, so lookups in document order are linear in the text overall.
 #[derive(Default)]
 struct CharCursor {
     chars: usize,
@@ -678,91 +956,644 @@ impl CharCursor {
                 return self.bytes;
             }
         }
-        self.chars = n;
-        self.bytes = text.len();
+        *self = CharCursor::default();
         text.len()
     }
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    const F: FileId = FileId(7);
+    const F: FileId = FileId(3);
 
     fn ok(src: &str) -> Node {
         parse(F, src.as_bytes(), &Limits::default()).unwrap_or_else(|d| panic!("{src:?}: {d:?}"))
     }
 
-    fn err(bytes: &[u8]) -> Diagnostic {
+    fn err(bytes: impl AsRef<[u8]>) -> Diagnostic {
         err_with(bytes, &Limits::default())
     }
 
-    fn err_with(bytes: &[u8], limits: &Limits) -> Diagnostic {
-        match parse(F, bytes, limits) {
+    fn err_with(bytes: impl AsRef<[u8]>, limits: &Limits) -> Diagnostic {
+        match parse(F, bytes.as_ref(), limits) {
             Ok(node) => panic!("expected an error, got {node:?}"),
             Err(d) => d,
         }
     }
 
     /// The source text under a span.
-    fn text<'a>(src: &'a str, span: Span) -> &'a str {
+    fn text(src: impl AsRef<[u8]>, span: Span) -> String {
         assert_eq!(span.file, F);
-        &src[span.start as usize..span.end as usize]
+        String::from_utf8_lossy(&src.as_ref()[span.start as usize..span.end as usize]).into_owned()
     }
 
-    fn line(src: &str, span: Span) -> usize {
-        line_of(src, span.start as usize)
+    fn line(src: impl AsRef<[u8]>, span: Span) -> usize {
+        1 + src.as_ref()[..span.start as usize]
+            .iter()
+            .filter(|&&b| b == b'\n')
+            .count()
+    }
+
+    fn value<'n>(node: &'n Node, path: &[&str]) -> &'n Node {
+        path.iter().fold(node, |n, k| match k.parse::<usize>() {
+            Ok(i) => &n.as_seq().expect("a list")[i],
+            Err(_) => n.get(k).unwrap_or_else(|| panic!("no key `{k}`")),
+        })
     }
 
     #[test]
-    fn debug_dump() {
-        let bomb = {
-            let mut s = String::from("a: &a [x,x,x,x,x,x,x,x,x]\n");
-            let names = ["a", "b", "c", "d", "e", "f", "g", "h", "i"];
-            for w in names.windows(2) {
-                s += &format!("{}: &{} [{}]\n", w[1], w[1], vec![format!("*{}", w[0]); 9].join(","));
-            }
-            s
+    fn scalars_follow_yaml_1_2() {
+        let src = "no: NO\nyes: yes\non: on\nzip: 007\nneg: -01\nmode: 0o755\nhex: 0x1F\nupper: 0X1F\n\
+                   under: 1_000\nf: 1.5\nexp: 1e3\ndot: .5\nt: true\nT: TRUE\nn: ~\nnull: null\nempty:\n\
+                   int: -42\nplus: +7\nbig: 99999999999999999999\ninf: -.inf\nnan: .nan\nq: \"12\"\n\
+                   s: \'true\'\ntag: !!str 12\nbang: ! 12\ni: !!int \"12\"\nfl: !!float 3\n";
+        let root = ok(src);
+        let v = |k: &str| value(&root, &[k]).value.clone();
+        assert_eq!(v("no"), Value::Str("NO".into()));
+        assert_eq!(v("yes"), Value::Str("yes".into()));
+        assert_eq!(v("on"), Value::Str("on".into()));
+        assert_eq!(v("zip"), Value::Str("007".into()));
+        assert_eq!(v("neg"), Value::Str("-01".into()));
+        assert_eq!(v("mode"), Value::Int(0o755));
+        assert_eq!(v("hex"), Value::Int(31));
+        assert_eq!(v("upper"), Value::Str("0X1F".into()));
+        assert_eq!(v("under"), Value::Str("1_000".into()));
+        assert_eq!(v("f"), Value::Float(1.5));
+        assert_eq!(v("exp"), Value::Float(1000.0));
+        assert_eq!(v("dot"), Value::Float(0.5));
+        assert_eq!(v("t"), Value::Bool(true));
+        assert_eq!(v("T"), Value::Bool(true));
+        assert_eq!(v("n"), Value::Null);
+        assert_eq!(v("null"), Value::Null);
+        assert_eq!(v("empty"), Value::Null);
+        assert_eq!(v("int"), Value::Int(-42));
+        assert_eq!(v("plus"), Value::Int(7));
+        assert_eq!(v("big"), Value::Float(1e20));
+        assert_eq!(v("inf"), Value::Float(f64::NEG_INFINITY));
+        assert!(matches!(v("nan"), Value::Float(f) if f.is_nan()));
+        assert_eq!(v("q"), Value::Str("12".into()));
+        assert_eq!(v("s"), Value::Str("true".into()));
+        assert_eq!(v("tag"), Value::Str("12".into()));
+        assert_eq!(v("bang"), Value::Str("12".into()));
+        assert_eq!(v("i"), Value::Int(12));
+        assert_eq!(v("fl"), Value::Float(3.0));
+    }
+
+    #[test]
+    fn plain_scalar_resolution_edge_cases() {
+        for (text, expected) in [
+            ("0", Value::Int(0)),
+            ("-0", Value::Int(0)),
+            ("00", Value::Str("00".into())),
+            ("1.", Value::Float(1.0)),
+            ("01.5", Value::Float(1.5)),
+            (".", Value::Str(".".into())),
+            ("1e", Value::Str("1e".into())),
+            ("-", Value::Str("-".into())),
+            ("+.inf", Value::Float(f64::INFINITY)),
+            ("-.nan", Value::Str("-.nan".into())),
+            ("0x", Value::Str("0x".into())),
+            ("0o8", Value::Str("0o8".into())),
+            ("1.2.3", Value::Str("1.2.3".into())),
+            ("2h", Value::Str("2h".into())),
+            ("9223372036854775807", Value::Int(i64::MAX)),
+            ("-9223372036854775808", Value::Int(i64::MIN)),
+            ("0xFFFFFFFFFFFFFFFFF", Value::Str("0xFFFFFFFFFFFFFFFFF".into())),
+            ("yes", Value::Str("yes".into())),
+            ("Off", Value::Str("Off".into())),
+        ] {
+            let value = resolve_plain(text).unwrap_or_else(|| Value::Str(text.to_owned()));
+            assert_eq!(value, expected, "{text}");
+        }
+    }
+
+    #[test]
+    fn spans_are_byte_ranges_after_multibyte_characters() {
+        // `é` is 2 bytes, `🎉` is 4: character and byte offsets differ from line 1 on.
+        let src = "# café 🎉\nname: héllo 🎉 wörld\n\"clé\": [é, 🎉]\nlast: {k: ü}\n";
+        let root = ok(src);
+        let entries = root.as_map().expect("a mapping");
+        let keys: Vec<_> = entries
+            .iter()
+            .map(|(k, _)| (k.name.as_str(), text(src, k.span)))
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                ("name", "name".into()),
+                ("clé", "\"clé\"".into()),
+                ("last", "last".into())
+            ]
+        );
+        assert_eq!(
+            entries[0].0.span.start as usize,
+            src.find("name").expect("in src")
+        );
+        let name = value(&root, &["name"]);
+        assert_eq!(name.as_str(), Some("héllo 🎉 wörld"));
+        assert_eq!(text(src, name.span), "héllo 🎉 wörld");
+        assert_eq!(text(src, value(&root, &["clé"]).span), "[é, 🎉]");
+        assert_eq!(text(src, value(&root, &["clé", "1"]).span), "🎉");
+        assert_eq!(text(src, value(&root, &["last"]).span), "{k: ü}");
+        assert_eq!(text(src, value(&root, &["last", "k"]).span), "ü");
+        assert_eq!(line(src, value(&root, &["last", "k"]).span), 4);
+    }
+
+    #[test]
+    fn nested_block_and_flow_collections() {
+        let src = "flow: {a: [1, 2], b: {}}\nsteps:\n  one:\n    next: [two]\n  two:\n    - x\n    - y: 1\n      z: 2\n\n# end\n";
+        let root = ok(src);
+        assert_eq!(
+            root.to_json(),
+            serde_json::json!({
+                "flow": {"a": [1, 2], "b": {}},
+                "steps": {"one": {"next": ["two"]}, "two": ["x", {"y": 1, "z": 2}]}
+            })
+        );
+        assert_eq!(text(src, value(&root, &["flow"]).span), "{a: [1, 2], b: {}}");
+        assert_eq!(text(src, value(&root, &["flow", "a"]).span), "[1, 2]");
+        assert_eq!(text(src, value(&root, &["flow", "b"]).span), "{}");
+        // Block collections run from their first key or `-` to the end of their last value.
+        assert_eq!(text(src, value(&root, &["steps", "one"]).span), "next: [two]");
+        assert_eq!(
+            text(src, value(&root, &["steps", "two"]).span),
+            "- x\n    - y: 1\n      z: 2"
+        );
+        assert_eq!(
+            text(src, value(&root, &["steps", "two", "1"]).span),
+            "y: 1\n      z: 2"
+        );
+        assert!(text(src, root.span).starts_with("flow:"));
+        assert!(text(src, root.span).ends_with("z: 2"));
+        let (key, _) = &value(&root, &["steps"]).as_map().expect("a mapping")[1];
+        assert_eq!((key.name.as_str(), line(src, key.span)), ("two", 5));
+    }
+
+    #[test]
+    fn block_scalars_span_their_content() {
+        let src = "prompt: |\n  Classify this.\n  {{ input }}\n\nfolded: >-\n  a\n  b\nnext: x\n";
+        let root = ok(src);
+        let prompt = value(&root, &["prompt"]);
+        assert_eq!(prompt.as_str(), Some("Classify this.\n{{ input }}\n"));
+        assert_eq!(text(src, prompt.span), "Classify this.\n  {{ input }}");
+        let folded = value(&root, &["folded"]);
+        assert_eq!(folded.as_str(), Some("a b"));
+        assert_eq!(text(src, folded.span), "a\n  b");
+    }
+
+    #[test]
+    fn keys_keep_their_spelling() {
+        let root = ok("200: ok\n0x1F: hex\ntrue: t\n~: n\n\"quoted key\": q\n1.50: f\n");
+        let names: Vec<_> = root
+            .as_map()
+            .expect("a mapping")
+            .iter()
+            .map(|(k, _)| k.name.as_str())
+            .collect();
+        assert_eq!(names, ["200", "0x1F", "true", "~", "quoted key", "1.50"]);
+    }
+
+    #[test]
+    fn non_scalar_keys_are_errors() {
+        for (src, found) in [("{a: 1}: x\n", "{a: 1}"), ("ok: 1\n? [a, b]\n: x\n", "[a, b]")] {
+            let d = err(src);
+            assert_eq!(d.code(), "SY100", "{src}");
+            assert!(
+                d.message.starts_with("a mapping key must be a scalar"),
+                "{}",
+                d.message
+            );
+            assert_eq!(text(src, d.primary.span), found);
+        }
+    }
+
+    #[test]
+    fn duplicate_keys_point_at_the_second_key() {
+        let src = "flow: a\nsteps:\n  fetch: {agent: x}\n  other: {agent: y}\n  fetch: {agent: z}\n";
+        let d = err(src);
+        assert_eq!(d.rule, &DUPLICATE_KEY);
+        assert_eq!(d.code(), "SY102");
+        assert_eq!(d.message, "duplicate key `fetch`");
+        assert_eq!(
+            (line(src, d.primary.span), text(src, d.primary.span)),
+            (5, "fetch".into())
+        );
+        assert_eq!(line(src, d.secondary[0].span), 3);
+        assert!(
+            d.help.as_deref().is_some_and(|h| h.contains("line 3")),
+            "{:?}",
+            d.help
+        );
+
+        // In flow mappings, between spellings of the same text, and in large mappings too.
+        let d = err("a: {x: 1, y: 2, x: 3}\n");
+        assert_eq!((d.code(), d.primary.span.start), ("SY102", 16));
+        let d = err("200: a\n\"200\": b\n");
+        assert_eq!((d.code(), d.primary.span.start), ("SY102", 7));
+        let big: String = (0..40).map(|i| format!("k{i}: {i}\n")).collect::<String>() + "k7: again\n";
+        let d = err(&big);
+        assert_eq!(
+            (
+                d.code(),
+                line(&big, d.primary.span),
+                line(&big, d.secondary[0].span)
+            ),
+            ("SY102", 41, 8)
+        );
+    }
+
+    #[test]
+    fn collecting_reports_every_duplicate_and_keeps_the_first() {
+        let src = "a: {x: 1, x: 2}\nb: 1\nb: 2\nb: 3\nc: ok\n";
+        let (node, diags) = parse_collecting(F, src.as_bytes(), &Limits::default());
+        let node = node.expect("the file parses");
+        assert_eq!(
+            node.to_json(),
+            serde_json::json!({"a": {"x": 1}, "b": 1, "c": "ok"})
+        );
+        let found: Vec<_> = diags
+            .iter()
+            .map(|d| (d.code(), line(src, d.primary.span)))
+            .collect();
+        assert_eq!(found, [("SY102", 1), ("SY102", 3), ("SY102", 4)]);
+        assert!(diags.iter().skip(1).all(|d| line(src, d.secondary[0].span) == 2));
+
+        // A problem that stops the parse comes last, after the duplicates before it; `parse`
+        // returns the first diagnostic in the file.
+        let src = "a: 1\na: 2\nb: [\n";
+        let (node, diags) = parse_collecting(F, src.as_bytes(), &Limits::default());
+        assert!(node.is_none());
+        assert_eq!(
+            diags.iter().map(Diagnostic::code).collect::<Vec<_>>(),
+            ["SY102", "SY100"]
+        );
+        assert_eq!(err(src).code(), "SY102");
+    }
+
+    #[test]
+    fn aliases_copy_their_anchor() {
+        let src =
+            "defaults: &retry {attempts: 3, on: [timeout]}\na: {retry: *retry}\nname: &n fetch\n*n : 1\n";
+        let root = ok(src);
+        assert_eq!(
+            value(&root, &["a", "retry"]).to_json(),
+            serde_json::json!({"attempts": 3, "on": ["timeout"]})
+        );
+        // The copy spans the alias; the values inside it, the text that defines them.
+        assert_eq!(text(src, value(&root, &["a", "retry"]).span), "*retry");
+        let attempts = value(&root, &["a", "retry", "attempts"]);
+        assert_eq!(
+            (text(src, attempts.span), line(src, attempts.span)),
+            ("3".into(), 1)
+        );
+        // An anchored scalar used as a key.
+        assert_eq!(value(&root, &["fetch"]).value, Value::Int(1));
+    }
+
+    #[test]
+    fn merge_keys_merge_with_own_keys_winning() {
+        let root = ok("base: &b {x: 1, y: 2}\nmore: &m {z: 3, x: 0}\nc:\n  <<: [*b, *m]\n  y: 9\n");
+        assert_eq!(
+            value(&root, &["c"]).to_json(),
+            serde_json::json!({"y": 9, "x": 1, "z": 3})
+        );
+        let d = err("c:\n  <<: 5\n");
+        assert_eq!(d.code(), "SY100");
+        assert!(d.message.contains("merge key"), "{}", d.message);
+    }
+
+    #[test]
+    fn recursive_and_unknown_aliases_are_errors() {
+        let d = err("a: &a [1, *a]\n");
+        assert_eq!((d.code(), d.primary.span.start), ("SY100", 10));
+        let src = "a: 1\nb: *nope\n";
+        let d = err(src);
+        assert_eq!(d.code(), "SY100");
+        assert_eq!(d.message, "unknown anchor `nope`");
+        assert_eq!(
+            (line(src, d.primary.span), text(src, d.primary.span)),
+            (2, "*nope".into())
+        );
+    }
+
+    fn alias_bomb() -> String {
+        let mut src = String::from("a: &a [x, x, x, x, x, x, x, x, x]\n");
+        let names = ["a", "b", "c", "d", "e", "f", "g", "h", "i"];
+        for w in names.windows(2) {
+            let aliases = vec![format!("*{}", w[0]); 9].join(", ");
+            src += &format!("{}: &{} [{aliases}]\n", w[1], w[1]);
+        }
+        src
+    }
+
+    #[test]
+    fn alias_bombs_stop_at_the_expansion_limit() {
+        let src = alias_bomb();
+        assert!(src.len() < 400);
+        let d = err(&src);
+        assert_eq!(d.rule, &YAML_BUDGET);
+        assert_eq!(d.code(), "SY101");
+        assert_eq!(d.message, "alias expansion limit exceeded (100000 nodes)");
+        assert!(text(&src, d.primary.span).starts_with('*'));
+
+        let small = Limits {
+            max_alias_expansions: 50,
+            ..Limits::default()
         };
-        let cases: Vec<Vec<u8>> = vec![
-            b"a: 1\nb: 2\na: 3\n".to_vec(),
-            b"---\na: 1\n---\nb: 2\n".to_vec(),
-            b"a: [1, 2\nb: 3\n".to_vec(),
-            b"a:\n  b: 1\n c: 2\n".to_vec(),
-            b"a: *nope\n".to_vec(),
-            b"a: \"unterminated\n".to_vec(),
-            b"x: .inf\ny: !!binary aGVsbG8=\nw: 99999999999999999999999\n".to_vec(),
-            b"z: !foo bar\n".to_vec(),
-            b"a: \x00b\n".to_vec(),
-            b"{a: 1}: x\n".to_vec(),
-            b"[a]: x\n".to_vec(),
-            b"a: 1\n--- \n".to_vec(),
-            b"a: \xffb\n".to_vec(),
-            "[".repeat(50000).into_bytes(),
-            "- ".repeat(100000).into_bytes(),
-            "? ".repeat(100000).into_bytes(),
-            "{a: ".repeat(50000).into_bytes(),
-            (0..200).map(|i| format!("{}k:\n", " ".repeat(i))).collect::<String>().into_bytes(),
-            bomb.into_bytes(),
-            b"a: &x 1\n200: *x\n\"200\": 2\n".to_vec(),
-            b"b: &b {k: 1}\nm:\n  <<: *b\n  j: 2\n".to_vec(),
-            b"a: 1\n\tb: 2\n".to_vec(),
-            b"a: b: c\n".to_vec(),
-            b"- a\nb: 1\n".to_vec(),
-            b"a: 'x\n".to_vec(),
-            b"a: [}\n".to_vec(),
-            b"%YAML 1.1\n---\na: yes\n".to_vec(),
-            b"\xef\xbb\xbfa: 1\n".to_vec(),
-        ];
-        for c in cases {
-            let t = std::time::Instant::now();
-            let r = parse(F, &c, &Limits::default());
-            let shown = String::from_utf8_lossy(&c[..c.len().min(60)]).into_owned();
-            match r {
-                Ok(n) => eprintln!("{shown:?} [{:?}] OK {:?}", t.elapsed(), n.to_json()),
-                Err(d) => eprintln!("{shown:?} [{:?}] {} {:?} @{}..{} ({:?}) label={:?} help={:?}", t.elapsed(), d.code(), d.message, d.primary.span.start, d.primary.span.end, String::from_utf8_lossy(&c[d.primary.span.start as usize..(d.primary.span.end as usize).min(c.len())]), d.primary.message, d.help),
+        let d = err_with(&src, &small);
+        assert_eq!(d.message, "alias expansion limit exceeded (50 nodes)");
+        assert_eq!(
+            (line(&src, d.primary.span), text(&src, d.primary.span)),
+            (2, "*a".into())
+        );
+    }
+
+    #[test]
+    fn deep_flow_nesting_is_a_clear_error() {
+        for src in [
+            "[".repeat(50_000),
+            "{a: ".repeat(50_000),
+            format!("k: {}x{}", "[".repeat(50_000), "]".repeat(50_000)),
+        ] {
+            let d = err(&src);
+            assert_eq!(d.code(), "SY101");
+            assert_eq!(d.message, "nesting depth limit exceeded (128 levels)");
+            assert_eq!(line(&src, d.primary.span), 1);
+            assert!(d.primary.span.start < 1_000);
+        }
+    }
+
+    #[test]
+    fn deep_block_nesting_is_a_clear_error() {
+        // 100,000 levels of block lists (`- - - x`) and of block mappings (`? ? ? x`).
+        for unit in ["- ", "? "] {
+            let src = unit.repeat(100_000) + "x\n";
+            let d = err(&src);
+            assert_eq!(
+                (d.code(), d.message.as_str()),
+                ("SY101", "nesting depth limit exceeded (128 levels)")
+            );
+            assert_eq!(d.primary.span.start, 256);
+        }
+        let src: String = (0..200).map(|i| format!("{}k:\n", " ".repeat(i))).collect();
+        let d = err(&src);
+        assert_eq!(d.code(), "SY101");
+        assert_eq!(line(&src, d.primary.span), 129);
+    }
+
+    #[test]
+    fn nesting_at_the_limit_parses() {
+        let limits = Limits {
+            max_depth: 5,
+            ..Limits::default()
+        };
+        assert!(parse(F, b"[[[[[x]]]]]", &limits).is_ok());
+        let d = err_with(b"[[[[[[x]]]]]]", &limits);
+        assert_eq!(
+            (d.code(), d.message.as_str()),
+            ("SY101", "nesting depth limit exceeded (5 levels)")
+        );
+        assert_eq!(d.primary.span.start, 5);
+        // An alias that would nest deeper than the limit.
+        let src = "a: &a [[[1]]]\nb: [[*a]]\n";
+        let d = err_with(src, &limits);
+        assert_eq!((d.code(), text(src, d.primary.span)), ("SY101", "*a".into()));
+    }
+
+    #[test]
+    fn very_deep_nesting_with_a_raised_limit_does_not_overflow() {
+        let limits = Limits {
+            max_depth: 200_000,
+            max_alias_expansions: 1_000_000,
+            ..Limits::default()
+        };
+        let src = format!("a: &a {}1{}\nb: *a\n", "[".repeat(100_000), "]".repeat(100_000));
+        let node = parse(F, src.as_bytes(), &limits).expect("parses");
+        // Drop the deep tree on a thread with room for it.
+        std::thread::Builder::new()
+            .stack_size(256 << 20)
+            .spawn(move || drop(node))
+            .expect("spawn")
+            .join()
+            .expect("drop");
+    }
+
+    #[test]
+    fn node_limit() {
+        let limits = Limits {
+            max_nodes: 10,
+            ..Limits::default()
+        };
+        let src = "a: [1, 2, 3]\nb: [4, 5, 6]\n";
+        let d = err_with(src, &limits);
+        assert_eq!(
+            (d.code(), d.message.as_str()),
+            ("SY101", "node limit exceeded (10 nodes)")
+        );
+        assert_eq!(text(src, d.primary.span), "6");
+    }
+
+    #[test]
+    fn oversized_files_fail_before_parsing() {
+        let big = vec![b'a'; 20 << 20];
+        let d = err(&big);
+        assert_eq!(d.code(), "SY101");
+        assert_eq!(d.message, "file is 20.0 MiB, larger than the 8 MiB limit");
+        assert_eq!(d.primary.span, Span::file_start(F));
+        let d = err_with(
+            b"a: 12345",
+            &Limits {
+                max_bytes: 4,
+                ..Limits::default()
+            },
+        );
+        assert_eq!(d.message, "file is 8 bytes, larger than the 4-byte limit");
+    }
+
+    #[test]
+    fn invalid_utf8_points_at_the_first_bad_byte() {
+        let src = "name: café\nnext: \u{1F389}\nbad: "
+            .as_bytes()
+            .iter()
+            .copied()
+            .chain([0xC3, 0x28, b'\n'])
+            .collect::<Vec<_>>();
+        let d = err(&src);
+        assert_eq!(
+            (d.code(), d.message.as_str()),
+            ("SY100", "file is not valid UTF-8")
+        );
+        assert_eq!(d.primary.span.start as usize, src.len() - 3);
+        assert_eq!(d.primary.span.len(), 1);
+        assert_eq!(line(&src, d.primary.span), 3);
+        // A UTF-16 file.
+        let d = err([0xFF, 0xFE, b'a', 0, b':', 0]);
+        assert_eq!((d.code(), d.primary.span.start), ("SY100", 0));
+    }
+
+    /// Deterministic xorshift bytes.
+    fn noise(seed: u64, len: usize) -> Vec<u8> {
+        let mut x = seed | 1;
+        (0..len)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect()
+    }
+
+    #[test]
+    fn binary_garbage_is_an_error_not_a_panic() {
+        let d = err(noise(42, 4096));
+        assert_eq!(d.code(), "SY100");
+        assert!(d.primary.span.end as usize <= 4096);
+        let d = err(b"flow: a\nsteps:\x00\x00\x01\n  x: 1\n");
+        assert_eq!((d.code(), line(b"flow: a\nsteps:", d.primary.span)), ("SY100", 2));
+        assert_eq!(d.primary.span.start, 14);
+    }
+
+    #[test]
+    fn corpus_of_bad_inputs_never_panics() {
+        // Random bytes, random ASCII, and random YAML punctuation: any outcome but a panic,
+        // and every error is a syntax-family code with a span inside the file.
+        const ALPHABET: &[u8] = b"[]{}:,-?!&*|>#'\"%@` \n\t\r\\ab01.~<";
+        for seed in 0..300u64 {
+            let len = (seed as usize * 37) % 700;
+            let bytes = noise(seed, len);
+            let ascii: Vec<u8> = bytes.iter().map(|b| b & 0x7F).collect();
+            let yamlish: Vec<u8> = bytes
+                .iter()
+                .map(|b| ALPHABET[*b as usize % ALPHABET.len()])
+                .collect();
+            for input in [bytes, ascii, yamlish] {
+                if let Err(d) = parse(F, &input, &Limits::default()) {
+                    assert!(
+                        d.code().starts_with("SY10"),
+                        "{:?}: {d:?}",
+                        String::from_utf8_lossy(&input)
+                    );
+                    assert!(d.primary.span.end as usize <= input.len(), "{d:?}");
+                    assert!(!d.message.is_empty());
+                }
             }
         }
+    }
+
+    #[test]
+    fn one_document_per_file() {
+        let src = "---\nflow: a\n---\nflow: b\n";
+        let d = err(src);
+        assert_eq!(
+            (d.code(), d.message.as_str()),
+            ("SY100", "a flow file holds one YAML document")
+        );
+        assert_eq!(
+            (line(src, d.primary.span), text(src, d.primary.span)),
+            (3, "---".into())
+        );
+        let d = err("a: 1\n...\nb: 2\n");
+        assert_eq!((d.code(), d.primary.span.start), ("SY100", 9));
+        // A document end marker, and comments after it, are fine.
+        assert_eq!(ok("a: 1\n...\n# done\n").to_json(), serde_json::json!({"a": 1}));
+    }
+
+    #[test]
+    fn empty_files_are_null() {
+        for src in ["", "# only a comment\n\n# another\n", "---\n", "\u{FEFF}"] {
+            assert_eq!(ok(src).value, Value::Null, "{src:?}");
+        }
+    }
+
+    #[test]
+    fn byte_order_mark_is_skipped_and_spans_stay_right() {
+        let src = "\u{FEFF}flow: a\n";
+        let root = ok(src);
+        let (key, _) = &root.as_map().expect("a mapping")[0];
+        assert_eq!((key.span.start, text(src, key.span)), (3, "flow".into()));
+    }
+
+    #[test]
+    fn syntax_errors_are_terse_and_located() {
+        let src = "flow: a\nsteps:\n  x: \"unterminated\n";
+        let d = err(src);
+        assert_eq!((d.code(), d.message.as_str()), ("SY100", "unclosed quote"));
+        assert_eq!(
+            (line(src, d.primary.span), text(src, d.primary.span)),
+            (3, "\"".into())
+        );
+        let src = "a:\n  b: 1\n c: 2\n";
+        let d = err(src);
+        assert_eq!(d.code(), "SY100");
+        assert_eq!(
+            (line(src, d.primary.span), text(src, d.primary.span)),
+            (3, "c".into())
+        );
+        assert!(
+            d.message.chars().next().is_some_and(char::is_lowercase),
+            "{}",
+            d.message
+        );
+        let src = "é: [1, 2\nb: 3\n";
+        let d = err(src);
+        assert_eq!((d.code(), line(src, d.primary.span)), ("SY100", 2));
+        assert!(std::str::from_utf8(&src.as_bytes()[d.primary.span.start as usize..]).is_ok());
+    }
+
+    #[test]
+    fn unsupported_tags_are_errors() {
+        let src = "a: !Ref other\n";
+        let d = err(src);
+        assert_eq!(
+            (d.code(), d.message.as_str()),
+            ("SY100", "unsupported tag `!Ref`")
+        );
+        assert_eq!(text(src, d.primary.span), "other");
+        let d = err("a: !!int twelve\n");
+        assert_eq!(d.message, "`twelve` is not an integer, as tag `!!int` says");
+        assert_eq!(err("a: !!seq {x: 1}\n").code(), "SY100");
+        assert!(ok("a: !!map {x: 1}\nb: !!seq [1]\n").get("b").is_some());
+    }
+
+    #[test]
+    fn messages_are_cleaned_up() {
+        assert_eq!(
+            clean_message("While parsing a node.\n  at line 3"),
+            "while parsing a node. at line 3"
+        );
+        assert_eq!(clean_message("YAML error."), "YAML error");
+        assert_eq!(clean_message(""), "invalid YAML");
+    }
+
+    #[test]
+    fn default_limits() {
+        let l = Limits::default();
+        assert_eq!(
+            (l.max_bytes, l.max_depth, l.max_nodes, l.max_alias_expansions),
+            (8 << 20, 128, 1_000_000, 100_000)
+        );
+    }
+
+    #[test]
+    fn a_json_schema_nested_twenty_deep_parses() {
+        let mut schema = String::from("type: string");
+        for i in 0..20 {
+            let inner = schema
+                .lines()
+                .map(|l| format!("      {l}"))
+                .collect::<Vec<_>>()
+                .join("\n");
+            schema =
+                format!("type: object\nrequired: [p{i}]\nproperties:\n  p{i}:\n    allOf:\n    -\n{inner}");
+        }
+        let body = schema
+            .lines()
+            .map(|l| format!("    {l}"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let src = format!("flow: deep\ninput:\n  schema:\n{body}\nsteps: {{}}\n");
+        let root = ok(&src);
+        assert!(root.get("steps").is_some());
     }
 }

@@ -54,7 +54,7 @@ fn retry(out: &mut Vec<Diagnostic>, r: &Retry) {
     }
 }
 
-fn agent(out: &mut Vec<Diagnostic>, a: &Agent) {
+pub fn agent(out: &mut Vec<Diagnostic>, a: &Agent) {
     if let Some(r) = &a.common.retry {
         retry(out, r);
     }

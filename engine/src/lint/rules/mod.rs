@@ -3,6 +3,7 @@
 pub mod bounds;
 pub mod capability;
 pub mod cycles;
+pub mod data;
 pub mod fallback;
 pub mod files;
 pub mod reachability;

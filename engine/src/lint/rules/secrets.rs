@@ -76,7 +76,7 @@ fn sensitive(name: &str) -> bool {
     SENSITIVE.iter().any(|s| n.contains(s))
 }
 
-fn agent(out: &mut Vec<Diagnostic>, a: &Agent) {
+pub fn agent(out: &mut Vec<Diagnostic>, a: &Agent) {
     match &a.spec {
         AgentSpec::Http(h) => {
             for (k, v) in &h.headers {
@@ -107,16 +107,40 @@ fn agent(out: &mut Vec<Diagnostic>, a: &Agent) {
     }
 }
 
+pub fn provider(out: &mut Vec<Diagnostic>, p: &crate::model::Provider) {
+    if let Some(k) = &p.api_key {
+        literal(out, k, &format!("the `api_key` of provider `{}`", p.name.value));
+    }
+    for (k, v) in &p.headers {
+        if sensitive(k) {
+            literal(out, v, &format!("header `{k}`"));
+        }
+    }
+}
+
+/// Known token shapes anywhere in a file's text.
+pub fn tokens(file: crate::source::FileId, text: &str, out: &mut Vec<Diagnostic>) {
+    for (s, e) in find_tokens(text) {
+        let span = Span::new(file, s, e);
+        if out.iter().any(|d| {
+            d.rule.code == codes::LITERAL_SECRET.code
+                && d.primary.span.file == file
+                && d.primary.span.start <= span.start
+                && span.end <= d.primary.span.end
+        }) {
+            continue;
+        }
+        out.push(
+            Diagnostic::new(&codes::LITERAL_SECRET, span, "this looks like an API token")
+                .label("literal secret")
+                .help("keep secrets out of flow files: write `${env:NAME}` and set NAME in the environment"),
+        );
+    }
+}
+
 pub fn check(cx: &FlowCx, out: &mut Vec<Diagnostic>) {
     for p in cx.flow.providers.values() {
-        if let Some(k) = &p.api_key {
-            literal(out, k, &format!("the `api_key` of provider `{}`", p.name.value));
-        }
-        for (k, v) in &p.headers {
-            if sensitive(k) {
-                literal(out, v, &format!("header `{k}`"));
-            }
-        }
+        provider(out, p);
     }
     for a in cx.flow.agents.values() {
         agent(out, a);
@@ -128,18 +152,7 @@ pub fn check(cx: &FlowCx, out: &mut Vec<Diagnostic>) {
     }
     // Known token shapes anywhere in the file (once per file: only for the file's own flow).
     if !cx.inline {
-        let file = cx.file();
-        for (s, e) in find_tokens(cx.text) {
-            let span = Span::new(file, s, e);
-            if out.iter().any(|d| d.rule.code == codes::LITERAL_SECRET.code && d.primary.span.start <= span.start && span.end <= d.primary.span.end) {
-                continue;
-            }
-            out.push(
-                Diagnostic::new(&codes::LITERAL_SECRET, span, "this looks like an API token")
-                    .label("literal secret")
-                    .help("keep secrets out of flow files: write `${env:NAME}` and set NAME in the environment"),
-            );
-        }
+        tokens(cx.file(), cx.text, out);
     }
 }
 

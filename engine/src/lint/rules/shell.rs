@@ -15,12 +15,18 @@ pub fn check(cx: &FlowCx, out: &mut Vec<Diagnostic>) {
         }
     }
     for a in agents {
-        let AgentSpec::Command(c) = &a.spec else { continue };
-        let Some(program) = c.run.first() else { continue };
+        agent(out, a);
+    }
+}
+
+pub fn agent(out: &mut Vec<Diagnostic>, a: &crate::model::Agent) {
+    {
+        let AgentSpec::Command(c) = &a.spec else { return };
+        let Some(program) = c.run.first() else { return };
         let base = program.value.rsplit('/').next().unwrap_or("");
         let shell = SHELLS.contains(&base) || (base == "env" && c.run.get(1).is_some_and(|s| SHELLS.contains(&s.value.as_str())));
         if !shell || !c.run.iter().any(|s| s.value == "-c" || s.value.starts_with("-c") || s.value == "-lc") {
-            continue;
+            return;
         }
         if let Some(t) = c.run.iter().find(|s| s.value.contains("{{") || s.value.contains("{%")) {
             out.push(

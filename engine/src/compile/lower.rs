@@ -1,0 +1,533 @@
+//! Lowering a linted project into a [`Plan`]: agents resolved, defaults applied, paths,
+//! expressions and templates compiled once.
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::Path as FsPath;
+use std::sync::Arc;
+use std::time::Duration;
+
+use indexmap::IndexMap;
+use petgraph::stable_graph::StableDiGraph;
+use serde_json::Value;
+
+use super::expr::{self, Expr};
+use super::path::{self, Path};
+use super::template::{self, Template};
+use super::value;
+use crate::diag::{codes, Diagnostic};
+use crate::lint;
+use crate::model::{
+    Agent, AgentRef, AgentSpec, EdgeOn, Flow, InputSpec, Jitter, MessageMode, OutputSpec, Provider, Retry,
+    SchemaRef, Source, Sp, Step, StepKind, Tolerate,
+};
+use crate::plan::*;
+use crate::project::{FlowId, Project};
+use crate::source::FileId;
+
+/// Default per-attempt timeout of agent steps (SPEC §3).
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
+/// Default cap on a command's stdout and an HTTP response body.
+pub const DEFAULT_MAX_OUTPUT: u64 = 16 << 20;
+/// Default `foreach` `max_items`.
+pub const DEFAULT_MAX_ITEMS: u64 = 10_000;
+
+/// Lints the project and, when it has no errors, compiles flow `id` and everything it calls.
+/// Returns every diagnostic (warnings included) either way.
+pub fn compile(project: &Project, id: FlowId) -> (Option<Plan>, Vec<Diagnostic>) {
+    let diags = lint::lint_project(project);
+    if diags.iter().any(Diagnostic::is_error) {
+        return (None, diags);
+    }
+    let mut c = Compiler { project, flows: Vec::new(), by_key: HashMap::new(), errors: Vec::new() };
+    let root = c.flow_file(id);
+    if !c.errors.is_empty() || root.is_none() {
+        let mut all = diags;
+        all.extend(c.errors);
+        return (None, all);
+    }
+    let flows = c.flows.into_iter().map(|f| f.expect("every reserved flow is compiled")).collect();
+    (Some(Plan { flows, root: root.expect("checked") }), diags)
+}
+
+struct Compiler<'p> {
+    project: &'p Project,
+    flows: Vec<Option<Arc<FlowPlan>>>,
+    by_key: HashMap<String, FlowRef>,
+    /// Problems lint should have caught; reported rather than panicking.
+    errors: Vec<Diagnostic>,
+}
+
+/// What one flow body can see while compiling.
+struct Scope<'p> {
+    id: FlowId,
+    file: FileId,
+    text: &'p str,
+    agents: IndexMap<&'p str, &'p Agent>,
+    providers: IndexMap<&'p str, &'p Provider>,
+    defaults: Option<&'p crate::model::Defaults>,
+    key: String,
+    compiled_agents: HashMap<String, Arc<AgentPlan>>,
+}
+
+impl<'p> Compiler<'p> {
+    fn flow_file(&mut self, id: FlowId) -> Option<FlowRef> {
+        let loaded = self.project.flow(id);
+        if let Some(r) = self.by_key.get(&loaded.hash) {
+            return Some(*r);
+        }
+        let flow = loaded.flow.as_ref()?;
+        let mut agents = IndexMap::new();
+        let mut providers = IndexMap::new();
+        let mut ignored = Vec::new();
+        lint::rules::files::visible_definitions(self.project, id, &mut agents, &mut providers, &mut ignored);
+        let scope = Scope {
+            id,
+            file: loaded.file,
+            text: &self.project.sources.get(loaded.file).text,
+            agents,
+            providers,
+            defaults: flow.defaults.as_ref(),
+            key: loaded.hash.clone(),
+            compiled_agents: HashMap::new(),
+        };
+        Some(self.flow_body(flow, scope))
+    }
+
+    fn flow_body(&mut self, flow: &'p Flow, mut scope: Scope<'p>) -> FlowRef {
+        let r = FlowRef(self.flows.len());
+        self.flows.push(None);
+        self.by_key.insert(scope.key.clone(), r);
+        let mut graph = StableDiGraph::new();
+        let end = graph.add_node(PlanNode::End);
+        let mut steps = IndexMap::new();
+        // Nodes first (so edges can point forward), then routes.
+        let mut pending = Vec::new();
+        for (i, (id, step)) in flow.steps.iter().enumerate() {
+            let kind = self.step_kind(step, &mut scope);
+            let n = graph.add_node(PlanNode::Step(StepPlan {
+                id: id.clone(),
+                index: i,
+                kind,
+                routes: Vec::new(),
+                has_next: step.next.is_some(),
+            }));
+            steps.insert(id.clone(), n);
+            pending.push((n, step));
+        }
+        for (n, step) in pending {
+            let Some(next) = &step.next else { continue };
+            let mut routes = Vec::new();
+            for (order, e) in next.edges().iter().enumerate() {
+                let to = if e.to.value == "end" { Some(end) } else { steps.get(&e.to.value).copied() };
+                let Some(to) = to else { continue };
+                let edge = RouteEdge {
+                    on: e.on.as_ref().map(|o| o.value).unwrap_or(EdgeOn::Success),
+                    errors: e.errors.as_ref().map(|v| v.iter().map(|s| s.value.clone()).collect()),
+                    cond: e.if_.as_ref().and_then(|c| self.expr(&scope, c, c.value.as_str())),
+                    order,
+                };
+                routes.push(graph.add_edge(n, to, edge));
+            }
+            if let PlanNode::Step(s) = &mut graph[n] {
+                s.routes = routes;
+            }
+        }
+        let start = match &flow.start {
+            Some(s) => steps.get(&s.value).copied(),
+            None => steps.values().next().copied(),
+        }
+        .unwrap_or(end);
+        let limits = flow.limits.as_ref();
+        let plan = FlowPlan {
+            name: flow.name.value.clone(),
+            hash: scope.key.clone(),
+            path: Some(self.project.flow(scope.id).path.clone()),
+            graph,
+            start,
+            end,
+            steps,
+            input_schema: flow.input.as_ref().and_then(|i| i.schema.as_ref()).and_then(|s| self.schema(&scope, s)),
+            output_schema: flow.output.as_ref().and_then(|o| o.schema.as_ref()).and_then(|s| self.schema(&scope, s)),
+            output_select: flow.output.as_ref().and_then(|o| o.select.as_ref()).and_then(|s| self.path(&scope, s)),
+            limits: FlowLimits {
+                max_steps: limits.and_then(|l| l.max_steps.as_ref()).map_or(10_000, |v| v.value),
+                max_depth: limits.and_then(|l| l.max_depth.as_ref()).map_or(3, |v| v.value),
+                timeout: limits.and_then(|l| l.timeout.as_ref()).map(|v| v.value.0),
+                max_payload_bytes: limits.and_then(|l| l.max_payload_bytes.as_ref()).map_or(8 << 20, |v| v.value.0),
+                max_cost_usd: limits.and_then(|l| l.max_cost_usd.as_ref()).map(|v| v.value),
+            },
+            allow: flow.allow.as_ref().map(|a| a.iter().map(|k| k.value).collect::<BTreeSet<_>>()),
+            allow_hosts: flow.allow_hosts.as_ref().map(|h| h.iter().map(|s| s.value.clone()).collect()),
+        };
+        self.flows[r.0] = Some(Arc::new(plan));
+        r
+    }
+
+    fn step_kind(&mut self, step: &'p Step, scope: &mut Scope<'p>) -> StepPlanKind {
+        match &step.kind {
+            StepKind::Agent(r) => {
+                let call = self.call(step_call(step, r), scope);
+                let l = &step.looping;
+                if let Some(over) = &l.foreach {
+                    StepPlanKind::Foreach(ForeachPlan {
+                        over: self.source_text(scope, over).unwrap_or(SourcePlan::Literal(Value::Array(Vec::new()))),
+                        as_name: l.as_name.as_ref().map_or_else(|| "item".to_string(), |a| a.value.clone()),
+                        concurrency: step.concurrency.as_ref().map_or(1, |c| c.value.max(1) as usize),
+                        max_items: l.max_items.as_ref().map_or(DEFAULT_MAX_ITEMS, |m| m.value),
+                        tolerate: match l.tolerate.as_ref().map(|t| t.value) {
+                            Some(Tolerate::Count(n)) => Tolerance::Count(n),
+                            Some(Tolerate::Percent(p)) => Tolerance::Percent(p),
+                            None => Tolerance::Count(0),
+                        },
+                        select: l.select.as_ref().and_then(|s| self.path(scope, s)),
+                        body: call,
+                    })
+                } else if let Some(cond) = &l.while_ {
+                    let text = cond.value.strip_prefix('=').unwrap_or(&cond.value);
+                    let cond = self.expr(scope, cond, text).unwrap_or_else(|| Arc::new(expr::parse("false").expect("a literal parses")));
+                    StepPlanKind::While(WhilePlan {
+                        cond,
+                        max_iterations: l.max_iterations.as_ref().map_or(1, |m| m.value),
+                        delay: l.delay.as_ref().map_or(Duration::ZERO, |d| d.value.0),
+                        body: call,
+                    })
+                } else {
+                    StepPlanKind::Call(call)
+                }
+            }
+            StepKind::Set(m) => StepPlanKind::Set(self.mappings(scope, &m.0)),
+            StepKind::Parallel(branches) => StepPlanKind::Parallel(ParallelPlan {
+                branches: branches
+                    .iter()
+                    .map(|(name, b)| {
+                        let spec = CallSpec {
+                            agent: &b.agent,
+                            message: b.message.as_ref(),
+                            scope: b.scope.as_ref(),
+                            input: b.input.as_ref(),
+                            output: b.output.as_ref(),
+                            timeout: b.timeout.as_ref().or(step.timeout.as_ref()),
+                            retry: b.retry.as_ref().or(step.retry.as_ref()),
+                            idempotent: b.idempotent.as_ref().or(step.idempotent.as_ref()),
+                        };
+                        (name.clone(), self.call(spec, scope))
+                    })
+                    .collect(),
+                concurrency: step.concurrency.as_ref().map_or(usize::MAX, |c| c.value.max(1) as usize),
+                fail_fast: step.fail_fast.as_ref().is_some_and(|f| f.value),
+            }),
+            StepKind::Interrupt(i) => StepPlanKind::Interrupt(InterruptPlan {
+                prompt: i.prompt.as_ref().and_then(|p| self.template(scope, p)),
+                schema: i.schema.as_ref().and_then(|s| self.schema(scope, s)),
+                expires: i.expires.as_ref().map(|d| d.value.0),
+                scope: step.scope.as_ref().and_then(|s| self.path(scope, s)),
+                input: self.input(scope, step.input.as_ref()),
+                output: self.output(scope, step.output.as_ref()),
+            }),
+            StepKind::Fail(f) => StepPlanKind::Fail {
+                kind: f.kind.as_ref().map_or_else(|| "fail".to_string(), |k| k.value.clone()),
+                message: f.message.as_ref().and_then(|m| self.template(scope, m)),
+            },
+            StepKind::Succeed(_) => StepPlanKind::Succeed,
+        }
+    }
+
+    fn call(&mut self, spec: CallSpec<'p>, scope: &mut Scope<'p>) -> CallPlan {
+        let agent_model = match spec.agent {
+            AgentRef::Named(n) => scope.agents.get(n.value.as_str()).copied(),
+            AgentRef::Inline(a) => Some(&**a),
+        };
+        let agent = match agent_model {
+            Some(a) => self.agent(a, scope),
+            None => {
+                let name = match spec.agent {
+                    AgentRef::Named(n) => n,
+                    AgentRef::Inline(a) => &a.name,
+                };
+                self.errors.push(Diagnostic::new(&codes::UNKNOWN_AGENT, name.span, format!("unknown agent `{}`", name.value)));
+                Arc::new(AgentPlan {
+                    name: name.value.clone(),
+                    spec: AgentPlanSpec::Transform(value::ValueTemplate::Literal(Value::Null)),
+                    result_schema: None,
+                })
+            }
+        };
+        let common = agent_model.map(|a| &a.common);
+        let defaults = scope.defaults;
+        let timeout = spec
+            .timeout
+            .or(common.and_then(|c| c.timeout.as_ref()))
+            .or(defaults.and_then(|d| d.timeout.as_ref()))
+            .map_or(DEFAULT_TIMEOUT, |t| t.value.0);
+        let retry = spec
+            .retry
+            .or(common.and_then(|c| c.retry.as_ref()))
+            .or(defaults.and_then(|d| d.retry.as_ref()))
+            .map(retry_policy)
+            .unwrap_or_default();
+        let idempotent = spec
+            .idempotent
+            .or(common.and_then(|c| c.idempotent.as_ref()))
+            .or(defaults.and_then(|d| d.idempotent.as_ref()))
+            .map_or_else(|| agent.kind().idempotent_by_default(), |b| b.value);
+        CallPlan {
+            scope: spec.scope.and_then(|s| self.path(scope, s)),
+            input: self.input(scope, spec.input),
+            output: self.output(scope, spec.output),
+            message: spec.message.and_then(|m| self.template(scope, m)),
+            agent,
+            retry,
+            timeout,
+            idempotent,
+        }
+    }
+
+    fn agent(&mut self, a: &'p Agent, scope: &mut Scope<'p>) -> Arc<AgentPlan> {
+        let cache_key = format!("{}@{}", a.name.value, a.span.start);
+        if let Some(p) = scope.compiled_agents.get(&cache_key) {
+            return p.clone();
+        }
+        let spec = match &a.spec {
+            AgentSpec::Llm(l) => {
+                let provider = scope.providers.get(l.provider.value.as_str()).map(|p| provider_plan(p));
+                AgentPlanSpec::Llm(LlmPlan {
+                    provider: Arc::new(provider.unwrap_or_else(|| ProviderPlan {
+                        name: l.provider.value.clone(),
+                        base_url: String::new(),
+                        api_key: None,
+                        headers: Vec::new(),
+                        max_concurrency: None,
+                        requests_per_minute: None,
+                        tokens_per_minute: None,
+                        prices: IndexMap::new(),
+                        timeout: None,
+                    })),
+                    model: l.model.value.clone(),
+                    system: l.system.as_ref().and_then(|t| self.template(scope, t)),
+                    prompt: l.prompt.as_ref().and_then(|t| self.template(scope, t)),
+                    temperature: l.temperature.as_ref().map(|t| t.value),
+                    max_tokens: l.max_tokens.as_ref().map(|t| t.value),
+                    repair_attempts: l.repair_attempts.as_ref().map_or(1, |r| r.value),
+                    context_paths: l.context_paths.iter().filter_map(|p| self.path(scope, p)).collect(),
+                    message_mode: l.message_mode.as_ref().map_or(MessageMode::None, |m| m.value),
+                    max_messages: l.max_messages.as_ref().map(|m| m.value),
+                })
+            }
+            AgentSpec::Command(c) => AgentPlanSpec::Command(CommandPlan {
+                run: c.run.iter().filter_map(|arg| self.template(scope, arg)).collect(),
+                env: c.env.iter().map(|(k, v)| (k.clone(), v.value.clone())).collect(),
+                cwd: c.cwd.as_ref().map(|d| {
+                    let base = self.project.flow(scope.id).path.parent().map(FsPath::to_path_buf).unwrap_or_default();
+                    base.join(&d.value)
+                }),
+                max_output: c.max_output.as_ref().map_or(DEFAULT_MAX_OUTPUT, |m| m.value.0),
+            }),
+            AgentSpec::Http(h) => AgentPlanSpec::Http(HttpPlan {
+                url: h.url.value.clone(),
+                method: h.method.as_ref().map_or_else(|| "POST".to_string(), |m| m.value.to_ascii_uppercase()),
+                headers: h.headers.iter().map(|(k, v)| (k.clone(), v.value.clone())).collect(),
+                max_response: h.max_response.as_ref().map_or(DEFAULT_MAX_OUTPUT, |m| m.value.0),
+            }),
+            AgentSpec::Flow(f) => {
+                let callee = if let Some(inline) = &f.inline {
+                    let mut agents = scope.agents.clone();
+                    for (k, v) in &inline.agents {
+                        agents.insert(k.as_str(), v);
+                    }
+                    let inner = Scope {
+                        id: scope.id,
+                        file: scope.file,
+                        text: scope.text,
+                        agents,
+                        providers: scope.providers.clone(),
+                        defaults: inline.defaults.as_ref().or(scope.defaults),
+                        key: format!("{}#{}@{}", scope.key, a.name.value, a.span.start),
+                        compiled_agents: HashMap::new(),
+                    };
+                    match self.by_key.get(&inner.key) {
+                        Some(r) => Some(*r),
+                        None => Some(self.flow_body(inline, inner)),
+                    }
+                } else {
+                    let path = f.path.as_ref();
+                    let callee = self
+                        .project
+                        .calls
+                        .iter()
+                        .find(|(caller, spec, _)| *caller == scope.id && Some(spec) == path)
+                        .and_then(|(_, _, callee)| *callee);
+                    callee.and_then(|id| self.flow_file(id))
+                };
+                match callee {
+                    Some(r) => AgentPlanSpec::Flow(r),
+                    None => {
+                        self.errors.push(Diagnostic::new(&codes::MISSING_FILE, a.kind.span, format!("flow of agent `{}` could not be loaded", a.name.value)));
+                        AgentPlanSpec::Transform(value::ValueTemplate::Literal(Value::Null))
+                    }
+                }
+            }
+            AgentSpec::Transform(t) => AgentPlanSpec::Transform(self.value_template(scope, &t.result.0)),
+            AgentSpec::Mock(m) => AgentPlanSpec::Mock(self.mock(scope, m)),
+        };
+        let plan = Arc::new(AgentPlan {
+            name: a.name.value.clone(),
+            spec,
+            result_schema: a.common.result_schema.as_ref().and_then(|s| self.schema(scope, s)),
+        });
+        scope.compiled_agents.insert(cache_key, plan.clone());
+        plan
+    }
+
+    fn mock(&mut self, scope: &Scope<'p>, m: &'p crate::model::MockAgent) -> MockPlan {
+        MockPlan {
+            returns: m.returns.as_ref().map(|r| self.value_template(scope, &r.0)),
+            sequence: m.sequence.iter().flatten().map(|r| self.value_template(scope, &r.0)).collect(),
+            latency: m.latency.as_ref().map(|l| l.value.0),
+            fail_times: m.fail_times.as_ref().map_or(0, |f| f.value),
+            fail_rate: m.fail_rate.as_ref().map_or(0.0, |f| f.value),
+            seed: m.seed.as_ref().map_or(0, |s| s.value),
+        }
+    }
+
+    fn value_template(&mut self, scope: &Scope<'p>, node: &crate::syntax::Node) -> value::ValueTemplate {
+        let (t, errors) = value::compile(node, scope.text);
+        for (span, e) in errors {
+            self.errors.push(Diagnostic::new(&codes::EXPRESSION_SYNTAX, span, e.message));
+        }
+        t.unwrap_or(value::ValueTemplate::Literal(Value::Null))
+    }
+
+    fn input(&mut self, scope: &Scope<'p>, spec: Option<&'p InputSpec>) -> InputPlan {
+        match spec {
+            None | Some(InputSpec::All(_)) => InputPlan::All,
+            Some(InputSpec::Paths(p)) => InputPlan::Paths(p.iter().filter_map(|p| self.path(scope, p)).collect()),
+            Some(InputSpec::Map(m)) => InputPlan::Map(self.mappings(scope, &m.0)),
+        }
+    }
+
+    fn output(&mut self, scope: &Scope<'p>, spec: Option<&'p OutputSpec>) -> OutputPlan {
+        match spec {
+            None => OutputPlan::None,
+            Some(OutputSpec::All(_)) => OutputPlan::All,
+            Some(OutputSpec::Paths(p)) => OutputPlan::Paths(p.iter().filter_map(|p| self.path(scope, p)).collect()),
+            Some(OutputSpec::Map(m)) => OutputPlan::Map(self.mappings(scope, &m.0)),
+        }
+    }
+
+    fn mappings(&mut self, scope: &Scope<'p>, m: &'p [(Sp<String>, Source)]) -> Vec<(Path, SourcePlan)> {
+        m.iter()
+            .filter_map(|(dest, src)| {
+                let d = self.path(scope, dest)?;
+                let s = match src {
+                    Source::Text(t) => self.source_text(scope, t)?,
+                    Source::WithDefault { path, default } => SourcePlan::WithDefault(self.path(scope, path)?, default.0.to_json()),
+                    Source::Literal { value } => SourcePlan::Literal(value.0.to_json()),
+                };
+                Some((d, s))
+            })
+            .collect()
+    }
+
+    fn source_text(&mut self, scope: &Scope<'p>, t: &'p Sp<String>) -> Option<SourcePlan> {
+        match t.value.strip_prefix('=') {
+            Some(e) => self.expr(scope, t, e).map(SourcePlan::Expr),
+            None => self.path(scope, t).map(SourcePlan::Path),
+        }
+    }
+
+    fn path(&mut self, _scope: &Scope<'p>, p: &Sp<String>) -> Option<Path> {
+        match path::parse(&p.value) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                self.errors.push(Diagnostic::new(&codes::JSONPATH_SYNTAX, p.span, e.message));
+                None
+            }
+        }
+    }
+
+    fn expr(&mut self, _scope: &Scope<'p>, at: &Sp<String>, text: &str) -> Option<Arc<Expr>> {
+        match expr::parse(text) {
+            Ok(e) => Some(Arc::new(e)),
+            Err(e) => {
+                self.errors.push(Diagnostic::new(&codes::EXPRESSION_SYNTAX, at.span, e.message));
+                None
+            }
+        }
+    }
+
+    fn template(&mut self, _scope: &Scope<'p>, t: &Sp<String>) -> Option<Template> {
+        match template::compile(&t.value) {
+            Ok(t) => Some(t),
+            Err(e) => {
+                self.errors.push(Diagnostic::new(&codes::TEMPLATE_SYNTAX, t.span, e.message));
+                None
+            }
+        }
+    }
+
+    fn schema(&mut self, scope: &Scope<'p>, s: &SchemaRef) -> Option<Arc<Value>> {
+        match s {
+            SchemaRef::Inline(node) => Some(Arc::new(node.0.to_json())),
+            SchemaRef::Path(p) => {
+                let loaded = self.project.schema_for(scope.id, &p.value)?;
+                loaded.node.as_ref().map(|n| Arc::new(n.to_json()))
+            }
+        }
+    }
+}
+
+/// The call-shaped fields of a step or branch.
+struct CallSpec<'p> {
+    agent: &'p AgentRef,
+    message: Option<&'p Sp<String>>,
+    scope: Option<&'p Sp<String>>,
+    input: Option<&'p InputSpec>,
+    output: Option<&'p OutputSpec>,
+    timeout: Option<&'p Sp<crate::model::Dur>>,
+    retry: Option<&'p Retry>,
+    idempotent: Option<&'p Sp<bool>>,
+}
+
+fn step_call<'p>(step: &'p Step, agent: &'p AgentRef) -> CallSpec<'p> {
+    CallSpec {
+        agent,
+        message: step.message.as_ref(),
+        scope: step.scope.as_ref(),
+        input: step.input.as_ref(),
+        output: step.output.as_ref(),
+        timeout: step.timeout.as_ref(),
+        retry: step.retry.as_ref(),
+        idempotent: step.idempotent.as_ref(),
+    }
+}
+
+fn retry_policy(r: &Retry) -> RetryPolicy {
+    let d = RetryPolicy::default();
+    RetryPolicy {
+        attempts: r.attempts.as_ref().map_or(d.attempts, |a| a.value.clamp(1, 1000) as u32),
+        backoff: r.backoff.as_ref().map_or(d.backoff, |b| b.value.0),
+        factor: r.factor.as_ref().map_or(d.factor, |f| f.value),
+        max_backoff: r.max_backoff.as_ref().map_or(d.max_backoff, |m| m.value.0),
+        jitter: match r.jitter.as_ref().map(|j| j.value) {
+            Some(Jitter::Bool(true)) => 0.5,
+            Some(Jitter::Bool(false)) => 0.0,
+            Some(Jitter::Fraction(f)) => f,
+            None => d.jitter,
+        },
+        on: r.on.as_ref().map_or(d.on, |on| on.iter().map(|s| s.value.clone()).collect()),
+    }
+}
+
+fn provider_plan(p: &Provider) -> ProviderPlan {
+    ProviderPlan {
+        name: p.name.value.clone(),
+        base_url: p.base_url.value.clone(),
+        api_key: p.api_key.as_ref().map(|k| k.value.clone()),
+        headers: p.headers.iter().map(|(k, v)| (k.clone(), v.value.clone())).collect(),
+        max_concurrency: p.max_concurrency.as_ref().map(|m| m.value),
+        requests_per_minute: p.rate_limit.as_ref().and_then(|r| r.requests_per_minute.as_ref()).map(|v| v.value),
+        tokens_per_minute: p.rate_limit.as_ref().and_then(|r| r.tokens_per_minute.as_ref()).map(|v| v.value),
+        prices: p.prices.iter().map(|(k, v)| (k.clone(), (v.input_per_mtok.value, v.output_per_mtok.value))).collect(),
+        timeout: p.timeout.as_ref().map(|t| t.value.0),
+    }
+}

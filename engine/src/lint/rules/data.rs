@@ -1,0 +1,706 @@
+//! Data rules: JSONPath syntax (SY401) and singular destinations (SY402), expression syntax
+//! (SY403), variables in scope (SY404), field names against declared schemas (SY405), template
+//! syntax (SY406), `steps.x` where `x` may not have run (SY407), unknown `parallel` branches
+//! (SY212) and agent results that nothing uses (SY502, warning).
+//!
+//! Scopes follow SPEC §5.1: `item`/`index` (or the `as` name) only inside `foreach`,
+//! `iteration` only inside `while`, `result` only where a step has one. Agent definitions
+//! (`result`, `returns`, `prompt`, `system`, `run`) see `input` (the agent's input document),
+//! `message` and `context`.
+
+use std::collections::{HashMap, HashSet};
+
+use serde_json::Value;
+
+use crate::compile::{expr, path, template};
+use crate::diag::{codes, did_you_mean, Diagnostic};
+use crate::lint::FlowCx;
+use crate::model::{
+    Agent, AgentRef, AgentSpec, InputSpec, Next, OutputSpec, SchemaRef, Source, Sp, Step, StepKind,
+};
+use crate::source::Span;
+use crate::syntax::{Node, Value as YValue};
+
+/// Which variables an expression or template may use at one place.
+#[derive(Clone, Debug)]
+struct Vars {
+    names: Vec<String>,
+    /// Steps that have run on every path to here (for `steps.x`).
+    ran: Option<HashSet<String>>,
+    /// The step whose `result` is `result` here, for field checks.
+    result_of: Option<String>,
+    /// `input` is the run input (checked against `input.schema`), not an agent's document.
+    input_is_run_input: bool,
+}
+
+impl Vars {
+    fn new(names: &[&str]) -> Self {
+        Vars { names: names.iter().map(|s| s.to_string()).collect(), ran: None, result_of: None, input_is_run_input: false }
+    }
+    fn with(mut self, extra: &[&str]) -> Self {
+        self.names.extend(extra.iter().map(|s| s.to_string()));
+        self
+    }
+}
+
+struct Checker<'a, 'p> {
+    cx: &'a FlowCx<'p>,
+    out: &'a mut Vec<Diagnostic>,
+    /// Step id → steps run on every path before it starts.
+    must_have_run: HashMap<String, HashSet<String>>,
+    /// Step ids referenced through `steps.x` anywhere.
+    referenced: HashSet<String>,
+    input_schema: Option<Value>,
+}
+
+pub fn check(cx: &FlowCx, out: &mut Vec<Diagnostic>) {
+    let must_have_run = must_have_run(cx);
+    let input_schema = cx.flow.input.as_ref().and_then(|i| i.schema.as_ref()).and_then(|s| schema_value(cx, s));
+    let mut c = Checker { cx, out, must_have_run, referenced: HashSet::new(), input_schema };
+    c.flow();
+}
+
+fn schema_value(cx: &FlowCx, s: &SchemaRef) -> Option<Value> {
+    match s {
+        SchemaRef::Inline(n) => Some(n.0.to_json()),
+        SchemaRef::Path(p) => cx.project.schema_for(cx.id, &p.value).and_then(|l| l.node.as_ref()).map(Node::to_json),
+    }
+}
+
+/// For each step, the steps that have finished on every path from `start` to it. Computed
+/// over the acyclic step graph in topological order; an edge cycle (reported elsewhere) makes
+/// the analysis give up (no SY407 reports).
+fn must_have_run(cx: &FlowCx) -> HashMap<String, HashSet<String>> {
+    let steps = &cx.flow.steps;
+    let Some(start) = cx.start() else { return HashMap::new() };
+    let mut preds: HashMap<&str, Vec<&str>> = HashMap::new();
+    for (id, step) in steps {
+        for s in cx.successors(step) {
+            preds.entry(s).or_default().push(id.as_str());
+        }
+    }
+    // Kahn's algorithm over reachable steps.
+    let mut reachable = HashSet::new();
+    let mut stack = vec![start];
+    while let Some(s) = stack.pop() {
+        if reachable.insert(s) {
+            stack.extend(cx.successors(&steps[s]));
+        }
+    }
+    let mut indeg: HashMap<&str, usize> = reachable.iter().map(|s| (*s, 0)).collect();
+    for s in &reachable {
+        for t in cx.successors(&steps[*s]) {
+            if let Some(d) = indeg.get_mut(t) {
+                *d += 1;
+            }
+        }
+    }
+    let mut queue: Vec<&str> = indeg.iter().filter(|(_, d)| **d == 0).map(|(s, _)| *s).collect();
+    queue.sort_unstable();
+    let mut order = Vec::new();
+    while let Some(s) = queue.pop() {
+        order.push(s);
+        let mut succ = cx.successors(&steps[s]);
+        succ.dedup();
+        for t in succ {
+            if let Some(d) = indeg.get_mut(t) {
+                *d -= 1;
+                if *d == 0 {
+                    queue.push(t);
+                }
+            }
+        }
+    }
+    if order.len() != reachable.len() {
+        return HashMap::new();
+    }
+    let mut out: HashMap<String, HashSet<String>> = HashMap::new();
+    for s in order {
+        let set = if s == start {
+            HashSet::new()
+        } else {
+            let mut it = preds.get(s).into_iter().flatten().filter(|p| reachable.contains(**p));
+            let first = it.next().map(|p| {
+                let mut set = out.get(*p).cloned().unwrap_or_default();
+                set.insert(p.to_string());
+                set
+            });
+            it.fold(first.unwrap_or_default(), |acc, p| {
+                let mut other = out.get(*p).cloned().unwrap_or_default();
+                other.insert(p.to_string());
+                acc.intersection(&other).cloned().collect()
+            })
+        };
+        out.insert(s.to_string(), set);
+    }
+    out
+}
+
+const RUN_VARS: &[&str] = &["payload", "input", "context", "steps"];
+const AGENT_VARS: &[&str] = &["input", "message", "context"];
+
+impl Checker<'_, '_> {
+    fn flow(&mut self) {
+        let cx = self.cx;
+        let flow = cx.flow;
+        if let Some(out) = &flow.output {
+            if let Some(sel) = &out.select {
+                self.path(sel, false);
+            }
+        }
+        for schema in [
+            flow.input.as_ref().and_then(|i| i.schema.as_ref()),
+            flow.output.as_ref().and_then(|o| o.schema.as_ref()),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            self.schema(schema);
+        }
+        for a in flow.agents.values() {
+            self.agent(a);
+        }
+        for step in flow.steps.values() {
+            self.step(step);
+        }
+        // Unused results, once every reference is known.
+        for step in flow.steps.values() {
+            self.unused_result(step);
+        }
+    }
+
+    fn ran_before(&self, step: &Step) -> Option<HashSet<String>> {
+        self.must_have_run.get(&step.id.value).cloned()
+    }
+
+    fn step(&mut self, step: &Step) {
+        let mut base = Vars::new(RUN_VARS);
+        base.ran = self.ran_before(step);
+        base.input_is_run_input = true;
+        let l = &step.looping;
+        let mut inner = base.clone();
+        if let Some(f) = &l.foreach {
+            self.source_text(f, &base);
+            let name = l.as_name.as_ref().map_or("item", |a| a.value.as_str());
+            if let Some(a) = &l.as_name
+                && (!crate::model::build::is_ident(&a.value) || RUN_VARS.contains(&a.value.as_str()))
+            {
+                self.out.push(
+                    Diagnostic::new(&codes::INVALID_IDENTIFIER, a.span, format!("invalid loop variable `{}`", a.value))
+                        .help("`as` names the item in expressions: `[a-z][a-z0-9_]*`, not a built-in variable"),
+                );
+            }
+            inner = inner.with(&[name, "index"]);
+            if let Some(s) = &l.select {
+                self.path(s, false);
+            }
+        }
+        if let Some(w) = &l.while_ {
+            let vars = base.clone().with(&["iteration", "result"]);
+            match w.value.strip_prefix('=') {
+                Some(e) => self.expr(w, e, 1, &vars),
+                None => self.out.push(
+                    Diagnostic::new(&codes::EXPRESSION_SYNTAX, w.span, "`while` takes an expression starting with `=`")
+                        .help(format!("write `while: ={}`", w.value)),
+                ),
+            }
+            inner = inner.with(&["iteration", "result"]);
+        }
+        if let Some(s) = &step.scope {
+            self.path(s, true);
+        }
+        if let Some(m) = &step.message {
+            self.template(m, &inner);
+        }
+        match &step.kind {
+            StepKind::Agent(r) => {
+                self.input(step.input.as_ref(), &inner);
+                let mut out_vars = inner.clone().with(&["result"]);
+                out_vars.result_of = Some(step.id.value.clone());
+                self.output(step.output.as_ref(), &out_vars);
+                if let AgentRef::Inline(a) = r {
+                    self.agent(a);
+                }
+            }
+            StepKind::Set(m) => {
+                for (dest, src) in &m.0 {
+                    self.path(dest, true);
+                    self.source(src, &inner);
+                }
+            }
+            StepKind::Parallel(branches) => {
+                for b in branches.values() {
+                    if let Some(s) = &b.scope {
+                        self.path(s, true);
+                    }
+                    if let Some(m) = &b.message {
+                        self.template(m, &inner);
+                    }
+                    self.input(b.input.as_ref(), &inner);
+                    self.output(b.output.as_ref(), &inner.clone().with(&["result"]));
+                    if let AgentRef::Inline(a) = &b.agent {
+                        self.agent(a);
+                    }
+                }
+                self.parallel_conflicts(step, branches);
+            }
+            StepKind::Interrupt(i) => {
+                self.input(step.input.as_ref(), &inner);
+                self.output(step.output.as_ref(), &inner.clone().with(&["result"]));
+                let mut vars = inner.clone();
+                vars.input_is_run_input = false;
+                if let Some(p) = &i.prompt {
+                    self.template(p, &vars);
+                }
+                if let Some(s) = &i.schema {
+                    self.schema(s);
+                }
+            }
+            StepKind::Fail(f) => {
+                if let Some(m) = &f.message {
+                    self.template(m, &inner);
+                }
+            }
+            StepKind::Succeed(_) => {}
+        }
+        // Edges: the step has finished, so it counts as run; `result` where there is one.
+        let mut edge_vars = base.clone().with(&["step"]);
+        if let Some(ran) = &mut edge_vars.ran {
+            ran.insert(step.id.value.clone());
+        }
+        if matches!(step.kind, StepKind::Agent(_) | StepKind::Parallel(_) | StepKind::Interrupt(_)) {
+            edge_vars = edge_vars.with(&["result"]);
+            edge_vars.result_of = Some(step.id.value.clone());
+        }
+        if let Some(Next::Edges(edges)) = &step.next {
+            for e in edges {
+                if let Some(c) = &e.if_ {
+                    let text = c.value.strip_prefix('=').unwrap_or(&c.value);
+                    let offset = c.value.len() - text.len();
+                    self.expr(c, text, offset, &edge_vars);
+                }
+                for k in e.errors.iter().flatten() {
+                    self.error_kind(k);
+                }
+            }
+        }
+        if let Some(r) = &step.retry {
+            for k in r.on.iter().flatten() {
+                self.error_kind(k);
+            }
+        }
+    }
+
+    fn error_kind(&mut self, k: &Sp<String>) {
+        const KINDS: &[&str] = &[
+            "agent", "timeout", "rate_limited", "invalid_output", "mapping", "expression", "limit", "depth",
+            "capability", "no_route", "in_doubt", "cancelled",
+        ];
+        if KINDS.contains(&k.value.as_str()) {
+            return;
+        }
+        // Kinds named by `fail` steps anywhere in the flow are valid too.
+        let custom = self.cx.flow.steps.values().any(|s| {
+            matches!(&s.kind, StepKind::Fail(f) if f.kind.as_ref().is_some_and(|fk| fk.value == k.value))
+        });
+        if custom {
+            return;
+        }
+        if let Some(d) = did_you_mean(&k.value, KINDS.iter().copied()) {
+            self.out.push(
+                Diagnostic::new(&codes::INVALID_VALUE, k.span, format!("unknown error kind `{}`", k.value))
+                    .label("no such error kind")
+                    .help(format!("{d} error kinds are: {}", KINDS.join(", "))),
+            );
+        }
+    }
+
+    fn agent(&mut self, a: &Agent) {
+        let vars = Vars::new(AGENT_VARS);
+        if let Some(s) = &a.common.result_schema {
+            self.schema(s);
+        }
+        match &a.spec {
+            AgentSpec::Llm(l) => {
+                for t in [&l.system, &l.prompt].into_iter().flatten() {
+                    self.template(t, &vars);
+                }
+                for p in &l.context_paths {
+                    self.path(p, false);
+                }
+            }
+            AgentSpec::Command(c) => {
+                for arg in &c.run {
+                    self.template(arg, &vars);
+                }
+            }
+            AgentSpec::Transform(t) => self.value_template(&t.result.0, &vars),
+            AgentSpec::Mock(m) => {
+                for v in m.returns.iter().chain(m.sequence.iter().flatten()) {
+                    self.value_template(&v.0, &vars);
+                }
+            }
+            AgentSpec::Http(_) | AgentSpec::Flow(_) => {}
+        }
+    }
+
+    fn value_template(&mut self, node: &Node, vars: &Vars) {
+        match &node.value {
+            YValue::Str(s) if s.starts_with('=') && !s.starts_with("==") => {
+                let text = &s[1..];
+                let sp = Sp::new(s.clone(), node.span);
+                self.expr_node(node, &sp, text, 1, vars);
+            }
+            YValue::Seq(items) => items.iter().for_each(|n| self.value_template(n, vars)),
+            YValue::Map(entries) => entries.iter().for_each(|(_, n)| self.value_template(n, vars)),
+            _ => {}
+        }
+    }
+
+    fn input(&mut self, spec: Option<&InputSpec>, vars: &Vars) {
+        match spec {
+            Some(InputSpec::Paths(p)) => p.iter().for_each(|p| self.path(p, true)),
+            Some(InputSpec::Map(m)) => {
+                for (dest, src) in &m.0 {
+                    self.path(dest, true);
+                    self.source(src, vars);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn output(&mut self, spec: Option<&OutputSpec>, vars: &Vars) {
+        match spec {
+            Some(OutputSpec::Paths(p)) => p.iter().for_each(|p| self.path(p, true)),
+            Some(OutputSpec::Map(m)) => {
+                for (dest, src) in &m.0 {
+                    self.path(dest, true);
+                    self.source(src, vars);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn source(&mut self, src: &Source, vars: &Vars) {
+        match src {
+            Source::Text(t) => self.source_text(t, vars),
+            Source::WithDefault { path, .. } => self.path(path, false),
+            Source::Literal { .. } => {}
+        }
+    }
+
+    fn source_text(&mut self, t: &Sp<String>, vars: &Vars) {
+        match t.value.strip_prefix('=') {
+            Some(e) => self.expr(t, e, 1, vars),
+            None => self.path(t, false),
+        }
+    }
+
+    /// Parses a JSONPath; destinations must be singular.
+    fn path(&mut self, p: &Sp<String>, destination: bool) {
+        match path::parse(&p.value) {
+            Ok(parsed) => {
+                if destination && !parsed.is_singular() {
+                    self.out.push(
+                        Diagnostic::new(&codes::NON_SINGULAR_DESTINATION, p.span, format!("`{}` can match more than one place", p.value))
+                            .label("not a singular path")
+                            .help("destinations name one place: `$.a.b`, `$.a[2]`, `$['odd key']`; no wildcards, slices, filters or `..`"),
+                    );
+                }
+            }
+            Err(e) => {
+                let span = self.inner_span(p, 0, e.start, e.end);
+                self.out.push(
+                    Diagnostic::new(&codes::JSONPATH_SYNTAX, span, format!("invalid JSONPath `{}`: {}", p.value, e.message))
+                        .label(e.message.clone())
+                        .help("paths are RFC 9535 JSONPath: `$.ticket.body`, `$.items[0]`, `$['odd key']`"),
+                );
+            }
+        }
+    }
+
+    fn inner_span(&self, s: &Sp<String>, offset: usize, start: usize, end: usize) -> Span {
+        let node = Node { span: s.span, value: YValue::Str(s.value.clone()) };
+        let end = end.max(start + 1).min(s.value.len().saturating_sub(offset)).max(start);
+        node.str_sub_span(self.cx.text, offset + start, offset + end)
+    }
+
+    fn expr(&mut self, at: &Sp<String>, text: &str, offset: usize, vars: &Vars) {
+        let node = Node { span: at.span, value: YValue::Str(at.value.clone()) };
+        self.expr_node(&node, at, text, offset, vars);
+    }
+
+    fn expr_node(&mut self, _node: &Node, at: &Sp<String>, text: &str, offset: usize, vars: &Vars) {
+        let parsed = match expr::parse(text) {
+            Ok(p) => p,
+            Err(e) => {
+                let span = self.inner_span(at, offset, e.start, e.end);
+                self.out.push(
+                    Diagnostic::new(&codes::EXPRESSION_SYNTAX, span, format!("invalid expression: {}", e.message))
+                        .label(e.message.clone())
+                        .help("expressions are CEL: `payload.score >= 50`, `size(payload.rows) == 0`"),
+                );
+                return;
+            }
+        };
+        for r in parsed.references() {
+            let span = self.inner_span(at, offset, r.start, r.end);
+            self.reference(&r.root, &r.fields, span, vars, "expression");
+        }
+    }
+
+    fn template(&mut self, t: &Sp<String>, vars: &Vars) {
+        match template::check(&t.value) {
+            Ok(info) => {
+                for v in info.vars {
+                    let span = self.inner_span(t, 0, v.start, v.end);
+                    self.reference(&v.root, &v.fields, span, vars, "template");
+                }
+            }
+            Err(e) => {
+                let span = self.inner_span(t, 0, e.start, e.end);
+                self.out.push(
+                    Diagnostic::new(&codes::TEMPLATE_SYNTAX, span, format!("invalid template: {}", e.message))
+                        .label(e.message.clone())
+                        .help("templates are Jinja: `{{ input.ticket.id }}`"),
+                );
+            }
+        }
+    }
+
+    /// Checks one variable use: in scope, `steps.x` known and run, fields in schemas.
+    fn reference(&mut self, root: &str, fields: &[String], span: Span, vars: &Vars, what: &str) {
+        if !vars.names.iter().any(|n| n == root) {
+            let mut all: Vec<&str> = vars.names.iter().map(String::as_str).collect();
+            all.sort_unstable();
+            let why = match root {
+                "item" | "index" => " (only inside `foreach`)".to_string(),
+                "iteration" => " (only inside `while`)".to_string(),
+                "result" => " (only where the step has a result: its edges and `output`)".to_string(),
+                "payload" | "steps" => " (agent definitions see only `input`, `message` and `context`)".to_string(),
+                _ => String::new(),
+            };
+            let mut help = format!("variables here: {}", all.iter().map(|v| format!("`{v}`")).collect::<Vec<_>>().join(", "));
+            if let Some(d) = did_you_mean(root, all.iter().copied()) {
+                help = format!("{d} {help}");
+            }
+            self.out.push(
+                Diagnostic::new(&codes::UNKNOWN_VARIABLE, span, format!("unknown variable `{root}` in {what}{why}"))
+                    .label("not in scope here")
+                    .help(help),
+            );
+            return;
+        }
+        match root {
+            "steps" => self.steps_reference(fields, span, vars),
+            "input" if vars.input_is_run_input => {
+                if let Some(schema) = self.input_schema.clone() {
+                    self.fields(&schema, fields, span, "input", "`input.schema`");
+                }
+            }
+            "result" => {
+                if let Some(step) = vars.result_of.clone()
+                    && let Some(schema) = self.result_schema(&step)
+                {
+                    self.fields(&schema, fields, span, "result", &format!("the `result_schema` of `{step}`'s agent"));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn steps_reference(&mut self, fields: &[String], span: Span, vars: &Vars) {
+        let Some(id) = fields.first() else { return };
+        let steps = &self.cx.flow.steps;
+        let Some(target) = steps.get(id) else {
+            let mut d = Diagnostic::new(&codes::UNKNOWN_STEP, span, format!("unknown step `{id}` in `steps.{id}`")).label("no such step");
+            if let Some(h) = did_you_mean(id, steps.keys().map(String::as_str)) {
+                d = d.help(h);
+            }
+            self.out.push(d);
+            return;
+        };
+        self.referenced.insert(id.clone());
+        if let Some(ran) = &vars.ran
+            && !ran.contains(id)
+        {
+            self.out.push(
+                Diagnostic::new(&codes::STEP_MAY_NOT_HAVE_RUN, span, format!("`steps.{id}` is read where `{id}` has not run on every path"))
+                    .label(format!("`{id}` may not have run here"))
+                    .with_secondary(target.id.span, "the step")
+                    .help(format!("read it only after `{id}` on every path, or copy what you need into the payload with `output:`")),
+            );
+        }
+        const STEP_FIELDS: &[&str] = &["result", "status", "error", "attempts", "duration_ms", "failed", "iterations"];
+        if let Some(f) = fields.get(1) {
+            if !STEP_FIELDS.contains(&f.as_str()) {
+                let mut d = Diagnostic::new(&codes::UNKNOWN_FIELD, span, format!("`steps.{id}` has no field `{f}`"))
+                    .label("unknown field");
+                d = d.help(match did_you_mean(f, STEP_FIELDS.iter().copied()) {
+                    Some(h) => format!("{h} step records have {}", STEP_FIELDS.join(", ")),
+                    None => format!("step records have {}", STEP_FIELDS.join(", ")),
+                });
+                self.out.push(d);
+                return;
+            }
+            if f == "result" {
+                if let StepKind::Parallel(branches) = &target.kind
+                    && let Some(b) = fields.get(2)
+                    && !branches.contains_key(b)
+                {
+                    let mut d = Diagnostic::new(&codes::UNKNOWN_BRANCH, span, format!("`{id}` has no branch `{b}`")).label("no such branch");
+                    d = d.help(match did_you_mean(b, branches.keys().map(String::as_str)) {
+                        Some(h) => h,
+                        None => format!("branches are: {}", branches.keys().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", ")),
+                    });
+                    self.out.push(d);
+                } else if let Some(schema) = self.result_schema(id) {
+                    self.fields(&schema, &fields[2..], span, &format!("steps.{id}.result"), &format!("the `result_schema` of `{id}`'s agent"));
+                }
+            }
+        }
+    }
+
+    /// The result schema of the agent a step calls (plain agent steps only: loops wrap results).
+    fn result_schema(&self, step: &str) -> Option<Value> {
+        let s = self.cx.flow.steps.get(step)?;
+        if s.looping.foreach.is_some() || s.looping.while_.is_some() {
+            return None;
+        }
+        let StepKind::Agent(r) = &s.kind else { return None };
+        let agent = self.cx.agent(r)?;
+        schema_value(self.cx, agent.common.result_schema.as_ref()?)
+    }
+
+    /// Walks `fields` through `properties`; reports the first that the schema does not declare
+    /// (only where the schema lists properties and does not allow others).
+    fn fields(&mut self, schema: &Value, fields: &[String], span: Span, base: &str, source: &str) {
+        let mut cur = schema;
+        let mut path = base.to_string();
+        for f in fields {
+            let Some(props) = cur.get("properties").and_then(Value::as_object) else { return };
+            if cur.get("additionalProperties").is_some_and(|a| a != &Value::Bool(false)) || cur.get("patternProperties").is_some() {
+                return;
+            }
+            match props.get(f) {
+                Some(next) => {
+                    cur = next;
+                    path.push('.');
+                    path.push_str(f);
+                }
+                None => {
+                    let mut d = Diagnostic::new(&codes::UNKNOWN_FIELD, span, format!("`{path}` has no field `{f}` in {source}"))
+                        .label("unknown field");
+                    let names: Vec<&str> = props.keys().map(String::as_str).collect();
+                    d = d.help(match did_you_mean(f, names.iter().copied()) {
+                        Some(h) => h,
+                        None => format!("declared fields: {}", names.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ")),
+                    });
+                    self.out.push(d);
+                    return;
+                }
+            }
+        }
+    }
+
+    fn schema(&mut self, s: &SchemaRef) {
+        let (value, span) = match s {
+            SchemaRef::Inline(n) => (n.0.to_json(), n.0.span),
+            SchemaRef::Path(p) => match self.cx.project.schema_for(self.cx.id, &p.value).and_then(|l| l.node.as_ref()) {
+                Some(n) => (n.to_json(), p.span),
+                None => return,
+            },
+        };
+        if let Err(e) = jsonschema::meta::validate(&value) {
+            self.out.push(
+                Diagnostic::new(&codes::INVALID_SCHEMA, span, format!("invalid JSON Schema: {e}"))
+                    .label("not a valid schema")
+                    .help("schemas follow JSON Schema (draft 2020-12 unless `$schema` says otherwise)"),
+            );
+        }
+    }
+
+    fn parallel_conflicts(&mut self, step: &Step, branches: &indexmap::IndexMap<String, crate::model::Branch>) {
+        // Each branch's write set: (segments, span); `None` segments = writes anywhere.
+        let mut writes: Vec<(&str, Vec<(Option<Vec<path::Seg>>, Span)>)> = Vec::new();
+        for (name, b) in branches {
+            let scope = b.scope.as_ref().and_then(|s| path::parse(&s.value).ok()).and_then(|p| p.segments().map(<[_]>::to_vec));
+            let prefix = |segs: Option<Vec<path::Seg>>| -> Option<Vec<path::Seg>> {
+                let segs = segs?;
+                Some(match &scope {
+                    Some(s) => s.iter().cloned().chain(segs).collect(),
+                    None => segs,
+                })
+            };
+            let mut w = Vec::new();
+            match &b.output {
+                None => {}
+                Some(OutputSpec::All(span)) => w.push((prefix(Some(Vec::new())), *span)),
+                Some(OutputSpec::Paths(ps)) => {
+                    for p in ps {
+                        w.push((prefix(path::parse(&p.value).ok().and_then(|x| x.segments().map(<[_]>::to_vec))), p.span));
+                    }
+                }
+                Some(OutputSpec::Map(m)) => {
+                    for (d, _) in &m.0 {
+                        w.push((prefix(path::parse(&d.value).ok().and_then(|x| x.segments().map(<[_]>::to_vec))), d.span));
+                    }
+                }
+            }
+            writes.push((name, w));
+        }
+        for i in 0..writes.len() {
+            for j in i + 1..writes.len() {
+                for (a, a_span) in &writes[i].1 {
+                    for (b, b_span) in &writes[j].1 {
+                        let overlap = match (a, b) {
+                            (Some(a), Some(b)) => path::write_paths_overlap(a, b),
+                            _ => false,
+                        };
+                        if overlap {
+                            self.out.push(
+                                Diagnostic::new(
+                                    &codes::PARALLEL_OUTPUT_CONFLICT,
+                                    *b_span,
+                                    format!("branches `{}` and `{}` of `{}` can write the same path", writes[i].0, writes[j].0, step.id.value),
+                                )
+                                .label(format!("written by `{}`", writes[j].0))
+                                .with_secondary(*a_span, format!("also written by `{}`", writes[i].0))
+                                .help("give each branch its own destination; outputs are merged in written order, so overlaps hide results"),
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn unused_result(&mut self, step: &Step) {
+        let StepKind::Agent(_) = &step.kind else { return };
+        if step.output.is_some() || self.referenced.contains(&step.id.value) {
+            return;
+        }
+        let uses_result = match &step.next {
+            Some(Next::Edges(edges)) => edges.iter().any(|e| e.if_.as_ref().is_some_and(|c| mentions(&c.value, "result"))),
+            _ => false,
+        } || step.looping.while_.as_ref().is_some_and(|w| mentions(&w.value, "result"));
+        if uses_result {
+            return;
+        }
+        self.out.push(
+            Diagnostic::new(&codes::UNUSED_RESULT, step.id.span, format!("the result of step `{}` is never used", step.id.value))
+                .label("result neither mapped nor referenced")
+                .help("map it into the payload with `output:`, read it as `steps.<id>.result`, or write `output: {}` when the call is for its effect only"),
+        );
+    }
+}
+
+fn mentions(text: &str, word: &str) -> bool {
+    text.match_indices(word).any(|(i, _)| {
+        let before = text[..i].chars().next_back();
+        let after = text[i + word.len()..].chars().next();
+        !before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '.') && !after.is_some_and(|c| c.is_alphanumeric() || c == '_')
+    })
+}

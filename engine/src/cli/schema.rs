@@ -4,6 +4,6 @@
 pub struct Args {}
 
 pub fn run(_args: Args) -> u8 {
-    println!("{}", crate::schema::flow_schema_json());
+    print!("{}", crate::schema::flow_schema_json());
     super::exit::OK
 }

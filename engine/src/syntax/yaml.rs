@@ -94,8 +94,8 @@ pub fn parse(file: FileId, bytes: &[u8], limits: &Limits) -> Result<Node, Diagno
 
 /// Parses one file like [`parse`], but goes on past duplicate keys: it returns the tree (where
 /// each mapping keeps the first of duplicate keys, so keys stay unique) and a `SY102` for every
-/// duplicate, in file order. Any other problem stops the parse: then there is no tree, and the
-/// last diagnostic is that problem.
+/// duplicate (the first 1,000), in file order. Any other problem stops the parse: then there is
+/// no tree, and the last diagnostic is that problem.
 pub fn parse_collecting(file: FileId, bytes: &[u8], limits: &Limits) -> (Option<Node>, Vec<Diagnostic>) {
     if bytes.len() > limits.max_bytes {
         return (None, vec![too_large(file, bytes.len(), limits.max_bytes)]);
@@ -142,8 +142,9 @@ struct Builder<'a> {
     anchors: HashMap<usize, Anchored>,
     root: Option<Node>,
     documents: usize,
-    /// Duplicate keys found so far; the parse goes on past them.
+    /// Duplicate keys found so far (at most [`MAX_DUPLICATES`]); the parse goes on past them.
     duplicates: Vec<Diagnostic>,
+    lines: Lines,
     nodes: usize,
     expanded: usize,
     chars: CharCursor,
@@ -205,6 +206,17 @@ struct Done {
     height: usize,
 }
 
+/// Where an event is: its byte range, and its tag's when it has one.
+#[derive(Clone, Copy)]
+struct At {
+    start: usize,
+    end: usize,
+    tag: Option<(usize, usize)>,
+}
+
+/// Duplicate keys reported per file at most; further ones are still dropped from the tree.
+const MAX_DUPLICATES: usize = 1_000;
+
 /// Mapping keys up to this many are checked for duplicates by scanning; larger mappings
 /// get a hash index.
 const SCAN_KEYS: usize = 16;
@@ -220,6 +232,7 @@ impl<'a> Builder<'a> {
             root: None,
             documents: 0,
             duplicates: Vec::new(),
+            lines: Lines::default(),
             nodes: 0,
             expanded: 0,
             chars: CharCursor::default(),
@@ -249,6 +262,12 @@ impl<'a> Builder<'a> {
         while let Some(next) = parser.next_event() {
             let (event, span) = next.map_err(|e| self.scan_error(&e))?;
             let (start, end) = (self.byte(span.start), self.byte(span.end));
+            // Tag tokens are ASCII: as many bytes as characters.
+            let tag = span.tag_span().map(|t| {
+                let s = self.byte(t.start);
+                (s, s + t.end.index().saturating_sub(t.start.index()))
+            });
+            let at = At { start, end, tag };
             match event {
                 Event::DocumentStart(..) => {
                     if self.documents > 0 {
@@ -257,20 +276,13 @@ impl<'a> Builder<'a> {
                     self.documents += 1;
                 }
                 Event::Scalar(value, style, anchor, tag) => {
-                    self.scalar(value, style, anchor, tag.as_deref(), start, end)?;
+                    self.scalar(value, style, anchor, tag.as_deref(), at)?;
                 }
                 Event::SequenceStart(style, anchor, tag) => {
-                    self.open(style, anchor, tag.as_deref(), start, end, Body::Seq(Vec::new()))?;
+                    self.open(style, anchor, tag.as_deref(), at, Body::Seq(Vec::new()))?;
                 }
                 Event::MappingStart(style, anchor, tag) => {
-                    self.open(
-                        style,
-                        anchor,
-                        tag.as_deref(),
-                        start,
-                        end,
-                        Body::Map(MapFrame::default()),
-                    )?;
+                    self.open(style, anchor, tag.as_deref(), at, Body::Map(MapFrame::default()))?;
                 }
                 Event::SequenceEnd | Event::MappingEnd => self.close(end)?,
                 Event::Alias(id) => self.alias(id, start, end)?,
@@ -287,22 +299,29 @@ impl<'a> Builder<'a> {
         Span::new(self.file, start, end)
     }
 
+    /// The span of an event's tag, or of the event when it has none.
+    fn tag_span(&self, at: At) -> Span {
+        let (start, end) = at.tag.unwrap_or((at.start, at.end));
+        self.span(start, end)
+    }
+
     fn scalar(
         &mut self,
         text: Cow<'_, str>,
         style: ScalarStyle,
         anchor: usize,
         tag: Option<&Tag>,
-        start: usize,
-        end: usize,
+        at: At,
     ) -> Result<(), Box<Diagnostic>> {
-        let end = trim_end(self.text, start, end);
+        let start = at.start;
+        let end = trim_end(self.text, start, at.end);
         let span = self.span(start, end);
         self.count(1, span)?;
-        let resolved = scalar_value(&text, style, tag).map_err(|message| {
-            Diagnostic::new(&YAML_SYNTAX, span, message).label("here").help(
-                "flows use the YAML 1.2 core tags only: `!!str`, `!!int`, `!!float`, `!!bool`, `!!null`",
-            )
+        let resolved = scalar_value(&text, style, tag).map_err(|problem| match problem {
+            TagProblem::Unsupported(message) => Diagnostic::new(&YAML_SYNTAX, self.tag_span(at), message)
+                .label("unsupported tag")
+                .help(CORE_TAGS_HELP),
+            TagProblem::Mismatch(message) => Diagnostic::new(&YAML_SYNTAX, span, message).label("here"),
         })?;
         let merge = style == ScalarStyle::Plain
             && text == "<<"
@@ -339,10 +358,10 @@ impl<'a> Builder<'a> {
         style: StructureStyle,
         anchor: usize,
         tag: Option<&Tag>,
-        start: usize,
-        end: usize,
+        at: At,
         body: Body,
     ) -> Result<(), Box<Diagnostic>> {
+        let (start, end) = (at.start, at.end);
         let span = self.span(start, end);
         let (kind, what) = match body {
             Body::Seq(_) => ("seq", "a list"),
@@ -351,13 +370,11 @@ impl<'a> Builder<'a> {
         if let Some(tag) = tag
             && tag.core_suffix() != Some(kind)
         {
+            let message = format!("unsupported tag `{}` on {what}", tag.original());
             return fail(
-                Diagnostic::new(
-                    &YAML_SYNTAX,
-                    span,
-                    format!("unsupported tag `{}` on {what}", tag.original()),
-                )
-                .label("here"),
+                Diagnostic::new(&YAML_SYNTAX, self.tag_span(at), message)
+                    .label("unsupported tag")
+                    .help(CORE_TAGS_HELP),
             );
         }
         if self.stack.len() >= self.limits.max_depth {
@@ -523,8 +540,11 @@ impl<'a> Builder<'a> {
                 };
                 map.pending = Some(match find_key(map, &key.name) {
                     Some(first) => {
-                        self.duplicates
-                            .push(duplicate(self.text, &map.entries[first].0, &key));
+                        if self.duplicates.len() < MAX_DUPLICATES {
+                            let first = &map.entries[first].0;
+                            let line = self.lines.line_of(self.text, first.span.start as usize);
+                            self.duplicates.push(duplicate(first, &key, line));
+                        }
                         Pending::Skip
                     }
                     None => Pending::Key(key),
@@ -544,7 +564,19 @@ impl<'a> Builder<'a> {
     }
 
     fn scan_error(&mut self, e: &ScanError) -> Diagnostic {
-        let start = self.byte(*e.marker());
+        let mut start = self.byte(*e.marker());
+        // The scanner reports a misplaced tab just after it; point at the tab itself.
+        let tab_error = matches!(
+            e.kind(),
+            ErrorKind::TabNotAllowed
+                | ErrorKind::TabInBlockIndentation
+                | ErrorKind::TabInIndentation
+                | ErrorKind::TabInPlainScalar
+                | ErrorKind::TabAtBlockScalarStart
+        );
+        if tab_error && start > 0 && self.text.as_bytes()[start - 1] == b'\t' {
+            start -= 1;
+        }
         let width = self
             .text
             .get(start..)
@@ -623,9 +655,20 @@ fn find_key(map: &MapFrame, name: &str) -> Option<usize> {
 
 const CORE: &str = "tag:yaml.org,2002:";
 
+const CORE_TAGS_HELP: &str =
+    "flows use the YAML 1.2 core tags only: `!!str`, `!!int`, `!!float`, `!!bool`, `!!null`";
+
+/// Why a tagged scalar has no value.
+enum TagProblem {
+    /// A tag outside the core schema (labelled at the tag).
+    Unsupported(String),
+    /// A core tag whose scalar does not parse as its type (labelled at the scalar).
+    Mismatch(String),
+}
+
 /// The value of a scalar with this style and tag: `None` for a string (the text itself), or
 /// why it has no value.
-fn scalar_value(text: &str, style: ScalarStyle, tag: Option<&Tag>) -> Result<Option<Value>, String> {
+fn scalar_value(text: &str, style: ScalarStyle, tag: Option<&Tag>) -> Result<Option<Value>, TagProblem> {
     let Some(tag) = tag else {
         return Ok(if style == ScalarStyle::Plain {
             resolve_plain(text)
@@ -634,7 +677,12 @@ fn scalar_value(text: &str, style: ScalarStyle, tag: Option<&Tag>) -> Result<Opt
         });
     };
     let core = tag.suffix_in_namespace(CORE);
-    let wrong = |what: &str| format!("`{text}` is not {what}, as tag `{}` says", tag.original());
+    let wrong = |what: &str| {
+        TagProblem::Mismatch(format!(
+            "`{text}` is not {what}, as tag `{}` says",
+            tag.original()
+        ))
+    };
     match core.as_deref() {
         Some("str") => Ok(None),
         Some("null") => Ok(Some(Value::Null)),
@@ -652,7 +700,10 @@ fn scalar_value(text: &str, style: ScalarStyle, tag: Option<&Tag>) -> Result<Opt
         Some("merge") if text == "<<" => Ok(None),
         // The non-specific tag `!` makes a scalar a string.
         _ if tag.parts() == ("", "!") => Ok(None),
-        _ => Err(format!("unsupported tag `{}`", tag.original())),
+        _ => Err(TagProblem::Unsupported(format!(
+            "unsupported tag `{}`",
+            tag.original()
+        ))),
     }
 }
 
@@ -779,8 +830,9 @@ fn parse_float(text: &str) -> Option<f64> {
 // ---------------------------------------------------------------------------------------------
 // Diagnostics.
 
-fn duplicate(text: &str, first: &Key, second: &Key) -> Diagnostic {
-    let line = line_of(text, first.span.start as usize);
+/// `first_line` is the 1-based line of `first`.
+fn duplicate(first: &Key, second: &Key, first_line: usize) -> Diagnostic {
+    let line = first_line;
     Diagnostic::new(
         &DUPLICATE_KEY,
         second.span,
@@ -927,13 +979,26 @@ fn trim_end(text: &str, start: usize, end: usize) -> usize {
     end
 }
 
-/// 1-based line of a byte offset.
-fn line_of(text: &str, offset: usize) -> usize {
-    text.as_bytes()[..offset.min(text.len())]
-        .iter()
-        .filter(|&&b| b == b'\n')
-        .count()
-        + 1
+/// Line numbers of byte offsets, from an index of line starts built on first use.
+#[derive(Default)]
+struct Lines {
+    starts: Vec<usize>,
+}
+
+impl Lines {
+    /// 1-based line of a byte offset.
+    fn line_of(&mut self, text: &str, offset: usize) -> usize {
+        if self.starts.is_empty() {
+            self.starts.push(0);
+            self.starts.extend(
+                text.bytes()
+                    .enumerate()
+                    .filter(|&(_, b)| b == b'\n')
+                    .map(|(i, _)| i + 1),
+            );
+        }
+        self.starts.partition_point(|&start| start <= offset)
+    }
 }
 
 /// Converts character offsets to byte offsets, walking on from the last answer when asked for
@@ -1228,6 +1293,13 @@ mod tests {
             ["SY102", "SY100"]
         );
         assert_eq!(err(src).code(), "SY102");
+
+        // Many duplicates: a bounded report, found in linear time.
+        let src = "a: 1\n".repeat(200_000);
+        let (node, diags) = parse_collecting(F, src.as_bytes(), &Limits::default());
+        assert_eq!(node.expect("parses").to_json(), serde_json::json!({"a": 1}));
+        assert_eq!(diags.len(), MAX_DUPLICATES);
+        assert_eq!(line(&src, diags[999].primary.span), 1001);
     }
 
     #[test]
@@ -1542,6 +1614,17 @@ mod tests {
     }
 
     #[test]
+    fn tab_indentation_points_at_the_tab() {
+        let src = "flow: tabs\nsteps:\n\tone:\n\t\tsucceed: {}\n";
+        let d = err(src);
+        assert_eq!(d.code(), "SY100");
+        assert_eq!(
+            (d.primary.span.start, text(src, d.primary.span)),
+            (18, "\t".into())
+        );
+    }
+
+    #[test]
     fn unsupported_tags_are_errors() {
         let src = "a: !Ref other\n";
         let d = err(src);
@@ -1549,7 +1632,12 @@ mod tests {
             (d.code(), d.message.as_str()),
             ("SY100", "unsupported tag `!Ref`")
         );
-        assert_eq!(text(src, d.primary.span), "other");
+        assert_eq!(text(src, d.primary.span), "!Ref");
+        let src = "a: !<tag:example.com,2000:x> [1]\n";
+        let d = err(src);
+        assert_eq!(d.message, "unsupported tag `!<tag:example.com,2000:x>` on a list");
+        assert_eq!(text(src, d.primary.span), "!<tag:example.com,2000:x>");
+
         let d = err("a: !!int twelve\n");
         assert_eq!(d.message, "`twelve` is not an integer, as tag `!!int` says");
         assert_eq!(err("a: !!seq {x: 1}\n").code(), "SY100");

@@ -186,12 +186,12 @@ fn nul_bytes_are_a_syntax_error_at_the_nul() {
     lint_bytes(
         "nul.yaml",
         text.as_bytes(),
-        Expect { code: "SY100", line: Some(7), column: Some(20), needle: "" },
+        Expect { code: "SY100", line: Some(7), column: Some(20), needle: "character" },
     );
     lint_bytes(
         "all-nul.yaml",
         &[0u8; 4096],
-        Expect { code: "SY100", line: Some(1), column: Some(1), needle: "" },
+        Expect { code: "SY100", line: Some(1), column: Some(1), needle: "character" },
     );
 }
 

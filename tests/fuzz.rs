@@ -16,7 +16,7 @@ use std::sync::mpsc;
 
 use proptest::prelude::*;
 use proptest::sample::select;
-use proptest::test_runner::{Config, TestRunner};
+use proptest::test_runner::{Config, RngSeed, TestRunner};
 use switchyard::diag::{Diagnostic, RULES, render};
 use switchyard::lint::lint_project;
 use switchyard::project::Project;
@@ -424,12 +424,13 @@ agents:
   child:
     kind: flow
     steps:
-      inner: {agent: {kind: mock, returns: {x: 1}}}
+      inner: {agent: {kind: mock, returns: {x: 1}}, output: "*"}
 start: classify
 steps:
   classify:
     agent: classifier
     retry: *base
+    output: {$.classification: $}
     next:
       - to: answer_all
         if: result.confidence > 0.5
@@ -447,12 +448,13 @@ steps:
   enrich:
     parallel:
       left: {agent: writer, output: {$.left: $}}
-      right: {agent: child}
+      right: {agent: child, output: {$.right: $}}
     next: poll
   poll:
     agent: tool
     while: =iteration < 3
     max_iterations: 3
+    output: {$.polled: $}
     next: done
   done:
     succeed: {}
@@ -555,12 +557,21 @@ fn workspace(tag: &str) -> TempDir {
     dir
 }
 
+/// 64 cases, with a fixed seed so CI runs are reproducible; `PROPTEST_RNG_SEED=<n>` explores
+/// other inputs and `PROPTEST_CASES=<n>` runs more of them. Failures are not persisted to files;
+/// proptest prints the shrunk input instead.
 fn config() -> Config {
-    Config {
-        cases: 64,
+    let mut config = Config {
         failure_persistence: None,
         ..Config::default()
+    };
+    if std::env::var_os("PROPTEST_CASES").is_none() {
+        config.cases = 64;
     }
+    if std::env::var_os("PROPTEST_RNG_SEED").is_none() {
+        config.rng_seed = RngSeed::Fixed(0x5eed_2026);
+    }
+    config
 }
 
 proptest! {
@@ -620,6 +631,19 @@ fn rich_flow_is_clean() {
     let diags: Vec<support::JsonDiagnostic> = serde_json::from_str(&json).expect("JSON");
     let own: Vec<_> = diags.iter().filter(|d| d.file.ends_with("flow.yaml")).collect();
     assert!(own.is_empty(), "the rich flow has problems: {own:#?}");
+}
+
+/// Found by the mutation test: a file whose first bytes are not UTF-8. The text kept for
+/// diagnostics has U+FFFD (three bytes) where the bad byte was, so a one-byte span there splits
+/// a character.
+#[test]
+fn invalid_utf8_spans_cover_whole_characters() {
+    let dir = workspace("fuzz-utf8");
+    for bytes in [&b"\xe6low: x\nsteps: {}\n"[..], b"flow: caf\xe9\nsteps: {}\n", b"\xff"] {
+        if let Err(e) = check_input(&dir, bytes) {
+            panic!("{e}");
+        }
+    }
 }
 
 #[test]

@@ -636,9 +636,20 @@ const TESTED: &[&str] = &[
     "path-outside-root",
     "missing-file",
     "missing-fallback",
+    "unknown-branch",
     "while-without-bound",
     "limit-out-of-range",
+    "jsonpath-syntax",
+    "non-singular-destination",
+    "expression-syntax",
+    "unknown-variable",
+    "unknown-field",
+    "template-syntax",
+    "step-may-not-have-run",
+    "parallel-output-conflict",
+    "invalid-schema",
     "capability-not-allowed",
+    "unused-result",
     "literal-secret",
     "shell-with-template",
 ];
@@ -679,33 +690,31 @@ rule_tests! {
     path_outside_root => "path-outside-root",
     missing_file => "missing-file",
     missing_fallback => "missing-fallback",
+    unknown_branch => "unknown-branch",
     while_without_bound => "while-without-bound",
     limit_out_of_range => "limit-out-of-range",
+    jsonpath_syntax => "jsonpath-syntax",
+    non_singular_destination => "non-singular-destination",
+    expression_syntax => "expression-syntax",
+    unknown_variable => "unknown-variable",
+    unknown_field => "unknown-field",
+    template_syntax => "template-syntax",
+    step_may_not_have_run => "step-may-not-have-run",
+    parallel_output_conflict => "parallel-output-conflict",
+    invalid_schema => "invalid-schema",
     capability_not_allowed => "capability-not-allowed",
+    unused_result => "unused-result",
     literal_secret => "literal-secret",
     shell_with_template => "shell-with-template",
 }
 
-/// Rules of `switchyard explain --list` that have no fixture folder yet, because the rule is
-/// not implemented yet (the binary never reports it). Each must get a folder under
-/// `tests/fixtures/lint/` and leave this list as soon as it is implemented; the list must end
-/// up empty. A rule listed here that has a folder fails the test, so the list cannot go stale.
-const NOT_YET_IMPLEMENTED: &[&str] = &[
-    // SY212: references to `parallel` branches.
-    "unknown-branch",
-    // SY401–SY409: expressions, mappings and schemas.
-    "jsonpath-syntax",
-    "non-singular-destination",
-    "expression-syntax",
-    "unknown-variable",
-    "unknown-field",
-    "template-syntax",
-    "step-may-not-have-run",
-    "parallel-output-conflict",
-    "invalid-schema",
-    // SY502: results that are never used.
-    "unused-result",
-];
+/// Rules of `switchyard explain --list` that have no fixture folder yet because the binary does
+/// not report them yet. Each must get a folder under `tests/fixtures/lint/` (and leave this
+/// list) as soon as it is implemented; a rule listed here that has a folder fails the test, so
+/// the list cannot go stale. It is empty now that every listed rule is implemented; keep it
+/// for rules added to the registry before their implementation lands, e.g.
+/// `"unknown-branch", // SY212: references to `parallel` branches`.
+const NOT_YET_IMPLEMENTED: &[&str] = &[];
 
 /// The (code, name) pairs of `switchyard explain --list`.
 pub fn listed_rules() -> Vec<(String, String)> {

@@ -259,13 +259,9 @@ impl Project {
     fn parse_file(&mut self, name: String, canonical: PathBuf, bytes: &[u8], limits: &Limits) -> (FileId, Option<Node>) {
         let text = String::from_utf8_lossy(bytes).into_owned();
         let file = self.sources.add(SourceFile::new(name, Some(canonical), text));
-        match syntax::parse(file, bytes, limits) {
-            Ok(node) => (file, Some(node)),
-            Err(d) => {
-                self.diags.push(d);
-                (file, None)
-            }
-        }
+        let (node, diags) = syntax::parse_collecting(file, bytes, limits);
+        self.diags.extend(diags);
+        (file, node)
     }
 
     /// Resolves `spec` relative to `dir`: the canonical path, or a diagnostic when it leaves

@@ -8,10 +8,9 @@
 
 mod yaml;
 
-use crate::diag::Diagnostic;
 use crate::source::{FileId, Span};
 
-pub use yaml::{parse, Limits};
+pub use yaml::{parse, parse_collecting, Limits};
 
 /// A YAML node with the span of its text in the source file.
 #[derive(Clone, Debug, PartialEq)]

@@ -11,7 +11,8 @@
 //! (`yes`, `on`, `1_000`, `0X1F`) are strings. Quoted scalars are strings. `!!str`, `!!int`,
 //! `!!float`, `!!bool`, `!!null`, `!!map`, `!!seq` and the non-specific `!` are honoured; other
 //! tags are errors. Anchors and aliases work (an alias copies its anchor's node); merge keys
-//! (`<<: *base`) merge, the mapping's own keys winning. Duplicate keys are errors.
+//! (`<<: *base`) merge, the mapping's own keys winning. Duplicate keys are errors;
+//! [`parse_collecting`] reports every one of them and keeps the first of each in the tree.
 //!
 //! Spans are byte offsets. A scalar spans its text (quotes included; a block scalar spans its
 //! content lines, not the `|` header). A flow collection spans `[`…`]`; a block collection spans
@@ -1166,7 +1167,8 @@ mod tests {
 
     #[test]
     fn nested_block_and_flow_collections() {
-        let src = "flow: {a: [1, 2], b: {}}\nsteps:\n  one:\n    next: [two]\n  two:\n    - x\n    - y: 1\n      z: 2\n\n# end\n";
+        let src = "flow: {a: [1, 2], b: {}}\nsteps:\n  one:\n    next: [two]\n  two:\n    - x\n    \
+                   - y: 1\n      z: 2\n\n# end\n";
         let root = ok(src);
         assert_eq!(
             root.to_json(),

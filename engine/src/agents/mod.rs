@@ -1,0 +1,77 @@
+//! Sub-agents: one file per agent kind behind one trait. The engine builds the input document,
+//! hands it to [`Agent::call`] with a [`CallContext`], and maps the result back; agents know
+//! nothing of payloads, steps or routing.
+//!
+//! `flow` agents are run by the engine itself (a child run); `llm` and `http` agents live in
+//! their own files as they come.
+
+pub mod command;
+pub mod mock;
+pub mod transform;
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::runtime::StepError;
+
+/// What an agent call knows besides its input document.
+#[derive(Clone, Copy)]
+pub struct CallContext<'a> {
+    pub run_id: &'a str,
+    /// The step id.
+    pub step: &'a str,
+    /// The hierarchical step number (`1.3.2`).
+    pub step_number: &'a str,
+    /// 1-based attempt of this call.
+    pub attempt: u32,
+    /// Stable across retries and resumes of the same step of the same item.
+    pub idempotency_key: &'a str,
+    /// The step's rendered `message`, if any.
+    pub message: Option<&'a str>,
+    /// Caller-given context (`--context`).
+    pub context: &'a Value,
+    /// Cancelled when the run is cancelled or the attempt times out.
+    pub cancel: &'a CancellationToken,
+    /// The per-attempt timeout (the engine enforces it too; agents with their own resources,
+    /// like a child process, clean up on cancellation).
+    pub timeout: Duration,
+    /// 0-based index of this call among the calls of this agent in this run (attempts
+    /// included), counted by the engine through [`AgentState::next_call`].
+    pub call_index: u64,
+}
+
+/// Per-run, per-agent counters: how many calls an agent has had in this run.
+#[derive(Default, Debug)]
+pub struct AgentState {
+    calls: Mutex<HashMap<String, u64>>,
+}
+
+impl AgentState {
+    /// Counts a call of agent `name` and returns its 0-based index in this run.
+    pub fn next_call(&self, name: &str) -> u64 {
+        let mut calls = self.calls.lock().expect("agent state lock");
+        let n = calls.entry(name.to_string()).or_insert(0);
+        let i = *n;
+        *n += 1;
+        i
+    }
+
+    /// Calls of each agent so far, for `expect.calls` in flow tests.
+    pub fn counts(&self) -> HashMap<String, u64> {
+        self.calls.lock().expect("agent state lock").clone()
+    }
+}
+
+/// One kind of sub-agent.
+pub trait Agent {
+    /// Runs the agent on `input`, returning its result document.
+    fn call(
+        &self,
+        input: Value,
+        cx: CallContext<'_>,
+    ) -> impl std::future::Future<Output = Result<Value, StepError>> + Send;
+}

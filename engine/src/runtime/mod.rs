@@ -1,0 +1,12 @@
+//! The runtime: a tokio executor over the compiled plan only — never YAML nodes, never
+//! unresolved names.
+//!
+//! [`eval`] evaluates CEL expressions over shared JSON values without converting whole
+//! payloads; [`data`] builds agent input documents and applies outputs (SPEC §5.2–5.4).
+
+pub mod data;
+pub mod error;
+pub mod eval;
+// pub mod record;
+
+pub use error::{ErrorKind, StepError};

@@ -74,7 +74,10 @@ fn deny_warnings_makes_warnings_fail() {
 #[test]
 fn errors_in_any_file_fail_the_run() {
     let dir = flows();
-    let out = lint(dir.path(), &["clean.yaml", "warning.yaml", "error.yaml", "--format", "json"]);
+    let out = lint(
+        dir.path(),
+        &["clean.yaml", "warning.yaml", "error.yaml", "--format", "json"],
+    );
     assert_eq!(out.code(), 1, "{out:?}");
     let files: Vec<String> = out.diagnostics().into_iter().map(|d| d.file).collect();
     assert!(files.iter().any(|f| f == "warning.yaml"), "{files:?}");
@@ -93,8 +96,15 @@ fn usage_errors_exit_2() {
     ] {
         let out = support::run(support::switchyard(dir.path()).args(&args));
         assert_eq!(out.code(), 2, "{args:?}: {out:?}");
-        assert!(!out.stderr.is_empty(), "{args:?}: a usage error explains itself on stderr");
-        assert!(out.stdout.is_empty(), "{args:?}: nothing on stdout: {}", out.stdout);
+        assert!(
+            !out.stderr.is_empty(),
+            "{args:?}: a usage error explains itself on stderr"
+        );
+        assert!(
+            out.stdout.is_empty(),
+            "{args:?}: nothing on stdout: {}",
+            out.stdout
+        );
     }
 }
 
@@ -131,7 +141,10 @@ fn json_lists_every_field() {
     }
     let d = &out.diagnostics()[0];
     assert_eq!((d.code.as_str(), d.rule.as_str()), ("SY201", "unknown-step"));
-    assert_eq!((d.file.as_str(), d.line, d.column, d.end_column), ("error.yaml", 9, 11, 20));
+    assert_eq!(
+        (d.file.as_str(), d.line, d.column, d.end_column),
+        ("error.yaml", 10, 11, 20)
+    );
     assert!(d.labels[0].primary, "the primary label comes first");
 }
 
@@ -144,7 +157,11 @@ fn sarif_is_valid_sarif_2_1_0() {
     let log: Value = serde_json::from_str(&out.stdout)
         .unwrap_or_else(|e| panic!("SARIF is not JSON ({e}):\n{}", out.stdout));
     assert_eq!(log["version"], "2.1.0");
-    assert!(log["$schema"].as_str().is_some_and(|s| s.contains("sarif")), "{}", log["$schema"]);
+    assert!(
+        log["$schema"].as_str().is_some_and(|s| s.contains("sarif")),
+        "{}",
+        log["$schema"]
+    );
     let run = &log["runs"][0];
     assert_eq!(run["tool"]["driver"]["name"], "switchyard");
     let rules = run["tool"]["driver"]["rules"].as_array().expect("rules");
@@ -154,17 +171,27 @@ fn sarif_is_valid_sarif_2_1_0() {
         assert_eq!(r["ruleId"], d.code.as_str());
         assert_eq!(r["level"], d.severity.as_str());
         let index = r["ruleIndex"].as_u64().expect("ruleIndex") as usize;
-        assert_eq!(rules[index]["id"], d.code.as_str(), "ruleIndex points at the rule");
+        assert_eq!(
+            rules[index]["id"],
+            d.code.as_str(),
+            "ruleIndex points at the rule"
+        );
         let loc = &r["locations"][0]["physicalLocation"];
         assert!(
-            loc["artifactLocation"]["uri"].as_str().is_some_and(|u| u.ends_with(&d.file)),
+            loc["artifactLocation"]["uri"]
+                .as_str()
+                .is_some_and(|u| u.ends_with(&d.file)),
             "{loc}"
         );
         assert_eq!(loc["region"]["startLine"], d.line);
         assert_eq!(loc["region"]["startColumn"], d.column);
         assert_eq!(loc["region"]["endLine"], d.end_line);
         assert_eq!(loc["region"]["endColumn"], d.end_column);
-        assert!(r["message"]["text"].as_str().is_some_and(|m| m.starts_with(&d.message)));
+        assert!(
+            r["message"]["text"]
+                .as_str()
+                .is_some_and(|m| m.starts_with(&d.message))
+        );
     }
 }
 
@@ -201,7 +228,11 @@ fn github_format_is_one_annotation_per_diagnostic() {
         assert!(line.contains(&format!("title={} {}::", d.code, d.rule)), "{line}");
         assert!(!line.contains('\n'), "one line per annotation");
     }
-    assert!(lines.iter().any(|l| l.starts_with("::warning file=warning.yaml,")));
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("::warning file=warning.yaml,"))
+    );
     assert!(lines.iter().any(|l| l.starts_with("::error file=error.yaml,")));
 }
 
@@ -212,7 +243,11 @@ fn human_format_ends_with_a_summary() {
     let last = out.stdout.lines().last().unwrap_or_default();
     assert_eq!(last, "checked 2 files: 2 errors, 1 warning", "{}", out.stdout);
     assert!(out.stdout.contains("error[SY201] unknown-step"), "{}", out.stdout);
-    assert!(out.stdout.contains("help: did you mean `fetch_docs`?"), "{}", out.stdout);
+    assert!(
+        out.stdout.contains("help: did you mean `fetch_docs`?"),
+        "{}",
+        out.stdout
+    );
 }
 
 #[test]
@@ -348,12 +383,26 @@ fn help_and_version_work() {
     let out = support::run(support::switchyard(Path::new(".")).arg("--help"));
     assert_eq!(out.code(), 0, "{out:?}");
     for word in ["Usage:", "lint", "explain"] {
-        assert!(out.stdout.contains(word), "--help mentions {word}:\n{}", out.stdout);
+        assert!(
+            out.stdout.contains(word),
+            "--help mentions {word}:\n{}",
+            out.stdout
+        );
     }
     let out = support::run(support::switchyard(Path::new(".")).args(["lint", "--help"]));
     assert_eq!(out.code(), 0, "{out:?}");
-    for word in ["Usage: switchyard lint", "--format", "--deny-warnings", "sarif", "github"] {
-        assert!(out.stdout.contains(word), "lint --help mentions {word}:\n{}", out.stdout);
+    for word in [
+        "Usage: switchyard lint",
+        "--format",
+        "--deny-warnings",
+        "sarif",
+        "github",
+    ] {
+        assert!(
+            out.stdout.contains(word),
+            "lint --help mentions {word}:\n{}",
+            out.stdout
+        );
     }
     let out = support::run(support::switchyard(Path::new(".")).arg("--version"));
     assert_eq!(out.code(), 0);

@@ -82,17 +82,29 @@ steps:
 
 #[test]
 fn alias_bomb_hits_the_expansion_budget() {
-    let mut s = String::from("flow: laughs\na: &a [\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\"]\n");
+    let mut s = String::from(
+        "flow: laughs\na: &a [\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\"]\n",
+    );
     let names = ["a", "b", "c", "d", "e", "f", "g", "h", "i"];
     for w in names.windows(2) {
-        s += &format!("{}: &{} [{}]\n", w[1], w[1], vec![format!("*{}", w[0]); 9].join(","));
+        s += &format!(
+            "{}: &{} [{}]\n",
+            w[1],
+            w[1],
+            vec![format!("*{}", w[0]); 9].join(",")
+        );
     }
     s += "steps:\n  one: {succeed: {}}\n";
     assert!(s.len() < 1000, "a few hundred bytes: {}", s.len());
     lint_bytes(
         "bomb.yaml",
         s.as_bytes(),
-        Expect { code: "SY101", line: None, column: None, needle: "alias" },
+        Expect {
+            code: "SY101",
+            line: None,
+            column: None,
+            needle: "alias",
+        },
     );
 }
 
@@ -107,7 +119,12 @@ fn quadratic_alias_blowup_in_keys_and_values_hits_a_budget() {
     lint_bytes(
         "doubling.yaml",
         s.as_bytes(),
-        Expect { code: "SY101", line: None, column: None, needle: "limit exceeded" },
+        Expect {
+            code: "SY101",
+            line: None,
+            column: None,
+            needle: "limit exceeded",
+        },
     );
 }
 
@@ -116,12 +133,22 @@ fn fifty_thousand_deep_flow_nesting_hits_the_depth_limit() {
     lint_bytes(
         "brackets.yaml",
         "[".repeat(50_000).as_bytes(),
-        Expect { code: "SY101", line: Some(1), column: None, needle: "nesting depth" },
+        Expect {
+            code: "SY101",
+            line: Some(1),
+            column: None,
+            needle: "nesting depth",
+        },
     );
     lint_bytes(
         "braces.yaml",
         "{a: ".repeat(50_000).as_bytes(),
-        Expect { code: "SY101", line: Some(1), column: None, needle: "nesting depth" },
+        Expect {
+            code: "SY101",
+            line: Some(1),
+            column: None,
+            needle: "nesting depth",
+        },
     );
 }
 
@@ -132,13 +159,23 @@ fn fifty_thousand_deep_block_nesting_hits_the_depth_limit() {
     lint_bytes(
         "dashes.yaml",
         text.as_bytes(),
-        Expect { code: "SY101", line: Some(1), column: None, needle: "nesting depth" },
+        Expect {
+            code: "SY101",
+            line: Some(1),
+            column: None,
+            needle: "nesting depth",
+        },
     );
     let text = format!("{}x\n", "? ".repeat(50_000));
     lint_bytes(
         "keys.yaml",
         text.as_bytes(),
-        Expect { code: "SY101", line: Some(1), column: None, needle: "nesting depth" },
+        Expect {
+            code: "SY101",
+            line: Some(1),
+            column: None,
+            needle: "nesting depth",
+        },
     );
 }
 
@@ -149,7 +186,12 @@ fn deeply_indented_block_mappings_hit_the_depth_limit() {
     lint_bytes(
         "indented.yaml",
         text.as_bytes(),
-        Expect { code: "SY101", line: None, column: None, needle: "nesting depth" },
+        Expect {
+            code: "SY101",
+            line: None,
+            column: None,
+            needle: "nesting depth",
+        },
     );
 }
 
@@ -163,7 +205,12 @@ fn twenty_megabyte_file_is_refused_by_size() {
     lint_bytes(
         "huge.yaml",
         &bytes,
-        Expect { code: "SY101", line: Some(1), column: None, needle: "larger than" },
+        Expect {
+            code: "SY101",
+            line: Some(1),
+            column: None,
+            needle: "larger than",
+        },
     );
 }
 
@@ -174,7 +221,12 @@ fn random_binary_garbage_is_a_syntax_error() {
         lint_bytes(
             &format!("garbage-{seed}.yaml"),
             &bytes,
-            Expect { code: "SY100", line: None, column: None, needle: "UTF-8" },
+            Expect {
+                code: "SY100",
+                line: None,
+                column: None,
+                needle: "UTF-8",
+            },
         );
     }
 }
@@ -186,12 +238,22 @@ fn nul_bytes_are_a_syntax_error_at_the_nul() {
     lint_bytes(
         "nul.yaml",
         text.as_bytes(),
-        Expect { code: "SY100", line: Some(7), column: Some(20), needle: "character" },
+        Expect {
+            code: "SY100",
+            line: Some(7),
+            column: Some(20),
+            needle: "character",
+        },
     );
     lint_bytes(
         "all-nul.yaml",
         &[0u8; 4096],
-        Expect { code: "SY100", line: Some(1), column: Some(1), needle: "character" },
+        Expect {
+            code: "SY100",
+            line: Some(1),
+            column: Some(1),
+            needle: "character",
+        },
     );
 }
 
@@ -210,7 +272,12 @@ fn invalid_utf8_in_the_middle_points_at_its_line() {
     lint_bytes(
         "latin1.yaml",
         &bytes,
-        Expect { code: "SY100", line: Some(7), column: Some(20), needle: "UTF-8" },
+        Expect {
+            code: "SY100",
+            line: Some(7),
+            column: Some(20),
+            needle: "UTF-8",
+        },
     );
 }
 
@@ -219,12 +286,22 @@ fn empty_file_is_a_missing_flow() {
     lint_bytes(
         "empty.yaml",
         b"",
-        Expect { code: "SY105", line: Some(1), column: Some(1), needle: "empty" },
+        Expect {
+            code: "SY105",
+            line: Some(1),
+            column: Some(1),
+            needle: "empty",
+        },
     );
     lint_bytes(
         "comments.yaml",
         b"# nothing but a comment\n\n# and another\n",
-        Expect { code: "SY105", line: None, column: None, needle: "empty" },
+        Expect {
+            code: "SY105",
+            line: None,
+            column: None,
+            needle: "empty",
+        },
     );
 }
 
@@ -233,12 +310,22 @@ fn a_list_is_not_a_flow() {
     lint_bytes(
         "list.yaml",
         b"- flow: listed\n- steps: {}\n",
-        Expect { code: "SY104", line: Some(1), column: Some(1), needle: "mapping" },
+        Expect {
+            code: "SY104",
+            line: Some(1),
+            column: Some(1),
+            needle: "mapping",
+        },
     );
     lint_bytes(
         "scalar.yaml",
         b"just some text\n",
-        Expect { code: "SY104", line: Some(1), column: Some(1), needle: "mapping" },
+        Expect {
+            code: "SY104",
+            line: Some(1),
+            column: Some(1),
+            needle: "mapping",
+        },
     );
 }
 
@@ -248,6 +335,11 @@ fn a_second_document_is_an_error_at_its_marker() {
     lint_bytes(
         "two-docs.yaml",
         text.as_bytes(),
-        Expect { code: "SY100", line: Some(11), column: Some(1), needle: "one YAML document" },
+        Expect {
+            code: "SY100",
+            line: Some(11),
+            column: Some(1),
+            needle: "one YAML document",
+        },
     );
 }

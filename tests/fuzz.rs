@@ -87,43 +87,188 @@ fn document(entries: &[(String, Y)]) -> String {
 /// Scalars of every YAML type, with the YAML 1.1 booleans, odd numbers and things that look like
 /// expressions, paths, durations, sizes, templates and secrets.
 const SCALARS: &[&str] = &[
-    "yes", "NO", "on", "Off", "y", "~", "null", "true", "False", "0x1F", "012", "-1", "0", "3",
-    "100001", "1e400", "-.inf", ".nan", "2.5", "99999999999999999999999", "5s", "5d", "250ms",
-    "1.5m", "8MiB", "12 parsecs", "\"quoted: string\"", "'single ''quoted'''", "\"\"",
-    "=payload.x", "=result.ok && true", "$.a.b", "$..x", "$.items[*].id", "\"{{ input.x }}\"",
-    "\"{% if x %}\"", "sk-abcdefghijklmnopqrstuvwxyz012345", "${env:API_KEY}", "ü", "a b",
-    "http://user:pw@host/x", "[]", "{}", "[1, [2, {a: b}]]", "{$.x: $.y, $.z: =1}", "!!str 3",
-    "&anchor value", "*anchor", "*undefined", "\"\\u0000\"", "|\n  block text", ">-\n  folded",
+    "yes",
+    "NO",
+    "on",
+    "Off",
+    "y",
+    "~",
+    "null",
+    "true",
+    "False",
+    "0x1F",
+    "012",
+    "-1",
+    "0",
+    "3",
+    "100001",
+    "1e400",
+    "-.inf",
+    ".nan",
+    "2.5",
+    "99999999999999999999999",
+    "5s",
+    "5d",
+    "250ms",
+    "1.5m",
+    "8MiB",
+    "12 parsecs",
+    "\"quoted: string\"",
+    "'single ''quoted'''",
+    "\"\"",
+    "=payload.x",
+    "=result.ok && true",
+    "$.a.b",
+    "$..x",
+    "$.items[*].id",
+    "\"{{ input.x }}\"",
+    "\"{% if x %}\"",
+    "sk-abcdefghijklmnopqrstuvwxyz012345",
+    "${env:API_KEY}",
+    "ü",
+    "a b",
+    "http://user:pw@host/x",
+    "[]",
+    "{}",
+    "[1, [2, {a: b}]]",
+    "{$.x: $.y, $.z: =1}",
+    "!!str 3",
+    "&anchor value",
+    "*anchor",
+    "*undefined",
+    "\"\\u0000\"",
+    "|\n  block text",
+    ">-\n  folded",
 ];
 
 const STEP_IDS: &[&str] = &[
-    "classify", "fetch", "fetch_docs", "draft", "a", "b2", "end", "Fetch", "fetch-docs", "2fast",
-    "yes", "NO", "\"quoted id\"", "ü", "start",
+    "classify",
+    "fetch",
+    "fetch_docs",
+    "draft",
+    "a",
+    "b2",
+    "end",
+    "Fetch",
+    "fetch-docs",
+    "2fast",
+    "yes",
+    "NO",
+    "\"quoted id\"",
+    "ü",
+    "start",
 ];
 
-const AGENT_NAMES: &[&str] =
-    &["classifier", "kb_search", "writer", "Writer", "kb-search", "x", "end", "poll"];
+const AGENT_NAMES: &[&str] = &[
+    "classifier",
+    "kb_search",
+    "writer",
+    "Writer",
+    "kb-search",
+    "x",
+    "end",
+    "poll",
+];
 
-const KINDS: &[&str] = &["llm", "command", "http", "flow", "transform", "mock", "comand", "3"];
+const KINDS: &[&str] = &[
+    "llm",
+    "command",
+    "http",
+    "flow",
+    "transform",
+    "mock",
+    "comand",
+    "3",
+];
 
 /// Keys of every place, some misspelt, so that unknown-key checks and did-you-mean run.
 const KEYS: &[&str] = &[
-    "description", "next", "timeout", "retry", "idempotent", "message", "scope", "input",
-    "output", "foreach", "as", "max_items", "tolerate", "select", "concurrency", "while",
-    "max_iterations", "delay", "fail_fast", "nxt", "agnet", "stpes", "retries", "on", "to", "if",
-    "errors", "kind", "provider", "model", "system", "prompt", "temperature", "max_tokens",
-    "message_mode", "max_messages", "run", "env", "url", "headers", "path", "steps", "result",
-    "returns", "sequence", "latency", "fail_times", "fail_rate", "seed", "result_schema",
-    "api_key", "base_url", "attempts", "backoff", "max_backoff", "factor", "jitter", "\"odd key\"",
+    "description",
+    "next",
+    "timeout",
+    "retry",
+    "idempotent",
+    "message",
+    "scope",
+    "input",
+    "output",
+    "foreach",
+    "as",
+    "max_items",
+    "tolerate",
+    "select",
+    "concurrency",
+    "while",
+    "max_iterations",
+    "delay",
+    "fail_fast",
+    "nxt",
+    "agnet",
+    "stpes",
+    "retries",
+    "on",
+    "to",
+    "if",
+    "errors",
+    "kind",
+    "provider",
+    "model",
+    "system",
+    "prompt",
+    "temperature",
+    "max_tokens",
+    "message_mode",
+    "max_messages",
+    "run",
+    "env",
+    "url",
+    "headers",
+    "path",
+    "steps",
+    "result",
+    "returns",
+    "sequence",
+    "latency",
+    "fail_times",
+    "fail_rate",
+    "seed",
+    "result_schema",
+    "api_key",
+    "base_url",
+    "attempts",
+    "backoff",
+    "max_backoff",
+    "factor",
+    "jitter",
+    "\"odd key\"",
 ];
 
 const FLOW_NAMES: &[&str] = &["ok", "ticket-triage", "Bad Name", "42", "\"\"", "x_y-z"];
 
-const IMPORTS: &[&str] = &["lib.yaml", "missing.yaml", "../outside.yaml", "flow.yaml", "/etc/x.yaml"];
+const IMPORTS: &[&str] = &[
+    "lib.yaml",
+    "missing.yaml",
+    "../outside.yaml",
+    "flow.yaml",
+    "/etc/x.yaml",
+];
 
-const FLOW_PATHS: &[&str] = &["flow.yaml", "other.yaml", "missing.yaml", "../up.yaml", "lib.yaml"];
+const FLOW_PATHS: &[&str] = &[
+    "flow.yaml",
+    "other.yaml",
+    "missing.yaml",
+    "../up.yaml",
+    "lib.yaml",
+];
 
-const CONDITIONS: &[&str] = &["result.ok", "payload.x > 1", "true", "\"!result.done\"", "yes", "3"];
+const CONDITIONS: &[&str] = &[
+    "result.ok",
+    "payload.x > 1",
+    "true",
+    "\"!result.done\"",
+    "yes",
+    "3",
+];
 
 const OUTCOMES: &[&str] = &["success", "failure", "always", "yes", "sucess"];
 
@@ -213,7 +358,9 @@ fn next() -> BoxedStrategy<Y> {
 /// An agent definition; `depth` bounds inline flows inside it.
 fn agent_def(depth: u32) -> BoxedStrategy<Y> {
     let kind_specific = if depth == 0 {
-        pick(FLOW_PATHS).prop_map(|p| vec![("path".to_owned(), Y::S(p))]).boxed()
+        pick(FLOW_PATHS)
+            .prop_map(|p| vec![("path".to_owned(), Y::S(p))])
+            .boxed()
     } else {
         prop_oneof![
             pick(FLOW_PATHS).prop_map(|p| vec![("path".to_owned(), Y::S(p))]),
@@ -305,57 +452,68 @@ fn flow() -> BoxedStrategy<String> {
         prop::option::of(pick(FLOW_NAMES)),
         prop::option::of(prop::collection::vec(pick(IMPORTS), 0..3)),
         prop::collection::vec((pick(AGENT_NAMES), agent_def(1)), 0..4),
-        prop::option::of(select(&["[llm, mock]", "[]", "[flow, mock, command]", "[bogus]"][..])),
+        prop::option::of(select(
+            &["[llm, mock]", "[]", "[flow, mock, command]", "[bogus]"][..],
+        )),
         prop::option::of(pick(STEP_IDS)),
         steps(1),
         prop::collection::vec((pick(KEYS), value()), 0..3),
-        prop::option::of(select(&["{timeout: 5s, retry: {attempts: 0}}", "{timeout: 5}", "[]"][..])),
-        prop::option::of(select(&["{max_depth: 99, max_steps: 0}", "{max_payload_bytes: 12}"][..])),
+        prop::option::of(select(
+            &["{timeout: 5s, retry: {attempts: 0}}", "{timeout: 5}", "[]"][..],
+        )),
+        prop::option::of(select(
+            &["{max_depth: 99, max_steps: 0}", "{max_payload_bytes: 12}"][..],
+        )),
         prop::option::of((pick(STEP_IDS), pick(AGENT_NAMES))),
     )
-        .prop_map(|(name, imports, agents, allow, start, steps, extra, defaults, limits, test)| {
-            let mut top = Vec::new();
-            if let Some(n) = name {
-                top.push(("flow".to_owned(), Y::S(n)));
-            }
-            if let Some(i) = imports {
-                top.push(("imports".into(), Y::L(i.into_iter().map(Y::S).collect())));
-            }
-            if !agents.is_empty() {
-                top.push(("agents".into(), Y::M(agents)));
-            }
-            if let Some(a) = allow {
-                top.push(("allow".into(), s(a)));
-            }
-            if let Some(st) = start {
-                top.push(("start".into(), Y::S(st)));
-            }
-            top.push(("steps".into(), steps));
-            if let Some(d) = defaults {
-                top.push(("defaults".into(), s(d)));
-            }
-            if let Some(l) = limits {
-                top.push(("limits".into(), s(l)));
-            }
-            if let Some((path_step, mocked)) = test {
-                let t = Y::M(vec![
-                    ("name".into(), s("a test")),
-                    ("mocks".into(), Y::M(vec![(mocked, s("{returns: {}}"))])),
-                    ("expect".into(), Y::S(format!("{{status: succeeded, path: [{path_step}]}}"))),
-                ]);
-                top.push(("tests".into(), Y::L(vec![t])));
-            }
-            top.extend(extra);
-            document(&top)
-        })
+        .prop_map(
+            |(name, imports, agents, allow, start, steps, extra, defaults, limits, test)| {
+                let mut top = Vec::new();
+                if let Some(n) = name {
+                    top.push(("flow".to_owned(), Y::S(n)));
+                }
+                if let Some(i) = imports {
+                    top.push(("imports".into(), Y::L(i.into_iter().map(Y::S).collect())));
+                }
+                if !agents.is_empty() {
+                    top.push(("agents".into(), Y::M(agents)));
+                }
+                if let Some(a) = allow {
+                    top.push(("allow".into(), s(a)));
+                }
+                if let Some(st) = start {
+                    top.push(("start".into(), Y::S(st)));
+                }
+                top.push(("steps".into(), steps));
+                if let Some(d) = defaults {
+                    top.push(("defaults".into(), s(d)));
+                }
+                if let Some(l) = limits {
+                    top.push(("limits".into(), s(l)));
+                }
+                if let Some((path_step, mocked)) = test {
+                    let t = Y::M(vec![
+                        ("name".into(), s("a test")),
+                        ("mocks".into(), Y::M(vec![(mocked, s("{returns: {}}"))])),
+                        (
+                            "expect".into(),
+                            Y::S(format!("{{status: succeeded, path: [{path_step}]}}")),
+                        ),
+                    ]);
+                    top.push(("tests".into(), Y::L(vec![t])));
+                }
+                top.extend(extra);
+                document(&top)
+            },
+        )
         .boxed()
 }
 
 // ----- mutations ---------------------------------------------------------------------------------
 
 const TOKENS: &[&str] = &[
-    "{", "}", "[", "]", "&", "*", ":", "{[&*:", "&a ", "*a", "- ", "? ", "\t", "\n", "#", "\"",
-    "'", "|", ">", "!", "%", "@", "`", "---\n", "...\n", "\u{feff}", "\0", "ü", "\r",
+    "{", "}", "[", "]", "&", "*", ":", "{[&*:", "&a ", "*a", "- ", "? ", "\t", "\n", "#", "\"", "'", "|",
+    ">", "!", "%", "@", "`", "---\n", "...\n", "\u{feff}", "\0", "ü", "\r",
 ];
 
 #[derive(Clone, Debug)]
@@ -424,7 +582,7 @@ agents:
   child:
     kind: flow
     steps:
-      inner: {agent: {kind: mock, returns: {x: 1}}, output: "*"}
+      inner: {agent: {kind: mock, returns: {x: 1}}, output: \"*\"}
 start: classify
 steps:
   classify:
@@ -483,7 +641,10 @@ fn invariant_violations(project: &Project, diags: &[Diagnostic]) -> Vec<String> 
     let files = project.sources.files().count();
     let mut out = Vec::new();
     for d in diags {
-        if !RULES.iter().any(|r| r.code == d.rule.code && r.name == d.rule.name) {
+        if !RULES
+            .iter()
+            .any(|r| r.code == d.rule.code && r.name == d.rule.name)
+        {
             out.push(format!("{}: code not in the registry", d.rule.code));
         }
         if d.message.trim().is_empty() {
@@ -604,10 +765,7 @@ fn generated_flows_reach_the_rules() {
     let mut codes = std::collections::BTreeSet::new();
     const SAMPLES: usize = 200;
     for _ in 0..SAMPLES {
-        let text = strategy
-            .new_tree(&mut runner)
-            .expect("a sample")
-            .current();
+        let text = strategy.new_tree(&mut runner).expect("a sample").current();
         let json = check_input(&dir, text.as_bytes()).unwrap_or_else(|e| panic!("{e}"));
         let diags: Vec<support::JsonDiagnostic> = serde_json::from_str(&json).expect("JSON");
         if !diags.iter().any(|d| d.code == "SY100" || d.code == "SY101") {
@@ -639,7 +797,11 @@ fn rich_flow_is_clean() {
 #[test]
 fn invalid_utf8_spans_cover_whole_characters() {
     let dir = workspace("fuzz-utf8");
-    for bytes in [&b"\xe6low: x\nsteps: {}\n"[..], b"flow: caf\xe9\nsteps: {}\n", b"\xff"] {
+    for bytes in [
+        &b"\xe6low: x\nsteps: {}\n"[..],
+        b"flow: caf\xe9\nsteps: {}\n",
+        b"\xff",
+    ] {
         if let Err(e) = check_input(&dir, bytes) {
             panic!("{e}");
         }
@@ -652,6 +814,9 @@ fn mutations_apply_at_any_position() {
     assert_eq!(mutate(base, &[Mutation::Truncate(1)]), b"a".to_vec());
     assert_eq!(mutate(base, &[Mutation::Truncate(usize::MAX)]), b"abc".to_vec());
     assert_eq!(mutate(base, &[Mutation::Insert(0, "{")]), b"{abc".to_vec());
-    assert_eq!(mutate(b"", &[Mutation::Flip(5, 1), Mutation::Delete(3, 4)]), Vec::<u8>::new());
+    assert_eq!(
+        mutate(b"", &[Mutation::Flip(5, 1), Mutation::Delete(3, 4)]),
+        Vec::<u8>::new()
+    );
     assert_eq!(mutate(base, &[Mutation::RawByte(3, 0xff)]), b"abc\xff".to_vec());
 }

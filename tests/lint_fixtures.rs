@@ -46,9 +46,12 @@
 //! Expectations may also sit in helper files (the other place of a duplicate definition, the
 //! import that closes a cycle). A diagnostic in a helper file must match one of that file's
 //! expectations; each helper expectation must be met by at least one fixture of the folder.
-//! The exit code must be 1 when an error is expected and 0 otherwise.
+//! The exit code must be 1 when an error is expected and 0 otherwise, and every fixture must
+//! show the rule of its folder (in its own file or a helper's).
 //!
 //! A line that starts like an expectation but does not parse is a test failure, never ignored.
+//! For every unexpected diagnostic, the failure message prints a ready-to-paste expectation;
+//! read it against the rule before pasting it — a fixture states what lint *should* say.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -190,10 +193,7 @@ fn markers(line: &str) -> Result<Option<(usize, usize, String)>, String> {
     // `@C`: an explicit column for the first marker.
     let mut explicit = None;
     if chars.get(i) == Some(&'@') {
-        let digits: String = chars[i + 1..]
-            .iter()
-            .take_while(|c| c.is_ascii_digit())
-            .collect();
+        let digits: String = chars[i + 1..].iter().take_while(|c| c.is_ascii_digit()).collect();
         let col: usize = digits
             .parse()
             .map_err(|_| format!("`@` must be followed by a column number: {line:?}"))?;
@@ -203,7 +203,9 @@ fn markers(line: &str) -> Result<Option<(usize, usize, String)>, String> {
         explicit = Some(col);
         i += 1 + digits.len();
         if chars.get(i) != Some(&' ') {
-            return Err(format!("`@{col}` must be followed by a space and markers: {line:?}"));
+            return Err(format!(
+                "`@{col}` must be followed by a space and markers: {line:?}"
+            ));
         }
         while chars.get(i) == Some(&' ') {
             i += 1;
@@ -261,8 +263,7 @@ fn annotation(rest: &str, line: &str) -> Result<(Option<usize>, Kind, String, St
         .find("]: ")
         .ok_or_else(|| format!("expected `]: message` after the code: {line:?}"))?;
     let code = &r[..close];
-    if !(code.len() == 5 && code.starts_with("SY") && code[2..].chars().all(|c| c.is_ascii_digit()))
-    {
+    if !(code.len() == 5 && code.starts_with("SY") && code[2..].chars().all(|c| c.is_ascii_digit())) {
         return Err(format!("`{code}` is not a lint code like `SY201`: {line:?}"));
     }
     let message = r[close + 3..].trim_end();
@@ -362,7 +363,11 @@ fn parse_file(name: &str, text: &str) -> Result<FileInfo, Vec<String>> {
         }
     }
     if errors.is_empty() {
-        Ok(FileInfo { lines, code_index, expectations })
+        Ok(FileInfo {
+            lines,
+            code_index,
+            expectations,
+        })
     } else {
         Err(errors)
     }
@@ -439,10 +444,7 @@ fn suggestion(d: &JsonDiagnostic, file: Option<&FileInfo>) -> String {
         .as_ref()
         .map(|h| format!("\n    # help: {h}"))
         .unwrap_or_default();
-    format!(
-        "    {lead} {down}{}[{}]: {}{help}",
-        d.severity, d.code, d.message
-    )
+    format!("    {lead} {down}{}[{}]: {}{help}", d.severity, d.code, d.message)
 }
 
 fn matches(e: &Expectation, d: &JsonDiagnostic, file: &FileInfo) -> bool {
@@ -502,7 +504,9 @@ pub fn check_rule_folder(rule: &str) {
         .find(|(_, name)| name == rule)
         .map(|(code, _)| code);
     if own_code.is_none() {
-        problems.push(format!("`{rule}` is not the name of a rule in `switchyard explain --list`"));
+        problems.push(format!(
+            "`{rule}` is not the name of a rule in `switchyard explain --list`"
+        ));
     }
     // Helper expectations met by some fixture: (file, index).
     let mut helper_hits: BTreeSet<(String, usize)> = BTreeSet::new();
@@ -533,9 +537,10 @@ pub fn check_rule_folder(rule: &str) {
         for d in &diags {
             let file = files.get(&d.file);
             let hit = file.and_then(|info| {
-                candidates.iter().enumerate().position(|(j, (_, _, e))| {
-                    !used[j] && e.kind != Kind::Note && matches(e, d, info)
-                })
+                candidates
+                    .iter()
+                    .enumerate()
+                    .position(|(j, (_, _, e))| !used[j] && e.kind != Kind::Note && matches(e, d, info))
             });
             match hit {
                 Some(j) => used[j] = true,
@@ -598,10 +603,7 @@ pub fn check_rule_folder(rule: &str) {
     for (name, info) in files.iter().filter(|(n, _)| n.contains('/')) {
         for (i, e) in info.expectations.iter().enumerate() {
             if !helper_hits.contains(&(name.clone(), i)) {
-                problems.push(format!(
-                    "{rule}: no fixture of the folder met {}",
-                    e.describe()
-                ));
+                problems.push(format!("{rule}: no fixture of the folder met {}", e.describe()));
             }
         }
     }
@@ -718,7 +720,8 @@ const NOT_YET_IMPLEMENTED: &[&str] = &[];
 
 /// The (code, name) pairs of `switchyard explain --list`.
 pub fn listed_rules() -> Vec<(String, String)> {
-    let out = support::run(support::switchyard(Path::new(env!("CARGO_MANIFEST_DIR"))).args(["explain", "--list"]));
+    let out =
+        support::run(support::switchyard(Path::new(env!("CARGO_MANIFEST_DIR"))).args(["explain", "--list"]));
     assert_eq!(out.code(), 0, "explain --list failed: {}", out.stderr);
     let rules: Vec<(String, String)> = out
         .stdout
@@ -727,11 +730,18 @@ pub fn listed_rules() -> Vec<(String, String)> {
         .map(|l| {
             let mut words = l.split_whitespace();
             let code = words.next().expect("a code").to_owned();
-            let name = words.next().unwrap_or_else(|| panic!("no rule name in {l:?}")).to_owned();
+            let name = words
+                .next()
+                .unwrap_or_else(|| panic!("no rule name in {l:?}"))
+                .to_owned();
             (code, name)
         })
         .collect();
-    assert!(rules.len() >= 30, "explain --list lists too few rules:\n{}", out.stdout);
+    assert!(
+        rules.len() >= 30,
+        "explain --list lists too few rules:\n{}",
+        out.stdout
+    );
     rules
 }
 
@@ -765,12 +775,16 @@ fn every_listed_rule_has_a_fixture_folder() {
     }
     for name in NOT_YET_IMPLEMENTED {
         if !listed.iter().any(|(_, n)| n == name) {
-            problems.push(format!("NOT_YET_IMPLEMENTED names `{name}`, which `explain --list` does not list"));
+            problems.push(format!(
+                "NOT_YET_IMPLEMENTED names `{name}`, which `explain --list` does not list"
+            ));
         }
     }
     for folder in &on_disk {
         if !listed.iter().any(|(_, n)| n == folder) {
-            problems.push(format!("fixture folder `{folder}` is not the name of a listed rule"));
+            problems.push(format!(
+                "fixture folder `{folder}` is not the name of a listed rule"
+            ));
         }
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
@@ -783,9 +797,18 @@ fn every_fixture_folder_has_a_test() {
     let tested: BTreeSet<&str> = TESTED.iter().copied().collect();
     assert_eq!(generated, tested, "TESTED and rule_tests! disagree");
     let missing: Vec<&String> = on_disk.iter().filter(|f| !tested.contains(f.as_str())).collect();
-    assert!(missing.is_empty(), "fixture folders without a test in rule_tests!: {missing:?}");
-    let stale: Vec<&&str> = TESTED.iter().filter(|t| !on_disk.iter().any(|f| f == *t)).collect();
-    assert!(stale.is_empty(), "rule_tests! names folders that do not exist: {stale:?}");
+    assert!(
+        missing.is_empty(),
+        "fixture folders without a test in rule_tests!: {missing:?}"
+    );
+    let stale: Vec<&&str> = TESTED
+        .iter()
+        .filter(|t| !on_disk.iter().any(|f| f == *t))
+        .collect();
+    assert!(
+        stale.is_empty(),
+        "rule_tests! names folders that do not exist: {stale:?}"
+    );
 }
 
 /// Each folder expects at least one diagnostic of its own rule (each fixture's share is checked
@@ -795,7 +818,9 @@ fn every_fixture_folder_expects_its_own_rule() {
     let listed = listed_rules();
     let mut problems = Vec::new();
     for folder in folders_on_disk() {
-        let Some((code, _)) = listed.iter().find(|(_, n)| *n == folder) else { continue };
+        let Some((code, _)) = listed.iter().find(|(_, n)| *n == folder) else {
+            continue;
+        };
         let dir = support::fixtures_dir().join(&folder);
         if !expected_codes(&dir).contains(code) {
             problems.push(format!("{folder}: no fixture expects {code}"));
@@ -827,7 +852,9 @@ mod syntax {
     fn stacked_expectations_mark_the_same_line_and_help_attaches() {
         let text = "x: abc\n#  ^^^ error[SY100]: one\n#  help: fix it...\n# ^ warning[SY503]: two\n";
         let info = parse_file("t.yaml", text).expect("parses");
-        let [a, b] = info.expectations.as_slice() else { panic!("two expectations") };
+        let [a, b] = info.expectations.as_slice() else {
+            panic!("two expectations")
+        };
         assert_eq!((a.line, a.column, b.line, b.column), (1, 4, 1, 3));
         assert!(a.help.as_ref().is_some_and(|h| h.matches("fix it now")));
         assert!(b.help.is_none());

@@ -106,10 +106,7 @@ fn drain(mut pipe: impl Read + Send + 'static) -> std::thread::JoinHandle<String
 
 /// `switchyard lint ARGS... --format json` in `cwd`.
 pub fn lint_json(cwd: &Path, args: &[&str]) -> Output {
-    run(switchyard(cwd)
-        .arg("lint")
-        .args(args)
-        .args(["--format", "json"]))
+    run(switchyard(cwd).arg("lint").args(args).args(["--format", "json"]))
 }
 
 /// One diagnostic of `--format json`.
@@ -196,6 +193,7 @@ agents:
 steps:
   fetch:
     agent: fetcher
+    output: {$.fetched: $}
     next: done
   done:
     succeed: {}
@@ -229,6 +227,7 @@ agents:
 steps:
   fetch:
     agent: fetcher
+    output: {$.fetched: $}
     next: fetch_doc
   fetch_docs:
     succeed: {}

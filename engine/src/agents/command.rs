@@ -1,1 +1,961 @@
-//! TODO
+//! The `command` agent (SPEC §6): runs a program — never through a shell — with the input
+//! document as JSON on stdin, and parses its stdout as one JSON value.
+//!
+//! This module is the only place that starts subprocesses (STYLE "Errors, I/O and safety"). It
+//! owns the child's argv (each `run` argument a template rendered with `input`, `message` and
+//! `context`; the results are argv entries, never re-parsed), its environment (cleared; then
+//! `PATH` inherited from this process, the `env:` entries — which may replace `PATH` — with
+//! their `${env:NAME}` secret references resolved at the call ([`resolve_secret_refs`]), then
+//! `SWITCHYARD_RUN_ID`, `SWITCHYARD_STEP`, `SWITCHYARD_ATTEMPT`, `SWITCHYARD_IDEMPOTENCY_KEY`,
+//! which `env:` cannot override), its own process group, and the reading of its output: stdin is
+//! written while stdout and stderr are read, concurrently, so a child that writes much to stderr
+//! before reading stdin does not deadlock. stdout is capped at `max_output`; only the last
+//! [`STDERR_TAIL`] bytes of stderr are kept.
+//!
+//! On timeout (`cx.timeout`, enforced here too), cancellation (`cx.cancel`), an output overflow,
+//! or when the call's future is dropped, the whole process group is killed with `SIGKILL`
+//! before the child is reaped, so no grandchild outlives the call. When the program exits by
+//! itself, processes it left running in the background are not killed (its group id may be
+//! reused once it is reaped); those that keep stdout or stderr open hold the call until its
+//! timeout, which kills them.
+//!
+//! Secret values are never logged and never put in an error: errors name the variable only.
+
+use std::io;
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::process::{ChildStdin, Command};
+
+use super::transform::agent_vars;
+use super::{Agent, CallContext};
+use crate::plan::CommandPlan;
+use crate::runtime::eval;
+use crate::runtime::{ErrorKind, StepError};
+
+/// How much of the end of stderr an error carries (cut on a UTF-8 character boundary).
+pub const STDERR_TAIL: usize = 2048;
+
+/// How much of the start of an invalid stdout an error quotes.
+const STDOUT_HEAD: usize = 200;
+
+/// How long to wait for a killed child to be reaped before leaving it to tokio's orphan reaper.
+const REAP_GRACE: Duration = Duration::from_secs(5);
+
+/// A `command` agent, borrowing its plan (the engine holds the plan in an `Arc` for the run).
+#[derive(Clone, Copy, Debug)]
+pub struct CommandAgent<'p>(pub &'p CommandPlan);
+
+impl Agent for CommandAgent<'_> {
+    async fn call(&self, input: Value, cx: CallContext<'_>) -> Result<Value, StepError> {
+        let plan = self.0;
+        let argv = render_argv(plan, &input, &cx)?;
+        let env = resolve_env(plan)?;
+        let stdin = serde_json::to_vec(&input).expect("a JSON value serializes");
+        drop(input);
+        run(plan, &argv, env, stdin, &cx).await
+    }
+}
+
+/// Replaces every secret reference `${env:NAME}` in `s` with the value of `NAME` in this
+/// process's environment, read now. Other text, including a `$` or `${...}` that is not a secret
+/// reference, is kept as is; substituted values are not scanned again.
+///
+/// Errors (kind `agent`) name the variable, never a value: a variable that is not set or not
+/// valid UTF-8, an unterminated reference, or a name that is not letters, digits and `_`.
+pub fn resolve_secret_refs(s: &str) -> Result<String, StepError> {
+    const OPEN: &str = "${env:";
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(at) = rest.find(OPEN) {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + OPEN.len()..];
+        let Some(end) = after.find('}') else {
+            return Err(StepError::new(
+                ErrorKind::Agent,
+                "unterminated secret reference: `${env:` without a closing `}`",
+            ));
+        };
+        let name = &after[..end];
+        if !is_var_name(name) {
+            // The text may be a secret pasted in by mistake: do not quote it.
+            return Err(StepError::new(
+                ErrorKind::Agent,
+                "invalid secret reference: write `${env:NAME}` with NAME made of letters, digits and `_`",
+            ));
+        }
+        match std::env::var(name) {
+            Ok(value) => out.push_str(&value),
+            Err(std::env::VarError::NotPresent) => {
+                return Err(StepError::new(
+                    ErrorKind::Agent,
+                    format!("environment variable {name} is not set"),
+                ));
+            }
+            Err(std::env::VarError::NotUnicode(_)) => {
+                return Err(StepError::new(
+                    ErrorKind::Agent,
+                    format!("environment variable {name} is not valid UTF-8"),
+                ));
+            }
+        }
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+fn is_var_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// Renders each `run` argument; plain text (no template tags) is taken as is.
+fn render_argv(plan: &CommandPlan, input: &Value, cx: &CallContext<'_>) -> Result<Vec<String>, StepError> {
+    if plan.run.is_empty() {
+        return Err(StepError::new(
+            ErrorKind::Agent,
+            "command agent has an empty `run`",
+        ));
+    }
+    if plan.run.iter().all(|t| t.is_plain()) {
+        return Ok(plan.run.iter().map(|t| t.text().to_owned()).collect());
+    }
+    let message = cx.message.map(|m| Value::String(m.to_owned()));
+    let vars = agent_vars(input, message.as_ref(), cx.context);
+    plan.run
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            if t.is_plain() {
+                return Ok(t.text().to_owned());
+            }
+            eval::render(t, &vars).map_err(|e| StepError {
+                message: format!("`run` argument {}: {}", i + 1, e.message),
+                ..e
+            })
+        })
+        .collect()
+}
+
+/// The `env:` entries with their secret references resolved. The values are secrets: they go
+/// to the child only.
+fn resolve_env(plan: &CommandPlan) -> Result<Vec<(&str, String)>, StepError> {
+    plan.env
+        .iter()
+        .map(|(k, v)| {
+            resolve_secret_refs(v)
+                .map(|v| (k.as_str(), v))
+                .map_err(|e| StepError {
+                    message: format!("env `{k}`: {}", e.message),
+                    ..e
+                })
+        })
+        .collect()
+}
+
+/// How the child's run ended, before its output is judged.
+enum Ended {
+    Exited {
+        status: ExitStatus,
+        stdout: Vec<u8>,
+        stderr: Tail,
+    },
+    Overflow,
+    TimedOut,
+    Cancelled,
+    Io(io::Error),
+}
+
+/// The child's process group, killed with `SIGKILL` when dropped while armed — that is, until
+/// the child has been reaped (after which its id may name another process group).
+struct Group {
+    pgid: libc::pid_t,
+    armed: bool,
+}
+
+impl Group {
+    fn kill(&self) {
+        // SAFETY: killpg only sends a signal. While `armed`, the group leader (our child) is not
+        // yet reaped, so `pgid` still names its group and no other.
+        unsafe {
+            libc::killpg(self.pgid, libc::SIGKILL);
+        }
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        if self.armed {
+            self.kill();
+        }
+    }
+}
+
+async fn run(
+    plan: &CommandPlan,
+    argv: &[String],
+    env: Vec<(&str, String)>,
+    stdin: Vec<u8>,
+    cx: &CallContext<'_>,
+) -> Result<Value, StepError> {
+    let program = argv[0].as_str();
+    let mut cmd = Command::new(program);
+    cmd.args(&argv[1..]).env_clear();
+    if let Some(path) = std::env::var_os("PATH") {
+        cmd.env("PATH", path);
+    }
+    cmd.envs(env)
+        .env("SWITCHYARD_RUN_ID", cx.run_id)
+        .env("SWITCHYARD_STEP", cx.step)
+        .env("SWITCHYARD_ATTEMPT", cx.attempt.to_string())
+        .env("SWITCHYARD_IDEMPOTENCY_KEY", cx.idempotency_key);
+    if let Some(dir) = &plan.cwd {
+        cmd.current_dir(dir);
+    }
+    cmd.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| spawn_error(program, plan.cwd.as_deref(), &e))?;
+    let pid = child.id().expect("a child that was just spawned has a pid");
+    let mut group = Group {
+        pgid: libc::pid_t::try_from(pid).expect("pids fit in pid_t"),
+        armed: true,
+    };
+    tracing::debug!(
+        program,
+        pid,
+        run = cx.run_id,
+        step = cx.step,
+        attempt = cx.attempt,
+        "command started"
+    );
+
+    let child_stdin = child.stdin.take().expect("stdin is piped");
+    let child_stdout = child.stdout.take().expect("stdout is piped");
+    let child_stderr = child.stderr.take().expect("stderr is piped");
+    let max_output = plan.max_output;
+    let io = async {
+        let ((), stdout, stderr) = tokio::try_join!(
+            write_stdin(child_stdin, stdin),
+            read_capped(child_stdout, max_output),
+            read_tail(child_stderr),
+        )?;
+        let status = child.wait().await.map_err(Ended::Io)?;
+        Ok::<_, Ended>(Ended::Exited {
+            status,
+            stdout,
+            stderr,
+        })
+    };
+    let ended = tokio::select! {
+        biased;
+        _ = cx.cancel.cancelled() => Ended::Cancelled,
+        r = tokio::time::timeout(cx.timeout, io) => match r {
+            Err(_) => Ended::TimedOut,
+            Ok(Ok(ended) | Err(ended)) => ended,
+        },
+    };
+    if !matches!(ended, Ended::Exited { .. }) {
+        group.kill();
+        if tokio::time::timeout(REAP_GRACE, child.wait()).await.is_err() {
+            tracing::warn!(program, pid, "killed command not reaped yet; left to the runtime");
+        }
+    }
+    // Reaped (or handed to tokio's orphan reaper by `kill_on_drop`): never signal the group again.
+    group.armed = false;
+    tracing::debug!(program, pid, "command finished");
+
+    match ended {
+        Ended::Exited {
+            status,
+            stdout,
+            stderr,
+        } => judge(program, status, &stdout, &stderr),
+        Ended::Overflow => Err(StepError::new(
+            ErrorKind::InvalidOutput,
+            format!(
+                "command `{program}`: stdout exceeded {} (max_output)",
+                fmt_size(plan.max_output)
+            ),
+        )),
+        Ended::TimedOut => Err(StepError::new(
+            ErrorKind::Timeout,
+            format!("command `{program}` timed out after {}", fmt_duration(cx.timeout)),
+        )),
+        Ended::Cancelled => Err(StepError::new(
+            ErrorKind::Cancelled,
+            format!("command `{program}` cancelled"),
+        )),
+        Ended::Io(e) => Err(StepError::new(
+            ErrorKind::Agent,
+            format!("command `{program}`: reading its output: {e}"),
+        )),
+    }
+}
+
+fn spawn_error(program: &str, cwd: Option<&Path>, e: &io::Error) -> StepError {
+    let why = match e.kind() {
+        io::ErrorKind::NotFound => match cwd {
+            Some(dir) if !dir.is_dir() => format!("working directory `{}` does not exist", dir.display()),
+            _ => "no such program".to_owned(),
+        },
+        io::ErrorKind::PermissionDenied => "permission denied".to_owned(),
+        _ => e.to_string(),
+    };
+    StepError::new(ErrorKind::Agent, format!("cannot run `{program}`: {why}"))
+}
+
+/// Writes the input document and closes stdin. A child that exits without reading all of it
+/// is not an error (its exit status and output decide).
+async fn write_stdin(mut w: ChildStdin, bytes: Vec<u8>) -> Result<(), Ended> {
+    if let Err(e) = w.write_all(&bytes).await
+        && e.kind() != io::ErrorKind::BrokenPipe
+    {
+        tracing::debug!(error = %e, "writing the input document to a command");
+    }
+    drop(w);
+    Ok(())
+}
+
+/// Reads all of `r`, failing with [`Ended::Overflow`] as soon as it holds more than `max` bytes.
+async fn read_capped(r: impl AsyncRead + Unpin, max: u64) -> Result<Vec<u8>, Ended> {
+    let mut buf = Vec::new();
+    r.take(max.saturating_add(1))
+        .read_to_end(&mut buf)
+        .await
+        .map_err(Ended::Io)?;
+    if buf.len() as u64 > max {
+        return Err(Ended::Overflow);
+    }
+    Ok(buf)
+}
+
+/// The end of a stream, and whether anything before it was dropped.
+#[derive(Default)]
+struct Tail {
+    bytes: Vec<u8>,
+    cut: bool,
+}
+
+/// Reads all of `r`, keeping only (at least) its last [`STDERR_TAIL`] bytes.
+async fn read_tail(mut r: impl AsyncRead + Unpin) -> Result<Tail, Ended> {
+    let mut tail = Tail::default();
+    let mut chunk = vec![0u8; 8192];
+    loop {
+        let n = r.read(&mut chunk).await.map_err(Ended::Io)?;
+        if n == 0 {
+            return Ok(tail);
+        }
+        tail.bytes.extend_from_slice(&chunk[..n]);
+        if tail.bytes.len() > 4 * STDERR_TAIL {
+            let excess = tail.bytes.len() - STDERR_TAIL;
+            tail.bytes.drain(..excess);
+            tail.cut = true;
+        }
+    }
+}
+
+impl Tail {
+    /// The last [`STDERR_TAIL`] bytes at most, starting on a character boundary, trimmed; `…`
+    /// marks a cut.
+    fn text(&self) -> String {
+        let mut start = self.bytes.len().saturating_sub(STDERR_TAIL);
+        let mut cut = self.cut || start > 0;
+        while start < self.bytes.len() && (self.bytes[start] & 0b1100_0000) == 0b1000_0000 {
+            start += 1;
+            cut = true;
+        }
+        let text = String::from_utf8_lossy(&self.bytes[start..]);
+        let text = text.trim();
+        if cut && !text.is_empty() {
+            format!("…{text}")
+        } else {
+            text.to_owned()
+        }
+    }
+}
+
+/// The result of a child that exited: its stdout as JSON, or an error for a failed exit or an
+/// invalid output.
+fn judge(program: &str, status: ExitStatus, stdout: &[u8], stderr: &Tail) -> Result<Value, StepError> {
+    let stderr_tail = stderr.text();
+    let with_stderr = |msg: String| {
+        if stderr_tail.is_empty() {
+            format!("{msg} (stderr is empty)")
+        } else {
+            format!("{msg}: {stderr_tail}")
+        }
+    };
+    if let Some(code) = status.code() {
+        if code != 0 {
+            let msg = with_stderr(format!("command `{program}` exited with status {code}"));
+            return Err(StepError::new(ErrorKind::Agent, msg)
+                .with_details(json!({"exit_code": code, "stderr_tail": stderr_tail})));
+        }
+    } else if let Some(signal) = status.signal() {
+        let msg = with_stderr(format!(
+            "command `{program}` was killed by signal {signal}{}",
+            signal_name(signal)
+        ));
+        return Err(StepError::new(ErrorKind::Agent, msg)
+            .with_details(json!({"signal": signal, "stderr_tail": stderr_tail})));
+    }
+    let text = stdout.trim_ascii();
+    if text.is_empty() {
+        return Err(StepError::new(
+            ErrorKind::InvalidOutput,
+            format!("command `{program}` printed nothing on stdout (expected one JSON value)"),
+        ));
+    }
+    serde_json::from_slice(text).map_err(|e| {
+        StepError::new(
+            ErrorKind::InvalidOutput,
+            format!(
+                "command `{program}` printed invalid JSON on stdout ({e}): {}",
+                head(text)
+            ),
+        )
+    })
+}
+
+/// The first [`STDOUT_HEAD`] bytes of `bytes`, cut on a character boundary, `…` marking a cut.
+fn head(bytes: &[u8]) -> String {
+    if bytes.len() <= STDOUT_HEAD {
+        return String::from_utf8_lossy(bytes).into_owned();
+    }
+    let mut end = STDOUT_HEAD;
+    while end > 0 && (bytes[end] & 0b1100_0000) == 0b1000_0000 {
+        end -= 1;
+    }
+    format!("{}…", String::from_utf8_lossy(&bytes[..end]))
+}
+
+fn signal_name(signal: i32) -> &'static str {
+    match signal {
+        libc::SIGHUP => " (SIGHUP)",
+        libc::SIGINT => " (SIGINT)",
+        libc::SIGQUIT => " (SIGQUIT)",
+        libc::SIGILL => " (SIGILL)",
+        libc::SIGABRT => " (SIGABRT)",
+        libc::SIGBUS => " (SIGBUS)",
+        libc::SIGFPE => " (SIGFPE)",
+        libc::SIGKILL => " (SIGKILL)",
+        libc::SIGSEGV => " (SIGSEGV)",
+        libc::SIGPIPE => " (SIGPIPE)",
+        libc::SIGALRM => " (SIGALRM)",
+        libc::SIGTERM => " (SIGTERM)",
+        libc::SIGUSR1 => " (SIGUSR1)",
+        libc::SIGUSR2 => " (SIGUSR2)",
+        _ => "",
+    }
+}
+
+/// `20s`, `5m`, `1h`, `250ms`, `1.5s`.
+fn fmt_duration(d: Duration) -> String {
+    if d.subsec_nanos() == 0 {
+        match d.as_secs() {
+            s if s > 0 && s.is_multiple_of(3600) => format!("{}h", s / 3600),
+            s if s > 0 && s.is_multiple_of(60) => format!("{}m", s / 60),
+            s => format!("{s}s"),
+        }
+    } else if d.as_secs() == 0 && d.subsec_nanos().is_multiple_of(1_000_000) {
+        format!("{}ms", d.subsec_millis())
+    } else {
+        format!("{}s", d.as_secs_f64())
+    }
+}
+
+/// `16 MiB`, `64 KiB`, `1000 bytes`.
+fn fmt_size(n: u64) -> String {
+    const KIB: u64 = 1024;
+    const MIB: u64 = 1024 * 1024;
+    const GIB: u64 = 1024 * 1024 * 1024;
+    match n {
+        n if n >= GIB && n.is_multiple_of(GIB) => format!("{} GiB", n / GIB),
+        n if n >= MIB && n.is_multiple_of(MIB) => format!("{} MiB", n / MIB),
+        n if n >= KIB && n.is_multiple_of(KIB) => format!("{} KiB", n / KIB),
+        1 => "1 byte".to_owned(),
+        n => format!("{n} bytes"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::time::Instant;
+
+    use serde_json::json;
+    use tokio_util::sync::CancellationToken;
+
+    use super::*;
+    use crate::agents::transform::tests::test_cx;
+    use crate::compile::template;
+
+    const ECHO: &str = "import json,sys; d=json.load(sys.stdin); print(json.dumps({'got': d}))";
+
+    fn plan(run: &[&str]) -> CommandPlan {
+        CommandPlan {
+            run: run
+                .iter()
+                .map(|a| template::compile(a).expect("valid template"))
+                .collect(),
+            env: Vec::new(),
+            cwd: None,
+            max_output: 16 << 20,
+        }
+    }
+
+    async fn call(plan: &CommandPlan, input: Value) -> Result<Value, StepError> {
+        call_with(plan, input, Duration::from_secs(30), &CancellationToken::new()).await
+    }
+
+    async fn call_with(
+        plan: &CommandPlan,
+        input: Value,
+        timeout: Duration,
+        cancel: &CancellationToken,
+    ) -> Result<Value, StepError> {
+        let context = json!({"tenant": "acme"});
+        let mut cx = test_cx(3, Some("be brief"), &context, cancel);
+        cx.timeout = timeout;
+        CommandAgent(plan).call(input, cx).await
+    }
+
+    /// A fresh path in the temp directory.
+    fn temp_path(what: &str) -> std::path::PathBuf {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let n = N.fetch_add(1, Ordering::Relaxed);
+        std::env::temp_dir().join(format!("switchyard-command-{}-{what}-{n}", std::process::id()))
+    }
+
+    /// A shell script that starts `sleep 30` in the background (in the same process group),
+    /// writes its pid to the file given as `$1`, and waits.
+    const SPAWN_GRANDCHILD: &str = "sleep 30 & echo $! > \"$1\"; wait";
+
+    /// Reads the grandchild pid written by [`SPAWN_GRANDCHILD`].
+    async fn grandchild_pid(file: &Path) -> libc::pid_t {
+        for _ in 0..200 {
+            if let Ok(text) = std::fs::read_to_string(file)
+                && let Ok(pid) = text.trim().parse()
+            {
+                let _ = std::fs::remove_file(file);
+                return pid;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("no pid in {}", file.display());
+    }
+
+    /// Whether `pid` is gone (or a zombie waiting for init), polling for up to a second.
+    async fn gone(pid: libc::pid_t) -> bool {
+        for _ in 0..100 {
+            // SAFETY: signal 0 only checks that the process exists.
+            let alive = unsafe { libc::kill(pid, 0) } == 0;
+            let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|s| {
+                    s.rsplit_once(')')
+                        .map(|(_, rest)| rest.trim_start().starts_with('Z'))
+                })
+                .unwrap_or(false);
+            if !alive || zombie {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        false
+    }
+
+    #[tokio::test]
+    async fn the_input_goes_to_stdin_and_stdout_is_the_result() {
+        let p = plan(&["python3", "-c", ECHO]);
+        let input = json!({"ticket": {"id": 7, "text": "héllo"}, "list": [1, 2]});
+        assert_eq!(call(&p, input.clone()).await.unwrap(), json!({"got": input}));
+    }
+
+    #[tokio::test]
+    async fn arguments_are_rendered_and_never_reach_a_shell() {
+        let p = plan(&[
+            "python3",
+            "-c",
+            "import json,sys; print(json.dumps(sys.argv[1:]))",
+            "{{ input.name }}",
+            "{{ message }}/{{ context.tenant }}",
+            "plain {",
+        ]);
+        let got = call(&p, json!({"name": "x; rm -rf / $(id) {{ input }}"}))
+            .await
+            .unwrap();
+        assert_eq!(
+            got,
+            json!(["x; rm -rf / $(id) {{ input }}", "be brief/acme", "plain {"])
+        );
+        let err = call(&plan(&["echo", "{{ input.nope }}"]), json!({}))
+            .await
+            .unwrap_err();
+        assert!(err.message.starts_with("`run` argument 2: "), "{}", err.message);
+    }
+
+    #[tokio::test]
+    async fn surrounding_whitespace_is_allowed() {
+        let p = plan(&["sh", "-c", "cat >/dev/null; printf '\\n  {\"a\": 1}  \\n\\n'"]);
+        assert_eq!(call(&p, json!({})).await.unwrap(), json!({"a": 1}));
+    }
+
+    #[tokio::test]
+    async fn a_non_zero_exit_fails_with_the_tail_of_stderr() {
+        let p = plan(&[
+            "sh",
+            "-c",
+            "echo '{}'; echo first >&2; echo 'second line' >&2; exit 3",
+        ]);
+        let err = call(&p, json!({})).await.unwrap_err();
+        assert_eq!(err.kind, ErrorKind::Agent);
+        assert_eq!(
+            err.message,
+            "command `sh` exited with status 3: first\nsecond line"
+        );
+        assert_eq!(
+            err.details,
+            Some(json!({"exit_code": 3, "stderr_tail": "first\nsecond line"}))
+        );
+
+        let err = call(&plan(&["sh", "-c", "exit 1"]), json!({})).await.unwrap_err();
+        assert_eq!(err.message, "command `sh` exited with status 1 (stderr is empty)");
+    }
+
+    #[tokio::test]
+    async fn a_long_stderr_is_cut_to_its_tail_on_a_character_boundary() {
+        let script = "import sys; sys.stderr.write('é' * 5001 + 'END'); sys.exit(2)";
+        let err = call(&plan(&["python3", "-c", script]), json!({}))
+            .await
+            .unwrap_err();
+        let tail = err
+            .details
+            .as_ref()
+            .and_then(|d| d["stderr_tail"].as_str())
+            .expect("a tail")
+            .to_owned();
+        assert!(tail.starts_with('…') && tail.ends_with("éEND"), "{tail}");
+        assert!(tail.len() <= STDERR_TAIL + '…'.len_utf8(), "{}", tail.len());
+        assert!(tail.len() >= STDERR_TAIL - 4, "{}", tail.len());
+        assert!(!tail.contains('\u{fffd}'));
+    }
+
+    #[tokio::test]
+    async fn a_signal_is_named() {
+        let err = call(&plan(&["sh", "-c", "echo bye >&2; kill -TERM $$"]), json!({}))
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind, ErrorKind::Agent);
+        assert_eq!(err.message, "command `sh` was killed by signal 15 (SIGTERM): bye");
+        assert_eq!(err.details, Some(json!({"signal": 15, "stderr_tail": "bye"})));
+    }
+
+    #[tokio::test]
+    async fn invalid_or_empty_stdout_is_invalid_output() {
+        let err = call(&plan(&["sh", "-c", "echo 'not json at all'"]), json!({}))
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind, ErrorKind::InvalidOutput);
+        assert!(
+            err.message
+                .starts_with("command `sh` printed invalid JSON on stdout ("),
+            "{}",
+            err.message
+        );
+        assert!(err.message.ends_with("): not json at all"), "{}", err.message);
+
+        let err = call(&plan(&["sh", "-c", "echo '{\"a\": 1} {\"b\": 2}'"]), json!({}))
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind, ErrorKind::InvalidOutput, "one JSON value, not two");
+
+        let err = call(&plan(&["python3", "-c", "print('x' * 1000)"]), json!({}))
+            .await
+            .unwrap_err();
+        assert!(
+            err.message.ends_with(&format!(": {}…", "x".repeat(STDOUT_HEAD))),
+            "{}",
+            err.message
+        );
+
+        let err = call(&plan(&["true"]), json!({})).await.unwrap_err();
+        assert_eq!(err.kind, ErrorKind::InvalidOutput);
+        assert_eq!(
+            err.message,
+            "command `true` printed nothing on stdout (expected one JSON value)"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_missing_program_or_directory_is_an_agent_error() {
+        let err = call(&plan(&["switchyard-no-such-program"]), json!({}))
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind, ErrorKind::Agent);
+        assert_eq!(
+            err.message,
+            "cannot run `switchyard-no-such-program`: no such program"
+        );
+
+        let mut p = plan(&["true"]);
+        let dir = temp_path("missing-dir");
+        p.cwd = Some(dir.clone());
+        let err = call(&p, json!({})).await.unwrap_err();
+        assert_eq!(
+            err.message,
+            format!(
+                "cannot run `true`: working directory `{}` does not exist",
+                dir.display()
+            )
+        );
+    }
+
+    #[tokio::test]
+    async fn cwd_sets_the_working_directory() {
+        let dir = temp_path("cwd");
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let mut p = plan(&["python3", "-c", "import json,os; print(json.dumps(os.getcwd()))"]);
+        p.cwd = Some(dir.clone());
+        let got = call(&p, json!({})).await.unwrap();
+        let _ = std::fs::remove_dir(&dir);
+        assert_eq!(
+            got,
+            json!(
+                dir.canonicalize()
+                    .unwrap_or(dir)
+                    .to_str()
+                    .expect("utf-8 temp dir")
+            )
+        );
+    }
+
+    /// A variable of this process's environment (not PATH), with its value.
+    fn some_outside_var() -> (String, String) {
+        std::env::vars()
+            .find(|(k, v)| k != "PATH" && !k.starts_with("SWITCHYARD_") && is_var_name(k) && !v.is_empty())
+            .expect("the test process has some environment variable besides PATH")
+    }
+
+    #[tokio::test]
+    async fn the_environment_is_only_env_path_and_switchyard_vars() {
+        let (outside, outside_value) = some_outside_var();
+        // The interpreter itself, not a wrapper script (pyenv's shims add variables of their own).
+        let python = call(
+            &plan(&[
+                "python3",
+                "-c",
+                "import json,sys; print(json.dumps(sys.executable))",
+            ]),
+            json!({}),
+        )
+        .await
+        .unwrap();
+        let python = python.as_str().expect("a path");
+        let mut p = plan(&[
+            python,
+            "-c",
+            "import json,os; print(json.dumps(dict(os.environ)))",
+        ]);
+        p.env = vec![
+            ("GREETING".into(), "hi ${not a ref} $HOME".into()),
+            ("SECRET".into(), format!("Bearer ${{env:{outside}}}!")),
+            // Python would add LC_CTYPE to its own environment in the C locale.
+            ("PYTHONCOERCECLOCALE".into(), "0".into()),
+        ];
+        let got = call(&p, json!({})).await.unwrap();
+        let mut expected = json!({
+            "GREETING": "hi ${not a ref} $HOME",
+            "SECRET": format!("Bearer {outside_value}!"),
+            "PYTHONCOERCECLOCALE": "0",
+            "SWITCHYARD_RUN_ID": "r1",
+            "SWITCHYARD_STEP": "s",
+            "SWITCHYARD_ATTEMPT": "1",
+            "SWITCHYARD_IDEMPOTENCY_KEY": "r1:s:0",
+        });
+        if let Ok(path) = std::env::var("PATH") {
+            expected["PATH"] = json!(path);
+        }
+        assert_eq!(got, expected);
+        assert!(got.get(&outside).is_none());
+    }
+
+    #[tokio::test]
+    async fn a_missing_secret_fails_without_running_the_program() {
+        let file = temp_path("never-written");
+        let mut p = plan(&["sh", "-c", "touch \"$1\"", "sh", file.to_str().expect("utf-8")]);
+        p.env = vec![(
+            "TOKEN".into(),
+            "${env:SWITCHYARD_TEST_SURELY_UNSET_VARIABLE}".into(),
+        )];
+        let err = call(&p, json!({})).await.unwrap_err();
+        assert_eq!(err.kind, ErrorKind::Agent);
+        assert_eq!(
+            err.message,
+            "env `TOKEN`: environment variable SWITCHYARD_TEST_SURELY_UNSET_VARIABLE is not set"
+        );
+        assert!(!file.exists());
+    }
+
+    #[test]
+    fn secret_references_are_resolved() {
+        let (name, value) = some_outside_var();
+        assert_eq!(resolve_secret_refs("plain").unwrap(), "plain");
+        assert_eq!(resolve_secret_refs(&format!("${{env:{name}}}")).unwrap(), value);
+        assert_eq!(
+            resolve_secret_refs(&format!("a ${{env:{name}}} b ${{env:{name}}}$")).unwrap(),
+            format!("a {value} b {value}$")
+        );
+        assert_eq!(
+            resolve_secret_refs("${HOME} $env ${envx}").unwrap(),
+            "${HOME} $env ${envx}"
+        );
+        let err = resolve_secret_refs("${env:SWITCHYARD_TEST_SURELY_UNSET_VARIABLE}").unwrap_err();
+        assert_eq!(err.kind, ErrorKind::Agent);
+        assert_eq!(
+            err.message,
+            "environment variable SWITCHYARD_TEST_SURELY_UNSET_VARIABLE is not set"
+        );
+        let err = resolve_secret_refs("${env:sk-live-123 }").unwrap_err();
+        assert!(!err.message.contains("sk-live"), "{}", err.message);
+        assert!(
+            resolve_secret_refs("x ${env:NAME")
+                .unwrap_err()
+                .message
+                .contains("unterminated")
+        );
+        assert!(resolve_secret_refs("${env:}").is_err());
+    }
+
+    #[tokio::test]
+    async fn a_timeout_kills_the_whole_process_group() {
+        let file = temp_path("timeout-pid");
+        let p = plan(&["sh", "-c", SPAWN_GRANDCHILD, "sh", file.to_str().expect("utf-8")]);
+        let start = Instant::now();
+        let err = call_with(
+            &p,
+            json!({}),
+            Duration::from_millis(500),
+            &CancellationToken::new(),
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(err.kind, ErrorKind::Timeout);
+        assert_eq!(err.message, "command `sh` timed out after 500ms");
+        assert!(start.elapsed() < Duration::from_secs(10));
+        let pid = grandchild_pid(&file).await;
+        assert!(gone(pid).await, "grandchild {pid} survived the timeout");
+    }
+
+    #[tokio::test]
+    async fn cancellation_kills_the_whole_process_group() {
+        let file = temp_path("cancel-pid");
+        let p = plan(&["sh", "-c", SPAWN_GRANDCHILD, "sh", file.to_str().expect("utf-8")]);
+        let cancel = CancellationToken::new();
+        let canceller = {
+            let cancel = cancel.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                cancel.cancel();
+            })
+        };
+        let start = Instant::now();
+        let err = call_with(&p, json!({}), Duration::from_secs(30), &cancel)
+            .await
+            .unwrap_err();
+        assert_eq!(
+            (err.kind, err.message.as_str()),
+            (ErrorKind::Cancelled, "command `sh` cancelled")
+        );
+        assert!(start.elapsed() < Duration::from_secs(10));
+        canceller.await.expect("canceller");
+        let pid = grandchild_pid(&file).await;
+        assert!(gone(pid).await, "grandchild {pid} survived the cancellation");
+    }
+
+    #[tokio::test]
+    async fn dropping_the_call_kills_the_whole_process_group() {
+        let file = temp_path("drop-pid");
+        let p = plan(&["sh", "-c", SPAWN_GRANDCHILD, "sh", file.to_str().expect("utf-8")]);
+        let cancel = CancellationToken::new();
+        let call = call_with(&p, json!({}), Duration::from_secs(30), &cancel);
+        assert!(
+            tokio::time::timeout(Duration::from_millis(300), call)
+                .await
+                .is_err()
+        );
+        let pid = grandchild_pid(&file).await;
+        assert!(gone(pid).await, "grandchild {pid} survived the dropped call");
+    }
+
+    #[tokio::test]
+    async fn output_beyond_max_output_is_cut_off() {
+        let mut p = plan(&["yes"]);
+        p.max_output = 1024;
+        let start = Instant::now();
+        let err = call(&p, json!({})).await.unwrap_err();
+        assert_eq!(err.kind, ErrorKind::InvalidOutput);
+        assert_eq!(err.message, "command `yes`: stdout exceeded 1 KiB (max_output)");
+        assert!(start.elapsed() < Duration::from_secs(10));
+
+        // Exactly at the cap is fine.
+        let mut p = plan(&[
+            "python3",
+            "-c",
+            "import sys; sys.stdout.write('\"' + 'a' * 1022 + '\"')",
+        ]);
+        p.max_output = 1024;
+        assert_eq!(call(&p, json!({})).await.unwrap(), json!("a".repeat(1022)));
+        p.max_output = 1023;
+        assert_eq!(
+            call(&p, json!({})).await.unwrap_err().message,
+            "command `python3`: stdout exceeded 1023 bytes (max_output)"
+        );
+    }
+
+    #[tokio::test]
+    async fn much_stderr_before_reading_stdin_does_not_deadlock() {
+        let script = "import json,sys; sys.stderr.write('x' * 1000000); sys.stderr.flush(); \
+                      d=json.load(sys.stdin); print(json.dumps(len(d['s'])))";
+        let input = json!({"s": "y".repeat(1_000_000)});
+        let got = tokio::time::timeout(
+            Duration::from_secs(20),
+            call(&plan(&["python3", "-c", script]), input),
+        )
+        .await
+        .expect("no deadlock");
+        assert_eq!(got.unwrap(), json!(1_000_000));
+    }
+
+    #[tokio::test]
+    async fn a_child_that_does_not_read_stdin_is_fine() {
+        let input = json!({"s": "y".repeat(1_000_000)});
+        assert_eq!(call(&plan(&["echo", "[1]"]), input).await.unwrap(), json!([1]));
+    }
+
+    #[test]
+    fn durations_and_sizes_read_well() {
+        assert_eq!(fmt_duration(Duration::from_secs(20)), "20s");
+        assert_eq!(fmt_duration(Duration::from_secs(300)), "5m");
+        assert_eq!(fmt_duration(Duration::from_secs(7200)), "2h");
+        assert_eq!(fmt_duration(Duration::from_millis(250)), "250ms");
+        assert_eq!(fmt_duration(Duration::from_millis(1500)), "1.5s");
+        assert_eq!(fmt_duration(Duration::ZERO), "0s");
+        assert_eq!(fmt_size(16 << 20), "16 MiB");
+        assert_eq!(fmt_size(64 << 10), "64 KiB");
+        assert_eq!(fmt_size(1000), "1000 bytes");
+        assert_eq!(fmt_size(1), "1 byte");
+    }
+}

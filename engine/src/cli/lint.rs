@@ -39,7 +39,7 @@ pub struct Args {
 }
 
 /// The files to check, each with its project root.
-fn collect(paths: &[PathBuf], root: Option<&Path>) -> Result<Vec<(PathBuf, PathBuf)>, String> {
+pub(crate) fn collect(paths: &[PathBuf], root: Option<&Path>) -> Result<Vec<(PathBuf, PathBuf)>, String> {
     let mut out = Vec::new();
     for p in paths {
         let meta = std::fs::metadata(p).map_err(|e| format!("cannot read `{}`: {e}", p.display()))?;

@@ -465,12 +465,19 @@ impl<'p> Compiler<'p> {
         }
     }
 
-    fn schema(&mut self, scope: &Scope<'p>, s: &SchemaRef) -> Option<Arc<Value>> {
-        match s {
-            SchemaRef::Inline(node) => Some(Arc::new(node.0.to_json())),
+    fn schema(&mut self, scope: &Scope<'p>, s: &SchemaRef) -> Option<Arc<Schema>> {
+        let (value, span) = match s {
+            SchemaRef::Inline(node) => (node.0.to_json(), node.0.span),
             SchemaRef::Path(p) => {
                 let loaded = self.project.schema_for(scope.id, &p.value)?;
-                loaded.node.as_ref().map(|n| Arc::new(n.to_json()))
+                (loaded.node.as_ref()?.to_json(), p.span)
+            }
+        };
+        match Schema::new(value) {
+            Ok(s) => Some(Arc::new(s)),
+            Err(e) => {
+                self.errors.push(Diagnostic::new(&codes::INVALID_SCHEMA, span, format!("invalid JSON Schema: {e}")));
+                None
             }
         }
     }

@@ -22,6 +22,47 @@ use crate::compile::template::Template;
 use crate::compile::value::ValueTemplate;
 use crate::model::{AgentKind, EdgeOn, MessageMode};
 
+/// A JSON Schema with its validator, built once at compile time.
+pub struct Schema {
+    pub value: Value,
+    validator: jsonschema::Validator,
+}
+
+impl std::fmt::Debug for Schema {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Schema").field("value", &self.value).finish()
+    }
+}
+
+/// A value that does not satisfy a schema: where (a JSON pointer) and which rule.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SchemaViolation {
+    pub pointer: String,
+    pub message: String,
+}
+
+impl std::fmt::Display for SchemaViolation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let at = if self.pointer.is_empty() { "/" } else { &self.pointer };
+        write!(f, "at `{at}`: {}", self.message)
+    }
+}
+
+impl Schema {
+    pub fn new(value: Value) -> Result<Schema, String> {
+        let validator = jsonschema::validator_for(&value).map_err(|e| e.to_string())?;
+        Ok(Schema { value, validator })
+    }
+
+    /// The first violation of `instance`, if any.
+    pub fn check(&self, instance: &Value) -> Result<(), SchemaViolation> {
+        match self.validator.iter_errors(instance).next() {
+            None => Ok(()),
+            Some(e) => Err(SchemaViolation { pointer: e.instance_path().to_string(), message: e.to_string() }),
+        }
+    }
+}
+
 /// Index of a flow in [`Plan::flows`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct FlowRef(pub usize);
@@ -58,8 +99,8 @@ pub struct FlowPlan {
     pub end: NodeIndex,
     /// Step id → node, in the order written.
     pub steps: IndexMap<String, NodeIndex>,
-    pub input_schema: Option<Arc<Value>>,
-    pub output_schema: Option<Arc<Value>>,
+    pub input_schema: Option<Arc<Schema>>,
+    pub output_schema: Option<Arc<Schema>>,
     pub output_select: Option<Path>,
     pub limits: FlowLimits,
     /// Agent kinds allowed by this flow (before intersecting with callers'); `None`: all.
@@ -226,7 +267,7 @@ pub struct ParallelPlan {
 #[derive(Debug)]
 pub struct InterruptPlan {
     pub prompt: Option<Template>,
-    pub schema: Option<Arc<Value>>,
+    pub schema: Option<Arc<Schema>>,
     pub expires: Option<Duration>,
     pub scope: Option<Path>,
     pub input: InputPlan,
@@ -293,7 +334,7 @@ impl Default for RetryPolicy {
 pub struct AgentPlan {
     pub name: String,
     pub spec: AgentPlanSpec,
-    pub result_schema: Option<Arc<Value>>,
+    pub result_schema: Option<Arc<Schema>>,
 }
 
 impl AgentPlan {
@@ -365,7 +406,7 @@ pub struct HttpPlan {
     pub max_response: u64,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct MockPlan {
     pub returns: Option<ValueTemplate>,
     pub sequence: Vec<ValueTemplate>,

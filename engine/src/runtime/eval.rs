@@ -1,1 +1,1090 @@
-//! TODO
+//! Evaluating CEL expressions and rendering templates over the run's JSON values (SPEC §5.1,
+//! §5.4), without converting whole payloads.
+//!
+//! This module owns [`Vars`] (the variables an expression sees, all borrowed), [`eval`],
+//! [`eval_bool`], [`render`] and [`to_json`]. It knows nothing of steps, routing or mappings, and
+//! does no I/O.
+//!
+//! **Lazy values.** Variables reach cel through a [`VariableResolver`] over the borrowed
+//! [`Vars`], so an evaluation allocates nothing for the variables it does not read. cel hands
+//! the resolver a whole static member chain first (`payload.ticket.id`), which is walked in the
+//! JSON directly: only the leaf is converted. A JSON scalar becomes the native CEL value (an
+//! integer that fits `i64` is an `int`, a larger one a `uint`, any other number a `double`;
+//! strings are borrowed, not copied); an array or object becomes a [`JsonView`], a `list` or
+//! `map` that converts an element only when it is reached (`[i]`, `.f`, `has()`, `in`,
+//! `size()`, comprehensions, `==`).
+//!
+//! **Contexts.** The standard library is built once (a static root context); each evaluation
+//! adds a child scope holding only the resolver.
+//!
+//! **Semantics kept from CEL.** A missing key is an error (`has(payload.x)` tests for it);
+//! arithmetic does not mix `int` and `double` (`payload.price * 2` on `2.5` is an error; write
+//! `2.0`), while comparisons do (`1 < 1.5`). One limit of the lazy values: a list or map
+//! *literal* on the left of `==` never equals JSON data on the right (`[1] == payload.l` is
+//! false); write the JSON side first (`payload.l == [1]`).
+
+use std::sync::{Arc, LazyLock, OnceLock};
+
+use cel::common::traits::{self, Adder, Container, Indexer, Iterable, Sizer, Zeroer};
+use cel::common::types::{
+    self as cel_types, CelBool, CelDouble, CelInt, CelList, CelMap, CelMapKey, CelNull, CelOptional, CelString,
+    CelUInt, Kind, Type,
+};
+use cel::common::value::{CowVal, StaticVal, Val};
+use cel::context::VariableResolver;
+use cel::{Context, Env, ExecutionError};
+use serde_json::{Map, Number, Value};
+
+use super::error::StepError;
+use crate::compile::expr::Expr;
+use crate::compile::template::Template;
+
+/// The variables an expression or template sees (SPEC §5.1), all borrowed.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Vars<'a> {
+    pub payload: Option<&'a Value>,
+    pub input: Option<&'a Value>,
+    pub context: Option<&'a Value>,
+    pub result: Option<&'a Value>,
+    pub step: Option<&'a Value>,
+    pub steps: Option<&'a Value>,
+    pub message: Option<&'a Value>,
+    /// `item` (or the `as` name), `index`, `iteration`.
+    pub locals: &'a [(&'a str, &'a Value)],
+}
+
+impl<'a> Vars<'a> {
+    /// The variable named `name`: a local first (an inner scope shadows), then the run's.
+    pub fn get(&self, name: &str) -> Option<&'a Value> {
+        if let Some((_, v)) = self.locals.iter().rev().find(|(n, _)| *n == name) {
+            return Some(v);
+        }
+        match name {
+            "payload" => self.payload,
+            "input" => self.input,
+            "context" => self.context,
+            "result" => self.result,
+            "step" => self.step,
+            "steps" => self.steps,
+            "message" => self.message,
+            _ => None,
+        }
+    }
+
+    /// Whether `name` is a variable of the flow language, set here or not.
+    fn is_known(&self, name: &str) -> bool {
+        matches!(name, "payload" | "input" | "context" | "result" | "step" | "steps" | "message")
+            || self.locals.iter().any(|(n, _)| *n == name)
+    }
+}
+
+/// Evaluates an expression to JSON. Errors are of kind `expression`; the message names the
+/// expression and the cause ("`payload.x.y`: no such key `x`"), and `details` holds
+/// `{"expression": text}`.
+pub fn eval(expr: &Expr, vars: &Vars) -> Result<Value, StepError> {
+    with_scope(vars, |ctx| {
+        let v = cel::Value::resolve_val(expr.ast(), ctx).map_err(|e| expr_error(expr, &cause(&e, vars)))?;
+        val_to_json(&*v).map_err(|e| expr_error(expr, &e))
+    })
+}
+
+/// Evaluates a condition. A result that is not a boolean is an error of kind `expression`
+/// ("`payload.n`: must return a boolean, got int 3").
+pub fn eval_bool(expr: &Expr, vars: &Vars) -> Result<bool, StepError> {
+    with_scope(vars, |ctx| {
+        let v = cel::Value::resolve_val(expr.ast(), ctx).map_err(|e| expr_error(expr, &cause(&e, vars)))?;
+        match v.downcast_ref::<CelBool>() {
+            Some(b) => Ok(*b.inner()),
+            None => Err(expr_error(expr, &format!("must return a boolean, got {}", describe(&*v)))),
+        }
+    })
+}
+
+/// Renders a template. The template sees a document built only from the variables it names,
+/// and of those only the static attribute chains it reads (`{{ payload.ticket.id }}` copies
+/// `payload.ticket.id`, not the payload); a variable used any other way (`payload[k]`,
+/// `payload | items`) is copied whole. An undefined variable or attribute, like any render
+/// error, is kind `expression` ("template: `input.x` is undefined (line 2)").
+pub fn render(template: &Template, vars: &Vars) -> Result<String, StepError> {
+    if template.is_plain() {
+        return Ok(template.text().to_owned());
+    }
+    let ctx = template_context(template.text(), vars);
+    template
+        .render(&ctx)
+        .map_err(|e| StepError::expression(format!("template: {e}")))
+}
+
+/// Converts an owned CEL value to JSON: integers stay integers (`int` and `uint`), `double`s
+/// stay numbers with a fraction, `optional.none()` is `null` and a present optional its value.
+/// JSON object keys are strings: `int`, `uint` and `bool` map keys are written as their text
+/// (`{1: "a"}` gives `{"1": "a"}`; two keys with the same text are an error) and keys are
+/// sorted, as CEL maps have no order. `NaN`, infinities, bytes, types and other values JSON
+/// cannot hold are errors of kind `expression`.
+pub fn to_json(v: &cel::Value) -> Result<Value, StepError> {
+    value_to_json(v).map_err(StepError::expression)
+}
+
+fn value_to_json(v: &cel::Value) -> Result<Value, String> {
+    Ok(match v {
+        cel::Value::Null => Value::Null,
+        cel::Value::Bool(b) => Value::Bool(*b),
+        cel::Value::Int(i) => Value::from(*i),
+        cel::Value::UInt(u) => Value::from(*u),
+        cel::Value::Float(f) => float_to_json(*f)?,
+        cel::Value::String(s) => Value::String(s.to_string()),
+        cel::Value::List(items) => Value::Array(items.iter().map(value_to_json).collect::<Result<_, _>>()?),
+        cel::Value::Map(m) => {
+            let mut entries = m
+                .map
+                .iter()
+                .map(|(k, v)| {
+                    let key = match k {
+                        cel::objects::Key::String(s) => s.to_string(),
+                        cel::objects::Key::Int(i) => i.to_string(),
+                        cel::objects::Key::Uint(u) => u.to_string(),
+                        cel::objects::Key::Bool(b) => b.to_string(),
+                    };
+                    Ok((key, value_to_json(v)?))
+                })
+                .collect::<Result<Vec<_>, String>>()?;
+            sorted_object(&mut entries)?
+        }
+        other => return Err(format!("a {} value cannot be written as JSON", other.type_of())),
+    })
+}
+
+/// An object from entries, sorted by key; a repeated key is an error.
+fn sorted_object(entries: &mut Vec<(String, Value)>) -> Result<Value, String> {
+    entries.sort_by(|a, b| a.0.cmp(&b.0));
+    if let Some(w) = entries.windows(2).find(|w| w[0].0 == w[1].0) {
+        return Err(format!("map key `{}` appears twice once written as text", w[0].0));
+    }
+    Ok(Value::Object(entries.drain(..).collect()))
+}
+
+fn float_to_json(f: f64) -> Result<Value, String> {
+    Number::from_f64(f)
+        .map(Value::Number)
+        .ok_or_else(|| format!("`{f}` cannot be written as JSON"))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Contexts and variables
+
+/// The standard library, built once.
+static ROOT: LazyLock<Context<'static, 'static>> = LazyLock::new(|| Context::with_env(Arc::new(Env::stdlib())));
+
+/// The shared root context, at the lifetimes of one evaluation.
+fn root<'a>() -> &'a Context<'a, 'a> {
+    &ROOT
+}
+
+/// Runs `f` in a fresh child scope of the root whose variables come from `vars`.
+fn with_scope<R>(vars: &Vars, f: impl FnOnce(&Context) -> R) -> R {
+    let resolver = Resolver(*vars);
+    let mut ctx = root().new_inner_scope();
+    ctx.set_variable_resolver(&resolver);
+    f(&ctx)
+}
+
+/// Resolves variables, and whole member chains of them (`payload.ticket.id`), from [`Vars`].
+struct Resolver<'a>(Vars<'a>);
+
+impl VariableResolver for Resolver<'_> {
+    fn resolve<'b>(&'b self, name: &str) -> Option<CowVal<'b, 'b>> {
+        let mut parts = name.split('.');
+        let mut v = self.0.get(parts.next()?)?;
+        for field in parts {
+            // `None`: cel tries the shorter chain, and reports the missing key from there.
+            v = v.as_object()?.get(field)?;
+        }
+        Some(CowVal::Owned(json_val(v)))
+    }
+}
+
+/// A JSON value as a CEL value: scalars converted (strings borrowed), containers as views.
+fn json_val<'a>(v: &'a Value) -> Box<dyn Val + 'a> {
+    match v {
+        Value::Null => Box::new(CelNull),
+        Value::Bool(b) => Box::new(CelBool::from(*b)),
+        Value::Number(n) => number_val(n),
+        Value::String(s) => Box::new(CelString::from(s.as_str())),
+        Value::Array(_) | Value::Object(_) => Box::new(JsonView::new(v)),
+    }
+}
+
+fn number_val(n: &Number) -> Box<dyn Val> {
+    if let Some(i) = n.as_i64() {
+        Box::new(CelInt::from(i))
+    } else if let Some(u) = n.as_u64() {
+        Box::new(CelUInt::from(u))
+    } else {
+        Box::new(CelDouble::from(n.as_f64().unwrap_or(f64::NAN)))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The lazy view of a JSON array or object
+
+/// The types of views: equal to cel's `list` and `map` (overloads such as `size` pick them),
+/// but at their own addresses, so a view is told apart from cel's containers.
+static JSON_LIST_TYPE: Type = cel_types::LIST_TYPE;
+static JSON_MAP_TYPE: Type = cel_types::MAP_TYPE;
+
+/// A JSON array (a CEL `list`) or object (a `map` with string keys), borrowed. Elements are
+/// converted when reached; iterating converts the elements (or, for a map, the keys) once.
+#[derive(Debug)]
+struct JsonView<'a> {
+    value: &'a Value,
+    /// The converted elements (array) or keys (object), built on first iteration.
+    items: OnceLock<Vec<Box<dyn Val + 'a>>>,
+}
+
+impl<'a> JsonView<'a> {
+    fn new(value: &'a Value) -> Self {
+        JsonView { value, items: OnceLock::new() }
+    }
+
+    fn is_list(&self) -> bool {
+        self.value.is_array()
+    }
+
+    fn len(&self) -> usize {
+        match self.value {
+            Value::Array(a) => a.len(),
+            Value::Object(m) => m.len(),
+            _ => 0,
+        }
+    }
+
+    fn items(&self) -> &[Box<dyn Val + 'a>] {
+        self.items.get_or_init(|| match self.value {
+            Value::Array(a) => a.iter().map(json_val).collect(),
+            Value::Object(m) => m
+                .keys()
+                .map(|k| Box::new(CelString::from(k.as_str())) as Box<dyn Val + 'a>)
+                .collect(),
+            _ => Vec::new(),
+        })
+    }
+}
+
+impl Val for JsonView<'_> {
+    fn get_type(&self) -> &Type {
+        if self.is_list() { &JSON_LIST_TYPE } else { &JSON_MAP_TYPE }
+    }
+
+    /// Views have no single static type; only `add_overload!` asks, and it is never used
+    /// with them.
+    fn cel_type() -> &'static Type {
+        &cel_types::DYN_TYPE
+    }
+
+    fn as_adder<'b, 'v>(&'b self) -> Option<&'b (dyn Adder + 'v)>
+    where
+        Self: 'v,
+    {
+        if self.is_list() { Some(self) } else { None }
+    }
+
+    fn as_container(&self) -> Option<&dyn Container> {
+        Some(self)
+    }
+
+    fn as_indexer<'b, 'v>(&'b self) -> Option<&'b (dyn Indexer + 'v)>
+    where
+        Self: 'v,
+    {
+        Some(self)
+    }
+
+    fn as_iterable<'b, 'v>(&'b self) -> Option<&'b (dyn Iterable + 'v)>
+    where
+        Self: 'v,
+    {
+        Some(self)
+    }
+
+    fn as_sizer(&self) -> Option<&dyn Sizer> {
+        Some(self)
+    }
+
+    fn as_zeroer(&self) -> Option<&dyn Zeroer> {
+        Some(self)
+    }
+
+    fn equals(&self, other: &dyn Val) -> bool {
+        json_equals(self.value, other)
+    }
+
+    fn clone_as_boxed<'v>(&self) -> Box<dyn Val + 'v>
+    where
+        Self: 'v,
+    {
+        Box::new(JsonView::new(self.value))
+    }
+}
+
+impl Indexer for JsonView<'_> {
+    fn get<'b, 'v>(&'b self, idx: &dyn Val) -> Result<CowVal<'b, 'v>, ExecutionError>
+    where
+        Self: 'v,
+    {
+        if idx.as_any().is_some_and(|a| a.is::<Probe>()) {
+            return Ok(CowVal::owned(JsonClone(self.value.clone())));
+        }
+        match self.value {
+            Value::Object(m) => match idx.downcast_ref::<CelString>() {
+                Some(key) => match m.get(key.inner()) {
+                    Some(v) => Ok(CowVal::Owned(json_val(v))),
+                    None => Err(ExecutionError::no_such_key(key.inner())),
+                },
+                None => Err(ExecutionError::no_such_key(&key_text_of(idx))),
+            },
+            Value::Array(items) => {
+                let i = list_index(idx)?;
+                usize::try_from(i)
+                    .ok()
+                    .and_then(|i| items.get(i))
+                    .map(|v| CowVal::Owned(json_val(v)))
+                    .ok_or_else(|| ExecutionError::IndexOutOfBounds(cel::Value::Int(i)))
+            }
+            _ => Err(ExecutionError::no_such_key(&key_text_of(idx))),
+        }
+    }
+
+    fn steal<'v>(self: Box<Self>, idx: &dyn Val) -> Result<Box<dyn Val + 'v>, ExecutionError>
+    where
+        Self: 'v,
+    {
+        self.get(idx).map(CowVal::into_owned)
+    }
+}
+
+/// A list index: an `int`, a `uint`, or a whole `double`.
+fn list_index(idx: &dyn Val) -> Result<i64, ExecutionError> {
+    if let Some(i) = idx.downcast_ref::<CelInt>() {
+        Ok(*i.inner())
+    } else if let Some(u) = idx.downcast_ref::<CelUInt>() {
+        Ok(i64::try_from(*u.inner()).unwrap_or(i64::MAX))
+    } else if let Some(d) = idx.downcast_ref::<CelDouble>().map(|d| *d.inner())
+        && d.fract() == 0.0
+        && d.abs() < 9.0e15
+    {
+        Ok(d as i64)
+    } else {
+        Err(ExecutionError::UnexpectedType {
+            got: idx.get_type().name().to_owned(),
+            want: "int".to_owned(),
+        })
+    }
+}
+
+impl Container for JsonView<'_> {
+    fn contains(&self, value: &dyn Val) -> Result<bool, ExecutionError> {
+        Ok(match self.value {
+            Value::Array(items) => items.iter().any(|item| json_equals(item, value)),
+            Value::Object(m) => value.downcast_ref::<CelString>().is_some_and(|k| m.contains_key(k.inner())),
+            _ => false,
+        })
+    }
+}
+
+impl<'a> Iterable for JsonView<'a> {
+    fn iter<'b, 'v>(&'b self) -> Box<dyn traits::Iterator<'b, 'v> + 'b>
+    where
+        Self: 'v,
+    {
+        Box::new(ItemIter(self.items().iter()))
+    }
+}
+
+/// Lends the converted elements of a [`JsonView`].
+struct ItemIter<'b, 'a>(std::slice::Iter<'b, Box<dyn Val + 'a>>);
+
+impl<'b, 'a: 'v, 'v> traits::Iterator<'b, 'v> for ItemIter<'b, 'a> {
+    fn next(&mut self) -> Option<&'b (dyn Val + 'v)> {
+        self.0.next().map(|b| b.as_ref() as &(dyn Val + 'v))
+    }
+}
+
+impl Sizer for JsonView<'_> {
+    fn size(&self) -> CelInt {
+        CelInt::from(i64::try_from(self.len()).unwrap_or(i64::MAX))
+    }
+}
+
+impl Zeroer for JsonView<'_> {
+    fn is_zero_value(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl Adder for JsonView<'_> {
+    fn add<'b, 'v>(&'b self, rhs: &(dyn Val + 'v)) -> Result<CowVal<'b, 'v>, ExecutionError>
+    where
+        Self: 'v,
+    {
+        let Some(rhs_items) = rhs.as_iterable().filter(|_| rhs.get_type().kind() == Kind::List) else {
+            return Err(ExecutionError::UnexpectedType {
+                got: rhs.get_type().name().to_owned(),
+                want: "list".to_owned(),
+            });
+        };
+        let mut out: Vec<Box<dyn Val + 'v>> = Vec::with_capacity(self.len());
+        if let Value::Array(items) = self.value {
+            out.extend(items.iter().map(|v| json_val(v) as Box<dyn Val + 'v>));
+        }
+        let mut it = rhs_items.iter();
+        while let Some(v) = it.next() {
+            out.push(v.clone_as_boxed());
+        }
+        Ok(CowVal::owned(CelList::from(out)))
+    }
+}
+
+/// Whether a JSON value equals a CEL value, by CEL's rules (`1 == 1.0`, lists element-wise,
+/// maps by keys and values). Nothing is converted beyond a scalar on the stack.
+fn json_equals(j: &Value, other: &dyn Val) -> bool {
+    match j {
+        Value::Null => other.get_type().kind() == Kind::NullType,
+        Value::Bool(b) => other.downcast_ref::<CelBool>().is_some_and(|o| o.inner() == b),
+        Value::String(s) => other.downcast_ref::<CelString>().is_some_and(|o| o.inner() == s),
+        Value::Number(n) => number_val(n).equals(other),
+        Value::Array(items) => {
+            if other.get_type().kind() != Kind::List || !same_size(other, items.len()) {
+                return false;
+            }
+            let Some(iterable) = other.as_iterable() else {
+                return false;
+            };
+            let mut it = iterable.iter();
+            items.iter().all(|item| it.next().is_some_and(|o| json_equals(item, o)))
+        }
+        Value::Object(m) => {
+            if other.get_type().kind() != Kind::Map || !same_size(other, m.len()) {
+                return false;
+            }
+            let Some(indexer) = other.as_indexer() else {
+                return false;
+            };
+            m.iter().all(|(k, v)| {
+                indexer
+                    .get(&CelString::from(k.as_str()))
+                    .is_ok_and(|o| json_equals(v, &*o))
+            })
+        }
+    }
+}
+
+fn same_size(v: &dyn Val, len: usize) -> bool {
+    v.as_sizer()
+        .is_some_and(|s| usize::try_from(*s.size().inner()).is_ok_and(|n| n == len))
+}
+
+/// The key [`val_to_json`] indexes a view with to get a copy of its JSON in one piece.
+#[derive(Debug)]
+struct Probe;
+
+impl Val for Probe {
+    fn get_type(&self) -> &Type {
+        &cel_types::DYN_TYPE
+    }
+    fn cel_type() -> &'static Type {
+        &cel_types::DYN_TYPE
+    }
+    fn clone_as_boxed<'v>(&self) -> Box<dyn Val + 'v> {
+        Box::new(Probe)
+    }
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
+    }
+}
+
+impl StaticVal for Probe {}
+
+/// A copy of a view's JSON, handed out for a [`Probe`].
+#[derive(Debug)]
+struct JsonClone(Value);
+
+impl Val for JsonClone {
+    fn get_type(&self) -> &Type {
+        &cel_types::DYN_TYPE
+    }
+    fn cel_type() -> &'static Type {
+        &cel_types::DYN_TYPE
+    }
+    fn clone_as_boxed<'v>(&self) -> Box<dyn Val + 'v> {
+        Box::new(JsonClone(self.0.clone()))
+    }
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
+    }
+}
+
+impl StaticVal for JsonClone {}
+
+// ---------------------------------------------------------------------------------------------
+// Results
+
+/// Converts an evaluation's result to JSON (see [`to_json`] for the rules).
+fn val_to_json(v: &dyn Val) -> Result<Value, String> {
+    let ty = v.get_type();
+    if std::ptr::eq(ty, &JSON_LIST_TYPE) || std::ptr::eq(ty, &JSON_MAP_TYPE) {
+        let copy = v.as_indexer().and_then(|i| i.get(&Probe).ok());
+        if let Some(j) = copy.as_deref().and_then(|c| c.downcast_ref::<JsonClone>()) {
+            return Ok(j.0.clone());
+        }
+    }
+    Ok(match ty.kind() {
+        Kind::NullType => Value::Null,
+        Kind::Boolean => match v.downcast_ref::<CelBool>() {
+            Some(b) => Value::Bool(*b.inner()),
+            None => return Err(cannot_write(v)),
+        },
+        Kind::Int => match v.downcast_ref::<CelInt>() {
+            Some(i) => Value::from(*i.inner()),
+            None => return Err(cannot_write(v)),
+        },
+        Kind::UInt => match v.downcast_ref::<CelUInt>() {
+            Some(u) => Value::from(*u.inner()),
+            None => return Err(cannot_write(v)),
+        },
+        Kind::Double => match v.downcast_ref::<CelDouble>() {
+            Some(d) => float_to_json(*d.inner())?,
+            None => return Err(cannot_write(v)),
+        },
+        Kind::String => match v.downcast_ref::<CelString>() {
+            Some(s) => Value::String(s.inner().to_owned()),
+            None => return Err(cannot_write(v)),
+        },
+        Kind::List => {
+            if let Some(list) = v.downcast_ref::<CelList>() {
+                Value::Array(list.inner().iter().map(|i| val_to_json(&**i)).collect::<Result<_, _>>()?)
+            } else {
+                let mut out = Vec::new();
+                let mut it = v.as_iterable().ok_or_else(|| cannot_write(v))?.iter();
+                while let Some(item) = it.next() {
+                    out.push(val_to_json(item)?);
+                }
+                Value::Array(out)
+            }
+        }
+        Kind::Map => {
+            let Some(map) = v.downcast_ref::<CelMap>() else {
+                return Err(cannot_write(v));
+            };
+            let mut entries = map
+                .inner()
+                .iter()
+                .map(|(k, v)| Ok((key_text(k), val_to_json(&**v)?)))
+                .collect::<Result<Vec<_>, String>>()?;
+            sorted_object(&mut entries)?
+        }
+        Kind::Opaque if v.downcast_ref::<CelOptional>().is_some() => {
+            match v.downcast_ref::<CelOptional>().and_then(|o| o.option()) {
+                Some(inner) => val_to_json(inner)?,
+                None => Value::Null,
+            }
+        }
+        _ => return Err(cannot_write(v)),
+    })
+}
+
+fn key_text(k: &CelMapKey) -> String {
+    match k {
+        CelMapKey::String(s) => s.inner().to_owned(),
+        CelMapKey::Int(i) => i.inner().to_string(),
+        CelMapKey::UInt(u) => u.inner().to_string(),
+        CelMapKey::Bool(b) => b.inner().to_string(),
+    }
+}
+
+/// A key that is not a string, as text for a message.
+fn key_text_of(v: &dyn Val) -> String {
+    val_to_json(v).map_or_else(|_| v.get_type().name().to_owned(), |j| j.to_string())
+}
+
+fn cannot_write(v: &dyn Val) -> String {
+    format!("a {} value cannot be written as JSON", v.get_type().name())
+}
+
+/// A value for messages: its type and, for small values, the value (`int 3`, `string "x"`,
+/// `list [1,2]`).
+fn describe(v: &dyn Val) -> String {
+    let ty = v.get_type().name().to_owned();
+    match val_to_json(v) {
+        Ok(j) => {
+            let text = j.to_string();
+            if text.len() <= 60 {
+                format!("{ty} {text}")
+            } else {
+                let cut = (0..=57).rev().find(|&i| text.is_char_boundary(i)).unwrap_or(0);
+                format!("{ty} {}...", &text[..cut])
+            }
+        }
+        Err(_) => ty,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Errors
+
+fn expr_error(expr: &Expr, cause: &str) -> StepError {
+    StepError::expression(format!("`{}`: {cause}", expr.text()))
+        .with_details(serde_json::json!({ "expression": expr.text() }))
+}
+
+/// cel's error, as a terse lower-case cause with names in backticks.
+fn cause(e: &ExecutionError, vars: &Vars) -> String {
+    match e {
+        ExecutionError::NoSuchKey(k) => format!("no such key `{k}`"),
+        ExecutionError::UndeclaredReference(name) if vars.is_known(name) => {
+            format!("`{name}` is not available here")
+        }
+        ExecutionError::UndeclaredReference(name) => format!("unknown name `{name}`"),
+        ExecutionError::UnexpectedType { got, want } => format!("expected {want}, got {got}"),
+        ExecutionError::IndexOutOfBounds(i) => format!("index {} is out of range", cel_text(i)),
+        ExecutionError::DivisionByZero(_) => "division by zero".to_owned(),
+        ExecutionError::RemainderByZero(_) => "modulus by zero".to_owned(),
+        ExecutionError::Overflow(op, a, b) => {
+            format!("`{op}` overflows on {} and {}", cel_text(a), cel_text(b))
+        }
+        ExecutionError::UnsupportedBinaryOperator(op, a, b) => {
+            let op = match *op {
+                "add" => "+",
+                "sub" => "-",
+                "mul" => "*",
+                "div" => "/",
+                "rem" => "%",
+                other => other,
+            };
+            format!("`{op}` does not apply to {} and {}", type_name(a), type_name(b))
+        }
+        ExecutionError::ValuesNotComparable(a, b) => {
+            format!("{} and {} cannot be compared", type_name(a), type_name(b))
+        }
+        ExecutionError::FunctionError { function, message } => format!("`{function}`: {message}"),
+        other => tidy(&other.to_string()),
+    }
+}
+
+/// A cel value in a message: JSON where it has one, else its type.
+fn cel_text(v: &cel::Value) -> String {
+    value_to_json(v).map_or_else(|_| type_name(v), |j| j.to_string())
+}
+
+/// The CEL name of a value's type (cel's `ValueType` says `float` for `double`).
+fn type_name(v: &cel::Value) -> String {
+    match v {
+        cel::Value::Float(_) => "double".to_owned(),
+        cel::Value::Null => "null_type".to_owned(),
+        other => other.type_of().to_string(),
+    }
+}
+
+/// cel's messages: 'x' → `x`, first letter lower case.
+fn tidy(msg: &str) -> String {
+    let mut out = String::with_capacity(msg.len());
+    let mut open = false;
+    for c in msg.chars() {
+        if c == '\'' {
+            out.push('`');
+            open = !open;
+        } else {
+            out.push(c);
+        }
+    }
+    if open {
+        out = msg.to_owned();
+    }
+    let mut chars = out.chars();
+    match chars.next() {
+        Some(first) if first.is_uppercase() => first.to_lowercase().chain(chars).collect(),
+        _ => out,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Template contexts
+
+/// The document a template renders with: each variable it names, pruned to the static
+/// attribute chains it reads.
+fn template_context(text: &str, vars: &Vars) -> Value {
+    let mut ctx = Map::new();
+    for (root, chain) in chains(text) {
+        let Some(src) = vars.get(root) else { continue };
+        let fresh = !ctx.contains_key(root);
+        let slot = ctx.entry(root.to_owned()).or_insert(Value::Null);
+        include(src, &chain, slot, fresh);
+    }
+    Value::Object(ctx)
+}
+
+/// Copies into `out` what a read of `chain` on `src` can see: the value at the end of the
+/// chain, or all of `src` where the chain leaves the objects (a missing key, an index, a
+/// method). `fresh` is whether `out` holds nothing yet.
+fn include(src: &Value, chain: &[&str], out: &mut Value, fresh: bool) {
+    match (chain.split_first(), src) {
+        (Some((key, rest)), Value::Object(m)) if m.contains_key(*key) => {
+            if fresh || !out.is_object() {
+                *out = Value::Object(Map::new());
+            }
+            let (Some(child), Value::Object(o)) = (m.get(*key), out) else {
+                return;
+            };
+            let fresh_child = !o.contains_key(*key);
+            let slot = o.entry((*key).to_owned()).or_insert(Value::Null);
+            include(child, rest, slot, fresh_child);
+        }
+        _ => *out = src.clone(),
+    }
+}
+
+/// Every identifier of `text` not preceded by `.`, with the `.name` chain that follows it.
+/// Over-approximates the variables a template reads (text outside tags and string literals
+/// count too), which only costs a copy.
+fn chains(text: &str) -> Vec<(&str, Vec<&str>)> {
+    let b = text.as_bytes();
+    let ident = |i: usize| -> Option<usize> {
+        let first = *b.get(i)?;
+        if !(first.is_ascii_alphabetic() || first == b'_') {
+            return None;
+        }
+        let mut j = i + 1;
+        while b.get(j).is_some_and(|c| c.is_ascii_alphanumeric() || *c == b'_') {
+            j += 1;
+        }
+        Some(j)
+    };
+    let skip_space = |mut i: usize| {
+        while b.get(i).is_some_and(u8::is_ascii_whitespace) {
+            i += 1;
+        }
+        i
+    };
+    let mut out: Vec<(&str, Vec<&str>)> = Vec::new();
+    let mut i = 0;
+    let mut prev = None::<u8>; // last non-space byte before `i`
+    while i < b.len() {
+        let c = b[i];
+        let starts = (c.is_ascii_alphabetic() || c == b'_')
+            && !(i > 0 && (b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'_'));
+        if !starts {
+            if !c.is_ascii_whitespace() {
+                prev = Some(c);
+            }
+            i += 1;
+            continue;
+        }
+        let end = ident(i).unwrap_or(i + 1);
+        let root = &text[i..end];
+        let attribute = prev == Some(b'.');
+        let mut chain = Vec::new();
+        let mut j = end;
+        loop {
+            let dot = skip_space(j);
+            if b.get(dot) != Some(&b'.') {
+                break;
+            }
+            let start = skip_space(dot + 1);
+            match ident(start) {
+                Some(e) => {
+                    chain.push(&text[start..e]);
+                    j = e;
+                }
+                None => break,
+            }
+        }
+        if !attribute {
+            out.push((root, chain));
+        }
+        prev = Some(b'x');
+        i = j;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::compile::{expr, template};
+    use crate::runtime::ErrorKind;
+
+    fn ev(text: &str, payload: &Value) -> Result<Value, StepError> {
+        let e = expr::parse(text).expect("valid expression");
+        eval(&e, &Vars { payload: Some(payload), ..Vars::default() })
+    }
+
+    fn ok(text: &str, payload: Value) -> Value {
+        ev(text, &payload).unwrap_or_else(|e| panic!("{text}: {e}"))
+    }
+
+    fn err(text: &str, payload: Value) -> StepError {
+        match ev(text, &payload) {
+            Ok(v) => panic!("{text}: expected an error, got {v}"),
+            Err(e) => e,
+        }
+    }
+
+    #[test]
+    fn integers_stay_integers() {
+        let v = ok("payload.n + 1", json!({"n": 0}));
+        assert_eq!(v, json!(1));
+        assert!(v.is_i64(), "{v:?} is an integer");
+        assert_eq!(ok("payload.x * 2.0", json!({"x": 1.5})), json!(3.0));
+        assert!(ok("payload.x", json!({"x": 1.5})).is_f64());
+        assert_eq!(ok("payload.big", json!({"big": u64::MAX})), json!(u64::MAX));
+        assert_eq!(ok("payload.neg - 1", json!({"neg": -5})), json!(-6));
+    }
+
+    #[test]
+    fn comparisons_and_logic() {
+        assert_eq!(ok("payload.score >= 50", json!({"score": 50})), json!(true));
+        assert_eq!(ok("payload.score >= 50", json!({"score": 49})), json!(false));
+        // int against double
+        assert_eq!(ok("payload.score >= 49.5", json!({"score": 50})), json!(true));
+        assert_eq!(ok("payload.x < 1", json!({"x": 0.5})), json!(true));
+        assert_eq!(ok("payload.x == 1", json!({"x": 1.0})), json!(true));
+        let p = json!({"ticket": {"priority": "p2", "vip": true}});
+        assert_eq!(ok("payload.ticket.priority == \"p1\" || payload.ticket.vip", p), json!(true));
+        let p = json!({"ticket": {"priority": "p1", "vip": false}});
+        assert_eq!(ok("payload.ticket.priority == \"p1\" || payload.ticket.vip", p), json!(true));
+        let p = json!({"ticket": {"priority": "p3", "vip": false}});
+        assert_eq!(ok("payload.ticket.priority == 'p1' || payload.ticket.vip", p), json!(false));
+    }
+
+    #[test]
+    fn size_of_lists_maps_and_strings() {
+        assert_eq!(ok("size(payload.rows) == 0", json!({"rows": []})), json!(true));
+        assert_eq!(ok("size(payload.rows)", json!({"rows": [1, 2]})), json!(2));
+        assert_eq!(ok("payload.rows.size()", json!({"rows": [1, 2, 3]})), json!(3));
+        assert_eq!(ok("size(payload.m)", json!({"m": {"a": 1}})), json!(1));
+        assert_eq!(ok("size(payload.s)", json!({"s": "héllo"})), json!(5));
+        assert_eq!(ok("size(payload)", json!({"a": 1, "b": 2})), json!(2));
+    }
+
+    #[test]
+    fn locals_and_other_variables() {
+        let item = json!({"id": 7, "v": 21});
+        let index = json!(3);
+        let locals = [("item", &item), ("index", &index)];
+        let vars = Vars { locals: &locals, ..Vars::default() };
+        let e = |t: &str| eval(&expr::parse(t).unwrap(), &vars).unwrap();
+        assert_eq!(e("item.v * 2"), json!(42));
+        assert_eq!(e("index + 1"), json!(4));
+        assert_eq!(e("{'id': item.id, 'v': item.v * 2}"), json!({"id": 7, "v": 42}));
+
+        let steps = json!({"classify": {"result": {"confidence": 0.5}, "status": "succeeded"}});
+        let vars = Vars { steps: Some(&steps), ..Vars::default() };
+        let cond = expr::parse("steps.classify.result.confidence < 0.6").unwrap();
+        assert!(eval_bool(&cond, &vars).unwrap());
+        let steps = json!({"classify": {"result": {"confidence": 0.9}}});
+        let vars = Vars { steps: Some(&steps), ..Vars::default() };
+        assert!(!eval_bool(&cond, &vars).unwrap());
+
+        // A local shadows a run variable of the same name.
+        let p = json!({"a": 1});
+        let shadow = json!({"a": 2});
+        let locals = [("payload", &shadow)];
+        let vars = Vars { payload: Some(&p), locals: &locals, ..Vars::default() };
+        assert_eq!(eval(&expr::parse("payload.a").unwrap(), &vars).unwrap(), json!(2));
+    }
+
+    #[test]
+    fn comprehensions() {
+        assert_eq!(ok("[1,2,3].exists(x, x > 2)", json!({})), json!(true));
+        let p = json!({"items": [{"id": "a", "v": 1}, {"id": "b", "v": 2}, {"id": "c", "v": 3}]});
+        assert_eq!(ok("payload.items.map(i, i.id)", p.clone()), json!(["a", "b", "c"]));
+        assert_eq!(ok("payload.items.filter(i, i.v > 1).size()", p.clone()), json!(2));
+        assert_eq!(ok("payload.items.filter(i, i.v > 1)", p.clone()), json!([{"id": "b", "v": 2}, {"id": "c", "v": 3}]));
+        assert_eq!(ok("payload.items.all(i, i.v > 0)", p.clone()), json!(true));
+        assert_eq!(ok("payload.items.exists(i, i.id == 'c')", p.clone()), json!(true));
+        assert_eq!(ok("payload.items.exists_one(i, i.v >= 3)", p.clone()), json!(true));
+        assert_eq!(ok("payload.items.map(i, i.v * 10).exists(x, x == 30)", p.clone()), json!(true));
+        // Over a map's keys.
+        let p = json!({"m": {"a": 1, "b": 2}});
+        assert_eq!(ok("payload.m.all(k, payload.m[k] > 0)", p.clone()), json!(true));
+        assert_eq!(ok("payload.m.map(k, k)", p.clone()), json!(["a", "b"]));
+        assert_eq!(ok("payload.m.exists(k, k == 'b')", p), json!(true));
+        // Nested lists.
+        let p = json!({"rows": [[1, 2], [3]]});
+        assert_eq!(ok("payload.rows.map(r, size(r))", p), json!([2, 1]));
+    }
+
+    #[test]
+    fn has_on_lazy_values() {
+        assert_eq!(ok("has(payload.a)", json!({"a": null})), json!(true));
+        assert_eq!(ok("has(payload.a)", json!({"b": 1})), json!(false));
+        assert_eq!(ok("has(payload.a.b)", json!({"a": {"b": 1}})), json!(true));
+        assert_eq!(ok("has(payload.a.c)", json!({"a": {"b": 1}})), json!(false));
+        assert_eq!(ok("has(payload.a) && payload.a > 1", json!({"b": 1})), json!(false));
+        let e = err("has(payload.a.b)", json!({}));
+        assert!(e.message.contains("no such key `a`"), "{}", e.message);
+    }
+
+    #[test]
+    fn in_and_string_functions() {
+        let p = json!({"tags": ["x", "y"], "m": {"k": 1}, "s": "hello world", "n": 2});
+        assert_eq!(ok("\"x\" in payload.tags", p.clone()), json!(true));
+        assert_eq!(ok("'z' in payload.tags", p.clone()), json!(false));
+        assert_eq!(ok("'k' in payload.m", p.clone()), json!(true));
+        assert_eq!(ok("'q' in payload.m", p.clone()), json!(false));
+        assert_eq!(ok("2 in [1, payload.n]", p.clone()), json!(true));
+        assert_eq!(ok("payload.s.contains('lo w')", p.clone()), json!(true));
+        assert_eq!(ok("payload.s.startsWith('hell')", p.clone()), json!(true));
+        assert_eq!(ok("payload.s.endsWith('world')", p.clone()), json!(true));
+        assert_eq!(ok("payload.s.matches('^h.*d$')", p.clone()), json!(true));
+        assert_eq!(ok("payload.s + '!'", p.clone()), json!("hello world!"));
+        assert_eq!(ok("int('12') + payload.n", p.clone()), json!(14));
+        assert_eq!(ok("double(payload.n) / 4.0", p.clone()), json!(0.5));
+        assert_eq!(ok("string(payload.n)", p.clone()), json!("2"));
+        assert_eq!(ok("int(2.7)", p.clone()), json!(2));
+        assert_eq!(ok("payload.tags[1]", p.clone()), json!("y"));
+        assert_eq!(ok("payload.m['k']", p.clone()), json!(1));
+        assert_eq!(ok("payload.tags + ['z']", p.clone()), json!(["x", "y", "z"]));
+        assert_eq!(ok("['w'] + payload.tags", p.clone()), json!(["w", "x", "y"]));
+        assert_eq!(ok("type(payload.tags) == list", p.clone()), json!(true));
+        assert_eq!(ok("type(payload.m) == map && type(payload.n) == int", p), json!(true));
+    }
+
+    #[test]
+    fn equality_of_json_containers() {
+        let p = json!({"l": [1, "a", {"k": [true]}], "m": {"x": 1, "y": [2]}, "c": [1, "a", {"k": [true]}]});
+        assert_eq!(ok("payload.l == [1, 'a', {'k': [true]}]", p.clone()), json!(true));
+        assert_eq!(ok("payload.l == [1, 'a']", p.clone()), json!(false));
+        assert_eq!(ok("payload.m == {'y': [2], 'x': 1.0}", p.clone()), json!(true));
+        assert_eq!(ok("payload.m == {'x': 1}", p.clone()), json!(false));
+        assert_eq!(ok("payload.l == payload.c", p.clone()), json!(true));
+        assert_eq!(ok("payload.l != payload.m", p.clone()), json!(true));
+        assert_eq!(ok("[payload.m] == [payload.m]", p), json!(true));
+    }
+
+    #[test]
+    fn results_convert_to_json() {
+        let p = json!({"obj": {"b": 1, "a": [1, 2.5, null, "s"]}, "n": 1});
+        // A JSON subtree comes back whole, in its own key order.
+        assert_eq!(ok("payload.obj", p.clone()).to_string(), r#"{"b":1,"a":[1,2.5,null,"s"]}"#);
+        assert_eq!(ok("payload", p.clone()), p);
+        // CEL maps have no order: keys come back sorted.
+        assert_eq!(ok("{'z': 1, 'a': payload.n}", p.clone()).to_string(), r#"{"a":1,"z":1}"#);
+        assert_eq!(ok("{1: 'x', true: 'y'}", p.clone()), json!({"1": "x", "true": "y"}));
+        assert_eq!(ok("[payload.obj.a[1], payload.obj]", p.clone()), json!([2.5, {"b": 1, "a": [1, 2.5, null, "s"]}]));
+        assert_eq!(ok("null", p.clone()), json!(null));
+        assert_eq!(ok("3u", p.clone()), json!(3));
+        let e = err("b'abc'", p.clone());
+        assert!(e.message.contains("cannot be written as JSON"), "{}", e.message);
+        let e = err("{1: 'a', '1': 'b'}", p);
+        assert!(e.message.contains("appears twice"), "{}", e.message);
+
+        assert_eq!(to_json(&cel::Value::Int(3)).unwrap(), json!(3));
+        let list = cel::Value::List(Arc::new(vec![cel::Value::Float(0.5), cel::Value::String(Arc::new("x".into()))]));
+        assert_eq!(to_json(&list).unwrap(), json!([0.5, "x"]));
+        assert_eq!(to_json(&cel::Value::Float(f64::NAN)).unwrap_err().kind, ErrorKind::Expression);
+    }
+
+    #[test]
+    fn errors_name_the_expression_and_the_cause() {
+        let e = err("payload.x.y", json!({"a": 1}));
+        assert_eq!(e.kind, ErrorKind::Expression);
+        assert_eq!(e.message, "`payload.x.y`: no such key `x`");
+        assert_eq!(e.details, Some(json!({"expression": "payload.x.y"})));
+        let e = err("payload.a.missing > 1", json!({"a": {"b": 1}}));
+        assert_eq!(e.message, "`payload.a.missing > 1`: no such key `missing`");
+        let e = err("payload.l[5]", json!({"l": [1]}));
+        assert_eq!(e.message, "`payload.l[5]`: index 5 is out of range");
+        let e = err("payload.s + 1", json!({"s": "x"}));
+        assert!(e.message.starts_with("`payload.s + 1`: "), "{}", e.message);
+        let e = err("payload.x * 2", json!({"x": 2.5}));
+        assert_eq!(e.message, "`payload.x * 2`: `*` does not apply to double and int");
+        let e = err("payload.n / 0", json!({"n": 1}));
+        assert_eq!(e.message, "`payload.n / 0`: division by zero");
+        let e = err("result.ok", json!({}));
+        assert_eq!(e.message, "`result.ok`: `result` is not available here");
+        let e = err("nope + 1", json!({}));
+        assert_eq!(e.message, "`nope + 1`: unknown name `nope`");
+    }
+
+    #[test]
+    fn eval_bool_requires_a_boolean() {
+        let p = json!({"n": 3, "ok": true});
+        let vars = Vars { payload: Some(&p), ..Vars::default() };
+        assert!(eval_bool(&expr::parse("payload.ok").unwrap(), &vars).unwrap());
+        let e = eval_bool(&expr::parse("payload.n").unwrap(), &vars).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Expression);
+        assert_eq!(e.message, "`payload.n`: must return a boolean, got int 3");
+        let e = eval_bool(&expr::parse("payload.missing").unwrap(), &vars).unwrap_err();
+        assert_eq!(e.message, "`payload.missing`: no such key `missing`");
+    }
+
+    #[test]
+    fn templates_see_only_what_they_name() {
+        let p = json!({"amount": 12, "customer": {"name": "Ann", "id": 4}, "big": [1, 2, 3]});
+        let item = json!({"id": 9});
+        let locals = [("item", &item)];
+        let vars = Vars { payload: Some(&p), locals: &locals, ..Vars::default() };
+        let t = template::compile("Refund {{ payload.amount }} to {{ payload.customer.name }} ({{ item.id }})").unwrap();
+        assert_eq!(render(&t, &vars).unwrap(), "Refund 12 to Ann (9)");
+        assert_eq!(
+            template_context(t.text(), &vars),
+            json!({"payload": {"amount": 12, "customer": {"name": "Ann"}}, "item": {"id": 9}})
+        );
+        // Used another way, a variable is copied whole at that level.
+        let t = template::compile("{% for x in payload.big %}{{ x }}{% endfor %} {{ payload['amount'] }}").unwrap();
+        assert_eq!(render(&t, &vars).unwrap(), "123 12");
+        assert_eq!(template_context(t.text(), &vars), json!({"payload": p}));
+        let t = template::compile("{{ payload.customer.name | upper }} {{ payload . amount }}").unwrap();
+        assert_eq!(render(&t, &vars).unwrap(), "ANN 12");
+        // A missing key is copied around, so the error names it.
+        let t = template::compile("{{ payload.customer.nmae }}").unwrap();
+        let e = render(&t, &vars).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Expression);
+        assert!(e.message.contains("`payload.customer.nmae` is undefined"), "{}", e.message);
+        let t = template::compile("{{ result }}").unwrap();
+        let e = render(&t, &vars).unwrap_err();
+        assert!(e.message.contains("`result` is undefined"), "{}", e.message);
+        // Plain text is not a template.
+        let t = template::compile("no tags here").unwrap();
+        assert_eq!(render(&t, &Vars::default()).unwrap(), "no tags here");
+    }
+
+    #[test]
+    fn chains_are_found_in_template_text() {
+        let found = chains("{{ a.b.c }} {{ x.y[0].z }} {{ f(q) }} {{ w.v | t }} {{ r . s }} {{ o.p.0 }}");
+        let roots: Vec<_> = found.iter().map(|(r, c)| format!("{r}:{}", c.join("."))).collect();
+        // `.z` after `]` is an attribute, not a variable.
+        assert_eq!(roots, ["a:b.c", "x:y", "f:", "q:", "w:v", "t:", "r:s", "o:p"]);
+    }
+
+    /// Not a timed assertion: prints what one evaluation costs (run with `--release
+    /// --nocapture` for meaningful numbers).
+    #[test]
+    fn measure_eval_cost() {
+        let mut payload = json!({"n": 0});
+        for k in 0..19 {
+            payload[format!("key{k}")] = json!({"text": "some text", "list": [1, 2, 3], "k": k});
+        }
+        let e = expr::parse("payload.n + 1").unwrap();
+        let cond = expr::parse("payload.score >= 50").unwrap();
+        payload["score"] = json!(70);
+        let rounds = 20_000;
+        let start = std::time::Instant::now();
+        let mut sum = 0;
+        for _ in 0..rounds {
+            let vars = Vars { payload: Some(&payload), ..Vars::default() };
+            sum += eval(&e, &vars).expect("evaluates").as_i64().expect("an integer");
+        }
+        let per_eval = start.elapsed().as_secs_f64() * 1e9 / f64::from(rounds);
+        assert_eq!(sum, i64::from(rounds));
+        let start = std::time::Instant::now();
+        for _ in 0..rounds {
+            let vars = Vars { payload: Some(&payload), ..Vars::default() };
+            assert!(eval_bool(&cond, &vars).expect("evaluates"));
+        }
+        let per_bool = start.elapsed().as_secs_f64() * 1e9 / f64::from(rounds);
+        println!("eval `payload.n + 1` over a 21-key payload: {per_eval:.0} ns; eval_bool `payload.score >= 50`: {per_bool:.0} ns");
+    }
+}

@@ -111,6 +111,8 @@ pub struct StepRecord {
     pub status: StepStatus,
     /// Foreach item index or while iteration, for iteration records.
     pub iteration: Option<u64>,
+    /// Iterations run by a `foreach` or `while` step.
+    pub iterations: Option<u64>,
     pub input: Option<Value>,
     pub result: Option<Value>,
     pub changes: Vec<Change>,

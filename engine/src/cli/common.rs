@@ -1,0 +1,86 @@
+//! Flags and helpers shared by the commands that run flows.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use crate::model::AgentKind;
+use crate::plan::Plan;
+use crate::runtime::engine::RunOptions;
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct RunArgs {
+    /// Caller-given context as JSON, visible as `context` and passed to nested flows unchanged.
+    #[arg(long)]
+    pub context: Option<String>,
+    /// Agent kinds the run may use (comma-separated: llm,command,http,flow,transform,mock);
+    /// intersected with every flow's `allow`.
+    #[arg(long, value_delimiter = ',')]
+    pub allow: Option<Vec<String>>,
+    /// A YAML file of runtime agent changes (SPEC §8.4).
+    #[arg(long)]
+    pub agent_change: Option<PathBuf>,
+    /// The project root that file paths may not leave; default the flow's directory.
+    #[arg(long)]
+    pub root: Option<PathBuf>,
+}
+
+impl RunArgs {
+    /// The context value and run options, validated.
+    pub fn options(&self, plan: &Plan) -> Result<(Value, RunOptions), String> {
+        let context = match &self.context {
+            Some(text) => serde_json::from_str(text).map_err(|e| format!("--context is not valid JSON: {e}"))?,
+            None => Value::Object(Default::default()),
+        };
+        let allow = match &self.allow {
+            Some(kinds) => Some(
+                kinds
+                    .iter()
+                    .filter(|k| !k.is_empty())
+                    .map(|k| {
+                        AgentKind::parse(k.trim()).ok_or_else(|| {
+                            format!("--allow: unknown agent kind `{k}` (kinds: llm, command, http, flow, transform, mock)")
+                        })
+                    })
+                    .collect::<Result<BTreeSet<_>, _>>()?,
+            ),
+            None => None,
+        };
+        let agent_changes = match &self.agent_change {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| format!("cannot read --agent-change `{}`: {e}", path.display()))?;
+                let changes = crate::runtime::changes::parse(&path.display().to_string(), &text)?;
+                crate::runtime::changes::resolve(&changes, plan)
+            }
+            None => Default::default(),
+        };
+        Ok((context, RunOptions { allow, agent_changes: Arc::new(agent_changes) }))
+    }
+}
+
+/// The run input from `--input` or `--input-file` (`-`: stdin); `{}` when neither is given.
+pub fn read_input(input: Option<&str>, file: Option<&Path>) -> Result<Value, String> {
+    let (text, what) = match (input, file) {
+        (Some(t), _) => (t.to_string(), "--input".to_string()),
+        (None, Some(p)) if p == Path::new("-") => {
+            let mut s = String::new();
+            std::io::Read::read_to_string(&mut std::io::stdin(), &mut s).map_err(|e| format!("cannot read stdin: {e}"))?;
+            (s, "stdin".to_string())
+        }
+        (None, Some(p)) => (
+            std::fs::read_to_string(p).map_err(|e| format!("cannot read `{}`: {e}", p.display()))?,
+            format!("`{}`", p.display()),
+        ),
+        (None, None) => return Ok(Value::Object(Default::default())),
+    };
+    serde_json::from_str(&text)
+        .map_err(|e| format!("{what} is not valid JSON: {e} (line {}, column {})", e.line(), e.column()))
+}
+
+/// A multi-threaded tokio runtime for one command.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("a tokio runtime starts")
+}

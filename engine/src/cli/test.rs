@@ -1,0 +1,248 @@
+//! `switchyard test PATH...`: runs the `tests:` of flows (SPEC §11) with mocked agents.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use crate::agents::AgentState;
+use crate::compile::value;
+use crate::model::{FlowTest, RunStatusExpect};
+use crate::plan::{AgentPlan, AgentPlanSpec, Plan};
+use crate::project::Project;
+use crate::runtime::changes;
+use crate::runtime::engine::{AgentChanges, Engine, RunOptions, RunOutcome};
+use crate::runtime::record::RunStatus;
+use crate::store::memory::MemoryStore;
+use crate::syntax::Limits;
+
+#[derive(clap::Args, Debug)]
+#[command(after_help = "Agents named under a test's `mocks:` are replaced by mocks in every flow of the run;\n\
+                        an `llm`, `http` or `command` agent that a test calls without mocking it fails the\n\
+                        test. Exit status: 0 all passed, 1 a test failed, 2 invalid flow or usage.")]
+pub struct Args {
+    /// Flow files and directories (searched for *.yaml and *.yml with `tests:`).
+    #[arg(required = true)]
+    pub paths: Vec<PathBuf>,
+    /// Run only tests whose name contains this text.
+    #[arg(long)]
+    pub filter: Option<String>,
+}
+
+pub fn run(args: Args) -> u8 {
+    let files = match super::lint::collect(&args.paths, None) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return super::exit::USAGE;
+        }
+    };
+    let rt = super::common::runtime();
+    let (mut passed, mut failed, mut invalid) = (0usize, 0usize, false);
+    for (file, root) in &files {
+        let root = root.canonicalize().unwrap_or_else(|_| root.clone());
+        let mut project = Project::default();
+        let Some(id) = project.load_top(file, root, &Limits::default()) else { continue };
+        let tests: Vec<FlowTest> = project.flow(id).flow.as_ref().map(|f| f.tests.clone()).unwrap_or_default();
+        if tests.is_empty() {
+            continue;
+        }
+        let (plan, diags) = crate::compile::compile(&project, id);
+        let Some(plan) = plan else {
+            let opts = crate::diag::render::HumanOptions { color: super::color_stderr(), width: super::width() };
+            eprint!("{}", crate::diag::render::human(&diags, &project.sources, &opts));
+            eprintln!("error: `{}` does not lint clean; its tests did not run", file.display());
+            invalid = true;
+            continue;
+        };
+        let plan = Arc::new(plan);
+        let text = project.sources.get(project.flow(id).file).text.clone();
+        for t in &tests {
+            if args.filter.as_ref().is_some_and(|f| !t.name.value.contains(f.as_str())) {
+                continue;
+            }
+            let result = rt.block_on(run_test(&plan, t, &text));
+            match result {
+                Ok(()) => {
+                    passed += 1;
+                    println!("ok     {} :: {}", display(file), t.name.value);
+                }
+                Err(why) => {
+                    failed += 1;
+                    println!("FAILED {} :: {}", display(file), t.name.value);
+                    for line in why.lines() {
+                        println!("       {line}");
+                    }
+                }
+            }
+        }
+    }
+    println!("{passed} passed, {failed} failed");
+    if invalid {
+        super::exit::USAGE
+    } else if failed > 0 {
+        super::exit::FAILED
+    } else {
+        super::exit::OK
+    }
+}
+
+fn display(p: &Path) -> String {
+    p.display().to_string()
+}
+
+/// Runs one test: mocks in, effectful agents that are not mocked out, then the expectations.
+pub async fn run_test(plan: &Arc<Plan>, t: &FlowTest, text: &str) -> Result<(), String> {
+    let agent_changes = mocks(plan, t, text)?;
+    let options = RunOptions { allow: None, agent_changes: Arc::new(agent_changes) };
+    let input = t.input.as_ref().map_or(Value::Object(Default::default()), |n| n.0.to_json());
+    let context = t.context.as_ref().map_or(Value::Object(Default::default()), |n| n.0.to_json());
+    let state = Arc::new(AgentState::default());
+    let engine = Engine::new(Arc::new(MemoryStore::new()));
+    let outcome = engine
+        .run_with_state(plan.clone(), input, context, options, state.clone(), Default::default())
+        .await;
+    check(t, &outcome, &state)
+}
+
+fn mocks(plan: &Plan, t: &FlowTest, text: &str) -> Result<AgentChanges, String> {
+    let compile = |n: &crate::syntax::Node| -> Result<value::ValueTemplate, String> {
+        let (v, errors) = value::compile(n, text);
+        match errors.first() {
+            Some((_, e)) => Err(format!("mock: {}", e.message)),
+            None => Ok(v.unwrap_or(value::ValueTemplate::Literal(Value::Null))),
+        }
+    };
+    let mut mocked = std::collections::HashMap::new();
+    for (name, m) in &t.mocks {
+        // Rebuild the mock's YAML fields into a plan (the model keeps them typed).
+        let spec = crate::plan::MockPlan {
+            returns: m.returns.as_ref().map(|r| compile(&r.0)).transpose()?,
+            sequence: m.sequence.iter().flatten().map(|r| compile(&r.0)).collect::<Result<_, _>>()?,
+            latency: m.latency.as_ref().map(|l| l.value.0),
+            fail_times: m.fail_times.as_ref().map_or(0, |f| f.value),
+            fail_rate: m.fail_rate.as_ref().map_or(0.0, |f| f.value),
+            seed: m.seed.as_ref().map_or(0, |s| s.value),
+        };
+        mocked.insert(name.clone(), Arc::new(AgentPlan { name: name.clone(), spec: AgentPlanSpec::Mock(spec), result_schema: None }));
+    }
+    let mut per_flow = std::collections::HashMap::new();
+    for (i, flow) in plan.flows.iter().enumerate() {
+        let mut entry = std::collections::HashMap::new();
+        for agent in changes::calls(flow) {
+            if let Some(m) = mocked.get(&agent.name) {
+                // Keep the agent's result schema: a mock must return what the agent would.
+                let with_schema = AgentPlan {
+                    name: m.name.clone(),
+                    spec: match &m.spec {
+                        AgentPlanSpec::Mock(p) => AgentPlanSpec::Mock(p.clone()),
+                        _ => unreachable!("mocks are mock plans"),
+                    },
+                    result_schema: agent.result_schema.clone(),
+                };
+                entry.insert(agent.name.clone(), Some(Arc::new(with_schema)));
+            } else if matches!(agent.spec, AgentPlanSpec::Llm(_) | AgentPlanSpec::Http(_) | AgentPlanSpec::Command(_)) {
+                entry.insert(agent.name.clone(), None);
+            }
+        }
+        per_flow.insert(i, entry);
+    }
+    Ok(AgentChanges {
+        per_flow,
+        removed_reason: Some("not mocked: a test may not call `llm`, `http` or `command` agents; add it under `mocks:`".into()),
+    })
+}
+
+fn check(t: &FlowTest, o: &RunOutcome, state: &AgentState) -> Result<(), String> {
+    let mut problems = Vec::new();
+    let e = &t.expect;
+    let want = e.status.as_ref().map(|s| match s.value {
+        RunStatusExpect::Succeeded => RunStatus::Succeeded,
+        RunStatusExpect::Failed => RunStatus::Failed,
+        RunStatusExpect::Interrupted => RunStatus::Interrupted,
+    });
+    // Without `status`, a test expects success unless it expects an error.
+    let want = want.or_else(|| e.error.is_none().then_some(RunStatus::Succeeded));
+    if let Some(w) = want
+        && w != o.status
+    {
+        let why = o.error.as_ref().map(|e| format!(": {e}")).unwrap_or_default();
+        problems.push(format!("status: expected {}, got {}{why}", w.as_str(), o.status.as_str()));
+    }
+    if let Some(path) = &e.path {
+        let want: Vec<&str> = path.iter().map(|p| p.value.as_str()).collect();
+        if want != o.path {
+            problems.push(format!("path: expected [{}], got [{}]", want.join(", "), o.path.join(", ")));
+        }
+    }
+    if let Some(out) = &e.output {
+        let want = out.0.to_json();
+        match &o.output {
+            Some(got) => {
+                if let Some(diff) = subset(&want, got, "$") {
+                    problems.push(format!("output: {diff}"));
+                }
+            }
+            None => problems.push("output: the run has no output".into()),
+        }
+    }
+    if let Some(err) = &e.error {
+        let want = err.0.to_json();
+        match &o.error {
+            Some(got) => {
+                let got = got.to_json();
+                // `message` matches as a substring; other fields as a subset.
+                let mut want_rest = want.clone();
+                if let (Some(Value::String(m)), Some(obj)) = (want.get("message"), want_rest.as_object_mut()) {
+                    obj.remove("message");
+                    let gm = got.get("message").and_then(Value::as_str).unwrap_or("");
+                    if !gm.contains(m.as_str()) {
+                        problems.push(format!("error.message: expected it to contain {m:?}, got {gm:?}"));
+                    }
+                }
+                if let Some(diff) = subset(&want_rest, &got, "error") {
+                    problems.push(format!("error: {diff}"));
+                }
+            }
+            None => problems.push("error: expected an error, the run has none".into()),
+        }
+    }
+    let counts = state.counts();
+    for (agent, n) in &e.calls {
+        let got = counts.get(agent).copied().unwrap_or(0);
+        if got != n.value {
+            problems.push(format!("calls.{agent}: expected {}, got {got}", n.value));
+        }
+    }
+    if problems.is_empty() { Ok(()) } else { Err(problems.join("\n")) }
+}
+
+/// `None` when every field of `want` is in `got` with the same value (objects recursively,
+/// arrays element by element); otherwise the first difference.
+pub fn subset(want: &Value, got: &Value, at: &str) -> Option<String> {
+    match (want, got) {
+        (Value::Object(w), Value::Object(g)) => {
+            for (k, wv) in w {
+                let here = format!("{at}.{k}");
+                match g.get(k) {
+                    Some(gv) => {
+                        if let Some(d) = subset(wv, gv, &here) {
+                            return Some(d);
+                        }
+                    }
+                    None => return Some(format!("`{here}` is missing")),
+                }
+            }
+            None
+        }
+        (Value::Array(w), Value::Array(g)) => {
+            if w.len() != g.len() {
+                return Some(format!("`{at}` has {} elements, expected {}", g.len(), w.len()));
+            }
+            w.iter().zip(g).enumerate().find_map(|(i, (wv, gv))| subset(wv, gv, &format!("{at}[{i}]")))
+        }
+        (Value::Number(a), Value::Number(b)) if a.as_f64() == b.as_f64() => None,
+        _ if want == got => None,
+        _ => Some(format!("`{at}` is {got}, expected {want}")),
+    }
+}

@@ -1,0 +1,63 @@
+//! The step tree of a run, as `--trace` and `runs show` print it.
+
+use std::fmt::Write as _;
+
+use crate::runtime::record::{StepRecord, StepStatus};
+use crate::store::Store;
+
+/// Renders the steps of `run_id` and, indented under their calling steps, its child runs.
+pub async fn render<S: Store>(store: &S, run_id: &str, color: bool) -> String {
+    let mut out = String::new();
+    let Ok(run) = store.get_run(run_id).await else {
+        return format!("run `{run_id}` not found\n");
+    };
+    let _ = writeln!(out, "run {} · {} · {}", run.id, run.flow, run.status.as_str());
+    walk(store, run_id, 1, color, &mut out).await;
+    out
+}
+
+fn walk<'a, S: Store>(
+    store: &'a S,
+    run_id: &'a str,
+    depth: usize,
+    color: bool,
+    out: &'a mut String,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>> {
+    Box::pin(async move {
+        let steps = store.steps(run_id).await.unwrap_or_default();
+        for s in &steps {
+            let _ = writeln!(out, "{}{}", "  ".repeat(depth), line(s, color));
+            if let Some(e) = &s.error {
+                let _ = writeln!(out, "{}  error[{}]: {}", "  ".repeat(depth), e.kind, e.message);
+            }
+            for v in &s.violations {
+                let _ = writeln!(out, "{}  violation: {} ({})", "  ".repeat(depth), v.path, v.reason);
+            }
+            if let Some(child) = &s.child_run {
+                walk(store, child, depth + 1, color, out).await;
+            }
+        }
+    })
+}
+
+fn line(s: &StepRecord, color: bool) -> String {
+    let (mark, paint) = match s.status {
+        StepStatus::Succeeded => ("✓", "32"),
+        StepStatus::Failed => ("✗", "31"),
+        StepStatus::Interrupted => ("⏸", "33"),
+        StepStatus::Started => ("…", "33"),
+    };
+    let mark = if color { format!("\x1b[{paint}m{mark}\x1b[0m") } else { mark.to_string() };
+    let ms = s.finished_at.map(|f| f.saturating_sub(s.started_at)).unwrap_or(0);
+    let mut l = format!("{mark} {} {} [{}] {}ms", s.number, s.step, s.kind, ms);
+    if s.attempt > 1 {
+        let _ = write!(l, " · {} attempts", s.attempt);
+    }
+    if let Some(n) = s.iterations {
+        let _ = write!(l, " · {n} iterations");
+    }
+    if let Some(route) = &s.route {
+        let _ = write!(l, " → {route}");
+    }
+    l
+}

@@ -1,0 +1,1271 @@
+//! The executor: runs a compiled [`Plan`] on tokio, step by step, recording every step in a
+//! [`Store`] before moving on (SPEC §3–§9).
+//!
+//! One `Run` is one execution of one flow: the root run, or a child run started by a `flow`
+//! agent. It owns the payload; steps borrow it. Routing, retries, loops and limits live here;
+//! building inputs and applying outputs is [`super::data`]; evaluating expressions is
+//! [`super::eval`]; calling sub-agents is [`crate::agents`].
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use serde_json::{Map, Value};
+use tokio_util::sync::CancellationToken;
+
+use super::data::{self, Change, Violation};
+use super::eval::{self, Vars};
+use super::record::{self, RunRecord, RunStatus, StepRecord, StepStatus, Usage};
+use super::{ErrorKind, StepError};
+use crate::agents::{self, AgentState, CallContext};
+use crate::model::{AgentKind, EdgeOn};
+use crate::plan::*;
+use crate::store::Store;
+
+type NodeIdx = petgraph::stable_graph::NodeIndex;
+
+/// Options of one run tree, from the command line.
+#[derive(Clone, Debug, Default)]
+pub struct RunOptions {
+    /// `--allow`: agent kinds the whole tree may use (intersected with every flow's `allow`).
+    pub allow: Option<BTreeSet<AgentKind>>,
+    /// Agents replaced or removed per flow (`--agent-change`), resolved against the plan.
+    pub agent_changes: Arc<AgentChanges>,
+}
+
+/// Agent changes resolved against a plan: for each flow (by index into `Plan::flows`),
+/// agent name → what to use instead (`None`: removed).
+#[derive(Debug, Default)]
+pub struct AgentChanges {
+    pub per_flow: HashMap<usize, HashMap<String, Option<Arc<AgentPlan>>>>,
+    /// Why removed agents are gone, for the error (flow tests: "not mocked").
+    pub removed_reason: Option<String>,
+}
+
+/// What a finished run returns.
+#[derive(Clone, Debug)]
+pub struct RunOutcome {
+    pub run_id: String,
+    pub status: RunStatus,
+    pub output: Option<Value>,
+    pub error: Option<StepError>,
+    /// Top-level steps visited, in order (flow tests' `expect.path`).
+    pub path: Vec<String>,
+    pub usage: Usage,
+    pub steps: u64,
+}
+
+/// Runs plans against a store.
+pub struct Engine<S: Store> {
+    pub store: Arc<S>,
+}
+
+impl<S: Store> Clone for Engine<S> {
+    fn clone(&self) -> Self {
+        Engine { store: self.store.clone() }
+    }
+}
+
+/// Where a run sits in its tree.
+#[derive(Clone)]
+struct Lineage {
+    parent_run: Option<String>,
+    /// Number of the calling step (`"2"` → this run's steps are `2.1`, `2.2`, ...).
+    prefix: String,
+    depth: u32,
+    /// The root flow's `max_depth` governs the tree.
+    max_depth: u64,
+    /// Effective allow set: the intersection down the tree.
+    allow: Option<BTreeSet<AgentKind>>,
+}
+
+/// Shared, immutable facts of one run tree.
+struct Tree {
+    plan: Arc<Plan>,
+    context: Value,
+    options: RunOptions,
+    cancel: CancellationToken,
+}
+
+impl<S: Store> Engine<S> {
+    pub fn new(store: Arc<S>) -> Self {
+        Engine { store }
+    }
+
+    /// Runs the plan's root flow on `input` to completion.
+    pub async fn run(&self, plan: Arc<Plan>, input: Value, context: Value, options: RunOptions) -> RunOutcome {
+        self.run_with_state(plan, input, context, options, Arc::new(AgentState::default()), CancellationToken::new())
+            .await
+    }
+
+    /// Runs with caller-held agent state (flow tests read the call counts from it) and a
+    /// cancellation token (Ctrl-C, `runs cancel`).
+    pub async fn run_with_state(
+        &self,
+        plan: Arc<Plan>,
+        input: Value,
+        context: Value,
+        options: RunOptions,
+        state: Arc<AgentState>,
+        cancel: CancellationToken,
+    ) -> RunOutcome {
+        let max_depth = plan.root().limits.max_depth;
+        let allow = intersect(options.allow.clone(), plan.root().allow.clone());
+        let root = plan.root;
+        let tree = Arc::new(Tree { plan, context, options, cancel });
+        let lineage = Lineage { parent_run: None, prefix: String::new(), depth: 0, max_depth, allow };
+        self.run_flow(&tree, root, input, lineage, &state).await
+    }
+
+    fn run_flow<'a>(
+        &'a self,
+        tree: &'a Arc<Tree>,
+        flow_ref: FlowRef,
+        input: Value,
+        lineage: Lineage,
+        state: &'a Arc<AgentState>,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = RunOutcome> + Send + 'a>> {
+        Box::pin(async move {
+            let flow = tree.plan.flow(flow_ref).clone();
+            let mut run = Run::new(self, tree, flow, flow_ref, input, lineage, state);
+            run.execute().await
+        })
+    }
+}
+
+fn intersect(a: Option<BTreeSet<AgentKind>>, b: Option<BTreeSet<AgentKind>>) -> Option<BTreeSet<AgentKind>> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.intersection(&b).copied().collect()),
+        (a, None) => a,
+        (None, b) => b,
+    }
+}
+
+/// What executing one step produced.
+struct StepOutcome {
+    result: Option<Value>,
+    error: Option<StepError>,
+    attempts: u32,
+    input: Option<Value>,
+    changes: Vec<Change>,
+    violations: Vec<Violation>,
+    failed: Value,
+    iterations: Option<u64>,
+    child_run: Option<String>,
+    usage: Usage,
+    /// The run ends here: interrupted, or by `succeed`/`fail`.
+    stop: Option<RunStatus>,
+}
+
+impl StepOutcome {
+    fn ok(result: Option<Value>) -> Self {
+        StepOutcome {
+            result,
+            error: None,
+            attempts: 1,
+            input: None,
+            changes: Vec::new(),
+            violations: Vec::new(),
+            failed: Value::Null,
+            iterations: None,
+            child_run: None,
+            usage: Usage::default(),
+            stop: None,
+        }
+    }
+
+    fn err(error: StepError) -> Self {
+        StepOutcome { error: Some(error), ..StepOutcome::ok(None) }
+    }
+}
+
+type CallResult = Result<(Value, Usage, Option<String>), (StepError, Usage, Option<String>)>;
+
+/// One execution of one flow.
+struct Run<'e, S: Store> {
+    engine: &'e Engine<S>,
+    tree: &'e Arc<Tree>,
+    flow: Arc<FlowPlan>,
+    flow_ref: FlowRef,
+    lineage: Lineage,
+    state: &'e Arc<AgentState>,
+    record: RunRecord,
+    payload: Value,
+    input: Value,
+    /// `steps.<id>`: result, status, error, ... of steps that finished.
+    steps_var: Value,
+    executed: u64,
+    numbered: u64,
+    path: Vec<String>,
+    started: Instant,
+}
+
+impl<'e, S: Store> Run<'e, S> {
+    fn new(
+        engine: &'e Engine<S>,
+        tree: &'e Arc<Tree>,
+        flow: Arc<FlowPlan>,
+        flow_ref: FlowRef,
+        input: Value,
+        lineage: Lineage,
+        state: &'e Arc<AgentState>,
+    ) -> Self {
+        let record = RunRecord {
+            id: record::new_run_id(),
+            flow: flow.name.clone(),
+            flow_hash: flow.hash.clone(),
+            parent_run: lineage.parent_run.clone(),
+            parent_step: (!lineage.prefix.is_empty()).then(|| lineage.prefix.clone()),
+            depth: lineage.depth,
+            status: RunStatus::Running,
+            input: input.clone(),
+            output: None,
+            error: None,
+            started_at: record::now_ms(),
+            finished_at: None,
+            usage: Usage::default(),
+            steps: 0,
+        };
+        Run {
+            engine,
+            tree,
+            flow,
+            flow_ref,
+            lineage,
+            state,
+            record,
+            payload: input.clone(),
+            input,
+            steps_var: Value::Object(Map::new()),
+            executed: 0,
+            numbered: 0,
+            path: Vec::new(),
+            started: Instant::now(),
+        }
+    }
+
+    async fn execute(&mut self) -> RunOutcome {
+        if let Err(e) = self.engine.store.create_run(&self.record).await {
+            let e = StepError::new(ErrorKind::Agent, format!("store: {e}"));
+            return self.finish(RunStatus::Failed, None, Some(e)).await;
+        }
+        tracing::info!(run_id = %self.record.id, flow = %self.flow.name, depth = self.lineage.depth, "run started");
+        if let Some(schema) = &self.flow.input_schema
+            && let Err(v) = schema.check(&self.input)
+        {
+            let e = StepError::new(ErrorKind::Mapping, format!("the run input does not match `input.schema` {v}"))
+                .with_details(serde_json::json!({"pointer": v.pointer}));
+            return self.finish(RunStatus::Failed, None, Some(e)).await;
+        }
+        let result = match self.flow.limits.timeout {
+            Some(t) => match tokio::time::timeout(t, self.walk()).await {
+                Ok(r) => r,
+                Err(_) => Err((
+                    RunStatus::Failed,
+                    StepError::new(ErrorKind::Limit, format!("run timeout reached (limits.timeout {})", fmt_duration(t))),
+                )),
+            },
+            None => self.walk().await,
+        };
+        match result {
+            Ok(RunStatus::Succeeded) => match self.output() {
+                Ok(output) => self.finish(RunStatus::Succeeded, Some(output), None).await,
+                Err(e) => self.finish(RunStatus::Failed, None, Some(e)).await,
+            },
+            Ok(status) => self.finish(status, None, None).await,
+            Err((status, e)) => self.finish(status, None, Some(e)).await,
+        }
+    }
+
+    /// The run's output: `output.select` over the final payload (or all of it), checked
+    /// against `output.schema`.
+    fn output(&mut self) -> Result<Value, StepError> {
+        let output = match &self.flow.output_select {
+            Some(sel) if sel.is_singular() => sel.get(&self.payload).cloned().ok_or_else(|| {
+                StepError::mapping(format!("`output.select` `{}` matched nothing in the final payload", sel.text()))
+            })?,
+            Some(sel) => Value::Array(sel.query(&self.payload).into_iter().cloned().collect()),
+            None => std::mem::take(&mut self.payload),
+        };
+        if let Some(schema) = &self.flow.output_schema
+            && let Err(v) = schema.check(&output)
+        {
+            return Err(StepError::new(
+                ErrorKind::InvalidOutput,
+                format!("the run output does not match `output.schema` {v}"),
+            )
+            .with_details(serde_json::json!({"pointer": v.pointer})));
+        }
+        Ok(output)
+    }
+
+    async fn finish(&mut self, status: RunStatus, output: Option<Value>, error: Option<StepError>) -> RunOutcome {
+        self.record.status = status;
+        self.record.output = output.clone();
+        self.record.error = error.clone();
+        self.record.finished_at = Some(record::now_ms());
+        self.record.steps = self.executed;
+        if let Err(e) = self.engine.store.update_run(&self.record).await {
+            tracing::error!(run_id = %self.record.id, error = %e, "could not record the end of the run");
+        }
+        tracing::info!(
+            run_id = %self.record.id,
+            status = status.as_str(),
+            duration_ms = self.started.elapsed().as_millis() as u64,
+            error = error.as_ref().map(|e| e.to_string()).unwrap_or_default(),
+            "run finished"
+        );
+        RunOutcome {
+            run_id: self.record.id.clone(),
+            status,
+            output,
+            error,
+            path: std::mem::take(&mut self.path),
+            usage: self.record.usage,
+            steps: self.executed,
+        }
+    }
+
+    fn number(&mut self) -> String {
+        self.numbered += 1;
+        if self.lineage.prefix.is_empty() {
+            self.numbered.to_string()
+        } else {
+            format!("{}.{}", self.lineage.prefix, self.numbered)
+        }
+    }
+
+    /// Counts a step execution against `limits.max_steps`.
+    fn count_step(&mut self) -> Result<(), StepError> {
+        self.executed += 1;
+        let max = self.flow.limits.max_steps;
+        if self.executed > max {
+            return Err(StepError::new(ErrorKind::Limit, format!("step limit reached (limits.max_steps {max})")));
+        }
+        Ok(())
+    }
+
+    /// Walks the graph from `start` until the run ends.
+    async fn walk(&mut self) -> Result<RunStatus, (RunStatus, StepError)> {
+        let flow = self.flow.clone();
+        let mut node = flow.start;
+        loop {
+            if node == flow.end {
+                return Ok(RunStatus::Succeeded);
+            }
+            let step = flow.step(node).expect("non-end nodes are steps");
+            if self.tree.cancel.is_cancelled() {
+                return Err((RunStatus::Cancelled, StepError::new(ErrorKind::Cancelled, "the run was cancelled")));
+            }
+            self.count_step().map_err(|e| (RunStatus::Failed, e))?;
+            self.path.push(step.id.clone());
+            let number = self.number();
+            let started_at = record::now_ms();
+            let t0 = Instant::now();
+            tracing::debug!(run_id = %self.record.id, step = %step.id, number = %number, kind = step.kind.name(), "step started");
+            let outcome = self.step(step, &number).await;
+            let duration_ms = t0.elapsed().as_millis() as u64;
+            self.record.usage.add(outcome.usage);
+
+            let status = match (&outcome.error, outcome.stop) {
+                (_, Some(RunStatus::Interrupted)) => StepStatus::Interrupted,
+                (Some(_), _) => StepStatus::Failed,
+                (None, _) => StepStatus::Succeeded,
+            };
+            let step_var = step_value(step, status, &outcome, duration_ms);
+            if let Value::Object(m) = &mut self.steps_var {
+                let mut rec = match &step_var {
+                    Value::Object(s) => s.clone(),
+                    _ => Map::new(),
+                };
+                rec.insert("result".into(), outcome.result.clone().unwrap_or(Value::Null));
+                m.insert(step.id.clone(), Value::Object(rec));
+            }
+
+            let route: Result<Option<NodeIdx>, StepError> = match outcome.stop {
+                Some(_) => Ok(None),
+                None => self.route(step, &outcome, &step_var),
+            };
+            let route_name = match &route {
+                Ok(Some(n)) => Some(flow.step(*n).map_or_else(|| "end".to_string(), |s| s.id.clone())),
+                _ => None,
+            };
+            let rec = StepRecord {
+                run_id: self.record.id.clone(),
+                number: number.clone(),
+                step: step.id.clone(),
+                kind: step.kind.name().to_string(),
+                attempt: outcome.attempts,
+                status,
+                iteration: None,
+                iterations: outcome.iterations,
+                input: outcome.input,
+                result: outcome.result,
+                changes: outcome.changes,
+                violations: outcome.violations,
+                error: outcome.error.clone(),
+                started_at,
+                finished_at: Some(record::now_ms()),
+                usage: outcome.usage,
+                child_run: outcome.child_run,
+                route: route_name.clone(),
+            };
+            for v in &rec.violations {
+                tracing::warn!(run_id = %self.record.id, step = %step.id, path = %v.path, reason = %v.reason, "output violation");
+            }
+            if let Err(e) = self.engine.store.record_step(&rec).await {
+                return Err((RunStatus::Failed, StepError::new(ErrorKind::Agent, format!("store: {e}"))));
+            }
+            tracing::debug!(
+                run_id = %self.record.id, step = %step.id, number = %number, status = status.as_str(),
+                duration_ms, route = route_name.as_deref().unwrap_or(""), "step finished"
+            );
+            if let Some(stop) = outcome.stop {
+                return match (stop, outcome.error) {
+                    (RunStatus::Succeeded, _) => Ok(RunStatus::Succeeded),
+                    (RunStatus::Interrupted, _) => Ok(RunStatus::Interrupted),
+                    (s, Some(e)) => Err((s, e)),
+                    (s, None) => Ok(s),
+                };
+            }
+            match route {
+                Ok(Some(next)) => node = next,
+                Ok(None) => {
+                    return match outcome.error {
+                        None => Ok(RunStatus::Succeeded),
+                        Some(e) => Err((status_for(&e), e)),
+                    };
+                }
+                Err(e) => return Err((status_for(&e), e)),
+            }
+        }
+    }
+
+    /// Picks the edge to follow (SPEC §4). `Ok(None)`: the step has no `next`.
+    fn route(&self, step: &StepPlan, outcome: &StepOutcome, step_var: &Value) -> Result<Option<NodeIdx>, StepError> {
+        if !step.has_next {
+            return Ok(None);
+        }
+        let failed = outcome.error.is_some();
+        let mut tried = Vec::new();
+        let null = Value::Null;
+        for (edge, to) in self.flow.routes(step) {
+            let on_matches = match edge.on {
+                EdgeOn::Success => !failed,
+                EdgeOn::Failure => failed,
+                EdgeOn::Always => true,
+            };
+            let target = || self.flow.step(to).map_or("end", |s| s.id.as_str()).to_string();
+            if !on_matches {
+                continue;
+            }
+            if let Some(kinds) = &edge.errors {
+                let kind = outcome.error.as_ref().map(|e| e.kind.as_str()).unwrap_or("");
+                if !kinds.iter().any(|k| k == kind) {
+                    tried.push(format!("to `{}`: errors [{}] (kind was `{kind}`)", target(), kinds.join(", ")));
+                    continue;
+                }
+            }
+            if let Some(cond) = &edge.cond {
+                let vars = Vars {
+                    payload: Some(&self.payload),
+                    input: Some(&self.input),
+                    context: Some(&self.tree.context),
+                    result: Some(outcome.result.as_ref().unwrap_or(&null)),
+                    step: Some(step_var),
+                    steps: Some(&self.steps_var),
+                    message: None,
+                    locals: &[],
+                };
+                match eval::eval_bool(cond, &vars) {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        tried.push(format!("to `{}`: if {} → false", target(), cond.text()));
+                        continue;
+                    }
+                    Err(e) => {
+                        return Err(StepError::expression(format!(
+                            "step `{}`: the condition of the edge to `{}` failed: `{}`: {}",
+                            step.id,
+                            target(),
+                            cond.text(),
+                            e.message
+                        )));
+                    }
+                }
+            }
+            tracing::debug!(run_id = %self.record.id, step = %step.id, to = %target(), "route");
+            return Ok(Some(to));
+        }
+        match &outcome.error {
+            // An unmatched failure fails the run with the step's own error.
+            Some(e) => Err(e.clone()),
+            None => {
+                let listed = if tried.is_empty() { "it has no success edge".to_string() } else { tried.join("; ") };
+                Err(StepError::new(ErrorKind::NoRoute, format!("step `{}`: no edge matched: {listed}", step.id))
+                    .with_details(Value::Array(tried.into_iter().map(Value::String).collect())))
+            }
+        }
+    }
+
+    fn vars<'a>(&'a self, locals: &'a [(&'a str, &'a Value)]) -> Vars<'a> {
+        Vars {
+            payload: Some(&self.payload),
+            input: Some(&self.input),
+            context: Some(&self.tree.context),
+            result: None,
+            step: None,
+            steps: Some(&self.steps_var),
+            message: None,
+            locals,
+        }
+    }
+
+    async fn step(&mut self, step: &StepPlan, number: &str) -> StepOutcome {
+        match &step.kind {
+            StepPlanKind::Set(set) => {
+                let mut changes = Vec::new();
+                let mut payload = std::mem::take(&mut self.payload);
+                let applied = {
+                    let vars = self.vars(&[]);
+                    data::apply_set(set, &mut payload, &vars, &mut changes)
+                };
+                self.payload = payload;
+                match applied.and_then(|()| self.check_payload_size()) {
+                    Ok(()) => {
+                        let mut o = StepOutcome::ok(None);
+                        o.changes = changes;
+                        o
+                    }
+                    Err(e) => StepOutcome::err(e),
+                }
+            }
+            StepPlanKind::Call(call) => self.call_step(step, call, number).await,
+            StepPlanKind::Foreach(f) => self.foreach_step(step, f, number).await,
+            StepPlanKind::While(w) => self.while_step(step, w, number).await,
+            StepPlanKind::Parallel(p) => self.parallel_step(step, p, number).await,
+            StepPlanKind::Interrupt(i) => {
+                let vars = self.vars(&[]);
+                let input = match data::build_input(&i.input, i.scope.as_ref(), &self.payload, &vars) {
+                    Ok(v) => v,
+                    Err(e) => return StepOutcome::err(e),
+                };
+                let mut o = StepOutcome::ok(None);
+                if let Some(p) = &i.prompt {
+                    let vars = Vars { input: Some(&input), ..self.vars(&[]) };
+                    match eval::render(p, &vars) {
+                        Ok(text) => o.result = Some(serde_json::json!({"prompt": text})),
+                        Err(e) => return StepOutcome::err(e),
+                    }
+                }
+                o.input = Some(input);
+                o.stop = Some(RunStatus::Interrupted);
+                o
+            }
+            StepPlanKind::Fail { kind, message } => {
+                let text = match message {
+                    Some(m) => match eval::render(m, &self.vars(&[])) {
+                        Ok(t) => t,
+                        Err(e) => return StepOutcome::err(e),
+                    },
+                    None => format!("the flow failed at step `{}`", step.id),
+                };
+                let mut o = StepOutcome::err(StepError::new(ErrorKind::parse(kind), text));
+                o.stop = Some(RunStatus::Failed);
+                o
+            }
+            StepPlanKind::Succeed => {
+                let mut o = StepOutcome::ok(None);
+                o.stop = Some(RunStatus::Succeeded);
+                o
+            }
+        }
+    }
+
+    fn check_payload_size(&self) -> Result<(), StepError> {
+        let max = self.flow.limits.max_payload_bytes;
+        if json_size(&self.payload, max + 1) > max {
+            return Err(StepError::new(
+                ErrorKind::Limit,
+                format!("payload size limit reached (limits.max_payload_bytes {max})"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The agent a call uses after `--agent-change`, checked against the capability set.
+    fn effective_agent(&self, call: &CallPlan) -> Result<Arc<AgentPlan>, StepError> {
+        let mut agent = call.agent.clone();
+        if let Some(changes) = self.tree.options.agent_changes.per_flow.get(&self.flow_ref.0)
+            && let Some(change) = changes.get(&agent.name)
+        {
+            match change {
+                Some(replacement) => agent = replacement.clone(),
+                None => {
+                    let why = self.tree.options.agent_changes.removed_reason.as_deref().unwrap_or("removed by an agent change");
+                    return Err(StepError::new(
+                        ErrorKind::Capability,
+                        format!("agent `{}` of flow `{}` is {why}", agent.name, self.flow.name),
+                    ));
+                }
+            }
+        }
+        let kind = agent.kind();
+        if let Some(allow) = &self.lineage.allow
+            && !allow.contains(&kind)
+        {
+            let allowed: Vec<&str> = allow.iter().map(|k| k.as_str()).collect();
+            return Err(StepError::new(
+                ErrorKind::Capability,
+                format!(
+                    "agent `{}` is of kind `{}`, which is not allowed here (allowed: {})",
+                    agent.name,
+                    kind.as_str(),
+                    if allowed.is_empty() { "none".to_string() } else { allowed.join(", ") }
+                ),
+            ));
+        }
+        Ok(agent)
+    }
+
+    /// Applies a call's `output` to the payload; a failed mapping changes nothing.
+    fn apply(&mut self, call: &CallPlan, result: &Value, locals: &[(&str, &Value)], outcome: &mut StepOutcome) {
+        let mut changes = Vec::new();
+        let mut payload = std::mem::take(&mut self.payload);
+        let applied = {
+            let vars = Vars { result: Some(result), ..self.vars(locals) };
+            data::apply_output(&call.output, call.scope.as_ref(), &mut payload, result, &vars, &mut changes)
+        };
+        self.payload = payload;
+        match applied {
+            Ok(v) => {
+                outcome.violations.extend(v);
+                outcome.changes.extend(changes);
+                if let Err(e) = self.check_payload_size() {
+                    outcome.error = Some(e);
+                }
+            }
+            Err(e) => outcome.error = Some(e),
+        }
+    }
+
+    fn message(&self, call: &CallPlan, vars: &Vars) -> Result<Option<String>, StepError> {
+        call.message.as_ref().map(|m| eval::render(m, vars)).transpose()
+    }
+
+    async fn call_step(&mut self, step: &StepPlan, call: &CallPlan, number: &str) -> StepOutcome {
+        let prepared = {
+            let vars = self.vars(&[]);
+            data::build_input(&call.input, call.scope.as_ref(), &self.payload, &vars)
+                .and_then(|input| Ok((input, self.message(call, &vars)?)))
+        };
+        let (input, message) = match prepared {
+            Ok(p) => p,
+            Err(e) => return StepOutcome::err(e),
+        };
+        let mut outcome = self.invoke(step, call, input.clone(), message.as_deref(), number).await;
+        outcome.input = Some(input);
+        if outcome.error.is_none()
+            && let Some(result) = outcome.result.take()
+        {
+            self.apply(call, &result, &[], &mut outcome);
+            outcome.result = Some(result);
+        }
+        outcome
+    }
+
+    /// Calls an agent with retries and per-attempt timeouts; returns its result, not mapped.
+    async fn invoke(&self, step: &StepPlan, call: &CallPlan, input: Value, message: Option<&str>, number: &str) -> StepOutcome {
+        let agent = match self.effective_agent(call) {
+            Ok(a) => a,
+            Err(e) => return StepOutcome::err(e),
+        };
+        let policy = &call.retry;
+        let mut attempt = 0u32;
+        loop {
+            attempt += 1;
+            let result = self.attempt(step, call, &agent, input.clone(), message, number, attempt).await;
+            let (mut o, retry) = match result {
+                Ok((value, usage, child)) => {
+                    let mut o = StepOutcome::ok(Some(value));
+                    o.usage = usage;
+                    o.child_run = child;
+                    (o, None)
+                }
+                Err((e, usage, child)) => {
+                    let retryable = policy.on.iter().any(|k| k == e.kind.as_str());
+                    let again = retryable && attempt < policy.attempts && !self.tree.cancel.is_cancelled();
+                    let mut o = StepOutcome::err(e);
+                    o.usage = usage;
+                    o.child_run = child;
+                    (o, again.then(|| backoff(policy, attempt)))
+                }
+            };
+            o.attempts = attempt;
+            let Some(wait) = retry else { return o };
+            tracing::info!(
+                run_id = %self.record.id, step = %step.id, attempt,
+                error = %o.error.as_ref().map(|e| e.to_string()).unwrap_or_default(),
+                wait_ms = wait.as_millis() as u64, "retry"
+            );
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = self.tree.cancel.cancelled() => return o,
+            }
+        }
+    }
+
+    /// One attempt: the call under its timeout, then the result schema.
+    #[allow(clippy::too_many_arguments)]
+    async fn attempt(
+        &self,
+        step: &StepPlan,
+        call: &CallPlan,
+        agent: &Arc<AgentPlan>,
+        input: Value,
+        message: Option<&str>,
+        number: &str,
+        attempt: u32,
+    ) -> CallResult {
+        let call_index = self.state.next_call(&agent.name);
+        let cancel = self.tree.cancel.child_token();
+        let key = format!("{}:{}", self.record.id, number);
+        let cx = CallContext {
+            run_id: &self.record.id,
+            step: &step.id,
+            step_number: number,
+            attempt,
+            idempotency_key: &key,
+            message,
+            context: &self.tree.context,
+            cancel: &cancel,
+            timeout: call.timeout,
+            call_index,
+        };
+        let out = match tokio::time::timeout(call.timeout, self.dispatch(agent, input, cx, number)).await {
+            Ok(r) => r,
+            Err(_) => {
+                cancel.cancel();
+                Err((
+                    StepError::new(
+                        ErrorKind::Timeout,
+                        format!("step `{}` timed out after {} (attempt {attempt})", step.id, fmt_duration(call.timeout)),
+                    ),
+                    Usage::default(),
+                    None,
+                ))
+            }
+        };
+        let (value, usage, child) = out?;
+        if let Some(schema) = &agent.result_schema
+            && let Err(v) = schema.check(&value)
+        {
+            return Err((
+                StepError::new(
+                    ErrorKind::InvalidOutput,
+                    format!("the result of agent `{}` does not match its `result_schema` {v}", agent.name),
+                )
+                .with_details(serde_json::json!({"pointer": v.pointer, "rule": v.message})),
+                usage,
+                child,
+            ));
+        }
+        Ok((value, usage, child))
+    }
+
+    async fn dispatch(&self, agent: &Arc<AgentPlan>, input: Value, cx: CallContext<'_>, number: &str) -> CallResult {
+        use crate::agents::Agent as _;
+        let plain = |r: Result<Value, StepError>| r.map(|v| (v, Usage::default(), None)).map_err(|e| (e, Usage::default(), None));
+        match &agent.spec {
+            AgentPlanSpec::Transform(t) => plain(agents::transform::TransformAgent(t).call(input, cx).await),
+            AgentPlanSpec::Mock(m) => plain(agents::mock::MockAgent(m).call(input, cx).await),
+            AgentPlanSpec::Command(c) => plain(agents::command::CommandAgent(c).call(input, cx).await),
+            AgentPlanSpec::Flow(child) => self.child_run(*child, input, number).await,
+            AgentPlanSpec::Llm(_) | AgentPlanSpec::Http(_) => plain(Err(StepError::new(
+                ErrorKind::Capability,
+                format!("agent `{}`: `{}` agents are not available yet", agent.name, agent.kind().as_str()),
+            ))),
+        }
+    }
+
+    /// A `flow` agent: a child run one level deeper, with its own payload.
+    async fn child_run(&self, child: FlowRef, input: Value, number: &str) -> CallResult {
+        let depth = self.lineage.depth;
+        let max = self.lineage.max_depth;
+        if u64::from(depth) + 1 > max {
+            return Err((
+                StepError::new(ErrorKind::Depth, format!("nesting limit reached (depth {depth} of {max})")),
+                Usage::default(),
+                None,
+            ));
+        }
+        let child_flow = self.tree.plan.flow(child);
+        let lineage = Lineage {
+            parent_run: Some(self.record.id.clone()),
+            prefix: number.to_string(),
+            depth: depth + 1,
+            max_depth: max,
+            allow: intersect(self.lineage.allow.clone(), child_flow.allow.clone()),
+        };
+        let out = self.engine.run_flow(self.tree, child, input, lineage, self.state).await;
+        let id = Some(out.run_id.clone());
+        match out.status {
+            RunStatus::Succeeded => Ok((out.output.unwrap_or(Value::Null), out.usage, id)),
+            status => Err((
+                out.error.unwrap_or_else(|| {
+                    StepError::new(ErrorKind::Agent, format!("the child run `{}` ended {}", out.run_id, status.as_str()))
+                }),
+                out.usage,
+                id,
+            )),
+        }
+    }
+
+    async fn foreach_step(&mut self, step: &StepPlan, f: &ForeachPlan, number: &str) -> StepOutcome {
+        let items = {
+            let vars = self.vars(&[]);
+            match data::eval_source(&f.over, &self.payload, &vars) {
+                Ok(Value::Array(items)) => items,
+                Ok(other) => {
+                    return StepOutcome::err(StepError::mapping(format!(
+                        "`foreach` of step `{}` must yield an array, got {}",
+                        step.id,
+                        type_name(&other)
+                    )));
+                }
+                Err(e) => return StepOutcome::err(e),
+            }
+        };
+        let n = items.len() as u64;
+        if n > f.max_items {
+            return StepOutcome::err(StepError::new(
+                ErrorKind::Limit,
+                format!("`foreach` of step `{}` has {n} items, over `max_items` ({})", step.id, f.max_items),
+            ));
+        }
+        let tolerated = match f.tolerate {
+            Tolerance::Count(c) => c,
+            Tolerance::Percent(p) => ((n as f64) * p / 100.0).floor() as u64,
+        };
+        let mut results: Vec<Value> = vec![Value::Null; items.len()];
+        let mut failed: Vec<(usize, StepError)> = Vec::new();
+        let mut usage = Usage::default();
+        let mut stopped = false;
+        // Count every iteration up front: `max_steps` bounds them like steps.
+        for _ in 0..n {
+            if let Err(e) = self.count_step() {
+                return StepOutcome::err(e);
+            }
+        }
+        if f.concurrency <= 1 {
+            for (i, item) in items.iter().enumerate() {
+                let r = self.iteration(step, f, item, i, number).await;
+                usage.add(r.usage);
+                match r.error {
+                    None => results[i] = r.result.unwrap_or(Value::Null),
+                    Some(e) => {
+                        failed.push((i, e));
+                        if failed.len() as u64 > tolerated {
+                            stopped = true;
+                            break;
+                        }
+                    }
+                }
+            }
+        } else {
+            // A sliding window: a new iteration starts as soon as one finishes.
+            let this = &*self;
+            let mut in_flight = FuturesUnordered::new();
+            let mut next = 0usize;
+            loop {
+                while !stopped && in_flight.len() < f.concurrency && next < items.len() {
+                    let i = next;
+                    next += 1;
+                    let item = &items[i];
+                    in_flight.push(async move { (i, this.iteration(step, f, item, i, number).await) });
+                }
+                let Some((i, r)) = in_flight.next().await else { break };
+                usage.add(r.usage);
+                match r.error {
+                    None => results[i] = r.result.unwrap_or(Value::Null),
+                    Some(e) => {
+                        failed.push((i, e));
+                        if failed.len() as u64 > tolerated {
+                            stopped = true;
+                        }
+                    }
+                }
+            }
+        }
+        failed.sort_by_key(|(i, _)| *i);
+        let failed_json =
+            Value::Array(failed.iter().map(|(i, e)| serde_json::json!({"index": i, "error": e.to_json()})).collect());
+        let mut o = StepOutcome::ok(None);
+        o.usage = usage;
+        o.failed = failed_json;
+        o.iterations = Some(n);
+        if stopped {
+            let (first_i, first) = &failed[0];
+            o.error = Some(
+                StepError::new(
+                    ErrorKind::Limit,
+                    format!(
+                        "{} of {n} iterations of step `{}` failed, more than `tolerate` allows ({tolerated}); first: item {first_i}: {first}",
+                        failed.len(),
+                        step.id
+                    ),
+                )
+                .with_details(o.failed.clone()),
+            );
+            o.result = Some(Value::Array(results));
+            return o;
+        }
+        // The output maps the array of results once, at the end.
+        let result = Value::Array(results);
+        self.apply(&f.body, &result, &[], &mut o);
+        o.result = Some(result);
+        o
+    }
+
+    /// One `foreach` iteration: its input from the payload as it was when the step started,
+    /// with the item in scope; the call; then `select`. Iterations never write the payload.
+    async fn iteration(&self, step: &StepPlan, f: &ForeachPlan, item: &Value, index: usize, number: &str) -> StepOutcome {
+        let index_v = Value::from(index as u64);
+        let locals: [(&str, &Value); 2] = [(f.as_name.as_str(), item), ("index", &index_v)];
+        let call = &f.body;
+        let prepared = {
+            let vars = self.vars(&locals);
+            let input = match &call.input {
+                // Without `input`, each iteration's input document is the item itself.
+                InputPlan::All if call.scope.is_none() => Ok(item.clone()),
+                spec => data::build_input(spec, call.scope.as_ref(), &self.payload, &vars),
+            };
+            input.and_then(|i| Ok((i, self.message(call, &vars)?)))
+        };
+        let (input, message) = match prepared {
+            Ok(p) => p,
+            Err(e) => return StepOutcome::err(e),
+        };
+        let iter_number = format!("{number}[{index}]");
+        let mut o = self.invoke(step, call, input, message.as_deref(), &iter_number).await;
+        if o.error.is_none()
+            && let (Some(sel), Some(r)) = (&f.select, &o.result)
+        {
+            let picked = if sel.is_singular() {
+                sel.get(r).cloned()
+            } else {
+                Some(Value::Array(sel.query(r).into_iter().cloned().collect()))
+            };
+            match picked {
+                Some(v) => o.result = Some(v),
+                None => {
+                    o.error = Some(StepError::mapping(format!(
+                        "`select` `{}` matched nothing in the result of item {index}",
+                        sel.text()
+                    )));
+                    o.result = None;
+                }
+            }
+        }
+        o
+    }
+
+    async fn while_step(&mut self, step: &StepPlan, w: &WhilePlan, number: &str) -> StepOutcome {
+        let mut last = Value::Null;
+        let mut iterations = 0u64;
+        let mut o = StepOutcome::ok(None);
+        loop {
+            let iteration_v = Value::from(iterations);
+            let locals: [(&str, &Value); 1] = [("iteration", &iteration_v)];
+            let holds = {
+                let vars = Vars { result: Some(&last), ..self.vars(&locals) };
+                eval::eval_bool(&w.cond, &vars)
+            };
+            match holds {
+                Ok(false) => break,
+                Ok(true) => {}
+                Err(e) => {
+                    o.error = Some(StepError::expression(format!(
+                        "the `while` condition of step `{}` failed: `{}`: {}",
+                        step.id,
+                        w.cond.text(),
+                        e.message
+                    )));
+                    break;
+                }
+            }
+            if iterations >= w.max_iterations {
+                o.error = Some(StepError::new(
+                    ErrorKind::Limit,
+                    format!(
+                        "`while` loop `{}` reached `max_iterations` ({}) and its condition still holds",
+                        step.id, w.max_iterations
+                    ),
+                ));
+                break;
+            }
+            if iterations > 0 && !w.delay.is_zero() {
+                tokio::select! {
+                    _ = tokio::time::sleep(w.delay) => {}
+                    _ = self.tree.cancel.cancelled() => {}
+                }
+            }
+            if let Err(e) = self.count_step() {
+                o.error = Some(e);
+                break;
+            }
+            let call = &w.body;
+            let prepared = {
+                let vars = Vars { result: Some(&last), ..self.vars(&locals) };
+                data::build_input(&call.input, call.scope.as_ref(), &self.payload, &vars)
+                    .and_then(|i| Ok((i, self.message(call, &vars)?)))
+            };
+            let (input, message) = match prepared {
+                Ok(p) => p,
+                Err(e) => {
+                    o.error = Some(e);
+                    break;
+                }
+            };
+            let iter_number = format!("{number}[{iterations}]");
+            let r = self.invoke(step, call, input, message.as_deref(), &iter_number).await;
+            o.usage.add(r.usage);
+            o.attempts = r.attempts;
+            iterations += 1;
+            if let Some(e) = r.error {
+                o.error = Some(e);
+                break;
+            }
+            last = r.result.unwrap_or(Value::Null);
+            // The output applies after every iteration: the payload threads through.
+            self.apply(call, &last, &locals, &mut o);
+            if o.error.is_some() {
+                break;
+            }
+        }
+        o.result = Some(last);
+        o.iterations = Some(iterations);
+        o
+    }
+
+    async fn parallel_step(&mut self, step: &StepPlan, p: &ParallelPlan, number: &str) -> StepOutcome {
+        // Every branch reads its own deep copy of the payload as it was when the step started.
+        let mut prepared = Vec::with_capacity(p.branches.len());
+        for (name, call) in &p.branches {
+            let snapshot = self.payload.clone();
+            let built = {
+                let vars = Vars { payload: Some(&snapshot), ..self.vars(&[]) };
+                data::build_input(&call.input, call.scope.as_ref(), &snapshot, &vars)
+                    .and_then(|i| Ok((i, self.message(call, &vars)?)))
+            };
+            match built {
+                Ok((input, message)) => prepared.push((name.as_str(), call, input, message)),
+                Err(e) => return StepOutcome::err(StepError::new(e.kind, format!("branch `{name}`: {}", e.message))),
+            }
+        }
+        let fail_fast = CancellationToken::new();
+        let mut outcomes: Vec<Option<StepOutcome>> = (0..prepared.len()).map(|_| None).collect();
+        {
+            let this = &*self;
+            let mut in_flight = FuturesUnordered::new();
+            let mut next = 0;
+            loop {
+                while in_flight.len() < p.concurrency && next < prepared.len() {
+                    let i = next;
+                    next += 1;
+                    let (name, call, input, message) = &prepared[i];
+                    let ff = fail_fast.clone();
+                    in_flight.push(async move {
+                        let branch_number = format!("{number}.{name}");
+                        let o = tokio::select! {
+                            o = this.invoke(step, call, input.clone(), message.as_deref(), &branch_number) => o,
+                            _ = ff.cancelled() => StepOutcome::err(StepError::new(
+                                ErrorKind::Cancelled,
+                                "cancelled: another branch failed (fail_fast)",
+                            )),
+                        };
+                        (i, o)
+                    });
+                }
+                let Some((i, o)) = in_flight.next().await else { break };
+                if o.error.is_some() && p.fail_fast {
+                    fail_fast.cancel();
+                }
+                outcomes[i] = Some(o);
+            }
+        }
+        let outcomes: Vec<StepOutcome> = outcomes.into_iter().map(|o| o.expect("every branch finished")).collect();
+        let mut result = Map::new();
+        let mut failed = Map::new();
+        let mut out = StepOutcome::ok(None);
+        let mut first_error = None;
+        for ((name, ..), o) in prepared.iter().zip(&outcomes) {
+            out.usage.add(o.usage);
+            result.insert(name.to_string(), o.result.clone().unwrap_or(Value::Null));
+            if let Some(e) = &o.error {
+                failed.insert(name.to_string(), e.to_json());
+                if first_error.is_none() && e.kind != ErrorKind::Cancelled {
+                    first_error = Some(StepError::new(e.kind.clone(), format!("branch `{name}`: {}", e.message)));
+                }
+            }
+        }
+        out.failed = Value::Object(failed);
+        out.result = Some(Value::Object(result));
+        if let Some(e) = first_error {
+            // Any failure: no branch's output is applied.
+            out.error = Some(e);
+            return out;
+        }
+        // All succeeded: outputs apply in the order the branches are written, all or none.
+        let before = self.payload.clone();
+        for ((name, call, ..), o) in prepared.iter().zip(&outcomes) {
+            let r = o.result.as_ref().expect("a succeeded branch has a result");
+            let mut branch = StepOutcome::ok(None);
+            self.apply(call, r, &[], &mut branch);
+            for mut v in branch.violations {
+                v.reason = format!("branch `{name}`: {}", v.reason);
+                out.violations.push(v);
+            }
+            out.changes.extend(branch.changes);
+            if let Some(e) = branch.error {
+                self.payload = before;
+                out.changes.clear();
+                out.error = Some(StepError::new(e.kind, format!("branch `{name}`: {}", e.message)));
+                return out;
+            }
+        }
+        out
+    }
+}
+
+fn status_for(e: &StepError) -> RunStatus {
+    match e.kind {
+        ErrorKind::Cancelled => RunStatus::Cancelled,
+        _ => RunStatus::Failed,
+    }
+}
+
+/// `step` as expressions see it in edges: `{id, status, error, attempts, duration_ms,
+/// failed, iterations}`.
+fn step_value(step: &StepPlan, status: StepStatus, o: &StepOutcome, duration_ms: u64) -> Value {
+    let mut m = Map::new();
+    m.insert("id".into(), Value::String(step.id.clone()));
+    m.insert("status".into(), Value::String(status.as_str().into()));
+    m.insert("error".into(), o.error.as_ref().map_or(Value::Null, StepError::to_json));
+    m.insert("attempts".into(), Value::from(o.attempts));
+    m.insert("duration_ms".into(), Value::from(duration_ms));
+    m.insert("failed".into(), o.failed.clone());
+    m.insert("iterations".into(), o.iterations.map_or(Value::Null, Value::from));
+    Value::Object(m)
+}
+
+/// The wait before attempt `attempt + 1`: exponential from `backoff` by `factor`, capped at
+/// `max_backoff`, spread by ±`jitter`.
+pub fn backoff(policy: &RetryPolicy, attempt: u32) -> Duration {
+    let base = policy.backoff.as_secs_f64() * policy.factor.powi(attempt.saturating_sub(1) as i32);
+    let capped = base.min(policy.max_backoff.as_secs_f64());
+    let jitter = policy.jitter.clamp(0.0, 1.0);
+    let factor = if jitter > 0.0 {
+        use rand::Rng;
+        1.0 + rand::rng().random_range(-jitter..=jitter)
+    } else {
+        1.0
+    };
+    Duration::from_secs_f64((capped * factor).max(0.0))
+}
+
+/// `250ms`, `20s`, `5m`, `2h`.
+pub fn fmt_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms > 0 && ms % 3_600_000 == 0 {
+        format!("{}h", ms / 3_600_000)
+    } else if ms > 0 && ms % 60_000 == 0 {
+        format!("{}m", ms / 60_000)
+    } else if ms % 1000 == 0 {
+        format!("{}s", ms / 1000)
+    } else {
+        format!("{ms}ms")
+    }
+}
+
+fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// The size of `v` as JSON text, counted up to a little past `cap`.
+pub fn json_size(v: &Value, cap: u64) -> u64 {
+    fn walk(v: &Value, acc: &mut u64, cap: u64) {
+        if *acc > cap {
+            return;
+        }
+        match v {
+            Value::Null => *acc += 4,
+            Value::Bool(b) => *acc += if *b { 4 } else { 5 },
+            Value::Number(n) => *acc += n.to_string().len() as u64,
+            Value::String(s) => *acc += s.len() as u64 + 2,
+            Value::Array(a) => {
+                *acc += 2 + a.len().saturating_sub(1) as u64;
+                for x in a {
+                    walk(x, acc, cap);
+                }
+            }
+            Value::Object(m) => {
+                *acc += 2 + m.len().saturating_sub(1) as u64;
+                for (k, x) in m {
+                    *acc += k.len() as u64 + 3;
+                    walk(x, acc, cap);
+                }
+            }
+        }
+    }
+    let mut acc = 0;
+    walk(v, &mut acc, cap);
+    acc
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_and_caps() {
+        let p = RetryPolicy {
+            attempts: 5,
+            backoff: Duration::from_secs(1),
+            factor: 2.0,
+            max_backoff: Duration::from_secs(3),
+            jitter: 0.0,
+            on: vec![],
+        };
+        assert_eq!(backoff(&p, 1), Duration::from_secs(1));
+        assert_eq!(backoff(&p, 2), Duration::from_secs(2));
+        assert_eq!(backoff(&p, 3), Duration::from_secs(3));
+        let j = RetryPolicy { jitter: 0.5, ..p };
+        for _ in 0..100 {
+            let d = backoff(&j, 1);
+            assert!(d >= Duration::from_millis(500) && d <= Duration::from_millis(1500), "{d:?}");
+        }
+    }
+
+    #[test]
+    fn json_size_matches_serialization() {
+        let v = serde_json::json!({"a": [1, 2.5, "x"], "b": {"c": null, "d": true}, "e": "é"});
+        assert_eq!(json_size(&v, u64::MAX), serde_json::to_string(&v).expect("json").len() as u64);
+    }
+
+    #[test]
+    fn durations_print_in_flow_units() {
+        assert_eq!(fmt_duration(Duration::from_millis(250)), "250ms");
+        assert_eq!(fmt_duration(Duration::from_secs(20)), "20s");
+        assert_eq!(fmt_duration(Duration::from_secs(300)), "5m");
+        assert_eq!(fmt_duration(Duration::from_secs(7200)), "2h");
+    }
+}

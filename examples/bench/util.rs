@@ -1,0 +1,113 @@
+//! Shared plumbing: where generated inputs go, finding the release binary, fresh child
+//! processes of the harness itself, and reading peak memory.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+/// The hidden first argument that makes the harness a measured child process.
+pub const CHILD_ARG: &str = "--child";
+
+/// `examples/bench/generated/<name>`, emptied and created (the folder is gitignored).
+pub fn fresh_generated_dir(name: &str) -> Result<PathBuf, String> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/bench/generated").join(name);
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir).map_err(|e| format!("cannot empty `{}`: {e}", dir.display()))?;
+    }
+    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create `{}`: {e}", dir.display()))?;
+    Ok(dir)
+}
+
+/// Writes a generated file, naming it in the error.
+pub fn write_file(path: &Path, text: &str) -> Result<(), String> {
+    std::fs::write(path, text).map_err(|e| format!("cannot write `{}`: {e}", path.display()))
+}
+
+/// The release `switchyard` binary: `target/release/switchyard`, next to this example's own
+/// `target/release/examples/bench`. Warns on stderr when the library was rebuilt after it (the
+/// binary is then probably stale: `cargo run --example` does not rebuild binaries).
+pub fn release_binary() -> Result<PathBuf, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find the harness executable: {e}"))?;
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .ok_or_else(|| format!("unexpected harness location `{}`", exe.display()))?;
+    let bin = dir.join(format!("switchyard{}", std::env::consts::EXE_SUFFIX));
+    let meta = std::fs::metadata(&bin).map_err(|_| {
+        format!("`{}` not found: build it first with `cargo build --release` (or `cargo build --release --examples --bins`)", bin.display())
+    })?;
+    if let (Ok(bin_time), Some(lib_time)) = (meta.modified(), newest_lib(dir))
+        && lib_time > bin_time
+    {
+        eprintln!(
+            "warning: `{}` is older than the library it is built from; run `cargo build --release` to measure the current code",
+            bin.display()
+        );
+    }
+    Ok(bin)
+}
+
+/// The modification time of the newest `libswitchyard-*.rlib` under `target/<profile>/deps`.
+fn newest_lib(profile_dir: &Path) -> Option<std::time::SystemTime> {
+    std::fs::read_dir(profile_dir.join("deps"))
+        .ok()?
+        .filter_map(Result::ok)
+        .filter(|e| {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            name.starts_with("libswitchyard-") && name.ends_with(".rlib")
+        })
+        .filter_map(|e| e.metadata().ok()?.modified().ok())
+        .max()
+}
+
+/// Runs the harness itself as `--child <args...>` in a fresh process and returns its stdout.
+/// Its stderr goes to ours. A non-zero exit is a failed benchmark.
+pub fn run_child(args: &[&str]) -> Result<String, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find the harness executable: {e}"))?;
+    let out = Command::new(&exe)
+        .arg(CHILD_ARG)
+        .args(args)
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("cannot start `{}`: {e}", exe.display()))?;
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    if !out.status.success() {
+        return Err(format!("child `{}` failed ({}): {}", args.join(" "), out.status, stdout.trim()));
+    }
+    Ok(stdout)
+}
+
+/// Parses `key=value key=value ...` (one child's answer) into numbers.
+pub fn parse_fields(text: &str) -> Result<BTreeMap<String, f64>, String> {
+    text.split_whitespace()
+        .map(|kv| {
+            let (k, v) = kv.split_once('=').ok_or_else(|| format!("bad child output `{kv}`"))?;
+            let v: f64 = v.parse().map_err(|_| format!("bad number in child output `{kv}`"))?;
+            Ok((k.to_string(), v))
+        })
+        .collect()
+}
+
+/// A named field of a child's answer.
+pub fn field(fields: &BTreeMap<String, f64>, key: &str) -> Result<f64, String> {
+    fields.get(key).copied().ok_or_else(|| format!("child output lacks `{key}`"))
+}
+
+/// This process's peak resident set (`VmHWM` in `/proc/self/status`), in KiB.
+pub fn peak_rss_kib() -> Result<u64, String> {
+    let status =
+        std::fs::read_to_string("/proc/self/status").map_err(|e| format!("cannot read /proc/self/status: {e}"))?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .ok_or_else(|| "no VmHWM in /proc/self/status".to_string())
+}
+
+/// Milliseconds, as a float.
+pub fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}

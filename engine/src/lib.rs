@@ -12,7 +12,7 @@ pub mod model;
 pub mod plan;
 pub mod project;
 pub mod runtime;
-// pub mod store;
+pub mod store;
 pub mod schema;
 pub mod agents;
 pub mod cli;

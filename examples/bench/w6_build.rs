@@ -133,23 +133,29 @@ pub fn child(args: &[String]) -> Result<(), String> {
 
 /// `--child w6-phases FILE STEPS`: each phase timed separately (for the breakdown only).
 pub fn child_phases(args: &[String]) -> Result<(), String> {
-    let (file, steps) = child_args(args)?;
+    // An optional third argument repeats the parse and model phases (for profilers); the
+    // times printed are then the medians.
+    let (file, steps) = child_args(&args[..args.len().min(2)])?;
+    let repeat: usize = args.get(2).map_or(Ok(1), |r| r.parse()).map_err(|_| "bad repeat count")?;
     let limits = Limits::default();
     let root = root_of(&file)?;
 
     let t = Instant::now();
     let bytes = std::fs::read(&file).map_err(|e| format!("cannot read `{}`: {e}", file.display()))?;
     let read = t.elapsed();
-    let t = Instant::now();
-    let (node, _) = syntax::parse_collecting(FileId(0), &bytes, &limits);
-    let yaml = t.elapsed();
-    let node = node.ok_or("the generated flow did not parse")?;
     let text = String::from_utf8_lossy(&bytes);
-    let t = Instant::now();
-    let mut cx = Cx::new(&text);
-    let flow = build::flow(&mut cx, &node);
-    let model = t.elapsed();
-    drop((flow, node));
+    let (mut yamls, mut models) = (Vec::new(), Vec::new());
+    for _ in 0..repeat.max(1) {
+        let t = Instant::now();
+        let (node, _) = syntax::parse_collecting(FileId(0), &bytes, &limits);
+        yamls.push(ms(t.elapsed()));
+        let node = node.ok_or("the generated flow did not parse")?;
+        let t = Instant::now();
+        let mut cx = Cx::new(&text);
+        let flow = build::flow(&mut cx, &node);
+        models.push(ms(t.elapsed()));
+        drop((flow, node));
+    }
 
     let t = Instant::now();
     let mut project = Project::default();
@@ -170,12 +176,12 @@ pub fn child_phases(args: &[String]) -> Result<(), String> {
     println!(
         "read={} yaml={} model={} load_top={} lint={} compile={} lower={} drop={}",
         ms(read),
-        ms(yaml),
-        ms(model),
+        median(&yamls),
+        median(&models),
         ms(load_top),
         ms(lint),
         ms(compile_t),
-        ms(compile_t.saturating_sub(lint)),
+        ms(compile_t) - ms(lint),
         ms(dropped)
     );
     Ok(())
@@ -184,7 +190,7 @@ pub fn child_phases(args: &[String]) -> Result<(), String> {
 fn child_args(args: &[String]) -> Result<(PathBuf, usize), String> {
     match args {
         [file, steps] => Ok((PathBuf::from(file), steps.parse().map_err(|_| format!("bad step count `{steps}`"))?)),
-        _ => Err("usage: --child w6 FILE STEPS".to_string()),
+        _ => Err("usage: --child w6 FILE STEPS (w6-phases: FILE STEPS [REPEAT])".to_string()),
     }
 }
 

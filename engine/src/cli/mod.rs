@@ -1,10 +1,14 @@
 //! The command line: clap definitions, one file per subcommand. The only code that prints,
 //! picks colours and chooses exit codes.
 
+mod common;
 mod explain;
 mod graph;
 mod lint;
+mod run;
 mod schema;
+mod test;
+mod trace;
 
 use std::process::ExitCode;
 
@@ -34,6 +38,19 @@ pub mod exit {
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    /// Log format on stderr.
+    #[arg(long, global = true, value_enum, default_value = "text")]
+    pub log_format: LogFormat,
+    /// More logs: -v run events, -vv step events, -vvv everything.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+}
+
+#[derive(Clone, Copy, Debug, clap::ValueEnum, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    /// One JSON object per event.
+    Json,
 }
 
 #[derive(Subcommand, Debug)]
@@ -46,6 +63,10 @@ pub enum Command {
     Graph(graph::Args),
     /// Print the JSON Schema of flow files.
     Schema(schema::Args),
+    /// Run a flow once and print its output JSON.
+    Run(run::Args),
+    /// Run the `tests:` of flows with mocked agents.
+    Test(test::Args),
 }
 
 /// Parses the command line and runs the command.
@@ -58,11 +79,14 @@ pub fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
+    init_logging(cli.log_format, cli.verbose);
     let code = match cli.command {
         Command::Lint(a) => lint::run(a),
         Command::Explain(a) => explain::run(a),
         Command::Graph(a) => graph::run(a),
         Command::Schema(a) => schema::run(a),
+        Command::Run(a) => run::run(a),
+        Command::Test(a) => test::run(a),
     };
     ExitCode::from(code)
 }
@@ -82,4 +106,22 @@ pub(crate) fn width() -> usize {
 pub(crate) fn color_stderr() -> bool {
     use std::io::IsTerminal;
     std::env::var_os("NO_COLOR").is_none() && std::io::stderr().is_terminal()
+}
+
+/// Logs go to stderr: warnings by default, more with `-v`; `SWITCHYARD_LOG` (an
+/// `EnvFilter` directive) overrides the level.
+fn init_logging(format: LogFormat, verbose: u8) {
+    use tracing_subscriber::EnvFilter;
+    let level = match verbose {
+        0 => "warn",
+        1 => "switchyard=info,warn",
+        2 => "switchyard=debug,info",
+        _ => "trace",
+    };
+    let filter = std::env::var("SWITCHYARD_LOG").ok().and_then(|f| EnvFilter::try_new(f).ok()).unwrap_or_else(|| EnvFilter::new(level));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Json => builder.json().with_current_span(false).try_init(),
+        LogFormat::Text => builder.with_ansi(color_stderr()).try_init(),
+    };
 }

@@ -1167,8 +1167,10 @@ pub fn backoff(policy: &RetryPolicy, attempt: u32) -> Duration {
     let capped = base.min(policy.max_backoff.as_secs_f64());
     let jitter = policy.jitter.clamp(0.0, 1.0);
     let factor = if jitter > 0.0 {
-        use rand::Rng;
-        1.0 + rand::rng().random_range(-jitter..=jitter)
+        use rand::{Rng, SeedableRng};
+        let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(seed ^ u64::from(attempt).rotate_left(32));
+        1.0 + rng.random_range(-jitter..=jitter)
     } else {
         1.0
     };

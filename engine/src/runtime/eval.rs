@@ -27,8 +27,8 @@ use std::sync::{Arc, LazyLock, OnceLock};
 
 use cel::common::traits::{self, Adder, Container, Indexer, Iterable, Sizer, Zeroer};
 use cel::common::types::{
-    self as cel_types, CelBool, CelDouble, CelInt, CelList, CelMap, CelMapKey, CelNull, CelOptional, CelString,
-    CelUInt, Kind, Type,
+    self as cel_types, CelBool, CelDouble, CelInt, CelList, CelMap, CelMapKey, CelNull, CelOptional,
+    CelString, CelUInt, Kind, Type,
 };
 use cel::common::value::{CowVal, StaticVal, Val};
 use cel::context::VariableResolver;
@@ -73,8 +73,10 @@ impl<'a> Vars<'a> {
 
     /// Whether `name` is a variable of the flow language, set here or not.
     fn is_known(&self, name: &str) -> bool {
-        matches!(name, "payload" | "input" | "context" | "result" | "step" | "steps" | "message")
-            || self.locals.iter().any(|(n, _)| *n == name)
+        matches!(
+            name,
+            "payload" | "input" | "context" | "result" | "step" | "steps" | "message"
+        ) || self.locals.iter().any(|(n, _)| *n == name)
     }
 }
 
@@ -95,7 +97,10 @@ pub fn eval_bool(expr: &Expr, vars: &Vars) -> Result<bool, StepError> {
         let v = cel::Value::resolve_val(expr.ast(), ctx).map_err(|e| expr_error(expr, &cause(&e, vars)))?;
         match v.downcast_ref::<CelBool>() {
             Some(b) => Ok(*b.inner()),
-            None => Err(expr_error(expr, &format!("must return a boolean, got {}", describe(&*v)))),
+            None => Err(expr_error(
+                expr,
+                &format!("must return a boolean, got {}", describe(&*v)),
+            )),
         }
     })
 }
@@ -173,7 +178,8 @@ fn float_to_json(f: f64) -> Result<Value, String> {
 // Contexts and variables
 
 /// The standard library, built once.
-static ROOT: LazyLock<Context<'static, 'static>> = LazyLock::new(|| Context::with_env(Arc::new(Env::stdlib())));
+static ROOT: LazyLock<Context<'static, 'static>> =
+    LazyLock::new(|| Context::with_env(Arc::new(Env::stdlib())));
 
 /// The shared root context, at the lifetimes of one evaluation.
 fn root<'a>() -> &'a Context<'a, 'a> {
@@ -243,7 +249,10 @@ struct JsonView<'a> {
 
 impl<'a> JsonView<'a> {
     fn new(value: &'a Value) -> Self {
-        JsonView { value, items: OnceLock::new() }
+        JsonView {
+            value,
+            items: OnceLock::new(),
+        }
     }
 
     fn is_list(&self) -> bool {
@@ -272,7 +281,11 @@ impl<'a> JsonView<'a> {
 
 impl Val for JsonView<'_> {
     fn get_type(&self) -> &Type {
-        if self.is_list() { &JSON_LIST_TYPE } else { &JSON_MAP_TYPE }
+        if self.is_list() {
+            &JSON_LIST_TYPE
+        } else {
+            &JSON_MAP_TYPE
+        }
     }
 
     /// Views have no single static type; only `add_overload!` asks, and it is never used
@@ -385,7 +398,9 @@ impl Container for JsonView<'_> {
     fn contains(&self, value: &dyn Val) -> Result<bool, ExecutionError> {
         Ok(match self.value {
             Value::Array(items) => items.iter().any(|item| json_equals(item, value)),
-            Value::Object(m) => value.downcast_ref::<CelString>().is_some_and(|k| m.contains_key(k.inner())),
+            Value::Object(m) => value
+                .downcast_ref::<CelString>()
+                .is_some_and(|k| m.contains_key(k.inner())),
             _ => false,
         })
     }
@@ -460,7 +475,9 @@ fn json_equals(j: &Value, other: &dyn Val) -> bool {
                 return false;
             };
             let mut it = iterable.iter();
-            items.iter().all(|item| it.next().is_some_and(|o| json_equals(item, o)))
+            items
+                .iter()
+                .all(|item| it.next().is_some_and(|o| json_equals(item, o)))
         }
         Value::Object(m) => {
             if other.get_type().kind() != Kind::Map || !same_size(other, m.len()) {
@@ -561,7 +578,12 @@ fn val_to_json(v: &dyn Val) -> Result<Value, String> {
         },
         Kind::List => {
             if let Some(list) = v.downcast_ref::<CelList>() {
-                Value::Array(list.inner().iter().map(|i| val_to_json(&**i)).collect::<Result<_, _>>()?)
+                Value::Array(
+                    list.inner()
+                        .iter()
+                        .map(|i| val_to_json(&**i))
+                        .collect::<Result<_, _>>()?,
+                )
             } else {
                 let mut out = Vec::new();
                 let mut it = v.as_iterable().ok_or_else(|| cannot_write(v))?.iter();
@@ -816,7 +838,13 @@ mod tests {
 
     fn ev(text: &str, payload: &Value) -> Result<Value, StepError> {
         let e = expr::parse(text).expect("valid expression");
-        eval(&e, &Vars { payload: Some(payload), ..Vars::default() })
+        eval(
+            &e,
+            &Vars {
+                payload: Some(payload),
+                ..Vars::default()
+            },
+        )
     }
 
     fn ok(text: &str, payload: Value) -> Value {
@@ -850,11 +878,20 @@ mod tests {
         assert_eq!(ok("payload.x < 1", json!({"x": 0.5})), json!(true));
         assert_eq!(ok("payload.x == 1", json!({"x": 1.0})), json!(true));
         let p = json!({"ticket": {"priority": "p2", "vip": true}});
-        assert_eq!(ok("payload.ticket.priority == \"p1\" || payload.ticket.vip", p), json!(true));
+        assert_eq!(
+            ok("payload.ticket.priority == \"p1\" || payload.ticket.vip", p),
+            json!(true)
+        );
         let p = json!({"ticket": {"priority": "p1", "vip": false}});
-        assert_eq!(ok("payload.ticket.priority == \"p1\" || payload.ticket.vip", p), json!(true));
+        assert_eq!(
+            ok("payload.ticket.priority == \"p1\" || payload.ticket.vip", p),
+            json!(true)
+        );
         let p = json!({"ticket": {"priority": "p3", "vip": false}});
-        assert_eq!(ok("payload.ticket.priority == 'p1' || payload.ticket.vip", p), json!(false));
+        assert_eq!(
+            ok("payload.ticket.priority == 'p1' || payload.ticket.vip", p),
+            json!(false)
+        );
     }
 
     #[test]
@@ -872,25 +909,38 @@ mod tests {
         let item = json!({"id": 7, "v": 21});
         let index = json!(3);
         let locals = [("item", &item), ("index", &index)];
-        let vars = Vars { locals: &locals, ..Vars::default() };
+        let vars = Vars {
+            locals: &locals,
+            ..Vars::default()
+        };
         let e = |t: &str| eval(&expr::parse(t).unwrap(), &vars).unwrap();
         assert_eq!(e("item.v * 2"), json!(42));
         assert_eq!(e("index + 1"), json!(4));
         assert_eq!(e("{'id': item.id, 'v': item.v * 2}"), json!({"id": 7, "v": 42}));
 
         let steps = json!({"classify": {"result": {"confidence": 0.5}, "status": "succeeded"}});
-        let vars = Vars { steps: Some(&steps), ..Vars::default() };
+        let vars = Vars {
+            steps: Some(&steps),
+            ..Vars::default()
+        };
         let cond = expr::parse("steps.classify.result.confidence < 0.6").unwrap();
         assert!(eval_bool(&cond, &vars).unwrap());
         let steps = json!({"classify": {"result": {"confidence": 0.9}}});
-        let vars = Vars { steps: Some(&steps), ..Vars::default() };
+        let vars = Vars {
+            steps: Some(&steps),
+            ..Vars::default()
+        };
         assert!(!eval_bool(&cond, &vars).unwrap());
 
         // A local shadows a run variable of the same name.
         let p = json!({"a": 1});
         let shadow = json!({"a": 2});
         let locals = [("payload", &shadow)];
-        let vars = Vars { payload: Some(&p), locals: &locals, ..Vars::default() };
+        let vars = Vars {
+            payload: Some(&p),
+            locals: &locals,
+            ..Vars::default()
+        };
         assert_eq!(eval(&expr::parse("payload.a").unwrap(), &vars).unwrap(), json!(2));
     }
 
@@ -898,13 +948,25 @@ mod tests {
     fn comprehensions() {
         assert_eq!(ok("[1,2,3].exists(x, x > 2)", json!({})), json!(true));
         let p = json!({"items": [{"id": "a", "v": 1}, {"id": "b", "v": 2}, {"id": "c", "v": 3}]});
-        assert_eq!(ok("payload.items.map(i, i.id)", p.clone()), json!(["a", "b", "c"]));
+        assert_eq!(
+            ok("payload.items.map(i, i.id)", p.clone()),
+            json!(["a", "b", "c"])
+        );
         assert_eq!(ok("payload.items.filter(i, i.v > 1).size()", p.clone()), json!(2));
-        assert_eq!(ok("payload.items.filter(i, i.v > 1)", p.clone()), json!([{"id": "b", "v": 2}, {"id": "c", "v": 3}]));
+        assert_eq!(
+            ok("payload.items.filter(i, i.v > 1)", p.clone()),
+            json!([{"id": "b", "v": 2}, {"id": "c", "v": 3}])
+        );
         assert_eq!(ok("payload.items.all(i, i.v > 0)", p.clone()), json!(true));
         assert_eq!(ok("payload.items.exists(i, i.id == 'c')", p.clone()), json!(true));
-        assert_eq!(ok("payload.items.exists_one(i, i.v >= 3)", p.clone()), json!(true));
-        assert_eq!(ok("payload.items.map(i, i.v * 10).exists(x, x == 30)", p.clone()), json!(true));
+        assert_eq!(
+            ok("payload.items.exists_one(i, i.v >= 3)", p.clone()),
+            json!(true)
+        );
+        assert_eq!(
+            ok("payload.items.map(i, i.v * 10).exists(x, x == 30)", p.clone()),
+            json!(true)
+        );
         // Over a map's keys.
         let p = json!({"m": {"a": 1, "b": 2}});
         assert_eq!(ok("payload.m.all(k, payload.m[k] > 0)", p.clone()), json!(true));
@@ -921,7 +983,10 @@ mod tests {
         assert_eq!(ok("has(payload.a)", json!({"b": 1})), json!(false));
         assert_eq!(ok("has(payload.a.b)", json!({"a": {"b": 1}})), json!(true));
         assert_eq!(ok("has(payload.a.c)", json!({"a": {"b": 1}})), json!(false));
-        assert_eq!(ok("has(payload.a) && payload.a > 1", json!({"b": 1})), json!(false));
+        assert_eq!(
+            ok("has(payload.a) && payload.a > 1", json!({"b": 1})),
+            json!(false)
+        );
         let e = err("has(payload.a.b)", json!({}));
         assert!(e.message.contains("no such key `a`"), "{}", e.message);
     }
@@ -948,7 +1013,10 @@ mod tests {
         assert_eq!(ok("payload.tags + ['z']", p.clone()), json!(["x", "y", "z"]));
         assert_eq!(ok("['w'] + payload.tags", p.clone()), json!(["w", "x", "y"]));
         assert_eq!(ok("type(payload.tags) == list", p.clone()), json!(true));
-        assert_eq!(ok("type(payload.m) == map && type(payload.n) == int", p), json!(true));
+        assert_eq!(
+            ok("type(payload.m) == map && type(payload.n) == int", p),
+            json!(true)
+        );
     }
 
     #[test]
@@ -967,12 +1035,24 @@ mod tests {
     fn results_convert_to_json() {
         let p = json!({"obj": {"b": 1, "a": [1, 2.5, null, "s"]}, "n": 1});
         // A JSON subtree comes back whole, in its own key order.
-        assert_eq!(ok("payload.obj", p.clone()).to_string(), r#"{"b":1,"a":[1,2.5,null,"s"]}"#);
+        assert_eq!(
+            ok("payload.obj", p.clone()).to_string(),
+            r#"{"b":1,"a":[1,2.5,null,"s"]}"#
+        );
         assert_eq!(ok("payload", p.clone()), p);
         // CEL maps have no order: keys come back sorted.
-        assert_eq!(ok("{'z': 1, 'a': payload.n}", p.clone()).to_string(), r#"{"a":1,"z":1}"#);
-        assert_eq!(ok("{1: 'x', true: 'y'}", p.clone()), json!({"1": "x", "true": "y"}));
-        assert_eq!(ok("[payload.obj.a[1], payload.obj]", p.clone()), json!([2.5, {"b": 1, "a": [1, 2.5, null, "s"]}]));
+        assert_eq!(
+            ok("{'z': 1, 'a': payload.n}", p.clone()).to_string(),
+            r#"{"a":1,"z":1}"#
+        );
+        assert_eq!(
+            ok("{1: 'x', true: 'y'}", p.clone()),
+            json!({"1": "x", "true": "y"})
+        );
+        assert_eq!(
+            ok("[payload.obj.a[1], payload.obj]", p.clone()),
+            json!([2.5, {"b": 1, "a": [1, 2.5, null, "s"]}])
+        );
         assert_eq!(ok("null", p.clone()), json!(null));
         assert_eq!(ok("3u", p.clone()), json!(3));
         let e = err("b'abc'", p.clone());
@@ -981,9 +1061,15 @@ mod tests {
         assert!(e.message.contains("appears twice"), "{}", e.message);
 
         assert_eq!(to_json(&cel::Value::Int(3)).unwrap(), json!(3));
-        let list = cel::Value::List(Arc::new(vec![cel::Value::Float(0.5), cel::Value::String(Arc::new("x".into()))]));
+        let list = cel::Value::List(Arc::new(vec![
+            cel::Value::Float(0.5),
+            cel::Value::String(Arc::new("x".into())),
+        ]));
         assert_eq!(to_json(&list).unwrap(), json!([0.5, "x"]));
-        assert_eq!(to_json(&cel::Value::Float(f64::NAN)).unwrap_err().kind, ErrorKind::Expression);
+        assert_eq!(
+            to_json(&cel::Value::Float(f64::NAN)).unwrap_err().kind,
+            ErrorKind::Expression
+        );
     }
 
     #[test]
@@ -1011,7 +1097,10 @@ mod tests {
     #[test]
     fn eval_bool_requires_a_boolean() {
         let p = json!({"n": 3, "ok": true});
-        let vars = Vars { payload: Some(&p), ..Vars::default() };
+        let vars = Vars {
+            payload: Some(&p),
+            ..Vars::default()
+        };
         assert!(eval_bool(&expr::parse("payload.ok").unwrap(), &vars).unwrap());
         let e = eval_bool(&expr::parse("payload.n").unwrap(), &vars).unwrap_err();
         assert_eq!(e.kind, ErrorKind::Expression);
@@ -1025,15 +1114,22 @@ mod tests {
         let p = json!({"amount": 12, "customer": {"name": "Ann", "id": 4}, "big": [1, 2, 3]});
         let item = json!({"id": 9});
         let locals = [("item", &item)];
-        let vars = Vars { payload: Some(&p), locals: &locals, ..Vars::default() };
-        let t = template::compile("Refund {{ payload.amount }} to {{ payload.customer.name }} ({{ item.id }})").unwrap();
+        let vars = Vars {
+            payload: Some(&p),
+            locals: &locals,
+            ..Vars::default()
+        };
+        let t =
+            template::compile("Refund {{ payload.amount }} to {{ payload.customer.name }} ({{ item.id }})")
+                .unwrap();
         assert_eq!(render(&t, &vars).unwrap(), "Refund 12 to Ann (9)");
         assert_eq!(
             template_context(t.text(), &vars),
             json!({"payload": {"amount": 12, "customer": {"name": "Ann"}}, "item": {"id": 9}})
         );
         // Used another way, a variable is copied whole at that level.
-        let t = template::compile("{% for x in payload.big %}{{ x }}{% endfor %} {{ payload['amount'] }}").unwrap();
+        let t = template::compile("{% for x in payload.big %}{{ x }}{% endfor %} {{ payload['amount'] }}")
+            .unwrap();
         assert_eq!(render(&t, &vars).unwrap(), "123 12");
         assert_eq!(template_context(t.text(), &vars), json!({"payload": p}));
         let t = template::compile("{{ payload.customer.name | upper }} {{ payload . amount }}").unwrap();
@@ -1042,7 +1138,11 @@ mod tests {
         let t = template::compile("{{ payload.customer.nmae }}").unwrap();
         let e = render(&t, &vars).unwrap_err();
         assert_eq!(e.kind, ErrorKind::Expression);
-        assert!(e.message.contains("`payload.customer.nmae` is undefined"), "{}", e.message);
+        assert!(
+            e.message.contains("`payload.customer.nmae` is undefined"),
+            "{}",
+            e.message
+        );
         let t = template::compile("{{ result }}").unwrap();
         let e = render(&t, &vars).unwrap_err();
         assert!(e.message.contains("`result` is undefined"), "{}", e.message);
@@ -1054,7 +1154,10 @@ mod tests {
     #[test]
     fn chains_are_found_in_template_text() {
         let found = chains("{{ a.b.c }} {{ x.y[0].z }} {{ f(q) }} {{ w.v | t }} {{ r . s }} {{ o.p.0 }}");
-        let roots: Vec<_> = found.iter().map(|(r, c)| format!("{r}:{}", c.join("."))).collect();
+        let roots: Vec<_> = found
+            .iter()
+            .map(|(r, c)| format!("{r}:{}", c.join(".")))
+            .collect();
         // `.z` after `]` is an attribute, not a variable.
         assert_eq!(roots, ["a:b.c", "x:y", "f:", "q:", "w:v", "t:", "r:s", "o:p"]);
     }
@@ -1074,17 +1177,25 @@ mod tests {
         let start = std::time::Instant::now();
         let mut sum = 0;
         for _ in 0..rounds {
-            let vars = Vars { payload: Some(&payload), ..Vars::default() };
+            let vars = Vars {
+                payload: Some(&payload),
+                ..Vars::default()
+            };
             sum += eval(&e, &vars).expect("evaluates").as_i64().expect("an integer");
         }
         let per_eval = start.elapsed().as_secs_f64() * 1e9 / f64::from(rounds);
         assert_eq!(sum, i64::from(rounds));
         let start = std::time::Instant::now();
         for _ in 0..rounds {
-            let vars = Vars { payload: Some(&payload), ..Vars::default() };
+            let vars = Vars {
+                payload: Some(&payload),
+                ..Vars::default()
+            };
             assert!(eval_bool(&cond, &vars).expect("evaluates"));
         }
         let per_bool = start.elapsed().as_secs_f64() * 1e9 / f64::from(rounds);
-        println!("eval `payload.n + 1` over a 21-key payload: {per_eval:.0} ns; eval_bool `payload.score >= 50`: {per_bool:.0} ns");
+        println!(
+            "eval `payload.n + 1` over a 21-key payload: {per_eval:.0} ns; eval_bool `payload.score >= 50`: {per_bool:.0} ns"
+        );
     }
 }

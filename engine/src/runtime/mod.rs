@@ -4,9 +4,11 @@
 //! [`eval`] evaluates CEL expressions over shared JSON values without converting whole
 //! payloads; [`data`] builds agent input documents and applies outputs (SPEC §5.2–5.4).
 
+pub mod changes;
 pub mod data;
+pub mod engine;
 pub mod error;
 pub mod eval;
-// pub mod record;
+pub mod record;
 
 pub use error::{ErrorKind, StepError};

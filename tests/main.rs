@@ -11,5 +11,6 @@ mod cli;
 mod corpus;
 mod fuzz;
 mod lint_fixtures;
+mod readme;
 mod snapshots;
 mod support;

@@ -25,7 +25,9 @@
 
 use std::sync::{Arc, LazyLock, OnceLock};
 
-use cel::common::traits::{self, Adder, Container, Indexer, Iterable, Sizer, Zeroer};
+use cel::common::traits::{
+    self, Adder, Container, Divider, Indexer, Iterable, Modder, Multiplier, Sizer, Subtractor, Zeroer,
+};
 use cel::common::types::{
     self as cel_types, CelBool, CelDouble, CelInt, CelList, CelMap, CelMapKey, CelNull, CelOptional,
     CelString, CelUInt, Kind, Type,
@@ -298,7 +300,37 @@ impl Val for JsonView<'_> {
     where
         Self: 'v,
     {
-        if self.is_list() { Some(self) } else { None }
+        Some(self)
+    }
+
+    // The other arithmetic operators only fail on a view, but with its own type in the message
+    // (cel would name the left operand by its `Value`, which a view has none of).
+    fn as_subtractor<'b, 'v>(&'b self) -> Option<&'b (dyn Subtractor + 'v)>
+    where
+        Self: 'v,
+    {
+        Some(self)
+    }
+
+    fn as_multiplier<'b, 'v>(&'b self) -> Option<&'b (dyn Multiplier + 'v)>
+    where
+        Self: 'v,
+    {
+        Some(self)
+    }
+
+    fn as_divider<'b, 'v>(&'b self) -> Option<&'b (dyn Divider + 'v)>
+    where
+        Self: 'v,
+    {
+        Some(self)
+    }
+
+    fn as_modder<'b, 'v>(&'b self) -> Option<&'b (dyn Modder + 'v)>
+    where
+        Self: 'v,
+    {
+        Some(self)
     }
 
     fn as_container(&self) -> Option<&dyn Container> {
@@ -441,11 +473,11 @@ impl Adder for JsonView<'_> {
     where
         Self: 'v,
     {
-        let Some(rhs_items) = rhs.as_iterable().filter(|_| rhs.get_type().kind() == Kind::List) else {
-            return Err(ExecutionError::UnexpectedType {
-                got: rhs.get_type().name().to_owned(),
-                want: "list".to_owned(),
-            });
+        let rhs_items = rhs
+            .as_iterable()
+            .filter(|_| self.is_list() && rhs.get_type().kind() == Kind::List);
+        let Some(rhs_items) = rhs_items else {
+            return Err(no_overload("_+_", self, rhs));
         };
         let mut out: Vec<Box<dyn Val + 'v>> = Vec::with_capacity(self.len());
         if let Value::Array(items) = self.value {
@@ -457,6 +489,34 @@ impl Adder for JsonView<'_> {
         }
         Ok(CowVal::owned(CelList::from(out)))
     }
+}
+
+/// The error of an arithmetic operator on a view.
+fn no_overload(op: &str, lhs: &dyn Val, rhs: &dyn Val) -> ExecutionError {
+    ExecutionError::no_such_overload(
+        op,
+        vec![lhs.get_type().name().to_owned(), rhs.get_type().name().to_owned()],
+    )
+}
+
+macro_rules! no_arithmetic {
+    ($($trait:ident :: $method:ident => $op:literal),* $(,)?) => {$(
+        impl $trait for JsonView<'_> {
+            fn $method<'b, 'v>(&'b self, rhs: &(dyn Val + 'v)) -> Result<CowVal<'b, 'v>, ExecutionError>
+            where
+                Self: 'v,
+            {
+                Err(no_overload($op, self, rhs))
+            }
+        }
+    )*};
+}
+
+no_arithmetic! {
+    Subtractor::sub => "_-_",
+    Multiplier::mul => "_*_",
+    Divider::div => "_/_",
+    Modder::modulo => "_%_",
 }
 
 /// Whether a JSON value equals a CEL value, by CEL's rules (`1 == 1.0`, lists element-wise,
@@ -1088,6 +1148,18 @@ mod tests {
         assert_eq!(e.message, "`payload.x * 2`: `*` does not apply to double and int");
         let e = err("payload.n / 0", json!({"n": 1}));
         assert_eq!(e.message, "`payload.n / 0`: division by zero");
+        let e = err("payload.m + 1", json!({"m": {}}));
+        assert_eq!(
+            e.message,
+            "`payload.m + 1`: found no matching overload for `_+_` applied to `(map, int)`"
+        );
+        let e = err("payload.l * 2", json!({"l": []}));
+        assert_eq!(
+            e.message,
+            "`payload.l * 2`: found no matching overload for `_*_` applied to `(list, int)`"
+        );
+        let e = err("payload.l < 2", json!({"l": []}));
+        assert!(e.message.contains("(list, int)"), "{}", e.message);
         let e = err("result.ok", json!({}));
         assert_eq!(e.message, "`result.ok`: `result` is not available here");
         let e = err("nope + 1", json!({}));

@@ -6,12 +6,12 @@
 //! directory of the top flow, or `--root`). Problems of reach (a missing file, a path outside
 //! the root) are diagnostics here; cycles are found by `lint` from the recorded edges.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Component, Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
-use crate::diag::{codes, Diagnostic};
+use crate::diag::{Diagnostic, codes};
 use crate::model::build::{self, Cx, Library};
 use crate::model::{AgentRef, AgentSpec, Flow, SchemaRef, Sp, StepKind};
 use crate::source::{FileId, SourceFile, SourceMap, Span};
@@ -32,10 +32,15 @@ pub struct LoadedFlow {
     pub file: FileId,
     /// `None` when the file could not be parsed into a flow at all.
     pub flow: Option<Flow>,
-    /// SHA-256 of the file's bytes, hex.
+    /// SHA-256 of the file's bytes, hex; empty when the file was too large to read.
     pub hash: String,
     /// Each `imports:` entry and the library it resolved to.
     pub imports: Vec<(Sp<String>, Option<LibId>)>,
+    /// Steps (of this flow and its inline flows) whose kind could not be read, by the span of
+    /// their id. The model keeps them with a placeholder kind, so that edges to them resolve
+    /// and the steps after them stay reachable; lint checks no kind-specific rule on them.
+    /// Their problem is already an error, so the flow never compiles.
+    pub malformed_steps: HashSet<Span>,
 }
 
 /// An imported file of agents and providers.
@@ -76,6 +81,35 @@ enum Loaded {
     Library(LibId),
 }
 
+/// A file over the size limit, with its size in bytes: refused before it was read.
+#[derive(Clone, Copy, Debug)]
+struct TooLarge(usize);
+
+/// The bytes of a file, or why they were not read.
+type Contents = Result<Vec<u8>, TooLarge>;
+
+/// The outcome of reading a file: its contents, or the error that stopped the read.
+type FileRead = std::io::Result<Contents>;
+
+/// Reads a file whole, once. A file larger than `max` bytes is not read: its size comes from
+/// its metadata. A file that grows past the limit while it is read (or whose size the metadata
+/// does not tell, like a pipe) is read only one byte past the limit.
+fn read_limited(path: &Path, max: usize) -> FileRead {
+    use std::io::Read as _;
+    let file = std::fs::File::open(path)?;
+    let len = usize::try_from(file.metadata()?.len()).unwrap_or(usize::MAX);
+    if len > max {
+        return Ok(Err(TooLarge(len)));
+    }
+    let mut bytes = Vec::with_capacity(len);
+    let cap = u64::try_from(max).unwrap_or(u64::MAX).saturating_add(1);
+    file.take(cap).read_to_end(&mut bytes)?;
+    if bytes.len() > max {
+        return Ok(Err(TooLarge(bytes.len().max(len))));
+    }
+    Ok(Ok(bytes))
+}
+
 /// Options for loading.
 #[derive(Clone, Debug, Default)]
 pub struct LoadOptions {
@@ -87,7 +121,10 @@ pub struct LoadOptions {
 impl Project {
     /// An empty project rooted at `root`.
     pub fn new(root: PathBuf) -> Self {
-        Project { root, ..Default::default() }
+        Project {
+            root,
+            ..Default::default()
+        }
     }
 
     /// Loads a top-level file named on the command line, with its own project root: a flow
@@ -95,17 +132,27 @@ impl Project {
     /// one is decided by its keys: a flow has `flow:` or `steps:`.
     pub fn load_top(&mut self, path: &Path, root: PathBuf, limits: &Limits) -> Option<FlowId> {
         self.root = root;
-        if let Ok(bytes) = std::fs::read(path)
-            && is_library(&bytes)
-            && let Ok(canonical) = path.canonicalize()
+        let canonical = match path.canonicalize() {
+            Ok(p) => p,
+            Err(e) => {
+                self.unreadable_top(path, &e);
+                return None;
+            }
+        };
+        match self.by_path.get(&canonical) {
+            Some(Loaded::Flow(id)) => return Some(*id),
+            Some(Loaded::Library(_)) => return None,
+            None => {}
+        }
+        let read = read_limited(&canonical, limits.max_bytes);
+        if let Ok(Ok(bytes)) = &read
+            && is_library(bytes)
         {
             let spec = Sp::new(display(path), Span::default());
-            if !self.by_path.contains_key(&canonical) {
-                self.load_library(canonical, &spec, limits);
-            }
+            self.load_library_read(canonical, &spec, read, limits);
             return None;
         }
-        self.load_flow(path, limits)
+        self.load_flow_read(canonical, display(path), read, limits)
     }
 
     /// Loads a flow file and, transitively, everything it names. Returns its id, or `None`
@@ -114,52 +161,97 @@ impl Project {
         let canonical = match path.canonicalize() {
             Ok(p) => p,
             Err(e) => {
-                let file = self.sources.add(SourceFile::new(display(path), None, ""));
-                self.diags.push(
-                    Diagnostic::new(&codes::MISSING_FILE, Span::file_start(file), format!("cannot read `{}`: {}", display(path), io_reason(&e)))
-                        .label("cannot read"),
-                );
+                self.unreadable_top(path, &e);
                 return None;
             }
         };
         self.load_flow_at(canonical, display(path), limits)
     }
 
+    /// `SY210` for a file named on the command line that cannot be found or read.
+    fn unreadable_top(&mut self, path: &Path, e: &std::io::Error) {
+        let file = self.sources.add(SourceFile::new(display(path), None, ""));
+        self.diags.push(
+            Diagnostic::new(
+                &codes::MISSING_FILE,
+                Span::file_start(file),
+                format!("cannot read `{}`: {}", display(path), io_reason(e)),
+            )
+            .label("cannot read"),
+        );
+    }
+
     fn load_flow_at(&mut self, canonical: PathBuf, name: String, limits: &Limits) -> Option<FlowId> {
         if let Some(Loaded::Flow(id)) = self.by_path.get(&canonical) {
             return Some(*id);
         }
-        let bytes = match std::fs::read(&canonical) {
-            Ok(b) => b,
+        let read = read_limited(&canonical, limits.max_bytes);
+        self.load_flow_read(canonical, name, read, limits)
+    }
+
+    /// Loads a flow whose file has been read (or failed to be), then everything it names.
+    fn load_flow_read(
+        &mut self,
+        canonical: PathBuf,
+        name: String,
+        read: FileRead,
+        limits: &Limits,
+    ) -> Option<FlowId> {
+        let contents = match read {
+            Ok(contents) => contents,
             Err(e) => {
-                let file = self.sources.add(SourceFile::new(name.clone(), Some(canonical), ""));
+                let file = self
+                    .sources
+                    .add(SourceFile::new(name.clone(), Some(canonical), ""));
                 self.diags.push(
-                    Diagnostic::new(&codes::MISSING_FILE, Span::file_start(file), format!("cannot read `{name}`: {}", io_reason(&e)))
-                        .label("cannot read"),
+                    Diagnostic::new(
+                        &codes::MISSING_FILE,
+                        Span::file_start(file),
+                        format!("cannot read `{name}`: {}", io_reason(&e)),
+                    )
+                    .label("cannot read"),
                 );
                 return None;
             }
         };
-        let hash = hex(&Sha256::digest(&bytes));
-        let (file, node) = self.parse_file(name, canonical.clone(), &bytes, limits);
+        let hash = contents
+            .as_ref()
+            .map(|bytes| hex(&Sha256::digest(bytes)))
+            .unwrap_or_default();
+        let (file, node) = self.parse_file(name, canonical.clone(), contents, limits);
+        let mut malformed_steps = HashSet::new();
         let flow = node.and_then(|node| {
             let text = self.sources.get(file).text.clone();
             let mut cx = Cx::new(&text);
             let flow = build::flow(&mut cx, &node);
             self.diags.extend(cx.diags);
+            malformed_steps.extend(cx.malformed_steps);
             flow
         });
         let id = FlowId(self.flows.len());
         self.by_path.insert(canonical.clone(), Loaded::Flow(id));
-        self.flows.push(LoadedFlow { path: canonical.clone(), file, flow, hash, imports: Vec::new() });
+        self.flows.push(LoadedFlow {
+            path: canonical.clone(),
+            file,
+            flow,
+            hash,
+            imports: Vec::new(),
+            malformed_steps,
+        });
         let dir = canonical.parent().map(Path::to_path_buf).unwrap_or_default();
 
         // Imports.
-        let import_specs = self.flows[id.0].flow.as_ref().map(|f| f.imports.clone()).unwrap_or_default();
+        let import_specs = self.flows[id.0]
+            .flow
+            .as_ref()
+            .map(|f| f.imports.clone())
+            .unwrap_or_default();
         let imports = import_specs
             .into_iter()
             .map(|spec| {
-                let lib = self.resolve(&dir, &spec).and_then(|p| self.load_library(p, &spec, limits));
+                let lib = self
+                    .resolve(&dir, &spec)
+                    .and_then(|p| self.load_library(p, &spec, limits));
                 (spec, lib)
             })
             .collect();
@@ -200,18 +292,34 @@ impl Project {
             }
             None => {}
         }
+        let read = read_limited(&canonical, limits.max_bytes);
+        self.load_library_read(canonical, spec, read, limits)
+    }
+
+    /// Loads a library whose file has been read (or failed to be), then the files it imports.
+    fn load_library_read(
+        &mut self,
+        canonical: PathBuf,
+        spec: &Sp<String>,
+        read: FileRead,
+        limits: &Limits,
+    ) -> Option<LibId> {
         let name = self.display_relative(&canonical);
-        let bytes = match std::fs::read(&canonical) {
-            Ok(b) => b,
+        let contents = match read {
+            Ok(contents) => contents,
             Err(e) => {
                 self.diags.push(
-                    Diagnostic::new(&codes::MISSING_FILE, spec.span, format!("cannot read `{}`: {}", spec.value, io_reason(&e)))
-                        .label("cannot read"),
+                    Diagnostic::new(
+                        &codes::MISSING_FILE,
+                        spec.span,
+                        format!("cannot read `{}`: {}", spec.value, io_reason(&e)),
+                    )
+                    .label("cannot read"),
                 );
                 return None;
             }
         };
-        let (file, node) = self.parse_file(name, canonical.clone(), &bytes, limits);
+        let (file, node) = self.parse_file(name, canonical.clone(), contents, limits);
         let library = node
             .map(|node| {
                 let text = self.sources.get(file).text.clone();
@@ -224,12 +332,19 @@ impl Project {
         let id = LibId(self.libraries.len());
         self.by_path.insert(canonical.clone(), Loaded::Library(id));
         let specs = library.imports.clone();
-        self.libraries.push(LoadedLibrary { path: canonical.clone(), file, library, imports: Vec::new() });
+        self.libraries.push(LoadedLibrary {
+            path: canonical.clone(),
+            file,
+            library,
+            imports: Vec::new(),
+        });
         let dir = canonical.parent().map(Path::to_path_buf).unwrap_or_default();
         let imports = specs
             .into_iter()
             .map(|spec| {
-                let lib = self.resolve(&dir, &spec).and_then(|p| self.load_library(p, &spec, limits));
+                let lib = self
+                    .resolve(&dir, &spec)
+                    .and_then(|p| self.load_library(p, &spec, limits));
                 (spec, lib)
             })
             .collect();
@@ -242,24 +357,54 @@ impl Project {
             return;
         }
         let name = self.display_relative(&canonical);
-        let (file, node) = match std::fs::read(&canonical) {
-            Ok(bytes) => self.parse_file(name, canonical.clone(), &bytes, limits),
+        let (file, node) = match read_limited(&canonical, limits.max_bytes) {
+            Ok(contents) => self.parse_file(name, canonical.clone(), contents, limits),
             Err(e) => {
-                let file = self.sources.add(SourceFile::new(name.clone(), Some(canonical.clone()), ""));
-                self.diags.push(
-                    Diagnostic::new(&codes::MISSING_FILE, Span::file_start(file), format!("cannot read `{name}`: {}", io_reason(&e))),
-                );
+                let file = self
+                    .sources
+                    .add(SourceFile::new(name.clone(), Some(canonical.clone()), ""));
+                self.diags.push(Diagnostic::new(
+                    &codes::MISSING_FILE,
+                    Span::file_start(file),
+                    format!("cannot read `{name}`: {}", io_reason(&e)),
+                ));
                 (file, None)
             }
         };
         self.schemas.insert(canonical, LoadedSchema { file, node });
     }
 
-    /// Parses bytes into nodes, registering the file's text for diagnostics.
-    fn parse_file(&mut self, name: String, canonical: PathBuf, bytes: &[u8], limits: &Limits) -> (FileId, Option<Node>) {
-        let text = String::from_utf8_lossy(bytes).into_owned();
-        let file = self.sources.add(SourceFile::new(name, Some(canonical), text));
-        let (node, diags) = syntax::parse_collecting(file, bytes, limits);
+    /// Registers a file's text for diagnostics and parses it into nodes. The text is the bytes
+    /// themselves when they are UTF-8 (no copy), else their lossy reading, which is what the
+    /// parser's spans then point into. A file over the size limit was not read: it gets the
+    /// parser's own `SY101` and no tree.
+    fn parse_file(
+        &mut self,
+        name: String,
+        canonical: PathBuf,
+        contents: Contents,
+        limits: &Limits,
+    ) -> (FileId, Option<Node>) {
+        let bytes = match contents {
+            Ok(bytes) => bytes,
+            Err(TooLarge(len)) => {
+                let file = self.sources.add(SourceFile::new(name, Some(canonical), ""));
+                self.diags.push(syntax::too_large(file, len, limits.max_bytes));
+                return (file, None);
+            }
+        };
+        let (file, (node, diags)) = match String::from_utf8(bytes) {
+            Ok(text) => {
+                let file = self.sources.add(SourceFile::new(name, Some(canonical), text));
+                let text = &self.sources.get(file).text;
+                (file, syntax::parse_collecting(file, text.as_bytes(), limits))
+            }
+            Err(e) => {
+                let text = String::from_utf8_lossy(e.as_bytes()).into_owned();
+                let file = self.sources.add(SourceFile::new(name, Some(canonical), text));
+                (file, syntax::parse_collecting(file, e.as_bytes(), limits))
+            }
+        };
         self.diags.extend(diags);
         (file, node)
     }
@@ -280,16 +425,27 @@ impl Project {
             Ok(p) if p.starts_with(&self.root) => Some(p),
             Ok(_) => {
                 self.diags.push(
-                    Diagnostic::new(&codes::PATH_OUTSIDE_ROOT, spec.span, format!("`{}` is a link that leaves the project root", spec.value))
-                        .label("outside the root"),
+                    Diagnostic::new(
+                        &codes::PATH_OUTSIDE_ROOT,
+                        spec.span,
+                        format!("`{}` is a link that leaves the project root", spec.value),
+                    )
+                    .label("outside the root"),
                 );
                 None
             }
             Err(e) => {
                 self.diags.push(
-                    Diagnostic::new(&codes::MISSING_FILE, spec.span, format!("cannot read `{}`: {}", spec.value, io_reason(&e)))
-                        .label("no such file")
-                        .help(format!("paths are relative to the file that names them (`{}`)", self.display_relative(dir))),
+                    Diagnostic::new(
+                        &codes::MISSING_FILE,
+                        spec.span,
+                        format!("cannot read `{}`: {}", spec.value, io_reason(&e)),
+                    )
+                    .label("no such file")
+                    .help(format!(
+                        "paths are relative to the file that names them (`{}`)",
+                        self.display_relative(dir)
+                    )),
                 );
                 None
             }
@@ -298,7 +454,10 @@ impl Project {
 
     /// A path for messages: relative to the working directory when under it.
     pub fn display_relative(&self, p: &Path) -> String {
-        match std::env::current_dir().ok().and_then(|cwd| p.strip_prefix(cwd).ok().map(Path::to_path_buf)) {
+        match std::env::current_dir()
+            .ok()
+            .and_then(|cwd| p.strip_prefix(cwd).ok().map(Path::to_path_buf))
+        {
             Some(rel) if !rel.as_os_str().is_empty() => rel.display().to_string(),
             _ => p.display().to_string(),
         }
@@ -324,7 +483,13 @@ pub fn load(paths: &[PathBuf], opts: &LoadOptions) -> (Project, Vec<Option<FlowI
         .root
         .clone()
         .or_else(|| paths.first().and_then(|p| p.parent().map(Path::to_path_buf)))
-        .map(|r| if r.as_os_str().is_empty() { PathBuf::from(".") } else { r })
+        .map(|r| {
+            if r.as_os_str().is_empty() {
+                PathBuf::from(".")
+            } else {
+                r
+            }
+        })
         .and_then(|r| r.canonicalize().ok())
         .unwrap_or_else(|| PathBuf::from("/"));
     let mut project = Project::new(root);
@@ -335,14 +500,18 @@ pub fn load(paths: &[PathBuf], opts: &LoadOptions) -> (Project, Vec<Option<FlowI
 /// Whether a YAML file is a file of shared agents rather than a flow: a top-level mapping
 /// without `flow:` or `steps:` but with `agents:`, `providers:` or `imports:`.
 fn is_library(bytes: &[u8]) -> bool {
-    let Ok(text) = std::str::from_utf8(bytes) else { return false };
+    let Ok(text) = std::str::from_utf8(bytes) else {
+        return false;
+    };
     let top_keys: Vec<&str> = text
         .lines()
         .filter(|l| !l.starts_with([' ', '\t', '#', '-']) && !l.is_empty())
         .filter_map(|l| l.split(':').next())
         .collect();
     !top_keys.iter().any(|k| *k == "flow" || *k == "steps")
-        && top_keys.iter().any(|k| *k == "agents" || *k == "providers" || *k == "imports")
+        && top_keys
+            .iter()
+            .any(|k| *k == "agents" || *k == "providers" || *k == "imports")
 }
 
 fn collect_refs(flow: &Flow, flows: &mut Vec<Sp<String>>, schemas: &mut Vec<Sp<String>>) {
@@ -416,4 +585,117 @@ fn io_reason(e: &std::io::Error) -> String {
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fresh directory under the system's temporary directory, removed on drop.
+    struct Dir(PathBuf);
+
+    impl Dir {
+        fn new(tag: &str) -> Self {
+            static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+            let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let dir =
+                std::env::temp_dir().join(format!("switchyard-project-{tag}-{}-{n}", std::process::id()));
+            std::fs::create_dir_all(&dir).expect("create a temporary directory");
+            Dir(dir.canonicalize().expect("canonical temporary directory"))
+        }
+
+        fn write(&self, name: &str, bytes: impl AsRef<[u8]>) -> PathBuf {
+            let path = self.0.join(name);
+            std::fs::write(&path, bytes).expect("write a test file");
+            path
+        }
+    }
+
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    #[test]
+    fn an_oversized_file_is_refused_with_the_parsers_message() {
+        let dir = Dir::new("size");
+        let bytes = "flow: big\nsteps:\n  one: {succeed: {}}\n".repeat(4);
+        let path = dir.write("big.yaml", &bytes);
+        let limits = Limits {
+            max_bytes: 32,
+            ..Limits::default()
+        };
+        let mut project = Project::default();
+        let id = project
+            .load_top(&path, dir.0.clone(), &limits)
+            .expect("a flow entry");
+        assert!(project.flow(id).flow.is_none());
+        let parser =
+            syntax::parse(FileId(0), bytes.as_bytes(), &limits).expect_err("too large for the parser");
+        let [d] = project.diags.as_slice() else {
+            panic!("one diagnostic: {:?}", project.diags)
+        };
+        assert_eq!((d.code(), &d.message), ("SY101", &parser.message));
+        assert_eq!(
+            d.message,
+            format!("file is {} bytes, larger than the 32-byte limit", bytes.len())
+        );
+        // A file at the limit is read and parsed.
+        let path = dir.write("small.yaml", "flow: s\nsteps: {a: {succeed: {}}}\n");
+        let limits = Limits {
+            max_bytes: 34,
+            ..Limits::default()
+        };
+        let mut project = Project::default();
+        let id = project
+            .load_top(&path, dir.0.clone(), &limits)
+            .expect("a flow entry");
+        assert!(project.flow(id).flow.is_some(), "{:?}", project.diags);
+        assert!(project.diags.is_empty(), "{:?}", project.diags);
+    }
+
+    #[test]
+    fn a_file_that_is_not_utf8_keeps_spans_on_whole_characters() {
+        let dir = Dir::new("utf8");
+        let path = dir.write("bad.yaml", b"flow: caf\xe9\nsteps: {}\n");
+        let mut project = Project::default();
+        project.load_top(&path, dir.0.clone(), &Limits::default());
+        let [d] = project.diags.as_slice() else {
+            panic!("one diagnostic: {:?}", project.diags)
+        };
+        let text = &project.sources.get(d.primary.span.file).text;
+        assert_eq!(
+            text.get(d.primary.span.start as usize..d.primary.span.end as usize),
+            Some("\u{FFFD}")
+        );
+    }
+
+    #[test]
+    fn malformed_steps_stay_in_the_model_and_the_flow_does_not_compile() {
+        let dir = Dir::new("malformed");
+        let path = dir.write(
+            "flow.yaml",
+            "flow: m\nagents:\n  w: {kind: mock, returns: {}}\nsteps:\n  a: {agent: w, output: {}, next: b}\n  \
+             b: {description: no kind, next: c}\n  c: {agent: {kind: nope}, next: d}\n  d: {agent: w, output: {}}\n",
+        );
+        let mut project = Project::default();
+        let id = project
+            .load_top(&path, dir.0.clone(), &Limits::default())
+            .expect("a flow");
+        let loaded = project.flow(id);
+        let flow = loaded.flow.as_ref().expect("a model");
+        assert_eq!(flow.steps.keys().collect::<Vec<_>>(), ["a", "b", "c", "d"]);
+        let malformed: Vec<&str> = flow
+            .steps
+            .values()
+            .filter(|s| loaded.malformed_steps.contains(&s.id.span))
+            .map(|s| s.id.value.as_str())
+            .collect();
+        assert_eq!(malformed, ["b", "c"]);
+        let (plan, diags) = crate::compile::compile(&project, id);
+        assert!(plan.is_none(), "a flow with malformed steps never compiles");
+        let codes: Vec<&str> = diags.iter().map(Diagnostic::code).collect();
+        assert_eq!(codes, ["SY109", "SY108"], "{diags:#?}");
+    }
 }

@@ -102,7 +102,11 @@ fn main() -> ExitCode {
             }
         }
     }
-    if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS }
+    if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
 }
 
 /// `Ok(None)`: help was asked for.
@@ -117,13 +121,17 @@ fn parse_args(argv: &[String]) -> Result<Option<Args>, String> {
             _ => (arg.as_str(), None),
         };
         let mut value = |name: &str| {
-            inline.clone().or_else(|| it.next().cloned()).ok_or_else(|| format!("`{name}` needs a value"))
+            inline
+                .clone()
+                .or_else(|| it.next().cloned())
+                .ok_or_else(|| format!("`{name}` needs a value"))
         };
         match flag {
             "-h" | "--help" => return Ok(None),
             "--profile" => {
                 let v = value("--profile")?;
-                profile = Profile::by_name(&v).ok_or_else(|| format!("unknown profile `{v}` (quick or full)"))?;
+                profile =
+                    Profile::by_name(&v).ok_or_else(|| format!("unknown profile `{v}` (quick or full)"))?;
             }
             "--only" => only = Some(parse_only(&value("--only")?)?),
             "--breakdown" => opts.breakdown = true,
@@ -140,7 +148,10 @@ fn parse_only(list: &str) -> Result<Vec<&'static str>, String> {
         if let Some((id, _)) = WORKLOADS.iter().find(|(id, _)| *id == upper) {
             ids.push(*id);
         } else if NOT_YET.contains(&upper.as_str()) {
-            return Err(format!("workload `{raw}` is not implemented in this harness yet (available: {})", available()));
+            return Err(format!(
+                "workload `{raw}` is not implemented in this harness yet (available: {})",
+                available()
+            ));
         } else {
             return Err(format!("unknown workload `{raw}` (available: {})", available()));
         }

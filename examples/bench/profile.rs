@@ -17,9 +17,19 @@ pub struct Profile {
 }
 
 impl Profile {
-    pub const FULL: Profile = Profile { name: "full", w6_steps: 5000, w8_files: 1000, w8_steps: 50 };
+    pub const FULL: Profile = Profile {
+        name: "full",
+        w6_steps: 5000,
+        w8_files: 1000,
+        w8_steps: 50,
+    };
     /// W6 and W8 are cheap: the same sizes as `full`.
-    pub const QUICK: Profile = Profile { name: "quick", w6_steps: 5000, w8_files: 1000, w8_steps: 50 };
+    pub const QUICK: Profile = Profile {
+        name: "quick",
+        w6_steps: 5000,
+        w8_files: 1000,
+        w8_steps: 50,
+    };
 
     pub fn by_name(name: &str) -> Option<Profile> {
         match name {

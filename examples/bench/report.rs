@@ -24,8 +24,21 @@ pub struct Report {
 
 impl Report {
     /// A report of the `default` variant.
-    pub fn new(workload: &'static str, metric: &'static str, n: u64, samples: Vec<f64>, notes: impl Into<String>) -> Self {
-        Report { workload, variant: "default".to_string(), metric, n, samples, notes: notes.into() }
+    pub fn new(
+        workload: &'static str,
+        metric: &'static str,
+        n: u64,
+        samples: Vec<f64>,
+        notes: impl Into<String>,
+    ) -> Self {
+        Report {
+            workload,
+            variant: "default".to_string(),
+            metric,
+            n,
+            samples,
+            notes: notes.into(),
+        }
     }
 
     /// The median of the samples.
@@ -72,7 +85,11 @@ pub fn median(samples: &[f64]) -> f64 {
     let mut s = samples.to_vec();
     s.sort_by(f64::total_cmp);
     let mid = s.len() / 2;
-    if s.len() % 2 == 1 { s[mid] } else { (s[mid - 1] + s[mid]) / 2.0 }
+    if s.len() % 2 == 1 {
+        s[mid]
+    } else {
+        (s[mid - 1] + s[mid]) / 2.0
+    }
 }
 
 /// Keeps four significant digits (at least three decimals below 1): timer noise is far larger
@@ -81,7 +98,7 @@ pub fn round(x: f64) -> f64 {
     if !x.is_finite() || x == 0.0 {
         return x;
     }
-    let digits = (4 - 1 - x.abs().log10().floor() as i32).max(0).min(9);
+    let digits = (4 - 1 - x.abs().log10().floor() as i32).clamp(0, 9);
     let scale = 10f64.powi(digits);
     (x * scale).round() / scale
 }

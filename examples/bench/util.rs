@@ -11,7 +11,9 @@ pub const CHILD_ARG: &str = "--child";
 
 /// `examples/bench/generated/<name>`, emptied and created (the folder is gitignored).
 pub fn fresh_generated_dir(name: &str) -> Result<PathBuf, String> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/bench/generated").join(name);
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples/bench/generated")
+        .join(name);
     if dir.exists() {
         std::fs::remove_dir_all(&dir).map_err(|e| format!("cannot empty `{}`: {e}", dir.display()))?;
     }
@@ -75,7 +77,12 @@ pub fn run_child(args: &[&str]) -> Result<String, String> {
         .map_err(|e| format!("cannot start `{}`: {e}", exe.display()))?;
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     if !out.status.success() {
-        return Err(format!("child `{}` failed ({}): {}", args.join(" "), out.status, stdout.trim()));
+        return Err(format!(
+            "child `{}` failed ({}): {}",
+            args.join(" "),
+            out.status,
+            stdout.trim()
+        ));
     }
     Ok(stdout)
 }
@@ -84,8 +91,12 @@ pub fn run_child(args: &[&str]) -> Result<String, String> {
 pub fn parse_fields(text: &str) -> Result<BTreeMap<String, f64>, String> {
     text.split_whitespace()
         .map(|kv| {
-            let (k, v) = kv.split_once('=').ok_or_else(|| format!("bad child output `{kv}`"))?;
-            let v: f64 = v.parse().map_err(|_| format!("bad number in child output `{kv}`"))?;
+            let (k, v) = kv
+                .split_once('=')
+                .ok_or_else(|| format!("bad child output `{kv}`"))?;
+            let v: f64 = v
+                .parse()
+                .map_err(|_| format!("bad number in child output `{kv}`"))?;
             Ok((k.to_string(), v))
         })
         .collect()
@@ -93,13 +104,16 @@ pub fn parse_fields(text: &str) -> Result<BTreeMap<String, f64>, String> {
 
 /// A named field of a child's answer.
 pub fn field(fields: &BTreeMap<String, f64>, key: &str) -> Result<f64, String> {
-    fields.get(key).copied().ok_or_else(|| format!("child output lacks `{key}`"))
+    fields
+        .get(key)
+        .copied()
+        .ok_or_else(|| format!("child output lacks `{key}`"))
 }
 
 /// This process's peak resident set (`VmHWM` in `/proc/self/status`), in KiB.
 pub fn peak_rss_kib() -> Result<u64, String> {
-    let status =
-        std::fs::read_to_string("/proc/self/status").map_err(|e| format!("cannot read /proc/self/status: {e}"))?;
+    let status = std::fs::read_to_string("/proc/self/status")
+        .map_err(|e| format!("cannot read /proc/self/status: {e}"))?;
     status
         .lines()
         .find_map(|l| l.strip_prefix("VmHWM:"))

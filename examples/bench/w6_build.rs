@@ -62,7 +62,10 @@ pub fn run(profile: &Profile, opts: &Options) -> Result<Vec<Report>, String> {
     let n_arg = n.to_string();
     let args = ["w6", file_arg.as_str(), n_arg.as_str()];
 
-    eprintln!("W6: {n}-step flow `{}`; warm-up, then {RUNS} fresh processes", file.display());
+    eprintln!(
+        "W6: {n}-step flow `{}`; warm-up, then {RUNS} fresh processes",
+        file.display()
+    );
     run_child(&args)?; // warm-up: checked by the child like every run
     let mut times = Vec::with_capacity(RUNS);
     let mut rss = Vec::with_capacity(RUNS);
@@ -72,7 +75,9 @@ pub fn run(profile: &Profile, opts: &Options) -> Result<Vec<Report>, String> {
         rss.push(field(&f, "rss_kib")? / 1024.0);
     }
     let (t, m) = (median(&times), median(&rss));
-    eprintln!("W6: median {t:.2} ms (target ≤ {TARGET_MS} ms), peak RSS {m:.1} MiB (target ≤ {TARGET_MB} MB)");
+    eprintln!(
+        "W6: median {t:.2} ms (target ≤ {TARGET_MS} ms), peak RSS {m:.1} MiB (target ≤ {TARGET_MB} MB)"
+    );
     if opts.breakdown || t > TARGET_MS || m > TARGET_MB {
         breakdown(&args[1..])?;
     }
@@ -80,8 +85,20 @@ pub fn run(profile: &Profile, opts: &Options) -> Result<Vec<Report>, String> {
         "{n}-step linear flow of W1 steps; Project::load_top + compile::compile (parse, model, lint, lower) in a fresh process, nothing run"
     );
     Ok(vec![
-        Report::new(ID, "ms_build_compile", n as u64, times, format!("{notes}; target ≤ {TARGET_MS} ms")),
-        Report::new(ID, "peak_rss_mb", n as u64, rss, format!("{notes}; VmHWM of the process in MiB; target ≤ {TARGET_MB} MB")),
+        Report::new(
+            ID,
+            "ms_build_compile",
+            n as u64,
+            times,
+            format!("{notes}; target ≤ {TARGET_MS} ms"),
+        ),
+        Report::new(
+            ID,
+            "peak_rss_mb",
+            n as u64,
+            rss,
+            format!("{notes}; VmHWM of the process in MiB; target ≤ {TARGET_MB} MB"),
+        ),
     ])
 }
 
@@ -93,7 +110,9 @@ fn breakdown(args: &[&str]) -> Result<(), String> {
     for _ in 0..RUNS {
         all.push(parse_fields(&run_child(&full)?)?);
     }
-    eprintln!("W6 breakdown (median of {RUNS} fresh processes, ms; each phase timed on its own):");
+    eprintln!(
+        "W6 breakdown (median of {RUNS} fresh processes; ms unless noted; each phase timed on its own):"
+    );
     for key in PHASES {
         let v: Vec<f64> = all.iter().filter_map(|f| f.get(key.0).copied()).collect();
         eprintln!("  {:<14} {:>9.2}   {}", key.0, median(&v), key.1);
@@ -101,15 +120,23 @@ fn breakdown(args: &[&str]) -> Result<(), String> {
     Ok(())
 }
 
-const PHASES: [(&str, &str); 8] = [
+const PHASES: [(&str, &str); 10] = [
     ("read", "std::fs::read of the file"),
     ("yaml", "syntax::parse_collecting: YAML text -> spanned nodes"),
     ("model", "model::build::flow: nodes -> typed flow"),
-    ("load_top", "Project::load_top: read + hash + yaml + model (the real path)"),
+    (
+        "load_top",
+        "Project::load_top: read + hash + yaml + model (the real path)",
+    ),
     ("lint", "lint::lint_project on the loaded project"),
     ("compile", "compile::compile: lint again + lower into the plan"),
     ("lower", "compile - lint: lowering alone (approx.)"),
     ("drop", "dropping plan and project (not in ms_build_compile)"),
+    (
+        "rss_loaded",
+        "MiB: peak RSS after the phases up to load_top (before any lint)",
+    ),
+    ("rss_end", "MiB: peak RSS at the end"),
 ];
 
 /// `--child w6 FILE STEPS`: the measured build, checked.
@@ -121,7 +148,13 @@ pub fn child(args: &[String]) -> Result<(), String> {
     let t0 = Instant::now();
     let mut project = Project::default();
     let id = project.load_top(&file, root, &limits);
-    let id = id.ok_or_else(|| format!("`{}` did not load as a flow: {}", file.display(), errors(&project.diags)))?;
+    let id = id.ok_or_else(|| {
+        format!(
+            "`{}` did not load as a flow: {}",
+            file.display(),
+            errors(&project.diags)
+        )
+    })?;
     let (plan, diags) = compile(&project, id);
     let elapsed = t0.elapsed();
     let rss = util::peak_rss_kib()?;
@@ -136,7 +169,10 @@ pub fn child_phases(args: &[String]) -> Result<(), String> {
     // An optional third argument repeats the parse and model phases (for profilers); the
     // times printed are then the medians.
     let (file, steps) = child_args(&args[..args.len().min(2)])?;
-    let repeat: usize = args.get(2).map_or(Ok(1), |r| r.parse()).map_err(|_| "bad repeat count")?;
+    let repeat: usize = args
+        .get(2)
+        .map_or(Ok(1), |r| r.parse())
+        .map_err(|_| "bad repeat count")?;
     let limits = Limits::default();
     let root = root_of(&file)?;
 
@@ -159,8 +195,11 @@ pub fn child_phases(args: &[String]) -> Result<(), String> {
 
     let t = Instant::now();
     let mut project = Project::default();
-    let id = project.load_top(&file, root, &limits).ok_or("the generated flow did not load")?;
+    let id = project
+        .load_top(&file, root, &limits)
+        .ok_or("the generated flow did not load")?;
     let load_top = t.elapsed();
+    let rss_loaded = util::peak_rss_kib()?;
     let t = Instant::now();
     let lint_diags = lint_project(&project);
     let lint = t.elapsed();
@@ -172,9 +211,10 @@ pub fn child_phases(args: &[String]) -> Result<(), String> {
     let t = Instant::now();
     drop((plan, diags, project));
     let dropped = t.elapsed();
+    let rss_end = util::peak_rss_kib()?;
 
     println!(
-        "read={} yaml={} model={} load_top={} lint={} compile={} lower={} drop={}",
+        "read={} yaml={} model={} load_top={} lint={} compile={} lower={} drop={} rss_loaded={} rss_end={}",
         ms(read),
         median(&yamls),
         median(&models),
@@ -182,47 +222,78 @@ pub fn child_phases(args: &[String]) -> Result<(), String> {
         ms(lint),
         ms(compile_t),
         ms(compile_t) - ms(lint),
-        ms(dropped)
+        ms(dropped),
+        rss_loaded as f64 / 1024.0,
+        rss_end as f64 / 1024.0
     );
     Ok(())
 }
 
 fn child_args(args: &[String]) -> Result<(PathBuf, usize), String> {
     match args {
-        [file, steps] => Ok((PathBuf::from(file), steps.parse().map_err(|_| format!("bad step count `{steps}`"))?)),
+        [file, steps] => Ok((
+            PathBuf::from(file),
+            steps.parse().map_err(|_| format!("bad step count `{steps}`"))?,
+        )),
         _ => Err("usage: --child w6 FILE STEPS (w6-phases: FILE STEPS [REPEAT])".to_string()),
     }
 }
 
 fn root_of(file: &Path) -> Result<PathBuf, String> {
     let dir = file.parent().ok_or("the flow file has no directory")?;
-    dir.canonicalize().map_err(|e| format!("cannot resolve `{}`: {e}", dir.display()))
+    dir.canonicalize()
+        .map_err(|e| format!("cannot resolve `{}`: {e}", dir.display()))
 }
 
 /// The answer W6 must produce: a plan, no errors, and exactly the generated chain.
-fn check_plan(plan: Option<&switchyard::plan::Plan>, diags: &[Diagnostic], steps: usize) -> Result<(), String> {
+fn check_plan(
+    plan: Option<&switchyard::plan::Plan>,
+    diags: &[Diagnostic],
+    steps: usize,
+) -> Result<(), String> {
     if diags.iter().any(Diagnostic::is_error) {
         return Err(format!("the generated flow has errors: {}", errors(diags)));
     }
     if !diags.is_empty() {
-        eprintln!("W6 child: note: {} warning(s), first: {}", diags.len(), diags[0].message);
+        eprintln!(
+            "W6 child: note: {} warning(s), first: {}",
+            diags.len(),
+            diags[0].message
+        );
     }
     let plan = plan.ok_or("compile returned no plan (and no error)")?;
     let flow = plan.root();
     if flow.steps.len() != steps {
-        return Err(format!("the plan has {} steps, expected {steps}", flow.steps.len()));
+        return Err(format!(
+            "the plan has {} steps, expected {steps}",
+            flow.steps.len()
+        ));
     }
     let mut node = flow.start;
     for i in 0..steps {
-        let step = flow.step(node).ok_or_else(|| format!("step {i} of the chain is the end node"))?;
+        let step = flow
+            .step(node)
+            .ok_or_else(|| format!("step {i} of the chain is the end node"))?;
         if step.id != step_id(i) || !matches!(&step.kind, StepPlanKind::Set(m) if m.len() == 1) {
-            return Err(format!("step {i} of the chain is `{}` ({}), expected a one-path set `{}`", step.id, step.kind.name(), step_id(i)));
+            return Err(format!(
+                "step {i} of the chain is `{}` ({}), expected a one-path set `{}`",
+                step.id,
+                step.kind.name(),
+                step_id(i)
+            ));
         }
         let routes: Vec<_> = flow.routes(step).collect();
         match (routes.as_slice(), i + 1 < steps) {
             ([(edge, to)], true) if edge.cond.is_none() => node = *to,
             ([], false) => {}
-            _ => return Err(format!("step `{}` has {} routes, expected {}", step.id, routes.len(), usize::from(i + 1 < steps))),
+            _ => {
+                return Err(format!(
+                    "step `{}` has {} routes, expected {}",
+                    step.id,
+                    routes.len(),
+                    usize::from(i + 1 < steps)
+                ));
+            }
         }
     }
     Ok(())
@@ -236,5 +307,9 @@ fn errors(diags: &[Diagnostic]) -> String {
         .take(5)
         .map(|d| format!("{} {}", d.rule.code, d.message))
         .collect();
-    if errs.is_empty() { "no diagnostic".to_string() } else { errs.join("; ") }
+    if errs.is_empty() {
+        "no diagnostic".to_string()
+    } else {
+        errs.join("; ")
+    }
 }

@@ -20,7 +20,8 @@ use std::time::Instant;
 use switchyard::diag::render;
 use switchyard::lint::lint_project;
 use switchyard::project::Project;
-use switchyard::syntax::Limits;
+use switchyard::source::FileId;
+use switchyard::syntax::{self, Limits};
 
 use crate::Options;
 use crate::profile::{Profile, RUNS};
@@ -46,7 +47,7 @@ pub fn generate(k: usize, steps: usize) -> String {
          items:\n        type: array\n        items:\n          type: object\n          \
          required: [id, v]\n          properties:\n            id: {{type: integer}}\n            v: {{type: integer}}\n"
     );
-    if k % 4 == 0 {
+    if k.is_multiple_of(4) {
         s.push_str("\ndefaults:\n  timeout: 30s\n");
     }
     s.push_str(
@@ -87,7 +88,11 @@ pub fn generate(k: usize, steps: usize) -> String {
                 );
             }
             _ => {
-                let prev = if i > 0 && (i - 1 + shift) % 5 == 3 { Some(next(i - 1)) } else { None };
+                let prev = if i > 0 && (i - 1 + shift) % 5 == 3 {
+                    Some(next(i - 1))
+                } else {
+                    None
+                };
                 s.push_str("    set:\n");
                 match prev {
                     Some(p) => {
@@ -123,10 +128,17 @@ pub fn run(profile: &Profile, opts: &Options) -> Result<Vec<Report>, String> {
     let mut steps_total = 0;
     for k in 0..n {
         let text = generate(k, profile.w8_steps);
-        steps_total += text.lines().filter(|l| l.len() > 3 && l.starts_with("  s") && l.ends_with(':')).count();
+        steps_total += text
+            .lines()
+            .filter(|l| l.len() > 3 && l.starts_with("  s") && l.ends_with(':'))
+            .count();
         util::write_file(&dir.join(format!("flow_{k:04}.yaml")), &text)?;
     }
-    eprintln!("W8: {n} files, {steps_total} steps in `{}`; `{}`", dir.display(), bin.display());
+    eprintln!(
+        "W8: {n} files, {steps_total} steps in `{}`; `{}`",
+        dir.display(),
+        bin.display()
+    );
 
     check_clean(&bin, &dir)?; // the warm-up, fully checked
     let expected = format!("checked {n} files: no problems");
@@ -143,20 +155,35 @@ pub fn run(profile: &Profile, opts: &Options) -> Result<Vec<Report>, String> {
         let elapsed = t.elapsed();
         let stdout = String::from_utf8_lossy(&out.stdout);
         if !out.status.success() || stdout.trim() != expected {
-            return Err(format!("`switchyard lint` exited with {}, printing `{}`", out.status, stdout.trim()));
+            return Err(format!(
+                "`switchyard lint` exited with {}, printing `{}`",
+                out.status,
+                stdout.trim()
+            ));
         }
         times.push(ms(elapsed));
     }
     let rates: Vec<f64> = times.iter().map(|t| n as f64 / (t / 1e3)).collect();
     let rate = median(&rates);
-    eprintln!("W8: median {:.1} ms, {rate:.0} files/s (target ≥ {TARGET_FILES_PER_S})", median(&times));
+    eprintln!(
+        "W8: median {:.1} ms, {rate:.0} files/s (target ≥ {TARGET_FILES_PER_S})",
+        median(&times)
+    );
     if opts.breakdown || rate < TARGET_FILES_PER_S {
         breakdown(&dir, n)?;
     }
-    let notes = format!("`switchyard lint DIR` (release binary, whole process) over {n} generated flows, {steps_total} steps");
+    let notes = format!(
+        "`switchyard lint DIR` (release binary, whole process) over {n} generated flows, {steps_total} steps"
+    );
     Ok(vec![
         Report::new(ID, "ms_total", n as u64, times, notes.clone()),
-        Report::new(ID, "files_per_s", n as u64, rates, format!("{notes}; target ≥ {TARGET_FILES_PER_S} files/s")),
+        Report::new(
+            ID,
+            "files_per_s",
+            n as u64,
+            rates,
+            format!("{notes}; target ≥ {TARGET_FILES_PER_S} files/s"),
+        ),
     ])
 }
 
@@ -169,8 +196,12 @@ fn check_clean(bin: &Path, dir: &Path) -> Result<(), String> {
         .output()
         .map_err(|e| format!("cannot start `{}`: {e}", bin.display()))?;
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let diags: serde_json::Value = serde_json::from_str(&stdout)
-        .map_err(|e| format!("`switchyard lint --format json` printed no JSON ({e}): {}", stdout.trim()))?;
+    let diags: serde_json::Value = serde_json::from_str(&stdout).map_err(|e| {
+        format!(
+            "`switchyard lint --format json` printed no JSON ({e}): {}",
+            stdout.trim()
+        )
+    })?;
     let count = diags.as_array().map_or(usize::MAX, Vec::len);
     if !out.status.success() || count != 0 {
         let first = diags.get(0).map(|d| d.to_string()).unwrap_or_default();
@@ -198,9 +229,16 @@ fn breakdown(dir: &Path, n: usize) -> Result<(), String> {
     Ok(())
 }
 
-const PHASES: [(&str, &str); 5] = [
+const PHASES: [(&str, &str); 6] = [
     ("walk", "listing *.yaml under DIR, sorted"),
-    ("load", "Project::load_top of every file (read, hash, YAML, model)"),
+    (
+        "yaml",
+        "read + syntax::parse_collecting of every file, alone (not in total)",
+    ),
+    (
+        "load",
+        "Project::load_top of every file (read, hash, YAML, model)",
+    ),
     ("lint", "lint::lint_project over the whole project"),
     ("render", "render::human + summary (no diagnostics)"),
     ("total", "all of the above"),
@@ -208,7 +246,9 @@ const PHASES: [(&str, &str); 5] = [
 
 /// `--child w8-phases DIR N`: `switchyard lint DIR` in-process, phase by phase.
 pub fn child_phases(args: &[String]) -> Result<(), String> {
-    let [dir, n] = args else { return Err("usage: --child w8-phases DIR N".to_string()) };
+    let [dir, n] = args else {
+        return Err("usage: --child w8-phases DIR N".to_string());
+    };
     let n: usize = n.parse().map_err(|_| format!("bad file count `{n}`"))?;
     let dir = PathBuf::from(dir);
     let t0 = Instant::now();
@@ -223,6 +263,15 @@ pub fn child_phases(args: &[String]) -> Result<(), String> {
         return Err(format!("found {} files, expected {n}", files.len()));
     }
     let limits = Limits::default();
+    // YAML alone, for the breakdown (not part of `total`).
+    let t = Instant::now();
+    for (i, f) in files.iter().enumerate() {
+        let bytes = std::fs::read(f).map_err(|e| format!("cannot read `{}`: {e}", f.display()))?;
+        let (node, _) = syntax::parse_collecting(FileId(i as u32), &bytes, &limits);
+        node.ok_or_else(|| format!("`{}` does not parse", f.display()))?;
+    }
+    let yaml = t.elapsed();
+    let t0 = Instant::now() - walk;
     let t = Instant::now();
     let root = dir.canonicalize().map_err(|e| e.to_string())?;
     let mut project = Project::default();
@@ -234,17 +283,25 @@ pub fn child_phases(args: &[String]) -> Result<(), String> {
     let diags = lint_project(&project);
     let lint = t.elapsed();
     let t = Instant::now();
-    let opts = render::HumanOptions { color: false, width: 100 };
+    let opts = render::HumanOptions {
+        color: false,
+        width: 100,
+    };
     let mut text = render::human(&diags, &project.sources, &opts);
     text.push_str(&render::summary(&diags, files.len()));
     let render_t = t.elapsed();
     let total = t0.elapsed();
     if !diags.is_empty() {
-        return Err(format!("{} diagnostic(s): {}", diags.len(), text.lines().next().unwrap_or_default()));
+        return Err(format!(
+            "{} diagnostic(s): {}",
+            diags.len(),
+            text.lines().next().unwrap_or_default()
+        ));
     }
     println!(
-        "walk={} load={} lint={} render={} total={}",
+        "walk={} yaml={} load={} lint={} render={} total={}",
         ms(walk),
+        ms(yaml),
         ms(load),
         ms(lint),
         ms(render_t),

@@ -9,7 +9,7 @@ pub mod command;
 pub mod mock;
 pub mod transform;
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -48,6 +48,8 @@ pub struct CallContext<'a> {
 #[derive(Default, Debug)]
 pub struct AgentState {
     calls: Mutex<HashMap<String, u64>>,
+    /// Agents a step tried to call after an agent change removed them.
+    refused: Mutex<BTreeSet<String>>,
 }
 
 impl AgentState {
@@ -63,6 +65,16 @@ impl AgentState {
     /// Calls of each agent so far, for `expect.calls` in flow tests.
     pub fn counts(&self) -> HashMap<String, u64> {
         self.calls.lock().expect("agent state lock").clone()
+    }
+
+    /// Notes that a step tried to call agent `name`, which an agent change removed.
+    pub fn refuse(&self, name: &str) {
+        self.refused.lock().expect("agent state lock").insert(name.to_string());
+    }
+
+    /// The removed agents that steps tried to call (flow tests: agents that are not mocked).
+    pub fn refused(&self) -> BTreeSet<String> {
+        self.refused.lock().expect("agent state lock").clone()
     }
 }
 

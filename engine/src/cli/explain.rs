@@ -1,5 +1,7 @@
 //! `switchyard explain CODE`.
 
+use std::fmt::Write as _;
+
 use crate::diag::codes;
 
 #[derive(clap::Args, Debug)]
@@ -13,24 +15,59 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> u8 {
-    if args.list {
+    let text = if args.list {
+        let mut text = String::new();
         for r in codes::RULES {
-            println!("{}  {:<28} {:<8} {}", r.code, r.name, r.severity.as_str(), r.summary);
+            writeln!(
+                text,
+                "{}  {:<28} {:<8} {}",
+                r.code,
+                r.name,
+                r.severity.as_str(),
+                r.summary
+            )
+            .expect("writing to a String");
         }
-        return super::exit::OK;
+        text
+    } else {
+        let code = args.code.expect("required unless --list");
+        match codes::find(&code) {
+            Some(r) => r.doc.trim_end().to_string(),
+            None => {
+                eprintln!("error: {}", unknown_code(&code));
+                eprintln!("  `switchyard explain --list` lists every code");
+                return super::exit::USAGE;
+            }
+        }
+    };
+    match super::lint::write_stdout(&text) {
+        Ok(()) => super::exit::OK,
+        Err(e) => {
+            eprintln!("error: cannot write the explanation: {e}");
+            super::exit::FAILED
+        }
     }
-    let code = args.code.expect("required unless --list");
-    match codes::find(&code) {
-        Some(r) => {
-            println!("{}", r.doc.trim_end());
-            super::exit::OK
-        }
-        None => {
-            let names = codes::RULES.iter().flat_map(|r| [r.code, r.name]);
-            let hint = crate::diag::did_you_mean(&code, names).unwrap_or_default();
-            eprintln!("error: unknown lint code `{code}`. {hint}");
-            eprintln!("  `switchyard explain --list` lists every code");
-            super::exit::USAGE
-        }
+}
+
+/// "unknown lint code `X`", with the closest code or rule name when there is one.
+fn unknown_code(code: &str) -> String {
+    let names = codes::RULES.iter().flat_map(|r| [r.code, r.name]);
+    match crate::diag::did_you_mean(code, names) {
+        Some(hint) => format!("unknown lint code `{code}`; {hint}"),
+        None => format!("unknown lint code `{code}`"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_codes_get_a_tidy_message() {
+        assert_eq!(unknown_code("SY999"), "unknown lint code `SY999`");
+        assert_eq!(
+            unknown_code("unknown-stpe"),
+            "unknown lint code `unknown-stpe`; did you mean `unknown-step`?"
+        );
     }
 }

@@ -1,5 +1,6 @@
 //! `switchyard lint PATH...`: check flows and print every problem.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use clap::ValueEnum;
@@ -21,8 +22,10 @@ pub enum Format {
 }
 
 #[derive(clap::Args, Debug)]
-#[command(after_help = "Exit status: 0 no errors, 1 errors (or warnings with --deny-warnings), 2 usage.\n\
-                        `switchyard explain CODE` explains a diagnostic.")]
+#[command(
+    after_help = "Exit status: 0 no errors, 1 errors (or warnings with --deny-warnings), 2 usage.\n\
+                        `switchyard explain CODE` explains a diagnostic."
+)]
 pub struct Args {
     /// Flow files and directories (searched for *.yaml and *.yml).
     #[arg(required = true)]
@@ -90,8 +93,15 @@ pub fn run(args: Args) -> u8 {
     let (project, diags) = check(&files);
     let text = match args.format {
         Format::Human => {
-            let opts = render::HumanOptions { color: super::color_stdout(), width: super::width() };
+            let opts = render::HumanOptions {
+                color: super::color_stdout(),
+                width: super::width(),
+            };
             let mut s = render::human(&diags, &project.sources, &opts);
+            if !diags.is_empty() {
+                // A blank line between the last diagnostic and the summary.
+                s.push('\n');
+            }
             s.push_str(&render::summary(&diags, files.len()));
             s
         }
@@ -99,13 +109,41 @@ pub fn run(args: Args) -> u8 {
         Format::Sarif => render::sarif(&diags, &project.sources),
         Format::Github => render::github(&diags, &project.sources),
     };
-    print!("{text}");
-    if !text.ends_with('\n') && !text.is_empty() {
-        println!();
-    }
     let errors = diags.iter().any(|d| d.is_error());
     let warnings = diags.iter().any(|d| !d.is_error());
-    if errors || (args.deny_warnings && warnings) { super::exit::FAILED } else { super::exit::OK }
+    let code = if errors || (args.deny_warnings && warnings) {
+        super::exit::FAILED
+    } else {
+        super::exit::OK
+    };
+    match write_stdout(&text) {
+        Ok(()) => code,
+        Err(e) => {
+            eprintln!("error: cannot write the diagnostics: {e}");
+            super::exit::FAILED
+        }
+    }
+}
+
+/// Writes `text` to stdout, ending it with a newline unless it is empty. A reader that went
+/// away (`switchyard lint ... | head`) is not an error: what it did not read is dropped
+/// quietly, and the command exits as it would have. Other write errors are returned.
+pub(crate) fn write_stdout(text: &str) -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
+    let written = out
+        .write_all(text.as_bytes())
+        .and_then(|()| {
+            if text.is_empty() || text.ends_with('\n') {
+                Ok(())
+            } else {
+                out.write_all(b"\n")
+            }
+        })
+        .and_then(|()| out.flush());
+    match written {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other,
+    }
 }
 
 /// Loads and lints `files` (each with its root) into one project.

@@ -43,7 +43,17 @@ pub fn run(args: Args) -> u8 {
         let root = root.canonicalize().unwrap_or_else(|_| root.clone());
         let mut project = Project::default();
         let Some(id) = project.load_top(file, root, &Limits::default()) else { continue };
-        let tests: Vec<FlowTest> = project.flow(id).flow.as_ref().map(|f| f.tests.clone()).unwrap_or_default();
+        let Some(flow) = project.flow(id).flow.as_ref() else {
+            // The file did not parse as a flow: whatever tests it holds cannot run. Saying
+            // nothing would count it as passed.
+            let diags = crate::lint::lint_project(&project);
+            let opts = crate::diag::render::HumanOptions { color: super::color_stderr(), width: super::width() };
+            eprint!("{}", crate::diag::render::human(&diags, &project.sources, &opts));
+            eprintln!("error: `{}` is not a valid flow; its tests did not run", file.display());
+            invalid = true;
+            continue;
+        };
+        let tests: Vec<FlowTest> = flow.tests.clone();
         if tests.is_empty() {
             continue;
         }
@@ -105,6 +115,9 @@ pub async fn run_test(plan: &Arc<Plan>, t: &FlowTest, text: &str) -> Result<(), 
     check(t, &outcome, &state)
 }
 
+/// Why a test may not call an agent it did not mock.
+const NOT_MOCKED: &str = "not mocked: a test may not call `llm`, `http` or `command` agents; add it under `mocks:`";
+
 fn mocks(plan: &Plan, t: &FlowTest, text: &str) -> Result<AgentChanges, String> {
     let compile = |n: &crate::syntax::Node| -> Result<value::ValueTemplate, String> {
         let (v, errors) = value::compile(n, text);
@@ -149,7 +162,8 @@ fn mocks(plan: &Plan, t: &FlowTest, text: &str) -> Result<AgentChanges, String> 
     }
     Ok(AgentChanges {
         per_flow,
-        removed_reason: Some("not mocked: a test may not call `llm`, `http` or `command` agents; add it under `mocks:`".into()),
+        removed_reason: Some(NOT_MOCKED.into()),
+        stand_ins: true,
     })
 }
 
@@ -206,6 +220,11 @@ fn check(t: &FlowTest, o: &RunOutcome, state: &AgentState) -> Result<(), String>
             }
             None => problems.push("error: expected an error, the run has none".into()),
         }
+    }
+    // A call of an unmocked effectful agent fails the test even when the flow routed around
+    // the failure, or the test expected one.
+    for agent in state.refused() {
+        problems.push(format!("agent `{agent}` was called but is {NOT_MOCKED}"));
     }
     let counts = state.counts();
     for (agent, n) in &e.calls {

@@ -55,10 +55,21 @@ impl<'p> FlowCx<'p> {
         }
     }
 
+    /// Whether a step's kind could not be read (its problem is already reported): the model
+    /// keeps it with a placeholder kind so that edges to it resolve, and rules about kinds
+    /// and agents skip it.
+    pub fn is_malformed(&self, step: &Step) -> bool {
+        self.project.flow(self.id).malformed_steps.contains(&step.id.span)
+    }
+
     /// Every agent reference of the flow's steps, with the step (and branch) making it.
+    /// Malformed steps make none.
     pub fn agent_refs(&self) -> Vec<(&'p Step, Option<&'p str>, &'p AgentRef)> {
         let mut out = Vec::new();
         for step in self.flow.steps.values() {
+            if self.is_malformed(step) {
+                continue;
+            }
             match &step.kind {
                 StepKind::Agent(r) => out.push((step, None, r)),
                 StepKind::Parallel(branches) => {
@@ -76,12 +87,20 @@ impl<'p> FlowCx<'p> {
     pub fn successors(&self, step: &'p Step) -> Vec<&'p str> {
         let Some(next) = &step.next else { return Vec::new() };
         match next {
-            crate::model::Next::One(to) => {
-                self.flow.steps.get_key_value(&to.value).map(|(k, _)| vec![k.as_str()]).unwrap_or_default()
-            }
+            crate::model::Next::One(to) => self
+                .flow
+                .steps
+                .get_key_value(&to.value)
+                .map(|(k, _)| vec![k.as_str()])
+                .unwrap_or_default(),
             crate::model::Next::Edges(edges) => edges
                 .iter()
-                .filter_map(|e| self.flow.steps.get_key_value(&e.to.value).map(|(k, _)| k.as_str()))
+                .filter_map(|e| {
+                    self.flow
+                        .steps
+                        .get_key_value(&e.to.value)
+                        .map(|(k, _)| k.as_str())
+                })
                 .collect(),
         }
     }
@@ -111,7 +130,10 @@ pub fn lint_project(project: &Project) -> Vec<Diagnostic> {
         let mut agents = IndexMap::new();
         let mut providers = IndexMap::new();
         rules::files::visible_definitions(project, id, &mut agents, &mut providers, &mut out);
-        let own_allow = flow.allow.as_ref().map(|a| a.iter().map(|k| k.value).collect::<BTreeSet<_>>());
+        let own_allow = flow
+            .allow
+            .as_ref()
+            .map(|a| a.iter().map(|k| k.value).collect::<BTreeSet<_>>());
         let eff = intersect(own_allow, allow.get(&id).cloned().flatten());
         let cx = FlowCx {
             project,
@@ -144,7 +166,12 @@ fn inherited_allow(project: &Project) -> std::collections::HashMap<FlowId, Optio
     let mut imposed: std::collections::HashMap<FlowId, Option<BTreeSet<AgentKind>>> = Default::default();
     // Fixed point over the call graph; sets only shrink, so this terminates.
     let own = |id: FlowId| {
-        project.flow(id).flow.as_ref().and_then(|f| f.allow.as_ref()).map(|a| a.iter().map(|k| k.value).collect())
+        project
+            .flow(id)
+            .flow
+            .as_ref()
+            .and_then(|f| f.allow.as_ref())
+            .map(|a| a.iter().map(|k| k.value).collect())
     };
     let mut changed = true;
     let mut rounds = 0;
@@ -184,7 +211,10 @@ pub fn lint_flow(cx: &FlowCx, out: &mut Vec<Diagnostic>) {
         for (k, a) in &inner.agents {
             agents.insert(k.as_str(), a);
         }
-        let own = inner.allow.as_ref().map(|a| a.iter().map(|k| k.value).collect::<BTreeSet<_>>());
+        let own = inner
+            .allow
+            .as_ref()
+            .map(|a| a.iter().map(|k| k.value).collect::<BTreeSet<_>>());
         let inner_cx = FlowCx {
             project: cx.project,
             id: cx.id,

@@ -6,7 +6,7 @@ use std::time::Duration;
 use indexmap::IndexMap;
 
 use super::*;
-use crate::diag::{codes, did_you_mean, Diagnostic};
+use crate::diag::{Diagnostic, article, codes, did_you_mean};
 use crate::source::Span;
 use crate::syntax::{Key, Node, Value};
 
@@ -18,15 +18,25 @@ pub struct Library {
     pub agents: IndexMap<String, Agent>,
 }
 
-/// The state of one lowering: the source text (for spans inside strings) and the diagnostics.
+/// The state of one lowering: the source text (for spans inside strings), the diagnostics, and
+/// the steps kept with a placeholder kind.
 pub struct Cx<'a> {
     pub source: &'a str,
     pub diags: Vec<Diagnostic>,
+    /// The id spans of steps whose kind could not be read (no kind key, an agent that could
+    /// not be lowered, not a mapping at all). Each has an error in `diags` saying why; the
+    /// step stays in the model with [`placeholder_kind`], so that edges to it resolve and the
+    /// steps after it stay reachable. Lint skips its kind-specific rules.
+    pub malformed_steps: Vec<Span>,
 }
 
 impl<'a> Cx<'a> {
     pub fn new(source: &'a str) -> Self {
-        Cx { source, diags: Vec::new() }
+        Cx {
+            source,
+            diags: Vec::new(),
+            malformed_steps: Vec::new(),
+        }
     }
 
     fn push(&mut self, d: Diagnostic) {
@@ -79,8 +89,12 @@ pub fn flow(cx: &mut Cx, node: &Node) -> Option<Flow> {
         Some(n) => string(cx, n).inspect(|name| check_flow_name(cx, name)),
         None => {
             cx.push(
-                Diagnostic::new(&codes::MISSING_KEY, first_line(node), "missing `flow:`, the flow's name")
-                    .help("add `flow: my-flow` at the top of the file"),
+                Diagnostic::new(
+                    &codes::MISSING_KEY,
+                    first_line(node),
+                    "missing `flow:`, the flow's name",
+                )
+                .help("add `flow: my-flow` at the top of the file"),
             );
             None
         }
@@ -101,15 +115,30 @@ fn flow_body(cx: &mut Cx, node: &Node, name: Sp<String>, top: bool) -> Flow {
             IndexMap::new()
         }
     };
-    let tests = if top { node.get("tests").map(|n| list(cx, n, flow_test)).unwrap_or_default() } else { Vec::new() };
+    let tests = if top {
+        node.get("tests")
+            .map(|n| list(cx, n, flow_test))
+            .unwrap_or_default()
+    } else {
+        Vec::new()
+    };
     Flow {
         file: node.file(),
         name,
-        description: node.get("description").and_then(|n| string(cx, n)).map(|s| s.value),
+        description: node
+            .get("description")
+            .and_then(|n| string(cx, n))
+            .map(|s| s.value),
         input: node.get("input").and_then(|n| flow_input(cx, n)),
         output: node.get("output").and_then(|n| flow_output(cx, n)),
-        imports: node.get("imports").map(|n| string_list(cx, n)).unwrap_or_default(),
-        providers: node.get("providers").map(|n| providers(cx, n)).unwrap_or_default(),
+        imports: node
+            .get("imports")
+            .map(|n| string_list(cx, n))
+            .unwrap_or_default(),
+        providers: node
+            .get("providers")
+            .map(|n| providers(cx, n))
+            .unwrap_or_default(),
         agents: node.get("agents").map(|n| agents(cx, n)).unwrap_or_default(),
         defaults: node.get("defaults").and_then(|n| defaults(cx, n)),
         limits: node.get("limits").and_then(|n| limits(cx, n)),
@@ -127,11 +156,19 @@ pub fn library(cx: &mut Cx, node: &Node) -> Library {
     if matches!(node.value, Value::Null) {
         return Library::default();
     }
-    let Some(m) = map(cx, node, "an imported file") else { return Library::default() };
+    let Some(m) = map(cx, node, "an imported file") else {
+        return Library::default();
+    };
     check_keys(cx, m, "an imported file", LIBRARY_KEYS);
     Library {
-        imports: node.get("imports").map(|n| string_list(cx, n)).unwrap_or_default(),
-        providers: node.get("providers").map(|n| providers(cx, n)).unwrap_or_default(),
+        imports: node
+            .get("imports")
+            .map(|n| string_list(cx, n))
+            .unwrap_or_default(),
+        providers: node
+            .get("providers")
+            .map(|n| providers(cx, n))
+            .unwrap_or_default(),
         agents: node.get("agents").map(|n| agents(cx, n)).unwrap_or_default(),
     }
 }
@@ -143,12 +180,20 @@ fn first_line(node: &Node) -> Span {
 fn check_flow_name(cx: &mut Cx, name: &Sp<String>) {
     let s = &name.value;
     let ok = s.chars().next().is_some_and(|c| c.is_ascii_lowercase())
-        && s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-');
+        && s.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-');
     if !ok {
         cx.push(
-            Diagnostic::new(&codes::INVALID_IDENTIFIER, name.span, format!("invalid flow name `{s}`"))
-                .label("not `[a-z][a-z0-9_-]*`")
-                .help(format!("flow names are lower case letters, digits, `_` and `-`, starting with a letter: `{}`", suggest_ident(s, true))),
+            Diagnostic::new(
+                &codes::INVALID_IDENTIFIER,
+                name.span,
+                format!("invalid flow name `{s}`"),
+            )
+            .label("not `[a-z][a-z0-9_-]*`")
+            .help(format!(
+                "flow names are lower case letters, digits, `_` and `-`, starting with a letter: `{}`",
+                suggest_ident(s, true)
+            )),
         );
     }
 }
@@ -156,7 +201,8 @@ fn check_flow_name(cx: &mut Cx, name: &Sp<String>) {
 /// Whether `s` is a step or agent identifier: `[a-z][a-z0-9_]*`.
 pub fn is_ident(s: &str) -> bool {
     s.chars().next().is_some_and(|c| c.is_ascii_lowercase())
-        && s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+        && s.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
 }
 
 fn suggest_ident(s: &str, allow_hyphen: bool) -> String {
@@ -180,9 +226,13 @@ fn suggest_ident(s: &str, allow_hyphen: bool) -> String {
 fn check_ident(cx: &mut Cx, what: &str, key: &Key) {
     if key.name == "end" && what == "step" {
         cx.push(
-            Diagnostic::new(&codes::RESERVED_IDENTIFIER, key.span, "`end` is reserved and cannot be a step id")
-                .label("reserved")
-                .help("`to: end` finishes the run; name this step something else, e.g. `finish`"),
+            Diagnostic::new(
+                &codes::RESERVED_IDENTIFIER,
+                key.span,
+                "`end` is reserved and cannot be a step id",
+            )
+            .label("reserved")
+            .help("`to: end` finishes the run; name this step something else, e.g. `finish`"),
         );
     } else if !is_ident(&key.name) {
         let fix = suggest_ident(&key.name, false);
@@ -192,9 +242,13 @@ fn check_ident(cx: &mut Cx, what: &str, key: &Key) {
             "identifiers are `[a-z][a-z0-9_]*`".to_string()
         };
         cx.push(
-            Diagnostic::new(&codes::INVALID_IDENTIFIER, key.span, format!("invalid {what} id `{}`", key.name))
-                .label(why)
-                .help(format!("rename it to `{fix}`")),
+            Diagnostic::new(
+                &codes::INVALID_IDENTIFIER,
+                key.span,
+                format!("invalid {what} id `{}`", key.name),
+            )
+            .label(why)
+            .help(format!("rename it to `{fix}`")),
         );
     }
 }
@@ -239,15 +293,23 @@ fn check_keys(cx: &mut Cx, m: &[(Key, Node)], what: &str, valid: &[&str]) {
 }
 
 fn unknown_key(cx: &mut Cx, k: &Key, what: &str, valid: &[&str]) {
-    let list = valid.iter().map(|v| format!("`{v}`")).collect::<Vec<_>>().join(", ");
+    let list = valid
+        .iter()
+        .map(|v| format!("`{v}`"))
+        .collect::<Vec<_>>()
+        .join(", ");
     let help = match did_you_mean(&k.name, valid.iter().copied()) {
         Some(dym) => format!("{dym} valid keys are: {list}"),
         None => format!("valid keys are: {list}"),
     };
     cx.push(
-        Diagnostic::new(&codes::UNKNOWN_KEY, k.span, format!("unknown key `{}` in {what}", k.name))
-            .label("unknown key")
-            .help(help),
+        Diagnostic::new(
+            &codes::UNKNOWN_KEY,
+            k.span,
+            format!("unknown key `{}` in {what}", k.name),
+        )
+        .label("unknown key")
+        .help(help),
     );
 }
 
@@ -292,8 +354,12 @@ fn u64_(cx: &mut Cx, node: &Node) -> Option<Sp<u64>> {
         Value::Int(i) if *i >= 0 => Some(Sp::new(*i as u64, node.span)),
         Value::Int(_) => {
             cx.push(
-                Diagnostic::new(&codes::LIMIT_OUT_OF_RANGE, node.span, "expected a non-negative integer")
-                    .label("negative"),
+                Diagnostic::new(
+                    &codes::LIMIT_OUT_OF_RANGE,
+                    node.span,
+                    "expected a non-negative integer",
+                )
+                .label("negative"),
             );
             None
         }
@@ -318,11 +384,20 @@ fn f64_(cx: &mut Cx, node: &Node) -> Option<Sp<f64>> {
 fn bool_(cx: &mut Cx, node: &Node) -> Option<Sp<bool>> {
     match &node.value {
         Value::Bool(b) => Some(Sp::new(*b, node.span)),
-        Value::Str(s) if matches!(s.to_ascii_lowercase().as_str(), "yes" | "no" | "on" | "off" | "y" | "n") => {
+        Value::Str(s)
+            if matches!(
+                s.to_ascii_lowercase().as_str(),
+                "yes" | "no" | "on" | "off" | "y" | "n"
+            ) =>
+        {
             cx.push(
-                Diagnostic::new(&codes::INVALID_TYPE, node.span, format!("expected a boolean, found the string `{s}`"))
-                    .label("a string in YAML 1.2")
-                    .help("write `true` or `false`"),
+                Diagnostic::new(
+                    &codes::INVALID_TYPE,
+                    node.span,
+                    format!("expected a boolean, found the string `{s}`"),
+                )
+                .label("a string in YAML 1.2")
+                .help("write `true` or `false`"),
             );
             None
         }
@@ -349,7 +424,7 @@ pub fn parse_duration(s: &str) -> Option<Duration> {
         "h" => n * 3600.0,
         _ => return None,
     };
-    (secs.is_finite() && secs >= 0.0 && secs < 1e10).then(|| Duration::from_secs_f64(secs))
+    (secs.is_finite() && (0.0..1e10).contains(&secs)).then(|| Duration::from_secs_f64(secs))
 }
 
 /// Parses `512KiB`, `8MiB`, `1GiB`, `100KB`, `123B`, `123`.
@@ -391,9 +466,13 @@ fn duration(cx: &mut Cx, node: &Node) -> Option<Sp<Dur>> {
         Some(d) => Some(Sp::new(Dur(d), node.span)),
         None => {
             cx.push(
-                Diagnostic::new(&codes::INVALID_VALUE, node.span, format!("invalid duration `{s}`"))
-                    .label("not a duration")
-                    .help("durations are a number and a unit: `250ms`, `20s`, `5m`, `2h`"),
+                Diagnostic::new(
+                    &codes::INVALID_VALUE,
+                    node.span,
+                    format!("invalid duration `{s}`"),
+                )
+                .label("not a duration")
+                .help("durations are a number and a unit: `250ms`, `20s`, `5m`, `2h`"),
             );
             None
         }
@@ -427,15 +506,23 @@ fn enum_<T: Copy>(cx: &mut Cx, node: &Node, what: &str, options: &[(&str, T)]) -
         return Some(Sp::new(*v, s.span));
     }
     let names: Vec<&str> = options.iter().map(|(n, _)| *n).collect();
-    let list = names.iter().map(|v| format!("`{v}`")).collect::<Vec<_>>().join(", ");
+    let list = names
+        .iter()
+        .map(|v| format!("`{v}`"))
+        .collect::<Vec<_>>()
+        .join(", ");
     let help = match did_you_mean(&s.value, names.iter().copied()) {
         Some(d) => format!("{d} {what} is one of {list}"),
         None => format!("{what} is one of {list}"),
     };
     cx.push(
-        Diagnostic::new(&codes::INVALID_VALUE, s.span, format!("invalid {what} `{}`", s.value))
-            .label(format!("not a valid {what}"))
-            .help(help),
+        Diagnostic::new(
+            &codes::INVALID_VALUE,
+            s.span,
+            format!("invalid {what} `{}`", s.value),
+        )
+        .label(format!("not a valid {what}"))
+        .help(help),
     );
     None
 }
@@ -461,7 +548,9 @@ fn schema_ref(cx: &mut Cx, node: &Node) -> Option<SchemaRef> {
 fn flow_input(cx: &mut Cx, node: &Node) -> Option<FlowInput> {
     let m = map(cx, node, "`input`")?;
     check_keys(cx, m, "the flow's `input`", &["schema"]);
-    Some(FlowInput { schema: node.get("schema").and_then(|n| schema_ref(cx, n)) })
+    Some(FlowInput {
+        schema: node.get("schema").and_then(|n| schema_ref(cx, n)),
+    })
 }
 
 fn flow_output(cx: &mut Cx, node: &Node) -> Option<FlowOutput> {
@@ -499,8 +588,15 @@ fn providers(cx: &mut Cx, node: &Node) -> IndexMap<String, Provider> {
     })
 }
 
-const PROVIDER_KEYS: &[&str] =
-    &["base_url", "api_key", "headers", "max_concurrency", "rate_limit", "prices", "timeout"];
+const PROVIDER_KEYS: &[&str] = &[
+    "base_url",
+    "api_key",
+    "headers",
+    "max_concurrency",
+    "rate_limit",
+    "prices",
+    "timeout",
+];
 
 fn provider(cx: &mut Cx, key: &Key, node: &Node) -> Option<Provider> {
     let m = map(cx, node, "a provider")?;
@@ -509,8 +605,12 @@ fn provider(cx: &mut Cx, key: &Key, node: &Node) -> Option<Provider> {
         Some(n) => string(cx, n),
         None => {
             cx.push(
-                Diagnostic::new(&codes::MISSING_KEY, key.span, format!("provider `{}` has no `base_url`", key.name))
-                    .help("add `base_url: http://127.0.0.1:8000/v1` (an OpenAI-compatible endpoint)"),
+                Diagnostic::new(
+                    &codes::MISSING_KEY,
+                    key.span,
+                    format!("provider `{}` has no `base_url`", key.name),
+                )
+                .help("add `base_url: http://127.0.0.1:8000/v1` (an OpenAI-compatible endpoint)"),
             );
             None
         }
@@ -519,11 +619,19 @@ fn provider(cx: &mut Cx, key: &Key, node: &Node) -> Option<Provider> {
         name: Sp::new(key.name.clone(), key.span),
         base_url: base_url.unwrap_or_else(|| Sp::new(String::new(), key.span)),
         api_key: node.get("api_key").and_then(|n| string(cx, n)),
-        headers: node.get("headers").map(|n| string_map(cx, n, "`headers`")).unwrap_or_default(),
+        headers: node
+            .get("headers")
+            .map(|n| string_map(cx, n, "`headers`"))
+            .unwrap_or_default(),
         max_concurrency: node.get("max_concurrency").and_then(|n| u64_(cx, n)),
         rate_limit: node.get("rate_limit").and_then(|n| {
             let m = map(cx, n, "`rate_limit`")?;
-            check_keys(cx, m, "`rate_limit`", &["requests_per_minute", "tokens_per_minute"]);
+            check_keys(
+                cx,
+                m,
+                "`rate_limit`",
+                &["requests_per_minute", "tokens_per_minute"],
+            );
             Some(RateLimit {
                 requests_per_minute: n.get("requests_per_minute").and_then(|n| u64_(cx, n)),
                 tokens_per_minute: n.get("tokens_per_minute").and_then(|n| u64_(cx, n)),
@@ -568,7 +676,14 @@ fn agents(cx: &mut Cx, node: &Node) -> IndexMap<String, Agent> {
     })
 }
 
-const AGENT_COMMON_KEYS: &[&str] = &["kind", "description", "result_schema", "timeout", "retry", "idempotent"];
+const AGENT_COMMON_KEYS: &[&str] = &[
+    "kind",
+    "description",
+    "result_schema",
+    "timeout",
+    "retry",
+    "idempotent",
+];
 
 fn agent_keys(kind: AgentKind) -> &'static [&'static str] {
     match kind {
@@ -599,7 +714,14 @@ fn agent_keys(kind: AgentKind) -> &'static [&'static str] {
             "allow_hosts",
         ],
         AgentKind::Transform => &["result"],
-        AgentKind::Mock => &["returns", "sequence", "latency", "fail_times", "fail_rate", "seed"],
+        AgentKind::Mock => &[
+            "returns",
+            "sequence",
+            "latency",
+            "fail_times",
+            "fail_rate",
+            "seed",
+        ],
     }
 }
 
@@ -609,21 +731,31 @@ pub fn agent(cx: &mut Cx, name: Sp<String>, node: &Node) -> Option<Agent> {
     let kind = match node.get("kind") {
         Some(n) => agent_kind(cx, n)?,
         None => {
-            let list = AgentKind::ALL.iter().map(|k| format!("`{}`", k.as_str())).collect::<Vec<_>>().join(", ");
+            let list = AgentKind::ALL
+                .iter()
+                .map(|k| format!("`{}`", k.as_str()))
+                .collect::<Vec<_>>()
+                .join(", ");
             cx.push(
-                Diagnostic::new(&codes::MISSING_KEY, name.span, format!("agent `{}` has no `kind`", name.value))
-                    .label("missing `kind`")
-                    .help(format!("add `kind:`, one of {list}")),
+                Diagnostic::new(
+                    &codes::MISSING_KEY,
+                    name.span,
+                    format!("agent `{}` has no `kind`", name.value),
+                )
+                .label("missing `kind`")
+                .help(format!("add `kind:`, one of {list}")),
             );
             return None;
         }
     };
     let mut valid: Vec<&str> = AGENT_COMMON_KEYS.to_vec();
     valid.extend_from_slice(agent_keys(kind.value));
-    let what = format!("a `{}` agent", kind.value.as_str());
+    let what = format!("{} `{}` agent", article(kind.value.as_str()), kind.value.as_str());
     for (k, _) in m {
         if !valid.contains(&k.name.as_str()) {
-            let other = AgentKind::ALL.into_iter().find(|o| agent_keys(*o).contains(&k.name.as_str()));
+            let other = AgentKind::ALL
+                .into_iter()
+                .find(|o| agent_keys(*o).contains(&k.name.as_str()));
             match other {
                 Some(o) => cx.push(
                     Diagnostic::new(
@@ -634,7 +766,11 @@ pub fn agent(cx: &mut Cx, name: Sp<String>, node: &Node) -> Option<Agent> {
                     .label(format!("a field of `{}` agents", o.as_str()))
                     .help(format!(
                         "valid keys are: {}",
-                        valid.iter().map(|v| format!("`{v}`")).collect::<Vec<_>>().join(", ")
+                        valid
+                            .iter()
+                            .map(|v| format!("`{v}`"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
                     )),
                 ),
                 None => unknown_key(cx, k, &what, &valid),
@@ -646,12 +782,8 @@ pub fn agent(cx: &mut Cx, name: Sp<String>, node: &Node) -> Option<Agent> {
             Some(n) => string(cx, n),
             None => {
                 cx.push(
-                    Diagnostic::new(
-                        &codes::MISSING_KEY,
-                        kind.span,
-                        format!("{what} needs `{field}`"),
-                    )
-                    .label(format!("`{field}` missing")),
+                    Diagnostic::new(&codes::MISSING_KEY, kind.span, format!("{what} needs `{field}`"))
+                        .label(format!("`{field}` missing")),
                 );
                 None
             }
@@ -669,7 +801,10 @@ pub fn agent(cx: &mut Cx, name: Sp<String>, node: &Node) -> Option<Agent> {
                 temperature: node.get("temperature").and_then(|n| f64_(cx, n)),
                 max_tokens: node.get("max_tokens").and_then(|n| u64_(cx, n)),
                 repair_attempts: node.get("repair_attempts").and_then(|n| u64_(cx, n)),
-                context_paths: node.get("context_paths").map(|n| string_list(cx, n)).unwrap_or_default(),
+                context_paths: node
+                    .get("context_paths")
+                    .map(|n| string_list(cx, n))
+                    .unwrap_or_default(),
                 message_mode: node.get("message_mode").and_then(|n| {
                     enum_(
                         cx,
@@ -688,7 +823,11 @@ pub fn agent(cx: &mut Cx, name: Sp<String>, node: &Node) -> Option<Agent> {
         }
         AgentKind::Command => {
             let run = match node.get("run") {
-                Some(n @ Node { value: Value::Str(_), .. }) => {
+                Some(
+                    n @ Node {
+                        value: Value::Str(_), ..
+                    },
+                ) => {
                     cx.push(
                         Diagnostic::new(&codes::INVALID_TYPE, n.span, "`run` is a list of arguments, not a command line")
                             .label("a string")
@@ -705,11 +844,17 @@ pub fn agent(cx: &mut Cx, name: Sp<String>, node: &Node) -> Option<Agent> {
             if let Some(n) = node.get("run")
                 && n.as_seq().is_some_and(|s| s.is_empty())
             {
-                cx.push(Diagnostic::new(&codes::INVALID_VALUE, n.span, "`run` is empty").help("name the program to run"));
+                cx.push(
+                    Diagnostic::new(&codes::INVALID_VALUE, n.span, "`run` is empty")
+                        .help("name the program to run"),
+                );
             }
             AgentSpec::Command(CommandAgent {
                 run,
-                env: node.get("env").map(|n| string_map(cx, n, "`env`")).unwrap_or_default(),
+                env: node
+                    .get("env")
+                    .map(|n| string_map(cx, n, "`env`"))
+                    .unwrap_or_default(),
                 cwd: node.get("cwd").and_then(|n| string(cx, n)),
                 max_output: node.get("max_output").and_then(|n| size(cx, n)),
             })
@@ -719,7 +864,10 @@ pub fn agent(cx: &mut Cx, name: Sp<String>, node: &Node) -> Option<Agent> {
             AgentSpec::Http(HttpAgent {
                 url: url.unwrap_or_else(|| Sp::new(String::new(), kind.span)),
                 method: node.get("method").and_then(|n| string(cx, n)),
-                headers: node.get("headers").map(|n| string_map(cx, n, "`headers`")).unwrap_or_default(),
+                headers: node
+                    .get("headers")
+                    .map(|n| string_map(cx, n, "`headers`"))
+                    .unwrap_or_default(),
                 max_response: node.get("max_response").and_then(|n| size(cx, n)),
             })
         }
@@ -728,13 +876,21 @@ pub fn agent(cx: &mut Cx, name: Sp<String>, node: &Node) -> Option<Agent> {
             let inline = node.get("steps").is_some();
             if path.is_some() && inline {
                 cx.push(
-                    Diagnostic::new(&codes::INVALID_VALUE, kind.span, "a `flow` agent has either `path` or inline `steps`, not both")
-                        .label("both given"),
+                    Diagnostic::new(
+                        &codes::INVALID_VALUE,
+                        kind.span,
+                        "a `flow` agent has either `path` or inline `steps`, not both",
+                    )
+                    .label("both given"),
                 );
             } else if path.is_none() && !inline && node.get("path").is_none() {
                 cx.push(
-                    Diagnostic::new(&codes::MISSING_KEY, kind.span, "a `flow` agent needs `path` (a flow file) or inline `steps`")
-                        .label("no flow given"),
+                    Diagnostic::new(
+                        &codes::MISSING_KEY,
+                        kind.span,
+                        "a `flow` agent needs `path` (a flow file) or inline `steps`",
+                    )
+                    .label("no flow given"),
                 );
             }
             let inline = (inline && path.is_none()).then(|| {
@@ -762,7 +918,10 @@ pub fn agent(cx: &mut Cx, name: Sp<String>, node: &Node) -> Option<Agent> {
         kind,
         spec,
         common: AgentCommon {
-            description: node.get("description").and_then(|n| string(cx, n)).map(|s| s.value),
+            description: node
+                .get("description")
+                .and_then(|n| string(cx, n))
+                .map(|s| s.value),
             result_schema: node.get("result_schema").and_then(|n| schema_ref(cx, n)),
             timeout: node.get("timeout").and_then(|n| duration(cx, n)),
             retry: node.get("retry").and_then(|n| retry(cx, n)),
@@ -772,30 +931,48 @@ pub fn agent(cx: &mut Cx, name: Sp<String>, node: &Node) -> Option<Agent> {
     })
 }
 
-const MOCK_KEYS: &[&str] = &["returns", "sequence", "latency", "fail_times", "fail_rate", "seed"];
+const MOCK_KEYS: &[&str] = &[
+    "returns",
+    "sequence",
+    "latency",
+    "fail_times",
+    "fail_rate",
+    "seed",
+];
 
 fn mock(cx: &mut Cx, node: &Node, at: Span) -> Option<MockAgent> {
     let returns = node.get("returns").map(any);
     let sequence = node.get("sequence").map(|n| list(cx, n, |_, n| Some(any(n))));
     if returns.is_some() && sequence.is_some() {
         cx.push(
-            Diagnostic::new(&codes::INVALID_VALUE, at, "a mock has `returns` or `sequence`, not both")
-                .label("both given"),
+            Diagnostic::new(
+                &codes::INVALID_VALUE,
+                at,
+                "a mock has `returns` or `sequence`, not both",
+            )
+            .label("both given"),
         );
     }
     if let Some(s) = &sequence
         && s.is_empty()
     {
         let n = node.get("sequence").expect("sequence present");
-        cx.push(Diagnostic::new(&codes::INVALID_VALUE, n.span, "`sequence` is empty").help("give at least one value"));
+        cx.push(
+            Diagnostic::new(&codes::INVALID_VALUE, n.span, "`sequence` is empty")
+                .help("give at least one value"),
+        );
     }
     let fail_rate = node.get("fail_rate").and_then(|n| f64_(cx, n));
     if let Some(r) = &fail_rate
         && !(0.0..=1.0).contains(&r.value)
     {
         cx.push(
-            Diagnostic::new(&codes::LIMIT_OUT_OF_RANGE, r.span, format!("`fail_rate` is {}, outside 0..=1", r.value))
-                .label("a fraction of calls"),
+            Diagnostic::new(
+                &codes::LIMIT_OUT_OF_RANGE,
+                r.span,
+                format!("`fail_rate` is {}, outside 0..=1", r.value),
+            )
+            .label("a fraction of calls"),
         );
     }
     Some(MockAgent {
@@ -820,7 +997,18 @@ fn defaults(cx: &mut Cx, node: &Node) -> Option<Defaults> {
 
 fn limits(cx: &mut Cx, node: &Node) -> Option<Limits> {
     let m = map(cx, node, "`limits`")?;
-    check_keys(cx, m, "`limits`", &["max_steps", "max_depth", "timeout", "max_payload_bytes", "max_cost_usd"]);
+    check_keys(
+        cx,
+        m,
+        "`limits`",
+        &[
+            "max_steps",
+            "max_depth",
+            "timeout",
+            "max_payload_bytes",
+            "max_cost_usd",
+        ],
+    );
     Some(Limits {
         max_steps: node.get("max_steps").and_then(|n| u64_(cx, n)),
         max_depth: node.get("max_depth").and_then(|n| u64_(cx, n)),
@@ -832,7 +1020,12 @@ fn limits(cx: &mut Cx, node: &Node) -> Option<Limits> {
 
 fn retry(cx: &mut Cx, node: &Node) -> Option<Retry> {
     let m = map(cx, node, "`retry`")?;
-    check_keys(cx, m, "`retry`", &["attempts", "backoff", "factor", "max_backoff", "jitter", "on"]);
+    check_keys(
+        cx,
+        m,
+        "`retry`",
+        &["attempts", "backoff", "factor", "max_backoff", "jitter", "on"],
+    );
     Some(Retry {
         attempts: node.get("attempts").and_then(|n| u64_(cx, n)),
         backoff: node.get("backoff").and_then(|n| duration(cx, n)),
@@ -840,7 +1033,9 @@ fn retry(cx: &mut Cx, node: &Node) -> Option<Retry> {
         max_backoff: node.get("max_backoff").and_then(|n| duration(cx, n)),
         jitter: node.get("jitter").and_then(|n| match &n.value {
             Value::Bool(b) => Some(Sp::new(Jitter::Bool(*b), n.span)),
-            Value::Int(_) | Value::Float(_) => f64_(cx, n).map(|f| Sp::new(Jitter::Fraction(f.value), f.span)),
+            Value::Int(_) | Value::Float(_) => {
+                f64_(cx, n).map(|f| Sp::new(Jitter::Fraction(f.value), f.span))
+            }
             _ => {
                 type_error(cx, n, "`true`, `false` or a fraction");
                 None
@@ -887,7 +1082,9 @@ fn step_keys(kind: &str) -> Vec<&'static str> {
         "agent" => v.extend_from_slice(AGENT_STEP),
         "parallel" => v.extend_from_slice(&["concurrency", "fail_fast"]),
         "interrupt" => v.extend_from_slice(&["scope", "input", "output"]),
-        "fail" | "succeed" => v.retain(|k| *k != "next" && *k != "retry" && *k != "timeout" && *k != "idempotent"),
+        "fail" | "succeed" => {
+            v.retain(|k| *k != "next" && *k != "retry" && *k != "timeout" && *k != "idempotent")
+        }
         _ => {}
     }
     v
@@ -897,118 +1094,44 @@ fn steps(cx: &mut Cx, node: &Node) -> IndexMap<String, Step> {
     if let Value::Map(m) = &node.value
         && m.is_empty()
     {
-        cx.push(Diagnostic::new(&codes::MISSING_KEY, node.span, "`steps` is empty").help("a flow needs at least one step"));
+        cx.push(
+            Diagnostic::new(&codes::MISSING_KEY, node.span, "`steps` is empty")
+                .help("a flow needs at least one step"),
+        );
     }
     if matches!(node.value, Value::Null) {
-        cx.push(Diagnostic::new(&codes::MISSING_KEY, node.span, "`steps` is empty").help("a flow needs at least one step"));
+        cx.push(
+            Diagnostic::new(&codes::MISSING_KEY, node.span, "`steps` is empty")
+                .help("a flow needs at least one step"),
+        );
         return IndexMap::new();
     }
     named(cx, node, "`steps`", |cx, k, v| {
         check_ident(cx, "step", k);
-        step(cx, k, v)
+        Some(step(cx, k, v))
     })
 }
 
-fn step(cx: &mut Cx, key: &Key, node: &Node) -> Option<Step> {
-    let m = map(cx, node, &format!("step `{}`", key.name))?;
-    let kinds: Vec<&Key> = m.iter().map(|(k, _)| k).filter(|k| STEP_KINDS.contains(&k.name.as_str())).collect();
-    let kind_key = match kinds.as_slice() {
-        [] => {
-            let looping = node.get("foreach").or(node.get("while")).is_some();
-            let help = if looping {
-                "`foreach` and `while` modify an `agent` step: add `agent: <name>`".to_string()
-            } else {
-                let mut h = format!(
-                    "give it one of {}",
-                    STEP_KINDS.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", ")
-                );
-                for (k, _) in m {
-                    if let Some(d) = did_you_mean(&k.name, STEP_KINDS.iter().copied()) {
-                        h = format!("{d} ({h})");
-                        break;
-                    }
-                }
-                h
-            };
-            cx.push(
-                Diagnostic::new(&codes::STEP_KIND, key.span, format!("step `{}` has no kind", key.name))
-                    .label("no kind key")
-                    .help(help),
-            );
-            return None;
-        }
-        [one] => *one,
-        [first, rest @ ..] => {
-            for extra in rest {
-                cx.push(
-                    Diagnostic::new(
-                        &codes::STEP_KIND,
-                        extra.span,
-                        format!("step `{}` has more than one kind: `{}` and `{}`", key.name, first.name, extra.name),
-                    )
-                    .label("second kind key")
-                    .with_secondary(first.span, "first kind key")
-                    .help("a step does one thing; split it into two steps joined by `next`"),
-                );
-            }
-            *first
-        }
+/// The kind a malformed step is kept with: an `agent` step whose agent lint cannot see (an
+/// empty name, which no agent has). Steps with this kind are listed in
+/// [`Cx::malformed_steps`]; lint reports nothing about their kind, and the error that made
+/// them malformed keeps the flow from compiling.
+pub fn placeholder_kind(at: Span) -> StepKind {
+    StepKind::Agent(AgentRef::Named(Sp::new(String::new(), at)))
+}
+
+/// Lowers one step. A step whose kind cannot be read is still returned, with
+/// [`placeholder_kind`] and its other fields as written, so that one problem gives one
+/// diagnostic rather than unknown-step and unreachable-step errors around it.
+fn step(cx: &mut Cx, key: &Key, node: &Node) -> Step {
+    let kind = match map(cx, node, &format!("step `{}`", key.name)) {
+        Some(m) => step_kind(cx, key, node, m),
+        None => None,
     };
-    let kname = kind_key.name.as_str();
-    let valid = step_keys(kname);
-    for (k, _) in m {
-        let n = k.name.as_str();
-        if valid.contains(&n) || STEP_KINDS.contains(&n) {
-            continue;
-        }
-        let all: Vec<&str> = STEP_COMMON.iter().chain(AGENT_STEP).chain(&["concurrency", "fail_fast"]).copied().collect();
-        if all.contains(&n) {
-            cx.push(
-                Diagnostic::new(&codes::UNKNOWN_KEY, k.span, format!("`{n}` does not apply to a `{kname}` step"))
-                    .label(format!("not a field of `{kname}` steps"))
-                    .help(format!(
-                        "valid keys of a `{kname}` step are: {}",
-                        valid.iter().map(|v| format!("`{v}`")).collect::<Vec<_>>().join(", ")
-                    )),
-            );
-        } else {
-            unknown_key(cx, k, &format!("a `{kname}` step"), &valid);
-        }
-    }
-    let kind_node = node.get(kname).expect("kind key present");
-    let kind = match kname {
-        "agent" => StepKind::Agent(agent_ref(cx, key, kind_node)?),
-        "set" => StepKind::Set(mappings(cx, kind_node, "`set`")?),
-        "parallel" => StepKind::Parallel(branches(cx, kind_node)),
-        "interrupt" => {
-            let im = map(cx, kind_node, "`interrupt`")?;
-            check_keys(cx, im, "`interrupt`", &["prompt", "schema", "expires"]);
-            StepKind::Interrupt(Interrupt {
-                prompt: kind_node.get("prompt").and_then(|n| string(cx, n)),
-                schema: kind_node.get("schema").and_then(|n| schema_ref(cx, n)),
-                expires: kind_node.get("expires").and_then(|n| duration(cx, n)),
-            })
-        }
-        "fail" => {
-            if matches!(kind_node.value, Value::Null) {
-                StepKind::Fail(FailSpec::default())
-            } else {
-                let fm = map(cx, kind_node, "`fail`")?;
-                check_keys(cx, fm, "`fail`", &["kind", "message"]);
-                StepKind::Fail(FailSpec {
-                    kind: kind_node.get("kind").and_then(|n| string(cx, n)),
-                    message: kind_node.get("message").and_then(|n| string(cx, n)),
-                })
-            }
-        }
-        _ => {
-            if !matches!(kind_node.value, Value::Null) {
-                let sm = map(cx, kind_node, "`succeed`")?;
-                check_keys(cx, sm, "`succeed`", &[]);
-            }
-            StepKind::Succeed(SucceedSpec {})
-        }
-    };
+    let kind = kind.unwrap_or_else(|| {
+        cx.malformed_steps.push(key.span);
+        placeholder_kind(key.span)
+    });
     let looping = LoopFields {
         foreach: node.get("foreach").and_then(|n| string(cx, n)),
         as_name: node.get("as").and_then(|n| string(cx, n)),
@@ -1021,18 +1144,26 @@ fn step(cx: &mut Cx, key: &Key, node: &Node) -> Option<Step> {
     };
     if let (Some(f), Some(w)) = (node.get_key("foreach"), node.get_key("while")) {
         cx.push(
-            Diagnostic::new(&codes::STEP_KIND, w.span, "a step is either a `foreach` or a `while` loop, not both")
-                .with_secondary(f.span, "`foreach` here")
-                .help("nest one loop in a `flow` agent called by the other"),
+            Diagnostic::new(
+                &codes::STEP_KIND,
+                w.span,
+                "a step is either a `foreach` or a `while` loop, not both",
+            )
+            .with_secondary(f.span, "`foreach` here")
+            .help("nest one loop in a `flow` agent called by the other"),
         );
     }
     if node.get("foreach").is_none() {
         for k in FOREACH_ONLY {
             if let Some(key) = node.get_key(k) {
                 cx.push(
-                    Diagnostic::new(&codes::UNKNOWN_KEY, key.span, format!("`{k}` applies only to `foreach` steps"))
-                        .label("no `foreach` here")
-                        .help("add `foreach:` or remove this key"),
+                    Diagnostic::new(
+                        &codes::UNKNOWN_KEY,
+                        key.span,
+                        format!("`{k}` applies only to `foreach` steps"),
+                    )
+                    .label("no `foreach` here")
+                    .help("add `foreach:` or remove this key"),
                 );
             }
         }
@@ -1041,25 +1172,42 @@ fn step(cx: &mut Cx, key: &Key, node: &Node) -> Option<Step> {
         for k in WHILE_ONLY {
             if let Some(key) = node.get_key(k) {
                 cx.push(
-                    Diagnostic::new(&codes::UNKNOWN_KEY, key.span, format!("`{k}` applies only to `while` steps"))
-                        .label("no `while` here")
-                        .help("add `while:` or remove this key"),
+                    Diagnostic::new(
+                        &codes::UNKNOWN_KEY,
+                        key.span,
+                        format!("`{k}` applies only to `while` steps"),
+                    )
+                    .label("no `while` here")
+                    .help("add `while:` or remove this key"),
                 );
             }
         }
     }
-    if kname == "agent"
+    // The kind key that counts (the first, when there are several).
+    let kname = node.as_map().and_then(|m| {
+        m.iter()
+            .map(|(k, _)| k.name.as_str())
+            .find(|n| STEP_KINDS.contains(n))
+    });
+    if kname == Some("agent")
         && node.get("foreach").is_none()
         && let Some(key) = node.get_key("concurrency")
     {
         cx.push(
-            Diagnostic::new(&codes::UNKNOWN_KEY, key.span, "`concurrency` applies only to `foreach` and `parallel` steps")
-                .label("no `foreach` here"),
+            Diagnostic::new(
+                &codes::UNKNOWN_KEY,
+                key.span,
+                "`concurrency` applies only to `foreach` and `parallel` steps",
+            )
+            .label("no `foreach` here"),
         );
     }
-    Some(Step {
+    Step {
         id: Sp::new(key.name.clone(), key.span),
-        description: node.get("description").and_then(|n| string(cx, n)).map(|s| s.value),
+        description: node
+            .get("description")
+            .and_then(|n| string(cx, n))
+            .map(|s| s.value),
         kind,
         next: node.get("next").and_then(|n| next(cx, n)),
         timeout: node.get("timeout").and_then(|n| duration(cx, n)),
@@ -1073,7 +1221,151 @@ fn step(cx: &mut Cx, key: &Key, node: &Node) -> Option<Step> {
         concurrency: node.get("concurrency").and_then(|n| u64_(cx, n)),
         fail_fast: node.get("fail_fast").and_then(|n| bool_(cx, n)),
         span: node.span,
-    })
+    }
+}
+
+/// The kind of a step (a mapping), with the problems of its kind key and of the keys that do not
+/// apply to that kind. `None`, with an error, when no kind can be read.
+fn step_kind(cx: &mut Cx, key: &Key, node: &Node, m: &[(Key, Node)]) -> Option<StepKind> {
+    let kinds: Vec<&Key> = m
+        .iter()
+        .map(|(k, _)| k)
+        .filter(|k| STEP_KINDS.contains(&k.name.as_str()))
+        .collect();
+    let kind_key = match kinds.as_slice() {
+        [] => {
+            let looping = node.get("foreach").or(node.get("while")).is_some();
+            let help = if looping {
+                "`foreach` and `while` modify an `agent` step: add `agent: <name>`".to_string()
+            } else {
+                let mut h = format!(
+                    "give it one of {}",
+                    STEP_KINDS
+                        .iter()
+                        .map(|k| format!("`{k}`"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+                for (k, _) in m {
+                    if let Some(d) = did_you_mean(&k.name, STEP_KINDS.iter().copied()) {
+                        h = format!("{d} ({h})");
+                        break;
+                    }
+                }
+                h
+            };
+            cx.push(
+                Diagnostic::new(
+                    &codes::STEP_KIND,
+                    key.span,
+                    format!("step `{}` has no kind", key.name),
+                )
+                .label("no kind key")
+                .help(help),
+            );
+            return None;
+        }
+        [one] => *one,
+        [first, rest @ ..] => {
+            for extra in rest {
+                cx.push(
+                    Diagnostic::new(
+                        &codes::STEP_KIND,
+                        extra.span,
+                        format!(
+                            "step `{}` has more than one kind: `{}` and `{}`",
+                            key.name, first.name, extra.name
+                        ),
+                    )
+                    .label("second kind key")
+                    .with_secondary(first.span, "first kind key")
+                    .help("a step does one thing; split it into two steps joined by `next`"),
+                );
+            }
+            *first
+        }
+    };
+    let kname = kind_key.name.as_str();
+    let a = article(kname);
+    let valid = step_keys(kname);
+    for (k, _) in m {
+        let n = k.name.as_str();
+        if valid.contains(&n) || STEP_KINDS.contains(&n) {
+            continue;
+        }
+        let all: Vec<&str> = STEP_COMMON
+            .iter()
+            .chain(AGENT_STEP)
+            .chain(&["concurrency", "fail_fast"])
+            .copied()
+            .collect();
+        if all.contains(&n) {
+            cx.push(
+                Diagnostic::new(
+                    &codes::UNKNOWN_KEY,
+                    k.span,
+                    format!("`{n}` does not apply to {a} `{kname}` step"),
+                )
+                .label(format!("not a field of `{kname}` steps"))
+                .help(format!(
+                    "valid keys of {a} `{kname}` step are: {}",
+                    valid
+                        .iter()
+                        .map(|v| format!("`{v}`"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )),
+            );
+        } else {
+            unknown_key(cx, k, &format!("{a} `{kname}` step"), &valid);
+        }
+    }
+    let kind_node = node.get(kname).expect("kind key present");
+    // A body that cannot be read keeps the kind, empty: its problem is reported, and the
+    // step still does what its kind says. Only an agent cannot be made up.
+    let kind = match kname {
+        "agent" => StepKind::Agent(agent_ref(cx, key, kind_node)?),
+        "set" => StepKind::Set(mappings(cx, kind_node, "`set`").unwrap_or_default()),
+        "parallel" => StepKind::Parallel(branches(cx, kind_node)),
+        "interrupt" => StepKind::Interrupt(match map(cx, kind_node, "`interrupt`") {
+            Some(im) => {
+                check_keys(cx, im, "`interrupt`", &["prompt", "schema", "expires"]);
+                Interrupt {
+                    prompt: kind_node.get("prompt").and_then(|n| string(cx, n)),
+                    schema: kind_node.get("schema").and_then(|n| schema_ref(cx, n)),
+                    expires: kind_node.get("expires").and_then(|n| duration(cx, n)),
+                }
+            }
+            None => Interrupt {
+                prompt: None,
+                schema: None,
+                expires: None,
+            },
+        }),
+        "fail" => StepKind::Fail(if matches!(kind_node.value, Value::Null) {
+            FailSpec::default()
+        } else {
+            match map(cx, kind_node, "`fail`") {
+                Some(fm) => {
+                    check_keys(cx, fm, "`fail`", &["kind", "message"]);
+                    FailSpec {
+                        kind: kind_node.get("kind").and_then(|n| string(cx, n)),
+                        message: kind_node.get("message").and_then(|n| string(cx, n)),
+                    }
+                }
+                None => FailSpec::default(),
+            }
+        }),
+        _ => {
+            if !matches!(kind_node.value, Value::Null)
+                && let Some(sm) = map(cx, kind_node, "`succeed`")
+            {
+                check_keys(cx, sm, "`succeed`", &[]);
+            }
+            StepKind::Succeed(SucceedSpec {})
+        }
+    };
+    Some(kind)
 }
 
 fn tolerate(cx: &mut Cx, node: &Node) -> Option<Sp<Tolerate>> {
@@ -1083,8 +1375,12 @@ fn tolerate(cx: &mut Cx, node: &Node) -> Option<Sp<Tolerate>> {
             Ok(p) if (0.0..=100.0).contains(&p) => Some(Sp::new(Tolerate::Percent(p), node.span)),
             _ => {
                 cx.push(
-                    Diagnostic::new(&codes::INVALID_VALUE, node.span, format!("invalid percentage `{s}`"))
-                        .help("`tolerate` is a count (`3`) or a percentage from 0% to 100% (`5%`)"),
+                    Diagnostic::new(
+                        &codes::INVALID_VALUE,
+                        node.span,
+                        format!("invalid percentage `{s}`"),
+                    )
+                    .help("`tolerate` is a count (`3`) or a percentage from 0% to 100% (`5%`)"),
                 );
                 None
             }
@@ -1092,7 +1388,7 @@ fn tolerate(cx: &mut Cx, node: &Node) -> Option<Sp<Tolerate>> {
         _ => {
             cx.push(
                 Diagnostic::new(&codes::INVALID_VALUE, node.span, "invalid `tolerate`")
-                    .label(format!("{}", node.type_name()))
+                    .label(node.type_name())
                     .help("`tolerate` is a count (`3`) or a percentage (`5%`)"),
             );
             None
@@ -1113,7 +1409,16 @@ fn agent_ref(cx: &mut Cx, step: &Key, node: &Node) -> Option<AgentRef> {
     }
 }
 
-const BRANCH_KEYS: &[&str] = &["agent", "message", "scope", "input", "output", "timeout", "retry", "idempotent"];
+const BRANCH_KEYS: &[&str] = &[
+    "agent",
+    "message",
+    "scope",
+    "input",
+    "output",
+    "timeout",
+    "retry",
+    "idempotent",
+];
 
 fn branches(cx: &mut Cx, node: &Node) -> IndexMap<String, Branch> {
     let out = named(cx, node, "`parallel`", |cx, k, v| {
@@ -1124,8 +1429,12 @@ fn branches(cx: &mut Cx, node: &Node) -> IndexMap<String, Branch> {
             Some(a) => agent_ref(cx, k, a)?,
             None => {
                 cx.push(
-                    Diagnostic::new(&codes::MISSING_KEY, k.span, format!("branch `{}` has no `agent`", k.name))
-                        .label("missing `agent`"),
+                    Diagnostic::new(
+                        &codes::MISSING_KEY,
+                        k.span,
+                        format!("branch `{}` has no `agent`", k.name),
+                    )
+                    .label("missing `agent`"),
                 );
                 return None;
             }
@@ -1144,7 +1453,11 @@ fn branches(cx: &mut Cx, node: &Node) -> IndexMap<String, Branch> {
         })
     });
     if out.is_empty() && node.as_map().is_some_and(|m| m.is_empty()) {
-        cx.push(Diagnostic::new(&codes::MISSING_KEY, node.span, "`parallel` has no branches"));
+        cx.push(Diagnostic::new(
+            &codes::MISSING_KEY,
+            node.span,
+            "`parallel` has no branches",
+        ));
     }
     out
 }
@@ -1163,7 +1476,13 @@ fn next(cx: &mut Cx, node: &Node) -> Option<Next> {
 fn edge(cx: &mut Cx, node: &Node) -> Option<Edge> {
     if let Value::Str(s) = &node.value {
         let sp = Sp::new(s.clone(), node.span);
-        return Some(Edge { to: sp, on: None, if_: None, errors: None, span: node.span });
+        return Some(Edge {
+            to: sp,
+            on: None,
+            if_: None,
+            errors: None,
+            span: node.span,
+        });
     }
     let m = map(cx, node, "an edge")?;
     check_keys(cx, m, "an edge", &["to", "on", "if", "errors"]);
@@ -1180,16 +1499,29 @@ fn edge(cx: &mut Cx, node: &Node) -> Option<Edge> {
     };
     let on = node.get("on").and_then(|n| {
         // `on` unquoted is a string in YAML 1.2; a boolean here means YAML 1.1 habits.
-        enum_(cx, n, "edge outcome", &[("success", EdgeOn::Success), ("failure", EdgeOn::Failure), ("always", EdgeOn::Always)])
+        enum_(
+            cx,
+            n,
+            "edge outcome",
+            &[
+                ("success", EdgeOn::Success),
+                ("failure", EdgeOn::Failure),
+                ("always", EdgeOn::Always),
+            ],
+        )
     });
     let errors = node.get("errors").map(|n| string_list(cx, n));
     if let (Some(e), Some(on)) = (node.get_key("errors"), &on)
         && on.value == EdgeOn::Success
     {
         cx.push(
-            Diagnostic::new(&codes::INVALID_VALUE, e.span, "`errors` filters failures, but this edge is `on: success`")
-                .with_secondary(on.span, "success edge")
-                .help("use `on: failure` with `errors:`"),
+            Diagnostic::new(
+                &codes::INVALID_VALUE,
+                e.span,
+                "`errors` filters failures, but this edge is `on: success`",
+            )
+            .with_secondary(on.span, "success edge")
+            .help("use `on: failure` with `errors:`"),
         );
     }
     let on = match (on, node.get_key("errors")) {
@@ -1200,38 +1532,51 @@ fn edge(cx: &mut Cx, node: &Node) -> Option<Edge> {
     let if_ = node.get("if").and_then(|n| match &n.value {
         Value::Bool(_) => {
             cx.push(
-                Diagnostic::new(&codes::INVALID_TYPE, n.span, "`if` is an expression, not a boolean literal")
-                    .help("remove `if` for an unconditional edge"),
+                Diagnostic::new(
+                    &codes::INVALID_TYPE,
+                    n.span,
+                    "`if` is an expression, not a boolean literal",
+                )
+                .help("remove `if` for an unconditional edge"),
             );
             None
         }
         _ => string(cx, n),
     });
-    Some(Edge { to, on, if_, errors, span: node.span })
+    Some(Edge {
+        to,
+        on,
+        if_,
+        errors,
+        span: node.span,
+    })
 }
 
 fn source(cx: &mut Cx, node: &Node) -> Option<Source> {
     match &node.value {
-        Value::Str(s) if s.starts_with('$') || s.starts_with('=') => Some(Source::Text(Sp::new(s.clone(), node.span))),
+        Value::Str(s) if s.starts_with('$') || s.starts_with('=') => {
+            Some(Source::Text(Sp::new(s.clone(), node.span)))
+        }
         Value::Map(m) if node.get("value").is_some() => {
             check_keys(cx, m, "a literal source", &["value"]);
-            Some(Source::Literal { value: any(node.get("value").expect("checked")) })
+            Some(Source::Literal {
+                value: any(node.get("value").expect("checked")),
+            })
         }
         Value::Map(m) if node.get("path").is_some() => {
             check_keys(cx, m, "a source with a default", &["path", "default"]);
+            // Whether it is a JSONPath is lint's to say (SY401), once.
             let path = string(cx, node.get("path").expect("checked"))?;
-            if !path.value.starts_with('$') {
-                cx.push(
-                    Diagnostic::new(&codes::INVALID_VALUE, path.span, "`path` is a JSONPath starting with `$`")
-                        .label("not a JSONPath"),
-                );
-            }
             let default = match node.get("default") {
                 Some(d) => any(d),
                 None => {
                     cx.push(
-                        Diagnostic::new(&codes::MISSING_KEY, node.span, "a `{path}` source needs `default`")
-                            .help("write `{path: $.x, default: null}`, or the path alone when it must exist"),
+                        Diagnostic::new(
+                            &codes::MISSING_KEY,
+                            node.span,
+                            "a `{path}` source needs `default`",
+                        )
+                        .help("write `{path: $.x, default: null}`, or the path alone when it must exist"),
                     );
                     return None;
                 }
@@ -1244,9 +1589,13 @@ fn source(cx: &mut Cx, node: &Node) -> Option<Source> {
                 _ => format!("for a literal, write `{{value: {}}}`", node.to_json()),
             };
             cx.push(
-                Diagnostic::new(&codes::INVALID_VALUE, node.span, "a source is a JSONPath `$...`, an expression `=...`, `{path, default}` or `{value}`")
-                    .label("not a source")
-                    .help(help),
+                Diagnostic::new(
+                    &codes::INVALID_VALUE,
+                    node.span,
+                    "a source is a JSONPath `$...`, an expression `=...`, `{path, default}` or `{value}`",
+                )
+                .label("not a source")
+                .help(help),
             );
             None
         }
@@ -1306,7 +1655,10 @@ fn flow_test(cx: &mut Cx, node: &Node) -> Option<FlowTest> {
     let name = match node.get("name") {
         Some(n) => string(cx, n)?,
         None => {
-            cx.push(Diagnostic::new(&codes::MISSING_KEY, node.span, "test without `name`").label("missing `name`"));
+            cx.push(
+                Diagnostic::new(&codes::MISSING_KEY, node.span, "test without `name`")
+                    .label("missing `name`"),
+            );
             return None;
         }
     };
@@ -1324,8 +1676,12 @@ fn flow_test(cx: &mut Cx, node: &Node) -> Option<FlowTest> {
         Some(n) => expect(cx, n)?,
         None => {
             cx.push(
-                Diagnostic::new(&codes::MISSING_KEY, name.span, format!("test `{}` has no `expect`", name.value))
-                    .help("say what the run must do: `expect: {status: succeeded}`"),
+                Diagnostic::new(
+                    &codes::MISSING_KEY,
+                    name.span,
+                    format!("test `{}` has no `expect`", name.value),
+                )
+                .help("say what the run must do: `expect: {status: succeeded}`"),
             );
             return None;
         }
@@ -1359,7 +1715,10 @@ fn expect(cx: &mut Cx, node: &Node) -> Option<Expect> {
         path: node.get("path").map(|n| string_list(cx, n)),
         output: node.get("output").map(any),
         error: node.get("error").map(any),
-        calls: node.get("calls").map(|n| named(cx, n, "`calls`", |cx, _, v| u64_(cx, v))).unwrap_or_default(),
+        calls: node
+            .get("calls")
+            .map(|n| named(cx, n, "`calls`", |cx, _, v| u64_(cx, v)))
+            .unwrap_or_default(),
     })
 }
 

@@ -142,6 +142,9 @@ impl Default for FlowLimits {
     }
 }
 
+// Plan nodes are built once at compile time and never moved on hot paths; boxing the
+// variants would add an indirection to every step for nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum PlanNode {
     Step(StepPlan),
@@ -191,6 +194,7 @@ pub struct StepPlan {
     pub has_next: bool,
 }
 
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum StepPlanKind {
     Call(CallPlan),

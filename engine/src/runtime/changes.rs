@@ -168,8 +168,10 @@ pub fn mock_plan(
 }
 
 /// Resolves changes against a plan: for every flow in scope, which of its agents change.
-/// Only agents a flow actually calls matter, so `add` of a name a flow already has is
-/// ignored and `add` of a new name is a no-op for compiled steps (they name known agents).
+/// Changes apply in the order written. `replace` swaps the agent, `remove` takes it away,
+/// and `add` makes an agent available without overriding one the flow has: it fills a name
+/// that an earlier change removed (so "remove everywhere, then add back for one flow"
+/// works), and is otherwise a no-op for compiled steps, which name agents the flow defines.
 pub fn resolve(changes: &[Change], plan: &Plan) -> AgentChanges {
     let mut per_flow: HashMap<usize, HashMap<String, Option<Arc<AgentPlan>>>> = HashMap::new();
     for (i, flow) in plan.flows.iter().enumerate() {
@@ -187,9 +189,16 @@ pub fn resolve(changes: &[Change], plan: &Plan) -> AgentChanges {
             let entry = per_flow.entry(i).or_default();
             for (name, agent) in &c.agents {
                 match c.mode {
-                    Mode::Add => {
-                        entry.entry(name.clone()).or_insert_with(|| agent.clone());
-                    }
+                    Mode::Add => match entry.get(name) {
+                        // Removed earlier: available again, as the added definition.
+                        Some(None) => {
+                            entry.insert(name.clone(), agent.clone());
+                        }
+                        // Replaced earlier: the replacement stays.
+                        Some(Some(_)) => {}
+                        // The flow's own agent wins; a name it does not call changes nothing.
+                        None => {}
+                    },
                     Mode::Replace | Mode::Remove => {
                         entry.insert(name.clone(), agent.clone());
                     }
@@ -197,19 +206,7 @@ pub fn resolve(changes: &[Change], plan: &Plan) -> AgentChanges {
             }
         }
     }
-    // `add` only fills names the flow does not define; drop adds for names the flow calls.
-    for c in changes.iter().filter(|c| c.mode == Mode::Add) {
-        for (i, flow) in plan.flows.iter().enumerate() {
-            if let Some(entry) = per_flow.get_mut(&i) {
-                for (name, _) in &c.agents {
-                    if flow_calls(flow, name) && !changes.iter().any(|o| o.mode != Mode::Add && o.agents.iter().any(|(n, _)| n == name)) {
-                        entry.remove(name);
-                    }
-                }
-            }
-        }
-    }
-    AgentChanges { per_flow, removed_reason: None }
+    AgentChanges { per_flow, removed_reason: None, stand_ins: false }
 }
 
 /// Whether any step of `flow` calls an agent named `name`.

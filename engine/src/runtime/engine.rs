@@ -41,6 +41,10 @@ pub struct AgentChanges {
     pub per_flow: HashMap<usize, HashMap<String, Option<Arc<AgentPlan>>>>,
     /// Why removed agents are gone, for the error (flow tests: "not mocked").
     pub removed_reason: Option<String>,
+    /// Replacements stand in for the agents they replace (flow test mocks): the capability
+    /// check uses the replaced agent's kind, so mocking an agent never changes what a flow
+    /// may call. Otherwise (`--agent-change`) the replacement is checked as itself.
+    pub stand_ins: bool,
 }
 
 /// What a finished run returns.
@@ -256,6 +260,11 @@ impl<'e, S: Store> Run<'e, S> {
         {
             let e = StepError::new(ErrorKind::Mapping, format!("the run input does not match `input.schema` {v}"))
                 .with_details(serde_json::json!({"pointer": v.pointer}));
+            return self.finish(RunStatus::Failed, None, Some(e)).await;
+        }
+        // The payload starts as the input: an input over `max_payload_bytes` fails the run
+        // before any step, rather than at whichever step first writes.
+        if let Err(e) = self.check_payload_size() {
             return self.finish(RunStatus::Failed, None, Some(e)).await;
         }
         let result = match self.flow.limits.timeout {
@@ -485,11 +494,11 @@ impl<'e, S: Store> Run<'e, S> {
                         continue;
                     }
                     Err(e) => {
+                        // `e.message` already starts with the expression: "`cond`: cause".
                         return Err(StepError::expression(format!(
-                            "step `{}`: the condition of the edge to `{}` failed: `{}`: {}",
+                            "step `{}`: the condition of the edge to `{}` failed: {}",
                             step.id,
                             target(),
-                            cond.text(),
                             e.message
                         )));
                     }
@@ -597,12 +606,19 @@ impl<'e, S: Store> Run<'e, S> {
     /// The agent a call uses after `--agent-change`, checked against the capability set.
     fn effective_agent(&self, call: &CallPlan) -> Result<Arc<AgentPlan>, StepError> {
         let mut agent = call.agent.clone();
+        let mut kind = agent.kind();
         if let Some(changes) = self.tree.options.agent_changes.per_flow.get(&self.flow_ref.0)
             && let Some(change) = changes.get(&agent.name)
         {
             match change {
-                Some(replacement) => agent = replacement.clone(),
+                Some(replacement) => {
+                    agent = replacement.clone();
+                    if !self.tree.options.agent_changes.stand_ins {
+                        kind = agent.kind();
+                    }
+                }
                 None => {
+                    self.state.refuse(&agent.name);
                     let why = self.tree.options.agent_changes.removed_reason.as_deref().unwrap_or("removed by an agent change");
                     return Err(StepError::new(
                         ErrorKind::Capability,
@@ -611,7 +627,6 @@ impl<'e, S: Store> Run<'e, S> {
                 }
             }
         }
-        let kind = agent.kind();
         if let Some(allow) = &self.lineage.allow
             && !allow.contains(&kind)
         {
@@ -774,6 +789,7 @@ impl<'e, S: Store> Run<'e, S> {
         Ok((value, usage, child))
     }
 
+    #[allow(clippy::result_large_err)]
     async fn dispatch(&self, agent: &Arc<AgentPlan>, input: Value, cx: CallContext<'_>, number: &str) -> CallResult {
         use crate::agents::Agent as _;
         let plain = |r: Result<Value, StepError>| r.map(|v| (v, Usage::default(), None)).map_err(|e| (e, Usage::default(), None));
@@ -823,6 +839,18 @@ impl<'e, S: Store> Run<'e, S> {
     }
 
     async fn foreach_step(&mut self, step: &StepPlan, f: &ForeachPlan, number: &str) -> StepOutcome {
+        let mut o = self.foreach_items(step, f, number).await;
+        // A foreach step that failed before its first iteration (not an array, `max_items`,
+        // `max_steps`) still has `step.failed` as a list and `step.iterations` as a count, so
+        // that edges reading them do not fail with an expression error.
+        if o.failed.is_null() {
+            o.failed = Value::Array(Vec::new());
+        }
+        o.iterations.get_or_insert(0);
+        o
+    }
+
+    async fn foreach_items(&mut self, step: &StepPlan, f: &ForeachPlan, number: &str) -> StepOutcome {
         let items = {
             let vars = self.vars(&[]);
             match data::eval_source(&f.over, &self.payload, &vars) {
@@ -986,11 +1014,10 @@ impl<'e, S: Store> Run<'e, S> {
                 Ok(false) => break,
                 Ok(true) => {}
                 Err(e) => {
+                    // `e.message` already starts with the expression: "`cond`: cause".
                     o.error = Some(StepError::expression(format!(
-                        "the `while` condition of step `{}` failed: `{}`: {}",
-                        step.id,
-                        w.cond.text(),
-                        e.message
+                        "the `while` condition of step `{}` failed: {}",
+                        step.id, e.message
                     )));
                     break;
                 }
@@ -1180,11 +1207,11 @@ pub fn backoff(policy: &RetryPolicy, attempt: u32) -> Duration {
 /// `250ms`, `20s`, `5m`, `2h`.
 pub fn fmt_duration(d: Duration) -> String {
     let ms = d.as_millis();
-    if ms > 0 && ms % 3_600_000 == 0 {
+    if ms > 0 && ms.is_multiple_of(3_600_000) {
         format!("{}h", ms / 3_600_000)
-    } else if ms > 0 && ms % 60_000 == 0 {
+    } else if ms > 0 && ms.is_multiple_of(60_000) {
         format!("{}m", ms / 60_000)
-    } else if ms % 1000 == 0 {
+    } else if ms.is_multiple_of(1000) {
         format!("{}s", ms / 1000)
     } else {
         format!("{ms}ms")

@@ -10,7 +10,7 @@ mod yaml;
 
 use crate::source::{FileId, Span};
 
-pub use yaml::{parse, parse_collecting, Limits};
+pub use yaml::{Limits, parse, parse_collecting, too_large};
 
 /// A YAML node with the span of its text in the source file.
 #[derive(Clone, Debug, PartialEq)]
@@ -97,9 +97,12 @@ impl Node {
             Value::Float(f) => serde_json::Number::from_f64(*f).map_or(J::Null, J::Number),
             Value::Str(s) => J::String(s.clone()),
             Value::Seq(items) => J::Array(items.iter().map(Node::to_json).collect()),
-            Value::Map(entries) => {
-                J::Object(entries.iter().map(|(k, v)| (k.name.clone(), v.to_json())).collect())
-            }
+            Value::Map(entries) => J::Object(
+                entries
+                    .iter()
+                    .map(|(k, v)| (k.name.clone(), v.to_json()))
+                    .collect(),
+            ),
         }
     }
 
@@ -107,8 +110,12 @@ impl Node {
     /// source, when the value appears verbatim there (plain or simply quoted scalars);
     /// otherwise the whole node's span. Used to put labels inside expressions and paths.
     pub fn str_sub_span(&self, source: &str, start: usize, end: usize) -> Span {
-        let Value::Str(value) = &self.value else { return self.span };
-        let raw = source.get(self.span.start as usize..self.span.end as usize).unwrap_or("");
+        let Value::Str(value) = &self.value else {
+            return self.span;
+        };
+        let raw = source
+            .get(self.span.start as usize..self.span.end as usize)
+            .unwrap_or("");
         let offset = if raw.starts_with(value.as_str()) {
             Some(0)
         } else if (raw.starts_with('"') || raw.starts_with('\''))
@@ -129,16 +136,19 @@ impl Node {
 mod tests {
     use super::*;
 
-    fn str_node(src: &str, start: usize, end: usize, value: &str) -> Node {
-        Node { span: Span::new(FileId(0), start, end), value: Value::Str(value.into()) }
+    fn str_node(start: usize, end: usize, value: &str) -> Node {
+        Node {
+            span: Span::new(FileId(0), start, end),
+            value: Value::Str(value.into()),
+        }
     }
 
     #[test]
     fn sub_span_inside_plain_and_quoted_scalars() {
         let src = "if: a + b\nx: \"a + b\"\n";
-        let plain = str_node(src, 4, 9, "a + b");
+        let plain = str_node(4, 9, "a + b");
         assert_eq!(plain.str_sub_span(src, 4, 5), Span::new(FileId(0), 8, 9));
-        let quoted = str_node(src, 13, 20, "a + b");
+        let quoted = str_node(13, 20, "a + b");
         assert_eq!(quoted.str_sub_span(src, 4, 5), Span::new(FileId(0), 18, 19));
     }
 }

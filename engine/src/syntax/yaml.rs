@@ -17,7 +17,9 @@
 //! Spans are byte offsets. A scalar spans its text (quotes included; a block scalar spans its
 //! content lines, not the `|` header). A flow collection spans `[`…`]`; a block collection spans
 //! its first key or `-` to the end of its last value. A node copied by an alias spans the
-//! `*alias` token; the nodes inside it keep the spans of the text that defines them.
+//! `*alias` token; the nodes inside it keep the spans of the text that defines them. A file that
+//! is not UTF-8 has no tree: its one diagnostic spans the U+FFFD that replaces the first invalid
+//! bytes in `String::from_utf8_lossy` of the file, the text kept for rendering.
 //!
 //! Budgets ([`Limits`]): the file size is checked first; nesting depth, node count and alias
 //! expansion are counted as events arrive, so every limit stops the parse where it is crossed.
@@ -857,7 +859,9 @@ fn non_scalar_key(span: Span, what: &str) -> Diagnostic {
     .help("keys are names: write `name: value`")
 }
 
-fn too_large(file: FileId, len: usize, max: usize) -> Diagnostic {
+/// `SY101` for a file of `len` bytes over the `max`-byte limit. [`parse`] reports it for bytes
+/// it is given; a loader that checks the size before reading reports the same one.
+pub fn too_large(file: FileId, len: usize, max: usize) -> Diagnostic {
     let (mut size, mut limit) = (approx_size(len), exact_size(max));
     if size == approx_size(max) {
         (size, limit) = (format!("{len} bytes"), format!("{max}-byte"));
@@ -904,9 +908,13 @@ fn aliases_exceeded(span: Span, limits: &Limits) -> Diagnostic {
     .help("aliases of values that hold aliases multiply the document; use fewer levels of aliases")
 }
 
+/// The first invalid byte sequence of a file that is not UTF-8. The span points into the text
+/// the source map keeps for the file, [`String::from_utf8_lossy`] of its bytes: everything
+/// before the first invalid sequence is valid, so it starts at the same offset as in the bytes,
+/// and it covers the whole U+FFFD that replaces the sequence there (three bytes).
 fn not_utf8(file: FileId, bytes: &[u8], e: &std::str::Utf8Error) -> Diagnostic {
     let start = e.valid_up_to();
-    let end = start + e.error_len().unwrap_or(bytes.len() - start);
+    let end = start + char::REPLACEMENT_CHARACTER.len_utf8();
     Diagnostic::new(
         &YAML_SYNTAX,
         Span::new(file, start, end),
@@ -1498,8 +1506,13 @@ mod tests {
             ("SY100", "file is not valid UTF-8")
         );
         assert_eq!(d.primary.span.start as usize, src.len() - 3);
-        assert_eq!(d.primary.span.len(), 1);
         assert_eq!(line(&src, d.primary.span), 3);
+        // The span is in the text kept for the file, the lossy reading of its bytes: it covers
+        // the whole U+FFFD that stands for the bad byte there.
+        let lossy = String::from_utf8_lossy(&src);
+        let (start, end) = (d.primary.span.start as usize, d.primary.span.end as usize);
+        assert_eq!(&lossy[start..end], "\u{FFFD}");
+        assert_eq!(d.primary.message, "invalid byte 0xc3");
         // A UTF-16 file.
         let d = err([0xFF, 0xFE, b'a', 0, b':', 0]);
         assert_eq!((d.code(), d.primary.span.start), ("SY100", 0));
@@ -1548,7 +1561,15 @@ mod tests {
                         "{:?}: {d:?}",
                         String::from_utf8_lossy(&input)
                     );
-                    assert!(d.primary.span.end as usize <= input.len(), "{d:?}");
+                    // Spans point into the text kept for the file: the lossy reading of
+                    // bytes that are not UTF-8.
+                    let text = String::from_utf8_lossy(&input);
+                    let (start, end) = (d.primary.span.start as usize, d.primary.span.end as usize);
+                    assert!(end <= text.len(), "{d:?}");
+                    assert!(
+                        text.is_char_boundary(start) && text.is_char_boundary(end),
+                        "{d:?}"
+                    );
                     assert!(!d.message.is_empty());
                 }
             }

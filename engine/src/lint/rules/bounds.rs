@@ -1,6 +1,6 @@
 //! Loops without a bound (SY301) and limits, counts and bounds outside their range (SY302).
 
-use crate::diag::{codes, Diagnostic};
+use crate::diag::{Diagnostic, codes};
 use crate::lint::FlowCx;
 use crate::model::{Agent, AgentRef, AgentSpec, MessageMode, Retry, Sp, StepKind};
 
@@ -16,9 +16,13 @@ pub const MAX_ITEMS: u64 = 10_000_000;
 fn range(out: &mut Vec<Diagnostic>, v: &Sp<u64>, what: &str, lo: u64, hi: u64) {
     if v.value < lo || v.value > hi {
         out.push(
-            Diagnostic::new(&codes::LIMIT_OUT_OF_RANGE, v.span, format!("`{what}` is {}, outside {lo}..={hi}", v.value))
-                .label("out of range")
-                .help(format!("`{what}` must be between {lo} and {hi}")),
+            Diagnostic::new(
+                &codes::LIMIT_OUT_OF_RANGE,
+                v.span,
+                format!("`{what}` is {}, outside {lo}..={hi}", v.value),
+            )
+            .label("out of range")
+            .help(format!("`{what}` must be between {lo} and {hi}")),
         );
     }
 }
@@ -26,9 +30,13 @@ fn range(out: &mut Vec<Diagnostic>, v: &Sp<u64>, what: &str, lo: u64, hi: u64) {
 fn range_f(out: &mut Vec<Diagnostic>, v: &Sp<f64>, what: &str, lo: f64, hi: f64) {
     if v.value < lo || v.value > hi {
         out.push(
-            Diagnostic::new(&codes::LIMIT_OUT_OF_RANGE, v.span, format!("`{what}` is {}, outside {lo}..={hi}", v.value))
-                .label("out of range")
-                .help(format!("`{what}` must be between {lo} and {hi}")),
+            Diagnostic::new(
+                &codes::LIMIT_OUT_OF_RANGE,
+                v.span,
+                format!("`{what}` is {}, outside {lo}..={hi}", v.value),
+            )
+            .label("out of range")
+            .help(format!("`{what}` must be between {lo} and {hi}")),
         );
     }
 }
@@ -40,16 +48,24 @@ fn retry(out: &mut Vec<Diagnostic>, r: &Retry) {
     if let Some(f) = &r.factor {
         range_f(out, f, "retry.factor", 1.0, 10.0);
     }
-    if let Some(Sp { value: crate::model::Jitter::Fraction(j), span }) = &r.jitter {
+    if let Some(Sp {
+        value: crate::model::Jitter::Fraction(j),
+        span,
+    }) = &r.jitter
+    {
         range_f(out, &Sp::new(*j, *span), "retry.jitter", 0.0, 1.0);
     }
     if let (Some(b), Some(m)) = (&r.backoff, &r.max_backoff)
         && m.value.0 < b.value.0
     {
         out.push(
-            Diagnostic::new(&codes::LIMIT_OUT_OF_RANGE, m.span, "`max_backoff` is shorter than `backoff`")
-                .with_secondary(b.span, "the first wait")
-                .help("`max_backoff` caps the growing wait; make it at least `backoff`"),
+            Diagnostic::new(
+                &codes::LIMIT_OUT_OF_RANGE,
+                m.span,
+                "`max_backoff` is shorter than `backoff`",
+            )
+            .with_secondary(b.span, "the first wait")
+            .help("`max_backoff` caps the growing wait; make it at least `backoff`"),
         );
     }
 }
@@ -69,13 +85,21 @@ pub fn agent(out: &mut Vec<Diagnostic>, a: &Agent) {
             if let Some(r) = &l.repair_attempts {
                 range(out, r, "repair_attempts", 0, 10);
             }
-            let mode = l.message_mode.as_ref().map(|m| m.value).unwrap_or(MessageMode::None);
+            let mode = l
+                .message_mode
+                .as_ref()
+                .map(|m| m.value)
+                .unwrap_or(MessageMode::None);
             match (&l.max_messages, mode) {
                 (Some(m), MessageMode::Bookend) => range(out, m, "max_messages", 3, 100_000),
                 (Some(m), _) => range(out, m, "max_messages", 1, 100_000),
                 (None, MessageMode::Latest | MessageMode::Bookend) => out.push(
-                    Diagnostic::new(&codes::MISSING_KEY, l.message_mode.as_ref().expect("set").span, "`latest` and `bookend` need `max_messages`")
-                        .help("add `max_messages: 10`"),
+                    Diagnostic::new(
+                        &codes::MISSING_KEY,
+                        l.message_mode.as_ref().expect("set").span,
+                        "`latest` and `bookend` need `max_messages`",
+                    )
+                    .help("add `max_messages: 10`"),
                 ),
                 _ => {}
             }
@@ -102,8 +126,15 @@ pub fn check(cx: &FlowCx, out: &mut Vec<Diagnostic>) {
             && (v.value.0 < 1024 || v.value.0 > 1 << 30)
         {
             out.push(
-                Diagnostic::new(&codes::LIMIT_OUT_OF_RANGE, v.span, format!("`limits.max_payload_bytes` is {} bytes, outside 1KiB..=1GiB", v.value.0))
-                    .label("out of range"),
+                Diagnostic::new(
+                    &codes::LIMIT_OUT_OF_RANGE,
+                    v.span,
+                    format!(
+                        "`limits.max_payload_bytes` is {} bytes, outside 1KiB..=1GiB",
+                        v.value.0
+                    ),
+                )
+                .label("out of range"),
             );
         }
         if let Some(v) = &l.max_cost_usd {
@@ -112,7 +143,10 @@ pub fn check(cx: &FlowCx, out: &mut Vec<Diagnostic>) {
         if let Some(t) = &l.timeout
             && t.value.0.is_zero()
         {
-            out.push(Diagnostic::new(&codes::LIMIT_OUT_OF_RANGE, t.span, "`limits.timeout` is zero").label("out of range"));
+            out.push(
+                Diagnostic::new(&codes::LIMIT_OUT_OF_RANGE, t.span, "`limits.timeout` is zero")
+                    .label("out of range"),
+            );
         }
     }
     if let Some(d) = &flow.defaults
@@ -125,7 +159,10 @@ pub fn check(cx: &FlowCx, out: &mut Vec<Diagnostic>) {
             range(out, m, "max_concurrency", 1, 100_000);
         }
         if let Some(r) = &p.rate_limit {
-            for v in [&r.requests_per_minute, &r.tokens_per_minute].into_iter().flatten() {
+            for v in [&r.requests_per_minute, &r.tokens_per_minute]
+                .into_iter()
+                .flatten()
+            {
                 range(out, v, "rate_limit", 1, u64::MAX);
             }
         }
@@ -140,14 +177,13 @@ pub fn check(cx: &FlowCx, out: &mut Vec<Diagnostic>) {
         if let Some(t) = &step.timeout
             && t.value.0.is_zero()
         {
-            out.push(Diagnostic::new(&codes::LIMIT_OUT_OF_RANGE, t.span, "`timeout` is zero").label("out of range"));
+            out.push(
+                Diagnostic::new(&codes::LIMIT_OUT_OF_RANGE, t.span, "`timeout` is zero")
+                    .label("out of range"),
+            );
         }
         match &step.kind {
-            StepKind::Agent(r) => {
-                if let AgentRef::Inline(a) = r {
-                    agent(out, a);
-                }
-            }
+            StepKind::Agent(AgentRef::Inline(a)) => agent(out, a),
             StepKind::Parallel(branches) => {
                 for b in branches.values() {
                     if let AgentRef::Inline(a) = &b.agent {

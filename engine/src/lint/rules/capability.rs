@@ -1,6 +1,6 @@
 //! Agent kinds outside the flow's `allow` list, or its callers' (SY501), where lint can see them.
 
-use crate::diag::{codes, Diagnostic};
+use crate::diag::{Diagnostic, article, codes};
 use crate::lint::FlowCx;
 use crate::model::AgentRef;
 
@@ -20,14 +20,22 @@ pub fn check(cx: &FlowCx, out: &mut Vec<Diagnostic>) {
             Some(b) => format!("branch `{b}` of step `{}`", step.id.value),
             None => format!("step `{}`", step.id.value),
         };
+        let a = article(kind.as_str());
         let allowed: Vec<String> = allow.iter().map(|k| format!("`{}`", k.as_str())).collect();
-        let own = cx.flow.allow.as_ref().is_some_and(|a| a.iter().all(|k| k.value != kind));
+        let own = cx
+            .flow
+            .allow
+            .as_ref()
+            .is_some_and(|a| a.iter().all(|k| k.value != kind));
         let mut d = Diagnostic::new(
             &codes::CAPABILITY_NOT_ALLOWED,
             span,
-            format!("{at} calls a `{}` agent, which is not allowed here", kind.as_str()),
+            format!(
+                "{at} calls {a} `{}` agent, which is not allowed here",
+                kind.as_str()
+            ),
         )
-        .label(format!("a `{}` agent", kind.as_str()))
+        .label(format!("{a} `{}` agent", kind.as_str()))
         .help(if allowed.is_empty() {
             "no agent kind is allowed here".to_string()
         } else {

@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use crate::diag::{codes, Diagnostic};
+use crate::diag::{Diagnostic, codes};
 use crate::lint::FlowCx;
 use crate::model::Next;
 
@@ -17,13 +17,21 @@ pub fn check(cx: &FlowCx, out: &mut Vec<Diagnostic>) {
     }
 }
 
-fn visit<'p>(cx: &FlowCx<'p>, id: &'p str, state: &mut HashMap<&'p str, u8>, path: &mut Vec<&'p str>, out: &mut Vec<Diagnostic>) {
+fn visit<'p>(
+    cx: &FlowCx<'p>,
+    id: &'p str,
+    state: &mut HashMap<&'p str, u8>,
+    path: &mut Vec<&'p str>,
+    out: &mut Vec<Diagnostic>,
+) {
     state.insert(id, 1);
     path.push(id);
     let step = &cx.flow.steps[id];
     let edges = step.next.as_ref().map(Next::edges).unwrap_or_default();
     for e in edges.iter() {
-        let Some((to, _)) = cx.flow.steps.get_key_value(&e.to.value) else { continue };
+        let Some((to, _)) = cx.flow.steps.get_key_value(&e.to.value) else {
+            continue;
+        };
         let to = to.as_str();
         match state.get(to).copied() {
             None => visit(cx, to, state, path, out),

@@ -13,13 +13,30 @@ use std::collections::{HashMap, HashSet};
 use serde_json::Value;
 
 use crate::compile::{expr, path, template};
-use crate::diag::{codes, did_you_mean, Diagnostic};
+use crate::diag::{Diagnostic, codes, did_you_mean};
 use crate::lint::FlowCx;
 use crate::model::{
     Agent, AgentRef, AgentSpec, InputSpec, Next, OutputSpec, SchemaRef, Source, Sp, Step, StepKind,
 };
 use crate::source::Span;
 use crate::syntax::{Node, Value as YValue};
+
+/// The places a `parallel` branch writes: the segments of each path, with its span. `None`
+/// segments (a path that does not parse, or is not a plain chain) are not compared.
+type WriteSet = Vec<(Option<Vec<path::Seg>>, Span)>;
+
+/// What a JSONPath is for, which decides whether it must be singular.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Role {
+    /// A source, `foreach`, `select`, a context path: may match many places.
+    Read,
+    /// A destination (a key of `input`/`output`/`set` maps, `scope`): one place.
+    Destination,
+    /// An entry of the list form of `input` (a downstream filter): one place.
+    Filter,
+    /// An entry of the list form of `output` (an upstream allowlist): one place.
+    Allowlist,
+}
 
 /// Which variables an expression or template may use at one place.
 #[derive(Clone, Debug)]
@@ -35,7 +52,12 @@ struct Vars {
 
 impl Vars {
     fn new(names: &[&str]) -> Self {
-        Vars { names: names.iter().map(|s| s.to_string()).collect(), ran: None, result_of: None, input_is_run_input: false }
+        Vars {
+            names: names.iter().map(|s| s.to_string()).collect(),
+            ran: None,
+            result_of: None,
+            input_is_run_input: false,
+        }
     }
     fn with(mut self, extra: &[&str]) -> Self {
         self.names.extend(extra.iter().map(|s| s.to_string()));
@@ -55,15 +77,30 @@ struct Checker<'a, 'p> {
 
 pub fn check(cx: &FlowCx, out: &mut Vec<Diagnostic>) {
     let must_have_run = must_have_run(cx);
-    let input_schema = cx.flow.input.as_ref().and_then(|i| i.schema.as_ref()).and_then(|s| schema_value(cx, s));
-    let mut c = Checker { cx, out, must_have_run, referenced: HashSet::new(), input_schema };
+    let input_schema = cx
+        .flow
+        .input
+        .as_ref()
+        .and_then(|i| i.schema.as_ref())
+        .and_then(|s| schema_value(cx, s));
+    let mut c = Checker {
+        cx,
+        out,
+        must_have_run,
+        referenced: HashSet::new(),
+        input_schema,
+    };
     c.flow();
 }
 
 fn schema_value(cx: &FlowCx, s: &SchemaRef) -> Option<Value> {
     match s {
         SchemaRef::Inline(n) => Some(n.0.to_json()),
-        SchemaRef::Path(p) => cx.project.schema_for(cx.id, &p.value).and_then(|l| l.node.as_ref()).map(Node::to_json),
+        SchemaRef::Path(p) => cx
+            .project
+            .schema_for(cx.id, &p.value)
+            .and_then(|l| l.node.as_ref())
+            .map(Node::to_json),
     }
 }
 
@@ -72,7 +109,9 @@ fn schema_value(cx: &FlowCx, s: &SchemaRef) -> Option<Value> {
 /// the analysis give up (no SY407 reports).
 fn must_have_run(cx: &FlowCx) -> HashMap<String, HashSet<String>> {
     let steps = &cx.flow.steps;
-    let Some(start) = cx.start() else { return HashMap::new() };
+    let Some(start) = cx.start() else {
+        return HashMap::new();
+    };
     let mut preds: HashMap<&str, Vec<&str>> = HashMap::new();
     for (id, step) in steps {
         for s in cx.successors(step) {
@@ -119,7 +158,11 @@ fn must_have_run(cx: &FlowCx) -> HashMap<String, HashSet<String>> {
         let set = if s == start {
             HashSet::new()
         } else {
-            let mut it = preds.get(s).into_iter().flatten().filter(|p| reachable.contains(**p));
+            let mut it = preds
+                .get(s)
+                .into_iter()
+                .flatten()
+                .filter(|p| reachable.contains(**p));
             let first = it.next().map(|p| {
                 let mut set = out.get(*p).cloned().unwrap_or_default();
                 set.insert(p.to_string());
@@ -143,10 +186,8 @@ impl Checker<'_, '_> {
     fn flow(&mut self) {
         let cx = self.cx;
         let flow = cx.flow;
-        if let Some(out) = &flow.output {
-            if let Some(sel) = &out.select {
-                self.path(sel, false);
-            }
+        if let Some(sel) = flow.output.as_ref().and_then(|o| o.select.as_ref()) {
+            self.path(sel, Role::Read);
         }
         for schema in [
             flow.input.as_ref().and_then(|i| i.schema.as_ref()),
@@ -186,13 +227,17 @@ impl Checker<'_, '_> {
                 && (!crate::model::build::is_ident(&a.value) || RUN_VARS.contains(&a.value.as_str()))
             {
                 self.out.push(
-                    Diagnostic::new(&codes::INVALID_IDENTIFIER, a.span, format!("invalid loop variable `{}`", a.value))
-                        .help("`as` names the item in expressions: `[a-z][a-z0-9_]*`, not a built-in variable"),
+                    Diagnostic::new(
+                        &codes::INVALID_IDENTIFIER,
+                        a.span,
+                        format!("invalid loop variable `{}`", a.value),
+                    )
+                    .help("`as` names the item in expressions: `[a-z][a-z0-9_]*`, not a built-in variable"),
                 );
             }
             inner = inner.with(&[name, "index"]);
             if let Some(s) = &l.select {
-                self.path(s, false);
+                self.path(s, Role::Read);
             }
         }
         if let Some(w) = &l.while_ {
@@ -200,14 +245,18 @@ impl Checker<'_, '_> {
             match w.value.strip_prefix('=') {
                 Some(e) => self.expr(w, e, 1, &vars),
                 None => self.out.push(
-                    Diagnostic::new(&codes::EXPRESSION_SYNTAX, w.span, "`while` takes an expression starting with `=`")
-                        .help(format!("write `while: ={}`", w.value)),
+                    Diagnostic::new(
+                        &codes::EXPRESSION_SYNTAX,
+                        w.span,
+                        "`while` takes an expression starting with `=`",
+                    )
+                    .help(format!("write `while: ={}`", w.value)),
                 ),
             }
             inner = inner.with(&["iteration", "result"]);
         }
         if let Some(s) = &step.scope {
-            self.path(s, true);
+            self.path(s, Role::Destination);
         }
         if let Some(m) = &step.message {
             self.template(m, &inner);
@@ -224,14 +273,14 @@ impl Checker<'_, '_> {
             }
             StepKind::Set(m) => {
                 for (dest, src) in &m.0 {
-                    self.path(dest, true);
+                    self.path(dest, Role::Destination);
                     self.source(src, &inner);
                 }
             }
             StepKind::Parallel(branches) => {
                 for b in branches.values() {
                     if let Some(s) = &b.scope {
-                        self.path(s, true);
+                        self.path(s, Role::Destination);
                     }
                     if let Some(m) = &b.message {
                         self.template(m, &inner);
@@ -268,7 +317,10 @@ impl Checker<'_, '_> {
         if let Some(ran) = &mut edge_vars.ran {
             ran.insert(step.id.value.clone());
         }
-        if matches!(step.kind, StepKind::Agent(_) | StepKind::Parallel(_) | StepKind::Interrupt(_)) {
+        if matches!(
+            step.kind,
+            StepKind::Agent(_) | StepKind::Parallel(_) | StepKind::Interrupt(_)
+        ) {
             edge_vars = edge_vars.with(&["result"]);
             edge_vars.result_of = Some(step.id.value.clone());
         }
@@ -293,24 +345,38 @@ impl Checker<'_, '_> {
 
     fn error_kind(&mut self, k: &Sp<String>) {
         const KINDS: &[&str] = &[
-            "agent", "timeout", "rate_limited", "invalid_output", "mapping", "expression", "limit", "depth",
-            "capability", "no_route", "in_doubt", "cancelled",
+            "agent",
+            "timeout",
+            "rate_limited",
+            "invalid_output",
+            "mapping",
+            "expression",
+            "limit",
+            "depth",
+            "capability",
+            "no_route",
+            "in_doubt",
+            "cancelled",
         ];
         if KINDS.contains(&k.value.as_str()) {
             return;
         }
         // Kinds named by `fail` steps anywhere in the flow are valid too.
-        let custom = self.cx.flow.steps.values().any(|s| {
-            matches!(&s.kind, StepKind::Fail(f) if f.kind.as_ref().is_some_and(|fk| fk.value == k.value))
-        });
+        let custom = self.cx.flow.steps.values().any(
+            |s| matches!(&s.kind, StepKind::Fail(f) if f.kind.as_ref().is_some_and(|fk| fk.value == k.value)),
+        );
         if custom {
             return;
         }
         if let Some(d) = did_you_mean(&k.value, KINDS.iter().copied()) {
             self.out.push(
-                Diagnostic::new(&codes::INVALID_VALUE, k.span, format!("unknown error kind `{}`", k.value))
-                    .label("no such error kind")
-                    .help(format!("{d} error kinds are: {}", KINDS.join(", "))),
+                Diagnostic::new(
+                    &codes::INVALID_VALUE,
+                    k.span,
+                    format!("unknown error kind `{}`", k.value),
+                )
+                .label("no such error kind")
+                .help(format!("{d} error kinds are: {}", KINDS.join(", "))),
             );
         }
     }
@@ -326,7 +392,7 @@ impl Checker<'_, '_> {
                     self.template(t, &vars);
                 }
                 for p in &l.context_paths {
-                    self.path(p, false);
+                    self.path(p, Role::Read);
                 }
             }
             AgentSpec::Command(c) => {
@@ -359,10 +425,10 @@ impl Checker<'_, '_> {
 
     fn input(&mut self, spec: Option<&InputSpec>, vars: &Vars) {
         match spec {
-            Some(InputSpec::Paths(p)) => p.iter().for_each(|p| self.path(p, true)),
+            Some(InputSpec::Paths(p)) => p.iter().for_each(|p| self.path(p, Role::Filter)),
             Some(InputSpec::Map(m)) => {
                 for (dest, src) in &m.0 {
-                    self.path(dest, true);
+                    self.path(dest, Role::Destination);
                     self.source(src, vars);
                 }
             }
@@ -372,10 +438,10 @@ impl Checker<'_, '_> {
 
     fn output(&mut self, spec: Option<&OutputSpec>, vars: &Vars) {
         match spec {
-            Some(OutputSpec::Paths(p)) => p.iter().for_each(|p| self.path(p, true)),
+            Some(OutputSpec::Paths(p)) => p.iter().for_each(|p| self.path(p, Role::Allowlist)),
             Some(OutputSpec::Map(m)) => {
                 for (dest, src) in &m.0 {
-                    self.path(dest, true);
+                    self.path(dest, Role::Destination);
                     self.source(src, vars);
                 }
             }
@@ -386,7 +452,7 @@ impl Checker<'_, '_> {
     fn source(&mut self, src: &Source, vars: &Vars) {
         match src {
             Source::Text(t) => self.source_text(t, vars),
-            Source::WithDefault { path, .. } => self.path(path, false),
+            Source::WithDefault { path, .. } => self.path(path, Role::Read),
             Source::Literal { .. } => {}
         }
     }
@@ -394,41 +460,92 @@ impl Checker<'_, '_> {
     fn source_text(&mut self, t: &Sp<String>, vars: &Vars) {
         match t.value.strip_prefix('=') {
             Some(e) => self.expr(t, e, 1, vars),
-            None => self.path(t, false),
+            None => self.path(t, Role::Read),
         }
     }
 
-    /// Parses a JSONPath; destinations must be singular.
-    fn path(&mut self, p: &Sp<String>, destination: bool) {
+    /// Parses a JSONPath; every role but [`Role::Read`] needs a singular path.
+    fn path(&mut self, p: &Sp<String>, role: Role) {
         match path::parse(&p.value) {
             Ok(parsed) => {
-                if destination && !parsed.is_singular() {
-                    self.out.push(
-                        Diagnostic::new(&codes::NON_SINGULAR_DESTINATION, p.span, format!("`{}` can match more than one place", p.value))
-                            .label("not a singular path")
-                            .help("destinations name one place: `$.a.b`, `$.a[2]`, `$['odd key']`; no wildcards, slices, filters or `..`"),
-                    );
+                let help = match role {
+                    Role::Read => return,
+                    _ if parsed.is_singular() => return,
+                    Role::Destination => "destinations name one place",
+                    Role::Filter => {
+                        "a filter path names one place (the `input` list keeps exactly the places it names)"
+                    }
+                    Role::Allowlist => {
+                        "an allowlist path names one place (the `output` list lets exactly the places it names come back)"
+                    }
+                };
+                let mut help = format!(
+                    "{help}: `$.a.b`, `$.a[2]`, `$['odd key']`; no wildcards, slices, filters or `..`"
+                );
+                if role != Role::Destination {
+                    help.push_str("; to take several values, map them: `{$.dest: $.items[*]}`");
                 }
+                self.out.push(
+                    Diagnostic::new(
+                        &codes::NON_SINGULAR_DESTINATION,
+                        p.span,
+                        format!("`{}` can match more than one place", p.value),
+                    )
+                    .label("not a singular path")
+                    .help(help),
+                );
             }
             Err(e) => {
                 let span = self.inner_span(p, 0, e.start, e.end);
                 self.out.push(
-                    Diagnostic::new(&codes::JSONPATH_SYNTAX, span, format!("invalid JSONPath `{}`: {}", p.value, e.message))
-                        .label(e.message.clone())
-                        .help("paths are RFC 9535 JSONPath: `$.ticket.body`, `$.items[0]`, `$['odd key']`"),
+                    Diagnostic::new(
+                        &codes::JSONPATH_SYNTAX,
+                        span,
+                        format!("invalid JSONPath `{}`: {}", p.value, e.message),
+                    )
+                    .label(e.message.clone())
+                    .help("paths are RFC 9535 JSONPath: `$.ticket.body`, `$.items[0]`, `$['odd key']`"),
                 );
             }
         }
     }
 
+    /// The span of the last of `words` in the source text under `span`, each found as a whole
+    /// word after the one before it: for `steps.x.result.b` and `["steps", "x", "result", "b"]`,
+    /// the `b`. `None` when they are not all there (a scalar whose text is not its value).
+    fn word_span(&self, span: Span, words: &[&str]) -> Option<Span> {
+        let text = self.cx.text.get(span.start as usize..span.end as usize)?;
+        let ident = |c: char| c.is_alphanumeric() || c == '_';
+        let mut from = 0;
+        let mut found = None;
+        for w in words {
+            let at = text[from..].match_indices(w).map(|(i, _)| from + i).find(|&i| {
+                !text[..i].chars().next_back().is_some_and(ident)
+                    && !text[i + w.len()..].chars().next().is_some_and(ident)
+            })?;
+            found = Some((at, at + w.len()));
+            from = at + w.len();
+        }
+        found.map(|(start, end)| span.sub(start, end))
+    }
+
     fn inner_span(&self, s: &Sp<String>, offset: usize, start: usize, end: usize) -> Span {
-        let node = Node { span: s.span, value: YValue::Str(s.value.clone()) };
-        let end = end.max(start + 1).min(s.value.len().saturating_sub(offset)).max(start);
+        let node = Node {
+            span: s.span,
+            value: YValue::Str(s.value.clone()),
+        };
+        let end = end
+            .max(start + 1)
+            .min(s.value.len().saturating_sub(offset))
+            .max(start);
         node.str_sub_span(self.cx.text, offset + start, offset + end)
     }
 
     fn expr(&mut self, at: &Sp<String>, text: &str, offset: usize, vars: &Vars) {
-        let node = Node { span: at.span, value: YValue::Str(at.value.clone()) };
+        let node = Node {
+            span: at.span,
+            value: YValue::Str(at.value.clone()),
+        };
         self.expr_node(&node, at, text, offset, vars);
     }
 
@@ -438,9 +555,13 @@ impl Checker<'_, '_> {
             Err(e) => {
                 let span = self.inner_span(at, offset, e.start, e.end);
                 self.out.push(
-                    Diagnostic::new(&codes::EXPRESSION_SYNTAX, span, format!("invalid expression: {}", e.message))
-                        .label(e.message.clone())
-                        .help("expressions are CEL: `payload.score >= 50`, `size(payload.rows) == 0`"),
+                    Diagnostic::new(
+                        &codes::EXPRESSION_SYNTAX,
+                        span,
+                        format!("invalid expression: {}", e.message),
+                    )
+                    .label(e.message.clone())
+                    .help("expressions are CEL: `payload.score >= 50`, `size(payload.rows) == 0`"),
                 );
                 return;
             }
@@ -462,9 +583,13 @@ impl Checker<'_, '_> {
             Err(e) => {
                 let span = self.inner_span(t, 0, e.start, e.end);
                 self.out.push(
-                    Diagnostic::new(&codes::TEMPLATE_SYNTAX, span, format!("invalid template: {}", e.message))
-                        .label(e.message.clone())
-                        .help("templates are Jinja: `{{ input.ticket.id }}`"),
+                    Diagnostic::new(
+                        &codes::TEMPLATE_SYNTAX,
+                        span,
+                        format!("invalid template: {}", e.message),
+                    )
+                    .label(e.message.clone())
+                    .help("templates are Jinja: `{{ input.ticket.id }}`"),
                 );
             }
         }
@@ -479,17 +604,29 @@ impl Checker<'_, '_> {
                 "item" | "index" => " (only inside `foreach`)".to_string(),
                 "iteration" => " (only inside `while`)".to_string(),
                 "result" => " (only where the step has a result: its edges and `output`)".to_string(),
-                "payload" | "steps" => " (agent definitions see only `input`, `message` and `context`)".to_string(),
+                "payload" | "steps" => {
+                    " (agent definitions see only `input`, `message` and `context`)".to_string()
+                }
                 _ => String::new(),
             };
-            let mut help = format!("variables here: {}", all.iter().map(|v| format!("`{v}`")).collect::<Vec<_>>().join(", "));
+            let mut help = format!(
+                "variables here: {}",
+                all.iter()
+                    .map(|v| format!("`{v}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
             if let Some(d) = did_you_mean(root, all.iter().copied()) {
                 help = format!("{d} {help}");
             }
             self.out.push(
-                Diagnostic::new(&codes::UNKNOWN_VARIABLE, span, format!("unknown variable `{root}` in {what}{why}"))
-                    .label("not in scope here")
-                    .help(help),
+                Diagnostic::new(
+                    &codes::UNKNOWN_VARIABLE,
+                    span,
+                    format!("unknown variable `{root}` in {what}{why}"),
+                )
+                .label("not in scope here")
+                .help(help),
             );
             return;
         }
@@ -504,7 +641,13 @@ impl Checker<'_, '_> {
                 if let Some(step) = vars.result_of.clone()
                     && let Some(schema) = self.result_schema(&step)
                 {
-                    self.fields(&schema, fields, span, "result", &format!("the `result_schema` of `{step}`'s agent"));
+                    self.fields(
+                        &schema,
+                        fields,
+                        span,
+                        "result",
+                        &format!("the `result_schema` of `{step}`'s agent"),
+                    );
                 }
             }
             _ => {}
@@ -515,7 +658,12 @@ impl Checker<'_, '_> {
         let Some(id) = fields.first() else { return };
         let steps = &self.cx.flow.steps;
         let Some(target) = steps.get(id) else {
-            let mut d = Diagnostic::new(&codes::UNKNOWN_STEP, span, format!("unknown step `{id}` in `steps.{id}`")).label("no such step");
+            let mut d = Diagnostic::new(
+                &codes::UNKNOWN_STEP,
+                span,
+                format!("unknown step `{id}` in `steps.{id}`"),
+            )
+            .label("no such step");
             if let Some(h) = did_you_mean(id, steps.keys().map(String::as_str)) {
                 d = d.help(h);
             }
@@ -533,11 +681,23 @@ impl Checker<'_, '_> {
                     .help(format!("read it only after `{id}` on every path, or copy what you need into the payload with `output:`")),
             );
         }
-        const STEP_FIELDS: &[&str] = &["result", "status", "error", "attempts", "duration_ms", "failed", "iterations"];
+        const STEP_FIELDS: &[&str] = &[
+            "result",
+            "status",
+            "error",
+            "attempts",
+            "duration_ms",
+            "failed",
+            "iterations",
+        ];
         if let Some(f) = fields.get(1) {
             if !STEP_FIELDS.contains(&f.as_str()) {
-                let mut d = Diagnostic::new(&codes::UNKNOWN_FIELD, span, format!("`steps.{id}` has no field `{f}`"))
-                    .label("unknown field");
+                let mut d = Diagnostic::new(
+                    &codes::UNKNOWN_FIELD,
+                    span,
+                    format!("`steps.{id}` has no field `{f}`"),
+                )
+                .label("unknown field");
                 d = d.help(match did_you_mean(f, STEP_FIELDS.iter().copied()) {
                     Some(h) => format!("{h} step records have {}", STEP_FIELDS.join(", ")),
                     None => format!("step records have {}", STEP_FIELDS.join(", ")),
@@ -550,14 +710,30 @@ impl Checker<'_, '_> {
                     && let Some(b) = fields.get(2)
                     && !branches.contains_key(b)
                 {
-                    let mut d = Diagnostic::new(&codes::UNKNOWN_BRANCH, span, format!("`{id}` has no branch `{b}`")).label("no such branch");
+                    let at = self.word_span(span, &["steps", id, "result", b]).unwrap_or(span);
+                    let mut d =
+                        Diagnostic::new(&codes::UNKNOWN_BRANCH, at, format!("`{id}` has no branch `{b}`"))
+                            .label("no such branch");
                     d = d.help(match did_you_mean(b, branches.keys().map(String::as_str)) {
                         Some(h) => h,
-                        None => format!("branches are: {}", branches.keys().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", ")),
+                        None => format!(
+                            "branches are: {}",
+                            branches
+                                .keys()
+                                .map(|k| format!("`{k}`"))
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ),
                     });
                     self.out.push(d);
                 } else if let Some(schema) = self.result_schema(id) {
-                    self.fields(&schema, &fields[2..], span, &format!("steps.{id}.result"), &format!("the `result_schema` of `{id}`'s agent"));
+                    self.fields(
+                        &schema,
+                        &fields[2..],
+                        span,
+                        &format!("steps.{id}.result"),
+                        &format!("the `result_schema` of `{id}`'s agent"),
+                    );
                 }
             }
         }
@@ -580,8 +756,14 @@ impl Checker<'_, '_> {
         let mut cur = schema;
         let mut path = base.to_string();
         for f in fields {
-            let Some(props) = cur.get("properties").and_then(Value::as_object) else { return };
-            if cur.get("additionalProperties").is_some_and(|a| a != &Value::Bool(false)) || cur.get("patternProperties").is_some() {
+            let Some(props) = cur.get("properties").and_then(Value::as_object) else {
+                return;
+            };
+            if cur
+                .get("additionalProperties")
+                .is_some_and(|a| a != &Value::Bool(false))
+                || cur.get("patternProperties").is_some()
+            {
                 return;
             }
             match props.get(f) {
@@ -591,12 +773,23 @@ impl Checker<'_, '_> {
                     path.push_str(f);
                 }
                 None => {
-                    let mut d = Diagnostic::new(&codes::UNKNOWN_FIELD, span, format!("`{path}` has no field `{f}` in {source}"))
-                        .label("unknown field");
+                    let mut d = Diagnostic::new(
+                        &codes::UNKNOWN_FIELD,
+                        span,
+                        format!("`{path}` has no field `{f}` in {source}"),
+                    )
+                    .label("unknown field");
                     let names: Vec<&str> = props.keys().map(String::as_str).collect();
                     d = d.help(match did_you_mean(f, names.iter().copied()) {
                         Some(h) => h,
-                        None => format!("declared fields: {}", names.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ")),
+                        None => format!(
+                            "declared fields: {}",
+                            names
+                                .iter()
+                                .map(|n| format!("`{n}`"))
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ),
                     });
                     self.out.push(d);
                     return;
@@ -608,7 +801,12 @@ impl Checker<'_, '_> {
     fn schema(&mut self, s: &SchemaRef) {
         let (value, span) = match s {
             SchemaRef::Inline(n) => (n.0.to_json(), n.0.span),
-            SchemaRef::Path(p) => match self.cx.project.schema_for(self.cx.id, &p.value).and_then(|l| l.node.as_ref()) {
+            SchemaRef::Path(p) => match self
+                .cx
+                .project
+                .schema_for(self.cx.id, &p.value)
+                .and_then(|l| l.node.as_ref())
+            {
                 Some(n) => (n.to_json(), p.span),
                 None => return,
             },
@@ -622,11 +820,19 @@ impl Checker<'_, '_> {
         }
     }
 
-    fn parallel_conflicts(&mut self, step: &Step, branches: &indexmap::IndexMap<String, crate::model::Branch>) {
-        // Each branch's write set: (segments, span); `None` segments = writes anywhere.
-        let mut writes: Vec<(&str, Vec<(Option<Vec<path::Seg>>, Span)>)> = Vec::new();
+    fn parallel_conflicts(
+        &mut self,
+        step: &Step,
+        branches: &indexmap::IndexMap<String, crate::model::Branch>,
+    ) {
+        // Each branch's write set.
+        let mut writes: Vec<(&str, WriteSet)> = Vec::new();
         for (name, b) in branches {
-            let scope = b.scope.as_ref().and_then(|s| path::parse(&s.value).ok()).and_then(|p| p.segments().map(<[_]>::to_vec));
+            let scope = b
+                .scope
+                .as_ref()
+                .and_then(|s| path::parse(&s.value).ok())
+                .and_then(|p| p.segments().map(<[_]>::to_vec));
             let prefix = |segs: Option<Vec<path::Seg>>| -> Option<Vec<path::Seg>> {
                 let segs = segs?;
                 Some(match &scope {
@@ -640,12 +846,26 @@ impl Checker<'_, '_> {
                 Some(OutputSpec::All(span)) => w.push((prefix(Some(Vec::new())), *span)),
                 Some(OutputSpec::Paths(ps)) => {
                     for p in ps {
-                        w.push((prefix(path::parse(&p.value).ok().and_then(|x| x.segments().map(<[_]>::to_vec))), p.span));
+                        w.push((
+                            prefix(
+                                path::parse(&p.value)
+                                    .ok()
+                                    .and_then(|x| x.segments().map(<[_]>::to_vec)),
+                            ),
+                            p.span,
+                        ));
                     }
                 }
                 Some(OutputSpec::Map(m)) => {
                     for (d, _) in &m.0 {
-                        w.push((prefix(path::parse(&d.value).ok().and_then(|x| x.segments().map(<[_]>::to_vec))), d.span));
+                        w.push((
+                            prefix(
+                                path::parse(&d.value)
+                                    .ok()
+                                    .and_then(|x| x.segments().map(<[_]>::to_vec)),
+                            ),
+                            d.span,
+                        ));
                     }
                 }
             }
@@ -678,14 +898,25 @@ impl Checker<'_, '_> {
     }
 
     fn unused_result(&mut self, step: &Step) {
-        let StepKind::Agent(_) = &step.kind else { return };
+        let StepKind::Agent(r) = &step.kind else { return };
+        // An agent that does not resolve is reported as unknown (SY202), a malformed step by
+        // its own problem; whether its result is used is moot until then.
+        if self.cx.is_malformed(step) || self.cx.agent(r).is_none() {
+            return;
+        }
         if step.output.is_some() || self.referenced.contains(&step.id.value) {
             return;
         }
         let uses_result = match &step.next {
-            Some(Next::Edges(edges)) => edges.iter().any(|e| e.if_.as_ref().is_some_and(|c| mentions(&c.value, "result"))),
+            Some(Next::Edges(edges)) => edges
+                .iter()
+                .any(|e| e.if_.as_ref().is_some_and(|c| mentions(&c.value, "result"))),
             _ => false,
-        } || step.looping.while_.as_ref().is_some_and(|w| mentions(&w.value, "result"));
+        } || step
+            .looping
+            .while_
+            .as_ref()
+            .is_some_and(|w| mentions(&w.value, "result"));
         if uses_result {
             return;
         }
@@ -701,6 +932,7 @@ fn mentions(text: &str, word: &str) -> bool {
     text.match_indices(word).any(|(i, _)| {
         let before = text[..i].chars().next_back();
         let after = text[i + word.len()..].chars().next();
-        !before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '.') && !after.is_some_and(|c| c.is_alphanumeric() || c == '_')
+        !before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '.')
+            && !after.is_some_and(|c| c.is_alphanumeric() || c == '_')
     })
 }

@@ -4,7 +4,7 @@
 
 use indexmap::IndexMap;
 
-use crate::diag::{codes, Diagnostic};
+use crate::diag::{Diagnostic, codes};
 use crate::model::{Agent, Provider};
 use crate::project::{FlowId, LibId, Project};
 use crate::source::Span;
@@ -69,10 +69,14 @@ pub fn visible_definitions<'p>(
 }
 
 fn duplicate(what: &str, name: &str, second: Span, first: Span) -> Diagnostic {
-    Diagnostic::new(&codes::DUPLICATE_DEFINITION, second, format!("{what} `{name}` is defined twice"))
-        .label("defined again here")
-        .with_secondary(first, "first defined here")
-        .help(format!("rename one of them, or keep one definition of `{name}`"))
+    Diagnostic::new(
+        &codes::DUPLICATE_DEFINITION,
+        second,
+        format!("{what} `{name}` is defined twice"),
+    )
+    .label("defined again here")
+    .with_secondary(first, "first defined here")
+    .help(format!("rename one of them, or keep one definition of `{name}`"))
 }
 
 fn import_cycles(project: &Project, out: &mut Vec<Diagnostic>) {
@@ -80,7 +84,13 @@ fn import_cycles(project: &Project, out: &mut Vec<Diagnostic>) {
     let n = project.libraries.len();
     let mut state = vec![0u8; n]; // 0 new, 1 on stack, 2 done
     let mut path: Vec<LibId> = Vec::new();
-    fn visit(project: &Project, lib: LibId, state: &mut [u8], path: &mut Vec<LibId>, out: &mut Vec<Diagnostic>) {
+    fn visit(
+        project: &Project,
+        lib: LibId,
+        state: &mut [u8],
+        path: &mut Vec<LibId>,
+        out: &mut Vec<Diagnostic>,
+    ) {
         state[lib.0] = 1;
         path.push(lib);
         for (spec, target) in &project.libraries[lib.0].imports {
@@ -95,9 +105,13 @@ fn import_cycles(project: &Project, out: &mut Vec<Diagnostic>) {
                         .map(|l| project.display_relative(&project.libraries[l.0].path))
                         .collect();
                     out.push(
-                        Diagnostic::new(&codes::IMPORT_CYCLE, spec.span, format!("import cycle: {}", chain.join(" -> ")))
-                            .label("closes the cycle")
-                            .help("move the shared agents into one file that both import"),
+                        Diagnostic::new(
+                            &codes::IMPORT_CYCLE,
+                            spec.span,
+                            format!("import cycle: {}", chain.join(" -> ")),
+                        )
+                        .label("closes the cycle")
+                        .help("move the shared agents into one file that both import"),
                     );
                 }
                 _ => {}
@@ -117,7 +131,13 @@ fn call_cycles(project: &Project, out: &mut Vec<Diagnostic>) {
     let n = project.flows.len();
     let mut state = vec![0u8; n];
     let mut path: Vec<FlowId> = Vec::new();
-    fn visit(project: &Project, f: FlowId, state: &mut [u8], path: &mut Vec<FlowId>, out: &mut Vec<Diagnostic>) {
+    fn visit(
+        project: &Project,
+        f: FlowId,
+        state: &mut [u8],
+        path: &mut Vec<FlowId>,
+        out: &mut Vec<Diagnostic>,
+    ) {
         state[f.0] = 1;
         path.push(f);
         for (caller, spec, callee) in &project.calls {

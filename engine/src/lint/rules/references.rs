@@ -1,6 +1,6 @@
 //! Unknown references: steps (SY201), agents (SY202), providers (SY203), with the closest name.
 
-use crate::diag::{codes, did_you_mean, Diagnostic};
+use crate::diag::{Diagnostic, codes, did_you_mean};
 use crate::lint::FlowCx;
 use crate::model::{AgentRef, AgentSpec, Next, Sp};
 
@@ -11,8 +11,12 @@ pub fn check(cx: &FlowCx, out: &mut Vec<Diagnostic>) {
         if (allow_end && to.value == "end") || flow.steps.contains_key(&to.value) {
             return;
         }
-        let mut d = Diagnostic::new(&codes::UNKNOWN_STEP, to.span, format!("unknown step `{}`", to.value))
-            .label("no such step");
+        let mut d = Diagnostic::new(
+            &codes::UNKNOWN_STEP,
+            to.span,
+            format!("unknown step `{}`", to.value),
+        )
+        .label("no such step");
         let candidates: Vec<&str> = step_names().chain(allow_end.then_some("end")).collect();
         d = match did_you_mean(&to.value, candidates.iter().copied()) {
             Some(h) => d.help(h),
@@ -49,11 +53,17 @@ pub fn check(cx: &FlowCx, out: &mut Vec<Diagnostic>) {
             && !l.provider.value.is_empty()
             && !cx.providers.contains_key(l.provider.value.as_str())
         {
-            let mut d = Diagnostic::new(&codes::UNKNOWN_PROVIDER, l.provider.span, format!("unknown provider `{}`", l.provider.value))
-                .label("no such provider");
+            let mut d = Diagnostic::new(
+                &codes::UNKNOWN_PROVIDER,
+                l.provider.span,
+                format!("unknown provider `{}`", l.provider.value),
+            )
+            .label("no such provider");
             d = match did_you_mean(&l.provider.value, cx.providers.keys().copied()) {
                 Some(h) => d.help(h),
-                None if cx.providers.is_empty() => d.help("define it under `providers:` (here or in an imported file)"),
+                None if cx.providers.is_empty() => {
+                    d.help("define it under `providers:` (here or in an imported file)")
+                }
                 None => d.help(format!("providers are: {}", list(cx.providers.keys().copied()))),
             };
             out.push(d);
@@ -84,10 +94,17 @@ fn t_key_span(cx: &FlowCx, t: &crate::model::FlowTest, name: &str) -> Option<cra
 }
 
 fn unknown_agent(cx: &FlowCx, name: &Sp<String>) -> Diagnostic {
-    let d = Diagnostic::new(&codes::UNKNOWN_AGENT, name.span, format!("unknown agent `{}`", name.value)).label("no such agent");
+    let d = Diagnostic::new(
+        &codes::UNKNOWN_AGENT,
+        name.span,
+        format!("unknown agent `{}`", name.value),
+    )
+    .label("no such agent");
     match did_you_mean(&name.value, cx.agents.keys().copied()) {
         Some(h) => d.help(h),
-        None if cx.agents.is_empty() => d.help("define it under `agents:` (here or in an imported file), or inline as `agent: {kind: ...}`"),
+        None if cx.agents.is_empty() => d.help(
+            "define it under `agents:` (here or in an imported file), or inline as `agent: {kind: ...}`",
+        ),
         None => d.help(format!("agents are: {}", list(cx.agents.keys().copied()))),
     }
 }

@@ -1,7 +1,7 @@
 //! Literals that look like secrets (SY503, warning): API keys, tokens and passwords belong in
 //! the environment, referenced as `${env:NAME}`, never in a flow file that is committed.
 
-use crate::diag::{codes, Diagnostic};
+use crate::diag::{Diagnostic, codes};
 use crate::lint::FlowCx;
 use crate::model::{Agent, AgentRef, AgentSpec, Sp};
 use crate::source::Span;
@@ -41,10 +41,13 @@ pub fn find_tokens(text: &str) -> Vec<(usize, usize)> {
             from = start + prefix.len();
         }
     }
-    if let Some(i) = text.find("-----BEGIN") {
-        if text[i..].lines().next().is_some_and(|l| l.contains("PRIVATE KEY")) {
-            out.push((i, i + "-----BEGIN".len()));
-        }
+    if let Some(i) = text.find("-----BEGIN")
+        && text[i..]
+            .lines()
+            .next()
+            .is_some_and(|l| l.contains("PRIVATE KEY"))
+    {
+        out.push((i, i + "-----BEGIN".len()));
     }
     out.sort_unstable();
     out.dedup();
@@ -53,7 +56,8 @@ pub fn find_tokens(text: &str) -> Vec<(usize, usize)> {
 
 fn is_reference(s: &str) -> bool {
     let s = s.trim();
-    s.is_empty() || (s.starts_with("${env:") && s.ends_with('}'))
+    s.is_empty()
+        || (s.starts_with("${env:") && s.ends_with('}'))
         || s.starts_with("Bearer ${env:")
         || s.starts_with("Basic ${env:")
 }
@@ -63,13 +67,25 @@ fn literal(out: &mut Vec<Diagnostic>, v: &Sp<String>, what: &str) {
         return;
     }
     out.push(
-        Diagnostic::new(&codes::LITERAL_SECRET, v.span, format!("{what} is a literal; it looks like a secret"))
-            .label("literal secret")
-            .help("keep secrets out of flow files: write `${env:NAME}` and set NAME in the environment"),
+        Diagnostic::new(
+            &codes::LITERAL_SECRET,
+            v.span,
+            format!("{what} is a literal; it looks like a secret"),
+        )
+        .label("literal secret")
+        .help("keep secrets out of flow files: write `${env:NAME}` and set NAME in the environment"),
     );
 }
 
-const SENSITIVE: &[&str] = &["authorization", "api-key", "x-api-key", "api_key", "token", "password", "secret"];
+const SENSITIVE: &[&str] = &[
+    "authorization",
+    "api-key",
+    "x-api-key",
+    "api_key",
+    "token",
+    "password",
+    "secret",
+];
 
 fn sensitive(name: &str) -> bool {
     let n = name.to_ascii_lowercase();
@@ -85,14 +101,22 @@ pub fn agent(out: &mut Vec<Diagnostic>, a: &Agent) {
                 }
             }
             if let Some(rest) = h.url.value.split("://").nth(1)
-                && let Some(userinfo) = rest.split('/').next().and_then(|auth| auth.rsplit_once('@')).map(|(u, _)| u)
+                && let Some(userinfo) = rest
+                    .split('/')
+                    .next()
+                    .and_then(|auth| auth.rsplit_once('@'))
+                    .map(|(u, _)| u)
                 && userinfo.contains(':')
                 && !userinfo.contains("${env:")
             {
                 out.push(
-                    Diagnostic::new(&codes::LITERAL_SECRET, a.name.span, format!("the url of agent `{}` holds a password", a.name.value))
-                        .with_secondary(h.url.span, "credentials in the url")
-                        .help("send credentials in a header whose value is `${env:NAME}`"),
+                    Diagnostic::new(
+                        &codes::LITERAL_SECRET,
+                        h.url.span,
+                        format!("the url of agent `{}` holds a password", a.name.value),
+                    )
+                    .label("credentials in the url")
+                    .help("send credentials in a header whose value is `${env:NAME}`"),
                 );
             }
         }

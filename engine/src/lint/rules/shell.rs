@@ -1,7 +1,7 @@
 //! A `command` agent that runs a shell (`sh -c`, `bash -c`) with templated input (SY504,
 //! warning): payload text would be parsed by the shell.
 
-use crate::diag::{codes, Diagnostic};
+use crate::diag::{Diagnostic, codes};
 use crate::lint::FlowCx;
 use crate::model::{AgentRef, AgentSpec};
 
@@ -23,16 +23,32 @@ pub fn agent(out: &mut Vec<Diagnostic>, a: &crate::model::Agent) {
     {
         let AgentSpec::Command(c) = &a.spec else { return };
         let Some(program) = c.run.first() else { return };
-        let base = program.value.rsplit('/').next().unwrap_or("");
-        let shell = SHELLS.contains(&base) || (base == "env" && c.run.get(1).is_some_and(|s| SHELLS.contains(&s.value.as_str())));
-        if !shell || !c.run.iter().any(|s| s.value == "-c" || s.value.starts_with("-c") || s.value == "-lc") {
+        let base = |s: &str| s.rsplit('/').next().unwrap_or("").to_string();
+        // The shell itself: the program, or what `env` runs (`/usr/bin/env bash -c ...`).
+        let shell = match base(&program.value).as_str() {
+            b if SHELLS.contains(&b) => program,
+            "env" => match c.run.get(1) {
+                Some(s) if SHELLS.contains(&base(&s.value).as_str()) => s,
+                _ => return,
+            },
+            _ => return,
+        };
+        if !c
+            .run
+            .iter()
+            .any(|s| s.value == "-c" || s.value.starts_with("-c") || s.value == "-lc")
+        {
             return;
         }
-        if let Some(t) = c.run.iter().find(|s| s.value.contains("{{") || s.value.contains("{%")) {
+        if let Some(t) = c
+            .run
+            .iter()
+            .find(|s| s.value.contains("{{") || s.value.contains("{%"))
+        {
             out.push(
                 Diagnostic::new(&codes::SHELL_WITH_TEMPLATE, t.span, format!("agent `{}` runs a shell with templated input", a.name.value))
                     .label("payload text would be parsed by the shell")
-                    .with_secondary(program.span, "a shell")
+                    .with_secondary(shell.span, "a shell")
                     .help("run the program directly (`run: [python3, tool.py]`) and read the input document from stdin"),
             );
         }

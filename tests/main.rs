@@ -4,11 +4,13 @@
 //! - [`lint_fixtures`]: YAML fixtures per rule with inline caret expectations;
 //! - [`snapshots`]: rendered human output, snapshot-tested with insta;
 //! - [`cli`]: exit codes, output formats, `explain`, `--help`;
+//! - [`engine`]: runs and flow tests: every runtime semantic, through `run` and `test`;
 //! - [`corpus`]: hostile inputs (alias bombs, deep nesting, huge and binary files);
 //! - [`fuzz`]: property tests over generated and mutated flows.
 
 mod cli;
 mod corpus;
+mod engine;
 mod fuzz;
 mod lint_fixtures;
 mod readme;

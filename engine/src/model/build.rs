@@ -1124,10 +1124,7 @@ pub fn placeholder_kind(at: Span) -> StepKind {
 /// [`placeholder_kind`] and its other fields as written, so that one problem gives one
 /// diagnostic rather than unknown-step and unreachable-step errors around it.
 fn step(cx: &mut Cx, key: &Key, node: &Node) -> Step {
-    let kind = match map(cx, node, &format!("step `{}`", key.name)) {
-        Some(m) => step_kind(cx, key, node, m),
-        None => None,
-    };
+    let kind = map(cx, node, &format!("step `{}`", key.name)).and_then(|m| step_kind(cx, key, node, m));
     let kind = kind.unwrap_or_else(|| {
         cx.malformed_steps.push(key.span);
         placeholder_kind(key.span)

@@ -1,0 +1,310 @@
+//! Records ↔ rows: [`RunRecord`] and [`StepRecord`] flattened into the columns of `runs` and
+//! `steps`, JSON values as text. Encoding happens in the recording task, so the single writer
+//! only binds and executes.
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use sqlx::any::{AnyArguments, AnyRow};
+use sqlx::query::Query;
+use sqlx::{Any, Row};
+
+use crate::runtime::record::{RunRecord, RunStatus, StepRecord, StepStatus, Usage};
+use crate::store::StoreError;
+
+/// The `iteration` key of a record that is not an iteration.
+const NO_ITERATION: i64 = -1;
+
+pub(crate) type AnyQuery = Query<'static, Any, AnyArguments>;
+
+/// A run record ready to bind.
+#[derive(Debug)]
+pub(crate) struct RunRow {
+    pub id: String,
+    flow: String,
+    flow_hash: String,
+    parent_run: Option<String>,
+    parent_step: Option<String>,
+    depth: i64,
+    status: &'static str,
+    input: String,
+    output: Option<String>,
+    error: Option<String>,
+    started_at: i64,
+    finished_at: Option<i64>,
+    input_tokens: i64,
+    output_tokens: i64,
+    cost_usd: f64,
+    steps: i64,
+}
+
+/// The columns of `runs` that [`RunRow`] binds, in order, and that [`decode_run`] reads.
+pub(crate) const RUN_COLUMNS: &str = "id, flow, flow_hash, parent_run, parent_step, depth, status, input, \
+     output, error, started_at, finished_at, input_tokens, output_tokens, cost_usd, steps";
+
+/// Inserts a run, or replaces every recorded field of an existing one (batch columns kept).
+pub(crate) const UPSERT_RUN: &str = "INSERT INTO runs (id, flow, flow_hash, parent_run, parent_step, \
+     depth, status, input, output, error, started_at, finished_at, input_tokens, output_tokens, cost_usd, \
+     steps) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16) \
+     ON CONFLICT (id) DO UPDATE SET flow = excluded.flow, flow_hash = excluded.flow_hash, \
+     parent_run = excluded.parent_run, parent_step = excluded.parent_step, depth = excluded.depth, \
+     status = excluded.status, input = excluded.input, output = excluded.output, error = excluded.error, \
+     started_at = excluded.started_at, finished_at = excluded.finished_at, \
+     input_tokens = excluded.input_tokens, output_tokens = excluded.output_tokens, \
+     cost_usd = excluded.cost_usd, steps = excluded.steps";
+
+/// Replaces every recorded field of an existing run.
+pub(crate) const UPDATE_RUN: &str = "UPDATE runs SET flow = $2, flow_hash = $3, parent_run = $4, \
+     parent_step = $5, depth = $6, status = $7, input = $8, output = $9, error = $10, started_at = $11, \
+     finished_at = $12, input_tokens = $13, output_tokens = $14, cost_usd = $15, steps = $16 WHERE id = $1";
+
+impl RunRow {
+    pub(crate) fn encode(r: &RunRecord) -> Result<RunRow, StoreError> {
+        Ok(RunRow {
+            id: r.id.clone(),
+            flow: r.flow.clone(),
+            flow_hash: r.flow_hash.clone(),
+            parent_run: r.parent_run.clone(),
+            parent_step: r.parent_step.clone(),
+            depth: int(u64::from(r.depth), "depth")?,
+            status: r.status.as_str(),
+            input: json(&r.input)?,
+            output: r.output.as_ref().map(json).transpose()?,
+            error: r.error.as_ref().map(json).transpose()?,
+            started_at: int(r.started_at, "started_at")?,
+            finished_at: r.finished_at.map(|t| int(t, "finished_at")).transpose()?,
+            input_tokens: int(r.usage.input_tokens, "input_tokens")?,
+            output_tokens: int(r.usage.output_tokens, "output_tokens")?,
+            cost_usd: r.usage.cost_usd,
+            steps: int(r.steps, "steps")?,
+        })
+    }
+
+    /// Binds `$1..$16` of [`UPSERT_RUN`] or [`UPDATE_RUN`].
+    pub(crate) fn bind(&self, sql: &'static str) -> AnyQuery {
+        sqlx::query(sql)
+            .bind(self.id.clone())
+            .bind(self.flow.clone())
+            .bind(self.flow_hash.clone())
+            .bind(self.parent_run.clone())
+            .bind(self.parent_step.clone())
+            .bind(self.depth)
+            .bind(self.status)
+            .bind(self.input.clone())
+            .bind(self.output.clone())
+            .bind(self.error.clone())
+            .bind(self.started_at)
+            .bind(self.finished_at)
+            .bind(self.input_tokens)
+            .bind(self.output_tokens)
+            .bind(self.cost_usd)
+            .bind(self.steps)
+    }
+}
+
+/// A step record ready to bind.
+#[derive(Debug)]
+pub(crate) struct StepRow {
+    pub run_id: String,
+    pub number: String,
+    pub attempt: i64,
+    iteration: i64,
+    step: String,
+    kind: String,
+    status: &'static str,
+    iterations: Option<i64>,
+    input: Option<String>,
+    result: Option<String>,
+    changes: String,
+    violations: String,
+    error: Option<String>,
+    started_at: i64,
+    finished_at: Option<i64>,
+    input_tokens: i64,
+    output_tokens: i64,
+    cost_usd: f64,
+    child_run: Option<String>,
+    route: Option<String>,
+}
+
+/// The columns of `steps` that [`decode_step`] reads.
+pub(crate) const STEP_COLUMNS: &str = "run_id, number, attempt, iteration, step, kind, status, iterations, \
+     input, result, changes, violations, error, started_at, finished_at, input_tokens, output_tokens, \
+     cost_usd, child_run, route";
+
+/// Inserts a step record, or replaces the one with the same (run, number, attempt,
+/// iteration) — an attempt's `started` record by its outcome — keeping its place (`seq`).
+pub(crate) const UPSERT_STEP: &str = "INSERT INTO steps (run_id, number, attempt, iteration, seq, step, \
+     kind, status, iterations, input, result, changes, violations, error, started_at, finished_at, \
+     input_tokens, output_tokens, cost_usd, child_run, route) VALUES ($1, $2, $3, $4, \
+     (SELECT COALESCE(MAX(s.seq), 0) + 1 FROM steps s WHERE s.run_id = $1), \
+     $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20) \
+     ON CONFLICT (run_id, number, attempt, iteration) DO UPDATE SET step = excluded.step, \
+     kind = excluded.kind, status = excluded.status, iterations = excluded.iterations, \
+     input = excluded.input, result = excluded.result, changes = excluded.changes, \
+     violations = excluded.violations, error = excluded.error, started_at = excluded.started_at, \
+     finished_at = excluded.finished_at, input_tokens = excluded.input_tokens, \
+     output_tokens = excluded.output_tokens, cost_usd = excluded.cost_usd, \
+     child_run = excluded.child_run, route = excluded.route";
+
+impl StepRow {
+    pub(crate) fn encode(s: &StepRecord) -> Result<StepRow, StoreError> {
+        Ok(StepRow {
+            run_id: s.run_id.clone(),
+            number: s.number.clone(),
+            attempt: i64::from(s.attempt),
+            iteration: s.iteration.map_or(Ok(NO_ITERATION), |i| int(i, "iteration"))?,
+            step: s.step.clone(),
+            kind: s.kind.clone(),
+            status: s.status.as_str(),
+            iterations: s.iterations.map(|i| int(i, "iterations")).transpose()?,
+            input: s.input.as_ref().map(json).transpose()?,
+            result: s.result.as_ref().map(json).transpose()?,
+            changes: json(&s.changes)?,
+            violations: json(&s.violations)?,
+            error: s.error.as_ref().map(json).transpose()?,
+            started_at: int(s.started_at, "started_at")?,
+            finished_at: s.finished_at.map(|t| int(t, "finished_at")).transpose()?,
+            input_tokens: int(s.usage.input_tokens, "input_tokens")?,
+            output_tokens: int(s.usage.output_tokens, "output_tokens")?,
+            cost_usd: s.usage.cost_usd,
+            child_run: s.child_run.clone(),
+            route: s.route.clone(),
+        })
+    }
+
+    /// Binds `$1..$20` of [`UPSERT_STEP`].
+    pub(crate) fn bind(&self) -> AnyQuery {
+        sqlx::query(UPSERT_STEP)
+            .bind(self.run_id.clone())
+            .bind(self.number.clone())
+            .bind(self.attempt)
+            .bind(self.iteration)
+            .bind(self.step.clone())
+            .bind(self.kind.clone())
+            .bind(self.status)
+            .bind(self.iterations)
+            .bind(self.input.clone())
+            .bind(self.result.clone())
+            .bind(self.changes.clone())
+            .bind(self.violations.clone())
+            .bind(self.error.clone())
+            .bind(self.started_at)
+            .bind(self.finished_at)
+            .bind(self.input_tokens)
+            .bind(self.output_tokens)
+            .bind(self.cost_usd)
+            .bind(self.child_run.clone())
+            .bind(self.route.clone())
+    }
+}
+
+/// A row of [`RUN_COLUMNS`] back into a record.
+pub(crate) fn decode_run(row: &AnyRow) -> Result<RunRecord, String> {
+    let status: String = get(row, "status")?;
+    Ok(RunRecord {
+        id: get(row, "id")?,
+        flow: get(row, "flow")?,
+        flow_hash: get(row, "flow_hash")?,
+        parent_run: get(row, "parent_run")?,
+        parent_step: get(row, "parent_step")?,
+        depth: u32::try_from(get::<i64>(row, "depth")?).map_err(|_| "`depth` out of range".to_string())?,
+        status: RunStatus::parse(&status).ok_or_else(|| format!("unknown run status `{status}`"))?,
+        input: from_json(&get::<String>(row, "input")?, "input")?,
+        output: opt_json(row, "output")?,
+        error: opt_json(row, "error")?,
+        started_at: uint(get(row, "started_at")?, "started_at")?,
+        finished_at: get::<Option<i64>>(row, "finished_at")?.map(|t| uint(t, "finished_at")).transpose()?,
+        usage: usage(row)?,
+        steps: uint(get(row, "steps")?, "steps")?,
+    })
+}
+
+/// A row of [`STEP_COLUMNS`] back into a record.
+pub(crate) fn decode_step(row: &AnyRow) -> Result<StepRecord, String> {
+    let status: String = get(row, "status")?;
+    let iteration: i64 = get(row, "iteration")?;
+    Ok(StepRecord {
+        run_id: get(row, "run_id")?,
+        number: get(row, "number")?,
+        step: get(row, "step")?,
+        kind: get(row, "kind")?,
+        attempt: u32::try_from(get::<i64>(row, "attempt")?).map_err(|_| "`attempt` out of range".to_string())?,
+        status: step_status(&status).ok_or_else(|| format!("unknown step status `{status}`"))?,
+        iteration: if iteration == NO_ITERATION { None } else { Some(uint(iteration, "iteration")?) },
+        iterations: get::<Option<i64>>(row, "iterations")?.map(|i| uint(i, "iterations")).transpose()?,
+        input: opt_json(row, "input")?,
+        result: opt_json(row, "result")?,
+        changes: from_json(&get::<String>(row, "changes")?, "changes")?,
+        violations: from_json(&get::<String>(row, "violations")?, "violations")?,
+        error: opt_json(row, "error")?,
+        started_at: uint(get(row, "started_at")?, "started_at")?,
+        finished_at: get::<Option<i64>>(row, "finished_at")?.map(|t| uint(t, "finished_at")).transpose()?,
+        usage: usage(row)?,
+        child_run: get(row, "child_run")?,
+        route: get(row, "route")?,
+    })
+}
+
+fn step_status(s: &str) -> Option<StepStatus> {
+    Some(match s {
+        "started" => StepStatus::Started,
+        "succeeded" => StepStatus::Succeeded,
+        "failed" => StepStatus::Failed,
+        "interrupted" => StepStatus::Interrupted,
+        _ => return None,
+    })
+}
+
+fn usage(row: &AnyRow) -> Result<Usage, String> {
+    Ok(Usage {
+        input_tokens: uint(get(row, "input_tokens")?, "input_tokens")?,
+        output_tokens: uint(get(row, "output_tokens")?, "output_tokens")?,
+        cost_usd: get(row, "cost_usd")?,
+    })
+}
+
+fn get<'r, T>(row: &'r AnyRow, col: &str) -> Result<T, String>
+where
+    T: sqlx::Decode<'r, Any> + sqlx::Type<Any>,
+{
+    row.try_get(col).map_err(|e| format!("column `{col}`: {e}"))
+}
+
+fn opt_json<T: DeserializeOwned>(row: &AnyRow, col: &str) -> Result<Option<T>, String> {
+    get::<Option<String>>(row, col)?.map(|s| from_json(&s, col)).transpose()
+}
+
+fn from_json<T: DeserializeOwned>(s: &str, col: &str) -> Result<T, String> {
+    serde_json::from_str(s).map_err(|e| format!("column `{col}`: {e}"))
+}
+
+fn json<T: Serialize + ?Sized>(v: &T) -> Result<String, StoreError> {
+    serde_json::to_string(v).map_err(|e| StoreError::Other(format!("cannot encode a record as JSON: {e}")))
+}
+
+fn int(v: u64, field: &str) -> Result<i64, StoreError> {
+    i64::try_from(v).map_err(|_| StoreError::Other(format!("`{field}` = {v} is too large to store")))
+}
+
+fn uint(v: i64, col: &str) -> Result<u64, String> {
+    u64::try_from(v).map_err(|_| format!("column `{col}`: negative value {v}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn step_statuses_round_trip() {
+        for s in [StepStatus::Started, StepStatus::Succeeded, StepStatus::Failed, StepStatus::Interrupted] {
+            assert_eq!(step_status(s.as_str()), Some(s));
+        }
+        assert_eq!(step_status("nope"), None);
+    }
+
+    #[test]
+    fn out_of_range_values_are_refused_not_wrapped() {
+        assert!(int(u64::MAX, "started_at").is_err());
+        assert!(uint(-2, "steps").is_err());
+    }
+}

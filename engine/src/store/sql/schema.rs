@@ -1,0 +1,165 @@
+//! The on-disk format of SQL stores and its migrations. One schema serves SQLite and
+//! PostgreSQL: portable types only (`TEXT`, `BIGINT`, `DOUBLE PRECISION`), JSON values as
+//! `TEXT`, no auto-increment.
+//!
+//! `schema_version` holds one row per applied migration; its shape never changes, so every
+//! switchyard can tell how new a store is. Opening a store newer than [`SCHEMA_VERSION`] fails
+//! before anything is written ([`StoreError::NewerSchema`]). Migrations run in order, each
+//! batch in one transaction: a store is either at the old version or the new one.
+//!
+//! To change the schema, append a [`Migration`] (never edit a released one) and raise
+//! [`SCHEMA_VERSION`].
+
+use sqlx::{Acquire, AnyConnection, Connection};
+
+use super::Dialect;
+use super::error::Ctx;
+use crate::runtime::record::now_ms;
+use crate::store::StoreError;
+
+/// The newest schema this build reads and writes.
+pub const SCHEMA_VERSION: i64 = 1;
+
+struct Migration {
+    version: i64,
+    description: &'static str,
+    statements: &'static [&'static str],
+}
+
+const VERSION_TABLE: &str = "CREATE TABLE IF NOT EXISTS schema_version (
+    version BIGINT PRIMARY KEY,
+    applied_at BIGINT NOT NULL,
+    description TEXT NOT NULL
+)";
+
+const MIGRATIONS: &[Migration] = &[Migration {
+    version: 1,
+    description: "runs and steps",
+    statements: &[
+        // `batch`, `item_id` and `item_index` are for batches (one run per input line).
+        "CREATE TABLE runs (
+            id TEXT PRIMARY KEY,
+            flow TEXT NOT NULL,
+            flow_hash TEXT NOT NULL,
+            parent_run TEXT,
+            parent_step TEXT,
+            depth BIGINT NOT NULL,
+            status TEXT NOT NULL,
+            input TEXT NOT NULL,
+            output TEXT,
+            error TEXT,
+            started_at BIGINT NOT NULL,
+            finished_at BIGINT,
+            input_tokens BIGINT NOT NULL,
+            output_tokens BIGINT NOT NULL,
+            cost_usd DOUBLE PRECISION NOT NULL,
+            steps BIGINT NOT NULL,
+            batch TEXT,
+            item_id TEXT,
+            item_index BIGINT
+        )",
+        "CREATE INDEX runs_by_status ON runs (status, started_at)",
+        "CREATE INDEX runs_by_flow ON runs (flow, started_at)",
+        "CREATE INDEX runs_by_parent ON runs (parent_run)",
+        "CREATE INDEX runs_by_batch ON runs (batch, item_index)",
+        // `iteration` is -1 for records that are not an iteration (a key column cannot be
+        // NULL); `seq` is the record order within the run, kept when a record is replaced.
+        "CREATE TABLE steps (
+            run_id TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+            number TEXT NOT NULL,
+            attempt BIGINT NOT NULL,
+            iteration BIGINT NOT NULL,
+            seq BIGINT NOT NULL,
+            step TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            status TEXT NOT NULL,
+            iterations BIGINT,
+            input TEXT,
+            result TEXT,
+            changes TEXT NOT NULL,
+            violations TEXT NOT NULL,
+            error TEXT,
+            started_at BIGINT NOT NULL,
+            finished_at BIGINT,
+            input_tokens BIGINT NOT NULL,
+            output_tokens BIGINT NOT NULL,
+            cost_usd DOUBLE PRECISION NOT NULL,
+            child_run TEXT,
+            route TEXT,
+            PRIMARY KEY (run_id, number, attempt, iteration)
+        )",
+        "CREATE INDEX steps_by_seq ON steps (run_id, seq)",
+    ],
+}];
+
+/// The store's schema version: 0 for an empty store. Reads only.
+pub(crate) async fn version(conn: &mut AnyConnection, dialect: Dialect) -> Result<i64, sqlx::Error> {
+    let tables: i64 =
+        sqlx::query_scalar(dialect.table_exists()).bind("schema_version").fetch_one(&mut *conn).await?;
+    if tables == 0 {
+        return Ok(0);
+    }
+    sqlx::query_scalar("SELECT COALESCE(MAX(version), 0) FROM schema_version").fetch_one(&mut *conn).await
+}
+
+/// Fails with [`StoreError::NewerSchema`] when the store was written by a newer switchyard.
+pub(crate) fn check_not_newer(found: i64, store: &str) -> Result<(), StoreError> {
+    if found > SCHEMA_VERSION {
+        return Err(StoreError::NewerSchema { store: store.to_string(), found, supported: SCHEMA_VERSION });
+    }
+    Ok(())
+}
+
+/// Brings the store up to [`SCHEMA_VERSION`] in one transaction, re-reading the version under
+/// the write lock (another process may have migrated meanwhile).
+pub(crate) async fn migrate(conn: &mut AnyConnection, ctx: &Ctx) -> Result<(), StoreError> {
+    const WHAT: &str = "upgrading the schema";
+    let err = |e: sqlx::Error| ctx.error(WHAT, &e);
+    let mut tx = conn.begin_with(ctx.dialect.begin_write()).await.map_err(err)?;
+    if let Some(lock) = ctx.dialect.migration_lock() {
+        sqlx::query(lock).execute(&mut *tx).await.map_err(err)?;
+    }
+    let found = version(tx.acquire().await.map_err(err)?, ctx.dialect).await.map_err(err)?;
+    check_not_newer(found, &ctx.store)?;
+    if found == SCHEMA_VERSION {
+        return Ok(());
+    }
+    sqlx::query(VERSION_TABLE).execute(&mut *tx).await.map_err(err)?;
+    for m in MIGRATIONS.iter().filter(|m| m.version > found) {
+        tracing::info!(store = &*ctx.store, version = m.version, "migrating the store: {}", m.description);
+        for statement in m.statements {
+            sqlx::query(*statement).execute(&mut *tx).await.map_err(err)?;
+        }
+        let applied_at = i64::try_from(now_ms()).unwrap_or(i64::MAX);
+        sqlx::query("INSERT INTO schema_version (version, applied_at, description) VALUES ($1, $2, $3)")
+            .bind(m.version)
+            .bind(applied_at)
+            .bind(m.description)
+            .execute(&mut *tx)
+            .await
+            .map_err(err)?;
+    }
+    tx.commit().await.map_err(err)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn migrations_are_in_order_and_end_at_the_version() {
+        let versions: Vec<i64> = MIGRATIONS.iter().map(|m| m.version).collect();
+        let expected: Vec<i64> = (1..=SCHEMA_VERSION).collect();
+        assert_eq!(versions, expected);
+    }
+
+    #[test]
+    fn newer_schema_names_both_versions() {
+        let err = check_not_newer(7, "/x/runs.db").expect_err("newer");
+        assert_eq!(
+            err.to_string(),
+            "the store at /x/runs.db was written by a newer switchyard (schema 7; this one knows up to 1)"
+        );
+        assert!(check_not_newer(1, "s").is_ok() && check_not_newer(0, "s").is_ok());
+    }
+}

@@ -1,0 +1,163 @@
+//! Store URLs: `sqlite:PATH`, `sqlite::memory:`, `postgres://...` (optionally with
+//! `?schema=NAME`), parsed into what to connect to and a name to show in messages (the path,
+//! or the PostgreSQL URL without its password). It knows nothing of tables or records.
+
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use sqlx::any::AnyConnectOptions;
+
+use super::Dialect;
+use crate::store::StoreError;
+
+/// Where a store lives.
+#[derive(Clone, Debug)]
+pub(crate) enum Target {
+    /// A SQLite file (absolute path), created with its directory when missing.
+    SqliteFile(PathBuf),
+    /// A private in-memory SQLite database: one connection, gone when the store is dropped.
+    SqliteMemory,
+    /// A PostgreSQL database; `url` is what the driver gets (the `schema` option removed).
+    Postgres { url: String, schema: Option<String> },
+}
+
+impl Target {
+    pub(crate) fn dialect(&self) -> Dialect {
+        match self {
+            Target::SqliteFile(_) | Target::SqliteMemory => Dialect::Sqlite,
+            Target::Postgres { .. } => Dialect::Postgres,
+        }
+    }
+
+    /// The URL handed to the `any` driver.
+    pub(crate) fn driver_url(&self) -> String {
+        match self {
+            Target::SqliteFile(path) => format!("sqlite://{}?mode=rwc", encode_path(path)),
+            Target::SqliteMemory => "sqlite::memory:".to_string(),
+            Target::Postgres { url, .. } => url.clone(),
+        }
+    }
+}
+
+/// A parsed store URL and the name messages use for it.
+#[derive(Clone, Debug)]
+pub(crate) struct Location {
+    pub target: Target,
+    pub name: String,
+}
+
+/// Parses a store URL. Relative SQLite paths are taken from the current directory.
+pub(crate) fn parse(url: &str) -> Result<Location, StoreError> {
+    let bad = |message: String| StoreError::BadUrl { url: redact(url), message };
+    if let Some(rest) = url.strip_prefix("sqlite:") {
+        let rest = rest.strip_prefix("//").unwrap_or(rest);
+        if rest == ":memory:" {
+            return Ok(Location { target: Target::SqliteMemory, name: "sqlite::memory:".into() });
+        }
+        if rest.contains('?') {
+            return Err(bad("SQLite store URLs take no options: use `sqlite:PATH`".into()));
+        }
+        if rest.is_empty() {
+            return Err(bad("the SQLite store URL names no file: use `sqlite:PATH`".into()));
+        }
+        let path = std::path::absolute(rest).map_err(|e| bad(format!("bad path `{rest}`: {e}")))?;
+        let name = path.display().to_string();
+        return Ok(Location { target: Target::SqliteFile(path), name });
+    }
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        let opts = AnyConnectOptions::from_str(url).map_err(|e| bad(e.to_string()))?;
+        let mut parsed = opts.database_url;
+        let mut schema = None;
+        let mut rest = Vec::new();
+        for (k, v) in parsed.query_pairs() {
+            if k == "schema" {
+                schema = Some(v.into_owned());
+            } else {
+                rest.push((k.into_owned(), v.into_owned()));
+            }
+        }
+        if let Some(s) = &schema {
+            check_schema_name(s).map_err(bad)?;
+        }
+        parsed.set_query(None);
+        if !rest.is_empty() {
+            parsed.query_pairs_mut().extend_pairs(rest);
+        }
+        let driver_url = parsed.to_string();
+        let _ = parsed.set_password(None);
+        parsed.set_query(schema.as_ref().map(|s| format!("schema={s}")).as_deref());
+        return Ok(Location {
+            target: Target::Postgres { url: driver_url, schema },
+            name: parsed.to_string(),
+        });
+    }
+    Err(bad("expected `sqlite:PATH`, `sqlite::memory:` or `postgres://...`".into()))
+}
+
+/// A PostgreSQL schema name this store accepts: an unquoted identifier, at most 63 bytes.
+pub(crate) fn check_schema_name(s: &str) -> Result<(), String> {
+    let mut chars = s.chars();
+    let first_ok = chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
+    if first_ok && s.len() <= 63 && chars.all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        Ok(())
+    } else {
+        Err(format!("bad schema name `{s}`: use letters, digits and `_`, at most 63, not starting with a digit"))
+    }
+}
+
+/// The URL without a password, for messages.
+fn redact(url: &str) -> String {
+    match AnyConnectOptions::from_str(url) {
+        Ok(opts) if opts.database_url.password().is_some() => {
+            let mut u = opts.database_url;
+            let _ = u.set_password(Some("***"));
+            u.to_string()
+        }
+        _ => url.to_string(),
+    }
+}
+
+/// Percent-encodes a path for a `sqlite://` URL (the driver decodes it back).
+fn encode_path(path: &std::path::Path) -> String {
+    let s = path.to_string_lossy();
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"/-._~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sqlite_urls() {
+        let l = parse("sqlite:.switchyard/runs.db").expect("parses");
+        let Target::SqliteFile(p) = &l.target else { panic!("not a file: {l:?}") };
+        assert!(p.is_absolute() && p.ends_with(".switchyard/runs.db"));
+        assert!(matches!(parse("sqlite::memory:").expect("parses").target, Target::SqliteMemory));
+        assert!(matches!(parse("sqlite:///tmp/a b#?.db"), Err(StoreError::BadUrl { .. })));
+        let l = parse("sqlite:///tmp/a b%#.db").expect("parses");
+        assert_eq!(l.name, "/tmp/a b%#.db");
+        assert_eq!(l.target.driver_url(), "sqlite:///tmp/a%20b%25%23.db?mode=rwc");
+        assert!(parse("sqlite:").is_err());
+        assert!(parse("mysql://x").is_err());
+    }
+
+    #[test]
+    fn postgres_urls() {
+        let l = parse("postgres://u:secret@127.0.0.1:5432/test?schema=sy_1&sslmode=disable").expect("parses");
+        let Target::Postgres { url, schema } = &l.target else { panic!("not postgres") };
+        assert_eq!(schema.as_deref(), Some("sy_1"));
+        assert_eq!(url, "postgres://u:secret@127.0.0.1:5432/test?sslmode=disable");
+        assert_eq!(l.name, "postgres://u@127.0.0.1:5432/test?schema=sy_1");
+        assert!(parse("postgres://u@h/db?schema=a;drop").is_err());
+        let err = parse("postgres://u:pw@h/db?schema=1x").expect_err("bad schema");
+        assert!(!err.to_string().contains("pw"), "{err}");
+    }
+}

@@ -1,0 +1,1096 @@
+//! The engine end to end (SPEC §3–§9, §11), through the real binary.
+//!
+//! Most semantics are checked by the flows' own `tests:` under `tests/fixtures/engine/`, one
+//! file per topic: each Rust test here runs `switchyard test FILE` and asserts the exact
+//! `N passed, 0 failed`, so a test that silently stops running fails too. What `tests:` cannot
+//! express — exit codes, stderr, `--trace`, timing, what a `command` agent saw (its stdin,
+//! argv, environment, idempotency key), process groups, `--context`, `--allow`,
+//! `--agent-change` — is checked here with `switchyard run`.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::support::{self, TempDir};
+
+/// The engine fixtures.
+fn engine_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/engine")
+}
+
+/// `switchyard test FILE` in the fixtures folder.
+fn flow_tests(file: &str) -> support::Output {
+    support::run(support::switchyard(&engine_dir()).args(["test", file]))
+}
+
+/// Runs the `tests:` of a fixture and checks that exactly `passed` of them ran, and all passed.
+fn all_pass(file: &str, passed: usize) {
+    let out = flow_tests(file);
+    let summary = format!("{passed} passed, 0 failed");
+    assert!(
+        out.stdout.lines().any(|l| l == summary),
+        "expected `{summary}` from `switchyard test {file}`:\n{}\nstderr:\n{}",
+        out.stdout,
+        out.stderr
+    );
+    assert_eq!(out.code(), 0, "{out:?}");
+}
+
+/// `switchyard run FLOW --input INPUT ARGS...` in the fixtures folder.
+fn run(flow: &str, input: &Value, args: &[&str]) -> support::Output {
+    support::run(
+        support::switchyard(&engine_dir())
+            .args(["run", flow, "--input", &input.to_string()])
+            .args(args),
+    )
+}
+
+/// A run that must succeed: its output JSON.
+fn run_ok(flow: &str, input: &Value, args: &[&str]) -> Value {
+    let out = run(flow, input, args);
+    assert_eq!(out.code(), 0, "`run {flow}` with {input} failed: {out:?}");
+    serde_json::from_str(&out.stdout)
+        .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {}", out.stdout))
+}
+
+/// A run that must fail (exit 1, nothing on stdout): the kind and message of its
+/// `error[kind]: message` line.
+fn run_failed(flow: &str, input: &Value, args: &[&str]) -> (String, String) {
+    let out = run(flow, input, args);
+    assert_eq!(out.code(), 1, "`run {flow}` with {input} should fail: {out:?}");
+    assert_eq!(out.stdout, "", "a failed run prints no output");
+    run_error(&out)
+}
+
+/// The `error[kind]: message` of a failed run's stderr. The message may span lines (a
+/// command's stderr tail); it ends before the `  run `ID` failed after N steps` line.
+fn run_error(out: &support::Output) -> (String, String) {
+    let mut lines = out.stderr.lines();
+    let first = lines
+        .find(|l| l.starts_with("error[") && l.contains("]: "))
+        .unwrap_or_else(|| panic!("no `error[kind]: message` line on stderr:\n{}", out.stderr));
+    let (kind, message) = first["error[".len()..].split_once("]: ").expect("`]: ` is there");
+    let mut message = message.to_string();
+    for more in lines.take_while(|l| !l.starts_with("  run `")) {
+        message.push('\n');
+        message.push_str(more);
+    }
+    (kind.to_string(), message)
+}
+
+/// The line of `--trace` output for step `number` `id`, e.g. `✓ 2.1 look [set] 0ms → end`,
+/// trimmed of its indentation.
+fn trace_line<'a>(trace: &'a str, number: &str, id: &str) -> &'a str {
+    let needle = format!(" {number} {id} [");
+    trace
+        .lines()
+        .map(str::trim_start)
+        .find(|l| l.contains(&needle))
+        .unwrap_or_else(|| panic!("no trace line for step {number} `{id}` in:\n{trace}"))
+}
+
+/// The duration of a step in `--trace` output, in milliseconds.
+fn trace_ms(trace: &str, number: &str, id: &str) -> u64 {
+    let line = trace_line(trace, number, id);
+    let after = &line[line.find("] ").expect("a kind in brackets") + 2..];
+    after[..after.find("ms").expect("a duration")]
+        .parse()
+        .unwrap_or_else(|e| panic!("no duration in `{line}`: {e}"))
+}
+
+/// The indentation of a trace line (two spaces per level of nesting).
+fn trace_indent(trace: &str, number: &str, id: &str) -> usize {
+    let needle = format!(" {number} {id} [");
+    let line = trace
+        .lines()
+        .find(|l| l.contains(&needle))
+        .unwrap_or_else(|| panic!("no trace line for step {number} `{id}` in:\n{trace}"));
+    line.len() - line.trim_start().len()
+}
+
+// ----- flow tests, one fixture per topic -------------------------------------------------------
+
+#[test]
+fn transform_and_mock_agents() {
+    all_pass("agents.yaml", 3);
+}
+
+#[test]
+fn routing() {
+    all_pass("routing.yaml", 15);
+}
+
+#[test]
+fn mappings() {
+    all_pass("mappings.yaml", 3);
+}
+
+#[test]
+fn foreach() {
+    all_pass("foreach.yaml", 7);
+}
+
+#[test]
+fn while_loops() {
+    all_pass("while.yaml", 5);
+}
+
+#[test]
+fn parallel() {
+    all_pass("parallel.yaml", 4);
+}
+
+#[test]
+fn retries_timeouts_and_schemas() {
+    all_pass("policies.yaml", 10);
+}
+
+#[test]
+fn nested_flows() {
+    all_pass("nested.yaml", 2);
+}
+
+#[test]
+fn the_root_max_depth_governs_the_tree() {
+    all_pass("depth.yaml", 1);
+}
+
+#[test]
+fn limits() {
+    all_pass("limits.yaml", 6);
+}
+
+#[test]
+fn test_mocks_stand_in_for_agents_whatever_the_allow_lists() {
+    all_pass("capability.yaml", 1);
+}
+
+#[test]
+fn the_flows_and_examples_of_the_repository_pass_their_tests() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = support::run(support::switchyard(root).args(["test", "flows", "examples"]));
+    assert_eq!(out.code(), 0, "{out:?}");
+    let summary = out
+        .stdout
+        .lines()
+        .find(|l| l.ends_with(" failed"))
+        .unwrap_or_else(|| panic!("no summary: {}", out.stdout));
+    let (passed, failed) = summary.split_once(" passed, ").expect("`N passed, N failed`");
+    assert_eq!(failed, "0 failed", "{}", out.stdout);
+    let passed: usize = passed.parse().expect("a count");
+    assert!(passed >= 25, "only {passed} tests ran:\n{}", out.stdout);
+}
+
+// ----- `switchyard test` reporting failures ----------------------------------------------------
+
+#[test]
+fn failing_flow_tests_are_reported_with_why_and_exit_1() {
+    let out = flow_tests("test-failures.yaml");
+    assert_eq!(out.code(), 1, "{out:?}");
+    let s = &out.stdout;
+    assert!(s.lines().any(|l| l == "1 passed, 4 failed"), "{s}");
+    assert!(s.contains("ok     test-failures.yaml :: passes"), "{s}");
+    let expect = [
+        ("wrong output", "output: `$.x` is 1, expected 2"),
+        (
+            "wrong path and call count",
+            "path: expected [compute, call_tool], got [compute]",
+        ),
+        ("wrong path and call count", "calls.pure: expected 2, got 1"),
+        (
+            "wrong status and error kind",
+            "status: expected failed, got succeeded",
+        ),
+        (
+            "an unmocked command agent fails the test even when the flow routes around it",
+            "agent `tool` was called but is not mocked",
+        ),
+    ];
+    for (name, why) in expect {
+        let header = format!("FAILED test-failures.yaml :: {name}");
+        let at = s
+            .find(&header)
+            .unwrap_or_else(|| panic!("`{header}` missing:\n{s}"));
+        // The reasons are indented under their test, before the next test's line.
+        let block: String = s[at + header.len()..]
+            .lines()
+            .skip(1)
+            .take_while(|l| l.starts_with("       "))
+            .collect::<Vec<_>>()
+            .join("\n");
+        assert!(block.contains(why), "`{name}`: expected `{why}` in:\n{block}");
+    }
+}
+
+#[test]
+fn a_file_that_is_not_a_valid_flow_is_not_silently_skipped() {
+    let dir = TempDir::new("engine-test-invalid");
+    dir.write(
+        "broken.yaml",
+        "flow: broken\nsteps:\n  a: {set: {$.a: [1}}\ntests:\n  - name: t\n    expect: {}\n",
+    );
+    let out = support::run(support::switchyard(dir.path()).args(["test", "broken.yaml"]));
+    assert_eq!(out.code(), 2, "{out:?}");
+    assert!(out.stderr.contains("error[SY100]"), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("`broken.yaml` is not a valid flow; its tests did not run"),
+        "{}",
+        out.stderr
+    );
+}
+
+// ----- invalid flows ---------------------------------------------------------------------------
+
+#[test]
+fn an_invalid_flow_prints_its_diagnostics_and_does_not_run() {
+    let dir = TempDir::new("engine-invalid");
+    let marker = dir.path().join("ran");
+    let input = json!({"marker": marker});
+    let out = run("invalid.yaml", &input, &[]);
+    assert_eq!(out.code(), 2, "{out:?}");
+    assert_eq!(out.stdout, "");
+    assert!(
+        out.stderr.contains("error[SY201] unknown-step"),
+        "{}",
+        out.stderr
+    );
+    assert!(out.stderr.contains("unknown step `finsh`"), "{}", out.stderr);
+    assert!(!marker.exists(), "the first step ran although the flow is invalid");
+
+    // The same flow with the typo fixed runs its first step: the marker is a real witness.
+    let text = std::fs::read_to_string(engine_dir().join("invalid.yaml")).expect("fixture");
+    let fixed = dir.write("valid.yaml", text.replace("next: finsh", "next: finish"));
+    std::fs::create_dir_all(dir.path().join("command")).expect("mkdir");
+    std::fs::copy(
+        engine_dir().join("command/touch.sh"),
+        dir.path().join("command/touch.sh"),
+    )
+    .expect("copy the script");
+    let out = support::run(support::switchyard(dir.path()).args([
+        "run",
+        fixed.to_str().expect("utf-8"),
+        "--input",
+        &input.to_string(),
+    ]));
+    assert_eq!(out.code(), 0, "{out:?}");
+    assert_eq!(
+        std::fs::read_to_string(&marker).expect("the marker"),
+        "ran\n"
+    );
+}
+
+// ----- routing ---------------------------------------------------------------------------------
+
+#[test]
+fn a_succeeded_run_prints_exactly_its_output() {
+    let out = run_ok("routing.yaml", &json!({"mode": "end"}), &[]);
+    assert_eq!(out, json!({"mode": "end", "seen": true}));
+}
+
+#[test]
+fn no_route_lists_every_edge_and_what_it_evaluated_to() {
+    let (kind, message) = run_failed("routing.yaml", &json!({"mode": "nothing"}), &[]);
+    assert_eq!(kind, "no_route");
+    assert!(
+        message.starts_with("step `dispatch`: no edge matched: "),
+        "{message}"
+    );
+    for (to, mode) in [
+        ("judge", "judge"),
+        ("explode", "explode"),
+        ("unhandled", "unhandled"),
+        ("always_fail", "always"),
+        ("too_slow", "slow"),
+        ("reject", "reject"),
+        ("custom_reject", "custom"),
+        ("quit", "quit"),
+        ("end", "end"),
+        ("bad_if", "bad_if"),
+        ("not_bool", "not_bool"),
+        ("approve", "interrupt"),
+    ] {
+        let edge = format!("to `{to}`: if payload.mode == \"{mode}\" → false");
+        assert!(message.contains(&edge), "`{edge}` missing from: {message}");
+    }
+    assert_eq!(message.matches("→ false").count(), 12, "{message}");
+}
+
+#[test]
+fn an_if_that_errors_fails_with_expression_naming_the_edge_and_the_cause() {
+    let (kind, message) = run_failed("routing.yaml", &json!({"mode": "bad_if"}), &[]);
+    assert_eq!(kind, "expression");
+    assert_eq!(
+        message,
+        "step `bad_if`: the condition of the edge to `grade_a` failed: \
+         `payload.missing.field > 1`: no such key `missing`"
+    );
+    let (kind, message) = run_failed(
+        "routing.yaml",
+        &json!({"mode": "not_bool", "score": 3}),
+        &[],
+    );
+    assert_eq!(kind, "expression");
+    assert_eq!(
+        message,
+        "step `not_bool`: the condition of the edge to `grade_a` failed: \
+         `payload.score`: must return a boolean, got int 3"
+    );
+}
+
+#[test]
+fn fail_steps_print_their_kind_and_message() {
+    let (kind, message) = run_failed(
+        "routing.yaml",
+        &json!({"mode": "custom", "amount": 120, "who": "bob"}),
+        &[],
+    );
+    assert_eq!(
+        (kind.as_str(), message.as_str()),
+        ("rejected", "amount 120 over the limit for bob")
+    );
+    let (kind, _) = run_failed("routing.yaml", &json!({"mode": "reject"}), &[]);
+    assert_eq!(kind, "fail");
+}
+
+#[test]
+fn an_interrupted_run_exits_3() {
+    let out = run(
+        "routing.yaml",
+        &json!({"mode": "interrupt", "amount": 5}),
+        &[],
+    );
+    assert_eq!(out.code(), 3, "{out:?}");
+    assert!(out.stderr.contains("waits for a decision"), "{}", out.stderr);
+}
+
+#[test]
+fn trace_shows_status_routes_attempts_and_iterations() {
+    let out = run("routing.yaml", &json!({"mode": "explode"}), &["--trace"]);
+    assert_eq!(out.code(), 0, "{out:?}");
+    let t = &out.stderr;
+    assert!(t.contains("· routing · succeeded"), "{t}");
+    assert!(
+        trace_line(t, "1", "dispatch").starts_with("✓ 1 dispatch [set] "),
+        "{t}"
+    );
+    assert!(trace_line(t, "1", "dispatch").ends_with("→ explode"), "{t}");
+    let explode = trace_line(t, "2", "explode");
+    assert!(explode.starts_with("✗ 2 explode [agent] "), "{t}");
+    assert!(explode.ends_with("→ on_agent"), "{t}");
+    assert!(
+        t.contains("error[agent]: mock failure 1 of 1000"),
+        "the failed step's error is shown: {t}"
+    );
+    assert!(trace_line(t, "3", "on_agent").starts_with("✓ 3 on_agent [set]"));
+
+    let input = json!({"total": 0, "step": 4, "target": 10, "trail": [], "ns": [], "stop": 5});
+    let out = run("while.yaml", &input, &["--trace"]);
+    assert_eq!(out.code(), 0, "{out:?}");
+    assert!(trace_line(&out.stderr, "1", "grow").ends_with("· 3 iterations → fragile"));
+
+    let out = run(
+        "policies.yaml",
+        &json!({"mode": "backoff", "n": 0}),
+        &["--trace"],
+    );
+    assert_eq!(out.code(), 0, "{out:?}");
+    assert!(trace_line(&out.stderr, "2", "backoff").ends_with("· 3 attempts"));
+}
+
+// ----- mappings --------------------------------------------------------------------------------
+
+fn mappings_input() -> Value {
+    json!({
+        "ticket": {"id": "T1", "body": "help me"},
+        "customer": {"id": 7, "name": "Ada"},
+        "tags": ["a", "b", "c"],
+        "items": [{"id": 1}, {"id": 2}],
+        "meta": {"a": 1, "b": {"c": 2}},
+        "list": [1, 2, 3],
+        "allowed": {"deep": {"old": 1}},
+        "report": {"title": "Q3"}
+    })
+}
+
+#[test]
+fn input_and_output_forms_write_exactly_what_they_name() {
+    let out = run_ok("mappings.yaml", &mappings_input(), &[]);
+    // A downstream filter keeps only its paths, structure kept.
+    assert_eq!(
+        out["seen_filtered"],
+        json!({"ticket": {"id": "T1"}, "customer": {"name": "Ada"}, "tags": [null, "b"]})
+    );
+    assert_eq!(
+        out["seen_mapped"],
+        json!({
+            "text": "help me", "n": 3, "fixed": [1, {"two": 2}], "opt": "none",
+            "opt_found": "T1", "deep": {"x": {"y": "T1"}}, "ids": [1, 2], "first": "a"
+        })
+    );
+    // The whole payload, as it was then.
+    assert_eq!(out["seen_all"], mappings_input());
+    // `"*"`: objects merge, arrays and scalars replace, nothing is deleted.
+    assert_eq!(out["meta"], json!({"a": 1, "b": {"c": 2, "d": 3}, "e": 4}));
+    assert_eq!(out["list"], json!([9]));
+    // An upstream allowlist under a scope: only the allowed parts, merged.
+    assert_eq!(
+        out["allowed"],
+        json!({"reply": "hi", "deep": {"old": 1, "keep": "yes"}})
+    );
+    assert_eq!(
+        out["mapped"],
+        json!({"e": 4, "d_plus_one": 4, "lit": {"x": [1]}, "opt": 0, "none_result": "hi"})
+    );
+    assert_eq!(out["report"], json!({"title": "Q3", "summary": "summary of Q3"}));
+    assert_eq!(out["merged_after_none"], json!(false));
+}
+
+#[test]
+fn allowlist_violations_are_recorded_on_the_step() {
+    let out = run("mappings.yaml", &mappings_input(), &["--trace"]);
+    assert_eq!(out.code(), 0, "{out:?}");
+    let t = &out.stderr;
+    let step = trace_line(t, "7", "produce_allowlist");
+    assert!(step.starts_with("✓ 7 produce_allowlist [agent]"), "{t}");
+    let at = t.find(step).expect("the step line");
+    let violations: Vec<&str> = t[at..]
+        .lines()
+        .skip(1)
+        .map(str::trim)
+        .take_while(|l| l.starts_with("violation: "))
+        .collect();
+    assert_eq!(
+        violations,
+        [
+            "violation: $.meta (not in the output allowlist)",
+            "violation: $.list (not in the output allowlist)",
+            "violation: $.extra (not in the output allowlist)",
+            "violation: $.deep.drop (not in the output allowlist)",
+        ],
+        "{t}"
+    );
+    // No other step has violations.
+    assert_eq!(t.matches("violation: ").count(), 4, "{t}");
+}
+
+#[test]
+fn a_missing_source_names_the_path_and_the_nearest_key() {
+    let mut input = mappings_input();
+    input["ticket"] = json!({"id": "T1", "bdy": "help me"});
+    let (kind, message) = run_failed("mappings.yaml", &input, &[]);
+    assert_eq!(kind, "mapping");
+    assert_eq!(
+        message,
+        "`$.ticket.body` matched nothing; nearest: `$.ticket.bdy`"
+    );
+}
+
+// ----- foreach, while, parallel: timing --------------------------------------------------------
+
+/// Start and end times (ns) of each item, from the log command/stamp.sh writes.
+fn stamps(log: &Path) -> Vec<(u128, u128)> {
+    let text = std::fs::read_to_string(log).expect("the stamp log");
+    let mut times = vec![(0u128, 0u128); 4];
+    for line in text.lines() {
+        let parts: Vec<&str> = line.split(' ').collect();
+        let [i, what, ns] = parts[..] else {
+            panic!("bad stamp line `{line}`")
+        };
+        let (i, ns): (usize, u128) = (i.parse().expect("index"), ns.parse().expect("ns"));
+        match what {
+            "start" => times[i].0 = ns,
+            "end" => times[i].1 = ns,
+            other => panic!("bad stamp `{other}`"),
+        }
+    }
+    assert!(
+        times.iter().all(|(s, e)| *s > 0 && e > s),
+        "every item started and ended: {text}"
+    );
+    times
+}
+
+#[test]
+fn foreach_concurrency_is_a_sliding_window() {
+    let dir = TempDir::new("engine-window");
+    let log = dir.path().join("stamps.log");
+    let input = json!({"log": log, "items": ["0.3", "0.05", "0.05", "0.05"]});
+    let out = run_ok("foreach-window.yaml", &input, &[]);
+    // In item order, although item 0 finished last.
+    assert_eq!(out["order"], json!([0, 1, 2, 3]));
+    let t = stamps(&log);
+    assert!(
+        t.iter().skip(1).all(|(_, end)| *end < t[0].1),
+        "item 0 finishes last: {t:?}"
+    );
+    // A window: items 2 and 3 start while item 0 still runs (fixed batches of 2 would start
+    // them only after it finished).
+    assert!(t[2].0 < t[0].1 && t[3].0 < t[0].1, "not a sliding window: {t:?}");
+    // Never more than 2 in flight: at each start, count the items running.
+    for (i, (start, _)) in t.iter().enumerate() {
+        let running = t
+            .iter()
+            .filter(|(s, e)| s <= start && start < e)
+            .count();
+        assert!(running <= 2, "{running} items in flight when item {i} started: {t:?}");
+    }
+}
+
+#[test]
+fn while_waits_its_delay_between_iterations() {
+    let input = json!({"total": 0, "step": 4, "target": 10, "trail": [], "ns": [], "stop": 5});
+    let out = run("while.yaml", &input, &["--trace"]);
+    assert_eq!(out.code(), 0, "{out:?}");
+    assert!(trace_line(&out.stderr, "2", "fragile").contains("· 3 iterations"));
+    // 3 iterations, 2 delays of 60ms: none before the first iteration.
+    let ms = trace_ms(&out.stderr, "2", "fragile");
+    assert!((120..1000).contains(&ms), "fragile took {ms}ms");
+}
+
+#[test]
+fn retry_backoff_grows_by_its_factor() {
+    let out = run(
+        "policies.yaml",
+        &json!({"mode": "backoff", "n": 0}),
+        &["--trace"],
+    );
+    assert_eq!(out.code(), 0, "{out:?}");
+    // 60ms, then 120ms; the default backoff (1s) would take much longer.
+    let ms = trace_ms(&out.stderr, "2", "backoff");
+    assert!((180..900).contains(&ms), "backoff took {ms}ms");
+}
+
+#[test]
+fn parallel_branches_run_at_once_unless_concurrency_says_otherwise() {
+    let out = run("parallel.yaml", &json!({"mode": "ok"}), &["--trace"]);
+    assert_eq!(out.code(), 0, "{out:?}");
+    // The 150ms branch and three 1ms branches at once.
+    let ms = trace_ms(&out.stderr, "2", "both");
+    assert!((150..300).contains(&ms), "both took {ms}ms");
+
+    let out = run(
+        "parallel.yaml",
+        &json!({"mode": "one_at_a_time"}),
+        &["--trace"],
+    );
+    assert_eq!(out.code(), 0, "{out:?}");
+    // Two 150ms branches, one after the other.
+    let ms = trace_ms(&out.stderr, "2", "one_at_a_time");
+    assert!(ms >= 300, "one_at_a_time took {ms}ms");
+}
+
+#[test]
+fn parallel_fail_fast_cancels_and_the_default_waits() {
+    let out = run("parallel.yaml", &json!({"mode": "fail_fast"}), &["--trace"]);
+    assert_eq!(out.code(), 0, "{out:?}");
+    // The failing branch takes 20ms; the 400ms one is cancelled.
+    let ms = trace_ms(&out.stderr, "2", "fail_fast");
+    assert!(ms < 300, "fail_fast took {ms}ms");
+
+    let out = run("parallel.yaml", &json!({"mode": "one_fails"}), &["--trace"]);
+    assert_eq!(out.code(), 0, "{out:?}");
+    // Without fail_fast the 150ms branch finishes although the other failed after 20ms.
+    let ms = trace_ms(&out.stderr, "2", "one_fails");
+    assert!(ms >= 150, "one_fails took {ms}ms");
+    let line = trace_line(&out.stderr, "2", "one_fails");
+    assert!(line.starts_with("✗ 2 one_fails [parallel]") && line.ends_with("→ caught"));
+}
+
+// ----- policies and schemas --------------------------------------------------------------------
+
+#[test]
+fn output_select_prints_only_the_selected_part() {
+    let out = run_ok("policies.yaml", &json!({"mode": "score", "n": 7}), &[]);
+    assert_eq!(out, json!({"score": 7, "extra": "kept"}));
+}
+
+#[test]
+fn an_input_schema_violation_fails_before_any_step() {
+    let out = run(
+        "policies.yaml",
+        &json!({"mode": "score", "n": "seven"}),
+        &["--trace"],
+    );
+    assert_eq!(out.code(), 1, "{out:?}");
+    let (kind, message) = run_error(&out);
+    assert_eq!(kind, "mapping");
+    assert!(
+        message.starts_with("the run input does not match `input.schema` at `/n`: "),
+        "{message}"
+    );
+    assert!(!out.stderr.contains("dispatch"), "no step ran: {}", out.stderr);
+    assert!(out.stderr.contains("failed after 0 steps"), "{}", out.stderr);
+}
+
+#[test]
+fn schema_violations_name_the_json_pointer() {
+    let (kind, message) = run_failed("policies.yaml", &json!({"mode": "score", "n": 101}), &[]);
+    assert_eq!(kind, "invalid_output");
+    assert!(
+        message.starts_with("the result of agent `scorer` does not match its `result_schema` at `/score`: "),
+        "{message}"
+    );
+    let (kind, message) = run_failed("policies.yaml", &json!({"mode": "score", "n": 11}), &[]);
+    assert_eq!(kind, "invalid_output");
+    assert!(
+        message.starts_with("the run output does not match `output.schema` at `/score`: "),
+        "{message}"
+    );
+}
+
+#[test]
+fn a_timeout_is_per_attempt() {
+    let started = Instant::now();
+    let (kind, message) = run_failed("policies.yaml", &json!({"mode": "slow", "n": 0}), &[]);
+    assert_eq!(
+        (kind.as_str(), message.as_str()),
+        ("timeout", "step `too_slow` timed out after 30ms (attempt 2)")
+    );
+    // Two 30ms attempts of a 300ms agent.
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+// ----- command agents --------------------------------------------------------------------------
+
+/// Runs command.yaml in `mode`, with `log` a file in `dir`.
+fn command_run(dir: &TempDir, mode: &str, extra: Value) -> (support::Output, PathBuf) {
+    let log = dir.path().join(format!("{mode}.log"));
+    let mut input = json!({"mode": mode, "log": log});
+    if let (Value::Object(i), Value::Object(e)) = (&mut input, extra) {
+        i.extend(e);
+    }
+    let mut cmd = support::switchyard(&engine_dir());
+    cmd.args(["run", "command.yaml", "--input", &input.to_string()])
+        .env("SY_TEST_SECRET", "s3cret")
+        .env("SY_TEST_LEAK", "must not reach the command");
+    (support::run(&mut cmd), log)
+}
+
+#[test]
+fn a_command_reads_its_input_document_on_stdin_and_prints_json() {
+    let dir = TempDir::new("engine-cmd");
+    let (out, _) = command_run(&dir, "stdin", json!({"doc": {"a": [1, "x", null], "é": true}}));
+    assert_eq!(out.code(), 0, "{out:?}");
+    let out: Value = serde_json::from_str(&out.stdout).expect("JSON");
+    assert_eq!(
+        out["echoed"],
+        json!({"doc": {"a": [1, "x", null], "é": true}, "n": 2})
+    );
+}
+
+#[test]
+fn command_arguments_are_templates_that_become_single_arguments() {
+    let dir = TempDir::new("engine-cmd");
+    let (out, _) = command_run(&dir, "argv", json!({"arg": "a b; echo pwned"}));
+    assert_eq!(out.code(), 0, "{out:?}");
+    let out: Value = serde_json::from_str(&out.stdout).expect("JSON");
+    assert_eq!(
+        out["argv"],
+        json!({"argc": 2, "first": "a b; echo pwned", "second": "second-arg"})
+    );
+}
+
+#[test]
+fn the_idempotency_key_is_the_same_across_retries_of_a_step() {
+    let dir = TempDir::new("engine-cmd");
+    let (out, log) = command_run(&dir, "retry", json!({}));
+    assert_eq!(out.code(), 0, "{out:?}");
+    let result: Value = serde_json::from_str(&out.stdout).expect("JSON");
+    assert_eq!(result["first"], json!({"attempt": 2}));
+    assert_eq!(result["second"], json!({"attempt": 2}));
+    let text = std::fs::read_to_string(&log).expect("the attempts log");
+    let rows: Vec<Vec<&str>> = text.lines().map(|l| l.split(' ').collect()).collect();
+    assert_eq!(rows.len(), 4, "two steps, two attempts each: {text}");
+    for row in &rows {
+        assert_eq!(row.len(), 4, "attempt, key, step, run id: {text}");
+        assert!(!row[1].is_empty() && !row[3].is_empty(), "{text}");
+        assert_eq!(row[3], rows[0][3], "one run id: {text}");
+    }
+    let attempts: Vec<(&str, &str)> = rows.iter().map(|r| (r[0], r[2])).collect();
+    assert_eq!(
+        attempts,
+        [
+            ("1", "retried"),
+            ("2", "retried"),
+            ("1", "retried_again"),
+            ("2", "retried_again")
+        ]
+    );
+    assert_eq!(rows[0][1], rows[1][1], "same key across retries: {text}");
+    assert_eq!(rows[2][1], rows[3][1], "same key across retries: {text}");
+    assert_ne!(rows[0][1], rows[2][1], "another step, another key: {text}");
+}
+
+#[test]
+fn a_command_sees_only_its_env_path_and_the_switchyard_variables() {
+    let dir = TempDir::new("engine-cmd");
+    let (out, log) = command_run(&dir, "env", json!({}));
+    assert_eq!(out.code(), 0, "{out:?}");
+    let text = std::fs::read_to_string(&log).expect("the env dump");
+    let env: std::collections::BTreeMap<&str, &str> =
+        text.lines().filter_map(|l| l.split_once('=')).collect();
+    assert_eq!(env.get("GREETING"), Some(&"hello"), "{text}");
+    assert_eq!(env.get("FROM_SECRET"), Some(&"s3cret"), "secret reference resolved: {text}");
+    assert_eq!(env.get("SWITCHYARD_STEP"), Some(&"environment"), "{text}");
+    assert_eq!(env.get("SWITCHYARD_ATTEMPT"), Some(&"1"), "{text}");
+    assert!(env.contains_key("PATH"), "{text}");
+    assert!(env.contains_key("SWITCHYARD_RUN_ID"), "{text}");
+    assert!(env.contains_key("SWITCHYARD_IDEMPOTENCY_KEY"), "{text}");
+    // The shell adds PWD (and some shells SHLVL, OLDPWD, `_`); nothing else comes from us.
+    let expected = [
+        "GREETING",
+        "FROM_SECRET",
+        "PATH",
+        "SWITCHYARD_RUN_ID",
+        "SWITCHYARD_STEP",
+        "SWITCHYARD_ATTEMPT",
+        "SWITCHYARD_IDEMPOTENCY_KEY",
+        "PWD",
+        "OLDPWD",
+        "SHLVL",
+        "_",
+    ];
+    let unexpected: Vec<&&str> = env.keys().filter(|k| !expected.contains(k)).collect();
+    assert!(unexpected.is_empty(), "leaked into the command: {unexpected:?}\n{text}");
+}
+
+#[test]
+fn a_failed_command_is_kind_agent_with_the_tail_of_stderr() {
+    let dir = TempDir::new("engine-cmd");
+    let (out, _) = command_run(&dir, "exit", json!({}));
+    assert_eq!(out.code(), 1, "{out:?}");
+    let (kind, message) = run_error(&out);
+    assert_eq!(kind, "agent");
+    assert!(
+        message.starts_with("command `sh` exited with status 3: …"),
+        "{message}"
+    );
+    assert!(message.ends_with("fatal: disk full"), "{message}");
+    assert!(!message.contains("BEGIN"), "only the tail is kept: {message}");
+    assert!(message.len() < 2300, "the tail is bounded: {} bytes", message.len());
+}
+
+#[test]
+fn a_command_timeout_kills_its_whole_process_group() {
+    let dir = TempDir::new("engine-cmd");
+    let started = Instant::now();
+    let (out, pid_file) = command_run(&dir, "timeout", json!({}));
+    assert!(started.elapsed() < Duration::from_secs(10), "the run did not wait for `sleep 30`");
+    assert_eq!(out.code(), 1, "{out:?}");
+    let (kind, message) = run_error(&out);
+    assert_eq!(kind, "timeout");
+    assert!(message.contains("timed out after 300ms"), "{message}");
+    let pid = std::fs::read_to_string(&pid_file).expect("the grandchild's pid");
+    let pid = pid.trim();
+    // The grandchild (`sleep 30`, in the command's process group) is gone: killed, then
+    // reaped by init. Give the reaper a moment.
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let alive = loop {
+        let state = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| s.rsplit(')').next().map(|r| r.trim().chars().next()))
+            .flatten();
+        let alive = matches!(state, Some(s) if s != 'Z' && s != 'X');
+        if !alive || Instant::now() > deadline {
+            break alive;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    if alive {
+        let _ = std::process::Command::new("kill").args(["-9", pid]).status();
+    }
+    assert!(!alive, "the grandchild {pid} outlived the timeout");
+}
+
+#[test]
+fn command_output_is_capped_and_must_be_json() {
+    let dir = TempDir::new("engine-cmd");
+    let (out, _) = command_run(&dir, "max_output", json!({}));
+    assert_eq!(out.code(), 1, "{out:?}");
+    assert_eq!(
+        run_error(&out),
+        (
+            "invalid_output".to_string(),
+            "command `sh`: stdout exceeded 1 KiB (max_output)".to_string()
+        )
+    );
+    let (out, _) = command_run(&dir, "not_json", json!({}));
+    assert_eq!(out.code(), 1, "{out:?}");
+    let (kind, message) = run_error(&out);
+    assert_eq!(kind, "invalid_output");
+    assert!(
+        message.starts_with("command `echo` printed invalid JSON on stdout")
+            && message.ends_with(": this is not json"),
+        "{message}"
+    );
+}
+
+// ----- nesting ---------------------------------------------------------------------------------
+
+#[test]
+fn trace_numbers_the_steps_of_child_runs_under_their_calling_step() {
+    let out = run(
+        "nested.yaml",
+        &json!({"name": "ada", "fail": false}),
+        &["--trace", "--context", r#"{"tenant": "acme"}"#],
+    );
+    assert_eq!(out.code(), 0, "{out:?}");
+    let t = &out.stderr;
+    for (number, id, kind) in [
+        ("1", "prepare", "set"),
+        ("2", "call_child", "agent"),
+        ("2.1", "look", "set"),
+        ("3", "call_inline", "agent"),
+        ("3.1", "shout", "agent"),
+        ("4", "go_deep", "agent"),
+        ("4.1", "down", "agent"),
+        ("4.1.1", "down", "agent"),
+        ("4.1.1.2", "note", "set"),
+    ] {
+        let line = trace_line(t, number, id);
+        assert!(
+            line.starts_with(&format!("✓ {number} {id} [{kind}] ")),
+            "{line}\n{t}"
+        );
+    }
+    let deepest = trace_line(t, "4.1.1.1", "down");
+    assert!(
+        deepest.starts_with("✗ 4.1.1.1 down [agent]") && deepest.ends_with("→ note"),
+        "{t}"
+    );
+    assert!(
+        t.contains("error[depth]: nesting limit reached (depth 3 of 3)"),
+        "{t}"
+    );
+    // Each level of nesting is indented under its caller.
+    assert_eq!(
+        trace_indent(t, "2.1", "look"),
+        trace_indent(t, "2", "call_child") + 2
+    );
+    assert_eq!(
+        trace_indent(t, "4.1.1.1", "down"),
+        trace_indent(t, "4", "go_deep") + 6
+    );
+    let output: Value = serde_json::from_str(&out.stdout).expect("JSON");
+    assert_eq!(
+        output["child_out"],
+        json!({
+            "name": "ada", "fail": false, "saw_parent_payload": false,
+            "greeting": "hello ada", "tenant": "acme",
+            "run_input": {"name": "ada", "fail": false}
+        })
+    );
+}
+
+#[test]
+fn a_call_beyond_max_depth_fails_with_kind_depth() {
+    let (kind, message) = run_failed("depth.yaml", &json!({}), &[]);
+    assert_eq!(
+        (kind.as_str(), message.as_str()),
+        ("depth", "nesting limit reached (depth 2 of 2)")
+    );
+}
+
+// ----- context, capabilities, agent changes ----------------------------------------------------
+
+fn capability_run(args: &[&str]) -> support::Output {
+    run("capability.yaml", &json!({"n": 3}), args)
+}
+
+fn capability_ok(args: &[&str]) -> Value {
+    let out = capability_run(args);
+    assert_eq!(out.code(), 0, "{args:?}: {out:?}");
+    serde_json::from_str(&out.stdout).expect("JSON")
+}
+
+/// What each flow's `tag` agent returned: root, middle, leaf.
+fn tags(out: &Value) -> [Value; 3] {
+    [
+        out["tag_root"].clone(),
+        out["kid"]["tag_middle"].clone(),
+        out["kid"]["tag_leaf"].clone(),
+    ]
+}
+
+#[test]
+fn context_reaches_every_nested_flow_unchanged() {
+    let context = json!({"tenant": "acme", "limits": [1, {"x": null}]});
+    let out = capability_ok(&["--context", &context.to_string()]);
+    assert_eq!(
+        out,
+        json!({
+            "n": 3,
+            "label": "from command",
+            "tag_root": {"original": "root"},
+            "kid": {
+                "n": 6,
+                "ctx": context,
+                "tag_middle": {"original": "middle"},
+                "tag_leaf": {"original": "leaf"}
+            }
+        })
+    );
+    let out = capability_run(&["--context", "{not json"]);
+    assert_eq!(out.code(), 2, "{out:?}");
+    assert!(out.stderr.contains("--context is not valid JSON"), "{}", out.stderr);
+}
+
+#[test]
+fn allow_narrows_the_capability_set() {
+    let out = capability_run(&["--allow", "flow,transform,mock"]);
+    assert_eq!(out.code(), 1, "{out:?}");
+    assert_eq!(
+        run_error(&out),
+        (
+            "capability".to_string(),
+            "agent `classify` is of kind `command`, which is not allowed here \
+             (allowed: flow, transform, mock)"
+                .to_string()
+        )
+    );
+    // Nested flows are narrowed too: the leaf's transform.
+    let out = capability_run(&["--allow", "flow,command"]);
+    assert_eq!(out.code(), 1, "{out:?}");
+    let (kind, message) = run_error(&out);
+    assert_eq!(kind, "capability");
+    assert!(message.starts_with("agent `tag` is of kind `transform`"), "{message}");
+
+    let out = capability_run(&["--allow", "flow,teleport"]);
+    assert_eq!(out.code(), 2, "{out:?}");
+    assert!(out.stderr.contains("unknown agent kind `teleport`"), "{}", out.stderr);
+}
+
+#[test]
+fn a_child_never_has_a_capability_its_caller_lacks() {
+    // The leaf allows `mock`, the middle flow that calls it does not: a mock put in the leaf
+    // is refused, and the allowed set named is the intersection down the tree.
+    let out = capability_run(&["--agent-change", "capability/leaf-mock.yaml"]);
+    assert_eq!(out.code(), 1, "{out:?}");
+    assert_eq!(
+        run_error(&out),
+        (
+            "capability".to_string(),
+            "agent `double` is of kind `mock`, which is not allowed here (allowed: flow, transform)"
+                .to_string()
+        )
+    );
+}
+
+#[test]
+fn agent_change_replace_swaps_a_command_for_a_mock() {
+    let out = capability_ok(&["--agent-change", "capability/swap-command.yaml"]);
+    assert_eq!(out["label"], json!("from mock"));
+    // And the mock needs no `command` capability.
+    let out = capability_ok(&[
+        "--agent-change",
+        "capability/swap-command.yaml",
+        "--allow",
+        "flow,transform,mock",
+    ]);
+    assert_eq!(out["label"], json!("from mock"));
+}
+
+#[test]
+fn agent_change_scopes_choose_the_flows() {
+    let original = |level: &str| json!({"original": level});
+    let replaced = |level: &str| json!({"replaced": level});
+    let cases = [
+        (
+            "replace-global",
+            [replaced("root"), replaced("middle"), replaced("leaf")],
+        ),
+        (
+            "replace-root",
+            [replaced("root"), original("middle"), original("leaf")],
+        ),
+        (
+            "replace-all_subagents",
+            [original("root"), replaced("middle"), replaced("leaf")],
+        ),
+        (
+            "replace-specific",
+            [original("root"), replaced("middle"), original("leaf")],
+        ),
+    ];
+    for (file, want) in cases {
+        let out = capability_ok(&["--agent-change", &format!("capability/{file}.yaml")]);
+        assert_eq!(tags(&out), want, "{file}");
+    }
+    // `specific` also replaced `double` in the leaf only.
+    let out = capability_ok(&["--agent-change", "capability/replace-specific.yaml"]);
+    assert_eq!(out["kid"]["n"], json!(300));
+}
+
+#[test]
+fn agent_change_remove_fails_the_steps_that_call_it_with_capability() {
+    let out = capability_run(&["--agent-change", "capability/remove-subagents.yaml"]);
+    assert_eq!(out.code(), 1, "{out:?}");
+    assert_eq!(
+        run_error(&out),
+        (
+            "capability".to_string(),
+            "agent `tag` of flow `capability-middle` is removed by an agent change".to_string()
+        )
+    );
+}
+
+#[test]
+fn agent_change_add_fills_removed_agents_and_never_overrides() {
+    let out = capability_ok(&["--agent-change", "capability/add.yaml"]);
+    assert_eq!(
+        tags(&out),
+        [
+            json!({"original": "root"}),
+            json!({"original": "middle"}),
+            json!({"added": "leaf"})
+        ]
+    );
+}
+
+#[test]
+fn an_invalid_agent_change_file_is_a_usage_error() {
+    let dir = TempDir::new("engine-change");
+    let file = dir.write(
+        "change.yaml",
+        "- scope: root\n  mode: swap\n  agents: {}\n",
+    );
+    let out = capability_run(&["--agent-change", file.to_str().expect("utf-8")]);
+    assert_eq!(out.code(), 2, "{out:?}");
+    assert!(
+        out.stderr.contains("change.yaml:2:9: unknown mode `swap`"),
+        "{}",
+        out.stderr
+    );
+}
+
+// ----- limits ----------------------------------------------------------------------------------
+
+#[test]
+fn the_run_timeout_stops_the_run() {
+    let started = Instant::now();
+    let (kind, message) = run_failed("limits.yaml", &json!({"mode": "slow"}), &[]);
+    assert_eq!(
+        (kind.as_str(), message.as_str()),
+        ("limit", "run timeout reached (limits.timeout 300ms)")
+    );
+    // The agent sleeps 5s; the run does not wait for it.
+    assert!(started.elapsed() < Duration::from_secs(4), "{:?}", started.elapsed());
+}
+
+#[test]
+fn limit_errors_name_the_limit_and_its_value() {
+    let (kind, message) = run_failed("limits.yaml", &json!({"mode": "loop"}), &[]);
+    assert_eq!(
+        (kind.as_str(), message.as_str()),
+        ("limit", "step limit reached (limits.max_steps 20)")
+    );
+    let (kind, message) = run_failed("limits.yaml", &json!({"mode": "grow"}), &[]);
+    assert_eq!(
+        (kind.as_str(), message.as_str()),
+        (
+            "limit",
+            "payload size limit reached (limits.max_payload_bytes 1024)"
+        )
+    );
+}

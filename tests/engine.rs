@@ -50,8 +50,7 @@ fn run(flow: &str, input: &Value, args: &[&str]) -> support::Output {
 fn run_ok(flow: &str, input: &Value, args: &[&str]) -> Value {
     let out = run(flow, input, args);
     assert_eq!(out.code(), 0, "`run {flow}` with {input} failed: {out:?}");
-    serde_json::from_str(&out.stdout)
-        .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {}", out.stdout))
+    serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {}", out.stdout))
 }
 
 /// A run that must fail (exit 1, nothing on stdout): the kind and message of its
@@ -189,7 +188,7 @@ fn failing_flow_tests_are_reported_with_why_and_exit_1() {
     let out = flow_tests("test-failures.yaml");
     assert_eq!(out.code(), 1, "{out:?}");
     let s = &out.stdout;
-    assert!(s.lines().any(|l| l == "1 passed, 4 failed"), "{s}");
+    assert!(s.lines().any(|l| l == "1 passed, 5 failed"), "{s}");
     assert!(s.contains("ok     test-failures.yaml :: passes"), "{s}");
     let expect = [
         ("wrong output", "output: `$.x` is 1, expected 2"),
@@ -205,6 +204,11 @@ fn failing_flow_tests_are_reported_with_why_and_exit_1() {
         (
             "an unmocked command agent fails the test even when the flow routes around it",
             "agent `tool` was called but is not mocked",
+        ),
+        // Even a test that expects the failure an unmocked agent causes fails.
+        (
+            "an unmocked http agent fails the test",
+            "agent `remote` was called but is not mocked",
         ),
     ];
     for (name, why) in expect {
@@ -234,7 +238,8 @@ fn a_file_that_is_not_a_valid_flow_is_not_silently_skipped() {
     assert_eq!(out.code(), 2, "{out:?}");
     assert!(out.stderr.contains("error[SY100]"), "{}", out.stderr);
     assert!(
-        out.stderr.contains("`broken.yaml` is not a valid flow; its tests did not run"),
+        out.stderr
+            .contains("`broken.yaml` is not a valid flow; its tests did not run"),
         "{}",
         out.stderr
     );
@@ -250,13 +255,12 @@ fn an_invalid_flow_prints_its_diagnostics_and_does_not_run() {
     let out = run("invalid.yaml", &input, &[]);
     assert_eq!(out.code(), 2, "{out:?}");
     assert_eq!(out.stdout, "");
-    assert!(
-        out.stderr.contains("error[SY201] unknown-step"),
-        "{}",
-        out.stderr
-    );
+    assert!(out.stderr.contains("error[SY201] unknown-step"), "{}", out.stderr);
     assert!(out.stderr.contains("unknown step `finsh`"), "{}", out.stderr);
-    assert!(!marker.exists(), "the first step ran although the flow is invalid");
+    assert!(
+        !marker.exists(),
+        "the first step ran although the flow is invalid"
+    );
 
     // The same flow with the typo fixed runs its first step: the marker is a real witness.
     let text = std::fs::read_to_string(engine_dir().join("invalid.yaml")).expect("fixture");
@@ -274,10 +278,7 @@ fn an_invalid_flow_prints_its_diagnostics_and_does_not_run() {
         &input.to_string(),
     ]));
     assert_eq!(out.code(), 0, "{out:?}");
-    assert_eq!(
-        std::fs::read_to_string(&marker).expect("the marker"),
-        "ran\n"
-    );
+    assert_eq!(std::fs::read_to_string(&marker).expect("the marker"), "ran\n");
 }
 
 // ----- routing ---------------------------------------------------------------------------------
@@ -325,11 +326,7 @@ fn an_if_that_errors_fails_with_expression_naming_the_edge_and_the_cause() {
         "step `bad_if`: the condition of the edge to `grade_a` failed: \
          `payload.missing.field > 1`: no such key `missing`"
     );
-    let (kind, message) = run_failed(
-        "routing.yaml",
-        &json!({"mode": "not_bool", "score": 3}),
-        &[],
-    );
+    let (kind, message) = run_failed("routing.yaml", &json!({"mode": "not_bool", "score": 3}), &[]);
     assert_eq!(kind, "expression");
     assert_eq!(
         message,
@@ -355,11 +352,7 @@ fn fail_steps_print_their_kind_and_message() {
 
 #[test]
 fn an_interrupted_run_exits_3() {
-    let out = run(
-        "routing.yaml",
-        &json!({"mode": "interrupt", "amount": 5}),
-        &[],
-    );
+    let out = run("routing.yaml", &json!({"mode": "interrupt", "amount": 5}), &[]);
     assert_eq!(out.code(), 3, "{out:?}");
     assert!(out.stderr.contains("waits for a decision"), "{}", out.stderr);
 }
@@ -389,11 +382,7 @@ fn trace_shows_status_routes_attempts_and_iterations() {
     assert_eq!(out.code(), 0, "{out:?}");
     assert!(trace_line(&out.stderr, "1", "grow").ends_with("· 3 iterations → fragile"));
 
-    let out = run(
-        "policies.yaml",
-        &json!({"mode": "backoff", "n": 0}),
-        &["--trace"],
-    );
+    let out = run("policies.yaml", &json!({"mode": "backoff", "n": 0}), &["--trace"]);
     assert_eq!(out.code(), 0, "{out:?}");
     assert!(trace_line(&out.stderr, "2", "backoff").ends_with("· 3 attempts"));
 }
@@ -529,11 +518,11 @@ fn foreach_concurrency_is_a_sliding_window() {
     assert!(t[2].0 < t[0].1 && t[3].0 < t[0].1, "not a sliding window: {t:?}");
     // Never more than 2 in flight: at each start, count the items running.
     for (i, (start, _)) in t.iter().enumerate() {
-        let running = t
-            .iter()
-            .filter(|(s, e)| s <= start && start < e)
-            .count();
-        assert!(running <= 2, "{running} items in flight when item {i} started: {t:?}");
+        let running = t.iter().filter(|(s, e)| s <= start && start < e).count();
+        assert!(
+            running <= 2,
+            "{running} items in flight when item {i} started: {t:?}"
+        );
     }
 }
 
@@ -550,11 +539,7 @@ fn while_waits_its_delay_between_iterations() {
 
 #[test]
 fn retry_backoff_grows_by_its_factor() {
-    let out = run(
-        "policies.yaml",
-        &json!({"mode": "backoff", "n": 0}),
-        &["--trace"],
-    );
+    let out = run("policies.yaml", &json!({"mode": "backoff", "n": 0}), &["--trace"]);
     assert_eq!(out.code(), 0, "{out:?}");
     // 60ms, then 120ms; the default backoff (1s) would take much longer.
     let ms = trace_ms(&out.stderr, "2", "backoff");
@@ -569,11 +554,7 @@ fn parallel_branches_run_at_once_unless_concurrency_says_otherwise() {
     let ms = trace_ms(&out.stderr, "2", "both");
     assert!((150..300).contains(&ms), "both took {ms}ms");
 
-    let out = run(
-        "parallel.yaml",
-        &json!({"mode": "one_at_a_time"}),
-        &["--trace"],
-    );
+    let out = run("parallel.yaml", &json!({"mode": "one_at_a_time"}), &["--trace"]);
     assert_eq!(out.code(), 0, "{out:?}");
     // Two 150ms branches, one after the other.
     let ms = trace_ms(&out.stderr, "2", "one_at_a_time");
@@ -731,7 +712,11 @@ fn a_command_sees_only_its_env_path_and_the_switchyard_variables() {
     let env: std::collections::BTreeMap<&str, &str> =
         text.lines().filter_map(|l| l.split_once('=')).collect();
     assert_eq!(env.get("GREETING"), Some(&"hello"), "{text}");
-    assert_eq!(env.get("FROM_SECRET"), Some(&"s3cret"), "secret reference resolved: {text}");
+    assert_eq!(
+        env.get("FROM_SECRET"),
+        Some(&"s3cret"),
+        "secret reference resolved: {text}"
+    );
     assert_eq!(env.get("SWITCHYARD_STEP"), Some(&"environment"), "{text}");
     assert_eq!(env.get("SWITCHYARD_ATTEMPT"), Some(&"1"), "{text}");
     assert!(env.contains_key("PATH"), "{text}");
@@ -752,7 +737,10 @@ fn a_command_sees_only_its_env_path_and_the_switchyard_variables() {
         "_",
     ];
     let unexpected: Vec<&&str> = env.keys().filter(|k| !expected.contains(k)).collect();
-    assert!(unexpected.is_empty(), "leaked into the command: {unexpected:?}\n{text}");
+    assert!(
+        unexpected.is_empty(),
+        "leaked into the command: {unexpected:?}\n{text}"
+    );
 }
 
 #[test]
@@ -768,7 +756,11 @@ fn a_failed_command_is_kind_agent_with_the_tail_of_stderr() {
     );
     assert!(message.ends_with("fatal: disk full"), "{message}");
     assert!(!message.contains("BEGIN"), "only the tail is kept: {message}");
-    assert!(message.len() < 2300, "the tail is bounded: {} bytes", message.len());
+    assert!(
+        message.len() < 2300,
+        "the tail is bounded: {} bytes",
+        message.len()
+    );
 }
 
 #[test]
@@ -776,7 +768,10 @@ fn a_command_timeout_kills_its_whole_process_group() {
     let dir = TempDir::new("engine-cmd");
     let started = Instant::now();
     let (out, pid_file) = command_run(&dir, "timeout", json!({}));
-    assert!(started.elapsed() < Duration::from_secs(10), "the run did not wait for `sleep 30`");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "the run did not wait for `sleep 30`"
+    );
     assert_eq!(out.code(), 1, "{out:?}");
     let (kind, message) = run_error(&out);
     assert_eq!(kind, "timeout");
@@ -933,7 +928,11 @@ fn context_reaches_every_nested_flow_unchanged() {
     );
     let out = capability_run(&["--context", "{not json"]);
     assert_eq!(out.code(), 2, "{out:?}");
-    assert!(out.stderr.contains("--context is not valid JSON"), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("--context is not valid JSON"),
+        "{}",
+        out.stderr
+    );
 }
 
 #[test]
@@ -954,11 +953,18 @@ fn allow_narrows_the_capability_set() {
     assert_eq!(out.code(), 1, "{out:?}");
     let (kind, message) = run_error(&out);
     assert_eq!(kind, "capability");
-    assert!(message.starts_with("agent `tag` is of kind `transform`"), "{message}");
+    assert!(
+        message.starts_with("agent `tag` is of kind `transform`"),
+        "{message}"
+    );
 
     let out = capability_run(&["--allow", "flow,teleport"]);
     assert_eq!(out.code(), 2, "{out:?}");
-    assert!(out.stderr.contains("unknown agent kind `teleport`"), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("unknown agent kind `teleport`"),
+        "{}",
+        out.stderr
+    );
 }
 
 #[test]
@@ -1051,10 +1057,7 @@ fn agent_change_add_fills_removed_agents_and_never_overrides() {
 #[test]
 fn an_invalid_agent_change_file_is_a_usage_error() {
     let dir = TempDir::new("engine-change");
-    let file = dir.write(
-        "change.yaml",
-        "- scope: root\n  mode: swap\n  agents: {}\n",
-    );
+    let file = dir.write("change.yaml", "- scope: root\n  mode: swap\n  agents: {}\n");
     let out = capability_run(&["--agent-change", file.to_str().expect("utf-8")]);
     assert_eq!(out.code(), 2, "{out:?}");
     assert!(
@@ -1075,7 +1078,11 @@ fn the_run_timeout_stops_the_run() {
         ("limit", "run timeout reached (limits.timeout 300ms)")
     );
     // The agent sleeps 5s; the run does not wait for it.
-    assert!(started.elapsed() < Duration::from_secs(4), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
 }
 
 #[test]

@@ -15,4 +15,5 @@ mod fuzz;
 mod lint_fixtures;
 mod readme;
 mod snapshots;
+mod store;
 mod support;

@@ -69,7 +69,10 @@ impl AgentState {
 
     /// Notes that a step tried to call agent `name`, which an agent change removed.
     pub fn refuse(&self, name: &str) {
-        self.refused.lock().expect("agent state lock").insert(name.to_string());
+        self.refused
+            .lock()
+            .expect("agent state lock")
+            .insert(name.to_string());
     }
 
     /// The removed agents that steps tried to call (flow tests: agents that are not mocked).

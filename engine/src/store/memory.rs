@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use super::{RunFilter, Store, StoreError};
-use crate::runtime::record::{RunRecord, StepRecord};
+use crate::runtime::record::{RunRecord, RunStatus, StepRecord};
 
 #[derive(Default, Debug)]
 pub struct MemoryStore {
@@ -75,6 +75,22 @@ impl Store for MemoryStore {
             .rev()
             .filter_map(|id| g.runs.get(id))
             .filter(|r| filter.status.is_none_or(|s| r.status == s))
+            .filter(|r| filter.flow.as_ref().is_none_or(|f| &r.flow == f))
+            .cloned()
+            .collect();
+        if let Some(l) = filter.limit {
+            out.truncate(l);
+        }
+        Ok(out)
+    }
+
+    async fn unfinished_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
+        let g = self.lock();
+        let mut out: Vec<RunRecord> = g
+            .order
+            .iter()
+            .filter_map(|id| g.runs.get(id))
+            .filter(|r| r.status == RunStatus::Running)
             .filter(|r| filter.flow.as_ref().is_none_or(|f| &r.flow == f))
             .cloned()
             .collect();

@@ -1,7 +1,9 @@
-//! Stores keep run and step records behind one trait: memory now; SQLite and PostgreSQL
-//! share the same record shapes. Only this module defines on-disk formats.
+//! Stores keep run and step records behind one trait: [`memory`] for throwaway runs, [`sql`]
+//! for SQLite (the default) and PostgreSQL, which share one schema. Only this module defines
+//! on-disk formats, and they are versioned ([`sql::schema`]).
 
 pub mod memory;
+pub mod sql;
 
 use std::future::Future;
 
@@ -13,6 +15,29 @@ pub enum StoreError {
     NotFound(String),
     #[error("store: {0}")]
     Other(String),
+    #[error("bad store URL `{url}`: {message}")]
+    BadUrl { url: String, message: String },
+    #[error("cannot open the store {store}: {message}")]
+    Open { store: String, message: String },
+    /// The store's schema is newer than this build knows; nothing was written to it.
+    #[error(
+        "the store at {store} was written by a newer switchyard (schema {found}; this one knows up to {supported})"
+    )]
+    NewerSchema { store: String, found: i64, supported: i64 },
+    /// The transaction was rolled back: what it held is not recorded, what was committed
+    /// before is intact.
+    #[error(
+        "the disk holding the store {store} is full while {what}: nothing from there on was recorded; \
+         what was recorded before is intact"
+    )]
+    DiskFull { store: String, what: String },
+    /// Another process held a lock longer than the busy timeout.
+    #[error("the store {store} is locked by another process: gave up {what} after waiting {waited_ms} ms")]
+    Locked { store: String, what: String, waited_ms: u64 },
+    #[error("store {store}: {what}: {message}")]
+    Database { store: String, what: String, message: String },
+    #[error("the store {store} is closed")]
+    Closed { store: String },
 }
 
 /// Filters for listing runs.
@@ -23,17 +48,98 @@ pub struct RunFilter {
     pub limit: Option<usize>,
 }
 
-/// Where run and step records go. Every method commits before it returns: the engine moves
+/// Where run and step records go. Every write commits before it returns: the engine moves
 /// on only after a step's record is stored.
 pub trait Store: Send + Sync + 'static {
+    /// Stores a new run, or replaces the record of an existing one.
     fn create_run(&self, run: &RunRecord) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Replaces the record of an existing run; [`StoreError::NotFound`] if there is none.
     fn update_run(&self, run: &RunRecord) -> impl Future<Output = Result<(), StoreError>> + Send;
-    /// Inserts or replaces the record of (run, number, attempt).
+    /// Inserts or replaces the record of (run, number, attempt, iteration): an attempt's
+    /// `started` record is replaced by its outcome, keeping its place in record order.
     fn record_step(&self, step: &StepRecord) -> impl Future<Output = Result<(), StoreError>> + Send;
     fn get_run(&self, id: &str) -> impl Future<Output = Result<RunRecord, StoreError>> + Send;
+    /// Runs matching `filter`, newest first.
     fn list_runs(&self, filter: &RunFilter) -> impl Future<Output = Result<Vec<RunRecord>, StoreError>> + Send;
-    /// The run's step records in the order they were recorded.
+    /// Runs still `running` — after a crash, the ones to resume — oldest first. `filter.flow`
+    /// and `filter.limit` apply; `filter.status` is ignored.
+    fn unfinished_runs(
+        &self,
+        filter: &RunFilter,
+    ) -> impl Future<Output = Result<Vec<RunRecord>, StoreError>> + Send;
+    /// The run's step records in the order they were first recorded (a replaced record keeps
+    /// its place), so the last element is the step the run reached last.
     fn steps(&self, run_id: &str) -> impl Future<Output = Result<Vec<StepRecord>, StoreError>> + Send;
-    /// Runs whose parent is `run_id`.
+    /// Of [`Store::steps`], only the latest attempt of each (number, iteration), in record
+    /// order: what resume reads to tell finished steps (reuse their results) from attempts
+    /// that `started` and never finished (retry if idempotent, else `in_doubt`).
+    fn latest_steps(&self, run_id: &str) -> impl Future<Output = Result<Vec<StepRecord>, StoreError>> + Send {
+        async move { Ok(latest_attempts(self.steps(run_id).await?)) }
+    }
+    /// Runs whose parent is `run_id`, oldest first.
     fn children(&self, run_id: &str) -> impl Future<Output = Result<Vec<RunRecord>, StoreError>> + Send;
+}
+
+/// Keeps the latest attempt of each (number, iteration) of records in record order.
+pub fn latest_attempts(steps: Vec<StepRecord>) -> Vec<StepRecord> {
+    let mut latest: std::collections::HashMap<(String, Option<u64>), usize> = Default::default();
+    for (i, s) in steps.iter().enumerate() {
+        let slot = latest.entry((s.number.clone(), s.iteration)).or_insert(i);
+        if steps[*slot].attempt <= s.attempt {
+            *slot = i;
+        }
+    }
+    let mut keep = vec![false; steps.len()];
+    for i in latest.into_values() {
+        keep[i] = true;
+    }
+    steps.into_iter().zip(keep).filter_map(|(s, k)| k.then_some(s)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::record::{StepStatus, Usage};
+
+    fn step(number: &str, attempt: u32, iteration: Option<u64>, status: StepStatus) -> StepRecord {
+        StepRecord {
+            run_id: "r".into(),
+            number: number.into(),
+            step: format!("s{number}"),
+            kind: "agent".into(),
+            attempt,
+            status,
+            iteration,
+            iterations: None,
+            input: None,
+            result: None,
+            changes: vec![],
+            violations: vec![],
+            error: None,
+            started_at: 1,
+            finished_at: None,
+            usage: Usage::default(),
+            child_run: None,
+            route: None,
+        }
+    }
+
+    #[test]
+    fn latest_attempts_keep_record_order() {
+        use StepStatus::*;
+        let all = vec![
+            step("1", 1, None, Succeeded),
+            step("2", 1, None, Failed),
+            step("2", 2, None, Failed),
+            step("3", 1, Some(0), Succeeded),
+            step("3", 1, Some(1), Started),
+            step("2", 3, None, Started),
+        ];
+        let got: Vec<(String, u32, Option<u64>)> =
+            latest_attempts(all).into_iter().map(|s| (s.number, s.attempt, s.iteration)).collect();
+        assert_eq!(
+            got,
+            [("1".into(), 1, None), ("3".into(), 1, Some(0)), ("3".into(), 1, Some(1)), ("2".into(), 3, None)]
+        );
+    }
 }

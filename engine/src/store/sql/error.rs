@@ -59,6 +59,17 @@ impl Ctx {
         }
     }
 
+    /// Whether the error is a foreign key violation: a step recorded for a run the store
+    /// does not have.
+    pub(crate) fn is_missing_run(&self, e: &sqlx::Error) -> bool {
+        let sqlx::Error::Database(db) = e else { return false };
+        let code = db.code();
+        match self.dialect {
+            Dialect::Sqlite => code.as_deref() == Some("787"), // SQLITE_CONSTRAINT_FOREIGNKEY
+            Dialect::Postgres => code.as_deref() == Some("23503"), // foreign_key_violation
+        }
+    }
+
     /// Whether the error concerns the whole store (a full disk, a lock, a lost connection)
     /// rather than one record, so retrying records one by one would not help.
     pub(crate) fn is_store_wide(&self, e: &sqlx::Error) -> bool {

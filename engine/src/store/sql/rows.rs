@@ -37,10 +37,6 @@ pub(crate) struct RunRow {
     steps: i64,
 }
 
-/// The columns of `runs` that [`RunRow`] binds, in order, and that [`decode_run`] reads.
-pub(crate) const RUN_COLUMNS: &str = "id, flow, flow_hash, parent_run, parent_step, depth, status, input, \
-     output, error, started_at, finished_at, input_tokens, output_tokens, cost_usd, steps";
-
 /// Inserts a run, or replaces every recorded field of an existing one (batch columns kept).
 pub(crate) const UPSERT_RUN: &str = "INSERT INTO runs (id, flow, flow_hash, parent_run, parent_step, \
      depth, status, input, output, error, started_at, finished_at, input_tokens, output_tokens, cost_usd, \
@@ -126,11 +122,6 @@ pub(crate) struct StepRow {
     route: Option<String>,
 }
 
-/// The columns of `steps` that [`decode_step`] reads.
-pub(crate) const STEP_COLUMNS: &str = "run_id, number, attempt, iteration, step, kind, status, iterations, \
-     input, result, changes, violations, error, started_at, finished_at, input_tokens, output_tokens, \
-     cost_usd, child_run, route";
-
 /// Inserts a step record, or replaces the one with the same (run, number, attempt,
 /// iteration) — an attempt's `started` record by its outcome — keeping its place (`seq`).
 pub(crate) const UPSERT_STEP: &str = "INSERT INTO steps (run_id, number, attempt, iteration, seq, step, \
@@ -198,7 +189,7 @@ impl StepRow {
     }
 }
 
-/// A row of [`RUN_COLUMNS`] back into a record.
+/// A row of `runs` (the columns of `run_columns!`) back into a record.
 pub(crate) fn decode_run(row: &AnyRow) -> Result<RunRecord, String> {
     let status: String = get(row, "status")?;
     Ok(RunRecord {
@@ -219,7 +210,7 @@ pub(crate) fn decode_run(row: &AnyRow) -> Result<RunRecord, String> {
     })
 }
 
-/// A row of [`STEP_COLUMNS`] back into a record.
+/// A row of `steps` (the columns of `step_columns!`) back into a record.
 pub(crate) fn decode_step(row: &AnyRow) -> Result<StepRecord, String> {
     let status: String = get(row, "status")?;
     let iteration: i64 = get(row, "iteration")?;

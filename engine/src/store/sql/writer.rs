@@ -10,7 +10,7 @@
 //! commit and only the culprit gets the error; when it concerns the store (disk full, locked,
 //! connection lost), every request of the batch gets it.
 
-use sqlx::any::AnyPool;
+use sqlx::AnyPool;
 use sqlx::Connection;
 use tokio::sync::{mpsc, oneshot};
 
@@ -71,16 +71,23 @@ impl Writer {
                 for op in &ops {
                     outcomes.push(match self.transaction(&[op]).await {
                         Ok(mut one) => one.pop().unwrap_or(Ok(())),
-                        Err((_, e)) => Err(self.ctx.error(&op.describe(), &e)),
+                        Err((_, e)) => Err(self.error(op, &e)),
                     });
                 }
                 outcomes
             }
-            Err((_, e)) => ops.iter().map(|op| Err(self.ctx.error(&op.describe(), &e))).collect(),
+            Err((_, e)) => ops.iter().map(|op| Err(self.error(op, &e))).collect(),
         };
         for (req, outcome) in batch.drain(..).zip(outcomes) {
             // The caller may have gone away (cancelled); its record is committed all the same.
             let _ = req.done.send(outcome);
+        }
+    }
+
+    fn error(&self, op: &Op, e: &sqlx::Error) -> StoreError {
+        match op {
+            Op::Step(s) if self.ctx.is_missing_run(e) => StoreError::NotFound(s.run_id.clone()),
+            _ => self.ctx.error(&op.describe(), e),
         }
     }
 

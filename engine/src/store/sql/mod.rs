@@ -1,0 +1,388 @@
+//! The SQL store: SQLite (the default, `.switchyard/runs.db`) and PostgreSQL through sqlx's
+//! `any` driver, one schema ([`schema`]) and one code path; the few differences live in
+//! [`Dialect`]. Writes go through one writer task that commits many runs' records together
+//! ([`writer`]: group commit); reads go straight to the connection pool.
+//!
+//! SQLite runs in WAL mode with `synchronous=NORMAL` by default: a commit appends to the WAL
+//! without an fsync, and the WAL is synced at checkpoints. A killed process (kill -9) loses
+//! nothing committed; a power loss or OS crash may lose the last commits before the latest
+//! checkpoint, never corrupting the file. [`Synchronous::Full`] syncs the WAL at every commit —
+//! one fsync per group commit, not per step — for runs whose records must survive power loss.
+//!
+//! It knows nothing of flows or the engine: it stores the records it is given.
+
+mod dialect;
+mod error;
+mod rows;
+pub mod schema;
+mod url;
+mod writer;
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::AnyPool;
+use sqlx::any::{AnyConnectOptions, AnyPoolOptions, AnyRow};
+use sqlx::{AssertSqlSafe, Connection};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+
+pub use dialect::Dialect;
+use error::Ctx;
+use rows::{RunRow, StepRow, decode_run, decode_step};
+pub use schema::SCHEMA_VERSION;
+use url::Target;
+use writer::{Op, Request, Writer};
+
+use super::{RunFilter, Store, StoreError};
+use crate::runtime::record::{RunRecord, RunStatus, StepRecord};
+
+/// Where records go when no `--store` is given.
+pub const DEFAULT_URL: &str = "sqlite:.switchyard/runs.db";
+
+macro_rules! run_columns {
+    () => {
+        "id, flow, flow_hash, parent_run, parent_step, depth, status, input, output, error, started_at, \
+         finished_at, input_tokens, output_tokens, cost_usd, steps"
+    };
+}
+
+macro_rules! step_columns {
+    () => {
+        "run_id, number, attempt, iteration, step, kind, status, iterations, input, result, changes, \
+         violations, error, started_at, finished_at, input_tokens, output_tokens, cost_usd, child_run, route"
+    };
+}
+
+/// How SQLite makes a commit durable.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Synchronous {
+    /// No fsync per commit; the WAL is synced at checkpoints. Survives a killed process, may
+    /// lose the latest commits on power loss.
+    #[default]
+    Normal,
+    /// An fsync of the WAL per commit (per group of records): survives power loss.
+    Full,
+}
+
+/// Tuning for [`SqlStore::open_with`]; [`SqlStore::open`] takes the defaults.
+#[derive(Clone, Debug)]
+pub struct SqlOptions {
+    /// How long a write waits for a lock another process holds before failing with
+    /// [`StoreError::Locked`] (SQLite `busy_timeout`, PostgreSQL `lock_timeout`). 5 s.
+    pub busy_timeout: Duration,
+    /// SQLite only. [`Synchronous::Normal`].
+    pub synchronous: Synchronous,
+    /// The most records one group commit holds. 512.
+    pub max_batch: usize,
+    /// Connections in the pool (readers and the writer). 8; an in-memory SQLite store has 1.
+    pub max_connections: u32,
+    /// SQLite only: the most pages (4 KiB each) the file may grow to (`PRAGMA
+    /// max_page_count`); past it writes fail with [`StoreError::DiskFull`], as on a full
+    /// disk. None: no limit.
+    pub max_pages: Option<u64>,
+    /// PostgreSQL only: keep the tables in this schema (created if missing), as the URL option
+    /// `?schema=NAME` does.
+    pub schema: Option<String>,
+}
+
+impl Default for SqlOptions {
+    fn default() -> Self {
+        SqlOptions {
+            busy_timeout: Duration::from_secs(5),
+            synchronous: Synchronous::Normal,
+            max_batch: 512,
+            max_connections: 8,
+            max_pages: None,
+            schema: None,
+        }
+    }
+}
+
+/// Run and step records in SQLite or PostgreSQL.
+pub struct SqlStore {
+    pool: AnyPool,
+    ctx: Ctx,
+    writes: mpsc::Sender<Request>,
+    writer: JoinHandle<()>,
+}
+
+impl std::fmt::Debug for SqlStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqlStore").field("store", &self.ctx.store).field("dialect", &self.ctx.dialect).finish()
+    }
+}
+
+impl SqlStore {
+    /// Opens (creating if needed) the store at `url`: `sqlite:PATH`, `sqlite::memory:`, or
+    /// `postgres://...[?schema=NAME]`. Brings an older schema up to date; refuses a newer one
+    /// with [`StoreError::NewerSchema`] before writing anything.
+    pub async fn open(url: &str) -> Result<SqlStore, StoreError> {
+        Self::open_with(url, SqlOptions::default()).await
+    }
+
+    /// [`SqlStore::open`] with options.
+    pub async fn open_with(url: &str, options: SqlOptions) -> Result<SqlStore, StoreError> {
+        sqlx::any::install_default_drivers();
+        let location = url::parse(url)?;
+        let mut target = location.target;
+        if let Some(name) = &options.schema {
+            let Target::Postgres { schema, .. } = &mut target else {
+                return Err(StoreError::BadUrl {
+                    url: location.name,
+                    message: "only PostgreSQL stores have schemas".into(),
+                });
+            };
+            url::check_schema_name(name).map_err(|message| StoreError::BadUrl { url: location.name.clone(), message })?;
+            *schema = Some(name.clone());
+        }
+        let ctx = Ctx {
+            dialect: target.dialect(),
+            store: location.name.into(),
+            busy_ms: u64::try_from(options.busy_timeout.as_millis()).unwrap_or(u64::MAX),
+        };
+        let open_err = |message: String| StoreError::Open { store: ctx.store.to_string(), message };
+
+        match &target {
+            Target::SqliteFile(path) => {
+                if let Some(dir) = path.parent() {
+                    std::fs::create_dir_all(dir)
+                        .map_err(|e| open_err(format!("cannot create the directory {}: {e}", dir.display())))?;
+                }
+            }
+            Target::Postgres { url, schema: Some(schema) } => create_schema(url, schema).await.map_err(open_err)?,
+            _ => {}
+        }
+
+        let pool = connect(&target, &options).await.map_err(|e| match ctx.error("opening the store", &e) {
+            StoreError::Database { message, .. } => open_err(message),
+            other => other,
+        })?;
+        if let Err(e) = prepare(&pool, &target, &ctx).await {
+            pool.close().await;
+            return Err(e);
+        }
+
+        let (tx, rx) = mpsc::channel(options.max_batch.max(1) * 4);
+        let writer = Writer { pool: pool.clone(), ctx: ctx.clone(), max_batch: options.max_batch.max(1) };
+        let writer = tokio::spawn(writer.run(rx));
+        Ok(SqlStore { pool, ctx, writes: tx, writer })
+    }
+
+    /// The database behind the store.
+    pub fn dialect(&self) -> Dialect {
+        self.ctx.dialect
+    }
+
+    /// The store as messages name it: a file path, or a URL without its password.
+    pub fn name(&self) -> &str {
+        &self.ctx.store
+    }
+
+    /// Waits for queued writes to commit and closes every connection. Dropping the store
+    /// also lets queued writes finish, in the background.
+    pub async fn close(self) {
+        let SqlStore { pool, writes, writer, .. } = self;
+        drop(writes);
+        let _ = writer.await;
+        pool.close().await;
+    }
+
+    async fn write(&self, op: Op) -> Result<(), StoreError> {
+        let closed = || StoreError::Closed { store: self.ctx.store.to_string() };
+        let (done, answer) = oneshot::channel();
+        self.writes.send(Request { op, done }).await.map_err(|_| closed())?;
+        answer.await.map_err(|_| closed())?
+    }
+
+    async fn fetch_runs(&self, sql: String, binds: Vec<String>, what: &str) -> Result<Vec<RunRecord>, StoreError> {
+        let mut q = sqlx::query(AssertSqlSafe(sql));
+        for b in binds {
+            q = q.bind(b);
+        }
+        let rows = q.fetch_all(&self.pool).await.map_err(|e| self.ctx.error(what, &e))?;
+        rows.iter().map(|r| decode_run(r).map_err(|m| self.corrupt(what, m))).collect()
+    }
+
+    fn corrupt(&self, what: &str, message: String) -> StoreError {
+        StoreError::Database { store: self.ctx.store.to_string(), what: what.to_string(), message }
+    }
+}
+
+/// Creates a PostgreSQL schema unless it exists.
+async fn create_schema(url: &str, schema: &str) -> Result<(), String> {
+    let mut conn = sqlx::AnyConnection::connect(url).await.map_err(|e| e.to_string())?;
+    let exists: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM pg_namespace WHERE nspname = $1")
+        .bind(schema)
+        .fetch_one(&mut conn)
+        .await
+        .map_err(|e| e.to_string())?;
+    if exists == 0 {
+        sqlx::raw_sql(AssertSqlSafe(format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\"")))
+            .execute(&mut conn)
+            .await
+            .map_err(|e| format!("cannot create the schema `{schema}`: {e}"))?;
+    }
+    conn.close().await.map_err(|e| e.to_string())
+}
+
+/// The pool, with every connection set up by the same statements.
+async fn connect(target: &Target, options: &SqlOptions) -> Result<AnyPool, sqlx::Error> {
+    let busy_ms = options.busy_timeout.as_millis();
+    let setup = match target {
+        Target::SqliteFile(_) | Target::SqliteMemory => {
+            let sync = match options.synchronous {
+                Synchronous::Normal => "NORMAL",
+                Synchronous::Full => "FULL",
+            };
+            let mut setup =
+                format!("PRAGMA synchronous = {sync}; PRAGMA busy_timeout = {busy_ms}; PRAGMA foreign_keys = ON;");
+            if let Some(pages) = options.max_pages {
+                setup.push_str(&format!(" PRAGMA max_page_count = {pages};"));
+            }
+            setup
+        }
+        Target::Postgres { schema, .. } => {
+            let path = schema.as_ref().map(|s| format!("SET search_path TO \"{s}\"; ")).unwrap_or_default();
+            format!("{path}SET lock_timeout = '{busy_ms}ms';")
+        }
+    };
+    let setup: Arc<str> = setup.into();
+    let mut pool = AnyPoolOptions::new().after_connect(move |conn, _| {
+        let setup = setup.clone();
+        Box::pin(async move {
+            sqlx::raw_sql(AssertSqlSafe(setup.to_string())).execute(conn).await?;
+            Ok(())
+        })
+    });
+    pool = match target {
+        // Each connection to `:memory:` is its own database: keep exactly one, forever.
+        Target::SqliteMemory => {
+            pool.max_connections(1).min_connections(1).idle_timeout(None).max_lifetime(None)
+        }
+        Target::SqliteFile(_) => pool.max_connections(options.max_connections.max(2)).test_before_acquire(false),
+        Target::Postgres { .. } => pool.max_connections(options.max_connections.max(2)),
+    };
+    pool.connect_with(AnyConnectOptions::from_str(&target.driver_url())?).await
+}
+
+/// Checks the schema version, switches SQLite files to WAL, and migrates — in that order, so
+/// a store from a newer switchyard is refused before anything is written to it.
+async fn prepare(pool: &AnyPool, target: &Target, ctx: &Ctx) -> Result<(), StoreError> {
+    let what = "opening the store";
+    let mut conn = pool.acquire().await.map_err(|e| ctx.error(what, &e))?;
+    let found = schema::version(&mut conn, ctx.dialect).await.map_err(|e| ctx.error(what, &e))?;
+    schema::check_not_newer(found, &ctx.store)?;
+    if let Target::SqliteFile(_) = target {
+        let mode: String = sqlx::query_scalar("PRAGMA journal_mode = WAL")
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(|e| ctx.error(what, &e))?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(StoreError::Open {
+                store: ctx.store.to_string(),
+                message: format!("cannot switch to WAL journaling (the journal mode stays `{mode}`)"),
+            });
+        }
+    }
+    if found < SCHEMA_VERSION {
+        schema::migrate(&mut conn, ctx).await?;
+    }
+    Ok(())
+}
+
+impl Store for SqlStore {
+    async fn create_run(&self, run: &RunRecord) -> Result<(), StoreError> {
+        self.write(Op::CreateRun(RunRow::encode(run)?)).await
+    }
+
+    async fn update_run(&self, run: &RunRecord) -> Result<(), StoreError> {
+        self.write(Op::UpdateRun(RunRow::encode(run)?)).await
+    }
+
+    async fn record_step(&self, step: &StepRecord) -> Result<(), StoreError> {
+        self.write(Op::Step(StepRow::encode(step)?)).await
+    }
+
+    async fn get_run(&self, id: &str) -> Result<RunRecord, StoreError> {
+        let what = format!("reading run `{id}`");
+        let row: Option<AnyRow> = sqlx::query(concat!("SELECT ", run_columns!(), " FROM runs WHERE id = $1"))
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| self.ctx.error(&what, &e))?;
+        let row = row.ok_or_else(|| StoreError::NotFound(id.to_string()))?;
+        decode_run(&row).map_err(|m| self.corrupt(&what, m))
+    }
+
+    async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
+        let (sql, binds) = list_query(filter, filter.status, "DESC");
+        self.fetch_runs(sql, binds, "listing runs").await
+    }
+
+    async fn unfinished_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
+        let (sql, binds) = list_query(filter, Some(RunStatus::Running), "ASC");
+        self.fetch_runs(sql, binds, "listing unfinished runs").await
+    }
+
+    async fn steps(&self, run_id: &str) -> Result<Vec<StepRecord>, StoreError> {
+        let what = format!("reading the steps of run `{run_id}`");
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            step_columns!(),
+            " FROM steps WHERE run_id = $1 ORDER BY seq, number, attempt, iteration"
+        ))
+        .bind(run_id)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| self.ctx.error(&what, &e))?;
+        rows.iter().map(|r| decode_step(r).map_err(|m| self.corrupt(&what, m))).collect()
+    }
+
+    async fn children(&self, run_id: &str) -> Result<Vec<RunRecord>, StoreError> {
+        let sql = concat!("SELECT ", run_columns!(), " FROM runs WHERE parent_run = $1 ORDER BY started_at, id");
+        self.fetch_runs(sql.to_string(), vec![run_id.to_string()], &format!("reading the children of run `{run_id}`"))
+            .await
+    }
+}
+
+/// `SELECT` of runs matching `filter` (with `status` in its place), by start time.
+fn list_query(filter: &RunFilter, status: Option<RunStatus>, order: &str) -> (String, Vec<String>) {
+    let mut sql = String::from(concat!("SELECT ", run_columns!(), " FROM runs"));
+    let mut binds = Vec::new();
+    let mut conds = Vec::new();
+    if let Some(s) = status {
+        binds.push(s.as_str().to_string());
+        conds.push(format!("status = ${}", binds.len()));
+    }
+    if let Some(f) = &filter.flow {
+        binds.push(f.clone());
+        conds.push(format!("flow = ${}", binds.len()));
+    }
+    if !conds.is_empty() {
+        sql.push_str(" WHERE ");
+        sql.push_str(&conds.join(" AND "));
+    }
+    sql.push_str(&format!(" ORDER BY started_at {order}, id {order}"));
+    if let Some(limit) = filter.limit {
+        sql.push_str(&format!(" LIMIT {limit}"));
+    }
+    (sql, binds)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn list_query_binds_what_it_filters_on() {
+        let f = RunFilter { status: Some(RunStatus::Failed), flow: Some("triage".into()), limit: Some(3) };
+        let (sql, binds) = list_query(&f, f.status, "DESC");
+        assert!(sql.ends_with(" FROM runs WHERE status = $1 AND flow = $2 ORDER BY started_at DESC, id DESC LIMIT 3"));
+        assert_eq!(binds, ["failed", "triage"]);
+        let (sql, binds) = list_query(&RunFilter::default(), None, "ASC");
+        assert!(sql.ends_with(" FROM runs ORDER BY started_at ASC, id ASC"), "{sql}");
+        assert!(binds.is_empty());
+    }
+}

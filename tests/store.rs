@@ -1,0 +1,471 @@
+//! The stores, through the library: every store keeps the same records the same way
+//! ([`contract`], run against memory, SQLite and PostgreSQL), SQLite durability under many
+//! concurrent writers, and the faults users meet — a store from a newer switchyard, a store
+//! locked by someone else, a full disk — each a clear error with nothing lost.
+//!
+//! The PostgreSQL tests need `SWITCHYARD_TEST_DATABASE_URL`; they fail, never skip, without it.
+//! Each uses a fresh schema, dropped at the end.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use sqlx::{AnyConnection, Connection};
+use switchyard::runtime::data::{Change, Violation};
+use switchyard::runtime::record::{RunRecord, RunStatus, StepRecord, StepStatus, Usage};
+use switchyard::runtime::{ErrorKind, StepError};
+use switchyard::store::memory::MemoryStore;
+use switchyard::store::sql::{SCHEMA_VERSION, SqlOptions, SqlStore};
+use switchyard::store::{RunFilter, Store, StoreError};
+
+use crate::support::TempDir;
+
+// ---------------------------------------------------------------- records
+
+/// A run with every optional field set (`full`) or none.
+fn run(id: &str, flow: &str, started_at: u64, status: RunStatus, full: bool) -> RunRecord {
+    RunRecord {
+        id: id.into(),
+        flow: flow.into(),
+        flow_hash: format!("sha256:{flow}"),
+        parent_run: full.then(|| "parent".into()),
+        parent_step: full.then(|| "3".into()),
+        depth: if full { 2 } else { 0 },
+        status,
+        input: json!({"z": 1, "a": [1, 2.5, -0.0, 1e300, 18446744073709551615u64], "é": "ünï\n\"q\"", "n": null}),
+        output: full.then(|| json!({"answer": 42, "nested": {"b": true, "a": [{}]}})),
+        error: full.then(|| {
+            StepError::new(ErrorKind::Custom("rejected".into()), "no").with_details(json!({"why": [1, "two"]}))
+        }),
+        started_at,
+        finished_at: full.then_some(started_at + 1234),
+        usage: Usage { input_tokens: 1_000_000, output_tokens: 7, cost_usd: 0.1 + 0.2 },
+        steps: 9,
+    }
+}
+
+/// A step record with every optional field set (`full`) or none.
+fn step(run_id: &str, number: &str, attempt: u32, status: StepStatus, full: bool) -> StepRecord {
+    StepRecord {
+        run_id: run_id.into(),
+        number: number.into(),
+        step: format!("step_{number}"),
+        kind: "agent".into(),
+        attempt,
+        status,
+        iteration: full.then_some(4),
+        iterations: full.then_some(10),
+        input: full.then(|| json!({"ticket": {"body": "x", "id": 7}})),
+        result: full.then(|| json!([1, "two", {"three": 3.25}])),
+        changes: if full { vec![Change { path: "$.tier".into(), value: json!("high") }] } else { vec![] },
+        violations: if full {
+            vec![Violation { path: "$.secret".into(), reason: "not in the output allowlist".into() }]
+        } else {
+            vec![]
+        },
+        error: full.then(|| StepError::new(ErrorKind::Timeout, "timed out after 30ms")),
+        started_at: 1_700_000_000_000,
+        finished_at: full.then_some(1_700_000_000_050),
+        usage: Usage { input_tokens: 3, output_tokens: 4, cost_usd: 1e-9 },
+        child_run: full.then(|| "child".into()),
+        route: full.then(|| "end".into()),
+    }
+}
+
+fn json_text<T: serde::Serialize>(v: &T) -> String {
+    serde_json::to_string(v).expect("serializes")
+}
+
+fn ids(runs: &[RunRecord]) -> Vec<&str> {
+    runs.iter().map(|r| r.id.as_str()).collect()
+}
+
+// ---------------------------------------------------------------- the contract
+
+/// What every store must do, the same way.
+async fn contract<S: Store>(store: &S) {
+    // Runs round-trip exactly, JSON key order and numbers included.
+    let full = run("r1", "triage", 1_000, RunStatus::Failed, true);
+    let bare = run("r2", "triage", 2_000, RunStatus::Running, false);
+    for r in [&full, &bare] {
+        store.create_run(r).await.expect("create_run");
+        let back = store.get_run(&r.id).await.expect("get_run");
+        assert_eq!(&back, r);
+        assert_eq!(json_text(&back), json_text(r), "JSON text differs");
+    }
+    assert!(matches!(store.get_run("nope").await, Err(StoreError::NotFound(id)) if id == "nope"));
+
+    // Updates replace the record; updating a missing run is NotFound.
+    let mut done = bare.clone();
+    done.status = RunStatus::Succeeded;
+    done.output = Some(json!({"ok": true}));
+    done.finished_at = Some(2_500);
+    store.update_run(&done).await.expect("update_run");
+    assert_eq!(store.get_run("r2").await.expect("get_run"), done);
+    let ghost = run("ghost", "triage", 1, RunStatus::Running, false);
+    assert!(matches!(store.update_run(&ghost).await, Err(StoreError::NotFound(id)) if id == "ghost"));
+
+    // Steps round-trip; a `started` attempt is replaced by its outcome, keeping its place.
+    let s1 = step("r1", "1", 1, StepStatus::Succeeded, true);
+    let started = step("r1", "2", 1, StepStatus::Started, false);
+    let s3 = step("r1", "3", 1, StepStatus::Succeeded, false);
+    for s in [&s1, &started, &s3] {
+        store.record_step(s).await.expect("record_step");
+    }
+    let mut finished = step("r1", "2", 1, StepStatus::Failed, true);
+    finished.iteration = None;
+    store.record_step(&finished).await.expect("record_step");
+    let retry = step("r1", "2", 2, StepStatus::Succeeded, false);
+    store.record_step(&retry).await.expect("record_step");
+    let steps = store.steps("r1").await.expect("steps");
+    assert_eq!(steps, vec![s1.clone(), finished.clone(), s3.clone(), retry.clone()]);
+    assert_eq!(json_text(&steps[0]), json_text(&s1), "JSON text differs");
+    // The same number, attempt and a different iteration is another record.
+    let mut other_iteration = s1.clone();
+    other_iteration.iteration = Some(5);
+    store.record_step(&other_iteration).await.expect("record_step");
+    let latest = store.latest_steps("r1").await.expect("latest_steps");
+    assert_eq!(latest, vec![s1, s3, retry, other_iteration]);
+    assert!(store.steps("r2").await.expect("steps").is_empty());
+
+    // Listing: newest first, filtered, limited; unfinished runs oldest first.
+    store.create_run(&run("r3", "summarize", 3_000, RunStatus::Running, false)).await.expect("create_run");
+    let child = RunRecord { parent_run: Some("r1".into()), ..run("r4", "child", 4_000, RunStatus::Running, false) };
+    store.create_run(&child).await.expect("create_run");
+    let list = |f: RunFilter| async move { store.list_runs(&f).await.expect("list_runs") };
+    assert_eq!(ids(&list(RunFilter::default()).await), ["r4", "r3", "r2", "r1"]);
+    assert_eq!(ids(&list(RunFilter { status: Some(RunStatus::Running), ..Default::default() }).await), ["r4", "r3"]);
+    assert_eq!(ids(&list(RunFilter { flow: Some("triage".into()), ..Default::default() }).await), ["r2", "r1"]);
+    let both = RunFilter { status: Some(RunStatus::Failed), flow: Some("triage".into()), limit: None };
+    assert_eq!(ids(&list(both).await), ["r1"]);
+    assert_eq!(ids(&list(RunFilter { limit: Some(2), ..Default::default() }).await), ["r4", "r3"]);
+    let unfinished = store.unfinished_runs(&RunFilter::default()).await.expect("unfinished_runs");
+    assert_eq!(ids(&unfinished), ["r3", "r4"]);
+    let filter = RunFilter { flow: Some("child".into()), status: Some(RunStatus::Failed), limit: Some(5) };
+    assert_eq!(ids(&store.unfinished_runs(&filter).await.expect("unfinished_runs")), ["r4"]);
+
+    // Children.
+    assert_eq!(store.children("r1").await.expect("children"), vec![child]);
+    assert!(store.children("r4").await.expect("children").is_empty());
+}
+
+#[tokio::test]
+async fn the_memory_store_keeps_the_contract() {
+    contract(&MemoryStore::new()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_in_memory_sqlite_store_keeps_the_contract() {
+    let store = SqlStore::open("sqlite::memory:").await.expect("opens");
+    contract(&store).await;
+    store.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sqlite_file_keeps_the_contract_across_reopening() {
+    let dir = TempDir::new("store-contract");
+    let path = dir.path().join("deep/er/runs.db");
+    let url = format!("sqlite:{}", path.display());
+    let store = SqlStore::open(&url).await.expect("opens, creating the directories");
+    assert_eq!(store.name(), path.display().to_string());
+    contract(&store).await;
+    store.close().await;
+
+    let store = SqlStore::open(&url).await.expect("reopens");
+    assert_eq!(store.list_runs(&RunFilter::default()).await.expect("list_runs").len(), 4);
+    assert_eq!(store.steps("r1").await.expect("steps").len(), 5);
+    assert_eq!(pragma(&path, "journal_mode").await, "wal");
+    store.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_store_urls_say_what_is_expected() {
+    let err = SqlStore::open("mysql://localhost/x").await.expect_err("not a store URL");
+    assert!(matches!(err, StoreError::BadUrl { .. }), "{err}");
+    assert!(err.to_string().contains("expected `sqlite:PATH`"), "{err}");
+    let err = SqlStore::open_with("sqlite::memory:", SqlOptions { schema: Some("x".into()), ..Default::default() })
+        .await
+        .expect_err("no schemas in SQLite");
+    assert!(err.to_string().contains("only PostgreSQL stores have schemas"), "{err}");
+}
+
+// ---------------------------------------------------------------- SQLite under load and faults
+
+/// Records `tasks × steps` step records from concurrent tasks, each run created first.
+async fn write_concurrently(store: &Arc<SqlStore>, tasks: usize, steps: usize) {
+    let mut set = tokio::task::JoinSet::new();
+    for t in 0..tasks {
+        let store = store.clone();
+        set.spawn(async move {
+            let id = format!("run-{t:04}");
+            store.create_run(&run(&id, "load", t as u64, RunStatus::Running, false)).await.expect("create_run");
+            for n in 1..=steps {
+                let status = if n % 2 == 0 { StepStatus::Succeeded } else { StepStatus::Started };
+                store.record_step(&step(&id, &n.to_string(), 1, status, n % 3 == 0)).await.expect("record_step");
+            }
+            let mut done = run(&id, "load", t as u64, RunStatus::Succeeded, false);
+            done.steps = steps as u64;
+            store.update_run(&done).await.expect("update_run");
+        });
+    }
+    while let Some(r) = set.join_next().await {
+        r.expect("writer task");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_writers_are_all_recorded_durably() {
+    let dir = TempDir::new("store-concurrent");
+    let path = dir.path().join("runs.db");
+    let url = format!("sqlite:{}", path.display());
+    let store = Arc::new(SqlStore::open(&url).await.expect("opens"));
+    write_concurrently(&store, 200, 20).await;
+    // Drop without closing: whatever returned Ok is committed already.
+    drop(store);
+
+    let mut conn = raw(&path).await;
+    let steps: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM steps").fetch_one(&mut conn).await.expect("count");
+    let runs: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM runs WHERE status = 'succeeded' AND steps = 20")
+        .fetch_one(&mut conn)
+        .await
+        .expect("count");
+    conn.close().await.expect("close");
+    assert_eq!((runs, steps), (200, 4000));
+
+    let store = SqlStore::open(&url).await.expect("reopens");
+    let steps = store.steps("run-0123").await.expect("steps");
+    let numbers: Vec<String> = steps.iter().map(|s| s.number.clone()).collect();
+    assert_eq!(numbers, (1..=20).map(|n| n.to_string()).collect::<Vec<_>>(), "record order");
+    assert_eq!(steps[2], step("run-0123", "3", 1, StepStatus::Started, true));
+    store.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_bad_record_fails_alone_in_a_group_commit() {
+    let store = Arc::new(SqlStore::open("sqlite::memory:").await.expect("opens"));
+    store.create_run(&run("real", "f", 1, RunStatus::Running, false)).await.expect("create_run");
+    let mut set = tokio::task::JoinSet::new();
+    for n in 0..300 {
+        let store = store.clone();
+        set.spawn(async move {
+            let run_id = if n == 150 { "ghost" } else { "real" };
+            (n, store.record_step(&step(run_id, &n.to_string(), 1, StepStatus::Succeeded, false)).await)
+        });
+    }
+    let mut failed = Vec::new();
+    while let Some(r) = set.join_next().await {
+        let (n, outcome) = r.expect("task");
+        if let Err(e) = outcome {
+            failed.push((n, e.to_string()));
+        }
+    }
+    assert_eq!(failed, [(150, "run `ghost` not found".to_string())]);
+    assert_eq!(store.steps("real").await.expect("steps").len(), 299);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_from_a_newer_switchyard_is_refused_untouched() {
+    let dir = TempDir::new("store-newer");
+    let path = dir.path().join("runs.db");
+    let url = format!("sqlite:{}", path.display());
+    let store = SqlStore::open(&url).await.expect("opens");
+    store.create_run(&run("r1", "f", 1, RunStatus::Running, true)).await.expect("create_run");
+    store.close().await;
+    let mut conn = raw(&path).await;
+    sqlx::query("INSERT INTO schema_version (version, applied_at, description) VALUES (7, 0, 'the future')")
+        .execute(&mut conn)
+        .await
+        .expect("bump the version");
+    conn.close().await.expect("close");
+    let before = std::fs::read(&path).expect("read");
+
+    let err = SqlStore::open(&url).await.expect_err("a newer schema");
+    assert!(matches!(err, StoreError::NewerSchema { found: 7, supported: SCHEMA_VERSION, .. }), "{err:?}");
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "the store at {} was written by a newer switchyard (schema 7; this one knows up to {SCHEMA_VERSION})",
+            path.display()
+        )
+    );
+    assert!(std::fs::read(&path).expect("read") == before, "the store file changed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_locked_store_fails_within_the_busy_timeout_and_recovers() {
+    let dir = TempDir::new("store-locked");
+    let path = dir.path().join("runs.db");
+    let url = format!("sqlite:{}", path.display());
+    let options = SqlOptions { busy_timeout: Duration::from_millis(300), ..Default::default() };
+    let store = SqlStore::open_with(&url, options).await.expect("opens");
+    store.create_run(&run("r1", "f", 1, RunStatus::Running, false)).await.expect("create_run");
+
+    // Another connection — as another process would — holds the write lock.
+    let mut other = raw(&path).await;
+    sqlx::raw_sql("BEGIN EXCLUSIVE").execute(&mut other).await.expect("lock");
+    let t0 = Instant::now();
+    let err = store.record_step(&step("r1", "1", 1, StepStatus::Started, false)).await.expect_err("locked");
+    let waited = t0.elapsed();
+    assert!(matches!(err, StoreError::Locked { waited_ms: 300, .. }), "{err:?}");
+    assert!(waited >= Duration::from_millis(250) && waited < Duration::from_secs(5), "waited {waited:?}");
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "the store {} is locked by another process: gave up recording step `1` (attempt 1) of run `r1` \
+             after waiting 300 ms",
+            path.display()
+        )
+    );
+    // Reads still work under WAL.
+    assert_eq!(store.get_run("r1").await.expect("get_run").id, "r1");
+
+    sqlx::raw_sql("ROLLBACK").execute(&mut other).await.expect("unlock");
+    other.close().await.expect("close");
+    store.record_step(&step("r1", "1", 1, StepStatus::Succeeded, false)).await.expect("records once unlocked");
+    assert_eq!(store.steps("r1").await.expect("steps").len(), 1);
+    store.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_fails_clearly_and_keeps_what_was_recorded() {
+    let dir = TempDir::new("store-full");
+    let path = dir.path().join("runs.db");
+    let url = format!("sqlite:{}", path.display());
+    // A size cap (in pages) stands in for a tiny filesystem: SQLite reports SQLITE_FULL either way.
+    let options = SqlOptions { max_pages: Some(48), ..Default::default() };
+    let store = SqlStore::open_with(&url, options).await.expect("opens");
+    store.create_run(&run("r1", "f", 1, RunStatus::Running, false)).await.expect("create_run");
+    let big = "x".repeat(6000);
+    let mut recorded = 0;
+    let err = loop {
+        let mut s = step("r1", &(recorded + 1).to_string(), 1, StepStatus::Succeeded, false);
+        s.result = Some(json!({ "text": big }));
+        match store.record_step(&s).await {
+            Ok(()) => recorded += 1,
+            Err(e) => break e,
+        }
+        assert!(recorded < 1000, "the size cap never hit");
+    };
+    assert!(recorded > 0, "nothing fit");
+    assert!(matches!(err, StoreError::DiskFull { .. }), "{err:?}");
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "the disk holding the store {} is full while recording step `{}` (attempt 1) of run `r1`: nothing \
+             from there on was recorded; what was recorded before is intact",
+            path.display(),
+            recorded + 1
+        )
+    );
+    store.close().await;
+
+    let store = SqlStore::open(&url).await.expect("reopens without the cap");
+    assert_eq!(store.steps("r1").await.expect("steps").len(), recorded);
+    store.close().await;
+    assert_eq!(pragma(&path, "integrity_check").await, "ok");
+}
+
+/// A plain connection to a SQLite file, beside the store's own.
+async fn raw(path: &std::path::Path) -> AnyConnection {
+    sqlx::any::install_default_drivers();
+    AnyConnection::connect(&format!("sqlite://{}", path.display())).await.expect("raw connection")
+}
+
+async fn pragma(path: &std::path::Path, name: &str) -> String {
+    let mut conn = raw(path).await;
+    let v: String = sqlx::query_scalar(sqlx::AssertSqlSafe(format!("PRAGMA {name}")))
+        .fetch_one(&mut conn)
+        .await
+        .expect("pragma");
+    conn.close().await.expect("close");
+    v
+}
+
+// ---------------------------------------------------------------- PostgreSQL
+
+const PG_VAR: &str = "SWITCHYARD_TEST_DATABASE_URL";
+
+/// A fresh schema in the test database, dropped when this goes out of scope.
+struct PgSchema {
+    url: String,
+    name: String,
+}
+
+impl PgSchema {
+    fn new() -> PgSchema {
+        let url = std::env::var(PG_VAR).unwrap_or_else(|_| {
+            panic!(
+                "{PG_VAR} is not set: the PostgreSQL store tests need a database and do not skip. \
+                 Run them with e.g. `export {PG_VAR}=postgres://postgres@127.0.0.1:5432/test`"
+            )
+        });
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let nanos =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+        let name = format!("sy_test_{}_{nanos}_{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed));
+        PgSchema { url, name }
+    }
+
+    async fn open(&self) -> SqlStore {
+        let options = SqlOptions { schema: Some(self.name.clone()), ..Default::default() };
+        SqlStore::open_with(&self.url, options).await.unwrap_or_else(|e| panic!("cannot open {}: {e}", self.url))
+    }
+}
+
+impl Drop for PgSchema {
+    fn drop(&mut self) {
+        let (url, name) = (self.url.clone(), self.name.clone());
+        let dropped = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+            rt.block_on(async {
+                let mut conn = AnyConnection::connect(&url).await?;
+                sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP SCHEMA IF EXISTS \"{name}\" CASCADE")))
+                    .execute(&mut conn)
+                    .await?;
+                conn.close().await
+            })
+        })
+        .join();
+        if !matches!(dropped, Ok(Ok(()))) && !std::thread::panicking() {
+            panic!("cannot drop the test schema {}: {dropped:?}", self.name);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_keeps_the_contract() {
+    let schema = PgSchema::new();
+    let store = schema.open().await;
+    contract(&store).await;
+    store.close().await;
+    // Reopening finds the schema current and the records there.
+    let store = schema.open().await;
+    assert_eq!(store.steps("r1").await.expect("steps").len(), 5);
+    store.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_group_commits_concurrent_writers() {
+    let schema = PgSchema::new();
+    let store = Arc::new(schema.open().await);
+    write_concurrently(&store, 50, 10).await;
+    let all = store.list_runs(&RunFilter { status: Some(RunStatus::Succeeded), ..Default::default() }).await;
+    assert_eq!(all.expect("list_runs").len(), 50);
+    assert_eq!(store.steps("run-0007").await.expect("steps").len(), 10);
+    Arc::into_inner(store).expect("the only reference").close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_refuses_a_newer_schema() {
+    let schema = PgSchema::new();
+    schema.open().await.close().await;
+    let mut conn = AnyConnection::connect(&schema.url).await.expect("connect");
+    let bump = format!("INSERT INTO \"{}\".schema_version VALUES (9, 0, 'the future')", schema.name);
+    sqlx::raw_sql(sqlx::AssertSqlSafe(bump)).execute(&mut conn).await.expect("bump");
+    conn.close().await.expect("close");
+    let options = SqlOptions { schema: Some(schema.name.clone()), ..Default::default() };
+    let err = SqlStore::open_with(&schema.url, options).await.expect_err("newer");
+    assert!(matches!(err, StoreError::NewerSchema { found: 9, .. }), "{err:?}");
+    assert!(err.to_string().contains(&format!("?schema={}", schema.name)), "{err}");
+}

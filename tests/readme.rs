@@ -18,7 +18,10 @@ fn the_readme_flow_lints_clean_and_its_tests_pass() {
     assert!(flow.lines().count() <= 25, "the README flow is short");
     let dir = TempDir::new("readme");
     let file = dir.write("hello.yaml", flow);
-    let lint = run(switchyard(dir.path()).arg("lint").arg(&file).arg("--deny-warnings"));
+    let lint = run(switchyard(dir.path())
+        .arg("lint")
+        .arg(&file)
+        .arg("--deny-warnings"));
     assert_eq!(lint.code(), 0, "{}{}", lint.stdout, lint.stderr);
     let test = run(switchyard(dir.path()).arg("test").arg(&file));
     assert_eq!(test.code(), 0, "{}{}", test.stdout, test.stderr);
@@ -32,7 +35,12 @@ fn the_first_command_runs_a_real_flow_end_to_end() {
         .lines()
         .find(|l| l.contains("switchyard run") && l.starts_with("cargo build"))
         .expect("the first command builds and runs a flow");
-    let args: Vec<&str> = line.split("switchyard run ").nth(1).expect("run args").splitn(3, ' ').collect();
+    let args: Vec<&str> = line
+        .split("switchyard run ")
+        .nth(1)
+        .expect("run args")
+        .splitn(3, ' ')
+        .collect();
     let flow = args[0];
     let input = args[2].trim_matches('\'');
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));

@@ -35,11 +35,16 @@ fn run(id: &str, flow: &str, started_at: u64, status: RunStatus, full: bool) -> 
         input: json!({"z": 1, "a": [1, 2.5, -0.0, 1e300, 18446744073709551615u64], "é": "ünï\n\"q\"", "n": null}),
         output: full.then(|| json!({"answer": 42, "nested": {"b": true, "a": [{}]}})),
         error: full.then(|| {
-            StepError::new(ErrorKind::Custom("rejected".into()), "no").with_details(json!({"why": [1, "two"]}))
+            StepError::new(ErrorKind::Custom("rejected".into()), "no")
+                .with_details(json!({"why": [1, "two"]}))
         }),
         started_at,
         finished_at: full.then_some(started_at + 1234),
-        usage: Usage { input_tokens: 1_000_000, output_tokens: 7, cost_usd: 0.1 + 0.2 },
+        usage: Usage {
+            input_tokens: 1_000_000,
+            output_tokens: 7,
+            cost_usd: 0.1 + 0.2,
+        },
         steps: 9,
     }
 }
@@ -57,16 +62,30 @@ fn step(run_id: &str, number: &str, attempt: u32, status: StepStatus, full: bool
         iterations: full.then_some(10),
         input: full.then(|| json!({"ticket": {"body": "x", "id": 7}})),
         result: full.then(|| json!([1, "two", {"three": 3.25}])),
-        changes: if full { vec![Change { path: "$.tier".into(), value: json!("high") }] } else { vec![] },
+        changes: if full {
+            vec![Change {
+                path: "$.tier".into(),
+                value: json!("high"),
+            }]
+        } else {
+            vec![]
+        },
         violations: if full {
-            vec![Violation { path: "$.secret".into(), reason: "not in the output allowlist".into() }]
+            vec![Violation {
+                path: "$.secret".into(),
+                reason: "not in the output allowlist".into(),
+            }]
         } else {
             vec![]
         },
         error: full.then(|| StepError::new(ErrorKind::Timeout, "timed out after 30ms")),
         started_at: 1_700_000_000_000,
         finished_at: full.then_some(1_700_000_000_050),
-        usage: Usage { input_tokens: 3, output_tokens: 4, cost_usd: 1e-9 },
+        usage: Usage {
+            input_tokens: 3,
+            output_tokens: 4,
+            cost_usd: 1e-9,
+        },
         child_run: full.then(|| "child".into()),
         route: full.then(|| "end".into()),
     }
@@ -118,7 +137,10 @@ async fn contract<S: Store>(store: &S) {
     let retry = step("r1", "2", 2, StepStatus::Succeeded, false);
     store.record_step(&retry).await.expect("record_step");
     let steps = store.steps("r1").await.expect("steps");
-    assert_eq!(steps, vec![s1.clone(), finished.clone(), s3.clone(), retry.clone()]);
+    assert_eq!(
+        steps,
+        vec![s1.clone(), finished.clone(), s3.clone(), retry.clone()]
+    );
     assert_eq!(json_text(&steps[0]), json_text(&s1), "JSON text differs");
     // The same number, attempt and a different iteration is another record.
     let mut other_iteration = s1.clone();
@@ -129,20 +151,61 @@ async fn contract<S: Store>(store: &S) {
     assert!(store.steps("r2").await.expect("steps").is_empty());
 
     // Listing: newest first, filtered, limited; unfinished runs oldest first.
-    store.create_run(&run("r3", "summarize", 3_000, RunStatus::Running, false)).await.expect("create_run");
-    let child = RunRecord { parent_run: Some("r1".into()), ..run("r4", "child", 4_000, RunStatus::Running, false) };
+    store
+        .create_run(&run("r3", "summarize", 3_000, RunStatus::Running, false))
+        .await
+        .expect("create_run");
+    let child = RunRecord {
+        parent_run: Some("r1".into()),
+        ..run("r4", "child", 4_000, RunStatus::Running, false)
+    };
     store.create_run(&child).await.expect("create_run");
     let list = |f: RunFilter| async move { store.list_runs(&f).await.expect("list_runs") };
     assert_eq!(ids(&list(RunFilter::default()).await), ["r4", "r3", "r2", "r1"]);
-    assert_eq!(ids(&list(RunFilter { status: Some(RunStatus::Running), ..Default::default() }).await), ["r4", "r3"]);
-    assert_eq!(ids(&list(RunFilter { flow: Some("triage".into()), ..Default::default() }).await), ["r2", "r1"]);
-    let both = RunFilter { status: Some(RunStatus::Failed), flow: Some("triage".into()), limit: None };
+    assert_eq!(
+        ids(&list(RunFilter {
+            status: Some(RunStatus::Running),
+            ..Default::default()
+        })
+        .await),
+        ["r4", "r3"]
+    );
+    assert_eq!(
+        ids(&list(RunFilter {
+            flow: Some("triage".into()),
+            ..Default::default()
+        })
+        .await),
+        ["r2", "r1"]
+    );
+    let both = RunFilter {
+        status: Some(RunStatus::Failed),
+        flow: Some("triage".into()),
+        limit: None,
+    };
     assert_eq!(ids(&list(both).await), ["r1"]);
-    assert_eq!(ids(&list(RunFilter { limit: Some(2), ..Default::default() }).await), ["r4", "r3"]);
-    let unfinished = store.unfinished_runs(&RunFilter::default()).await.expect("unfinished_runs");
+    assert_eq!(
+        ids(&list(RunFilter {
+            limit: Some(2),
+            ..Default::default()
+        })
+        .await),
+        ["r4", "r3"]
+    );
+    let unfinished = store
+        .unfinished_runs(&RunFilter::default())
+        .await
+        .expect("unfinished_runs");
     assert_eq!(ids(&unfinished), ["r3", "r4"]);
-    let filter = RunFilter { flow: Some("child".into()), status: Some(RunStatus::Failed), limit: Some(5) };
-    assert_eq!(ids(&store.unfinished_runs(&filter).await.expect("unfinished_runs")), ["r4"]);
+    let filter = RunFilter {
+        flow: Some("child".into()),
+        status: Some(RunStatus::Failed),
+        limit: Some(5),
+    };
+    assert_eq!(
+        ids(&store.unfinished_runs(&filter).await.expect("unfinished_runs")),
+        ["r4"]
+    );
 
     // Children.
     assert_eq!(store.children("r1").await.expect("children"), vec![child]);
@@ -166,13 +229,22 @@ async fn a_sqlite_file_keeps_the_contract_across_reopening() {
     let dir = TempDir::new("store-contract");
     let path = dir.path().join("deep/er/runs.db");
     let url = format!("sqlite:{}", path.display());
-    let store = SqlStore::open(&url).await.expect("opens, creating the directories");
+    let store = SqlStore::open(&url)
+        .await
+        .expect("opens, creating the directories");
     assert_eq!(store.name(), path.display().to_string());
     contract(&store).await;
     store.close().await;
 
     let store = SqlStore::open(&url).await.expect("reopens");
-    assert_eq!(store.list_runs(&RunFilter::default()).await.expect("list_runs").len(), 4);
+    assert_eq!(
+        store
+            .list_runs(&RunFilter::default())
+            .await
+            .expect("list_runs")
+            .len(),
+        4
+    );
     assert_eq!(store.steps("r1").await.expect("steps").len(), 5);
     assert_eq!(pragma(&path, "journal_mode").await, "wal");
     store.close().await;
@@ -180,13 +252,24 @@ async fn a_sqlite_file_keeps_the_contract_across_reopening() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_store_urls_say_what_is_expected() {
-    let err = SqlStore::open("mysql://localhost/x").await.expect_err("not a store URL");
+    let err = SqlStore::open("mysql://localhost/x")
+        .await
+        .expect_err("not a store URL");
     assert!(matches!(err, StoreError::BadUrl { .. }), "{err}");
     assert!(err.to_string().contains("expected `sqlite:PATH`"), "{err}");
-    let err = SqlStore::open_with("sqlite::memory:", SqlOptions { schema: Some("x".into()), ..Default::default() })
-        .await
-        .expect_err("no schemas in SQLite");
-    assert!(err.to_string().contains("only PostgreSQL stores have schemas"), "{err}");
+    let err = SqlStore::open_with(
+        "sqlite::memory:",
+        SqlOptions {
+            schema: Some("x".into()),
+            ..Default::default()
+        },
+    )
+    .await
+    .expect_err("no schemas in SQLite");
+    assert!(
+        err.to_string().contains("only PostgreSQL stores have schemas"),
+        "{err}"
+    );
 }
 
 // ---------------------------------------------------------------- SQLite under load and faults
@@ -198,10 +281,20 @@ async fn write_concurrently(store: &Arc<SqlStore>, tasks: usize, steps: usize) {
         let store = store.clone();
         set.spawn(async move {
             let id = format!("run-{t:04}");
-            store.create_run(&run(&id, "load", t as u64, RunStatus::Running, false)).await.expect("create_run");
+            store
+                .create_run(&run(&id, "load", t as u64, RunStatus::Running, false))
+                .await
+                .expect("create_run");
             for n in 1..=steps {
-                let status = if n % 2 == 0 { StepStatus::Succeeded } else { StepStatus::Started };
-                store.record_step(&step(&id, &n.to_string(), 1, status, n % 3 == 0)).await.expect("record_step");
+                let status = if n % 2 == 0 {
+                    StepStatus::Succeeded
+                } else {
+                    StepStatus::Started
+                };
+                store
+                    .record_step(&step(&id, &n.to_string(), 1, status, n % 3 == 0))
+                    .await
+                    .expect("record_step");
             }
             let mut done = run(&id, "load", t as u64, RunStatus::Succeeded, false);
             done.steps = steps as u64;
@@ -224,7 +317,10 @@ async fn concurrent_writers_are_all_recorded_durably() {
     drop(store);
 
     let mut conn = raw(&path).await;
-    let steps: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM steps").fetch_one(&mut conn).await.expect("count");
+    let steps: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM steps")
+        .fetch_one(&mut conn)
+        .await
+        .expect("count");
     let runs: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM runs WHERE status = 'succeeded' AND steps = 20")
         .fetch_one(&mut conn)
         .await
@@ -235,7 +331,11 @@ async fn concurrent_writers_are_all_recorded_durably() {
     let store = SqlStore::open(&url).await.expect("reopens");
     let steps = store.steps("run-0123").await.expect("steps");
     let numbers: Vec<String> = steps.iter().map(|s| s.number.clone()).collect();
-    assert_eq!(numbers, (1..=20).map(|n| n.to_string()).collect::<Vec<_>>(), "record order");
+    assert_eq!(
+        numbers,
+        (1..=20).map(|n| n.to_string()).collect::<Vec<_>>(),
+        "record order"
+    );
     assert_eq!(steps[2], step("run-0123", "3", 1, StepStatus::Started, true));
     store.close().await;
 }
@@ -243,13 +343,21 @@ async fn concurrent_writers_are_all_recorded_durably() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_bad_record_fails_alone_in_a_group_commit() {
     let store = Arc::new(SqlStore::open("sqlite::memory:").await.expect("opens"));
-    store.create_run(&run("real", "f", 1, RunStatus::Running, false)).await.expect("create_run");
+    store
+        .create_run(&run("real", "f", 1, RunStatus::Running, false))
+        .await
+        .expect("create_run");
     let mut set = tokio::task::JoinSet::new();
     for n in 0..300 {
         let store = store.clone();
         set.spawn(async move {
             let run_id = if n == 150 { "ghost" } else { "real" };
-            (n, store.record_step(&step(run_id, &n.to_string(), 1, StepStatus::Succeeded, false)).await)
+            (
+                n,
+                store
+                    .record_step(&step(run_id, &n.to_string(), 1, StepStatus::Succeeded, false))
+                    .await,
+            )
         });
     }
     let mut failed = Vec::new();
@@ -269,7 +377,10 @@ async fn a_store_from_a_newer_switchyard_is_refused_untouched() {
     let path = dir.path().join("runs.db");
     let url = format!("sqlite:{}", path.display());
     let store = SqlStore::open(&url).await.expect("opens");
-    store.create_run(&run("r1", "f", 1, RunStatus::Running, true)).await.expect("create_run");
+    store
+        .create_run(&run("r1", "f", 1, RunStatus::Running, true))
+        .await
+        .expect("create_run");
     store.close().await;
     let mut conn = raw(&path).await;
     sqlx::query("INSERT INTO schema_version (version, applied_at, description) VALUES (7, 0, 'the future')")
@@ -280,7 +391,17 @@ async fn a_store_from_a_newer_switchyard_is_refused_untouched() {
     let before = std::fs::read(&path).expect("read");
 
     let err = SqlStore::open(&url).await.expect_err("a newer schema");
-    assert!(matches!(err, StoreError::NewerSchema { found: 7, supported: SCHEMA_VERSION, .. }), "{err:?}");
+    assert!(
+        matches!(
+            err,
+            StoreError::NewerSchema {
+                found: 7,
+                supported: SCHEMA_VERSION,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
     assert_eq!(
         err.to_string(),
         format!(
@@ -288,7 +409,10 @@ async fn a_store_from_a_newer_switchyard_is_refused_untouched() {
             path.display()
         )
     );
-    assert!(std::fs::read(&path).expect("read") == before, "the store file changed");
+    assert!(
+        std::fs::read(&path).expect("read") == before,
+        "the store file changed"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -296,18 +420,36 @@ async fn a_locked_store_fails_within_the_busy_timeout_and_recovers() {
     let dir = TempDir::new("store-locked");
     let path = dir.path().join("runs.db");
     let url = format!("sqlite:{}", path.display());
-    let options = SqlOptions { busy_timeout: Duration::from_millis(300), ..Default::default() };
+    let options = SqlOptions {
+        busy_timeout: Duration::from_millis(300),
+        ..Default::default()
+    };
     let store = SqlStore::open_with(&url, options).await.expect("opens");
-    store.create_run(&run("r1", "f", 1, RunStatus::Running, false)).await.expect("create_run");
+    store
+        .create_run(&run("r1", "f", 1, RunStatus::Running, false))
+        .await
+        .expect("create_run");
 
     // Another connection — as another process would — holds the write lock.
     let mut other = raw(&path).await;
-    sqlx::raw_sql("BEGIN EXCLUSIVE").execute(&mut other).await.expect("lock");
+    sqlx::raw_sql("BEGIN EXCLUSIVE")
+        .execute(&mut other)
+        .await
+        .expect("lock");
     let t0 = Instant::now();
-    let err = store.record_step(&step("r1", "1", 1, StepStatus::Started, false)).await.expect_err("locked");
+    let err = store
+        .record_step(&step("r1", "1", 1, StepStatus::Started, false))
+        .await
+        .expect_err("locked");
     let waited = t0.elapsed();
-    assert!(matches!(err, StoreError::Locked { waited_ms: 300, .. }), "{err:?}");
-    assert!(waited >= Duration::from_millis(250) && waited < Duration::from_secs(5), "waited {waited:?}");
+    assert!(
+        matches!(err, StoreError::Locked { waited_ms: 300, .. }),
+        "{err:?}"
+    );
+    assert!(
+        waited >= Duration::from_millis(250) && waited < Duration::from_secs(5),
+        "waited {waited:?}"
+    );
     assert_eq!(
         err.to_string(),
         format!(
@@ -319,9 +461,15 @@ async fn a_locked_store_fails_within_the_busy_timeout_and_recovers() {
     // Reads still work under WAL.
     assert_eq!(store.get_run("r1").await.expect("get_run").id, "r1");
 
-    sqlx::raw_sql("ROLLBACK").execute(&mut other).await.expect("unlock");
+    sqlx::raw_sql("ROLLBACK")
+        .execute(&mut other)
+        .await
+        .expect("unlock");
     other.close().await.expect("close");
-    store.record_step(&step("r1", "1", 1, StepStatus::Succeeded, false)).await.expect("records once unlocked");
+    store
+        .record_step(&step("r1", "1", 1, StepStatus::Succeeded, false))
+        .await
+        .expect("records once unlocked");
     assert_eq!(store.steps("r1").await.expect("steps").len(), 1);
     store.close().await;
 }
@@ -332,9 +480,15 @@ async fn a_full_disk_fails_clearly_and_keeps_what_was_recorded() {
     let path = dir.path().join("runs.db");
     let url = format!("sqlite:{}", path.display());
     // A size cap (in pages) stands in for a tiny filesystem: SQLite reports SQLITE_FULL either way.
-    let options = SqlOptions { max_pages: Some(48), ..Default::default() };
+    let options = SqlOptions {
+        max_pages: Some(48),
+        ..Default::default()
+    };
     let store = SqlStore::open_with(&url, options).await.expect("opens");
-    store.create_run(&run("r1", "f", 1, RunStatus::Running, false)).await.expect("create_run");
+    store
+        .create_run(&run("r1", "f", 1, RunStatus::Running, false))
+        .await
+        .expect("create_run");
     let big = "x".repeat(6000);
     let mut recorded = 0;
     let err = loop {
@@ -368,7 +522,9 @@ async fn a_full_disk_fails_clearly_and_keeps_what_was_recorded() {
 /// A plain connection to a SQLite file, beside the store's own.
 async fn raw(path: &std::path::Path) -> AnyConnection {
     sqlx::any::install_default_drivers();
-    AnyConnection::connect(&format!("sqlite://{}", path.display())).await.expect("raw connection")
+    AnyConnection::connect(&format!("sqlite://{}", path.display()))
+        .await
+        .expect("raw connection")
 }
 
 async fn pragma(path: &std::path::Path, name: &str) -> String {
@@ -401,15 +557,25 @@ impl PgSchema {
         });
         use std::sync::atomic::{AtomicUsize, Ordering};
         static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let nanos =
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
-        let name = format!("sy_test_{}_{nanos}_{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed));
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let name = format!(
+            "sy_test_{}_{nanos}_{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
         PgSchema { url, name }
     }
 
     async fn open(&self) -> SqlStore {
-        let options = SqlOptions { schema: Some(self.name.clone()), ..Default::default() };
-        SqlStore::open_with(&self.url, options).await.unwrap_or_else(|e| panic!("cannot open {}: {e}", self.url))
+        let options = SqlOptions {
+            schema: Some(self.name.clone()),
+            ..Default::default()
+        };
+        SqlStore::open_with(&self.url, options)
+            .await
+            .unwrap_or_else(|e| panic!("cannot open {}: {e}", self.url))
     }
 }
 
@@ -417,12 +583,17 @@ impl Drop for PgSchema {
     fn drop(&mut self) {
         let (url, name) = (self.url.clone(), self.name.clone());
         let dropped = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
             rt.block_on(async {
                 let mut conn = AnyConnection::connect(&url).await?;
-                sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP SCHEMA IF EXISTS \"{name}\" CASCADE")))
-                    .execute(&mut conn)
-                    .await?;
+                sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+                    "DROP SCHEMA IF EXISTS \"{name}\" CASCADE"
+                )))
+                .execute(&mut conn)
+                .await?;
                 conn.close().await
             })
         })
@@ -450,7 +621,12 @@ async fn postgres_group_commits_concurrent_writers() {
     let schema = PgSchema::new();
     let store = Arc::new(schema.open().await);
     write_concurrently(&store, 50, 10).await;
-    let all = store.list_runs(&RunFilter { status: Some(RunStatus::Succeeded), ..Default::default() }).await;
+    let all = store
+        .list_runs(&RunFilter {
+            status: Some(RunStatus::Succeeded),
+            ..Default::default()
+        })
+        .await;
     assert_eq!(all.expect("list_runs").len(), 50);
     assert_eq!(store.steps("run-0007").await.expect("steps").len(), 10);
     Arc::into_inner(store).expect("the only reference").close().await;
@@ -461,11 +637,118 @@ async fn postgres_refuses_a_newer_schema() {
     let schema = PgSchema::new();
     schema.open().await.close().await;
     let mut conn = AnyConnection::connect(&schema.url).await.expect("connect");
-    let bump = format!("INSERT INTO \"{}\".schema_version VALUES (9, 0, 'the future')", schema.name);
-    sqlx::raw_sql(sqlx::AssertSqlSafe(bump)).execute(&mut conn).await.expect("bump");
+    let bump = format!(
+        "INSERT INTO \"{}\".schema_version VALUES (9, 0, 'the future')",
+        schema.name
+    );
+    sqlx::raw_sql(sqlx::AssertSqlSafe(bump))
+        .execute(&mut conn)
+        .await
+        .expect("bump");
     conn.close().await.expect("close");
-    let options = SqlOptions { schema: Some(schema.name.clone()), ..Default::default() };
-    let err = SqlStore::open_with(&schema.url, options).await.expect_err("newer");
+    let options = SqlOptions {
+        schema: Some(schema.name.clone()),
+        ..Default::default()
+    };
+    let err = SqlStore::open_with(&schema.url, options)
+        .await
+        .expect_err("newer");
     assert!(matches!(err, StoreError::NewerSchema { found: 9, .. }), "{err:?}");
-    assert!(err.to_string().contains(&format!("?schema={}", schema.name)), "{err}");
+    assert!(
+        err.to_string().contains(&format!("?schema={}", schema.name)),
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn zz_measure_group_commit() {
+    let writers = 64usize;
+    let per = 500usize;
+    for (label, url_kind, sync, max_batch) in [
+        (
+            "sqlite NORMAL group",
+            "sqlite",
+            switchyard::store::sql::Synchronous::Normal,
+            512,
+        ),
+        (
+            "sqlite FULL group",
+            "sqlite",
+            switchyard::store::sql::Synchronous::Full,
+            512,
+        ),
+        (
+            "sqlite NORMAL batch=1",
+            "sqlite",
+            switchyard::store::sql::Synchronous::Normal,
+            1,
+        ),
+        (
+            "sqlite FULL batch=1",
+            "sqlite",
+            switchyard::store::sql::Synchronous::Full,
+            1,
+        ),
+        (
+            "postgres group",
+            "pg",
+            switchyard::store::sql::Synchronous::Normal,
+            512,
+        ),
+        (
+            "postgres batch=1",
+            "pg",
+            switchyard::store::sql::Synchronous::Normal,
+            1,
+        ),
+    ] {
+        let dir = TempDir::new("store-bench");
+        let schema = (url_kind == "pg").then(PgSchema::new);
+        let (url, schema_name) = match &schema {
+            Some(s) => (s.url.clone(), Some(s.name.clone())),
+            None => (format!("sqlite:{}", dir.path().join("runs.db").display()), None),
+        };
+        let per = if max_batch == 1 && sync == switchyard::store::sql::Synchronous::Full {
+            50
+        } else {
+            per
+        };
+        let options = SqlOptions {
+            synchronous: sync,
+            max_batch,
+            schema: schema_name,
+            ..Default::default()
+        };
+        let store = Arc::new(SqlStore::open_with(&url, options).await.expect("opens"));
+        let t0 = Instant::now();
+        let mut set = tokio::task::JoinSet::new();
+        for t in 0..writers {
+            let store = store.clone();
+            set.spawn(async move {
+                let id = format!("run-{t:04}");
+                store
+                    .create_run(&run(&id, "load", t as u64, RunStatus::Running, true))
+                    .await
+                    .expect("create_run");
+                for n in 1..=per {
+                    store
+                        .record_step(&step(&id, &n.to_string(), 1, StepStatus::Succeeded, true))
+                        .await
+                        .expect("record_step");
+                }
+            });
+        }
+        while let Some(r) = set.join_next().await {
+            r.expect("task");
+        }
+        let el = t0.elapsed();
+        let total = writers * per;
+        println!(
+            "MEASURE {label}: {total} steps in {:.3}s = {:.0} steps/s, {:.1} us/step/writer latency",
+            el.as_secs_f64(),
+            total as f64 / el.as_secs_f64(),
+            el.as_secs_f64() * 1e6 / per as f64
+        );
+        Arc::into_inner(store).expect("only").close().await;
+    }
 }

@@ -5,6 +5,8 @@
 //! [`compile`] (names resolved, paths/expressions/templates parsed once) → [`plan`] (the
 //! petgraph graph the runtime executes). `cli` is the only module that prints.
 
+pub mod agents;
+pub mod cli;
 pub mod compile;
 pub mod diag;
 pub mod lint;
@@ -12,9 +14,7 @@ pub mod model;
 pub mod plan;
 pub mod project;
 pub mod runtime;
-pub mod store;
 pub mod schema;
-pub mod agents;
-pub mod cli;
 pub mod source;
+pub mod store;
 pub mod syntax;

@@ -9,10 +9,15 @@ use crate::model::Flow;
 
 /// The schema as pretty JSON text, with a trailing newline.
 pub fn flow_schema_json() -> String {
-    let schema = schemars::generate::SchemaSettings::draft07().into_generator().into_root_schema_for::<Flow>();
+    let schema = schemars::generate::SchemaSettings::draft07()
+        .into_generator()
+        .into_root_schema_for::<Flow>();
     let mut value = serde_json::to_value(&schema).expect("a schema is JSON");
     if let Value::Object(o) = &mut value {
-        o.insert("$id".into(), "https://switchyard.dev/schemas/flow.schema.json".into());
+        o.insert(
+            "$id".into(),
+            "https://switchyard.dev/schemas/flow.schema.json".into(),
+        );
     }
     tidy(&mut value);
     let mut s = serde_json::to_string_pretty(&value).expect("a schema serializes");
@@ -48,9 +53,13 @@ fn drop_null(o: &mut Map<String, Value>) {
         }
     }
     if let Some(Value::Array(alts)) = o.get_mut("anyOf") {
-        alts.retain(|a| a.get("type") != Some(&Value::String("null".into())) || a.as_object().is_some_and(|m| m.len() > 1));
+        alts.retain(|a| {
+            a.get("type") != Some(&Value::String("null".into())) || a.as_object().is_some_and(|m| m.len() > 1)
+        });
         if alts.len() == 1 {
-            let Some(Value::Object(only)) = alts.pop() else { return };
+            let Some(Value::Object(only)) = alts.pop() else {
+                return;
+            };
             o.remove("anyOf");
             for (k, val) in only {
                 o.entry(k).or_insert(val);
@@ -63,7 +72,9 @@ fn lift_variant_properties(o: &mut Map<String, Value>) {
     if o.get("additionalProperties") != Some(&Value::Bool(false)) {
         return;
     }
-    let Some(Value::Array(variants)) = o.get("oneOf") else { return };
+    let Some(Value::Array(variants)) = o.get("oneOf") else {
+        return;
+    };
     let names: Vec<String> = variants
         .iter()
         .filter_map(|v| v.get("properties").and_then(Value::as_object))
@@ -94,8 +105,21 @@ mod tests {
     fn step_kind_keys_are_declared() {
         let v: Value = serde_json::from_str(&flow_schema_json()).expect("json");
         let step = &v["definitions"]["Step"];
-        for k in ["agent", "set", "parallel", "interrupt", "fail", "succeed", "next", "foreach", "while"] {
-            assert!(step["properties"].get(k).is_some(), "{k} missing from Step properties");
+        for k in [
+            "agent",
+            "set",
+            "parallel",
+            "interrupt",
+            "fail",
+            "succeed",
+            "next",
+            "foreach",
+            "while",
+        ] {
+            assert!(
+                step["properties"].get(k).is_some(),
+                "{k} missing from Step properties"
+            );
         }
         assert_eq!(step["additionalProperties"], Value::Bool(false));
     }
@@ -113,11 +137,21 @@ mod tests {
                     continue;
                 }
                 let bytes = std::fs::read(&path).expect("readable");
-                let node = crate::syntax::parse(crate::source::FileId(0), &bytes, &crate::syntax::Limits::default())
-                    .expect("flows parse");
-                let errors: Vec<String> =
-                    validator.iter_errors(&node.to_json()).map(|e| format!("{} at {}", e, e.instance_path())).collect();
-                assert!(errors.is_empty(), "{} does not validate: {errors:#?}", path.display());
+                let node = crate::syntax::parse(
+                    crate::source::FileId(0),
+                    &bytes,
+                    &crate::syntax::Limits::default(),
+                )
+                .expect("flows parse");
+                let errors: Vec<String> = validator
+                    .iter_errors(&node.to_json())
+                    .map(|e| format!("{} at {}", e, e.instance_path()))
+                    .collect();
+                assert!(
+                    errors.is_empty(),
+                    "{} does not validate: {errors:#?}",
+                    path.display()
+                );
                 checked += 1;
             }
         }
@@ -131,6 +165,13 @@ mod tests {
         let bad = serde_json::json!({"flow": "x", "steps": {"a": {"set": {"$.a": "=1"}, "nxt": "b"}}});
         assert!(!validator.is_valid(&bad));
         let good = serde_json::json!({"flow": "x", "steps": {"a": {"set": {"$.a": "=1"}, "next": "end"}}});
-        assert!(validator.is_valid(&good), "{:?}", validator.iter_errors(&good).map(|e| e.to_string()).collect::<Vec<_>>());
+        assert!(
+            validator.is_valid(&good),
+            "{:?}",
+            validator
+                .iter_errors(&good)
+                .map(|e| e.to_string())
+                .collect::<Vec<_>>()
+        );
     }
 }

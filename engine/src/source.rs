@@ -28,7 +28,11 @@ impl Span {
 
     /// An empty span at the start of `file`, for problems that concern a whole file.
     pub fn file_start(file: FileId) -> Self {
-        Span { file, start: 0, end: 0 }
+        Span {
+            file,
+            start: 0,
+            end: 0,
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -62,8 +66,18 @@ impl SourceFile {
     pub fn new(name: impl Into<String>, path: Option<PathBuf>, text: impl Into<Arc<str>>) -> Self {
         let text: Arc<str> = text.into();
         let mut line_starts = vec![0];
-        line_starts.extend(text.bytes().enumerate().filter(|(_, b)| *b == b'\n').map(|(i, _)| i + 1));
-        SourceFile { name: name.into(), path, text, line_starts }
+        line_starts.extend(
+            text.bytes()
+                .enumerate()
+                .filter(|(_, b)| *b == b'\n')
+                .map(|(i, _)| i + 1),
+        );
+        SourceFile {
+            name: name.into(),
+            path,
+            text,
+            line_starts,
+        }
     }
 
     /// 1-based line and 1-based column (in characters) of a byte offset.
@@ -84,12 +98,18 @@ impl SourceFile {
 
     /// The text of a span (empty when the span does not fall on character boundaries).
     pub fn slice(&self, span: Span) -> &str {
-        self.text.get(span.start as usize..span.end as usize).unwrap_or("")
+        self.text
+            .get(span.start as usize..span.end as usize)
+            .unwrap_or("")
     }
 
     /// Byte offset of the `n`th character (0-based); the text length when past the end.
     pub fn char_to_byte(&self, n: usize) -> usize {
-        self.text.char_indices().nth(n).map(|(i, _)| i).unwrap_or(self.text.len())
+        self.text
+            .char_indices()
+            .nth(n)
+            .map(|(i, _)| i)
+            .unwrap_or(self.text.len())
     }
 }
 

@@ -31,7 +31,9 @@ impl RunArgs {
     /// The context value and run options, validated.
     pub fn options(&self, plan: &Plan) -> Result<(Value, RunOptions), String> {
         let context = match &self.context {
-            Some(text) => serde_json::from_str(text).map_err(|e| format!("--context is not valid JSON: {e}"))?,
+            Some(text) => {
+                serde_json::from_str(text).map_err(|e| format!("--context is not valid JSON: {e}"))?
+            }
             None => Value::Object(Default::default()),
         };
         let allow = match &self.allow {
@@ -57,7 +59,13 @@ impl RunArgs {
             }
             None => Default::default(),
         };
-        Ok((context, RunOptions { allow, agent_changes: Arc::new(agent_changes) }))
+        Ok((
+            context,
+            RunOptions {
+                allow,
+                agent_changes: Arc::new(agent_changes),
+            },
+        ))
     }
 }
 
@@ -67,7 +75,8 @@ pub fn read_input(input: Option<&str>, file: Option<&Path>) -> Result<Value, Str
         (Some(t), _) => (t.to_string(), "--input".to_string()),
         (None, Some(p)) if p == Path::new("-") => {
             let mut s = String::new();
-            std::io::Read::read_to_string(&mut std::io::stdin(), &mut s).map_err(|e| format!("cannot read stdin: {e}"))?;
+            std::io::Read::read_to_string(&mut std::io::stdin(), &mut s)
+                .map_err(|e| format!("cannot read stdin: {e}"))?;
             (s, "stdin".to_string())
         }
         (None, Some(p)) => (
@@ -76,11 +85,19 @@ pub fn read_input(input: Option<&str>, file: Option<&Path>) -> Result<Value, Str
         ),
         (None, None) => return Ok(Value::Object(Default::default())),
     };
-    serde_json::from_str(&text)
-        .map_err(|e| format!("{what} is not valid JSON: {e} (line {}, column {})", e.line(), e.column()))
+    serde_json::from_str(&text).map_err(|e| {
+        format!(
+            "{what} is not valid JSON: {e} (line {}, column {})",
+            e.line(),
+            e.column()
+        )
+    })
 }
 
 /// A multi-threaded tokio runtime for one command.
 pub fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("a tokio runtime starts")
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime starts")
 }

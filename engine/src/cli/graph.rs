@@ -18,10 +18,12 @@ pub enum Format {
 }
 
 #[derive(clap::Args, Debug)]
-#[command(after_help = "Edges are labelled with their `on`, `if` and `errors`; failure edges are dashed.\n\
+#[command(
+    after_help = "Edges are labelled with their `on`, `if` and `errors`; failure edges are dashed.\n\
                         `foreach` and `while` loops are self-loops with their bound; `parallel`\n\
                         branches are drawn inside their step. Flows called by `flow` agents follow\n\
-                        with --nested.")]
+                        with --nested."
+)]
 pub struct Args {
     /// The flow file.
     pub flow: PathBuf,
@@ -36,7 +38,9 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> u8 {
-    let Some(plan) = load_plan(&args.flow, args.root.clone()) else { return super::exit::USAGE };
+    let Some(plan) = load_plan(&args.flow, args.root.clone()) else {
+        return super::exit::USAGE;
+    };
     let mut flows = vec![plan.root];
     if args.nested {
         collect_called(&plan, plan.root, &mut flows);
@@ -88,15 +92,31 @@ pub(crate) fn load_plan(flow: &std::path::Path, root: Option<PathBuf>) -> Option
     let id = project.load_top(flow, root, &Limits::default());
     let Some(id) = id else {
         let diags = crate::lint::lint_project(&project);
-        eprint!("{}", render::human(&diags, &project.sources, &render::HumanOptions { color: super::color_stderr(), width: super::width() }));
+        eprint!(
+            "{}",
+            render::human(
+                &diags,
+                &project.sources,
+                &render::HumanOptions {
+                    color: super::color_stderr(),
+                    width: super::width()
+                }
+            )
+        );
         if diags.is_empty() {
-            eprintln!("error: `{}` is not a flow (it has no `flow:` or `steps:`)", flow.display());
+            eprintln!(
+                "error: `{}` is not a flow (it has no `flow:` or `steps:`)",
+                flow.display()
+            );
         }
         return None;
     };
     let (plan, diags) = crate::compile::compile(&project, id);
     if !diags.is_empty() {
-        let opts = render::HumanOptions { color: super::color_stderr(), width: super::width() };
+        let opts = render::HumanOptions {
+            color: super::color_stderr(),
+            width: super::width(),
+        };
         eprint!("{}", render::human(&diags, &project.sources, &opts));
         eprintln!("{}", render::summary(&diags, project.flows.len()));
     }

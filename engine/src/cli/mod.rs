@@ -99,7 +99,10 @@ pub(crate) fn color_stdout() -> bool {
 
 /// Terminal width for rendering, or 100.
 pub(crate) fn width() -> usize {
-    std::env::var("COLUMNS").ok().and_then(|c| c.parse().ok()).unwrap_or(100)
+    std::env::var("COLUMNS")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(100)
 }
 
 /// Whether stderr should be coloured: a terminal, and `NO_COLOR` unset.
@@ -118,8 +121,13 @@ fn init_logging(format: LogFormat, verbose: u8) {
         2 => "switchyard=debug,info",
         _ => "trace",
     };
-    let filter = std::env::var("SWITCHYARD_LOG").ok().and_then(|f| EnvFilter::try_new(f).ok()).unwrap_or_else(|| EnvFilter::new(level));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let filter = std::env::var("SWITCHYARD_LOG")
+        .ok()
+        .and_then(|f| EnvFilter::try_new(f).ok())
+        .unwrap_or_else(|| EnvFilter::new(level));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     let _ = match format {
         LogFormat::Json => builder.json().with_current_span(false).try_init(),
         LogFormat::Text => builder.with_ansi(color_stderr()).try_init(),

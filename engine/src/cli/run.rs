@@ -11,8 +11,10 @@ use crate::runtime::record::RunStatus;
 use crate::store::memory::MemoryStore;
 
 #[derive(clap::Args, Debug)]
-#[command(after_help = "Exit status: 0 succeeded, 1 the run failed, 2 invalid flow or usage, 3 interrupted.\n\
-                        The output JSON goes to stdout; errors, --trace and logs go to stderr.")]
+#[command(
+    after_help = "Exit status: 0 succeeded, 1 the run failed, 2 invalid flow or usage, 3 interrupted.\n\
+                        The output JSON goes to stdout; errors, --trace and logs go to stderr."
+)]
 pub struct Args {
     /// The flow file.
     pub flow: PathBuf,
@@ -30,7 +32,9 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> u8 {
-    let Some(plan) = super::graph::load_plan(&args.flow, args.common.root.clone()) else { return super::exit::USAGE };
+    let Some(plan) = super::graph::load_plan(&args.flow, args.common.root.clone()) else {
+        return super::exit::USAGE;
+    };
     let input = match common::read_input(args.input.as_deref(), args.input_file.as_deref()) {
         Ok(v) => v,
         Err(e) => {
@@ -51,13 +55,20 @@ pub fn run(args: Args) -> u8 {
     let rt = common::runtime();
     let outcome = rt.block_on(engine.run(plan, input, context, options));
     if args.trace {
-        let tree = rt.block_on(super::trace::render(&*store, &outcome.run_id, super::color_stderr()));
+        let tree = rt.block_on(super::trace::render(
+            &*store,
+            &outcome.run_id,
+            super::color_stderr(),
+        ));
         eprint!("{tree}");
     }
     match outcome.status {
         RunStatus::Succeeded => {
             let out = outcome.output.unwrap_or(Value::Null);
-            println!("{}", serde_json::to_string_pretty(&out).expect("JSON values serialize"));
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&out).expect("JSON values serialize")
+            );
             super::exit::OK
         }
         RunStatus::Interrupted => {
@@ -70,7 +81,12 @@ pub fn run(args: Args) -> u8 {
             } else {
                 eprintln!("error: the run ended {}", status.as_str());
             }
-            eprintln!("  run `{}` {} after {} steps", outcome.run_id, status.as_str(), outcome.steps);
+            eprintln!(
+                "  run `{}` {} after {} steps",
+                outcome.run_id,
+                status.as_str(),
+                outcome.steps
+            );
             super::exit::FAILED
         }
     }

@@ -17,9 +17,11 @@ use crate::store::memory::MemoryStore;
 use crate::syntax::Limits;
 
 #[derive(clap::Args, Debug)]
-#[command(after_help = "Agents named under a test's `mocks:` are replaced by mocks in every flow of the run;\n\
+#[command(
+    after_help = "Agents named under a test's `mocks:` are replaced by mocks in every flow of the run;\n\
                         an `llm`, `http` or `command` agent that a test calls without mocking it fails the\n\
-                        test. Exit status: 0 all passed, 1 a test failed, 2 invalid flow or usage.")]
+                        test. Exit status: 0 all passed, 1 a test failed, 2 invalid flow or usage."
+)]
 pub struct Args {
     /// Flow files and directories (searched for *.yaml and *.yml with `tests:`).
     #[arg(required = true)]
@@ -42,14 +44,22 @@ pub fn run(args: Args) -> u8 {
     for (file, root) in &files {
         let root = root.canonicalize().unwrap_or_else(|_| root.clone());
         let mut project = Project::default();
-        let Some(id) = project.load_top(file, root, &Limits::default()) else { continue };
+        let Some(id) = project.load_top(file, root, &Limits::default()) else {
+            continue;
+        };
         let Some(flow) = project.flow(id).flow.as_ref() else {
             // The file did not parse as a flow: whatever tests it holds cannot run. Saying
             // nothing would count it as passed.
             let diags = crate::lint::lint_project(&project);
-            let opts = crate::diag::render::HumanOptions { color: super::color_stderr(), width: super::width() };
+            let opts = crate::diag::render::HumanOptions {
+                color: super::color_stderr(),
+                width: super::width(),
+            };
             eprint!("{}", crate::diag::render::human(&diags, &project.sources, &opts));
-            eprintln!("error: `{}` is not a valid flow; its tests did not run", file.display());
+            eprintln!(
+                "error: `{}` is not a valid flow; its tests did not run",
+                file.display()
+            );
             invalid = true;
             continue;
         };
@@ -59,16 +69,26 @@ pub fn run(args: Args) -> u8 {
         }
         let (plan, diags) = crate::compile::compile(&project, id);
         let Some(plan) = plan else {
-            let opts = crate::diag::render::HumanOptions { color: super::color_stderr(), width: super::width() };
+            let opts = crate::diag::render::HumanOptions {
+                color: super::color_stderr(),
+                width: super::width(),
+            };
             eprint!("{}", crate::diag::render::human(&diags, &project.sources, &opts));
-            eprintln!("error: `{}` does not lint clean; its tests did not run", file.display());
+            eprintln!(
+                "error: `{}` does not lint clean; its tests did not run",
+                file.display()
+            );
             invalid = true;
             continue;
         };
         let plan = Arc::new(plan);
         let text = project.sources.get(project.flow(id).file).text.clone();
         for t in &tests {
-            if args.filter.as_ref().is_some_and(|f| !t.name.value.contains(f.as_str())) {
+            if args
+                .filter
+                .as_ref()
+                .is_some_and(|f| !t.name.value.contains(f.as_str()))
+            {
                 continue;
             }
             let result = rt.block_on(run_test(&plan, t, &text));
@@ -104,19 +124,36 @@ fn display(p: &Path) -> String {
 /// Runs one test: mocks in, effectful agents that are not mocked out, then the expectations.
 pub async fn run_test(plan: &Arc<Plan>, t: &FlowTest, text: &str) -> Result<(), String> {
     let agent_changes = mocks(plan, t, text)?;
-    let options = RunOptions { allow: None, agent_changes: Arc::new(agent_changes) };
-    let input = t.input.as_ref().map_or(Value::Object(Default::default()), |n| n.0.to_json());
-    let context = t.context.as_ref().map_or(Value::Object(Default::default()), |n| n.0.to_json());
+    let options = RunOptions {
+        allow: None,
+        agent_changes: Arc::new(agent_changes),
+    };
+    let input = t
+        .input
+        .as_ref()
+        .map_or(Value::Object(Default::default()), |n| n.0.to_json());
+    let context = t
+        .context
+        .as_ref()
+        .map_or(Value::Object(Default::default()), |n| n.0.to_json());
     let state = Arc::new(AgentState::default());
     let engine = Engine::new(Arc::new(MemoryStore::new()));
     let outcome = engine
-        .run_with_state(plan.clone(), input, context, options, state.clone(), Default::default())
+        .run_with_state(
+            plan.clone(),
+            input,
+            context,
+            options,
+            state.clone(),
+            Default::default(),
+        )
         .await;
     check(t, &outcome, &state)
 }
 
 /// Why a test may not call an agent it did not mock.
-const NOT_MOCKED: &str = "not mocked: a test may not call `llm`, `http` or `command` agents; add it under `mocks:`";
+const NOT_MOCKED: &str =
+    "not mocked: a test may not call `llm`, `http` or `command` agents; add it under `mocks:`";
 
 fn mocks(plan: &Plan, t: &FlowTest, text: &str) -> Result<AgentChanges, String> {
     let compile = |n: &crate::syntax::Node| -> Result<value::ValueTemplate, String> {
@@ -131,13 +168,25 @@ fn mocks(plan: &Plan, t: &FlowTest, text: &str) -> Result<AgentChanges, String> 
         // Rebuild the mock's YAML fields into a plan (the model keeps them typed).
         let spec = crate::plan::MockPlan {
             returns: m.returns.as_ref().map(|r| compile(&r.0)).transpose()?,
-            sequence: m.sequence.iter().flatten().map(|r| compile(&r.0)).collect::<Result<_, _>>()?,
+            sequence: m
+                .sequence
+                .iter()
+                .flatten()
+                .map(|r| compile(&r.0))
+                .collect::<Result<_, _>>()?,
             latency: m.latency.as_ref().map(|l| l.value.0),
             fail_times: m.fail_times.as_ref().map_or(0, |f| f.value),
             fail_rate: m.fail_rate.as_ref().map_or(0.0, |f| f.value),
             seed: m.seed.as_ref().map_or(0, |s| s.value),
         };
-        mocked.insert(name.clone(), Arc::new(AgentPlan { name: name.clone(), spec: AgentPlanSpec::Mock(spec), result_schema: None }));
+        mocked.insert(
+            name.clone(),
+            Arc::new(AgentPlan {
+                name: name.clone(),
+                spec: AgentPlanSpec::Mock(spec),
+                result_schema: None,
+            }),
+        );
     }
     let mut per_flow = std::collections::HashMap::new();
     for (i, flow) in plan.flows.iter().enumerate() {
@@ -154,7 +203,10 @@ fn mocks(plan: &Plan, t: &FlowTest, text: &str) -> Result<AgentChanges, String> 
                     result_schema: agent.result_schema.clone(),
                 };
                 entry.insert(agent.name.clone(), Some(Arc::new(with_schema)));
-            } else if matches!(agent.spec, AgentPlanSpec::Llm(_) | AgentPlanSpec::Http(_) | AgentPlanSpec::Command(_)) {
+            } else if matches!(
+                agent.spec,
+                AgentPlanSpec::Llm(_) | AgentPlanSpec::Http(_) | AgentPlanSpec::Command(_)
+            ) {
                 entry.insert(agent.name.clone(), None);
             }
         }
@@ -181,12 +233,20 @@ fn check(t: &FlowTest, o: &RunOutcome, state: &AgentState) -> Result<(), String>
         && w != o.status
     {
         let why = o.error.as_ref().map(|e| format!(": {e}")).unwrap_or_default();
-        problems.push(format!("status: expected {}, got {}{why}", w.as_str(), o.status.as_str()));
+        problems.push(format!(
+            "status: expected {}, got {}{why}",
+            w.as_str(),
+            o.status.as_str()
+        ));
     }
     if let Some(path) = &e.path {
         let want: Vec<&str> = path.iter().map(|p| p.value.as_str()).collect();
         if want != o.path {
-            problems.push(format!("path: expected [{}], got [{}]", want.join(", "), o.path.join(", ")));
+            problems.push(format!(
+                "path: expected [{}], got [{}]",
+                want.join(", "),
+                o.path.join(", ")
+            ));
         }
     }
     if let Some(out) = &e.output {
@@ -207,7 +267,8 @@ fn check(t: &FlowTest, o: &RunOutcome, state: &AgentState) -> Result<(), String>
                 let got = got.to_json();
                 // `message` matches as a substring; other fields as a subset.
                 let mut want_rest = want.clone();
-                if let (Some(Value::String(m)), Some(obj)) = (want.get("message"), want_rest.as_object_mut()) {
+                if let (Some(Value::String(m)), Some(obj)) = (want.get("message"), want_rest.as_object_mut())
+                {
                     obj.remove("message");
                     let gm = got.get("message").and_then(Value::as_str).unwrap_or("");
                     if !gm.contains(m.as_str()) {
@@ -233,7 +294,11 @@ fn check(t: &FlowTest, o: &RunOutcome, state: &AgentState) -> Result<(), String>
             problems.push(format!("calls.{agent}: expected {}, got {got}", n.value));
         }
     }
-    if problems.is_empty() { Ok(()) } else { Err(problems.join("\n")) }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.join("\n"))
+    }
 }
 
 /// `None` when every field of `want` is in `got` with the same value (objects recursively,
@@ -258,7 +323,10 @@ pub fn subset(want: &Value, got: &Value, at: &str) -> Option<String> {
             if w.len() != g.len() {
                 return Some(format!("`{at}` has {} elements, expected {}", g.len(), w.len()));
             }
-            w.iter().zip(g).enumerate().find_map(|(i, (wv, gv))| subset(wv, gv, &format!("{at}[{i}]")))
+            w.iter()
+                .zip(g)
+                .enumerate()
+                .find_map(|(i, (wv, gv))| subset(wv, gv, &format!("{at}[{i}]")))
         }
         (Value::Number(a), Value::Number(b)) if a.as_f64() == b.as_f64() => None,
         _ if want == got => None,

@@ -25,17 +25,48 @@ fn walk<'a, S: Store>(
 ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>> {
     Box::pin(async move {
         let steps = store.steps(run_id).await.unwrap_or_default();
-        for s in &steps {
-            let _ = writeln!(out, "{}{}", "  ".repeat(depth), line(s, color));
-            if let Some(e) = &s.error {
-                let _ = writeln!(out, "{}  error[{}]: {}", "  ".repeat(depth), e.kind, e.message);
+        // Iterations and branches are recorded as they finish, before their step's own
+        // record; show them under it.
+        let is_part = |s: &StepRecord| s.kind == "iteration" || s.kind == "branch";
+        for s in steps.iter().filter(|s| !is_part(s)) {
+            print_one(store, s, depth, color, out).await;
+            let parts = steps.iter().filter(|p| {
+                is_part(p)
+                    && (p.number == s.number
+                        || p.number
+                            .strip_prefix(s.number.as_str())
+                            .is_some_and(|r| r.starts_with('.')))
+            });
+            for p in parts {
+                print_one(store, p, depth + 1, color, out).await;
             }
-            for v in &s.violations {
-                let _ = writeln!(out, "{}  violation: {} ({})", "  ".repeat(depth), v.path, v.reason);
-            }
-            if let Some(child) = &s.child_run {
-                walk(store, child, depth + 1, color, out).await;
-            }
+        }
+    })
+}
+
+fn print_one<'a, S: Store>(
+    store: &'a S,
+    s: &'a StepRecord,
+    depth: usize,
+    color: bool,
+    out: &'a mut String,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>> {
+    Box::pin(async move {
+        let _ = writeln!(out, "{}{}", "  ".repeat(depth), line(s, color));
+        if let Some(e) = &s.error {
+            let _ = writeln!(out, "{}  error[{}]: {}", "  ".repeat(depth), e.kind, e.message);
+        }
+        for v in &s.violations {
+            let _ = writeln!(
+                out,
+                "{}  violation: {} ({})",
+                "  ".repeat(depth),
+                v.path,
+                v.reason
+            );
+        }
+        if let Some(child) = &s.child_run {
+            walk(store, child, depth + 1, color, out).await;
         }
     })
 }
@@ -47,9 +78,17 @@ fn line(s: &StepRecord, color: bool) -> String {
         StepStatus::Interrupted => ("⏸", "33"),
         StepStatus::Started => ("…", "33"),
     };
-    let mark = if color { format!("\x1b[{paint}m{mark}\x1b[0m") } else { mark.to_string() };
+    let mark = if color {
+        format!("\x1b[{paint}m{mark}\x1b[0m")
+    } else {
+        mark.to_string()
+    };
     let ms = s.finished_at.map(|f| f.saturating_sub(s.started_at)).unwrap_or(0);
-    let mut l = format!("{mark} {} {} [{}] {}ms", s.number, s.step, s.kind, ms);
+    let mut l = match (s.kind.as_str(), s.iteration) {
+        ("iteration", Some(i)) => format!("{mark} {}[{i}] {} {}ms", s.number, s.step, ms),
+        ("branch", _) => format!("{mark} {} branch {}ms", s.number, ms),
+        _ => format!("{mark} {} {} [{}] {}ms", s.number, s.step, s.kind, ms),
+    };
     if s.attempt > 1 {
         let _ = write!(l, " · {} attempts", s.attempt);
     }

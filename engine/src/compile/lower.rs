@@ -14,7 +14,7 @@ use super::expr::{self, Expr};
 use super::path::{self, Path};
 use super::template::{self, Template};
 use super::value;
-use crate::diag::{codes, Diagnostic};
+use crate::diag::{Diagnostic, codes};
 use crate::lint;
 use crate::model::{
     Agent, AgentRef, AgentSpec, EdgeOn, Flow, InputSpec, Jitter, MessageMode, OutputSpec, Provider, Retry,
@@ -38,15 +38,30 @@ pub fn compile(project: &Project, id: FlowId) -> (Option<Plan>, Vec<Diagnostic>)
     if diags.iter().any(Diagnostic::is_error) {
         return (None, diags);
     }
-    let mut c = Compiler { project, flows: Vec::new(), by_key: HashMap::new(), errors: Vec::new() };
+    let mut c = Compiler {
+        project,
+        flows: Vec::new(),
+        by_key: HashMap::new(),
+        errors: Vec::new(),
+    };
     let root = c.flow_file(id);
     if !c.errors.is_empty() || root.is_none() {
         let mut all = diags;
         all.extend(c.errors);
         return (None, all);
     }
-    let flows = c.flows.into_iter().map(|f| f.expect("every reserved flow is compiled")).collect();
-    (Some(Plan { flows, root: root.expect("checked") }), diags)
+    let flows = c
+        .flows
+        .into_iter()
+        .map(|f| f.expect("every reserved flow is compiled"))
+        .collect();
+    (
+        Some(Plan {
+            flows,
+            root: root.expect("checked"),
+        }),
+        diags,
+    )
 }
 
 struct Compiler<'p> {
@@ -118,12 +133,22 @@ impl<'p> Compiler<'p> {
             let Some(next) = &step.next else { continue };
             let mut routes = Vec::new();
             for (order, e) in next.edges().iter().enumerate() {
-                let to = if e.to.value == "end" { Some(end) } else { steps.get(&e.to.value).copied() };
+                let to = if e.to.value == "end" {
+                    Some(end)
+                } else {
+                    steps.get(&e.to.value).copied()
+                };
                 let Some(to) = to else { continue };
                 let edge = RouteEdge {
                     on: e.on.as_ref().map(|o| o.value).unwrap_or(EdgeOn::Success),
-                    errors: e.errors.as_ref().map(|v| v.iter().map(|s| s.value.clone()).collect()),
-                    cond: e.if_.as_ref().and_then(|c| self.expr(&scope, c, c.value.as_str())),
+                    errors: e
+                        .errors
+                        .as_ref()
+                        .map(|v| v.iter().map(|s| s.value.clone()).collect()),
+                    cond: e
+                        .if_
+                        .as_ref()
+                        .and_then(|c| self.expr(&scope, c, c.value.as_str())),
                     order,
                 };
                 routes.push(graph.add_edge(n, to, edge));
@@ -146,18 +171,40 @@ impl<'p> Compiler<'p> {
             start,
             end,
             steps,
-            input_schema: flow.input.as_ref().and_then(|i| i.schema.as_ref()).and_then(|s| self.schema(&scope, s)),
-            output_schema: flow.output.as_ref().and_then(|o| o.schema.as_ref()).and_then(|s| self.schema(&scope, s)),
-            output_select: flow.output.as_ref().and_then(|o| o.select.as_ref()).and_then(|s| self.path(&scope, s)),
+            input_schema: flow
+                .input
+                .as_ref()
+                .and_then(|i| i.schema.as_ref())
+                .and_then(|s| self.schema(&scope, s)),
+            output_schema: flow
+                .output
+                .as_ref()
+                .and_then(|o| o.schema.as_ref())
+                .and_then(|s| self.schema(&scope, s)),
+            output_select: flow
+                .output
+                .as_ref()
+                .and_then(|o| o.select.as_ref())
+                .and_then(|s| self.path(&scope, s)),
             limits: FlowLimits {
-                max_steps: limits.and_then(|l| l.max_steps.as_ref()).map_or(10_000, |v| v.value),
+                max_steps: limits
+                    .and_then(|l| l.max_steps.as_ref())
+                    .map_or(10_000, |v| v.value),
                 max_depth: limits.and_then(|l| l.max_depth.as_ref()).map_or(3, |v| v.value),
                 timeout: limits.and_then(|l| l.timeout.as_ref()).map(|v| v.value.0),
-                max_payload_bytes: limits.and_then(|l| l.max_payload_bytes.as_ref()).map_or(8 << 20, |v| v.value.0),
+                max_payload_bytes: limits
+                    .and_then(|l| l.max_payload_bytes.as_ref())
+                    .map_or(8 << 20, |v| v.value.0),
                 max_cost_usd: limits.and_then(|l| l.max_cost_usd.as_ref()).map(|v| v.value),
             },
-            allow: flow.allow.as_ref().map(|a| a.iter().map(|k| k.value).collect::<BTreeSet<_>>()),
-            allow_hosts: flow.allow_hosts.as_ref().map(|h| h.iter().map(|s| s.value.clone()).collect()),
+            allow: flow
+                .allow
+                .as_ref()
+                .map(|a| a.iter().map(|k| k.value).collect::<BTreeSet<_>>()),
+            allow_hosts: flow
+                .allow_hosts
+                .as_ref()
+                .map(|h| h.iter().map(|s| s.value.clone()).collect()),
         };
         self.flows[r.0] = Some(Arc::new(plan));
         r
@@ -170,8 +217,13 @@ impl<'p> Compiler<'p> {
                 let l = &step.looping;
                 if let Some(over) = &l.foreach {
                     StepPlanKind::Foreach(ForeachPlan {
-                        over: self.source_text(scope, over).unwrap_or(SourcePlan::Literal(Value::Array(Vec::new()))),
-                        as_name: l.as_name.as_ref().map_or_else(|| "item".to_string(), |a| a.value.clone()),
+                        over: self
+                            .source_text(scope, over)
+                            .unwrap_or(SourcePlan::Literal(Value::Array(Vec::new()))),
+                        as_name: l
+                            .as_name
+                            .as_ref()
+                            .map_or_else(|| "item".to_string(), |a| a.value.clone()),
                         concurrency: step.concurrency.as_ref().map_or(1, |c| c.value.max(1) as usize),
                         max_items: l.max_items.as_ref().map_or(DEFAULT_MAX_ITEMS, |m| m.value),
                         tolerate: match l.tolerate.as_ref().map(|t| t.value) {
@@ -184,7 +236,9 @@ impl<'p> Compiler<'p> {
                     })
                 } else if let Some(cond) = &l.while_ {
                     let text = cond.value.strip_prefix('=').unwrap_or(&cond.value);
-                    let cond = self.expr(scope, cond, text).unwrap_or_else(|| Arc::new(expr::parse("false").expect("a literal parses")));
+                    let cond = self
+                        .expr(scope, cond, text)
+                        .unwrap_or_else(|| Arc::new(expr::parse("false").expect("a literal parses")));
                     StepPlanKind::While(WhilePlan {
                         cond,
                         max_iterations: l.max_iterations.as_ref().map_or(1, |m| m.value),
@@ -213,7 +267,10 @@ impl<'p> Compiler<'p> {
                         (name.clone(), self.call(spec, scope))
                     })
                     .collect(),
-                concurrency: step.concurrency.as_ref().map_or(usize::MAX, |c| c.value.max(1) as usize),
+                concurrency: step
+                    .concurrency
+                    .as_ref()
+                    .map_or(usize::MAX, |c| c.value.max(1) as usize),
                 fail_fast: step.fail_fast.as_ref().is_some_and(|f| f.value),
             }),
             StepKind::Interrupt(i) => StepPlanKind::Interrupt(InterruptPlan {
@@ -225,7 +282,10 @@ impl<'p> Compiler<'p> {
                 output: self.output(scope, step.output.as_ref()),
             }),
             StepKind::Fail(f) => StepPlanKind::Fail {
-                kind: f.kind.as_ref().map_or_else(|| "fail".to_string(), |k| k.value.clone()),
+                kind: f
+                    .kind
+                    .as_ref()
+                    .map_or_else(|| "fail".to_string(), |k| k.value.clone()),
                 message: f.message.as_ref().and_then(|m| self.template(scope, m)),
             },
             StepKind::Succeed(_) => StepPlanKind::Succeed,
@@ -244,7 +304,11 @@ impl<'p> Compiler<'p> {
                     AgentRef::Named(n) => n,
                     AgentRef::Inline(a) => &a.name,
                 };
-                self.errors.push(Diagnostic::new(&codes::UNKNOWN_AGENT, name.span, format!("unknown agent `{}`", name.value)));
+                self.errors.push(Diagnostic::new(
+                    &codes::UNKNOWN_AGENT,
+                    name.span,
+                    format!("unknown agent `{}`", name.value),
+                ));
                 Arc::new(AgentPlan {
                     name: name.value.clone(),
                     spec: AgentPlanSpec::Transform(value::ValueTemplate::Literal(Value::Null)),
@@ -289,7 +353,10 @@ impl<'p> Compiler<'p> {
         }
         let spec = match &a.spec {
             AgentSpec::Llm(l) => {
-                let provider = scope.providers.get(l.provider.value.as_str()).map(|p| provider_plan(p));
+                let provider = scope
+                    .providers
+                    .get(l.provider.value.as_str())
+                    .map(|p| provider_plan(p));
                 AgentPlanSpec::Llm(LlmPlan {
                     provider: Arc::new(provider.unwrap_or_else(|| ProviderPlan {
                         name: l.provider.value.clone(),
@@ -308,7 +375,11 @@ impl<'p> Compiler<'p> {
                     temperature: l.temperature.as_ref().map(|t| t.value),
                     max_tokens: l.max_tokens.as_ref().map(|t| t.value),
                     repair_attempts: l.repair_attempts.as_ref().map_or(1, |r| r.value),
-                    context_paths: l.context_paths.iter().filter_map(|p| self.path(scope, p)).collect(),
+                    context_paths: l
+                        .context_paths
+                        .iter()
+                        .filter_map(|p| self.path(scope, p))
+                        .collect(),
                     message_mode: l.message_mode.as_ref().map_or(MessageMode::None, |m| m.value),
                     max_messages: l.max_messages.as_ref().map(|m| m.value),
                 })
@@ -317,15 +388,28 @@ impl<'p> Compiler<'p> {
                 run: c.run.iter().filter_map(|arg| self.template(scope, arg)).collect(),
                 env: c.env.iter().map(|(k, v)| (k.clone(), v.value.clone())).collect(),
                 cwd: c.cwd.as_ref().map(|d| {
-                    let base = self.project.flow(scope.id).path.parent().map(FsPath::to_path_buf).unwrap_or_default();
+                    let base = self
+                        .project
+                        .flow(scope.id)
+                        .path
+                        .parent()
+                        .map(FsPath::to_path_buf)
+                        .unwrap_or_default();
                     base.join(&d.value)
                 }),
                 max_output: c.max_output.as_ref().map_or(DEFAULT_MAX_OUTPUT, |m| m.value.0),
             }),
             AgentSpec::Http(h) => AgentPlanSpec::Http(HttpPlan {
                 url: h.url.value.clone(),
-                method: h.method.as_ref().map_or_else(|| "POST".to_string(), |m| m.value.to_ascii_uppercase()),
-                headers: h.headers.iter().map(|(k, v)| (k.clone(), v.value.clone())).collect(),
+                method: h
+                    .method
+                    .as_ref()
+                    .map_or_else(|| "POST".to_string(), |m| m.value.to_ascii_uppercase()),
+                headers: h
+                    .headers
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.value.clone()))
+                    .collect(),
                 max_response: h.max_response.as_ref().map_or(DEFAULT_MAX_OUTPUT, |m| m.value.0),
             }),
             AgentSpec::Flow(f) => {
@@ -361,7 +445,11 @@ impl<'p> Compiler<'p> {
                 match callee {
                     Some(r) => AgentPlanSpec::Flow(r),
                     None => {
-                        self.errors.push(Diagnostic::new(&codes::MISSING_FILE, a.kind.span, format!("flow of agent `{}` could not be loaded", a.name.value)));
+                        self.errors.push(Diagnostic::new(
+                            &codes::MISSING_FILE,
+                            a.kind.span,
+                            format!("flow of agent `{}` could not be loaded", a.name.value),
+                        ));
                         AgentPlanSpec::Transform(value::ValueTemplate::Literal(Value::Null))
                     }
                 }
@@ -372,7 +460,11 @@ impl<'p> Compiler<'p> {
         let plan = Arc::new(AgentPlan {
             name: a.name.value.clone(),
             spec,
-            result_schema: a.common.result_schema.as_ref().and_then(|s| self.schema(scope, s)),
+            result_schema: a
+                .common
+                .result_schema
+                .as_ref()
+                .and_then(|s| self.schema(scope, s)),
         });
         scope.compiled_agents.insert(cache_key, plan.clone());
         plan
@@ -381,7 +473,12 @@ impl<'p> Compiler<'p> {
     fn mock(&mut self, scope: &Scope<'p>, m: &'p crate::model::MockAgent) -> MockPlan {
         MockPlan {
             returns: m.returns.as_ref().map(|r| self.value_template(scope, &r.0)),
-            sequence: m.sequence.iter().flatten().map(|r| self.value_template(scope, &r.0)).collect(),
+            sequence: m
+                .sequence
+                .iter()
+                .flatten()
+                .map(|r| self.value_template(scope, &r.0))
+                .collect(),
             latency: m.latency.as_ref().map(|l| l.value.0),
             fail_times: m.fail_times.as_ref().map_or(0, |f| f.value),
             fail_rate: m.fail_rate.as_ref().map_or(0.0, |f| f.value),
@@ -392,7 +489,8 @@ impl<'p> Compiler<'p> {
     fn value_template(&mut self, scope: &Scope<'p>, node: &crate::syntax::Node) -> value::ValueTemplate {
         let (t, errors) = value::compile(node, scope.text);
         for (span, e) in errors {
-            self.errors.push(Diagnostic::new(&codes::EXPRESSION_SYNTAX, span, e.message));
+            self.errors
+                .push(Diagnostic::new(&codes::EXPRESSION_SYNTAX, span, e.message));
         }
         t.unwrap_or(value::ValueTemplate::Literal(Value::Null))
     }
@@ -400,7 +498,9 @@ impl<'p> Compiler<'p> {
     fn input(&mut self, scope: &Scope<'p>, spec: Option<&'p InputSpec>) -> InputPlan {
         match spec {
             None | Some(InputSpec::All(_)) => InputPlan::All,
-            Some(InputSpec::Paths(p)) => InputPlan::Paths(p.iter().filter_map(|p| self.path(scope, p)).collect()),
+            Some(InputSpec::Paths(p)) => {
+                InputPlan::Paths(p.iter().filter_map(|p| self.path(scope, p)).collect())
+            }
             Some(InputSpec::Map(m)) => InputPlan::Map(self.mappings(scope, &m.0)),
         }
     }
@@ -409,7 +509,9 @@ impl<'p> Compiler<'p> {
         match spec {
             None => OutputPlan::None,
             Some(OutputSpec::All(_)) => OutputPlan::All,
-            Some(OutputSpec::Paths(p)) => OutputPlan::Paths(p.iter().filter_map(|p| self.path(scope, p)).collect()),
+            Some(OutputSpec::Paths(p)) => {
+                OutputPlan::Paths(p.iter().filter_map(|p| self.path(scope, p)).collect())
+            }
             Some(OutputSpec::Map(m)) => OutputPlan::Map(self.mappings(scope, &m.0)),
         }
     }
@@ -420,7 +522,9 @@ impl<'p> Compiler<'p> {
                 let d = self.path(scope, dest)?;
                 let s = match src {
                     Source::Text(t) => self.source_text(scope, t)?,
-                    Source::WithDefault { path, default } => SourcePlan::WithDefault(self.path(scope, path)?, default.0.to_json()),
+                    Source::WithDefault { path, default } => {
+                        SourcePlan::WithDefault(self.path(scope, path)?, default.0.to_json())
+                    }
                     Source::Literal { value } => SourcePlan::Literal(value.0.to_json()),
                 };
                 Some((d, s))
@@ -439,7 +543,8 @@ impl<'p> Compiler<'p> {
         match path::parse(&p.value) {
             Ok(p) => Some(p),
             Err(e) => {
-                self.errors.push(Diagnostic::new(&codes::JSONPATH_SYNTAX, p.span, e.message));
+                self.errors
+                    .push(Diagnostic::new(&codes::JSONPATH_SYNTAX, p.span, e.message));
                 None
             }
         }
@@ -449,7 +554,8 @@ impl<'p> Compiler<'p> {
         match expr::parse(text) {
             Ok(e) => Some(Arc::new(e)),
             Err(e) => {
-                self.errors.push(Diagnostic::new(&codes::EXPRESSION_SYNTAX, at.span, e.message));
+                self.errors
+                    .push(Diagnostic::new(&codes::EXPRESSION_SYNTAX, at.span, e.message));
                 None
             }
         }
@@ -459,7 +565,8 @@ impl<'p> Compiler<'p> {
         match template::compile(&t.value) {
             Ok(t) => Some(t),
             Err(e) => {
-                self.errors.push(Diagnostic::new(&codes::TEMPLATE_SYNTAX, t.span, e.message));
+                self.errors
+                    .push(Diagnostic::new(&codes::TEMPLATE_SYNTAX, t.span, e.message));
                 None
             }
         }
@@ -476,7 +583,11 @@ impl<'p> Compiler<'p> {
         match Schema::new(value) {
             Ok(s) => Some(Arc::new(s)),
             Err(e) => {
-                self.errors.push(Diagnostic::new(&codes::INVALID_SCHEMA, span, format!("invalid JSON Schema: {e}")));
+                self.errors.push(Diagnostic::new(
+                    &codes::INVALID_SCHEMA,
+                    span,
+                    format!("invalid JSON Schema: {e}"),
+                ));
                 None
             }
         }
@@ -511,7 +622,10 @@ fn step_call<'p>(step: &'p Step, agent: &'p AgentRef) -> CallSpec<'p> {
 fn retry_policy(r: &Retry) -> RetryPolicy {
     let d = RetryPolicy::default();
     RetryPolicy {
-        attempts: r.attempts.as_ref().map_or(d.attempts, |a| a.value.clamp(1, 1000) as u32),
+        attempts: r
+            .attempts
+            .as_ref()
+            .map_or(d.attempts, |a| a.value.clamp(1, 1000) as u32),
         backoff: r.backoff.as_ref().map_or(d.backoff, |b| b.value.0),
         factor: r.factor.as_ref().map_or(d.factor, |f| f.value),
         max_backoff: r.max_backoff.as_ref().map_or(d.max_backoff, |m| m.value.0),
@@ -521,7 +635,10 @@ fn retry_policy(r: &Retry) -> RetryPolicy {
             Some(Jitter::Fraction(f)) => f,
             None => d.jitter,
         },
-        on: r.on.as_ref().map_or(d.on, |on| on.iter().map(|s| s.value.clone()).collect()),
+        on: r
+            .on
+            .as_ref()
+            .map_or(d.on, |on| on.iter().map(|s| s.value.clone()).collect()),
     }
 }
 
@@ -530,11 +647,27 @@ fn provider_plan(p: &Provider) -> ProviderPlan {
         name: p.name.value.clone(),
         base_url: p.base_url.value.clone(),
         api_key: p.api_key.as_ref().map(|k| k.value.clone()),
-        headers: p.headers.iter().map(|(k, v)| (k.clone(), v.value.clone())).collect(),
+        headers: p
+            .headers
+            .iter()
+            .map(|(k, v)| (k.clone(), v.value.clone()))
+            .collect(),
         max_concurrency: p.max_concurrency.as_ref().map(|m| m.value),
-        requests_per_minute: p.rate_limit.as_ref().and_then(|r| r.requests_per_minute.as_ref()).map(|v| v.value),
-        tokens_per_minute: p.rate_limit.as_ref().and_then(|r| r.tokens_per_minute.as_ref()).map(|v| v.value),
-        prices: p.prices.iter().map(|(k, v)| (k.clone(), (v.input_per_mtok.value, v.output_per_mtok.value))).collect(),
+        requests_per_minute: p
+            .rate_limit
+            .as_ref()
+            .and_then(|r| r.requests_per_minute.as_ref())
+            .map(|v| v.value),
+        tokens_per_minute: p
+            .rate_limit
+            .as_ref()
+            .and_then(|r| r.tokens_per_minute.as_ref())
+            .map(|v| v.value),
+        prices: p
+            .prices
+            .iter()
+            .map(|(k, v)| (k.clone(), (v.input_per_mtok.value, v.output_per_mtok.value)))
+            .collect(),
         timeout: p.timeout.as_ref().map(|t| t.value.0),
     }
 }

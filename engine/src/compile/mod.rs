@@ -10,4 +10,4 @@ pub mod template;
 pub mod value;
 
 mod lower;
-pub use lower::{compile, DEFAULT_MAX_ITEMS, DEFAULT_MAX_OUTPUT, DEFAULT_TIMEOUT};
+pub use lower::{DEFAULT_MAX_ITEMS, DEFAULT_MAX_OUTPUT, DEFAULT_TIMEOUT, compile};

@@ -99,7 +99,10 @@ impl JsonSchema for Size {
 /// A flow file.
 #[derive(Clone, Debug, JsonSchema)]
 #[serde(deny_unknown_fields)]
-#[schemars(title = "Switchyard flow", description = "A Switchyard flow file (see SPEC §2)")]
+#[schemars(
+    title = "Switchyard flow",
+    description = "A Switchyard flow file (see SPEC §2)"
+)]
 pub struct Flow {
     #[serde(skip)]
     pub file: FileId,
@@ -674,14 +677,9 @@ pub enum Source {
     /// `$...` (JSONPath) or `=...` (expression).
     Text(Sp<String>),
     /// A JSONPath with a default for when it matches nothing.
-    WithDefault {
-        path: Sp<String>,
-        default: Any,
-    },
+    WithDefault { path: Sp<String>, default: Any },
     /// A literal JSON value.
-    Literal {
-        value: Any,
-    },
+    Literal { value: Any },
 }
 
 /// Destination path → source, in the order written, with the destinations' spans.

@@ -20,12 +20,23 @@ fn call_label(c: &CallPlan) -> String {
 
 /// One-line description of what a step does, for node labels.
 fn describe(flow: &FlowPlan, n: NodeIndex) -> (String, &'static str) {
-    let Some(step) = flow.step(n) else { return ("end".into(), "end") };
+    let Some(step) = flow.step(n) else {
+        return ("end".into(), "end");
+    };
     let (detail, shape) = match &step.kind {
         StepPlanKind::Call(c) => (call_label(c), "agent"),
-        StepPlanKind::Foreach(f) => (format!("foreach {} → {}", f.as_name, call_label(&f.body)), "foreach"),
+        StepPlanKind::Foreach(f) => (
+            format!("foreach {} → {}", f.as_name, call_label(&f.body)),
+            "foreach",
+        ),
         StepPlanKind::While(w) => (format!("while → {}", call_label(&w.body)), "while"),
-        StepPlanKind::Set(s) => (format!("set {}", s.iter().map(|(d, _)| d.text()).collect::<Vec<_>>().join(", ")), "set"),
+        StepPlanKind::Set(s) => (
+            format!(
+                "set {}",
+                s.iter().map(|(d, _)| d.text()).collect::<Vec<_>>().join(", ")
+            ),
+            "set",
+        ),
         StepPlanKind::Parallel(p) => (format!("parallel ×{}", p.branches.len()), "parallel"),
         StepPlanKind::Interrupt(_) => ("interrupt: wait for a human".into(), "interrupt"),
         StepPlanKind::Fail { kind, .. } => (format!("fail: {kind}"), "fail"),
@@ -35,7 +46,10 @@ fn describe(flow: &FlowPlan, n: NodeIndex) -> (String, &'static str) {
 }
 
 fn mermaid_text(s: &str) -> String {
-    s.replace('"', "#quot;").replace('<', "#lt;").replace('>', "#gt;").replace('\n', "<br/>")
+    s.replace('"', "#quot;")
+        .replace('<', "#lt;")
+        .replace('>', "#gt;")
+        .replace('\n', "<br/>")
 }
 
 fn node_id(flow: &FlowPlan, n: NodeIndex) -> String {
@@ -62,7 +76,11 @@ pub fn mermaid(flow: &FlowPlan) -> String {
                 let _ = writeln!(out, "  subgraph {id} [\"{l}\"]");
                 let _ = writeln!(out, "    direction LR");
                 for (name, c) in &p.branches {
-                    let _ = writeln!(out, "    {id}__{name}[\"{}\"]", mermaid_text(&format!("{name}\n{}", call_label(c))));
+                    let _ = writeln!(
+                        out,
+                        "    {id}__{name}[\"{}\"]",
+                        mermaid_text(&format!("{name}\n{}", call_label(c)))
+                    );
                 }
                 let _ = writeln!(out, "  end");
             }
@@ -92,10 +110,21 @@ pub fn mermaid(flow: &FlowPlan) -> String {
         let step = flow.step(*n).expect("step");
         match &step.kind {
             StepPlanKind::Foreach(f) => {
-                let _ = writeln!(out, "  {id} -.->|\"{}\"| {id}", mermaid_text(&format!("each {} (max {}, {} at once)", f.as_name, f.max_items, f.concurrency)));
+                let _ = writeln!(
+                    out,
+                    "  {id} -.->|\"{}\"| {id}",
+                    mermaid_text(&format!(
+                        "each {} (max {}, {} at once)",
+                        f.as_name, f.max_items, f.concurrency
+                    ))
+                );
             }
             StepPlanKind::While(w) => {
-                let _ = writeln!(out, "  {id} -.->|\"{}\"| {id}", mermaid_text(&format!("while {} (max {})", w.cond.text(), w.max_iterations)));
+                let _ = writeln!(
+                    out,
+                    "  {id} -.->|\"{}\"| {id}",
+                    mermaid_text(&format!("while {} (max {})", w.cond.text(), w.max_iterations))
+                );
             }
             _ => {}
         }
@@ -157,7 +186,11 @@ pub fn dot(flow: &FlowPlan) -> String {
             let _ = writeln!(out, "    label=\"{}\"; style=rounded;", dot_text(&label));
             let _ = writeln!(out, "    {id} [shape=point];");
             for (name, c) in &p.branches {
-                let _ = writeln!(out, "    {id}__{name} [shape=box, label=\"{}\"];", dot_text(&format!("{name}\n{}", call_label(c))));
+                let _ = writeln!(
+                    out,
+                    "    {id}__{name} [shape=box, label=\"{}\"];",
+                    dot_text(&format!("{name}\n{}", call_label(c)))
+                );
                 let _ = writeln!(out, "    {id} -> {id}__{name} [style=dotted, arrowhead=none];");
             }
             let _ = writeln!(out, "  }}");
@@ -179,10 +212,18 @@ pub fn dot(flow: &FlowPlan) -> String {
         let step = flow.step(*n).expect("step");
         match &step.kind {
             StepPlanKind::Foreach(f) => {
-                let _ = writeln!(out, "  {id} -> {id} [style=dashed, label=\"{}\"];", dot_text(&format!("each {} (max {})", f.as_name, f.max_items)));
+                let _ = writeln!(
+                    out,
+                    "  {id} -> {id} [style=dashed, label=\"{}\"];",
+                    dot_text(&format!("each {} (max {})", f.as_name, f.max_items))
+                );
             }
             StepPlanKind::While(w) => {
-                let _ = writeln!(out, "  {id} -> {id} [style=dashed, label=\"{}\"];", dot_text(&format!("while {} (max {})", w.cond.text(), w.max_iterations)));
+                let _ = writeln!(
+                    out,
+                    "  {id} -> {id} [style=dashed, label=\"{}\"];",
+                    dot_text(&format!("while {} (max {})", w.cond.text(), w.max_iterations))
+                );
             }
             _ => {}
         }
@@ -196,12 +237,24 @@ pub fn dot(flow: &FlowPlan) -> String {
             continue;
         }
         for (edge, to) in flow.routes(step) {
-            let style = if edge.on == EdgeOn::Failure { ", style=dashed, color=firebrick" } else { "" };
-            let _ = writeln!(out, "  {id} -> {} [label=\"{}\"{style}];", node_id(flow, to), dot_text(&edge.label()));
+            let style = if edge.on == EdgeOn::Failure {
+                ", style=dashed, color=firebrick"
+            } else {
+                ""
+            };
+            let _ = writeln!(
+                out,
+                "  {id} -> {} [label=\"{}\"{style}];",
+                node_id(flow, to),
+                dot_text(&edge.label())
+            );
         }
     }
     if failed {
-        let _ = writeln!(out, "  failed [shape=doublecircle, color=firebrick, label=\"failed\"];");
+        let _ = writeln!(
+            out,
+            "  failed [shape=doublecircle, color=firebrick, label=\"failed\"];"
+        );
     }
     let _ = writeln!(out, "}}");
     let _ = PlanNode::End;

@@ -43,7 +43,11 @@ pub struct SchemaViolation {
 
 impl std::fmt::Display for SchemaViolation {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let at = if self.pointer.is_empty() { "/" } else { &self.pointer };
+        let at = if self.pointer.is_empty() {
+            "/"
+        } else {
+            &self.pointer
+        };
         write!(f, "at `{at}`: {}", self.message)
     }
 }
@@ -58,7 +62,10 @@ impl Schema {
     pub fn check(&self, instance: &Value) -> Result<(), SchemaViolation> {
         match self.validator.iter_errors(instance).next() {
             None => Ok(()),
-            Some(e) => Err(SchemaViolation { pointer: e.instance_path().to_string(), message: e.to_string() }),
+            Some(e) => Err(SchemaViolation {
+                pointer: e.instance_path().to_string(),
+                message: e.to_string(),
+            }),
         }
     }
 }
@@ -138,7 +145,13 @@ pub struct FlowLimits {
 
 impl Default for FlowLimits {
     fn default() -> Self {
-        FlowLimits { max_steps: 10_000, max_depth: 3, timeout: None, max_payload_bytes: 8 << 20, max_cost_usd: None }
+        FlowLimits {
+            max_steps: 10_000,
+            max_depth: 3,
+            timeout: None,
+            max_payload_bytes: 8 << 20,
+            max_cost_usd: None,
+        }
     }
 }
 

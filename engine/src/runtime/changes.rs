@@ -40,20 +40,36 @@ pub struct Change {
 /// Parses an agent-change file. Replacement agents may be `mock` or `transform` agents
 /// (self-contained); errors name the file, line and column.
 pub fn parse(name: &str, text: &str) -> Result<Vec<Change>, String> {
-    let node = syntax::parse(crate::source::FileId(0), text.as_bytes(), &syntax::Limits::default())
-        .map_err(|d| at(name, text, &d.primary.span, &d.message))?;
+    let node = syntax::parse(
+        crate::source::FileId(0),
+        text.as_bytes(),
+        &syntax::Limits::default(),
+    )
+    .map_err(|d| at(name, text, &d.primary.span, &d.message))?;
     let Y::Seq(items) = &node.value else {
-        return Err(at(name, text, &node.span, "an agent-change file is a list of changes"));
+        return Err(at(
+            name,
+            text,
+            &node.span,
+            "an agent-change file is a list of changes",
+        ));
     };
     let mut out = Vec::new();
     for item in items {
-        let Some(m) = item.as_map() else { return Err(at(name, text, &item.span, "a change is a mapping")) };
+        let Some(m) = item.as_map() else {
+            return Err(at(name, text, &item.span, "a change is a mapping"));
+        };
         for (k, _) in m {
             if !["scope", "mode", "agents", "flows"].contains(&k.name.as_str()) {
-                return Err(at(name, text, &k.span, &format!(
-                    "unknown key `{}` in a change; valid keys are: `scope`, `mode`, `agents`, `flows`",
-                    k.name
-                )));
+                return Err(at(
+                    name,
+                    text,
+                    &k.span,
+                    &format!(
+                        "unknown key `{}` in a change; valid keys are: `scope`, `mode`, `agents`, `flows`",
+                        k.name
+                    ),
+                ));
             }
         }
         let str_of = |key: &str| -> Result<Option<(&str, &Node)>, String> {
@@ -72,18 +88,35 @@ pub fn parse(name: &str, text: &str) -> Result<Vec<Change>, String> {
             Some(("all_subagents", _)) => Scope::AllSubagents,
             Some(("specific", _)) => Scope::Specific,
             Some((other, n)) => {
-                return Err(at(name, text, &n.span, &format!(
-                    "unknown scope `{other}`; scopes are `global`, `root`, `all_subagents`, `specific`"
-                )));
+                return Err(at(
+                    name,
+                    text,
+                    &n.span,
+                    &format!(
+                        "unknown scope `{other}`; scopes are `global`, `root`, `all_subagents`, `specific`"
+                    ),
+                ));
             }
         };
         let mode = match str_of("mode")? {
-            None => return Err(at(name, text, &item.span, "a change needs `mode`: `add`, `remove` or `replace`")),
+            None => {
+                return Err(at(
+                    name,
+                    text,
+                    &item.span,
+                    "a change needs `mode`: `add`, `remove` or `replace`",
+                ));
+            }
             Some(("add", _)) => Mode::Add,
             Some(("remove", _)) => Mode::Remove,
             Some(("replace", _)) => Mode::Replace,
             Some((other, n)) => {
-                return Err(at(name, text, &n.span, &format!("unknown mode `{other}`; modes are `add`, `remove`, `replace`")));
+                return Err(at(
+                    name,
+                    text,
+                    &n.span,
+                    &format!("unknown mode `{other}`; modes are `add`, `remove`, `replace`"),
+                ));
             }
         };
         let flows: Vec<String> = match item.get("flows") {
@@ -92,11 +125,20 @@ pub fn parse(name: &str, text: &str) -> Result<Vec<Change>, String> {
                 .as_seq()
                 .ok_or_else(|| at(name, text, &n.span, "`flows` is a list of flow names"))?
                 .iter()
-                .map(|f| f.as_str().map(str::to_string).ok_or_else(|| at(name, text, &f.span, "a flow name is a string")))
+                .map(|f| {
+                    f.as_str()
+                        .map(str::to_string)
+                        .ok_or_else(|| at(name, text, &f.span, "a flow name is a string"))
+                })
                 .collect::<Result<_, _>>()?,
         };
         if scope == Scope::Specific && flows.is_empty() {
-            return Err(at(name, text, &item.span, "`scope: specific` needs `flows: [names]`"));
+            return Err(at(
+                name,
+                text,
+                &item.span,
+                "`scope: specific` needs `flows: [names]`",
+            ));
         }
         let Some(agents_node) = item.get("agents") else {
             return Err(at(name, text, &item.span, "a change needs `agents`"));
@@ -104,16 +146,39 @@ pub fn parse(name: &str, text: &str) -> Result<Vec<Change>, String> {
         let agents = match (mode, &agents_node.value) {
             (Mode::Remove, Y::Seq(names)) => names
                 .iter()
-                .map(|n| n.as_str().map(|s| (s.to_string(), None)).ok_or_else(|| at(name, text, &n.span, "an agent name is a string")))
+                .map(|n| {
+                    n.as_str()
+                        .map(|s| (s.to_string(), None))
+                        .ok_or_else(|| at(name, text, &n.span, "an agent name is a string"))
+                })
                 .collect::<Result<Vec<_>, _>>()?,
-            (Mode::Remove, _) => return Err(at(name, text, &agents_node.span, "`remove` takes a list of agent names")),
+            (Mode::Remove, _) => {
+                return Err(at(
+                    name,
+                    text,
+                    &agents_node.span,
+                    "`remove` takes a list of agent names",
+                ));
+            }
             (_, Y::Map(entries)) => entries
                 .iter()
                 .map(|(k, def)| replacement(name, text, &k.name, def).map(|a| (k.name.clone(), Some(a))))
                 .collect::<Result<Vec<_>, _>>()?,
-            _ => return Err(at(name, text, &agents_node.span, "`add` and `replace` take a map of agent name → definition")),
+            _ => {
+                return Err(at(
+                    name,
+                    text,
+                    &agents_node.span,
+                    "`add` and `replace` take a map of agent name → definition",
+                ));
+            }
         };
-        out.push(Change { scope, mode, flows, agents });
+        out.push(Change {
+            scope,
+            mode,
+            flows,
+            agents,
+        });
     }
     Ok(out)
 }
@@ -139,15 +204,29 @@ fn replacement(file: &str, text: &str, agent: &str, def: &Node) -> Result<Arc<Ag
         "mock" => AgentPlanSpec::Mock(mock_plan(def, &compile)?),
         "transform" => match def.get("result") {
             Some(r) => AgentPlanSpec::Transform(compile(r)?),
-            None => return Err(at(file, text, &def.span, &format!("transform agent `{agent}` needs `result`"))),
+            None => {
+                return Err(at(
+                    file,
+                    text,
+                    &def.span,
+                    &format!("transform agent `{agent}` needs `result`"),
+                ));
+            }
         },
         _ => {
-            return Err(at(file, text, &def.span, &format!(
-                "replacement agent `{agent}` must be `kind: mock` or `kind: transform`"
-            )));
+            return Err(at(
+                file,
+                text,
+                &def.span,
+                &format!("replacement agent `{agent}` must be `kind: mock` or `kind: transform`"),
+            ));
         }
     };
-    Ok(Arc::new(AgentPlan { name: agent.to_string(), spec, result_schema: None }))
+    Ok(Arc::new(AgentPlan {
+        name: agent.to_string(),
+        spec,
+        result_schema: None,
+    }))
 }
 
 /// A mock plan from mock fields (`returns`, `sequence`, `latency`, `fail_times`, `fail_rate`,
@@ -159,8 +238,17 @@ pub fn mock_plan(
     let num = |k: &str| def.get(k).map(|n| n.to_json()).and_then(|v| v.as_f64());
     Ok(MockPlan {
         returns: def.get("returns").map(compile).transpose()?,
-        sequence: def.get("sequence").and_then(Node::as_seq).unwrap_or(&[]).iter().map(compile).collect::<Result<_, _>>()?,
-        latency: def.get("latency").and_then(Node::as_str).and_then(crate::model::build::parse_duration),
+        sequence: def
+            .get("sequence")
+            .and_then(Node::as_seq)
+            .unwrap_or(&[])
+            .iter()
+            .map(compile)
+            .collect::<Result<_, _>>()?,
+        latency: def
+            .get("latency")
+            .and_then(Node::as_str)
+            .and_then(crate::model::build::parse_duration),
         fail_times: num("fail_times").map_or(0, |v| v as u64),
         fail_rate: num("fail_rate").unwrap_or(0.0),
         seed: num("seed").map_or(0, |v| v as u64),
@@ -206,7 +294,11 @@ pub fn resolve(changes: &[Change], plan: &Plan) -> AgentChanges {
             }
         }
     }
-    AgentChanges { per_flow, removed_reason: None, stand_ins: false }
+    AgentChanges {
+        per_flow,
+        removed_reason: None,
+        stand_ins: false,
+    }
 }
 
 /// Whether any step of `flow` calls an agent named `name`.

@@ -67,7 +67,9 @@ pub struct Engine<S: Store> {
 
 impl<S: Store> Clone for Engine<S> {
     fn clone(&self) -> Self {
-        Engine { store: self.store.clone() }
+        Engine {
+            store: self.store.clone(),
+        }
     }
 }
 
@@ -98,9 +100,22 @@ impl<S: Store> Engine<S> {
     }
 
     /// Runs the plan's root flow on `input` to completion.
-    pub async fn run(&self, plan: Arc<Plan>, input: Value, context: Value, options: RunOptions) -> RunOutcome {
-        self.run_with_state(plan, input, context, options, Arc::new(AgentState::default()), CancellationToken::new())
-            .await
+    pub async fn run(
+        &self,
+        plan: Arc<Plan>,
+        input: Value,
+        context: Value,
+        options: RunOptions,
+    ) -> RunOutcome {
+        self.run_with_state(
+            plan,
+            input,
+            context,
+            options,
+            Arc::new(AgentState::default()),
+            CancellationToken::new(),
+        )
+        .await
     }
 
     /// Runs with caller-held agent state (flow tests read the call counts from it) and a
@@ -117,8 +132,19 @@ impl<S: Store> Engine<S> {
         let max_depth = plan.root().limits.max_depth;
         let allow = intersect(options.allow.clone(), plan.root().allow.clone());
         let root = plan.root;
-        let tree = Arc::new(Tree { plan, context, options, cancel });
-        let lineage = Lineage { parent_run: None, prefix: String::new(), depth: 0, max_depth, allow };
+        let tree = Arc::new(Tree {
+            plan,
+            context,
+            options,
+            cancel,
+        });
+        let lineage = Lineage {
+            parent_run: None,
+            prefix: String::new(),
+            depth: 0,
+            max_depth,
+            allow,
+        };
         self.run_flow(&tree, root, input, lineage, &state).await
     }
 
@@ -180,7 +206,10 @@ impl StepOutcome {
     }
 
     fn err(error: StepError) -> Self {
-        StepOutcome { error: Some(error), ..StepOutcome::ok(None) }
+        StepOutcome {
+            error: Some(error),
+            ..StepOutcome::ok(None)
+        }
     }
 }
 
@@ -258,8 +287,11 @@ impl<'e, S: Store> Run<'e, S> {
         if let Some(schema) = &self.flow.input_schema
             && let Err(v) = schema.check(&self.input)
         {
-            let e = StepError::new(ErrorKind::Mapping, format!("the run input does not match `input.schema` {v}"))
-                .with_details(serde_json::json!({"pointer": v.pointer}));
+            let e = StepError::new(
+                ErrorKind::Mapping,
+                format!("the run input does not match `input.schema` {v}"),
+            )
+            .with_details(serde_json::json!({"pointer": v.pointer}));
             return self.finish(RunStatus::Failed, None, Some(e)).await;
         }
         // The payload starts as the input: an input over `max_payload_bytes` fails the run
@@ -267,16 +299,7 @@ impl<'e, S: Store> Run<'e, S> {
         if let Err(e) = self.check_payload_size() {
             return self.finish(RunStatus::Failed, None, Some(e)).await;
         }
-        let result = match self.flow.limits.timeout {
-            Some(t) => match tokio::time::timeout(t, self.walk()).await {
-                Ok(r) => r,
-                Err(_) => Err((
-                    RunStatus::Failed,
-                    StepError::new(ErrorKind::Limit, format!("run timeout reached (limits.timeout {})", fmt_duration(t))),
-                )),
-            },
-            None => self.walk().await,
-        };
+        let result = self.walk().await;
         match result {
             Ok(RunStatus::Succeeded) => match self.output() {
                 Ok(output) => self.finish(RunStatus::Succeeded, Some(output), None).await,
@@ -292,7 +315,10 @@ impl<'e, S: Store> Run<'e, S> {
     fn output(&mut self) -> Result<Value, StepError> {
         let output = match &self.flow.output_select {
             Some(sel) if sel.is_singular() => sel.get(&self.payload).cloned().ok_or_else(|| {
-                StepError::mapping(format!("`output.select` `{}` matched nothing in the final payload", sel.text()))
+                StepError::mapping(format!(
+                    "`output.select` `{}` matched nothing in the final payload",
+                    sel.text()
+                ))
             })?,
             Some(sel) => Value::Array(sel.query(&self.payload).into_iter().cloned().collect()),
             None => std::mem::take(&mut self.payload),
@@ -309,7 +335,12 @@ impl<'e, S: Store> Run<'e, S> {
         Ok(output)
     }
 
-    async fn finish(&mut self, status: RunStatus, output: Option<Value>, error: Option<StepError>) -> RunOutcome {
+    async fn finish(
+        &mut self,
+        status: RunStatus,
+        output: Option<Value>,
+        error: Option<StepError>,
+    ) -> RunOutcome {
         self.record.status = status;
         self.record.output = output.clone();
         self.record.error = error.clone();
@@ -350,7 +381,10 @@ impl<'e, S: Store> Run<'e, S> {
         self.executed += 1;
         let max = self.flow.limits.max_steps;
         if self.executed > max {
-            return Err(StepError::new(ErrorKind::Limit, format!("step limit reached (limits.max_steps {max})")));
+            return Err(StepError::new(
+                ErrorKind::Limit,
+                format!("step limit reached (limits.max_steps {max})"),
+            ));
         }
         Ok(())
     }
@@ -365,7 +399,10 @@ impl<'e, S: Store> Run<'e, S> {
             }
             let step = flow.step(node).expect("non-end nodes are steps");
             if self.tree.cancel.is_cancelled() {
-                return Err((RunStatus::Cancelled, StepError::new(ErrorKind::Cancelled, "the run was cancelled")));
+                return Err((
+                    RunStatus::Cancelled,
+                    StepError::new(ErrorKind::Cancelled, "the run was cancelled"),
+                ));
             }
             self.count_step().map_err(|e| (RunStatus::Failed, e))?;
             self.path.push(step.id.clone());
@@ -373,7 +410,25 @@ impl<'e, S: Store> Run<'e, S> {
             let started_at = record::now_ms();
             let t0 = Instant::now();
             tracing::debug!(run_id = %self.record.id, step = %step.id, number = %number, kind = step.kind.name(), "step started");
-            let outcome = self.step(step, &number).await;
+            // `limits.timeout` bounds the whole run; the step running when it passes is
+            // recorded as failed with kind `limit`.
+            let outcome = match self.flow.limits.timeout {
+                Some(t) => {
+                    let deadline = tokio::time::Instant::from_std(self.started + t);
+                    tokio::select! {
+                        o = self.step(step, &number) => o,
+                        _ = tokio::time::sleep_until(deadline) => {
+                            let mut o = StepOutcome::err(StepError::new(
+                                ErrorKind::Limit,
+                                format!("run timeout reached (limits.timeout {})", fmt_duration(t)),
+                            ));
+                            o.stop = Some(RunStatus::Failed);
+                            o
+                        }
+                    }
+                }
+                None => self.step(step, &number).await,
+            };
             let duration_ms = t0.elapsed().as_millis() as u64;
             self.record.usage.add(outcome.usage);
 
@@ -424,7 +479,10 @@ impl<'e, S: Store> Run<'e, S> {
                 tracing::warn!(run_id = %self.record.id, step = %step.id, path = %v.path, reason = %v.reason, "output violation");
             }
             if let Err(e) = self.engine.store.record_step(&rec).await {
-                return Err((RunStatus::Failed, StepError::new(ErrorKind::Agent, format!("store: {e}"))));
+                return Err((
+                    RunStatus::Failed,
+                    StepError::new(ErrorKind::Agent, format!("store: {e}")),
+                ));
             }
             tracing::debug!(
                 run_id = %self.record.id, step = %step.id, number = %number, status = status.as_str(),
@@ -452,7 +510,12 @@ impl<'e, S: Store> Run<'e, S> {
     }
 
     /// Picks the edge to follow (SPEC §4). `Ok(None)`: the step has no `next`.
-    fn route(&self, step: &StepPlan, outcome: &StepOutcome, step_var: &Value) -> Result<Option<NodeIdx>, StepError> {
+    fn route(
+        &self,
+        step: &StepPlan,
+        outcome: &StepOutcome,
+        step_var: &Value,
+    ) -> Result<Option<NodeIdx>, StepError> {
         if !step.has_next {
             return Ok(None);
         }
@@ -472,7 +535,11 @@ impl<'e, S: Store> Run<'e, S> {
             if let Some(kinds) = &edge.errors {
                 let kind = outcome.error.as_ref().map(|e| e.kind.as_str()).unwrap_or("");
                 if !kinds.iter().any(|k| k == kind) {
-                    tried.push(format!("to `{}`: errors [{}] (kind was `{kind}`)", target(), kinds.join(", ")));
+                    tried.push(format!(
+                        "to `{}`: errors [{}] (kind was `{kind}`)",
+                        target(),
+                        kinds.join(", ")
+                    ));
                     continue;
                 }
             }
@@ -511,9 +578,16 @@ impl<'e, S: Store> Run<'e, S> {
             // An unmatched failure fails the run with the step's own error.
             Some(e) => Err(e.clone()),
             None => {
-                let listed = if tried.is_empty() { "it has no success edge".to_string() } else { tried.join("; ") };
-                Err(StepError::new(ErrorKind::NoRoute, format!("step `{}`: no edge matched: {listed}", step.id))
-                    .with_details(Value::Array(tried.into_iter().map(Value::String).collect())))
+                let listed = if tried.is_empty() {
+                    "it has no success edge".to_string()
+                } else {
+                    tried.join("; ")
+                };
+                Err(StepError::new(
+                    ErrorKind::NoRoute,
+                    format!("step `{}`: no edge matched: {listed}", step.id),
+                )
+                .with_details(Value::Array(tried.into_iter().map(Value::String).collect())))
             }
         }
     }
@@ -562,7 +636,10 @@ impl<'e, S: Store> Run<'e, S> {
                 };
                 let mut o = StepOutcome::ok(None);
                 if let Some(p) = &i.prompt {
-                    let vars = Vars { input: Some(&input), ..self.vars(&[]) };
+                    let vars = Vars {
+                        input: Some(&input),
+                        ..self.vars(&[])
+                    };
                     match eval::render(p, &vars) {
                         Ok(text) => o.result = Some(serde_json::json!({"prompt": text})),
                         Err(e) => return StepOutcome::err(e),
@@ -619,7 +696,13 @@ impl<'e, S: Store> Run<'e, S> {
                 }
                 None => {
                     self.state.refuse(&agent.name);
-                    let why = self.tree.options.agent_changes.removed_reason.as_deref().unwrap_or("removed by an agent change");
+                    let why = self
+                        .tree
+                        .options
+                        .agent_changes
+                        .removed_reason
+                        .as_deref()
+                        .unwrap_or("removed by an agent change");
                     return Err(StepError::new(
                         ErrorKind::Capability,
                         format!("agent `{}` of flow `{}` is {why}", agent.name, self.flow.name),
@@ -637,7 +720,11 @@ impl<'e, S: Store> Run<'e, S> {
                     "agent `{}` is of kind `{}`, which is not allowed here (allowed: {})",
                     agent.name,
                     kind.as_str(),
-                    if allowed.is_empty() { "none".to_string() } else { allowed.join(", ") }
+                    if allowed.is_empty() {
+                        "none".to_string()
+                    } else {
+                        allowed.join(", ")
+                    }
                 ),
             ));
         }
@@ -645,12 +732,28 @@ impl<'e, S: Store> Run<'e, S> {
     }
 
     /// Applies a call's `output` to the payload; a failed mapping changes nothing.
-    fn apply(&mut self, call: &CallPlan, result: &Value, locals: &[(&str, &Value)], outcome: &mut StepOutcome) {
+    fn apply(
+        &mut self,
+        call: &CallPlan,
+        result: &Value,
+        locals: &[(&str, &Value)],
+        outcome: &mut StepOutcome,
+    ) {
         let mut changes = Vec::new();
         let mut payload = std::mem::take(&mut self.payload);
         let applied = {
-            let vars = Vars { result: Some(result), ..self.vars(locals) };
-            data::apply_output(&call.output, call.scope.as_ref(), &mut payload, result, &vars, &mut changes)
+            let vars = Vars {
+                result: Some(result),
+                ..self.vars(locals)
+            };
+            data::apply_output(
+                &call.output,
+                call.scope.as_ref(),
+                &mut payload,
+                result,
+                &vars,
+                &mut changes,
+            )
         };
         self.payload = payload;
         match applied {
@@ -679,7 +782,9 @@ impl<'e, S: Store> Run<'e, S> {
             Ok(p) => p,
             Err(e) => return StepOutcome::err(e),
         };
-        let mut outcome = self.invoke(step, call, input.clone(), message.as_deref(), number).await;
+        let mut outcome = self
+            .invoke(step, call, input.clone(), message.as_deref(), number)
+            .await;
         outcome.input = Some(input);
         if outcome.error.is_none()
             && let Some(result) = outcome.result.take()
@@ -691,7 +796,14 @@ impl<'e, S: Store> Run<'e, S> {
     }
 
     /// Calls an agent with retries and per-attempt timeouts; returns its result, not mapped.
-    async fn invoke(&self, step: &StepPlan, call: &CallPlan, input: Value, message: Option<&str>, number: &str) -> StepOutcome {
+    async fn invoke(
+        &self,
+        step: &StepPlan,
+        call: &CallPlan,
+        input: Value,
+        message: Option<&str>,
+        number: &str,
+    ) -> StepOutcome {
         let agent = match self.effective_agent(call) {
             Ok(a) => a,
             Err(e) => return StepOutcome::err(e),
@@ -700,7 +812,9 @@ impl<'e, S: Store> Run<'e, S> {
         let mut attempt = 0u32;
         loop {
             attempt += 1;
-            let result = self.attempt(step, call, &agent, input.clone(), message, number, attempt).await;
+            let result = self
+                .attempt(step, call, &agent, input.clone(), message, number, attempt)
+                .await;
             let (mut o, retry) = match result {
                 Ok((value, usage, child)) => {
                     let mut o = StepOutcome::ok(Some(value));
@@ -765,7 +879,11 @@ impl<'e, S: Store> Run<'e, S> {
                 Err((
                     StepError::new(
                         ErrorKind::Timeout,
-                        format!("step `{}` timed out after {} (attempt {attempt})", step.id, fmt_duration(call.timeout)),
+                        format!(
+                            "step `{}` timed out after {} (attempt {attempt})",
+                            step.id,
+                            fmt_duration(call.timeout)
+                        ),
                     ),
                     Usage::default(),
                     None,
@@ -779,7 +897,10 @@ impl<'e, S: Store> Run<'e, S> {
             return Err((
                 StepError::new(
                     ErrorKind::InvalidOutput,
-                    format!("the result of agent `{}` does not match its `result_schema` {v}", agent.name),
+                    format!(
+                        "the result of agent `{}` does not match its `result_schema` {v}",
+                        agent.name
+                    ),
                 )
                 .with_details(serde_json::json!({"pointer": v.pointer, "rule": v.message})),
                 usage,
@@ -790,9 +911,18 @@ impl<'e, S: Store> Run<'e, S> {
     }
 
     #[allow(clippy::result_large_err)]
-    async fn dispatch(&self, agent: &Arc<AgentPlan>, input: Value, cx: CallContext<'_>, number: &str) -> CallResult {
+    async fn dispatch(
+        &self,
+        agent: &Arc<AgentPlan>,
+        input: Value,
+        cx: CallContext<'_>,
+        number: &str,
+    ) -> CallResult {
         use crate::agents::Agent as _;
-        let plain = |r: Result<Value, StepError>| r.map(|v| (v, Usage::default(), None)).map_err(|e| (e, Usage::default(), None));
+        let plain = |r: Result<Value, StepError>| {
+            r.map(|v| (v, Usage::default(), None))
+                .map_err(|e| (e, Usage::default(), None))
+        };
         match &agent.spec {
             AgentPlanSpec::Transform(t) => plain(agents::transform::TransformAgent(t).call(input, cx).await),
             AgentPlanSpec::Mock(m) => plain(agents::mock::MockAgent(m).call(input, cx).await),
@@ -800,7 +930,11 @@ impl<'e, S: Store> Run<'e, S> {
             AgentPlanSpec::Flow(child) => self.child_run(*child, input, number).await,
             AgentPlanSpec::Llm(_) | AgentPlanSpec::Http(_) => plain(Err(StepError::new(
                 ErrorKind::Capability,
-                format!("agent `{}`: `{}` agents are not available yet", agent.name, agent.kind().as_str()),
+                format!(
+                    "agent `{}`: `{}` agents are not available yet",
+                    agent.name,
+                    agent.kind().as_str()
+                ),
             ))),
         }
     }
@@ -811,7 +945,10 @@ impl<'e, S: Store> Run<'e, S> {
         let max = self.lineage.max_depth;
         if u64::from(depth) + 1 > max {
             return Err((
-                StepError::new(ErrorKind::Depth, format!("nesting limit reached (depth {depth} of {max})")),
+                StepError::new(
+                    ErrorKind::Depth,
+                    format!("nesting limit reached (depth {depth} of {max})"),
+                ),
                 Usage::default(),
                 None,
             ));
@@ -824,13 +961,19 @@ impl<'e, S: Store> Run<'e, S> {
             max_depth: max,
             allow: intersect(self.lineage.allow.clone(), child_flow.allow.clone()),
         };
-        let out = self.engine.run_flow(self.tree, child, input, lineage, self.state).await;
+        let out = self
+            .engine
+            .run_flow(self.tree, child, input, lineage, self.state)
+            .await;
         let id = Some(out.run_id.clone());
         match out.status {
             RunStatus::Succeeded => Ok((out.output.unwrap_or(Value::Null), out.usage, id)),
             status => Err((
                 out.error.unwrap_or_else(|| {
-                    StepError::new(ErrorKind::Agent, format!("the child run `{}` ended {}", out.run_id, status.as_str()))
+                    StepError::new(
+                        ErrorKind::Agent,
+                        format!("the child run `{}` ended {}", out.run_id, status.as_str()),
+                    )
                 }),
                 out.usage,
                 id,
@@ -869,7 +1012,10 @@ impl<'e, S: Store> Run<'e, S> {
         if n > f.max_items {
             return StepOutcome::err(StepError::new(
                 ErrorKind::Limit,
-                format!("`foreach` of step `{}` has {n} items, over `max_items` ({})", step.id, f.max_items),
+                format!(
+                    "`foreach` of step `{}` has {n} items, over `max_items` ({})",
+                    step.id, f.max_items
+                ),
             ));
         }
         let tolerated = match f.tolerate {
@@ -913,7 +1059,9 @@ impl<'e, S: Store> Run<'e, S> {
                     let item = &items[i];
                     in_flight.push(async move { (i, this.iteration(step, f, item, i, number).await) });
                 }
-                let Some((i, r)) = in_flight.next().await else { break };
+                let Some((i, r)) = in_flight.next().await else {
+                    break;
+                };
                 usage.add(r.usage);
                 match r.error {
                     None => results[i] = r.result.unwrap_or(Value::Null),
@@ -927,8 +1075,12 @@ impl<'e, S: Store> Run<'e, S> {
             }
         }
         failed.sort_by_key(|(i, _)| *i);
-        let failed_json =
-            Value::Array(failed.iter().map(|(i, e)| serde_json::json!({"index": i, "error": e.to_json()})).collect());
+        let failed_json = Value::Array(
+            failed
+                .iter()
+                .map(|(i, e)| serde_json::json!({"index": i, "error": e.to_json()}))
+                .collect(),
+        );
         let mut o = StepOutcome::ok(None);
         o.usage = usage;
         o.failed = failed_json;
@@ -956,9 +1108,58 @@ impl<'e, S: Store> Run<'e, S> {
         o
     }
 
+    /// Records one iteration of a loop or one branch of a `parallel` step: `number` is the
+    /// step's number (`2`) with `iteration` set for loops, or the branch's number (`3.sentiment`).
+    #[allow(clippy::too_many_arguments)]
+    async fn record_part(
+        &self,
+        step: &StepPlan,
+        number: String,
+        kind: &str,
+        iteration: Option<u64>,
+        input: Option<Value>,
+        o: &mut StepOutcome,
+        started_at: u64,
+    ) {
+        let rec = StepRecord {
+            run_id: self.record.id.clone(),
+            number,
+            step: step.id.clone(),
+            kind: kind.to_string(),
+            attempt: o.attempts,
+            status: if o.error.is_some() {
+                StepStatus::Failed
+            } else {
+                StepStatus::Succeeded
+            },
+            iteration,
+            iterations: None,
+            input,
+            result: o.result.clone(),
+            changes: Vec::new(),
+            violations: Vec::new(),
+            error: o.error.clone(),
+            started_at,
+            finished_at: Some(record::now_ms()),
+            usage: o.usage,
+            child_run: o.child_run.clone(),
+            route: None,
+        };
+        if let Err(e) = self.engine.store.record_step(&rec).await {
+            o.error = Some(StepError::new(ErrorKind::Agent, format!("store: {e}")));
+        }
+    }
+
     /// One `foreach` iteration: its input from the payload as it was when the step started,
     /// with the item in scope; the call; then `select`. Iterations never write the payload.
-    async fn iteration(&self, step: &StepPlan, f: &ForeachPlan, item: &Value, index: usize, number: &str) -> StepOutcome {
+    async fn iteration(
+        &self,
+        step: &StepPlan,
+        f: &ForeachPlan,
+        item: &Value,
+        index: usize,
+        number: &str,
+    ) -> StepOutcome {
         let index_v = Value::from(index as u64);
         let locals: [(&str, &Value); 2] = [(f.as_name.as_str(), item), ("index", &index_v)];
         let call = &f.body;
@@ -976,7 +1177,10 @@ impl<'e, S: Store> Run<'e, S> {
             Err(e) => return StepOutcome::err(e),
         };
         let iter_number = format!("{number}[{index}]");
-        let mut o = self.invoke(step, call, input, message.as_deref(), &iter_number).await;
+        let started_at = record::now_ms();
+        let mut o = self
+            .invoke(step, call, input.clone(), message.as_deref(), &iter_number)
+            .await;
         if o.error.is_none()
             && let (Some(sel), Some(r)) = (&f.select, &o.result)
         {
@@ -996,6 +1200,16 @@ impl<'e, S: Store> Run<'e, S> {
                 }
             }
         }
+        self.record_part(
+            step,
+            number.to_string(),
+            "iteration",
+            Some(index as u64),
+            Some(input),
+            &mut o,
+            started_at,
+        )
+        .await;
         o
     }
 
@@ -1007,7 +1221,10 @@ impl<'e, S: Store> Run<'e, S> {
             let iteration_v = Value::from(iterations);
             let locals: [(&str, &Value); 1] = [("iteration", &iteration_v)];
             let holds = {
-                let vars = Vars { result: Some(&last), ..self.vars(&locals) };
+                let vars = Vars {
+                    result: Some(&last),
+                    ..self.vars(&locals)
+                };
                 eval::eval_bool(&w.cond, &vars)
             };
             match holds {
@@ -1044,7 +1261,10 @@ impl<'e, S: Store> Run<'e, S> {
             }
             let call = &w.body;
             let prepared = {
-                let vars = Vars { result: Some(&last), ..self.vars(&locals) };
+                let vars = Vars {
+                    result: Some(&last),
+                    ..self.vars(&locals)
+                };
                 data::build_input(&call.input, call.scope.as_ref(), &self.payload, &vars)
                     .and_then(|i| Ok((i, self.message(call, &vars)?)))
             };
@@ -1056,7 +1276,20 @@ impl<'e, S: Store> Run<'e, S> {
                 }
             };
             let iter_number = format!("{number}[{iterations}]");
-            let r = self.invoke(step, call, input, message.as_deref(), &iter_number).await;
+            let started_at = record::now_ms();
+            let mut r = self
+                .invoke(step, call, input.clone(), message.as_deref(), &iter_number)
+                .await;
+            self.record_part(
+                step,
+                number.to_string(),
+                "iteration",
+                Some(iterations),
+                Some(input),
+                &mut r,
+                started_at,
+            )
+            .await;
             o.usage.add(r.usage);
             o.attempts = r.attempts;
             iterations += 1;
@@ -1082,13 +1315,21 @@ impl<'e, S: Store> Run<'e, S> {
         for (name, call) in &p.branches {
             let snapshot = self.payload.clone();
             let built = {
-                let vars = Vars { payload: Some(&snapshot), ..self.vars(&[]) };
+                let vars = Vars {
+                    payload: Some(&snapshot),
+                    ..self.vars(&[])
+                };
                 data::build_input(&call.input, call.scope.as_ref(), &snapshot, &vars)
                     .and_then(|i| Ok((i, self.message(call, &vars)?)))
             };
             match built {
                 Ok((input, message)) => prepared.push((name.as_str(), call, input, message)),
-                Err(e) => return StepOutcome::err(StepError::new(e.kind, format!("branch `{name}`: {}", e.message))),
+                Err(e) => {
+                    return StepOutcome::err(StepError::new(
+                        e.kind,
+                        format!("branch `{name}`: {}", e.message),
+                    ));
+                }
             }
         }
         let fail_fast = CancellationToken::new();
@@ -1105,24 +1346,31 @@ impl<'e, S: Store> Run<'e, S> {
                     let ff = fail_fast.clone();
                     in_flight.push(async move {
                         let branch_number = format!("{number}.{name}");
-                        let o = tokio::select! {
+                        let started_at = record::now_ms();
+                        let mut o = tokio::select! {
                             o = this.invoke(step, call, input.clone(), message.as_deref(), &branch_number) => o,
                             _ = ff.cancelled() => StepOutcome::err(StepError::new(
                                 ErrorKind::Cancelled,
                                 "cancelled: another branch failed (fail_fast)",
                             )),
                         };
+                        this.record_part(step, branch_number, "branch", None, Some(input.clone()), &mut o, started_at).await;
                         (i, o)
                     });
                 }
-                let Some((i, o)) = in_flight.next().await else { break };
+                let Some((i, o)) = in_flight.next().await else {
+                    break;
+                };
                 if o.error.is_some() && p.fail_fast {
                     fail_fast.cancel();
                 }
                 outcomes[i] = Some(o);
             }
         }
-        let outcomes: Vec<StepOutcome> = outcomes.into_iter().map(|o| o.expect("every branch finished")).collect();
+        let outcomes: Vec<StepOutcome> = outcomes
+            .into_iter()
+            .map(|o| o.expect("every branch finished"))
+            .collect();
         let mut result = Map::new();
         let mut failed = Map::new();
         let mut out = StepOutcome::ok(None);
@@ -1132,14 +1380,24 @@ impl<'e, S: Store> Run<'e, S> {
             result.insert(name.to_string(), o.result.clone().unwrap_or(Value::Null));
             if let Some(e) = &o.error {
                 failed.insert(name.to_string(), e.to_json());
-                if first_error.is_none() && e.kind != ErrorKind::Cancelled {
-                    first_error = Some(StepError::new(e.kind.clone(), format!("branch `{name}`: {}", e.message)));
+                // The branch that failed is named, not the ones fail_fast cancelled because of
+                // it; when every failure is a cancellation (the run was cancelled), that is it.
+                let cancelled = e.kind == ErrorKind::Cancelled;
+                let better = match &first_error {
+                    None => true,
+                    Some((was_cancelled, _)) => *was_cancelled && !cancelled,
+                };
+                if better {
+                    first_error = Some((
+                        cancelled,
+                        StepError::new(e.kind.clone(), format!("branch `{name}`: {}", e.message)),
+                    ));
                 }
             }
         }
         out.failed = Value::Object(failed);
         out.result = Some(Value::Object(result));
-        if let Some(e) = first_error {
+        if let Some((_, e)) = first_error {
             // Any failure: no branch's output is applied.
             out.error = Some(e);
             return out;
@@ -1179,7 +1437,10 @@ fn step_value(step: &StepPlan, status: StepStatus, o: &StepOutcome, duration_ms:
     let mut m = Map::new();
     m.insert("id".into(), Value::String(step.id.clone()));
     m.insert("status".into(), Value::String(status.as_str().into()));
-    m.insert("error".into(), o.error.as_ref().map_or(Value::Null, StepError::to_json));
+    m.insert(
+        "error".into(),
+        o.error.as_ref().map_or(Value::Null, StepError::to_json),
+    );
     m.insert("attempts".into(), Value::from(o.attempts));
     m.insert("duration_ms".into(), Value::from(duration_ms));
     m.insert("failed".into(), o.failed.clone());
@@ -1195,7 +1456,9 @@ pub fn backoff(policy: &RetryPolicy, attempt: u32) -> Duration {
     let jitter = policy.jitter.clamp(0.0, 1.0);
     let factor = if jitter > 0.0 {
         use rand::{Rng, SeedableRng};
-        let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
         let mut rng = rand::rngs::SmallRng::seed_from_u64(seed ^ u64::from(attempt).rotate_left(32));
         1.0 + rng.random_range(-jitter..=jitter)
     } else {
@@ -1280,14 +1543,20 @@ mod tests {
         let j = RetryPolicy { jitter: 0.5, ..p };
         for _ in 0..100 {
             let d = backoff(&j, 1);
-            assert!(d >= Duration::from_millis(500) && d <= Duration::from_millis(1500), "{d:?}");
+            assert!(
+                d >= Duration::from_millis(500) && d <= Duration::from_millis(1500),
+                "{d:?}"
+            );
         }
     }
 
     #[test]
     fn json_size_matches_serialization() {
         let v = serde_json::json!({"a": [1, 2.5, "x"], "b": {"c": null, "d": true}, "e": "é"});
-        assert_eq!(json_size(&v, u64::MAX), serde_json::to_string(&v).expect("json").len() as u64);
+        assert_eq!(
+            json_size(&v, u64::MAX),
+            serde_json::to_string(&v).expect("json").len() as u64
+        );
     }
 
     #[test]

@@ -93,7 +93,11 @@ pub struct StepError {
 
 impl StepError {
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
-        StepError { kind, message: message.into(), details: None }
+        StepError {
+            kind,
+            message: message.into(),
+            details: None,
+        }
     }
 
     pub fn with_details(mut self, details: Value) -> Self {

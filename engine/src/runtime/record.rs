@@ -128,7 +128,9 @@ pub struct StepRecord {
 
 /// Unix milliseconds now.
 pub fn now_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// A new run id: time-ordered and unique within a process and across processes.
@@ -137,6 +139,14 @@ pub fn new_run_id() -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
     let pid = std::process::id();
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
-    format!("r{:011x}{:05x}{:04x}{:x}", now_ms(), pid & 0xfffff, nanos & 0xffff, n)
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    format!(
+        "r{:011x}{:05x}{:04x}{:x}",
+        now_ms(),
+        pid & 0xfffff,
+        nanos & 0xffff,
+        n
+    )
 }

@@ -53,9 +53,11 @@ impl Store for MemoryStore {
         let steps = g.steps.entry(step.run_id.clone()).or_default();
         // Replace the record of the same (number, attempt, iteration) — an attempt's
         // "started" record is superseded by its outcome.
-        if let Some(last) = steps.iter_mut().rev().take(8).find(|s| {
-            s.number == step.number && s.attempt == step.attempt && s.iteration == step.iteration
-        }) {
+        if let Some(last) =
+            steps.iter_mut().rev().take(8).find(|s| {
+                s.number == step.number && s.attempt == step.attempt && s.iteration == step.iteration
+            })
+        {
             *last = step.clone();
         } else {
             steps.push(step.clone());
@@ -64,7 +66,11 @@ impl Store for MemoryStore {
     }
 
     async fn get_run(&self, id: &str) -> Result<RunRecord, StoreError> {
-        self.lock().runs.get(id).cloned().ok_or_else(|| StoreError::NotFound(id.to_string()))
+        self.lock()
+            .runs
+            .get(id)
+            .cloned()
+            .ok_or_else(|| StoreError::NotFound(id.to_string()))
     }
 
     async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
@@ -106,6 +112,11 @@ impl Store for MemoryStore {
 
     async fn children(&self, run_id: &str) -> Result<Vec<RunRecord>, StoreError> {
         let g = self.lock();
-        Ok(g.order.iter().filter_map(|id| g.runs.get(id)).filter(|r| r.parent_run.as_deref() == Some(run_id)).cloned().collect())
+        Ok(g.order
+            .iter()
+            .filter_map(|id| g.runs.get(id))
+            .filter(|r| r.parent_run.as_deref() == Some(run_id))
+            .cloned()
+            .collect())
     }
 }

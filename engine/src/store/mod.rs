@@ -23,7 +23,11 @@ pub enum StoreError {
     #[error(
         "the store at {store} was written by a newer switchyard (schema {found}; this one knows up to {supported})"
     )]
-    NewerSchema { store: String, found: i64, supported: i64 },
+    NewerSchema {
+        store: String,
+        found: i64,
+        supported: i64,
+    },
     /// The transaction was rolled back: what it held is not recorded, what was committed
     /// before is intact.
     #[error(
@@ -33,9 +37,17 @@ pub enum StoreError {
     DiskFull { store: String, what: String },
     /// Another process held a lock longer than the busy timeout.
     #[error("the store {store} is locked by another process: gave up {what} after waiting {waited_ms} ms")]
-    Locked { store: String, what: String, waited_ms: u64 },
+    Locked {
+        store: String,
+        what: String,
+        waited_ms: u64,
+    },
     #[error("store {store}: {what}: {message}")]
-    Database { store: String, what: String, message: String },
+    Database {
+        store: String,
+        what: String,
+        message: String,
+    },
     #[error("the store {store} is closed")]
     Closed { store: String },
 }
@@ -60,7 +72,10 @@ pub trait Store: Send + Sync + 'static {
     fn record_step(&self, step: &StepRecord) -> impl Future<Output = Result<(), StoreError>> + Send;
     fn get_run(&self, id: &str) -> impl Future<Output = Result<RunRecord, StoreError>> + Send;
     /// Runs matching `filter`, newest first.
-    fn list_runs(&self, filter: &RunFilter) -> impl Future<Output = Result<Vec<RunRecord>, StoreError>> + Send;
+    fn list_runs(
+        &self,
+        filter: &RunFilter,
+    ) -> impl Future<Output = Result<Vec<RunRecord>, StoreError>> + Send;
     /// Runs still `running` — after a crash, the ones to resume — oldest first. `filter.flow`
     /// and `filter.limit` apply; `filter.status` is ignored.
     fn unfinished_runs(
@@ -93,7 +108,11 @@ pub fn latest_attempts(steps: Vec<StepRecord>) -> Vec<StepRecord> {
     for i in latest.into_values() {
         keep[i] = true;
     }
-    steps.into_iter().zip(keep).filter_map(|(s, k)| k.then_some(s)).collect()
+    steps
+        .into_iter()
+        .zip(keep)
+        .filter_map(|(s, k)| k.then_some(s))
+        .collect()
 }
 
 #[cfg(test)]
@@ -135,11 +154,18 @@ mod tests {
             step("3", 1, Some(1), Started),
             step("2", 3, None, Started),
         ];
-        let got: Vec<(String, u32, Option<u64>)> =
-            latest_attempts(all).into_iter().map(|s| (s.number, s.attempt, s.iteration)).collect();
+        let got: Vec<(String, u32, Option<u64>)> = latest_attempts(all)
+            .into_iter()
+            .map(|s| (s.number, s.attempt, s.iteration))
+            .collect();
         assert_eq!(
             got,
-            [("1".into(), 1, None), ("3".into(), 1, Some(0)), ("3".into(), 1, Some(1)), ("2".into(), 3, None)]
+            [
+                ("1".into(), 1, None),
+                ("3".into(), 1, Some(0)),
+                ("3".into(), 1, Some(1)),
+                ("2".into(), 3, None)
+            ]
         );
     }
 }

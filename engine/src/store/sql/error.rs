@@ -32,13 +32,13 @@ fn classify(dialect: Dialect, e: &sqlx::Error) -> Class {
             match dialect {
                 // The extended result code; its low byte is the primary one.
                 Dialect::Sqlite => match code.parse::<i32>().map(|c| c & 0xff) {
-                    Ok(13) => Class::DiskFull,         // SQLITE_FULL
-                    Ok(5) | Ok(6) => Class::Locked,    // SQLITE_BUSY, SQLITE_LOCKED
+                    Ok(13) => Class::DiskFull,      // SQLITE_FULL
+                    Ok(5) | Ok(6) => Class::Locked, // SQLITE_BUSY, SQLITE_LOCKED
                     _ => Class::Other,
                 },
                 Dialect::Postgres => match code {
-                    "53100" => Class::DiskFull,          // disk_full
-                    "55P03" => Class::Locked,            // lock_not_available (lock_timeout)
+                    "53100" => Class::DiskFull, // disk_full
+                    "55P03" => Class::Locked,   // lock_not_available (lock_timeout)
                     _ => Class::Other,
                 },
             }
@@ -53,16 +53,29 @@ impl Ctx {
     pub(crate) fn error(&self, what: &str, e: &sqlx::Error) -> StoreError {
         let store = self.store.to_string();
         match classify(self.dialect, e) {
-            Class::DiskFull => StoreError::DiskFull { store, what: what.to_string() },
-            Class::Locked => StoreError::Locked { store, what: what.to_string(), waited_ms: self.busy_ms },
-            Class::Other => StoreError::Database { store, what: what.to_string(), message: e.to_string() },
+            Class::DiskFull => StoreError::DiskFull {
+                store,
+                what: what.to_string(),
+            },
+            Class::Locked => StoreError::Locked {
+                store,
+                what: what.to_string(),
+                waited_ms: self.busy_ms,
+            },
+            Class::Other => StoreError::Database {
+                store,
+                what: what.to_string(),
+                message: e.to_string(),
+            },
         }
     }
 
     /// Whether the error is a foreign key violation: a step recorded for a run the store
     /// does not have.
     pub(crate) fn is_missing_run(&self, e: &sqlx::Error) -> bool {
-        let sqlx::Error::Database(db) = e else { return false };
+        let sqlx::Error::Database(db) = e else {
+            return false;
+        };
         let code = db.code();
         match self.dialect {
             Dialect::Sqlite => code.as_deref() == Some("787"), // SQLITE_CONSTRAINT_FOREIGNKEY
@@ -85,9 +98,16 @@ mod tests {
     fn io_storage_full_is_disk_full() {
         let e = sqlx::Error::Io(std::io::Error::from(std::io::ErrorKind::StorageFull));
         assert_eq!(classify(Dialect::Sqlite, &e), Class::DiskFull);
-        let ctx = Ctx { dialect: Dialect::Sqlite, store: "/d/runs.db".into(), busy_ms: 5000 };
+        let ctx = Ctx {
+            dialect: Dialect::Sqlite,
+            store: "/d/runs.db".into(),
+            busy_ms: 5000,
+        };
         let msg = ctx.error("recording run `r1`", &e).to_string();
-        assert!(msg.starts_with("the disk holding the store /d/runs.db is full while recording run `r1`"), "{msg}");
+        assert!(
+            msg.starts_with("the disk holding the store /d/runs.db is full while recording run `r1`"),
+            "{msg}"
+        );
         assert!(ctx.is_store_wide(&e));
         assert!(ctx.is_store_wide(&sqlx::Error::PoolTimedOut));
     }

@@ -110,7 +110,10 @@ pub struct SqlStore {
 
 impl std::fmt::Debug for SqlStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SqlStore").field("store", &self.ctx.store).field("dialect", &self.ctx.dialect).finish()
+        f.debug_struct("SqlStore")
+            .field("store", &self.ctx.store)
+            .field("dialect", &self.ctx.dialect)
+            .finish()
     }
 }
 
@@ -125,49 +128,62 @@ impl SqlStore {
     /// [`SqlStore::open`] with options.
     pub async fn open_with(url: &str, options: SqlOptions) -> Result<SqlStore, StoreError> {
         sqlx::any::install_default_drivers();
-        let location = url::parse(url)?;
-        let mut target = location.target;
+        let mut location = url::parse(url)?;
         if let Some(name) = &options.schema {
-            let Target::Postgres { schema, .. } = &mut target else {
-                return Err(StoreError::BadUrl {
-                    url: location.name,
-                    message: "only PostgreSQL stores have schemas".into(),
-                });
-            };
-            url::check_schema_name(name).map_err(|message| StoreError::BadUrl { url: location.name.clone(), message })?;
-            *schema = Some(name.clone());
+            location.set_schema(name)?;
         }
+        let target = location.target;
         let ctx = Ctx {
             dialect: target.dialect(),
             store: location.name.into(),
             busy_ms: u64::try_from(options.busy_timeout.as_millis()).unwrap_or(u64::MAX),
         };
-        let open_err = |message: String| StoreError::Open { store: ctx.store.to_string(), message };
+        let open_err = |message: String| StoreError::Open {
+            store: ctx.store.to_string(),
+            message,
+        };
 
         match &target {
             Target::SqliteFile(path) => {
                 if let Some(dir) = path.parent() {
-                    std::fs::create_dir_all(dir)
-                        .map_err(|e| open_err(format!("cannot create the directory {}: {e}", dir.display())))?;
+                    std::fs::create_dir_all(dir).map_err(|e| {
+                        open_err(format!("cannot create the directory {}: {e}", dir.display()))
+                    })?;
                 }
             }
-            Target::Postgres { url, schema: Some(schema) } => create_schema(url, schema).await.map_err(open_err)?,
+            Target::Postgres {
+                url,
+                schema: Some(schema),
+                ..
+            } => create_schema(url, schema).await.map_err(open_err)?,
             _ => {}
         }
 
-        let pool = connect(&target, &options).await.map_err(|e| match ctx.error("opening the store", &e) {
-            StoreError::Database { message, .. } => open_err(message),
-            other => other,
-        })?;
+        let pool =
+            connect(&target, &options)
+                .await
+                .map_err(|e| match ctx.error("opening the store", &e) {
+                    StoreError::Database { message, .. } => open_err(message),
+                    other => other,
+                })?;
         if let Err(e) = prepare(&pool, &target, &ctx).await {
             pool.close().await;
             return Err(e);
         }
 
         let (tx, rx) = mpsc::channel(options.max_batch.max(1) * 4);
-        let writer = Writer { pool: pool.clone(), ctx: ctx.clone(), max_batch: options.max_batch.max(1) };
+        let writer = Writer {
+            pool: pool.clone(),
+            ctx: ctx.clone(),
+            max_batch: options.max_batch.max(1),
+        };
         let writer = tokio::spawn(writer.run(rx));
-        Ok(SqlStore { pool, ctx, writes: tx, writer })
+        Ok(SqlStore {
+            pool,
+            ctx,
+            writes: tx,
+            writer,
+        })
     }
 
     /// The database behind the store.
@@ -183,36 +199,59 @@ impl SqlStore {
     /// Waits for queued writes to commit and closes every connection. Dropping the store
     /// also lets queued writes finish, in the background.
     pub async fn close(self) {
-        let SqlStore { pool, writes, writer, .. } = self;
+        let SqlStore {
+            pool, writes, writer, ..
+        } = self;
         drop(writes);
         let _ = writer.await;
         pool.close().await;
     }
 
     async fn write(&self, op: Op) -> Result<(), StoreError> {
-        let closed = || StoreError::Closed { store: self.ctx.store.to_string() };
+        let closed = || StoreError::Closed {
+            store: self.ctx.store.to_string(),
+        };
         let (done, answer) = oneshot::channel();
-        self.writes.send(Request { op, done }).await.map_err(|_| closed())?;
+        self.writes
+            .send(Request { op, done })
+            .await
+            .map_err(|_| closed())?;
         answer.await.map_err(|_| closed())?
     }
 
-    async fn fetch_runs(&self, sql: String, binds: Vec<String>, what: &str) -> Result<Vec<RunRecord>, StoreError> {
+    async fn fetch_runs(
+        &self,
+        sql: String,
+        binds: Vec<String>,
+        what: &str,
+    ) -> Result<Vec<RunRecord>, StoreError> {
         let mut q = sqlx::query(AssertSqlSafe(sql));
         for b in binds {
             q = q.bind(b);
         }
-        let rows = q.fetch_all(&self.pool).await.map_err(|e| self.ctx.error(what, &e))?;
-        rows.iter().map(|r| decode_run(r).map_err(|m| self.corrupt(what, m))).collect()
+        let rows = q
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| self.ctx.error(what, &e))?;
+        rows.iter()
+            .map(|r| decode_run(r).map_err(|m| self.corrupt(what, m)))
+            .collect()
     }
 
     fn corrupt(&self, what: &str, message: String) -> StoreError {
-        StoreError::Database { store: self.ctx.store.to_string(), what: what.to_string(), message }
+        StoreError::Database {
+            store: self.ctx.store.to_string(),
+            what: what.to_string(),
+            message,
+        }
     }
 }
 
 /// Creates a PostgreSQL schema unless it exists.
 async fn create_schema(url: &str, schema: &str) -> Result<(), String> {
-    let mut conn = sqlx::AnyConnection::connect(url).await.map_err(|e| e.to_string())?;
+    let mut conn = sqlx::AnyConnection::connect(url)
+        .await
+        .map_err(|e| e.to_string())?;
     let exists: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM pg_namespace WHERE nspname = $1")
         .bind(schema)
         .fetch_one(&mut conn)
@@ -236,15 +275,19 @@ async fn connect(target: &Target, options: &SqlOptions) -> Result<AnyPool, sqlx:
                 Synchronous::Normal => "NORMAL",
                 Synchronous::Full => "FULL",
             };
-            let mut setup =
-                format!("PRAGMA synchronous = {sync}; PRAGMA busy_timeout = {busy_ms}; PRAGMA foreign_keys = ON;");
+            let mut setup = format!(
+                "PRAGMA synchronous = {sync}; PRAGMA busy_timeout = {busy_ms}; PRAGMA foreign_keys = ON;"
+            );
             if let Some(pages) = options.max_pages {
                 setup.push_str(&format!(" PRAGMA max_page_count = {pages};"));
             }
             setup
         }
         Target::Postgres { schema, .. } => {
-            let path = schema.as_ref().map(|s| format!("SET search_path TO \"{s}\"; ")).unwrap_or_default();
+            let path = schema
+                .as_ref()
+                .map(|s| format!("SET search_path TO \"{s}\"; "))
+                .unwrap_or_default();
             format!("{path}SET lock_timeout = '{busy_ms}ms';")
         }
     };
@@ -252,19 +295,26 @@ async fn connect(target: &Target, options: &SqlOptions) -> Result<AnyPool, sqlx:
     let mut pool = AnyPoolOptions::new().after_connect(move |conn, _| {
         let setup = setup.clone();
         Box::pin(async move {
-            sqlx::raw_sql(AssertSqlSafe(setup.to_string())).execute(conn).await?;
+            sqlx::raw_sql(AssertSqlSafe(setup.to_string()))
+                .execute(conn)
+                .await?;
             Ok(())
         })
     });
     pool = match target {
         // Each connection to `:memory:` is its own database: keep exactly one, forever.
-        Target::SqliteMemory => {
-            pool.max_connections(1).min_connections(1).idle_timeout(None).max_lifetime(None)
-        }
-        Target::SqliteFile(_) => pool.max_connections(options.max_connections.max(2)).test_before_acquire(false),
+        Target::SqliteMemory => pool
+            .max_connections(1)
+            .min_connections(1)
+            .idle_timeout(None)
+            .max_lifetime(None),
+        Target::SqliteFile(_) => pool
+            .max_connections(options.max_connections.max(2))
+            .test_before_acquire(false),
         Target::Postgres { .. } => pool.max_connections(options.max_connections.max(2)),
     };
-    pool.connect_with(AnyConnectOptions::from_str(&target.driver_url())?).await
+    pool.connect_with(AnyConnectOptions::from_str(&target.driver_url())?)
+        .await
 }
 
 /// Checks the schema version, switches SQLite files to WAL, and migrates — in that order, so
@@ -272,7 +322,9 @@ async fn connect(target: &Target, options: &SqlOptions) -> Result<AnyPool, sqlx:
 async fn prepare(pool: &AnyPool, target: &Target, ctx: &Ctx) -> Result<(), StoreError> {
     let what = "opening the store";
     let mut conn = pool.acquire().await.map_err(|e| ctx.error(what, &e))?;
-    let found = schema::version(&mut conn, ctx.dialect).await.map_err(|e| ctx.error(what, &e))?;
+    let found = schema::version(&mut conn, ctx.dialect)
+        .await
+        .map_err(|e| ctx.error(what, &e))?;
     schema::check_not_newer(found, &ctx.store)?;
     if let Target::SqliteFile(_) = target {
         let mode: String = sqlx::query_scalar("PRAGMA journal_mode = WAL")
@@ -337,13 +389,23 @@ impl Store for SqlStore {
         .fetch_all(&self.pool)
         .await
         .map_err(|e| self.ctx.error(&what, &e))?;
-        rows.iter().map(|r| decode_step(r).map_err(|m| self.corrupt(&what, m))).collect()
+        rows.iter()
+            .map(|r| decode_step(r).map_err(|m| self.corrupt(&what, m)))
+            .collect()
     }
 
     async fn children(&self, run_id: &str) -> Result<Vec<RunRecord>, StoreError> {
-        let sql = concat!("SELECT ", run_columns!(), " FROM runs WHERE parent_run = $1 ORDER BY started_at, id");
-        self.fetch_runs(sql.to_string(), vec![run_id.to_string()], &format!("reading the children of run `{run_id}`"))
-            .await
+        let sql = concat!(
+            "SELECT ",
+            run_columns!(),
+            " FROM runs WHERE parent_run = $1 ORDER BY started_at, id"
+        );
+        self.fetch_runs(
+            sql.to_string(),
+            vec![run_id.to_string()],
+            &format!("reading the children of run `{run_id}`"),
+        )
+        .await
     }
 }
 
@@ -377,12 +439,21 @@ mod tests {
 
     #[test]
     fn list_query_binds_what_it_filters_on() {
-        let f = RunFilter { status: Some(RunStatus::Failed), flow: Some("triage".into()), limit: Some(3) };
+        let f = RunFilter {
+            status: Some(RunStatus::Failed),
+            flow: Some("triage".into()),
+            limit: Some(3),
+        };
         let (sql, binds) = list_query(&f, f.status, "DESC");
-        assert!(sql.ends_with(" FROM runs WHERE status = $1 AND flow = $2 ORDER BY started_at DESC, id DESC LIMIT 3"));
+        assert!(sql.ends_with(
+            " FROM runs WHERE status = $1 AND flow = $2 ORDER BY started_at DESC, id DESC LIMIT 3"
+        ));
         assert_eq!(binds, ["failed", "triage"]);
         let (sql, binds) = list_query(&RunFilter::default(), None, "ASC");
-        assert!(sql.ends_with(" FROM runs ORDER BY started_at ASC, id ASC"), "{sql}");
+        assert!(
+            sql.ends_with(" FROM runs ORDER BY started_at ASC, id ASC"),
+            "{sql}"
+        );
         assert!(binds.is_empty());
     }
 }

@@ -204,7 +204,9 @@ pub(crate) fn decode_run(row: &AnyRow) -> Result<RunRecord, String> {
         output: opt_json(row, "output")?,
         error: opt_json(row, "error")?,
         started_at: uint(get(row, "started_at")?, "started_at")?,
-        finished_at: get::<Option<i64>>(row, "finished_at")?.map(|t| uint(t, "finished_at")).transpose()?,
+        finished_at: get::<Option<i64>>(row, "finished_at")?
+            .map(|t| uint(t, "finished_at"))
+            .transpose()?,
         usage: usage(row)?,
         steps: uint(get(row, "steps")?, "steps")?,
     })
@@ -219,17 +221,26 @@ pub(crate) fn decode_step(row: &AnyRow) -> Result<StepRecord, String> {
         number: get(row, "number")?,
         step: get(row, "step")?,
         kind: get(row, "kind")?,
-        attempt: u32::try_from(get::<i64>(row, "attempt")?).map_err(|_| "`attempt` out of range".to_string())?,
+        attempt: u32::try_from(get::<i64>(row, "attempt")?)
+            .map_err(|_| "`attempt` out of range".to_string())?,
         status: step_status(&status).ok_or_else(|| format!("unknown step status `{status}`"))?,
-        iteration: if iteration == NO_ITERATION { None } else { Some(uint(iteration, "iteration")?) },
-        iterations: get::<Option<i64>>(row, "iterations")?.map(|i| uint(i, "iterations")).transpose()?,
+        iteration: if iteration == NO_ITERATION {
+            None
+        } else {
+            Some(uint(iteration, "iteration")?)
+        },
+        iterations: get::<Option<i64>>(row, "iterations")?
+            .map(|i| uint(i, "iterations"))
+            .transpose()?,
         input: opt_json(row, "input")?,
         result: opt_json(row, "result")?,
         changes: from_json(&get::<String>(row, "changes")?, "changes")?,
         violations: from_json(&get::<String>(row, "violations")?, "violations")?,
         error: opt_json(row, "error")?,
         started_at: uint(get(row, "started_at")?, "started_at")?,
-        finished_at: get::<Option<i64>>(row, "finished_at")?.map(|t| uint(t, "finished_at")).transpose()?,
+        finished_at: get::<Option<i64>>(row, "finished_at")?
+            .map(|t| uint(t, "finished_at"))
+            .transpose()?,
         usage: usage(row)?,
         child_run: get(row, "child_run")?,
         route: get(row, "route")?,
@@ -262,7 +273,9 @@ where
 }
 
 fn opt_json<T: DeserializeOwned>(row: &AnyRow, col: &str) -> Result<Option<T>, String> {
-    get::<Option<String>>(row, col)?.map(|s| from_json(&s, col)).transpose()
+    get::<Option<String>>(row, col)?
+        .map(|s| from_json(&s, col))
+        .transpose()
 }
 
 fn from_json<T: DeserializeOwned>(s: &str, col: &str) -> Result<T, String> {
@@ -287,7 +300,12 @@ mod tests {
 
     #[test]
     fn step_statuses_round_trip() {
-        for s in [StepStatus::Started, StepStatus::Succeeded, StepStatus::Failed, StepStatus::Interrupted] {
+        for s in [
+            StepStatus::Started,
+            StepStatus::Succeeded,
+            StepStatus::Failed,
+            StepStatus::Interrupted,
+        ] {
             assert_eq!(step_status(s.as_str()), Some(s));
         }
         assert_eq!(step_status("nope"), None);

@@ -94,18 +94,26 @@ const MIGRATIONS: &[Migration] = &[Migration {
 
 /// The store's schema version: 0 for an empty store. Reads only.
 pub(crate) async fn version(conn: &mut AnyConnection, dialect: Dialect) -> Result<i64, sqlx::Error> {
-    let tables: i64 =
-        sqlx::query_scalar(dialect.table_exists()).bind("schema_version").fetch_one(&mut *conn).await?;
+    let tables: i64 = sqlx::query_scalar(dialect.table_exists())
+        .bind("schema_version")
+        .fetch_one(&mut *conn)
+        .await?;
     if tables == 0 {
         return Ok(0);
     }
-    sqlx::query_scalar("SELECT COALESCE(MAX(version), 0) FROM schema_version").fetch_one(&mut *conn).await
+    sqlx::query_scalar("SELECT COALESCE(MAX(version), 0) FROM schema_version")
+        .fetch_one(&mut *conn)
+        .await
 }
 
 /// Fails with [`StoreError::NewerSchema`] when the store was written by a newer switchyard.
 pub(crate) fn check_not_newer(found: i64, store: &str) -> Result<(), StoreError> {
     if found > SCHEMA_VERSION {
-        return Err(StoreError::NewerSchema { store: store.to_string(), found, supported: SCHEMA_VERSION });
+        return Err(StoreError::NewerSchema {
+            store: store.to_string(),
+            found,
+            supported: SCHEMA_VERSION,
+        });
     }
     Ok(())
 }
@@ -119,14 +127,21 @@ pub(crate) async fn migrate(conn: &mut AnyConnection, ctx: &Ctx) -> Result<(), S
     if let Some(lock) = ctx.dialect.migration_lock() {
         sqlx::query(lock).execute(&mut *tx).await.map_err(err)?;
     }
-    let found = version(tx.acquire().await.map_err(err)?, ctx.dialect).await.map_err(err)?;
+    let found = version(tx.acquire().await.map_err(err)?, ctx.dialect)
+        .await
+        .map_err(err)?;
     check_not_newer(found, &ctx.store)?;
     if found == SCHEMA_VERSION {
         return Ok(());
     }
     sqlx::query(VERSION_TABLE).execute(&mut *tx).await.map_err(err)?;
     for m in MIGRATIONS.iter().filter(|m| m.version > found) {
-        tracing::info!(store = &*ctx.store, version = m.version, "migrating the store: {}", m.description);
+        tracing::info!(
+            store = &*ctx.store,
+            version = m.version,
+            "migrating the store: {}",
+            m.description
+        );
         for statement in m.statements {
             sqlx::query(*statement).execute(&mut *tx).await.map_err(err)?;
         }

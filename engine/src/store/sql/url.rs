@@ -17,8 +17,13 @@ pub(crate) enum Target {
     SqliteFile(PathBuf),
     /// A private in-memory SQLite database: one connection, gone when the store is dropped.
     SqliteMemory,
-    /// A PostgreSQL database; `url` is what the driver gets (the `schema` option removed).
-    Postgres { url: String, schema: Option<String> },
+    /// A PostgreSQL database; `url` is what the driver gets (the `schema` option removed),
+    /// `shown` the same without its password.
+    Postgres {
+        url: String,
+        shown: String,
+        schema: Option<String>,
+    },
 }
 
 impl Target {
@@ -46,13 +51,45 @@ pub(crate) struct Location {
     pub name: String,
 }
 
+impl Location {
+    /// Puts a PostgreSQL store's tables in `schema`.
+    pub(crate) fn set_schema(&mut self, name: &str) -> Result<(), StoreError> {
+        let bad = |message: String| StoreError::BadUrl {
+            url: self.name.clone(),
+            message,
+        };
+        let Target::Postgres { shown, schema, .. } = &mut self.target else {
+            return Err(bad("only PostgreSQL stores have schemas".into()));
+        };
+        check_schema_name(name).map_err(bad)?;
+        *schema = Some(name.to_string());
+        self.name = postgres_name(shown, Some(name));
+        Ok(())
+    }
+}
+
+/// `shown` with the schema option, the way users would write it.
+fn postgres_name(shown: &str, schema: Option<&str>) -> String {
+    match schema {
+        None => shown.to_string(),
+        Some(s) if shown.contains('?') => format!("{shown}&schema={s}"),
+        Some(s) => format!("{shown}?schema={s}"),
+    }
+}
+
 /// Parses a store URL. Relative SQLite paths are taken from the current directory.
 pub(crate) fn parse(url: &str) -> Result<Location, StoreError> {
-    let bad = |message: String| StoreError::BadUrl { url: redact(url), message };
+    let bad = |message: String| StoreError::BadUrl {
+        url: redact(url),
+        message,
+    };
     if let Some(rest) = url.strip_prefix("sqlite:") {
         let rest = rest.strip_prefix("//").unwrap_or(rest);
         if rest == ":memory:" {
-            return Ok(Location { target: Target::SqliteMemory, name: "sqlite::memory:".into() });
+            return Ok(Location {
+                target: Target::SqliteMemory,
+                name: "sqlite::memory:".into(),
+            });
         }
         if rest.contains('?') {
             return Err(bad("SQLite store URLs take no options: use `sqlite:PATH`".into()));
@@ -62,7 +99,10 @@ pub(crate) fn parse(url: &str) -> Result<Location, StoreError> {
         }
         let path = std::path::absolute(rest).map_err(|e| bad(format!("bad path `{rest}`: {e}")))?;
         let name = path.display().to_string();
-        return Ok(Location { target: Target::SqliteFile(path), name });
+        return Ok(Location {
+            target: Target::SqliteFile(path),
+            name,
+        });
     }
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         let opts = AnyConnectOptions::from_str(url).map_err(|e| bad(e.to_string()))?;
@@ -85,13 +125,20 @@ pub(crate) fn parse(url: &str) -> Result<Location, StoreError> {
         }
         let driver_url = parsed.to_string();
         let _ = parsed.set_password(None);
-        parsed.set_query(schema.as_ref().map(|s| format!("schema={s}")).as_deref());
+        let shown = parsed.to_string();
+        let name = postgres_name(&shown, schema.as_deref());
         return Ok(Location {
-            target: Target::Postgres { url: driver_url, schema },
-            name: parsed.to_string(),
+            target: Target::Postgres {
+                url: driver_url,
+                shown,
+                schema,
+            },
+            name,
         });
     }
-    Err(bad("expected `sqlite:PATH`, `sqlite::memory:` or `postgres://...`".into()))
+    Err(bad(
+        "expected `sqlite:PATH`, `sqlite::memory:` or `postgres://...`".into(),
+    ))
 }
 
 /// A PostgreSQL schema name this store accepts: an unquoted identifier, at most 63 bytes.
@@ -101,7 +148,9 @@ pub(crate) fn check_schema_name(s: &str) -> Result<(), String> {
     if first_ok && s.len() <= 63 && chars.all(|c| c.is_ascii_alphanumeric() || c == '_') {
         Ok(())
     } else {
-        Err(format!("bad schema name `{s}`: use letters, digits and `_`, at most 63, not starting with a digit"))
+        Err(format!(
+            "bad schema name `{s}`: use letters, digits and `_`, at most 63, not starting with a digit"
+        ))
     }
 }
 
@@ -138,10 +187,18 @@ mod tests {
     #[test]
     fn sqlite_urls() {
         let l = parse("sqlite:.switchyard/runs.db").expect("parses");
-        let Target::SqliteFile(p) = &l.target else { panic!("not a file: {l:?}") };
+        let Target::SqliteFile(p) = &l.target else {
+            panic!("not a file: {l:?}")
+        };
         assert!(p.is_absolute() && p.ends_with(".switchyard/runs.db"));
-        assert!(matches!(parse("sqlite::memory:").expect("parses").target, Target::SqliteMemory));
-        assert!(matches!(parse("sqlite:///tmp/a b#?.db"), Err(StoreError::BadUrl { .. })));
+        assert!(matches!(
+            parse("sqlite::memory:").expect("parses").target,
+            Target::SqliteMemory
+        ));
+        assert!(matches!(
+            parse("sqlite:///tmp/a b#?.db"),
+            Err(StoreError::BadUrl { .. })
+        ));
         let l = parse("sqlite:///tmp/a b%#.db").expect("parses");
         assert_eq!(l.name, "/tmp/a b%#.db");
         assert_eq!(l.target.driver_url(), "sqlite:///tmp/a%20b%25%23.db?mode=rwc");
@@ -152,10 +209,19 @@ mod tests {
     #[test]
     fn postgres_urls() {
         let l = parse("postgres://u:secret@127.0.0.1:5432/test?schema=sy_1&sslmode=disable").expect("parses");
-        let Target::Postgres { url, schema } = &l.target else { panic!("not postgres") };
+        let Target::Postgres { url, schema, .. } = &l.target else {
+            panic!("not postgres")
+        };
         assert_eq!(schema.as_deref(), Some("sy_1"));
         assert_eq!(url, "postgres://u:secret@127.0.0.1:5432/test?sslmode=disable");
-        assert_eq!(l.name, "postgres://u@127.0.0.1:5432/test?schema=sy_1");
+        assert_eq!(
+            l.name,
+            "postgres://u@127.0.0.1:5432/test?sslmode=disable&schema=sy_1"
+        );
+        let mut l = parse("postgres://u@h/db").expect("parses");
+        l.set_schema("other").expect("a schema");
+        assert_eq!(l.name, "postgres://u@h/db?schema=other");
+        assert!(parse("sqlite::memory:").expect("parses").set_schema("x").is_err());
         assert!(parse("postgres://u@h/db?schema=a;drop").is_err());
         let err = parse("postgres://u:pw@h/db?schema=1x").expect_err("bad schema");
         assert!(!err.to_string().contains("pw"), "{err}");

@@ -35,7 +35,10 @@ impl Op {
         match self {
             Op::CreateRun(r) | Op::UpdateRun(r) => format!("recording run `{}`", r.id),
             Op::Step(s) => {
-                format!("recording step `{}` (attempt {}) of run `{}`", s.number, s.attempt, s.run_id)
+                format!(
+                    "recording step `{}` (attempt {}) of run `{}`",
+                    s.number, s.attempt, s.run_id
+                )
             }
         }
     }
@@ -66,7 +69,10 @@ impl Writer {
         let outcomes = match self.transaction(&ops).await {
             Ok(outcomes) => outcomes,
             Err((i, e)) if ops.len() > 1 && !self.ctx.is_store_wide(&e) => {
-                tracing::debug!(store = &*self.ctx.store, "a grouped commit failed at {i}; replaying it one by one");
+                tracing::debug!(
+                    store = &*self.ctx.store,
+                    "a grouped commit failed at {i}; replaying it one by one"
+                );
                 let mut outcomes = Vec::with_capacity(ops.len());
                 for op in &ops {
                     outcomes.push(match self.transaction(&[op]).await {
@@ -96,14 +102,21 @@ impl Writer {
     /// `ops.len()` for begin/commit) and the error, after a rollback.
     async fn transaction(&self, ops: &[&Op]) -> Result<Vec<Result<(), StoreError>>, (usize, sqlx::Error)> {
         let mut conn = self.pool.acquire().await.map_err(|e| (ops.len(), e))?;
-        let mut tx = conn.begin_with(self.ctx.dialect.begin_write()).await.map_err(|e| (ops.len(), e))?;
+        let mut tx = conn
+            .begin_with(self.ctx.dialect.begin_write())
+            .await
+            .map_err(|e| (ops.len(), e))?;
         let mut outcomes = Vec::with_capacity(ops.len());
         let mut failed = None;
         for (i, op) in ops.iter().enumerate() {
             let done = match op {
                 Op::CreateRun(r) => r.bind(UPSERT_RUN).execute(&mut *tx).await.map(|_| Ok(())),
                 Op::UpdateRun(r) => r.bind(UPDATE_RUN).execute(&mut *tx).await.map(|done| {
-                    if done.rows_affected() == 0 { Err(StoreError::NotFound(r.id.clone())) } else { Ok(()) }
+                    if done.rows_affected() == 0 {
+                        Err(StoreError::NotFound(r.id.clone()))
+                    } else {
+                        Ok(())
+                    }
                 }),
                 Op::Step(s) => s.bind().execute(&mut *tx).await.map(|_| Ok(())),
             };

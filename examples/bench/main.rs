@@ -30,6 +30,8 @@ pub struct Options {
     /// Also time each phase separately (in extra, untimed child processes) and print the
     /// breakdown to stderr. Automatic when a workload misses its target.
     pub breakdown: bool,
+    /// Keep the generated inputs under `examples/bench/generated/` after the run.
+    pub keep_generated: bool,
 }
 
 type RunFn = fn(&Profile, &Options) -> Result<Vec<Report>, String>;
@@ -58,6 +60,7 @@ options:
   --profile quick|full   workload sizes (default: quick)
   --only W6,W8           run only these workloads (comma-separated, case-insensitive)
   --breakdown            also print per-phase timings to stderr
+  --keep-generated       keep the generated inputs (examples/bench/generated/NAME.PID)
   -h, --help             this help
 
 Prints one JSON object per line on stdout: {\"peer\",\"version\",\"workload\",\"variant\",
@@ -135,6 +138,7 @@ fn parse_args(argv: &[String]) -> Result<Option<Args>, String> {
             }
             "--only" => only = Some(parse_only(&value("--only")?)?),
             "--breakdown" => opts.breakdown = true,
+            "--keep-generated" => opts.keep_generated = true,
             other => return Err(format!("unexpected argument `{other}`")),
         }
     }

@@ -9,16 +9,53 @@ use std::time::Duration;
 /// The hidden first argument that makes the harness a measured child process.
 pub const CHILD_ARG: &str = "--child";
 
-/// `examples/bench/generated/<name>`, emptied and created (the folder is gitignored).
-pub fn fresh_generated_dir(name: &str) -> Result<PathBuf, String> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("examples/bench/generated")
-        .join(name);
-    if dir.exists() {
-        std::fs::remove_dir_all(&dir).map_err(|e| format!("cannot empty `{}`: {e}", dir.display()))?;
+/// A folder of generated inputs, `examples/bench/generated/<name>.<pid>` (the folder is
+/// gitignored). Each harness process has its own, so that concurrent runs do not trample each
+/// other's files; it is removed when dropped unless `--keep-generated` was given. Folders left
+/// by harness processes that no longer exist are removed on creation.
+pub struct GeneratedDir {
+    pub path: PathBuf,
+    keep: bool,
+}
+
+impl GeneratedDir {
+    pub fn create(name: &str, keep: bool) -> Result<GeneratedDir, String> {
+        let base = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/bench/generated");
+        remove_stale(&base, name);
+        let path = base.join(format!("{name}.{}", std::process::id()));
+        if path.exists() {
+            std::fs::remove_dir_all(&path).map_err(|e| format!("cannot empty `{}`: {e}", path.display()))?;
+        }
+        std::fs::create_dir_all(&path).map_err(|e| format!("cannot create `{}`: {e}", path.display()))?;
+        Ok(GeneratedDir { path, keep })
     }
-    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create `{}`: {e}", dir.display()))?;
-    Ok(dir)
+}
+
+impl Drop for GeneratedDir {
+    fn drop(&mut self) {
+        if !self.keep {
+            let _ = std::fs::remove_dir_all(&self.path);
+        }
+    }
+}
+
+/// Removes `<name>.<pid>` folders under `base` whose process is gone.
+fn remove_stale(base: &Path, name: &str) {
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return;
+    };
+    for e in entries.filter_map(Result::ok) {
+        let file_name = e.file_name();
+        let Some(pid) = file_name
+            .to_str()
+            .and_then(|n| n.strip_prefix(name)?.strip_prefix('.'))
+        else {
+            continue;
+        };
+        if pid.parse::<u32>().is_ok() && !Path::new("/proc").join(pid).exists() {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
 }
 
 /// Writes a generated file, naming it in the error.

@@ -55,8 +55,8 @@ fn step_id(i: usize) -> String {
 
 pub fn run(profile: &Profile, opts: &Options) -> Result<Vec<Report>, String> {
     let n = profile.w6_steps;
-    let dir = util::fresh_generated_dir("w6")?;
-    let file = dir.join("w6_build.yaml");
+    let dir = util::GeneratedDir::create("w6", opts.keep_generated)?;
+    let file = dir.path.join("w6_build.yaml");
     util::write_file(&file, &generate(n))?;
     let file_arg = file.to_str().ok_or("non-UTF-8 path")?.to_string();
     let n_arg = n.to_string();
@@ -130,7 +130,10 @@ const PHASES: [(&str, &str); 10] = [
     ),
     ("lint", "lint::lint_project on the loaded project"),
     ("compile", "compile::compile: lint again + lower into the plan"),
-    ("lower", "compile - lint: lowering alone (approx.)"),
+    (
+        "lower",
+        "compile - lint: lowering alone (approx.; noise while lint dominates)",
+    ),
     ("drop", "dropping plan and project (not in ms_build_compile)"),
     (
         "rss_loaded",

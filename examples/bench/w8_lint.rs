@@ -15,10 +15,11 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use switchyard::diag::render;
 use switchyard::lint::lint_project;
+use switchyard::model::build::{self, Cx};
 use switchyard::project::Project;
 use switchyard::source::FileId;
 use switchyard::syntax::{self, Limits};
@@ -124,7 +125,8 @@ pub fn generate(k: usize, steps: usize) -> String {
 pub fn run(profile: &Profile, opts: &Options) -> Result<Vec<Report>, String> {
     let n = profile.w8_files;
     let bin = util::release_binary()?;
-    let dir = util::fresh_generated_dir("w8")?;
+    let generated = util::GeneratedDir::create("w8", opts.keep_generated)?;
+    let dir = &generated.path;
     let mut steps_total = 0;
     for k in 0..n {
         let text = generate(k, profile.w8_steps);
@@ -140,14 +142,14 @@ pub fn run(profile: &Profile, opts: &Options) -> Result<Vec<Report>, String> {
         bin.display()
     );
 
-    check_clean(&bin, &dir)?; // the warm-up, fully checked
+    check_clean(&bin, dir)?; // the warm-up, fully checked
     let expected = format!("checked {n} files: no problems");
     let mut times = Vec::with_capacity(RUNS);
     for _ in 0..RUNS {
         let t = Instant::now();
         let out = Command::new(&bin)
             .arg("lint")
-            .arg(&dir)
+            .arg(dir)
             .stdin(Stdio::null())
             .stderr(Stdio::inherit())
             .output()
@@ -170,7 +172,7 @@ pub fn run(profile: &Profile, opts: &Options) -> Result<Vec<Report>, String> {
         median(&times)
     );
     if opts.breakdown || rate < TARGET_FILES_PER_S {
-        breakdown(&dir, n)?;
+        breakdown(dir, n)?;
     }
     let notes = format!(
         "`switchyard lint DIR` (release binary, whole process) over {n} generated flows, {steps_total} steps"
@@ -229,12 +231,13 @@ fn breakdown(dir: &Path, n: usize) -> Result<(), String> {
     Ok(())
 }
 
-const PHASES: [(&str, &str); 6] = [
+const PHASES: [(&str, &str); 7] = [
     ("walk", "listing *.yaml under DIR, sorted"),
     (
         "yaml",
-        "read + syntax::parse_collecting of every file, alone (not in total)",
+        "syntax::parse_collecting of every file, alone (not in total)",
     ),
+    ("model", "model::build::flow of every file, alone (not in total)"),
     (
         "load",
         "Project::load_top of every file (read, hash, YAML, model)",
@@ -263,14 +266,20 @@ pub fn child_phases(args: &[String]) -> Result<(), String> {
         return Err(format!("found {} files, expected {n}", files.len()));
     }
     let limits = Limits::default();
-    // YAML alone, for the breakdown (not part of `total`).
-    let t = Instant::now();
+    // YAML and model alone, for the breakdown (not part of `total`).
+    let (mut yaml, mut model) = (Duration::ZERO, Duration::ZERO);
     for (i, f) in files.iter().enumerate() {
         let bytes = std::fs::read(f).map_err(|e| format!("cannot read `{}`: {e}", f.display()))?;
+        let t = Instant::now();
         let (node, _) = syntax::parse_collecting(FileId(i as u32), &bytes, &limits);
-        node.ok_or_else(|| format!("`{}` does not parse", f.display()))?;
+        yaml += t.elapsed();
+        let node = node.ok_or_else(|| format!("`{}` does not parse", f.display()))?;
+        let text = String::from_utf8_lossy(&bytes);
+        let t = Instant::now();
+        let flow = build::flow(&mut Cx::new(&text), &node);
+        model += t.elapsed();
+        drop((flow, node));
     }
-    let yaml = t.elapsed();
     let t0 = Instant::now() - walk;
     let t = Instant::now();
     let root = dir.canonicalize().map_err(|e| e.to_string())?;
@@ -299,9 +308,10 @@ pub fn child_phases(args: &[String]) -> Result<(), String> {
         ));
     }
     println!(
-        "walk={} yaml={} load={} lint={} render={} total={}",
+        "walk={} yaml={} model={} load={} lint={} render={} total={}",
         ms(walk),
         ms(yaml),
+        ms(model),
         ms(load),
         ms(lint),
         ms(render_t),

@@ -12,6 +12,7 @@ mod cli;
 mod corpus;
 mod engine;
 mod fuzz;
+mod graph;
 mod lint_fixtures;
 mod readme;
 mod snapshots;

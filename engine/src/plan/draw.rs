@@ -30,13 +30,16 @@ fn describe(flow: &FlowPlan, n: NodeIndex) -> (String, &'static str) {
             "foreach",
         ),
         StepPlanKind::While(w) => (format!("while → {}", call_label(&w.body)), "while"),
-        StepPlanKind::Set(s) => (
-            format!(
-                "set {}",
-                s.iter().map(|(d, _)| d.text()).collect::<Vec<_>>().join(", ")
-            ),
-            "set",
-        ),
+        StepPlanKind::Set(s) => {
+            let dests: Vec<&str> = s.iter().take(3).map(|(d, _)| d.text()).collect();
+            let more = s.len().saturating_sub(3);
+            let more = if more > 0 {
+                format!(", … (+{more})")
+            } else {
+                String::new()
+            };
+            (format!("set {}{more}", dests.join(", ")), "set")
+        }
         StepPlanKind::Parallel(p) => (format!("parallel ×{}", p.branches.len()), "parallel"),
         StepPlanKind::Interrupt(_) => ("interrupt: wait for a human".into(), "interrupt"),
         StepPlanKind::Fail { kind, .. } => (format!("fail: {kind}"), "fail"),

@@ -519,6 +519,81 @@ async fn a_full_disk_fails_clearly_and_keeps_what_was_recorded() {
     assert_eq!(pragma(&path, "integrity_check").await, "ok");
 }
 
+/// Writes sent together, so that the writer takes them as one batch: the records of one run
+/// keep their order, the last of two writes for one key wins in the place of the first, and
+/// an update of a missing run fails alone.
+async fn writes_sent_together(store: &SqlStore) {
+    enum W {
+        Step(StepRecord),
+        Update(RunRecord),
+    }
+    store
+        .create_run(&run("t", "f", 1, RunStatus::Running, false))
+        .await
+        .expect("create_run");
+    let mut writes: Vec<W> = (0..100)
+        .map(|n| W::Step(step("t", &n.to_string(), 1, StepStatus::Succeeded, n % 2 == 0)))
+        .collect();
+    let dup_done = StepRecord {
+        iteration: None,
+        ..step("t", "dup", 1, StepStatus::Succeeded, true)
+    };
+    writes[10] = W::Step(step("t", "dup", 1, StepStatus::Started, false));
+    writes[50] = W::Step(dup_done.clone());
+    writes[60] = W::Update(run("ghost", "f", 1, RunStatus::Failed, false));
+    writes[70] = W::Update(run("t", "f", 1, RunStatus::Failed, false));
+    writes[80] = W::Update(run("t", "f", 1, RunStatus::Succeeded, true));
+    // Polled in order before the writer runs (a current-thread runtime): all in one queue.
+    let outcomes = futures_util::future::join_all(writes.iter().map(|w| async move {
+        match w {
+            W::Step(s) => store.record_step(s).await,
+            W::Update(r) => store.update_run(r).await,
+        }
+    }))
+    .await;
+    for (i, outcome) in outcomes.iter().enumerate() {
+        match (i, outcome) {
+            (60, Err(StoreError::NotFound(id))) if id == "ghost" => {}
+            (60, other) => panic!("the update of a missing run: {other:?}"),
+            (_, Err(e)) => panic!("write {i}: {e}"),
+            _ => {}
+        }
+    }
+    let expected: Vec<StepRecord> = writes
+        .iter()
+        .enumerate()
+        .filter_map(|(i, w)| match (i, w) {
+            (50, _) => None,
+            (10, _) => Some(dup_done.clone()),
+            (_, W::Step(s)) => Some(s.clone()),
+            (_, W::Update(_)) => None,
+        })
+        .collect();
+    let got = store.steps("t").await.expect("steps");
+    let summary = |steps: &[StepRecord]| {
+        steps
+            .iter()
+            .map(|s| (s.number.clone(), s.status))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(summary(&got), summary(&expected));
+    assert!(got == expected, "the records differ");
+    assert_eq!(
+        store.get_run("t").await.expect("get_run"),
+        run("t", "f", 1, RunStatus::Succeeded, true)
+    );
+}
+
+#[tokio::test]
+async fn sqlite_writes_sent_together_keep_their_order() {
+    let dir = TempDir::new("store-together");
+    let store = SqlStore::open(&format!("sqlite:{}", dir.path().join("runs.db").display()))
+        .await
+        .expect("opens");
+    writes_sent_together(&store).await;
+    store.close().await;
+}
+
 /// A plain connection to a SQLite file, beside the store's own.
 async fn raw(path: &std::path::Path) -> AnyConnection {
     sqlx::any::install_default_drivers();
@@ -616,6 +691,14 @@ async fn postgres_keeps_the_contract() {
     store.close().await;
 }
 
+#[tokio::test]
+async fn postgres_writes_sent_together_keep_their_order() {
+    let schema = PgSchema::new();
+    let store = schema.open().await;
+    writes_sent_together(&store).await;
+    store.close().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn postgres_group_commits_concurrent_writers() {
     let schema = PgSchema::new();
@@ -658,97 +741,4 @@ async fn postgres_refuses_a_newer_schema() {
         err.to_string().contains(&format!("?schema={}", schema.name)),
         "{err}"
     );
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn zz_measure_group_commit() {
-    let writers = 64usize;
-    let per = 500usize;
-    for (label, url_kind, sync, max_batch) in [
-        (
-            "sqlite NORMAL group",
-            "sqlite",
-            switchyard::store::sql::Synchronous::Normal,
-            512,
-        ),
-        (
-            "sqlite FULL group",
-            "sqlite",
-            switchyard::store::sql::Synchronous::Full,
-            512,
-        ),
-        (
-            "sqlite NORMAL batch=1",
-            "sqlite",
-            switchyard::store::sql::Synchronous::Normal,
-            1,
-        ),
-        (
-            "sqlite FULL batch=1",
-            "sqlite",
-            switchyard::store::sql::Synchronous::Full,
-            1,
-        ),
-        (
-            "postgres group",
-            "pg",
-            switchyard::store::sql::Synchronous::Normal,
-            512,
-        ),
-        (
-            "postgres batch=1",
-            "pg",
-            switchyard::store::sql::Synchronous::Normal,
-            1,
-        ),
-    ] {
-        let dir = TempDir::new("store-bench");
-        let schema = (url_kind == "pg").then(PgSchema::new);
-        let (url, schema_name) = match &schema {
-            Some(s) => (s.url.clone(), Some(s.name.clone())),
-            None => (format!("sqlite:{}", dir.path().join("runs.db").display()), None),
-        };
-        let per = if max_batch == 1 && sync == switchyard::store::sql::Synchronous::Full {
-            50
-        } else {
-            per
-        };
-        let options = SqlOptions {
-            synchronous: sync,
-            max_batch,
-            schema: schema_name,
-            ..Default::default()
-        };
-        let store = Arc::new(SqlStore::open_with(&url, options).await.expect("opens"));
-        let t0 = Instant::now();
-        let mut set = tokio::task::JoinSet::new();
-        for t in 0..writers {
-            let store = store.clone();
-            set.spawn(async move {
-                let id = format!("run-{t:04}");
-                store
-                    .create_run(&run(&id, "load", t as u64, RunStatus::Running, true))
-                    .await
-                    .expect("create_run");
-                for n in 1..=per {
-                    store
-                        .record_step(&step(&id, &n.to_string(), 1, StepStatus::Succeeded, true))
-                        .await
-                        .expect("record_step");
-                }
-            });
-        }
-        while let Some(r) = set.join_next().await {
-            r.expect("task");
-        }
-        let el = t0.elapsed();
-        let total = writers * per;
-        println!(
-            "MEASURE {label}: {total} steps in {:.3}s = {:.0} steps/s, {:.1} us/step/writer latency",
-            el.as_secs_f64(),
-            total as f64 / el.as_secs_f64(),
-            el.as_secs_f64() * 1e6 / per as f64
-        );
-        Arc::into_inner(store).expect("only").close().await;
-    }
 }

@@ -1,8 +1,8 @@
 //! The few places where SQLite and PostgreSQL differ. Tables, queries and the upserts are
-//! the same text on both (`$N` parameters, `INSERT ... ON CONFLICT ... DO UPDATE`); what is
+//! the same SQL on both (`$N` parameters, `INSERT ... ON CONFLICT ... DO UPDATE`); what is
 //! left is how a write transaction starts, how migrations keep out of each other's way, how a
-//! table is looked up, and — for the distributed work queue of SPEC §12 — how a worker claims
-//! a run.
+//! table is looked up, how the many parameters of a group commit's statements are spelled,
+//! and — for the distributed work queue of SPEC §12 — how a worker claims a run.
 
 /// The database behind a [`SqlStore`](super::SqlStore).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -29,6 +29,17 @@ impl Dialect {
         match self {
             Dialect::Sqlite => None,
             Dialect::Postgres => Some("SELECT 1 FROM (SELECT pg_advisory_xact_lock(7365420891)) AS l"),
+        }
+    }
+
+    /// The `n`th (1-based) parameter of a statement whose parameters are bound in the order
+    /// they appear. SQLite: an anonymous `?`, because binding `$N` looks each name up in a
+    /// list, which makes a statement of many rows quadratic in its parameters. PostgreSQL:
+    /// `$N`, its only form.
+    pub(crate) fn param(self, n: usize) -> String {
+        match self {
+            Dialect::Sqlite => "?".to_string(),
+            Dialect::Postgres => format!("${n}"),
         }
     }
 

@@ -3,11 +3,12 @@
 //! [`Dialect`]. Writes go through one writer task that commits many runs' records together
 //! ([`writer`]: group commit); reads go straight to the connection pool.
 //!
-//! SQLite runs in WAL mode with `synchronous=NORMAL` by default: a commit appends to the WAL
-//! without an fsync, and the WAL is synced at checkpoints. A killed process (kill -9) loses
-//! nothing committed; a power loss or OS crash may lose the last commits before the latest
-//! checkpoint, never corrupting the file. [`Synchronous::Full`] syncs the WAL at every commit —
-//! one fsync per group commit, not per step — for runs whose records must survive power loss.
+//! SQLite runs in WAL mode with `synchronous=FULL` by default: every commit syncs the WAL, and
+//! because commits are grouped across concurrent runs that is one fsync per group, not per
+//! step per run — what SPEC §7.3 asks for (records survive kill -9 and power loss).
+//! [`Synchronous::Normal`] skips the per-commit fsync (the WAL is synced at checkpoints): a
+//! killed process still loses nothing committed, a power loss may lose the last commits,
+//! never corrupting the file; it is about 10–20% faster under load.
 //!
 //! It knows nothing of flows or the engine: it stores the records it is given.
 
@@ -15,6 +16,7 @@ mod dialect;
 mod error;
 mod rows;
 pub mod schema;
+mod statements;
 mod url;
 mod writer;
 
@@ -60,9 +62,9 @@ macro_rules! step_columns {
 pub enum Synchronous {
     /// No fsync per commit; the WAL is synced at checkpoints. Survives a killed process, may
     /// lose the latest commits on power loss.
-    #[default]
     Normal,
     /// An fsync of the WAL per commit (per group of records): survives power loss.
+    #[default]
     Full,
 }
 
@@ -72,7 +74,7 @@ pub struct SqlOptions {
     /// How long a write waits for a lock another process holds before failing with
     /// [`StoreError::Locked`] (SQLite `busy_timeout`, PostgreSQL `lock_timeout`). 5 s.
     pub busy_timeout: Duration,
-    /// SQLite only. [`Synchronous::Normal`].
+    /// SQLite only. [`Synchronous::Full`].
     pub synchronous: Synchronous,
     /// The most records one group commit holds. 512.
     pub max_batch: usize,
@@ -91,7 +93,7 @@ impl Default for SqlOptions {
     fn default() -> Self {
         SqlOptions {
             busy_timeout: Duration::from_secs(5),
-            synchronous: Synchronous::Normal,
+            synchronous: Synchronous::Full,
             max_batch: 512,
             max_connections: 8,
             max_pages: None,
@@ -120,7 +122,8 @@ impl std::fmt::Debug for SqlStore {
 impl SqlStore {
     /// Opens (creating if needed) the store at `url`: `sqlite:PATH`, `sqlite::memory:`, or
     /// `postgres://...[?schema=NAME]`. Brings an older schema up to date; refuses a newer one
-    /// with [`StoreError::NewerSchema`] before writing anything.
+    /// with [`StoreError::NewerSchema`] before writing anything. Must run inside a tokio
+    /// runtime, which then hosts the store's writer task.
     pub async fn open(url: &str) -> Result<SqlStore, StoreError> {
         Self::open_with(url, SqlOptions::default()).await
     }

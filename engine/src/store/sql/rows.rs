@@ -37,22 +37,6 @@ pub(crate) struct RunRow {
     steps: i64,
 }
 
-/// Inserts a run, or replaces every recorded field of an existing one (batch columns kept).
-pub(crate) const UPSERT_RUN: &str = "INSERT INTO runs (id, flow, flow_hash, parent_run, parent_step, \
-     depth, status, input, output, error, started_at, finished_at, input_tokens, output_tokens, cost_usd, \
-     steps) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16) \
-     ON CONFLICT (id) DO UPDATE SET flow = excluded.flow, flow_hash = excluded.flow_hash, \
-     parent_run = excluded.parent_run, parent_step = excluded.parent_step, depth = excluded.depth, \
-     status = excluded.status, input = excluded.input, output = excluded.output, error = excluded.error, \
-     started_at = excluded.started_at, finished_at = excluded.finished_at, \
-     input_tokens = excluded.input_tokens, output_tokens = excluded.output_tokens, \
-     cost_usd = excluded.cost_usd, steps = excluded.steps";
-
-/// Replaces every recorded field of an existing run.
-pub(crate) const UPDATE_RUN: &str = "UPDATE runs SET flow = $2, flow_hash = $3, parent_run = $4, \
-     parent_step = $5, depth = $6, status = $7, input = $8, output = $9, error = $10, started_at = $11, \
-     finished_at = $12, input_tokens = $13, output_tokens = $14, cost_usd = $15, steps = $16 WHERE id = $1";
-
 impl RunRow {
     pub(crate) fn encode(r: &RunRecord) -> Result<RunRow, StoreError> {
         Ok(RunRow {
@@ -75,10 +59,9 @@ impl RunRow {
         })
     }
 
-    /// Binds `$1..$16` of [`UPSERT_RUN`] or [`UPDATE_RUN`].
-    pub(crate) fn bind(&self, sql: &'static str) -> AnyQuery {
-        sqlx::query(sql)
-            .bind(self.id.clone())
+    /// Binds the row's values in the order of [`RUN_COLUMNS`](super::statements::RUN_COLUMNS).
+    pub(crate) fn bind_to(&self, q: AnyQuery) -> AnyQuery {
+        q.bind(self.id.clone())
             .bind(self.flow.clone())
             .bind(self.flow_hash.clone())
             .bind(self.parent_run.clone())
@@ -103,7 +86,7 @@ pub(crate) struct StepRow {
     pub run_id: String,
     pub number: String,
     pub attempt: i64,
-    iteration: i64,
+    pub iteration: i64,
     step: String,
     kind: String,
     status: &'static str,
@@ -121,21 +104,6 @@ pub(crate) struct StepRow {
     child_run: Option<String>,
     route: Option<String>,
 }
-
-/// Inserts a step record, or replaces the one with the same (run, number, attempt,
-/// iteration) — an attempt's `started` record by its outcome — keeping its place (`seq`).
-pub(crate) const UPSERT_STEP: &str = "INSERT INTO steps (run_id, number, attempt, iteration, seq, step, \
-     kind, status, iterations, input, result, changes, violations, error, started_at, finished_at, \
-     input_tokens, output_tokens, cost_usd, child_run, route) VALUES ($1, $2, $3, $4, \
-     (SELECT COALESCE(MAX(s.seq), 0) + 1 FROM steps s WHERE s.run_id = $1), \
-     $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20) \
-     ON CONFLICT (run_id, number, attempt, iteration) DO UPDATE SET step = excluded.step, \
-     kind = excluded.kind, status = excluded.status, iterations = excluded.iterations, \
-     input = excluded.input, result = excluded.result, changes = excluded.changes, \
-     violations = excluded.violations, error = excluded.error, started_at = excluded.started_at, \
-     finished_at = excluded.finished_at, input_tokens = excluded.input_tokens, \
-     output_tokens = excluded.output_tokens, cost_usd = excluded.cost_usd, \
-     child_run = excluded.child_run, route = excluded.route";
 
 impl StepRow {
     pub(crate) fn encode(s: &StepRecord) -> Result<StepRow, StoreError> {
@@ -163,13 +131,14 @@ impl StepRow {
         })
     }
 
-    /// Binds `$1..$20` of [`UPSERT_STEP`].
-    pub(crate) fn bind(&self) -> AnyQuery {
-        sqlx::query(UPSERT_STEP)
-            .bind(self.run_id.clone())
+    /// Binds the row's values in the order of [`STEP_COLUMNS`](super::statements::STEP_COLUMNS),
+    /// `place` being its place among the statement's rows (1-based).
+    pub(crate) fn bind_to(&self, q: AnyQuery, place: i64) -> AnyQuery {
+        q.bind(self.run_id.clone())
             .bind(self.number.clone())
             .bind(self.attempt)
             .bind(self.iteration)
+            .bind(place)
             .bind(self.step.clone())
             .bind(self.kind.clone())
             .bind(self.status)

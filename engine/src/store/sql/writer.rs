@@ -5,17 +5,25 @@
 //! records — while every `record_step(..).await` still returns only once its record is
 //! committed (SPEC §7.3).
 //!
+//! Inside the transaction each kind of write (runs created, runs updated, steps recorded) is
+//! one multi-row statement per chunk ([`statements`](super::statements)), not one per record;
+//! a batch that needs a single statement runs it without `BEGIN`/`COMMIT`, as its own
+//! transaction.
+//!
 //! A transaction that fails is rolled back whole. When the failure concerns one record (a
 //! constraint, say), the batch is replayed one record per transaction so the others still
 //! commit and only the culprit gets the error; when it concerns the store (disk full, locked,
 //! connection lost), every request of the batch gets it.
 
-use sqlx::AnyPool;
-use sqlx::Connection;
+use std::collections::{HashMap, HashSet};
+
+use sqlx::{AnyConnection, AnyPool, AssertSqlSafe, Connection, Row};
 use tokio::sync::{mpsc, oneshot};
 
+use super::Dialect;
 use super::error::Ctx;
-use super::rows::{RunRow, StepRow, UPDATE_RUN, UPSERT_RUN};
+use super::rows::{RunRow, StepRow};
+use super::statements::{chunks, existing_runs, update_runs, upsert_runs, upsert_steps};
 use crate::store::StoreError;
 
 /// One write.
@@ -102,41 +110,24 @@ impl Writer {
     /// `ops.len()` for begin/commit) and the error, after a rollback.
     async fn transaction(&self, ops: &[&Op]) -> Result<Vec<Result<(), StoreError>>, (usize, sqlx::Error)> {
         let mut conn = self.pool.acquire().await.map_err(|e| (ops.len(), e))?;
+        let plan = Plan::new(ops, self.ctx.dialect);
+        if plan.statements() == 1 {
+            // One statement is a transaction of its own: no BEGIN and COMMIT round trips.
+            return plan.execute(&mut conn).await;
+        }
         let mut tx = conn
             .begin_with(self.ctx.dialect.begin_write())
             .await
             .map_err(|e| (ops.len(), e))?;
-        let mut outcomes = Vec::with_capacity(ops.len());
-        let mut failed = None;
-        for (i, op) in ops.iter().enumerate() {
-            let done = match op {
-                Op::CreateRun(r) => r.bind(UPSERT_RUN).execute(&mut *tx).await.map(|_| Ok(())),
-                Op::UpdateRun(r) => r.bind(UPDATE_RUN).execute(&mut *tx).await.map(|done| {
-                    if done.rows_affected() == 0 {
-                        Err(StoreError::NotFound(r.id.clone()))
-                    } else {
-                        Ok(())
-                    }
-                }),
-                Op::Step(s) => s.bind().execute(&mut *tx).await.map(|_| Ok(())),
-            };
-            match done {
-                Ok(outcome) => outcomes.push(outcome),
-                Err(e) => {
-                    failed = Some((i, e));
-                    break;
-                }
-            }
-        }
-        let failed = match failed {
-            None => match tx.commit().await {
+        let failed = match plan.execute(&mut tx).await {
+            Ok(outcomes) => match tx.commit().await {
                 Ok(()) => return Ok(outcomes),
                 Err(e) => {
                     conn.close_on_drop();
                     (ops.len(), e)
                 }
             },
-            Some(failed) => {
+            Err(failed) => {
                 if let Err(e) = tx.rollback().await {
                     // SQLite rolls back by itself on some errors (SQLITE_FULL among them); a
                     // connection whose state is unclear is not reused.
@@ -147,5 +138,139 @@ impl Writer {
             }
         };
         Err(failed)
+    }
+}
+
+/// A batch sorted for multi-row statements: runs created, runs updated, steps recorded —
+/// each kind in request order, the last request for a key written in the place of the first
+/// (one statement may not touch a row twice). Runs are created first, so the steps of a run
+/// created in the same batch find it.
+struct Plan<'a> {
+    ops: &'a [&'a Op],
+    dialect: Dialect,
+    creates: Vec<usize>,
+    updates: Vec<usize>,
+    steps: Vec<usize>,
+    /// For each op, the op whose outcome it shares (itself unless superseded).
+    kept: Vec<usize>,
+}
+
+impl<'a> Plan<'a> {
+    fn new(ops: &'a [&'a Op], dialect: Dialect) -> Plan<'a> {
+        #[derive(PartialEq, Eq, Hash)]
+        enum Key<'k> {
+            Create(&'k str),
+            Update(&'k str),
+            Step(&'k str, &'k str, i64, i64),
+        }
+        let key = |op: &'a Op| match op {
+            Op::CreateRun(r) => Key::Create(&r.id),
+            Op::UpdateRun(r) => Key::Update(&r.id),
+            Op::Step(s) => Key::Step(&s.run_id, &s.number, s.attempt, s.iteration),
+        };
+        let mut last = HashMap::with_capacity(ops.len());
+        for (i, op) in ops.iter().enumerate() {
+            last.insert(key(op), i);
+        }
+        let mut plan = Plan {
+            ops,
+            dialect,
+            creates: vec![],
+            updates: vec![],
+            steps: vec![],
+            kept: Vec::with_capacity(ops.len()),
+        };
+        let mut seen = HashSet::with_capacity(ops.len());
+        for op in ops {
+            let key = key(op);
+            let kept = last[&key];
+            plan.kept.push(kept);
+            // In the place of the first request for the key, as if the later ones replaced it.
+            if seen.insert(key) {
+                match op {
+                    Op::CreateRun(_) => plan.creates.push(kept),
+                    Op::UpdateRun(_) => plan.updates.push(kept),
+                    Op::Step(_) => plan.steps.push(kept),
+                }
+            }
+        }
+        plan
+    }
+
+    /// How many statements [`Plan::execute`] runs (when no update misses its run).
+    fn statements(&self) -> usize {
+        chunks(self.creates.len()).count()
+            + chunks(self.updates.len()).count()
+            + chunks(self.steps.len()).count()
+    }
+
+    fn run(&self, i: usize) -> &'a RunRow {
+        match self.ops[i] {
+            Op::CreateRun(r) | Op::UpdateRun(r) => r,
+            Op::Step(_) => unreachable!("op {i} is a step"),
+        }
+    }
+
+    fn step(&self, i: usize) -> &'a StepRow {
+        match self.ops[i] {
+            Op::Step(s) => s,
+            _ => unreachable!("op {i} is not a step"),
+        }
+    }
+
+    async fn execute(
+        &self,
+        conn: &mut AnyConnection,
+    ) -> Result<Vec<Result<(), StoreError>>, (usize, sqlx::Error)> {
+        let mut missing: HashSet<&str> = HashSet::new();
+        for chunk in chunks(self.creates.len()).map(|r| &self.creates[r]) {
+            let q = chunk
+                .iter()
+                .fold(sqlx::query(upsert_runs(self.dialect, chunk.len())), |q, &i| {
+                    self.run(i).bind_to(q)
+                });
+            q.execute(&mut *conn).await.map_err(|e| (chunk[0], e))?;
+        }
+        for chunk in chunks(self.updates.len()).map(|r| &self.updates[r]) {
+            let q = chunk
+                .iter()
+                .fold(sqlx::query(update_runs(self.dialect, chunk.len())), |q, &i| {
+                    self.run(i).bind_to(q)
+                });
+            let done = q.execute(&mut *conn).await.map_err(|e| (chunk[0], e))?;
+            if done.rows_affected() < chunk.len() as u64 {
+                let ids: Vec<&str> = chunk.iter().map(|&i| self.run(i).id.as_str()).collect();
+                let q = ids.iter().fold(
+                    sqlx::query(AssertSqlSafe(existing_runs(self.dialect, ids.len()))),
+                    |q, id| q.bind(*id),
+                );
+                let found: Vec<String> = q
+                    .fetch_all(&mut *conn)
+                    .await
+                    .map_err(|e| (chunk[0], e))?
+                    .iter()
+                    .map(|row| row.try_get("id"))
+                    .collect::<Result<_, _>>()
+                    .map_err(|e| (chunk[0], e))?;
+                missing.extend(ids.into_iter().filter(|id| !found.iter().any(|f| f == id)));
+            }
+        }
+        for chunk in chunks(self.steps.len()).map(|r| &self.steps[r]) {
+            let q = chunk.iter().zip(1..).fold(
+                sqlx::query(upsert_steps(self.dialect, chunk.len())),
+                |q, (&i, k)| self.step(i).bind_to(q, k),
+            );
+            q.execute(&mut *conn).await.map_err(|e| (chunk[0], e))?;
+        }
+        Ok(self
+            .kept
+            .iter()
+            .map(|&k| match self.ops[k] {
+                Op::UpdateRun(r) if missing.contains(r.id.as_str()) => {
+                    Err(StoreError::NotFound(r.id.clone()))
+                }
+                _ => Ok(()),
+            })
+            .collect())
     }
 }

@@ -8,6 +8,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 
@@ -131,11 +132,19 @@ impl Project {
     /// (and everything it names), or a file of shared agents (checked for shape only). Which
     /// one is decided by its keys: a flow has `flow:` or `steps:`.
     pub fn load_top(&mut self, path: &Path, root: PathBuf, limits: &Limits) -> Option<FlowId> {
+        let prepared = prepare_top(path, self.sources.next_id(), limits, Parse::Spawn);
+        self.load_top_prepared(prepared, root, limits)
+    }
+
+    /// [`load_top`](Self::load_top) of a file made ready by [`prepare_top`]: it is added as
+    /// the next file of the project (re-numbered, and lowered into the model again, when it
+    /// was prepared as another file), then everything it names is loaded.
+    fn load_top_prepared(&mut self, prepared: PreparedTop, root: PathBuf, limits: &Limits) -> Option<FlowId> {
         self.root = root;
-        let canonical = match path.canonicalize() {
+        let (canonical, read) = match prepared.prepared {
             Ok(p) => p,
             Err(e) => {
-                self.unreadable_top(path, &e);
+                self.unreadable_top(&prepared.path, &e);
                 return None;
             }
         };
@@ -144,15 +153,18 @@ impl Project {
             Some(Loaded::Library(_)) => return None,
             None => {}
         }
-        let read = read_limited(&canonical, limits.max_bytes);
-        if let Ok(Ok(bytes)) = &read
-            && is_library(bytes)
-        {
-            let spec = Sp::new(display(path), Span::default());
-            self.load_library_read(canonical, &spec, read, limits);
-            return None;
+        match read {
+            Prepared::Failed(e) => self.load_flow_read(canonical, display(&prepared.path), Err(e), limits),
+            Prepared::Flow(file) => {
+                let file = file.renumbered(self.sources.next_id());
+                self.finish_flow(canonical, file, limits)
+            }
+            Prepared::Library(file) => {
+                let file = file.renumbered(self.sources.next_id());
+                self.finish_library(canonical, file, limits);
+                None
+            }
         }
-        self.load_flow_read(canonical, display(path), read, limits)
     }
 
     /// Loads a flow file and, transitively, everything it names. Returns its id, or `None`
@@ -214,20 +226,25 @@ impl Project {
                 return None;
             }
         };
-        let hash = contents
-            .as_ref()
-            .map(|bytes| hex(&Sha256::digest(bytes)))
-            .unwrap_or_default();
-        let (file, node) = self.parse_file(name, canonical.clone(), contents, limits);
-        let mut malformed_steps = HashSet::new();
-        let flow = node.and_then(|node| {
-            let text = self.sources.get(file).text.clone();
-            let mut cx = Cx::new(&text);
-            let flow = build::flow(&mut cx, &node);
-            self.diags.extend(cx.diags);
-            malformed_steps.extend(cx.malformed_steps);
-            flow
-        });
+        let file = PreparedFile::new(
+            self.sources.next_id(),
+            name,
+            canonical.clone(),
+            contents,
+            limits,
+            Kind::Flow,
+            Parse::Spawn,
+        );
+        self.finish_flow(canonical, file, limits)
+    }
+
+    /// Adds a flow file that has been parsed and lowered, then loads everything it names.
+    fn finish_flow(&mut self, canonical: PathBuf, prepared: PreparedFile, limits: &Limits) -> Option<FlowId> {
+        let Added { file, hash, model, .. } = self.add_file(prepared);
+        let (flow, malformed_steps) = match model {
+            Model::Flow { flow, malformed } => (flow, malformed.into_iter().collect()),
+            _ => (None, HashSet::new()),
+        };
         let id = FlowId(self.flows.len());
         self.by_path.insert(canonical.clone(), Loaded::Flow(id));
         self.flows.push(LoadedFlow {
@@ -278,6 +295,21 @@ impl Project {
         Some(id)
     }
 
+    /// Adds a prepared file to the source map and its problems (parse, then model) to the
+    /// project's.
+    fn add_file(&mut self, prepared: PreparedFile) -> Added {
+        let file = self.sources.add(prepared.source);
+        debug_assert_eq!(file, prepared.file, "a file is prepared as the next file of the project");
+        self.diags.extend(prepared.diags);
+        self.diags.extend(prepared.model_diags);
+        Added {
+            file,
+            hash: prepared.hash,
+            node: prepared.node,
+            model: prepared.model,
+        }
+    }
+
     /// Loads the libraries imported by a library, recursively.
     fn load_library(&mut self, canonical: PathBuf, spec: &Sp<String>, limits: &Limits) -> Option<LibId> {
         match self.by_path.get(&canonical) {
@@ -293,17 +325,6 @@ impl Project {
             None => {}
         }
         let read = read_limited(&canonical, limits.max_bytes);
-        self.load_library_read(canonical, spec, read, limits)
-    }
-
-    /// Loads a library whose file has been read (or failed to be), then the files it imports.
-    fn load_library_read(
-        &mut self,
-        canonical: PathBuf,
-        spec: &Sp<String>,
-        read: FileRead,
-        limits: &Limits,
-    ) -> Option<LibId> {
         let name = self.display_relative(&canonical);
         let contents = match read {
             Ok(contents) => contents,
@@ -319,16 +340,25 @@ impl Project {
                 return None;
             }
         };
-        let (file, node) = self.parse_file(name, canonical.clone(), contents, limits);
-        let library = node
-            .map(|node| {
-                let text = self.sources.get(file).text.clone();
-                let mut cx = Cx::new(&text);
-                let lib = build::library(&mut cx, &node);
-                self.diags.extend(cx.diags);
-                lib
-            })
-            .unwrap_or_default();
+        let file = PreparedFile::new(
+            self.sources.next_id(),
+            name,
+            canonical.clone(),
+            contents,
+            limits,
+            Kind::Library,
+            Parse::Spawn,
+        );
+        self.finish_library(canonical, file, limits)
+    }
+
+    /// Adds a library file that has been parsed and lowered, then the files it imports.
+    fn finish_library(&mut self, canonical: PathBuf, prepared: PreparedFile, limits: &Limits) -> Option<LibId> {
+        let Added { file, model, .. } = self.add_file(prepared);
+        let library = match model {
+            Model::Library { library } => library,
+            _ => Library::default(),
+        };
         let id = LibId(self.libraries.len());
         self.by_path.insert(canonical.clone(), Loaded::Library(id));
         let specs = library.imports.clone();
@@ -358,7 +388,19 @@ impl Project {
         }
         let name = self.display_relative(&canonical);
         let (file, node) = match read_limited(&canonical, limits.max_bytes) {
-            Ok(contents) => self.parse_file(name, canonical.clone(), contents, limits),
+            Ok(contents) => {
+                let prepared = PreparedFile::new(
+                    self.sources.next_id(),
+                    name,
+                    canonical.clone(),
+                    contents,
+                    limits,
+                    Kind::Schema,
+                    Parse::Spawn,
+                );
+                let Added { file, node, .. } = self.add_file(prepared);
+                (file, node)
+            }
             Err(e) => {
                 let file = self
                     .sources
@@ -372,41 +414,6 @@ impl Project {
             }
         };
         self.schemas.insert(canonical, LoadedSchema { file, node });
-    }
-
-    /// Registers a file's text for diagnostics and parses it into nodes. The text is the bytes
-    /// themselves when they are UTF-8 (no copy), else their lossy reading, which is what the
-    /// parser's spans then point into. A file over the size limit was not read: it gets the
-    /// parser's own `SY101` and no tree.
-    fn parse_file(
-        &mut self,
-        name: String,
-        canonical: PathBuf,
-        contents: Contents,
-        limits: &Limits,
-    ) -> (FileId, Option<Node>) {
-        let bytes = match contents {
-            Ok(bytes) => bytes,
-            Err(TooLarge(len)) => {
-                let file = self.sources.add(SourceFile::new(name, Some(canonical), ""));
-                self.diags.push(syntax::too_large(file, len, limits.max_bytes));
-                return (file, None);
-            }
-        };
-        let (file, (node, diags)) = match String::from_utf8(bytes) {
-            Ok(text) => {
-                let file = self.sources.add(SourceFile::new(name, Some(canonical), text));
-                let text = &self.sources.get(file).text;
-                (file, syntax::parse_collecting(file, text.as_bytes(), limits))
-            }
-            Err(e) => {
-                let text = String::from_utf8_lossy(e.as_bytes()).into_owned();
-                let file = self.sources.add(SourceFile::new(name, Some(canonical), text));
-                (file, syntax::parse_collecting(file, e.as_bytes(), limits))
-            }
-        };
-        self.diags.extend(diags);
-        (file, node)
     }
 
     /// Resolves `spec` relative to `dir`: the canonical path, or a diagnostic when it leaves
@@ -454,13 +461,7 @@ impl Project {
 
     /// A path for messages: relative to the working directory when under it.
     pub fn display_relative(&self, p: &Path) -> String {
-        match std::env::current_dir()
-            .ok()
-            .and_then(|cwd| p.strip_prefix(cwd).ok().map(Path::to_path_buf))
-        {
-            Some(rel) if !rel.as_os_str().is_empty() => rel.display().to_string(),
-            _ => p.display().to_string(),
-        }
+        display_relative(p)
     }
 
     /// The flow with this id.
@@ -495,6 +496,293 @@ pub fn load(paths: &[PathBuf], opts: &LoadOptions) -> (Project, Vec<Option<FlowI
     let mut project = Project::new(root);
     let ids = paths.iter().map(|p| project.load_flow(p, &opts.limits)).collect();
     (project, ids)
+}
+
+/// How a file is parsed: on a thread of its own, while the caller hashes it and indexes its
+/// lines (the caller's stack then never limits the parse), or right here, by a worker that was
+/// started with a stack of [`syntax::stack_bytes`].
+#[derive(Clone, Copy, Debug)]
+enum Parse {
+    Spawn,
+    Here,
+}
+
+/// What a file is loaded as.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Flow,
+    Library,
+    Schema,
+}
+
+/// A file's model, as far as it could be built.
+#[derive(Debug)]
+enum Model {
+    None,
+    Flow { flow: Option<Flow>, malformed: Vec<Span> },
+    Library { library: Library },
+}
+
+/// A file read, hashed (flows only), parsed and lowered into the model as file `file` of a
+/// project — everything loading does before the file is added to the project and what it
+/// names is resolved. Pure work, so it can run on any thread.
+#[derive(Debug)]
+struct PreparedFile {
+    file: FileId,
+    kind: Kind,
+    source: SourceFile,
+    hash: String,
+    node: Option<Node>,
+    /// Problems of the parse.
+    diags: Vec<Diagnostic>,
+    model: Model,
+    /// Problems of the model.
+    model_diags: Vec<Diagnostic>,
+}
+
+/// A prepared file once added to the project.
+struct Added {
+    file: FileId,
+    hash: String,
+    node: Option<Node>,
+    model: Model,
+}
+
+impl PreparedFile {
+    /// Registers nothing: the text is the bytes themselves when they are UTF-8 (no copy), else
+    /// their lossy reading, which is what the parser's spans then point into. A file over the
+    /// size limit was not read: it gets the parser's own `SY101` and no tree.
+    fn new(
+        file: FileId,
+        name: String,
+        canonical: PathBuf,
+        contents: Contents,
+        limits: &Limits,
+        kind: Kind,
+        parse: Parse,
+    ) -> Self {
+        let mut prepared = match contents {
+            Err(TooLarge(len)) => PreparedFile {
+                file,
+                kind,
+                source: SourceFile::new(name, Some(canonical), ""),
+                hash: String::new(),
+                node: None,
+                diags: vec![syntax::too_large(file, len, limits.max_bytes)],
+                model: Model::None,
+                model_diags: Vec::new(),
+            },
+            Ok(bytes) => {
+                let digest = |bytes: &[u8]| match kind {
+                    Kind::Flow => hex(&Sha256::digest(bytes)),
+                    Kind::Library | Kind::Schema => String::new(),
+                };
+                let (source, hash, (node, diags)) = match String::from_utf8(bytes) {
+                    Ok(text) => {
+                        let text: Arc<str> = text.into();
+                        let meanwhile = || {
+                            let hash = digest(text.as_bytes());
+                            (SourceFile::new(name, Some(canonical), Arc::clone(&text)), hash)
+                        };
+                        let (parsed, (source, hash)) = match parse {
+                            Parse::Spawn => {
+                                syntax::parse_collecting_with(file, text.as_bytes(), limits, meanwhile)
+                            }
+                            Parse::Here => {
+                                let parsed = syntax::parse_collecting_here(file, text.as_bytes(), limits);
+                                (parsed, meanwhile())
+                            }
+                        };
+                        (source, hash, parsed)
+                    }
+                    Err(e) => {
+                        let hash = digest(e.as_bytes());
+                        let parsed = syntax::parse_collecting_here(file, e.as_bytes(), limits);
+                        let text = String::from_utf8_lossy(e.as_bytes()).into_owned();
+                        (SourceFile::new(name, Some(canonical), text), hash, parsed)
+                    }
+                };
+                PreparedFile {
+                    file,
+                    kind,
+                    source,
+                    hash,
+                    node,
+                    diags,
+                    model: Model::None,
+                    model_diags: Vec::new(),
+                }
+            }
+        };
+        prepared.build_model();
+        prepared
+    }
+
+    /// Lowers the tree into the model of its kind (a file without a tree has none).
+    fn build_model(&mut self) {
+        let Some(node) = &self.node else {
+            self.model = Model::None;
+            self.model_diags = Vec::new();
+            return;
+        };
+        let mut cx = Cx::new(&self.source.text);
+        self.model = match self.kind {
+            Kind::Flow => {
+                let flow = build::flow(&mut cx, node);
+                Model::Flow {
+                    flow,
+                    malformed: std::mem::take(&mut cx.malformed_steps),
+                }
+            }
+            Kind::Library => Model::Library {
+                library: build::library(&mut cx, node),
+            },
+            Kind::Schema => Model::None,
+        };
+        self.model_diags = cx.diags;
+    }
+
+    /// This file as file `file` of the project: when it was prepared as another, its tree and
+    /// problems move to `file`, and its model is built again from the moved tree.
+    fn renumbered(mut self, file: FileId) -> Self {
+        if self.file == file {
+            return self;
+        }
+        self.file = file;
+        if let Some(node) = &mut self.node {
+            node.set_file(file);
+        }
+        for d in &mut self.diags {
+            d.primary.span.file = file;
+            for label in &mut d.secondary {
+                label.span.file = file;
+            }
+        }
+        self.build_model();
+        self
+    }
+}
+
+/// A file named on the command line, made ready by [`prepare_top`] to be added to a project
+/// by [`Project::load_top_prepared`].
+#[derive(Debug)]
+pub struct PreparedTop {
+    path: PathBuf,
+    /// The canonical path and what was read there, or why the path could not be resolved.
+    prepared: std::io::Result<(PathBuf, Prepared)>,
+}
+
+#[derive(Debug)]
+enum Prepared {
+    /// The file could not be read.
+    Failed(std::io::Error),
+    Flow(PreparedFile),
+    Library(PreparedFile),
+}
+
+/// Resolves, reads, hashes, parses and lowers a file named on the command line, as file
+/// `file` of a project; which it is decided by its keys (see [`Project::load_top`]).
+fn prepare_top(path: &Path, file: FileId, limits: &Limits, parse: Parse) -> PreparedTop {
+    let canonical = match path.canonicalize() {
+        Ok(p) => p,
+        Err(e) => {
+            return PreparedTop {
+                path: path.to_path_buf(),
+                prepared: Err(e),
+            };
+        }
+    };
+    let prepared = match read_limited(&canonical, limits.max_bytes) {
+        Err(e) => Prepared::Failed(e),
+        Ok(Ok(bytes)) if is_library(&bytes) => Prepared::Library(PreparedFile::new(
+            file,
+            display_relative(&canonical),
+            canonical.clone(),
+            Ok(bytes),
+            limits,
+            Kind::Library,
+            parse,
+        )),
+        Ok(contents) => Prepared::Flow(PreparedFile::new(
+            file,
+            display(path),
+            canonical.clone(),
+            contents,
+            limits,
+            Kind::Flow,
+            parse,
+        )),
+    };
+    PreparedTop {
+        path: path.to_path_buf(),
+        prepared: Ok((canonical, prepared)),
+    }
+}
+
+impl Project {
+    /// [`load_top`](Self::load_top) of each `(file, root)` in order, with the same result,
+    /// but with the files read, hashed, parsed and lowered on as many threads as the machine
+    /// has cores (at most 8) while this thread adds them to the project in order. Each file
+    /// is prepared as the file id it gets when every file before it adds exactly one file;
+    /// one that gets another id (an earlier flow imported a file, or a path was named twice)
+    /// is re-numbered and lowered again, which is cheap next to parsing it.
+    pub fn load_tops(&mut self, tops: &[(PathBuf, PathBuf)], limits: &Limits) -> Vec<Option<FlowId>> {
+        let workers = std::thread::available_parallelism()
+            .map_or(1, std::num::NonZero::get)
+            .min(8)
+            .min(tops.len());
+        if workers < 2 {
+            return tops
+                .iter()
+                .map(|(file, root)| self.load_top(file, root.clone(), limits))
+                .collect();
+        }
+        let first = self.sources.next_id().0 as usize;
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let (send, receive) = std::sync::mpsc::channel::<(usize, PreparedTop)>();
+        std::thread::scope(|scope| {
+            for _ in 0..workers {
+                let send = send.clone();
+                let next = &next;
+                let work = move || {
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some((path, _)) = tops.get(i) else { break };
+                        let file = FileId(u32::try_from(first + i).unwrap_or(u32::MAX));
+                        if send.send((i, prepare_top(path, file, limits, Parse::Here))).is_err() {
+                            break;
+                        }
+                    }
+                };
+                let spawned = std::thread::Builder::new()
+                    .name("switchyard-load".into())
+                    .stack_size(syntax::stack_bytes(limits))
+                    .spawn_scoped(scope, work);
+                if spawned.is_err() {
+                    // Fewer workers: the others (or this thread, below) do the work.
+                    break;
+                }
+            }
+            drop(send);
+            let mut ready: Vec<Option<PreparedTop>> = (0..tops.len()).map(|_| None).collect();
+            let mut ids = Vec::with_capacity(tops.len());
+            for (i, (path, root)) in tops.iter().enumerate() {
+                while ready[i].is_none() {
+                    match receive.recv() {
+                        Ok((j, prepared)) => ready[j] = Some(prepared),
+                        Err(_) => break,
+                    }
+                }
+                let id = match ready[i].take() {
+                    Some(prepared) => self.load_top_prepared(prepared, root.clone(), limits),
+                    // No worker could be started: load it here.
+                    None => self.load_top(path, root.clone(), limits),
+                };
+                ids.push(id);
+            }
+            ids
+        })
+    }
 }
 
 /// Whether a YAML file is a file of shared agents rather than a flow: a top-level mapping
@@ -569,6 +857,17 @@ pub fn normalize(p: &Path) -> PathBuf {
         }
     }
     out
+}
+
+/// A path for messages: relative to the working directory when under it.
+fn display_relative(p: &Path) -> String {
+    match std::env::current_dir()
+        .ok()
+        .and_then(|cwd| p.strip_prefix(cwd).ok().map(Path::to_path_buf))
+    {
+        Some(rel) if !rel.as_os_str().is_empty() => rel.display().to_string(),
+        _ => p.display().to_string(),
+    }
 }
 
 fn display(p: &Path) -> String {

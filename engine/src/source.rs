@@ -129,6 +129,11 @@ impl SourceMap {
         FileId(u32::try_from(self.files.len() - 1).expect("fewer than 4 billion files"))
     }
 
+    /// The id the next file added will get.
+    pub fn next_id(&self) -> FileId {
+        FileId(u32::try_from(self.files.len()).expect("fewer than 4 billion files"))
+    }
+
     pub fn get(&self, id: FileId) -> &SourceFile {
         &self.files[id.0 as usize]
     }
@@ -144,6 +149,92 @@ impl SourceMap {
             .map(|(id, _)| id)
     }
 }
+
+/// A fast hasher for the engine's own tables keyed by short source strings (step ids, keys,
+/// expression texts), where SipHash dominated the cost of lookups. Words of eight bytes are
+/// mixed by multiplication (as in FxHash) from a per-process random seed, and `finish` folds
+/// the high bits down, so that hashbrown's control bytes see well-mixed bits.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct FastHasher(u64);
+
+const FAST_K: u64 = 0xf135_7aea_2e62_a9c5;
+
+impl FastHasher {
+    #[inline]
+    fn mix(&mut self, word: u64) {
+        self.0 = (self.0 ^ word).wrapping_mul(FAST_K).rotate_left(26);
+    }
+}
+
+impl std::hash::Hasher for FastHasher {
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            self.mix(u64::from_le_bytes(c.try_into().expect("eight bytes")));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut word = [0u8; 8];
+            word[..rest.len()].copy_from_slice(rest);
+            self.mix(u64::from_le_bytes(word) ^ ((rest.len() as u64) << 59));
+        }
+    }
+
+    #[inline]
+    fn write_u8(&mut self, i: u8) {
+        self.mix(u64::from(i));
+    }
+
+    #[inline]
+    fn write_u32(&mut self, i: u32) {
+        self.mix(u64::from(i));
+    }
+
+    #[inline]
+    fn write_u64(&mut self, i: u64) {
+        self.mix(i);
+    }
+
+    #[inline]
+    fn write_usize(&mut self, i: usize) {
+        self.mix(i as u64);
+    }
+
+    #[inline]
+    fn finish(&self) -> u64 {
+        let h = self.0.wrapping_mul(FAST_K);
+        h ^ (h >> 32)
+    }
+}
+
+/// Builds [`FastHasher`]s from one random seed per process.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct FastState(u64);
+
+impl Default for FastState {
+    fn default() -> Self {
+        static SEED: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+        let seed = *SEED.get_or_init(|| {
+            use std::hash::BuildHasher as _;
+            std::collections::hash_map::RandomState::new().hash_one(0x5eed_u64)
+        });
+        FastState(seed)
+    }
+}
+
+impl std::hash::BuildHasher for FastState {
+    type Hasher = FastHasher;
+    #[inline]
+    fn build_hasher(&self) -> FastHasher {
+        FastHasher(self.0)
+    }
+}
+
+/// A `HashMap` with [`FastHasher`].
+pub(crate) type FastMap<K, V> = std::collections::HashMap<K, V, FastState>;
+/// A `HashSet` with [`FastHasher`].
+pub(crate) type FastSet<K> = std::collections::HashSet<K, FastState>;
 
 #[cfg(test)]
 mod tests {

@@ -16,6 +16,11 @@
 mod profile;
 mod report;
 mod util;
+mod w1_chain;
+mod w2_branch;
+mod w3_foreach;
+mod w4_while;
+mod w5_batch;
 mod w6_build;
 mod w8_lint;
 
@@ -38,14 +43,23 @@ type RunFn = fn(&Profile, &Options) -> Result<Vec<Report>, String>;
 type ChildFn = fn(&[String]) -> Result<(), String>;
 
 /// The implemented workloads, in the order they run.
-const WORKLOADS: &[(&str, RunFn)] = &[(w6_build::ID, w6_build::run), (w8_lint::ID, w8_lint::run)];
+const WORKLOADS: &[(&str, RunFn)] = &[
+    (w1_chain::ID, w1_chain::run),
+    (w2_branch::ID, w2_branch::run),
+    (w3_foreach::ID, w3_foreach::run),
+    (w4_while::ID, w4_while::run),
+    (w5_batch::ID, w5_batch::run),
+    (w6_build::ID, w6_build::run),
+    (w8_lint::ID, w8_lint::run),
+];
 
 /// Workloads of BENCH.md that this harness does not implement yet: naming one in `--only`
 /// is an error, and they are never reported.
-const NOT_YET: &[&str] = &["W1", "W2", "W3", "W4", "W5", "W5X", "W7", "W9"];
+const NOT_YET: &[&str] = &["W5X", "W7", "W9"];
 
 /// Measured child processes: `--child NAME ARGS...`.
 const CHILDREN: &[(&str, ChildFn)] = &[
+    ("w3-repeat", w3_foreach::child_repeat),
     ("w6", w6_build::child),
     ("w6-phases", w6_build::child_phases),
     ("w8-phases", w8_lint::child_phases),

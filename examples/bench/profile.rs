@@ -13,7 +13,16 @@ pub struct Profile {
     pub w8_files: usize,
     /// W8: steps per flow file (approximately: the generator varies it a little).
     pub w8_steps: usize,
-    // Runtime workloads add their sizes here, e.g. `w1_runs: 2000` / `200`.
+    /// W1: sequential runs of the 20-step chain.
+    pub w1_runs: usize,
+    /// W2: sequential runs of the branching flow.
+    pub w2_runs: usize,
+    /// W3: items of the `foreach` (the linearity check also runs twice as many).
+    pub w3_items: usize,
+    /// W4: iterations of the `while` loop (the linearity check also runs twice as many).
+    pub w4_iterations: usize,
+    /// W5: runs of the 50 ms mock flow, 64 in flight.
+    pub w5_runs: usize,
 }
 
 impl Profile {
@@ -22,13 +31,23 @@ impl Profile {
         w6_steps: 5000,
         w8_files: 1000,
         w8_steps: 50,
+        w1_runs: 2000,
+        w2_runs: 20000,
+        w3_items: 10000,
+        w4_iterations: 10000,
+        w5_runs: 2000,
     };
-    /// W6 and W8 are cheap: the same sizes as `full`.
+    /// W6 and W8 are cheap: the same sizes as `full`; the runtime workloads are smaller.
     pub const QUICK: Profile = Profile {
         name: "quick",
         w6_steps: 5000,
         w8_files: 1000,
         w8_steps: 50,
+        w1_runs: 200,
+        w2_runs: 1000,
+        w3_items: 2000,
+        w4_iterations: 2000,
+        w5_runs: 640,
     };
 
     pub fn by_name(name: &str) -> Option<Profile> {

@@ -162,3 +162,64 @@ pub fn peak_rss_kib() -> Result<u64, String> {
 pub fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
+
+/// A flow of this folder (`examples/bench/NAME`), loaded, linted and compiled the way every
+/// command does it (`Project::load_top`, `compile::compile`). Any diagnostic, a warning
+/// included, fails the benchmark: the bench flows lint clean.
+pub fn load_plan(name: &str) -> Result<std::sync::Arc<switchyard::plan::Plan>, String> {
+    use switchyard::project::Project;
+    use switchyard::syntax::Limits;
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/bench").join(name);
+    let root = file
+        .parent()
+        .ok_or("the flow file has no directory")?
+        .canonicalize()
+        .map_err(|e| format!("cannot resolve the folder of `{}`: {e}", file.display()))?;
+    let mut project = Project::default();
+    let id = project.load_top(&file, root, &Limits::default());
+    let Some(id) = id else {
+        let text: Vec<String> = project.diags.iter().map(|d| format!("{} {}", d.rule.code, d.message)).collect();
+        return Err(format!("`{}` did not load as a flow: {}", file.display(), text.join("; ")));
+    };
+    let (plan, diags) = switchyard::compile::compile(&project, id);
+    if !diags.is_empty() {
+        let text: Vec<String> = diags
+            .iter()
+            .map(|d| format!("{} {}", d.rule.code, d.message))
+            .collect();
+        return Err(format!("`{}` does not lint clean: {}", file.display(), text.join("; ")));
+    }
+    let plan = plan.ok_or_else(|| format!("`{}` did not compile", file.display()))?;
+    Ok(std::sync::Arc::new(plan))
+}
+
+/// The tokio runtime runtime workloads run on: multi-threaded, as the commands use.
+pub fn tokio_runtime() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start a tokio runtime: {e}"))
+}
+
+/// This process's resource usage so far (`getrusage(RUSAGE_SELF)`), zeroed if it fails.
+fn rusage() -> libc::rusage {
+    // SAFETY: `getrusage` writes only into the struct it is given; zero is a valid rusage.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
+        // SAFETY: as above.
+        return unsafe { std::mem::zeroed() };
+    }
+    ru
+}
+
+/// CPU time this process has used so far (user + system, every thread).
+pub fn cpu_time() -> Duration {
+    let ru = rusage();
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// Page faults this process has taken so far (minor: no disk), for breakdowns.
+pub fn minor_faults() -> u64 {
+    rusage().ru_minflt as u64
+}

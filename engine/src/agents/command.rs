@@ -51,12 +51,11 @@ const REAP_GRACE: Duration = Duration::from_secs(5);
 pub struct CommandAgent<'p>(pub &'p CommandPlan);
 
 impl Agent for CommandAgent<'_> {
-    async fn call(&self, input: Value, cx: CallContext<'_>) -> Result<Value, StepError> {
+    async fn call(&self, input: &Value, cx: CallContext<'_>) -> Result<Value, StepError> {
         let plan = self.0;
-        let argv = render_argv(plan, &input, &cx)?;
+        let argv = render_argv(plan, input, &cx)?;
         let env = resolve_env(plan)?;
-        let stdin = serde_json::to_vec(&input).expect("a JSON value serializes");
-        drop(input);
+        let stdin = serde_json::to_vec(input).expect("a JSON value serializes");
         run(plan, &argv, env, stdin, &cx).await
     }
 }
@@ -214,7 +213,7 @@ async fn run(
         .env("SWITCHYARD_RUN_ID", cx.run_id)
         .env("SWITCHYARD_STEP", cx.step)
         .env("SWITCHYARD_ATTEMPT", cx.attempt.to_string())
-        .env("SWITCHYARD_IDEMPOTENCY_KEY", cx.idempotency_key);
+        .env("SWITCHYARD_IDEMPOTENCY_KEY", cx.idempotency_key());
     if let Some(dir) = &plan.cwd {
         cmd.current_dir(dir);
     }
@@ -529,7 +528,7 @@ mod tests {
         let context = json!({"tenant": "acme"});
         let mut cx = test_cx(3, Some("be brief"), &context, cancel);
         cx.timeout = timeout;
-        CommandAgent(plan).call(input, cx).await
+        CommandAgent(plan).call(&input, cx).await
     }
 
     /// A fresh path in the temp directory.
@@ -783,7 +782,7 @@ mod tests {
             "SWITCHYARD_RUN_ID": "r1",
             "SWITCHYARD_STEP": "s",
             "SWITCHYARD_ATTEMPT": "1",
-            "SWITCHYARD_IDEMPOTENCY_KEY": "r1:s:0",
+            "SWITCHYARD_IDEMPOTENCY_KEY": "r1:1",
         });
         if let Ok(path) = std::env::var("PATH") {
             expected["PATH"] = json!(path);

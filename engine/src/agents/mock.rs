@@ -30,7 +30,7 @@ use crate::runtime::{ErrorKind, StepError};
 pub struct MockAgent<'p>(pub &'p MockPlan);
 
 impl Agent for MockAgent<'_> {
-    async fn call(&self, input: Value, cx: CallContext<'_>) -> Result<Value, StepError> {
+    async fn call(&self, input: &Value, cx: CallContext<'_>) -> Result<Value, StepError> {
         let plan = self.0;
         if let Some(latency) = plan.latency.filter(|d| !d.is_zero()) {
             tokio::select! {
@@ -45,7 +45,7 @@ impl Agent for MockAgent<'_> {
             return Err(err);
         }
         match pick(plan, cx.call_index) {
-            Some(template) => eval_value_template(template, &input, &cx),
+            Some(template) => eval_value_template(template, input, &cx),
             None => Ok(Value::Object(Map::new())),
         }
     }
@@ -118,7 +118,7 @@ mod tests {
         let cancel = CancellationToken::new();
         let context = json!({"who": "ctx"});
         MockAgent(plan)
-            .call(input, test_cx(i, Some("do it"), &context, &cancel))
+            .call(&input, test_cx(i, Some("do it"), &context, &cancel))
             .await
     }
 
@@ -277,7 +277,7 @@ mod tests {
             })
         };
         let err = MockAgent(&p)
-            .call(json!({}), test_cx(0, None, &context, &cancel))
+            .call(&json!({}), test_cx(0, None, &context, &cancel))
             .await
             .unwrap_err();
         assert_eq!(err.kind, ErrorKind::Cancelled);

@@ -28,8 +28,6 @@ pub struct CallContext<'a> {
     pub step_number: &'a str,
     /// 1-based attempt of this call.
     pub attempt: u32,
-    /// Stable across retries and resumes of the same step of the same item.
-    pub idempotency_key: &'a str,
     /// The step's rendered `message`, if any.
     pub message: Option<&'a str>,
     /// Caller-given context (`--context`).
@@ -44,6 +42,14 @@ pub struct CallContext<'a> {
     pub call_index: u64,
 }
 
+impl CallContext<'_> {
+    /// Stable across retries and resumes of the same step of the same item:
+    /// `<run id>:<step number>`. Built on demand: most agents never need it.
+    pub fn idempotency_key(&self) -> String {
+        format!("{}:{}", self.run_id, self.step_number)
+    }
+}
+
 /// Per-run, per-agent counters: how many calls an agent has had in this run.
 #[derive(Default, Debug)]
 pub struct AgentState {
@@ -56,10 +62,13 @@ impl AgentState {
     /// Counts a call of agent `name` and returns its 0-based index in this run.
     pub fn next_call(&self, name: &str) -> u64 {
         let mut calls = self.calls.lock().expect("agent state lock");
-        let n = calls.entry(name.to_string()).or_insert(0);
-        let i = *n;
-        *n += 1;
-        i
+        if let Some(n) = calls.get_mut(name) {
+            let i = *n;
+            *n += 1;
+            return i;
+        }
+        calls.insert(name.to_string(), 1);
+        0
     }
 
     /// Calls of each agent so far, for `expect.calls` in flow tests.
@@ -83,10 +92,11 @@ impl AgentState {
 
 /// One kind of sub-agent.
 pub trait Agent {
-    /// Runs the agent on `input`, returning its result document.
+    /// Runs the agent on `input`, returning its result document. The input is borrowed: the
+    /// engine keeps it for the step's record, and retries reuse it.
     fn call(
         &self,
-        input: Value,
+        input: &Value,
         cx: CallContext<'_>,
     ) -> impl std::future::Future<Output = Result<Value, StepError>> + Send;
 }

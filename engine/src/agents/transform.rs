@@ -19,8 +19,8 @@ use crate::runtime::eval::{self, Vars};
 pub struct TransformAgent<'p>(pub &'p ValueTemplate);
 
 impl Agent for TransformAgent<'_> {
-    async fn call(&self, input: Value, cx: CallContext<'_>) -> Result<Value, StepError> {
-        eval_value_template(self.0, &input, &cx)
+    async fn call(&self, input: &Value, cx: CallContext<'_>) -> Result<Value, StepError> {
+        eval_value_template(self.0, input, &cx)
     }
 }
 
@@ -76,7 +76,6 @@ pub(crate) mod tests {
             step: "s",
             step_number: "1",
             attempt: 1,
-            idempotency_key: "r1:s:0",
             message,
             context,
             cancel,
@@ -93,7 +92,7 @@ pub(crate) mod tests {
         let cancel = CancellationToken::new();
         let context = json!({"tenant": "acme"});
         TransformAgent(t)
-            .call(input, test_cx(0, message, &context, &cancel))
+            .call(&input, test_cx(0, message, &context, &cancel))
             .await
     }
 

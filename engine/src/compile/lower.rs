@@ -10,9 +10,10 @@ use indexmap::IndexMap;
 use petgraph::stable_graph::StableDiGraph;
 use serde_json::Value;
 
+use super::cache::ParseCache;
 use super::expr::{self, Expr};
-use super::path::{self, Path};
-use super::template::{self, Template};
+use super::path::Path;
+use super::template::Template;
 use super::value;
 use crate::diag::{Diagnostic, codes};
 use crate::lint;
@@ -33,8 +34,11 @@ pub const DEFAULT_MAX_ITEMS: u64 = 10_000;
 
 /// Lints the project and, when it has no errors, compiles flow `id` and everything it calls.
 /// Returns every diagnostic (warnings included) either way.
+///
+/// Lowering takes every path, expression and template from what lint parsed, so each is
+/// parsed once per command.
 pub fn compile(project: &Project, id: FlowId) -> (Option<Plan>, Vec<Diagnostic>) {
-    let diags = lint::lint_project(project);
+    let (diags, parsed) = lint::lint_project_parsed(project);
     if diags.iter().any(Diagnostic::is_error) {
         return (None, diags);
     }
@@ -43,6 +47,7 @@ pub fn compile(project: &Project, id: FlowId) -> (Option<Plan>, Vec<Diagnostic>)
         flows: Vec::new(),
         by_key: HashMap::new(),
         errors: Vec::new(),
+        parsed,
     };
     let root = c.flow_file(id);
     if !c.errors.is_empty() || root.is_none() {
@@ -70,6 +75,8 @@ struct Compiler<'p> {
     by_key: HashMap<String, FlowRef>,
     /// Problems lint should have caught; reported rather than panicking.
     errors: Vec<Diagnostic>,
+    /// What lint parsed, by text.
+    parsed: ParseCache,
 }
 
 /// What one flow body can see while compiling.
@@ -487,7 +494,7 @@ impl<'p> Compiler<'p> {
     }
 
     fn value_template(&mut self, scope: &Scope<'p>, node: &crate::syntax::Node) -> value::ValueTemplate {
-        let (t, errors) = value::compile(node, scope.text);
+        let (t, errors) = value::compile_cached(node, scope.text, &mut self.parsed);
         for (span, e) in errors {
             self.errors
                 .push(Diagnostic::new(&codes::EXPRESSION_SYNTAX, span, e.message));
@@ -540,33 +547,38 @@ impl<'p> Compiler<'p> {
     }
 
     fn path(&mut self, _scope: &Scope<'p>, p: &Sp<String>) -> Option<Path> {
-        match path::parse(&p.value) {
-            Ok(p) => Some(p),
+        match self.parsed.path(&p.value) {
+            Ok(path) => Some(path.clone()),
             Err(e) => {
+                let message = e.message.clone();
                 self.errors
-                    .push(Diagnostic::new(&codes::JSONPATH_SYNTAX, p.span, e.message));
+                    .push(Diagnostic::new(&codes::JSONPATH_SYNTAX, p.span, message));
                 None
             }
         }
     }
 
     fn expr(&mut self, _scope: &Scope<'p>, at: &Sp<String>, text: &str) -> Option<Arc<Expr>> {
-        match expr::parse(text) {
-            Ok(e) => Some(Arc::new(e)),
+        match &self.parsed.expr(text).expr {
+            Ok(e) => Some(Arc::clone(e)),
             Err(e) => {
-                self.errors
-                    .push(Diagnostic::new(&codes::EXPRESSION_SYNTAX, at.span, e.message));
+                self.errors.push(Diagnostic::new(
+                    &codes::EXPRESSION_SYNTAX,
+                    at.span,
+                    e.message.clone(),
+                ));
                 None
             }
         }
     }
 
     fn template(&mut self, _scope: &Scope<'p>, t: &Sp<String>) -> Option<Template> {
-        match template::compile(&t.value) {
-            Ok(t) => Some(t),
+        match self.parsed.template(&t.value) {
+            Ok(compiled) => Some(compiled.clone()),
             Err(e) => {
+                let message = e.message.clone();
                 self.errors
-                    .push(Diagnostic::new(&codes::TEMPLATE_SYNTAX, t.span, e.message));
+                    .push(Diagnostic::new(&codes::TEMPLATE_SYNTAX, t.span, message));
                 None
             }
         }

@@ -2,8 +2,10 @@
 //!
 //! The primitives ([`path`], [`expr`], [`template`], [`value`]) parse text into reusable,
 //! pre-compiled forms and report problems with byte offsets inside the text, which callers
-//! turn into spans inside the YAML string.
+//! turn into spans inside the YAML string. [`cache`] keeps them by text for one command, so
+//! that what lint parsed is what lowering compiles.
 
+pub mod cache;
 pub mod expr;
 pub mod path;
 pub mod template;

@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
+use super::cache::ParseCache;
 use super::expr::{self, Expr, ExprError};
 use crate::source::Span;
 use crate::syntax::{self, Node};
@@ -82,22 +83,42 @@ pub fn compile(node: &Node, source: &str) -> (Option<ValueTemplate>, Vec<(Span, 
 
 /// Like [`compile`], and also lists each expression with the node it came from.
 pub fn compile_with_sites<'n>(node: &'n Node, source: &str) -> Compiled<'n> {
+    compile_parsing(node, source, &mut |text| expr::parse(text).map(Arc::new))
+}
+
+/// [`compile`] with expressions taken from `cache` (parsed there when it does not have them).
+pub fn compile_cached(
+    node: &Node,
+    source: &str,
+    cache: &mut ParseCache,
+) -> (Option<ValueTemplate>, Vec<(Span, ExprError)>) {
+    let compiled = compile_parsing(node, source, &mut |text| cache.expr(text).expr.clone());
+    (compiled.template, compiled.errors)
+}
+
+type Parse<'f> = dyn FnMut(&str) -> Result<Arc<Expr>, ExprError> + 'f;
+
+fn compile_parsing<'n>(node: &'n Node, source: &str, parse: &mut Parse<'_>) -> Compiled<'n> {
     let mut compiled = Compiled {
         template: None,
         sites: Vec::new(),
         errors: Vec::new(),
     };
-    compiled.template = build(node, source, &mut compiled);
+    compiled.template = build(node, source, &mut compiled, parse);
     compiled
 }
 
-fn build<'n>(node: &'n Node, source: &str, out: &mut Compiled<'n>) -> Option<ValueTemplate> {
+fn build<'n>(
+    node: &'n Node,
+    source: &str,
+    out: &mut Compiled<'n>,
+    parse: &mut Parse<'_>,
+) -> Option<ValueTemplate> {
     match &node.value {
         syntax::Value::Str(s) => match classify(s) {
             StrValue::Literal(text) => Some(ValueTemplate::Literal(Value::String(text.to_owned()))),
-            StrValue::Expr(text) => match expr::parse(text) {
+            StrValue::Expr(text) => match parse(text) {
                 Ok(e) => {
-                    let e = Arc::new(e);
                     out.sites.push(ExprSite {
                         node,
                         expr: Arc::clone(&e),
@@ -113,7 +134,7 @@ fn build<'n>(node: &'n Node, source: &str, out: &mut Compiled<'n>) -> Option<Val
         },
         syntax::Value::Seq(items) => {
             // Build every item, so that every error is reported.
-            let built: Vec<_> = items.iter().map(|item| build(item, source, out)).collect();
+            let built: Vec<_> = items.iter().map(|item| build(item, source, out, parse)).collect();
             let items: Vec<ValueTemplate> = built.into_iter().collect::<Option<_>>()?;
             Some(if items.iter().all(ValueTemplate::is_literal) {
                 ValueTemplate::Literal(Value::Array(
@@ -129,7 +150,7 @@ fn build<'n>(node: &'n Node, source: &str, out: &mut Compiled<'n>) -> Option<Val
         syntax::Value::Map(entries) => {
             let built: Vec<_> = entries
                 .iter()
-                .map(|(k, v)| (k.name.clone(), build(v, source, out)))
+                .map(|(k, v)| (k.name.clone(), build(v, source, out, parse)))
                 .collect();
             let entries: Vec<(String, ValueTemplate)> = built
                 .into_iter()

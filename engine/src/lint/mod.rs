@@ -10,6 +10,7 @@ use std::collections::BTreeSet;
 
 use indexmap::IndexMap;
 
+use crate::compile::cache::ParseCache;
 use crate::diag::{self, Diagnostic};
 use crate::model::{Agent, AgentKind, AgentRef, AgentSpec, Flow, Provider, Step, StepKind};
 use crate::project::{FlowId, Project};
@@ -59,7 +60,8 @@ impl<'p> FlowCx<'p> {
     /// keeps it with a placeholder kind so that edges to it resolve, and rules about kinds
     /// and agents skip it.
     pub fn is_malformed(&self, step: &Step) -> bool {
-        self.project.flow(self.id).malformed_steps.contains(&step.id.span)
+        let malformed = &self.project.flow(self.id).malformed_steps;
+        !malformed.is_empty() && malformed.contains(&step.id.span)
     }
 
     /// Every agent reference of the flow's steps, with the step (and branch) making it.
@@ -81,6 +83,26 @@ impl<'p> FlowCx<'p> {
             }
         }
         out
+    }
+
+    /// Calls `f` with the index (in `steps`) of each successor of a step (edge targets other
+    /// than `end` that name a step), in edge order, without allocating.
+    pub fn for_each_successor(&self, step: &Step, mut f: impl FnMut(usize)) {
+        let Some(next) = &step.next else { return };
+        match next {
+            crate::model::Next::One(to) => {
+                if let Some(i) = self.flow.steps.get_index_of(&to.value) {
+                    f(i);
+                }
+            }
+            crate::model::Next::Edges(edges) => {
+                for e in edges {
+                    if let Some(i) = self.flow.steps.get_index_of(&e.to.value) {
+                        f(i);
+                    }
+                }
+            }
+        }
     }
 
     /// Successor step ids of a step (edge targets other than `end`), in edge order.
@@ -109,6 +131,27 @@ impl<'p> FlowCx<'p> {
 /// Lints every flow of the project (those named on the command line and those they call),
 /// returning all diagnostics, loader problems included, sorted.
 pub fn lint_project(project: &Project) -> Vec<Diagnostic> {
+    lint(project, false).0
+}
+
+/// [`lint_project`], also returning every path, expression and template it parsed, for
+/// `compile` to lower without parsing them again.
+pub fn lint_project_parsed(project: &Project) -> (Vec<Diagnostic>, ParseCache) {
+    lint(project, true)
+}
+
+/// Projects of at least this many flows are linted on several threads.
+const PARALLEL_FLOWS: usize = 8;
+
+/// Stack of each linting thread: what the main thread has.
+const LINT_STACK_BYTES: usize = 8 << 20;
+
+/// Lints the project. Flows are independent, so a project of many flows is linted on as many
+/// threads as the machine has cores (at most 8), each flow's diagnostics kept apart and then
+/// appended in flow order: the result is the one a single thread gives. The parse tables of
+/// the threads are merged only when `keep_parsed`.
+fn lint(project: &Project, keep_parsed: bool) -> (Vec<Diagnostic>, ParseCache) {
+    let mut parsed = ParseCache::new();
     let mut out = project.diags.clone();
     rules::files::check(project, &mut out);
     for lib in &project.libraries {
@@ -124,32 +167,102 @@ pub fn lint_project(project: &Project) -> Vec<Diagnostic> {
         rules::secrets::tokens(lib.file, &project.sources.get(lib.file).text, &mut out);
     }
     let allow = inherited_allow(project);
-    for (i, loaded) in project.flows.iter().enumerate() {
-        let Some(flow) = &loaded.flow else { continue };
-        let id = FlowId(i);
-        let mut agents = IndexMap::new();
-        let mut providers = IndexMap::new();
-        rules::files::visible_definitions(project, id, &mut agents, &mut providers, &mut out);
-        let own_allow = flow
-            .allow
-            .as_ref()
-            .map(|a| a.iter().map(|k| k.value).collect::<BTreeSet<_>>());
-        let eff = intersect(own_allow, allow.get(&id).cloned().flatten());
-        let cx = FlowCx {
-            project,
-            id,
-            flow,
-            text: &project.sources.get(loaded.file).text,
-            agents,
-            providers,
-            allow: eff,
-            inline: false,
-        };
-        lint_flow(&cx, &mut out);
+    let flows = project.flows.len();
+    let workers = if flows >= PARALLEL_FLOWS {
+        std::thread::available_parallelism()
+            .map_or(1, std::num::NonZero::get)
+            .min(8)
+    } else {
+        1
+    };
+    if workers < 2 {
+        for i in 0..flows {
+            lint_file_flow(project, &allow, FlowId(i), &mut out, &mut parsed);
+        }
+    } else {
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let mut per_flow: Vec<Option<Vec<Diagnostic>>> = (0..flows).map(|_| None).collect();
+        let results = std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..workers)
+                .filter_map(|_| {
+                    let (next, allow) = (&next, &allow);
+                    std::thread::Builder::new()
+                        .name("switchyard-lint".into())
+                        .stack_size(LINT_STACK_BYTES)
+                        .spawn_scoped(scope, move || {
+                            let mut parsed = ParseCache::new();
+                            let mut done = Vec::new();
+                            loop {
+                                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                                if i >= flows {
+                                    break;
+                                }
+                                let mut diags = Vec::new();
+                                lint_file_flow(project, allow, FlowId(i), &mut diags, &mut parsed);
+                                done.push((i, diags));
+                            }
+                            (done, parsed)
+                        })
+                        .ok()
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join()).collect::<Vec<_>>()
+        });
+        for result in results {
+            match result {
+                Ok((done, worker_parsed)) => {
+                    for (i, diags) in done {
+                        per_flow[i] = Some(diags);
+                    }
+                    if keep_parsed {
+                        parsed.merge(worker_parsed);
+                    }
+                }
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        }
+        for (i, diags) in per_flow.into_iter().enumerate() {
+            match diags {
+                Some(diags) => out.extend(diags),
+                // Not linted by a worker (none could be started): lint it here.
+                None => lint_file_flow(project, &allow, FlowId(i), &mut out, &mut parsed),
+            }
+        }
     }
     dedup(&mut out);
     diag::sort(&mut out);
-    out
+    (out, parsed)
+}
+
+/// Lints the flow of one file (and its inline flows).
+fn lint_file_flow(
+    project: &Project,
+    allow: &std::collections::HashMap<FlowId, Option<BTreeSet<AgentKind>>>,
+    id: FlowId,
+    out: &mut Vec<Diagnostic>,
+    parsed: &mut ParseCache,
+) {
+    let loaded = project.flow(id);
+    let Some(flow) = &loaded.flow else { return };
+    let mut agents = IndexMap::new();
+    let mut providers = IndexMap::new();
+    rules::files::visible_definitions(project, id, &mut agents, &mut providers, out);
+    let own_allow = flow
+        .allow
+        .as_ref()
+        .map(|a| a.iter().map(|k| k.value).collect::<BTreeSet<_>>());
+    let eff = intersect(own_allow, allow.get(&id).cloned().flatten());
+    let cx = FlowCx {
+        project,
+        id,
+        flow,
+        text: &project.sources.get(loaded.file).text,
+        agents,
+        providers,
+        allow: eff,
+        inline: false,
+    };
+    lint_flow(&cx, out, parsed);
 }
 
 fn intersect(a: Option<BTreeSet<AgentKind>>, b: Option<BTreeSet<AgentKind>>) -> Option<BTreeSet<AgentKind>> {
@@ -193,8 +306,8 @@ fn inherited_allow(project: &Project) -> std::collections::HashMap<FlowId, Optio
     imposed
 }
 
-/// Lints one flow and, recursively, its inline flows.
-pub fn lint_flow(cx: &FlowCx, out: &mut Vec<Diagnostic>) {
+/// Lints one flow and, recursively, its inline flows. `parsed` keeps what it parses.
+pub fn lint_flow(cx: &FlowCx, out: &mut Vec<Diagnostic>, parsed: &mut ParseCache) {
     rules::references::check(cx, out);
     rules::reachability::check(cx, out);
     rules::cycles::check(cx, out);
@@ -203,7 +316,7 @@ pub fn lint_flow(cx: &FlowCx, out: &mut Vec<Diagnostic>) {
     rules::capability::check(cx, out);
     rules::secrets::check(cx, out);
     rules::shell::check(cx, out);
-    rules::data::check(cx, out);
+    rules::data::check(cx, out, parsed);
     for agent in inline_flow_agents(cx) {
         let AgentSpec::Flow(f) = &agent.spec else { continue };
         let Some(inner) = &f.inline else { continue };
@@ -225,7 +338,7 @@ pub fn lint_flow(cx: &FlowCx, out: &mut Vec<Diagnostic>) {
             allow: intersect(own, cx.allow.clone()),
             inline: true,
         };
-        lint_flow(&inner_cx, out);
+        lint_flow(&inner_cx, out, parsed);
     }
 }
 

@@ -568,11 +568,13 @@ fn named<T>(
     what: &str,
     mut f: impl FnMut(&mut Cx, &Key, &Node) -> Option<T>,
 ) -> IndexMap<String, T> {
-    let mut out = IndexMap::new();
     if matches!(node.value, Value::Null) {
-        return out;
+        return IndexMap::new();
     }
-    let Some(m) = map(cx, node, what) else { return out };
+    let Some(m) = map(cx, node, what) else {
+        return IndexMap::new();
+    };
+    let mut out = IndexMap::with_capacity(m.len());
     for (k, v) in m {
         if let Some(t) = f(cx, k, v) {
             out.insert(k.name.clone(), t);
@@ -1068,26 +1070,56 @@ const AGENT_STEP: &[&str] = &[
 const FOREACH_ONLY: &[&str] = &["as", "max_items", "tolerate", "select"];
 const WHILE_ONLY: &[&str] = &["max_iterations", "delay"];
 
-fn step_keys(kind: &str) -> Vec<&'static str> {
-    let mut v: Vec<&str> = STEP_COMMON.to_vec();
-    v.push(match kind {
-        "agent" => "agent",
-        "set" => "set",
-        "parallel" => "parallel",
-        "interrupt" => "interrupt",
-        "fail" => "fail",
-        _ => "succeed",
-    });
+/// The keys a step of kind `kind` may have, in the order messages list them: the common
+/// keys, the kind, then the kind's own.
+fn step_keys(kind: &str) -> &'static [&'static str] {
     match kind {
-        "agent" => v.extend_from_slice(AGENT_STEP),
-        "parallel" => v.extend_from_slice(&["concurrency", "fail_fast"]),
-        "interrupt" => v.extend_from_slice(&["scope", "input", "output"]),
-        "fail" | "succeed" => {
-            v.retain(|k| *k != "next" && *k != "retry" && *k != "timeout" && *k != "idempotent")
-        }
-        _ => {}
+        "agent" => &[
+            "description",
+            "next",
+            "timeout",
+            "retry",
+            "idempotent",
+            "agent",
+            "message",
+            "scope",
+            "input",
+            "output",
+            "foreach",
+            "as",
+            "max_items",
+            "tolerate",
+            "select",
+            "concurrency",
+            "while",
+            "max_iterations",
+            "delay",
+        ],
+        "set" => &["description", "next", "timeout", "retry", "idempotent", "set"],
+        "parallel" => &[
+            "description",
+            "next",
+            "timeout",
+            "retry",
+            "idempotent",
+            "parallel",
+            "concurrency",
+            "fail_fast",
+        ],
+        "interrupt" => &[
+            "description",
+            "next",
+            "timeout",
+            "retry",
+            "idempotent",
+            "interrupt",
+            "scope",
+            "input",
+            "output",
+        ],
+        "fail" => &["description", "fail"],
+        _ => &["description", "succeed"],
     }
-    v
 }
 
 fn steps(cx: &mut Cx, node: &Node) -> IndexMap<String, Step> {
@@ -1120,39 +1152,108 @@ pub fn placeholder_kind(at: Span) -> StepKind {
     StepKind::Agent(AgentRef::Named(Sp::new(String::new(), at)))
 }
 
+/// The entries of a step's mapping that [`step`] reads, found in one pass over its keys.
+#[derive(Default)]
+struct StepFields<'n> {
+    description: Option<&'n (Key, Node)>,
+    next: Option<&'n (Key, Node)>,
+    timeout: Option<&'n (Key, Node)>,
+    retry: Option<&'n (Key, Node)>,
+    idempotent: Option<&'n (Key, Node)>,
+    message: Option<&'n (Key, Node)>,
+    scope: Option<&'n (Key, Node)>,
+    input: Option<&'n (Key, Node)>,
+    output: Option<&'n (Key, Node)>,
+    foreach: Option<&'n (Key, Node)>,
+    as_name: Option<&'n (Key, Node)>,
+    max_items: Option<&'n (Key, Node)>,
+    tolerate: Option<&'n (Key, Node)>,
+    select: Option<&'n (Key, Node)>,
+    while_: Option<&'n (Key, Node)>,
+    max_iterations: Option<&'n (Key, Node)>,
+    delay: Option<&'n (Key, Node)>,
+    concurrency: Option<&'n (Key, Node)>,
+    fail_fast: Option<&'n (Key, Node)>,
+}
+
+impl<'n> StepFields<'n> {
+    /// The fields of `node` (none when it is not a mapping). Keys are unique: the parser
+    /// keeps the first of duplicates.
+    fn of(node: &'n Node) -> Self {
+        let mut f = StepFields::default();
+        for entry in node.as_map().unwrap_or_default() {
+            let slot = match entry.0.name.as_str() {
+                "description" => &mut f.description,
+                "next" => &mut f.next,
+                "timeout" => &mut f.timeout,
+                "retry" => &mut f.retry,
+                "idempotent" => &mut f.idempotent,
+                "message" => &mut f.message,
+                "scope" => &mut f.scope,
+                "input" => &mut f.input,
+                "output" => &mut f.output,
+                "foreach" => &mut f.foreach,
+                "as" => &mut f.as_name,
+                "max_items" => &mut f.max_items,
+                "tolerate" => &mut f.tolerate,
+                "select" => &mut f.select,
+                "while" => &mut f.while_,
+                "max_iterations" => &mut f.max_iterations,
+                "delay" => &mut f.delay,
+                "concurrency" => &mut f.concurrency,
+                "fail_fast" => &mut f.fail_fast,
+                _ => continue,
+            };
+            slot.get_or_insert(entry);
+        }
+        f
+    }
+}
+
+/// The value node of an entry.
+fn val<'n>(entry: Option<&'n (Key, Node)>) -> Option<&'n Node> {
+    entry.map(|(_, v)| v)
+}
+
 /// Lowers one step. A step whose kind cannot be read is still returned, with
 /// [`placeholder_kind`] and its other fields as written, so that one problem gives one
 /// diagnostic rather than unknown-step and unreachable-step errors around it.
 fn step(cx: &mut Cx, key: &Key, node: &Node) -> Step {
-    let kind = map(cx, node, &format!("step `{}`", key.name)).and_then(|m| step_kind(cx, key, node, m));
+    let m = match &node.value {
+        Value::Map(m) => Some(m.as_slice()),
+        _ => map(cx, node, &format!("step `{}`", key.name)),
+    };
+    let f = StepFields::of(node);
+    let kind = m.and_then(|m| step_kind(cx, key, m, &f));
     let kind = kind.unwrap_or_else(|| {
         cx.malformed_steps.push(key.span);
         placeholder_kind(key.span)
     });
     let looping = LoopFields {
-        foreach: node.get("foreach").and_then(|n| string(cx, n)),
-        as_name: node.get("as").and_then(|n| string(cx, n)),
-        max_items: node.get("max_items").and_then(|n| u64_(cx, n)),
-        tolerate: node.get("tolerate").and_then(|n| tolerate(cx, n)),
-        select: node.get("select").and_then(|n| string(cx, n)),
-        while_: node.get("while").and_then(|n| string(cx, n)),
-        max_iterations: node.get("max_iterations").and_then(|n| u64_(cx, n)),
-        delay: node.get("delay").and_then(|n| duration(cx, n)),
+        foreach: val(f.foreach).and_then(|n| string(cx, n)),
+        as_name: val(f.as_name).and_then(|n| string(cx, n)),
+        max_items: val(f.max_items).and_then(|n| u64_(cx, n)),
+        tolerate: val(f.tolerate).and_then(|n| tolerate(cx, n)),
+        select: val(f.select).and_then(|n| string(cx, n)),
+        while_: val(f.while_).and_then(|n| string(cx, n)),
+        max_iterations: val(f.max_iterations).and_then(|n| u64_(cx, n)),
+        delay: val(f.delay).and_then(|n| duration(cx, n)),
     };
-    if let (Some(f), Some(w)) = (node.get_key("foreach"), node.get_key("while")) {
+    if let (Some((fk, _)), Some((w, _))) = (f.foreach, f.while_) {
         cx.push(
             Diagnostic::new(
                 &codes::STEP_KIND,
                 w.span,
                 "a step is either a `foreach` or a `while` loop, not both",
             )
-            .with_secondary(f.span, "`foreach` here")
+            .with_secondary(fk.span, "`foreach` here")
             .help("nest one loop in a `flow` agent called by the other"),
         );
     }
-    if node.get("foreach").is_none() {
-        for k in FOREACH_ONLY {
-            if let Some(key) = node.get_key(k) {
+    if f.foreach.is_none() {
+        // FOREACH_ONLY, in its order.
+        for (k, entry) in FOREACH_ONLY.iter().zip([f.as_name, f.max_items, f.tolerate, f.select]) {
+            if let Some((key, _)) = entry {
                 cx.push(
                     Diagnostic::new(
                         &codes::UNKNOWN_KEY,
@@ -1165,9 +1266,10 @@ fn step(cx: &mut Cx, key: &Key, node: &Node) -> Step {
             }
         }
     }
-    if node.get("while").is_none() {
-        for k in WHILE_ONLY {
-            if let Some(key) = node.get_key(k) {
+    if f.while_.is_none() {
+        // WHILE_ONLY, in its order.
+        for (k, entry) in WHILE_ONLY.iter().zip([f.max_iterations, f.delay]) {
+            if let Some((key, _)) = entry {
                 cx.push(
                     Diagnostic::new(
                         &codes::UNKNOWN_KEY,
@@ -1181,14 +1283,14 @@ fn step(cx: &mut Cx, key: &Key, node: &Node) -> Step {
         }
     }
     // The kind key that counts (the first, when there are several).
-    let kname = node.as_map().and_then(|m| {
+    let kname = m.and_then(|m| {
         m.iter()
             .map(|(k, _)| k.name.as_str())
             .find(|n| STEP_KINDS.contains(n))
     });
     if kname == Some("agent")
-        && node.get("foreach").is_none()
-        && let Some(key) = node.get_key("concurrency")
+        && f.foreach.is_none()
+        && let Some((key, _)) = f.concurrency
     {
         cx.push(
             Diagnostic::new(
@@ -1201,95 +1303,84 @@ fn step(cx: &mut Cx, key: &Key, node: &Node) -> Step {
     }
     Step {
         id: Sp::new(key.name.clone(), key.span),
-        description: node
-            .get("description")
+        description: val(f.description)
             .and_then(|n| string(cx, n))
             .map(|s| s.value),
         kind,
-        next: node.get("next").and_then(|n| next(cx, n)),
-        timeout: node.get("timeout").and_then(|n| duration(cx, n)),
-        retry: node.get("retry").and_then(|n| retry(cx, n)),
-        idempotent: node.get("idempotent").and_then(|n| bool_(cx, n)),
-        message: node.get("message").and_then(|n| string(cx, n)),
-        scope: node.get("scope").and_then(|n| string(cx, n)),
-        input: node.get("input").and_then(|n| input_spec(cx, n)),
-        output: node.get("output").and_then(|n| output_spec(cx, n)),
+        next: val(f.next).and_then(|n| next(cx, n)),
+        timeout: val(f.timeout).and_then(|n| duration(cx, n)),
+        retry: val(f.retry).and_then(|n| retry(cx, n)),
+        idempotent: val(f.idempotent).and_then(|n| bool_(cx, n)),
+        message: val(f.message).and_then(|n| string(cx, n)),
+        scope: val(f.scope).and_then(|n| string(cx, n)),
+        input: val(f.input).and_then(|n| input_spec(cx, n)),
+        output: val(f.output).and_then(|n| output_spec(cx, n)),
         looping,
-        concurrency: node.get("concurrency").and_then(|n| u64_(cx, n)),
-        fail_fast: node.get("fail_fast").and_then(|n| bool_(cx, n)),
+        concurrency: val(f.concurrency).and_then(|n| u64_(cx, n)),
+        fail_fast: val(f.fail_fast).and_then(|n| bool_(cx, n)),
         span: node.span,
     }
 }
 
 /// The kind of a step (a mapping), with the problems of its kind key and of the keys that do not
 /// apply to that kind. `None`, with an error, when no kind can be read.
-fn step_kind(cx: &mut Cx, key: &Key, node: &Node, m: &[(Key, Node)]) -> Option<StepKind> {
-    let kinds: Vec<&Key> = m
-        .iter()
-        .map(|(k, _)| k)
-        .filter(|k| STEP_KINDS.contains(&k.name.as_str()))
-        .collect();
-    let kind_key = match kinds.as_slice() {
-        [] => {
-            let looping = node.get("foreach").or(node.get("while")).is_some();
-            let help = if looping {
-                "`foreach` and `while` modify an `agent` step: add `agent: <name>`".to_string()
-            } else {
-                let mut h = format!(
-                    "give it one of {}",
-                    STEP_KINDS
-                        .iter()
-                        .map(|k| format!("`{k}`"))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                );
-                for (k, _) in m {
-                    if let Some(d) = did_you_mean(&k.name, STEP_KINDS.iter().copied()) {
-                        h = format!("{d} ({h})");
-                        break;
-                    }
-                }
-                h
-            };
-            cx.push(
-                Diagnostic::new(
-                    &codes::STEP_KIND,
-                    key.span,
-                    format!("step `{}` has no kind", key.name),
-                )
-                .label("no kind key")
-                .help(help),
+fn step_kind(cx: &mut Cx, key: &Key, m: &[(Key, Node)], f: &StepFields) -> Option<StepKind> {
+    let mut kinds = m.iter().filter(|(k, _)| STEP_KINDS.contains(&k.name.as_str()));
+    let Some((kind_key, kind_node)) = kinds.next() else {
+        let looping = f.foreach.or(f.while_).is_some();
+        let help = if looping {
+            "`foreach` and `while` modify an `agent` step: add `agent: <name>`".to_string()
+        } else {
+            let mut h = format!(
+                "give it one of {}",
+                STEP_KINDS
+                    .iter()
+                    .map(|k| format!("`{k}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             );
-            return None;
-        }
-        [one] => *one,
-        [first, rest @ ..] => {
-            for extra in rest {
-                cx.push(
-                    Diagnostic::new(
-                        &codes::STEP_KIND,
-                        extra.span,
-                        format!(
-                            "step `{}` has more than one kind: `{}` and `{}`",
-                            key.name, first.name, extra.name
-                        ),
-                    )
-                    .label("second kind key")
-                    .with_secondary(first.span, "first kind key")
-                    .help("a step does one thing; split it into two steps joined by `next`"),
-                );
+            for (k, _) in m {
+                if let Some(d) = did_you_mean(&k.name, STEP_KINDS.iter().copied()) {
+                    h = format!("{d} ({h})");
+                    break;
+                }
             }
-            *first
-        }
+            h
+        };
+        cx.push(
+            Diagnostic::new(
+                &codes::STEP_KIND,
+                key.span,
+                format!("step `{}` has no kind", key.name),
+            )
+            .label("no kind key")
+            .help(help),
+        );
+        return None;
     };
+    for (extra, _) in kinds {
+        cx.push(
+            Diagnostic::new(
+                &codes::STEP_KIND,
+                extra.span,
+                format!(
+                    "step `{}` has more than one kind: `{}` and `{}`",
+                    key.name, kind_key.name, extra.name
+                ),
+            )
+            .label("second kind key")
+            .with_secondary(kind_key.span, "first kind key")
+            .help("a step does one thing; split it into two steps joined by `next`"),
+        );
+    }
     let kname = kind_key.name.as_str();
-    let a = article(kname);
     let valid = step_keys(kname);
     for (k, _) in m {
         let n = k.name.as_str();
         if valid.contains(&n) || STEP_KINDS.contains(&n) {
             continue;
         }
+        let a = article(kname);
         let all: Vec<&str> = STEP_COMMON
             .iter()
             .chain(AGENT_STEP)
@@ -1314,10 +1405,9 @@ fn step_kind(cx: &mut Cx, key: &Key, node: &Node, m: &[(Key, Node)]) -> Option<S
                 )),
             );
         } else {
-            unknown_key(cx, k, &format!("{a} `{kname}` step"), &valid);
+            unknown_key(cx, k, &format!("{a} `{kname}` step"), valid);
         }
     }
-    let kind_node = node.get(kname).expect("kind key present");
     // A body that cannot be read keeps the kind, empty: its problem is reported, and the
     // step still does what its kind says. Only an agent cannot be made up.
     let kind = match kname {
@@ -1734,6 +1824,24 @@ mod tests {
         assert_eq!(parse_size("8MiB"), Some(8 << 20));
         assert_eq!(parse_size("12"), Some(12));
         assert_eq!(parse_size("12 parsecs"), None);
+    }
+
+    #[test]
+    fn step_keys_are_the_common_keys_the_kind_and_its_own() {
+        for kind in STEP_KINDS {
+            let mut v: Vec<&str> = STEP_COMMON.to_vec();
+            v.push(kind);
+            match *kind {
+                "agent" => v.extend_from_slice(AGENT_STEP),
+                "parallel" => v.extend_from_slice(&["concurrency", "fail_fast"]),
+                "interrupt" => v.extend_from_slice(&["scope", "input", "output"]),
+                "fail" | "succeed" => {
+                    v.retain(|k| *k != "next" && *k != "retry" && *k != "timeout" && *k != "idempotent")
+                }
+                _ => {}
+            }
+            assert_eq!(step_keys(kind), v.as_slice(), "{kind}");
+        }
     }
 
     #[test]

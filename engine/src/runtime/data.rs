@@ -68,6 +68,21 @@ pub fn eval_source(src: &SourcePlan, doc: &Value, vars: &Vars) -> Result<Value, 
     }
 }
 
+/// [`eval_source`], without copying what a singular path matches: the value in `doc`, borrowed.
+pub fn eval_source_ref<'d>(
+    src: &SourcePlan,
+    doc: &'d Value,
+    vars: &Vars,
+) -> Result<std::borrow::Cow<'d, Value>, StepError> {
+    match src {
+        SourcePlan::Path(p) if p.is_singular() => p
+            .get(doc)
+            .map(std::borrow::Cow::Borrowed)
+            .ok_or_else(|| no_match(p, doc)),
+        _ => eval_source(src, doc, vars).map(std::borrow::Cow::Owned),
+    }
+}
+
 /// The agent's input document (SPEC §5.2) from the payload, or from its `scope` subtree:
 /// `All` copies it, `Paths` filters it ([`filter_paths`]), `Map` builds a new document `{}`
 /// where each destination gets its source (paths over the payload or scope; expressions see

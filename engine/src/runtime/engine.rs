@@ -8,6 +8,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
@@ -17,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 use super::data::{self, Change, Violation};
 use super::eval::{self, Vars};
 use super::record::{self, RunRecord, RunStatus, StepRecord, StepStatus, Usage};
+use super::steps::{StepFacts, StepVar, StepsVar};
 use super::{ErrorKind, StepError};
 use crate::agents::{self, AgentState, CallContext};
 use crate::model::{AgentKind, EdgeOn};
@@ -223,12 +225,14 @@ struct Run<'e, S: Store> {
     flow_ref: FlowRef,
     lineage: Lineage,
     state: &'e Arc<AgentState>,
+    /// The run's record; its `input` is the run input (`input` in expressions).
     record: RunRecord,
     payload: Value,
-    input: Value,
-    /// `steps.<id>`: result, status, error, ... of steps that finished.
-    steps_var: Value,
-    executed: u64,
+    /// `steps.<id>`: result, status, error, ... of steps that finished (built when read).
+    steps: StepsVar,
+    /// Step executions so far (iterations included), counted by [`Run::count_step`] from
+    /// iterations in flight too.
+    executed: AtomicU64,
     numbered: u64,
     path: Vec<String>,
     started: Instant,
@@ -244,6 +248,8 @@ impl<'e, S: Store> Run<'e, S> {
         lineage: Lineage,
         state: &'e Arc<AgentState>,
     ) -> Self {
+        let steps = StepsVar::new(flow.clone());
+        let payload = input.clone();
         let record = RunRecord {
             id: record::new_run_id(),
             flow: flow.name.clone(),
@@ -252,7 +258,7 @@ impl<'e, S: Store> Run<'e, S> {
             parent_step: (!lineage.prefix.is_empty()).then(|| lineage.prefix.clone()),
             depth: lineage.depth,
             status: RunStatus::Running,
-            input: input.clone(),
+            input,
             output: None,
             error: None,
             started_at: record::now_ms(),
@@ -268,10 +274,9 @@ impl<'e, S: Store> Run<'e, S> {
             lineage,
             state,
             record,
-            payload: input.clone(),
-            input,
-            steps_var: Value::Object(Map::new()),
-            executed: 0,
+            payload,
+            steps,
+            executed: AtomicU64::new(0),
             numbered: 0,
             path: Vec::new(),
             started: Instant::now(),
@@ -285,7 +290,7 @@ impl<'e, S: Store> Run<'e, S> {
         }
         tracing::info!(run_id = %self.record.id, flow = %self.flow.name, depth = self.lineage.depth, "run started");
         if let Some(schema) = &self.flow.input_schema
-            && let Err(v) = schema.check(&self.input)
+            && let Err(v) = schema.check(&self.record.input)
         {
             let e = StepError::new(
                 ErrorKind::Mapping,
@@ -342,13 +347,16 @@ impl<'e, S: Store> Run<'e, S> {
         error: Option<StepError>,
     ) -> RunOutcome {
         self.record.status = status;
-        self.record.output = output.clone();
-        self.record.error = error.clone();
+        // Lent to the record while the store copies it, then given back.
+        self.record.output = output;
+        self.record.error = error;
         self.record.finished_at = Some(record::now_ms());
-        self.record.steps = self.executed;
+        self.record.steps = self.executed.load(Ordering::Relaxed);
         if let Err(e) = self.engine.store.update_run(&self.record).await {
             tracing::error!(run_id = %self.record.id, error = %e, "could not record the end of the run");
         }
+        let output = self.record.output.take();
+        let error = self.record.error.take();
         tracing::info!(
             run_id = %self.record.id,
             status = status.as_str(),
@@ -363,7 +371,7 @@ impl<'e, S: Store> Run<'e, S> {
             error,
             path: std::mem::take(&mut self.path),
             usage: self.record.usage,
-            steps: self.executed,
+            steps: self.record.steps,
         }
     }
 
@@ -377,10 +385,10 @@ impl<'e, S: Store> Run<'e, S> {
     }
 
     /// Counts a step execution against `limits.max_steps`.
-    fn count_step(&mut self) -> Result<(), StepError> {
-        self.executed += 1;
+    fn count_step(&self) -> Result<(), StepError> {
+        let executed = self.executed.fetch_add(1, Ordering::Relaxed) + 1;
         let max = self.flow.limits.max_steps;
-        if self.executed > max {
+        if executed > max {
             return Err(StepError::new(
                 ErrorKind::Limit,
                 format!("step limit reached (limits.max_steps {max})"),
@@ -412,7 +420,7 @@ impl<'e, S: Store> Run<'e, S> {
             tracing::debug!(run_id = %self.record.id, step = %step.id, number = %number, kind = step.kind.name(), "step started");
             // `limits.timeout` bounds the whole run; the step running when it passes is
             // recorded as failed with kind `limit`.
-            let outcome = match self.flow.limits.timeout {
+            let mut outcome = match self.flow.limits.timeout {
                 Some(t) => {
                     let deadline = tokio::time::Instant::from_std(self.started + t);
                     tokio::select! {
@@ -437,27 +445,28 @@ impl<'e, S: Store> Run<'e, S> {
                 (Some(_), _) => StepStatus::Failed,
                 (None, _) => StepStatus::Succeeded,
             };
-            let step_var = step_value(step, status, &outcome, duration_ms);
-            if let Value::Object(m) = &mut self.steps_var {
-                let mut rec = match &step_var {
-                    Value::Object(s) => s.clone(),
-                    _ => Map::new(),
-                };
-                rec.insert("result".into(), outcome.result.clone().unwrap_or(Value::Null));
-                m.insert(step.id.clone(), Value::Object(rec));
-            }
+            // `steps.<id>` takes the result (moved, not copied); edges read it from there.
+            let facts = StepFacts {
+                status,
+                error: outcome.error.clone(),
+                attempts: outcome.attempts,
+                duration_ms,
+                failed: std::mem::take(&mut outcome.failed),
+                iterations: outcome.iterations,
+            };
+            let entry = self.steps.finish(step, node, facts, outcome.result.take());
 
             let route: Result<Option<NodeIdx>, StepError> = match outcome.stop {
                 Some(_) => Ok(None),
-                None => self.route(step, &outcome, &step_var),
+                None => self.route(step, &outcome, entry),
             };
             let route_name = match &route {
                 Ok(Some(n)) => Some(flow.step(*n).map_or_else(|| "end".to_string(), |s| s.id.clone())),
                 _ => None,
             };
-            let rec = StepRecord {
+            let mut rec = StepRecord {
                 run_id: self.record.id.clone(),
-                number: number.clone(),
+                number,
                 step: step.id.clone(),
                 kind: step.kind.name().to_string(),
                 attempt: outcome.attempts,
@@ -465,7 +474,8 @@ impl<'e, S: Store> Run<'e, S> {
                 iteration: None,
                 iterations: outcome.iterations,
                 input: outcome.input,
-                result: outcome.result,
+                // Lent to the record while the store copies it, then given back below.
+                result: self.steps.entry_mut(entry).result.take(),
                 changes: outcome.changes,
                 violations: outcome.violations,
                 error: outcome.error.clone(),
@@ -473,20 +483,22 @@ impl<'e, S: Store> Run<'e, S> {
                 finished_at: Some(record::now_ms()),
                 usage: outcome.usage,
                 child_run: outcome.child_run,
-                route: route_name.clone(),
+                route: route_name,
             };
             for v in &rec.violations {
                 tracing::warn!(run_id = %self.record.id, step = %step.id, path = %v.path, reason = %v.reason, "output violation");
             }
-            if let Err(e) = self.engine.store.record_step(&rec).await {
+            let stored = self.engine.store.record_step(&rec).await;
+            self.steps.entry_mut(entry).result = rec.result.take();
+            if let Err(e) = stored {
                 return Err((
                     RunStatus::Failed,
                     StepError::new(ErrorKind::Agent, format!("store: {e}")),
                 ));
             }
             tracing::debug!(
-                run_id = %self.record.id, step = %step.id, number = %number, status = status.as_str(),
-                duration_ms, route = route_name.as_deref().unwrap_or(""), "step finished"
+                run_id = %self.record.id, step = %step.id, number = %rec.number, status = status.as_str(),
+                duration_ms, route = rec.route.as_deref().unwrap_or(""), "step finished"
             );
             if let Some(stop) = outcome.stop {
                 return match (stop, outcome.error) {
@@ -510,18 +522,15 @@ impl<'e, S: Store> Run<'e, S> {
     }
 
     /// Picks the edge to follow (SPEC §4). `Ok(None)`: the step has no `next`.
-    fn route(
-        &self,
-        step: &StepPlan,
-        outcome: &StepOutcome,
-        step_var: &Value,
-    ) -> Result<Option<NodeIdx>, StepError> {
+    fn route(&self, step: &StepPlan, outcome: &StepOutcome, entry: usize) -> Result<Option<NodeIdx>, StepError> {
         if !step.has_next {
             return Ok(None);
         }
         let failed = outcome.error.is_some();
         let mut tried = Vec::new();
-        let null = Value::Null;
+        let entry = self.steps.entry(entry);
+        // `step` is built only if a condition reads it.
+        let step_var = StepVar::new(&step.id, &entry.facts);
         for (edge, to) in self.flow.routes(step) {
             let on_matches = match edge.on {
                 EdgeOn::Success => !failed,
@@ -546,11 +555,11 @@ impl<'e, S: Store> Run<'e, S> {
             if let Some(cond) = &edge.cond {
                 let vars = Vars {
                     payload: Some(&self.payload),
-                    input: Some(&self.input),
+                    input: Some(&self.record.input),
                     context: Some(&self.tree.context),
-                    result: Some(outcome.result.as_ref().unwrap_or(&null)),
-                    step: Some(step_var),
-                    steps: Some(&self.steps_var),
+                    result: Some(entry.result_or_null()),
+                    step: Some(&step_var),
+                    steps: Some(&self.steps),
                     message: None,
                     locals: &[],
                 };
@@ -595,11 +604,11 @@ impl<'e, S: Store> Run<'e, S> {
     fn vars<'a>(&'a self, locals: &'a [(&'a str, &'a Value)]) -> Vars<'a> {
         Vars {
             payload: Some(&self.payload),
-            input: Some(&self.input),
+            input: Some(&self.record.input),
             context: Some(&self.tree.context),
             result: None,
             step: None,
-            steps: Some(&self.steps_var),
+            steps: Some(&self.steps),
             message: None,
             locals,
         }
@@ -783,7 +792,7 @@ impl<'e, S: Store> Run<'e, S> {
             Err(e) => return StepOutcome::err(e),
         };
         let mut outcome = self
-            .invoke(step, call, input.clone(), message.as_deref(), number)
+            .invoke(step, call, &input, message.as_deref(), number)
             .await;
         outcome.input = Some(input);
         if outcome.error.is_none()
@@ -800,7 +809,7 @@ impl<'e, S: Store> Run<'e, S> {
         &self,
         step: &StepPlan,
         call: &CallPlan,
-        input: Value,
+        input: &Value,
         message: Option<&str>,
         number: &str,
     ) -> StepOutcome {
@@ -813,7 +822,7 @@ impl<'e, S: Store> Run<'e, S> {
         loop {
             attempt += 1;
             let result = self
-                .attempt(step, call, &agent, input.clone(), message, number, attempt)
+                .attempt(step, call, &agent, input, message, number, attempt)
                 .await;
             let (mut o, retry) = match result {
                 Ok((value, usage, child)) => {
@@ -852,30 +861,41 @@ impl<'e, S: Store> Run<'e, S> {
         step: &StepPlan,
         call: &CallPlan,
         agent: &Arc<AgentPlan>,
-        input: Value,
+        input: &Value,
         message: Option<&str>,
         number: &str,
         attempt: u32,
     ) -> CallResult {
         let call_index = self.state.next_call(&agent.name);
-        let cancel = self.tree.cancel.child_token();
-        let key = format!("{}:{}", self.record.id, number);
+        // An agent that holds resources of its own (a child process) gets a token of its own,
+        // cancelled when the attempt times out; the others stop when their future is dropped,
+        // and share the run's token.
+        let own_token = holds_resources(agent).then(|| self.tree.cancel.child_token());
         let cx = CallContext {
             run_id: &self.record.id,
             step: &step.id,
             step_number: number,
             attempt,
-            idempotency_key: &key,
             message,
             context: &self.tree.context,
-            cancel: &cancel,
+            cancel: own_token.as_ref().unwrap_or(&self.tree.cancel),
             timeout: call.timeout,
             call_index,
         };
-        let out = match tokio::time::timeout(call.timeout, self.dispatch(agent, input, cx, number)).await {
+        let call_future = self.dispatch(agent, input, cx, number);
+        // A call that never waits finishes on its first poll, and a timeout never fires on
+        // such a call (tokio checks the future first): no timer for it.
+        let timed = if never_waits(agent) {
+            Ok(call_future.await)
+        } else {
+            tokio::time::timeout(call.timeout, call_future).await
+        };
+        let out = match timed {
             Ok(r) => r,
             Err(_) => {
-                cancel.cancel();
+                if let Some(token) = &own_token {
+                    token.cancel();
+                }
                 Err((
                     StepError::new(
                         ErrorKind::Timeout,
@@ -914,7 +934,7 @@ impl<'e, S: Store> Run<'e, S> {
     async fn dispatch(
         &self,
         agent: &Arc<AgentPlan>,
-        input: Value,
+        input: &Value,
         cx: CallContext<'_>,
         number: &str,
     ) -> CallResult {
@@ -927,7 +947,7 @@ impl<'e, S: Store> Run<'e, S> {
             AgentPlanSpec::Transform(t) => plain(agents::transform::TransformAgent(t).call(input, cx).await),
             AgentPlanSpec::Mock(m) => plain(agents::mock::MockAgent(m).call(input, cx).await),
             AgentPlanSpec::Command(c) => plain(agents::command::CommandAgent(c).call(input, cx).await),
-            AgentPlanSpec::Flow(child) => self.child_run(*child, input, number).await,
+            AgentPlanSpec::Flow(child) => self.child_run(*child, input.clone(), number).await,
             AgentPlanSpec::Llm(_) | AgentPlanSpec::Http(_) => plain(Err(StepError::new(
                 ErrorKind::Capability,
                 format!(
@@ -994,18 +1014,22 @@ impl<'e, S: Store> Run<'e, S> {
     }
 
     async fn foreach_items(&mut self, step: &StepPlan, f: &ForeachPlan, number: &str) -> StepOutcome {
-        let items = {
+        // A path source is read in place: iterations only read the payload.
+        let source = {
             let vars = self.vars(&[]);
-            match data::eval_source(&f.over, &self.payload, &vars) {
-                Ok(Value::Array(items)) => items,
-                Ok(other) => {
-                    return StepOutcome::err(StepError::mapping(format!(
-                        "`foreach` of step `{}` must yield an array, got {}",
-                        step.id,
-                        type_name(&other)
-                    )));
-                }
+            match data::eval_source_ref(&f.over, &self.payload, &vars) {
+                Ok(v) => v,
                 Err(e) => return StepOutcome::err(e),
+            }
+        };
+        let items: &[Value] = match &*source {
+            Value::Array(items) => items,
+            other => {
+                return StepOutcome::err(StepError::mapping(format!(
+                    "`foreach` of step `{}` must yield an array, got {}",
+                    step.id,
+                    type_name(other)
+                )));
             }
         };
         let n = items.len() as u64;
@@ -1101,6 +1125,7 @@ impl<'e, S: Store> Run<'e, S> {
             o.result = Some(Value::Array(results));
             return o;
         }
+        drop(source);
         // The output maps the array of results once, at the end.
         let result = Value::Array(results);
         self.apply(&f.body, &result, &[], &mut o);
@@ -1121,7 +1146,7 @@ impl<'e, S: Store> Run<'e, S> {
         o: &mut StepOutcome,
         started_at: u64,
     ) {
-        let rec = StepRecord {
+        let mut rec = StepRecord {
             run_id: self.record.id.clone(),
             number,
             step: step.id.clone(),
@@ -1135,17 +1160,22 @@ impl<'e, S: Store> Run<'e, S> {
             iteration,
             iterations: None,
             input,
-            result: o.result.clone(),
+            // Lent to the record while the store copies it, then given back.
+            result: o.result.take(),
             changes: Vec::new(),
             violations: Vec::new(),
-            error: o.error.clone(),
+            error: o.error.take(),
             started_at,
             finished_at: Some(record::now_ms()),
             usage: o.usage,
-            child_run: o.child_run.clone(),
+            child_run: o.child_run.take(),
             route: None,
         };
-        if let Err(e) = self.engine.store.record_step(&rec).await {
+        let stored = self.engine.store.record_step(&rec).await;
+        o.result = rec.result.take();
+        o.error = rec.error.take();
+        o.child_run = rec.child_run.take();
+        if let Err(e) = stored {
             o.error = Some(StepError::new(ErrorKind::Agent, format!("store: {e}")));
         }
     }
@@ -1179,7 +1209,7 @@ impl<'e, S: Store> Run<'e, S> {
         let iter_number = format!("{number}[{index}]");
         let started_at = record::now_ms();
         let mut o = self
-            .invoke(step, call, input.clone(), message.as_deref(), &iter_number)
+            .invoke(step, call, &input, message.as_deref(), &iter_number)
             .await;
         if o.error.is_none()
             && let (Some(sel), Some(r)) = (&f.select, &o.result)
@@ -1278,7 +1308,7 @@ impl<'e, S: Store> Run<'e, S> {
             let iter_number = format!("{number}[{iterations}]");
             let started_at = record::now_ms();
             let mut r = self
-                .invoke(step, call, input.clone(), message.as_deref(), &iter_number)
+                .invoke(step, call, &input, message.as_deref(), &iter_number)
                 .await;
             self.record_part(
                 step,
@@ -1348,7 +1378,7 @@ impl<'e, S: Store> Run<'e, S> {
                         let branch_number = format!("{number}.{name}");
                         let started_at = record::now_ms();
                         let mut o = tokio::select! {
-                            o = this.invoke(step, call, input.clone(), message.as_deref(), &branch_number) => o,
+                            o = this.invoke(step, call, input, message.as_deref(), &branch_number) => o,
                             _ = ff.cancelled() => StepOutcome::err(StepError::new(
                                 ErrorKind::Cancelled,
                                 "cancelled: another branch failed (fail_fast)",
@@ -1424,28 +1454,30 @@ impl<'e, S: Store> Run<'e, S> {
     }
 }
 
+/// Whether calls of `agent` hold resources of their own that need a signal to be released
+/// when the attempt times out (a child process and its group).
+fn holds_resources(agent: &AgentPlan) -> bool {
+    matches!(
+        agent.spec,
+        AgentPlanSpec::Command(_) | AgentPlanSpec::Llm(_) | AgentPlanSpec::Http(_)
+    )
+}
+
+/// Whether calls of `agent` finish without ever waiting: computed in place (`transform`, a
+/// `mock` without latency).
+fn never_waits(agent: &AgentPlan) -> bool {
+    match &agent.spec {
+        AgentPlanSpec::Transform(_) => true,
+        AgentPlanSpec::Mock(m) => m.latency.is_none_or(|d| d.is_zero()),
+        _ => false,
+    }
+}
+
 fn status_for(e: &StepError) -> RunStatus {
     match e.kind {
         ErrorKind::Cancelled => RunStatus::Cancelled,
         _ => RunStatus::Failed,
     }
-}
-
-/// `step` as expressions see it in edges: `{id, status, error, attempts, duration_ms,
-/// failed, iterations}`.
-fn step_value(step: &StepPlan, status: StepStatus, o: &StepOutcome, duration_ms: u64) -> Value {
-    let mut m = Map::new();
-    m.insert("id".into(), Value::String(step.id.clone()));
-    m.insert("status".into(), Value::String(status.as_str().into()));
-    m.insert(
-        "error".into(),
-        o.error.as_ref().map_or(Value::Null, StepError::to_json),
-    );
-    m.insert("attempts".into(), Value::from(o.attempts));
-    m.insert("duration_ms".into(), Value::from(duration_ms));
-    m.insert("failed".into(), o.failed.clone());
-    m.insert("iterations".into(), o.iterations.map_or(Value::Null, Value::from));
-    Value::Object(m)
 }
 
 /// The wait before attempt `attempt + 1`: exponential from `backoff` by `factor`, capped at
@@ -1501,7 +1533,7 @@ pub fn json_size(v: &Value, cap: u64) -> u64 {
         match v {
             Value::Null => *acc += 4,
             Value::Bool(b) => *acc += if *b { 4 } else { 5 },
-            Value::Number(n) => *acc += n.to_string().len() as u64,
+            Value::Number(n) => *acc += number_len(n),
             Value::String(s) => *acc += s.len() as u64 + 2,
             Value::Array(a) => {
                 *acc += 2 + a.len().saturating_sub(1) as u64;
@@ -1521,6 +1553,31 @@ pub fn json_size(v: &Value, cap: u64) -> u64 {
     let mut acc = 0;
     walk(v, &mut acc, cap);
     acc
+}
+
+/// The length of a JSON number as serde_json writes it, without building the text.
+fn number_len(n: &serde_json::Number) -> u64 {
+    fn digits(mut u: u64) -> u64 {
+        let mut d = 1;
+        while u >= 10 {
+            u /= 10;
+            d += 1;
+        }
+        d
+    }
+    if let Some(u) = n.as_u64() {
+        digits(u)
+    } else if let Some(i) = n.as_i64() {
+        1 + digits(i.unsigned_abs())
+    } else {
+        // A float: serde_json's own formatting (the shortest round-trip text), on the stack.
+        let mut buf = [0u8; 64];
+        let mut w = &mut buf[..];
+        match serde_json::to_writer(&mut w, n) {
+            Ok(()) => 64 - w.len() as u64,
+            Err(_) => n.to_string().len() as u64,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -1552,7 +1609,8 @@ mod tests {
 
     #[test]
     fn json_size_matches_serialization() {
-        let v = serde_json::json!({"a": [1, 2.5, "x"], "b": {"c": null, "d": true}, "e": "é"});
+        let v = serde_json::json!({"a": [1, 2.5, "x"], "b": {"c": null, "d": true}, "e": "é",
+            "n": [0, 9, 10, 99, 100, -1, -10, -9_999, u64::MAX, i64::MIN, 1e21, -1.5e-7, 0.1, 123456.789]});
         assert_eq!(
             json_size(&v, u64::MAX),
             serde_json::to_string(&v).expect("json").len() as u64

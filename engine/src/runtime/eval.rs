@@ -42,17 +42,33 @@ use crate::compile::expr::Expr;
 use crate::compile::template::Template;
 
 /// The variables an expression or template sees (SPEC §5.1), all borrowed.
+///
+/// `step` and `steps` are [`VarSource`]s: the engine builds their JSON only when an
+/// expression or template reads them (most never do), and a plain `&Value` is one too.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Vars<'a> {
     pub payload: Option<&'a Value>,
     pub input: Option<&'a Value>,
     pub context: Option<&'a Value>,
     pub result: Option<&'a Value>,
-    pub step: Option<&'a Value>,
-    pub steps: Option<&'a Value>,
+    pub step: Option<&'a dyn VarSource>,
+    pub steps: Option<&'a dyn VarSource>,
     pub message: Option<&'a Value>,
     /// `item` (or the `as` name), `index`, `iteration`.
     pub locals: &'a [(&'a str, &'a Value)],
+}
+
+/// A variable whose JSON may be built on first read: [`Vars::get`] asks for it only when an
+/// expression or template names the variable. A source hands out the same value for as long
+/// as it is borrowed (build it once, e.g. in a `OnceLock`).
+pub trait VarSource: Sync + std::fmt::Debug {
+    fn value(&self) -> &Value;
+}
+
+impl VarSource for Value {
+    fn value(&self) -> &Value {
+        self
+    }
 }
 
 impl<'a> Vars<'a> {
@@ -66,8 +82,8 @@ impl<'a> Vars<'a> {
             "input" => self.input,
             "context" => self.context,
             "result" => self.result,
-            "step" => self.step,
-            "steps" => self.steps,
+            "step" => self.step.map(VarSource::value),
+            "steps" => self.steps.map(VarSource::value),
             "message" => self.message,
             _ => None,
         }
@@ -86,6 +102,14 @@ impl<'a> Vars<'a> {
 /// expression and the cause ("`payload.x.y`: no such key `x`"), and `details` holds
 /// `{"expression": text}`.
 pub fn eval(expr: &Expr, vars: &Vars) -> Result<Value, StepError> {
+    if let Some(v) = direct::eval(expr.ast(), vars) {
+        return Ok(v.into_json());
+    }
+    eval_cel(expr, vars)
+}
+
+/// [`eval`] by cel alone, without the direct path.
+fn eval_cel(expr: &Expr, vars: &Vars) -> Result<Value, StepError> {
     with_scope(vars, |ctx| {
         let v = cel::Value::resolve_val(expr.ast(), ctx).map_err(|e| expr_error(expr, &cause(&e, vars)))?;
         val_to_json(&*v).map_err(|e| expr_error(expr, &e))
@@ -95,6 +119,16 @@ pub fn eval(expr: &Expr, vars: &Vars) -> Result<Value, StepError> {
 /// Evaluates a condition. A result that is not a boolean is an error of kind `expression`
 /// ("`payload.n`: must return a boolean, got int 3").
 pub fn eval_bool(expr: &Expr, vars: &Vars) -> Result<bool, StepError> {
+    match direct::eval(expr.ast(), vars) {
+        Some(direct::Direct::Bool(b)) => return Ok(b),
+        Some(direct::Direct::Json(Value::Bool(b))) => return Ok(*b),
+        _ => {}
+    }
+    eval_bool_cel(expr, vars)
+}
+
+/// [`eval_bool`] by cel alone, without the direct path.
+fn eval_bool_cel(expr: &Expr, vars: &Vars) -> Result<bool, StepError> {
     with_scope(vars, |ctx| {
         let v = cel::Value::resolve_val(expr.ast(), ctx).map_err(|e| expr_error(expr, &cause(&e, vars)))?;
         match v.downcast_ref::<CelBool>() {
@@ -174,6 +208,175 @@ fn float_to_json(f: f64) -> Result<Value, String> {
     Number::from_f64(f)
         .map(Value::Number)
         .ok_or_else(|| format!("`{f}` cannot be written as JSON"))
+}
+
+// ---------------------------------------------------------------------------------------------
+// The direct path
+
+/// The most common expressions evaluated without cel: a variable's member chain
+/// (`payload.ticket.id`, `input.v`), and `int` arithmetic (`+ - * / %`) and comparisons
+/// (`< <= > >= == !=`) over such chains and literals, the equalities also over strings and
+/// booleans. cel spends most of an evaluation resolving names and building values and error
+/// contexts; these need none of it.
+///
+/// The answer is exactly cel's: a chain is walked the way the [`Resolver`] walks it, and
+/// anything off the path — another operator or type, a missing key, an overflow, a division
+/// by zero, a `double` or `uint` operand — makes [`eval`](direct::eval) give up (`None`), and
+/// cel evaluates the whole expression, errors and all. Giving up costs a walk of the top of the
+/// AST.
+mod direct {
+    use cel::common::ast::{Expr as Node, LiteralValue, operators};
+    use cel::parser::Expression;
+    use serde_json::Value;
+
+    use super::Vars;
+
+    /// How deep the direct path follows nested operators before giving up.
+    const MAX_DEPTH: u32 = 8;
+
+    /// A value the direct path computed.
+    #[derive(Debug, PartialEq)]
+    pub enum Direct<'a> {
+        /// A value in the variables, by reference.
+        Json(&'a Value),
+        Int(i64),
+        Bool(bool),
+        Str(&'a str),
+    }
+
+    impl Direct<'_> {
+        /// The value as JSON, as [`super::val_to_json`] would write cel's.
+        pub fn into_json(self) -> Value {
+            match self {
+                Direct::Json(v) => v.clone(),
+                Direct::Int(i) => Value::from(i),
+                Direct::Bool(b) => Value::Bool(b),
+                Direct::Str(s) => Value::String(s.to_owned()),
+            }
+        }
+
+        fn int(&self) -> Option<i64> {
+            match self {
+                Direct::Int(i) => Some(*i),
+                Direct::Json(Value::Number(n)) => n.as_i64(),
+                _ => None,
+            }
+        }
+
+        fn str(&self) -> Option<&str> {
+            match self {
+                Direct::Str(s) => Some(s),
+                Direct::Json(Value::String(s)) => Some(s),
+                _ => None,
+            }
+        }
+
+        fn bool(&self) -> Option<bool> {
+            match self {
+                Direct::Bool(b) => Some(*b),
+                Direct::Json(Value::Bool(b)) => Some(*b),
+                _ => None,
+            }
+        }
+    }
+
+    /// `expr`'s value, or `None`: let cel evaluate it.
+    pub fn eval<'a>(expr: &'a Expression, vars: &Vars<'a>) -> Option<Direct<'a>> {
+        node(&expr.expr, vars, 0)
+    }
+
+    fn node<'a>(e: &'a Node, vars: &Vars<'a>, depth: u32) -> Option<Direct<'a>> {
+        match e {
+            Node::Ident(_) | Node::Select(_) => chain(e, vars).map(Direct::Json),
+            Node::Literal(LiteralValue::Int(i)) => Some(Direct::Int(*i.inner())),
+            Node::Literal(LiteralValue::String(s)) => Some(Direct::Str(s.inner())),
+            Node::Literal(LiteralValue::Boolean(b)) => Some(Direct::Bool(*b.inner())),
+            Node::Call(call) if call.target.is_none() && call.args.len() == 2 && depth < MAX_DEPTH => {
+                let op = call.func_name.as_str();
+                if !is_binary(op) {
+                    return None;
+                }
+                let l = node(&call.args[0].expr, vars, depth + 1)?;
+                let r = node(&call.args[1].expr, vars, depth + 1)?;
+                binary(op, &l, &r)
+            }
+            _ => None,
+        }
+    }
+
+    fn is_binary(op: &str) -> bool {
+        matches!(
+            op,
+            operators::ADD
+                | operators::SUBSTRACT
+                | operators::MULTIPLY
+                | operators::DIVIDE
+                | operators::MODULO
+                | operators::LESS
+                | operators::LESS_EQUALS
+                | operators::GREATER
+                | operators::GREATER_EQUALS
+                | operators::EQUALS
+                | operators::NOT_EQUALS
+        )
+    }
+
+    fn binary<'a>(op: &str, l: &Direct<'a>, r: &Direct<'a>) -> Option<Direct<'a>> {
+        if let (Some(a), Some(b)) = (l.int(), r.int()) {
+            return Some(match op {
+                // `None` on overflow and for a zero divisor: cel reports those.
+                operators::ADD => Direct::Int(a.checked_add(b)?),
+                operators::SUBSTRACT => Direct::Int(a.checked_sub(b)?),
+                operators::MULTIPLY => Direct::Int(a.checked_mul(b)?),
+                operators::DIVIDE => Direct::Int(a.checked_div(b)?),
+                operators::MODULO => Direct::Int(a.checked_rem(b)?),
+                operators::LESS => Direct::Bool(a < b),
+                operators::LESS_EQUALS => Direct::Bool(a <= b),
+                operators::GREATER => Direct::Bool(a > b),
+                operators::GREATER_EQUALS => Direct::Bool(a >= b),
+                operators::EQUALS => Direct::Bool(a == b),
+                operators::NOT_EQUALS => Direct::Bool(a != b),
+                _ => return None,
+            });
+        }
+        let equal = if let (Some(a), Some(b)) = (l.str(), r.str()) {
+            a == b
+        } else if let (Some(a), Some(b)) = (l.bool(), r.bool()) {
+            a == b
+        } else {
+            return None;
+        };
+        match op {
+            operators::EQUALS => Some(Direct::Bool(equal)),
+            operators::NOT_EQUALS => Some(Direct::Bool(!equal)),
+            _ => None,
+        }
+    }
+
+    /// The value a member chain (`a.b.c`, no presence test) names, walked through objects the
+    /// way the resolver walks it; `None` when the root is not a variable or a key is missing.
+    fn chain<'a>(e: &'a Node, vars: &Vars<'a>) -> Option<&'a Value> {
+        // Fields from the leaf up: chains are short.
+        let mut fields: [&str; 8] = [""; 8];
+        let mut n = 0;
+        let mut cur = e;
+        let root = loop {
+            match cur {
+                Node::Ident(name) => break name.as_str(),
+                Node::Select(s) if !s.test && n < fields.len() => {
+                    fields[n] = s.field.as_str();
+                    n += 1;
+                    cur = &s.operand.expr;
+                }
+                _ => return None,
+            }
+        };
+        let mut v = vars.get(root)?;
+        for field in fields[..n].iter().rev() {
+            v = v.as_object()?.get(*field)?;
+        }
+        Some(v)
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1270,4 +1473,82 @@ mod tests {
             "eval `payload.n + 1` over a 21-key payload: {per_eval:.0} ns; eval_bool `payload.score >= 50`: {per_bool:.0} ns"
         );
     }
+
+    /// The direct path and cel agree: same value, or the direct path gives up (and cel
+    /// answers, errors included).
+    fn agree(text: &str, vars: &Vars) {
+        let e = expr::parse(text).expect("valid expression");
+        let cel = eval_cel(&e, vars);
+        match direct::eval(e.ast(), vars) {
+            Some(d) => {
+                let cel = cel.unwrap_or_else(|err| panic!("`{text}`: direct answered, cel failed: {err}"));
+                assert_eq!(d.into_json(), cel, "`{text}`");
+            }
+            None => {
+                // Nothing to compare; `eval` is cel then.
+                assert_eq!(eval(&e, vars).map_err(|x| x.message), cel.map_err(|x| x.message));
+            }
+        }
+        let cel_bool = eval_bool_cel(&e, vars).map_err(|x| x.message);
+        assert_eq!(eval_bool(&e, vars).map_err(|x| x.message), cel_bool, "`{text}` as a condition");
+    }
+
+    #[test]
+    fn the_direct_path_answers_as_cel_does() {
+        let payload = json!({
+            "n": 7, "z": 0, "neg": -3, "max": i64::MAX, "min": i64::MIN, "big": u64::MAX,
+            "f": 2.5, "one": 1.0, "s": "low", "t": true, "nul": null,
+            "o": {"a": {"b": 4}, "s": "x"}, "l": [1, 2],
+        });
+        let context = json!({"n": 10});
+        let item = json!({"id": 3, "v": 21});
+        let locals = [("item", &item)];
+        let vars = Vars {
+            payload: Some(&payload),
+            context: Some(&context),
+            locals: &locals,
+            ..Vars::default()
+        };
+        let operands = [
+            "payload.n", "payload.z", "payload.neg", "payload.max", "payload.min", "payload.big",
+            "payload.f", "payload.one", "payload.s", "payload.t", "payload.nul", "payload.o",
+            "payload.o.a.b", "payload.o.s", "payload.l", "payload.missing", "payload.o.a.missing",
+            "context.n", "item.v", "nope", "0", "2", "-1", "1.0", "2u", "'low'", "\"x\"", "true",
+            "null", "payload.n + 1",
+        ];
+        let ops = ["+", "-", "*", "/", "%", "<", "<=", ">", ">=", "==", "!="];
+        for a in operands {
+            agree(a, &vars);
+            for op in ops {
+                for b in operands {
+                    agree(&format!("{a} {op} {b}"), &vars);
+                }
+            }
+        }
+        for text in [
+            "has(payload.n)", "payload.n < context.n && payload.t", "-payload.n", "payload['n'] + 1",
+            "payload.l[0] + 1", "size(payload.l) > 1", "(payload.n + 1) * (item.v - 1) % 5 == 0",
+        ] {
+            agree(text, &vars);
+        }
+    }
+
+    #[test]
+    fn the_direct_path_takes_the_common_forms() {
+        let payload = json!({"n": 7, "s": "a", "o": {"x": [1]}});
+        let vars = Vars {
+            payload: Some(&payload),
+            ..Vars::default()
+        };
+        let d = |text: &str| direct::eval(expr::parse(text).expect("valid").ast(), &vars).map(direct::Direct::into_json);
+        assert_eq!(d("payload.n + 1"), Some(json!(8)));
+        assert_eq!(d("payload.n % 5 >= 2"), Some(json!(true)));
+        assert_eq!(d("payload.s != 'a'"), Some(json!(false)));
+        assert_eq!(d("payload.o"), Some(json!({"x": [1]})));
+        // Off the path: cel's.
+        assert_eq!(d("payload.n / 0"), None);
+        assert_eq!(d("payload.missing"), None);
+        assert_eq!(d("payload.n + 1.5"), None);
+    }
+
 }

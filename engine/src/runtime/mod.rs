@@ -10,5 +10,6 @@ pub mod engine;
 pub mod error;
 pub mod eval;
 pub mod record;
+pub mod steps;
 
 pub use error::{ErrorKind, StepError};

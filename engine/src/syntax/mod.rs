@@ -6,11 +6,13 @@
 //! Every budget (file size, nesting depth, node count, alias expansion) names itself when hit.
 //! Parsing runs on a thread with a known stack, so no input can overflow the caller's.
 
+mod fast;
 mod yaml;
 
 use crate::source::{FileId, Span};
 
 pub use yaml::{Limits, parse, parse_collecting, too_large};
+pub(crate) use yaml::{parse_collecting_here, parse_collecting_with, stack_bytes};
 
 /// A YAML node with the span of its text in the source file.
 #[derive(Clone, Debug, PartialEq)]
@@ -74,6 +76,25 @@ impl Node {
         self.as_map()?.iter().find(|(k, _)| k.name == key).map(|(k, _)| k)
     }
 
+    /// Moves this tree to file `file`: every span in it, keys' included, names that file.
+    /// Walks with its own stack, however deep the tree.
+    pub(crate) fn set_file(&mut self, file: FileId) {
+        let mut stack: Vec<&mut Node> = vec![self];
+        while let Some(node) = stack.pop() {
+            node.span.file = file;
+            match &mut node.value {
+                Value::Seq(items) => stack.extend(items.iter_mut()),
+                Value::Map(entries) => {
+                    for (key, value) in entries.iter_mut() {
+                        key.span.file = file;
+                        stack.push(value);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
     /// What kind of YAML value this is, for messages: "a string", "a mapping", ...
     pub fn type_name(&self) -> &'static str {
         match &self.value {
@@ -113,22 +134,25 @@ impl Node {
         let Value::Str(value) = &self.value else {
             return self.span;
         };
-        let raw = source
-            .get(self.span.start as usize..self.span.end as usize)
-            .unwrap_or("");
-        let offset = if raw.starts_with(value.as_str()) {
-            Some(0)
-        } else if (raw.starts_with('"') || raw.starts_with('\''))
-            && raw.get(1..).is_some_and(|r| r.starts_with(value.as_str()))
-        {
-            Some(1)
-        } else {
-            None
-        };
-        match offset {
-            Some(o) if end <= value.len() => self.span.sub(o + start, o + end),
-            _ => self.span,
-        }
+        str_sub_span(self.span, value, source, start, end)
+    }
+}
+
+/// [`Node::str_sub_span`] for a string scalar given by its span and value, without a node:
+/// the span of bytes `start..end` of `value` in `source` when the value appears verbatim
+/// under `span` (plain, or right after an opening quote); otherwise `span` itself.
+pub fn str_sub_span(span: Span, value: &str, source: &str, start: usize, end: usize) -> Span {
+    let raw = source.get(span.start as usize..span.end as usize).unwrap_or("");
+    let offset = if raw.starts_with(value) {
+        Some(0)
+    } else if (raw.starts_with('"') || raw.starts_with('\'')) && raw.get(1..).is_some_and(|r| r.starts_with(value)) {
+        Some(1)
+    } else {
+        None
+    };
+    match offset {
+        Some(o) if end <= value.len() => span.sub(o + start, o + end),
+        _ => span,
     }
 }
 

@@ -100,23 +100,40 @@ pub fn parse(file: FileId, bytes: &[u8], limits: &Limits) -> Result<Node, Diagno
 /// duplicate (the first 1,000), in file order. Any other problem stops the parse: then there is
 /// no tree, and the last diagnostic is that problem.
 pub fn parse_collecting(file: FileId, bytes: &[u8], limits: &Limits) -> (Option<Node>, Vec<Diagnostic>) {
+    parse_collecting_with(file, bytes, limits, || ()).0
+}
+
+/// The stack a thread needs to parse (and to clone and drop the tree of) a file under
+/// `limits`: 4 MiB plus 16 KiB per allowed nesting level, at most 1 GiB.
+pub(crate) fn stack_bytes(limits: &Limits) -> usize {
+    STACK_BYTES_PER_LEVEL
+        .saturating_mul(limits.max_depth)
+        .saturating_add(BASE_STACK_BYTES)
+        .min(MAX_STACK_BYTES)
+}
+
+/// [`parse_collecting`], running `meanwhile` on the calling thread while the parsing thread
+/// works (hashing the same bytes, say), and returning both results.
+pub(crate) fn parse_collecting_with<R>(
+    file: FileId,
+    bytes: &[u8],
+    limits: &Limits,
+    meanwhile: impl FnOnce() -> R,
+) -> ((Option<Node>, Vec<Diagnostic>), R) {
     if bytes.len() > limits.max_bytes {
-        return (None, vec![too_large(file, bytes.len(), limits.max_bytes)]);
+        return ((None, vec![too_large(file, bytes.len(), limits.max_bytes)]), meanwhile());
     }
     let text = match std::str::from_utf8(bytes) {
         Ok(text) => text,
-        Err(e) => return (None, vec![not_utf8(file, bytes, &e)]),
+        Err(e) => return ((None, vec![not_utf8(file, bytes, &e)]), meanwhile()),
     };
-    let stack = STACK_BYTES_PER_LEVEL
-        .saturating_mul(limits.max_depth)
-        .saturating_add(BASE_STACK_BYTES)
-        .min(MAX_STACK_BYTES);
     std::thread::scope(|scope| {
         let spawned = std::thread::Builder::new()
             .name("switchyard-yaml".into())
-            .stack_size(stack)
-            .spawn_scoped(scope, || Builder::new(file, text, limits).run());
-        match spawned {
+            .stack_size(stack_bytes(limits))
+            .spawn_scoped(scope, || parse_text(file, text, limits));
+        let other = meanwhile();
+        let parsed = match spawned {
             Ok(handle) => handle
                 .join()
                 .unwrap_or_else(|_| (None, vec![internal(file, "the YAML parser failed")])),
@@ -124,8 +141,40 @@ pub fn parse_collecting(file: FileId, bytes: &[u8], limits: &Limits) -> (Option<
                 None,
                 vec![internal(file, &format!("cannot start the YAML parser: {e}"))],
             ),
-        }
+        };
+        (parsed, other)
     })
+}
+
+/// [`parse_collecting`] on the calling thread, without a thread of its own: for workers that
+/// parse many files and were started with a stack of at least [`stack_bytes`] for `limits`.
+pub(crate) fn parse_collecting_here(
+    file: FileId,
+    bytes: &[u8],
+    limits: &Limits,
+) -> (Option<Node>, Vec<Diagnostic>) {
+    if bytes.len() > limits.max_bytes {
+        return (None, vec![too_large(file, bytes.len(), limits.max_bytes)]);
+    }
+    match std::str::from_utf8(bytes) {
+        Ok(text) => parse_text(file, text, limits),
+        Err(e) => (None, vec![not_utf8(file, bytes, &e)]),
+    }
+}
+
+/// Parses UTF-8 text within the size limit: by the fast path when the text is plain enough
+/// for it (see [`super::fast`]), else by the full parser.
+fn parse_text(file: FileId, text: &str, limits: &Limits) -> (Option<Node>, Vec<Diagnostic>) {
+    match super::fast::parse(file, text, limits) {
+        Some(node) => (Some(node), Vec::new()),
+        None => Builder::new(file, text, limits).run(),
+    }
+}
+
+/// The full parser alone, for tests that hold the fast path to it.
+#[cfg(test)]
+pub(super) fn parse_full(file: FileId, text: &str, limits: &Limits) -> (Option<Node>, Vec<Diagnostic>) {
+    Builder::new(file, text, limits).run()
 }
 
 /// Inside the parser, a diagnostic travels boxed, so that results stay small on the hot path.
@@ -711,7 +760,7 @@ fn scalar_value(text: &str, style: ScalarStyle, tag: Option<&Tag>) -> Result<Opt
 }
 
 /// A plain scalar's value under the YAML 1.2 core schema; `None` when it is a string.
-fn resolve_plain(text: &str) -> Option<Value> {
+pub(super) fn resolve_plain(text: &str) -> Option<Value> {
     match text {
         "" | "~" | "null" | "Null" | "NULL" => return Some(Value::Null),
         _ => {}

@@ -8,18 +8,19 @@
 //! (`result`, `returns`, `prompt`, `system`, `run`) see `input` (the agent's input document),
 //! `message` and `context`.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
 use serde_json::Value;
 
-use crate::compile::{expr, path, template};
+use crate::compile::cache::ParseCache;
+use crate::compile::path;
 use crate::diag::{Diagnostic, codes, did_you_mean};
 use crate::lint::FlowCx;
 use crate::model::{
     Agent, AgentRef, AgentSpec, InputSpec, Next, OutputSpec, SchemaRef, Source, Sp, Step, StepKind,
 };
 use crate::source::Span;
-use crate::syntax::{Node, Value as YValue};
+use crate::syntax::{Node, Value as YValue, str_sub_span};
 
 /// The places a `parallel` branch writes: the segments of each path, with its span. `None`
 /// segments (a path that does not parse, or is not a plain chain) are not compared.
@@ -38,45 +39,71 @@ enum Role {
     Allowlist,
 }
 
-/// Which variables an expression or template may use at one place.
-#[derive(Clone, Debug)]
-struct Vars {
-    names: Vec<String>,
+/// The most names in scope at one place: the run's four, a loop's two, a `while`'s two,
+/// `result` and `step`, with room to spare.
+const MAX_VARS: usize = 16;
+
+/// Which variables an expression or template may use at one place. Small and `Copy`: one is
+/// made for every place checked, without allocating.
+#[derive(Clone, Copy, Debug)]
+struct Vars<'a> {
+    names: [&'a str; MAX_VARS],
+    len: usize,
     /// Where we are, for "which steps have run on every path to here" (`steps.x`).
     ran: Option<Ran>,
     /// The step whose `result` is `result` here, for field checks.
-    result_of: Option<String>,
+    result_of: Option<&'a str>,
     /// `input` is the run input (checked against `input.schema`), not an agent's document.
     input_is_run_input: bool,
 }
 
-impl Vars {
-    fn new(names: &[&str]) -> Self {
+impl<'a> Vars<'a> {
+    fn new(names: &[&'a str]) -> Self {
         Vars {
-            names: names.iter().map(|s| s.to_string()).collect(),
+            names: [""; MAX_VARS],
+            len: 0,
             ran: None,
             result_of: None,
             input_is_run_input: false,
         }
+        .with(names)
     }
-    fn with(mut self, extra: &[&str]) -> Self {
-        self.names.extend(extra.iter().map(|s| s.to_string()));
+
+    fn with(mut self, extra: &[&'a str]) -> Self {
+        for name in extra {
+            // The places checked need at most ten names; more would be a bug here, not a
+            // problem of the flow, and is ignored rather than panicking.
+            debug_assert!(self.len < MAX_VARS, "too many variables in scope");
+            if self.len < MAX_VARS {
+                self.names[self.len] = name;
+                self.len += 1;
+            }
+        }
         self
+    }
+
+    fn names(&self) -> &[&'a str] {
+        &self.names[..self.len]
     }
 }
 
 struct Checker<'a, 'p> {
     cx: &'a FlowCx<'p>,
     out: &'a mut Vec<Diagnostic>,
-    /// Step id → steps run on every path before it starts.
-    dominators: Option<Dominators>,
+    /// Paths, expressions and templates by text, parsed once.
+    parsed: &'a mut ParseCache,
+    /// The dominator tree of the steps, built when a `steps.x` reference first needs it
+    /// (`None` inside: the flow has no start step).
+    dominators: Option<Option<Dominators>>,
+    /// The index of the start step.
+    start: Option<usize>,
     /// Step ids referenced through `steps.x` anywhere.
-    referenced: HashSet<String>,
+    referenced: HashSet<&'p str>,
     input_schema: Option<Value>,
 }
 
-pub fn check(cx: &FlowCx, out: &mut Vec<Diagnostic>) {
-    let dominators = Dominators::build(cx);
+pub fn check(cx: &FlowCx, out: &mut Vec<Diagnostic>, parsed: &mut ParseCache) {
+    let start = cx.start().and_then(|s| cx.flow.steps.get_index_of(s));
     let input_schema = cx
         .flow
         .input
@@ -86,7 +113,9 @@ pub fn check(cx: &FlowCx, out: &mut Vec<Diagnostic>) {
     let mut c = Checker {
         cx,
         out,
-        dominators,
+        parsed,
+        dominators: None,
+        start,
         referenced: HashSet::new(),
         input_schema,
     };
@@ -115,7 +144,6 @@ struct Ran {
 /// exactly when `x` dominates `s`. Linear to build (petgraph's Cooper–Harvey–Kennedy), so a
 /// 5,000-step flow costs no quadratic sets; a query walks the immediate-dominator chain.
 struct Dominators {
-    index: HashMap<String, usize>,
     idom: Vec<Option<usize>>,
 }
 
@@ -124,28 +152,26 @@ impl Dominators {
         let start = cx.start()?;
         let steps = &cx.flow.steps;
         let mut g = petgraph::graph::DiGraph::<(), ()>::with_capacity(steps.len(), steps.len());
-        let index: HashMap<String, usize> = steps.keys().enumerate().map(|(i, k)| (k.clone(), i)).collect();
         for _ in 0..steps.len() {
             g.add_node(());
         }
         for (i, step) in steps.values().enumerate() {
-            for t in cx.successors(step) {
-                if let Some(j) = index.get(t) {
-                    g.add_edge(petgraph::graph::NodeIndex::new(i), petgraph::graph::NodeIndex::new(*j), ());
-                }
-            }
+            cx.for_each_successor(step, |j| {
+                g.add_edge(petgraph::graph::NodeIndex::new(i), petgraph::graph::NodeIndex::new(j), ());
+            });
         }
-        let root = petgraph::graph::NodeIndex::new(*index.get(start)?);
+        let root = petgraph::graph::NodeIndex::new(steps.get_index_of(start)?);
         let doms = petgraph::algo::dominators::simple_fast(&g, root);
         let idom = (0..steps.len())
             .map(|i| doms.immediate_dominator(petgraph::graph::NodeIndex::new(i)).map(|n| n.index()))
             .collect();
-        Some(Dominators { index, idom })
+        Some(Dominators { idom })
     }
 
-    /// Whether step `x` has finished on every path to the place `at`.
-    fn has_run(&self, x: &str, at: Ran) -> bool {
-        let Some(&x) = self.index.get(x) else { return false };
+    /// Whether step `x` (an index of the flow's steps) has finished on every path to the
+    /// place `at`.
+    fn has_run(&self, x: Option<usize>, at: Ran) -> bool {
+        let Some(x) = x else { return false };
         if at.include_self && x == at.step {
             return true;
         }
@@ -164,18 +190,16 @@ impl Dominators {
         false
     }
 
-    /// The place before `step` runs, when it is reachable from `start`.
-    fn before(&self, step: &str, start: Option<&str>) -> Option<Ran> {
-        let i = *self.index.get(step)?;
-        let reachable = self.idom[i].is_some() || start == Some(step);
-        reachable.then_some(Ran { step: i, include_self: false })
+    /// Whether step `i` (an index of the flow's steps) is reachable from step `start`.
+    fn reachable(&self, i: usize, start: usize) -> bool {
+        self.idom.get(i).is_some_and(Option::is_some) || start == i
     }
 }
 
 const RUN_VARS: &[&str] = &["payload", "input", "context", "steps"];
 const AGENT_VARS: &[&str] = &["input", "message", "context"];
 
-impl Checker<'_, '_> {
+impl<'p> Checker<'_, 'p> {
     fn flow(&mut self) {
         let cx = self.cx;
         let flow = cx.flow;
@@ -194,8 +218,8 @@ impl Checker<'_, '_> {
         for a in flow.agents.values() {
             self.agent(a);
         }
-        for step in flow.steps.values() {
-            self.step(step);
+        for (i, step) in flow.steps.values().enumerate() {
+            self.step(i, step);
         }
         // Unused results, once every reference is known.
         for step in flow.steps.values() {
@@ -203,16 +227,29 @@ impl Checker<'_, '_> {
         }
     }
 
-    fn ran_before(&self, step: &Step) -> Option<Ran> {
-        self.dominators.as_ref()?.before(&step.id.value, self.cx.start())
+    /// The place before step `index` runs, when the flow has a start step. Whether the step
+    /// is reachable (and so whether `steps.x` is checked there) is decided when a reference
+    /// needs it.
+    fn ran_before(&self, index: usize) -> Option<Ran> {
+        self.start?;
+        Some(Ran {
+            step: index,
+            include_self: false,
+        })
     }
 
-    fn step(&mut self, step: &Step) {
+    /// The dominator tree, built on first use.
+    fn dominators(&mut self) -> Option<&Dominators> {
+        let cx = self.cx;
+        self.dominators.get_or_insert_with(|| Dominators::build(cx)).as_ref()
+    }
+
+    fn step(&mut self, index: usize, step: &'p Step) {
         let mut base = Vars::new(RUN_VARS);
-        base.ran = self.ran_before(step);
+        base.ran = self.ran_before(index);
         base.input_is_run_input = true;
         let l = &step.looping;
-        let mut inner = base.clone();
+        let mut inner = base;
         if let Some(f) = &l.foreach {
             self.source_text(f, &base);
             let name = l.as_name.as_ref().map_or("item", |a| a.value.as_str());
@@ -234,9 +271,9 @@ impl Checker<'_, '_> {
             }
         }
         if let Some(w) = &l.while_ {
-            let vars = base.clone().with(&["iteration", "result"]);
+            let vars = base.with(&["iteration", "result"]);
             match w.value.strip_prefix('=') {
-                Some(e) => self.expr(w, e, 1, &vars),
+                Some(e) => self.expr(w.span, &w.value, e, 1, &vars),
                 None => self.out.push(
                     Diagnostic::new(
                         &codes::EXPRESSION_SYNTAX,
@@ -257,8 +294,8 @@ impl Checker<'_, '_> {
         match &step.kind {
             StepKind::Agent(r) => {
                 self.input(step.input.as_ref(), &inner);
-                let mut out_vars = inner.clone().with(&["result"]);
-                out_vars.result_of = Some(step.id.value.clone());
+                let mut out_vars = inner.with(&["result"]);
+                out_vars.result_of = Some(&step.id.value);
                 self.output(step.output.as_ref(), &out_vars);
                 if let AgentRef::Inline(a) = r {
                     self.agent(a);
@@ -279,7 +316,7 @@ impl Checker<'_, '_> {
                         self.template(m, &inner);
                     }
                     self.input(b.input.as_ref(), &inner);
-                    self.output(b.output.as_ref(), &inner.clone().with(&["result"]));
+                    self.output(b.output.as_ref(), &inner.with(&["result"]));
                     if let AgentRef::Inline(a) = &b.agent {
                         self.agent(a);
                     }
@@ -288,8 +325,8 @@ impl Checker<'_, '_> {
             }
             StepKind::Interrupt(i) => {
                 self.input(step.input.as_ref(), &inner);
-                self.output(step.output.as_ref(), &inner.clone().with(&["result"]));
-                let mut vars = inner.clone();
+                self.output(step.output.as_ref(), &inner.with(&["result"]));
+                let mut vars = inner;
                 vars.input_is_run_input = false;
                 if let Some(p) = &i.prompt {
                     self.template(p, &vars);
@@ -306,7 +343,7 @@ impl Checker<'_, '_> {
             StepKind::Succeed(_) => {}
         }
         // Edges: the step has finished, so it counts as run; `result` where there is one.
-        let mut edge_vars = base.clone().with(&["step"]);
+        let mut edge_vars = base.with(&["step"]);
         if let Some(ran) = &mut edge_vars.ran {
             ran.include_self = true;
         }
@@ -315,14 +352,14 @@ impl Checker<'_, '_> {
             StepKind::Agent(_) | StepKind::Parallel(_) | StepKind::Interrupt(_)
         ) {
             edge_vars = edge_vars.with(&["result"]);
-            edge_vars.result_of = Some(step.id.value.clone());
+            edge_vars.result_of = Some(&step.id.value);
         }
         if let Some(Next::Edges(edges)) = &step.next {
             for e in edges {
                 if let Some(c) = &e.if_ {
                     let text = c.value.strip_prefix('=').unwrap_or(&c.value);
                     let offset = c.value.len() - text.len();
-                    self.expr(c, text, offset, &edge_vars);
+                    self.expr(c.span, &c.value, text, offset, &edge_vars);
                 }
                 for k in e.errors.iter().flatten() {
                     self.error_kind(k);
@@ -406,9 +443,7 @@ impl Checker<'_, '_> {
     fn value_template(&mut self, node: &Node, vars: &Vars) {
         match &node.value {
             YValue::Str(s) if s.starts_with('=') && !s.starts_with("==") => {
-                let text = &s[1..];
-                let sp = Sp::new(s.clone(), node.span);
-                self.expr_node(node, &sp, text, 1, vars);
+                self.expr(node.span, s, &s[1..], 1, vars);
             }
             YValue::Seq(items) => items.iter().for_each(|n| self.value_template(n, vars)),
             YValue::Map(entries) => entries.iter().for_each(|(_, n)| self.value_template(n, vars)),
@@ -452,14 +487,14 @@ impl Checker<'_, '_> {
 
     fn source_text(&mut self, t: &Sp<String>, vars: &Vars) {
         match t.value.strip_prefix('=') {
-            Some(e) => self.expr(t, e, 1, vars),
+            Some(e) => self.expr(t.span, &t.value, e, 1, vars),
             None => self.path(t, Role::Read),
         }
     }
 
     /// Parses a JSONPath; every role but [`Role::Read`] needs a singular path.
     fn path(&mut self, p: &Sp<String>, role: Role) {
-        match path::parse(&p.value) {
+        match self.parsed.path(&p.value) {
             Ok(parsed) => {
                 let help = match role {
                     Role::Read => return,
@@ -489,7 +524,7 @@ impl Checker<'_, '_> {
                 );
             }
             Err(e) => {
-                let span = self.inner_span(p, 0, e.start, e.end);
+                let span = inner_span(p.span, &p.value, self.cx.text, 0, e.start, e.end);
                 self.out.push(
                     Diagnostic::new(
                         &codes::JSONPATH_SYNTAX,
@@ -522,59 +557,40 @@ impl Checker<'_, '_> {
         found.map(|(start, end)| span.sub(start, end))
     }
 
-    fn inner_span(&self, s: &Sp<String>, offset: usize, start: usize, end: usize) -> Span {
-        let node = Node {
-            span: s.span,
-            value: YValue::Str(s.value.clone()),
-        };
-        let end = end
-            .max(start + 1)
-            .min(s.value.len().saturating_sub(offset))
-            .max(start);
-        node.str_sub_span(self.cx.text, offset + start, offset + end)
-    }
-
-    fn expr(&mut self, at: &Sp<String>, text: &str, offset: usize, vars: &Vars) {
-        let node = Node {
-            span: at.span,
-            value: YValue::Str(at.value.clone()),
-        };
-        self.expr_node(&node, at, text, offset, vars);
-    }
-
-    fn expr_node(&mut self, _node: &Node, at: &Sp<String>, text: &str, offset: usize, vars: &Vars) {
-        let parsed = match expr::parse(text) {
-            Ok(p) => p,
-            Err(e) => {
-                let span = self.inner_span(at, offset, e.start, e.end);
-                self.out.push(
-                    Diagnostic::new(
-                        &codes::EXPRESSION_SYNTAX,
-                        span,
-                        format!("invalid expression: {}", e.message),
-                    )
-                    .label(e.message.clone())
-                    .help("expressions are CEL: `payload.score >= 50`, `size(payload.rows) == 0`"),
-                );
-                return;
-            }
-        };
-        for r in parsed.references() {
-            let span = self.inner_span(at, offset, r.start, r.end);
+    /// Checks the expression `text`, which is `value` (the YAML string at `span`) from byte
+    /// `offset` on: its syntax, then each variable it reads.
+    fn expr(&mut self, span: Span, value: &str, text: &str, offset: usize, vars: &Vars) {
+        let parsed = self.parsed.expr(text);
+        if let Err(e) = &parsed.expr {
+            let span = inner_span(span, value, self.cx.text, offset, e.start, e.end);
+            self.out.push(
+                Diagnostic::new(
+                    &codes::EXPRESSION_SYNTAX,
+                    span,
+                    format!("invalid expression: {}", e.message),
+                )
+                .label(e.message.clone())
+                .help("expressions are CEL: `payload.score >= 50`, `size(payload.rows) == 0`"),
+            );
+            return;
+        }
+        for r in &parsed.refs {
+            let span = inner_span(span, value, self.cx.text, offset, r.start, r.end);
             self.reference(&r.root, &r.fields, span, vars, "expression");
         }
     }
 
     fn template(&mut self, t: &Sp<String>, vars: &Vars) {
-        match template::check(&t.value) {
+        let checked = self.parsed.template_check(&t.value);
+        match &*checked {
             Ok(info) => {
-                for v in info.vars {
-                    let span = self.inner_span(t, 0, v.start, v.end);
+                for v in &info.vars {
+                    let span = inner_span(t.span, &t.value, self.cx.text, 0, v.start, v.end);
                     self.reference(&v.root, &v.fields, span, vars, "template");
                 }
             }
             Err(e) => {
-                let span = self.inner_span(t, 0, e.start, e.end);
+                let span = inner_span(t.span, &t.value, self.cx.text, 0, e.start, e.end);
                 self.out.push(
                     Diagnostic::new(
                         &codes::TEMPLATE_SYNTAX,
@@ -590,8 +606,8 @@ impl Checker<'_, '_> {
 
     /// Checks one variable use: in scope, `steps.x` known and run, fields in schemas.
     fn reference(&mut self, root: &str, fields: &[String], span: Span, vars: &Vars, what: &str) {
-        if !vars.names.iter().any(|n| n == root) {
-            let mut all: Vec<&str> = vars.names.iter().map(String::as_str).collect();
+        if !vars.names().contains(&root) {
+            let mut all: Vec<&str> = vars.names().to_vec();
             all.sort_unstable();
             let why = match root {
                 "item" | "index" => " (only inside `foreach`)".to_string(),
@@ -626,15 +642,16 @@ impl Checker<'_, '_> {
         match root {
             "steps" => self.steps_reference(fields, span, vars),
             "input" if vars.input_is_run_input => {
-                if let Some(schema) = self.input_schema.clone() {
-                    self.fields(&schema, fields, span, "input", "`input.schema`");
+                if let Some(schema) = &self.input_schema {
+                    check_fields(self.out, schema, fields, span, "input", "`input.schema`");
                 }
             }
             "result" => {
-                if let Some(step) = vars.result_of.clone()
-                    && let Some(schema) = self.result_schema(&step)
+                if let Some(step) = vars.result_of
+                    && let Some(schema) = self.result_schema(step)
                 {
-                    self.fields(
+                    check_fields(
+                        self.out,
                         &schema,
                         fields,
                         span,
@@ -650,7 +667,7 @@ impl Checker<'_, '_> {
     fn steps_reference(&mut self, fields: &[String], span: Span, vars: &Vars) {
         let Some(id) = fields.first() else { return };
         let steps = &self.cx.flow.steps;
-        let Some(target) = steps.get(id) else {
+        let Some((target_index, target_id, target)) = steps.get_full(id) else {
             let mut d = Diagnostic::new(
                 &codes::UNKNOWN_STEP,
                 span,
@@ -663,9 +680,13 @@ impl Checker<'_, '_> {
             self.out.push(d);
             return;
         };
-        self.referenced.insert(id.clone());
-        if let (Some(ran), Some(doms)) = (vars.ran, &self.dominators)
-            && !doms.has_run(id, ran)
+        self.referenced.insert(target_id);
+        let start = self.start;
+        if let Some(ran) = vars.ran
+            && let Some(start) = start
+            && let Some(doms) = self.dominators()
+            && doms.reachable(ran.step, start)
+            && !doms.has_run(Some(target_index), ran)
         {
             self.out.push(
                 Diagnostic::new(&codes::STEP_MAY_NOT_HAVE_RUN, span, format!("`steps.{id}` is read where `{id}` has not run on every path"))
@@ -720,7 +741,8 @@ impl Checker<'_, '_> {
                     });
                     self.out.push(d);
                 } else if let Some(schema) = self.result_schema(id) {
-                    self.fields(
+                    check_fields(
+                        self.out,
                         &schema,
                         &fields[2..],
                         span,
@@ -741,54 +763,6 @@ impl Checker<'_, '_> {
         let StepKind::Agent(r) = &s.kind else { return None };
         let agent = self.cx.agent(r)?;
         schema_value(self.cx, agent.common.result_schema.as_ref()?)
-    }
-
-    /// Walks `fields` through `properties`; reports the first that the schema does not declare
-    /// (only where the schema lists properties and does not allow others).
-    fn fields(&mut self, schema: &Value, fields: &[String], span: Span, base: &str, source: &str) {
-        let mut cur = schema;
-        let mut path = base.to_string();
-        for f in fields {
-            let Some(props) = cur.get("properties").and_then(Value::as_object) else {
-                return;
-            };
-            if cur
-                .get("additionalProperties")
-                .is_some_and(|a| a != &Value::Bool(false))
-                || cur.get("patternProperties").is_some()
-            {
-                return;
-            }
-            match props.get(f) {
-                Some(next) => {
-                    cur = next;
-                    path.push('.');
-                    path.push_str(f);
-                }
-                None => {
-                    let mut d = Diagnostic::new(
-                        &codes::UNKNOWN_FIELD,
-                        span,
-                        format!("`{path}` has no field `{f}` in {source}"),
-                    )
-                    .label("unknown field");
-                    let names: Vec<&str> = props.keys().map(String::as_str).collect();
-                    d = d.help(match did_you_mean(f, names.iter().copied()) {
-                        Some(h) => h,
-                        None => format!(
-                            "declared fields: {}",
-                            names
-                                .iter()
-                                .map(|n| format!("`{n}`"))
-                                .collect::<Vec<_>>()
-                                .join(", ")
-                        ),
-                    });
-                    self.out.push(d);
-                    return;
-                }
-            }
-        }
     }
 
     fn schema(&mut self, s: &SchemaRef) {
@@ -897,7 +871,7 @@ impl Checker<'_, '_> {
         if self.cx.is_malformed(step) || self.cx.agent(r).is_none() {
             return;
         }
-        if step.output.is_some() || self.referenced.contains(&step.id.value) {
+        if step.output.is_some() || self.referenced.contains(step.id.value.as_str()) {
             return;
         }
         let uses_result = match &step.next {
@@ -919,6 +893,66 @@ impl Checker<'_, '_> {
                 .help("map it into the payload with `output:`, read it as `steps.<id>.result`, or write `output: {}` when the call is for its effect only"),
         );
     }
+}
+
+/// Walks `fields` through `properties`; reports the first that the schema does not declare
+/// (only where the schema lists properties and does not allow others).
+fn check_fields(out: &mut Vec<Diagnostic>, schema: &Value, fields: &[String], span: Span, base: &str, source: &str) {
+let mut cur = schema;
+let mut path = base.to_string();
+    for f in fields {
+        let Some(props) = cur.get("properties").and_then(Value::as_object) else {
+            return;
+        };
+        if cur
+            .get("additionalProperties")
+            .is_some_and(|a| a != &Value::Bool(false))
+            || cur.get("patternProperties").is_some()
+        {
+            return;
+        }
+        match props.get(f) {
+            Some(next) => {
+                cur = next;
+                path.push('.');
+                path.push_str(f);
+            }
+            None => {
+                let mut d = Diagnostic::new(
+                    &codes::UNKNOWN_FIELD,
+                    span,
+                    format!("`{path}` has no field `{f}` in {source}"),
+                )
+                .label("unknown field");
+                let names: Vec<&str> = props.keys().map(String::as_str).collect();
+                d = d.help(match did_you_mean(f, names.iter().copied()) {
+                    Some(h) => h,
+                    None => format!(
+                        "declared fields: {}",
+                        names
+                            .iter()
+                            .map(|n| format!("`{n}`"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                });
+                out.push(d);
+                return;
+            }
+        }
+    }
+}
+
+/// The span of bytes `start..end` of the text that starts at byte `offset` of `value`, the
+/// YAML string at `span` (the whole string when it is not verbatim in the source). An empty
+/// range is widened to one byte where the text allows, so that a label has something to
+/// point at.
+fn inner_span(span: Span, value: &str, source: &str, offset: usize, start: usize, end: usize) -> Span {
+    let end = end
+        .max(start + 1)
+        .min(value.len().saturating_sub(offset))
+        .max(start);
+    str_sub_span(span, value, source, offset + start, offset + end)
 }
 
 fn mentions(text: &str, word: &str) -> bool {

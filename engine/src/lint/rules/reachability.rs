@@ -4,32 +4,33 @@
 //! search starts from each of them as well as from `start`, so neither they nor the steps
 //! after them are called unreachable until their shape is fixed.
 
-use std::collections::HashSet;
-
 use crate::diag::{Diagnostic, codes};
 use crate::lint::FlowCx;
 
 pub fn check(cx: &FlowCx, out: &mut Vec<Diagnostic>) {
     let Some(start) = cx.start() else { return };
-    let mut seen: HashSet<&str> = HashSet::new();
-    let mut stack = vec![start];
+    let steps = &cx.flow.steps;
+    let mut seen = vec![false; steps.len()];
+    let mut stack: Vec<usize> = steps.get_index_of(start).into_iter().collect();
     stack.extend(
-        cx.flow
-            .steps
-            .iter()
+        steps
+            .values()
+            .enumerate()
             .filter(|(_, s)| cx.is_malformed(s))
-            .map(|(id, _)| id.as_str()),
+            .map(|(i, _)| i),
     );
-    while let Some(id) = stack.pop() {
-        if !seen.insert(id) {
+    while let Some(i) = stack.pop() {
+        if std::mem::replace(&mut seen[i], true) {
             continue;
         }
-        if let Some(step) = cx.flow.steps.get(id) {
-            stack.extend(cx.successors(step));
-        }
+        cx.for_each_successor(&steps[i], |j| {
+            if !seen[j] {
+                stack.push(j);
+            }
+        });
     }
-    for (id, step) in &cx.flow.steps {
-        if !seen.contains(id.as_str()) {
+    for ((id, step), seen) in steps.iter().zip(seen) {
+        if !seen {
             out.push(
                 Diagnostic::new(
                     &codes::UNREACHABLE_STEP,

@@ -6,7 +6,8 @@ use crate::lint::FlowCx;
 use crate::model::{Agent, AgentRef, AgentSpec, Sp};
 use crate::source::Span;
 
-/// Well-known token prefixes and the least number of token characters after them.
+/// Well-known token prefixes and the least number of token characters after them (fewer
+/// than sixteen: [`find_tokens`] keeps a bit per prefix, and one for [`PEM`]).
 const PREFIXES: &[(&str, usize)] = &[
     ("sk-", 20),
     ("ghp_", 30),
@@ -20,34 +21,64 @@ const PREFIXES: &[(&str, usize)] = &[
     ("AIza", 30),
     ("hf_", 30),
 ];
+const _: () = assert!(PREFIXES.len() < 16);
 
-fn token_char(c: char) -> bool {
-    c.is_ascii_alphanumeric() || c == '_' || c == '-'
+/// The start of a PEM private key block.
+const PEM: &str = "-----BEGIN";
+/// The bit of [`PEM`] in [`find_tokens`]'s table of first bytes, after those of the prefixes.
+const PEM_BIT: u16 = 1 << 15;
+
+fn token_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'_' || b == b'-'
 }
 
-/// Byte ranges of token-looking substrings in `text`.
+/// Byte ranges of token-looking substrings in `text`: a known prefix, not right after a token
+/// character, followed by at least as many token characters as it needs, one of them a digit.
+/// One pass over the text, looking closer only at bytes that start a prefix.
 pub fn find_tokens(text: &str) -> Vec<(usize, usize)> {
+    let bytes = text.as_bytes();
+    // Where the next match of each prefix may start: matches of one prefix do not overlap.
+    let mut next = [0usize; PREFIXES.len()];
+    // For each byte, the prefixes that start with it (a bit per prefix).
+    let mut first = [0u16; 256];
+    for (k, (prefix, _)) in PREFIXES.iter().enumerate() {
+        first[usize::from(prefix.as_bytes()[0])] |= 1 << k;
+    }
+    first[usize::from(PEM.as_bytes()[0])] |= PEM_BIT;
+    let mut pem = None;
     let mut out = Vec::new();
-    for (prefix, min) in PREFIXES {
-        let mut from = 0;
-        while let Some(i) = text[from..].find(prefix) {
-            let start = from + i;
-            let before_ok = text[..start].chars().next_back().is_none_or(|c| !token_char(c));
-            let body = &text[start + prefix.len()..];
-            let len = body.find(|c: char| !token_char(c)).unwrap_or(body.len());
-            if before_ok && len >= *min && body[..len].chars().any(|c| c.is_ascii_digit()) {
+    for (start, &b) in bytes.iter().enumerate() {
+        let mut candidates = first[usize::from(b)];
+        if candidates & PEM_BIT != 0 {
+            candidates &= !PEM_BIT;
+            if pem.is_none() && bytes[start..].starts_with(PEM.as_bytes()) {
+                pem = Some(start);
+            }
+        }
+        while candidates != 0 {
+            let k = candidates.trailing_zeros() as usize;
+            candidates &= candidates - 1;
+            let (prefix, min) = PREFIXES[k];
+            if start < next[k] || !bytes[start..].starts_with(prefix.as_bytes()) {
+                continue;
+            }
+            next[k] = start + prefix.len();
+            let before_ok = start == 0 || !token_byte(bytes[start - 1]);
+            let body = &bytes[start + prefix.len()..];
+            let len = body.iter().position(|&c| !token_byte(c)).unwrap_or(body.len());
+            if before_ok && len >= min && body[..len].iter().any(u8::is_ascii_digit) {
                 out.push((start, start + prefix.len() + len));
             }
-            from = start + prefix.len();
         }
     }
-    if let Some(i) = text.find("-----BEGIN")
+    // The first PEM block only, when its line says it holds a private key.
+    if let Some(i) = pem
         && text[i..]
             .lines()
             .next()
             .is_some_and(|l| l.contains("PRIVATE KEY"))
     {
-        out.push((i, i + "-----BEGIN".len()));
+        out.push((i, i + PEM.len()));
     }
     out.sort_unstable();
     out.dedup();
@@ -190,5 +221,51 @@ mod tests {
         assert_eq!(find_tokens("AKIAABCDEFGHIJ123456").len(), 1);
         assert!(find_tokens("task-classification-step").is_empty());
         assert!(find_tokens("sk-short1").is_empty());
+    }
+
+    /// The one-pass scan finds what one search per prefix found: every non-overlapping match
+    /// of each prefix, left to right.
+    #[test]
+    fn one_pass_matches_a_search_per_prefix() {
+        fn per_prefix(text: &str) -> Vec<(usize, usize)> {
+            let token_char = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
+            let mut out = Vec::new();
+            for (prefix, min) in PREFIXES {
+                let mut from = 0;
+                while let Some(i) = text[from..].find(prefix) {
+                    let start = from + i;
+                    let before_ok = text[..start].chars().next_back().is_none_or(|c| !token_char(c));
+                    let body = &text[start + prefix.len()..];
+                    let len = body.find(|c: char| !token_char(c)).unwrap_or(body.len());
+                    if before_ok && len >= *min && body[..len].chars().any(|c| c.is_ascii_digit()) {
+                        out.push((start, start + prefix.len() + len));
+                    }
+                    from = start + prefix.len();
+                }
+            }
+            if let Some(i) = text.find("-----BEGIN")
+                && text[i..]
+                    .lines()
+                    .next()
+                    .is_some_and(|l| l.contains("PRIVATE KEY"))
+            {
+                out.push((i, i + "-----BEGIN".len()));
+            }
+            out.sort_unstable();
+            out.dedup();
+            out
+        }
+        let texts = [
+            "AKIAKIAABCDEFGHIJ1234567 AKIAABCDEFGHIJ123456",
+            "é sk-abc123def456ghi789jkl0mn, xsk-abc123def456ghi789jkl0mn ésk-abc123def456ghi789jkl0mn",
+            "github_pat_0123456789abcdefghij0123456789 ghp_0123456789abcdefghij0123456789xx",
+            "hf_hf_0123456789abcdefghij0123456789abc glpat-0123456789abcdefghij xoxb-xoxp-012345678901234567890",
+            "AIzaAIza0123456789abcdefghij0123456789 gho_ ghs_ sk- AKIA",
+            "- -----BEGIN CERTIFICATE\n-----BEGIN RSA PRIVATE KEY-----\n",
+            "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQ\n",
+        ];
+        for t in texts {
+            assert_eq!(find_tokens(t), per_prefix(t), "{t}");
+        }
     }
 }

@@ -1,0 +1,621 @@
+//! A fast path for the plain YAML that flows are made of: block mappings and lists, one-line
+//! flow collections, one-line plain and quoted scalars, comments.
+//!
+//! [`parse`] reads such text straight into the [`Node`] tree that the full parser
+//! ([`super::yaml`], over serde-saphyr's `granit_parser`) builds for it — same values, same
+//! spans, same key spellings — about ten times faster. It gives up (returns `None`) at the
+//! first thing outside that subset, and the full parser then reads the file from the start:
+//! anchors, aliases, tags, block scalars (`|`, `>`), scalars or flow collections over several
+//! lines, explicit keys (`?`), documents markers and directives, tabs, carriage returns,
+//! escapes in double quotes, empty list entries, empty values in flow collections, duplicate
+//! keys, merge keys, anything deeper than [`MAX_DEPTH`] levels or over a [`Limits`] budget,
+//! and every syntax error. So every problem is still found, worded and placed by the full
+//! parser, and the fast path only ever answers for text it reads exactly as the full parser
+//! does (the tests check both on the repository's flows and on thousands of mutations).
+//!
+//! Recursion is one call per nesting level, at most [`MAX_DEPTH`], so the fast path runs on
+//! any thread, and the trees it builds are shallow enough to drop anywhere.
+
+use std::hash::BuildHasher as _;
+
+use super::yaml::{Limits, resolve_plain};
+use super::{Key, Node, Value};
+use crate::source::{FastMap, FastState, FileId, Span};
+
+/// The deepest nesting of collections the fast path reads.
+pub(super) const MAX_DEPTH: usize = 64;
+
+/// The longest implicit key YAML allows, in characters (counted here in bytes, which is
+/// stricter).
+const MAX_KEY_BYTES: usize = 1024;
+
+/// Mappings of up to this many keys are checked for duplicates by scanning.
+const SCAN_KEYS: usize = 16;
+
+/// The fast path gave up: the text is outside what it reads (not a problem of the text).
+struct Bail;
+
+type R<T> = Result<T, Bail>;
+
+/// The tree of `text` as file `file`, or `None` when the text is outside the fast path's
+/// subset (see the module documentation) and the full parser must read it.
+pub(super) fn parse(file: FileId, text: &str, limits: &Limits) -> Option<Node> {
+    if !plain_characters(text.as_bytes()) {
+        return None;
+    }
+    let mut p = Fast {
+        b: text.as_bytes(),
+        text,
+        file,
+        limits,
+        nodes: 0,
+        depth: 0,
+        hasher: FastState::default(),
+    };
+    p.document().ok()
+}
+
+/// Whether every character is one the fast path takes as it is: printable, no tab, no
+/// carriage return, no byte order mark, no C1 control, no line or paragraph separator.
+fn plain_characters(b: &[u8]) -> bool {
+    let mut i = 0;
+    while i < b.len() {
+        let c = b[i];
+        if c < 0x80 {
+            if (c < 0x20 && c != b'\n') || c == 0x7F {
+                return false;
+            }
+            i += 1;
+            continue;
+        }
+        let next = |k: usize| b.get(i + k).copied().unwrap_or(0);
+        let bad = match c {
+            // U+0080..U+009F (C1 controls, NEL among them).
+            0xC2 => (0x80..=0x9F).contains(&next(1)),
+            // U+2028, U+2029.
+            0xE2 => next(1) == 0x80 && matches!(next(2), 0xA8 | 0xA9),
+            // U+FEFF (a byte order mark), U+FFFE, U+FFFF.
+            0xEF => (next(1) == 0xBB && next(2) == 0xBF) || (next(1) == 0xBF && matches!(next(2), 0xBE | 0xBF)),
+            _ => false,
+        };
+        if bad {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+/// Where a scalar is: which characters end a plain scalar depends on it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Ctx {
+    Block,
+    Flow,
+}
+
+/// A line with content (not blank, not only a comment).
+#[derive(Clone, Copy, Debug)]
+struct Line {
+    /// Byte offset of the line's first character.
+    start: usize,
+    /// Spaces before the content.
+    indent: usize,
+    /// Byte offset of the first character of the content.
+    content: usize,
+}
+
+/// A plain scalar's extent: its text ends at `end` (trailing spaces excluded); scanning
+/// stopped at `stop`, on `:` when `colon`.
+struct PlainScan {
+    end: usize,
+    stop: usize,
+    colon: bool,
+}
+
+/// A key read, and the offset just past its `:`.
+struct ReadKey {
+    key: Key,
+    colon: usize,
+}
+
+struct Fast<'a> {
+    text: &'a str,
+    b: &'a [u8],
+    file: FileId,
+    limits: &'a Limits,
+    nodes: usize,
+    depth: usize,
+    hasher: FastState,
+}
+
+impl Fast<'_> {
+    fn span(&self, start: usize, end: usize) -> Span {
+        Span::new(self.file, start, end)
+    }
+
+    fn byte(&self, i: usize) -> u8 {
+        self.b.get(i).copied().unwrap_or(b'\n')
+    }
+
+    /// Counts `n` more nodes, as the full parser does (every key and value, every collection).
+    fn count(&mut self, n: usize) -> R<()> {
+        self.nodes += n;
+        if self.nodes > self.limits.max_nodes {
+            return Err(Bail);
+        }
+        Ok(())
+    }
+
+    /// Opens a collection: one more level, one more node.
+    fn open(&mut self) -> R<()> {
+        if self.depth >= self.limits.max_depth || self.depth >= MAX_DEPTH {
+            return Err(Bail);
+        }
+        self.depth += 1;
+        self.count(1)
+    }
+
+    fn skip_spaces(&self, mut i: usize) -> usize {
+        while self.b.get(i) == Some(&b' ') {
+            i += 1;
+        }
+        i
+    }
+
+    /// The offset of the end of the line holding `i` (its `\n`, or the end of the text).
+    fn line_end(&self, i: usize) -> usize {
+        self.b[i.min(self.b.len())..]
+            .iter()
+            .position(|&c| c == b'\n')
+            .map_or(self.b.len(), |k| i + k)
+    }
+
+    /// The first line with content at or after the line starting at `from`, skipping blank
+    /// lines and comment lines. Document markers and directives end the fast path.
+    fn content_line(&self, mut from: usize) -> R<Option<Line>> {
+        loop {
+            if from >= self.b.len() {
+                return Ok(None);
+            }
+            let i = self.skip_spaces(from);
+            match self.b.get(i) {
+                None => return Ok(None),
+                Some(b'\n') => from = i + 1,
+                Some(b'#') => from = self.line_end(i) + 1,
+                Some(&c) => {
+                    if i == from {
+                        let rest = &self.b[i..];
+                        if c == b'%' || rest.starts_with(b"---") || rest.starts_with(b"...") {
+                            return Err(Bail);
+                        }
+                    }
+                    return Ok(Some(Line {
+                        start: from,
+                        indent: i - from,
+                        content: i,
+                    }));
+                }
+            }
+        }
+    }
+
+    /// After an item that ends at `e`: only spaces and a comment may follow on its line.
+    /// Returns the start of the next line.
+    fn rest_of_line(&self, e: usize) -> R<usize> {
+        let i = self.skip_spaces(e);
+        match self.b.get(i) {
+            None => Ok(self.b.len()),
+            Some(b'\n') => Ok(i + 1),
+            Some(b'#') if i > e => Ok(self.line_end(i) + 1),
+            _ => Err(Bail),
+        }
+    }
+
+    /// `- ` (or `-` ending the line) at `i`: a block list entry.
+    fn is_entry(&self, i: usize) -> bool {
+        self.byte(i) == b'-' && matches!(self.byte(i + 1), b' ' | b'\n')
+    }
+
+    fn document(&mut self) -> R<Node> {
+        let Some(line) = self.content_line(0)? else {
+            return Ok(Node {
+                span: Span::file_start(self.file),
+                value: Value::Null,
+            });
+        };
+        if line.indent != 0 {
+            return Err(Bail);
+        }
+        let (node, next) = self.block(line)?;
+        if next.is_some() {
+            return Err(Bail);
+        }
+        Ok(node)
+    }
+
+    /// The block collection whose first line is `line`: a list when it starts with `- `, else a
+    /// mapping.
+    fn block(&mut self, line: Line) -> R<(Node, Option<Line>)> {
+        if self.is_entry(line.content) {
+            self.list(line, false)
+        } else {
+            self.mapping(line.content, line.indent)
+        }
+    }
+
+    /// A block mapping whose first key is at `first`, in column `col`. Returns it and the next
+    /// line with content that is not part of it.
+    fn mapping(&mut self, first: usize, col: usize) -> R<(Node, Option<Line>)> {
+        self.open()?;
+        let mut entries: Vec<(Key, Node)> = Vec::new();
+        let mut hashes: FastMap<u64, ()> = FastMap::default();
+        let mut end = first;
+        let mut at = first;
+        let next = loop {
+            let ReadKey { key, colon } = self.key(at)?.ok_or(Bail)?;
+            self.count(1)?;
+            let v = self.skip_spaces(colon);
+            let (value, next) = if matches!(self.b.get(v), None | Some(b'\n')) || (self.byte(v) == b'#' && v > colon) {
+                // The value is on the lines below, or there is none.
+                let below = self.content_line(self.line_end(v) + 1)?;
+                match below {
+                    Some(l) if l.indent > col => self.block(l)?,
+                    Some(l) if l.indent == col && self.is_entry(l.content) => self.list(l, true)?,
+                    _ => {
+                        self.count(1)?;
+                        let at = colon - 1;
+                        let null = Node {
+                            span: self.span(at, at),
+                            value: Value::Null,
+                        };
+                        (null, below)
+                    }
+                }
+            } else {
+                let (value, e) = self.inline(v, Ctx::Block)?;
+                let below = self.rest_of_line(e)?;
+                (value, self.content_line(below)?)
+            };
+            end = end.max(key.span.end as usize).max(value.span.end as usize);
+            self.insert(&mut entries, &mut hashes, key, value)?;
+            match next {
+                Some(l) if l.indent == col && !self.is_entry(l.content) => at = l.content,
+                Some(l) if l.indent < col => break Some(l),
+                None => break None,
+                Some(_) => return Err(Bail),
+            }
+        };
+        self.depth -= 1;
+        let node = Node {
+            span: self.span(first, end),
+            value: Value::Map(entries),
+        };
+        Ok((node, next))
+    }
+
+    /// Adds an entry to a mapping being read; a duplicate key ends the fast path (the full
+    /// parser reports it).
+    fn insert(
+        &self,
+        entries: &mut Vec<(Key, Node)>,
+        hashes: &mut FastMap<u64, ()>,
+        key: Key,
+        value: Node,
+    ) -> R<()> {
+        if entries.len() < SCAN_KEYS {
+            if entries.iter().any(|(k, _)| k.name == key.name) {
+                return Err(Bail);
+            }
+            if entries.len() + 1 == SCAN_KEYS {
+                for (k, _) in entries.iter() {
+                    hashes.insert(self.hasher.hash_one(k.name.as_str()), ());
+                }
+                hashes.insert(self.hasher.hash_one(key.name.as_str()), ());
+            }
+        } else {
+            let h = self.hasher.hash_one(key.name.as_str());
+            // A repeated hash is a duplicate or, rarely, a collision: look closer.
+            if hashes.insert(h, ()).is_some() && entries.iter().any(|(k, _)| k.name == key.name) {
+                return Err(Bail);
+            }
+        }
+        entries.push((key, value));
+        Ok(())
+    }
+
+    /// A block list whose first entry is on `first`. An indentless list (the value of a key,
+    /// its `-` in the key's column) spans from its first entry's content, as the full parser
+    /// has it; others from their first `-`.
+    fn list(&mut self, first: Line, indentless: bool) -> R<(Node, Option<Line>)> {
+        self.open()?;
+        let col = first.indent;
+        let mut items = Vec::new();
+        let mut line = first;
+        let mut start = None;
+        let mut end = 0;
+        let next = loop {
+            let dash = line.content;
+            if self.byte(dash + 1) != b' ' {
+                return Err(Bail);
+            }
+            let c = self.skip_spaces(dash + 1);
+            if matches!(self.byte(c), b'\n' | b'#') || self.is_entry(c) {
+                return Err(Bail);
+            }
+            let first_at = *start.get_or_insert(if indentless { c } else { dash });
+            end = end.max(first_at);
+            let (item, next) = if self.key(c)?.is_some() {
+                self.mapping(c, c - line.start)?
+            } else {
+                let (item, e) = self.inline(c, Ctx::Block)?;
+                let below = self.rest_of_line(e)?;
+                (item, self.content_line(below)?)
+            };
+            end = end.max(item.span.end as usize);
+            items.push(item);
+            match next {
+                Some(l) if l.indent == col && self.is_entry(l.content) => line = l,
+                Some(l) if l.indent < col || (indentless && l.indent == col) => break Some(l),
+                None => break None,
+                Some(_) => return Err(Bail),
+            }
+        };
+        self.depth -= 1;
+        let node = Node {
+            span: self.span(start.unwrap_or(first.content), end),
+            value: Value::Seq(items),
+        };
+        Ok((node, next))
+    }
+
+    /// The key at `i` of a block mapping line (`key: ...`), or `None` when the line at `i` is
+    /// not one.
+    fn key(&self, i: usize) -> R<Option<ReadKey>> {
+        let (name, end, after) = match self.byte(i) {
+            b'\'' | b'"' => {
+                let (name, e) = self.quoted(i)?;
+                (name, e, self.skip_spaces(e))
+            }
+            _ => {
+                if self.plain_start(i).is_err() {
+                    return Ok(None);
+                }
+                let scan = self.scan_plain(i, Ctx::Block);
+                if !scan.colon {
+                    return Ok(None);
+                }
+                let name = self.text[i..scan.end].to_owned();
+                if name == "<<" {
+                    // A merge key: the full parser merges.
+                    return Err(Bail);
+                }
+                (name, scan.end, scan.stop)
+            }
+        };
+        if self.byte(after) != b':' || !matches!(self.byte(after + 1), b' ' | b'\n') {
+            return Ok(None);
+        }
+        if end - i > MAX_KEY_BYTES {
+            return Err(Bail);
+        }
+        Ok(Some(ReadKey {
+            key: Key {
+                name,
+                span: self.span(i, end),
+            },
+            colon: after + 1,
+        }))
+    }
+
+    /// A scalar or flow collection at `i`, and the offset just past it.
+    fn inline(&mut self, i: usize, ctx: Ctx) -> R<(Node, usize)> {
+        match self.byte(i) {
+            b'[' => self.flow_list(i),
+            b'{' => self.flow_mapping(i),
+            b'\'' | b'"' => {
+                self.count(1)?;
+                let (value, e) = self.quoted(i)?;
+                Ok((
+                    Node {
+                        span: self.span(i, e),
+                        value: Value::Str(value),
+                    },
+                    e,
+                ))
+            }
+            _ => {
+                self.plain_start(i)?;
+                let scan = self.scan_plain(i, ctx);
+                if scan.colon && ctx == Ctx::Block {
+                    // `a: b: c`, an error the full parser words.
+                    return Err(Bail);
+                }
+                self.count(1)?;
+                let text = &self.text[i..scan.end];
+                let value = resolve_plain(text).unwrap_or_else(|| Value::Str(text.to_owned()));
+                Ok((
+                    Node {
+                        span: self.span(i, scan.end),
+                        value,
+                    },
+                    scan.end,
+                ))
+            }
+        }
+    }
+
+    /// Whether a plain scalar may start at `i`: not empty, not at an indicator (`-` only
+    /// before a letter, digit or `.`).
+    fn plain_start(&self, i: usize) -> R<()> {
+        match self.byte(i) {
+            b'\n' | b' ' | b'?' | b':' | b',' | b'[' | b']' | b'{' | b'}' | b'#' | b'&' | b'*' | b'!' | b'|'
+            | b'>' | b'\'' | b'"' | b'%' | b'@' | b'`' => Err(Bail),
+            b'-' if !(self.byte(i + 1).is_ascii_alphanumeric() || self.byte(i + 1) == b'.') => Err(Bail),
+            _ => Ok(()),
+        }
+    }
+
+    /// Scans a plain scalar from `i` to the end of its line: it stops at `: ` (or `:` at the
+    /// end of the line), at ` #`, and in flow collections at `,`, `[`, `]`, `{`, `}` and `:`
+    /// before them.
+    fn scan_plain(&self, i: usize, ctx: Ctx) -> PlainScan {
+        let b = self.b;
+        let mut j = i;
+        let mut colon = false;
+        while j < b.len() {
+            let c = b[j];
+            if c == b'\n' {
+                break;
+            }
+            if c == b':' {
+                let n = self.byte(j + 1);
+                if n == b' '
+                    || n == b'\n'
+                    || (ctx == Ctx::Flow && matches!(n, b',' | b'[' | b']' | b'{' | b'}'))
+                {
+                    colon = true;
+                    break;
+                }
+            }
+            if c == b'#' && j > i && b[j - 1] == b' ' {
+                break;
+            }
+            if ctx == Ctx::Flow && matches!(c, b',' | b'[' | b']' | b'{' | b'}') {
+                break;
+            }
+            j += 1;
+        }
+        let mut end = j;
+        while end > i && b[end - 1] == b' ' {
+            end -= 1;
+        }
+        PlainScan { end, stop: j, colon }
+    }
+
+    /// A quoted scalar on one line at `i`: its value and the offset past its closing quote.
+    /// Double quotes with escapes end the fast path.
+    fn quoted(&self, i: usize) -> R<(String, usize)> {
+        let quote = self.b[i];
+        let mut value = String::new();
+        let mut from = i + 1;
+        let mut j = from;
+        loop {
+            match self.b.get(j) {
+                None | Some(b'\n') | Some(b'\\') if quote == b'"' => return Err(Bail),
+                None | Some(b'\n') => return Err(Bail),
+                Some(&c) if c == quote => {
+                    if quote == b'\'' && self.byte(j + 1) == b'\'' {
+                        value.push_str(&self.text[from..=j]);
+                        j += 2;
+                        from = j;
+                        continue;
+                    }
+                    value.push_str(&self.text[from..j]);
+                    return Ok((value, j + 1));
+                }
+                Some(_) => j += 1,
+            }
+        }
+    }
+
+    /// A flow list on one line, `[` at `i`; returns it and the offset past its `]`.
+    fn flow_list(&mut self, i: usize) -> R<(Node, usize)> {
+        self.open()?;
+        let mut items = Vec::new();
+        let mut j = self.skip_spaces(i + 1);
+        if self.byte(j) != b']' {
+            loop {
+                let (item, e) = self.flow_item(j)?;
+                items.push(item);
+                j = self.skip_spaces(e);
+                match self.byte(j) {
+                    b',' => {
+                        j = self.skip_spaces(j + 1);
+                        if self.byte(j) == b']' {
+                            return Err(Bail);
+                        }
+                    }
+                    b']' => break,
+                    _ => return Err(Bail),
+                }
+            }
+        }
+        self.depth -= 1;
+        let node = Node {
+            span: self.span(i, j + 1),
+            value: Value::Seq(items),
+        };
+        Ok((node, j + 1))
+    }
+
+    /// A flow mapping on one line, `{` at `i`; returns it and the offset past its `}`.
+    fn flow_mapping(&mut self, i: usize) -> R<(Node, usize)> {
+        self.open()?;
+        let mut entries = Vec::new();
+        let mut hashes = FastMap::default();
+        let mut j = self.skip_spaces(i + 1);
+        if self.byte(j) != b'}' {
+            loop {
+                let (name, key_end, after) = match self.byte(j) {
+                    b'\'' | b'"' => {
+                        let (name, e) = self.quoted(j)?;
+                        (name, e, self.skip_spaces(e))
+                    }
+                    _ => {
+                        self.plain_start(j)?;
+                        let scan = self.scan_plain(j, Ctx::Flow);
+                        let name = self.text[j..scan.end].to_owned();
+                        if name == "<<" {
+                            return Err(Bail);
+                        }
+                        (name, scan.end, scan.stop)
+                    }
+                };
+                if self.byte(after) != b':' || self.byte(after + 1) != b' ' || key_end - j > MAX_KEY_BYTES {
+                    return Err(Bail);
+                }
+                self.count(1)?;
+                let key = Key {
+                    name,
+                    span: self.span(j, key_end),
+                };
+                let v = self.skip_spaces(after + 1);
+                if matches!(self.byte(v), b',' | b'}' | b'\n' | b'#') {
+                    return Err(Bail);
+                }
+                let (value, e) = self.flow_item(v)?;
+                self.insert(&mut entries, &mut hashes, key, value)?;
+                j = self.skip_spaces(e);
+                match self.byte(j) {
+                    b',' => {
+                        j = self.skip_spaces(j + 1);
+                        if self.byte(j) == b'}' {
+                            return Err(Bail);
+                        }
+                    }
+                    b'}' => break,
+                    _ => return Err(Bail),
+                }
+            }
+        }
+        self.depth -= 1;
+        let node = Node {
+            span: self.span(i, j + 1),
+            value: Value::Map(entries),
+        };
+        Ok((node, j + 1))
+    }
+
+    /// An entry of a flow collection at `i`: a scalar or a nested flow collection, and the
+    /// offset past it. A plain scalar followed by `:` (a one-pair mapping) ends the fast path.
+    fn flow_item(&mut self, i: usize) -> R<(Node, usize)> {
+        if matches!(self.byte(i), b'\n' | b'#' | b',') {
+            return Err(Bail);
+        }
+        let (node, e) = self.inline(i, Ctx::Flow)?;
+        if self.byte(self.skip_spaces(e)) == b':' {
+            return Err(Bail);
+        }
+        Ok((node, e))
+    }
+}

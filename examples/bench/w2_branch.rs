@@ -1,0 +1,91 @@
+//! W2 branch: `w2_branch.yaml` (`classify` sets `score = i % 100`, a conditional edge to `high`
+//! when `score >= 50` else `low`, both to `join`) run R times in a row, run k on `{i: k}`.
+//!
+//! Same protocol as W1: compiled once, a warm-up of R runs checked in full, then [`RUNS`] timed
+//! repetitions of R runs on a fresh engine and memory store each. Every run of every repetition
+//! is checked after the clock stops: its output is exactly `{i, score, tier, joined: true}` and
+//! its path `classify → high|low → join`.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde_json::{Value, json};
+use switchyard::plan::Plan;
+use switchyard::runtime::engine::{Engine, RunOptions, RunOutcome};
+use switchyard::runtime::record::RunStatus;
+use switchyard::store::memory::MemoryStore;
+
+use crate::Options;
+use crate::profile::{Profile, RUNS};
+use crate::report::{Report, median};
+use crate::util;
+
+pub const ID: &str = "W2";
+const FLOW: &str = "w2_branch.yaml";
+const TARGET_US: f64 = 10.0;
+
+pub fn run(profile: &Profile, _opts: &Options) -> Result<Vec<Report>, String> {
+    let runs = profile.w2_runs;
+    let plan = util::load_plan(FLOW)?;
+    let rt = util::tokio_runtime()?;
+    eprintln!("W2: {runs} runs of the branching flow `{FLOW}`; warm-up, then {RUNS} timed");
+
+    let (_, outcomes) = rt.block_on(batch(&plan, runs));
+    check(&outcomes)?;
+    let mut samples = Vec::with_capacity(RUNS);
+    for _ in 0..RUNS {
+        let (secs, outcomes) = rt.block_on(batch(&plan, runs));
+        check(&outcomes)?;
+        samples.push(secs * 1e6 / runs as f64);
+    }
+    let v = median(&samples);
+    eprintln!("W2: median {v:.3} µs per run (target ≤ {TARGET_US} µs)");
+    Ok(vec![Report::new(
+        ID,
+        "us_per_run",
+        runs as u64,
+        samples,
+        format!(
+            "{runs} sequential runs of a 3-step branching flow (`{FLOW}`: set, conditional edge, set, set), \
+             run k on {{i: k}}, memory store; wall / runs; target ≤ {TARGET_US} µs"
+        ),
+    )])
+}
+
+/// `runs` runs in a row on a fresh engine; the seconds they took and their outcomes.
+async fn batch(plan: &Arc<Plan>, runs: usize) -> (f64, Vec<RunOutcome>) {
+    let engine = Engine::new(Arc::new(MemoryStore::new()));
+    let inputs: Vec<Value> = (0..runs).map(|k| json!({"i": k})).collect();
+    let context = json!({});
+    let options = RunOptions::default();
+    let mut outcomes = Vec::with_capacity(runs);
+    let t0 = Instant::now();
+    for input in inputs {
+        outcomes.push(
+            engine
+                .run(plan.clone(), input, context.clone(), options.clone())
+                .await,
+        );
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    drop(engine);
+    (secs, outcomes)
+}
+
+fn check(outcomes: &[RunOutcome]) -> Result<(), String> {
+    for (k, o) in outcomes.iter().enumerate() {
+        if o.status != RunStatus::Succeeded {
+            return Err(format!("run {k} ended {}: {:?}", o.status.as_str(), o.error));
+        }
+        let score = k % 100;
+        let tier = if score >= 50 { "high" } else { "low" };
+        let want = json!({"i": k, "score": score, "tier": tier, "joined": true});
+        if o.output.as_ref() != Some(&want) {
+            return Err(format!("run {k}: expected output {want}, got {:?}", o.output));
+        }
+        if o.path != ["classify", tier, "join"] {
+            return Err(format!("run {k}: expected path classify, {tier}, join; got {:?}", o.path));
+        }
+    }
+    Ok(())
+}

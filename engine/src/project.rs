@@ -156,11 +156,11 @@ impl Project {
         match read {
             Prepared::Failed(e) => self.load_flow_read(canonical, display(&prepared.path), Err(e), limits),
             Prepared::Flow(file) => {
-                let file = file.renumbered(self.sources.next_id());
+                let file = file.renumbered(self.sources.next_id(), limits);
                 self.finish_flow(canonical, file, limits)
             }
             Prepared::Library(file) => {
-                let file = file.renumbered(self.sources.next_id());
+                let file = file.renumbered(self.sources.next_id(), limits);
                 self.finish_library(canonical, file, limits);
                 None
             }
@@ -240,7 +240,9 @@ impl Project {
 
     /// Adds a flow file that has been parsed and lowered, then loads everything it names.
     fn finish_flow(&mut self, canonical: PathBuf, prepared: PreparedFile, limits: &Limits) -> Option<FlowId> {
-        let Added { file, hash, model, .. } = self.add_file(prepared);
+        let Added {
+            file, hash, model, ..
+        } = self.add_file(prepared);
         let (flow, malformed_steps) = match model {
             Model::Flow { flow, malformed } => (flow, malformed.into_iter().collect()),
             _ => (None, HashSet::new()),
@@ -299,7 +301,10 @@ impl Project {
     /// project's.
     fn add_file(&mut self, prepared: PreparedFile) -> Added {
         let file = self.sources.add(prepared.source);
-        debug_assert_eq!(file, prepared.file, "a file is prepared as the next file of the project");
+        debug_assert_eq!(
+            file, prepared.file,
+            "a file is prepared as the next file of the project"
+        );
         self.diags.extend(prepared.diags);
         self.diags.extend(prepared.model_diags);
         Added {
@@ -353,7 +358,12 @@ impl Project {
     }
 
     /// Adds a library file that has been parsed and lowered, then the files it imports.
-    fn finish_library(&mut self, canonical: PathBuf, prepared: PreparedFile, limits: &Limits) -> Option<LibId> {
+    fn finish_library(
+        &mut self,
+        canonical: PathBuf,
+        prepared: PreparedFile,
+        limits: &Limits,
+    ) -> Option<LibId> {
         let Added { file, model, .. } = self.add_file(prepared);
         let library = match model {
             Model::Library { library } => library,
@@ -515,12 +525,19 @@ enum Kind {
     Schema,
 }
 
-/// A file's model, as far as it could be built.
+/// A file's model, as far as it could be built. One per file, moved once into the project:
+/// boxing the large variant would buy nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 enum Model {
     None,
-    Flow { flow: Option<Flow>, malformed: Vec<Span> },
-    Library { library: Library },
+    Flow {
+        flow: Option<Flow>,
+        malformed: Vec<Span>,
+    },
+    Library {
+        library: Library,
+    },
 }
 
 /// A file read, hashed (flows only), parsed and lowered into the model as file `file` of a
@@ -532,6 +549,10 @@ struct PreparedFile {
     kind: Kind,
     source: SourceFile,
     hash: String,
+    /// Whether the text was parsed (it is UTF-8 and within the size limit); its tree is kept
+    /// for schemas only, the model is what the rest of loading needs.
+    parsed: bool,
+    /// The tree of a schema file.
     node: Option<Node>,
     /// Problems of the parse.
     diags: Vec<Diagnostic>,
@@ -549,9 +570,9 @@ struct Added {
 }
 
 impl PreparedFile {
-    /// Registers nothing: the text is the bytes themselves when they are UTF-8 (no copy), else
-    /// their lossy reading, which is what the parser's spans then point into. A file over the
-    /// size limit was not read: it gets the parser's own `SY101` and no tree.
+    /// The text is the bytes themselves when they are UTF-8 (no copy), else their lossy
+    /// reading, which is what the parser's spans then point into. A file over the size limit
+    /// was not read: it gets the parser's own `SY101` and no tree.
     fn new(
         file: FileId,
         name: String,
@@ -561,104 +582,119 @@ impl PreparedFile {
         kind: Kind,
         parse: Parse,
     ) -> Self {
-        let mut prepared = match contents {
-            Err(TooLarge(len)) => PreparedFile {
-                file,
-                kind,
-                source: SourceFile::new(name, Some(canonical), ""),
-                hash: String::new(),
-                node: None,
-                diags: vec![syntax::too_large(file, len, limits.max_bytes)],
-                model: Model::None,
-                model_diags: Vec::new(),
-            },
-            Ok(bytes) => {
-                let digest = |bytes: &[u8]| match kind {
-                    Kind::Flow => hex(&Sha256::digest(bytes)),
-                    Kind::Library | Kind::Schema => String::new(),
-                };
-                let (source, hash, (node, diags)) = match String::from_utf8(bytes) {
-                    Ok(text) => {
-                        let text: Arc<str> = text.into();
-                        let meanwhile = || {
-                            let hash = digest(text.as_bytes());
-                            (SourceFile::new(name, Some(canonical), Arc::clone(&text)), hash)
-                        };
-                        let (parsed, (source, hash)) = match parse {
-                            Parse::Spawn => {
-                                syntax::parse_collecting_with(file, text.as_bytes(), limits, meanwhile)
-                            }
-                            Parse::Here => {
-                                let parsed = syntax::parse_collecting_here(file, text.as_bytes(), limits);
-                                (parsed, meanwhile())
-                            }
-                        };
-                        (source, hash, parsed)
-                    }
-                    Err(e) => {
-                        let hash = digest(e.as_bytes());
-                        let parsed = syntax::parse_collecting_here(file, e.as_bytes(), limits);
-                        let text = String::from_utf8_lossy(e.as_bytes()).into_owned();
-                        (SourceFile::new(name, Some(canonical), text), hash, parsed)
-                    }
-                };
-                PreparedFile {
+        let bytes = match contents {
+            Ok(bytes) => bytes,
+            Err(TooLarge(len)) => {
+                return PreparedFile {
                     file,
                     kind,
-                    source,
+                    source: SourceFile::new(name, Some(canonical), ""),
+                    hash: String::new(),
+                    parsed: false,
+                    node: None,
+                    diags: vec![syntax::too_large(file, len, limits.max_bytes)],
+                    model: Model::None,
+                    model_diags: Vec::new(),
+                };
+            }
+        };
+        let digest = |bytes: &[u8]| match kind {
+            Kind::Flow => hex(&Sha256::digest(bytes)),
+            Kind::Library | Kind::Schema => String::new(),
+        };
+        let text = match String::from_utf8(bytes) {
+            Ok(text) => text,
+            Err(e) => {
+                let hash = digest(e.as_bytes());
+                let (_, diags) = syntax::parse_collecting_here(file, e.as_bytes(), limits);
+                let text = String::from_utf8_lossy(e.as_bytes()).into_owned();
+                return PreparedFile {
+                    file,
+                    kind,
+                    source: SourceFile::new(name, Some(canonical), text),
                     hash,
-                    node,
+                    parsed: false,
+                    node: None,
                     diags,
                     model: Model::None,
                     model_diags: Vec::new(),
-                }
+                };
             }
         };
-        prepared.build_model();
+        let text: Arc<str> = text.into();
+        // The file's hash and line index are made while it is parsed.
+        let meanwhile = || {
+            let hash = digest(text.as_bytes());
+            (SourceFile::new(name, Some(canonical), Arc::clone(&text)), hash)
+        };
+        let ((node, diags), (source, hash)) = match parse {
+            Parse::Spawn => syntax::parse_collecting_with(file, text.as_bytes(), limits, meanwhile),
+            Parse::Here => {
+                let parsed = syntax::parse_collecting_here(file, text.as_bytes(), limits);
+                (parsed, meanwhile())
+            }
+        };
+        let mut prepared = PreparedFile {
+            file,
+            kind,
+            source,
+            hash,
+            parsed: true,
+            node: None,
+            diags,
+            model: Model::None,
+            model_diags: Vec::new(),
+        };
+        prepared.lower(node);
         prepared
     }
 
-    /// Lowers the tree into the model of its kind (a file without a tree has none).
-    fn build_model(&mut self) {
-        let Some(node) = &self.node else {
-            self.model = Model::None;
-            self.model_diags = Vec::new();
-            return;
-        };
+    /// Lowers the tree into the model of its kind (a file without a tree has none), then
+    /// keeps the tree of a schema and drops any other (a worker drops its own trees).
+    fn lower(&mut self, node: Option<Node>) {
+        self.model = Model::None;
+        self.model_diags = Vec::new();
+        let Some(node) = node else { return };
         let mut cx = Cx::new(&self.source.text);
         self.model = match self.kind {
             Kind::Flow => {
-                let flow = build::flow(&mut cx, node);
+                let flow = build::flow(&mut cx, &node);
                 Model::Flow {
                     flow,
                     malformed: std::mem::take(&mut cx.malformed_steps),
                 }
             }
             Kind::Library => Model::Library {
-                library: build::library(&mut cx, node),
+                library: build::library(&mut cx, &node),
             },
             Kind::Schema => Model::None,
         };
         self.model_diags = cx.diags;
+        if self.kind == Kind::Schema {
+            self.node = Some(node);
+        }
     }
 
-    /// This file as file `file` of the project: when it was prepared as another, its tree and
-    /// problems move to `file`, and its model is built again from the moved tree.
-    fn renumbered(mut self, file: FileId) -> Self {
+    /// This file as file `file` of the project: when it was prepared as another, it is parsed
+    /// and lowered again as `file` (its problems without a tree just move).
+    fn renumbered(mut self, file: FileId, limits: &Limits) -> Self {
         if self.file == file {
             return self;
         }
         self.file = file;
-        if let Some(node) = &mut self.node {
-            node.set_file(file);
-        }
-        for d in &mut self.diags {
-            d.primary.span.file = file;
-            for label in &mut d.secondary {
-                label.span.file = file;
+        if self.parsed {
+            let text = Arc::clone(&self.source.text);
+            let (node, diags) = syntax::parse_collecting(file, text.as_bytes(), limits);
+            self.diags = diags;
+            self.lower(node);
+        } else {
+            for d in &mut self.diags {
+                d.primary.span.file = file;
+                for label in &mut d.secondary {
+                    label.span.file = file;
+                }
             }
         }
-        self.build_model();
         self
     }
 }
@@ -749,7 +785,10 @@ impl Project {
                         let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         let Some((path, _)) = tops.get(i) else { break };
                         let file = FileId(u32::try_from(first + i).unwrap_or(u32::MAX));
-                        if send.send((i, prepare_top(path, file, limits, Parse::Here))).is_err() {
+                        if send
+                            .send((i, prepare_top(path, file, limits, Parse::Here)))
+                            .is_err()
+                        {
                             break;
                         }
                     }

@@ -233,8 +233,6 @@ impl std::hash::BuildHasher for FastState {
 
 /// A `HashMap` with [`FastHasher`].
 pub(crate) type FastMap<K, V> = std::collections::HashMap<K, V, FastState>;
-/// A `HashSet` with [`FastHasher`].
-pub(crate) type FastSet<K> = std::collections::HashSet<K, FastState>;
 
 #[cfg(test)]
 mod tests {

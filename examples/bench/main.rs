@@ -60,6 +60,7 @@ const NOT_YET: &[&str] = &["W5X", "W7", "W9"];
 /// Measured child processes: `--child NAME ARGS...`.
 const CHILDREN: &[(&str, ChildFn)] = &[
     ("w3-repeat", w3_foreach::child_repeat),
+    ("w4-repeat", w4_while::child_repeat),
     ("w6", w6_build::child),
     ("w6-phases", w6_build::child_phases),
     ("w8-phases", w8_lint::child_phases),

@@ -169,7 +169,9 @@ pub fn ms(d: Duration) -> f64 {
 pub fn load_plan(name: &str) -> Result<std::sync::Arc<switchyard::plan::Plan>, String> {
     use switchyard::project::Project;
     use switchyard::syntax::Limits;
-    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/bench").join(name);
+    let file = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples/bench")
+        .join(name);
     let root = file
         .parent()
         .ok_or("the flow file has no directory")?
@@ -178,8 +180,16 @@ pub fn load_plan(name: &str) -> Result<std::sync::Arc<switchyard::plan::Plan>, S
     let mut project = Project::default();
     let id = project.load_top(&file, root, &Limits::default());
     let Some(id) = id else {
-        let text: Vec<String> = project.diags.iter().map(|d| format!("{} {}", d.rule.code, d.message)).collect();
-        return Err(format!("`{}` did not load as a flow: {}", file.display(), text.join("; ")));
+        let text: Vec<String> = project
+            .diags
+            .iter()
+            .map(|d| format!("{} {}", d.rule.code, d.message))
+            .collect();
+        return Err(format!(
+            "`{}` did not load as a flow: {}",
+            file.display(),
+            text.join("; ")
+        ));
     };
     let (plan, diags) = switchyard::compile::compile(&project, id);
     if !diags.is_empty() {
@@ -187,7 +197,11 @@ pub fn load_plan(name: &str) -> Result<std::sync::Arc<switchyard::plan::Plan>, S
             .iter()
             .map(|d| format!("{} {}", d.rule.code, d.message))
             .collect();
-        return Err(format!("`{}` does not lint clean: {}", file.display(), text.join("; ")));
+        return Err(format!(
+            "`{}` does not lint clean: {}",
+            file.display(),
+            text.join("; ")
+        ));
     }
     let plan = plan.ok_or_else(|| format!("`{}` did not compile", file.display()))?;
     Ok(std::sync::Arc::new(plan))

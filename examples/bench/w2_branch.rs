@@ -84,7 +84,10 @@ fn check(outcomes: &[RunOutcome]) -> Result<(), String> {
             return Err(format!("run {k}: expected output {want}, got {:?}", o.output));
         }
         if o.path != ["classify", tier, "join"] {
-            return Err(format!("run {k}: expected path classify, {tier}, join; got {:?}", o.path));
+            return Err(format!(
+                "run {k}: expected path classify, {tier}, join; got {:?}",
+                o.path
+            ));
         }
     }
     Ok(())

@@ -101,7 +101,9 @@ pub fn child_repeat(args: &[String]) -> Result<(), String> {
         return Err("usage: --child w3-repeat FLOW ITEMS REPEAT".into());
     };
     let items: usize = items.parse().map_err(|_| format!("bad item count `{items}`"))?;
-    let repeat: usize = repeat.parse().map_err(|_| format!("bad repeat count `{repeat}`"))?;
+    let repeat: usize = repeat
+        .parse()
+        .map_err(|_| format!("bad repeat count `{repeat}`"))?;
     let plan = util::load_plan(flow)?;
     let rt = util::tokio_runtime()?;
     let mut t = Vec::with_capacity(repeat);
@@ -158,11 +160,19 @@ fn check(o: &RunOutcome, items: usize) -> Result<(), String> {
     }
     for (k, r) in results.iter().enumerate() {
         if *r != json!({"id": k, "v": 2 * k}) {
-            return Err(format!("results[{k}] is {r}, expected {{\"id\": {k}, \"v\": {}}}", 2 * k));
+            return Err(format!(
+                "results[{k}] is {r}, expected {{\"id\": {k}, \"v\": {}}}",
+                2 * k
+            ));
         }
     }
     let list = out["items"].as_array().ok_or("the output lost `items`")?;
-    if list.len() != items || list.iter().enumerate().any(|(k, it)| *it != json!({"id": k, "v": k})) {
+    if list.len() != items
+        || list
+            .iter()
+            .enumerate()
+            .any(|(k, it)| *it != json!({"id": k, "v": k}))
+    {
         return Err("the output's `items` changed".into());
     }
     Ok(())

@@ -79,11 +79,38 @@ pub fn run(profile: &Profile, opts: &Options) -> Result<Vec<Report>, String> {
     ])
 }
 
+/// `--child w4-repeat ITERATIONS REPEAT`: REPEAT checked runs of ITERATIONS iterations, for a
+/// profiler; prints the median µs per iteration.
+pub fn child_repeat(args: &[String]) -> Result<(), String> {
+    let [iterations, repeat] = args else {
+        return Err("usage: --child w4-repeat ITERATIONS REPEAT".into());
+    };
+    let n: usize = iterations
+        .parse()
+        .map_err(|_| format!("bad iteration count `{iterations}`"))?;
+    let repeat: usize = repeat
+        .parse()
+        .map_err(|_| format!("bad repeat count `{repeat}`"))?;
+    let plan = util::load_plan(FLOW)?;
+    let rt = util::tokio_runtime()?;
+    let mut t = Vec::with_capacity(repeat);
+    for _ in 0..repeat {
+        let (secs, o, _) = rt.block_on(one_run(&plan, n));
+        check(&o, n)?;
+        t.push(secs * 1e6 / n as f64);
+    }
+    println!("us_per_iter={}", median(&t));
+    Ok(())
+}
+
 /// The cost per iteration at N/4 … 4N (median of 3 runs each; at most `max_iterations`), to
 /// stderr: where linearity breaks.
 fn scaling(rt: &tokio::runtime::Runtime, plan: &Arc<Plan>, n: usize) -> Result<(), String> {
     let mut line = "W4 scaling, µs per iteration (median of 3):".to_string();
-    for size in [n / 4, n / 2, n, 2 * n, 4 * n].into_iter().filter(|&s| s <= 100_000) {
+    for size in [n / 4, n / 2, n, 2 * n, 4 * n]
+        .into_iter()
+        .filter(|&s| s <= 100_000)
+    {
         let mut t = Vec::new();
         for _ in 0..3 {
             let (secs, o, _) = rt.block_on(one_run(plan, size));
@@ -113,13 +140,20 @@ fn check(o: &RunOutcome, iterations: usize) -> Result<(), String> {
         return Err(format!("the run ended {}: {:?}", o.status.as_str(), o.error));
     }
     if o.output != Some(json!({ "i": iterations })) {
-        return Err(format!("expected output {{\"i\": {iterations}}}, got {:?}", o.output));
+        return Err(format!(
+            "expected output {{\"i\": {iterations}}}, got {:?}",
+            o.output
+        ));
     }
     Ok(())
 }
 
 /// The store holds the step's record, with its iteration count, and one record per iteration.
-async fn check_records(engine: &Engine<MemoryStore>, o: &RunOutcome, iterations: usize) -> Result<(), String> {
+async fn check_records(
+    engine: &Engine<MemoryStore>,
+    o: &RunOutcome,
+    iterations: usize,
+) -> Result<(), String> {
     let steps = engine
         .store
         .steps(&o.run_id)

@@ -24,8 +24,8 @@ pub struct CallContext<'a> {
     pub run_id: &'a str,
     /// The step id.
     pub step: &'a str,
-    /// The hierarchical step number (`1.3.2`).
-    pub step_number: &'a str,
+    /// The hierarchical step number (`1.3.2`; an iteration: `1.3[2]`).
+    pub step_number: StepNumber<'a>,
     /// 1-based attempt of this call.
     pub attempt: u32,
     /// The step's rendered `message`, if any.
@@ -40,6 +40,35 @@ pub struct CallContext<'a> {
     /// 0-based index of this call among the calls of this agent in this run (attempts
     /// included), counted by the engine through [`AgentState::next_call`].
     pub call_index: u64,
+}
+
+/// A step's hierarchical number as agents see it: the step's (`1.3`, a `parallel` branch
+/// `1.3.sentiment`), with the iteration for a loop's body (`1.3[2]`). Written out only when
+/// an agent asks for it ([`Display`](std::fmt::Display)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StepNumber<'a> {
+    pub step: &'a str,
+    pub iteration: Option<u64>,
+}
+
+impl<'a> StepNumber<'a> {
+    /// The number of a step (or branch) that is not a loop iteration.
+    pub fn of(step: &'a str) -> Self {
+        StepNumber {
+            step,
+            iteration: None,
+        }
+    }
+}
+
+impl std::fmt::Display for StepNumber<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.step)?;
+        if let Some(i) = self.iteration {
+            write!(f, "[{i}]")?;
+        }
+        Ok(())
+    }
 }
 
 impl CallContext<'_> {

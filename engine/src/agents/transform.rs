@@ -74,7 +74,7 @@ pub(crate) mod tests {
         CallContext {
             run_id: "r1",
             step: "s",
-            step_number: "1",
+            step_number: crate::agents::StepNumber::of("1"),
             attempt: 1,
             message,
             context,

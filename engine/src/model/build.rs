@@ -1211,7 +1211,7 @@ impl<'n> StepFields<'n> {
 }
 
 /// The value node of an entry.
-fn val<'n>(entry: Option<&'n (Key, Node)>) -> Option<&'n Node> {
+fn val(entry: Option<&(Key, Node)>) -> Option<&Node> {
     entry.map(|(_, v)| v)
 }
 
@@ -1252,7 +1252,10 @@ fn step(cx: &mut Cx, key: &Key, node: &Node) -> Step {
     }
     if f.foreach.is_none() {
         // FOREACH_ONLY, in its order.
-        for (k, entry) in FOREACH_ONLY.iter().zip([f.as_name, f.max_items, f.tolerate, f.select]) {
+        for (k, entry) in FOREACH_ONLY
+            .iter()
+            .zip([f.as_name, f.max_items, f.tolerate, f.select])
+        {
             if let Some((key, _)) = entry {
                 cx.push(
                     Diagnostic::new(
@@ -1303,9 +1306,7 @@ fn step(cx: &mut Cx, key: &Key, node: &Node) -> Step {
     }
     Step {
         id: Sp::new(key.name.clone(), key.span),
-        description: val(f.description)
-            .and_then(|n| string(cx, n))
-            .map(|s| s.value),
+        description: val(f.description).and_then(|n| string(cx, n)).map(|s| s.value),
         kind,
         next: val(f.next).and_then(|n| next(cx, n)),
         timeout: val(f.timeout).and_then(|n| duration(cx, n)),

@@ -533,7 +533,17 @@ fn write(root: &mut Value, p: &Path, value: Value, shown: &str) -> Result<Undo, 
     let undo = match locate(root, p, shown)? {
         Point::Exists => return Err(StepError::mapping(format!("cannot write `{shown}`"))),
         Point::Null(i) => Undo::Put(i, Value::Null),
-        Point::Missing(i) => Undo::Remove(i),
+        Point::Missing(i) => {
+            // The next most common case: a new key in an object that exists.
+            if i + 1 == segs.len()
+                && let Seg::Key(k) = &segs[i]
+                && let Some(Value::Object(m)) = walk_mut(root, &segs[..i])
+            {
+                m.insert(k.clone(), value);
+                return Ok(Undo::Remove(i));
+            }
+            Undo::Remove(i)
+        }
     };
     p.set(root, value)
         .map_err(|e| StepError::mapping(e.to_string()))?;

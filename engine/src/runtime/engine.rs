@@ -20,7 +20,7 @@ use super::eval::{self, Vars};
 use super::record::{self, RunRecord, RunStatus, StepRecord, StepStatus, Usage};
 use super::steps::{StepFacts, StepVar, StepsVar};
 use super::{ErrorKind, StepError};
-use crate::agents::{self, AgentState, CallContext};
+use crate::agents::{self, AgentState, CallContext, StepNumber};
 use crate::model::{AgentKind, EdgeOn};
 use crate::plan::*;
 use crate::store::Store;
@@ -147,7 +147,11 @@ impl<S: Store> Engine<S> {
             max_depth,
             allow,
         };
-        self.run_flow(&tree, root, input, lineage, &state).await
+        // The root run in place: only child runs need the boxed, recursive `run_flow`.
+        let flow = tree.plan.flow(root).clone();
+        Run::new(self, &tree, flow, root, input, lineage, &state)
+            .execute()
+            .await
     }
 
     fn run_flow<'a>(
@@ -228,6 +232,9 @@ struct Run<'e, S: Store> {
     /// The run's record; its `input` is the run input (`input` in expressions).
     record: RunRecord,
     payload: Value,
+    /// At least the size of `payload` as [`json_size`] counts it (see
+    /// [`Run::check_payload_size`]).
+    payload_bound: u64,
     /// `steps.<id>`: result, status, error, ... of steps that finished (built when read).
     steps: StepsVar,
     /// Step executions so far (iterations included), counted by [`Run::count_step`] from
@@ -275,6 +282,7 @@ impl<'e, S: Store> Run<'e, S> {
             state,
             record,
             payload,
+            payload_bound: 0,
             steps,
             executed: AtomicU64::new(0),
             numbered: 0,
@@ -301,7 +309,7 @@ impl<'e, S: Store> Run<'e, S> {
         }
         // The payload starts as the input: an input over `max_payload_bytes` fails the run
         // before any step, rather than at whichever step first writes.
-        if let Err(e) = self.check_payload_size() {
+        if let Err(e) = self.measure_payload() {
             return self.finish(RunStatus::Failed, None, Some(e)).await;
         }
         let result = self.walk().await;
@@ -375,13 +383,17 @@ impl<'e, S: Store> Run<'e, S> {
         }
     }
 
+    /// The next step's number: `3`, or `2.3` in a child run started by step `2`.
     fn number(&mut self) -> String {
         self.numbered += 1;
-        if self.lineage.prefix.is_empty() {
-            self.numbered.to_string()
-        } else {
-            format!("{}.{}", self.lineage.prefix, self.numbered)
+        let prefix = &self.lineage.prefix;
+        let mut s = String::with_capacity(prefix.len() + 8);
+        if !prefix.is_empty() {
+            s.push_str(prefix);
+            s.push('.');
         }
+        push_decimal(&mut s, self.numbered);
+        s
     }
 
     /// Counts a step execution against `limits.max_steps`.
@@ -522,35 +534,37 @@ impl<'e, S: Store> Run<'e, S> {
     }
 
     /// Picks the edge to follow (SPEC §4). `Ok(None)`: the step has no `next`.
-    fn route(&self, step: &StepPlan, outcome: &StepOutcome, entry: usize) -> Result<Option<NodeIdx>, StepError> {
+    fn route(
+        &self,
+        step: &StepPlan,
+        outcome: &StepOutcome,
+        entry: usize,
+    ) -> Result<Option<NodeIdx>, StepError> {
         if !step.has_next {
             return Ok(None);
         }
         let failed = outcome.error.is_some();
+        let kind = outcome.error.as_ref().map_or("", |e| e.kind.as_str());
+        // Edges that were tried and did not match: explained only if none does.
         let mut tried = Vec::new();
         let entry = self.steps.entry(entry);
         // `step` is built only if a condition reads it.
         let step_var = StepVar::new(&step.id, &entry.facts);
+        let target = |to: NodeIdx| self.flow.step(to).map_or("end", |s| s.id.as_str());
         for (edge, to) in self.flow.routes(step) {
             let on_matches = match edge.on {
                 EdgeOn::Success => !failed,
                 EdgeOn::Failure => failed,
                 EdgeOn::Always => true,
             };
-            let target = || self.flow.step(to).map_or("end", |s| s.id.as_str()).to_string();
             if !on_matches {
                 continue;
             }
-            if let Some(kinds) = &edge.errors {
-                let kind = outcome.error.as_ref().map(|e| e.kind.as_str()).unwrap_or("");
-                if !kinds.iter().any(|k| k == kind) {
-                    tried.push(format!(
-                        "to `{}`: errors [{}] (kind was `{kind}`)",
-                        target(),
-                        kinds.join(", ")
-                    ));
-                    continue;
-                }
+            if let Some(kinds) = &edge.errors
+                && !kinds.iter().any(|k| k == kind)
+            {
+                tried.push((edge, to));
+                continue;
             }
             if let Some(cond) = &edge.cond {
                 let vars = Vars {
@@ -566,7 +580,7 @@ impl<'e, S: Store> Run<'e, S> {
                 match eval::eval_bool(cond, &vars) {
                     Ok(true) => {}
                     Ok(false) => {
-                        tried.push(format!("to `{}`: if {} → false", target(), cond.text()));
+                        tried.push((edge, to));
                         continue;
                     }
                     Err(e) => {
@@ -574,19 +588,31 @@ impl<'e, S: Store> Run<'e, S> {
                         return Err(StepError::expression(format!(
                             "step `{}`: the condition of the edge to `{}` failed: {}",
                             step.id,
-                            target(),
+                            target(to),
                             e.message
                         )));
                     }
                 }
             }
-            tracing::debug!(run_id = %self.record.id, step = %step.id, to = %target(), "route");
+            tracing::debug!(run_id = %self.record.id, step = %step.id, to = %target(to), "route");
             return Ok(Some(to));
         }
         match &outcome.error {
             // An unmatched failure fails the run with the step's own error.
             Some(e) => Err(e.clone()),
             None => {
+                let tried: Vec<String> = tried
+                    .into_iter()
+                    .map(|(edge, to)| match (&edge.errors, &edge.cond) {
+                        (Some(kinds), _) if !kinds.iter().any(|k| k == kind) => format!(
+                            "to `{}`: errors [{}] (kind was `{kind}`)",
+                            target(to),
+                            kinds.join(", ")
+                        ),
+                        (_, Some(cond)) => format!("to `{}`: if {} → false", target(to), cond.text()),
+                        (_, None) => format!("to `{}`", target(to)),
+                    })
+                    .collect();
                 let listed = if tried.is_empty() {
                     "it has no success edge".to_string()
                 } else {
@@ -624,7 +650,7 @@ impl<'e, S: Store> Run<'e, S> {
                     data::apply_set(set, &mut payload, &vars, &mut changes)
                 };
                 self.payload = payload;
-                match applied.and_then(|()| self.check_payload_size()) {
+                match applied.and_then(|()| self.check_payload_size(&changes)) {
                     Ok(()) => {
                         let mut o = StepOutcome::ok(None);
                         o.changes = changes;
@@ -678,15 +704,40 @@ impl<'e, S: Store> Run<'e, S> {
         }
     }
 
-    fn check_payload_size(&self) -> Result<(), StepError> {
+    /// Measures the payload against `limits.max_payload_bytes` (the run input, before any
+    /// step), and starts the bound [`Run::check_payload_size`] keeps.
+    fn measure_payload(&mut self) -> Result<(), StepError> {
         let max = self.flow.limits.max_payload_bytes;
-        if json_size(&self.payload, max + 1) > max {
-            return Err(StepError::new(
-                ErrorKind::Limit,
-                format!("payload size limit reached (limits.max_payload_bytes {max})"),
-            ));
+        let size = json_size(&self.payload, max + 1);
+        if size > max {
+            return Err(payload_limit(max));
         }
+        self.payload_bound = size;
         Ok(())
+    }
+
+    /// Checks `limits.max_payload_bytes` after the writes `changes` made. Walking the whole
+    /// payload after every write would cost O(payload) per step (quadratic over a loop that
+    /// grows it), so the run keeps an upper bound of the payload's size: a write adds at most
+    /// the size of its value and of the containers its path creates. Only when that bound
+    /// passes the limit is the payload measured (and the bound reset to its size): the step
+    /// fails exactly when the payload is over the limit, as if it were measured every time.
+    fn check_payload_size(&mut self, changes: &[Change]) -> Result<(), StepError> {
+        let max = self.flow.limits.max_payload_bytes;
+        let mut bound = self.payload_bound;
+        for c in changes {
+            if bound > max {
+                break;
+            }
+            bound = bound
+                .saturating_add(json_size(&c.value, max + 1))
+                .saturating_add(write_overhead(&c.path));
+        }
+        if bound <= max {
+            self.payload_bound = bound;
+            return Ok(());
+        }
+        self.measure_payload()
     }
 
     /// The agent a call uses after `--agent-change`, checked against the capability set.
@@ -768,10 +819,10 @@ impl<'e, S: Store> Run<'e, S> {
         match applied {
             Ok(v) => {
                 outcome.violations.extend(v);
-                outcome.changes.extend(changes);
-                if let Err(e) = self.check_payload_size() {
+                if let Err(e) = self.check_payload_size(&changes) {
                     outcome.error = Some(e);
                 }
+                outcome.changes.extend(changes);
             }
             Err(e) => outcome.error = Some(e),
         }
@@ -792,7 +843,7 @@ impl<'e, S: Store> Run<'e, S> {
             Err(e) => return StepOutcome::err(e),
         };
         let mut outcome = self
-            .invoke(step, call, &input, message.as_deref(), number)
+            .invoke(step, call, &input, message.as_deref(), StepNumber::of(number))
             .await;
         outcome.input = Some(input);
         if outcome.error.is_none()
@@ -811,7 +862,7 @@ impl<'e, S: Store> Run<'e, S> {
         call: &CallPlan,
         input: &Value,
         message: Option<&str>,
-        number: &str,
+        number: StepNumber<'_>,
     ) -> StepOutcome {
         let agent = match self.effective_agent(call) {
             Ok(a) => a,
@@ -863,7 +914,7 @@ impl<'e, S: Store> Run<'e, S> {
         agent: &Arc<AgentPlan>,
         input: &Value,
         message: Option<&str>,
-        number: &str,
+        number: StepNumber<'_>,
         attempt: u32,
     ) -> CallResult {
         let call_index = self.state.next_call(&agent.name);
@@ -936,7 +987,7 @@ impl<'e, S: Store> Run<'e, S> {
         agent: &Arc<AgentPlan>,
         input: &Value,
         cx: CallContext<'_>,
-        number: &str,
+        number: StepNumber<'_>,
     ) -> CallResult {
         use crate::agents::Agent as _;
         let plain = |r: Result<Value, StepError>| {
@@ -960,7 +1011,7 @@ impl<'e, S: Store> Run<'e, S> {
     }
 
     /// A `flow` agent: a child run one level deeper, with its own payload.
-    async fn child_run(&self, child: FlowRef, input: Value, number: &str) -> CallResult {
+    async fn child_run(&self, child: FlowRef, input: Value, number: StepNumber<'_>) -> CallResult {
         let depth = self.lineage.depth;
         let max = self.lineage.max_depth;
         if u64::from(depth) + 1 > max {
@@ -1206,10 +1257,13 @@ impl<'e, S: Store> Run<'e, S> {
             Ok(p) => p,
             Err(e) => return StepOutcome::err(e),
         };
-        let iter_number = format!("{number}[{index}]");
+        let iter_number = StepNumber {
+            step: number,
+            iteration: Some(index as u64),
+        };
         let started_at = record::now_ms();
         let mut o = self
-            .invoke(step, call, &input, message.as_deref(), &iter_number)
+            .invoke(step, call, &input, message.as_deref(), iter_number)
             .await;
         if o.error.is_none()
             && let (Some(sel), Some(r)) = (&f.select, &o.result)
@@ -1305,10 +1359,13 @@ impl<'e, S: Store> Run<'e, S> {
                     break;
                 }
             };
-            let iter_number = format!("{number}[{iterations}]");
+            let iter_number = StepNumber {
+                step: number,
+                iteration: Some(iterations),
+            };
             let started_at = record::now_ms();
             let mut r = self
-                .invoke(step, call, &input, message.as_deref(), &iter_number)
+                .invoke(step, call, &input, message.as_deref(), iter_number)
                 .await;
             self.record_part(
                 step,
@@ -1378,7 +1435,7 @@ impl<'e, S: Store> Run<'e, S> {
                         let branch_number = format!("{number}.{name}");
                         let started_at = record::now_ms();
                         let mut o = tokio::select! {
-                            o = this.invoke(step, call, input, message.as_deref(), &branch_number) => o,
+                            o = this.invoke(step, call, input, message.as_deref(), StepNumber::of(&branch_number)) => o,
                             _ = ff.cancelled() => StepOutcome::err(StepError::new(
                                 ErrorKind::Cancelled,
                                 "cancelled: another branch failed (fail_fast)",
@@ -1524,6 +1581,21 @@ fn type_name(v: &Value) -> &'static str {
     }
 }
 
+fn payload_limit(max: u64) -> StepError {
+    StepError::new(
+        ErrorKind::Limit,
+        format!("payload size limit reached (limits.max_payload_bytes {max})"),
+    )
+}
+
+/// At most what a write at `path` (a change's path: `$.a.b`, `$['k'][0]`) adds to the size
+/// of the payload besides its value: the keys and brackets of the containers it creates and a
+/// comma at each level. Every key's text is inside the path's text, and each segment costs
+/// at least one character of it, so a few characters per character of the path are plenty.
+fn write_overhead(path: &str) -> u64 {
+    6 * path.len() as u64 + 8
+}
+
 /// The size of `v` as JSON text, counted up to a little past `cap`.
 pub fn json_size(v: &Value, cap: u64) -> u64 {
     fn walk(v: &Value, acc: &mut u64, cap: u64) {
@@ -1553,6 +1625,21 @@ pub fn json_size(v: &Value, cap: u64) -> u64 {
     let mut acc = 0;
     walk(v, &mut acc, cap);
     acc
+}
+
+/// Appends `n` in decimal (as `to_string` would), without the formatting machinery.
+fn push_decimal(s: &mut String, mut n: u64) {
+    let mut buf = [0u8; 20];
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    s.push_str(std::str::from_utf8(&buf[i..]).expect("ASCII digits"));
 }
 
 /// The length of a JSON number as serde_json writes it, without building the text.
@@ -1618,10 +1705,31 @@ mod tests {
     }
 
     #[test]
+    fn decimals_are_written_like_to_string() {
+        for n in [0u64, 7, 10, 99, 100, 12_345, u64::MAX] {
+            let mut s = String::from("x");
+            push_decimal(&mut s, n);
+            assert_eq!(s, format!("x{n}"));
+        }
+    }
+
+    #[test]
     fn durations_print_in_flow_units() {
         assert_eq!(fmt_duration(Duration::from_millis(250)), "250ms");
         assert_eq!(fmt_duration(Duration::from_secs(20)), "20s");
         assert_eq!(fmt_duration(Duration::from_secs(300)), "5m");
         assert_eq!(fmt_duration(Duration::from_secs(7200)), "2h");
+    }
+}
+#[cfg(test)]
+mod size_probe {
+    #[test]
+    fn future_sizes() {
+        let store = std::sync::Arc::new(crate::store::memory::MemoryStore::new());
+        let engine = super::Engine::new(store);
+        let plan = std::sync::Arc::new(crate::plan::Plan { flows: vec![], root: crate::plan::FlowRef(0) });
+        let f = engine.run(plan, serde_json::Value::Null, serde_json::Value::Null, Default::default());
+        eprintln!("Engine::run future: {} bytes", std::mem::size_of_val(&f));
+        std::mem::forget(f);
     }
 }

@@ -1490,7 +1490,11 @@ mod tests {
             }
         }
         let cel_bool = eval_bool_cel(&e, vars).map_err(|x| x.message);
-        assert_eq!(eval_bool(&e, vars).map_err(|x| x.message), cel_bool, "`{text}` as a condition");
+        assert_eq!(
+            eval_bool(&e, vars).map_err(|x| x.message),
+            cel_bool,
+            "`{text}` as a condition"
+        );
     }
 
     #[test]
@@ -1510,11 +1514,36 @@ mod tests {
             ..Vars::default()
         };
         let operands = [
-            "payload.n", "payload.z", "payload.neg", "payload.max", "payload.min", "payload.big",
-            "payload.f", "payload.one", "payload.s", "payload.t", "payload.nul", "payload.o",
-            "payload.o.a.b", "payload.o.s", "payload.l", "payload.missing", "payload.o.a.missing",
-            "context.n", "item.v", "nope", "0", "2", "-1", "1.0", "2u", "'low'", "\"x\"", "true",
-            "null", "payload.n + 1",
+            "payload.n",
+            "payload.z",
+            "payload.neg",
+            "payload.max",
+            "payload.min",
+            "payload.big",
+            "payload.f",
+            "payload.one",
+            "payload.s",
+            "payload.t",
+            "payload.nul",
+            "payload.o",
+            "payload.o.a.b",
+            "payload.o.s",
+            "payload.l",
+            "payload.missing",
+            "payload.o.a.missing",
+            "context.n",
+            "item.v",
+            "nope",
+            "0",
+            "2",
+            "-1",
+            "1.0",
+            "2u",
+            "'low'",
+            "\"x\"",
+            "true",
+            "null",
+            "payload.n + 1",
         ];
         let ops = ["+", "-", "*", "/", "%", "<", "<=", ">", ">=", "==", "!="];
         for a in operands {
@@ -1526,8 +1555,13 @@ mod tests {
             }
         }
         for text in [
-            "has(payload.n)", "payload.n < context.n && payload.t", "-payload.n", "payload['n'] + 1",
-            "payload.l[0] + 1", "size(payload.l) > 1", "(payload.n + 1) * (item.v - 1) % 5 == 0",
+            "has(payload.n)",
+            "payload.n < context.n && payload.t",
+            "-payload.n",
+            "payload['n'] + 1",
+            "payload.l[0] + 1",
+            "size(payload.l) > 1",
+            "(payload.n + 1) * (item.v - 1) % 5 == 0",
         ] {
             agree(text, &vars);
         }
@@ -1540,7 +1574,9 @@ mod tests {
             payload: Some(&payload),
             ..Vars::default()
         };
-        let d = |text: &str| direct::eval(expr::parse(text).expect("valid").ast(), &vars).map(direct::Direct::into_json);
+        let d = |text: &str| {
+            direct::eval(expr::parse(text).expect("valid").ast(), &vars).map(direct::Direct::into_json)
+        };
         assert_eq!(d("payload.n + 1"), Some(json!(8)));
         assert_eq!(d("payload.n % 5 >= 2"), Some(json!(true)));
         assert_eq!(d("payload.s != 'a'"), Some(json!(false)));
@@ -1550,5 +1586,4 @@ mod tests {
         assert_eq!(d("payload.missing"), None);
         assert_eq!(d("payload.n + 1.5"), None);
     }
-
 }

@@ -133,20 +133,64 @@ pub fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-/// A new run id: time-ordered and unique within a process and across processes.
+/// A new run id: time-ordered and unique within a process and across processes:
+/// `r`, then in hex the Unix milliseconds (11 digits), the process id (5), the low bits of the
+/// nanoseconds (4) and a per-process counter (as many digits as it needs).
 pub fn new_run_id() -> String {
+    use std::sync::OnceLock;
     use std::sync::atomic::{AtomicU64, Ordering};
     static COUNTER: AtomicU64 = AtomicU64::new(0);
+    // A system call each time otherwise; the engine never forks (agents `exec`).
+    static PID: OnceLock<u32> = OnceLock::new();
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let pid = std::process::id();
-    let nanos = std::time::SystemTime::now()
+    let pid = *PID.get_or_init(std::process::id);
+    let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
-    format!(
-        "r{:011x}{:05x}{:04x}{:x}",
-        now_ms(),
-        pid & 0xfffff,
-        nanos & 0xffff,
-        n
-    )
+        .unwrap_or_default();
+    let mut id = String::with_capacity(40);
+    id.push('r');
+    push_hex(&mut id, now.as_millis() as u64, 11);
+    push_hex(&mut id, u64::from(pid & 0xfffff), 5);
+    push_hex(&mut id, u64::from(now.subsec_nanos() & 0xffff), 4);
+    push_hex(&mut id, n, 1);
+    id
+}
+
+/// Appends `v` in lower-case hex, zero-padded to at least `width` digits (as `{:0width$x}`).
+fn push_hex(s: &mut String, v: u64, width: usize) {
+    let digits = ((64 - v.leading_zeros() as usize).div_ceil(4)).max(width).max(1);
+    for i in (0..digits).rev() {
+        let d = if i >= 16 { 0 } else { (v >> (4 * i)) & 0xf };
+        s.push(char::from_digit(d as u32, 16).expect("a hex digit"));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hex_is_zero_padded_like_format() {
+        for (v, w) in [
+            (0u64, 1),
+            (0, 4),
+            (0xabc, 2),
+            (0xabc, 5),
+            (u64::MAX, 11),
+            (1 << 40, 11),
+        ] {
+            let mut s = String::new();
+            push_hex(&mut s, v, w);
+            assert_eq!(s, format!("{v:0w$x}"), "{v} {w}");
+        }
+    }
+
+    #[test]
+    fn run_ids_are_unique_and_shaped() {
+        let a = new_run_id();
+        let b = new_run_id();
+        assert_ne!(a, b);
+        assert!(a.starts_with('r') && a.len() >= 22, "{a}");
+        assert!(a[1..].chars().all(|c| c.is_ascii_hexdigit()), "{a}");
+    }
 }

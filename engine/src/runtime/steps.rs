@@ -49,7 +49,10 @@ impl StepFacts {
         m.insert("attempts".into(), Value::from(self.attempts));
         m.insert("duration_ms".into(), Value::from(self.duration_ms));
         m.insert("failed".into(), self.failed.clone());
-        m.insert("iterations".into(), self.iterations.map_or(Value::Null, Value::from));
+        m.insert(
+            "iterations".into(),
+            self.iterations.map_or(Value::Null, Value::from),
+        );
         m
     }
 }
@@ -102,10 +105,14 @@ impl Entry {
     }
 }
 
+/// Up to this many entries, an entry is found by a search rather than an index.
+const SCAN: usize = 16;
+
 /// `steps` of one run.
 pub struct StepsVar {
     flow: Arc<FlowPlan>,
     /// Step index (position in `steps:`) → position in `entries`; `u32::MAX`: none yet.
+    /// Built once there are more than [`SCAN`] entries; before, `entries` is searched.
     position: Vec<u32>,
     /// One per step that finished, in the order they first finished.
     entries: Vec<Entry>,
@@ -153,27 +160,37 @@ impl StepsVar {
             }
             self.changed.clear();
         }
-        if step.index >= self.position.len() {
-            let len = self.flow.steps.len().max(step.index + 1);
-            self.position.resize(len, u32::MAX);
-        }
-        let p = match self.position[step.index] {
-            u32::MAX => {
+        let found = if self.position.is_empty() {
+            // Few entries: a search costs less than the index.
+            self.entries.iter().position(|e| e.node == node)
+        } else {
+            match self.position.get(step.index) {
+                Some(&p) if p != u32::MAX => Some(p as usize),
+                _ => None,
+            }
+        };
+        let p = match found {
+            Some(p) => {
+                let e = &mut self.entries[p];
+                e.facts = facts;
+                e.result = result;
+                p
+            }
+            None => {
                 let p = self.entries.len();
-                self.position[step.index] = u32::try_from(p).expect("fewer than 2^32 steps");
+                if self.entries.capacity() == 0 {
+                    self.entries.reserve(self.flow.steps.len().clamp(4, SCAN));
+                }
                 self.entries.push(Entry {
                     node,
                     facts,
                     result,
                     dirty: false,
                 });
+                if !self.position.is_empty() || self.entries.len() > SCAN {
+                    self.index_position(step.index, p);
+                }
                 p
-            }
-            p => {
-                let e = &mut self.entries[p as usize];
-                e.facts = facts;
-                e.result = result;
-                p as usize
             }
         };
         let e = &mut self.entries[p];
@@ -182,6 +199,24 @@ impl StepsVar {
             self.changed.push(p as u32);
         }
         p
+    }
+
+    /// Records that the step at `index` is at `p` in `entries`, building the index from the
+    /// entries the first time.
+    fn index_position(&mut self, index: usize, p: usize) {
+        if self.position.is_empty() {
+            let len = self.flow.steps.len().max(index + 1);
+            self.position = vec![u32::MAX; len];
+            for (q, e) in self.entries.iter().enumerate() {
+                if let Some(s) = self.flow.step(e.node) {
+                    self.position[s.index] = q as u32;
+                }
+            }
+        }
+        if index >= self.position.len() {
+            self.position.resize(index + 1, u32::MAX);
+        }
+        self.position[index] = u32::try_from(p).expect("fewer than 2^32 steps");
     }
 
     pub fn entry(&self, p: usize) -> &Entry {
@@ -318,6 +353,32 @@ mod tests {
             serde_json::json!({"id": "b", "status": "succeeded", "error": null, "attempts": 2,
                 "duration_ms": 0, "failed": null, "iterations": null, "result": 2})
         );
+    }
+
+    #[test]
+    fn many_steps_are_found_through_the_index() {
+        let ids: Vec<String> = (0..40).map(|i| format!("s{i}")).collect();
+        let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+        let (plan, nodes) = flow(&refs);
+        let step = |i: usize| plan.step(nodes[i]).expect("a step");
+        let mut s = StepsVar::new(plan.clone());
+        // Backwards, so that the order of first finishing differs from the order written.
+        for i in (0..40).rev() {
+            s.finish(step(i), nodes[i], facts(1), Some(Value::from(i)));
+        }
+        for round in 2..4u32 {
+            for i in (0..40).step_by(3) {
+                s.finish(step(i), nodes[i], facts(round), Some(Value::from(i * 100)));
+            }
+        }
+        let v = s.value();
+        let want: Vec<String> = (0..40).rev().map(|i| format!("s{i}")).collect();
+        assert_eq!(keys(v), want);
+        for i in 0..40 {
+            let (r, a) = if i % 3 == 0 { (i * 100, 3) } else { (i, 1) };
+            assert_eq!(v[&ids[i]]["result"], Value::from(r), "{i}");
+            assert_eq!(v[&ids[i]]["attempts"], Value::from(a), "{i}");
+        }
     }
 
     #[test]

@@ -75,7 +75,9 @@ fn plain_characters(b: &[u8]) -> bool {
             // U+2028, U+2029.
             0xE2 => next(1) == 0x80 && matches!(next(2), 0xA8 | 0xA9),
             // U+FEFF (a byte order mark), U+FFFE, U+FFFF.
-            0xEF => (next(1) == 0xBB && next(2) == 0xBF) || (next(1) == 0xBF && matches!(next(2), 0xBE | 0xBF)),
+            0xEF => {
+                (next(1) == 0xBB && next(2) == 0xBF) || (next(1) == 0xBF && matches!(next(2), 0xBE | 0xBF))
+            }
             _ => false,
         };
         if bad {
@@ -255,27 +257,28 @@ impl Fast<'_> {
             let ReadKey { key, colon } = self.key(at)?.ok_or(Bail)?;
             self.count(1)?;
             let v = self.skip_spaces(colon);
-            let (value, next) = if matches!(self.b.get(v), None | Some(b'\n')) || (self.byte(v) == b'#' && v > colon) {
-                // The value is on the lines below, or there is none.
-                let below = self.content_line(self.line_end(v) + 1)?;
-                match below {
-                    Some(l) if l.indent > col => self.block(l)?,
-                    Some(l) if l.indent == col && self.is_entry(l.content) => self.list(l, true)?,
-                    _ => {
-                        self.count(1)?;
-                        let at = colon - 1;
-                        let null = Node {
-                            span: self.span(at, at),
-                            value: Value::Null,
-                        };
-                        (null, below)
+            let (value, next) =
+                if matches!(self.b.get(v), None | Some(b'\n')) || (self.byte(v) == b'#' && v > colon) {
+                    // The value is on the lines below, or there is none.
+                    let below = self.content_line(self.line_end(v) + 1)?;
+                    match below {
+                        Some(l) if l.indent > col => self.block(l)?,
+                        Some(l) if l.indent == col && self.is_entry(l.content) => self.list(l, true)?,
+                        _ => {
+                            self.count(1)?;
+                            let at = colon - 1;
+                            let null = Node {
+                                span: self.span(at, at),
+                                value: Value::Null,
+                            };
+                            (null, below)
+                        }
                     }
-                }
-            } else {
-                let (value, e) = self.inline(v, Ctx::Block)?;
-                let below = self.rest_of_line(e)?;
-                (value, self.content_line(below)?)
-            };
+                } else {
+                    let (value, e) = self.inline(v, Ctx::Block)?;
+                    let below = self.rest_of_line(e)?;
+                    (value, self.content_line(below)?)
+                };
             end = end.max(key.span.end as usize).max(value.span.end as usize);
             self.insert(&mut entries, &mut hashes, key, value)?;
             match next {
@@ -448,8 +451,8 @@ impl Fast<'_> {
     /// before a letter, digit or `.`).
     fn plain_start(&self, i: usize) -> R<()> {
         match self.byte(i) {
-            b'\n' | b' ' | b'?' | b':' | b',' | b'[' | b']' | b'{' | b'}' | b'#' | b'&' | b'*' | b'!' | b'|'
-            | b'>' | b'\'' | b'"' | b'%' | b'@' | b'`' => Err(Bail),
+            b'\n' | b' ' | b'?' | b':' | b',' | b'[' | b']' | b'{' | b'}' | b'#' | b'&' | b'*' | b'!'
+            | b'|' | b'>' | b'\'' | b'"' | b'%' | b'@' | b'`' => Err(Bail),
             b'-' if !(self.byte(i + 1).is_ascii_alphanumeric() || self.byte(i + 1) == b'.') => Err(Bail),
             _ => Ok(()),
         }
@@ -617,5 +620,315 @@ impl Fast<'_> {
             return Err(Bail);
         }
         Ok((node, e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const F: FileId = FileId(7);
+
+    /// The fast path, when it answers, answers what the full parser does: the same tree, and
+    /// no problem. Returns whether it answered.
+    fn agrees(src: &str) -> bool {
+        let limits = Limits::default();
+        let Some(fast) = parse(F, src, &limits) else {
+            return false;
+        };
+        let (full, diags) = super::super::yaml::parse_full(F, src, &limits);
+        assert!(
+            diags.is_empty(),
+            "fast path read {src:?}, which has problems: {diags:?}"
+        );
+        let full = full.unwrap_or_else(|| panic!("fast path read {src:?}, which does not parse"));
+        assert_eq!(
+            format!("{fast:?}"),
+            format!("{full:?}"),
+            "trees differ for {src:?}"
+        );
+        true
+    }
+
+    const SNIPPETS: &[&str] = &[
+        "",
+        "# only a comment\n\n",
+        "a: b\n",
+        "a: b",
+        "a:\nb: 1\n",
+        "a:   \n\n",
+        "a:\n  # c\nb: 1 # x\n",
+        "a: # c\n  b: 1\n",
+        "a: # c\nb: 2\n",
+        "a: {x: 1, y: [1, 2]}\nc:\n- 1\n- to: x\n  if: y\n",
+        "s:\n  - to: a\n    if: b\n  - c\n\n# end\n",
+        "k: 'it''s' \nq: \"x y\"  # c\n",
+        "k: {a: 'x', \"b\": 2}\n",
+        "- a\n- b: 1\n  c:\n",
+        "x: [a, {b: c}]\n",
+        "x: []\ny: {}\nz: [ ]\nw: { }\n",
+        "key with spaces: v\n\"quoted key\": q\n'single': s\n",
+        "200: ok\n0x1F: hex\ntrue: t\n~: n\n1.50: f\n-1: neg\n",
+        "no: NO\nyes: yes\non: on\nzip: 007\nneg: -01\nmode: 0o755\nf: 1.5\nexp: 1e3\ndot: .5\nn: ~\nnull: null\n",
+        "big: 99999999999999999999\ninf: -.inf\nnan: .nan\nq: \"12\"\ns: 'true'\n",
+        "url: http://example.com:8080/x?y=1#frag\nhash: a#b\ncolon: a:b\n",
+        "set: {$.n: =payload.n + 1, $.m: '=\"x\" + y'}\n",
+        "a:\n  b:\n    c:\n      - d\n      - e: f\n        g: [h, i]\n  j: k\n",
+        "flow: f\nsteps:\n  one:\n    set: {$.n: =payload.n + 1}\n    next: two\n  two:\n    set: {$.n: 1}\n",
+        "a:\n- b\n- c\nd: e\n",
+        "a:\n  - b\n  -  c\n",
+        "-  a\n-   b:  1\n    c: 2\n",
+        "a: b  \nc:    d\n",
+        "é: ü\nnäme: héllo 🎉 wörld\n\"clé\": [é, 🎉]\n",
+        "a: [1, 'two', \"three\", {four: 4}]\n",
+        "a: {b: {c: {d: [[], [[1]]]}}}\n",
+        "a: -x\nb: -.5\nc: .x\n",
+        "a: 'x' # c\nb: [1] # c\n",
+        "x:\n  - a\n\n\n  - b\n",
+        "a: 1\n\n\nb: 2\n\n",
+        "list:\n- a: 1\n  b:\n  - x\n  - y\n- c\n",
+        "a  : 1\nb:\n",
+        "a: {x : 1}\n",
+        "\"a\" : 1\n",
+        "a: b # c # d\n",
+        "a: 'b # c'\n",
+        "a: \"\"\nb: ''\n",
+        // Outside the fast path: these must fall back (and the tests below check they do).
+        "a: b: c\n",
+        "a: &x 1\nb: *x\n",
+        "a: !!str 1\n",
+        "a: |\n  text\n",
+        "a: >\n  text\n",
+        "a: \"x\\ny\"\n",
+        "a: b\n  c\n",
+        "a: [1,\n  2]\n",
+        "? a\n: b\n",
+        "---\na: 1\n",
+        "a: 1\n...\n",
+        "%YAML 1.2\n---\na: 1\n",
+        "a:\tb\n",
+        "a: b\r\n",
+        "a: 1\na: 2\n",
+        "<<: {a: 1}\n",
+        "a: [1, 2,]\n",
+        "a: {b}\n",
+        "a: {b: }\n",
+        "a: [b: c]\n",
+        "-\n  a: 1\n",
+        "- - a\n",
+        "a:\n  b: 1\n c: 2\n",
+        "\u{FEFF}a: 1\n",
+        "  a: 1\n",
+        "a\n",
+        "[a, b]\n",
+        "a: 'x\n  y'\n",
+        "a: {\"b\":1}\n",
+        "a: @x\n",
+        "a: `x\n",
+    ];
+
+    #[test]
+    fn snippets_agree_with_the_full_parser() {
+        let mut read = 0;
+        for src in SNIPPETS {
+            if agrees(src) {
+                read += 1;
+            }
+        }
+        // Most of the plain ones are read by the fast path.
+        assert!(read >= 35, "the fast path read only {read} snippets");
+    }
+
+    #[test]
+    fn what_the_fast_path_leaves_to_the_full_parser() {
+        for src in [
+            "a: b: c\n",
+            "a: &x 1\nb: *x\n",
+            "a: |\n  text\n",
+            "a: b\n  c\n",
+            "a: 1\na: 2\n",
+            "<<: {a: 1}\n",
+            "---\na: 1\n",
+            "a:\tb\n",
+            "\u{FEFF}a: 1\n",
+            "a: \"x\\ny\"\n",
+        ] {
+            assert!(parse(F, src, &Limits::default()).is_none(), "{src:?}");
+        }
+    }
+
+    #[test]
+    fn limits_are_left_to_the_full_parser() {
+        let src = "a: [1, 2, 3]\nb: [4, 5, 6]\n";
+        let few = Limits {
+            max_nodes: 10,
+            ..Limits::default()
+        };
+        assert!(parse(F, src, &few).is_none());
+        let shallow = Limits {
+            max_depth: 1,
+            ..Limits::default()
+        };
+        assert!(parse(F, src, &shallow).is_none());
+        let deep = "a: ".to_string() + &"[".repeat(MAX_DEPTH + 1) + &"]".repeat(MAX_DEPTH + 1) + "\n";
+        assert!(parse(F, &deep, &Limits::default()).is_none());
+        assert!(agrees(
+            &("a: ".to_string() + &"[".repeat(10) + &"]".repeat(10) + "\n")
+        ));
+    }
+
+    /// Flows shaped like the benchmark's (W6's chain of `set` steps, W8's mix) take the fast
+    /// path: a change that sent them to the full parser would cost several times the time.
+    #[test]
+    fn benchmark_shaped_flows_take_the_fast_path() {
+        let mut chain = String::from("# A chain.\nflow: w6-build\ndescription: a long chain.\nsteps:\n");
+        for i in 0..50 {
+            chain += &format!(
+                "  s{i:05}:\n    set: {{$.n: =payload.n + 1}}\n    next: s{:05}\n",
+                i + 1
+            );
+        }
+        chain += "  s00050:\n    set: {$.n: =payload.n + 1}\n";
+        assert!(agrees(&chain));
+        let mix = "flow: w8-lint-0000\ndescription: W8 lint benchmark flow 0, 45 steps.\n\ninput:\n  schema:\n    \
+                   type: object\n    required: [n, items]\n    properties:\n      n: {type: integer}\n      \
+                   items:\n        type: array\n        items:\n          type: object\n          \
+                   properties:\n            id: {type: integer}\n\ndefaults:\n  timeout: 30s\n\nagents:\n  \
+                   doubler:\n    kind: transform\n    result: {id: =input.id, v: =input.v * 2}\n  scorer:\n    \
+                   kind: transform\n    result:\n      score: =input.n % 100\n      \
+                   band: '=input.n > 50 ? \"high\" : \"low\"'\n\nsteps:\n  s000:\n    \
+                   set: {$.n: =payload.n + 1}\n    next: s001\n  s001:\n    description: counts the items\n    \
+                   set:\n      $.n: =payload.n + size(payload.items)\n      $.label: '=\"step 1\"'\n    \
+                   next: s002\n  s002:\n    foreach: $.items\n    concurrency: 3\n    agent: doubler\n    \
+                   input: {$.id: =item.id, $.v: =item.v + 2}\n    select: $.v\n    output: {$.doubled_2: $}\n    \
+                   next: s003\n  s003:\n    agent: scorer\n    input: {$.n: $.n}\n    \
+                   output: {$.score: $.score, $.band: $.band}\n    next:\n      - to: s004\n        \
+                   if: result.score >= 50 && input.n > 0\n      - to: s004\n  s004:\n    \
+                   set:\n      $.last_score: =steps.s003.result.score\n";
+        assert!(agrees(mix));
+    }
+
+    /// Every YAML file of the repository (flows, examples, fixtures).
+    fn repository_files() -> Vec<(String, String)> {
+        fn walk(dir: &std::path::Path, out: &mut Vec<(String, String)>) {
+            let Ok(entries) = std::fs::read_dir(dir) else {
+                return;
+            };
+            let mut paths: Vec<_> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
+            paths.sort();
+            for p in paths {
+                let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+                if name.starts_with('.') || name == "target" || name == "generated" {
+                    continue;
+                }
+                if p.is_dir() {
+                    walk(&p, out);
+                } else if matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml"))
+                    && let Ok(text) = std::fs::read_to_string(&p)
+                {
+                    out.push((p.display().to_string(), text));
+                }
+            }
+        }
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut out = Vec::new();
+        for dir in ["flows", "examples", "tests/fixtures"] {
+            walk(&root.join(dir), &mut out);
+        }
+        out
+    }
+
+    #[test]
+    fn repository_files_agree_with_the_full_parser() {
+        let files = repository_files();
+        assert!(files.len() > 50, "found {} YAML files", files.len());
+        let read = files.iter().filter(|(_, text)| agrees(text)).count();
+        assert!(
+            read * 2 > files.len(),
+            "the fast path read only {read} of {} files",
+            files.len()
+        );
+    }
+
+    /// Deterministic xorshift.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            let x = &mut self.0;
+            *x ^= *x << 13;
+            *x ^= *x >> 7;
+            *x ^= *x << 17;
+            *x
+        }
+
+        fn below(&mut self, n: usize) -> usize {
+            (self.next() % n.max(1) as u64) as usize
+        }
+    }
+
+    /// `text` changed in one to three places: a character inserted, removed or replaced by
+    /// YAML punctuation, a space or a line break; a line duplicated, dropped or re-indented.
+    fn mutate(text: &str, rng: &mut Rng) -> String {
+        const ALPHABET: &[u8] = b" :-#'\"[]{},\n&*!|>?%@`~.=$0aZ\t\\";
+        let mut b = text.as_bytes().to_vec();
+        for _ in 0..1 + rng.below(3) {
+            let at = rng.below(b.len() + 1);
+            match rng.below(7) {
+                0 => b.insert(at, ALPHABET[rng.below(ALPHABET.len())]),
+                1 if at < b.len() => {
+                    b.remove(at);
+                }
+                2 if at < b.len() => b[at] = ALPHABET[rng.below(ALPHABET.len())],
+                3 => {
+                    // Re-indent a line by one or two spaces.
+                    let start = b[..at].iter().rposition(|&c| c == b'\n').map_or(0, |i| i + 1);
+                    if rng.below(2) == 0 {
+                        let spaces = 1 + rng.below(2);
+                        b.splice(start..start, std::iter::repeat_n(b' ', spaces));
+                    } else if b.get(start) == Some(&b' ') {
+                        b.remove(start);
+                    }
+                }
+                4 | 5 => {
+                    // Duplicate or drop a line.
+                    let start = b[..at].iter().rposition(|&c| c == b'\n').map_or(0, |i| i + 1);
+                    let end = b[at..]
+                        .iter()
+                        .position(|&c| c == b'\n')
+                        .map_or(b.len(), |i| at + i + 1);
+                    if rng.below(2) == 0 {
+                        let line = b[start..end].to_vec();
+                        b.splice(end..end, line);
+                    } else {
+                        b.drain(start..end);
+                    }
+                }
+                _ => b.insert(at, b' '),
+            }
+        }
+        String::from_utf8(b).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+    }
+
+    #[test]
+    fn mutated_files_agree_with_the_full_parser() {
+        let mut bases: Vec<String> = SNIPPETS.iter().map(|s| s.to_string()).collect();
+        bases.extend(repository_files().into_iter().map(|(_, text)| text));
+        let mut rng = Rng(0x5eed_1234_abcd_0001);
+        let (mut tried, mut read) = (0, 0);
+        for base in &bases {
+            for _ in 0..40 {
+                let text = mutate(base, &mut rng);
+                tried += 1;
+                if agrees(&text) {
+                    read += 1;
+                }
+            }
+        }
+        // The mutations keep many files readable: the comparison is not empty.
+        assert!(
+            read * 10 > tried,
+            "the fast path read {read} of {tried} mutated files"
+        );
     }
 }

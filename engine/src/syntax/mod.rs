@@ -76,25 +76,6 @@ impl Node {
         self.as_map()?.iter().find(|(k, _)| k.name == key).map(|(k, _)| k)
     }
 
-    /// Moves this tree to file `file`: every span in it, keys' included, names that file.
-    /// Walks with its own stack, however deep the tree.
-    pub(crate) fn set_file(&mut self, file: FileId) {
-        let mut stack: Vec<&mut Node> = vec![self];
-        while let Some(node) = stack.pop() {
-            node.span.file = file;
-            match &mut node.value {
-                Value::Seq(items) => stack.extend(items.iter_mut()),
-                Value::Map(entries) => {
-                    for (key, value) in entries.iter_mut() {
-                        key.span.file = file;
-                        stack.push(value);
-                    }
-                }
-                _ => {}
-            }
-        }
-    }
-
     /// What kind of YAML value this is, for messages: "a string", "a mapping", ...
     pub fn type_name(&self) -> &'static str {
         match &self.value {
@@ -145,7 +126,9 @@ pub fn str_sub_span(span: Span, value: &str, source: &str, start: usize, end: us
     let raw = source.get(span.start as usize..span.end as usize).unwrap_or("");
     let offset = if raw.starts_with(value) {
         Some(0)
-    } else if (raw.starts_with('"') || raw.starts_with('\'')) && raw.get(1..).is_some_and(|r| r.starts_with(value)) {
+    } else if (raw.starts_with('"') || raw.starts_with('\''))
+        && raw.get(1..).is_some_and(|r| r.starts_with(value))
+    {
         Some(1)
     } else {
         None

@@ -121,7 +121,10 @@ pub(crate) fn parse_collecting_with<R>(
     meanwhile: impl FnOnce() -> R,
 ) -> ((Option<Node>, Vec<Diagnostic>), R) {
     if bytes.len() > limits.max_bytes {
-        return ((None, vec![too_large(file, bytes.len(), limits.max_bytes)]), meanwhile());
+        return (
+            (None, vec![too_large(file, bytes.len(), limits.max_bytes)]),
+            meanwhile(),
+        );
     }
     let text = match std::str::from_utf8(bytes) {
         Ok(text) => text,

@@ -62,9 +62,13 @@ fn cycle(cx: &FlowCx, path: &[usize], id: usize, t: usize, to: &Sp<String>) -> D
     let from = path.iter().position(|s| *s == t).expect("on the stack");
     let mut chain: Vec<&str> = path[from..].iter().map(|&s| name(s)).collect();
     chain.push(name(t));
-    let mut d = Diagnostic::new(&codes::EDGE_CYCLE, to.span, format!("edges form a cycle: {}", chain.join(" -> ")))
-        .label("back edge")
-        .help("flows are acyclic; repeat work with a `while` step (with `max_iterations`) or with `retry`");
+    let mut d = Diagnostic::new(
+        &codes::EDGE_CYCLE,
+        to.span,
+        format!("edges form a cycle: {}", chain.join(" -> ")),
+    )
+    .label("back edge")
+    .help("flows are acyclic; repeat work with a `while` step (with `max_iterations`) or with `retry`");
     for &s in &path[from..] {
         if s != id {
             d = d.with_secondary(steps[s].id.span, format!("`{}` is in the cycle", name(s)));

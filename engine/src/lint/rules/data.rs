@@ -157,13 +157,20 @@ impl Dominators {
         }
         for (i, step) in steps.values().enumerate() {
             cx.for_each_successor(step, |j| {
-                g.add_edge(petgraph::graph::NodeIndex::new(i), petgraph::graph::NodeIndex::new(j), ());
+                g.add_edge(
+                    petgraph::graph::NodeIndex::new(i),
+                    petgraph::graph::NodeIndex::new(j),
+                    (),
+                );
             });
         }
         let root = petgraph::graph::NodeIndex::new(steps.get_index_of(start)?);
         let doms = petgraph::algo::dominators::simple_fast(&g, root);
         let idom = (0..steps.len())
-            .map(|i| doms.immediate_dominator(petgraph::graph::NodeIndex::new(i)).map(|n| n.index()))
+            .map(|i| {
+                doms.immediate_dominator(petgraph::graph::NodeIndex::new(i))
+                    .map(|n| n.index())
+            })
             .collect();
         Some(Dominators { idom })
     }
@@ -241,7 +248,9 @@ impl<'p> Checker<'_, 'p> {
     /// The dominator tree, built on first use.
     fn dominators(&mut self) -> Option<&Dominators> {
         let cx = self.cx;
-        self.dominators.get_or_insert_with(|| Dominators::build(cx)).as_ref()
+        self.dominators
+            .get_or_insert_with(|| Dominators::build(cx))
+            .as_ref()
     }
 
     fn step(&mut self, index: usize, step: &'p Step) {
@@ -897,9 +906,16 @@ impl<'p> Checker<'_, 'p> {
 
 /// Walks `fields` through `properties`; reports the first that the schema does not declare
 /// (only where the schema lists properties and does not allow others).
-fn check_fields(out: &mut Vec<Diagnostic>, schema: &Value, fields: &[String], span: Span, base: &str, source: &str) {
-let mut cur = schema;
-let mut path = base.to_string();
+fn check_fields(
+    out: &mut Vec<Diagnostic>,
+    schema: &Value,
+    fields: &[String],
+    span: Span,
+    base: &str,
+    source: &str,
+) {
+    let mut cur = schema;
+    let mut path = base.to_string();
     for f in fields {
         let Some(props) = cur.get("properties").and_then(Value::as_object) else {
             return;

@@ -119,11 +119,13 @@ impl<'p> Compiler<'p> {
         let r = FlowRef(self.flows.len());
         self.flows.push(None);
         self.by_key.insert(scope.key.clone(), r);
-        let mut graph = StableDiGraph::new();
+        // A node per step and `end`; about an edge per step.
+        let n = flow.steps.len();
+        let mut graph = StableDiGraph::with_capacity(n + 1, n);
         let end = graph.add_node(PlanNode::End);
-        let mut steps = IndexMap::new();
+        let mut steps = IndexMap::with_capacity(n);
         // Nodes first (so edges can point forward), then routes.
-        let mut pending = Vec::new();
+        let mut pending = Vec::with_capacity(n);
         for (i, (id, step)) in flow.steps.iter().enumerate() {
             let kind = self.step_kind(step, &mut scope);
             let n = graph.add_node(PlanNode::Step(StepPlan {

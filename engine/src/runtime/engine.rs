@@ -1721,15 +1721,3 @@ mod tests {
         assert_eq!(fmt_duration(Duration::from_secs(7200)), "2h");
     }
 }
-#[cfg(test)]
-mod size_probe {
-    #[test]
-    fn future_sizes() {
-        let store = std::sync::Arc::new(crate::store::memory::MemoryStore::new());
-        let engine = super::Engine::new(store);
-        let plan = std::sync::Arc::new(crate::plan::Plan { flows: vec![], root: crate::plan::FlowRef(0) });
-        let f = engine.run(plan, serde_json::Value::Null, serde_json::Value::Null, Default::default());
-        eprintln!("Engine::run future: {} bytes", std::mem::size_of_val(&f));
-        std::mem::forget(f);
-    }
-}

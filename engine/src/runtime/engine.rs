@@ -435,8 +435,10 @@ impl<'e, S: Store> Run<'e, S> {
             let mut outcome = match self.flow.limits.timeout {
                 Some(t) => {
                     let deadline = tokio::time::Instant::from_std(self.started + t);
+                    // Boxed: the future of a step is large, and one copy of it in this
+                    // function's state is enough (the branch below).
                     tokio::select! {
-                        o = self.step(step, &number) => o,
+                        o = Box::pin(self.step(step, &number)) => o,
                         _ = tokio::time::sleep_until(deadline) => {
                             let mut o = StepOutcome::err(StepError::new(
                                 ErrorKind::Limit,
@@ -660,9 +662,11 @@ impl<'e, S: Store> Run<'e, S> {
                 }
             }
             StepPlanKind::Call(call) => self.call_step(step, call, number).await,
-            StepPlanKind::Foreach(f) => self.foreach_step(step, f, number).await,
-            StepPlanKind::While(w) => self.while_step(step, w, number).await,
-            StepPlanKind::Parallel(p) => self.parallel_step(step, p, number).await,
+            // Loops and `parallel` are boxed: their futures are large, and every run's future
+            // would carry them (spawned runs copy it around). One allocation per such step.
+            StepPlanKind::Foreach(f) => Box::pin(self.foreach_step(step, f, number)).await,
+            StepPlanKind::While(w) => Box::pin(self.while_step(step, w, number)).await,
+            StepPlanKind::Parallel(p) => Box::pin(self.parallel_step(step, p, number)).await,
             StepPlanKind::Interrupt(i) => {
                 let vars = self.vars(&[]);
                 let input = match data::build_input(&i.input, i.scope.as_ref(), &self.payload, &vars) {
@@ -997,7 +1001,10 @@ impl<'e, S: Store> Run<'e, S> {
         match &agent.spec {
             AgentPlanSpec::Transform(t) => plain(agents::transform::TransformAgent(t).call(input, cx).await),
             AgentPlanSpec::Mock(m) => plain(agents::mock::MockAgent(m).call(input, cx).await),
-            AgentPlanSpec::Command(c) => plain(agents::command::CommandAgent(c).call(input, cx).await),
+            // Boxed: its future is large, and it starts a process anyway.
+            AgentPlanSpec::Command(c) => {
+                plain(Box::pin(agents::command::CommandAgent(c).call(input, cx)).await)
+            }
             AgentPlanSpec::Flow(child) => self.child_run(*child, input.clone(), number).await,
             AgentPlanSpec::Llm(_) | AgentPlanSpec::Http(_) => plain(Err(StepError::new(
                 ErrorKind::Capability,

@@ -6,7 +6,7 @@
 //! spans, same key spellings — about ten times faster. It gives up (returns `None`) at the
 //! first thing outside that subset, and the full parser then reads the file from the start:
 //! anchors, aliases, tags, block scalars (`|`, `>`), scalars or flow collections over several
-//! lines, explicit keys (`?`), documents markers and directives, tabs, carriage returns,
+//! lines, explicit keys (`?`), document markers and directives, tabs, carriage returns,
 //! escapes in double quotes, empty list entries, empty values in flow collections, duplicate
 //! keys, merge keys, anything deeper than [`MAX_DEPTH`] levels or over a [`Limits`] budget,
 //! and every syntax error. So every problem is still found, worded and placed by the full
@@ -20,7 +20,7 @@ use std::hash::BuildHasher as _;
 
 use super::yaml::{Limits, resolve_plain};
 use super::{Key, Node, Value};
-use crate::source::{FastMap, FastState, FileId, Span};
+use crate::source::{FastState, FileId, Span};
 
 /// The deepest nesting of collections the fast path reads.
 pub(super) const MAX_DEPTH: usize = 64;
@@ -250,7 +250,6 @@ impl Fast<'_> {
     fn mapping(&mut self, first: usize, col: usize) -> R<(Node, Option<Line>)> {
         self.open()?;
         let mut entries: Vec<(Key, Node)> = Vec::new();
-        let mut hashes: FastMap<u64, ()> = FastMap::default();
         let mut end = first;
         let mut at = first;
         let next = loop {
@@ -280,7 +279,7 @@ impl Fast<'_> {
                     (value, self.content_line(below)?)
                 };
             end = end.max(key.span.end as usize).max(value.span.end as usize);
-            self.insert(&mut entries, &mut hashes, key, value)?;
+            self.insert(&mut entries, key, value)?;
             match next {
                 Some(l) if l.indent == col && !self.is_entry(l.content) => at = l.content,
                 Some(l) if l.indent < col => break Some(l),
@@ -288,6 +287,7 @@ impl Fast<'_> {
                 Some(_) => return Err(Bail),
             }
         };
+        self.close_keys(&entries)?;
         self.depth -= 1;
         let node = Node {
             span: self.span(first, end),
@@ -296,33 +296,39 @@ impl Fast<'_> {
         Ok((node, next))
     }
 
-    /// Adds an entry to a mapping being read; a duplicate key ends the fast path (the full
-    /// parser reports it).
-    fn insert(
-        &self,
-        entries: &mut Vec<(Key, Node)>,
-        hashes: &mut FastMap<u64, ()>,
-        key: Key,
-        value: Node,
-    ) -> R<()> {
-        if entries.len() < SCAN_KEYS {
-            if entries.iter().any(|(k, _)| k.name == key.name) {
-                return Err(Bail);
-            }
-            if entries.len() + 1 == SCAN_KEYS {
-                for (k, _) in entries.iter() {
-                    hashes.insert(self.hasher.hash_one(k.name.as_str()), ());
-                }
-                hashes.insert(self.hasher.hash_one(key.name.as_str()), ());
-            }
-        } else {
-            let h = self.hasher.hash_one(key.name.as_str());
-            // A repeated hash is a duplicate or, rarely, a collision: look closer.
-            if hashes.insert(h, ()).is_some() && entries.iter().any(|(k, _)| k.name == key.name) {
-                return Err(Bail);
-            }
+    /// Adds an entry to a mapping being read. A duplicate key ends the fast path (the full
+    /// parser reports it): the first [`SCAN_KEYS`] keys are compared as they come, a larger
+    /// mapping is checked once by [`Fast::close_keys`].
+    fn insert(&self, entries: &mut Vec<(Key, Node)>, key: Key, value: Node) -> R<()> {
+        if entries.len() < SCAN_KEYS && entries.iter().any(|(k, _)| k.name == key.name) {
+            return Err(Bail);
         }
         entries.push((key, value));
+        Ok(())
+    }
+
+    /// Checks the keys of a complete mapping of more than [`SCAN_KEYS`] entries for
+    /// duplicates: their hashes are sorted, and keys of equal hashes compared by name.
+    fn close_keys(&self, entries: &[(Key, Node)]) -> R<()> {
+        if entries.len() <= SCAN_KEYS {
+            return Ok(());
+        }
+        let mut hashed: Vec<(u64, usize)> = entries
+            .iter()
+            .enumerate()
+            .map(|(i, (k, _))| (self.hasher.hash_one(k.name.as_str()), i))
+            .collect();
+        hashed.sort_unstable();
+        for run in hashed.chunk_by(|a, b| a.0 == b.0).filter(|run| run.len() > 1) {
+            for (n, &(_, i)) in run.iter().enumerate() {
+                if run[n + 1..]
+                    .iter()
+                    .any(|&(_, j)| entries[i].0.name == entries[j].0.name)
+                {
+                    return Err(Bail);
+                }
+            }
+        }
         Ok(())
     }
 
@@ -347,7 +353,7 @@ impl Fast<'_> {
             }
             let first_at = *start.get_or_insert(if indentless { c } else { dash });
             end = end.max(first_at);
-            let (item, next) = if self.key(c)?.is_some() {
+            let (item, next) = if self.is_key(c)? {
                 self.mapping(c, c - line.start)?
             } else {
                 let (item, e) = self.inline(c, Ctx::Block)?;
@@ -369,6 +375,27 @@ impl Fast<'_> {
             value: Value::Seq(items),
         };
         Ok((node, next))
+    }
+
+    /// Whether a block mapping key (`key: ...`) is at `i`: [`Fast::key`] without reading it.
+    fn is_key(&self, i: usize) -> R<bool> {
+        let after = match self.byte(i) {
+            b'\'' | b'"' => {
+                let (_, e) = self.quoted(i)?;
+                self.skip_spaces(e)
+            }
+            _ => {
+                if self.plain_start(i).is_err() {
+                    return Ok(false);
+                }
+                let scan = self.scan_plain(i, Ctx::Block);
+                if !scan.colon {
+                    return Ok(false);
+                }
+                scan.stop
+            }
+        };
+        Ok(self.byte(after) == b':' && matches!(self.byte(after + 1), b' ' | b'\n'))
     }
 
     /// The key at `i` of a block mapping line (`key: ...`), or `None` when the line at `i` is
@@ -555,7 +582,6 @@ impl Fast<'_> {
     fn flow_mapping(&mut self, i: usize) -> R<(Node, usize)> {
         self.open()?;
         let mut entries = Vec::new();
-        let mut hashes = FastMap::default();
         let mut j = self.skip_spaces(i + 1);
         if self.byte(j) != b'}' {
             loop {
@@ -587,7 +613,7 @@ impl Fast<'_> {
                     return Err(Bail);
                 }
                 let (value, e) = self.flow_item(v)?;
-                self.insert(&mut entries, &mut hashes, key, value)?;
+                self.insert(&mut entries, key, value)?;
                 j = self.skip_spaces(e);
                 match self.byte(j) {
                     b',' => {
@@ -601,6 +627,7 @@ impl Fast<'_> {
                 }
             }
         }
+        self.close_keys(&entries)?;
         self.depth -= 1;
         let node = Node {
             span: self.span(i, j + 1),
@@ -755,6 +782,19 @@ mod tests {
         ] {
             assert!(parse(F, src, &Limits::default()).is_none(), "{src:?}");
         }
+        // Duplicates in large mappings too, in block and flow style.
+        let big: String = (0..40).map(|i| format!("k{i}: {i}\n")).collect();
+        assert!(agrees(&big));
+        assert!(parse(F, &(big.clone() + "k7: again\n"), &Limits::default()).is_none());
+        let flow = format!(
+            "m: {{{}}}\n",
+            (0..40)
+                .map(|i| format!("k{i}: {i}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        assert!(agrees(&flow));
+        assert!(parse(F, &flow.replace("k39:", "k3:"), &Limits::default()).is_none());
     }
 
     #[test]

@@ -4,7 +4,10 @@
 //! [`Span`] of its text. YAML 1.2 core schema: only `true`/`false` are booleans (`yes`, `NO`,
 //! `on` are strings), numbers with leading zeros stay strings, duplicate keys are errors.
 //! Every budget (file size, nesting depth, node count, alias expansion) names itself when hit.
-//! Parsing runs on a thread with a known stack, so no input can overflow the caller's.
+//! Plain flow text (block mappings and lists, one-line scalars and flow collections) is read by
+//! a fast path of bounded recursion, on the caller's thread (`fast`); anything else, and every
+//! problem, by the full parser, on a thread with a known stack (`yaml`), so no input can
+//! overflow the caller's.
 
 mod fast;
 mod yaml;

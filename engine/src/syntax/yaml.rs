@@ -26,6 +26,10 @@
 //! The builder does not recurse, but cloning and dropping nodes do (one level per nesting level),
 //! so parsing runs on a thread whose stack grows with [`Limits::max_depth`]. This module knows
 //! YAML, not flows.
+//!
+//! Most flow files never reach the parser: [`super::fast`] reads plain flow text (block
+//! collections, one-line scalars and flow collections, nothing deeper than 64 levels) into the
+//! same tree several times faster, on the caller's thread, and hands everything else to it.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -82,7 +86,8 @@ const MAX_STACK_BYTES: usize = 1 << 30;
 /// what an empty flow means. A problem is a diagnostic: `SY100` (not UTF-8, not YAML, more than
 /// one document, an unsupported tag), `SY101` (a limit of [`Limits`] crossed) or `SY102` (a
 /// duplicate key); this returns the first one in the file. [`parse_collecting`] returns every
-/// duplicate key and the tree. Parsing runs on its own thread (spawning it costs some 40 µs),
+/// duplicate key and the tree. Text the fast path reads is parsed on the calling thread (its
+/// recursion is bounded); anything else on a thread of its own (spawning it costs some 40 µs),
 /// with a stack of 4 MiB plus 16 KiB per allowed nesting level, at most 1 GiB: no input can
 /// overflow it, make it panic or hang.
 #[allow(clippy::result_large_err, reason = "one diagnostic per file, returned once")]
@@ -130,11 +135,17 @@ pub(crate) fn parse_collecting_with<R>(
         Ok(text) => text,
         Err(e) => return ((None, vec![not_utf8(file, bytes, &e)]), meanwhile()),
     };
+    // The fast path recurses boundedly and builds shallow trees: it runs right here, so that
+    // the tree is allocated (and later freed) by the thread that uses it. Only the full
+    // parser needs a thread of its own.
+    if let Some(node) = super::fast::parse(file, text, limits) {
+        return ((Some(node), Vec::new()), meanwhile());
+    }
     std::thread::scope(|scope| {
         let spawned = std::thread::Builder::new()
             .name("switchyard-yaml".into())
             .stack_size(stack_bytes(limits))
-            .spawn_scoped(scope, || parse_text(file, text, limits));
+            .spawn_scoped(scope, || Builder::new(file, text, limits).run());
         let other = meanwhile();
         let parsed = match spawned {
             Ok(handle) => handle

@@ -177,8 +177,7 @@ impl Dominators {
 
     /// Whether step `x` (an index of the flow's steps) has finished on every path to the
     /// place `at`.
-    fn has_run(&self, x: Option<usize>, at: Ran) -> bool {
-        let Some(x) = x else { return false };
+    fn has_run(&self, x: usize, at: Ran) -> bool {
         if at.include_self && x == at.step {
             return true;
         }
@@ -695,7 +694,7 @@ impl<'p> Checker<'_, 'p> {
             && let Some(start) = start
             && let Some(doms) = self.dominators()
             && doms.reachable(ran.step, start)
-            && !doms.has_run(Some(target_index), ran)
+            && !doms.has_run(target_index, ran)
         {
             self.out.push(
                 Diagnostic::new(&codes::STEP_MAY_NOT_HAVE_RUN, span, format!("`steps.{id}` is read where `{id}` has not run on every path"))

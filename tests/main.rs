@@ -14,6 +14,7 @@ mod engine;
 mod fuzz;
 mod graph;
 mod lint_fixtures;
+mod logs;
 mod readme;
 mod snapshots;
 mod store;

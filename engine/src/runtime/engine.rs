@@ -472,7 +472,7 @@ impl<'e, S: Store> Run<'e, S> {
 
             let route: Result<Option<NodeIdx>, StepError> = match outcome.stop {
                 Some(_) => Ok(None),
-                None => self.route(step, &outcome, entry),
+                None => self.route(step, &number, &outcome, entry),
             };
             let route_name = match &route {
                 Ok(Some(n)) => Some(flow.step(*n).map_or_else(|| "end".to_string(), |s| s.id.clone())),
@@ -539,6 +539,7 @@ impl<'e, S: Store> Run<'e, S> {
     fn route(
         &self,
         step: &StepPlan,
+        number: &str,
         outcome: &StepOutcome,
         entry: usize,
     ) -> Result<Option<NodeIdx>, StepError> {
@@ -596,7 +597,7 @@ impl<'e, S: Store> Run<'e, S> {
                     }
                 }
             }
-            tracing::debug!(run_id = %self.record.id, step = %step.id, to = %target(to), "route");
+            tracing::debug!(run_id = %self.record.id, step = %step.id, number, to = %target(to), "route");
             return Ok(Some(to));
         }
         match &outcome.error {
@@ -898,7 +899,7 @@ impl<'e, S: Store> Run<'e, S> {
             o.attempts = attempt;
             let Some(wait) = retry else { return o };
             tracing::info!(
-                run_id = %self.record.id, step = %step.id, attempt,
+                run_id = %self.record.id, step = %step.id, number = %number, attempt,
                 error = %o.error.as_ref().map(|e| e.to_string()).unwrap_or_default(),
                 wait_ms = wait.as_millis() as u64, "retry"
             );

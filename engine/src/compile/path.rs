@@ -331,7 +331,7 @@ fn walk<'a>(mut v: &'a Value, segs: &[Seg]) -> Option<&'a Value> {
 }
 
 /// The position of index `n` in an array of `len` elements; negative counts from the end.
-fn resolve_index(n: i64, len: usize) -> Option<usize> {
+pub fn resolve_index(n: i64, len: usize) -> Option<usize> {
     if n >= 0 {
         usize::try_from(n).ok().filter(|&i| i < len)
     } else {
@@ -339,7 +339,8 @@ fn resolve_index(n: i64, len: usize) -> Option<usize> {
     }
 }
 
-fn type_name(v: &Value) -> &'static str {
+/// What kind of JSON value `v` is, for messages: "a string", "an object", ...
+pub fn type_name(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",

@@ -348,11 +348,7 @@ fn walk_mut<'v>(mut v: &'v mut Value, segs: &[Seg]) -> Option<&'v mut Value> {
 
 /// The position of index `n` in an array of `len`; negative counts from the end.
 fn index(n: i64, len: usize) -> Option<usize> {
-    if n >= 0 {
-        usize::try_from(n).ok().filter(|&i| i < len)
-    } else {
-        len.checked_sub(usize::try_from(n.unsigned_abs()).ok()?)
-    }
+    crate::compile::path::resolve_index(n, len)
 }
 
 /// Copies the value at `segs` of `src` to the same place in `out`, creating containers (and

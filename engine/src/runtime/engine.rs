@@ -1578,16 +1578,7 @@ pub fn fmt_duration(d: Duration) -> String {
     }
 }
 
-fn type_name(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
+use crate::compile::path::type_name;
 
 fn payload_limit(max: u64) -> StepError {
     StepError::new(

@@ -49,6 +49,9 @@ pub fn find_tokens(text: &str) -> Vec<(usize, usize)> {
     let mut out = Vec::new();
     for (start, &b) in bytes.iter().enumerate() {
         let mut candidates = first[usize::from(b)];
+        if candidates == 0 {
+            continue;
+        }
         if candidates & PEM_BIT != 0 {
             candidates &= !PEM_BIT;
             if pem.is_none() && bytes[start..].starts_with(PEM.as_bytes()) {

@@ -13,7 +13,6 @@
 //! Adding a workload: a module `wN_name.rs` with `pub const ID`, `pub fn run`, its sizes in
 //! [`Profile`], one line in [`WORKLOADS`], and a section in `README.md`.
 
-mod discard;
 mod profile;
 mod report;
 mod util;

@@ -14,11 +14,9 @@ use serde_json::{Value, json};
 use switchyard::plan::Plan;
 use switchyard::runtime::engine::{Engine, RunOptions, RunOutcome};
 use switchyard::runtime::record::RunStatus;
-use switchyard::store::Store;
 use switchyard::store::memory::MemoryStore;
 
 use crate::Options;
-use crate::discard::DiscardStore;
 use crate::profile::{Profile, RUNS};
 use crate::report::{Report, median};
 use crate::util;
@@ -28,31 +26,22 @@ const FLOW: &str = "w1_chain.yaml";
 const STEPS: usize = 20;
 const TARGET_US: f64 = 2.0;
 
-pub fn run(profile: &Profile, opts: &Options) -> Result<Vec<Report>, String> {
+pub fn run(profile: &Profile, _opts: &Options) -> Result<Vec<Report>, String> {
     let runs = profile.w1_runs;
     let plan = util::load_plan(FLOW)?;
     let rt = util::tokio_runtime()?;
     eprintln!("W1: {runs} runs of the {STEPS}-step chain `{FLOW}`; warm-up, then {RUNS} timed");
 
-    let (_, outcomes) = rt.block_on(batch::<MemoryStore>(&plan, runs));
+    let (_, outcomes) = rt.block_on(batch(&plan, runs));
     check(&outcomes)?;
     let mut samples = Vec::with_capacity(RUNS);
     for _ in 0..RUNS {
-        let (secs, outcomes) = rt.block_on(batch::<MemoryStore>(&plan, runs));
+        let (secs, outcomes) = rt.block_on(batch(&plan, runs));
         check(&outcomes)?;
         samples.push(secs * 1e6 / (runs * STEPS) as f64);
     }
     let v = median(&samples);
     eprintln!("W1: median {v:.3} µs per step (target ≤ {TARGET_US} µs)");
-    if opts.breakdown || v > TARGET_US {
-        let mut bare = Vec::with_capacity(RUNS);
-        for _ in 0..RUNS {
-            let (secs, outcomes) = rt.block_on(batch::<DiscardStore>(&plan, runs));
-            check(&outcomes)?;
-            bare.push(secs * 1e6 / (runs * STEPS) as f64);
-        }
-        util::store_share("W1", "µs per step", v, median(&bare));
-    }
     Ok(vec![Report::new(
         ID,
         "us_per_step",
@@ -65,9 +54,9 @@ pub fn run(profile: &Profile, opts: &Options) -> Result<Vec<Report>, String> {
     )])
 }
 
-/// `runs` runs in a row on a fresh engine and store; the seconds they took and their outcomes.
-async fn batch<S: Store + Default>(plan: &Arc<Plan>, runs: usize) -> (f64, Vec<RunOutcome>) {
-    let engine = Engine::new(Arc::new(S::default()));
+/// `runs` runs in a row on a fresh engine; the seconds they took and their outcomes.
+async fn batch(plan: &Arc<Plan>, runs: usize) -> (f64, Vec<RunOutcome>) {
+    let engine = Engine::new(Arc::new(MemoryStore::new()));
     let inputs: Vec<Value> = (0..runs).map(|_| json!({"n": 0})).collect();
     let context = json!({});
     let options = RunOptions::default();

@@ -22,7 +22,6 @@ use switchyard::store::Store;
 use switchyard::store::memory::MemoryStore;
 
 use crate::Options;
-use crate::discard::DiscardStore;
 use crate::profile::{Profile, RUNS};
 use crate::report::{Report, median};
 use crate::util;
@@ -45,15 +44,15 @@ pub fn run(profile: &Profile, opts: &Options) -> Result<Vec<Report>, String> {
             2 * n
         );
         for size in [n, 2 * n] {
-            let (_, outcome, engine) = rt.block_on(one_run::<MemoryStore>(&plan, size));
+            let (_, outcome, engine) = rt.block_on(one_run(&plan, size));
             check(&outcome, size)?;
             rt.block_on(check_records(&engine, &outcome, size))?;
         }
         let (mut ms, mut ratios) = (Vec::with_capacity(RUNS), Vec::with_capacity(RUNS));
         for _ in 0..RUNS {
-            let (t1, o1, _) = rt.block_on(one_run::<MemoryStore>(&plan, n));
+            let (t1, o1, _) = rt.block_on(one_run(&plan, n));
             check(&o1, n)?;
-            let (t2, o2, _) = rt.block_on(one_run::<MemoryStore>(&plan, 2 * n));
+            let (t2, o2, _) = rt.block_on(one_run(&plan, 2 * n));
             check(&o2, 2 * n)?;
             ms.push(t1 * 1e3);
             ratios.push(t2 / t1);
@@ -109,7 +108,7 @@ pub fn child_repeat(args: &[String]) -> Result<(), String> {
     let rt = util::tokio_runtime()?;
     let mut t = Vec::with_capacity(repeat);
     for _ in 0..repeat {
-        let (secs, o, _) = rt.block_on(one_run::<MemoryStore>(&plan, items));
+        let (secs, o, _) = rt.block_on(one_run(&plan, items));
         check(&o, items)?;
         t.push(secs * 1e6 / items as f64);
     }
@@ -124,7 +123,7 @@ fn scaling(rt: &tokio::runtime::Runtime, plan: &Arc<Plan>, n: usize, variant: &s
         let (mut t, mut faults) = (Vec::new(), Vec::new());
         for _ in 0..3 {
             let f0 = util::minor_faults();
-            let (secs, o, _) = rt.block_on(one_run::<MemoryStore>(plan, size));
+            let (secs, o, _) = rt.block_on(one_run(plan, size));
             faults.push((util::minor_faults() - f0) as f64 / size as f64);
             check(&o, size)?;
             t.push(secs * 1e6 / size as f64);
@@ -132,21 +131,11 @@ fn scaling(rt: &tokio::runtime::Runtime, plan: &Arc<Plan>, n: usize, variant: &s
         line.push_str(&format!("  {size}: {:.3} [{:.2}]", median(&t), median(&faults)));
     }
     eprintln!("{line}");
-    let (mut with, mut without) = (Vec::new(), Vec::new());
-    for _ in 0..RUNS {
-        let (secs, o, _) = rt.block_on(one_run::<MemoryStore>(plan, n));
-        check(&o, n)?;
-        with.push(secs * 1e6 / n as f64);
-        let (secs, o, _) = rt.block_on(one_run::<DiscardStore>(plan, n));
-        check(&o, n)?;
-        without.push(secs * 1e6 / n as f64);
-    }
-    util::store_share(&format!("W3 {variant}"), "µs per item", median(&with), median(&without));
     Ok(())
 }
 
 /// One run on `items` items on a fresh engine: the seconds it took, its outcome, the engine.
-async fn one_run::<MemoryStore>(plan: &Arc<Plan>, items: usize) -> (f64, RunOutcome, Engine<MemoryStore>) {
+async fn one_run(plan: &Arc<Plan>, items: usize) -> (f64, RunOutcome, Engine<MemoryStore>) {
     let engine = Engine::new(Arc::new(MemoryStore::new()));
     let list: Vec<Value> = (0..items).map(|k| json!({"id": k, "v": k})).collect();
     let input = json!({ "items": list });

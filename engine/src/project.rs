@@ -5,6 +5,11 @@
 //! Paths are relative to the file that names them and may not leave the project root (the
 //! directory of the top flow, or `--root`). Problems of reach (a missing file, a path outside
 //! the root) are diagnostics here; cycles are found by `lint` from the recorded edges.
+//!
+//! Reading, hashing, parsing and lowering a file into the model is pure work on its bytes
+//! (`PreparedFile`); adding it to the project and resolving what it names is not.
+//! [`Project::load_tops`] does the first part for many top-level files on every core and the
+//! second in order on the calling thread, with the same result as loading them one by one.
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Component, Path, PathBuf};
@@ -702,7 +707,7 @@ impl PreparedFile {
 /// A file named on the command line, made ready by [`prepare_top`] to be added to a project
 /// by [`Project::load_top_prepared`].
 #[derive(Debug)]
-pub struct PreparedTop {
+struct PreparedTop {
     path: PathBuf,
     /// The canonical path and what was read there, or why the path could not be resolved.
     prepared: std::io::Result<(PathBuf, Prepared)>,

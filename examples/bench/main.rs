@@ -13,6 +13,7 @@
 //! Adding a workload: a module `wN_name.rs` with `pub const ID`, `pub fn run`, its sizes in
 //! [`Profile`], one line in [`WORKLOADS`], and a section in `README.md`.
 
+mod discard;
 mod profile;
 mod report;
 mod util;
@@ -59,6 +60,8 @@ const NOT_YET: &[&str] = &["W5X", "W7", "W9"];
 
 /// Measured child processes: `--child NAME ARGS...`.
 const CHILDREN: &[(&str, ChildFn)] = &[
+    ("w1-repeat", w1_chain::child_repeat),
+    ("w2-repeat", w2_branch::child_repeat),
     ("w3-repeat", w3_foreach::child_repeat),
     ("w4-repeat", w4_while::child_repeat),
     ("w6", w6_build::child),

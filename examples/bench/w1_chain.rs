@@ -14,9 +14,11 @@ use serde_json::{Value, json};
 use switchyard::plan::Plan;
 use switchyard::runtime::engine::{Engine, RunOptions, RunOutcome};
 use switchyard::runtime::record::RunStatus;
+use switchyard::store::Store;
 use switchyard::store::memory::MemoryStore;
 
 use crate::Options;
+use crate::discard::DiscardStore;
 use crate::profile::{Profile, RUNS};
 use crate::report::{Report, median};
 use crate::util;
@@ -26,22 +28,31 @@ const FLOW: &str = "w1_chain.yaml";
 const STEPS: usize = 20;
 const TARGET_US: f64 = 2.0;
 
-pub fn run(profile: &Profile, _opts: &Options) -> Result<Vec<Report>, String> {
+pub fn run(profile: &Profile, opts: &Options) -> Result<Vec<Report>, String> {
     let runs = profile.w1_runs;
     let plan = util::load_plan(FLOW)?;
     let rt = util::tokio_runtime()?;
     eprintln!("W1: {runs} runs of the {STEPS}-step chain `{FLOW}`; warm-up, then {RUNS} timed");
 
-    let (_, outcomes) = rt.block_on(batch(&plan, runs));
+    let (_, outcomes) = rt.block_on(batch::<MemoryStore>(&plan, runs));
     check(&outcomes)?;
     let mut samples = Vec::with_capacity(RUNS);
     for _ in 0..RUNS {
-        let (secs, outcomes) = rt.block_on(batch(&plan, runs));
+        let (secs, outcomes) = rt.block_on(batch::<MemoryStore>(&plan, runs));
         check(&outcomes)?;
         samples.push(secs * 1e6 / (runs * STEPS) as f64);
     }
     let v = median(&samples);
     eprintln!("W1: median {v:.3} µs per step (target ≤ {TARGET_US} µs)");
+    if opts.breakdown || v > TARGET_US {
+        let mut bare = Vec::with_capacity(RUNS);
+        for _ in 0..RUNS {
+            let (secs, outcomes) = rt.block_on(batch::<DiscardStore>(&plan, runs));
+            check(&outcomes)?;
+            bare.push(secs * 1e6 / (runs * STEPS) as f64);
+        }
+        util::store_share("W1", "µs per step", v, median(&bare));
+    }
     Ok(vec![Report::new(
         ID,
         "us_per_step",
@@ -54,9 +65,37 @@ pub fn run(profile: &Profile, _opts: &Options) -> Result<Vec<Report>, String> {
     )])
 }
 
-/// `runs` runs in a row on a fresh engine; the seconds they took and their outcomes.
-async fn batch(plan: &Arc<Plan>, runs: usize) -> (f64, Vec<RunOutcome>) {
-    let engine = Engine::new(Arc::new(MemoryStore::new()));
+/// `--child w1-repeat RUNS REPEAT [discard]`: REPEAT checked batches of RUNS runs, for a
+/// profiler, on the memory store or (`discard`) a store that keeps nothing; prints the median.
+pub fn child_repeat(args: &[String]) -> Result<(), String> {
+    let (runs, repeat, discard) = match args {
+        [r, n] => (r, n, false),
+        [r, n, d] if d == "discard" => (r, n, true),
+        _ => return Err("usage: --child w1-repeat RUNS REPEAT [discard]".into()),
+    };
+    let runs: usize = runs.parse().map_err(|_| format!("bad run count `{runs}`"))?;
+    let repeat: usize = repeat
+        .parse()
+        .map_err(|_| format!("bad repeat count `{repeat}`"))?;
+    let plan = util::load_plan(FLOW)?;
+    let rt = util::tokio_runtime()?;
+    let mut t = Vec::with_capacity(repeat);
+    for _ in 0..repeat {
+        let (secs, outcomes) = if discard {
+            rt.block_on(batch::<DiscardStore>(&plan, runs))
+        } else {
+            rt.block_on(batch::<MemoryStore>(&plan, runs))
+        };
+        check(&outcomes)?;
+        t.push(secs * 1e6 / (runs * STEPS) as f64);
+    }
+    println!("us_per_step={}", median(&t));
+    Ok(())
+}
+
+/// `runs` runs in a row on a fresh engine and store; the seconds they took and their outcomes.
+async fn batch<S: Store + Default>(plan: &Arc<Plan>, runs: usize) -> (f64, Vec<RunOutcome>) {
+    let engine = Engine::new(Arc::new(S::default()));
     let inputs: Vec<Value> = (0..runs).map(|_| json!({"n": 0})).collect();
     let context = json!({});
     let options = RunOptions::default();

@@ -22,6 +22,7 @@ use switchyard::store::Store;
 use switchyard::store::memory::MemoryStore;
 
 use crate::Options;
+use crate::discard::DiscardStore;
 use crate::profile::{Profile, RUNS};
 use crate::report::{Report, median};
 use crate::util;
@@ -44,15 +45,15 @@ pub fn run(profile: &Profile, opts: &Options) -> Result<Vec<Report>, String> {
             2 * n
         );
         for size in [n, 2 * n] {
-            let (_, outcome, engine) = rt.block_on(one_run(&plan, size));
+            let (_, outcome, engine) = rt.block_on(one_run::<MemoryStore>(&plan, size));
             check(&outcome, size)?;
             rt.block_on(check_records(&engine, &outcome, size))?;
         }
         let (mut ms, mut ratios) = (Vec::with_capacity(RUNS), Vec::with_capacity(RUNS));
         for _ in 0..RUNS {
-            let (t1, o1, _) = rt.block_on(one_run(&plan, n));
+            let (t1, o1, _) = rt.block_on(one_run::<MemoryStore>(&plan, n));
             check(&o1, n)?;
-            let (t2, o2, _) = rt.block_on(one_run(&plan, 2 * n));
+            let (t2, o2, _) = rt.block_on(one_run::<MemoryStore>(&plan, 2 * n));
             check(&o2, 2 * n)?;
             ms.push(t1 * 1e3);
             ratios.push(t2 / t1);
@@ -93,12 +94,15 @@ pub fn run(profile: &Profile, opts: &Options) -> Result<Vec<Report>, String> {
     Ok(reports)
 }
 
-/// `--child w3-repeat FLOW ITEMS REPEAT`: REPEAT checked runs of FLOW (`w3_foreach.yaml` or
-/// `w3_foreach_c8.yaml`) on ITEMS items, for a profiler (`perf record`, `valgrind`); prints
-/// the median µs per item.
+/// `--child w3-repeat FLOW ITEMS REPEAT [discard]`: REPEAT checked runs of FLOW
+/// (`w3_foreach.yaml` or `w3_foreach_c8.yaml`) on ITEMS items, for a profiler (`perf record`,
+/// `valgrind`), on the memory store or (`discard`) a store that keeps nothing; prints the
+/// median µs per item.
 pub fn child_repeat(args: &[String]) -> Result<(), String> {
-    let [flow, items, repeat] = args else {
-        return Err("usage: --child w3-repeat FLOW ITEMS REPEAT".into());
+    let (flow, items, repeat, discard) = match args {
+        [f, i, r] => (f, i, r, false),
+        [f, i, r, d] if d == "discard" => (f, i, r, true),
+        _ => return Err("usage: --child w3-repeat FLOW ITEMS REPEAT [discard]".into()),
     };
     let items: usize = items.parse().map_err(|_| format!("bad item count `{items}`"))?;
     let repeat: usize = repeat
@@ -108,7 +112,13 @@ pub fn child_repeat(args: &[String]) -> Result<(), String> {
     let rt = util::tokio_runtime()?;
     let mut t = Vec::with_capacity(repeat);
     for _ in 0..repeat {
-        let (secs, o, _) = rt.block_on(one_run(&plan, items));
+        let (secs, o) = if discard {
+            let (secs, o, _) = rt.block_on(one_run::<DiscardStore>(&plan, items));
+            (secs, o)
+        } else {
+            let (secs, o, _) = rt.block_on(one_run::<MemoryStore>(&plan, items));
+            (secs, o)
+        };
         check(&o, items)?;
         t.push(secs * 1e6 / items as f64);
     }
@@ -123,7 +133,7 @@ fn scaling(rt: &tokio::runtime::Runtime, plan: &Arc<Plan>, n: usize, variant: &s
         let (mut t, mut faults) = (Vec::new(), Vec::new());
         for _ in 0..3 {
             let f0 = util::minor_faults();
-            let (secs, o, _) = rt.block_on(one_run(plan, size));
+            let (secs, o, _) = rt.block_on(one_run::<MemoryStore>(plan, size));
             faults.push((util::minor_faults() - f0) as f64 / size as f64);
             check(&o, size)?;
             t.push(secs * 1e6 / size as f64);
@@ -131,12 +141,27 @@ fn scaling(rt: &tokio::runtime::Runtime, plan: &Arc<Plan>, n: usize, variant: &s
         line.push_str(&format!("  {size}: {:.3} [{:.2}]", median(&t), median(&faults)));
     }
     eprintln!("{line}");
+    let (mut with, mut without) = (Vec::new(), Vec::new());
+    for _ in 0..RUNS {
+        let (secs, o, _) = rt.block_on(one_run::<MemoryStore>(plan, n));
+        check(&o, n)?;
+        with.push(secs * 1e6 / n as f64);
+        let (secs, o, _) = rt.block_on(one_run::<DiscardStore>(plan, n));
+        check(&o, n)?;
+        without.push(secs * 1e6 / n as f64);
+    }
+    util::store_share(
+        &format!("W3 {variant}"),
+        "µs per item",
+        median(&with),
+        median(&without),
+    );
     Ok(())
 }
 
 /// One run on `items` items on a fresh engine: the seconds it took, its outcome, the engine.
-async fn one_run(plan: &Arc<Plan>, items: usize) -> (f64, RunOutcome, Engine<MemoryStore>) {
-    let engine = Engine::new(Arc::new(MemoryStore::new()));
+async fn one_run<S: Store + Default>(plan: &Arc<Plan>, items: usize) -> (f64, RunOutcome, Engine<S>) {
+    let engine = Engine::new(Arc::new(S::default()));
     let list: Vec<Value> = (0..items).map(|k| json!({"id": k, "v": k})).collect();
     let input = json!({ "items": list });
     let t0 = Instant::now();

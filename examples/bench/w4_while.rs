@@ -19,6 +19,7 @@ use switchyard::store::Store;
 use switchyard::store::memory::MemoryStore;
 
 use crate::Options;
+use crate::discard::DiscardStore;
 use crate::profile::{Profile, RUNS};
 use crate::report::{Report, median};
 use crate::util;
@@ -36,15 +37,15 @@ pub fn run(profile: &Profile, opts: &Options) -> Result<Vec<Report>, String> {
         2 * n
     );
     for size in [n, 2 * n] {
-        let (_, outcome, engine) = rt.block_on(one_run(&plan, size));
+        let (_, outcome, engine) = rt.block_on(one_run::<MemoryStore>(&plan, size));
         check(&outcome, size)?;
         rt.block_on(check_records(&engine, &outcome, size))?;
     }
     let (mut per_iter, mut ratios) = (Vec::with_capacity(RUNS), Vec::with_capacity(RUNS));
     for _ in 0..RUNS {
-        let (t1, o1, _) = rt.block_on(one_run(&plan, n));
+        let (t1, o1, _) = rt.block_on(one_run::<MemoryStore>(&plan, n));
         check(&o1, n)?;
-        let (t2, o2, _) = rt.block_on(one_run(&plan, 2 * n));
+        let (t2, o2, _) = rt.block_on(one_run::<MemoryStore>(&plan, 2 * n));
         check(&o2, 2 * n)?;
         per_iter.push(t1 * 1e6 / n as f64);
         ratios.push(t2 / t1);
@@ -95,7 +96,7 @@ pub fn child_repeat(args: &[String]) -> Result<(), String> {
     let rt = util::tokio_runtime()?;
     let mut t = Vec::with_capacity(repeat);
     for _ in 0..repeat {
-        let (secs, o, _) = rt.block_on(one_run(&plan, n));
+        let (secs, o, _) = rt.block_on(one_run::<MemoryStore>(&plan, n));
         check(&o, n)?;
         t.push(secs * 1e6 / n as f64);
     }
@@ -113,19 +114,29 @@ fn scaling(rt: &tokio::runtime::Runtime, plan: &Arc<Plan>, n: usize) -> Result<(
     {
         let mut t = Vec::new();
         for _ in 0..3 {
-            let (secs, o, _) = rt.block_on(one_run(plan, size));
+            let (secs, o, _) = rt.block_on(one_run::<MemoryStore>(plan, size));
             check(&o, size)?;
             t.push(secs * 1e6 / size as f64);
         }
         line.push_str(&format!("  {size}: {:.3}", median(&t)));
     }
     eprintln!("{line}");
+    let (mut with, mut without) = (Vec::new(), Vec::new());
+    for _ in 0..RUNS {
+        let (secs, o, _) = rt.block_on(one_run::<MemoryStore>(plan, n));
+        check(&o, n)?;
+        with.push(secs * 1e6 / n as f64);
+        let (secs, o, _) = rt.block_on(one_run::<DiscardStore>(plan, n));
+        check(&o, n)?;
+        without.push(secs * 1e6 / n as f64);
+    }
+    util::store_share("W4", "µs per iteration", median(&with), median(&without));
     Ok(())
 }
 
 /// One run of `iterations` iterations on a fresh engine: seconds, outcome, the engine.
-async fn one_run(plan: &Arc<Plan>, iterations: usize) -> (f64, RunOutcome, Engine<MemoryStore>) {
-    let engine = Engine::new(Arc::new(MemoryStore::new()));
+async fn one_run<S: Store + Default>(plan: &Arc<Plan>, iterations: usize) -> (f64, RunOutcome, Engine<S>) {
+    let engine = Engine::new(Arc::new(S::default()));
     let input = json!({"i": 0});
     let context = json!({ "n": iterations });
     let t0 = Instant::now();

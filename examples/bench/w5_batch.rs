@@ -3,9 +3,10 @@
 //!
 //! BENCH.md runs it through `switchyard batch --concurrency 64 --store memory`. Until `batch`
 //! exists, the harness does what it will do, in-process, and reports it as variant
-//! `in-process`: one engine and memory store for the batch, one tokio task per run on the
-//! multi-threaded runtime the commands use, a semaphore of 64 permits taken before a run starts
-//! and given back when it ends (a sliding window), outputs put back in input order.
+//! `in-process`: one engine and memory store for the batch, a driver task on the multi-threaded
+//! runtime the commands use, which starts one task per run after taking one of 64 semaphore
+//! permits (given back when the run ends: a sliding window), and puts outputs back in input
+//! order.
 //!
 //! Compiled once; a warm-up batch at N checked in full (every run succeeded, output k is
 //! `{i: k, result: 2k}`, in input order); then [`RUNS`] timed repetitions, each a batch at N
@@ -60,19 +61,19 @@ pub fn run(profile: &Profile, _opts: &Options) -> Result<Vec<Report>, String> {
         2 * n
     );
     let ideal = |runs: usize| runs as f64 * LATENCY_S / CONCURRENCY as f64;
-    check(&rt.block_on(batch(&plan, n))?.outcomes)?;
+    check(&on_worker(&rt, batch(plan.clone(), n))?.outcomes)?;
     let (mut wall, mut eff, mut cpu, mut ratios) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut floor_eff = Vec::new();
     for _ in 0..RUNS {
-        let m = rt.block_on(batch(&plan, n))?;
+        let m = on_worker(&rt, batch(plan.clone(), n))?;
         check(&m.outcomes)?;
-        let m2 = rt.block_on(batch(&plan, 2 * n))?;
+        let m2 = on_worker(&rt, batch(plan.clone(), 2 * n))?;
         check(&m2.outcomes)?;
         wall.push(m.wall_s);
         eff.push(ideal(n) / m.wall_s);
         cpu.push(m.cpu_s * 1e3 / n as f64);
         ratios.push(m2.wall_s / m.wall_s);
-        floor_eff.push(ideal(n) / rt.block_on(floor(n))?);
+        floor_eff.push(ideal(n) / on_worker(&rt, floor(n))?);
     }
     eprintln!(
         "W5: median wall {:.3} s (ideal {:.3} s), efficiency {:.4} (target ≥ {TARGET_EFFICIENCY}; \
@@ -86,7 +87,7 @@ pub fn run(profile: &Profile, _opts: &Options) -> Result<Vec<Report>, String> {
     );
     let what = format!(
         "{n} runs of `{FLOW}` (mock agent, latency 50 ms), {CONCURRENCY} in flight, in-process \
-         (one tokio task per run, semaphore), memory store; `switchyard batch` does not exist yet"
+         (a driver task starting one task per run, semaphore), memory store; `switchyard batch` does not exist yet"
     );
     let reports = vec![
         ("wall_s", wall, format!("{what}; wall of the batch")),
@@ -125,7 +126,7 @@ pub fn run(profile: &Profile, _opts: &Options) -> Result<Vec<Report>, String> {
         n as u64,
         floor_eff,
         format!(
-            "not the engine: the same batch ({n} tasks, {CONCURRENCY} in flight, semaphore, JoinSet) of bare \
+            "not the engine: the same batch ({n} tasks, {CONCURRENCY} in flight, driver task, semaphore) of bare \
              `tokio::time::sleep(50ms)`, the ceiling of any engine on tokio's millisecond timer; \
              (N × 0.05 s / {CONCURRENCY}) / wall"
         ),
@@ -161,8 +162,18 @@ async fn floor(runs: usize) -> Result<f64, String> {
     Ok(t0.elapsed().as_secs_f64())
 }
 
+/// Runs a batch's driver as a task on the runtime's workers, as a `batch` command would: a run
+/// it starts then lands on the worker's own queue, rather than waking a worker from outside.
+fn on_worker<T: Send + 'static>(
+    rt: &tokio::runtime::Runtime,
+    driver: impl std::future::Future<Output = Result<T, String>> + Send + 'static,
+) -> Result<T, String> {
+    rt.block_on(async { tokio::spawn(driver).await })
+        .map_err(|e| format!("the batch driver failed: {e}"))?
+}
+
 /// One batch of `runs` runs on a fresh engine and store, at most [`CONCURRENCY`] in flight.
-async fn batch(plan: &Arc<Plan>, runs: usize) -> Result<Measured, String> {
+async fn batch(plan: Arc<Plan>, runs: usize) -> Result<Measured, String> {
     let engine = Engine::new(Arc::new(MemoryStore::new()));
     let inputs: Vec<Value> = (0..runs).map(|k| json!({"i": k})).collect();
     let context = json!({});

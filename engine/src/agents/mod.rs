@@ -129,3 +129,32 @@ pub trait Agent {
         cx: CallContext<'_>,
     ) -> impl std::future::Future<Output = Result<Value, StepError>> + Send;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn step_numbers_are_written_out_on_demand() {
+        assert_eq!(StepNumber::of("2.3").to_string(), "2.3");
+        let n = StepNumber {
+            step: "2.3",
+            iteration: Some(4),
+        };
+        assert_eq!(n.to_string(), "2.3[4]");
+        let context = Value::Null;
+        let cancel = CancellationToken::new();
+        let cx = CallContext {
+            run_id: "r9",
+            step: "s",
+            step_number: n,
+            attempt: 2,
+            message: None,
+            context: &context,
+            cancel: &cancel,
+            timeout: Duration::from_secs(1),
+            call_index: 0,
+        };
+        assert_eq!(cx.idempotency_key(), "r9:2.3[4]");
+    }
+}

@@ -5,7 +5,7 @@
 //! whatever it could read. Cross-references (steps, agents, providers, files) are checked by
 //! `lint` and resolved by `compile`, never here.
 //!
-//! The types also derive [`JsonSchema`]: `schemas/flow.schema.json` is generated from them, so
+//! The types also derive [`JsonSchema`](schemars::JsonSchema): `schemas/flow.schema.json` is generated from them, so
 //! their `serde` attributes describe the YAML surface (the names users write), not a Rust
 //! serialisation.
 

@@ -1703,6 +1703,69 @@ mod tests {
         );
     }
 
+    /// Compiles `flow` (YAML text) from a temporary file and runs it on `input`.
+    async fn run_flow_text(flow: &str, input: Value) -> RunOutcome {
+        use crate::project::Project;
+        use crate::syntax::Limits;
+        let dir = std::env::temp_dir().join(format!(
+            "switchyard-engine-test-{}-{}",
+            std::process::id(),
+            record::new_run_id()
+        ));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let file = dir.join("flow.yaml");
+        std::fs::write(&file, flow).expect("write the flow");
+        let mut project = Project::default();
+        let id = project
+            .load_top(&file, dir.canonicalize().expect("canonical"), &Limits::default())
+            .expect("the flow loads");
+        let (plan, diags) = crate::compile::compile(&project, id);
+        let plan = plan.unwrap_or_else(|| panic!("the flow compiles: {diags:?}"));
+        let _ = std::fs::remove_dir_all(&dir);
+        let engine = Engine::new(Arc::new(crate::store::memory::MemoryStore::new()));
+        engine
+            .run(
+                Arc::new(plan),
+                input,
+                serde_json::json!({}),
+                RunOptions::default(),
+            )
+            .await
+    }
+
+    const PAYLOAD_LOOP: &str = "flow: payload-loop
+limits: {max_payload_bytes: 1KiB}
+agents:
+  grow: {kind: transform, result: {s: '=input.s + input.add'}}
+steps:
+  loop:
+    while: =iteration < 150
+    max_iterations: 150
+    agent: grow
+    output: {$.s: $.s}
+";
+
+    #[tokio::test]
+    async fn the_payload_limit_sees_through_its_bound() {
+        // Rewriting a value again and again adds to the bound, never to the payload: the
+        // bound passes the limit, the payload is measured, and the run goes on.
+        let o = run_flow_text(PAYLOAD_LOOP, serde_json::json!({"s": "", "add": ""})).await;
+        assert_eq!(o.status, RunStatus::Succeeded, "{:?}", o.error);
+        // Growing it by 10 bytes an iteration fails exactly when the payload passes 1024
+        // bytes: `{"s":"…","add":"0123456789"}` is 27 bytes + 10 per iteration.
+        let o = run_flow_text(PAYLOAD_LOOP, serde_json::json!({"s": "", "add": "0123456789"})).await;
+        assert_eq!(o.status, RunStatus::Failed);
+        let e = o.error.expect("an error");
+        assert_eq!(e.kind, ErrorKind::Limit);
+        assert_eq!(
+            e.message,
+            "payload size limit reached (limits.max_payload_bytes 1024)"
+        );
+        // The 100th iteration brings it to 1027 bytes (the 99th to 1017): the step and 100
+        // iterations ran.
+        assert_eq!(o.steps, 101);
+    }
+
     #[test]
     fn decimals_are_written_like_to_string() {
         for n in [0u64, 7, 10, 99, 100, 12_345, u64::MAX] {

@@ -1,0 +1,43 @@
+//! A store that keeps nothing, for breakdowns only: running a workload against it as well as
+//! against the memory store shows how much of the time is the store's (copying each record
+//! under its lock) and how much the engine's. Never used for a reported number.
+
+use switchyard::runtime::record::{RunRecord, StepRecord};
+use switchyard::store::{RunFilter, Store, StoreError};
+
+#[derive(Debug, Default)]
+pub struct DiscardStore;
+
+impl Store for DiscardStore {
+    async fn create_run(&self, _run: &RunRecord) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    async fn update_run(&self, _run: &RunRecord) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    async fn record_step(&self, _step: &StepRecord) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    async fn get_run(&self, id: &str) -> Result<RunRecord, StoreError> {
+        Err(StoreError::NotFound(id.to_string()))
+    }
+
+    async fn list_runs(&self, _filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
+        Ok(Vec::new())
+    }
+
+    async fn unfinished_runs(&self, _filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
+        Ok(Vec::new())
+    }
+
+    async fn steps(&self, _run_id: &str) -> Result<Vec<StepRecord>, StoreError> {
+        Ok(Vec::new())
+    }
+
+    async fn children(&self, _run_id: &str) -> Result<Vec<RunRecord>, StoreError> {
+        Ok(Vec::new())
+    }
+}

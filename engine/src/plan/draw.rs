@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 
 use petgraph::stable_graph::NodeIndex;
 
-use super::{AgentPlanSpec, CallPlan, FlowPlan, PlanNode, StepPlanKind};
+use super::{AgentPlanSpec, CallPlan, FlowPlan, StepPlanKind};
 use crate::model::EdgeOn;
 
 fn call_label(c: &CallPlan) -> String {
@@ -62,13 +62,78 @@ fn node_id(flow: &FlowPlan, n: NodeIndex) -> String {
     }
 }
 
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Line {
+    Solid,
+    /// A `foreach`/`while` self-loop.
+    Loop,
+    /// An `on: failure` edge.
+    Failure,
+}
+
+/// One drawn edge, the same for every output format.
+struct DrawEdge {
+    from: String,
+    to: String,
+    label: String,
+    line: Line,
+}
+
+/// Every edge to draw — loops, routes, and the implicit ends (`done`, `failed`) — and whether
+/// any leads to `failed`.
+fn edges(flow: &FlowPlan) -> (Vec<DrawEdge>, bool) {
+    let mut out = Vec::new();
+    let mut failed = false;
+    for n in flow.steps.values() {
+        let from = node_id(flow, *n);
+        let step = flow.step(*n).expect("steps are step nodes");
+        let edge = |to: String, label: String, line: Line| DrawEdge {
+            from: from.clone(),
+            to,
+            label,
+            line,
+        };
+        match &step.kind {
+            StepPlanKind::Foreach(f) => out.push(edge(
+                from.clone(),
+                format!(
+                    "each {} (max {}, {} at once)",
+                    f.as_name, f.max_items, f.concurrency
+                ),
+                Line::Loop,
+            )),
+            StepPlanKind::While(w) => out.push(edge(
+                from.clone(),
+                format!("while {} (max {})", w.cond.text(), w.max_iterations),
+                Line::Loop,
+            )),
+            _ => {}
+        }
+        if matches!(step.kind, StepPlanKind::Fail { .. }) {
+            failed = true;
+            out.push(edge("failed".into(), String::new(), Line::Solid));
+        } else if !step.has_next {
+            out.push(edge("done".into(), String::new(), Line::Solid));
+        } else {
+            for (route, to) in flow.routes(step) {
+                let line = if route.on == EdgeOn::Failure {
+                    Line::Failure
+                } else {
+                    Line::Solid
+                };
+                out.push(edge(node_id(flow, to), route.label(), line));
+            }
+        }
+    }
+    (out, failed)
+}
+
 /// Mermaid `flowchart` text.
 pub fn mermaid(flow: &FlowPlan) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "flowchart TD");
     let _ = writeln!(out, "  start((\"{}\"))", mermaid_text(&flow.name));
     let _ = writeln!(out, "  done((\"end\"))");
-    let mut failed = false;
     for n in flow.steps.values() {
         let (label, shape) = describe(flow, *n);
         let id = node_id(flow, *n);
@@ -108,56 +173,19 @@ pub fn mermaid(flow: &FlowPlan) -> String {
         }
     }
     let _ = writeln!(out, "  start --> {}", node_id(flow, flow.start));
-    for n in flow.steps.values() {
-        let id = node_id(flow, *n);
-        let step = flow.step(*n).expect("step");
-        match &step.kind {
-            StepPlanKind::Foreach(f) => {
-                let _ = writeln!(
-                    out,
-                    "  {id} -.->|\"{}\"| {id}",
-                    mermaid_text(&format!(
-                        "each {} (max {}, {} at once)",
-                        f.as_name, f.max_items, f.concurrency
-                    ))
-                );
-            }
-            StepPlanKind::While(w) => {
-                let _ = writeln!(
-                    out,
-                    "  {id} -.->|\"{}\"| {id}",
-                    mermaid_text(&format!("while {} (max {})", w.cond.text(), w.max_iterations))
-                );
-            }
-            _ => {}
-        }
-        if matches!(step.kind, StepPlanKind::Fail { .. }) {
-            failed = true;
-            let _ = writeln!(out, "  {id} --> failed");
-            continue;
-        }
-        if !step.has_next {
-            let _ = writeln!(out, "  {id} --> done");
-            continue;
-        }
-        for (edge, to) in flow.routes(step) {
-            let to_id = node_id(flow, to);
-            let label = edge.label();
-            let dotted = edge.on == EdgeOn::Failure;
-            match (label.is_empty(), dotted) {
-                (true, false) => {
-                    let _ = writeln!(out, "  {id} --> {to_id}");
-                }
-                (true, true) => {
-                    let _ = writeln!(out, "  {id} -.-> {to_id}");
-                }
-                (false, false) => {
-                    let _ = writeln!(out, "  {id} -->|\"{}\"| {to_id}", mermaid_text(&label));
-                }
-                (false, true) => {
-                    let _ = writeln!(out, "  {id} -.->|\"{}\"| {to_id}", mermaid_text(&label));
-                }
-            }
+    let (edges, failed) = edges(flow);
+    for e in &edges {
+        let arrow = if e.line == Line::Solid { "-->" } else { "-.->" };
+        if e.label.is_empty() {
+            let _ = writeln!(out, "  {} {arrow} {}", e.from, e.to);
+        } else {
+            let _ = writeln!(
+                out,
+                "  {} {arrow}|\"{}\"| {}",
+                e.from,
+                mermaid_text(&e.label),
+                e.to
+            );
         }
     }
     if failed {
@@ -179,7 +207,6 @@ pub fn dot(flow: &FlowPlan) -> String {
     let _ = writeln!(out, "  edge [fontname=\"Helvetica\", fontsize=10];");
     let _ = writeln!(out, "  start [shape=circle, label=\"{}\"];", dot_text(&flow.name));
     let _ = writeln!(out, "  done [shape=doublecircle, label=\"end\"];");
-    let mut failed = false;
     for n in flow.steps.values() {
         let (label, shape) = describe(flow, *n);
         let id = node_id(flow, *n);
@@ -210,46 +237,22 @@ pub fn dot(flow: &FlowPlan) -> String {
         let _ = writeln!(out, "  {id} [{attrs}, label=\"{}\"];", dot_text(&label));
     }
     let _ = writeln!(out, "  start -> {};", node_id(flow, flow.start));
-    for n in flow.steps.values() {
-        let id = node_id(flow, *n);
-        let step = flow.step(*n).expect("step");
-        match &step.kind {
-            StepPlanKind::Foreach(f) => {
-                let _ = writeln!(
-                    out,
-                    "  {id} -> {id} [style=dashed, label=\"{}\"];",
-                    dot_text(&format!("each {} (max {})", f.as_name, f.max_items))
-                );
-            }
-            StepPlanKind::While(w) => {
-                let _ = writeln!(
-                    out,
-                    "  {id} -> {id} [style=dashed, label=\"{}\"];",
-                    dot_text(&format!("while {} (max {})", w.cond.text(), w.max_iterations))
-                );
-            }
-            _ => {}
-        }
-        if matches!(step.kind, StepPlanKind::Fail { .. }) {
-            failed = true;
-            let _ = writeln!(out, "  {id} -> failed;");
-            continue;
-        }
-        if !step.has_next {
-            let _ = writeln!(out, "  {id} -> done;");
-            continue;
-        }
-        for (edge, to) in flow.routes(step) {
-            let style = if edge.on == EdgeOn::Failure {
-                ", style=dashed, color=firebrick"
-            } else {
-                ""
-            };
+    let (edges, failed) = edges(flow);
+    for e in &edges {
+        let style = match e.line {
+            Line::Solid => "",
+            Line::Loop => ", style=dashed",
+            Line::Failure => ", style=dashed, color=firebrick",
+        };
+        if e.label.is_empty() && style.is_empty() {
+            let _ = writeln!(out, "  {} -> {};", e.from, e.to);
+        } else {
             let _ = writeln!(
                 out,
-                "  {id} -> {} [label=\"{}\"{style}];",
-                node_id(flow, to),
-                dot_text(&edge.label())
+                "  {} -> {} [label=\"{}\"{style}];",
+                e.from,
+                e.to,
+                dot_text(&e.label)
             );
         }
     }
@@ -260,6 +263,5 @@ pub fn dot(flow: &FlowPlan) -> String {
         );
     }
     let _ = writeln!(out, "}}");
-    let _ = PlanNode::End;
     out
 }

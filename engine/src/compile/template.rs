@@ -57,6 +57,9 @@ pub struct Template {
     text: Arc<str>,
     /// `None` for text without template tags, which renders as itself.
     env: Option<Arc<Environment<'static>>>,
+    /// The free variables it reads, with their static attribute chains, found once here so
+    /// that rendering copies only what the template can see.
+    vars: Arc<[(String, Vec<String>)]>,
 }
 
 /// The environment every template is compiled in: strict undefined, no auto-escaping.
@@ -100,19 +103,31 @@ pub fn compile(text: &str) -> Result<Template, TemplateError> {
         return Ok(Template {
             text: text.into(),
             env: None,
+            vars: Arc::new([]),
         });
     }
     check_depth(text)?;
     let mut env = BASE.clone();
     env.add_template_owned(NAME, text.to_owned())
         .map_err(|e| locate_error(text, &e))?;
+    let vars = check(text)?
+        .vars
+        .into_iter()
+        .map(|v| (v.root, v.fields))
+        .collect();
     Ok(Template {
         text: text.into(),
         env: Some(Arc::new(env)),
+        vars,
     })
 }
 
 impl Template {
+    /// The free variables the template reads: root and static attribute chain, in order.
+    pub fn vars(&self) -> &[(String, Vec<String>)] {
+        &self.vars
+    }
+
     /// The template as written.
     pub fn text(&self) -> &str {
         &self.text

@@ -150,7 +150,7 @@ pub fn render(template: &Template, vars: &Vars) -> Result<String, StepError> {
     if template.is_plain() {
         return Ok(template.text().to_owned());
     }
-    let ctx = template_context(template.text(), vars);
+    let ctx = template_context(template, vars);
     template
         .render(&ctx)
         .map_err(|e| StepError::expression(format!("template: {e}")))
@@ -996,13 +996,13 @@ fn tidy(msg: &str) -> String {
 
 /// The document a template renders with: each variable it names, pruned to the static
 /// attribute chains it reads.
-fn template_context(text: &str, vars: &Vars) -> Value {
+fn template_context(template: &Template, vars: &Vars) -> Value {
     let mut ctx = Map::new();
-    for (root, chain) in chains(text) {
+    for (root, chain) in template.vars() {
         let Some(src) = vars.get(root) else { continue };
         let fresh = !ctx.contains_key(root);
-        let slot = ctx.entry(root.to_owned()).or_insert(Value::Null);
-        include(src, &chain, slot, fresh);
+        let slot = ctx.entry(root.clone()).or_insert(Value::Null);
+        include(src, chain, slot, fresh);
     }
     Value::Object(ctx)
 }
@@ -1010,85 +1010,21 @@ fn template_context(text: &str, vars: &Vars) -> Value {
 /// Copies into `out` what a read of `chain` on `src` can see: the value at the end of the
 /// chain, or all of `src` where the chain leaves the objects (a missing key, an index, a
 /// method). `fresh` is whether `out` holds nothing yet.
-fn include(src: &Value, chain: &[&str], out: &mut Value, fresh: bool) {
+fn include(src: &Value, chain: &[String], out: &mut Value, fresh: bool) {
     match (chain.split_first(), src) {
-        (Some((key, rest)), Value::Object(m)) if m.contains_key(*key) => {
+        (Some((key, rest)), Value::Object(m)) if m.contains_key(key) => {
             if fresh || !out.is_object() {
                 *out = Value::Object(Map::new());
             }
-            let (Some(child), Value::Object(o)) = (m.get(*key), out) else {
+            let (Some(child), Value::Object(o)) = (m.get(key), out) else {
                 return;
             };
-            let fresh_child = !o.contains_key(*key);
-            let slot = o.entry((*key).to_owned()).or_insert(Value::Null);
+            let fresh_child = !o.contains_key(key);
+            let slot = o.entry(key.clone()).or_insert(Value::Null);
             include(child, rest, slot, fresh_child);
         }
         _ => *out = src.clone(),
     }
-}
-
-/// Every identifier of `text` not preceded by `.`, with the `.name` chain that follows it.
-/// Over-approximates the variables a template reads (text outside tags and string literals
-/// count too), which only costs a copy.
-fn chains(text: &str) -> Vec<(&str, Vec<&str>)> {
-    let b = text.as_bytes();
-    let ident = |i: usize| -> Option<usize> {
-        let first = *b.get(i)?;
-        if !(first.is_ascii_alphabetic() || first == b'_') {
-            return None;
-        }
-        let mut j = i + 1;
-        while b.get(j).is_some_and(|c| c.is_ascii_alphanumeric() || *c == b'_') {
-            j += 1;
-        }
-        Some(j)
-    };
-    let skip_space = |mut i: usize| {
-        while b.get(i).is_some_and(u8::is_ascii_whitespace) {
-            i += 1;
-        }
-        i
-    };
-    let mut out: Vec<(&str, Vec<&str>)> = Vec::new();
-    let mut i = 0;
-    let mut prev = None::<u8>; // last non-space byte before `i`
-    while i < b.len() {
-        let c = b[i];
-        let starts = (c.is_ascii_alphabetic() || c == b'_')
-            && !(i > 0 && (b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'_'));
-        if !starts {
-            if !c.is_ascii_whitespace() {
-                prev = Some(c);
-            }
-            i += 1;
-            continue;
-        }
-        let end = ident(i).unwrap_or(i + 1);
-        let root = &text[i..end];
-        let attribute = prev == Some(b'.');
-        let mut chain = Vec::new();
-        let mut j = end;
-        loop {
-            let dot = skip_space(j);
-            if b.get(dot) != Some(&b'.') {
-                break;
-            }
-            let start = skip_space(dot + 1);
-            match ident(start) {
-                Some(e) => {
-                    chain.push(&text[start..e]);
-                    j = e;
-                }
-                None => break,
-            }
-        }
-        if !attribute {
-            out.push((root, chain));
-        }
-        prev = Some(b'x');
-        i = j;
-    }
-    out
 }
 
 #[cfg(test)]
@@ -1399,14 +1335,14 @@ mod tests {
                 .unwrap();
         assert_eq!(render(&t, &vars).unwrap(), "Refund 12 to Ann (9)");
         assert_eq!(
-            template_context(t.text(), &vars),
+            template_context(&t, &vars),
             json!({"payload": {"amount": 12, "customer": {"name": "Ann"}}, "item": {"id": 9}})
         );
         // Used another way, a variable is copied whole at that level.
         let t = template::compile("{% for x in payload.big %}{{ x }}{% endfor %} {{ payload['amount'] }}")
             .unwrap();
         assert_eq!(render(&t, &vars).unwrap(), "123 12");
-        assert_eq!(template_context(t.text(), &vars), json!({"payload": p}));
+        assert_eq!(template_context(&t, &vars), json!({"payload": p}));
         let t = template::compile("{{ payload.customer.name | upper }} {{ payload . amount }}").unwrap();
         assert_eq!(render(&t, &vars).unwrap(), "ANN 12");
         // A missing key is copied around, so the error names it.
@@ -1424,17 +1360,6 @@ mod tests {
         // Plain text is not a template.
         let t = template::compile("no tags here").unwrap();
         assert_eq!(render(&t, &Vars::default()).unwrap(), "no tags here");
-    }
-
-    #[test]
-    fn chains_are_found_in_template_text() {
-        let found = chains("{{ a.b.c }} {{ x.y[0].z }} {{ f(q) }} {{ w.v | t }} {{ r . s }} {{ o.p.0 }}");
-        let roots: Vec<_> = found
-            .iter()
-            .map(|(r, c)| format!("{r}:{}", c.join(".")))
-            .collect();
-        // `.z` after `]` is an attribute, not a variable.
-        assert_eq!(roots, ["a:b.c", "x:y", "f:", "q:", "w:v", "t:", "r:s", "o:p"]);
     }
 
     /// Not a timed assertion: prints what one evaluation costs (run with `--release

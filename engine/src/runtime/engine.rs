@@ -272,6 +272,14 @@ impl<'e, S: Store> Run<'e, S> {
             finished_at: None,
             usage: Usage::default(),
             steps: 0,
+            context: if lineage.depth == 0 {
+                tree.context.clone()
+            } else {
+                Value::Null
+            },
+            batch: None,
+            item_id: None,
+            item_index: None,
         };
         Run {
             engine,

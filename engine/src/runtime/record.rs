@@ -96,6 +96,16 @@ pub struct RunRecord {
     pub usage: Usage,
     /// Steps executed (iterations included).
     pub steps: u64,
+    /// The caller-given context (`--context`), kept so that a resumed run sees the same.
+    #[serde(default)]
+    pub context: Value,
+    /// For a run of a batch item: the batch, the item's id and its 0-based line index.
+    #[serde(default)]
+    pub batch: Option<String>,
+    #[serde(default)]
+    pub item_id: Option<String>,
+    #[serde(default)]
+    pub item_index: Option<u64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

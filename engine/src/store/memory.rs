@@ -119,4 +119,19 @@ impl Store for MemoryStore {
             .cloned()
             .collect())
     }
+
+    async fn batch_runs(&self, batch: &str, from: u64, limit: usize) -> Result<Vec<RunRecord>, StoreError> {
+        let g = self.lock();
+        // `order` is start order, so a stable sort by item index keeps an item's runs in it.
+        let mut out: Vec<RunRecord> = g
+            .order
+            .iter()
+            .filter_map(|id| g.runs.get(id))
+            .filter(|r| r.batch.as_deref() == Some(batch) && r.item_index.is_some_and(|i| i >= from))
+            .cloned()
+            .collect();
+        out.sort_by_key(|r| r.item_index);
+        out.truncate(limit);
+        Ok(out)
+    }
 }

@@ -93,6 +93,14 @@ pub trait Store: Send + Sync + 'static {
     }
     /// Runs whose parent is `run_id`, oldest first.
     fn children(&self, run_id: &str) -> impl Future<Output = Result<Vec<RunRecord>, StoreError>> + Send;
+    /// The runs of `batch` whose item index is at least `from`, by item index and then start
+    /// (an item run again comes after its earlier runs), at most `limit` of them.
+    fn batch_runs(
+        &self,
+        batch: &str,
+        from: u64,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<RunRecord>, StoreError>> + Send;
 }
 
 /// Keeps the latest attempt of each (number, iteration) of records in record order.

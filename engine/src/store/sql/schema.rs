@@ -18,7 +18,7 @@ use crate::runtime::record::now_ms;
 use crate::store::StoreError;
 
 /// The newest schema this build reads and writes.
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 struct Migration {
     version: i64,
@@ -92,6 +92,10 @@ const MIGRATIONS: &[Migration] = &[Migration {
         )",
         "CREATE INDEX steps_by_seq ON steps (seq)",
     ],
+}, Migration {
+    version: 2,
+    description: "run context, for resume",
+    statements: &["ALTER TABLE runs ADD COLUMN context TEXT"],
 }];
 
 /// The store's schema version: 0 for an empty store. Reads only.
@@ -175,7 +179,7 @@ mod tests {
         let err = check_not_newer(7, "/x/runs.db").expect_err("newer");
         assert_eq!(
             err.to_string(),
-            "the store at /x/runs.db was written by a newer switchyard (schema 7; this one knows up to 1)"
+            "the store at /x/runs.db was written by a newer switchyard (schema 7; this one knows up to 2)"
         );
         assert!(check_not_newer(1, "s").is_ok() && check_not_newer(0, "s").is_ok());
     }

@@ -46,7 +46,11 @@ fn run(id: &str, flow: &str, started_at: u64, status: RunStatus, full: bool) -> 
             cost_usd: 0.1 + 0.2,
         },
         steps: 9,
-        context: if full { json!({"tenant": "acme", "n": [1]}) } else { serde_json::Value::Null },
+        context: if full {
+            json!({"tenant": "acme", "n": [1]})
+        } else {
+            serde_json::Value::Null
+        },
         batch: full.then(|| "/data/out.jsonl".into()),
         item_id: full.then(|| "ticket-7".into()),
         item_index: full.then_some(6),
@@ -222,14 +226,28 @@ async fn contract<S: Store>(store: &S) {
         item_index: Some(index),
         ..run(id, "triage", started_at, RunStatus::Succeeded, false)
     };
-    for r in [item("b2", 2, 10), item("b0", 0, 11), item("b1", 1, 12), item("b0again", 0, 13)] {
+    for r in [
+        item("b2", 2, 10),
+        item("b0", 0, 11),
+        item("b1", 1, 12),
+        item("b0again", 0, 13),
+    ] {
         store.create_run(&r).await.expect("create_run");
     }
     let got = store.batch_runs("b", 0, 10).await.expect("batch_runs");
     assert_eq!(ids(&got), ["b0", "b0again", "b1", "b2"]);
     assert_eq!(got[3], item("b2", 2, 10));
-    assert_eq!(ids(&store.batch_runs("b", 1, 1).await.expect("batch_runs")), ["b1"]);
-    assert!(store.batch_runs("other", 0, 10).await.expect("batch_runs").is_empty());
+    assert_eq!(
+        ids(&store.batch_runs("b", 1, 1).await.expect("batch_runs")),
+        ["b1"]
+    );
+    assert!(
+        store
+            .batch_runs("other", 0, 10)
+            .await
+            .expect("batch_runs")
+            .is_empty()
+    );
 }
 
 #[tokio::test]

@@ -40,4 +40,13 @@ impl Store for DiscardStore {
     async fn children(&self, _run_id: &str) -> Result<Vec<RunRecord>, StoreError> {
         Ok(Vec::new())
     }
+
+    async fn batch_runs(
+        &self,
+        _batch: &str,
+        _from: u64,
+        _limit: usize,
+    ) -> Result<Vec<RunRecord>, StoreError> {
+        Ok(Vec::new())
+    }
 }

@@ -54,6 +54,7 @@ fn run(id: &str, flow: &str, started_at: u64, status: RunStatus, full: bool) -> 
         batch: full.then(|| "/data/out.jsonl".into()),
         item_id: full.then(|| "ticket-7".into()),
         item_index: full.then_some(6),
+        flow_path: full.then(|| "/data/flows/triage.yaml".into()),
     }
 }
 

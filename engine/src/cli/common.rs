@@ -10,6 +10,23 @@ use crate::model::AgentKind;
 use crate::plan::Plan;
 use crate::runtime::engine::RunOptions;
 
+/// `--store URL`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct StoreArg {
+    /// Where runs are recorded: `sqlite:PATH`, `postgres://...` or `memory` (kept by nothing).
+    #[arg(long = "store", env = "SWITCHYARD_STORE", default_value = crate::store::any::DEFAULT_STORE, value_name = "URL")]
+    pub url: String,
+}
+
+impl StoreArg {
+    /// Opens the store, or says why not.
+    pub async fn open(&self) -> Result<crate::store::any::AnyStore, String> {
+        crate::store::any::AnyStore::open(&self.url)
+            .await
+            .map_err(|e| e.to_string())
+    }
+}
+
 #[derive(clap::Args, Debug, Clone)]
 pub struct RunArgs {
     /// Caller-given context as JSON, visible as `context` and passed to nested flows unchanged.

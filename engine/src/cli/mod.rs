@@ -6,6 +6,7 @@ mod explain;
 mod graph;
 mod lint;
 mod run;
+mod runs;
 mod schema;
 mod test;
 mod trace;
@@ -67,6 +68,10 @@ pub enum Command {
     Run(run::Args),
     /// Run the `tests:` of flows with mocked agents.
     Test(test::Args),
+    /// Inspect and continue stored runs.
+    Runs(runs::Args),
+    /// Continue a stored run (the same as `runs resume`).
+    Resume(runs::ResumeArgs),
 }
 
 /// Parses the command line and runs the command.
@@ -87,6 +92,8 @@ pub fn main() -> ExitCode {
         Command::Schema(a) => schema::run(a),
         Command::Run(a) => run::run(a),
         Command::Test(a) => test::run(a),
+        Command::Runs(a) => runs::run(a),
+        Command::Resume(a) => runs::resume(a),
     };
     ExitCode::from(code)
 }

@@ -96,6 +96,9 @@ pub struct RunRecord {
     pub usage: Usage,
     /// Steps executed (iterations included).
     pub steps: u64,
+    /// The flow file of a root run, as given, made absolute: what `resume` loads again.
+    #[serde(default)]
+    pub flow_path: Option<String>,
     /// The caller-given context (`--context`), kept so that a resumed run sees the same.
     #[serde(default)]
     pub context: Value,

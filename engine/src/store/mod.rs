@@ -2,6 +2,7 @@
 //! for SQLite (the default) and PostgreSQL, which share one schema. Only this module defines
 //! on-disk formats, and they are versioned ([`sql::schema`]).
 
+pub mod any;
 pub mod memory;
 pub mod sql;
 

@@ -39,6 +39,7 @@ pub(crate) struct RunRow {
     batch: Option<String>,
     item_id: Option<String>,
     item_index: Option<i64>,
+    flow_path: Option<String>,
 }
 
 impl RunRow {
@@ -64,6 +65,7 @@ impl RunRow {
             batch: r.batch.clone(),
             item_id: r.item_id.clone(),
             item_index: r.item_index.map(|i| int(i, "item_index")).transpose()?,
+            flow_path: r.flow_path.clone(),
         })
     }
 
@@ -89,6 +91,7 @@ impl RunRow {
             .bind(self.batch.clone())
             .bind(self.item_id.clone())
             .bind(self.item_index)
+            .bind(self.flow_path.clone())
     }
 }
 
@@ -196,6 +199,7 @@ pub(crate) fn decode_run(row: &AnyRow) -> Result<RunRecord, String> {
         item_index: get::<Option<i64>>(row, "item_index")?
             .map(|i| uint(i, "item_index"))
             .transpose()?,
+        flow_path: get(row, "flow_path")?,
     })
 }
 

@@ -96,8 +96,11 @@ const MIGRATIONS: &[Migration] = &[
     },
     Migration {
         version: 2,
-        description: "run context, for resume",
-        statements: &["ALTER TABLE runs ADD COLUMN context TEXT"],
+        description: "run context and flow file, for resume",
+        statements: &[
+            "ALTER TABLE runs ADD COLUMN context TEXT",
+            "ALTER TABLE runs ADD COLUMN flow_path TEXT",
+        ],
     },
 ];
 

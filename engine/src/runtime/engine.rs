@@ -1212,7 +1212,9 @@ impl<'e, S: Store> Run<'e, S> {
                             StepError::new(
                                 ErrorKind::InDoubt,
                                 format!(
-                                    "step `{}` ({number}) started attempt {} and never finished, and it is not                                      idempotent: it may have had its effect. Resume with --retry-in-doubt to call it again",
+                                    "step `{}` ({number}) started attempt {} and never finished, and it is not \
+                                     idempotent: it may have had its effect. \
+                                     Resume with --retry-in-doubt to call it again",
                                     step.id, rec.attempt
                                 ),
                             )

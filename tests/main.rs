@@ -8,6 +8,7 @@
 //! - [`corpus`]: hostile inputs (alias bombs, deep nesting, huge and binary files);
 //! - [`fuzz`]: property tests over generated and mutated flows.
 
+mod batch;
 mod cli;
 mod corpus;
 mod engine;

@@ -556,7 +556,7 @@ pub async fn run<S: Store>(
             Ok(o) => {
                 progress.add_cost(o.usage.cost_usd);
                 count(&progress, o.status);
-                Slot::Line(outcome_line(&id, &o, ms))
+                Slot::Line(outcome_line(&id, &o))
             }
             Err(e) => {
                 progress.failed.fetch_add(1, Ordering::Relaxed);
@@ -648,7 +648,7 @@ fn record_line(r: &RunRecord) -> String {
     )
 }
 
-fn outcome_line(id: &str, o: &RunOutcome, ms: u64) -> String {
+fn outcome_line(id: &str, o: &RunOutcome) -> String {
     item_line(
         id,
         o.status.as_str(),
@@ -656,7 +656,7 @@ fn outcome_line(id: &str, o: &RunOutcome, ms: u64) -> String {
         o.error.as_ref(),
         Some(&o.run_id),
         o.usage.cost_usd,
-        ms,
+        o.duration_ms,
     )
 }
 

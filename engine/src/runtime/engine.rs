@@ -61,6 +61,8 @@ pub struct RunOutcome {
     pub path: Vec<String>,
     pub usage: Usage,
     pub steps: u64,
+    /// From the run's recorded start (its first start, when resumed) to its end.
+    pub duration_ms: u64,
 }
 
 /// Runs plans against a store.
@@ -605,6 +607,11 @@ impl<'e, S: Store> Run<'e, S> {
             path: std::mem::take(&mut self.path),
             usage: self.record.usage,
             steps: self.record.steps,
+            duration_ms: self
+                .record
+                .finished_at
+                .unwrap_or_else(record::now_ms)
+                .saturating_sub(self.record.started_at),
         }
     }
 
@@ -1445,6 +1452,10 @@ impl<'e, S: Store> Run<'e, S> {
                 path: Vec::new(),
                 usage: rec.usage,
                 steps: rec.steps,
+                duration_ms: rec
+                    .finished_at
+                    .unwrap_or(rec.started_at)
+                    .saturating_sub(rec.started_at),
             },
             earlier => {
                 let replay = match &earlier {

@@ -452,6 +452,32 @@ async fn a_store_from_a_newer_switchyard_is_refused_untouched() {
         std::fs::read(&path).expect("read") == before,
         "the store file changed"
     );
+
+    // Through the command line: `batch` and `run` refuse it the same way, before running
+    // anything or writing an output file.
+    dir.write("in.jsonl", "{\"id\": 1}\n");
+    let flow = dir.write("f.yaml", crate::support::CLEAN_FLOW);
+    let store_arg = format!("--store=sqlite:{}", path.display());
+    let out = crate::support::run(
+        crate::support::switchyard(dir.path())
+            .arg("batch")
+            .arg(&flow)
+            .args(["--input", "in.jsonl", "--output", "out.jsonl", &store_arg]),
+    );
+    assert_eq!(out.code(), 1, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("was written by a newer switchyard (schema 7"),
+        "{}",
+        out.stderr
+    );
+    assert!(!dir.path().join("out.jsonl").exists());
+    let out = crate::support::run(crate::support::switchyard(dir.path()).arg("run").arg(&flow).arg(&store_arg));
+    assert_eq!(out.code(), 1, "{}", out.stderr);
+    assert!(out.stderr.contains("newer switchyard"), "{}", out.stderr);
+    assert!(
+        std::fs::read(&path).expect("read") == before,
+        "the store file changed"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

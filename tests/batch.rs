@@ -21,7 +21,7 @@ agents:
   side:
     kind: command
     # Input torn by a kill of the batch is not a call: only whole documents count.
-    run: [sh, -c, 'read -r x; case "$x" in *}}) ;; *) exit 1 ;; esac; printf "%s\n" "$x" >> "{effects}"; sleep 0.02; printf "%s" "$x"']
+    run: [sh, -c, 'read -r x; case "$x" in *}}) ;; *) exit 1 ;; esac; printf "%s\n" "$x" >> "{effects}"; sleep 0.05; printf "%s" "$x"']
     idempotent: false
   double:
     kind: transform
@@ -207,7 +207,7 @@ fn comparable(lines: &[Value]) -> Vec<Value> {
 
 #[test]
 fn a_batch_killed_at_random_points_ends_with_every_item_once_in_order() {
-    const N: usize = 60;
+    const N: usize = 120;
     // The reference: an uninterrupted batch.
     let reference = {
         let dir = TempDir::new("batch-reference");
@@ -226,11 +226,14 @@ fn a_batch_killed_at_random_points_ends_with_every_item_once_in_order() {
     // Kill it several times at pseudo-random moments (from the first write to the end).
     let mut seed = u64::from(std::process::id()) ^ 0x9e37_79b9_7f4a_7c15;
     let mut kills = 0;
-    for round in 0..6 {
+    for round in 0..10 {
+        if kills == 5 {
+            break;
+        }
         seed ^= seed << 13;
         seed ^= seed >> 7;
         seed ^= seed << 17;
-        let delay = Duration::from_millis(40 + seed % 400);
+        let delay = Duration::from_millis(40 + seed % 250);
         let mut child = batch_cmd(&dir, &flow, &[])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -528,4 +531,105 @@ fn runs_cancel_ends_an_interrupted_run() {
         "{}",
         missing.stderr
     );
+}
+
+#[test]
+fn ctrl_c_stops_a_batch_at_a_recorded_point_and_the_same_command_continues() {
+    const N: usize = 40;
+    let dir = TempDir::new("batch-sigint");
+    let fx = dir.path().join("effects");
+    let flow = dir.write("items.yaml", items_flow(&fx));
+    write_input(&dir, N);
+    let mut child = batch_cmd(&dir, &flow, &[])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starts");
+    std::thread::sleep(Duration::from_millis(300));
+    let pid = i32::try_from(child.id()).expect("a pid");
+    // SIGINT, as Ctrl-C sends it.
+    let status = Command::new("kill")
+        .args(["-INT", &pid.to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    let out = child.wait_with_output().expect("exits");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    assert!(stderr.contains("stopping: no new items"), "{stderr}");
+    assert!(
+        stderr.contains("to continue, run the same command again"),
+        "{stderr}"
+    );
+    let partial = read_lines(&dir.path().join("out.jsonl"));
+    assert!(partial.len() < N, "stopped early: {} lines", partial.len());
+    // Nothing stopped half-way was left in doubt: in-flight steps finished and were recorded.
+    let out = run(&mut batch_cmd(&dir, &flow, &[]));
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    let lines = read_lines(&dir.path().join("out.jsonl"));
+    assert_eq!(lines.len(), N);
+    assert!(lines.iter().all(|l| l["status"] == "succeeded"));
+    let counts = effects(&fx);
+    assert_eq!(counts.len(), N);
+    assert!(counts.values().all(|n| *n == 1), "{counts:?}");
+}
+
+#[test]
+fn interrupted_items_are_written_as_such_and_updated_once_resumed() {
+    let dir = TempDir::new("batch-interrupt");
+    dir.write(
+        "approve.yaml",
+        r#"flow: approve
+steps:
+  gate:
+    interrupt:
+      prompt: "Approve {{ input.id }}?"
+      schema: {type: object, required: [ok], properties: {ok: {type: boolean}}}
+    input: [$.id]
+    output: {$.ok: $.ok}
+    next:
+      - to: end
+        if: payload.ok
+      - to: no
+  no:
+    fail: {kind: rejected, message: "not approved"}
+"#,
+    );
+    dir.write("in.jsonl", "{\"id\": \"a\"}\n{\"id\": \"b\"}\n");
+    let batch = |dir: &TempDir| {
+        run(switchyard(dir.path()).args([
+            "batch",
+            "approve.yaml",
+            "--input",
+            "in.jsonl",
+            "--output",
+            "out.jsonl",
+            "--store",
+            "sqlite:runs.db",
+        ]))
+    };
+    let out = batch(&dir);
+    assert_eq!(out.code(), 3, "{}", out.stderr);
+    assert!(out.stderr.contains("2 item(s) interrupted"), "{}", out.stderr);
+    let lines = read_lines(&dir.path().join("out.jsonl"));
+    assert!(lines.iter().all(|l| l["status"] == "interrupted"), "{lines:?}");
+    let a = lines[0]["run_id"].as_str().unwrap().to_string();
+    let b = lines[1]["run_id"].as_str().unwrap().to_string();
+    let store = ["--store", "sqlite:runs.db"];
+    let yes = run(switchyard(dir.path())
+        .args(["resume", &a, "--decision", r#"{"ok": true}"#])
+        .args(store));
+    assert_eq!(yes.code(), 0, "{}", yes.stderr);
+    let no = run(switchyard(dir.path())
+        .args(["resume", &b, "--decision", r#"{"ok": false}"#])
+        .args(store));
+    assert_eq!(no.code(), 1, "{}", no.stderr);
+    // The next start of the batch writes their new lines, running nothing.
+    let out = batch(&dir);
+    assert_eq!(out.code(), 1, "{}", out.stderr);
+    let lines = read_lines(&dir.path().join("out.jsonl"));
+    assert_eq!(lines[0]["status"], "succeeded");
+    assert_eq!(lines[0]["output"], json!({"id": "a", "ok": true}));
+    assert_eq!(lines[1]["status"], "failed");
+    assert_eq!(lines[1]["error"]["kind"], "rejected");
 }

@@ -471,7 +471,12 @@ async fn a_store_from_a_newer_switchyard_is_refused_untouched() {
         out.stderr
     );
     assert!(!dir.path().join("out.jsonl").exists());
-    let out = crate::support::run(crate::support::switchyard(dir.path()).arg("run").arg(&flow).arg(&store_arg));
+    let out = crate::support::run(
+        crate::support::switchyard(dir.path())
+            .arg("run")
+            .arg(&flow)
+            .arg(&store_arg),
+    );
     assert_eq!(out.code(), 1, "{}", out.stderr);
     assert!(out.stderr.contains("newer switchyard"), "{}", out.stderr);
     assert!(

@@ -298,7 +298,7 @@ fn a_crashed_run_resumes_and_reruns_only_unfinished_iterations() {
     let dir = TempDir::new("resume-foreach");
     let fx = dir.path().join("effects");
     // Ten iterations, two at a time, each a command (idempotent: retried after a crash).
-    let flow = dir.write(
+    dir.write(
         "fan.yaml",
         format!(
             r#"flow: fan
@@ -402,14 +402,12 @@ fn interrupted_run(dir: &TempDir, expires: &str) -> String {
         r#"{"amount": 40}"#,
     ]));
     assert_eq!(out.code(), 3, "{}", out.stderr);
-    let id = out
-        .stderr
+    out.stderr
         .split("switchyard resume ")
         .nth(1)
         .and_then(|r| r.split_whitespace().next())
         .unwrap_or_else(|| panic!("names the run: {}", out.stderr))
-        .to_string();
-    id
+        .to_string()
 }
 
 #[test]
@@ -540,7 +538,7 @@ fn ctrl_c_stops_a_batch_at_a_recorded_point_and_the_same_command_continues() {
     let fx = dir.path().join("effects");
     let flow = dir.write("items.yaml", items_flow(&fx));
     write_input(&dir, N);
-    let mut child = batch_cmd(&dir, &flow, &[])
+    let child = batch_cmd(&dir, &flow, &[])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()

@@ -485,12 +485,7 @@ impl<'e, S: Store> Run<'e, S> {
                 item_id: None,
                 item_index: None,
                 flow_path: if lineage.depth == 0 {
-                    flow.path.as_ref().map(|p| {
-                        std::path::absolute(p)
-                            .unwrap_or_else(|_| p.clone())
-                            .display()
-                            .to_string()
-                    })
+                    flow.path.as_ref().map(|p| p.display().to_string())
                 } else {
                     None
                 },

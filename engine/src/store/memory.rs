@@ -41,7 +41,18 @@ impl Store for MemoryStore {
         let mut g = self.lock();
         match g.runs.get_mut(&run.id) {
             Some(r) => {
-                *r = run.clone();
+                // A run's identity and input never change: copy only what can.
+                if r.input != run.input || r.flow_hash != run.flow_hash || r.batch != run.batch {
+                    *r = run.clone();
+                } else {
+                    r.status = run.status;
+                    r.output.clone_from(&run.output);
+                    r.error.clone_from(&run.error);
+                    r.finished_at = run.finished_at;
+                    r.usage = run.usage;
+                    r.steps = run.steps;
+                    r.context.clone_from(&run.context);
+                }
                 Ok(())
             }
             None => Err(StoreError::NotFound(run.id.clone())),
@@ -50,7 +61,11 @@ impl Store for MemoryStore {
 
     async fn record_step(&self, step: &StepRecord) -> Result<(), StoreError> {
         let mut g = self.lock();
-        let steps = g.steps.entry(step.run_id.clone()).or_default();
+        // The run's list exists after its first step: no key allocated then.
+        let steps = match g.steps.get_mut(&step.run_id) {
+            Some(s) => s,
+            None => g.steps.entry(step.run_id.clone()).or_default(),
+        };
         // Replace the record of the same (number, attempt, iteration) — an attempt's
         // "started" record is superseded by its outcome.
         if let Some(last) =

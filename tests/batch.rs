@@ -631,3 +631,122 @@ steps:
     assert_eq!(lines[1]["status"], "failed");
     assert_eq!(lines[1]["error"]["kind"], "rejected");
 }
+
+#[test]
+fn a_batch_on_postgres_survives_a_kill_like_on_sqlite() {
+    const N: usize = 40;
+    let base = std::env::var("SWITCHYARD_TEST_DATABASE_URL").unwrap_or_else(|_| {
+        panic!(
+            "SWITCHYARD_TEST_DATABASE_URL is not set: the PostgreSQL tests need a database and do not skip. \
+             Run them with e.g. `export SWITCHYARD_TEST_DATABASE_URL=postgres://postgres@127.0.0.1:5432/test`"
+        )
+    });
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    // A fresh schema, created by the store; dropped below.
+    let schema = format!("sy_batch_{}_{nanos}", std::process::id());
+    let sep = if base.contains('?') { '&' } else { '?' };
+    let url = format!("{base}{sep}schema={schema}");
+    let dir = TempDir::new("batch-postgres");
+    let fx = dir.path().join("effects");
+    let flow = dir.write("items.yaml", items_flow(&fx));
+    write_input(&dir, N);
+    let cmd = |extra: &[&str]| {
+        let mut c = switchyard(dir.path());
+        c.arg("batch")
+            .arg(&flow)
+            .args([
+                "--input",
+                "in.jsonl",
+                "--output",
+                "out.jsonl",
+                "--concurrency",
+                "8",
+            ])
+            .args(["--store", &url])
+            .args(extra);
+        c
+    };
+    let mut child = cmd(&[])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("starts");
+    std::thread::sleep(Duration::from_millis(250));
+    let _ = child.kill();
+    let _ = child.wait();
+    let out = run(&mut cmd(&["--retry-in-doubt"]));
+    let _drop = DropSchema(base.clone(), schema.clone());
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    let lines = read_lines(&dir.path().join("out.jsonl"));
+    let ids: Vec<String> = lines
+        .iter()
+        .map(|l| l["id"].as_str().unwrap().to_string())
+        .collect();
+    let expected: Vec<String> = (0..N).map(|i| format!("item-{i}")).collect();
+    assert_eq!(ids, expected);
+    assert!(lines.iter().all(|l| l["status"] == "succeeded"), "{lines:?}");
+    assert_eq!(effects(&fx).len(), N);
+    // The runs are in PostgreSQL: `runs list` reads them there.
+    let list =
+        run(switchyard(dir.path()).args(["runs", "list", "--json", "--limit", "1000", "--store", &url]));
+    assert_eq!(list.stdout.lines().count(), N, "{}", list.stderr);
+}
+
+/// Drops a PostgreSQL schema (url, name) a test created, when it goes out of scope.
+struct DropSchema(String, String);
+
+impl Drop for DropSchema {
+    fn drop(&mut self) {
+        drop_schema(&self.0, &self.1);
+    }
+}
+
+fn drop_schema(url: &str, schema: &str) {
+    use sqlx::Connection;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        sqlx::any::install_default_drivers();
+        let mut conn = sqlx::AnyConnection::connect(url).await.expect("connect");
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"
+        )))
+        .execute(&mut conn)
+        .await
+        .expect("drop the test schema");
+        conn.close().await.expect("close");
+    });
+}
+
+#[test]
+fn a_batch_with_the_memory_store_keeps_nothing_and_runs_everything_again() {
+    let dir = TempDir::new("batch-memory");
+    let fx = dir.path().join("effects");
+    let flow = dir.write("items.yaml", items_flow(&fx));
+    write_input(&dir, 12);
+    for round in 1..=2 {
+        let out = run(switchyard(dir.path()).arg("batch").arg(&flow).args([
+            "--input",
+            "in.jsonl",
+            "--output",
+            "out.jsonl",
+            "--store",
+            "memory",
+            "--concurrency",
+            "3",
+        ]));
+        assert_eq!(out.code(), 0, "{}", out.stderr);
+        let lines = read_lines(&dir.path().join("out.jsonl"));
+        assert_eq!(lines.len(), 12);
+        assert_eq!(lines[11]["output"]["sum"], json!(2 * (11 + 12 + 13)));
+        assert!(effects(&fx).values().all(|n| *n == round));
+    }
+    assert!(
+        !dir.path().join(".switchyard").exists(),
+        "nothing written to the default store"
+    );
+}

@@ -138,13 +138,13 @@ async fn contract<S: Store>(store: &S) {
     let started = step("r1", "2", 1, StepStatus::Started, false);
     let s3 = step("r1", "3", 1, StepStatus::Succeeded, false);
     for s in [&s1, &started, &s3] {
-        store.record_step(s).await.expect("record_step");
+        store.record_step(s.clone()).await.expect("record_step");
     }
     let mut finished = step("r1", "2", 1, StepStatus::Failed, true);
     finished.iteration = None;
-    store.record_step(&finished).await.expect("record_step");
+    store.record_step(finished.clone()).await.expect("record_step");
     let retry = step("r1", "2", 2, StepStatus::Succeeded, false);
-    store.record_step(&retry).await.expect("record_step");
+    store.record_step(retry.clone()).await.expect("record_step");
     let steps = store.steps("r1").await.expect("steps");
     assert_eq!(
         steps,
@@ -154,7 +154,10 @@ async fn contract<S: Store>(store: &S) {
     // The same number, attempt and a different iteration is another record.
     let mut other_iteration = s1.clone();
     other_iteration.iteration = Some(5);
-    store.record_step(&other_iteration).await.expect("record_step");
+    store
+        .record_step(other_iteration.clone())
+        .await
+        .expect("record_step");
     let latest = store.latest_steps("r1").await.expect("latest_steps");
     assert_eq!(latest, vec![s1, s3, retry, other_iteration]);
     assert!(store.steps("r2").await.expect("steps").is_empty());
@@ -331,7 +334,7 @@ async fn write_concurrently(store: &Arc<SqlStore>, tasks: usize, steps: usize) {
                     StepStatus::Started
                 };
                 store
-                    .record_step(&step(&id, &n.to_string(), 1, status, n % 3 == 0))
+                    .record_step(step(&id, &n.to_string(), 1, status, n % 3 == 0))
                     .await
                     .expect("record_step");
             }
@@ -394,7 +397,7 @@ async fn a_bad_record_fails_alone_in_a_group_commit() {
             (
                 n,
                 store
-                    .record_step(&step(run_id, &n.to_string(), 1, StepStatus::Succeeded, false))
+                    .record_step(step(run_id, &n.to_string(), 1, StepStatus::Succeeded, false))
                     .await,
             )
         });
@@ -508,7 +511,7 @@ async fn a_locked_store_fails_within_the_busy_timeout_and_recovers() {
         .expect("lock");
     let t0 = Instant::now();
     let err = store
-        .record_step(&step("r1", "1", 1, StepStatus::Started, false))
+        .record_step(step("r1", "1", 1, StepStatus::Started, false))
         .await
         .expect_err("locked");
     let waited = t0.elapsed();
@@ -537,7 +540,7 @@ async fn a_locked_store_fails_within_the_busy_timeout_and_recovers() {
         .expect("unlock");
     other.close().await.expect("close");
     store
-        .record_step(&step("r1", "1", 1, StepStatus::Succeeded, false))
+        .record_step(step("r1", "1", 1, StepStatus::Succeeded, false))
         .await
         .expect("records once unlocked");
     assert_eq!(store.steps("r1").await.expect("steps").len(), 1);
@@ -564,7 +567,7 @@ async fn a_full_disk_fails_clearly_and_keeps_what_was_recorded() {
     let err = loop {
         let mut s = step("r1", &(recorded + 1).to_string(), 1, StepStatus::Succeeded, false);
         s.result = Some(json!({ "text": big }));
-        match store.record_step(&s).await {
+        match store.record_step(s.clone()).await {
             Ok(()) => recorded += 1,
             Err(e) => break e,
         }
@@ -616,7 +619,7 @@ async fn writes_sent_together(store: &SqlStore) {
     // Polled in order before the writer runs (a current-thread runtime): all in one queue.
     let outcomes = futures_util::future::join_all(writes.iter().map(|w| async move {
         match w {
-            W::Step(s) => store.record_step(s).await,
+            W::Step(s) => store.record_step(s.clone()).await,
             W::Update(r) => store.update_run(r).await,
         }
     }))

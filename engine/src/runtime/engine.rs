@@ -718,46 +718,42 @@ impl<'e, S: Store> Run<'e, S> {
                 Ok(Some(n)) => Some(flow.step(*n).map_or_else(|| "end".to_string(), |s| s.id.clone())),
                 _ => None,
             };
-            let mut rec = StepRecord {
-                run_id: self.record.id.clone(),
-                number,
-                step: step.id.clone(),
-                kind: step.kind.name().to_string(),
-                attempt: outcome.attempts,
-                status,
-                iteration: None,
-                iterations: outcome.iterations,
-                input: outcome.input,
-                // Lent to the record while the store copies it, then given back below.
-                result: self.steps.entry_mut(entry).result.take(),
-                changes: outcome.changes,
-                violations: outcome.violations,
-                error: outcome.error.clone(),
-                started_at,
-                finished_at: Some(record::now_ms()),
-                usage: outcome.usage,
-                child_run: outcome.child_run,
-                route: route_name,
-            };
-            for v in &rec.violations {
+            for v in &outcome.violations {
                 tracing::warn!(run_id = %self.record.id, step = %step.id, path = %v.path, reason = %v.reason, "output violation");
             }
-            let stored = if recorded {
-                Ok(())
-            } else {
-                self.engine.store.record_step(&rec).await
-            };
-            self.steps.entry_mut(entry).result = rec.result.take();
-            if let Err(e) = stored {
-                return Err((
-                    RunStatus::Failed,
-                    StepError::new(ErrorKind::Agent, format!("store: {e}")),
-                ));
-            }
             tracing::debug!(
-                run_id = %self.record.id, step = %step.id, number = %rec.number, status = status.as_str(),
-                duration_ms, route = rec.route.as_deref().unwrap_or(""), "step finished"
+                run_id = %self.record.id, step = %step.id, number = %number, status = status.as_str(),
+                duration_ms, route = route_name.as_deref().unwrap_or(""), "step finished"
             );
+            if !recorded {
+                let rec = StepRecord {
+                    run_id: self.record.id.clone(),
+                    number,
+                    step: step.id.clone(),
+                    kind: step.kind.name().to_string(),
+                    attempt: outcome.attempts,
+                    status,
+                    iteration: None,
+                    iterations: outcome.iterations,
+                    input: outcome.input,
+                    // `steps.<id>` keeps the result; the record gets a copy.
+                    result: self.steps.entry(entry).result.clone(),
+                    changes: outcome.changes,
+                    violations: outcome.violations,
+                    error: outcome.error.clone(),
+                    started_at,
+                    finished_at: Some(record::now_ms()),
+                    usage: outcome.usage,
+                    child_run: outcome.child_run,
+                    route: route_name,
+                };
+                if let Err(e) = self.engine.store.record_step(rec).await {
+                    return Err((
+                        RunStatus::Failed,
+                        StepError::new(ErrorKind::Agent, format!("store: {e}")),
+                    ));
+                }
+            }
             if let Some(stop) = outcome.stop {
                 return match (stop, outcome.error) {
                     (RunStatus::Succeeded, _) => Ok(RunStatus::Succeeded),
@@ -1315,7 +1311,7 @@ impl<'e, S: Store> Run<'e, S> {
                 child_run: None,
                 route: None,
             };
-            if let Err(e) = self.engine.store.record_step(&rec).await {
+            if let Err(e) = self.engine.store.record_step(rec).await {
                 let e = StepError::new(ErrorKind::Agent, format!("store: {e}"));
                 return Err((e, Usage::default(), None, false));
             }
@@ -1667,7 +1663,7 @@ impl<'e, S: Store> Run<'e, S> {
         if o.replayed {
             return;
         }
-        let mut rec = StepRecord {
+        let rec = StepRecord {
             run_id: self.record.id.clone(),
             number,
             step: step.id.clone(),
@@ -1681,22 +1677,18 @@ impl<'e, S: Store> Run<'e, S> {
             iteration,
             iterations: None,
             input,
-            // Lent to the record while the store copies it, then given back.
-            result: o.result.take(),
+            // The caller keeps the result; the record gets a copy.
+            result: o.result.clone(),
             changes: Vec::new(),
             violations: Vec::new(),
-            error: o.error.take(),
+            error: o.error.clone(),
             started_at,
             finished_at: Some(record::now_ms()),
             usage: o.usage,
-            child_run: o.child_run.take(),
+            child_run: o.child_run.clone(),
             route: None,
         };
-        let stored = self.engine.store.record_step(&rec).await;
-        o.result = rec.result.take();
-        o.error = rec.error.take();
-        o.child_run = rec.child_run.take();
-        if let Err(e) = stored {
+        if let Err(e) = self.engine.store.record_step(rec).await {
             o.error = Some(StepError::new(ErrorKind::Agent, format!("store: {e}")));
         }
     }

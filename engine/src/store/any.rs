@@ -54,7 +54,7 @@ impl Store for AnyStore {
         delegate!(self, s => s.update_run(run).await)
     }
 
-    async fn record_step(&self, step: &StepRecord) -> Result<(), StoreError> {
+    async fn record_step(&self, step: StepRecord) -> Result<(), StoreError> {
         delegate!(self, s => s.record_step(step).await)
     }
 

@@ -59,7 +59,7 @@ impl Store for MemoryStore {
         }
     }
 
-    async fn record_step(&self, step: &StepRecord) -> Result<(), StoreError> {
+    async fn record_step(&self, step: StepRecord) -> Result<(), StoreError> {
         let mut g = self.lock();
         // The run's list exists after its first step: no key allocated then.
         let steps = match g.steps.get_mut(&step.run_id) {
@@ -73,9 +73,9 @@ impl Store for MemoryStore {
                 s.number == step.number && s.attempt == step.attempt && s.iteration == step.iteration
             })
         {
-            *last = step.clone();
+            *last = step;
         } else {
-            steps.push(step.clone());
+            steps.push(step);
         }
         Ok(())
     }

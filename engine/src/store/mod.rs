@@ -70,7 +70,8 @@ pub trait Store: Send + Sync + 'static {
     fn update_run(&self, run: &RunRecord) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// Inserts or replaces the record of (run, number, attempt, iteration): an attempt's
     /// `started` record is replaced by its outcome, keeping its place in record order.
-    fn record_step(&self, step: &StepRecord) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Takes the record: a store keeps it or encodes it without copying.
+    fn record_step(&self, step: StepRecord) -> impl Future<Output = Result<(), StoreError>> + Send;
     fn get_run(&self, id: &str) -> impl Future<Output = Result<RunRecord, StoreError>> + Send;
     /// Runs matching `filter`, newest first.
     fn list_runs(

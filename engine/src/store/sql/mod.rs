@@ -356,8 +356,8 @@ impl Store for SqlStore {
         self.write(Op::UpdateRun(RunRow::encode(run)?)).await
     }
 
-    async fn record_step(&self, step: &StepRecord) -> Result<(), StoreError> {
-        self.write(Op::Step(StepRow::encode(step)?)).await
+    async fn record_step(&self, step: StepRecord) -> Result<(), StoreError> {
+        self.write(Op::Step(StepRow::encode(&step)?)).await
     }
 
     async fn get_run(&self, id: &str) -> Result<RunRecord, StoreError> {

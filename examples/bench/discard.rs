@@ -17,7 +17,7 @@ impl Store for DiscardStore {
         Ok(())
     }
 
-    async fn record_step(&self, _step: &StepRecord) -> Result<(), StoreError> {
+    async fn record_step(&self, _step: StepRecord) -> Result<(), StoreError> {
         Ok(())
     }
 

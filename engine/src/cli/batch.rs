@@ -71,7 +71,7 @@ pub fn run(args: Args) -> u8 {
         }
     };
     let rt = common::runtime();
-    let store = match rt.block_on(args.store.open()) {
+    let store = match rt.block_on(args.store.open_for_batch()) {
         Ok(s) => Arc::new(s),
         Err(e) => {
             eprintln!("error: {e}");

@@ -25,6 +25,13 @@ impl StoreArg {
             .await
             .map_err(|e| e.to_string())
     }
+
+    /// Opens the store for a batch ([`crate::store::any::AnyStore::open_for_batch`]).
+    pub async fn open_for_batch(&self) -> Result<crate::store::any::AnyStore, String> {
+        crate::store::any::AnyStore::open_for_batch(&self.url)
+            .await
+            .map_err(|e| e.to_string())
+    }
 }
 
 #[derive(clap::Args, Debug, Clone)]

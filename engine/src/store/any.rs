@@ -23,6 +23,15 @@ impl AnyStore {
         Ok(AnyStore::Sql(SqlStore::open(url).await?))
     }
 
+    /// [`AnyStore::open`] for a batch: a memory store drops each run's records once it ends,
+    /// so memory does not grow with the input.
+    pub async fn open_for_batch(url: &str) -> Result<AnyStore, StoreError> {
+        if url == "memory" {
+            return Ok(AnyStore::Memory(MemoryStore::forgetting_ended()));
+        }
+        Self::open(url).await
+    }
+
     /// Whether records outlive the process.
     pub fn is_durable(&self) -> bool {
         matches!(self, AnyStore::Sql(_))

@@ -750,3 +750,40 @@ fn a_batch_with_the_memory_store_keeps_nothing_and_runs_everything_again() {
         "nothing written to the default store"
     );
 }
+
+#[test]
+fn a_second_batch_on_the_same_output_is_refused_while_the_first_runs() {
+    let dir = TempDir::new("batch-busy");
+    let fx = dir.path().join("effects");
+    let flow = dir.write("items.yaml", items_flow(&fx));
+    write_input(&dir, 40);
+    let mut first = batch_cmd(&dir, &flow, &[])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("starts");
+    // Until the first holds the lock (it has written a line).
+    let out_file = dir.path().join("out.jsonl");
+    let waited = std::time::Instant::now();
+    while std::fs::metadata(&out_file).map_or(0, |m| m.len()) == 0 {
+        assert!(
+            waited.elapsed() < Duration::from_secs(15),
+            "the first batch never wrote"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let second = run(&mut batch_cmd(&dir, &flow, &[]));
+    assert_eq!(second.code(), 2, "{}", second.stderr);
+    assert!(
+        second
+            .stderr
+            .contains("is being written by another `switchyard batch`"),
+        "{}",
+        second.stderr
+    );
+    assert!(first.wait().expect("waits").success());
+    let counts = effects(&fx);
+    assert_eq!(counts.len(), 40);
+    assert!(counts.values().all(|n| *n == 1));
+    assert_eq!(read_lines(&out_file).len(), 40);
+}

@@ -134,6 +134,8 @@ pub enum BatchError {
     },
     #[error("store: {0}")]
     Store(#[from] crate::store::StoreError),
+    #[error("{path} is being written by another `switchyard batch` right now: one process per batch")]
+    Busy { path: String },
 }
 
 /// One input line, read.
@@ -404,7 +406,25 @@ pub async fn run<S: Store>(
     if let Some(dir) = options.output.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(out_err)?;
     }
-    let mut out = BufWriter::with_capacity(1 << 16, std::fs::File::create(&options.output).map_err(out_err)?);
+    // One process per batch: the output file is locked while the batch runs, and emptied
+    // only once the lock is held.
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&options.output)
+        .map_err(out_err)?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            return Err(BatchError::Busy {
+                path: out_path.clone(),
+            });
+        }
+        Err(std::fs::TryLockError::Error(e)) => return Err(out_err(e)),
+    }
+    file.set_len(0).map_err(out_err)?;
+    let mut out = BufWriter::with_capacity(1 << 16, file);
 
     let mut lines = Lines::open(&options.input, &options.id_field)?;
     let mut earlier = Earlier {

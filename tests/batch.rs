@@ -787,3 +787,108 @@ fn a_second_batch_on_the_same_output_is_refused_while_the_first_runs() {
     assert!(counts.values().all(|n| *n == 1));
     assert_eq!(read_lines(&out_file).len(), 40);
 }
+
+/// Runs a batch into a store that fails part-way (`store`), then again with a working one:
+/// the first stops with a clear error and no wrong line; the second finishes every item once.
+fn a_failing_store_stops_the_batch(dir: &TempDir, store: &str, expect: &[&str]) {
+    const N: usize = 60;
+    let fx = dir.path().join("effects");
+    let flow = dir.write("items.yaml", items_flow(&fx));
+    write_input(dir, N);
+    let mut cmd = switchyard(dir.path());
+    cmd.arg("batch")
+        .arg(&flow)
+        .args([
+            "--input",
+            "in.jsonl",
+            "--output",
+            "out.jsonl",
+            "--concurrency",
+            "8",
+        ])
+        .args(["--store", store]);
+    let out = run(&mut cmd);
+    assert_eq!(out.code(), 1, "{}", out.stderr);
+    for e in expect {
+        assert!(out.stderr.contains(e), "`{e}` not in: {}", out.stderr);
+    }
+    assert!(
+        out.stderr.contains("the same command continues"),
+        "{}",
+        out.stderr
+    );
+    let partial = read_lines(&dir.path().join("out.jsonl"));
+    assert!(partial.len() < N, "stopped part-way: {} lines", partial.len());
+    // No item was written as failed because of the store.
+    assert!(partial.iter().all(|l| l["status"] == "succeeded"), "{partial:?}");
+
+    let out = run(&mut batch_cmd(dir, &flow, &["--retry-in-doubt"]));
+    let lines = read_lines(&dir.path().join("out.jsonl"));
+    let failed: Vec<&Value> = lines.iter().filter(|l| l["status"] != "succeeded").collect();
+    assert_eq!(out.code(), 0, "{}\n{failed:?}", out.stderr);
+    let ids: Vec<&str> = lines.iter().map(|l| l["id"].as_str().unwrap()).collect();
+    let expected: Vec<String> = (0..N).map(|i| format!("item-{i}")).collect();
+    assert_eq!(ids, expected);
+    assert!(lines.iter().all(|l| l["status"] == "succeeded"));
+    assert_eq!(effects(&fx).len(), N);
+}
+
+#[test]
+fn a_full_disk_stops_a_batch_clearly_and_the_same_command_continues() {
+    let dir = TempDir::new("batch-full");
+    // The store may grow to 18 pages of 4 KiB: it fills up part-way through the batch.
+    a_failing_store_stops_the_batch(
+        &dir,
+        "sqlite:runs.db?max_pages=18",
+        &["the store failed", "is full"],
+    );
+}
+
+#[test]
+fn a_store_locked_by_another_process_stops_a_batch_clearly() {
+    use sqlx::Connection;
+    let dir = TempDir::new("batch-locked");
+    let db = dir.path().join("runs.db");
+    // Create the store, then hold its write lock from another connection.
+    let init = run(switchyard(dir.path()).args(["runs", "list", "--store", "sqlite:runs.db"]));
+    assert_eq!(init.code(), 0, "{}", init.stderr);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    sqlx::any::install_default_drivers();
+    let mut conn = rt
+        .block_on(sqlx::AnyConnection::connect(&format!(
+            "sqlite://{}",
+            db.display()
+        )))
+        .expect("connect");
+    rt.block_on(sqlx::raw_sql("BEGIN IMMEDIATE").execute(&mut conn))
+        .expect("take the write lock");
+    let fx = dir.path().join("effects");
+    let flow = dir.write("items.yaml", items_flow(&fx));
+    write_input(&dir, 5);
+    let out = run(switchyard(dir.path()).arg("batch").arg(&flow).args([
+        "--input",
+        "in.jsonl",
+        "--output",
+        "out.jsonl",
+        "--store",
+        "sqlite:runs.db?busy_timeout_ms=200",
+    ]));
+    assert_eq!(out.code(), 1, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("the store failed") && out.stderr.contains("is locked by another process"),
+        "{}",
+        out.stderr
+    );
+    assert!(read_lines(&dir.path().join("out.jsonl")).is_empty());
+    assert!(!fx.exists(), "no call was made without its record");
+    // Once the lock is gone, the same command runs the batch.
+    rt.block_on(sqlx::raw_sql("ROLLBACK").execute(&mut conn))
+        .expect("release");
+    rt.block_on(conn.close()).expect("close");
+    let out = run(&mut batch_cmd(&dir, &flow, &[]));
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    assert_eq!(read_lines(&dir.path().join("out.jsonl")).len(), 5);
+}

@@ -892,3 +892,72 @@ fn a_store_locked_by_another_process_stops_a_batch_clearly() {
     assert_eq!(out.code(), 0, "{}", out.stderr);
     assert_eq!(read_lines(&dir.path().join("out.jsonl")).len(), 5);
 }
+
+#[test]
+fn retry_failed_runs_only_the_failed_items_again() {
+    let dir = TempDir::new("batch-retry-failed");
+    let fx = dir.path().join("effects");
+    let broken = dir.path().join("broken");
+    // Odd items fail while the `broken` file exists.
+    dir.write(
+        "flaky.yaml",
+        format!(
+            r#"flow: flaky
+agents:
+  work:
+    kind: command
+    run: [sh, -c, 'read -r x; printf "%s\n" "$x" >> "{fx}"; case "$x" in *[13579]\"*) test -e "{broken}" && exit 3;; esac; printf "%s" "$x"']
+    idempotent: true
+steps:
+  go:
+    agent: work
+    output: {{$.done: $.id}}
+"#,
+            fx = fx.display(),
+            broken = broken.display()
+        ),
+    );
+    dir.write("broken", "");
+    let mut input = String::new();
+    for i in 0..10 {
+        input.push_str(&json!({"id": format!("t{i}")}).to_string());
+        input.push('\n');
+    }
+    dir.write("in.jsonl", input);
+    let batch = |extra: &[&str]| {
+        run(switchyard(dir.path())
+            .args([
+                "batch",
+                "flaky.yaml",
+                "--input",
+                "in.jsonl",
+                "--output",
+                "out.jsonl",
+            ])
+            .args(["--store", "sqlite:runs.db"])
+            .args(extra))
+    };
+    let out = batch(&[]);
+    assert_eq!(out.code(), 1, "{}", out.stderr);
+    let lines = read_lines(&dir.path().join("out.jsonl"));
+    let failed: Vec<&str> = lines
+        .iter()
+        .filter(|l| l["status"] == "failed")
+        .map(|l| l["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(failed, ["t1", "t3", "t5", "t7", "t9"]);
+    assert_eq!(lines[1]["error"]["kind"], "agent");
+    std::fs::remove_file(&broken).unwrap();
+    // Without --retry-failed the failures stand.
+    assert_eq!(batch(&[]).code(), 1);
+    assert_eq!(effects(&fx).values().sum::<usize>(), 10);
+    let out = batch(&["--retry-failed"]);
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    let lines = read_lines(&dir.path().join("out.jsonl"));
+    assert!(lines.iter().all(|l| l["status"] == "succeeded"), "{lines:?}");
+    // Only the five failed items ran again.
+    let counts = effects(&fx);
+    for i in 0..10 {
+        assert_eq!(counts[&format!("t{i}")], if i % 2 == 1 { 2 } else { 1 }, "t{i}");
+    }
+}

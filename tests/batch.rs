@@ -961,3 +961,48 @@ steps:
         assert_eq!(counts[&format!("t{i}")], if i % 2 == 1 { 2 } else { 1 }, "t{i}");
     }
 }
+
+#[test]
+fn a_batch_whose_flow_changed_is_not_resumed_without_allow_changed() {
+    let dir = TempDir::new("batch-changed");
+    let fx = dir.path().join("effects");
+    let flow = dir.write("items.yaml", items_flow(&fx));
+    write_input(&dir, 80);
+    let mut child = batch_cmd(&dir, &flow, &[])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("starts");
+    // Until some runs are under way, then a crash.
+    let waited = std::time::Instant::now();
+    while effects(&fx).len() < 10 {
+        assert!(
+            waited.elapsed() < Duration::from_secs(15),
+            "the batch never started runs"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    child.kill().expect("SIGKILL");
+    let _ = child.wait();
+    let text = std::fs::read_to_string(&flow).unwrap();
+    dir.write(
+        "items.yaml",
+        text.replace("flow: items\n", "flow: items\ndescription: edited\n"),
+    );
+    let out = run(&mut batch_cmd(&dir, &flow, &[]));
+    assert_eq!(out.code(), 2, "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("started from another version of the flow `items`")
+            && out.stderr.contains("--allow-changed"),
+        "{}",
+        out.stderr
+    );
+    let out = run(&mut batch_cmd(
+        &dir,
+        &flow,
+        &["--allow-changed", "--retry-in-doubt"],
+    ));
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    assert_eq!(read_lines(&dir.path().join("out.jsonl")).len(), 80);
+}

@@ -1006,3 +1006,47 @@ fn a_batch_whose_flow_changed_is_not_resumed_without_allow_changed() {
     assert_eq!(out.code(), 0, "{}", out.stderr);
     assert_eq!(read_lines(&dir.path().join("out.jsonl")).len(), 80);
 }
+
+#[test]
+fn without_a_terminal_a_batch_prints_plain_progress_lines_and_a_summary() {
+    let dir = TempDir::new("batch-progress");
+    dir.write(
+        "slow.yaml",
+        "flow: slow\nagents:\n  wait:\n    kind: mock\n    latency: 300ms\n    returns: {ok: true}\nsteps:\n  go:\n    agent: wait\n    output: {$.ok: $.ok}\n",
+    );
+    let mut input = String::new();
+    for i in 0..8 {
+        input.push_str(&format!("{{\"id\": \"p{i}\"}}\n"));
+    }
+    dir.write("in.jsonl", input);
+    let out = run(switchyard(dir.path()).args([
+        "batch",
+        "slow.yaml",
+        "--input",
+        "in.jsonl",
+        "--output",
+        "out.jsonl",
+        "--concurrency",
+        "2",
+        "--progress-every",
+        "1",
+    ]));
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    let progress: Vec<&str> = out
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("batch: ") && l.contains("/8 done"))
+        .collect();
+    assert!(!progress.is_empty(), "{}", out.stderr);
+    assert!(
+        progress[0].contains("in flight") && progress[0].contains("/s") && progress[0].contains("ETA"),
+        "{}",
+        progress[0]
+    );
+    assert!(
+        out.stderr
+            .contains("batch: 8 items: 8 succeeded, 0 failed, 0 interrupted"),
+        "{}",
+        out.stderr
+    );
+}

@@ -23,14 +23,23 @@ impl StoreArg {
     pub async fn open(&self) -> Result<crate::store::any::AnyStore, String> {
         crate::store::any::AnyStore::open(&self.url)
             .await
-            .map_err(|e| e.to_string())
+            .map_err(open_error)
     }
 
     /// Opens the store for a batch ([`crate::store::any::AnyStore::open_for_batch`]).
     pub async fn open_for_batch(&self) -> Result<crate::store::any::AnyStore, String> {
         crate::store::any::AnyStore::open_for_batch(&self.url)
             .await
-            .map_err(|e| e.to_string())
+            .map_err(open_error)
+    }
+}
+
+fn open_error(e: crate::store::StoreError) -> String {
+    match e {
+        crate::store::StoreError::Open { .. } => format!(
+            "{e}\n  help: record elsewhere with --store sqlite:PATH, or keep nothing with --store memory"
+        ),
+        e => e.to_string(),
     }
 }
 

@@ -34,6 +34,12 @@ pub struct RunOptions {
     pub allow: Option<BTreeSet<AgentKind>>,
     /// Agents replaced or removed per flow (`--agent-change`), resolved against the plan.
     pub agent_changes: Arc<AgentChanges>,
+    /// The run's conversation (`--messages`), passed on to nested flows; `llm` agents pick
+    /// from it by `message_mode`.
+    pub messages: Arc<Vec<Value>>,
+    /// `--allow-hosts`: the hosts `http` and `llm` agents may reach, on top of every flow's
+    /// `allow_hosts`.
+    pub allow_hosts: Option<Vec<String>>,
 }
 
 /// Agent changes resolved against a plan: for each flow (by index into `Plan::flows`),
@@ -86,6 +92,8 @@ struct Lineage {
     max_depth: u64,
     /// Effective allow set: the intersection down the tree.
     allow: Option<BTreeSet<AgentKind>>,
+    /// `allow_hosts` lists down the tree (and `--allow-hosts`): a host must be in each.
+    hosts: Vec<Arc<[String]>>,
 }
 
 /// Shared, immutable facts of one run tree.
@@ -134,6 +142,12 @@ impl<S: Store> Engine<S> {
         let max_depth = plan.root().limits.max_depth;
         let allow = intersect(options.allow.clone(), plan.root().allow.clone());
         let root = plan.root;
+        let hosts = options
+            .allow_hosts
+            .iter()
+            .chain(plan.root().allow_hosts.iter())
+            .map(|h| Arc::from(h.as_slice()))
+            .collect();
         let tree = Arc::new(Tree {
             plan,
             context,
@@ -146,6 +160,7 @@ impl<S: Store> Engine<S> {
             depth: 0,
             max_depth,
             allow,
+            hosts,
         };
         // The root run in place: only child runs need the boxed, recursive `run_flow`.
         let flow = tree.plan.flow(root).clone();
@@ -875,6 +890,8 @@ impl<'e, S: Store> Run<'e, S> {
         };
         let policy = &call.retry;
         let mut attempt = 0u32;
+        // Tokens and cost of every attempt, failed ones included.
+        let mut used = Usage::default();
         loop {
             attempt += 1;
             let result = self
@@ -883,19 +900,27 @@ impl<'e, S: Store> Run<'e, S> {
             let (mut o, retry) = match result {
                 Ok((value, usage, child)) => {
                     let mut o = StepOutcome::ok(Some(value));
-                    o.usage = usage;
+                    used.add(usage);
                     o.child_run = child;
                     (o, None)
                 }
                 Err((e, usage, child)) => {
-                    let retryable = policy.on.iter().any(|k| k == e.kind.as_str());
+                    // An agent may say that asking again cannot help (an HTTP 4xx), or how
+                    // long to wait first (`Retry-After`).
+                    let hint = |k: &str| e.details.as_ref().and_then(|d| d.get(k));
+                    let permanent = hint("retryable").and_then(Value::as_bool) == Some(false);
+                    let wait_at_least = hint("retry_after_ms")
+                        .and_then(Value::as_u64)
+                        .map_or(Duration::ZERO, Duration::from_millis);
+                    let retryable = !permanent && policy.on.iter().any(|k| k == e.kind.as_str());
                     let again = retryable && attempt < policy.attempts && !self.tree.cancel.is_cancelled();
                     let mut o = StepOutcome::err(e);
-                    o.usage = usage;
+                    used.add(usage);
                     o.child_run = child;
-                    (o, again.then(|| backoff(policy, attempt)))
+                    (o, again.then(|| backoff(policy, attempt).max(wait_at_least)))
                 }
             };
+            o.usage = used;
             o.attempts = attempt;
             let Some(wait) = retry else { return o };
             tracing::info!(
@@ -941,7 +966,9 @@ impl<'e, S: Store> Run<'e, S> {
         let call_future = self.dispatch(agent, input, cx, number);
         // A call that never waits finishes on its first poll, and a timeout never fires on
         // such a call (tokio checks the future first): no timer for it.
-        let timed = if never_waits(agent) {
+        // An `llm` agent times each request itself: waiting for its provider's capacity is
+        // not part of the step's `timeout`.
+        let timed = if never_waits(agent) || matches!(agent.spec, AgentPlanSpec::Llm(_)) {
             Ok(call_future.await)
         } else {
             tokio::time::timeout(call.timeout, call_future).await
@@ -1007,15 +1034,55 @@ impl<'e, S: Store> Run<'e, S> {
                 plain(Box::pin(agents::command::CommandAgent(c).call(input, cx)).await)
             }
             AgentPlanSpec::Flow(child) => self.child_run(*child, input.clone(), number).await,
-            AgentPlanSpec::Llm(_) | AgentPlanSpec::Http(_) => plain(Err(StepError::new(
-                ErrorKind::Capability,
-                format!(
-                    "agent `{}`: `{}` agents are not available yet",
-                    agent.name,
-                    agent.kind().as_str()
-                ),
-            ))),
+            AgentPlanSpec::Llm(l) => {
+                let context = match self.llm_context(l) {
+                    Ok(c) => c,
+                    Err(e) => return plain(Err(e)),
+                };
+                let llm = agents::llm::LlmAgent {
+                    name: &agent.name,
+                    plan: l,
+                    schema: agent.result_schema.as_deref(),
+                    conversation: &self.tree.options.messages,
+                    context,
+                    hosts: agents::net::Hosts(&self.lineage.hosts),
+                    providers: agents::provider::Providers::global(),
+                };
+                match Box::pin(llm.call(input, cx)).await {
+                    Ok((v, usage)) => Ok((v, usage, None)),
+                    Err((e, usage)) => Err((e, usage, None)),
+                }
+            }
+            AgentPlanSpec::Http(h) => {
+                let http = agents::http::HttpAgent {
+                    name: &agent.name,
+                    plan: h,
+                    hosts: agents::net::Hosts(&self.lineage.hosts),
+                };
+                plain(Box::pin(http.call(input, cx)).await)
+            }
         }
+    }
+
+    /// An `llm` agent's `context_paths` and their values in the payload; a singular path that
+    /// matches nothing is a `mapping` error, like a mapping source.
+    fn llm_context(&self, l: &LlmPlan) -> Result<Vec<(String, Value)>, StepError> {
+        l.context_paths
+            .iter()
+            .map(|p| {
+                let v = if p.is_singular() {
+                    p.get(&self.payload).cloned().ok_or_else(|| {
+                        StepError::mapping(format!(
+                            "context path `{}` matched nothing in the payload",
+                            p.text()
+                        ))
+                    })?
+                } else {
+                    Value::Array(p.query(&self.payload).into_iter().cloned().collect())
+                };
+                Ok((p.text().to_owned(), v))
+            })
+            .collect()
     }
 
     /// A `flow` agent: a child run one level deeper, with its own payload.
@@ -1039,6 +1106,11 @@ impl<'e, S: Store> Run<'e, S> {
             depth: depth + 1,
             max_depth: max,
             allow: intersect(self.lineage.allow.clone(), child_flow.allow.clone()),
+            hosts: {
+                let mut h = self.lineage.hosts.clone();
+                h.extend(child_flow.allow_hosts.iter().map(|l| Arc::from(l.as_slice())));
+                h
+            },
         };
         let out = self
             .engine

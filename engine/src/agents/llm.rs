@@ -1,0 +1,689 @@
+//! The `llm` agent (SPEC §6.1, §6.2): one chat completion on an OpenAI-compatible endpoint
+//! (`POST {base_url}/chat/completions`), the protocol of OpenAI, vLLM, llama.cpp's server,
+//! Ollama, LiteLLM and most gateways.
+//!
+//! The request's messages are, in order: the rendered `system` template; the run's
+//! conversation as `message_mode` selects it ([`select_messages`]); a context message with
+//! the `context_paths` values (read from the payload by the engine); and the task — the
+//! rendered `prompt`, or, without one, the step's message and the input document as JSON.
+//!
+//! With `result_schema` the request asks for structured output (`response_format` of type
+//! `json_schema`) and the answer is parsed ([`parse_answer`]: a fenced code block is accepted
+//! and noted) and validated; an answer that is not JSON or violates the schema is shown to the
+//! model with the error, up to `repair_attempts` times, before the call fails with kind
+//! `invalid_output` naming the JSON pointer. Without a schema the result is `{"text": ...}`.
+//!
+//! Transport: every request first takes its place at the provider ([`ProviderState::admit`]:
+//! `max_concurrency` and rate limits shared by the whole process). A 429 or a 5xx is retried
+//! here, honouring `Retry-After` (a 429 pauses the whole provider), with exponential backoff
+//! otherwise, until [`RETRY_DEADLINE`] after the call's first request; a 429 still there then
+//! fails with kind `rate_limited`, a 5xx with kind `agent`. A request that takes longer than
+//! the step's `timeout` (or the provider's, if shorter) fails with kind `timeout`: the
+//! `timeout` bounds each request, never the wait for the provider's capacity. Tokens and cost
+//! (from `prices`) of every request, repairs included, are the call's [`Usage`].
+
+use std::time::{Duration, SystemTime};
+
+use serde_json::{Map, Value, json};
+
+use super::CallContext;
+use super::net::{self, Hosts, ReadError, Secrets};
+use super::provider::{self, ProviderState, Providers};
+use super::transform::agent_vars;
+use crate::model::MessageMode;
+use crate::plan::{LlmPlan, Schema};
+use crate::runtime::eval;
+use crate::runtime::record::Usage;
+use crate::runtime::{ErrorKind, StepError};
+
+/// How long 429s and 5xx are retried after a call's first request.
+pub const RETRY_DEADLINE: Duration = Duration::from_secs(120);
+/// The first backoff without `Retry-After`; it doubles up to [`MAX_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_millis(500);
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// Requests that fail to connect (or lose the connection) are tried at most this often.
+const CONNECT_TRIES: u32 = 3;
+/// The largest response body read from a provider.
+const MAX_RESPONSE: u64 = 16 << 20;
+/// Completion tokens reserved against `tokens_per_minute` when `max_tokens` is not set.
+const COMPLETION_ESTIMATE: u64 = 256;
+
+/// One `llm` agent call's view of the world.
+pub struct LlmAgent<'a> {
+    pub name: &'a str,
+    pub plan: &'a LlmPlan,
+    pub schema: Option<&'a Schema>,
+    /// The run's whole conversation (`--messages`); `message_mode` picks from it.
+    pub conversation: &'a [Value],
+    /// The `context_paths` and their values in the payload, in the order written.
+    pub context: Vec<(String, Value)>,
+    pub hosts: Hosts<'a>,
+    pub providers: &'a Providers,
+}
+
+/// A call's result or error, with the tokens and cost it used either way.
+pub type LlmResult = Result<(Value, Usage), (StepError, Usage)>;
+
+impl LlmAgent<'_> {
+    pub async fn call(&self, input: &Value, cx: CallContext<'_>) -> LlmResult {
+        let mut secrets = Secrets::default();
+        let mut usage = Usage::default();
+        let out = self.call_inner(input, &cx, &mut secrets, &mut usage).await;
+        match out {
+            Ok(mut v) => {
+                secrets.redact_value(&mut v);
+                Ok((v, usage))
+            }
+            Err(e) => Err((secrets.redact_error(e), usage)),
+        }
+    }
+
+    async fn call_inner(
+        &self,
+        input: &Value,
+        cx: &CallContext<'_>,
+        secrets: &mut Secrets,
+        usage: &mut Usage,
+    ) -> Result<Value, StepError> {
+        let p = &self.plan.provider;
+        let who = format!("agent `{}`", self.name);
+        let base = p.base_url.trim_end_matches('/');
+        let url: reqwest::Url = format!("{base}/chat/completions").parse().map_err(|e| {
+            StepError::new(
+                ErrorKind::Agent,
+                format!(
+                    "{who}: provider `{}` has an invalid `base_url` `{base}`: {e}",
+                    p.name
+                ),
+            )
+        })?;
+        self.hosts.check(&url, &who)?;
+        let mut headers = reqwest::header::HeaderMap::new();
+        if let Some(key) = &p.api_key {
+            let key = secrets.resolve(key, &format!("the `api_key` of provider `{}`", p.name))?;
+            headers.insert(
+                reqwest::header::AUTHORIZATION,
+                header_value(&format!("Bearer {key}"))?,
+            );
+        }
+        for (k, v) in &p.headers {
+            let v = secrets.resolve(v, &format!("header `{k}` of provider `{}`", p.name))?;
+            let name = reqwest::header::HeaderName::from_bytes(k.as_bytes()).map_err(|_| {
+                StepError::new(
+                    ErrorKind::Agent,
+                    format!("provider `{}`: invalid header name `{k}`", p.name),
+                )
+            })?;
+            headers.insert(name, header_value(&v)?);
+        }
+
+        let mut messages = self.messages(input, cx)?;
+        let state = self.providers.get(p);
+        let repairs = self.plan.repair_attempts;
+        for round in 0..=repairs {
+            let body = self.request_body(&messages);
+            let answer = self.request(&state, &url, &headers, body, cx, usage).await?;
+            let Some(schema) = self.schema else {
+                return Ok(json!({"text": answer.content}));
+            };
+            let problem = match parse_answer(&answer.content) {
+                Ok((value, fenced)) => {
+                    if fenced {
+                        tracing::info!(
+                            run_id = cx.run_id,
+                            step = cx.step,
+                            agent = self.name,
+                            "the answer was in a fenced code block; its content was used"
+                        );
+                    }
+                    match schema.check(&value) {
+                        Ok(()) => return Ok(value),
+                        Err(v) => Problem::Schema(v),
+                    }
+                }
+                Err(e) => Problem::Json(e),
+            };
+            let requests = round + 1;
+            if round == repairs {
+                return Err(problem.into_error(&who, requests, &answer));
+            }
+            tracing::info!(
+                run_id = cx.run_id, step = cx.step, agent = self.name, round = requests,
+                problem = %problem.describe(&answer), "asking the model to repair its answer"
+            );
+            messages.push(json!({"role": "assistant", "content": answer.content}));
+            messages.push(json!({"role": "user", "content": problem.repair_request(&answer)}));
+        }
+        unreachable!("the last round returns")
+    }
+
+    /// System, conversation, context, task.
+    fn messages(&self, input: &Value, cx: &CallContext<'_>) -> Result<Vec<Value>, StepError> {
+        let message = cx.message.map(|m| Value::String(m.to_owned()));
+        let vars = agent_vars(input, message.as_ref(), cx.context);
+        let render = |t, what: &str| {
+            eval::render(t, &vars).map_err(|e| StepError {
+                message: format!("agent `{}`: `{what}`: {}", self.name, e.message),
+                ..e
+            })
+        };
+        let mut out = Vec::new();
+        if let Some(t) = &self.plan.system {
+            out.push(json!({"role": "system", "content": render(t, "system")?}));
+        }
+        out.extend(select_messages(
+            self.conversation,
+            self.plan.message_mode,
+            self.plan.max_messages,
+        ));
+        if !self.context.is_empty() {
+            let mut text = String::from("Context:");
+            for (path, value) in &self.context {
+                text.push('\n');
+                text.push_str(path);
+                text.push_str(" = ");
+                text.push_str(&serde_json::to_string(value).expect("JSON values serialize"));
+            }
+            out.push(json!({"role": "user", "content": text}));
+        }
+        let task = match &self.plan.prompt {
+            Some(t) => render(t, "prompt")?,
+            None => {
+                let doc = serde_json::to_string_pretty(input).expect("JSON values serialize");
+                match cx.message {
+                    Some(m) => format!("{m}\n\nInput:\n{doc}"),
+                    None => doc,
+                }
+            }
+        };
+        out.push(json!({"role": "user", "content": task}));
+        Ok(out)
+    }
+
+    fn request_body(&self, messages: &[Value]) -> Value {
+        let mut body = Map::new();
+        body.insert("model".into(), Value::String(self.plan.model.clone()));
+        body.insert("messages".into(), Value::Array(messages.to_vec()));
+        if let Some(t) = self.plan.temperature {
+            body.insert("temperature".into(), json!(t));
+        }
+        if let Some(n) = self.plan.max_tokens {
+            body.insert("max_tokens".into(), json!(n));
+        }
+        if let Some(schema) = self.schema {
+            body.insert(
+                "response_format".into(),
+                json!({"type": "json_schema", "json_schema": {"name": schema_name(self.name), "schema": schema.value}}),
+            );
+        }
+        body.insert("stream".into(), Value::Bool(false));
+        Value::Object(body)
+    }
+
+    /// One completion, with the provider's limits and the retries of 429s and 5xx.
+    async fn request(
+        &self,
+        state: &ProviderState,
+        url: &reqwest::Url,
+        headers: &reqwest::header::HeaderMap,
+        body: Value,
+        cx: &CallContext<'_>,
+        usage: &mut Usage,
+    ) -> Result<Answer, StepError> {
+        let p = &self.plan.provider;
+        let who = format!("agent `{}`: provider `{}`", self.name, p.name);
+        let client = net::client()?;
+        let body = serde_json::to_vec(&body).expect("JSON values serialize");
+        let estimate = (body.len() as u64).div_ceil(3) + self.plan.max_tokens.unwrap_or(COMPLETION_ESTIMATE);
+        let timeout = p.timeout.map_or(cx.timeout, |t| t.min(cx.timeout));
+        let started = tokio::time::Instant::now();
+        let mut tries = 0u32;
+        let mut connect_failures = 0u32;
+        loop {
+            tries += 1;
+            let sent = async {
+                let admission = state.admit(estimate).await;
+                let req = client
+                    .post(url.clone())
+                    .headers(headers.clone())
+                    .header(reqwest::header::CONTENT_TYPE, "application/json")
+                    .header(reqwest::header::ACCEPT, "application/json")
+                    .body(body.clone());
+                let exchange = async {
+                    let mut resp = req.send().await.map_err(Failure::Transport)?;
+                    let status = resp.status();
+                    let retry_after = net::retry_after(resp.headers(), SystemTime::now());
+                    let bytes = net::read_capped(&mut resp, MAX_RESPONSE)
+                        .await
+                        .map_err(|e| match e {
+                            ReadError::TooLarge => Failure::TooLarge,
+                            ReadError::Transport(e) => Failure::Transport(e),
+                        })?;
+                    Ok::<_, Failure>((status, retry_after, bytes))
+                };
+                let r = match tokio::time::timeout(timeout, exchange).await {
+                    Ok(r) => r,
+                    Err(_) => Err(Failure::Timeout),
+                };
+                (r, admission)
+            };
+            let (result, admission) = tokio::select! {
+                biased;
+                _ = cx.cancel.cancelled() => {
+                    return Err(StepError::new(ErrorKind::Cancelled, format!("{who}: call cancelled")));
+                }
+                r = sent => r,
+            };
+            let failure = match result {
+                Ok((status, _, bytes)) if status.is_success() => {
+                    let answer = parse_completion(&bytes).map_err(|m| {
+                        state.settle(&admission, Some(0));
+                        StepError::new(ErrorKind::Agent, format!("{who}: {m}"))
+                    })?;
+                    let used = Usage {
+                        input_tokens: answer.input_tokens.unwrap_or(0),
+                        output_tokens: answer.output_tokens.unwrap_or(0),
+                        cost_usd: provider::cost_usd(
+                            p,
+                            &self.plan.model,
+                            answer.input_tokens.unwrap_or(0),
+                            answer.output_tokens.unwrap_or(0),
+                        ),
+                    };
+                    let reported = answer.input_tokens.zip(answer.output_tokens).map(|(i, o)| i + o);
+                    state.settle(&admission, reported);
+                    state.count(used);
+                    usage.add(used);
+                    return Ok(answer);
+                }
+                Ok((status, retry_after, bytes)) => {
+                    state.settle(&admission, Some(0));
+                    let code = status.as_u16();
+                    if code == 429 || status.is_server_error() {
+                        Retry {
+                            kind: if code == 429 {
+                                ErrorKind::RateLimited
+                            } else {
+                                ErrorKind::Agent
+                            },
+                            what: format!("answered {status}: {}", net::body_head(&bytes)),
+                            retry_after,
+                            rate_limited: code == 429,
+                        }
+                    } else {
+                        return Err(StepError::new(
+                            ErrorKind::Agent,
+                            format!("{who} answered {status}: {}", net::body_head(&bytes)),
+                        )
+                        .with_details(json!({"status": code, "retryable": false})));
+                    }
+                }
+                Err(Failure::Timeout) => {
+                    state.settle(&admission, None);
+                    return Err(StepError::new(
+                        ErrorKind::Timeout,
+                        format!("{who} did not answer within {}", fmt_secs(timeout)),
+                    ));
+                }
+                Err(Failure::TooLarge) => {
+                    state.settle(&admission, None);
+                    return Err(StepError::new(
+                        ErrorKind::Agent,
+                        format!("{who}: the response is larger than {} MiB", MAX_RESPONSE >> 20),
+                    ));
+                }
+                Err(Failure::Transport(e)) => {
+                    state.settle(&admission, Some(0));
+                    connect_failures += 1;
+                    let what = format!("{} ({})", net::transport_error(&e), net::url_for_messages(url));
+                    if connect_failures >= CONNECT_TRIES {
+                        return Err(StepError::new(ErrorKind::Agent, format!("{who}: {what}")));
+                    }
+                    Retry {
+                        kind: ErrorKind::Agent,
+                        what,
+                        retry_after: None,
+                        rate_limited: false,
+                    }
+                }
+            };
+            drop(admission);
+            let wait = failure.retry_after.unwrap_or_else(|| backoff(tries));
+            let elapsed = started.elapsed();
+            if elapsed + wait > RETRY_DEADLINE {
+                return Err(StepError::new(
+                    failure.kind,
+                    format!(
+                        "{who} {} — gave up after {tries} tries in {} (retries stop {} after the first request)",
+                        failure.what,
+                        fmt_secs(elapsed),
+                        fmt_secs(RETRY_DEADLINE)
+                    ),
+                ));
+            }
+            tracing::info!(
+                run_id = cx.run_id, step = cx.step, agent = self.name, tries,
+                wait_ms = wait.as_millis() as u64, problem = %failure.what, "retrying the provider"
+            );
+            if failure.rate_limited {
+                // Everyone waits: the next admission is after the pause.
+                state.pause_for(wait);
+            } else {
+                tokio::select! {
+                    biased;
+                    _ = cx.cancel.cancelled() => {
+                        return Err(StepError::new(ErrorKind::Cancelled, format!("{who}: call cancelled")));
+                    }
+                    _ = tokio::time::sleep(wait) => {}
+                }
+            }
+        }
+    }
+}
+
+enum Failure {
+    Timeout,
+    TooLarge,
+    Transport(reqwest::Error),
+}
+
+/// A failed request that may be tried again.
+struct Retry {
+    kind: ErrorKind,
+    what: String,
+    retry_after: Option<Duration>,
+    rate_limited: bool,
+}
+
+/// The wait before try `tries + 1` without `Retry-After`: 0.5s doubling to 30s, ±25%.
+fn backoff(tries: u32) -> Duration {
+    use rand::{Rng, SeedableRng};
+    let base = FIRST_BACKOFF.saturating_mul(1u32 << tries.saturating_sub(1).min(16));
+    let base = base.min(MAX_BACKOFF);
+    let seed = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(seed ^ u64::from(tries));
+    base.mul_f64(rng.random_range(0.75..=1.25))
+}
+
+fn fmt_secs(d: Duration) -> String {
+    crate::runtime::engine::fmt_duration(Duration::from_millis(d.as_millis() as u64))
+}
+
+fn header_value(v: &str) -> Result<reqwest::header::HeaderValue, StepError> {
+    let mut h = reqwest::header::HeaderValue::from_str(v).map_err(|_| {
+        // The value may hold a secret: do not quote it.
+        StepError::new(
+            ErrorKind::Agent,
+            "a header value holds characters HTTP does not allow",
+        )
+    })?;
+    h.set_sensitive(true);
+    Ok(h)
+}
+
+/// A `json_schema` name: letters, digits, `_` and `-`, at most 64 (OpenAI's rule).
+fn schema_name(agent: &str) -> String {
+    let s: String = agent
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(64)
+        .collect();
+    if s.is_empty() { "result".to_owned() } else { s }
+}
+
+/// What a completion said.
+#[derive(Debug, PartialEq)]
+pub struct Answer {
+    pub content: String,
+    pub finish_reason: Option<String>,
+    pub input_tokens: Option<u64>,
+    pub output_tokens: Option<u64>,
+}
+
+/// Reads a chat completion response: the first choice's message content and the usage.
+pub fn parse_completion(body: &[u8]) -> Result<Answer, String> {
+    let v: Value = serde_json::from_slice(body)
+        .map_err(|e| format!("the response is not JSON ({e}): {}", net::body_head(body)))?;
+    let choice = v
+        .get("choices")
+        .and_then(|c| c.get(0))
+        .ok_or_else(|| format!("the response has no `choices`: {}", net::body_head(body)))?;
+    let message = choice.get("message");
+    let content = match message.and_then(|m| m.get("content")) {
+        Some(Value::String(s)) => s.clone(),
+        _ => {
+            let why = message
+                .and_then(|m| m.get("refusal"))
+                .and_then(Value::as_str)
+                .map_or_else(
+                    || "no text content".to_owned(),
+                    |r| format!("the model refused: {r}"),
+                );
+            return Err(format!("the answer has {why}"));
+        }
+    };
+    let usage = v.get("usage");
+    let tokens = |k: &str| usage.and_then(|u| u.get(k)).and_then(Value::as_u64);
+    Ok(Answer {
+        content,
+        finish_reason: choice
+            .get("finish_reason")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+        input_tokens: tokens("prompt_tokens"),
+        output_tokens: tokens("completion_tokens"),
+    })
+}
+
+/// Parses an answer as JSON: the whole text, or else the content of its first fenced code
+/// block (` ```json ... ``` `), which is accepted and reported (`true`). The error is the
+/// whole text's.
+pub fn parse_answer(text: &str) -> Result<(Value, bool), String> {
+    let whole = match serde_json::from_str::<Value>(text.trim()) {
+        Ok(v) => return Ok((v, false)),
+        Err(e) => e.to_string(),
+    };
+    if let Some(start) = text.find("```") {
+        let after = &text[start + 3..];
+        // Skip the info string (`json`) to the end of its line.
+        let body_start = after.find('\n').map_or(after.len(), |i| i + 1);
+        let body = &after[body_start..];
+        if let Some(end) = body.find("```")
+            && let Ok(v) = serde_json::from_str::<Value>(body[..end].trim())
+        {
+            return Ok((v, true));
+        }
+    }
+    Err(whole)
+}
+
+/// What was wrong with an answer.
+enum Problem {
+    Json(String),
+    Schema(crate::plan::SchemaViolation),
+}
+
+impl Problem {
+    fn describe(&self, answer: &Answer) -> String {
+        let cut = if answer.finish_reason.as_deref() == Some("length") {
+            " (the answer was cut off at `max_tokens`)"
+        } else {
+            ""
+        };
+        match self {
+            Problem::Json(e) => format!("the answer is not valid JSON: {e}{cut}"),
+            Problem::Schema(v) => format!("the answer does not match `result_schema` {v}"),
+        }
+    }
+
+    fn repair_request(&self, answer: &Answer) -> String {
+        format!(
+            "Your answer could not be used: {}. Reply with only the corrected JSON value, \
+             matching the requested JSON schema, and nothing else.",
+            self.describe(answer)
+        )
+    }
+
+    fn into_error(self, who: &str, requests: u64, answer: &Answer) -> StepError {
+        let tail = if requests > 1 {
+            format!(" (after {requests} requests)")
+        } else {
+            String::new()
+        };
+        let message = format!("{who}: {}{tail}", self.describe(answer));
+        let details = match &self {
+            Problem::Json(e) => {
+                json!({"answer_start": net::body_head(answer.content.as_bytes()), "error": e})
+            }
+            Problem::Schema(v) => json!({"pointer": v.pointer, "rule": v.message}),
+        };
+        StepError::new(ErrorKind::InvalidOutput, message).with_details(details)
+    }
+}
+
+/// The part of the run's conversation an agent sees (SPEC §6.2): `none`; `all`; `latest`
+/// (the last `max_messages`); `bookend` (the first two, a marker saying how many were left
+/// out, the last `max_messages - 2`). Without `max_messages`, `latest` and `bookend` see all.
+pub fn select_messages(all: &[Value], mode: MessageMode, max: Option<u64>) -> Vec<Value> {
+    let max = max.map_or(usize::MAX, |m| usize::try_from(m).unwrap_or(usize::MAX));
+    match mode {
+        MessageMode::None => Vec::new(),
+        MessageMode::All => all.to_vec(),
+        MessageMode::Latest => all[all.len().saturating_sub(max)..].to_vec(),
+        MessageMode::Bookend => {
+            if all.len() <= max {
+                return all.to_vec();
+            }
+            let tail = max.saturating_sub(2);
+            let left_out = all.len() - 2 - tail;
+            let mut out = all[..2].to_vec();
+            out.push(json!({
+                "role": "user",
+                "content": format!("[{left_out} earlier messages left out]"),
+            }));
+            out.extend_from_slice(&all[all.len() - tail..]);
+            out
+        }
+    }
+}
+
+/// Checks a conversation (`--messages`): an array of objects, each with a string `role` and
+/// a `content`. The error names the first bad message by index.
+pub fn check_conversation(v: &Value) -> Result<Vec<Value>, String> {
+    let Value::Array(items) = v else {
+        return Err("messages are a JSON array of {\"role\", \"content\"} objects".to_owned());
+    };
+    for (i, m) in items.iter().enumerate() {
+        let ok = m.get("role").is_some_and(Value::is_string) && m.get("content").is_some();
+        if !ok {
+            return Err(format!(
+                "message {i} is not an object with a string `role` and a `content`"
+            ));
+        }
+    }
+    Ok(items.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn msgs(n: usize) -> Vec<Value> {
+        (0..n)
+            .map(|i| json!({"role": "user", "content": format!("m{i}")}))
+            .collect()
+    }
+
+    fn contents(v: &[Value]) -> Vec<&str> {
+        v.iter().map(|m| m["content"].as_str().unwrap()).collect()
+    }
+
+    #[test]
+    fn message_modes() {
+        let all = msgs(6);
+        assert!(select_messages(&all, MessageMode::None, Some(3)).is_empty());
+        assert_eq!(select_messages(&all, MessageMode::All, Some(3)).len(), 6);
+        assert_eq!(
+            contents(&select_messages(&all, MessageMode::Latest, Some(2))),
+            ["m4", "m5"]
+        );
+        assert_eq!(select_messages(&all, MessageMode::Latest, Some(10)).len(), 6);
+        assert_eq!(
+            contents(&select_messages(&all, MessageMode::Bookend, Some(4))),
+            ["m0", "m1", "[2 earlier messages left out]", "m4", "m5"]
+        );
+        assert_eq!(select_messages(&all, MessageMode::Bookend, Some(6)).len(), 6);
+        assert!(select_messages(&[], MessageMode::Bookend, Some(3)).is_empty());
+    }
+
+    #[test]
+    fn answers_parse_whole_or_fenced() {
+        assert_eq!(parse_answer(" {\"a\": 1}\n").unwrap(), (json!({"a": 1}), false));
+        let fenced = "Here you go:\n```json\n{\"a\": 2}\n```\nAnything else?";
+        assert_eq!(parse_answer(fenced).unwrap(), (json!({"a": 2}), true));
+        assert_eq!(parse_answer("```\n[1]\n```").unwrap(), (json!([1]), true));
+        let e = parse_answer("Sure! The category is billing.").unwrap_err();
+        assert!(e.contains("line 1 column 1"), "{e}");
+        assert!(parse_answer("{\"category\": \"bill").is_err(), "truncated JSON");
+        assert!(parse_answer("```json\n{\"a\": \n```").is_err());
+    }
+
+    #[test]
+    fn completions_parse() {
+        let body = br#"{"choices":[{"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],
+                        "usage":{"prompt_tokens":12,"completion_tokens":3}}"#;
+        let a = parse_completion(body).unwrap();
+        assert_eq!(
+            a,
+            Answer {
+                content: "hi".into(),
+                finish_reason: Some("stop".into()),
+                input_tokens: Some(12),
+                output_tokens: Some(3)
+            }
+        );
+        let e =
+            parse_completion(br#"{"choices":[{"message":{"content":null,"refusal":"no"}}]}"#).unwrap_err();
+        assert_eq!(e, "the answer has the model refused: no");
+        assert!(
+            parse_completion(b"<html>")
+                .unwrap_err()
+                .starts_with("the response is not JSON")
+        );
+        assert!(
+            parse_completion(b"{}")
+                .unwrap_err()
+                .starts_with("the response has no `choices`")
+        );
+    }
+
+    #[test]
+    fn conversations_are_checked() {
+        assert_eq!(
+            check_conversation(&json!([{"role": "user", "content": "x"}]))
+                .unwrap()
+                .len(),
+            1
+        );
+        assert_eq!(
+            check_conversation(&json!([{"role": "user", "content": "x"}, {"content": "y"}])).unwrap_err(),
+            "message 1 is not an object with a string `role` and a `content`"
+        );
+        assert!(check_conversation(&json!({})).is_err());
+    }
+
+    #[test]
+    fn schema_names_are_safe() {
+        assert_eq!(schema_name("classifier"), "classifier");
+        assert_eq!(schema_name("a.b c"), "a_b_c");
+        assert_eq!(schema_name(""), "result");
+    }
+}

@@ -748,3 +748,48 @@ fn assert_no_canary_in(dir: &Path) {
     }
     assert!(files > 0);
 }
+
+/// The README's recipe: `flows/ticket-classify.yaml` pointed at a local server with one
+/// environment variable (here the mock; `…_MODEL` renames the model as Ollama wants).
+#[test]
+fn the_ticket_classify_flow_runs_against_a_local_server() {
+    let server = Llm::start();
+    server.default_reply(Reply::Answer(
+        json!({"category": "billing", "priority": "normal", "confidence": 0.92, "summary": "Charged twice."})
+            .to_string(),
+    ));
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let input = json!({"ticket": {"id": "T-1", "subject": "Charged twice", "body": "My card was charged twice.",
+        "customer": {"id": "C-9", "tier": "pro"}}});
+    let out = support::run(
+        support::switchyard(root)
+            .env("SWITCHYARD_PROVIDER_LOCAL_BASE_URL", server.base_url())
+            .env("SWITCHYARD_PROVIDER_LOCAL_MODEL", "qwen2.5:7b-instruct")
+            .args([
+                "run",
+                "flows/ticket-classify.yaml",
+                "--trace",
+                "--input",
+                &input.to_string(),
+            ]),
+    );
+    assert_eq!(out.code(), 0, "{out:?}");
+    let v: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(
+        (v["queue"].as_str(), v["status"].as_str()),
+        (Some("billing"), Some("queued"))
+    );
+    let body = &server.hits()[0].body;
+    assert_eq!(body["model"], "qwen2.5:7b-instruct");
+    let messages = user_messages(body);
+    assert!(
+        messages[1].starts_with("user: Context:\n$.ticket.customer = {\"id\":\"C-9\""),
+        "{messages:?}"
+    );
+    // The trace shows the tokens; a renamed model has no price, so no cost.
+    assert!(
+        out.stderr.contains(" tokens (") && out.stderr.contains("$0.000000"),
+        "{}",
+        out.stderr
+    );
+}

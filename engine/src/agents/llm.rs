@@ -13,6 +13,10 @@
 //! model with the error, up to `repair_attempts` times, before the call fails with kind
 //! `invalid_output` naming the JSON pointer. Without a schema the result is `{"text": ...}`.
 //!
+//! `SWITCHYARD_PROVIDER_<NAME>_BASE_URL` and `SWITCHYARD_PROVIDER_<NAME>_MODEL`
+//! ([`provider_override`]) replace a provider's `base_url` and its agents' `model` for this
+//! process: one variable points a flow at a local model server.
+//!
 //! Transport: every request first takes its place at the provider ([`ProviderState::admit`]:
 //! `max_concurrency` and rate limits shared by the whole process). A 429 or a 5xx is retried
 //! here, honouring `Retry-After` (a 429 pauses the whole provider), with exponential backoff
@@ -87,7 +91,9 @@ impl LlmAgent<'_> {
     ) -> Result<Value, StepError> {
         let p = &self.plan.provider;
         let who = format!("agent `{}`", self.name);
-        let base = p.base_url.trim_end_matches('/');
+        let base_url = provider_override(&p.name, "BASE_URL").unwrap_or_else(|| p.base_url.clone());
+        let model = provider_override(&p.name, "MODEL").unwrap_or_else(|| self.plan.model.clone());
+        let base = base_url.trim_end_matches('/');
         let url: reqwest::Url = format!("{base}/chat/completions").parse().map_err(|e| {
             StepError::new(
                 ErrorKind::Agent,
@@ -121,8 +127,10 @@ impl LlmAgent<'_> {
         let state = self.providers.get(p);
         let repairs = self.plan.repair_attempts;
         for round in 0..=repairs {
-            let body = self.request_body(&messages);
-            let answer = self.request(&state, &url, &headers, body, cx, usage).await?;
+            let body = self.request_body(&model, &messages);
+            let answer = self
+                .request(&state, &url, &model, &headers, body, cx, usage)
+                .await?;
             let Some(schema) = self.schema else {
                 return Ok(json!({"text": answer.content}));
             };
@@ -200,9 +208,9 @@ impl LlmAgent<'_> {
         Ok(out)
     }
 
-    fn request_body(&self, messages: &[Value]) -> Value {
+    fn request_body(&self, model: &str, messages: &[Value]) -> Value {
         let mut body = Map::new();
-        body.insert("model".into(), Value::String(self.plan.model.clone()));
+        body.insert("model".into(), Value::String(model.to_owned()));
         body.insert("messages".into(), Value::Array(messages.to_vec()));
         if let Some(t) = self.plan.temperature {
             body.insert("temperature".into(), json!(t));
@@ -221,10 +229,12 @@ impl LlmAgent<'_> {
     }
 
     /// One completion, with the provider's limits and the retries of 429s and 5xx.
+    #[allow(clippy::too_many_arguments)]
     async fn request(
         &self,
         state: &ProviderState,
         url: &reqwest::Url,
+        model: &str,
         headers: &reqwest::header::HeaderMap,
         body: Value,
         cx: &CallContext<'_>,
@@ -285,7 +295,7 @@ impl LlmAgent<'_> {
                         output_tokens: answer.output_tokens.unwrap_or(0),
                         cost_usd: provider::cost_usd(
                             p,
-                            &self.plan.model,
+                            model,
                             answer.input_tokens.unwrap_or(0),
                             answer.output_tokens.unwrap_or(0),
                         ),
@@ -379,6 +389,26 @@ impl LlmAgent<'_> {
             }
         }
     }
+}
+
+/// `SWITCHYARD_PROVIDER_<NAME>_<FIELD>` from the environment, if set and not empty: `NAME` is
+/// the provider's name upper-cased with every other character than letters and digits as
+/// `_` (`local` → `SWITCHYARD_PROVIDER_LOCAL_BASE_URL`). `BASE_URL` and `MODEL` point a flow
+/// at another server (a local llama-server or Ollama) without editing it.
+pub fn provider_override(provider: &str, field: &str) -> Option<String> {
+    let name: String = provider
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_uppercase()
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    std::env::var(format!("SWITCHYARD_PROVIDER_{name}_{field}"))
+        .ok()
+        .filter(|v| !v.trim().is_empty())
 }
 
 enum Failure {

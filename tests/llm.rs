@@ -793,3 +793,81 @@ fn the_ticket_classify_flow_runs_against_a_local_server() {
         out.stderr
     );
 }
+
+/// `limits.max_cost_usd` and `--max-cost-usd`: once a run tree has spent its budget, no new
+/// agent call starts; the step fails with kind `limit` and says so.
+#[tokio::test]
+async fn a_spent_budget_stops_new_calls() {
+    let server = Llm::spawn().await;
+    server.default_reply(Reply::Answer(classification("billing", 0.9)));
+    let dir = TempDir::new("llm-budget");
+    let second =
+        "    next: again\n  again:\n    agent: classifier\n    message: Again.\n    input: {$.text: $.text}";
+    // One call costs about $0.00008 at these prices (about 60 tokens in, 10 out).
+    let text = flow_text(&server.base_url(), "", "", second)
+        .replace("steps:\n", "limits: {max_cost_usd: 0.00005}\nsteps:\n");
+    let path = write_flow(&dir, "f.yaml", &text);
+    let engine = memory_engine();
+    let out = run(&engine, &plan_of(&path), json!({"text": "hi"})).await;
+    let e = out.error.unwrap();
+    assert_eq!(e.kind.as_str(), "limit");
+    assert!(
+        e.message.starts_with("cost limit reached: $0.0000"),
+        "{}",
+        e.message
+    );
+    assert!(
+        e.message.ends_with(" spent (limits.max_cost_usd 0.00005)"),
+        "{}",
+        e.message
+    );
+    assert_eq!(out.path, ["classify", "again"]);
+    assert_eq!(server.hits().len(), 1);
+
+    // A parent's budget covers its child runs.
+    write_flow(&dir, "child.yaml", &flow_text(&server.base_url(), "", "", ""));
+    let parent = write_flow(
+        &dir,
+        "parent.yaml",
+        "flow: parent\nlimits: {max_cost_usd: 0.00005}\nagents:\n  child:\n    kind: flow\n    path: child.yaml\n\
+         steps:\n  first:\n    agent: child\n    next: second\n  second:\n    agent: child\n",
+    );
+    let out = run(&engine, &plan_of(&parent), json!({"text": "hi"})).await;
+    assert_eq!(out.error.unwrap().kind.as_str(), "limit");
+    assert_eq!(server.hits().len(), 2);
+}
+
+#[test]
+fn max_cost_usd_on_the_command_line() {
+    let server = Llm::start();
+    server.default_reply(Reply::Answer(classification("billing", 0.9)));
+    let dir = TempDir::new("llm-budget-cli");
+    let second =
+        "    next: again\n  again:\n    agent: classifier\n    message: Again.\n    input: {$.text: $.text}";
+    write_flow(&dir, "f.yaml", &flow_text(&server.base_url(), "", "", second));
+    let run = |budget: &str| {
+        support::run(support::switchyard(dir.path()).args([
+            "run",
+            "f.yaml",
+            "--input",
+            "{\"text\": \"x\"}",
+            "--max-cost-usd",
+            budget,
+        ]))
+    };
+    let out = run("0.00005");
+    assert_eq!(out.code(), 1, "{out:?}");
+    assert!(
+        out.stderr.contains("error[limit]: cost limit reached: $0.0000"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr.contains("spent (--max-cost-usd 0.00005)"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(server.hits().len(), 1);
+    assert_eq!(run("1").code(), 0);
+    assert_eq!(run("-1").code(), 2);
+}

@@ -34,6 +34,10 @@ pub struct RunArgs {
     /// every flow's `allow_hosts`.
     #[arg(long, value_delimiter = ',', value_name = "HOSTS")]
     pub allow_hosts: Option<Vec<String>>,
+    /// A cost budget in USD for the run and its child runs: once spent, no new agent call
+    /// starts (the step fails with kind `limit`). On top of the flows' `limits.max_cost_usd`.
+    #[arg(long, value_name = "USD")]
+    pub max_cost_usd: Option<f64>,
 }
 
 impl RunArgs {
@@ -114,6 +118,14 @@ impl RunArgs {
                 agent_changes: Arc::new(agent_changes),
                 messages: Arc::new(messages),
                 allow_hosts,
+                max_cost_usd: match self.max_cost_usd {
+                    Some(v) if !(v.is_finite() && v >= 0.0) => {
+                        return Err(format!(
+                            "--max-cost-usd must be a number of dollars, 0 or more (got {v})"
+                        ));
+                    }
+                    v => v,
+                },
             },
         ))
     }

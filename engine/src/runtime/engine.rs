@@ -40,6 +40,8 @@ pub struct RunOptions {
     /// `--allow-hosts`: the hosts `http` and `llm` agents may reach, on top of every flow's
     /// `allow_hosts`.
     pub allow_hosts: Option<Vec<String>>,
+    /// `--max-cost-usd`: the run tree's budget, on top of the flows' `limits.max_cost_usd`.
+    pub max_cost_usd: Option<f64>,
 }
 
 /// Agent changes resolved against a plan: for each flow (by index into `Plan::flows`),
@@ -94,6 +96,8 @@ struct Lineage {
     allow: Option<BTreeSet<AgentKind>>,
     /// `allow_hosts` lists down the tree (and `--allow-hosts`): a host must be in each.
     hosts: Vec<Arc<[String]>>,
+    /// The tightest cost budget on the way down the tree, if any.
+    budget: Option<Budget>,
 }
 
 /// Shared, immutable facts of one run tree.
@@ -102,6 +106,44 @@ struct Tree {
     context: Value,
     options: RunOptions,
     cancel: CancellationToken,
+    /// What the agent calls of the whole tree have cost so far, in 10⁻⁹ USD.
+    spent_nano: AtomicU64,
+}
+
+impl Tree {
+    fn spent(&self) -> f64 {
+        self.spent_nano.load(Ordering::Relaxed) as f64 / 1e9
+    }
+
+    fn spend(&self, cost_usd: f64) {
+        let nano = (cost_usd * 1e9).round();
+        if nano.is_finite() && nano > 0.0 {
+            self.spent_nano.fetch_add(nano as u64, Ordering::Relaxed);
+        }
+    }
+}
+
+/// A cost budget (SPEC §9 `max_cost_usd`): `limit` USD from the tree's spending at `base`
+/// (a child flow's own limit counts from when it starts). Reached, it stops new agent calls.
+#[derive(Clone, Copy, Debug)]
+struct Budget {
+    base: f64,
+    limit: f64,
+    by: &'static str,
+}
+
+impl Budget {
+    fn ceiling(&self) -> f64 {
+        self.base + self.limit
+    }
+
+    /// The tighter of two budgets.
+    fn min(a: Option<Budget>, b: Option<Budget>) -> Option<Budget> {
+        match (a, b) {
+            (Some(a), Some(b)) => Some(if b.ceiling() < a.ceiling() { b } else { a }),
+            (a, b) => a.or(b),
+        }
+    }
 }
 
 impl<S: Store> Engine<S> {
@@ -148,11 +190,24 @@ impl<S: Store> Engine<S> {
             .chain(plan.root().allow_hosts.iter())
             .map(|h| Arc::from(h.as_slice()))
             .collect();
+        let budget = Budget::min(
+            options.max_cost_usd.map(|limit| Budget {
+                base: 0.0,
+                limit,
+                by: "--max-cost-usd",
+            }),
+            plan.root().limits.max_cost_usd.map(|limit| Budget {
+                base: 0.0,
+                limit,
+                by: "limits.max_cost_usd",
+            }),
+        );
         let tree = Arc::new(Tree {
             plan,
             context,
             options,
             cancel,
+            spent_nano: AtomicU64::new(0),
         });
         let lineage = Lineage {
             parent_run: None,
@@ -161,6 +216,7 @@ impl<S: Store> Engine<S> {
             max_depth,
             allow,
             hosts,
+            budget,
         };
         // The root run in place: only child runs need the boxed, recursive `run_flow`.
         let flow = tree.plan.flow(root).clone();
@@ -811,6 +867,27 @@ impl<'e, S: Store> Run<'e, S> {
         Ok(agent)
     }
 
+    /// Fails with kind `limit` once the tree has spent its budget.
+    fn check_budget(&self) -> Result<(), StepError> {
+        let Some(b) = self.lineage.budget else {
+            return Ok(());
+        };
+        let spent = self.tree.spent();
+        if spent < b.ceiling() {
+            return Ok(());
+        }
+        Err(StepError::new(
+            ErrorKind::Limit,
+            format!(
+                "cost limit reached: ${:.6} spent ({} {})",
+                spent - b.base,
+                b.by,
+                b.limit
+            ),
+        )
+        .with_details(serde_json::json!({"spent_usd": spent - b.base, "limit_usd": b.limit})))
+    }
+
     /// Applies a call's `output` to the payload; a failed mapping changes nothing.
     fn apply(
         &mut self,
@@ -894,6 +971,13 @@ impl<'e, S: Store> Run<'e, S> {
         let mut used = Usage::default();
         loop {
             attempt += 1;
+            // A spent budget stops new calls, retries included.
+            if let Err(e) = self.check_budget() {
+                let mut o = StepOutcome::err(e);
+                o.usage = used;
+                o.attempts = attempt.saturating_sub(1).max(1);
+                return o;
+            }
             let result = self
                 .attempt(step, call, &agent, input, message, number, attempt)
                 .await;
@@ -993,6 +1077,14 @@ impl<'e, S: Store> Run<'e, S> {
                 ))
             }
         };
+        // Cost counts against the tree's budget as calls finish; a child run's calls have
+        // counted themselves.
+        if !matches!(agent.spec, AgentPlanSpec::Flow(_)) {
+            let usage = match &out {
+                Ok((_, u, _)) | Err((_, u, _)) => u,
+            };
+            self.tree.spend(usage.cost_usd);
+        }
         let (value, usage, child) = out?;
         if let Some(schema) = &agent.result_schema
             && let Err(v) = schema.check(&value)
@@ -1111,6 +1203,14 @@ impl<'e, S: Store> Run<'e, S> {
                 h.extend(child_flow.allow_hosts.iter().map(|l| Arc::from(l.as_slice())));
                 h
             },
+            budget: Budget::min(
+                self.lineage.budget,
+                child_flow.limits.max_cost_usd.map(|limit| Budget {
+                    base: self.tree.spent(),
+                    limit,
+                    by: "limits.max_cost_usd",
+                }),
+            ),
         };
         let out = self
             .engine

@@ -196,16 +196,42 @@ async fn redirects_are_followed_up_to_five() {
 #[tokio::test]
 async fn allow_hosts_refuses_other_hosts_with_kind_capability() {
     let svc = Service::start();
-    let out = run_flow(
-        &flow_text(&svc.url("/echo"), "", "allow_hosts: [api.example.com]", ""),
-        json!({}),
-    )
-    .await;
-    let (kind, message) = kind_and_message(&out);
-    assert_eq!(kind, "capability");
-    assert_eq!(
-        message,
-        "agent `svc`: host `127.0.0.1` is not in `allow_hosts` (allowed: api.example.com)"
+    // What lint can see, it reports (SY505) and the run does not start.
+    let dir = TempDir::new("http-hosts-lint");
+    dir.write(
+        "f.yaml",
+        flow_text(&svc.url("/echo"), "", "allow_hosts: [api.example.com]", ""),
+    );
+    let out = support::run(support::switchyard(dir.path()).args(["run", "f.yaml"]));
+    assert_eq!(out.code(), 2, "{out:?}");
+    assert!(
+        out.stderr
+            .contains("agent `svc` reaches host `127.0.0.1`, which is not in `allow_hosts`"),
+        "{}",
+        out.stderr
+    );
+    // A URL known only at the call is checked at the call.
+    let text = flow_text(
+        &svc.url("/echo")
+            .replace("127.0.0.1", "${env:SWITCHYARD_TEST_LOOPBACK}"),
+        "",
+        "allow_hosts: [api.example.com]",
+        "",
+    );
+    dir.write("g.yaml", text);
+    let out = support::run(
+        support::switchyard(dir.path())
+            .env("SWITCHYARD_TEST_LOOPBACK", "127.0.0.1")
+            .args(["run", "g.yaml"]),
+    );
+    assert_eq!(out.code(), 1, "{out:?}");
+    assert!(
+        out.stderr.contains(
+            // The host came from a secret reference: it is not shown.
+            "error[capability]: agent `svc`: host `[redacted]` is not in `allow_hosts` (allowed: api.example.com)"
+        ),
+        "{}",
+        out.stderr
     );
     assert_eq!(svc.hits_on("/echo"), 0);
 
@@ -265,4 +291,22 @@ fn allow_hosts_on_the_command_line() {
     let out = run(&format!("api.example.com,127.0.0.1:{}", svc.addr.port()));
     assert_eq!(out.code(), 0, "{out:?}");
     assert_eq!(svc.hits_on("/echo"), 1);
+}
+
+#[tokio::test]
+async fn each_attempt_is_bounded_by_the_step_timeout() {
+    let svc = Service::start();
+    let text = flow_text(
+        &svc.url("/slow/3000"),
+        "",
+        "",
+        "    timeout: 200ms\n    retry: {attempts: 2, backoff: 10ms, on: [timeout]}",
+    );
+    let t0 = Instant::now();
+    let out = run_flow(&text, json!({})).await;
+    let (kind, message) = kind_and_message(&out);
+    assert_eq!(kind, "timeout");
+    assert!(message.contains("timed out after 200ms (attempt 2)"), "{message}");
+    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+    assert_eq!(svc.hits_on("/slow/3000"), 2);
 }

@@ -871,3 +871,41 @@ fn max_cost_usd_on_the_command_line() {
     assert_eq!(run("1").code(), 0);
     assert_eq!(run("-1").code(), 2);
 }
+
+/// A nested flow passes the conversation on: a child run's `llm` agent sees the messages the
+/// root run was given.
+#[tokio::test]
+async fn a_child_flow_sees_the_conversation() {
+    let server = Llm::spawn().await;
+    server.default_reply(Reply::Answer(classification("billing", 0.9)));
+    let dir = TempDir::new("llm-nested-conversation");
+    write_flow(
+        &dir,
+        "child.yaml",
+        &flow_text(
+            &server.base_url(),
+            "",
+            "    message_mode: latest\n    max_messages: 1",
+            "",
+        ),
+    );
+    let parent = write_flow(
+        &dir,
+        "parent.yaml",
+        "flow: parent\nagents:\n  child:\n    kind: flow\n    path: child.yaml\nsteps:\n  go:\n    agent: child\n",
+    );
+    let options = RunOptions {
+        messages: Arc::new(vec![
+            json!({"role": "user", "content": "first"}),
+            json!({"role": "assistant", "content": "last"}),
+        ]),
+        ..RunOptions::default()
+    };
+    let out = memory_engine()
+        .run(plan_of(&parent), json!({"text": "hi"}), json!({}), options)
+        .await;
+    assert_eq!(out.status, RunStatus::Succeeded, "{:?}", out.error);
+    let messages = user_messages(&server.hits()[0].body);
+    assert_eq!(messages[1], "assistant: last");
+    assert_eq!(messages.len(), 3);
+}

@@ -244,7 +244,7 @@ pub struct ServiceState {
 /// Routes: `/echo` (the request back as JSON), `/status/{code}` (that status; 429 with
 /// `Retry-After: 1`), `/big/{bytes}` (a JSON string of that size), `/redirect/{n}` (`n`
 /// redirects, the last to `/echo`), `/away` (a redirect to the same server named `localhost`),
-/// `/text` (200 with a body that is not JSON).
+/// `/text` (200 with a body that is not JSON), `/slow/{ms}` (answers after that long).
 #[derive(Clone)]
 pub struct Service {
     pub addr: SocketAddr,
@@ -351,6 +351,10 @@ async fn service(
             (StatusCode::TEMPORARY_REDIRECT, [(header::LOCATION, to)]).into_response()
         }
         ["text"] => "<html>not json</html>".into_response(),
+        ["slow", ms] => {
+            tokio::time::sleep(Duration::from_millis(ms.parse().unwrap_or(0))).await;
+            axum::Json(json!({"slow": true})).into_response()
+        }
         _ => (StatusCode::NOT_FOUND, "no such route").into_response(),
     }
 }

@@ -158,7 +158,7 @@ impl HttpAgent<'_> {
                     send_body = false;
                 }
                 tracing::debug!(run_id = cx.run_id, step = cx.step, agent = self.name, %status,
-                    to = %net::url_for_messages(&next), "following a redirect");
+                    to = %secrets.redact(&net::url_for_messages(&next)), "following a redirect");
                 url = next;
                 continue;
             }

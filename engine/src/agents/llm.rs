@@ -129,7 +129,7 @@ impl LlmAgent<'_> {
         for round in 0..=repairs {
             let body = self.request_body(&model, &messages);
             let answer = self
-                .request(&state, &url, &model, &headers, body, cx, usage)
+                .request(&state, (&url, &model, &headers), body, cx, secrets, usage)
                 .await?;
             let Some(schema) = self.schema else {
                 return Ok(json!({"text": answer.content}));
@@ -157,7 +157,7 @@ impl LlmAgent<'_> {
             }
             tracing::info!(
                 run_id = cx.run_id, step = cx.step, agent = self.name, round = requests,
-                problem = %problem.describe(&answer), "asking the model to repair its answer"
+                problem = %secrets.redact(&problem.describe(&answer)), "asking the model to repair its answer"
             );
             messages.push(json!({"role": "assistant", "content": answer.content}));
             messages.push(json!({"role": "user", "content": problem.repair_request(&answer)}));
@@ -228,16 +228,15 @@ impl LlmAgent<'_> {
         Value::Object(body)
     }
 
-    /// One completion, with the provider's limits and the retries of 429s and 5xx.
-    #[allow(clippy::too_many_arguments)]
+    /// One completion, with the provider's limits and the retries of 429s and 5xx. Messages
+    /// it logs are redacted here; the error it returns is redacted by [`LlmAgent::call`].
     async fn request(
         &self,
         state: &ProviderState,
-        url: &reqwest::Url,
-        model: &str,
-        headers: &reqwest::header::HeaderMap,
+        (url, model, headers): (&reqwest::Url, &str, &reqwest::header::HeaderMap),
         body: Value,
         cx: &CallContext<'_>,
+        secrets: &Secrets,
         usage: &mut Usage,
     ) -> Result<Answer, StepError> {
         let p = &self.plan.provider;
@@ -373,7 +372,7 @@ impl LlmAgent<'_> {
             }
             tracing::info!(
                 run_id = cx.run_id, step = cx.step, agent = self.name, tries,
-                wait_ms = wait.as_millis() as u64, problem = %failure.what, "retrying the provider"
+                wait_ms = wait.as_millis() as u64, problem = %secrets.redact(&failure.what), "retrying the provider"
             );
             if failure.rate_limited {
                 // Everyone waits: the next admission is after the pause.

@@ -872,6 +872,10 @@ fn max_cost_usd_on_the_command_line() {
     );
     assert_eq!(server.hits().len(), 1);
     assert_eq!(run("1").code(), 0);
+    assert_eq!(server.hits().len(), 3);
+    // A budget of 0 allows calls until one costs something.
+    assert_eq!(run("0").code(), 1);
+    assert_eq!(server.hits().len(), 4);
     assert_eq!(run("-1").code(), 2);
 }
 

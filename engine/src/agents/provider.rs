@@ -87,6 +87,20 @@ impl Providers {
         state
     }
 
+    /// What went through every provider so far, added up: the process's LLM requests, 429s,
+    /// tokens and cost (a batch's progress line reads it while runs are in flight).
+    pub fn totals(&self) -> ProviderStats {
+        let map = self.map.lock().expect("provider registry lock");
+        let mut t = ProviderStats::default();
+        for s in map.values() {
+            let s = s.stats();
+            t.requests += s.requests;
+            t.rate_limited += s.rate_limited;
+            t.usage.add(s.usage);
+        }
+        t
+    }
+
     /// What went through each provider so far, by provider key (`name base_url`), sorted.
     pub fn stats(&self) -> Vec<(String, ProviderStats)> {
         let map = self.map.lock().expect("provider registry lock");
@@ -524,6 +538,7 @@ mod tests {
             output_tokens: 5,
             cost_usd: 0.000_015,
         });
+        assert_eq!(reg.totals().usage.input_tokens, 10);
         let stats = reg.stats();
         assert_eq!(stats.len(), 2);
         let (key, s) = &stats[1];

@@ -873,7 +873,8 @@ impl<'e, S: Store> Run<'e, S> {
             return Ok(());
         };
         let spent = self.tree.spent();
-        if spent < b.ceiling() {
+        // `max_cost_usd: 0` allows calls until one costs something.
+        if spent < b.ceiling() || spent <= b.base {
             return Ok(());
         }
         Err(StepError::new(

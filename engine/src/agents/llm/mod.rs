@@ -30,11 +30,17 @@ use std::time::{Duration, SystemTime};
 
 use serde_json::{Map, Value, json};
 
+mod answer;
+mod conversation;
+
+use answer::Problem;
+pub use answer::{Answer, parse_answer, parse_completion};
+pub use conversation::{check_conversation, select_messages};
+
 use super::CallContext;
 use super::net::{self, Hosts, ReadError, Secrets};
 use super::provider::{self, ProviderState, Providers};
 use super::transform::agent_vars;
-use crate::model::MessageMode;
 use crate::plan::{LlmPlan, Schema};
 use crate::runtime::eval;
 use crate::runtime::record::Usage;
@@ -468,246 +474,9 @@ fn schema_name(agent: &str) -> String {
     if s.is_empty() { "result".to_owned() } else { s }
 }
 
-/// What a completion said.
-#[derive(Debug, PartialEq)]
-pub struct Answer {
-    pub content: String,
-    pub finish_reason: Option<String>,
-    pub input_tokens: Option<u64>,
-    pub output_tokens: Option<u64>,
-}
-
-/// Reads a chat completion response: the first choice's message content and the usage.
-pub fn parse_completion(body: &[u8]) -> Result<Answer, String> {
-    let v: Value = serde_json::from_slice(body)
-        .map_err(|e| format!("the response is not JSON ({e}): {}", net::body_head(body)))?;
-    let choice = v
-        .get("choices")
-        .and_then(|c| c.get(0))
-        .ok_or_else(|| format!("the response has no `choices`: {}", net::body_head(body)))?;
-    let message = choice.get("message");
-    let content = match message.and_then(|m| m.get("content")) {
-        Some(Value::String(s)) => s.clone(),
-        _ => {
-            let why = message
-                .and_then(|m| m.get("refusal"))
-                .and_then(Value::as_str)
-                .map_or_else(
-                    || "no text content".to_owned(),
-                    |r| format!("the model refused: {r}"),
-                );
-            return Err(format!("the answer has {why}"));
-        }
-    };
-    let usage = v.get("usage");
-    let tokens = |k: &str| usage.and_then(|u| u.get(k)).and_then(Value::as_u64);
-    Ok(Answer {
-        content,
-        finish_reason: choice
-            .get("finish_reason")
-            .and_then(Value::as_str)
-            .map(str::to_owned),
-        input_tokens: tokens("prompt_tokens"),
-        output_tokens: tokens("completion_tokens"),
-    })
-}
-
-/// Parses an answer as JSON: the whole text, or else the content of its first fenced code
-/// block (` ```json ... ``` `), which is accepted and reported (`true`). The error is the
-/// whole text's.
-pub fn parse_answer(text: &str) -> Result<(Value, bool), String> {
-    let whole = match serde_json::from_str::<Value>(text.trim()) {
-        Ok(v) => return Ok((v, false)),
-        Err(e) => e.to_string(),
-    };
-    if let Some(start) = text.find("```") {
-        let after = &text[start + 3..];
-        // Skip the info string (`json`) to the end of its line.
-        let body_start = after.find('\n').map_or(after.len(), |i| i + 1);
-        let body = &after[body_start..];
-        if let Some(end) = body.find("```")
-            && let Ok(v) = serde_json::from_str::<Value>(body[..end].trim())
-        {
-            return Ok((v, true));
-        }
-    }
-    Err(whole)
-}
-
-/// What was wrong with an answer.
-enum Problem {
-    Json(String),
-    Schema(crate::plan::SchemaViolation),
-}
-
-impl Problem {
-    fn describe(&self, answer: &Answer) -> String {
-        let cut = if answer.finish_reason.as_deref() == Some("length") {
-            " (the answer was cut off at `max_tokens`)"
-        } else {
-            ""
-        };
-        match self {
-            Problem::Json(e) => format!("the answer is not valid JSON: {e}{cut}"),
-            Problem::Schema(v) => format!("the answer does not match `result_schema` {v}"),
-        }
-    }
-
-    fn repair_request(&self, answer: &Answer) -> String {
-        format!(
-            "Your answer could not be used: {}. Reply with only the corrected JSON value, \
-             matching the requested JSON schema, and nothing else.",
-            self.describe(answer)
-        )
-    }
-
-    fn into_error(self, who: &str, requests: u64, answer: &Answer) -> StepError {
-        let tail = if requests > 1 {
-            format!(" (after {requests} requests)")
-        } else {
-            String::new()
-        };
-        let message = format!("{who}: {}{tail}", self.describe(answer));
-        let details = match &self {
-            Problem::Json(e) => {
-                json!({"answer_start": net::body_head(answer.content.as_bytes()), "error": e})
-            }
-            Problem::Schema(v) => json!({"pointer": v.pointer, "rule": v.message}),
-        };
-        StepError::new(ErrorKind::InvalidOutput, message).with_details(details)
-    }
-}
-
-/// The part of the run's conversation an agent sees (SPEC §6.2): `none`; `all`; `latest`
-/// (the last `max_messages`); `bookend` (the first two, a marker saying how many were left
-/// out, the last `max_messages - 2`). Without `max_messages`, `latest` and `bookend` see all.
-pub fn select_messages(all: &[Value], mode: MessageMode, max: Option<u64>) -> Vec<Value> {
-    let max = max.map_or(usize::MAX, |m| usize::try_from(m).unwrap_or(usize::MAX));
-    match mode {
-        MessageMode::None => Vec::new(),
-        MessageMode::All => all.to_vec(),
-        MessageMode::Latest => all[all.len().saturating_sub(max)..].to_vec(),
-        MessageMode::Bookend => {
-            if all.len() <= max {
-                return all.to_vec();
-            }
-            let tail = max.saturating_sub(2);
-            let left_out = all.len() - 2 - tail;
-            let mut out = all[..2].to_vec();
-            out.push(json!({
-                "role": "user",
-                "content": format!("[{left_out} earlier messages left out]"),
-            }));
-            out.extend_from_slice(&all[all.len() - tail..]);
-            out
-        }
-    }
-}
-
-/// Checks a conversation (`--messages`): an array of objects, each with a string `role` and
-/// a `content`. The error names the first bad message by index.
-pub fn check_conversation(v: &Value) -> Result<Vec<Value>, String> {
-    let Value::Array(items) = v else {
-        return Err("messages are a JSON array of {\"role\", \"content\"} objects".to_owned());
-    };
-    for (i, m) in items.iter().enumerate() {
-        let ok = m.get("role").is_some_and(Value::is_string) && m.get("content").is_some();
-        if !ok {
-            return Err(format!(
-                "message {i} is not an object with a string `role` and a `content`"
-            ));
-        }
-    }
-    Ok(items.clone())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn msgs(n: usize) -> Vec<Value> {
-        (0..n)
-            .map(|i| json!({"role": "user", "content": format!("m{i}")}))
-            .collect()
-    }
-
-    fn contents(v: &[Value]) -> Vec<&str> {
-        v.iter().map(|m| m["content"].as_str().unwrap()).collect()
-    }
-
-    #[test]
-    fn message_modes() {
-        let all = msgs(6);
-        assert!(select_messages(&all, MessageMode::None, Some(3)).is_empty());
-        assert_eq!(select_messages(&all, MessageMode::All, Some(3)).len(), 6);
-        assert_eq!(
-            contents(&select_messages(&all, MessageMode::Latest, Some(2))),
-            ["m4", "m5"]
-        );
-        assert_eq!(select_messages(&all, MessageMode::Latest, Some(10)).len(), 6);
-        assert_eq!(
-            contents(&select_messages(&all, MessageMode::Bookend, Some(4))),
-            ["m0", "m1", "[2 earlier messages left out]", "m4", "m5"]
-        );
-        assert_eq!(select_messages(&all, MessageMode::Bookend, Some(6)).len(), 6);
-        assert!(select_messages(&[], MessageMode::Bookend, Some(3)).is_empty());
-    }
-
-    #[test]
-    fn answers_parse_whole_or_fenced() {
-        assert_eq!(parse_answer(" {\"a\": 1}\n").unwrap(), (json!({"a": 1}), false));
-        let fenced = "Here you go:\n```json\n{\"a\": 2}\n```\nAnything else?";
-        assert_eq!(parse_answer(fenced).unwrap(), (json!({"a": 2}), true));
-        assert_eq!(parse_answer("```\n[1]\n```").unwrap(), (json!([1]), true));
-        let e = parse_answer("Sure! The category is billing.").unwrap_err();
-        assert!(e.contains("line 1 column 1"), "{e}");
-        assert!(parse_answer("{\"category\": \"bill").is_err(), "truncated JSON");
-        assert!(parse_answer("```json\n{\"a\": \n```").is_err());
-    }
-
-    #[test]
-    fn completions_parse() {
-        let body = br#"{"choices":[{"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],
-                        "usage":{"prompt_tokens":12,"completion_tokens":3}}"#;
-        let a = parse_completion(body).unwrap();
-        assert_eq!(
-            a,
-            Answer {
-                content: "hi".into(),
-                finish_reason: Some("stop".into()),
-                input_tokens: Some(12),
-                output_tokens: Some(3)
-            }
-        );
-        let e =
-            parse_completion(br#"{"choices":[{"message":{"content":null,"refusal":"no"}}]}"#).unwrap_err();
-        assert_eq!(e, "the answer has the model refused: no");
-        assert!(
-            parse_completion(b"<html>")
-                .unwrap_err()
-                .starts_with("the response is not JSON")
-        );
-        assert!(
-            parse_completion(b"{}")
-                .unwrap_err()
-                .starts_with("the response has no `choices`")
-        );
-    }
-
-    #[test]
-    fn conversations_are_checked() {
-        assert_eq!(
-            check_conversation(&json!([{"role": "user", "content": "x"}]))
-                .unwrap()
-                .len(),
-            1
-        );
-        assert_eq!(
-            check_conversation(&json!([{"role": "user", "content": "x"}, {"content": "y"}])).unwrap_err(),
-            "message 1 is not an object with a string `role` and a `content`"
-        );
-        assert!(check_conversation(&json!({})).is_err());
-    }
 
     #[test]
     fn schema_names_are_safe() {

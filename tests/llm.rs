@@ -618,6 +618,8 @@ fn secrets_never_reach_streams_traces_or_logs() {
                     "run",
                     "f.yaml",
                     "--trace",
+                    "--store",
+                    "sqlite:runs.db",
                     "--input",
                     "{\"text\": \"x\"}",
                 ])
@@ -652,6 +654,38 @@ fn secrets_never_reach_streams_traces_or_logs() {
         "{}",
         ok.stderr
     );
+    // `runs list` and `runs show` (human and JSON) read the SQLite store back.
+    let runs = |args: &[&str]| {
+        let out = support::run(
+            support::switchyard(dir.path())
+                .args(["runs"])
+                .args(args)
+                .args(["--store", "sqlite:runs.db"]),
+        );
+        assert_eq!(out.code(), 0, "{out:?}");
+        out.stdout
+    };
+    let list = runs(&["list", "--json"]);
+    let ids: Vec<String> = list
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["id"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(ids.len(), 2, "{list}");
+    for id in &ids {
+        for shown in [runs(&["show", id]), runs(&["show", id, "--json"])] {
+            assert!(!shown.contains(CANARY), "the secret is in `runs show`:\n{shown}");
+        }
+    }
+    assert!(
+        runs(&["show", &ids[0], "--json"]).contains("[redacted]")
+            || runs(&["show", &ids[1], "--json"]).contains("[redacted]")
+    );
+    assert!(dir.path().join("runs.db").exists());
     assert_no_canary_in(dir.path());
 }
 

@@ -10,6 +10,7 @@
 //! - [`llm`] and [`http_agent`]: `llm` and `http` agents against local servers
 //!   ([`mock_server`]): limits, retries, structured output, secrets.
 
+mod batch;
 mod cli;
 mod corpus;
 mod engine;

@@ -46,6 +46,15 @@ fn run(id: &str, flow: &str, started_at: u64, status: RunStatus, full: bool) -> 
             cost_usd: 0.1 + 0.2,
         },
         steps: 9,
+        context: if full {
+            json!({"tenant": "acme", "n": [1]})
+        } else {
+            serde_json::Value::Null
+        },
+        batch: full.then(|| "/data/out.jsonl".into()),
+        item_id: full.then(|| "ticket-7".into()),
+        item_index: full.then_some(6),
+        flow_path: full.then(|| "/data/flows/triage.yaml".into()),
     }
 }
 
@@ -129,13 +138,13 @@ async fn contract<S: Store>(store: &S) {
     let started = step("r1", "2", 1, StepStatus::Started, false);
     let s3 = step("r1", "3", 1, StepStatus::Succeeded, false);
     for s in [&s1, &started, &s3] {
-        store.record_step(s).await.expect("record_step");
+        store.record_step(s.clone()).await.expect("record_step");
     }
     let mut finished = step("r1", "2", 1, StepStatus::Failed, true);
     finished.iteration = None;
-    store.record_step(&finished).await.expect("record_step");
+    store.record_step(finished.clone()).await.expect("record_step");
     let retry = step("r1", "2", 2, StepStatus::Succeeded, false);
-    store.record_step(&retry).await.expect("record_step");
+    store.record_step(retry.clone()).await.expect("record_step");
     let steps = store.steps("r1").await.expect("steps");
     assert_eq!(
         steps,
@@ -145,7 +154,10 @@ async fn contract<S: Store>(store: &S) {
     // The same number, attempt and a different iteration is another record.
     let mut other_iteration = s1.clone();
     other_iteration.iteration = Some(5);
-    store.record_step(&other_iteration).await.expect("record_step");
+    store
+        .record_step(other_iteration.clone())
+        .await
+        .expect("record_step");
     let latest = store.latest_steps("r1").await.expect("latest_steps");
     assert_eq!(latest, vec![s1, s3, retry, other_iteration]);
     assert!(store.steps("r2").await.expect("steps").is_empty());
@@ -210,6 +222,36 @@ async fn contract<S: Store>(store: &S) {
     // Children.
     assert_eq!(store.children("r1").await.expect("children"), vec![child]);
     assert!(store.children("r4").await.expect("children").is_empty());
+
+    // Batch runs: by item index, an item's later run after its earlier one, from an index on.
+    let item = |id: &str, index: u64, started_at: u64| RunRecord {
+        batch: Some("b".into()),
+        item_id: Some(format!("item-{index}")),
+        item_index: Some(index),
+        ..run(id, "triage", started_at, RunStatus::Succeeded, false)
+    };
+    for r in [
+        item("b2", 2, 10),
+        item("b0", 0, 11),
+        item("b1", 1, 12),
+        item("b0again", 0, 13),
+    ] {
+        store.create_run(&r).await.expect("create_run");
+    }
+    let got = store.batch_runs("b", 0, 10).await.expect("batch_runs");
+    assert_eq!(ids(&got), ["b0", "b0again", "b1", "b2"]);
+    assert_eq!(got[3], item("b2", 2, 10));
+    assert_eq!(
+        ids(&store.batch_runs("b", 1, 1).await.expect("batch_runs")),
+        ["b1"]
+    );
+    assert!(
+        store
+            .batch_runs("other", 0, 10)
+            .await
+            .expect("batch_runs")
+            .is_empty()
+    );
 }
 
 #[tokio::test]
@@ -243,7 +285,7 @@ async fn a_sqlite_file_keeps_the_contract_across_reopening() {
             .await
             .expect("list_runs")
             .len(),
-        4
+        8
     );
     assert_eq!(store.steps("r1").await.expect("steps").len(), 5);
     assert_eq!(pragma(&path, "journal_mode").await, "wal");
@@ -292,7 +334,7 @@ async fn write_concurrently(store: &Arc<SqlStore>, tasks: usize, steps: usize) {
                     StepStatus::Started
                 };
                 store
-                    .record_step(&step(&id, &n.to_string(), 1, status, n % 3 == 0))
+                    .record_step(step(&id, &n.to_string(), 1, status, n % 3 == 0))
                     .await
                     .expect("record_step");
             }
@@ -355,7 +397,7 @@ async fn a_bad_record_fails_alone_in_a_group_commit() {
             (
                 n,
                 store
-                    .record_step(&step(run_id, &n.to_string(), 1, StepStatus::Succeeded, false))
+                    .record_step(step(run_id, &n.to_string(), 1, StepStatus::Succeeded, false))
                     .await,
             )
         });
@@ -413,6 +455,37 @@ async fn a_store_from_a_newer_switchyard_is_refused_untouched() {
         std::fs::read(&path).expect("read") == before,
         "the store file changed"
     );
+
+    // Through the command line: `batch` and `run` refuse it the same way, before running
+    // anything or writing an output file.
+    dir.write("in.jsonl", "{\"id\": 1}\n");
+    let flow = dir.write("f.yaml", crate::support::CLEAN_FLOW);
+    let store_arg = format!("--store=sqlite:{}", path.display());
+    let out = crate::support::run(
+        crate::support::switchyard(dir.path())
+            .arg("batch")
+            .arg(&flow)
+            .args(["--input", "in.jsonl", "--output", "out.jsonl", &store_arg]),
+    );
+    assert_eq!(out.code(), 1, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("was written by a newer switchyard (schema 7"),
+        "{}",
+        out.stderr
+    );
+    assert!(!dir.path().join("out.jsonl").exists());
+    let out = crate::support::run(
+        crate::support::switchyard(dir.path())
+            .arg("run")
+            .arg(&flow)
+            .arg(&store_arg),
+    );
+    assert_eq!(out.code(), 1, "{}", out.stderr);
+    assert!(out.stderr.contains("newer switchyard"), "{}", out.stderr);
+    assert!(
+        std::fs::read(&path).expect("read") == before,
+        "the store file changed"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -438,7 +511,7 @@ async fn a_locked_store_fails_within_the_busy_timeout_and_recovers() {
         .expect("lock");
     let t0 = Instant::now();
     let err = store
-        .record_step(&step("r1", "1", 1, StepStatus::Started, false))
+        .record_step(step("r1", "1", 1, StepStatus::Started, false))
         .await
         .expect_err("locked");
     let waited = t0.elapsed();
@@ -467,7 +540,7 @@ async fn a_locked_store_fails_within_the_busy_timeout_and_recovers() {
         .expect("unlock");
     other.close().await.expect("close");
     store
-        .record_step(&step("r1", "1", 1, StepStatus::Succeeded, false))
+        .record_step(step("r1", "1", 1, StepStatus::Succeeded, false))
         .await
         .expect("records once unlocked");
     assert_eq!(store.steps("r1").await.expect("steps").len(), 1);
@@ -494,7 +567,7 @@ async fn a_full_disk_fails_clearly_and_keeps_what_was_recorded() {
     let err = loop {
         let mut s = step("r1", &(recorded + 1).to_string(), 1, StepStatus::Succeeded, false);
         s.result = Some(json!({ "text": big }));
-        match store.record_step(&s).await {
+        match store.record_step(s.clone()).await {
             Ok(()) => recorded += 1,
             Err(e) => break e,
         }
@@ -546,7 +619,7 @@ async fn writes_sent_together(store: &SqlStore) {
     // Polled in order before the writer runs (a current-thread runtime): all in one queue.
     let outcomes = futures_util::future::join_all(writes.iter().map(|w| async move {
         match w {
-            W::Step(s) => store.record_step(s).await,
+            W::Step(s) => store.record_step(s.clone()).await,
             W::Update(r) => store.update_run(r).await,
         }
     }))

@@ -57,6 +57,8 @@ pub fn switchyard(cwd: &Path) -> Command {
     cmd.current_dir(cwd)
         .env("NO_COLOR", "1")
         .env("COLUMNS", "100")
+        // Runs are recorded in memory unless a test names a store with `--store`.
+        .env("SWITCHYARD_STORE", "memory")
         .env_remove("RUST_BACKTRACE")
         .stdin(Stdio::null());
     cmd

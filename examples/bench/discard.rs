@@ -17,7 +17,7 @@ impl Store for DiscardStore {
         Ok(())
     }
 
-    async fn record_step(&self, _step: &StepRecord) -> Result<(), StoreError> {
+    async fn record_step(&self, _step: StepRecord) -> Result<(), StoreError> {
         Ok(())
     }
 
@@ -38,6 +38,15 @@ impl Store for DiscardStore {
     }
 
     async fn children(&self, _run_id: &str) -> Result<Vec<RunRecord>, StoreError> {
+        Ok(Vec::new())
+    }
+
+    async fn batch_runs(
+        &self,
+        _batch: &str,
+        _from: u64,
+        _limit: usize,
+    ) -> Result<Vec<RunRecord>, StoreError> {
         Ok(Vec::new())
     }
 }

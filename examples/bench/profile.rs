@@ -21,8 +21,14 @@ pub struct Profile {
     pub w3_items: usize,
     /// W4: iterations of the `while` loop (the linearity check also runs twice as many).
     pub w4_iterations: usize,
-    /// W5: runs of the 50 ms mock flow, 64 in flight.
+    /// W5 (both variants) and W7: runs of the 50 ms mock flow, 64 in flight.
     pub w5_runs: usize,
+    /// W5x: items of the wide batch.
+    pub w5x_runs: usize,
+    /// W5x: runs in flight.
+    pub w5x_concurrency: usize,
+    /// W9: items of the batch killed and resumed (64 in flight, SQLite).
+    pub w9_runs: usize,
 }
 
 impl Profile {
@@ -36,8 +42,12 @@ impl Profile {
         w3_items: 10000,
         w4_iterations: 10000,
         w5_runs: 2000,
+        w5x_runs: 20000,
+        w5x_concurrency: 2000,
+        w9_runs: 2000,
     };
-    /// W6 and W8 are cheap: the same sizes as `full`; the runtime workloads are smaller.
+    /// W6, W8 and W5x (0.5 s of ideal wall) are cheap: the same sizes as `full`; the runtime
+    /// workloads are smaller.
     pub const QUICK: Profile = Profile {
         name: "quick",
         w6_steps: 5000,
@@ -48,6 +58,9 @@ impl Profile {
         w3_items: 2000,
         w4_iterations: 2000,
         w5_runs: 640,
+        w5x_runs: 20000,
+        w5x_concurrency: 2000,
+        w9_runs: 640,
     };
 
     pub fn by_name(name: &str) -> Option<Profile> {

@@ -1,9 +1,9 @@
 //! W5 io-bound batch: N runs of `w5_batch.yaml` (a `mock` agent waiting 50 ms and returning
 //! `{raw: {answer: input.i * 2}}`, mapped to `$.result`), run k on `{i: k}`, at most 64 in flight.
 //!
-//! BENCH.md runs it through `switchyard batch --concurrency 64 --store memory`. Until `batch`
-//! exists, the harness does what it will do, in-process, and reports it as variant
-//! `in-process`: one engine and memory store for the batch, a driver task on the multi-threaded
+//! BENCH.md runs it through `switchyard batch --concurrency 64 --store memory`: that is variant
+//! `batch-binary` (`w5_binary.rs`). This is variant `in-process`, the engine without the
+//! process around it: one engine and memory store for the batch, a driver task on the multi-threaded
 //! runtime the commands use, which starts one task per run after taking one of 64 semaphore
 //! permits (given back when the run ends: a sliding window), and puts outputs back in input
 //! order.
@@ -87,7 +87,7 @@ pub fn run(profile: &Profile, _opts: &Options) -> Result<Vec<Report>, String> {
     );
     let what = format!(
         "{n} runs of `{FLOW}` (mock agent, latency 50 ms), {CONCURRENCY} in flight, in-process \
-         (a driver task starting one task per run, semaphore), memory store; `switchyard batch` does not exist yet"
+         (a driver task starting one task per run, semaphore), memory store; not the binary (see variant batch-binary)"
     );
     let reports = vec![
         ("wall_s", wall, format!("{what}; wall of the batch")),

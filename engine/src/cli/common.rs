@@ -10,6 +10,30 @@ use crate::model::AgentKind;
 use crate::plan::Plan;
 use crate::runtime::engine::RunOptions;
 
+/// `--store URL`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct StoreArg {
+    /// Where runs are recorded: `sqlite:PATH`, `postgres://...` or `memory` (kept by nothing).
+    #[arg(long = "store", env = "SWITCHYARD_STORE", default_value = crate::store::any::DEFAULT_STORE, value_name = "URL")]
+    pub url: String,
+}
+
+impl StoreArg {
+    /// Opens the store, or says why not.
+    pub async fn open(&self) -> Result<crate::store::any::AnyStore, String> {
+        crate::store::any::AnyStore::open(&self.url)
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    /// Opens the store for a batch ([`crate::store::any::AnyStore::open_for_batch`]).
+    pub async fn open_for_batch(&self) -> Result<crate::store::any::AnyStore, String> {
+        crate::store::any::AnyStore::open_for_batch(&self.url)
+            .await
+            .map_err(|e| e.to_string())
+    }
+}
+
 #[derive(clap::Args, Debug, Clone)]
 pub struct RunArgs {
     /// Caller-given context as JSON, visible as `context` and passed to nested flows unchanged.
@@ -34,10 +58,6 @@ pub struct RunArgs {
     /// every flow's `allow_hosts`.
     #[arg(long, value_delimiter = ',', value_name = "HOSTS")]
     pub allow_hosts: Option<Vec<String>>,
-    /// A cost budget in USD for the run and its child runs: once spent, no new agent call
-    /// starts (the step fails with kind `limit`). On top of the flows' `limits.max_cost_usd`.
-    #[arg(long, value_name = "USD")]
-    pub max_cost_usd: Option<f64>,
 }
 
 impl RunArgs {
@@ -118,14 +138,7 @@ impl RunArgs {
                 agent_changes: Arc::new(agent_changes),
                 messages: Arc::new(messages),
                 allow_hosts,
-                max_cost_usd: match self.max_cost_usd {
-                    Some(v) if !(v.is_finite() && v >= 0.0) => {
-                        return Err(format!(
-                            "--max-cost-usd must be a number of dollars, 0 or more (got {v})"
-                        ));
-                    }
-                    v => v,
-                },
+                max_cost_usd: None,
             },
         ))
     }

@@ -1,11 +1,13 @@
 //! The command line: clap definitions, one file per subcommand. The only code that prints,
 //! picks colours and chooses exit codes.
 
+mod batch;
 mod common;
 mod explain;
 mod graph;
 mod lint;
 mod run;
+mod runs;
 mod schema;
 mod test;
 mod trace;
@@ -67,6 +69,12 @@ pub enum Command {
     Run(run::Args),
     /// Run the `tests:` of flows with mocked agents.
     Test(test::Args),
+    /// Run a flow once per line of a JSONL file; run it again after a crash to continue.
+    Batch(batch::Args),
+    /// Inspect and continue stored runs.
+    Runs(runs::Args),
+    /// Continue a stored run (the same as `runs resume`).
+    Resume(runs::ResumeArgs),
 }
 
 /// Parses the command line and runs the command.
@@ -87,6 +95,9 @@ pub fn main() -> ExitCode {
         Command::Schema(a) => schema::run(a),
         Command::Run(a) => run::run(a),
         Command::Test(a) => test::run(a),
+        Command::Batch(a) => batch::run(a),
+        Command::Runs(a) => runs::run(a),
+        Command::Resume(a) => runs::resume(a),
     };
     ExitCode::from(code)
 }

@@ -5,10 +5,9 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::common::{self, RunArgs};
-use crate::runtime::engine::Engine;
+use super::common::{self, RunArgs, StoreArg};
+use crate::runtime::engine::{Engine, RunOutcome};
 use crate::runtime::record::RunStatus;
-use crate::store::memory::MemoryStore;
 
 #[derive(clap::Args, Debug)]
 #[command(
@@ -27,8 +26,14 @@ pub struct Args {
     /// Print the step tree (numbers, ids, status, duration, route, iterations) to stderr.
     #[arg(long)]
     pub trace: bool,
+    /// A cost budget in USD for the run and its child runs: once spent, no new agent call
+    /// starts (the step fails with kind `limit`). On top of the flows' `limits.max_cost_usd`.
+    #[arg(long, value_name = "USD")]
+    pub max_cost_usd: Option<f64>,
     #[command(flatten)]
     pub common: RunArgs,
+    #[command(flatten)]
+    pub store: StoreArg,
 }
 
 pub fn run(args: Args) -> u8 {
@@ -42,17 +47,30 @@ pub fn run(args: Args) -> u8 {
             return super::exit::USAGE;
         }
     };
-    let (context, options) = match args.common.options(&plan) {
+    let (context, mut options) = match args.common.options(&plan) {
         Ok(x) => x,
         Err(e) => {
             eprintln!("error: {e}");
             return super::exit::USAGE;
         }
     };
+    if let Some(v) = args.max_cost_usd {
+        if !(v.is_finite() && v >= 0.0) {
+            eprintln!("error: --max-cost-usd must be a number of dollars, 0 or more (got {v})");
+            return super::exit::USAGE;
+        }
+        options.max_cost_usd = Some(v);
+    }
     let plan = Arc::new(plan);
-    let store = Arc::new(MemoryStore::new());
-    let engine = Engine::new(store.clone());
     let rt = common::runtime();
+    let store = match rt.block_on(args.store.open()) {
+        Ok(s) => Arc::new(s),
+        Err(e) => {
+            eprintln!("error: {e}");
+            return super::exit::FAILED;
+        }
+    };
+    let engine = Engine::new(store.clone());
     let outcome = rt.block_on(engine.run(plan, input, context, options));
     if args.trace {
         let tree = rt.block_on(super::trace::render(
@@ -62,6 +80,15 @@ pub fn run(args: Args) -> u8 {
         ));
         eprint!("{tree}");
     }
+    drop(engine);
+    if let Ok(store) = Arc::try_unwrap(store) {
+        rt.block_on(store.close());
+    }
+    report(outcome)
+}
+
+/// Prints a finished run's output (stdout) or error (stderr); returns the exit code.
+pub(crate) fn report(outcome: RunOutcome) -> u8 {
     match outcome.status {
         RunStatus::Succeeded => {
             let out = outcome.output.unwrap_or(Value::Null);
@@ -72,7 +99,19 @@ pub fn run(args: Args) -> u8 {
             super::exit::OK
         }
         RunStatus::Interrupted => {
-            eprintln!("interrupted: run `{}` waits for a decision", outcome.run_id);
+            match &outcome.error {
+                Some(e) => eprintln!("interrupted[{}]: {}", e.kind, e.message),
+                None => eprintln!("interrupted: run `{}` waits for a decision", outcome.run_id),
+            }
+            eprintln!(
+                "  continue it with `switchyard resume {} {}`",
+                outcome.run_id,
+                if outcome.error.is_some() {
+                    "--retry-in-doubt"
+                } else {
+                    "--decision JSON"
+                }
+            );
             super::exit::INTERRUPTED
         }
         status => {

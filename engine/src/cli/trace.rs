@@ -7,6 +7,11 @@ use crate::store::Store;
 
 /// Renders the steps of `run_id` and, indented under their calling steps, its child runs.
 pub async fn render<S: Store>(store: &S, run_id: &str, color: bool) -> String {
+    render_with(store, run_id, color, false).await
+}
+
+/// [`render`], with each step's payload changes and cost when `detail` (`runs show`).
+pub async fn render_with<S: Store>(store: &S, run_id: &str, color: bool, detail: bool) -> String {
     let mut out = String::new();
     let Ok(run) = store.get_run(run_id).await else {
         return format!("run `{run_id}` not found\n");
@@ -19,7 +24,7 @@ pub async fn render<S: Store>(store: &S, run_id: &str, color: bool) -> String {
         run.status.as_str(),
         usage(&run.usage)
     );
-    walk(store, run_id, 1, color, &mut out).await;
+    walk(store, run_id, 1, color, detail, &mut out).await;
     out
 }
 
@@ -28,15 +33,17 @@ fn walk<'a, S: Store>(
     run_id: &'a str,
     depth: usize,
     color: bool,
+    detail: bool,
     out: &'a mut String,
 ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>> {
     Box::pin(async move {
-        let steps = store.steps(run_id).await.unwrap_or_default();
+        // The latest attempt of each step: an earlier attempt's `started` record is history.
+        let steps = store.latest_steps(run_id).await.unwrap_or_default();
         // Iterations and branches are recorded as they finish, before their step's own
         // record; show them under it.
         let is_part = |s: &StepRecord| s.kind == "iteration" || s.kind == "branch";
         for s in steps.iter().filter(|s| !is_part(s)) {
-            print_one(store, s, depth, color, out).await;
+            print_one(store, s, depth, color, detail, out).await;
             let parts = steps.iter().filter(|p| {
                 is_part(p)
                     && (p.number == s.number
@@ -45,7 +52,7 @@ fn walk<'a, S: Store>(
                             .is_some_and(|r| r.starts_with('.')))
             });
             for p in parts {
-                print_one(store, p, depth + 1, color, out).await;
+                print_one(store, p, depth + 1, color, detail, out).await;
             }
         }
     })
@@ -56,10 +63,32 @@ fn print_one<'a, S: Store>(
     s: &'a StepRecord,
     depth: usize,
     color: bool,
+    detail: bool,
     out: &'a mut String,
 ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>> {
     Box::pin(async move {
         let _ = writeln!(out, "{}{}", "  ".repeat(depth), line(s, color));
+        if detail {
+            for c in &s.changes {
+                let mut value = c.value.to_string();
+                if value.len() > 120 {
+                    let cut = (0..=117).rev().find(|i| value.is_char_boundary(*i)).unwrap_or(0);
+                    value.truncate(cut);
+                    value.push('…');
+                }
+                let _ = writeln!(out, "{}  set {} = {value}", "  ".repeat(depth), c.path);
+            }
+            if s.usage.cost_usd > 0.0 || s.usage.input_tokens > 0 {
+                let _ = writeln!(
+                    out,
+                    "{}  tokens {} in, {} out · ${:.6}",
+                    "  ".repeat(depth),
+                    s.usage.input_tokens,
+                    s.usage.output_tokens,
+                    s.usage.cost_usd
+                );
+            }
+        }
         if let Some(e) = &s.error {
             let _ = writeln!(out, "{}  error[{}]: {}", "  ".repeat(depth), e.kind, e.message);
         }
@@ -73,7 +102,7 @@ fn print_one<'a, S: Store>(
             );
         }
         if let Some(child) = &s.child_run {
-            walk(store, child, depth + 1, color, out).await;
+            walk(store, child, depth + 1, color, detail, out).await;
         }
     })
 }

@@ -175,7 +175,11 @@ impl<'p> Compiler<'p> {
         let plan = FlowPlan {
             name: flow.name.value.clone(),
             hash: scope.key.clone(),
-            path: Some(self.project.flow(scope.id).path.clone()),
+            // Absolute: run records keep it for `resume`, which may run elsewhere.
+            path: Some({
+                let p = &self.project.flow(scope.id).path;
+                std::path::absolute(p).unwrap_or_else(|_| p.clone())
+            }),
             graph,
             start,
             end,

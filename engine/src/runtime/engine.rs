@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 use super::data::{self, Change, Violation};
 use super::eval::{self, Vars};
 use super::record::{self, RunRecord, RunStatus, StepRecord, StepStatus, Usage};
+use super::resume::{Replay, ResumeError, ResumeOptions};
 use super::steps::{StepFacts, StepVar, StepsVar};
 use super::{ErrorKind, StepError};
 use crate::agents::{self, AgentState, CallContext, StepNumber};
@@ -68,6 +69,8 @@ pub struct RunOutcome {
     pub path: Vec<String>,
     pub usage: Usage,
     pub steps: u64,
+    /// From the run's recorded start (its first start, when resumed) to its end.
+    pub duration_ms: u64,
 }
 
 /// Runs plans against a store.
@@ -106,6 +109,9 @@ struct Tree {
     context: Value,
     options: RunOptions,
     cancel: CancellationToken,
+    /// Stop at the next recorded point, leaving the run to resume (Ctrl-C in a batch).
+    pause: CancellationToken,
+    resume: ResumeOptions,
     /// What the agent calls of the whole tree have cost so far, in 10⁻⁹ USD.
     spent_nano: AtomicU64,
 }
@@ -146,6 +152,23 @@ impl Budget {
     }
 }
 
+/// How a caller stops runs: `cancel` ends them `cancelled`; `pause` stops them at the next
+/// recorded point (between steps, between loop iterations) and leaves them `running` in the
+/// store, to be resumed.
+#[derive(Clone, Debug, Default)]
+pub struct RunControls {
+    pub cancel: CancellationToken,
+    pub pause: CancellationToken,
+}
+
+/// A run's place in a batch.
+#[derive(Clone, Debug)]
+pub struct BatchItem {
+    pub batch: String,
+    pub id: String,
+    pub index: u64,
+}
+
 impl<S: Store> Engine<S> {
     pub fn new(store: Arc<S>) -> Self {
         Engine { store }
@@ -181,9 +204,169 @@ impl<S: Store> Engine<S> {
         state: Arc<AgentState>,
         cancel: CancellationToken,
     ) -> RunOutcome {
+        let controls = RunControls {
+            cancel,
+            ..RunControls::default()
+        };
+        self.run_item(plan, input, context, options, state, controls, None)
+            .await
+    }
+
+    /// Runs a new root run, recorded as item `item` of a batch when given.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn run_item(
+        &self,
+        plan: Arc<Plan>,
+        input: Value,
+        context: Value,
+        options: RunOptions,
+        state: Arc<AgentState>,
+        controls: RunControls,
+        item: Option<BatchItem>,
+    ) -> RunOutcome {
+        let (tree, lineage) = Self::tree(plan, context, options, controls, ResumeOptions::default());
+        let root = tree.plan.root;
+        // The root run in place: only child runs need the boxed, recursive `run_flow`.
+        let flow = tree.plan.flow(root).clone();
+        let mut run = Run::new(self, &tree, flow, root, input, lineage, &state, None);
+        if let Some(item) = item {
+            run.record.batch = Some(item.batch);
+            run.record.item_id = Some(item.id);
+            run.record.item_index = Some(item.index);
+        }
+        run.execute().await
+    }
+
+    /// Continues the stored root run `run_id` of `plan`'s root flow (SPEC §3.6, §7.3): what
+    /// finished is replayed from its records, the rest runs.
+    pub async fn resume(
+        &self,
+        plan: Arc<Plan>,
+        run_id: &str,
+        options: RunOptions,
+        resume: ResumeOptions,
+        state: Arc<AgentState>,
+        controls: RunControls,
+    ) -> Result<RunOutcome, ResumeError> {
+        let record = self.store.get_run(run_id).await?;
+        if let Some(parent) = &record.parent_run {
+            return Err(ResumeError::Child {
+                id: record.id,
+                parent: parent.clone(),
+            });
+        }
+        if !super::resume::resumable(record.status) {
+            return Err(ResumeError::Finished {
+                id: record.id,
+                status: record.status.as_str(),
+            });
+        }
+        let root = plan.root();
+        if record.flow != root.name {
+            return Err(ResumeError::OtherFlow {
+                id: record.id,
+                recorded: record.flow,
+                given: root.name.clone(),
+            });
+        }
+        if record.flow_hash != root.hash && !resume.allow_changed {
+            return Err(ResumeError::Changed {
+                id: record.id,
+                flow: record.flow,
+                recorded: record.flow_hash,
+                now: root.hash.clone(),
+            });
+        }
+        let replay = Replay::load(&*self.store, run_id).await?;
+        self.check_decision(&plan, &record, &replay, &resume).await?;
+        let context = record.context.clone();
+        let (tree, lineage) = Self::tree(plan, context, options, controls, resume);
+        let root = tree.plan.root;
+        let flow = tree.plan.flow(root).clone();
+        let input = record.input.clone();
+        let mut run = Run::new(
+            self,
+            &tree,
+            flow,
+            root,
+            input,
+            lineage,
+            &state,
+            Some((record, Arc::new(replay))),
+        );
+        Ok(run.execute().await)
+    }
+
+    /// A run waiting at an `interrupt` (its own or a descendant's) needs a decision that
+    /// matches the step's `schema`; a decision needs such a run.
+    async fn check_decision(
+        &self,
+        plan: &Plan,
+        record: &RunRecord,
+        replay: &Replay,
+        resume: &ResumeOptions,
+    ) -> Result<(), ResumeError> {
+        // The waiting interrupt: in this run, or down the chain of interrupted children.
+        let mut flow_name = record.flow.clone();
+        let mut waiting = replay.waiting_interrupt().cloned();
+        let mut run_id = record.id.clone();
+        while waiting.is_none() {
+            let children = self.store.children(&run_id).await?;
+            let Some(child) = children
+                .into_iter()
+                .rev()
+                .find(|c| c.status == RunStatus::Interrupted)
+            else {
+                break;
+            };
+            let r = Replay::load(&*self.store, &child.id).await?;
+            waiting = r.waiting_interrupt().cloned();
+            flow_name = child.flow.clone();
+            run_id = child.id;
+        }
+        match (waiting, &resume.decision) {
+            (Some(w), None) if record.status == RunStatus::Interrupted => Err(ResumeError::NeedsDecision {
+                id: record.id.clone(),
+                step: w.step,
+            }),
+            (Some(_), None) => Ok(()),
+            (None, Some(_)) => Err(ResumeError::NoInterrupt {
+                id: record.id.clone(),
+            }),
+            (None, None) => Ok(()),
+            (Some(w), Some(decision)) => {
+                let schema = plan
+                    .flows
+                    .iter()
+                    .filter(|f| f.name == flow_name)
+                    .find_map(|f| f.steps.get(&w.step).and_then(|n| f.step(*n)))
+                    .and_then(|s| match &s.kind {
+                        StepPlanKind::Interrupt(i) => i.schema.clone(),
+                        _ => None,
+                    });
+                if let Some(schema) = schema
+                    && let Err(v) = schema.check(decision)
+                {
+                    return Err(ResumeError::BadDecision {
+                        step: w.step,
+                        reason: v.to_string(),
+                        pointer: v.pointer.clone(),
+                    });
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn tree(
+        plan: Arc<Plan>,
+        context: Value,
+        options: RunOptions,
+        controls: RunControls,
+        resume: ResumeOptions,
+    ) -> (Arc<Tree>, Lineage) {
         let max_depth = plan.root().limits.max_depth;
         let allow = intersect(options.allow.clone(), plan.root().allow.clone());
-        let root = plan.root;
         let hosts = options
             .allow_hosts
             .iter()
@@ -206,7 +389,9 @@ impl<S: Store> Engine<S> {
             plan,
             context,
             options,
-            cancel,
+            cancel: controls.cancel,
+            pause: controls.pause,
+            resume,
             spent_nano: AtomicU64::new(0),
         });
         let lineage = Lineage {
@@ -218,11 +403,7 @@ impl<S: Store> Engine<S> {
             hosts,
             budget,
         };
-        // The root run in place: only child runs need the boxed, recursive `run_flow`.
-        let flow = tree.plan.flow(root).clone();
-        Run::new(self, &tree, flow, root, input, lineage, &state)
-            .execute()
-            .await
+        (tree, lineage)
     }
 
     fn run_flow<'a>(
@@ -232,10 +413,11 @@ impl<S: Store> Engine<S> {
         input: Value,
         lineage: Lineage,
         state: &'a Arc<AgentState>,
+        resumed: Option<(RunRecord, Arc<Replay>)>,
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = RunOutcome> + Send + 'a>> {
         Box::pin(async move {
             let flow = tree.plan.flow(flow_ref).clone();
-            let mut run = Run::new(self, tree, flow, flow_ref, input, lineage, state);
+            let mut run = Run::new(self, tree, flow, flow_ref, input, lineage, state, resumed);
             run.execute().await
         })
     }
@@ -261,8 +443,10 @@ struct StepOutcome {
     iterations: Option<u64>,
     child_run: Option<String>,
     usage: Usage,
-    /// The run ends here: interrupted, or by `succeed`/`fail`.
+    /// The run ends here: interrupted, or by `succeed`/`fail`; `Running`: paused, to resume.
     stop: Option<RunStatus>,
+    /// Taken from the records of an earlier run (resume): recorded already.
+    replayed: bool,
 }
 
 impl StepOutcome {
@@ -279,6 +463,7 @@ impl StepOutcome {
             child_run: None,
             usage: Usage::default(),
             stop: None,
+            replayed: false,
         }
     }
 
@@ -290,7 +475,9 @@ impl StepOutcome {
     }
 }
 
-type CallResult = Result<(Value, Usage, Option<String>), (StepError, Usage, Option<String>)>;
+/// A call's result, usage and child run id; or its error, usage, child run id and whether
+/// the child run stopped `interrupted` (so the calling step does too).
+type CallResult = Result<(Value, Usage, Option<String>), (StepError, Usage, Option<String>, bool)>;
 
 /// One execution of one flow.
 struct Run<'e, S: Store> {
@@ -314,9 +501,12 @@ struct Run<'e, S: Store> {
     numbered: u64,
     path: Vec<String>,
     started: Instant,
+    /// Resuming: the run's records, replayed instead of calling again.
+    replay: Option<Arc<Replay>>,
 }
 
 impl<'e, S: Store> Run<'e, S> {
+    #[allow(clippy::too_many_arguments)]
     fn new(
         engine: &'e Engine<S>,
         tree: &'e Arc<Tree>,
@@ -325,24 +515,52 @@ impl<'e, S: Store> Run<'e, S> {
         input: Value,
         lineage: Lineage,
         state: &'e Arc<AgentState>,
+        resumed: Option<(RunRecord, Arc<Replay>)>,
     ) -> Self {
         let steps = StepsVar::new(flow.clone());
         let payload = input.clone();
-        let record = RunRecord {
-            id: record::new_run_id(),
-            flow: flow.name.clone(),
-            flow_hash: flow.hash.clone(),
-            parent_run: lineage.parent_run.clone(),
-            parent_step: (!lineage.prefix.is_empty()).then(|| lineage.prefix.clone()),
-            depth: lineage.depth,
-            status: RunStatus::Running,
-            input,
-            output: None,
-            error: None,
-            started_at: record::now_ms(),
-            finished_at: None,
-            usage: Usage::default(),
-            steps: 0,
+        let (earlier, replay) = resumed.unzip();
+        let record = match earlier {
+            // Resumed: the same run, running again; usage and steps are counted anew as the
+            // records replay.
+            Some(earlier) => RunRecord {
+                status: RunStatus::Running,
+                output: None,
+                error: None,
+                finished_at: None,
+                usage: Usage::default(),
+                steps: 0,
+                ..earlier
+            },
+            None => RunRecord {
+                id: record::new_run_id(),
+                flow: flow.name.clone(),
+                flow_hash: flow.hash.clone(),
+                parent_run: lineage.parent_run.clone(),
+                parent_step: (!lineage.prefix.is_empty()).then(|| lineage.prefix.clone()),
+                depth: lineage.depth,
+                status: RunStatus::Running,
+                input,
+                output: None,
+                error: None,
+                started_at: record::now_ms(),
+                finished_at: None,
+                usage: Usage::default(),
+                steps: 0,
+                context: if lineage.depth == 0 {
+                    tree.context.clone()
+                } else {
+                    Value::Null
+                },
+                batch: None,
+                item_id: None,
+                item_index: None,
+                flow_path: if lineage.depth == 0 {
+                    flow.path.as_ref().map(|p| p.display().to_string())
+                } else {
+                    None
+                },
+            },
         };
         Run {
             engine,
@@ -359,6 +577,7 @@ impl<'e, S: Store> Run<'e, S> {
             numbered: 0,
             path: Vec::new(),
             started: Instant::now(),
+            replay,
         }
     }
 
@@ -428,14 +647,17 @@ impl<'e, S: Store> Run<'e, S> {
         self.record.status = status;
         // Lent to the record while the store copies it, then given back.
         self.record.output = output;
+        // A paused run is still running: it has neither an end nor an error on record.
+        let paused = status == RunStatus::Running;
+        let (error, kept) = if paused { (None, error) } else { (error, None) };
         self.record.error = error;
-        self.record.finished_at = Some(record::now_ms());
+        self.record.finished_at = (!paused).then(record::now_ms);
         self.record.steps = self.executed.load(Ordering::Relaxed);
         if let Err(e) = self.engine.store.update_run(&self.record).await {
             tracing::error!(run_id = %self.record.id, error = %e, "could not record the end of the run");
         }
         let output = self.record.output.take();
-        let error = self.record.error.take();
+        let error = self.record.error.take().or(kept);
         tracing::info!(
             run_id = %self.record.id,
             status = status.as_str(),
@@ -451,6 +673,11 @@ impl<'e, S: Store> Run<'e, S> {
             path: std::mem::take(&mut self.path),
             usage: self.record.usage,
             steps: self.record.steps,
+            duration_ms: self
+                .record
+                .finished_at
+                .unwrap_or_else(record::now_ms)
+                .saturating_sub(self.record.started_at),
         }
     }
 
@@ -495,6 +722,9 @@ impl<'e, S: Store> Run<'e, S> {
                     StepError::new(ErrorKind::Cancelled, "the run was cancelled"),
                 ));
             }
+            if self.tree.pause.is_cancelled() {
+                return Err((RunStatus::Running, paused()));
+            }
             self.count_step().map_err(|e| (RunStatus::Failed, e))?;
             self.path.push(step.id.clone());
             let number = self.number();
@@ -524,6 +754,16 @@ impl<'e, S: Store> Run<'e, S> {
             };
             let duration_ms = t0.elapsed().as_millis() as u64;
             self.record.usage.add(outcome.usage);
+            if outcome.stop == Some(RunStatus::Running) {
+                // Paused inside the step: what it finished is recorded; it runs on when
+                // the run resumes.
+                return Err((RunStatus::Running, paused()));
+            }
+            // Resuming: a step whose own record finished is on record already.
+            let recorded = self
+                .replay
+                .as_ref()
+                .is_some_and(|r| r.finished(&number, None).is_some());
 
             let status = match (&outcome.error, outcome.stop) {
                 (_, Some(RunStatus::Interrupted)) => StepStatus::Interrupted,
@@ -549,46 +789,47 @@ impl<'e, S: Store> Run<'e, S> {
                 Ok(Some(n)) => Some(flow.step(*n).map_or_else(|| "end".to_string(), |s| s.id.clone())),
                 _ => None,
             };
-            let mut rec = StepRecord {
-                run_id: self.record.id.clone(),
-                number,
-                step: step.id.clone(),
-                kind: step.kind.name().to_string(),
-                attempt: outcome.attempts,
-                status,
-                iteration: None,
-                iterations: outcome.iterations,
-                input: outcome.input,
-                // Lent to the record while the store copies it, then given back below.
-                result: self.steps.entry_mut(entry).result.take(),
-                changes: outcome.changes,
-                violations: outcome.violations,
-                error: outcome.error.clone(),
-                started_at,
-                finished_at: Some(record::now_ms()),
-                usage: outcome.usage,
-                child_run: outcome.child_run,
-                route: route_name,
-            };
-            for v in &rec.violations {
+            for v in &outcome.violations {
                 tracing::warn!(run_id = %self.record.id, step = %step.id, path = %v.path, reason = %v.reason, "output violation");
             }
-            let stored = self.engine.store.record_step(&rec).await;
-            self.steps.entry_mut(entry).result = rec.result.take();
-            if let Err(e) = stored {
-                return Err((
-                    RunStatus::Failed,
-                    StepError::new(ErrorKind::Agent, format!("store: {e}")),
-                ));
-            }
             tracing::debug!(
-                run_id = %self.record.id, step = %step.id, number = %rec.number, status = status.as_str(),
-                duration_ms, route = rec.route.as_deref().unwrap_or(""), "step finished"
+                run_id = %self.record.id, step = %step.id, number = %number, status = status.as_str(),
+                duration_ms, route = route_name.as_deref().unwrap_or(""), "step finished"
             );
+            if !recorded {
+                let rec = StepRecord {
+                    run_id: self.record.id.clone(),
+                    number,
+                    step: step.id.clone(),
+                    kind: step.kind.name().to_string(),
+                    attempt: outcome.attempts,
+                    status,
+                    iteration: None,
+                    iterations: outcome.iterations,
+                    input: outcome.input,
+                    // `steps.<id>` keeps the result; the record gets a copy.
+                    result: self.steps.entry(entry).result.clone(),
+                    changes: outcome.changes,
+                    violations: outcome.violations,
+                    error: outcome.error.clone(),
+                    started_at,
+                    finished_at: Some(record::now_ms()),
+                    usage: outcome.usage,
+                    child_run: outcome.child_run,
+                    route: route_name,
+                };
+                if let Err(e) = self.engine.store.record_step(rec).await {
+                    return Err((
+                        RunStatus::Failed,
+                        StepError::new(ErrorKind::Agent, format!("store: {e}")),
+                    ));
+                }
+            }
             if let Some(stop) = outcome.stop {
                 return match (stop, outcome.error) {
                     (RunStatus::Succeeded, _) => Ok(RunStatus::Succeeded),
-                    (RunStatus::Interrupted, _) => Ok(RunStatus::Interrupted),
+                    (RunStatus::Interrupted, Some(e)) => Err((RunStatus::Interrupted, e)),
+                    (RunStatus::Interrupted, None) => Ok(RunStatus::Interrupted),
                     (s, Some(e)) => Err((s, e)),
                     (s, None) => Ok(s),
                 };
@@ -745,6 +986,67 @@ impl<'e, S: Store> Run<'e, S> {
                     Ok(v) => v,
                     Err(e) => return StepOutcome::err(e),
                 };
+                // Resuming: the decision recorded before, or the one given now to the
+                // interrupt the run waits at, is the step's result.
+                let earlier = self.replay.as_ref().and_then(|r| r.part(number, None));
+                let decision = match earlier {
+                    Some(rec) if rec.status == StepStatus::Succeeded => rec.result.clone(),
+                    Some(rec) if rec.status == StepStatus::Interrupted => match &self.tree.resume.decision {
+                        Some(d) => {
+                            if let Some(expires) = i.expires {
+                                let waited = record::now_ms().saturating_sub(rec.started_at);
+                                if u128::from(waited) > expires.as_millis() {
+                                    let mut o = StepOutcome::err(StepError::new(
+                                        ErrorKind::Timeout,
+                                        format!(
+                                            "the decision for interrupt step `{}` came after it expired ({} after it stopped)",
+                                            step.id,
+                                            fmt_duration(expires)
+                                        ),
+                                    ));
+                                    o.input = Some(input);
+                                    return o;
+                                }
+                            }
+                            Some(d.clone())
+                        }
+                        None => None,
+                    },
+                    _ => None,
+                };
+                if let Some(decision) = decision {
+                    let mut o = StepOutcome::ok(None);
+                    let mut changes = Vec::new();
+                    let mut payload = std::mem::take(&mut self.payload);
+                    let applied = {
+                        let vars = Vars {
+                            result: Some(&decision),
+                            ..self.vars(&[])
+                        };
+                        data::apply_output(
+                            &i.output,
+                            i.scope.as_ref(),
+                            &mut payload,
+                            &decision,
+                            &vars,
+                            &mut changes,
+                        )
+                    };
+                    self.payload = payload;
+                    match applied {
+                        Ok(v) => {
+                            o.violations = v;
+                            if let Err(e) = self.check_payload_size(&changes) {
+                                o.error = Some(e);
+                            }
+                            o.changes = changes;
+                        }
+                        Err(e) => o.error = Some(e),
+                    }
+                    o.input = Some(input);
+                    o.result = Some(decision);
+                    return o;
+                }
                 let mut o = StepOutcome::ok(None);
                 if let Some(p) = &i.prompt {
                     let vars = Vars {
@@ -941,7 +1243,14 @@ impl<'e, S: Store> Run<'e, S> {
             Err(e) => return StepOutcome::err(e),
         };
         let mut outcome = self
-            .invoke(step, call, &input, message.as_deref(), StepNumber::of(number))
+            .invoke(
+                step,
+                call,
+                &input,
+                message.as_deref(),
+                StepNumber::of(number),
+                "agent",
+            )
             .await;
         outcome.input = Some(input);
         if outcome.error.is_none()
@@ -954,6 +1263,7 @@ impl<'e, S: Store> Run<'e, S> {
     }
 
     /// Calls an agent with retries and per-attempt timeouts; returns its result, not mapped.
+    /// `part` is the kind its records have: `agent`, `iteration` or `branch`.
     async fn invoke(
         &self,
         step: &StepPlan,
@@ -961,13 +1271,65 @@ impl<'e, S: Store> Run<'e, S> {
         input: &Value,
         message: Option<&str>,
         number: StepNumber<'_>,
+        part: &'static str,
     ) -> StepOutcome {
+        let mut attempt = 0u32;
+        if let Some(rec) = self
+            .replay
+            .as_ref()
+            .and_then(|r| r.part(number.step, number.iteration))
+        {
+            match rec.status {
+                StepStatus::Succeeded | StepStatus::Failed => {
+                    // Finished before: the record stands in for the call. Its calls still
+                    // count, so that scripted agents continue where they were.
+                    for _ in 0..rec.attempt {
+                        self.state.next_call(&call.agent.name);
+                    }
+                    let mut o = match &rec.error {
+                        Some(e) => StepOutcome::err(e.clone()),
+                        None => StepOutcome::ok(rec.result.clone()),
+                    };
+                    o.attempts = rec.attempt;
+                    o.usage = rec.usage;
+                    // What a finished call cost before the resume still counts against the budget.
+                    self.tree.spend(rec.usage.cost_usd);
+                    o.child_run = rec.child_run.clone();
+                    o.replayed = true;
+                    return o;
+                }
+                StepStatus::Started | StepStatus::Interrupted => {
+                    // An attempt started and never finished: it may have had its effect.
+                    if !(call.idempotent || self.tree.resume.retry_in_doubt) {
+                        let mut o = StepOutcome::err(
+                            StepError::new(
+                                ErrorKind::InDoubt,
+                                format!(
+                                    "step `{}` ({number}) started attempt {} and never finished, and it is not \
+                                     idempotent: it may have had its effect. \
+                                     Resume with --retry-in-doubt to call it again",
+                                    step.id, rec.attempt
+                                ),
+                            )
+                            .with_details(serde_json::json!({"number": number.to_string(), "attempt": rec.attempt})),
+                        );
+                        o.attempts = rec.attempt;
+                        o.stop = Some(RunStatus::Interrupted);
+                        return o;
+                    }
+                    for _ in 1..rec.attempt {
+                        self.state.next_call(&call.agent.name);
+                    }
+                    // The same attempt, called again.
+                    attempt = rec.attempt - 1;
+                }
+            }
+        }
         let agent = match self.effective_agent(call) {
             Ok(a) => a,
             Err(e) => return StepOutcome::err(e),
         };
         let policy = &call.retry;
-        let mut attempt = 0u32;
         // Tokens and cost of every attempt, failed ones included.
         let mut used = Usage::default();
         loop {
@@ -980,7 +1342,7 @@ impl<'e, S: Store> Run<'e, S> {
                 return o;
             }
             let result = self
-                .attempt(step, call, &agent, input, message, number, attempt)
+                .attempt(step, call, &agent, input, message, number, attempt, part)
                 .await;
             let (mut o, retry) = match result {
                 Ok((value, usage, child)) => {
@@ -989,7 +1351,7 @@ impl<'e, S: Store> Run<'e, S> {
                     o.child_run = child;
                     (o, None)
                 }
-                Err((e, usage, child)) => {
+                Err((e, usage, child, interrupted)) => {
                     // An agent may say that asking again cannot help (an HTTP 4xx), or how
                     // long to wait first (`Retry-After`).
                     let hint = |k: &str| e.details.as_ref().and_then(|d| d.get(k));
@@ -998,10 +1360,16 @@ impl<'e, S: Store> Run<'e, S> {
                         .and_then(Value::as_u64)
                         .map_or(Duration::ZERO, Duration::from_millis);
                     let retryable = !permanent && policy.on.iter().any(|k| k == e.kind.as_str());
-                    let again = retryable && attempt < policy.attempts && !self.tree.cancel.is_cancelled();
+                    let again = retryable
+                        && !interrupted
+                        && attempt < policy.attempts
+                        && !self.tree.cancel.is_cancelled();
                     let mut o = StepOutcome::err(e);
                     used.add(usage);
                     o.child_run = child;
+                    if interrupted {
+                        o.stop = Some(RunStatus::Interrupted);
+                    }
                     (o, again.then(|| backoff(policy, attempt).max(wait_at_least)))
                 }
             };
@@ -1031,7 +1399,35 @@ impl<'e, S: Store> Run<'e, S> {
         message: Option<&str>,
         number: StepNumber<'_>,
         attempt: u32,
+        part: &'static str,
     ) -> CallResult {
+        if has_effects(agent) {
+            // SPEC §7.3: the attempt is on record before the call can have its effect.
+            let rec = StepRecord {
+                run_id: self.record.id.clone(),
+                number: number.step.to_string(),
+                step: step.id.clone(),
+                kind: part.to_string(),
+                attempt,
+                status: StepStatus::Started,
+                iteration: number.iteration,
+                iterations: None,
+                input: None,
+                result: None,
+                changes: Vec::new(),
+                violations: Vec::new(),
+                error: None,
+                started_at: record::now_ms(),
+                finished_at: None,
+                usage: Usage::default(),
+                child_run: None,
+                route: None,
+            };
+            if let Err(e) = self.engine.store.record_step(rec).await {
+                let e = StepError::new(ErrorKind::Agent, format!("store: {e}"));
+                return Err((e, Usage::default(), None, false));
+            }
+        }
         let call_index = self.state.next_call(&agent.name);
         // An agent that holds resources of its own (a child process) gets a token of its own,
         // cancelled when the attempt times out; the others stop when their future is dropped,
@@ -1075,6 +1471,7 @@ impl<'e, S: Store> Run<'e, S> {
                     ),
                     Usage::default(),
                     None,
+                    false,
                 ))
             }
         };
@@ -1082,7 +1479,7 @@ impl<'e, S: Store> Run<'e, S> {
         // counted themselves.
         if !matches!(agent.spec, AgentPlanSpec::Flow(_)) {
             let usage = match &out {
-                Ok((_, u, _)) | Err((_, u, _)) => u,
+                Ok((_, u, _)) | Err((_, u, _, _)) => u,
             };
             self.tree.spend(usage.cost_usd);
         }
@@ -1101,6 +1498,7 @@ impl<'e, S: Store> Run<'e, S> {
                 .with_details(serde_json::json!({"pointer": v.pointer, "rule": v.message})),
                 usage,
                 child,
+                false,
             ));
         }
         Ok((value, usage, child))
@@ -1117,7 +1515,7 @@ impl<'e, S: Store> Run<'e, S> {
         use crate::agents::Agent as _;
         let plain = |r: Result<Value, StepError>| {
             r.map(|v| (v, Usage::default(), None))
-                .map_err(|e| (e, Usage::default(), None))
+                .map_err(|e| (e, Usage::default(), None, false))
         };
         match &agent.spec {
             AgentPlanSpec::Transform(t) => plain(agents::transform::TransformAgent(t).call(input, cx).await),
@@ -1143,7 +1541,7 @@ impl<'e, S: Store> Run<'e, S> {
                 };
                 match Box::pin(llm.call(input, cx)).await {
                     Ok((v, usage)) => Ok((v, usage, None)),
-                    Err((e, usage)) => Err((e, usage, None)),
+                    Err((e, usage)) => Err((e, usage, None, false)),
                 }
             }
             AgentPlanSpec::Http(h) => {
@@ -1190,33 +1588,65 @@ impl<'e, S: Store> Run<'e, S> {
                 ),
                 Usage::default(),
                 None,
+                false,
             ));
         }
         let child_flow = self.tree.plan.flow(child);
-        let lineage = Lineage {
-            parent_run: Some(self.record.id.clone()),
-            prefix: number.to_string(),
-            depth: depth + 1,
-            max_depth: max,
-            allow: intersect(self.lineage.allow.clone(), child_flow.allow.clone()),
-            hosts: {
-                let mut h = self.lineage.hosts.clone();
-                h.extend(child_flow.allow_hosts.iter().map(|l| Arc::from(l.as_slice())));
-                h
+        let prefix = number.to_string();
+        // Resuming: a child run this step started before goes on (or, if it ended, its end
+        // stands), instead of a new one.
+        let earlier = self.replay.as_ref().and_then(|r| r.child(&prefix)).cloned();
+        let out = match earlier {
+            Some(rec) if !super::resume::resumable(rec.status) => RunOutcome {
+                run_id: rec.id,
+                status: rec.status,
+                output: rec.output,
+                error: rec.error,
+                path: Vec::new(),
+                usage: rec.usage,
+                steps: rec.steps,
+                duration_ms: rec
+                    .finished_at
+                    .unwrap_or(rec.started_at)
+                    .saturating_sub(rec.started_at),
             },
-            budget: Budget::min(
-                self.lineage.budget,
-                child_flow.limits.max_cost_usd.map(|limit| Budget {
-                    base: self.tree.spent(),
-                    limit,
-                    by: "limits.max_cost_usd",
-                }),
-            ),
+            earlier => {
+                let replay = match &earlier {
+                    Some(rec) => match Replay::load(&*self.engine.store, &rec.id).await {
+                        Ok(r) => Some(Arc::new(r)),
+                        Err(e) => {
+                            let e = StepError::new(ErrorKind::Agent, format!("store: {e}"));
+                            return Err((e, Usage::default(), Some(rec.id.clone()), false));
+                        }
+                    },
+                    None => None,
+                };
+                let lineage = Lineage {
+                    parent_run: Some(self.record.id.clone()),
+                    prefix,
+                    depth: depth + 1,
+                    max_depth: max,
+                    allow: intersect(self.lineage.allow.clone(), child_flow.allow.clone()),
+                    hosts: {
+                        let mut h = self.lineage.hosts.clone();
+                        h.extend(child_flow.allow_hosts.iter().map(|l| Arc::from(l.as_slice())));
+                        h
+                    },
+                    budget: Budget::min(
+                        self.lineage.budget,
+                        child_flow.limits.max_cost_usd.map(|limit| Budget {
+                            base: self.tree.spent(),
+                            limit,
+                            by: "limits.max_cost_usd",
+                        }),
+                    ),
+                };
+                let resumed = earlier.zip(replay);
+                self.engine
+                    .run_flow(self.tree, child, input, lineage, self.state, resumed)
+                    .await
+            }
         };
-        let out = self
-            .engine
-            .run_flow(self.tree, child, input, lineage, self.state)
-            .await;
         let id = Some(out.run_id.clone());
         match out.status {
             RunStatus::Succeeded => Ok((out.output.unwrap_or(Value::Null), out.usage, id)),
@@ -1229,6 +1659,7 @@ impl<'e, S: Store> Run<'e, S> {
                 }),
                 out.usage,
                 id,
+                matches!(status, RunStatus::Interrupted | RunStatus::Running),
             )),
         }
     }
@@ -1282,6 +1713,8 @@ impl<'e, S: Store> Run<'e, S> {
         let mut failed: Vec<(usize, StepError)> = Vec::new();
         let mut usage = Usage::default();
         let mut stopped = false;
+        // Paused, or an iteration in doubt: no new iterations; the step ends without a result.
+        let mut halt: Option<(RunStatus, Option<StepError>)> = None;
         // Count every iteration up front: `max_steps` bounds them like steps.
         for _ in 0..n {
             if let Err(e) = self.count_step() {
@@ -1290,8 +1723,16 @@ impl<'e, S: Store> Run<'e, S> {
         }
         if f.concurrency <= 1 {
             for (i, item) in items.iter().enumerate() {
+                if self.tree.pause.is_cancelled() {
+                    halt = Some((RunStatus::Running, None));
+                    break;
+                }
                 let r = self.iteration(step, f, item, i, number).await;
                 usage.add(r.usage);
+                if r.stop == Some(RunStatus::Interrupted) {
+                    halt = Some((RunStatus::Interrupted, r.error));
+                    break;
+                }
                 match r.error {
                     None => results[i] = r.result.unwrap_or(Value::Null),
                     Some(e) => {
@@ -1309,7 +1750,10 @@ impl<'e, S: Store> Run<'e, S> {
             let mut in_flight = FuturesUnordered::new();
             let mut next = 0usize;
             loop {
-                while !stopped && in_flight.len() < f.concurrency && next < items.len() {
+                if halt.is_none() && self.tree.pause.is_cancelled() {
+                    halt = Some((RunStatus::Running, None));
+                }
+                while !stopped && halt.is_none() && in_flight.len() < f.concurrency && next < items.len() {
                     let i = next;
                     next += 1;
                     let item = &items[i];
@@ -1319,6 +1763,12 @@ impl<'e, S: Store> Run<'e, S> {
                     break;
                 };
                 usage.add(r.usage);
+                if r.stop == Some(RunStatus::Interrupted) {
+                    if halt.is_none() {
+                        halt = Some((RunStatus::Interrupted, r.error));
+                    }
+                    continue;
+                }
                 match r.error {
                     None => results[i] = r.result.unwrap_or(Value::Null),
                     Some(e) => {
@@ -1329,6 +1779,13 @@ impl<'e, S: Store> Run<'e, S> {
                     }
                 }
             }
+        }
+        if let Some((status, error)) = halt {
+            let mut o = StepOutcome::ok(None);
+            o.usage = usage;
+            o.error = error;
+            o.stop = Some(status);
+            return o;
         }
         failed.sort_by_key(|(i, _)| *i);
         let failed_json = Value::Array(
@@ -1378,36 +1835,35 @@ impl<'e, S: Store> Run<'e, S> {
         o: &mut StepOutcome,
         started_at: u64,
     ) {
-        let mut rec = StepRecord {
+        if o.replayed {
+            return;
+        }
+        let rec = StepRecord {
             run_id: self.record.id.clone(),
             number,
             step: step.id.clone(),
             kind: kind.to_string(),
             attempt: o.attempts,
-            status: if o.error.is_some() {
-                StepStatus::Failed
-            } else {
-                StepStatus::Succeeded
+            status: match (&o.error, o.stop) {
+                (_, Some(RunStatus::Interrupted)) => StepStatus::Interrupted,
+                (Some(_), _) => StepStatus::Failed,
+                (None, _) => StepStatus::Succeeded,
             },
             iteration,
             iterations: None,
             input,
-            // Lent to the record while the store copies it, then given back.
-            result: o.result.take(),
+            // The caller keeps the result; the record gets a copy.
+            result: o.result.clone(),
             changes: Vec::new(),
             violations: Vec::new(),
-            error: o.error.take(),
+            error: o.error.clone(),
             started_at,
             finished_at: Some(record::now_ms()),
             usage: o.usage,
-            child_run: o.child_run.take(),
+            child_run: o.child_run.clone(),
             route: None,
         };
-        let stored = self.engine.store.record_step(&rec).await;
-        o.result = rec.result.take();
-        o.error = rec.error.take();
-        o.child_run = rec.child_run.take();
-        if let Err(e) = stored {
+        if let Err(e) = self.engine.store.record_step(rec).await {
             o.error = Some(StepError::new(ErrorKind::Agent, format!("store: {e}")));
         }
     }
@@ -1442,9 +1898,27 @@ impl<'e, S: Store> Run<'e, S> {
             step: number,
             iteration: Some(index as u64),
         };
+        // Resuming: a finished iteration's record holds its result after `select`.
+        if let Some(rec) = self
+            .replay
+            .as_ref()
+            .and_then(|r| r.finished(number, Some(index as u64)))
+        {
+            for _ in 0..rec.attempt {
+                self.state.next_call(&call.agent.name);
+            }
+            let mut o = match &rec.error {
+                Some(e) => StepOutcome::err(e.clone()),
+                None => StepOutcome::ok(rec.result.clone()),
+            };
+            o.attempts = rec.attempt;
+            o.usage = rec.usage;
+            o.replayed = true;
+            return o;
+        }
         let started_at = record::now_ms();
         let mut o = self
-            .invoke(step, call, &input, message.as_deref(), iter_number)
+            .invoke(step, call, &input, message.as_deref(), iter_number, "iteration")
             .await;
         if o.error.is_none()
             && let (Some(sel), Some(r)) = (&f.select, &o.result)
@@ -1514,7 +1988,15 @@ impl<'e, S: Store> Run<'e, S> {
                 ));
                 break;
             }
-            if iterations > 0 && !w.delay.is_zero() {
+            if self.tree.pause.is_cancelled() {
+                o.stop = Some(RunStatus::Running);
+                break;
+            }
+            let replaying = self
+                .replay
+                .as_ref()
+                .is_some_and(|r| r.finished(number, Some(iterations)).is_some());
+            if iterations > 0 && !w.delay.is_zero() && !replaying {
                 tokio::select! {
                     _ = tokio::time::sleep(w.delay) => {}
                     _ = self.tree.cancel.cancelled() => {}
@@ -1546,7 +2028,7 @@ impl<'e, S: Store> Run<'e, S> {
             };
             let started_at = record::now_ms();
             let mut r = self
-                .invoke(step, call, &input, message.as_deref(), iter_number)
+                .invoke(step, call, &input, message.as_deref(), iter_number, "iteration")
                 .await;
             self.record_part(
                 step,
@@ -1563,6 +2045,7 @@ impl<'e, S: Store> Run<'e, S> {
             iterations += 1;
             if let Some(e) = r.error {
                 o.error = Some(e);
+                o.stop = r.stop;
                 break;
             }
             last = r.result.unwrap_or(Value::Null);
@@ -1616,7 +2099,7 @@ impl<'e, S: Store> Run<'e, S> {
                         let branch_number = format!("{number}.{name}");
                         let started_at = record::now_ms();
                         let mut o = tokio::select! {
-                            o = this.invoke(step, call, input, message.as_deref(), StepNumber::of(&branch_number)) => o,
+                            o = this.invoke(step, call, input, message.as_deref(), StepNumber::of(&branch_number), "branch") => o,
                             _ = ff.cancelled() => StepOutcome::err(StepError::new(
                                 ErrorKind::Cancelled,
                                 "cancelled: another branch failed (fail_fast)",
@@ -1665,6 +2148,12 @@ impl<'e, S: Store> Run<'e, S> {
         }
         out.failed = Value::Object(failed);
         out.result = Some(Value::Object(result));
+        if let Some(o) = outcomes.iter().find(|o| o.stop == Some(RunStatus::Interrupted)) {
+            // A branch in doubt: the step stops where it is, to be resumed.
+            out.error = o.error.clone();
+            out.stop = Some(RunStatus::Interrupted);
+            return out;
+        }
         if let Some((_, e)) = first_error {
             // Any failure: no branch's output is applied.
             out.error = Some(e);
@@ -1692,6 +2181,15 @@ impl<'e, S: Store> Run<'e, S> {
     }
 }
 
+/// Whether calls of `agent` can have effects outside the run (SPEC §7.3): each attempt is
+/// recorded as started before it is made.
+fn has_effects(agent: &AgentPlan) -> bool {
+    matches!(
+        agent.spec,
+        AgentPlanSpec::Command(_) | AgentPlanSpec::Http(_) | AgentPlanSpec::Llm(_)
+    )
+}
+
 /// Whether calls of `agent` hold resources of their own that need a signal to be released
 /// when the attempt times out (a child process and its group).
 fn holds_resources(agent: &AgentPlan) -> bool {
@@ -1709,6 +2207,14 @@ fn never_waits(agent: &AgentPlan) -> bool {
         AgentPlanSpec::Mock(m) => m.latency.is_none_or(|d| d.is_zero()),
         _ => false,
     }
+}
+
+/// Why a paused run stopped where it did.
+fn paused() -> StepError {
+    StepError::new(
+        ErrorKind::Cancelled,
+        "stopped before finishing (the batch was interrupted); resume continues here",
+    )
 }
 
 fn status_for(e: &StepError) -> RunStatus {

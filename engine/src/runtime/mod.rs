@@ -10,6 +10,7 @@ pub mod engine;
 pub mod error;
 pub mod eval;
 pub mod record;
+pub mod resume;
 pub mod steps;
 
 pub use error::{ErrorKind, StepError};

@@ -96,6 +96,19 @@ pub struct RunRecord {
     pub usage: Usage,
     /// Steps executed (iterations included).
     pub steps: u64,
+    /// The flow file of a root run, as given, made absolute: what `resume` loads again.
+    #[serde(default)]
+    pub flow_path: Option<String>,
+    /// The caller-given context (`--context`), kept so that a resumed run sees the same.
+    #[serde(default)]
+    pub context: Value,
+    /// For a run of a batch item: the batch, the item's id and its 0-based line index.
+    #[serde(default)]
+    pub batch: Option<String>,
+    #[serde(default)]
+    pub item_id: Option<String>,
+    #[serde(default)]
+    pub item_index: Option<u64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

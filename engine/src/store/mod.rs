@@ -2,6 +2,7 @@
 //! for SQLite (the default) and PostgreSQL, which share one schema. Only this module defines
 //! on-disk formats, and they are versioned ([`sql::schema`]).
 
+pub mod any;
 pub mod memory;
 pub mod sql;
 
@@ -69,7 +70,8 @@ pub trait Store: Send + Sync + 'static {
     fn update_run(&self, run: &RunRecord) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// Inserts or replaces the record of (run, number, attempt, iteration): an attempt's
     /// `started` record is replaced by its outcome, keeping its place in record order.
-    fn record_step(&self, step: &StepRecord) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Takes the record: a store keeps it or encodes it without copying.
+    fn record_step(&self, step: StepRecord) -> impl Future<Output = Result<(), StoreError>> + Send;
     fn get_run(&self, id: &str) -> impl Future<Output = Result<RunRecord, StoreError>> + Send;
     /// Runs matching `filter`, newest first.
     fn list_runs(
@@ -93,6 +95,14 @@ pub trait Store: Send + Sync + 'static {
     }
     /// Runs whose parent is `run_id`, oldest first.
     fn children(&self, run_id: &str) -> impl Future<Output = Result<Vec<RunRecord>, StoreError>> + Send;
+    /// The runs of `batch` whose item index is at least `from`, by item index and then start
+    /// (an item run again comes after its earlier runs), at most `limit` of them.
+    fn batch_runs(
+        &self,
+        batch: &str,
+        from: u64,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<RunRecord>, StoreError>> + Send;
 }
 
 /// Keeps the latest attempt of each (number, iteration) of records in record order.

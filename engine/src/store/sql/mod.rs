@@ -46,7 +46,7 @@ pub const DEFAULT_URL: &str = "sqlite:.switchyard/runs.db";
 macro_rules! run_columns {
     () => {
         "id, flow, flow_hash, parent_run, parent_step, depth, status, input, output, error, started_at, \
-         finished_at, input_tokens, output_tokens, cost_usd, steps"
+         finished_at, input_tokens, output_tokens, cost_usd, steps, context, batch, item_id, item_index, flow_path"
     };
 }
 
@@ -356,8 +356,8 @@ impl Store for SqlStore {
         self.write(Op::UpdateRun(RunRow::encode(run)?)).await
     }
 
-    async fn record_step(&self, step: &StepRecord) -> Result<(), StoreError> {
-        self.write(Op::Step(StepRow::encode(step)?)).await
+    async fn record_step(&self, step: StepRecord) -> Result<(), StoreError> {
+        self.write(Op::Step(StepRow::encode(&step)?)).await
     }
 
     async fn get_run(&self, id: &str) -> Result<RunRecord, StoreError> {
@@ -409,6 +409,26 @@ impl Store for SqlStore {
             &format!("reading the children of run `{run_id}`"),
         )
         .await
+    }
+
+    async fn batch_runs(&self, batch: &str, from: u64, limit: usize) -> Result<Vec<RunRecord>, StoreError> {
+        let what = format!("reading the runs of batch `{batch}`");
+        let from = i64::try_from(from).unwrap_or(i64::MAX);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            run_columns!(),
+            " FROM runs WHERE batch = $1 AND item_index >= $2 ORDER BY item_index, started_at, id LIMIT $3"
+        ))
+        .bind(batch.to_string())
+        .bind(from)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| self.ctx.error(&what, &e))?;
+        rows.iter()
+            .map(|r| decode_run(r).map_err(|m| self.corrupt(&what, m)))
+            .collect()
     }
 }
 

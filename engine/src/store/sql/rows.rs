@@ -35,6 +35,11 @@ pub(crate) struct RunRow {
     output_tokens: i64,
     cost_usd: f64,
     steps: i64,
+    context: Option<String>,
+    batch: Option<String>,
+    item_id: Option<String>,
+    item_index: Option<i64>,
+    flow_path: Option<String>,
 }
 
 impl RunRow {
@@ -56,6 +61,11 @@ impl RunRow {
             output_tokens: int(r.usage.output_tokens, "output_tokens")?,
             cost_usd: r.usage.cost_usd,
             steps: int(r.steps, "steps")?,
+            context: (!r.context.is_null()).then(|| json(&r.context)).transpose()?,
+            batch: r.batch.clone(),
+            item_id: r.item_id.clone(),
+            item_index: r.item_index.map(|i| int(i, "item_index")).transpose()?,
+            flow_path: r.flow_path.clone(),
         })
     }
 
@@ -77,6 +87,11 @@ impl RunRow {
             .bind(self.output_tokens)
             .bind(self.cost_usd)
             .bind(self.steps)
+            .bind(self.context.clone())
+            .bind(self.batch.clone())
+            .bind(self.item_id.clone())
+            .bind(self.item_index)
+            .bind(self.flow_path.clone())
     }
 }
 
@@ -178,6 +193,13 @@ pub(crate) fn decode_run(row: &AnyRow) -> Result<RunRecord, String> {
             .transpose()?,
         usage: usage(row)?,
         steps: uint(get(row, "steps")?, "steps")?,
+        context: opt_json(row, "context")?.unwrap_or(serde_json::Value::Null),
+        batch: get(row, "batch")?,
+        item_id: get(row, "item_id")?,
+        item_index: get::<Option<i64>>(row, "item_index")?
+            .map(|i| uint(i, "item_index"))
+            .transpose()?,
+        flow_path: get(row, "flow_path")?,
     })
 }
 

@@ -18,7 +18,7 @@ use crate::runtime::record::now_ms;
 use crate::store::StoreError;
 
 /// The newest schema this build reads and writes.
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 struct Migration {
     version: i64,
@@ -32,12 +32,13 @@ const VERSION_TABLE: &str = "CREATE TABLE IF NOT EXISTS schema_version (
     description TEXT NOT NULL
 )";
 
-const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    description: "runs and steps",
-    statements: &[
-        // `batch`, `item_id` and `item_index` are for batches (one run per input line).
-        "CREATE TABLE runs (
+const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        description: "runs and steps",
+        statements: &[
+            // `batch`, `item_id` and `item_index` are for batches (one run per input line).
+            "CREATE TABLE runs (
             id TEXT PRIMARY KEY,
             flow TEXT NOT NULL,
             flow_hash TEXT NOT NULL,
@@ -58,15 +59,15 @@ const MIGRATIONS: &[Migration] = &[Migration {
             item_id TEXT,
             item_index BIGINT
         )",
-        "CREATE INDEX runs_by_status ON runs (status, started_at)",
-        "CREATE INDEX runs_by_flow ON runs (flow, started_at)",
-        "CREATE INDEX runs_by_parent ON runs (parent_run)",
-        "CREATE INDEX runs_by_batch ON runs (batch, item_index)",
-        // `iteration` is -1 for records that are not an iteration (a key column cannot be
-        // NULL); `seq` is the record order, store-wide, kept when a record is replaced. Rows
-        // are found by run through the primary key; `seq` grows at one end of its index, so a
-        // group commit dirties few of its pages.
-        "CREATE TABLE steps (
+            "CREATE INDEX runs_by_status ON runs (status, started_at)",
+            "CREATE INDEX runs_by_flow ON runs (flow, started_at)",
+            "CREATE INDEX runs_by_parent ON runs (parent_run)",
+            "CREATE INDEX runs_by_batch ON runs (batch, item_index)",
+            // `iteration` is -1 for records that are not an iteration (a key column cannot be
+            // NULL); `seq` is the record order, store-wide, kept when a record is replaced. Rows
+            // are found by run through the primary key; `seq` grows at one end of its index, so a
+            // group commit dirties few of its pages.
+            "CREATE TABLE steps (
             run_id TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
             number TEXT NOT NULL,
             attempt BIGINT NOT NULL,
@@ -90,9 +91,18 @@ const MIGRATIONS: &[Migration] = &[Migration {
             route TEXT,
             PRIMARY KEY (run_id, number, attempt, iteration)
         )",
-        "CREATE INDEX steps_by_seq ON steps (seq)",
-    ],
-}];
+            "CREATE INDEX steps_by_seq ON steps (seq)",
+        ],
+    },
+    Migration {
+        version: 2,
+        description: "run context and flow file, for resume",
+        statements: &[
+            "ALTER TABLE runs ADD COLUMN context TEXT",
+            "ALTER TABLE runs ADD COLUMN flow_path TEXT",
+        ],
+    },
+];
 
 /// The store's schema version: 0 for an empty store. Reads only.
 pub(crate) async fn version(conn: &mut AnyConnection, dialect: Dialect) -> Result<i64, sqlx::Error> {
@@ -175,7 +185,7 @@ mod tests {
         let err = check_not_newer(7, "/x/runs.db").expect_err("newer");
         assert_eq!(
             err.to_string(),
-            "the store at /x/runs.db was written by a newer switchyard (schema 7; this one knows up to 1)"
+            "the store at /x/runs.db was written by a newer switchyard (schema 7; this one knows up to 2)"
         );
         assert!(check_not_newer(1, "s").is_ok() && check_not_newer(0, "s").is_ok());
     }

@@ -20,7 +20,7 @@ const SHAPES: usize = MAX_ROWS.trailing_zeros() as usize + 1;
 type Cache = [[OnceLock<String>; SHAPES]; 2];
 
 /// The columns of `runs` a run record fills, in bind order (`id` first).
-pub(crate) const RUN_COLUMNS: [&str; 16] = [
+pub(crate) const RUN_COLUMNS: [&str; 21] = [
     "id",
     "flow",
     "flow_hash",
@@ -37,6 +37,11 @@ pub(crate) const RUN_COLUMNS: [&str; 16] = [
     "output_tokens",
     "cost_usd",
     "steps",
+    "context",
+    "batch",
+    "item_id",
+    "item_index",
+    "flow_path",
 ];
 
 /// The columns of `steps` a step record fills, in bind order: the key, `seq` (its place in
@@ -82,7 +87,7 @@ pub(crate) fn chunks(n: usize) -> impl Iterator<Item = Range<usize>> {
     })
 }
 
-/// Inserts `rows` runs; an existing run's recorded fields are replaced (batch columns kept).
+/// Inserts `rows` runs; an existing run's recorded fields are replaced.
 pub(crate) fn upsert_runs(dialect: Dialect, rows: usize) -> &'static str {
     static CACHE: Cache = [const { [const { OnceLock::new() }; SHAPES] }; 2];
     cached(&CACHE, dialect, rows, |dialect, rows| {

@@ -1,0 +1,702 @@
+//! Batches (SPEC §10): one run per line of a JSONL file, up to `concurrency` in flight, output
+//! lines in input order, resumable.
+//!
+//! The store is the truth; the output file is derived from it. Every start reads the input
+//! twice, streaming: once for the ids (duplicates are refused before anything runs), once to
+//! run. Each line's latest run in the store decides what happens to it: finished runs are
+//! written as they are, unfinished ones (a crash, Ctrl-C) resume, lines without a run start
+//! one. The output file is written anew from the first line on every start, so a torn last
+//! line of a killed batch is repaired and an item is never written twice.
+//!
+//! A batch is identified by its output file (its absolute path): running the same command
+//! again continues it.
+
+use std::collections::{HashSet, VecDeque};
+use std::hash::{BuildHasher, Hasher};
+use std::io::{BufRead, BufReader, BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Instant;
+
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use serde_json::{Value, json};
+
+use crate::agents::AgentState;
+use crate::plan::Plan;
+use crate::runtime::engine::{BatchItem, Engine, RunControls, RunOptions, RunOutcome};
+use crate::runtime::record::{RunRecord, RunStatus};
+use crate::runtime::resume::ResumeOptions;
+use crate::runtime::{ErrorKind, StepError};
+use crate::store::Store;
+
+/// The longest input line read (SPEC §9 engine-wide caps): longer lines are failed items.
+pub const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
+
+/// How many runs are read from the store at a time.
+const CHUNK: usize = 1024;
+
+#[derive(Clone, Debug)]
+pub struct BatchOptions {
+    pub input: PathBuf,
+    pub output: PathBuf,
+    pub concurrency: usize,
+    /// The field of each input object holding its id; lines without it are identified by
+    /// their line number.
+    pub id_field: String,
+    /// Stop starting items once the batch's cost reaches this.
+    pub max_cost_usd: Option<f64>,
+    /// Run failed items again (a new run each).
+    pub retry_failed: bool,
+    pub retry_in_doubt: bool,
+    pub allow_changed: bool,
+    /// The store holds nothing of earlier batches (`--store memory`): nothing to look up.
+    pub fresh_store: bool,
+}
+
+/// Counters the caller shows while the batch runs.
+#[derive(Debug, Default)]
+pub struct Progress {
+    /// Items in the input.
+    pub total: AtomicU64,
+    pub succeeded: AtomicU64,
+    pub failed: AtomicU64,
+    pub interrupted: AtomicU64,
+    pub in_flight: AtomicU64,
+    /// Items whose result came from an earlier start of the batch.
+    pub reused: AtomicU64,
+    /// Cost in micro-dollars.
+    pub cost_micros: AtomicU64,
+}
+
+impl Progress {
+    pub fn done(&self) -> u64 {
+        self.succeeded.load(Ordering::Relaxed)
+            + self.failed.load(Ordering::Relaxed)
+            + self.interrupted.load(Ordering::Relaxed)
+    }
+
+    pub fn cost_usd(&self) -> f64 {
+        self.cost_micros.load(Ordering::Relaxed) as f64 / 1e6
+    }
+
+    fn add_cost(&self, usd: f64) {
+        if usd > 0.0 {
+            self.cost_micros
+                .fetch_add((usd * 1e6).round() as u64, Ordering::Relaxed);
+        }
+    }
+}
+
+/// How a batch ended.
+#[derive(Debug, Default)]
+pub struct Summary {
+    pub total: u64,
+    pub succeeded: u64,
+    pub failed: u64,
+    pub interrupted: u64,
+    /// Items not finished: stopped by Ctrl-C or the cost limit, or never started.
+    pub unfinished: u64,
+    pub reused: u64,
+    pub cost_usd: f64,
+    pub elapsed: std::time::Duration,
+    /// Why the batch stopped early, if it did.
+    pub stopped: Option<String>,
+}
+
+/// Why a batch could not run at all.
+#[derive(Debug, thiserror::Error)]
+pub enum BatchError {
+    #[error("cannot read {path}: {message}")]
+    Input { path: String, message: String },
+    #[error("cannot write {path}: {message}")]
+    Output { path: String, message: String },
+    #[error("{path}: duplicate ids: {list}")]
+    Duplicates { path: String, list: String },
+    #[error(
+        "{path} line {line}: the batch's run for this line was of id `{recorded}`, now the line's id is `{now}`: \
+         the input changed since the batch started. Use another --output (a new batch) or restore the input"
+    )]
+    InputChanged {
+        path: String,
+        line: u64,
+        recorded: String,
+        now: String,
+    },
+    #[error(
+        "{count} unfinished run(s) of this batch started from another version of the flow `{flow}` \
+         (first: `{first}`): pass --allow-changed to resume them with this one"
+    )]
+    FlowChanged {
+        count: usize,
+        flow: String,
+        first: String,
+    },
+    #[error("store: {0}")]
+    Store(#[from] crate::store::StoreError),
+    #[error("{path} is being written by another `switchyard batch` right now: one process per batch")]
+    Busy { path: String },
+}
+
+/// One input line, read.
+struct Line {
+    /// 0-based index among the file's lines (blank lines count, and are skipped).
+    index: u64,
+    id: String,
+    parsed: Result<Value, String>,
+}
+
+/// Streams the items of a JSONL file.
+struct Lines {
+    reader: BufReader<std::fs::File>,
+    path: String,
+    index: u64,
+    id_field: String,
+    buf: Vec<u8>,
+}
+
+impl Lines {
+    fn open(path: &Path, id_field: &str) -> Result<Lines, BatchError> {
+        let file = std::fs::File::open(path).map_err(|e| BatchError::Input {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        })?;
+        Ok(Lines {
+            reader: BufReader::with_capacity(1 << 16, file),
+            path: path.display().to_string(),
+            index: 0,
+            id_field: id_field.to_string(),
+            buf: Vec::new(),
+        })
+    }
+
+    /// The next non-blank line.
+    fn next_line(&mut self) -> Result<Option<Line>, BatchError> {
+        loop {
+            self.buf.clear();
+            let n = (&mut self.reader)
+                .take(MAX_LINE_BYTES as u64 + 1)
+                .read_until(b'\n', &mut self.buf)
+                .map_err(|e| BatchError::Input {
+                    path: self.path.clone(),
+                    message: e.to_string(),
+                })?;
+            if n == 0 {
+                return Ok(None);
+            }
+            let index = self.index;
+            self.index += 1;
+            let line_no = index + 1;
+            if self.buf.len() > MAX_LINE_BYTES && !self.buf.ends_with(b"\n") {
+                // Skip the rest of the over-long line.
+                let mut rest = Vec::new();
+                loop {
+                    rest.clear();
+                    let m = (&mut self.reader)
+                        .take(1 << 20)
+                        .read_until(b'\n', &mut rest)
+                        .map_err(|e| BatchError::Input {
+                            path: self.path.clone(),
+                            message: e.to_string(),
+                        })?;
+                    if m == 0 || rest.ends_with(b"\n") {
+                        break;
+                    }
+                }
+                return Ok(Some(Line {
+                    index,
+                    id: line_no.to_string(),
+                    parsed: Err(format!(
+                        "line {line_no} is longer than {MAX_LINE_BYTES} bytes (the JSONL line size limit)"
+                    )),
+                }));
+            }
+            let text = match std::str::from_utf8(&self.buf) {
+                Ok(t) => t.trim(),
+                Err(e) => {
+                    return Ok(Some(Line {
+                        index,
+                        id: line_no.to_string(),
+                        parsed: Err(format!(
+                            "line {line_no} is not UTF-8 (byte {} of the line)",
+                            e.valid_up_to() + 1
+                        )),
+                    }));
+                }
+            };
+            if text.is_empty() {
+                continue;
+            }
+            let parsed: Result<Value, String> = serde_json::from_str(text).map_err(|e| {
+                // serde_json says where as " at line 1 column N": the line is ours to name.
+                let text = e.to_string();
+                let cause = text.split(" at line ").next().unwrap_or(&text);
+                format!("line {line_no} is not JSON: {cause} (column {})", e.column())
+            });
+            let id = match &parsed {
+                Ok(Value::Object(m)) => match m.get(&self.id_field) {
+                    Some(Value::String(s)) => s.clone(),
+                    Some(Value::Number(n)) => n.to_string(),
+                    _ => line_no.to_string(),
+                },
+                _ => line_no.to_string(),
+            };
+            return Ok(Some(Line { index, id, parsed }));
+        }
+    }
+}
+
+fn id_hash(id: &str) -> u128 {
+    // Two independent 64-bit hashes: a false duplicate needs both to collide.
+    let mut h1 = FIXED[0].build_hasher();
+    h1.write(id.as_bytes());
+    let mut h2 = FIXED[1].build_hasher();
+    h2.write(id.as_bytes());
+    (u128::from(h1.finish()) << 64) | u128::from(h2.finish())
+}
+
+static FIXED: std::sync::LazyLock<[std::hash::RandomState; 2]> =
+    std::sync::LazyLock::new(|| [std::hash::RandomState::new(), std::hash::RandomState::new()]);
+
+/// Reads the ids of every line; refuses duplicates, naming their lines. Returns the count.
+fn scan(options: &BatchOptions) -> Result<u64, BatchError> {
+    let mut lines = Lines::open(&options.input, &options.id_field)?;
+    let mut seen: HashSet<u128> = HashSet::new();
+    let mut dups: HashSet<String> = HashSet::new();
+    let mut count = 0u64;
+    while let Some(line) = lines.next_line()? {
+        count += 1;
+        if !seen.insert(id_hash(&line.id)) {
+            dups.insert(line.id);
+        }
+    }
+    if dups.is_empty() {
+        return Ok(count);
+    }
+    // Second look, only for the duplicated ids: where they are.
+    let mut at: Vec<(String, Vec<u64>)> = Vec::new();
+    let mut lines = Lines::open(&options.input, &options.id_field)?;
+    while let Some(line) = lines.next_line()? {
+        if dups.contains(&line.id) {
+            match at.iter_mut().find(|(id, _)| *id == line.id) {
+                Some((_, l)) => l.push(line.index + 1),
+                None => at.push((line.id, vec![line.index + 1])),
+            }
+        }
+    }
+    let shown: Vec<String> = at
+        .iter()
+        .take(20)
+        .map(|(id, l)| {
+            let lines: Vec<String> = l.iter().map(u64::to_string).collect();
+            format!("`{id}` on lines {}", lines.join(", "))
+        })
+        .collect();
+    let more = at.len().saturating_sub(20);
+    Err(BatchError::Duplicates {
+        path: options.input.display().to_string(),
+        list: if more > 0 {
+            format!("{} and {more} more", shown.join("; "))
+        } else {
+            shown.join("; ")
+        },
+    })
+}
+
+/// The runs of a batch, read from the store a chunk at a time as the input advances.
+struct Earlier {
+    batch: String,
+    /// Runs of item indices in `from..until`, in order.
+    runs: VecDeque<RunRecord>,
+    until: u64,
+    fresh: bool,
+}
+
+impl Earlier {
+    /// The latest run of item `index` (indices are asked for in increasing order).
+    async fn latest<S: Store>(&mut self, store: &S, index: u64) -> Result<Option<RunRecord>, BatchError> {
+        if self.fresh {
+            return Ok(None);
+        }
+        if index >= self.until {
+            let mut limit = CHUNK;
+            loop {
+                let got = store.batch_runs(&self.batch, index, limit).await?;
+                if got.len() < limit {
+                    self.until = u64::MAX;
+                    self.runs = got.into();
+                    break;
+                }
+                // The last index may continue past the chunk: keep it for the next read.
+                let last = got.last().and_then(|r| r.item_index).unwrap_or(index);
+                if last > index {
+                    self.until = last;
+                    self.runs = got.into_iter().filter(|r| r.item_index < Some(last)).collect();
+                    break;
+                }
+                limit *= 2;
+            }
+        }
+        let mut latest = None;
+        while let Some(r) = self.runs.front() {
+            match r.item_index {
+                Some(i) if i < index => {
+                    self.runs.pop_front();
+                }
+                Some(i) if i == index => latest = self.runs.pop_front(),
+                _ => break,
+            }
+        }
+        Ok(latest)
+    }
+}
+
+/// What one line becomes.
+enum Slot {
+    Waiting,
+    Line(String),
+    /// Stopped before finishing (Ctrl-C): nothing written from here on.
+    Unfinished,
+}
+
+/// Runs the batch. `pause` stops starting items and stops in-flight runs at their next
+/// recorded point (they resume on the next start).
+pub async fn run<S: Store>(
+    engine: Engine<S>,
+    plan: Arc<Plan>,
+    options: BatchOptions,
+    run_options: RunOptions,
+    context: Value,
+    progress: Arc<Progress>,
+    controls: RunControls,
+) -> Result<Summary, BatchError> {
+    let started = Instant::now();
+    let total = scan(&options)?;
+    progress.total.store(total, Ordering::Relaxed);
+    let batch = std::path::absolute(&options.output)
+        .unwrap_or_else(|_| options.output.clone())
+        .display()
+        .to_string();
+    let root = plan.root().clone();
+    if !options.fresh_store && !options.allow_changed {
+        let filter = crate::store::RunFilter {
+            flow: Some(root.name.clone()),
+            ..Default::default()
+        };
+        let changed: Vec<RunRecord> = engine
+            .store
+            .unfinished_runs(&filter)
+            .await?
+            .into_iter()
+            .filter(|r| r.batch.as_deref() == Some(&batch) && r.flow_hash != root.hash)
+            .collect();
+        if let Some(first) = changed.first() {
+            return Err(BatchError::FlowChanged {
+                count: changed.len(),
+                flow: root.name.clone(),
+                first: first.id.clone(),
+            });
+        }
+    }
+    let out_path = options.output.display().to_string();
+    let out_err = |e: std::io::Error| BatchError::Output {
+        path: out_path.clone(),
+        message: e.to_string(),
+    };
+    if let Some(dir) = options.output.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(out_err)?;
+    }
+    // One process per batch: the output file is locked while the batch runs, and emptied
+    // only once the lock is held.
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&options.output)
+        .map_err(out_err)?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            return Err(BatchError::Busy {
+                path: out_path.clone(),
+            });
+        }
+        Err(std::fs::TryLockError::Error(e)) => return Err(out_err(e)),
+    }
+    file.set_len(0).map_err(out_err)?;
+    let mut out = BufWriter::with_capacity(1 << 16, file);
+
+    let mut lines = Lines::open(&options.input, &options.id_field)?;
+    let mut earlier = Earlier {
+        batch: batch.clone(),
+        runs: VecDeque::new(),
+        until: 0,
+        fresh: options.fresh_store,
+    };
+    let concurrency = options.concurrency.max(1);
+    // The reorder buffer: lines in input order, written from the front as they fill.
+    let window = (concurrency * 4).max(1024);
+    let mut slots: VecDeque<Slot> = VecDeque::new();
+    let mut first_slot = 0u64; // sequence number of `slots[0]`
+    let mut next_seq = 0u64;
+    let mut in_flight = FuturesUnordered::new();
+    let mut input_done = false;
+    let mut stopped: Option<String> = None;
+    let mut blocked = false; // an unfinished slot: nothing more is written
+    let cost_hit = AtomicBool::new(false);
+    let resume_options = ResumeOptions {
+        retry_in_doubt: options.retry_in_doubt,
+        decision: None,
+        allow_changed: options.allow_changed,
+    };
+    loop {
+        // Start (or settle) lines while there is room.
+        while !input_done && stopped.is_none() && in_flight.len() < concurrency && slots.len() < window {
+            if controls.pause.is_cancelled() {
+                stopped = Some("interrupted (Ctrl-C)".to_string());
+                break;
+            }
+            if let Some(max) = options.max_cost_usd
+                && progress.cost_usd() >= max
+            {
+                cost_hit.store(true, Ordering::Relaxed);
+                stopped = Some(format!(
+                    "the cost limit was reached (${:.4} of --max-cost-usd {max})",
+                    progress.cost_usd()
+                ));
+                break;
+            }
+            let Some(line) = lines.next_line()? else {
+                input_done = true;
+                break;
+            };
+            let seq = next_seq;
+            next_seq += 1;
+            slots.push_back(Slot::Waiting);
+            let previous = earlier.latest(&*engine.store, line.index).await?;
+            if let Some(prev) = &previous
+                && prev.item_id.as_deref() != Some(line.id.as_str())
+            {
+                return Err(BatchError::InputChanged {
+                    path: options.input.display().to_string(),
+                    line: line.index + 1,
+                    recorded: prev.item_id.clone().unwrap_or_default(),
+                    now: line.id,
+                });
+            }
+            let action = decide(&line, previous, &options, &root);
+            match action {
+                Action::Write(status, text) => {
+                    count(&progress, status);
+                    progress.reused.fetch_add(1, Ordering::Relaxed);
+                    slots[(seq - first_slot) as usize] = Slot::Line(text);
+                }
+                Action::Fail(message) => {
+                    progress.failed.fetch_add(1, Ordering::Relaxed);
+                    let e = StepError::new(ErrorKind::Mapping, message);
+                    let text = item_line(&line.id, "failed", None, Some(&e), None, 0.0, 0);
+                    slots[(seq - first_slot) as usize] = Slot::Line(text);
+                }
+                Action::Start(input) => {
+                    let engine = engine.clone();
+                    let plan = plan.clone();
+                    let run_options = run_options.clone();
+                    let context = context.clone();
+                    let controls = controls.clone();
+                    let item = BatchItem {
+                        batch: batch.clone(),
+                        id: line.id.clone(),
+                        index: line.index,
+                    };
+                    let t0 = Instant::now();
+                    progress.in_flight.fetch_add(1, Ordering::Relaxed);
+                    in_flight.push(tokio::spawn(async move {
+                        let state = Arc::new(AgentState::default());
+                        let o = engine
+                            .run_item(plan, input, context, run_options, state, controls, Some(item))
+                            .await;
+                        (seq, line.id, Ok(o), t0.elapsed().as_millis() as u64)
+                    }));
+                }
+                Action::Resume(run_id) => {
+                    let engine = engine.clone();
+                    let plan = plan.clone();
+                    let run_options = run_options.clone();
+                    let controls = controls.clone();
+                    let resume = resume_options.clone();
+                    let t0 = Instant::now();
+                    progress.in_flight.fetch_add(1, Ordering::Relaxed);
+                    in_flight.push(tokio::spawn(async move {
+                        let state = Arc::new(AgentState::default());
+                        let o = engine
+                            .resume(plan, &run_id, run_options, resume, state, controls)
+                            .await;
+                        (seq, line.id, o, t0.elapsed().as_millis() as u64)
+                    }));
+                }
+            }
+        }
+        // Write what is ready at the front.
+        while !blocked {
+            match slots.front() {
+                Some(Slot::Line(_)) => {
+                    let Some(Slot::Line(text)) = slots.pop_front() else {
+                        unreachable!()
+                    };
+                    first_slot += 1;
+                    out.write_all(text.as_bytes()).map_err(out_err)?;
+                    out.write_all(b"\n").map_err(out_err)?;
+                }
+                Some(Slot::Unfinished) => blocked = true,
+                _ => break,
+            }
+        }
+        if in_flight.is_empty() && (input_done || stopped.is_some() || blocked) {
+            break;
+        }
+        if in_flight.is_empty() {
+            continue;
+        }
+        out.flush().map_err(out_err)?;
+        let Some(joined) = in_flight.next().await else {
+            continue;
+        };
+        progress.in_flight.fetch_sub(1, Ordering::Relaxed);
+        let (seq, id, outcome, ms) = match joined {
+            Ok(x) => x,
+            Err(e) => {
+                return Err(BatchError::Output {
+                    path: out_path.clone(),
+                    message: format!("an item's task failed: {e}"),
+                });
+            }
+        };
+        let slot = match outcome {
+            Ok(o) if o.status == RunStatus::Running => Slot::Unfinished,
+            Ok(o) => {
+                progress.add_cost(o.usage.cost_usd);
+                count(&progress, o.status);
+                Slot::Line(outcome_line(&id, &o))
+            }
+            Err(e) => {
+                progress.failed.fetch_add(1, Ordering::Relaxed);
+                let e = StepError::new(ErrorKind::Agent, format!("cannot resume: {e}"));
+                Slot::Line(item_line(&id, "failed", None, Some(&e), None, 0.0, ms))
+            }
+        };
+        slots[(seq - first_slot) as usize] = slot;
+    }
+    out.flush().map_err(out_err)?;
+    out.get_ref().sync_all().map_err(out_err)?;
+    if stopped.is_none() && blocked {
+        stopped = Some("interrupted (Ctrl-C)".to_string());
+    }
+    let succeeded = progress.succeeded.load(Ordering::Relaxed);
+    let failed = progress.failed.load(Ordering::Relaxed);
+    let interrupted = progress.interrupted.load(Ordering::Relaxed);
+    Ok(Summary {
+        total,
+        succeeded,
+        failed,
+        interrupted,
+        unfinished: total.saturating_sub(succeeded + failed + interrupted),
+        reused: progress.reused.load(Ordering::Relaxed),
+        cost_usd: progress.cost_usd(),
+        elapsed: started.elapsed(),
+        stopped,
+    })
+}
+
+fn count(progress: &Progress, status: RunStatus) {
+    let counter = match status {
+        RunStatus::Succeeded => &progress.succeeded,
+        RunStatus::Interrupted => &progress.interrupted,
+        _ => &progress.failed,
+    };
+    counter.fetch_add(1, Ordering::Relaxed);
+}
+
+enum Action {
+    /// Written from the store: (its status, the line).
+    Write(RunStatus, String),
+    /// A failed item without a run (not JSON, not matching `input.schema`).
+    Fail(String),
+    Start(Value),
+    Resume(String),
+}
+
+fn decide(
+    line: &Line,
+    previous: Option<RunRecord>,
+    options: &BatchOptions,
+    root: &crate::plan::FlowPlan,
+) -> Action {
+    if let Some(prev) = previous {
+        let in_doubt = prev.error.as_ref().is_some_and(|e| e.kind == ErrorKind::InDoubt);
+        match prev.status {
+            RunStatus::Running => return Action::Resume(prev.id),
+            RunStatus::Interrupted if in_doubt && options.retry_in_doubt => return Action::Resume(prev.id),
+            RunStatus::Failed | RunStatus::Cancelled if options.retry_failed => {}
+            status => return Action::Write(status, record_line(&prev)),
+        }
+    }
+    let input = match &line.parsed {
+        Ok(v) => v,
+        Err(e) => return Action::Fail(e.clone()),
+    };
+    if let Some(schema) = &root.input_schema
+        && let Err(v) = schema.check(input)
+    {
+        return Action::Fail(format!(
+            "line {}: the input does not match `input.schema` {v}",
+            line.index + 1
+        ));
+    }
+    Action::Start(input.clone())
+}
+
+fn record_line(r: &RunRecord) -> String {
+    let ms = r.finished_at.map(|f| f.saturating_sub(r.started_at)).unwrap_or(0);
+    item_line(
+        r.item_id.as_deref().unwrap_or(""),
+        r.status.as_str(),
+        r.output.as_ref(),
+        r.error.as_ref(),
+        Some(&r.id),
+        r.usage.cost_usd,
+        ms,
+    )
+}
+
+fn outcome_line(id: &str, o: &RunOutcome) -> String {
+    item_line(
+        id,
+        o.status.as_str(),
+        o.output.as_ref(),
+        o.error.as_ref(),
+        Some(&o.run_id),
+        o.usage.cost_usd,
+        o.duration_ms,
+    )
+}
+
+fn item_line(
+    id: &str,
+    status: &str,
+    output: Option<&Value>,
+    error: Option<&StepError>,
+    run_id: Option<&str>,
+    cost_usd: f64,
+    duration_ms: u64,
+) -> String {
+    json!({
+        "id": id,
+        "status": status,
+        "output": output,
+        "error": error.map(StepError::to_json),
+        "run_id": run_id,
+        "cost_usd": cost_usd,
+        "duration_ms": duration_ms,
+    })
+    .to_string()
+}

@@ -1,0 +1,237 @@
+//! `switchyard batch FLOW --input IN.jsonl --output OUT.jsonl`: one run per line, resumable.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use super::common::{self, RunArgs, StoreArg};
+use crate::batch::{self, BatchOptions, Progress, Summary};
+use crate::runtime::engine::{Engine, RunControls};
+
+#[derive(clap::Args, Debug)]
+#[command(
+    after_help = "Output lines, in input order: {\"id\", \"status\", \"output\", \"error\", \"run_id\", \"cost_usd\", \"duration_ms\"}.\n\
+Run the same command again after a crash or Ctrl-C and it continues: finished items are not run again,\n\
+unfinished runs resume from their last recorded step, and OUT.jsonl is rebuilt from the store.\n\n\
+Exit status: 0 every item succeeded, 1 an item failed (or the batch stopped early), 2 invalid flow,\n\
+input or usage, 3 items left interrupted, 130 stopped by Ctrl-C."
+)]
+pub struct Args {
+    /// The flow file.
+    pub flow: PathBuf,
+    /// The input: one JSON value per line.
+    #[arg(long)]
+    pub input: PathBuf,
+    /// Where output lines go (also what identifies the batch when it is run again).
+    #[arg(long)]
+    pub output: PathBuf,
+    /// Runs in flight at once.
+    #[arg(long, default_value_t = 16)]
+    pub concurrency: usize,
+    /// The field of each input object that holds its id (lines without one are identified by
+    /// their line number).
+    #[arg(long, default_value = "id")]
+    pub id_field: String,
+    /// Stop starting items once the batch has cost this much (USD).
+    #[arg(long)]
+    pub max_cost_usd: Option<f64>,
+    /// Run the items that failed in an earlier start of this batch again.
+    #[arg(long)]
+    pub retry_failed: bool,
+    /// Call again attempts that started and never finished, even of non-idempotent steps.
+    #[arg(long)]
+    pub retry_in_doubt: bool,
+    /// Resume runs that started from another version of the flow.
+    #[arg(long)]
+    pub allow_changed: bool,
+    /// Seconds between progress lines when stderr is not a terminal.
+    #[arg(long, default_value_t = 10)]
+    pub progress_every: u64,
+    #[command(flatten)]
+    pub common: RunArgs,
+    #[command(flatten)]
+    pub store: StoreArg,
+}
+
+pub fn run(args: Args) -> u8 {
+    if args.concurrency == 0 {
+        eprintln!("error: --concurrency must be at least 1");
+        return super::exit::USAGE;
+    }
+    let Some(plan) = super::graph::load_plan(&args.flow, args.common.root.clone()) else {
+        return super::exit::USAGE;
+    };
+    let (context, run_options) = match args.common.options(&plan) {
+        Ok(x) => x,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return super::exit::USAGE;
+        }
+    };
+    let rt = common::runtime();
+    let store = match rt.block_on(args.store.open_for_batch()) {
+        Ok(s) => Arc::new(s),
+        Err(e) => {
+            eprintln!("error: {e}");
+            return super::exit::FAILED;
+        }
+    };
+    let options = BatchOptions {
+        input: args.input.clone(),
+        output: args.output.clone(),
+        concurrency: args.concurrency,
+        id_field: args.id_field.clone(),
+        max_cost_usd: args.max_cost_usd,
+        retry_failed: args.retry_failed,
+        retry_in_doubt: args.retry_in_doubt,
+        allow_changed: args.allow_changed,
+        fresh_store: !store.is_durable(),
+    };
+    let progress = Arc::new(Progress::default());
+    let controls = RunControls::default();
+    let engine = Engine::new(store.clone());
+    let plan = Arc::new(plan);
+    let summary = rt.block_on(async {
+        // Ctrl-C: stop starting items, let in-flight steps reach a recorded point. Again: now.
+        let pause = controls.pause.clone();
+        tokio::spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                eprintln!("\nstopping: no new items; in-flight steps finish and are recorded (Ctrl-C again to quit now)");
+                pause.cancel();
+                if tokio::signal::ctrl_c().await.is_ok() {
+                    eprintln!("quit: run the same command again to continue");
+                    std::process::exit(130);
+                }
+            }
+        });
+        let ticker = tokio::spawn(show_progress(progress.clone(), args.progress_every));
+        let out = batch::run(engine, plan, options, run_options, context, progress.clone(), controls.clone()).await;
+        ticker.abort();
+        let _ = ticker.await;
+        out
+    });
+    if let Ok(s) = Arc::try_unwrap(store) {
+        rt.block_on(s.close());
+    }
+    let summary = match summary {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return super::exit::USAGE;
+        }
+    };
+    report(&args, &summary, controls.pause.is_cancelled())
+}
+
+fn report(args: &Args, s: &Summary, paused: bool) -> u8 {
+    let rate = s.total.saturating_sub(s.reused) as f64 / s.elapsed.as_secs_f64().max(1e-9);
+    eprintln!(
+        "batch: {} items: {} succeeded, {} failed, {} interrupted{}{} in {} ({:.1} items/s), ${:.4}",
+        s.total,
+        s.succeeded,
+        s.failed,
+        s.interrupted,
+        if s.unfinished > 0 {
+            format!(", {} unfinished", s.unfinished)
+        } else {
+            String::new()
+        },
+        if s.reused > 0 {
+            format!(" ({} from an earlier start)", s.reused)
+        } else {
+            String::new()
+        },
+        crate::runtime::engine::fmt_duration(Duration::from_millis(s.elapsed.as_millis() as u64)),
+        rate,
+        s.cost_usd
+    );
+    eprintln!("output: {}", args.output.display());
+    if let Some(why) = &s.stopped {
+        eprintln!("stopped early: {why}");
+        eprintln!(
+            "to continue, run the same command again: switchyard batch {} --input {} --output {}{}",
+            args.flow.display(),
+            args.input.display(),
+            args.output.display(),
+            if args.store.url != crate::store::any::DEFAULT_STORE {
+                format!(" --store {}", args.store.url)
+            } else {
+                String::new()
+            }
+        );
+    }
+    if s.interrupted > 0 {
+        eprintln!(
+            "{} item(s) interrupted: `switchyard runs list --status interrupted` lists them; \
+             `switchyard resume RUN_ID` continues one, then run the batch again to update the output",
+            s.interrupted
+        );
+    }
+    if paused {
+        130
+    } else if s.failed > 0 || s.stopped.is_some() {
+        super::exit::FAILED
+    } else if s.interrupted > 0 {
+        super::exit::INTERRUPTED
+    } else {
+        super::exit::OK
+    }
+}
+
+/// A progress bar on a terminal; a plain line every `every` seconds otherwise.
+async fn show_progress(p: Arc<Progress>, every: u64) {
+    let line = |p: &Progress, elapsed: f64| {
+        let done = p.done();
+        let total = p.total.load(Ordering::Relaxed);
+        let fresh = done.saturating_sub(p.reused.load(Ordering::Relaxed));
+        let rate = fresh as f64 / elapsed.max(1e-9);
+        let eta = if rate > 0.0 {
+            crate::runtime::engine::fmt_duration(Duration::from_secs(
+                (total.saturating_sub(done) as f64 / rate) as u64,
+            ))
+        } else {
+            "?".into()
+        };
+        format!(
+            "{done}/{total} done · {} failed · {} interrupted · {} in flight · {rate:.1}/s · ETA {eta} · ${:.4}",
+            p.failed.load(Ordering::Relaxed),
+            p.interrupted.load(Ordering::Relaxed),
+            p.in_flight.load(Ordering::Relaxed),
+            p.cost_usd()
+        )
+    };
+    let start = std::time::Instant::now();
+    if std::io::stderr().is_terminal() {
+        let bar = indicatif::ProgressBar::new(0);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("{bar:30} {msg}")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        let _guard = scopeguard(bar.clone());
+        loop {
+            bar.set_length(p.total.load(Ordering::Relaxed));
+            bar.set_position(p.done());
+            bar.set_message(line(&p, start.elapsed().as_secs_f64()));
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    } else {
+        let every = Duration::from_secs(every.max(1));
+        loop {
+            tokio::time::sleep(every).await;
+            eprintln!("batch: {}", line(&p, start.elapsed().as_secs_f64()));
+        }
+    }
+}
+
+/// Clears the bar when the ticker is dropped (aborted at the end of the batch).
+fn scopeguard(bar: indicatif::ProgressBar) -> impl Drop {
+    struct Clear(indicatif::ProgressBar);
+    impl Drop for Clear {
+        fn drop(&mut self) {
+            self.0.finish_and_clear();
+        }
+    }
+    Clear(bar)
+}

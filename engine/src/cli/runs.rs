@@ -1,0 +1,370 @@
+//! `switchyard runs list|show|resume|cancel` and `switchyard resume`: stored runs.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use super::common::{self, RunArgs, StoreArg};
+use crate::agents::AgentState;
+use crate::runtime::engine::{Engine, RunControls};
+use crate::runtime::record::{RunRecord, RunStatus, now_ms};
+use crate::runtime::resume::ResumeOptions;
+use crate::runtime::{ErrorKind, StepError};
+use crate::store::{RunFilter, Store};
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    #[command(subcommand)]
+    pub command: RunsCommand,
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum RunsCommand {
+    /// List stored runs, newest first.
+    List(ListArgs),
+    /// Show a run: its record and the tree of its steps, with child runs, errors, payload
+    /// changes, violations and cost.
+    Show(ShowArgs),
+    /// Continue an interrupted run, or one a crash left running.
+    Resume(ResumeArgs),
+    /// Mark a run that is not running anywhere (interrupted, or left running by a crash) as
+    /// cancelled, with its unfinished child runs.
+    Cancel(CancelArgs),
+}
+
+#[derive(clap::Args, Debug)]
+pub struct ListArgs {
+    /// Only runs with this status: running, succeeded, failed, interrupted, cancelled.
+    #[arg(long)]
+    pub status: Option<String>,
+    /// Only runs of the flow with this name.
+    #[arg(long)]
+    pub flow: Option<String>,
+    /// At most this many runs.
+    #[arg(long, default_value_t = 50)]
+    pub limit: usize,
+    /// One JSON object per line instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub store: StoreArg,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct ShowArgs {
+    pub run_id: String,
+    /// The run record and its steps as JSON.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub store: StoreArg,
+}
+
+#[derive(clap::Args, Debug)]
+#[command(
+    after_help = "Exit status: 0 succeeded, 1 the run failed, 2 usage or the run cannot be resumed, 3 interrupted again."
+)]
+pub struct ResumeArgs {
+    pub run_id: String,
+    /// The answer to the `interrupt` step the run waits at, as JSON (checked against its schema).
+    #[arg(long)]
+    pub decision: Option<String>,
+    /// Call again attempts that started and never finished, even of steps that are not idempotent.
+    #[arg(long)]
+    pub retry_in_doubt: bool,
+    /// Resume even though the flow file changed since the run started.
+    #[arg(long)]
+    pub allow_changed: bool,
+    /// The flow file, when it moved since the run started (default: the recorded path).
+    #[arg(long)]
+    pub flow: Option<PathBuf>,
+    #[command(flatten)]
+    pub common: RunArgs,
+    #[command(flatten)]
+    pub store: StoreArg,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct CancelArgs {
+    pub run_id: String,
+    #[command(flatten)]
+    pub store: StoreArg,
+}
+
+pub fn run(args: Args) -> u8 {
+    match args.command {
+        RunsCommand::List(a) => list(a),
+        RunsCommand::Show(a) => show(a),
+        RunsCommand::Resume(a) => resume(a),
+        RunsCommand::Cancel(a) => cancel(a),
+    }
+}
+
+/// Runs `f` with the opened store on a runtime, closing the store after.
+fn with_store<T>(
+    store: &StoreArg,
+    f: impl AsyncFnOnce(&Arc<crate::store::any::AnyStore>) -> T,
+) -> Result<T, String> {
+    let rt = common::runtime();
+    rt.block_on(async {
+        let store = Arc::new(store.open().await?);
+        let out = f(&store).await;
+        if let Ok(s) = Arc::try_unwrap(store) {
+            s.close().await;
+        }
+        Ok(out)
+    })
+}
+
+fn fail(e: impl std::fmt::Display) -> u8 {
+    eprintln!("error: {e}");
+    super::exit::USAGE
+}
+
+fn list(args: ListArgs) -> u8 {
+    let status = match args.status.as_deref().map(|s| (s, RunStatus::parse(s))) {
+        None => None,
+        Some((_, Some(s))) => Some(s),
+        Some((s, None)) => {
+            return fail(format!(
+                "--status: unknown status `{s}` (running, succeeded, failed, interrupted, cancelled)"
+            ));
+        }
+    };
+    let filter = RunFilter {
+        status,
+        flow: args.flow.clone(),
+        limit: Some(args.limit),
+    };
+    let runs = match with_store(&args.store, async |s| s.list_runs(&filter).await) {
+        Ok(Ok(r)) => r,
+        Ok(Err(e)) => return fail(e),
+        Err(e) => return fail(e),
+    };
+    if args.json {
+        for r in &runs {
+            println!("{}", summary_json(r));
+        }
+        return super::exit::OK;
+    }
+    if runs.is_empty() {
+        println!("no runs");
+        return super::exit::OK;
+    }
+    println!(
+        "{:<28} {:<20} {:<12} {:>9} {:>6} {:>10}  error",
+        "run", "flow", "status", "duration", "steps", "cost"
+    );
+    for r in &runs {
+        let error = r
+            .error
+            .as_ref()
+            .map(|e| format!("[{}] {}", e.kind, first_line(&e.message, 60)))
+            .unwrap_or_default();
+        println!(
+            "{:<28} {:<20} {:<12} {:>9} {:>6} {:>10}  {error}",
+            r.id,
+            first_line(&r.flow, 20),
+            r.status.as_str(),
+            duration(r),
+            r.steps,
+            format!("${:.4}", r.usage.cost_usd),
+        );
+    }
+    super::exit::OK
+}
+
+fn summary_json(r: &RunRecord) -> Value {
+    serde_json::json!({
+        "id": r.id,
+        "flow": r.flow,
+        "status": r.status.as_str(),
+        "parent_run": r.parent_run,
+        "batch": r.batch,
+        "item_id": r.item_id,
+        "started_at": r.started_at,
+        "finished_at": r.finished_at,
+        "steps": r.steps,
+        "cost_usd": r.usage.cost_usd,
+        "error": r.error.as_ref().map(StepError::to_json),
+    })
+}
+
+fn first_line(s: &str, max: usize) -> String {
+    let line = s.lines().next().unwrap_or("");
+    if line.chars().count() <= max {
+        return line.to_string();
+    }
+    let mut out: String = line.chars().take(max.saturating_sub(1)).collect();
+    out.push('…');
+    out
+}
+
+fn duration(r: &RunRecord) -> String {
+    let end = r.finished_at.unwrap_or_else(now_ms);
+    crate::runtime::engine::fmt_duration(std::time::Duration::from_millis(end.saturating_sub(r.started_at)))
+}
+
+fn show(args: ShowArgs) -> u8 {
+    let color = super::color_stdout();
+    let out = with_store(&args.store, async |s| -> Result<String, String> {
+        let run = s.get_run(&args.run_id).await.map_err(|e| e.to_string())?;
+        if args.json {
+            let steps = s.latest_steps(&run.id).await.map_err(|e| e.to_string())?;
+            let children = s.children(&run.id).await.map_err(|e| e.to_string())?;
+            let doc = serde_json::json!({"run": run, "steps": steps, "children": children});
+            return Ok(serde_json::to_string_pretty(&doc).expect("JSON values serialize") + "\n");
+        }
+        let mut out = String::new();
+        let _ = writeln!(out, "run       {}", run.id);
+        let _ = writeln!(out, "flow      {} ({})", run.flow, run.flow_hash);
+        if let Some(p) = &run.flow_path {
+            let _ = writeln!(out, "file      {p}");
+        }
+        if let Some(parent) = &run.parent_run {
+            let _ = writeln!(
+                out,
+                "parent    {parent} (step {})",
+                run.parent_step.as_deref().unwrap_or("?")
+            );
+        }
+        if let (Some(b), Some(i)) = (&run.batch, run.item_index) {
+            let _ = writeln!(
+                out,
+                "batch     {b}, line {} (id {})",
+                i + 1,
+                run.item_id.as_deref().unwrap_or("?")
+            );
+        }
+        let _ = writeln!(out, "status    {}", run.status.as_str());
+        let _ = writeln!(out, "duration  {} · {} steps", duration(&run), run.steps);
+        let _ = writeln!(
+            out,
+            "cost      ${:.6} · tokens {} in, {} out",
+            run.usage.cost_usd, run.usage.input_tokens, run.usage.output_tokens
+        );
+        let _ = writeln!(out, "input     {}", run.input);
+        if let Some(o) = &run.output {
+            let _ = writeln!(out, "output    {o}");
+        }
+        if let Some(e) = &run.error {
+            let _ = writeln!(out, "error     [{}] {}", e.kind, e.message);
+        }
+        out.push('\n');
+        out.push_str(&super::trace::render_with(&**s, &run.id, color, true).await);
+        Ok(out)
+    });
+    match out {
+        Ok(Ok(text)) => {
+            print!("{text}");
+            super::exit::OK
+        }
+        Ok(Err(e)) | Err(e) => fail(e),
+    }
+}
+
+pub fn resume(args: ResumeArgs) -> u8 {
+    let decision = match args.decision.as_deref().map(serde_json::from_str::<Value>) {
+        None => None,
+        Some(Ok(v)) => Some(v),
+        Some(Err(e)) => {
+            return fail(format!(
+                "--decision is not valid JSON: {e} (line {}, column {})",
+                e.line(),
+                e.column()
+            ));
+        }
+    };
+    let rt = common::runtime();
+    let store = match rt.block_on(args.store.open()) {
+        Ok(s) => Arc::new(s),
+        Err(e) => return fail(e),
+    };
+    let record = match rt.block_on(store.get_run(&args.run_id)) {
+        Ok(r) => r,
+        Err(e) => return fail(e),
+    };
+    let flow = match (&args.flow, &record.flow_path) {
+        (Some(f), _) => f.clone(),
+        (None, Some(p)) => PathBuf::from(p),
+        (None, None) => {
+            return fail(format!(
+                "run `{}` has no recorded flow file (a child run? resume its root run); give it with --flow",
+                record.id
+            ));
+        }
+    };
+    let Some(plan) = super::graph::load_plan(&flow, args.common.root.clone()) else {
+        return super::exit::USAGE;
+    };
+    let options = match args.common.options(&plan) {
+        Ok((_, o)) => o,
+        Err(e) => return fail(e),
+    };
+    let engine = Engine::new(store.clone());
+    let resume = ResumeOptions {
+        retry_in_doubt: args.retry_in_doubt,
+        decision,
+        allow_changed: args.allow_changed,
+    };
+    let outcome = rt.block_on(engine.resume(
+        Arc::new(plan),
+        &args.run_id,
+        options,
+        resume,
+        Arc::new(AgentState::default()),
+        RunControls::default(),
+    ));
+    drop(engine);
+    if let Ok(s) = Arc::try_unwrap(store) {
+        rt.block_on(s.close());
+    }
+    match outcome {
+        Ok(o) => super::run::report(o),
+        Err(e) => fail(e),
+    }
+}
+
+fn cancel(args: CancelArgs) -> u8 {
+    let out = with_store(&args.store, async |s| -> Result<Vec<String>, String> {
+        let run = s.get_run(&args.run_id).await.map_err(|e| e.to_string())?;
+        if !crate::runtime::resume::resumable(run.status) {
+            return Err(format!(
+                "run `{}` already ended {}: nothing to cancel",
+                run.id,
+                run.status.as_str()
+            ));
+        }
+        let mut cancelled = Vec::new();
+        let mut queue = vec![run];
+        while let Some(mut r) = queue.pop() {
+            queue.extend(
+                s.children(&r.id)
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .into_iter()
+                    .filter(|c| crate::runtime::resume::resumable(c.status)),
+            );
+            r.status = RunStatus::Cancelled;
+            r.finished_at = Some(now_ms());
+            r.error = Some(StepError::new(
+                ErrorKind::Cancelled,
+                "cancelled with `switchyard runs cancel`",
+            ));
+            s.update_run(&r).await.map_err(|e| e.to_string())?;
+            cancelled.push(r.id);
+        }
+        Ok(cancelled)
+    });
+    match out {
+        Ok(Ok(ids)) => {
+            for id in ids {
+                println!("cancelled {id}");
+            }
+            super::exit::OK
+        }
+        Ok(Err(e)) | Err(e) => fail(e),
+    }
+}

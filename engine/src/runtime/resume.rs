@@ -1,0 +1,123 @@
+//! Resuming runs (SPEC §3.6, §7.3). A resumed run walks its flow again from `start` with the
+//! same input and context, and every step part that has a finished record is *replayed*: its
+//! recorded result (or error) stands in for the call, so nothing that finished runs again, and
+//! the payload is rebuilt by the same deterministic mappings. The first part without a
+//! finished record is where the run really continues.
+//!
+//! A part whose latest attempt is only `started` (the process died during the call) is called
+//! again when its step is `idempotent` or the caller says `--retry-in-doubt`; otherwise the run
+//! stops `interrupted` with kind `in_doubt`. An `interrupt` step the run stopped at takes the
+//! caller's decision as its result.
+
+use std::collections::HashMap;
+
+use serde_json::Value;
+
+use super::record::{RunRecord, RunStatus, StepRecord, StepStatus};
+use crate::store::{Store, StoreError};
+
+/// What the caller of a resume decided.
+#[derive(Clone, Debug, Default)]
+pub struct ResumeOptions {
+    /// Call again attempts that started and never finished, even of non-idempotent steps.
+    pub retry_in_doubt: bool,
+    /// The answer to the `interrupt` step the run waits at.
+    pub decision: Option<Value>,
+    /// Resume even though the flow changed since the run started.
+    pub allow_changed: bool,
+}
+
+/// The records of one run, as a resume reads them.
+#[derive(Debug, Default)]
+pub struct Replay {
+    /// The latest attempt of each (number, iteration).
+    parts: HashMap<(String, Option<u64>), StepRecord>,
+    /// Child runs by the number of the step that started them (`3`, `3[2]`).
+    children: HashMap<String, RunRecord>,
+}
+
+impl Replay {
+    /// Reads the records of `run_id`.
+    pub async fn load<S: Store>(store: &S, run_id: &str) -> Result<Replay, StoreError> {
+        let parts = store
+            .latest_steps(run_id)
+            .await?
+            .into_iter()
+            .map(|s| ((s.number.clone(), s.iteration), s))
+            .collect();
+        let children = store
+            .children(run_id)
+            .await?
+            .into_iter()
+            .filter_map(|c| c.parent_step.clone().map(|p| (p, c)))
+            .collect();
+        Ok(Replay { parts, children })
+    }
+
+    /// The latest record of a step part.
+    pub fn part(&self, number: &str, iteration: Option<u64>) -> Option<&StepRecord> {
+        self.parts.get(&(number.to_string(), iteration))
+    }
+
+    /// The latest record of a step part, if it finished (succeeded or failed).
+    pub fn finished(&self, number: &str, iteration: Option<u64>) -> Option<&StepRecord> {
+        self.part(number, iteration)
+            .filter(|r| matches!(r.status, StepStatus::Succeeded | StepStatus::Failed))
+    }
+
+    /// The child run started by step `number` (`3`, or `3[2]` for an iteration).
+    pub fn child(&self, number: &str) -> Option<&RunRecord> {
+        self.children.get(number)
+    }
+
+    /// The `interrupt` step the run stopped at: its latest record is `interrupted` and it is
+    /// not an in-doubt stop (those are agent steps).
+    pub fn waiting_interrupt(&self) -> Option<&StepRecord> {
+        self.parts
+            .values()
+            .filter(|r| r.status == StepStatus::Interrupted && r.kind == "interrupt")
+            .max_by_key(|r| r.started_at)
+    }
+}
+
+/// Why a run cannot be resumed.
+#[derive(Debug, thiserror::Error)]
+pub enum ResumeError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("run `{id}` already ended {status}: there is nothing to resume")]
+    Finished { id: String, status: &'static str },
+    #[error("run `{id}` is a child run (of `{parent}`): resume its root run, which resumes it")]
+    Child { id: String, parent: String },
+    #[error(
+        "the flow `{flow}` changed since run `{id}` started (recorded {recorded}, now {now}): \
+         resuming it could mix two versions; pass --allow-changed to resume anyway"
+    )]
+    Changed {
+        id: String,
+        flow: String,
+        recorded: String,
+        now: String,
+    },
+    #[error("run `{id}` was started from flow `{recorded}`, not `{given}`")]
+    OtherFlow {
+        id: String,
+        recorded: String,
+        given: String,
+    },
+    #[error("run `{id}` waits at interrupt step `{step}`: give the decision with --decision JSON")]
+    NeedsDecision { id: String, step: String },
+    #[error("run `{id}` does not wait at an interrupt step: --decision has nothing to answer")]
+    NoInterrupt { id: String },
+    #[error("the decision does not match the `schema` of interrupt step `{step}` {reason}")]
+    BadDecision {
+        step: String,
+        reason: String,
+        pointer: String,
+    },
+}
+
+/// Whether a run in this status can be resumed.
+pub fn resumable(status: RunStatus) -> bool {
+    matches!(status, RunStatus::Running | RunStatus::Interrupted)
+}

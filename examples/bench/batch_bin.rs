@@ -1,0 +1,315 @@
+//! Shared plumbing of the batch-binary workloads (W5 `batch-binary`, W5x, W7, W9): the
+//! generated JSONL input, one `switchyard batch` process timed from spawn to exit and reaped
+//! with `wait4` (its own CPU time and peak RSS), and the check of its output file.
+//!
+//! Every item is `{"i": k}` and is identified by `--id-field i`, so output line k must be
+//! `{"id": "k", "status": "succeeded", "output": {"i": k, "result": 2k}, ...}`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+/// The flow every batch workload runs (BENCH.md W5): one 50 ms mock call per run.
+pub const FLOW: &str = "w5_batch.yaml";
+/// The mock agent's latency.
+pub const LATENCY_S: f64 = 0.05;
+
+/// One `switchyard batch` command line, run in `cwd` (so that nothing the binary writes relative
+/// to the working directory lands in the repository).
+#[derive(Clone, Debug)]
+pub struct BatchCmd {
+    pub bin: PathBuf,
+    pub input: PathBuf,
+    /// Absolute: the batch is identified by its output path.
+    pub output: PathBuf,
+    pub concurrency: usize,
+    /// `memory` or `sqlite:PATH`.
+    pub store: String,
+    pub cwd: PathBuf,
+    /// Where the process's stdout and stderr go.
+    pub log: PathBuf,
+}
+
+/// How one process ended, measured by its parent.
+#[derive(Clone, Debug)]
+pub struct Exit {
+    /// Spawn to reaped exit.
+    pub wall_s: f64,
+    /// The child's own CPU time (user + system, every thread), from `wait4`.
+    pub cpu_s: f64,
+    /// The child's peak resident set (`ru_maxrss`), KiB.
+    pub maxrss_kib: u64,
+    /// The raw wait status.
+    status: i32,
+}
+
+impl Exit {
+    pub fn success(&self) -> bool {
+        libc::WIFEXITED(self.status) && libc::WEXITSTATUS(self.status) == 0
+    }
+
+    pub fn killed_by_sigkill(&self) -> bool {
+        libc::WIFSIGNALED(self.status) && libc::WTERMSIG(self.status) == libc::SIGKILL
+    }
+
+    pub fn describe(&self) -> String {
+        if libc::WIFEXITED(self.status) {
+            format!("exit status {}", libc::WEXITSTATUS(self.status))
+        } else if libc::WIFSIGNALED(self.status) {
+            format!("killed by signal {}", libc::WTERMSIG(self.status))
+        } else {
+            format!("wait status {:#x}", self.status)
+        }
+    }
+}
+
+/// The flow file, absolute.
+pub fn flow_path() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples/bench")
+        .join(FLOW)
+}
+
+/// Writes `n` lines `{"i": k}`.
+pub fn write_input(path: &Path, n: usize) -> Result<(), String> {
+    let mut text = String::with_capacity(n * 12);
+    for k in 0..n {
+        text.push_str("{\"i\":");
+        text.push_str(&k.to_string());
+        text.push_str("}\n");
+    }
+    crate::util::write_file(path, &text)
+}
+
+/// Starts the batch; the instant is taken just before the spawn.
+pub fn spawn(cmd: &BatchCmd) -> Result<(Child, Instant), String> {
+    let log =
+        std::fs::File::create(&cmd.log).map_err(|e| format!("cannot create `{}`: {e}", cmd.log.display()))?;
+    let log2 = log
+        .try_clone()
+        .map_err(|e| format!("cannot share `{}`: {e}", cmd.log.display()))?;
+    let mut c = Command::new(&cmd.bin);
+    c.arg("batch")
+        .arg(flow_path())
+        .arg("--input")
+        .arg(&cmd.input)
+        .arg("--output")
+        .arg(&cmd.output)
+        .arg("--concurrency")
+        .arg(cmd.concurrency.to_string())
+        .args(["--id-field", "i", "--store", &cmd.store])
+        .current_dir(&cmd.cwd)
+        .env_remove("SWITCHYARD_STORE")
+        .stdin(Stdio::null())
+        .stdout(log)
+        .stderr(log2);
+    let t0 = Instant::now();
+    let child = c
+        .spawn()
+        .map_err(|e| format!("cannot start `{}`: {e}", cmd.bin.display()))?;
+    Ok((child, t0))
+}
+
+/// Reaps `child` with `wait4` (blocking, or `None` at once if it still runs and `block` is
+/// false). The `Child` must not be waited for by anyone else.
+pub fn reap(child: &Child, t0: Instant, block: bool) -> Result<Option<Exit>, String> {
+    let pid = child.id() as libc::pid_t;
+    let mut status: libc::c_int = 0;
+    // SAFETY: `wait4` writes only into the status and rusage it is given; zero is a valid rusage.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    let flags = if block { 0 } else { libc::WNOHANG };
+    loop {
+        // SAFETY: as above; `pid` is our own unreaped child.
+        let r = unsafe { libc::wait4(pid, &mut status, flags, &mut ru) };
+        if r == pid {
+            let wall_s = t0.elapsed().as_secs_f64();
+            let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+            return Ok(Some(Exit {
+                wall_s,
+                cpu_s: tv(ru.ru_utime) + tv(ru.ru_stime),
+                maxrss_kib: ru.ru_maxrss.max(0) as u64,
+                status,
+            }));
+        }
+        if r == 0 {
+            return Ok(None);
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            return Err(format!("wait4({pid}): {e}"));
+        }
+    }
+}
+
+/// Runs the batch to its end; anything but exit 0 fails the benchmark (with the log's tail).
+pub fn run(cmd: &BatchCmd) -> Result<Exit, String> {
+    let (child, t0) = spawn(cmd)?;
+    let exit = reap(&child, t0, true)?.ok_or("wait4 returned nothing")?;
+    if !exit.success() {
+        return Err(format!(
+            "`switchyard batch` ({} items file `{}`, store `{}`) ended with {}: {}",
+            count_lines(&cmd.input),
+            cmd.input.display(),
+            cmd.store,
+            exit.describe(),
+            log_tail(&cmd.log)
+        ));
+    }
+    Ok(exit)
+}
+
+/// Runs the batch, SIGKILLs it `after` its spawn, and reaps it. Fails if it ended on its own
+/// before the kill (the crash then did not happen).
+pub fn run_killed(cmd: &BatchCmd, after: Duration) -> Result<Exit, String> {
+    let (child, t0) = spawn(cmd)?;
+    let until = t0 + after;
+    let now = Instant::now();
+    if until > now {
+        std::thread::sleep(until - now);
+    }
+    if let Some(exit) = reap(&child, t0, false)? {
+        return Err(format!(
+            "the batch ended ({}) after {:.3} s, before the SIGKILL planned at {:.3} s: {}",
+            exit.describe(),
+            exit.wall_s,
+            after.as_secs_f64(),
+            log_tail(&cmd.log)
+        ));
+    }
+    // SAFETY: sends a signal to our own child, which is not reaped yet (its pid is still ours).
+    if unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGKILL) } != 0 {
+        return Err(format!("kill: {}", std::io::Error::last_os_error()));
+    }
+    let exit = reap(&child, t0, true)?.ok_or("wait4 returned nothing")?;
+    if !exit.killed_by_sigkill() {
+        return Err(format!(
+            "the batch ended with {} around the SIGKILL at {:.3} s, not by it",
+            exit.describe(),
+            after.as_secs_f64()
+        ));
+    }
+    Ok(exit)
+}
+
+/// The last lines the process wrote (for error messages).
+pub fn log_tail(log: &Path) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    let tail = lines[lines.len().saturating_sub(6)..].join(" | ");
+    if tail.is_empty() {
+        "(no output)".to_string()
+    } else {
+        tail
+    }
+}
+
+/// How many items the last start took from an earlier one (`(N from an earlier start)` in the
+/// summary line `switchyard batch` prints on stderr); 0 when it does not say.
+pub fn reused_items(log: &Path) -> u64 {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    text.lines()
+        .rev()
+        .find_map(|l| {
+            let (before, _) = l.split_once(" from an earlier start")?;
+            before.rsplit('(').next()?.trim().parse().ok()
+        })
+        .unwrap_or(0)
+}
+
+/// Lines of a file (0 if it cannot be read).
+pub fn count_lines(path: &Path) -> usize {
+    std::fs::read(path)
+        .map(|b| b.iter().filter(|&&c| c == b'\n').count())
+        .unwrap_or(0)
+}
+
+/// Output line k is item k, succeeded, with output `{i: k, result: 2k}`: every id exactly once,
+/// in input order, nothing missing, nothing extra.
+pub fn check_output(path: &Path, n: usize) -> Result<(), String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read the output `{}`: {e}", path.display()))?;
+    let mut count = 0usize;
+    for (k, line) in text.lines().enumerate() {
+        count += 1;
+        if k >= n {
+            continue;
+        }
+        let v: Value = serde_json::from_str(line)
+            .map_err(|e| format!("output line {}: not JSON ({e}): {line}", k + 1))?;
+        let id = v.get("id").and_then(Value::as_str);
+        if id != Some(k.to_string().as_str()) {
+            return Err(format!(
+                "output line {}: expected item `{k}`, got id {:?} (output out of order, lost or duplicated)",
+                k + 1,
+                v.get("id")
+            ));
+        }
+        if v.get("status").and_then(Value::as_str) != Some("succeeded") {
+            return Err(format!("output line {}: item {k} did not succeed: {line}", k + 1));
+        }
+        let want = json!({"i": k, "result": 2 * k});
+        if v.get("output") != Some(&want) {
+            return Err(format!(
+                "output line {}: item {k}: expected output {want}, got {:?}",
+                k + 1,
+                v.get("output")
+            ));
+        }
+    }
+    if count != n {
+        return Err(format!("`{}` has {count} lines for {n} items", path.display()));
+    }
+    if !text.is_empty() && !text.ends_with('\n') {
+        return Err(format!("`{}` ends with a torn line", path.display()));
+    }
+    Ok(())
+}
+
+/// Ideal wall of a batch per BENCH.md: N × 0.05 s / concurrency.
+pub fn ideal_s(n: usize, concurrency: usize) -> f64 {
+    n as f64 * LATENCY_S / concurrency as f64
+}
+
+/// Reads a finished batch back from its SQLite store, in-process (after the command exited):
+/// every item has exactly one run, and it succeeded. Returns the number of runs. A second run of
+/// an item (a finished item run again after a crash) or a missing one fails the benchmark.
+pub fn check_store(url: &str, output: &Path, n: usize) -> Result<usize, String> {
+    use switchyard::runtime::record::RunStatus;
+    use switchyard::store::Store;
+    use switchyard::store::any::AnyStore;
+    let batch = output.display().to_string();
+    let rt = crate::util::tokio_runtime()?;
+    rt.block_on(async {
+        let store = AnyStore::open(url)
+            .await
+            .map_err(|e| format!("cannot open `{url}`: {e}"))?;
+        let runs = store
+            .batch_runs(&batch, 0, 2 * n + 16)
+            .await
+            .map_err(|e| format!("`{url}`: {e}"));
+        store.close().await;
+        let runs = runs?;
+        let mut per_item = vec![0u32; n];
+        for r in &runs {
+            let k = r.item_index.unwrap_or(u64::MAX) as usize;
+            let Some(c) = per_item.get_mut(k) else {
+                return Err(format!("run `{}` of the batch has item index {:?}", r.id, r.item_index));
+            };
+            *c += 1;
+            if r.status != RunStatus::Succeeded {
+                return Err(format!("run `{}` (item {k}) is {} in the store", r.id, r.status.as_str()));
+            }
+        }
+        let lost = per_item.iter().filter(|&&c| c == 0).count();
+        let dup = per_item.iter().filter(|&&c| c > 1).count();
+        if lost > 0 || dup > 0 {
+            return Err(format!(
+                "the store holds {} runs for {n} items: {lost} item(s) without a run, {dup} item(s) run more than once",
+                runs.len()
+            ));
+        }
+        Ok(runs.len())
+    })
+}

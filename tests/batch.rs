@@ -1,0 +1,789 @@
+//! `switchyard batch`, `resume` and `runs`: the real binary over real SQLite stores, killed
+//! with SIGKILL at random points and run again.
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::support::{TempDir, run, switchyard};
+
+/// A flow whose first step is a non-idempotent command that appends the item's id to a
+/// side-effect file (one line per execution), then a foreach over a transform, then a set.
+fn items_flow(effects: &Path) -> String {
+    format!(
+        r#"flow: items
+input:
+  schema: {{type: object, required: [id, n], properties: {{n: {{type: integer}}}}}}
+agents:
+  side:
+    kind: command
+    # Input torn by a kill of the batch is not a call: only whole documents count.
+    run: [sh, -c, 'read -r x; case "$x" in *}}) ;; *) exit 1 ;; esac; printf "%s\n" "$x" >> "{effects}"; sleep 0.05; printf "%s" "$x"']
+    idempotent: false
+  double:
+    kind: transform
+    result: {{v: =input * 2}}
+steps:
+  call:
+    agent: side
+    output: {{$.seen: $.n}}
+    next: spread
+  spread:
+    foreach: =[payload.n, payload.n + 1, payload.n + 2]
+    concurrency: 2
+    agent: double
+    select: $.v
+    output: {{$.doubled: $}}
+    next: total
+  total:
+    set:
+      $.sum: =payload.doubled[0] + payload.doubled[1] + payload.doubled[2]
+"#,
+        effects = effects.display()
+    )
+}
+
+fn write_input(dir: &TempDir, n: usize) -> std::path::PathBuf {
+    let mut text = String::new();
+    for i in 0..n {
+        text.push_str(&json!({"id": format!("item-{i}"), "n": i}).to_string());
+        text.push('\n');
+    }
+    dir.write("in.jsonl", text)
+}
+
+fn read_lines(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect()
+}
+
+/// Executions per id recorded in the side-effect file.
+fn effects(path: &Path) -> HashMap<String, usize> {
+    let mut out = HashMap::new();
+    for line in std::fs::read_to_string(path).unwrap_or_default().lines() {
+        let v: Value = serde_json::from_str(line).expect("effects lines are the command's input");
+        *out.entry(v["id"].as_str().expect("an id").to_string())
+            .or_default() += 1;
+    }
+    out
+}
+
+fn batch_cmd(dir: &TempDir, flow: &Path, extra: &[&str]) -> Command {
+    let mut cmd = switchyard(dir.path());
+    cmd.arg("batch")
+        .arg(flow)
+        .args([
+            "--input",
+            "in.jsonl",
+            "--output",
+            "out.jsonl",
+            "--concurrency",
+            "8",
+        ])
+        .args(["--store", "sqlite:runs.db"])
+        .args(extra);
+    cmd
+}
+
+#[test]
+fn a_batch_writes_every_line_in_input_order_with_bad_lines_as_failed_items() {
+    let dir = TempDir::new("batch-order");
+    let fx = dir.path().join("effects");
+    let flow = dir.write("items.yaml", items_flow(&fx));
+    let mut input = String::new();
+    for i in 0..30 {
+        input.push_str(&json!({"id": format!("item-{i}"), "n": i}).to_string());
+        input.push('\n');
+        if i == 10 {
+            input.push_str("{not json\n\n");
+        }
+        if i == 20 {
+            input.push_str(&json!({"id": "wrong", "n": "seven"}).to_string());
+            input.push('\n');
+        }
+    }
+    dir.write("in.jsonl", input);
+    let out = run(&mut batch_cmd(&dir, &flow, &[]));
+    assert_eq!(out.code(), 1, "bad lines fail their items: {}", out.stderr);
+    assert!(
+        out.stderr.contains("32 items: 30 succeeded, 2 failed"),
+        "{}",
+        out.stderr
+    );
+    let lines = read_lines(&dir.path().join("out.jsonl"));
+    let ids: Vec<&str> = lines.iter().map(|l| l["id"].as_str().unwrap()).collect();
+    let mut expected: Vec<String> = (0..=10).map(|i| format!("item-{i}")).collect();
+    expected.push("12".into()); // the line that is not JSON: identified by its line number
+    expected.extend((11..=20).map(|i| format!("item-{i}")));
+    expected.push("wrong".into());
+    expected.extend((21..30).map(|i| format!("item-{i}")));
+    assert_eq!(ids, expected);
+    let bad = &lines[11];
+    assert_eq!(bad["status"], "failed");
+    assert!(
+        bad["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("line 12 is not JSON"),
+        "{bad}"
+    );
+    let wrong = &lines[22];
+    assert!(
+        wrong["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("line 24: the input does not match `input.schema` at `/n`"),
+        "{wrong}"
+    );
+    let item7 = &lines[7];
+    assert_eq!(item7["status"], "succeeded");
+    assert_eq!(item7["output"]["sum"], json!(2 * (7 + 8 + 9)));
+    assert!(item7["run_id"].as_str().unwrap().starts_with('r'));
+    for key in [
+        "id",
+        "status",
+        "output",
+        "error",
+        "run_id",
+        "cost_usd",
+        "duration_ms",
+    ] {
+        assert!(item7.get(key).is_some(), "{key} missing: {item7}");
+    }
+    // Each good item's command ran once.
+    let fx = effects(&fx);
+    assert_eq!(fx.len(), 30);
+    assert!(fx.values().all(|n| *n == 1), "{fx:?}");
+
+    // Again: everything is finished; nothing runs, and the same output is written.
+    let before = std::fs::read_to_string(dir.path().join("out.jsonl")).unwrap();
+    let again = run(&mut batch_cmd(&dir, &flow, &[]));
+    assert_eq!(again.code(), 1);
+    assert!(
+        again.stderr.contains("(30 from an earlier start)"),
+        "{}",
+        again.stderr
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("out.jsonl")).unwrap(),
+        before
+    );
+    assert_eq!(effects(&dir.path().join("effects")).values().sum::<usize>(), 30);
+}
+
+#[test]
+fn duplicate_ids_are_reported_before_anything_runs() {
+    let dir = TempDir::new("batch-dups");
+    let fx = dir.path().join("effects");
+    let flow = dir.write("items.yaml", items_flow(&fx));
+    dir.write(
+        "in.jsonl",
+        "{\"id\": \"a\", \"n\": 1}\n{\"id\": \"b\", \"n\": 2}\n{\"id\": \"a\", \"n\": 3}\n{\"id\": \"b\", \"n\": 4}\n{\"id\": \"a\", \"n\": 5}\n",
+    );
+    let out = run(&mut batch_cmd(&dir, &flow, &[]));
+    assert_eq!(out.code(), 2, "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("in.jsonl: duplicate ids: `a` on lines 1, 3, 5; `b` on lines 2, 4"),
+        "{}",
+        out.stderr
+    );
+    assert!(!fx.exists(), "nothing ran");
+}
+
+/// Items whose lines have the same output in two batches (run ids and timings aside).
+fn comparable(lines: &[Value]) -> Vec<Value> {
+    lines
+        .iter()
+        .map(|l| json!({"id": l["id"], "status": l["status"], "output": l["output"]}))
+        .collect()
+}
+
+#[test]
+fn a_batch_killed_at_random_points_ends_with_every_item_once_in_order() {
+    const N: usize = 120;
+    // The reference: an uninterrupted batch.
+    let reference = {
+        let dir = TempDir::new("batch-reference");
+        let flow = dir.write("items.yaml", items_flow(&dir.path().join("effects")));
+        write_input(&dir, N);
+        let out = run(&mut batch_cmd(&dir, &flow, &[]));
+        assert_eq!(out.code(), 0, "{}", out.stderr);
+        read_lines(&dir.path().join("out.jsonl"))
+    };
+    assert_eq!(reference.len(), N);
+
+    let dir = TempDir::new("batch-kill");
+    let fx = dir.path().join("effects");
+    let flow = dir.write("items.yaml", items_flow(&fx));
+    write_input(&dir, N);
+    // Kill it several times at pseudo-random moments (from the first write to the end).
+    let mut seed = u64::from(std::process::id()) ^ 0x9e37_79b9_7f4a_7c15;
+    let mut kills = 0;
+    for round in 0..10 {
+        if kills == 5 {
+            break;
+        }
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        let delay = Duration::from_millis(40 + seed % 250);
+        let mut child = batch_cmd(&dir, &flow, &[])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("starts");
+        std::thread::sleep(delay);
+        if child.try_wait().expect("wait").is_none() {
+            child.kill().expect("SIGKILL");
+            kills += 1;
+        }
+        let _ = child.wait();
+        // The output so far is a prefix of the reference's ids (its last line may be torn).
+        let text = std::fs::read_to_string(dir.path().join("out.jsonl")).unwrap_or_default();
+        for (i, line) in text.lines().enumerate() {
+            if let Ok(v) = serde_json::from_str::<Value>(line) {
+                assert_eq!(v["id"], reference[i]["id"], "round {round}, line {}", i + 1);
+            }
+        }
+    }
+    assert!(
+        kills >= 3,
+        "the batch was killed mid-way at least 3 times ({kills})"
+    );
+
+    // Run to the end without retrying in-doubt attempts: no item's command ran twice.
+    let out = run(&mut batch_cmd(&dir, &flow, &[]));
+    let lines = read_lines(&dir.path().join("out.jsonl"));
+    assert_eq!(lines.len(), N, "{}", out.stderr);
+    let in_doubt: HashSet<String> = lines
+        .iter()
+        .filter(|l| l["status"] == "interrupted")
+        .map(|l| {
+            assert_eq!(l["error"]["kind"], "in_doubt", "{l}");
+            l["id"].as_str().unwrap().to_string()
+        })
+        .collect();
+    let counts = effects(&fx);
+    for (id, n) in &counts {
+        assert_eq!(*n, 1, "`{id}` ran {n} times without being reported in doubt");
+    }
+    for l in lines.iter().filter(|l| l["status"] != "interrupted") {
+        assert_eq!(l["status"], "succeeded", "{l}");
+    }
+
+    // Retrying the in-doubt items finishes the batch: the same results as the reference.
+    let out = run(&mut batch_cmd(&dir, &flow, &["--retry-in-doubt"]));
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    let lines = read_lines(&dir.path().join("out.jsonl"));
+    assert_eq!(comparable(&lines), comparable(&reference));
+    let counts = effects(&fx);
+    assert_eq!(counts.len(), N);
+    for (id, n) in &counts {
+        assert!(
+            *n == 1 || (*n == 2 && in_doubt.contains(id)),
+            "`{id}` ran {n} times; in doubt: {in_doubt:?}"
+        );
+    }
+}
+
+#[test]
+fn a_crashed_run_resumes_and_reruns_only_unfinished_iterations() {
+    let dir = TempDir::new("resume-foreach");
+    let fx = dir.path().join("effects");
+    // Ten iterations, two at a time, each a command (idempotent: retried after a crash).
+    dir.write(
+        "fan.yaml",
+        format!(
+            r#"flow: fan
+agents:
+  slow:
+    kind: command
+    run: [sh, -c, 'read x; printf "%s\n" "$x" >> "{}"; sleep 0.3; printf "%s" "$x"']
+    idempotent: true
+steps:
+  each:
+    foreach: $.ids
+    as: id
+    concurrency: 2
+    agent: slow
+    input: {{$.id: =id}}
+    select: $.id
+    output: {{$.done: $}}
+"#,
+            fx.display()
+        ),
+    );
+    let ids: Vec<String> = (0..10).map(|i| format!("k{i}")).collect();
+    let input = json!({"ids": ids}).to_string();
+    let mut child = switchyard(dir.path())
+        .args(["run", "fan.yaml", "--store", "sqlite:runs.db", "--input", &input])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("starts");
+    // About half of the iterations have finished.
+    std::thread::sleep(Duration::from_millis(800));
+    child.kill().expect("SIGKILL");
+    let _ = child.wait();
+    let before = effects(&fx).values().sum::<usize>();
+    assert!((2..10).contains(&before), "killed mid-way: {before} calls");
+
+    let list = run(switchyard(dir.path()).args(["runs", "list", "--store", "sqlite:runs.db", "--json"]));
+    let run_id = serde_json::from_str::<Value>(list.stdout.lines().next().expect("one run")).unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(list.stdout.contains("\"status\":\"running\""), "{}", list.stdout);
+
+    let out = run(switchyard(dir.path()).args(["runs", "resume", &run_id, "--store", "sqlite:runs.db"]));
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    let output: Value = serde_json::from_str(&out.stdout).expect("the output JSON");
+    assert_eq!(output["done"], json!(ids));
+    // Finished iterations were not called again: at most the two in flight were repeated.
+    let counts = effects(&fx);
+    assert_eq!(counts.len(), 10);
+    let total: usize = counts.values().sum();
+    assert!(total <= 10 + 2, "{total} calls for 10 items: {counts:?}");
+
+    // The record: succeeded, and `runs show` prints the tree.
+    let show = run(switchyard(dir.path()).args(["runs", "show", &run_id, "--store", "sqlite:runs.db"]));
+    assert_eq!(show.code(), 0, "{}", show.stderr);
+    assert!(show.stdout.contains("status    succeeded"), "{}", show.stdout);
+    assert!(show.stdout.contains("1 each [foreach]"), "{}", show.stdout);
+    assert!(show.stdout.contains("set $.done = [\"k0\""), "{}", show.stdout);
+    // Nothing left to resume.
+    let again = run(switchyard(dir.path()).args(["resume", &run_id, "--store", "sqlite:runs.db"]));
+    assert_eq!(again.code(), 2);
+    assert!(
+        again.stderr.contains("already ended succeeded"),
+        "{}",
+        again.stderr
+    );
+}
+
+const REFUND: &str = r#"flow: refund
+agents:
+  pay:
+    kind: transform
+    result: {paid: =input.amount}
+steps:
+  approve:
+    interrupt:
+      prompt: "Refund {{ input.amount }}?"
+      schema: {type: object, required: [approved], properties: {approved: {type: boolean}}}
+      expires: EXPIRES
+    input: [$.amount]
+    output: {$.approval: $}
+    next:
+      - to: refund
+        if: payload.approval.approved
+      - to: end
+  refund:
+    agent: pay
+    input: [$.amount]
+    output: {$.paid: $.paid}
+"#;
+
+fn interrupted_run(dir: &TempDir, expires: &str) -> String {
+    dir.write("refund.yaml", REFUND.replace("EXPIRES", expires));
+    let out = run(switchyard(dir.path()).args([
+        "run",
+        "refund.yaml",
+        "--store",
+        "sqlite:runs.db",
+        "--input",
+        r#"{"amount": 40}"#,
+    ]));
+    assert_eq!(out.code(), 3, "{}", out.stderr);
+    out.stderr
+        .split("switchyard resume ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .unwrap_or_else(|| panic!("names the run: {}", out.stderr))
+        .to_string()
+}
+
+#[test]
+fn an_interrupt_waits_for_a_decision_checked_against_its_schema() {
+    let dir = TempDir::new("interrupt");
+    let id = interrupted_run(&dir, "72h");
+    let store = ["--store", "sqlite:runs.db"];
+    let list = run(switchyard(dir.path())
+        .args(["runs", "list", "--status", "interrupted"])
+        .args(store));
+    assert!(list.stdout.contains(&id), "{}", list.stdout);
+
+    let no_decision = run(switchyard(dir.path()).args(["resume", &id]).args(store));
+    assert_eq!(no_decision.code(), 2);
+    assert!(
+        no_decision.stderr.contains("waits at interrupt step `approve`"),
+        "{}",
+        no_decision.stderr
+    );
+    let bad = run(switchyard(dir.path())
+        .args(["resume", &id, "--decision", r#"{"approved": "yes"}"#])
+        .args(store));
+    assert_eq!(bad.code(), 2);
+    assert!(
+        bad.stderr
+            .contains("does not match the `schema` of interrupt step `approve` at `/approved`"),
+        "{}",
+        bad.stderr
+    );
+    let not_json = run(switchyard(dir.path())
+        .args(["resume", &id, "--decision", "{"])
+        .args(store));
+    assert_eq!(not_json.code(), 2);
+    assert!(
+        not_json.stderr.contains("--decision is not valid JSON"),
+        "{}",
+        not_json.stderr
+    );
+
+    let ok = run(switchyard(dir.path())
+        .args(["resume", &id, "--decision", r#"{"approved": true}"#])
+        .args(store));
+    assert_eq!(ok.code(), 0, "{}", ok.stderr);
+    let output: Value = serde_json::from_str(&ok.stdout).unwrap();
+    assert_eq!(
+        output,
+        json!({"amount": 40, "approval": {"approved": true}, "paid": 40})
+    );
+    let show = run(switchyard(dir.path()).args(["runs", "show", &id]).args(store));
+    assert!(show.stdout.contains("✓ 1 approve [interrupt]"), "{}", show.stdout);
+    assert!(show.stdout.contains("✓ 2 refund [agent]"), "{}", show.stdout);
+}
+
+#[test]
+fn a_late_decision_fails_the_step_and_a_changed_flow_is_refused() {
+    let dir = TempDir::new("interrupt-late");
+    let id = interrupted_run(&dir, "50ms");
+    std::thread::sleep(Duration::from_millis(120));
+    let store = ["--store", "sqlite:runs.db"];
+
+    // Changing the flow file: refused, unless --allow-changed.
+    let text = std::fs::read_to_string(dir.path().join("refund.yaml")).unwrap();
+    dir.write(
+        "refund.yaml",
+        text.replace("paid: =input.amount", "paid: =input.amount + 0"),
+    );
+    let changed = run(switchyard(dir.path())
+        .args(["resume", &id, "--decision", r#"{"approved": true}"#])
+        .args(store));
+    assert_eq!(changed.code(), 2);
+    assert!(
+        changed.stderr.contains("changed since run") && changed.stderr.contains("--allow-changed"),
+        "{}",
+        changed.stderr
+    );
+    let late = run(switchyard(dir.path())
+        .args([
+            "resume",
+            &id,
+            "--decision",
+            r#"{"approved": true}"#,
+            "--allow-changed",
+        ])
+        .args(store));
+    assert_eq!(late.code(), 1, "{}", late.stderr);
+    assert!(
+        late.stderr.contains("error[timeout]") && late.stderr.contains("after it expired"),
+        "{}",
+        late.stderr
+    );
+}
+
+#[test]
+fn runs_cancel_ends_an_interrupted_run() {
+    let dir = TempDir::new("cancel");
+    let id = interrupted_run(&dir, "72h");
+    let store = ["--store", "sqlite:runs.db"];
+    let out = run(switchyard(dir.path()).args(["runs", "cancel", &id]).args(store));
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    assert!(out.stdout.contains(&format!("cancelled {id}")));
+    let show = run(switchyard(dir.path())
+        .args(["runs", "show", &id, "--json"])
+        .args(store));
+    let doc: Value = serde_json::from_str(&show.stdout).unwrap();
+    assert_eq!(doc["run"]["status"], "cancelled");
+    let again = run(switchyard(dir.path()).args(["runs", "cancel", &id]).args(store));
+    assert_eq!(again.code(), 2);
+    assert!(
+        again.stderr.contains("already ended cancelled"),
+        "{}",
+        again.stderr
+    );
+    let missing = run(switchyard(dir.path())
+        .args(["runs", "show", "r-nope"])
+        .args(store));
+    assert_eq!(missing.code(), 2);
+    assert!(
+        missing.stderr.contains("run `r-nope` not found"),
+        "{}",
+        missing.stderr
+    );
+}
+
+#[test]
+fn ctrl_c_stops_a_batch_at_a_recorded_point_and_the_same_command_continues() {
+    const N: usize = 40;
+    let dir = TempDir::new("batch-sigint");
+    let fx = dir.path().join("effects");
+    let flow = dir.write("items.yaml", items_flow(&fx));
+    write_input(&dir, N);
+    let child = batch_cmd(&dir, &flow, &[])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starts");
+    std::thread::sleep(Duration::from_millis(300));
+    let pid = i32::try_from(child.id()).expect("a pid");
+    // SIGINT, as Ctrl-C sends it.
+    let status = Command::new("kill")
+        .args(["-INT", &pid.to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    let out = child.wait_with_output().expect("exits");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    assert!(stderr.contains("stopping: no new items"), "{stderr}");
+    assert!(
+        stderr.contains("to continue, run the same command again"),
+        "{stderr}"
+    );
+    let partial = read_lines(&dir.path().join("out.jsonl"));
+    assert!(partial.len() < N, "stopped early: {} lines", partial.len());
+    // Nothing stopped half-way was left in doubt: in-flight steps finished and were recorded.
+    let out = run(&mut batch_cmd(&dir, &flow, &[]));
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    let lines = read_lines(&dir.path().join("out.jsonl"));
+    assert_eq!(lines.len(), N);
+    assert!(lines.iter().all(|l| l["status"] == "succeeded"));
+    let counts = effects(&fx);
+    assert_eq!(counts.len(), N);
+    assert!(counts.values().all(|n| *n == 1), "{counts:?}");
+}
+
+#[test]
+fn interrupted_items_are_written_as_such_and_updated_once_resumed() {
+    let dir = TempDir::new("batch-interrupt");
+    dir.write(
+        "approve.yaml",
+        r#"flow: approve
+steps:
+  gate:
+    interrupt:
+      prompt: "Approve {{ input.id }}?"
+      schema: {type: object, required: [ok], properties: {ok: {type: boolean}}}
+    input: [$.id]
+    output: {$.ok: $.ok}
+    next:
+      - to: end
+        if: payload.ok
+      - to: no
+  no:
+    fail: {kind: rejected, message: "not approved"}
+"#,
+    );
+    dir.write("in.jsonl", "{\"id\": \"a\"}\n{\"id\": \"b\"}\n");
+    let batch = |dir: &TempDir| {
+        run(switchyard(dir.path()).args([
+            "batch",
+            "approve.yaml",
+            "--input",
+            "in.jsonl",
+            "--output",
+            "out.jsonl",
+            "--store",
+            "sqlite:runs.db",
+        ]))
+    };
+    let out = batch(&dir);
+    assert_eq!(out.code(), 3, "{}", out.stderr);
+    assert!(out.stderr.contains("2 item(s) interrupted"), "{}", out.stderr);
+    let lines = read_lines(&dir.path().join("out.jsonl"));
+    assert!(lines.iter().all(|l| l["status"] == "interrupted"), "{lines:?}");
+    let a = lines[0]["run_id"].as_str().unwrap().to_string();
+    let b = lines[1]["run_id"].as_str().unwrap().to_string();
+    let store = ["--store", "sqlite:runs.db"];
+    let yes = run(switchyard(dir.path())
+        .args(["resume", &a, "--decision", r#"{"ok": true}"#])
+        .args(store));
+    assert_eq!(yes.code(), 0, "{}", yes.stderr);
+    let no = run(switchyard(dir.path())
+        .args(["resume", &b, "--decision", r#"{"ok": false}"#])
+        .args(store));
+    assert_eq!(no.code(), 1, "{}", no.stderr);
+    // The next start of the batch writes their new lines, running nothing.
+    let out = batch(&dir);
+    assert_eq!(out.code(), 1, "{}", out.stderr);
+    let lines = read_lines(&dir.path().join("out.jsonl"));
+    assert_eq!(lines[0]["status"], "succeeded");
+    assert_eq!(lines[0]["output"], json!({"id": "a", "ok": true}));
+    assert_eq!(lines[1]["status"], "failed");
+    assert_eq!(lines[1]["error"]["kind"], "rejected");
+}
+
+#[test]
+fn a_batch_on_postgres_survives_a_kill_like_on_sqlite() {
+    const N: usize = 40;
+    let base = std::env::var("SWITCHYARD_TEST_DATABASE_URL").unwrap_or_else(|_| {
+        panic!(
+            "SWITCHYARD_TEST_DATABASE_URL is not set: the PostgreSQL tests need a database and do not skip. \
+             Run them with e.g. `export SWITCHYARD_TEST_DATABASE_URL=postgres://postgres@127.0.0.1:5432/test`"
+        )
+    });
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    // A fresh schema, created by the store; dropped below.
+    let schema = format!("sy_batch_{}_{nanos}", std::process::id());
+    let sep = if base.contains('?') { '&' } else { '?' };
+    let url = format!("{base}{sep}schema={schema}");
+    let dir = TempDir::new("batch-postgres");
+    let fx = dir.path().join("effects");
+    let flow = dir.write("items.yaml", items_flow(&fx));
+    write_input(&dir, N);
+    let cmd = |extra: &[&str]| {
+        let mut c = switchyard(dir.path());
+        c.arg("batch")
+            .arg(&flow)
+            .args([
+                "--input",
+                "in.jsonl",
+                "--output",
+                "out.jsonl",
+                "--concurrency",
+                "8",
+            ])
+            .args(["--store", &url])
+            .args(extra);
+        c
+    };
+    let mut child = cmd(&[])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("starts");
+    std::thread::sleep(Duration::from_millis(250));
+    let _ = child.kill();
+    let _ = child.wait();
+    let out = run(&mut cmd(&["--retry-in-doubt"]));
+    let _drop = DropSchema(base.clone(), schema.clone());
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    let lines = read_lines(&dir.path().join("out.jsonl"));
+    let ids: Vec<String> = lines
+        .iter()
+        .map(|l| l["id"].as_str().unwrap().to_string())
+        .collect();
+    let expected: Vec<String> = (0..N).map(|i| format!("item-{i}")).collect();
+    assert_eq!(ids, expected);
+    assert!(lines.iter().all(|l| l["status"] == "succeeded"), "{lines:?}");
+    assert_eq!(effects(&fx).len(), N);
+    // The runs are in PostgreSQL: `runs list` reads them there.
+    let list =
+        run(switchyard(dir.path()).args(["runs", "list", "--json", "--limit", "1000", "--store", &url]));
+    assert_eq!(list.stdout.lines().count(), N, "{}", list.stderr);
+}
+
+/// Drops a PostgreSQL schema (url, name) a test created, when it goes out of scope.
+struct DropSchema(String, String);
+
+impl Drop for DropSchema {
+    fn drop(&mut self) {
+        drop_schema(&self.0, &self.1);
+    }
+}
+
+fn drop_schema(url: &str, schema: &str) {
+    use sqlx::Connection;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        sqlx::any::install_default_drivers();
+        let mut conn = sqlx::AnyConnection::connect(url).await.expect("connect");
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"
+        )))
+        .execute(&mut conn)
+        .await
+        .expect("drop the test schema");
+        conn.close().await.expect("close");
+    });
+}
+
+#[test]
+fn a_batch_with_the_memory_store_keeps_nothing_and_runs_everything_again() {
+    let dir = TempDir::new("batch-memory");
+    let fx = dir.path().join("effects");
+    let flow = dir.write("items.yaml", items_flow(&fx));
+    write_input(&dir, 12);
+    for round in 1..=2 {
+        let out = run(switchyard(dir.path()).arg("batch").arg(&flow).args([
+            "--input",
+            "in.jsonl",
+            "--output",
+            "out.jsonl",
+            "--store",
+            "memory",
+            "--concurrency",
+            "3",
+        ]));
+        assert_eq!(out.code(), 0, "{}", out.stderr);
+        let lines = read_lines(&dir.path().join("out.jsonl"));
+        assert_eq!(lines.len(), 12);
+        assert_eq!(lines[11]["output"]["sum"], json!(2 * (11 + 12 + 13)));
+        assert!(effects(&fx).values().all(|n| *n == round));
+    }
+    assert!(
+        !dir.path().join(".switchyard").exists(),
+        "nothing written to the default store"
+    );
+}
+
+#[test]
+fn a_second_batch_on_the_same_output_is_refused_while_the_first_runs() {
+    let dir = TempDir::new("batch-busy");
+    let fx = dir.path().join("effects");
+    let flow = dir.write("items.yaml", items_flow(&fx));
+    write_input(&dir, 40);
+    let mut first = batch_cmd(&dir, &flow, &[])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("starts");
+    // Until the first holds the lock (it has written a line).
+    let out_file = dir.path().join("out.jsonl");
+    let waited = std::time::Instant::now();
+    while std::fs::metadata(&out_file).map_or(0, |m| m.len()) == 0 {
+        assert!(
+            waited.elapsed() < Duration::from_secs(15),
+            "the first batch never wrote"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let second = run(&mut batch_cmd(&dir, &flow, &[]));
+    assert_eq!(second.code(), 2, "{}", second.stderr);
+    assert!(
+        second
+            .stderr
+            .contains("is being written by another `switchyard batch`"),
+        "{}",
+        second.stderr
+    );
+    assert!(first.wait().expect("waits").success());
+    let counts = effects(&fx);
+    assert_eq!(counts.len(), 40);
+    assert!(counts.values().all(|n| *n == 1));
+    assert_eq!(read_lines(&out_file).len(), 40);
+}

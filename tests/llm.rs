@@ -950,3 +950,67 @@ async fn a_child_flow_sees_the_conversation() {
     assert_eq!(messages[1], "assistant: last");
     assert_eq!(messages.len(), 3);
 }
+
+/// `batch` over an `llm` flow: every output line carries its item's cost, the batch adds them
+/// up, and `--max-cost-usd` stops starting items once the batch has spent it.
+#[test]
+fn a_batch_records_each_items_cost_and_stops_at_its_budget() {
+    let server = Llm::start();
+    server.default_reply(Reply::Answer(classification("billing", 0.9)));
+    let dir = TempDir::new("llm-batch");
+    write_flow(&dir, "f.yaml", &flow_text(&server.base_url(), "", "", ""));
+    let input: String = (0..10)
+        .map(|i| {
+            format!(
+                "{}\n",
+                json!({"id": format!("t{i}"), "text": format!("ticket {i}")})
+            )
+        })
+        .collect();
+    dir.write("in.jsonl", input);
+    let batch = |out: &str, extra: &[&str]| {
+        support::run(
+            support::switchyard(dir.path())
+                .args([
+                    "batch",
+                    "f.yaml",
+                    "--input",
+                    "in.jsonl",
+                    "--output",
+                    out,
+                    "--concurrency",
+                    "1",
+                ])
+                .args(extra),
+        )
+    };
+    let out = batch("all.jsonl", &[]);
+    assert_eq!(out.code(), 0, "{out:?}");
+    let lines: Vec<Value> = std::fs::read_to_string(dir.path().join("all.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 10);
+    let per_item: Vec<f64> = lines.iter().map(|l| l["cost_usd"].as_f64().unwrap()).collect();
+    assert!(
+        per_item.iter().all(|c| *c > 0.00005 && *c < 0.0002),
+        "{per_item:?}"
+    );
+    assert_eq!(server.hits().len(), 10);
+
+    // One item at a time: items start until what the finished ones cost reaches the budget.
+    let mut spent = 0.0;
+    let started = per_item
+        .iter()
+        .take_while(|c| {
+            let before = spent;
+            spent += **c;
+            before < 0.0002
+        })
+        .count();
+    assert!((2..10).contains(&started), "{per_item:?}");
+    let out = batch("capped.jsonl", &["--max-cost-usd", "0.0002"]);
+    assert!(out.stderr.contains("the cost limit was reached"), "{out:?}");
+    assert_eq!(server.hits().len(), 10 + started);
+}

@@ -99,6 +99,17 @@ impl LlmAgent<'_> {
         let who = format!("agent `{}`", self.name);
         let base_url = provider_override(&p.name, "BASE_URL").unwrap_or_else(|| p.base_url.clone());
         let model = provider_override(&p.name, "MODEL").unwrap_or_else(|| self.plan.model.clone());
+        if base_url.contains("${env:") {
+            return Err(StepError::new(
+                ErrorKind::Agent,
+                format!(
+                    "{who}: the `base_url` of provider `{}` holds a secret reference; secrets are for \
+                     credentials: write the URL, and set {} to point the provider elsewhere",
+                    p.name,
+                    provider_var(&p.name, "BASE_URL")
+                ),
+            ));
+        }
         let base = base_url.trim_end_matches('/');
         let url: reqwest::Url = format!("{base}/chat/completions").parse().map_err(|e| {
             StepError::new(
@@ -401,6 +412,13 @@ impl LlmAgent<'_> {
 /// `_` (`local` → `SWITCHYARD_PROVIDER_LOCAL_BASE_URL`). `BASE_URL` and `MODEL` point a flow
 /// at another server (a local llama-server or Ollama) without editing it.
 pub fn provider_override(provider: &str, field: &str) -> Option<String> {
+    std::env::var(provider_var(provider, field))
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+}
+
+/// The name of a provider override variable: `SWITCHYARD_PROVIDER_LOCAL_BASE_URL`.
+pub fn provider_var(provider: &str, field: &str) -> String {
     let name: String = provider
         .chars()
         .map(|c| {
@@ -411,9 +429,7 @@ pub fn provider_override(provider: &str, field: &str) -> Option<String> {
             }
         })
         .collect();
-    std::env::var(format!("SWITCHYARD_PROVIDER_{name}_{field}"))
-        .ok()
-        .filter(|v| !v.trim().is_empty())
+    format!("SWITCHYARD_PROVIDER_{name}_{field}")
 }
 
 enum Failure {
@@ -477,6 +493,18 @@ fn schema_name(agent: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn override_variables_are_named_after_the_provider() {
+        assert_eq!(
+            provider_var("local", "BASE_URL"),
+            "SWITCHYARD_PROVIDER_LOCAL_BASE_URL"
+        );
+        assert_eq!(
+            provider_var("open-ai.eu", "MODEL"),
+            "SWITCHYARD_PROVIDER_OPEN_AI_EU_MODEL"
+        );
+    }
 
     #[test]
     fn schema_names_are_safe() {

@@ -23,8 +23,8 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use reqwest::{Method, StatusCode, Url};
 use serde_json::{Value, json};
 
-use super::CallContext;
 use super::net::{self, Hosts, MAX_REDIRECTS, ReadError, Secrets};
+use super::{Agent, CallContext};
 use crate::plan::HttpPlan;
 use crate::runtime::{ErrorKind, StepError};
 
@@ -35,8 +35,8 @@ pub struct HttpAgent<'a> {
     pub hosts: Hosts<'a>,
 }
 
-impl HttpAgent<'_> {
-    pub async fn call(&self, input: &Value, cx: CallContext<'_>) -> Result<Value, StepError> {
+impl Agent for HttpAgent<'_> {
+    async fn call(&self, input: &Value, cx: CallContext<'_>) -> Result<Value, StepError> {
         let mut secrets = Secrets::default();
         let out = tokio::select! {
             biased;
@@ -54,7 +54,9 @@ impl HttpAgent<'_> {
             Err(e) => Err(secrets.redact_error(e)),
         }
     }
+}
 
+impl HttpAgent<'_> {
     async fn call_inner(
         &self,
         input: &Value,

@@ -19,12 +19,13 @@
 //!
 //! Transport: every request first takes its place at the provider ([`ProviderState::admit`]:
 //! `max_concurrency` and rate limits shared by the whole process). A 429 or a 5xx is retried
-//! here, honouring `Retry-After` (a 429 pauses the whole provider), with exponential backoff
-//! otherwise, until [`RETRY_DEADLINE`] after the call's first request; a 429 still there then
-//! fails with kind `rate_limited`, a 5xx with kind `agent`. A request that takes longer than
-//! the step's `timeout` (or the provider's, if shorter) fails with kind `timeout`: the
-//! `timeout` bounds each request, never the wait for the provider's capacity. Tokens and cost
-//! (from `prices`) of every request, repairs included, are the call's [`Usage`].
+//! here, honouring `Retry-After` (at least 0.5s; a 429 pauses the whole provider), with
+//! exponential backoff otherwise, until [`RETRY_DEADLINE`] after the call's first request; a
+//! 429 still there then fails with kind `rate_limited`, a 5xx with kind `agent`. A request
+//! that takes longer than the step's `timeout` (or the provider's, if shorter) fails with kind
+//! `timeout`: the `timeout` bounds each request, never the wait for the provider's capacity.
+//! Tokens and cost (from `prices`) of every request, repairs included, are the call's
+//! [`Usage`].
 
 use std::time::{Duration, SystemTime};
 
@@ -374,7 +375,11 @@ impl LlmAgent<'_> {
                 }
             };
             drop(admission);
-            let wait = failure.retry_after.unwrap_or_else(|| backoff(tries));
+            // `Retry-After` is honoured, but never below the first backoff: a server that
+            // keeps answering `Retry-After: 0` is not asked again at once, forever.
+            let wait = failure
+                .retry_after
+                .map_or_else(|| backoff(tries), |ra| ra.max(FIRST_BACKOFF));
             let elapsed = started.elapsed();
             if elapsed + wait > RETRY_DEADLINE {
                 return Err(StepError::new(

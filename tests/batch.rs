@@ -787,3 +787,266 @@ fn a_second_batch_on_the_same_output_is_refused_while_the_first_runs() {
     assert!(counts.values().all(|n| *n == 1));
     assert_eq!(read_lines(&out_file).len(), 40);
 }
+
+/// Runs a batch into a store that fails part-way (`store`), then again with a working one:
+/// the first stops with a clear error and no wrong line; the second finishes every item once.
+fn a_failing_store_stops_the_batch(dir: &TempDir, store: &str, expect: &[&str]) {
+    const N: usize = 60;
+    let fx = dir.path().join("effects");
+    let flow = dir.write("items.yaml", items_flow(&fx));
+    write_input(dir, N);
+    let mut cmd = switchyard(dir.path());
+    cmd.arg("batch")
+        .arg(&flow)
+        .args([
+            "--input",
+            "in.jsonl",
+            "--output",
+            "out.jsonl",
+            "--concurrency",
+            "8",
+        ])
+        .args(["--store", store]);
+    let out = run(&mut cmd);
+    assert_eq!(out.code(), 1, "{}", out.stderr);
+    for e in expect {
+        assert!(out.stderr.contains(e), "`{e}` not in: {}", out.stderr);
+    }
+    assert!(
+        out.stderr.contains("the same command continues"),
+        "{}",
+        out.stderr
+    );
+    let partial = read_lines(&dir.path().join("out.jsonl"));
+    assert!(partial.len() < N, "stopped part-way: {} lines", partial.len());
+    // No item was written as failed because of the store.
+    assert!(partial.iter().all(|l| l["status"] == "succeeded"), "{partial:?}");
+
+    let out = run(&mut batch_cmd(dir, &flow, &["--retry-in-doubt"]));
+    let lines = read_lines(&dir.path().join("out.jsonl"));
+    let failed: Vec<&Value> = lines.iter().filter(|l| l["status"] != "succeeded").collect();
+    assert_eq!(out.code(), 0, "{}\n{failed:?}", out.stderr);
+    let ids: Vec<&str> = lines.iter().map(|l| l["id"].as_str().unwrap()).collect();
+    let expected: Vec<String> = (0..N).map(|i| format!("item-{i}")).collect();
+    assert_eq!(ids, expected);
+    assert!(lines.iter().all(|l| l["status"] == "succeeded"));
+    assert_eq!(effects(&fx).len(), N);
+}
+
+#[test]
+fn a_full_disk_stops_a_batch_clearly_and_the_same_command_continues() {
+    let dir = TempDir::new("batch-full");
+    // The store may grow to 18 pages of 4 KiB: it fills up part-way through the batch.
+    a_failing_store_stops_the_batch(
+        &dir,
+        "sqlite:runs.db?max_pages=18",
+        &["the store failed", "is full"],
+    );
+}
+
+#[test]
+fn a_store_locked_by_another_process_stops_a_batch_clearly() {
+    use sqlx::Connection;
+    let dir = TempDir::new("batch-locked");
+    let db = dir.path().join("runs.db");
+    // Create the store, then hold its write lock from another connection.
+    let init = run(switchyard(dir.path()).args(["runs", "list", "--store", "sqlite:runs.db"]));
+    assert_eq!(init.code(), 0, "{}", init.stderr);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    sqlx::any::install_default_drivers();
+    let mut conn = rt
+        .block_on(sqlx::AnyConnection::connect(&format!(
+            "sqlite://{}",
+            db.display()
+        )))
+        .expect("connect");
+    rt.block_on(sqlx::raw_sql("BEGIN IMMEDIATE").execute(&mut conn))
+        .expect("take the write lock");
+    let fx = dir.path().join("effects");
+    let flow = dir.write("items.yaml", items_flow(&fx));
+    write_input(&dir, 5);
+    let out = run(switchyard(dir.path()).arg("batch").arg(&flow).args([
+        "--input",
+        "in.jsonl",
+        "--output",
+        "out.jsonl",
+        "--store",
+        "sqlite:runs.db?busy_timeout_ms=200",
+    ]));
+    assert_eq!(out.code(), 1, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("the store failed") && out.stderr.contains("is locked by another process"),
+        "{}",
+        out.stderr
+    );
+    assert!(read_lines(&dir.path().join("out.jsonl")).is_empty());
+    assert!(!fx.exists(), "no call was made without its record");
+    // Once the lock is gone, the same command runs the batch.
+    rt.block_on(sqlx::raw_sql("ROLLBACK").execute(&mut conn))
+        .expect("release");
+    rt.block_on(conn.close()).expect("close");
+    let out = run(&mut batch_cmd(&dir, &flow, &[]));
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    assert_eq!(read_lines(&dir.path().join("out.jsonl")).len(), 5);
+}
+
+#[test]
+fn retry_failed_runs_only_the_failed_items_again() {
+    let dir = TempDir::new("batch-retry-failed");
+    let fx = dir.path().join("effects");
+    let broken = dir.path().join("broken");
+    // Odd items fail while the `broken` file exists.
+    dir.write(
+        "flaky.yaml",
+        format!(
+            r#"flow: flaky
+agents:
+  work:
+    kind: command
+    run: [sh, -c, 'read -r x; printf "%s\n" "$x" >> "{fx}"; case "$x" in *[13579]\"*) test -e "{broken}" && exit 3;; esac; printf "%s" "$x"']
+    idempotent: true
+steps:
+  go:
+    agent: work
+    output: {{$.done: $.id}}
+"#,
+            fx = fx.display(),
+            broken = broken.display()
+        ),
+    );
+    dir.write("broken", "");
+    let mut input = String::new();
+    for i in 0..10 {
+        input.push_str(&json!({"id": format!("t{i}")}).to_string());
+        input.push('\n');
+    }
+    dir.write("in.jsonl", input);
+    let batch = |extra: &[&str]| {
+        run(switchyard(dir.path())
+            .args([
+                "batch",
+                "flaky.yaml",
+                "--input",
+                "in.jsonl",
+                "--output",
+                "out.jsonl",
+            ])
+            .args(["--store", "sqlite:runs.db"])
+            .args(extra))
+    };
+    let out = batch(&[]);
+    assert_eq!(out.code(), 1, "{}", out.stderr);
+    let lines = read_lines(&dir.path().join("out.jsonl"));
+    let failed: Vec<&str> = lines
+        .iter()
+        .filter(|l| l["status"] == "failed")
+        .map(|l| l["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(failed, ["t1", "t3", "t5", "t7", "t9"]);
+    assert_eq!(lines[1]["error"]["kind"], "agent");
+    std::fs::remove_file(&broken).unwrap();
+    // Without --retry-failed the failures stand.
+    assert_eq!(batch(&[]).code(), 1);
+    assert_eq!(effects(&fx).values().sum::<usize>(), 10);
+    let out = batch(&["--retry-failed"]);
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    let lines = read_lines(&dir.path().join("out.jsonl"));
+    assert!(lines.iter().all(|l| l["status"] == "succeeded"), "{lines:?}");
+    // Only the five failed items ran again.
+    let counts = effects(&fx);
+    for i in 0..10 {
+        assert_eq!(counts[&format!("t{i}")], if i % 2 == 1 { 2 } else { 1 }, "t{i}");
+    }
+}
+
+#[test]
+fn a_batch_whose_flow_changed_is_not_resumed_without_allow_changed() {
+    let dir = TempDir::new("batch-changed");
+    let fx = dir.path().join("effects");
+    let flow = dir.write("items.yaml", items_flow(&fx));
+    write_input(&dir, 80);
+    let mut child = batch_cmd(&dir, &flow, &[])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("starts");
+    // Until some runs are under way, then a crash.
+    let waited = std::time::Instant::now();
+    while effects(&fx).len() < 10 {
+        assert!(
+            waited.elapsed() < Duration::from_secs(15),
+            "the batch never started runs"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    child.kill().expect("SIGKILL");
+    let _ = child.wait();
+    let text = std::fs::read_to_string(&flow).unwrap();
+    dir.write(
+        "items.yaml",
+        text.replace("flow: items\n", "flow: items\ndescription: edited\n"),
+    );
+    let out = run(&mut batch_cmd(&dir, &flow, &[]));
+    assert_eq!(out.code(), 2, "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("started from another version of the flow `items`")
+            && out.stderr.contains("--allow-changed"),
+        "{}",
+        out.stderr
+    );
+    let out = run(&mut batch_cmd(
+        &dir,
+        &flow,
+        &["--allow-changed", "--retry-in-doubt"],
+    ));
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    assert_eq!(read_lines(&dir.path().join("out.jsonl")).len(), 80);
+}
+
+#[test]
+fn without_a_terminal_a_batch_prints_plain_progress_lines_and_a_summary() {
+    let dir = TempDir::new("batch-progress");
+    dir.write(
+        "slow.yaml",
+        "flow: slow\nagents:\n  wait:\n    kind: mock\n    latency: 300ms\n    returns: {ok: true}\nsteps:\n  go:\n    agent: wait\n    output: {$.ok: $.ok}\n",
+    );
+    let mut input = String::new();
+    for i in 0..8 {
+        input.push_str(&format!("{{\"id\": \"p{i}\"}}\n"));
+    }
+    dir.write("in.jsonl", input);
+    let out = run(switchyard(dir.path()).args([
+        "batch",
+        "slow.yaml",
+        "--input",
+        "in.jsonl",
+        "--output",
+        "out.jsonl",
+        "--concurrency",
+        "2",
+        "--progress-every",
+        "1",
+    ]));
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    let progress: Vec<&str> = out
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("batch: ") && l.contains("/8 done"))
+        .collect();
+    assert!(!progress.is_empty(), "{}", out.stderr);
+    assert!(
+        progress[0].contains("in flight") && progress[0].contains("/s") && progress[0].contains("ETA"),
+        "{}",
+        progress[0]
+    );
+    assert!(
+        out.stderr
+            .contains("batch: 8 items: 8 succeeded, 0 failed, 0 interrupted"),
+        "{}",
+        out.stderr
+    );
+}

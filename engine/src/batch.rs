@@ -102,6 +102,8 @@ pub struct Summary {
     pub elapsed: std::time::Duration,
     /// Why the batch stopped early, if it did.
     pub stopped: Option<String>,
+    /// It stopped because the store failed (disk full, locked).
+    pub store_failed: bool,
 }
 
 /// Why a batch could not run at all.
@@ -443,6 +445,7 @@ pub async fn run<S: Store>(
     let mut input_done = false;
     let mut stopped: Option<String> = None;
     let mut blocked = false; // an unfinished slot: nothing more is written
+    let mut store_failed = false;
     let cost_hit = AtomicBool::new(false);
     let resume_options = ResumeOptions {
         retry_in_doubt: options.retry_in_doubt,
@@ -572,6 +575,22 @@ pub async fn run<S: Store>(
             }
         };
         let slot = match outcome {
+            Ok(RunOutcome {
+                store_failure: Some(why),
+                ..
+            }) => {
+                // Not the item's failure: what happened is not all on record. Stop, and
+                // leave the run to resume once the store works again.
+                if !store_failed {
+                    store_failed = true;
+                    stopped = Some(format!(
+                        "the store failed: {why}. Items from here on are not written; \
+                         once the store works again, the same command continues"
+                    ));
+                    controls.pause.cancel();
+                }
+                Slot::Unfinished
+            }
             Ok(o) if o.status == RunStatus::Running => Slot::Unfinished,
             Ok(o) => {
                 progress.add_cost(o.usage.cost_usd);
@@ -604,6 +623,7 @@ pub async fn run<S: Store>(
         cost_usd: progress.cost_usd(),
         elapsed: started.elapsed(),
         stopped,
+        store_failed,
     })
 }
 

@@ -1,6 +1,12 @@
 //! Shared plumbing of the batch-binary workloads (W5 `batch-binary`, W5x, W7, W9): the
 //! generated JSONL input, one `switchyard batch` process timed from spawn to exit and reaped
-//! with `wait4` (its own CPU time and peak RSS), and the check of its output file.
+//! with `wait4` (its own CPU time), its peak RSS, and the check of its output file.
+//!
+//! Peak RSS is the child's `VmHWM` (`/proc/PID/status`), polled every millisecond until it exits
+//! ([`run_polled`], in processes that are not timed), not `wait4`'s `ru_maxrss`: Linux carries the
+//! high-water mark of the memory the child had before `exec` (a copy of the harness's, or the
+//! harness's own with `vfork`) into `ru_maxrss`, so a small child of a 20 MiB harness reports
+//! 20 MiB.
 //!
 //! Every item is `{"i": k}` and is identified by `--id-field i`, so output line k must be
 //! `{"id": "k", "status": "succeeded", "output": {"i": k, "result": 2k}, ...}`.
@@ -39,8 +45,6 @@ pub struct Exit {
     pub wall_s: f64,
     /// The child's own CPU time (user + system, every thread), from `wait4`.
     pub cpu_s: f64,
-    /// The child's peak resident set (`ru_maxrss`), KiB.
-    pub maxrss_kib: u64,
     /// The raw wait status.
     status: i32,
 }
@@ -129,7 +133,6 @@ pub fn reap(child: &Child, t0: Instant, block: bool) -> Result<Option<Exit>, Str
             return Ok(Some(Exit {
                 wall_s,
                 cpu_s: tv(ru.ru_utime) + tv(ru.ru_stime),
-                maxrss_kib: ru.ru_maxrss.max(0) as u64,
                 status,
             }));
         }
@@ -158,6 +161,53 @@ pub fn run(cmd: &BatchCmd) -> Result<Exit, String> {
         ));
     }
     Ok(exit)
+}
+
+/// Runs the batch to its end like [`run`], reading its `VmHWM` every millisecond meanwhile:
+/// returns the exit (its wall is only good to the millisecond, and the polling disturbs it a
+/// little: do not time these) and the highest `VmHWM` seen, in KiB. The last read is at most a
+/// millisecond before the exit.
+pub fn run_polled(cmd: &BatchCmd) -> Result<(Exit, u64), String> {
+    let (child, t0) = spawn(cmd)?;
+    let status = format!("/proc/{}/status", child.id());
+    let mut peak = 0u64;
+    let exit = loop {
+        if let Some(hwm) = std::fs::read_to_string(&status)
+            .ok()
+            .as_deref()
+            .and_then(vm_hwm_kib)
+        {
+            peak = peak.max(hwm);
+        }
+        if let Some(exit) = reap(&child, t0, false)? {
+            break exit;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    if !exit.success() {
+        return Err(format!(
+            "`switchyard batch` (`{}`, store `{}`) ended with {}: {}",
+            cmd.input.display(),
+            cmd.store,
+            exit.describe(),
+            log_tail(&cmd.log)
+        ));
+    }
+    if peak == 0 {
+        return Err(format!(
+            "never read the VmHWM of `switchyard batch` (`{}`)",
+            cmd.input.display()
+        ));
+    }
+    Ok((exit, peak))
+}
+
+/// `VmHWM` of a `/proc/PID/status` text, KiB (none once the process is a zombie).
+fn vm_hwm_kib(status: &str) -> Option<u64> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
 }
 
 /// Runs the batch, SIGKILLs it `after` its spawn, and reaps it. Fails if it ended on its own

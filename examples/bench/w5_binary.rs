@@ -10,7 +10,8 @@
 //!
 //! Reported: `wall_s`, `efficiency` = (N × 0.05 s / 64) / wall, `cpu_ms_per_run` = the child's
 //! CPU time (user + system, from `wait4`) / N, `ratio_2n`. On stderr also the wall of a 1-item
-//! batch (start-up + one 50 ms call + exit), for reading the others.
+//! batch (start-up + one 50 ms call + exit), for reading the others, and the peak RSS (`VmHWM`) of
+//! one more, untimed, batch at N.
 
 use crate::Options;
 use crate::batch_bin::{self, BatchCmd};
@@ -56,7 +57,6 @@ pub fn run(profile: &Profile, opts: &Options) -> Result<Vec<Report>, String> {
     let ideal = batch_bin::ideal_s(n, CONCURRENCY);
     let (mut wall, mut eff, mut cpu, mut ratios, mut one) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    let mut rss = Vec::new();
     for _ in 0..RUNS {
         let e = batch_bin::run(&at_n)?;
         batch_bin::check_output(&at_n.output, n)?;
@@ -69,8 +69,9 @@ pub fn run(profile: &Profile, opts: &Options) -> Result<Vec<Report>, String> {
         cpu.push(e.cpu_s * 1e3 / n as f64);
         ratios.push(e2.wall_s / e.wall_s);
         one.push(e1.wall_s * 1e3);
-        rss.push(e.maxrss_kib as f64 / 1024.0);
     }
+    let (_, hwm) = batch_bin::run_polled(&at_n)?;
+    batch_bin::check_output(&at_n.output, n)?;
     eprintln!(
         "W5 batch-binary: median wall {:.3} s (ideal {ideal:.3} s), efficiency {:.4} (target ≥ {TARGET_EFFICIENCY}), \
          {:.4} ms CPU per run (target ≤ {TARGET_CPU_MS}), 2N/N {:.3}; a 1-item batch takes {:.1} ms \
@@ -80,7 +81,7 @@ pub fn run(profile: &Profile, opts: &Options) -> Result<Vec<Report>, String> {
         median(&cpu),
         median(&ratios),
         median(&one),
-        median(&rss)
+        hwm as f64 / 1024.0
     );
     let what = format!(
         "{n} items `{{i: k}}` of `{}` (mock agent, latency 50 ms) through `switchyard batch --concurrency {CONCURRENCY} \

@@ -1,13 +1,14 @@
 //! W5x wide batch (BENCH.md): W5 with N = 20,000 items at 2,000 in flight, through the release
 //! `switchyard batch ... --concurrency 2000 --store memory`, as a whole process.
 //!
-//! One checked warm-up; then [`RUNS`] repetitions, each the batch at N (output checked) and a
-//! 1-item batch with the same command line (the baseline: the process with its runtime, flow
-//! and store, and nothing in flight).
+//! One checked warm-up; then [`RUNS`] repetitions, each: the batch at N, timed; the batch at N
+//! again and a 1-item batch with the same command line (the baseline: the process with its
+//! runtime, flow and store, and nothing in flight), both untimed, their `VmHWM` read every
+//! millisecond (`batch_bin::run_polled`). Every output is checked.
 //!
 //! Reported: `wall_s`; `efficiency` = (N × 0.05 s / 2000) / wall; `peak_rss_mb`, the child's
-//! peak resident set (`ru_maxrss` from `wait4`); `kib_per_run_in_flight` = (peak RSS of the
-//! batch − peak RSS of the 1-item baseline) / 2000. The memory store keeps every finished run's
+//! peak resident set (`VmHWM`); `kib_per_run_in_flight` = (peak RSS of the batch − peak RSS of
+//! the 1-item baseline) / 2000. The memory store keeps every finished run's
 //! records to the end, so that figure includes what N finished runs leave behind as well as what
 //! 2,000 runs in flight hold. With `--breakdown` (or a missed target) a batch of exactly 2,000
 //! items (one wave: as many in flight, few finished) tells the two apart, on stderr.
@@ -55,13 +56,15 @@ pub fn run(profile: &Profile, opts: &Options) -> Result<Vec<Report>, String> {
     for _ in 0..RUNS {
         let e = batch_bin::run(&at_n)?;
         batch_bin::check_output(&at_n.output, n)?;
-        let b = batch_bin::run(&at_1)?;
+        let (_, hwm) = batch_bin::run_polled(&at_n)?;
+        batch_bin::check_output(&at_n.output, n)?;
+        let (_, hwm_1) = batch_bin::run_polled(&at_1)?;
         batch_bin::check_output(&at_1.output, 1)?;
         wall.push(e.wall_s);
         eff.push(ideal / e.wall_s);
-        peak.push(e.maxrss_kib as f64 / 1024.0);
-        base.push(b.maxrss_kib as f64 / 1024.0);
-        per_run.push((e.maxrss_kib as f64 - b.maxrss_kib as f64) / c as f64);
+        peak.push(hwm as f64 / 1024.0);
+        base.push(hwm_1 as f64 / 1024.0);
+        per_run.push((hwm as f64 - hwm_1 as f64) / c as f64);
         cpu.push(e.cpu_s * 1e3 / n as f64);
     }
     let (m_eff, m_kib) = (median(&eff), median(&per_run));
@@ -78,9 +81,9 @@ pub fn run(profile: &Profile, opts: &Options) -> Result<Vec<Report>, String> {
         let wave = cmd(c)?;
         let mut rss = Vec::new();
         for _ in 0..RUNS {
-            let e = batch_bin::run(&wave)?;
+            let (_, hwm) = batch_bin::run_polled(&wave)?;
             batch_bin::check_output(&wave.output, c)?;
-            rss.push(e.maxrss_kib as f64);
+            rss.push(hwm as f64);
         }
         let (wave_kib, n_kib, base_kib) = (median(&rss), median(&peak) * 1024.0, median(&base) * 1024.0);
         eprintln!(
@@ -119,7 +122,7 @@ pub fn run(profile: &Profile, opts: &Options) -> Result<Vec<Report>, String> {
             "peak_rss_mb",
             n as u64,
             peak,
-            format!("{what}; the child's peak RSS (wait4 ru_maxrss), MiB"),
+            format!("{what}; the child's peak RSS (VmHWM, read every ms in an untimed run), MiB"),
         ),
         Report::new(
             ID,
@@ -127,7 +130,8 @@ pub fn run(profile: &Profile, opts: &Options) -> Result<Vec<Report>, String> {
             n as u64,
             per_run,
             format!(
-                "{what}; (peak RSS − peak RSS of the same command on 1 item) / {c}, KiB; includes what the memory \
+                "{what}; (peak RSS − peak RSS of the same command on 1 item) / {c}, KiB (VmHWM, read every ms in \
+                 untimed runs); includes what the memory \
                  store keeps of the {n} finished runs; target ≤ {TARGET_KIB_PER_RUN}"
             ),
         ),

@@ -156,7 +156,7 @@ fn report(args: &Args, s: &Summary, paused: bool) -> u8 {
             args.input.display(),
             args.output.display(),
             if args.store.url != crate::store::any::DEFAULT_STORE {
-                format!(" --store {}", args.store.url)
+                format!(" --store '{}'", crate::store::sql::redact(&args.store.url))
             } else {
                 String::new()
             }
@@ -169,7 +169,9 @@ fn report(args: &Args, s: &Summary, paused: bool) -> u8 {
             s.interrupted
         );
     }
-    if paused {
+    if s.store_failed {
+        super::exit::FAILED
+    } else if paused {
         130
     } else if s.failed > 0 || s.stopped.is_some() {
         super::exit::FAILED

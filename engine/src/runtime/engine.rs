@@ -71,6 +71,9 @@ pub struct RunOutcome {
     pub steps: u64,
     /// From the run's recorded start (its first start, when resumed) to its end.
     pub duration_ms: u64,
+    /// A store write failed (disk full, locked): what happened is not all on record, and
+    /// the run should be resumed once the store works again rather than reported.
+    pub store_failure: Option<String>,
 }
 
 /// Runs plans against a store.
@@ -112,6 +115,8 @@ struct Tree {
     /// Stop at the next recorded point, leaving the run to resume (Ctrl-C in a batch).
     pause: CancellationToken,
     resume: ResumeOptions,
+    /// The first store write that failed in this tree: the run's end may not be on record.
+    store_failure: std::sync::Mutex<Option<String>>,
     /// What the agent calls of the whole tree have cost so far, in 10⁻⁹ USD.
     spent_nano: AtomicU64,
 }
@@ -392,6 +397,7 @@ impl<S: Store> Engine<S> {
             cancel: controls.cancel,
             pause: controls.pause,
             resume,
+            store_failure: std::sync::Mutex::new(None),
             spent_nano: AtomicU64::new(0),
         });
         let lineage = Lineage {
@@ -583,7 +589,7 @@ impl<'e, S: Store> Run<'e, S> {
 
     async fn execute(&mut self) -> RunOutcome {
         if let Err(e) = self.engine.store.create_run(&self.record).await {
-            let e = StepError::new(ErrorKind::Agent, format!("store: {e}"));
+            let e = self.store_error(&e);
             return self.finish(RunStatus::Failed, None, Some(e)).await;
         }
         tracing::info!(run_id = %self.record.id, flow = %self.flow.name, depth = self.lineage.depth, "run started");
@@ -653,8 +659,19 @@ impl<'e, S: Store> Run<'e, S> {
         self.record.error = error;
         self.record.finished_at = (!paused).then(record::now_ms);
         self.record.steps = self.executed.load(Ordering::Relaxed);
-        if let Err(e) = self.engine.store.update_run(&self.record).await {
+        // After a failed store write the run's end is not recorded either: it stays `running`,
+        // to be resumed once the store works, rather than ending `failed` for the store's sake.
+        let store_failed = self
+            .tree
+            .store_failure
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some();
+        if store_failed {
+            tracing::warn!(run_id = %self.record.id, "the store failed: the end of the run is not recorded");
+        } else if let Err(e) = self.engine.store.update_run(&self.record).await {
             tracing::error!(run_id = %self.record.id, error = %e, "could not record the end of the run");
+            self.store_error(&e);
         }
         let output = self.record.output.take();
         let error = self.record.error.take().or(kept);
@@ -678,7 +695,43 @@ impl<'e, S: Store> Run<'e, S> {
                 .finished_at
                 .unwrap_or_else(record::now_ms)
                 .saturating_sub(self.record.started_at),
+            store_failure: self
+                .tree
+                .store_failure
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone(),
         }
+    }
+
+    /// Records a step part. Once a store write of this tree failed, nothing more is written:
+    /// a record made after a lost one (a step failed *because* the store failed) would tell
+    /// a resume a wrong story.
+    async fn record(&self, rec: StepRecord) -> Result<(), StepError> {
+        let failed = self
+            .tree
+            .store_failure
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        if let Some(why) = failed {
+            return Err(StepError::new(ErrorKind::Agent, format!("store: {why}")));
+        }
+        self.engine
+            .store
+            .record_step(rec)
+            .await
+            .map_err(|e| self.store_error(&e))
+    }
+
+    /// The error a failed store write becomes; the tree remembers the first.
+    fn store_error(&self, e: &crate::store::StoreError) -> StepError {
+        let message = format!("store: {e}");
+        let mut first = self.tree.store_failure.lock().unwrap_or_else(|p| p.into_inner());
+        if first.is_none() {
+            *first = Some(e.to_string());
+        }
+        StepError::new(ErrorKind::Agent, message)
     }
 
     /// The next step's number: `3`, or `2.3` in a child run started by step `2`.
@@ -818,11 +871,8 @@ impl<'e, S: Store> Run<'e, S> {
                     child_run: outcome.child_run,
                     route: route_name,
                 };
-                if let Err(e) = self.engine.store.record_step(rec).await {
-                    return Err((
-                        RunStatus::Failed,
-                        StepError::new(ErrorKind::Agent, format!("store: {e}")),
-                    ));
+                if let Err(e) = self.record(rec).await {
+                    return Err((RunStatus::Failed, e));
                 }
             }
             if let Some(stop) = outcome.stop {
@@ -1423,8 +1473,7 @@ impl<'e, S: Store> Run<'e, S> {
                 child_run: None,
                 route: None,
             };
-            if let Err(e) = self.engine.store.record_step(rec).await {
-                let e = StepError::new(ErrorKind::Agent, format!("store: {e}"));
+            if let Err(e) = self.record(rec).await {
                 return Err((e, Usage::default(), None, false));
             }
         }
@@ -1609,13 +1658,14 @@ impl<'e, S: Store> Run<'e, S> {
                     .finished_at
                     .unwrap_or(rec.started_at)
                     .saturating_sub(rec.started_at),
+                store_failure: None,
             },
             earlier => {
                 let replay = match &earlier {
                     Some(rec) => match Replay::load(&*self.engine.store, &rec.id).await {
                         Ok(r) => Some(Arc::new(r)),
                         Err(e) => {
-                            let e = StepError::new(ErrorKind::Agent, format!("store: {e}"));
+                            let e = self.store_error(&e);
                             return Err((e, Usage::default(), Some(rec.id.clone()), false));
                         }
                     },
@@ -1863,8 +1913,8 @@ impl<'e, S: Store> Run<'e, S> {
             child_run: o.child_run.clone(),
             route: None,
         };
-        if let Err(e) = self.engine.store.record_step(rec).await {
-            o.error = Some(StepError::new(ErrorKind::Agent, format!("store: {e}")));
+        if let Err(e) = self.record(rec).await {
+            o.error = Some(e);
         }
     }
 

@@ -18,6 +18,8 @@ mod rows;
 pub mod schema;
 mod statements;
 mod url;
+
+pub use url::redact;
 mod writer;
 
 use std::str::FromStr;
@@ -132,6 +134,17 @@ impl SqlStore {
     pub async fn open_with(url: &str, options: SqlOptions) -> Result<SqlStore, StoreError> {
         sqlx::any::install_default_drivers();
         let mut location = url::parse(url)?;
+        // What the URL says wins over the defaults.
+        let mut options = options;
+        if let Some(s) = location.sqlite.synchronous {
+            options.synchronous = s;
+        }
+        if let Some(ms) = location.sqlite.busy_timeout_ms {
+            options.busy_timeout = Duration::from_millis(ms);
+        }
+        if let Some(pages) = location.sqlite.max_pages {
+            options.max_pages = Some(pages);
+        }
         if let Some(name) = &options.schema {
             location.set_schema(name)?;
         }

@@ -49,6 +49,45 @@ impl Target {
 pub(crate) struct Location {
     pub target: Target,
     pub name: String,
+    /// SQLite options given in the URL (`sqlite:PATH?synchronous=normal&busy_timeout_ms=200&max_pages=N`).
+    pub sqlite: SqliteParams,
+}
+
+/// What a SQLite URL may set of [`super::SqlOptions`].
+#[derive(Clone, Debug, Default)]
+pub(crate) struct SqliteParams {
+    pub synchronous: Option<super::Synchronous>,
+    pub busy_timeout_ms: Option<u64>,
+    pub max_pages: Option<u64>,
+}
+
+/// Parses `k=v&...` of a SQLite URL.
+fn sqlite_params(query: &str) -> Result<SqliteParams, String> {
+    let mut p = SqliteParams::default();
+    for pair in query.split('&').filter(|s| !s.is_empty()) {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        let number = || {
+            v.parse::<u64>()
+                .map_err(|_| format!("`{k}` takes a whole number, not `{v}`"))
+        };
+        match k {
+            "synchronous" => {
+                p.synchronous = Some(match v {
+                    "full" => super::Synchronous::Full,
+                    "normal" => super::Synchronous::Normal,
+                    _ => return Err(format!("`synchronous` is `full` or `normal`, not `{v}`")),
+                })
+            }
+            "busy_timeout_ms" => p.busy_timeout_ms = Some(number()?),
+            "max_pages" => p.max_pages = Some(number()?),
+            _ => {
+                return Err(format!(
+                    "unknown SQLite option `{k}` (options: synchronous=full|normal, busy_timeout_ms=N, max_pages=N)"
+                ));
+            }
+        }
+    }
+    Ok(p)
 }
 
 impl Location {
@@ -89,11 +128,13 @@ pub(crate) fn parse(url: &str) -> Result<Location, StoreError> {
             return Ok(Location {
                 target: Target::SqliteMemory,
                 name: "sqlite::memory:".into(),
+                sqlite: SqliteParams::default(),
             });
         }
-        if rest.contains('?') {
-            return Err(bad("SQLite store URLs take no options: use `sqlite:PATH`".into()));
-        }
+        let (rest, params) = match rest.split_once('?') {
+            Some((path, query)) => (path, sqlite_params(query).map_err(bad)?),
+            None => (rest, SqliteParams::default()),
+        };
         if rest.is_empty() {
             return Err(bad("the SQLite store URL names no file: use `sqlite:PATH`".into()));
         }
@@ -102,6 +143,7 @@ pub(crate) fn parse(url: &str) -> Result<Location, StoreError> {
         return Ok(Location {
             target: Target::SqliteFile(path),
             name,
+            sqlite: params,
         });
     }
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
@@ -134,6 +176,7 @@ pub(crate) fn parse(url: &str) -> Result<Location, StoreError> {
                 schema,
             },
             name,
+            sqlite: SqliteParams::default(),
         });
     }
     Err(bad(
@@ -155,7 +198,8 @@ pub(crate) fn check_schema_name(s: &str) -> Result<(), String> {
 }
 
 /// The URL without a password, for messages.
-fn redact(url: &str) -> String {
+/// The URL with its password (if any) replaced by `***`, for messages.
+pub fn redact(url: &str) -> String {
     match AnyConnectOptions::from_str(url) {
         Ok(opts) if opts.database_url.password().is_some() => {
             let mut u = opts.database_url;
@@ -204,6 +248,24 @@ mod tests {
         assert_eq!(l.target.driver_url(), "sqlite:///tmp/a%20b%25%23.db?mode=rwc");
         assert!(parse("sqlite:").is_err());
         assert!(parse("mysql://x").is_err());
+        let l = parse("sqlite:runs.db?synchronous=normal&busy_timeout_ms=250&max_pages=64").expect("parses");
+        assert!(l.name.ends_with("/runs.db"), "{}", l.name);
+        assert_eq!(l.sqlite.synchronous, Some(crate::store::sql::Synchronous::Normal));
+        assert_eq!(
+            (l.sqlite.busy_timeout_ms, l.sqlite.max_pages),
+            (Some(250), Some(64))
+        );
+        let err = parse("sqlite:runs.db?fast=1")
+            .expect_err("unknown option")
+            .to_string();
+        assert!(err.contains("unknown SQLite option `fast`"), "{err}");
+        let err = parse("sqlite:runs.db?max_pages=lots")
+            .expect_err("not a number")
+            .to_string();
+        assert!(
+            err.contains("`max_pages` takes a whole number, not `lots`"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -818,6 +818,10 @@ fn the_ticket_classify_flow_runs_against_a_local_server() {
     );
     let body = &server.hits()[0].body;
     assert_eq!(body["model"], "qwen2.5:7b-instruct");
+    assert_eq!(
+        (body["temperature"].as_f64(), body["max_tokens"].as_u64()),
+        (Some(0.0), Some(200))
+    );
     let messages = user_messages(body);
     assert!(
         messages[1].starts_with("user: Context:\n$.ticket.customer = {\"id\":\"C-9\""),

@@ -134,6 +134,33 @@ mod tests {
     }
 
     #[test]
+    fn problems_say_what_to_fix() {
+        let cut = Answer {
+            content: "{\"a\": ".into(),
+            finish_reason: Some("length".into()),
+            input_tokens: None,
+            output_tokens: None,
+        };
+        let p = Problem::Json(parse_answer(&cut.content).unwrap_err());
+        assert_eq!(
+            p.describe(&cut),
+            "the answer is not valid JSON: EOF while parsing a value at line 1 column 5 \
+             (the answer was cut off at `max_tokens`)"
+        );
+        assert!(
+            p.repair_request(&cut)
+                .starts_with("Your answer could not be used: the answer is not valid JSON")
+        );
+        let e = p.into_error("agent `a`", 2, &cut);
+        assert_eq!(e.kind, ErrorKind::InvalidOutput);
+        assert!(
+            e.message.starts_with("agent `a`: the answer is not valid JSON")
+                && e.message.ends_with("(after 2 requests)")
+        );
+        assert_eq!(e.details.unwrap()["answer_start"], "{\"a\":");
+    }
+
+    #[test]
     fn completions_parse() {
         let body = br#"{"choices":[{"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],
                         "usage":{"prompt_tokens":12,"completion_tokens":3}}"#;

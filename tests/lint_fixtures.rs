@@ -654,6 +654,7 @@ const TESTED: &[&str] = &[
     "unused-result",
     "literal-secret",
     "shell-with-template",
+    "host-not-allowed",
 ];
 
 macro_rules! rule_tests {
@@ -708,6 +709,7 @@ rule_tests! {
     unused_result => "unused-result",
     literal_secret => "literal-secret",
     shell_with_template => "shell-with-template",
+    host_not_allowed => "host-not-allowed",
 }
 
 /// Rules of `switchyard explain --list` that have no fixture folder yet because the binary does

@@ -6,7 +6,9 @@
 //! - [`cli`]: exit codes, output formats, `explain`, `--help`;
 //! - [`engine`]: runs and flow tests: every runtime semantic, through `run` and `test`;
 //! - [`corpus`]: hostile inputs (alias bombs, deep nesting, huge and binary files);
-//! - [`fuzz`]: property tests over generated and mutated flows.
+//! - [`fuzz`]: property tests over generated and mutated flows;
+//! - [`llm`] and [`http_agent`]: `llm` and `http` agents against local servers
+//!   ([`mock_server`]): limits, retries, structured output, secrets.
 
 mod batch;
 mod cli;
@@ -14,8 +16,11 @@ mod corpus;
 mod engine;
 mod fuzz;
 mod graph;
+mod http_agent;
 mod lint_fixtures;
+mod llm;
 mod logs;
+mod mock_server;
 mod readme;
 mod snapshots;
 mod store;

@@ -2,11 +2,17 @@
 //! hands it to [`Agent::call`] with a [`CallContext`], and maps the result back; agents know
 //! nothing of payloads, steps or routing.
 //!
-//! `flow` agents are run by the engine itself (a child run); `llm` and `http` agents live in
-//! their own files as they come.
+//! `flow` agents are run by the engine itself (a child run). `llm` and `http` agents speak
+//! HTTP through [`net`]; LLM providers' limits and counters are shared by the whole process
+//! through [`provider`]; [`secrets`] tells which environment variables a plan needs.
 
 pub mod command;
+pub mod http;
+pub mod llm;
 pub mod mock;
+pub mod net;
+pub mod provider;
+pub mod secrets;
 pub mod transform;
 
 use std::collections::{BTreeSet, HashMap};

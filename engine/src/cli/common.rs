@@ -58,6 +58,15 @@ pub struct RunArgs {
     /// The project root that file paths may not leave; default the flow's directory.
     #[arg(long)]
     pub root: Option<PathBuf>,
+    /// A JSON file holding the run's conversation: an array of {"role", "content"} messages
+    /// (`llm` agents see them by their `message_mode`; nested flows get them too).
+    #[arg(long, value_name = "FILE")]
+    pub messages: Option<PathBuf>,
+    /// Hosts `http` and `llm` agents may reach (comma-separated: `api.example.com`,
+    /// `host:8443`, `*.example.com`); others fail with kind `capability`. Applies on top of
+    /// every flow's `allow_hosts`.
+    #[arg(long, value_delimiter = ',', value_name = "HOSTS")]
+    pub allow_hosts: Option<Vec<String>>,
 }
 
 impl RunArgs {
@@ -92,11 +101,53 @@ impl RunArgs {
             }
             None => Default::default(),
         };
+        // Secrets are read at each call; a variable that is not set fails now, before any
+        // step runs, rather than at the first call.
+        let missing = crate::agents::secrets::missing_env(plan, &agent_changes);
+        if !missing.is_empty() {
+            let lines: Vec<String> = missing
+                .iter()
+                .map(|(name, places)| {
+                    format!(
+                        "environment variable {name} is not set (needed by {})",
+                        places.join("; ")
+                    )
+                })
+                .collect();
+            return Err(lines.join("\nerror: "));
+        }
+        let messages = match &self.messages {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| format!("cannot read --messages `{}`: {e}", path.display()))?;
+                let v: Value = serde_json::from_str(&text).map_err(|e| {
+                    format!(
+                        "--messages `{}` is not valid JSON: {e} (line {}, column {})",
+                        path.display(),
+                        e.line(),
+                        e.column()
+                    )
+                })?;
+                crate::agents::llm::check_conversation(&v)
+                    .map_err(|e| format!("--messages `{}`: {e}", path.display()))?
+            }
+            None => Vec::new(),
+        };
+        let allow_hosts = self.allow_hosts.as_ref().map(|hosts| {
+            hosts
+                .iter()
+                .map(|h| h.trim().to_owned())
+                .filter(|h| !h.is_empty())
+                .collect()
+        });
         Ok((
             context,
             RunOptions {
                 allow,
                 agent_changes: Arc::new(agent_changes),
+                messages: Arc::new(messages),
+                allow_hosts,
+                max_cost_usd: None,
             },
         ))
     }

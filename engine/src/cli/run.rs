@@ -26,6 +26,10 @@ pub struct Args {
     /// Print the step tree (numbers, ids, status, duration, route, iterations) to stderr.
     #[arg(long)]
     pub trace: bool,
+    /// A cost budget in USD for the run and its child runs: once spent, no new agent call
+    /// starts (the step fails with kind `limit`). On top of the flows' `limits.max_cost_usd`.
+    #[arg(long, value_name = "USD")]
+    pub max_cost_usd: Option<f64>,
     #[command(flatten)]
     pub common: RunArgs,
     #[command(flatten)]
@@ -43,13 +47,20 @@ pub fn run(args: Args) -> u8 {
             return super::exit::USAGE;
         }
     };
-    let (context, options) = match args.common.options(&plan) {
+    let (context, mut options) = match args.common.options(&plan) {
         Ok(x) => x,
         Err(e) => {
             eprintln!("error: {e}");
             return super::exit::USAGE;
         }
     };
+    if let Some(v) = args.max_cost_usd {
+        if !(v.is_finite() && v >= 0.0) {
+            eprintln!("error: --max-cost-usd must be a number of dollars, 0 or more (got {v})");
+            return super::exit::USAGE;
+        }
+        options.max_cost_usd = Some(v);
+    }
     let plan = Arc::new(plan);
     let rt = common::runtime();
     let store = match rt.block_on(args.store.open()) {

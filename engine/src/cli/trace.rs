@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use crate::runtime::record::{StepRecord, StepStatus};
+use crate::runtime::record::{StepRecord, StepStatus, Usage};
 use crate::store::Store;
 
 /// Renders the steps of `run_id` and, indented under their calling steps, its child runs.
@@ -16,7 +16,14 @@ pub async fn render_with<S: Store>(store: &S, run_id: &str, color: bool, detail:
     let Ok(run) = store.get_run(run_id).await else {
         return format!("run `{run_id}` not found\n");
     };
-    let _ = writeln!(out, "run {} · {} · {}", run.id, run.flow, run.status.as_str());
+    let _ = writeln!(
+        out,
+        "run {} · {} · {}{}",
+        run.id,
+        run.flow,
+        run.status.as_str(),
+        usage(&run.usage)
+    );
     walk(store, run_id, 1, color, detail, &mut out).await;
     out
 }
@@ -124,8 +131,23 @@ fn line(s: &StepRecord, color: bool) -> String {
     if let Some(n) = s.iterations {
         let _ = write!(l, " · {n} iterations");
     }
+    l.push_str(&usage(&s.usage));
     if let Some(route) = &s.route {
         let _ = write!(l, " → {route}");
     }
     l
+}
+
+/// ` · 120 tokens (100 in, 20 out) · $0.000140`, or nothing when no tokens were used.
+fn usage(u: &Usage) -> String {
+    if u.input_tokens + u.output_tokens == 0 && u.cost_usd == 0.0 {
+        return String::new();
+    }
+    format!(
+        " · {} tokens ({} in, {} out) · ${:.6}",
+        u.input_tokens + u.output_tokens,
+        u.input_tokens,
+        u.output_tokens,
+        u.cost_usd
+    )
 }

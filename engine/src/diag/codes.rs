@@ -70,6 +70,7 @@ rules! {
     UNUSED_RESULT = "SY502", "unused-result", Warning, "an agent step whose result is neither mapped nor referenced";
     LITERAL_SECRET = "SY503", "literal-secret", Warning, "a literal that looks like a secret";
     SHELL_WITH_TEMPLATE = "SY504", "shell-with-template", Warning, "a `command` agent that runs a shell with templated input";
+    HOST_NOT_ALLOWED = "SY505", "host-not-allowed", Error, "an `http` agent or LLM provider whose host is outside the flow's `allow_hosts`";
 }
 
 /// The rule with this code (`SY201`) or name (`unknown-step`), case-insensitive.

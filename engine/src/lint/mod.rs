@@ -314,6 +314,7 @@ pub fn lint_flow(cx: &FlowCx, out: &mut Vec<Diagnostic>, parsed: &mut ParseCache
     rules::fallback::check(cx, out);
     rules::bounds::check(cx, out);
     rules::capability::check(cx, out);
+    rules::hosts::check(cx, out);
     rules::secrets::check(cx, out);
     rules::shell::check(cx, out);
     rules::data::check(cx, out, parsed);

@@ -35,6 +35,14 @@ pub struct RunOptions {
     pub allow: Option<BTreeSet<AgentKind>>,
     /// Agents replaced or removed per flow (`--agent-change`), resolved against the plan.
     pub agent_changes: Arc<AgentChanges>,
+    /// The run's conversation (`--messages`), passed on to nested flows; `llm` agents pick
+    /// from it by `message_mode`.
+    pub messages: Arc<Vec<Value>>,
+    /// `--allow-hosts`: the hosts `http` and `llm` agents may reach, on top of every flow's
+    /// `allow_hosts`.
+    pub allow_hosts: Option<Vec<String>>,
+    /// `--max-cost-usd`: the run tree's budget, on top of the flows' `limits.max_cost_usd`.
+    pub max_cost_usd: Option<f64>,
 }
 
 /// Agent changes resolved against a plan: for each flow (by index into `Plan::flows`),
@@ -92,6 +100,10 @@ struct Lineage {
     max_depth: u64,
     /// Effective allow set: the intersection down the tree.
     allow: Option<BTreeSet<AgentKind>>,
+    /// `allow_hosts` lists down the tree (and `--allow-hosts`): a host must be in each.
+    hosts: Vec<Arc<[String]>>,
+    /// The tightest cost budget on the way down the tree, if any.
+    budget: Option<Budget>,
 }
 
 /// Shared, immutable facts of one run tree.
@@ -105,6 +117,44 @@ struct Tree {
     resume: ResumeOptions,
     /// The first store write that failed in this tree: the run's end may not be on record.
     store_failure: std::sync::Mutex<Option<String>>,
+    /// What the agent calls of the whole tree have cost so far, in 10⁻⁹ USD.
+    spent_nano: AtomicU64,
+}
+
+impl Tree {
+    fn spent(&self) -> f64 {
+        self.spent_nano.load(Ordering::Relaxed) as f64 / 1e9
+    }
+
+    fn spend(&self, cost_usd: f64) {
+        let nano = (cost_usd * 1e9).round();
+        if nano.is_finite() && nano > 0.0 {
+            self.spent_nano.fetch_add(nano as u64, Ordering::Relaxed);
+        }
+    }
+}
+
+/// A cost budget (SPEC §9 `max_cost_usd`): `limit` USD from the tree's spending at `base`
+/// (a child flow's own limit counts from when it starts). Reached, it stops new agent calls.
+#[derive(Clone, Copy, Debug)]
+struct Budget {
+    base: f64,
+    limit: f64,
+    by: &'static str,
+}
+
+impl Budget {
+    fn ceiling(&self) -> f64 {
+        self.base + self.limit
+    }
+
+    /// The tighter of two budgets.
+    fn min(a: Option<Budget>, b: Option<Budget>) -> Option<Budget> {
+        match (a, b) {
+            (Some(a), Some(b)) => Some(if b.ceiling() < a.ceiling() { b } else { a }),
+            (a, b) => a.or(b),
+        }
+    }
 }
 
 /// How a caller stops runs: `cancel` ends them `cancelled`; `pause` stops them at the next
@@ -322,6 +372,24 @@ impl<S: Store> Engine<S> {
     ) -> (Arc<Tree>, Lineage) {
         let max_depth = plan.root().limits.max_depth;
         let allow = intersect(options.allow.clone(), plan.root().allow.clone());
+        let hosts = options
+            .allow_hosts
+            .iter()
+            .chain(plan.root().allow_hosts.iter())
+            .map(|h| Arc::from(h.as_slice()))
+            .collect();
+        let budget = Budget::min(
+            options.max_cost_usd.map(|limit| Budget {
+                base: 0.0,
+                limit,
+                by: "--max-cost-usd",
+            }),
+            plan.root().limits.max_cost_usd.map(|limit| Budget {
+                base: 0.0,
+                limit,
+                by: "limits.max_cost_usd",
+            }),
+        );
         let tree = Arc::new(Tree {
             plan,
             context,
@@ -330,6 +398,7 @@ impl<S: Store> Engine<S> {
             pause: controls.pause,
             resume,
             store_failure: std::sync::Mutex::new(None),
+            spent_nano: AtomicU64::new(0),
         });
         let lineage = Lineage {
             parent_run: None,
@@ -337,6 +406,8 @@ impl<S: Store> Engine<S> {
             depth: 0,
             max_depth,
             allow,
+            hosts,
+            budget,
         };
         (tree, lineage)
     }
@@ -1148,6 +1219,28 @@ impl<'e, S: Store> Run<'e, S> {
         Ok(agent)
     }
 
+    /// Fails with kind `limit` once the tree has spent its budget.
+    fn check_budget(&self) -> Result<(), StepError> {
+        let Some(b) = self.lineage.budget else {
+            return Ok(());
+        };
+        let spent = self.tree.spent();
+        // `max_cost_usd: 0` allows calls until one costs something.
+        if spent < b.ceiling() || spent <= b.base {
+            return Ok(());
+        }
+        Err(StepError::new(
+            ErrorKind::Limit,
+            format!(
+                "cost limit reached: ${:.6} spent ({} {})",
+                spent - b.base,
+                b.by,
+                b.limit
+            ),
+        )
+        .with_details(serde_json::json!({"spent_usd": spent - b.base, "limit_usd": b.limit})))
+    }
+
     /// Applies a call's `output` to the payload; a failed mapping changes nothing.
     fn apply(
         &mut self,
@@ -1249,6 +1342,8 @@ impl<'e, S: Store> Run<'e, S> {
                     };
                     o.attempts = rec.attempt;
                     o.usage = rec.usage;
+                    // What a finished call cost before the resume still counts against the budget.
+                    self.tree.spend(rec.usage.cost_usd);
                     o.child_run = rec.child_run.clone();
                     o.replayed = true;
                     return o;
@@ -1285,33 +1380,50 @@ impl<'e, S: Store> Run<'e, S> {
             Err(e) => return StepOutcome::err(e),
         };
         let policy = &call.retry;
+        // Tokens and cost of every attempt, failed ones included.
+        let mut used = Usage::default();
         loop {
             attempt += 1;
+            // A spent budget stops new calls, retries included.
+            if let Err(e) = self.check_budget() {
+                let mut o = StepOutcome::err(e);
+                o.usage = used;
+                o.attempts = attempt.saturating_sub(1).max(1);
+                return o;
+            }
             let result = self
                 .attempt(step, call, &agent, input, message, number, attempt, part)
                 .await;
             let (mut o, retry) = match result {
                 Ok((value, usage, child)) => {
                     let mut o = StepOutcome::ok(Some(value));
-                    o.usage = usage;
+                    used.add(usage);
                     o.child_run = child;
                     (o, None)
                 }
                 Err((e, usage, child, interrupted)) => {
-                    let retryable = policy.on.iter().any(|k| k == e.kind.as_str());
+                    // An agent may say that asking again cannot help (an HTTP 4xx), or how
+                    // long to wait first (`Retry-After`).
+                    let hint = |k: &str| e.details.as_ref().and_then(|d| d.get(k));
+                    let permanent = hint("retryable").and_then(Value::as_bool) == Some(false);
+                    let wait_at_least = hint("retry_after_ms")
+                        .and_then(Value::as_u64)
+                        .map_or(Duration::ZERO, Duration::from_millis);
+                    let retryable = !permanent && policy.on.iter().any(|k| k == e.kind.as_str());
                     let again = retryable
                         && !interrupted
                         && attempt < policy.attempts
                         && !self.tree.cancel.is_cancelled();
                     let mut o = StepOutcome::err(e);
-                    o.usage = usage;
+                    used.add(usage);
                     o.child_run = child;
                     if interrupted {
                         o.stop = Some(RunStatus::Interrupted);
                     }
-                    (o, again.then(|| backoff(policy, attempt)))
+                    (o, again.then(|| backoff(policy, attempt).max(wait_at_least)))
                 }
             };
+            o.usage = used;
             o.attempts = attempt;
             let Some(wait) = retry else { return o };
             tracing::info!(
@@ -1384,7 +1496,9 @@ impl<'e, S: Store> Run<'e, S> {
         let call_future = self.dispatch(agent, input, cx, number);
         // A call that never waits finishes on its first poll, and a timeout never fires on
         // such a call (tokio checks the future first): no timer for it.
-        let timed = if never_waits(agent) {
+        // An `llm` agent times each request itself: waiting for its provider's capacity is
+        // not part of the step's `timeout`.
+        let timed = if never_waits(agent) || matches!(agent.spec, AgentPlanSpec::Llm(_)) {
             Ok(call_future.await)
         } else {
             tokio::time::timeout(call.timeout, call_future).await
@@ -1410,6 +1524,14 @@ impl<'e, S: Store> Run<'e, S> {
                 ))
             }
         };
+        // Cost counts against the tree's budget as calls finish; a child run's calls have
+        // counted themselves.
+        if !matches!(agent.spec, AgentPlanSpec::Flow(_)) {
+            let usage = match &out {
+                Ok((_, u, _)) | Err((_, u, _, _)) => u,
+            };
+            self.tree.spend(usage.cost_usd);
+        }
         let (value, usage, child) = out?;
         if let Some(schema) = &agent.result_schema
             && let Err(v) = schema.check(&value)
@@ -1452,15 +1574,55 @@ impl<'e, S: Store> Run<'e, S> {
                 plain(Box::pin(agents::command::CommandAgent(c).call(input, cx)).await)
             }
             AgentPlanSpec::Flow(child) => self.child_run(*child, input.clone(), number).await,
-            AgentPlanSpec::Llm(_) | AgentPlanSpec::Http(_) => plain(Err(StepError::new(
-                ErrorKind::Capability,
-                format!(
-                    "agent `{}`: `{}` agents are not available yet",
-                    agent.name,
-                    agent.kind().as_str()
-                ),
-            ))),
+            AgentPlanSpec::Llm(l) => {
+                let context = match self.llm_context(l) {
+                    Ok(c) => c,
+                    Err(e) => return plain(Err(e)),
+                };
+                let llm = agents::llm::LlmAgent {
+                    name: &agent.name,
+                    plan: l,
+                    schema: agent.result_schema.as_deref(),
+                    conversation: &self.tree.options.messages,
+                    context,
+                    hosts: agents::net::Hosts(&self.lineage.hosts),
+                    providers: agents::provider::Providers::global(),
+                };
+                match Box::pin(llm.call(input, cx)).await {
+                    Ok((v, usage)) => Ok((v, usage, None)),
+                    Err((e, usage)) => Err((e, usage, None, false)),
+                }
+            }
+            AgentPlanSpec::Http(h) => {
+                let http = agents::http::HttpAgent {
+                    name: &agent.name,
+                    plan: h,
+                    hosts: agents::net::Hosts(&self.lineage.hosts),
+                };
+                plain(Box::pin(http.call(input, cx)).await)
+            }
         }
+    }
+
+    /// An `llm` agent's `context_paths` and their values in the payload; a singular path that
+    /// matches nothing is a `mapping` error, like a mapping source.
+    fn llm_context(&self, l: &LlmPlan) -> Result<Vec<(String, Value)>, StepError> {
+        l.context_paths
+            .iter()
+            .map(|p| {
+                let v = if p.is_singular() {
+                    p.get(&self.payload).cloned().ok_or_else(|| {
+                        StepError::mapping(format!(
+                            "context path `{}` matched nothing in the payload",
+                            p.text()
+                        ))
+                    })?
+                } else {
+                    Value::Array(p.query(&self.payload).into_iter().cloned().collect())
+                };
+                Ok((p.text().to_owned(), v))
+            })
+            .collect()
     }
 
     /// A `flow` agent: a child run one level deeper, with its own payload.
@@ -1515,6 +1677,19 @@ impl<'e, S: Store> Run<'e, S> {
                     depth: depth + 1,
                     max_depth: max,
                     allow: intersect(self.lineage.allow.clone(), child_flow.allow.clone()),
+                    hosts: {
+                        let mut h = self.lineage.hosts.clone();
+                        h.extend(child_flow.allow_hosts.iter().map(|l| Arc::from(l.as_slice())));
+                        h
+                    },
+                    budget: Budget::min(
+                        self.lineage.budget,
+                        child_flow.limits.max_cost_usd.map(|limit| Budget {
+                            base: self.tree.spent(),
+                            limit,
+                            by: "limits.max_cost_usd",
+                        }),
+                    ),
                 };
                 let resumed = earlier.zip(replay);
                 self.engine

@@ -6,6 +6,7 @@ pub mod cycles;
 pub mod data;
 pub mod fallback;
 pub mod files;
+pub mod hosts;
 pub mod reachability;
 pub mod references;
 pub mod secrets;

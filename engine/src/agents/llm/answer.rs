@@ -1,0 +1,191 @@
+//! Reading a chat completion and its answer: the first choice's content and the usage
+//! ([`parse_completion`]), the answer as JSON ([`parse_answer`], a fenced block accepted), and
+//! what to tell the model, or the engine, when it is not right ([`Problem`]).
+
+use serde_json::{Value, json};
+
+use crate::agents::net;
+use crate::runtime::{ErrorKind, StepError};
+
+/// What a completion said.
+#[derive(Debug, PartialEq)]
+pub struct Answer {
+    pub content: String,
+    pub finish_reason: Option<String>,
+    pub input_tokens: Option<u64>,
+    pub output_tokens: Option<u64>,
+}
+
+/// Reads a chat completion response: the first choice's message content and the usage.
+pub fn parse_completion(body: &[u8]) -> Result<Answer, String> {
+    let v: Value = serde_json::from_slice(body)
+        .map_err(|e| format!("the response is not JSON ({e}): {}", net::body_head(body)))?;
+    let choice = v
+        .get("choices")
+        .and_then(|c| c.get(0))
+        .ok_or_else(|| format!("the response has no `choices`: {}", net::body_head(body)))?;
+    let message = choice.get("message");
+    let content = match message.and_then(|m| m.get("content")) {
+        Some(Value::String(s)) => s.clone(),
+        _ => {
+            let why = message
+                .and_then(|m| m.get("refusal"))
+                .and_then(Value::as_str)
+                .map_or_else(
+                    || "no text content".to_owned(),
+                    |r| format!("the model refused: {r}"),
+                );
+            return Err(format!("the answer has {why}"));
+        }
+    };
+    let usage = v.get("usage");
+    let tokens = |k: &str| usage.and_then(|u| u.get(k)).and_then(Value::as_u64);
+    Ok(Answer {
+        content,
+        finish_reason: choice
+            .get("finish_reason")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+        input_tokens: tokens("prompt_tokens"),
+        output_tokens: tokens("completion_tokens"),
+    })
+}
+
+/// Parses an answer as JSON: the whole text, or else the content of its first fenced code
+/// block (` ```json ... ``` `), which is accepted and reported (`true`). The error is the
+/// whole text's.
+pub fn parse_answer(text: &str) -> Result<(Value, bool), String> {
+    let whole = match serde_json::from_str::<Value>(text.trim()) {
+        Ok(v) => return Ok((v, false)),
+        Err(e) => e.to_string(),
+    };
+    if let Some(start) = text.find("```") {
+        let after = &text[start + 3..];
+        // Skip the info string (`json`) to the end of its line.
+        let body_start = after.find('\n').map_or(after.len(), |i| i + 1);
+        let body = &after[body_start..];
+        if let Some(end) = body.find("```")
+            && let Ok(v) = serde_json::from_str::<Value>(body[..end].trim())
+        {
+            return Ok((v, true));
+        }
+    }
+    Err(whole)
+}
+
+/// What was wrong with an answer.
+pub(super) enum Problem {
+    Json(String),
+    Schema(crate::plan::SchemaViolation),
+}
+
+impl Problem {
+    pub(super) fn describe(&self, answer: &Answer) -> String {
+        let cut = if answer.finish_reason.as_deref() == Some("length") {
+            " (the answer was cut off at `max_tokens`)"
+        } else {
+            ""
+        };
+        match self {
+            Problem::Json(e) => format!("the answer is not valid JSON: {e}{cut}"),
+            Problem::Schema(v) => format!("the answer does not match `result_schema` {v}"),
+        }
+    }
+
+    pub(super) fn repair_request(&self, answer: &Answer) -> String {
+        format!(
+            "Your answer could not be used: {}. Reply with only the corrected JSON value, \
+             matching the requested JSON schema, and nothing else.",
+            self.describe(answer)
+        )
+    }
+
+    pub(super) fn into_error(self, who: &str, requests: u64, answer: &Answer) -> StepError {
+        let tail = if requests > 1 {
+            format!(" (after {requests} requests)")
+        } else {
+            String::new()
+        };
+        let message = format!("{who}: {}{tail}", self.describe(answer));
+        let details = match &self {
+            Problem::Json(e) => {
+                json!({"answer_start": net::body_head(answer.content.as_bytes()), "error": e})
+            }
+            Problem::Schema(v) => json!({"pointer": v.pointer, "rule": v.message}),
+        };
+        StepError::new(ErrorKind::InvalidOutput, message).with_details(details)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_parse_whole_or_fenced() {
+        assert_eq!(parse_answer(" {\"a\": 1}\n").unwrap(), (json!({"a": 1}), false));
+        let fenced = "Here you go:\n```json\n{\"a\": 2}\n```\nAnything else?";
+        assert_eq!(parse_answer(fenced).unwrap(), (json!({"a": 2}), true));
+        assert_eq!(parse_answer("```\n[1]\n```").unwrap(), (json!([1]), true));
+        let e = parse_answer("Sure! The category is billing.").unwrap_err();
+        assert!(e.contains("line 1 column 1"), "{e}");
+        assert!(parse_answer("{\"category\": \"bill").is_err(), "truncated JSON");
+        assert!(parse_answer("```json\n{\"a\": \n```").is_err());
+    }
+
+    #[test]
+    fn problems_say_what_to_fix() {
+        let cut = Answer {
+            content: "{\"a\": ".into(),
+            finish_reason: Some("length".into()),
+            input_tokens: None,
+            output_tokens: None,
+        };
+        let p = Problem::Json(parse_answer(&cut.content).unwrap_err());
+        assert_eq!(
+            p.describe(&cut),
+            "the answer is not valid JSON: EOF while parsing a value at line 1 column 5 \
+             (the answer was cut off at `max_tokens`)"
+        );
+        assert!(
+            p.repair_request(&cut)
+                .starts_with("Your answer could not be used: the answer is not valid JSON")
+        );
+        let e = p.into_error("agent `a`", 2, &cut);
+        assert_eq!(e.kind, ErrorKind::InvalidOutput);
+        assert!(
+            e.message.starts_with("agent `a`: the answer is not valid JSON")
+                && e.message.ends_with("(after 2 requests)")
+        );
+        assert_eq!(e.details.unwrap()["answer_start"], "{\"a\":");
+    }
+
+    #[test]
+    fn completions_parse() {
+        let body = br#"{"choices":[{"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],
+                        "usage":{"prompt_tokens":12,"completion_tokens":3}}"#;
+        let a = parse_completion(body).unwrap();
+        assert_eq!(
+            a,
+            Answer {
+                content: "hi".into(),
+                finish_reason: Some("stop".into()),
+                input_tokens: Some(12),
+                output_tokens: Some(3)
+            }
+        );
+        let e =
+            parse_completion(br#"{"choices":[{"message":{"content":null,"refusal":"no"}}]}"#).unwrap_err();
+        assert_eq!(e, "the answer has the model refused: no");
+        assert!(
+            parse_completion(b"<html>")
+                .unwrap_err()
+                .starts_with("the response is not JSON")
+        );
+        assert!(
+            parse_completion(b"{}")
+                .unwrap_err()
+                .starts_with("the response has no `choices`")
+        );
+    }
+}

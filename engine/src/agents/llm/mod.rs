@@ -1,0 +1,520 @@
+//! The `llm` agent (SPEC §6.1, §6.2): one chat completion on an OpenAI-compatible endpoint
+//! (`POST {base_url}/chat/completions`), the protocol of OpenAI, vLLM, llama.cpp's server,
+//! Ollama, LiteLLM and most gateways.
+//!
+//! The request's messages are, in order: the rendered `system` template; the run's
+//! conversation as `message_mode` selects it ([`select_messages`]); a context message with
+//! the `context_paths` values (read from the payload by the engine); and the task — the
+//! rendered `prompt`, or, without one, the step's message and the input document as JSON.
+//!
+//! With `result_schema` the request asks for structured output (`response_format` of type
+//! `json_schema`) and the answer is parsed ([`parse_answer`]: a fenced code block is accepted
+//! and noted) and validated; an answer that is not JSON or violates the schema is shown to the
+//! model with the error, up to `repair_attempts` times, before the call fails with kind
+//! `invalid_output` naming the JSON pointer. Without a schema the result is `{"text": ...}`.
+//!
+//! `SWITCHYARD_PROVIDER_<NAME>_BASE_URL` and `SWITCHYARD_PROVIDER_<NAME>_MODEL`
+//! ([`provider_override`]) replace a provider's `base_url` and its agents' `model` for this
+//! process: one variable points a flow at a local model server.
+//!
+//! Transport: every request first takes its place at the provider ([`ProviderState::admit`]:
+//! `max_concurrency` and rate limits shared by the whole process). A 429 or a 5xx is retried
+//! here, honouring `Retry-After` (at least 0.5s; a 429 pauses the whole provider), with
+//! exponential backoff otherwise, until [`RETRY_DEADLINE`] after the call's first request; a
+//! 429 still there then fails with kind `rate_limited`, a 5xx with kind `agent`. A request
+//! that takes longer than the step's `timeout` (or the provider's, if shorter) fails with kind
+//! `timeout`: the `timeout` bounds each request, never the wait for the provider's capacity.
+//! Tokens and cost (from `prices`) of every request, repairs included, are the call's
+//! [`Usage`].
+
+use std::time::{Duration, SystemTime};
+
+use serde_json::{Map, Value, json};
+
+mod answer;
+mod conversation;
+
+use answer::Problem;
+pub use answer::{Answer, parse_answer, parse_completion};
+pub use conversation::{check_conversation, select_messages};
+
+use super::CallContext;
+use super::net::{self, Hosts, ReadError, Secrets};
+use super::provider::{self, ProviderState, Providers};
+use super::transform::agent_vars;
+use crate::plan::{LlmPlan, Schema};
+use crate::runtime::eval;
+use crate::runtime::record::Usage;
+use crate::runtime::{ErrorKind, StepError};
+
+/// How long 429s and 5xx are retried after a call's first request.
+pub const RETRY_DEADLINE: Duration = Duration::from_secs(120);
+/// The first backoff without `Retry-After`; it doubles up to [`MAX_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_millis(500);
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// Requests that fail to connect (or lose the connection) are tried at most this often.
+const CONNECT_TRIES: u32 = 3;
+/// The largest response body read from a provider.
+const MAX_RESPONSE: u64 = 16 << 20;
+/// Completion tokens reserved against `tokens_per_minute` when `max_tokens` is not set.
+const COMPLETION_ESTIMATE: u64 = 256;
+
+/// One `llm` agent call's view of the world.
+pub struct LlmAgent<'a> {
+    pub name: &'a str,
+    pub plan: &'a LlmPlan,
+    pub schema: Option<&'a Schema>,
+    /// The run's whole conversation (`--messages`); `message_mode` picks from it.
+    pub conversation: &'a [Value],
+    /// The `context_paths` and their values in the payload, in the order written.
+    pub context: Vec<(String, Value)>,
+    pub hosts: Hosts<'a>,
+    pub providers: &'a Providers,
+}
+
+/// A call's result or error, with the tokens and cost it used either way.
+pub type LlmResult = Result<(Value, Usage), (StepError, Usage)>;
+
+impl LlmAgent<'_> {
+    pub async fn call(&self, input: &Value, cx: CallContext<'_>) -> LlmResult {
+        let mut secrets = Secrets::default();
+        let mut usage = Usage::default();
+        let out = self.call_inner(input, &cx, &mut secrets, &mut usage).await;
+        match out {
+            Ok(mut v) => {
+                secrets.redact_value(&mut v);
+                Ok((v, usage))
+            }
+            Err(e) => Err((secrets.redact_error(e), usage)),
+        }
+    }
+
+    async fn call_inner(
+        &self,
+        input: &Value,
+        cx: &CallContext<'_>,
+        secrets: &mut Secrets,
+        usage: &mut Usage,
+    ) -> Result<Value, StepError> {
+        let p = &self.plan.provider;
+        let who = format!("agent `{}`", self.name);
+        let base_url = provider_override(&p.name, "BASE_URL").unwrap_or_else(|| p.base_url.clone());
+        let model = provider_override(&p.name, "MODEL").unwrap_or_else(|| self.plan.model.clone());
+        if base_url.contains("${env:") {
+            return Err(StepError::new(
+                ErrorKind::Agent,
+                format!(
+                    "{who}: the `base_url` of provider `{}` holds a secret reference; secrets are for \
+                     credentials: write the URL, and set {} to point the provider elsewhere",
+                    p.name,
+                    provider_var(&p.name, "BASE_URL")
+                ),
+            ));
+        }
+        let base = base_url.trim_end_matches('/');
+        let url: reqwest::Url = format!("{base}/chat/completions").parse().map_err(|e| {
+            StepError::new(
+                ErrorKind::Agent,
+                format!(
+                    "{who}: provider `{}` has an invalid `base_url` `{base}`: {e}",
+                    p.name
+                ),
+            )
+        })?;
+        self.hosts.check(&url, &who)?;
+        let mut headers = reqwest::header::HeaderMap::new();
+        if let Some(key) = &p.api_key {
+            let key = secrets.resolve(key, &format!("the `api_key` of provider `{}`", p.name))?;
+            headers.insert(
+                reqwest::header::AUTHORIZATION,
+                header_value(&format!("Bearer {key}"))?,
+            );
+        }
+        for (k, v) in &p.headers {
+            let v = secrets.resolve(v, &format!("header `{k}` of provider `{}`", p.name))?;
+            let name = reqwest::header::HeaderName::from_bytes(k.as_bytes()).map_err(|_| {
+                StepError::new(
+                    ErrorKind::Agent,
+                    format!("provider `{}`: invalid header name `{k}`", p.name),
+                )
+            })?;
+            headers.insert(name, header_value(&v)?);
+        }
+
+        let mut messages = self.messages(input, cx)?;
+        let state = self.providers.get(p);
+        let repairs = self.plan.repair_attempts;
+        for round in 0..=repairs {
+            let body = self.request_body(&model, &messages);
+            let answer = self
+                .request(&state, (&url, &model, &headers), body, cx, secrets, usage)
+                .await?;
+            let Some(schema) = self.schema else {
+                return Ok(json!({"text": answer.content}));
+            };
+            let problem = match parse_answer(&answer.content) {
+                Ok((value, fenced)) => {
+                    if fenced {
+                        tracing::info!(
+                            run_id = cx.run_id,
+                            step = cx.step,
+                            agent = self.name,
+                            "the answer was in a fenced code block; its content was used"
+                        );
+                    }
+                    match schema.check(&value) {
+                        Ok(()) => return Ok(value),
+                        Err(v) => Problem::Schema(v),
+                    }
+                }
+                Err(e) => Problem::Json(e),
+            };
+            let requests = round + 1;
+            if round == repairs {
+                return Err(problem.into_error(&who, requests, &answer));
+            }
+            tracing::info!(
+                run_id = cx.run_id, step = cx.step, agent = self.name, round = requests,
+                problem = %secrets.redact(&problem.describe(&answer)), "asking the model to repair its answer"
+            );
+            messages.push(json!({"role": "assistant", "content": answer.content}));
+            messages.push(json!({"role": "user", "content": problem.repair_request(&answer)}));
+        }
+        unreachable!("the last round returns")
+    }
+
+    /// System, conversation, context, task.
+    fn messages(&self, input: &Value, cx: &CallContext<'_>) -> Result<Vec<Value>, StepError> {
+        let message = cx.message.map(|m| Value::String(m.to_owned()));
+        let vars = agent_vars(input, message.as_ref(), cx.context);
+        let render = |t, what: &str| {
+            eval::render(t, &vars).map_err(|e| StepError {
+                message: format!("agent `{}`: `{what}`: {}", self.name, e.message),
+                ..e
+            })
+        };
+        let mut out = Vec::new();
+        if let Some(t) = &self.plan.system {
+            out.push(json!({"role": "system", "content": render(t, "system")?}));
+        }
+        out.extend(select_messages(
+            self.conversation,
+            self.plan.message_mode,
+            self.plan.max_messages,
+        ));
+        if !self.context.is_empty() {
+            let mut text = String::from("Context:");
+            for (path, value) in &self.context {
+                text.push('\n');
+                text.push_str(path);
+                text.push_str(" = ");
+                text.push_str(&serde_json::to_string(value).expect("JSON values serialize"));
+            }
+            out.push(json!({"role": "user", "content": text}));
+        }
+        let task = match &self.plan.prompt {
+            Some(t) => render(t, "prompt")?,
+            None => {
+                let doc = serde_json::to_string_pretty(input).expect("JSON values serialize");
+                match cx.message {
+                    Some(m) => format!("{m}\n\nInput:\n{doc}"),
+                    None => doc,
+                }
+            }
+        };
+        out.push(json!({"role": "user", "content": task}));
+        Ok(out)
+    }
+
+    fn request_body(&self, model: &str, messages: &[Value]) -> Value {
+        let mut body = Map::new();
+        body.insert("model".into(), Value::String(model.to_owned()));
+        body.insert("messages".into(), Value::Array(messages.to_vec()));
+        if let Some(t) = self.plan.temperature {
+            body.insert("temperature".into(), json!(t));
+        }
+        if let Some(n) = self.plan.max_tokens {
+            body.insert("max_tokens".into(), json!(n));
+        }
+        if let Some(schema) = self.schema {
+            body.insert(
+                "response_format".into(),
+                json!({"type": "json_schema", "json_schema": {"name": schema_name(self.name), "schema": schema.value}}),
+            );
+        }
+        body.insert("stream".into(), Value::Bool(false));
+        Value::Object(body)
+    }
+
+    /// One completion, with the provider's limits and the retries of 429s and 5xx. Messages
+    /// it logs are redacted here; the error it returns is redacted by [`LlmAgent::call`].
+    async fn request(
+        &self,
+        state: &ProviderState,
+        (url, model, headers): (&reqwest::Url, &str, &reqwest::header::HeaderMap),
+        body: Value,
+        cx: &CallContext<'_>,
+        secrets: &Secrets,
+        usage: &mut Usage,
+    ) -> Result<Answer, StepError> {
+        let p = &self.plan.provider;
+        let who = format!("agent `{}`: provider `{}`", self.name, p.name);
+        let client = net::client()?;
+        let body = serde_json::to_vec(&body).expect("JSON values serialize");
+        let estimate = (body.len() as u64).div_ceil(3) + self.plan.max_tokens.unwrap_or(COMPLETION_ESTIMATE);
+        let timeout = p.timeout.map_or(cx.timeout, |t| t.min(cx.timeout));
+        let started = tokio::time::Instant::now();
+        let mut tries = 0u32;
+        let mut connect_failures = 0u32;
+        loop {
+            tries += 1;
+            let sent = async {
+                let admission = state.admit(estimate).await;
+                let req = client
+                    .post(url.clone())
+                    .headers(headers.clone())
+                    .header(reqwest::header::CONTENT_TYPE, "application/json")
+                    .header(reqwest::header::ACCEPT, "application/json")
+                    .body(body.clone());
+                let exchange = async {
+                    let mut resp = req.send().await.map_err(Failure::Transport)?;
+                    let status = resp.status();
+                    let retry_after = net::retry_after(resp.headers(), SystemTime::now());
+                    let bytes = net::read_capped(&mut resp, MAX_RESPONSE)
+                        .await
+                        .map_err(|e| match e {
+                            ReadError::TooLarge => Failure::TooLarge,
+                            ReadError::Transport(e) => Failure::Transport(e),
+                        })?;
+                    Ok::<_, Failure>((status, retry_after, bytes))
+                };
+                let r = match tokio::time::timeout(timeout, exchange).await {
+                    Ok(r) => r,
+                    Err(_) => Err(Failure::Timeout),
+                };
+                (r, admission)
+            };
+            let (result, admission) = tokio::select! {
+                biased;
+                _ = cx.cancel.cancelled() => {
+                    return Err(StepError::new(ErrorKind::Cancelled, format!("{who}: call cancelled")));
+                }
+                r = sent => r,
+            };
+            let failure = match result {
+                Ok((status, _, bytes)) if status.is_success() => {
+                    let answer = parse_completion(&bytes).map_err(|m| {
+                        state.settle(&admission, Some(0));
+                        StepError::new(ErrorKind::Agent, format!("{who}: {m}"))
+                    })?;
+                    let used = Usage {
+                        input_tokens: answer.input_tokens.unwrap_or(0),
+                        output_tokens: answer.output_tokens.unwrap_or(0),
+                        cost_usd: provider::cost_usd(
+                            p,
+                            model,
+                            answer.input_tokens.unwrap_or(0),
+                            answer.output_tokens.unwrap_or(0),
+                        ),
+                    };
+                    let reported = answer.input_tokens.zip(answer.output_tokens).map(|(i, o)| i + o);
+                    state.settle(&admission, reported);
+                    state.count(used);
+                    usage.add(used);
+                    return Ok(answer);
+                }
+                Ok((status, retry_after, bytes)) => {
+                    state.settle(&admission, Some(0));
+                    let code = status.as_u16();
+                    if code == 429 || status.is_server_error() {
+                        Retry {
+                            kind: if code == 429 {
+                                ErrorKind::RateLimited
+                            } else {
+                                ErrorKind::Agent
+                            },
+                            what: format!("answered {status}: {}", net::body_head(&bytes)),
+                            retry_after,
+                            rate_limited: code == 429,
+                        }
+                    } else {
+                        return Err(StepError::new(
+                            ErrorKind::Agent,
+                            format!("{who} answered {status}: {}", net::body_head(&bytes)),
+                        )
+                        .with_details(json!({"status": code, "retryable": false})));
+                    }
+                }
+                Err(Failure::Timeout) => {
+                    state.settle(&admission, None);
+                    return Err(StepError::new(
+                        ErrorKind::Timeout,
+                        format!("{who} did not answer within {}", fmt_secs(timeout)),
+                    ));
+                }
+                Err(Failure::TooLarge) => {
+                    state.settle(&admission, None);
+                    return Err(StepError::new(
+                        ErrorKind::Agent,
+                        format!("{who}: the response is larger than {} MiB", MAX_RESPONSE >> 20),
+                    ));
+                }
+                Err(Failure::Transport(e)) => {
+                    state.settle(&admission, Some(0));
+                    connect_failures += 1;
+                    let what = format!("{} ({})", net::transport_error(&e), net::url_for_messages(url));
+                    if connect_failures >= CONNECT_TRIES {
+                        return Err(StepError::new(ErrorKind::Agent, format!("{who}: {what}")));
+                    }
+                    Retry {
+                        kind: ErrorKind::Agent,
+                        what,
+                        retry_after: None,
+                        rate_limited: false,
+                    }
+                }
+            };
+            drop(admission);
+            // `Retry-After` is honoured, but never below the first backoff: a server that
+            // keeps answering `Retry-After: 0` is not asked again at once, forever.
+            let wait = failure
+                .retry_after
+                .map_or_else(|| backoff(tries), |ra| ra.max(FIRST_BACKOFF));
+            let elapsed = started.elapsed();
+            if elapsed + wait > RETRY_DEADLINE {
+                return Err(StepError::new(
+                    failure.kind,
+                    format!(
+                        "{who} {} — gave up after {tries} tries in {} (retries stop {} after the first request)",
+                        failure.what,
+                        fmt_secs(elapsed),
+                        fmt_secs(RETRY_DEADLINE)
+                    ),
+                ));
+            }
+            tracing::info!(
+                run_id = cx.run_id, step = cx.step, agent = self.name, tries,
+                wait_ms = wait.as_millis() as u64, problem = %secrets.redact(&failure.what), "retrying the provider"
+            );
+            if failure.rate_limited {
+                // Everyone waits: the next admission is after the pause.
+                state.pause_for(wait);
+            } else {
+                tokio::select! {
+                    biased;
+                    _ = cx.cancel.cancelled() => {
+                        return Err(StepError::new(ErrorKind::Cancelled, format!("{who}: call cancelled")));
+                    }
+                    _ = tokio::time::sleep(wait) => {}
+                }
+            }
+        }
+    }
+}
+
+/// `SWITCHYARD_PROVIDER_<NAME>_<FIELD>` from the environment, if set and not empty: `NAME` is
+/// the provider's name upper-cased with every other character than letters and digits as
+/// `_` (`local` → `SWITCHYARD_PROVIDER_LOCAL_BASE_URL`). `BASE_URL` and `MODEL` point a flow
+/// at another server (a local llama-server or Ollama) without editing it.
+pub fn provider_override(provider: &str, field: &str) -> Option<String> {
+    std::env::var(provider_var(provider, field))
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+}
+
+/// The name of a provider override variable: `SWITCHYARD_PROVIDER_LOCAL_BASE_URL`.
+pub fn provider_var(provider: &str, field: &str) -> String {
+    let name: String = provider
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_uppercase()
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("SWITCHYARD_PROVIDER_{name}_{field}")
+}
+
+enum Failure {
+    Timeout,
+    TooLarge,
+    Transport(reqwest::Error),
+}
+
+/// A failed request that may be tried again.
+struct Retry {
+    kind: ErrorKind,
+    what: String,
+    retry_after: Option<Duration>,
+    rate_limited: bool,
+}
+
+/// The wait before try `tries + 1` without `Retry-After`: 0.5s doubling to 30s, ±25%.
+fn backoff(tries: u32) -> Duration {
+    use rand::{Rng, SeedableRng};
+    let base = FIRST_BACKOFF.saturating_mul(1u32 << tries.saturating_sub(1).min(16));
+    let base = base.min(MAX_BACKOFF);
+    let seed = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(seed ^ u64::from(tries));
+    base.mul_f64(rng.random_range(0.75..=1.25))
+}
+
+fn fmt_secs(d: Duration) -> String {
+    crate::runtime::engine::fmt_duration(Duration::from_millis(d.as_millis() as u64))
+}
+
+fn header_value(v: &str) -> Result<reqwest::header::HeaderValue, StepError> {
+    let mut h = reqwest::header::HeaderValue::from_str(v).map_err(|_| {
+        // The value may hold a secret: do not quote it.
+        StepError::new(
+            ErrorKind::Agent,
+            "a header value holds characters HTTP does not allow",
+        )
+    })?;
+    h.set_sensitive(true);
+    Ok(h)
+}
+
+/// A `json_schema` name: letters, digits, `_` and `-`, at most 64 (OpenAI's rule).
+fn schema_name(agent: &str) -> String {
+    let s: String = agent
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(64)
+        .collect();
+    if s.is_empty() { "result".to_owned() } else { s }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn override_variables_are_named_after_the_provider() {
+        assert_eq!(
+            provider_var("local", "BASE_URL"),
+            "SWITCHYARD_PROVIDER_LOCAL_BASE_URL"
+        );
+        assert_eq!(
+            provider_var("open-ai.eu", "MODEL"),
+            "SWITCHYARD_PROVIDER_OPEN_AI_EU_MODEL"
+        );
+    }
+
+    #[test]
+    fn schema_names_are_safe() {
+        assert_eq!(schema_name("classifier"), "classifier");
+        assert_eq!(schema_name("a.b c"), "a_b_c");
+        assert_eq!(schema_name(""), "result");
+    }
+}

@@ -1,0 +1,130 @@
+//! Secret references before a run (SPEC "Secrets"): which `${env:NAME}` variables the agents a
+//! plan can call need, so that `run` (and `batch`) can refuse to start when one is not set,
+//! instead of failing at the first call an hour in. `lint` never reads the environment.
+//!
+//! References are resolved again at each call ([`super::net::Secrets`],
+//! [`super::command::resolve_secret_refs`]); this module only reads whether each variable is
+//! set, and never holds or prints a value.
+
+use std::collections::BTreeMap;
+
+use crate::plan::{AgentPlan, AgentPlanSpec, CallPlan, Plan, PlanNode, StepPlanKind};
+use crate::runtime::engine::AgentChanges;
+
+/// Variables named by secret references that are not set (or not UTF-8) in this process's
+/// environment, each with the places that name it (`the api_key of provider `local``), sorted
+/// by name. Agents that `changes` replace or remove are not called and not checked.
+pub fn missing_env(plan: &Plan, changes: &AgentChanges) -> Vec<(String, Vec<String>)> {
+    let mut needed: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (i, flow) in plan.flows.iter().enumerate() {
+        let changed = changes.per_flow.get(&i);
+        let mut seen = std::collections::HashSet::new();
+        for node in flow.graph.node_weights() {
+            let PlanNode::Step(step) = node else { continue };
+            for call in calls(&step.kind) {
+                let agent = &call.agent;
+                if changed.is_some_and(|c| c.contains_key(&agent.name))
+                    || !seen.insert(std::sync::Arc::as_ptr(agent))
+                {
+                    continue;
+                }
+                refs_of(agent, &flow.name, &mut needed);
+            }
+        }
+    }
+    needed
+        .into_iter()
+        .filter(|(name, _)| std::env::var(name).is_err())
+        .map(|(name, mut places)| {
+            places.dedup();
+            (name, places)
+        })
+        .collect()
+}
+
+/// The agent calls of a step.
+fn calls(kind: &StepPlanKind) -> Vec<&CallPlan> {
+    match kind {
+        StepPlanKind::Call(c) => vec![c],
+        StepPlanKind::Foreach(f) => vec![&f.body],
+        StepPlanKind::While(w) => vec![&w.body],
+        StepPlanKind::Parallel(p) => p.branches.iter().map(|(_, c)| c).collect(),
+        _ => Vec::new(),
+    }
+}
+
+fn refs_of(agent: &AgentPlan, flow: &str, out: &mut BTreeMap<String, Vec<String>>) {
+    let mut add = |text: &str, what: String| {
+        for name in var_names(text) {
+            out.entry(name.to_owned()).or_default().push(what.clone());
+        }
+    };
+    match &agent.spec {
+        AgentPlanSpec::Llm(l) => {
+            let p = &l.provider;
+            if let Some(k) = &p.api_key {
+                add(
+                    k,
+                    format!("the `api_key` of provider `{}` (flow `{flow}`)", p.name),
+                );
+            }
+            for (h, v) in &p.headers {
+                add(
+                    v,
+                    format!("header `{h}` of provider `{}` (flow `{flow}`)", p.name),
+                );
+            }
+        }
+        AgentPlanSpec::Http(h) => {
+            add(
+                &h.url,
+                format!("the `url` of agent `{}` (flow `{flow}`)", agent.name),
+            );
+            for (k, v) in &h.headers {
+                add(
+                    v,
+                    format!("header `{k}` of agent `{}` (flow `{flow}`)", agent.name),
+                );
+            }
+        }
+        AgentPlanSpec::Command(c) => {
+            for (k, v) in &c.env {
+                add(v, format!("`env.{k}` of agent `{}` (flow `{flow}`)", agent.name));
+            }
+        }
+        AgentPlanSpec::Flow(_) | AgentPlanSpec::Transform(_) | AgentPlanSpec::Mock(_) => {}
+    }
+}
+
+/// The `NAME`s of the well-formed `${env:NAME}` references in `text` (malformed ones fail at
+/// the call, with their own error).
+pub fn var_names(text: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("${env:") {
+        let after = &rest[at + 6..];
+        let Some(end) = after.find('}') else { break };
+        let name = &after[..end];
+        let mut chars = name.chars();
+        if chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+        {
+            out.push(name);
+        }
+        rest = &after[end + 1..];
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_reference_names() {
+        assert_eq!(var_names("Bearer ${env:KB_TOKEN}"), vec!["KB_TOKEN"]);
+        assert_eq!(var_names("${env:A}:${env:_B2}"), vec!["A", "_B2"]);
+        assert!(var_names("${env:bad name} ${env:").is_empty());
+        assert!(var_names("plain $HOME ${HOME}").is_empty());
+    }
+}

@@ -1,0 +1,360 @@
+//! Local HTTP servers for the `llm` and `http` agent tests: real HTTP on 127.0.0.1, an
+//! ephemeral port, axum.
+//!
+//! [`Llm`] speaks OpenAI's chat completions (`POST /v1/chat/completions`) and answers from a
+//! script — correctly, slowly, with 429 + `Retry-After`, 500s, truncated JSON, prose, fenced
+//! JSON, schema violations — recording every request it received (arrival time on tokio's
+//! clock, headers, body, tokens) so tests can measure request and token rates. [`Service`]
+//! is a small JSON service with echo, status, size and redirect routes for `http` agents.
+//!
+//! A server runs on the current tokio runtime ([`Llm::spawn`], for paused-time tests: the
+//! server then counts in the same virtual time as the engine) or on a thread of its own
+//! ([`Llm::start`], for tests that run the `switchyard` binary).
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{any, post};
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+/// What the LLM server does with one request.
+#[derive(Clone, Debug)]
+pub enum Reply {
+    /// 200 with this message content.
+    Answer(String),
+    /// This status, an optional `Retry-After`, and a body.
+    Status(u16, Option<String>, String),
+    /// Waits, then answers.
+    Slow(Duration, String),
+    /// 200 with this exact body (not a completion).
+    Raw(String),
+    /// 200 whose content is the request's `Authorization` header (a leaky echo server).
+    EchoAuth,
+}
+
+/// One request the server received.
+#[derive(Clone, Debug)]
+pub struct Hit {
+    pub at: Instant,
+    pub headers: HeaderMap,
+    pub body: Value,
+    pub status: u16,
+    /// prompt + completion tokens reported (0 for an error).
+    pub tokens: u64,
+}
+
+#[derive(Default)]
+pub struct LlmState {
+    script: Mutex<VecDeque<Reply>>,
+    default: Mutex<Option<Reply>>,
+    hits: Mutex<Vec<Hit>>,
+    /// Latency of every answer.
+    latency: Mutex<Duration>,
+}
+
+/// A scripted OpenAI-compatible server.
+#[derive(Clone)]
+pub struct Llm {
+    pub addr: SocketAddr,
+    pub state: Arc<LlmState>,
+}
+
+impl Llm {
+    /// Serves on the current runtime.
+    pub async fn spawn() -> Llm {
+        let state = Arc::new(LlmState::default());
+        let app = axum::Router::new()
+            .route("/v1/chat/completions", post(completion))
+            .with_state(state.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("local addr");
+        tokio::spawn(async move { axum::serve(listener, app).await.expect("serve") });
+        Llm { addr, state }
+    }
+
+    /// Serves on a thread of its own, for the life of the test process.
+    pub fn start() -> Llm {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime");
+            rt.block_on(async move {
+                tx.send(Llm::spawn().await).expect("send");
+                std::future::pending::<()>().await;
+            });
+        });
+        rx.recv().expect("the server starts")
+    }
+
+    pub fn base_url(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    /// Replies used in order, before the default.
+    pub fn script(&self, replies: impl IntoIterator<Item = Reply>) -> &Self {
+        self.state.script.lock().unwrap().extend(replies);
+        self
+    }
+
+    /// The reply once the script is used up.
+    pub fn default_reply(&self, r: Reply) -> &Self {
+        *self.state.default.lock().unwrap() = Some(r);
+        self
+    }
+
+    pub fn latency(&self, d: Duration) -> &Self {
+        *self.state.latency.lock().unwrap() = d;
+        self
+    }
+
+    pub fn hits(&self) -> Vec<Hit> {
+        self.state.hits.lock().unwrap().clone()
+    }
+
+    /// The most requests received in any window of `period` (starting at a request).
+    pub fn max_requests_in(&self, period: Duration) -> u64 {
+        max_in(&self.hits().iter().map(|h| (h.at, 1)).collect::<Vec<_>>(), period)
+    }
+
+    /// The most tokens reported in any window of `period`.
+    pub fn max_tokens_in(&self, period: Duration) -> u64 {
+        max_in(
+            &self.hits().iter().map(|h| (h.at, h.tokens)).collect::<Vec<_>>(),
+            period,
+        )
+    }
+}
+
+fn max_in(events: &[(Instant, u64)], period: Duration) -> u64 {
+    let mut events = events.to_vec();
+    events.sort_by_key(|e| e.0);
+    let mut best = 0;
+    for (i, &(t0, _)) in events.iter().enumerate() {
+        let sum: u64 = events[i..]
+            .iter()
+            .take_while(|(t, _)| *t < t0 + period)
+            .map(|(_, n)| n)
+            .sum();
+        best = best.max(sum);
+    }
+    best
+}
+
+/// Tokens as the server counts them: a token per 4 bytes of the request's messages.
+fn prompt_tokens(body: &Value) -> u64 {
+    (body["messages"].to_string().len() as u64).div_ceil(4)
+}
+
+async fn completion(State(s): State<Arc<LlmState>>, headers: HeaderMap, body: Bytes) -> Response {
+    let at = Instant::now();
+    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let reply = {
+        let next = s.script.lock().unwrap().pop_front();
+        next.or_else(|| s.default.lock().unwrap().clone())
+            .unwrap_or_else(|| Reply::Answer("{}".into()))
+    };
+    let latency = *s.latency.lock().unwrap();
+    if !latency.is_zero() {
+        tokio::time::sleep(latency).await;
+    }
+    let answer = |content: String| {
+        let prompt = prompt_tokens(&body);
+        let completion = (content.len() as u64).div_ceil(4).max(1);
+        let resp = json!({
+            "id": "chatcmpl-test", "object": "chat.completion",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion},
+        });
+        (prompt + completion, axum::Json(resp).into_response())
+    };
+    let (status, tokens, resp) = match reply {
+        Reply::Answer(c) => {
+            let (t, r) = answer(c);
+            (200, t, r)
+        }
+        Reply::Slow(d, c) => {
+            tokio::time::sleep(d).await;
+            let (t, r) = answer(c);
+            (200, t, r)
+        }
+        Reply::EchoAuth => {
+            let auth = headers
+                .get(header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_owned();
+            let (t, r) = answer(format!("{{\"echo\": \"{auth}\"}}"));
+            (200, t, r)
+        }
+        Reply::Raw(text) => (
+            200,
+            0,
+            ([(header::CONTENT_TYPE, "application/json")], text).into_response(),
+        ),
+        Reply::Status(code, retry_after, text) => {
+            let code = StatusCode::from_u16(code).expect("a status");
+            let mut r = (code, text).into_response();
+            if let Some(ra) = retry_after {
+                r.headers_mut()
+                    .insert(header::RETRY_AFTER, ra.parse().expect("a header value"));
+            }
+            (code.as_u16(), 0, r)
+        }
+    };
+    s.hits.lock().unwrap().push(Hit {
+        at,
+        headers,
+        body,
+        status,
+        tokens,
+    });
+    resp
+}
+
+/// A completion's message content for a classification.
+pub fn classification(category: &str, confidence: f64) -> String {
+    json!({"category": category, "confidence": confidence}).to_string()
+}
+
+// ---------------------------------------------------------------- a JSON service
+
+/// What the service received on one request.
+#[derive(Clone, Debug)]
+pub struct ServiceHit {
+    pub method: String,
+    pub path: String,
+    pub headers: HeaderMap,
+    pub body: Vec<u8>,
+}
+
+#[derive(Default)]
+pub struct ServiceState {
+    hits: Mutex<Vec<ServiceHit>>,
+}
+
+/// Routes: `/echo` (the request back as JSON), `/status/{code}` (that status; 429 with
+/// `Retry-After: 1`), `/big/{bytes}` (a JSON string of that size), `/redirect/{n}` (`n`
+/// redirects, the last to `/echo`), `/away` (a redirect to the same server named `localhost`),
+/// `/text` (200 with a body that is not JSON), `/slow/{ms}` (answers after that long).
+#[derive(Clone)]
+pub struct Service {
+    pub addr: SocketAddr,
+    pub state: Arc<ServiceState>,
+}
+
+impl Service {
+    /// Serves on a thread of its own.
+    pub fn start() -> Service {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime");
+            rt.block_on(async move {
+                let state = Arc::new(ServiceState::default());
+                let app = axum::Router::new()
+                    .route("/{*rest}", any(service))
+                    .with_state(state.clone());
+                let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+                let addr = listener.local_addr().expect("local addr");
+                tx.send(Service { addr, state }).expect("send");
+                axum::serve(listener, app).await.expect("serve");
+            });
+        });
+        rx.recv().expect("the service starts")
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    pub fn hits(&self) -> Vec<ServiceHit> {
+        self.state.hits.lock().unwrap().clone()
+    }
+
+    pub fn hits_on(&self, path: &str) -> usize {
+        self.hits().iter().filter(|h| h.path == path).count()
+    }
+}
+
+async fn service(
+    State(s): State<Arc<ServiceState>>,
+    Path(rest): Path<String>,
+    method: axum::http::Method,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let path = format!("/{rest}");
+    s.hits.lock().unwrap().push(ServiceHit {
+        method: method.to_string(),
+        path: path.clone(),
+        headers: headers.clone(),
+        body: body.to_vec(),
+    });
+    let host = headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("")
+        .to_owned();
+    let parts: Vec<&str> = rest.split('/').collect();
+    match parts.as_slice() {
+        ["echo"] => {
+            let h = |k: &str| headers.get(k).and_then(|v| v.to_str().ok()).map(str::to_owned);
+            let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+            axum::Json(json!({
+                "method": method.to_string(),
+                "body": body,
+                "idempotency_key": h("idempotency-key"),
+                "run": h("x-switchyard-run"),
+                "step": h("x-switchyard-step"),
+                "attempt": h("x-switchyard-attempt"),
+                "api_key": h("x-api-key").map(|k| k.len()),
+                "tenant": h("x-tenant"),
+            }))
+            .into_response()
+        }
+        ["status", code] => {
+            let code: u16 = code.parse().unwrap_or(500);
+            let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            let mut r = (status, format!("status {code}: the service says no")).into_response();
+            if code == 429 {
+                r.headers_mut().insert(header::RETRY_AFTER, "1".parse().unwrap());
+            }
+            r
+        }
+        ["big", n] => {
+            let n: usize = n.parse().unwrap_or(0);
+            axum::Json(Value::String("x".repeat(n))).into_response()
+        }
+        ["redirect", n] => {
+            let n: u32 = n.parse().unwrap_or(1);
+            let to = if n <= 1 {
+                "/echo".to_owned()
+            } else {
+                format!("/redirect/{}", n - 1)
+            };
+            (StatusCode::FOUND, [(header::LOCATION, to)]).into_response()
+        }
+        ["away"] => {
+            let port = host.rsplit(':').next().unwrap_or("80");
+            let to = format!("http://localhost:{port}/echo");
+            (StatusCode::TEMPORARY_REDIRECT, [(header::LOCATION, to)]).into_response()
+        }
+        ["text"] => "<html>not json</html>".into_response(),
+        ["slow", ms] => {
+            tokio::time::sleep(Duration::from_millis(ms.parse().unwrap_or(0))).await;
+            axum::Json(json!({"slow": true})).into_response()
+        }
+        _ => (StatusCode::NOT_FOUND, "no such route").into_response(),
+    }
+}

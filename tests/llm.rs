@@ -1018,3 +1018,85 @@ fn a_batch_records_each_items_cost_and_stops_at_its_budget() {
     assert!(out.stderr.contains("the cost limit was reached"), "{out:?}");
     assert_eq!(server.hits().len(), 10 + started);
 }
+
+/// The batch of issue's proof: 2,000 items at 500 in flight against a server answering in
+/// 50 ms, with the provider limited to 600 requests a minute. The batch (the library's
+/// `batch::run`, in paused time) takes what the limit dictates, the server never sees more
+/// than 600 requests in any minute, and no item fails.
+#[tokio::test(start_paused = true)]
+async fn a_batch_of_two_thousand_items_takes_the_time_its_rate_limit_dictates() {
+    use switchyard::batch::{self, BatchOptions, Progress};
+    use switchyard::runtime::engine::RunControls;
+    const N: usize = 2000;
+    let server = Llm::spawn().await;
+    server
+        .default_reply(Reply::Answer(classification("billing", 0.9)))
+        .latency(Duration::from_millis(50));
+    let dir = TempDir::new("llm-batch-rate");
+    let path = write_flow(
+        &dir,
+        "f.yaml",
+        &flow_text(
+            &server.base_url(),
+            "    max_concurrency: 500\n    rate_limit: {requests_per_minute: 600}",
+            "",
+            "    timeout: 10s",
+        ),
+    );
+    let input: String = (0..N)
+        .map(|i| {
+            format!(
+                "{}\n",
+                json!({"id": format!("t{i}"), "text": format!("ticket {i}")})
+            )
+        })
+        .collect();
+    dir.write("in.jsonl", input);
+    let options = BatchOptions {
+        input: dir.path().join("in.jsonl"),
+        output: dir.path().join("out.jsonl"),
+        concurrency: 500,
+        id_field: "id".into(),
+        max_cost_usd: None,
+        retry_failed: false,
+        retry_in_doubt: false,
+        allow_changed: false,
+        fresh_store: true,
+    };
+    let t0 = tokio::time::Instant::now();
+    let summary = batch::run(
+        Engine::new(Arc::new(MemoryStore::forgetting_ended())),
+        plan_of(&path),
+        options,
+        RunOptions::default(),
+        json!({}),
+        Arc::new(Progress::default()),
+        RunControls::default(),
+    )
+    .await
+    .expect("the batch runs");
+    let took = t0.elapsed().as_secs_f64();
+    assert_eq!((summary.succeeded, summary.failed), (N as u64, 0), "{summary:?}");
+    assert_eq!(server.hits().len(), N);
+    let max = server.max_requests_in(Duration::from_secs(60));
+    assert!(max <= 600, "{max} requests in a minute");
+    // 1,999 intervals at 600 a minute, plus the last answer: about 200 s.
+    let expect = (N - 1) as f64 * 60.0 / 600.0;
+    assert!(
+        (took - expect).abs() / expect < 0.10,
+        "took {took:.1}s, expected about {expect:.1}s (±10%)"
+    );
+    let lines: Vec<Value> = std::fs::read_to_string(dir.path().join("out.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), N);
+    assert!(
+        lines
+            .iter()
+            .enumerate()
+            .all(|(i, l)| l["id"] == format!("t{i}") && l["status"] == "succeeded")
+    );
+    assert!(lines.iter().all(|l| l["cost_usd"].as_f64().unwrap() > 0.0));
+}

@@ -74,6 +74,15 @@ fn effects(path: &Path) -> HashMap<String, usize> {
     out
 }
 
+/// A batch started in the background, its output discarded.
+fn spawn_batch(dir: &TempDir, flow: &Path) -> std::process::Child {
+    batch_cmd(dir, flow, &[])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("starts")
+}
+
 fn batch_cmd(dir: &TempDir, flow: &Path, extra: &[&str]) -> Command {
     let mut cmd = switchyard(dir.path());
     cmd.arg("batch")
@@ -234,11 +243,7 @@ fn a_batch_killed_at_random_points_ends_with_every_item_once_in_order() {
         seed ^= seed >> 7;
         seed ^= seed << 17;
         let delay = Duration::from_millis(40 + seed % 250);
-        let mut child = batch_cmd(&dir, &flow, &[])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("starts");
+        let mut child = spawn_batch(&dir, &flow);
         std::thread::sleep(delay);
         if child.try_wait().expect("wait").is_none() {
             child.kill().expect("SIGKILL");
@@ -757,11 +762,7 @@ fn a_second_batch_on_the_same_output_is_refused_while_the_first_runs() {
     let fx = dir.path().join("effects");
     let flow = dir.write("items.yaml", items_flow(&fx));
     write_input(&dir, 40);
-    let mut first = batch_cmd(&dir, &flow, &[])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("starts");
+    let mut first = spawn_batch(&dir, &flow);
     // Until the first holds the lock (it has written a line).
     let out_file = dir.path().join("out.jsonl");
     let waited = std::time::Instant::now();
@@ -968,11 +969,7 @@ fn a_batch_whose_flow_changed_is_not_resumed_without_allow_changed() {
     let fx = dir.path().join("effects");
     let flow = dir.write("items.yaml", items_flow(&fx));
     write_input(&dir, 80);
-    let mut child = batch_cmd(&dir, &flow, &[])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("starts");
+    let mut child = spawn_batch(&dir, &flow);
     // Until some runs are under way, then a crash.
     let waited = std::time::Instant::now();
     while effects(&fx).len() < 10 {

@@ -1312,6 +1312,25 @@ impl<'e, S: Store> Run<'e, S> {
         outcome
     }
 
+    /// A call that finished before a resume: its record stands in for it. Its calls still
+    /// count, so that scripted agents continue where they were, and what it cost still counts
+    /// against the budget.
+    fn replayed(&self, call: &CallPlan, rec: &StepRecord) -> StepOutcome {
+        for _ in 0..rec.attempt {
+            self.state.next_call(&call.agent.name);
+        }
+        let mut o = match &rec.error {
+            Some(e) => StepOutcome::err(e.clone()),
+            None => StepOutcome::ok(rec.result.clone()),
+        };
+        o.attempts = rec.attempt;
+        o.usage = rec.usage;
+        self.tree.spend(rec.usage.cost_usd);
+        o.child_run = rec.child_run.clone();
+        o.replayed = true;
+        o
+    }
+
     /// Calls an agent with retries and per-attempt timeouts; returns its result, not mapped.
     /// `part` is the kind its records have: `agent`, `iteration` or `branch`.
     async fn invoke(
@@ -1330,24 +1349,7 @@ impl<'e, S: Store> Run<'e, S> {
             .and_then(|r| r.part(number.step, number.iteration))
         {
             match rec.status {
-                StepStatus::Succeeded | StepStatus::Failed => {
-                    // Finished before: the record stands in for the call. Its calls still
-                    // count, so that scripted agents continue where they were.
-                    for _ in 0..rec.attempt {
-                        self.state.next_call(&call.agent.name);
-                    }
-                    let mut o = match &rec.error {
-                        Some(e) => StepOutcome::err(e.clone()),
-                        None => StepOutcome::ok(rec.result.clone()),
-                    };
-                    o.attempts = rec.attempt;
-                    o.usage = rec.usage;
-                    // What a finished call cost before the resume still counts against the budget.
-                    self.tree.spend(rec.usage.cost_usd);
-                    o.child_run = rec.child_run.clone();
-                    o.replayed = true;
-                    return o;
-                }
+                StepStatus::Succeeded | StepStatus::Failed => return self.replayed(call, rec),
                 StepStatus::Started | StepStatus::Interrupted => {
                     // An attempt started and never finished: it may have had its effect.
                     if !(call.idempotent || self.tree.resume.retry_in_doubt) {
@@ -1954,17 +1956,7 @@ impl<'e, S: Store> Run<'e, S> {
             .as_ref()
             .and_then(|r| r.finished(number, Some(index as u64)))
         {
-            for _ in 0..rec.attempt {
-                self.state.next_call(&call.agent.name);
-            }
-            let mut o = match &rec.error {
-                Some(e) => StepOutcome::err(e.clone()),
-                None => StepOutcome::ok(rec.result.clone()),
-            };
-            o.attempts = rec.attempt;
-            o.usage = rec.usage;
-            o.replayed = true;
-            return o;
+            return self.replayed(call, rec);
         }
         let started_at = record::now_ms();
         let mut o = self

@@ -19,6 +19,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
+use futures_util::FutureExt;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use serde_json::{Value, json};
 
@@ -469,7 +470,7 @@ pub async fn run<S: Store>(
                 ));
                 break;
             }
-            let Some(line) = lines.next_line()? else {
+            let Some(mut line) = lines.next_line()? else {
                 input_done = true;
                 break;
             };
@@ -487,7 +488,7 @@ pub async fn run<S: Store>(
                     now: line.id,
                 });
             }
-            let action = decide(&line, previous, &options, &root);
+            let action = decide(&mut line, previous, &options, &root);
             match action {
                 Action::Write(status, text) => {
                     count(&progress, status);
@@ -512,13 +513,14 @@ pub async fn run<S: Store>(
                         index: line.index,
                     };
                     let t0 = Instant::now();
+                    let progress = progress.clone();
                     progress.in_flight.fetch_add(1, Ordering::Relaxed);
                     in_flight.push(tokio::spawn(async move {
                         let state = Arc::new(AgentState::default());
                         let o = engine
                             .run_item(plan, input, context, run_options, state, controls, Some(item))
                             .await;
-                        (seq, line.id, Ok(o), t0.elapsed().as_millis() as u64)
+                        (seq, settle(&progress, &line.id, Ok(o), t0))
                     }));
                 }
                 Action::Resume(run_id) => {
@@ -528,13 +530,14 @@ pub async fn run<S: Store>(
                     let controls = controls.clone();
                     let resume = resume_options.clone();
                     let t0 = Instant::now();
+                    let progress = progress.clone();
                     progress.in_flight.fetch_add(1, Ordering::Relaxed);
                     in_flight.push(tokio::spawn(async move {
                         let state = Arc::new(AgentState::default());
                         let o = engine
                             .resume(plan, &run_id, run_options, resume, state, controls)
                             .await;
-                        (seq, line.id, o, t0.elapsed().as_millis() as u64)
+                        (seq, settle(&progress, &line.id, o, t0))
                     }));
                 }
             }
@@ -560,25 +563,26 @@ pub async fn run<S: Store>(
         if in_flight.is_empty() {
             continue;
         }
-        out.flush().map_err(out_err)?;
-        let Some(joined) = in_flight.next().await else {
-            continue;
-        };
-        progress.in_flight.fetch_sub(1, Ordering::Relaxed);
-        let (seq, id, outcome, ms) = match joined {
-            Ok(x) => x,
-            Err(e) => {
-                return Err(BatchError::Output {
-                    path: out_path.clone(),
-                    message: format!("an item's task failed: {e}"),
-                });
+        // Completions that are ready are taken without waiting; the output is flushed only
+        // before the batch would wait.
+        let joined = match in_flight.next().now_or_never() {
+            Some(j) => j,
+            None => {
+                out.flush().map_err(out_err)?;
+                in_flight.next().await
             }
         };
-        let slot = match outcome {
-            Ok(RunOutcome {
-                store_failure: Some(why),
-                ..
-            }) => {
+        let Some(joined) = joined else {
+            continue;
+        };
+        let (seq, done) = joined.map_err(|e| BatchError::Output {
+            path: out_path.clone(),
+            message: format!("an item's task failed: {e}"),
+        })?;
+        let slot = match done {
+            Done::Line(text) => Slot::Line(text),
+            Done::Unfinished => Slot::Unfinished,
+            Done::StoreFailed(why) => {
                 // Not the item's failure: what happened is not all on record. Stop, and
                 // leave the run to resume once the store works again.
                 if !store_failed {
@@ -590,17 +594,6 @@ pub async fn run<S: Store>(
                     controls.pause.cancel();
                 }
                 Slot::Unfinished
-            }
-            Ok(o) if o.status == RunStatus::Running => Slot::Unfinished,
-            Ok(o) => {
-                progress.add_cost(o.usage.cost_usd);
-                count(&progress, o.status);
-                Slot::Line(outcome_line(&id, &o))
-            }
-            Err(e) => {
-                progress.failed.fetch_add(1, Ordering::Relaxed);
-                let e = StepError::new(ErrorKind::Agent, format!("cannot resume: {e}"));
-                Slot::Line(item_line(&id, "failed", None, Some(&e), None, 0.0, ms))
             }
         };
         slots[(seq - first_slot) as usize] = slot;
@@ -627,6 +620,43 @@ pub async fn run<S: Store>(
     })
 }
 
+/// What a finished item task hands back.
+enum Done {
+    Line(String),
+    /// Paused before it finished: resumed on the next start.
+    Unfinished,
+    StoreFailed(String),
+}
+
+/// Turns a run's outcome into its output line and counts it, on the item's own task (the
+/// batch's driver only places lines).
+fn settle(
+    progress: &Progress,
+    id: &str,
+    outcome: Result<RunOutcome, crate::runtime::resume::ResumeError>,
+    t0: Instant,
+) -> Done {
+    progress.in_flight.fetch_sub(1, Ordering::Relaxed);
+    match outcome {
+        Ok(RunOutcome {
+            store_failure: Some(why),
+            ..
+        }) => Done::StoreFailed(why),
+        Ok(o) if o.status == RunStatus::Running => Done::Unfinished,
+        Ok(o) => {
+            progress.add_cost(o.usage.cost_usd);
+            count(progress, o.status);
+            Done::Line(outcome_line(id, &o))
+        }
+        Err(e) => {
+            progress.failed.fetch_add(1, Ordering::Relaxed);
+            let e = StepError::new(ErrorKind::Agent, format!("cannot resume: {e}"));
+            let ms = t0.elapsed().as_millis() as u64;
+            Done::Line(item_line(id, "failed", None, Some(&e), None, 0.0, ms))
+        }
+    }
+}
+
 fn count(progress: &Progress, status: RunStatus) {
     let counter = match status {
         RunStatus::Succeeded => &progress.succeeded,
@@ -646,7 +676,7 @@ enum Action {
 }
 
 fn decide(
-    line: &Line,
+    line: &mut Line,
     previous: Option<RunRecord>,
     options: &BatchOptions,
     root: &crate::plan::FlowPlan,
@@ -660,19 +690,20 @@ fn decide(
             status => return Action::Write(status, record_line(&prev)),
         }
     }
-    let input = match &line.parsed {
+    // The line's value moves into the run.
+    let input = match std::mem::replace(&mut line.parsed, Ok(Value::Null)) {
         Ok(v) => v,
-        Err(e) => return Action::Fail(e.clone()),
+        Err(e) => return Action::Fail(e),
     };
     if let Some(schema) = &root.input_schema
-        && let Err(v) = schema.check(input)
+        && let Err(v) = schema.check(&input)
     {
         return Action::Fail(format!(
             "line {}: the input does not match `input.schema` {v}",
             line.index + 1
         ));
     }
-    Action::Start(input.clone())
+    Action::Start(input)
 }
 
 fn record_line(r: &RunRecord) -> String {

@@ -515,11 +515,19 @@ pub async fn run<S: Store>(
                     let t0 = Instant::now();
                     let progress = progress.clone();
                     progress.in_flight.fetch_add(1, Ordering::Relaxed);
+                    // Boxed: a run's future is large, and moving the box moves a pointer.
                     in_flight.push(tokio::spawn(async move {
                         let state = Arc::new(AgentState::default());
-                        let o = engine
-                            .run_item(plan, input, context, run_options, state, controls, Some(item))
-                            .await;
+                        let o = Box::pin(engine.run_item(
+                            plan,
+                            input,
+                            context,
+                            run_options,
+                            state,
+                            controls,
+                            Some(item),
+                        ))
+                        .await;
                         (seq, settle(&progress, &line.id, Ok(o), t0))
                     }));
                 }

@@ -815,3 +815,52 @@ async fn postgres_refuses_a_newer_schema() {
         "{err}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queued_writes_commit_before_the_next_awaited_one_and_a_failed_one_stops_its_run() {
+    let dir = TempDir::new("store-queued");
+    let url = format!("sqlite:{}", dir.path().join("runs.db").display());
+    let store = SqlStore::open(&url).await.expect("opens");
+    // Queued: not waited for, committed by the next awaited write.
+    store
+        .queue_run(&run("q1", "f", 1, RunStatus::Running, false))
+        .await
+        .expect("queued");
+    store
+        .queue_step(step("q1", "1", 1, StepStatus::Succeeded, true))
+        .await
+        .expect("queued");
+    store
+        .update_run(&run("q1", "f", 1, RunStatus::Succeeded, false))
+        .await
+        .expect("commits all three");
+    assert_eq!(store.steps("q1").await.expect("steps").len(), 1);
+    assert_eq!(
+        store.get_run("q1").await.expect("get_run").status,
+        RunStatus::Succeeded
+    );
+    // A queued write that fails (a step of a run that does not exist) refuses the run's
+    // later writes, so that its records never skip one.
+    store
+        .queue_step(step("ghost", "1", 1, StepStatus::Succeeded, false))
+        .await
+        .expect("queued");
+    let err = store
+        .create_run(&run("ghost", "f", 2, RunStatus::Running, false))
+        .await
+        .expect_err("refused after a lost write");
+    assert!(
+        err.to_string().contains("an earlier write of the run failed"),
+        "{err}"
+    );
+    assert!(matches!(
+        store.get_run("ghost").await,
+        Err(StoreError::NotFound(_))
+    ));
+    // Other runs are not affected.
+    store
+        .create_run(&run("q2", "f", 3, RunStatus::Running, false))
+        .await
+        .expect("another run");
+    store.close().await;
+}

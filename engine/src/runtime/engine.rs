@@ -588,7 +588,8 @@ impl<'e, S: Store> Run<'e, S> {
     }
 
     async fn execute(&mut self) -> RunOutcome {
-        if let Err(e) = self.engine.store.create_run(&self.record).await {
+        // Queued: the run's first awaited write (a step, or its end) commits it too.
+        if let Err(e) = self.engine.store.queue_run(&self.record).await {
             let e = self.store_error(&e);
             return self.finish(RunStatus::Failed, None, Some(e)).await;
         }
@@ -708,13 +709,7 @@ impl<'e, S: Store> Run<'e, S> {
     /// a record made after a lost one (a step failed *because* the store failed) would tell
     /// a resume a wrong story.
     async fn record(&self, rec: StepRecord) -> Result<(), StepError> {
-        let failed = self
-            .tree
-            .store_failure
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
-        if let Some(why) = failed {
+        if let Some(why) = self.store_failed() {
             return Err(StepError::new(ErrorKind::Agent, format!("store: {why}")));
         }
         self.engine
@@ -722,6 +717,26 @@ impl<'e, S: Store> Run<'e, S> {
             .record_step(rec)
             .await
             .map_err(|e| self.store_error(&e))
+    }
+
+    /// [`Run::record`] without waiting for the commit ([`Store::queue_step`]).
+    async fn queue(&self, rec: StepRecord) -> Result<(), StepError> {
+        if let Some(why) = self.store_failed() {
+            return Err(StepError::new(ErrorKind::Agent, format!("store: {why}")));
+        }
+        self.engine
+            .store
+            .queue_step(rec)
+            .await
+            .map_err(|e| self.store_error(&e))
+    }
+
+    fn store_failed(&self) -> Option<String> {
+        self.tree
+            .store_failure
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// The error a failed store write becomes; the tree remembers the first.
@@ -871,7 +886,14 @@ impl<'e, S: Store> Run<'e, S> {
                     child_run: outcome.child_run,
                     route: route_name,
                 };
-                if let Err(e) = self.record(rec).await {
+                // The run's last step: its end, written next and waited for, commits this too.
+                let last = outcome.stop.is_some() || !matches!(&route, Ok(Some(n)) if *n != flow.end);
+                let stored = if last {
+                    self.queue(rec).await
+                } else {
+                    self.record(rec).await
+                };
+                if let Err(e) = stored {
                     return Err((RunStatus::Failed, e));
                 }
             }

@@ -67,6 +67,14 @@ impl Store for AnyStore {
         delegate!(self, s => s.record_step(step).await)
     }
 
+    async fn queue_run(&self, run: &RunRecord) -> Result<(), StoreError> {
+        delegate!(self, s => s.queue_run(run).await)
+    }
+
+    async fn queue_step(&self, step: StepRecord) -> Result<(), StoreError> {
+        delegate!(self, s => s.queue_step(step).await)
+    }
+
     async fn get_run(&self, id: &str) -> Result<RunRecord, StoreError> {
         delegate!(self, s => s.get_run(id).await)
     }

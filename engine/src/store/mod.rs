@@ -72,6 +72,17 @@ pub trait Store: Send + Sync + 'static {
     /// `started` record is replaced by its outcome, keeping its place in record order.
     /// Takes the record: a store keeps it or encodes it without copying.
     fn record_step(&self, step: StepRecord) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// [`Store::create_run`] without waiting for the commit: the write is queued before this
+    /// store's later writes, so the next write that is waited for commits it too, or fails
+    /// (and with it every later write of the run). For a record that the next awaited write
+    /// of the same run follows anyway.
+    fn queue_run(&self, run: &RunRecord) -> impl Future<Output = Result<(), StoreError>> + Send {
+        self.create_run(run)
+    }
+    /// [`Store::record_step`] without waiting for the commit, as [`Store::queue_run`].
+    fn queue_step(&self, step: StepRecord) -> impl Future<Output = Result<(), StoreError>> + Send {
+        self.record_step(step)
+    }
     fn get_run(&self, id: &str) -> impl Future<Output = Result<RunRecord, StoreError>> + Send;
     /// Runs matching `filter`, newest first.
     fn list_runs(

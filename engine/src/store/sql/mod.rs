@@ -192,6 +192,7 @@ impl SqlStore {
             pool: pool.clone(),
             ctx: ctx.clone(),
             max_batch: options.max_batch.max(1),
+            failed: std::collections::HashMap::new(),
         };
         let writer = tokio::spawn(writer.run(rx));
         Ok(SqlStore {
@@ -229,10 +230,20 @@ impl SqlStore {
         };
         let (done, answer) = oneshot::channel();
         self.writes
-            .send(Request { op, done })
+            .send(Request { op, done: Some(done) })
             .await
             .map_err(|_| closed())?;
         answer.await.map_err(|_| closed())?
+    }
+
+    /// Queues a write without waiting for its commit.
+    async fn queue(&self, op: Op) -> Result<(), StoreError> {
+        self.writes
+            .send(Request { op, done: None })
+            .await
+            .map_err(|_| StoreError::Closed {
+                store: self.ctx.store.to_string(),
+            })
     }
 
     async fn fetch_runs(
@@ -371,6 +382,14 @@ impl Store for SqlStore {
 
     async fn record_step(&self, step: StepRecord) -> Result<(), StoreError> {
         self.write(Op::Step(StepRow::encode(&step)?)).await
+    }
+
+    async fn queue_run(&self, run: &RunRecord) -> Result<(), StoreError> {
+        self.queue(Op::CreateRun(RunRow::encode(run)?)).await
+    }
+
+    async fn queue_step(&self, step: StepRecord) -> Result<(), StoreError> {
+        self.queue(Op::Step(StepRow::encode(&step)?)).await
     }
 
     async fn get_run(&self, id: &str) -> Result<RunRecord, StoreError> {

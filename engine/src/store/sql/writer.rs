@@ -10,6 +10,10 @@
 //! a batch that needs a single statement runs it without `BEGIN`/`COMMIT`, as its own
 //! transaction.
 //!
+//! A write may also be *queued*: its sender does not wait for it, and a later write that is
+//! waited for commits it first (FIFO, one writer). If a queued write fails, no later write of
+//! the same run is made: each fails with that error, so a run's records never skip one.
+//!
 //! A transaction that fails is rolled back whole. When the failure concerns one record (a
 //! constraint, say), the batch is replayed one record per transaction so the others still
 //! commit and only the culprit gets the error; when it concerns the store (disk full, locked,
@@ -54,25 +58,58 @@ impl Op {
 
 pub(crate) struct Request {
     pub op: Op,
-    pub done: oneshot::Sender<Result<(), StoreError>>,
+    /// `None`: queued, nobody waits for the outcome.
+    pub done: Option<oneshot::Sender<Result<(), StoreError>>>,
 }
 
 pub(crate) struct Writer {
     pub pool: AnyPool,
     pub ctx: Ctx,
     pub max_batch: usize,
+    /// Runs a queued write of which failed, with the error: their later writes are refused.
+    pub failed: HashMap<String, String>,
+}
+
+impl Op {
+    fn run_id(&self) -> &str {
+        match self {
+            Op::CreateRun(r) | Op::UpdateRun(r) => &r.id,
+            Op::Step(s) => &s.run_id,
+        }
+    }
 }
 
 impl Writer {
     /// Serves requests until every sender is gone, then returns (after the last commit).
-    pub(crate) async fn run(self, mut rx: mpsc::Receiver<Request>) {
+    pub(crate) async fn run(mut self, mut rx: mpsc::Receiver<Request>) {
         let mut batch = Vec::with_capacity(self.max_batch);
         while rx.recv_many(&mut batch, self.max_batch).await > 0 {
             self.commit(&mut batch).await;
         }
     }
 
-    async fn commit(&self, batch: &mut Vec<Request>) {
+    async fn commit(&mut self, batch: &mut Vec<Request>) {
+        // Writes of a run whose queued write failed are not made.
+        if !self.failed.is_empty() {
+            let mut i = 0;
+            while i < batch.len() {
+                if let Some(why) = self.failed.get(batch[i].op.run_id()) {
+                    let req = batch.remove(i);
+                    let e = StoreError::Other(format!(
+                        "{}: not written, an earlier write of the run failed: {why}",
+                        req.op.describe()
+                    ));
+                    if let Some(done) = req.done {
+                        let _ = done.send(Err(e));
+                    }
+                } else {
+                    i += 1;
+                }
+            }
+            if batch.is_empty() {
+                return;
+            }
+        }
         let ops: Vec<&Op> = batch.iter().map(|r| &r.op).collect();
         let outcomes = match self.transaction(&ops).await {
             Ok(outcomes) => outcomes,
@@ -93,8 +130,17 @@ impl Writer {
             Err((_, e)) => ops.iter().map(|op| Err(self.error(op, &e))).collect(),
         };
         for (req, outcome) in batch.drain(..).zip(outcomes) {
-            // The caller may have gone away (cancelled); its record is committed all the same.
-            let _ = req.done.send(outcome);
+            match (req.done, outcome) {
+                // The caller may have gone away (cancelled); its record is committed all the same.
+                (Some(done), outcome) => {
+                    let _ = done.send(outcome);
+                }
+                (None, Err(e)) => {
+                    tracing::error!(store = &*self.ctx.store, error = %e, "a queued write failed");
+                    self.failed.insert(req.op.run_id().to_string(), e.to_string());
+                }
+                (None, Ok(())) => {}
+            }
         }
     }
 

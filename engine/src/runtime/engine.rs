@@ -1827,13 +1827,30 @@ impl<'e, S: Store> Run<'e, S> {
                 if halt.is_none() && self.tree.pause.is_cancelled() {
                     halt = Some((RunStatus::Running, None));
                 }
-                while !stopped && halt.is_none() && in_flight.len() < f.concurrency && next < items.len() {
+                // An iteration is polled once as it starts: one that finishes then (a
+                // transform body, say) is taken at once and never joins the window's set.
+                let mut done = None;
+                while done.is_none()
+                    && !stopped
+                    && halt.is_none()
+                    && in_flight.len() < f.concurrency
+                    && next < items.len()
+                {
                     let i = next;
                     next += 1;
                     let item = &items[i];
-                    in_flight.push(async move { (i, this.iteration(step, f, item, i, number).await) });
+                    let mut fut =
+                        Box::pin(async move { (i, this.iteration(step, f, item, i, number).await) });
+                    match std::future::poll_fn(|cx| std::task::Poll::Ready(fut.as_mut().poll(cx))).await {
+                        std::task::Poll::Ready(r) => done = Some(r),
+                        std::task::Poll::Pending => in_flight.push(fut),
+                    }
                 }
-                let Some((i, r)) = in_flight.next().await else {
+                let next_done = match done {
+                    Some(r) => Some(r),
+                    None => in_flight.next().await,
+                };
+                let Some((i, r)) = next_done else {
                     break;
                 };
                 usage.add(r.usage);

@@ -1047,3 +1047,66 @@ fn without_a_terminal_a_batch_prints_plain_progress_lines_and_a_summary() {
         out.stderr
     );
 }
+
+#[test]
+fn an_interrupt_inside_a_child_flow_interrupts_the_parent_and_its_decision_continues_both() {
+    let dir = TempDir::new("interrupt-nested");
+    let fx = dir.path().join("effects");
+    dir.write(
+        "parent.yaml",
+        format!(
+            r#"flow: parent
+agents:
+  before:
+    kind: command
+    run: [sh, -c, 'cat > /dev/null; echo before >> "{fx}"; echo "{{}}"']
+    idempotent: false
+  review:
+    kind: flow
+    steps:
+      ask:
+        interrupt:
+          prompt: "Approve {{{{ input.amount }}}}?"
+          schema: {{type: object, required: [ok], properties: {{ok: {{type: boolean}}}}}}
+        output: {{$.ok: $.ok}}
+    output:
+      select: $.ok
+steps:
+  first:
+    agent: before
+    next: check
+  check:
+    agent: review
+    input: {{$.amount: $.amount}}
+    output: {{$.approved: $}}
+"#,
+            fx = fx.display()
+        ),
+    );
+    let store = ["--store", "sqlite:runs.db"];
+    let out = run(switchyard(dir.path())
+        .args(["run", "parent.yaml", "--input", r#"{"amount": 7}"#])
+        .args(store));
+    assert_eq!(out.code(), 3, "{}", out.stderr);
+    let id = out
+        .stderr
+        .split("switchyard resume ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .unwrap_or_else(|| panic!("names the run: {}", out.stderr))
+        .to_string();
+    // The decision is checked against the child's interrupt.
+    let bad = run(switchyard(dir.path())
+        .args(["resume", &id, "--decision", r#"{"ok": 1}"#])
+        .args(store));
+    assert_eq!(bad.code(), 2, "{}", bad.stderr);
+    assert!(bad.stderr.contains("interrupt step `ask`"), "{}", bad.stderr);
+    let ok = run(switchyard(dir.path())
+        .args(["resume", &id, "--decision", r#"{"ok": true}"#])
+        .args(store));
+    assert_eq!(ok.code(), 0, "{}", ok.stderr);
+    let output: Value = serde_json::from_str(&ok.stdout).expect("output JSON");
+    assert_eq!(output["approved"], json!(true));
+    // The step before the child ran once.
+    assert_eq!(std::fs::read_to_string(&fx).unwrap().lines().count(), 1);
+}

@@ -845,6 +845,11 @@ async fn queued_writes_commit_before_the_next_awaited_one_and_a_failed_one_stops
         .queue_step(step("ghost", "1", 1, StepStatus::Succeeded, false))
         .await
         .expect("queued");
+    // Once a later awaited write (of another run) returns, the queued one has been tried.
+    store
+        .create_run(&run("q2", "f", 3, RunStatus::Running, false))
+        .await
+        .expect("another run");
     let err = store
         .create_run(&run("ghost", "f", 2, RunStatus::Running, false))
         .await

@@ -21,7 +21,7 @@ use std::time::Instant;
 
 use futures_util::FutureExt;
 use futures_util::stream::{FuturesUnordered, StreamExt};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::agents::AgentState;
 use crate::plan::Plan;
@@ -748,14 +748,36 @@ fn item_line(
     cost_usd: f64,
     duration_ms: u64,
 ) -> String {
-    json!({
-        "id": id,
-        "status": status,
-        "output": output,
-        "error": error.map(StepError::to_json),
-        "run_id": run_id,
-        "cost_usd": cost_usd,
-        "duration_ms": duration_ms,
-    })
-    .to_string()
+    /// The line, serialized straight from borrowed parts (no intermediate JSON value).
+    #[derive(serde::Serialize)]
+    struct ItemLine<'a> {
+        id: &'a str,
+        status: &'a str,
+        output: Option<&'a Value>,
+        error: Option<ErrorLine<'a>>,
+        run_id: Option<&'a str>,
+        cost_usd: f64,
+        duration_ms: u64,
+    }
+    /// As [`StepError::to_json`]: `details` is always there.
+    #[derive(serde::Serialize)]
+    struct ErrorLine<'a> {
+        kind: &'a str,
+        message: &'a str,
+        details: &'a Option<Value>,
+    }
+    let line = ItemLine {
+        id,
+        status,
+        output,
+        error: error.map(|e| ErrorLine {
+            kind: e.kind.as_str(),
+            message: &e.message,
+            details: &e.details,
+        }),
+        run_id,
+        cost_usd,
+        duration_ms,
+    };
+    serde_json::to_string(&line).expect("JSON values serialize")
 }

@@ -407,11 +407,16 @@ fn interrupted_run(dir: &TempDir, expires: &str) -> String {
         r#"{"amount": 40}"#,
     ]));
     assert_eq!(out.code(), 3, "{}", out.stderr);
-    out.stderr
+    run_id_from(&out.stderr)
+}
+
+/// The run id in "continue it with `switchyard resume ID ...`".
+fn run_id_from(stderr: &str) -> String {
+    stderr
         .split("switchyard resume ")
         .nth(1)
         .and_then(|r| r.split_whitespace().next())
-        .unwrap_or_else(|| panic!("names the run: {}", out.stderr))
+        .unwrap_or_else(|| panic!("names the run: {stderr}"))
         .to_string()
 }
 
@@ -1088,13 +1093,7 @@ steps:
         .args(["run", "parent.yaml", "--input", r#"{"amount": 7}"#])
         .args(store));
     assert_eq!(out.code(), 3, "{}", out.stderr);
-    let id = out
-        .stderr
-        .split("switchyard resume ")
-        .nth(1)
-        .and_then(|r| r.split_whitespace().next())
-        .unwrap_or_else(|| panic!("names the run: {}", out.stderr))
-        .to_string();
+    let id = run_id_from(&out.stderr);
     // The decision is checked against the child's interrupt.
     let bad = run(switchyard(dir.path())
         .args(["resume", &id, "--decision", r#"{"ok": 1}"#])

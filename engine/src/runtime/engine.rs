@@ -705,30 +705,24 @@ impl<'e, S: Store> Run<'e, S> {
         }
     }
 
-    /// Records a step part. Once a store write of this tree failed, nothing more is written:
-    /// a record made after a lost one (a step failed *because* the store failed) would tell
-    /// a resume a wrong story.
-    async fn record(&self, rec: StepRecord) -> Result<(), StepError> {
+    /// Records a step part, waiting for the commit unless `queued` ([`Store::queue_step`]).
+    /// Once a store write of this tree failed, nothing more is written: a record made after
+    /// a lost one (a step failed *because* the store failed) would tell a resume a wrong story.
+    async fn record_with(&self, rec: StepRecord, queued: bool) -> Result<(), StepError> {
         if let Some(why) = self.store_failed() {
             return Err(StepError::new(ErrorKind::Agent, format!("store: {why}")));
         }
-        self.engine
-            .store
-            .record_step(rec)
-            .await
-            .map_err(|e| self.store_error(&e))
+        let store = &self.engine.store;
+        let written = if queued {
+            store.queue_step(rec).await
+        } else {
+            store.record_step(rec).await
+        };
+        written.map_err(|e| self.store_error(&e))
     }
 
-    /// [`Run::record`] without waiting for the commit ([`Store::queue_step`]).
-    async fn queue(&self, rec: StepRecord) -> Result<(), StepError> {
-        if let Some(why) = self.store_failed() {
-            return Err(StepError::new(ErrorKind::Agent, format!("store: {why}")));
-        }
-        self.engine
-            .store
-            .queue_step(rec)
-            .await
-            .map_err(|e| self.store_error(&e))
+    async fn record(&self, rec: StepRecord) -> Result<(), StepError> {
+        self.record_with(rec, false).await
     }
 
     fn store_failed(&self) -> Option<String> {
@@ -888,12 +882,7 @@ impl<'e, S: Store> Run<'e, S> {
                 };
                 // The run's last step: its end, written next and waited for, commits this too.
                 let last = outcome.stop.is_some() || !matches!(&route, Ok(Some(n)) if *n != flow.end);
-                let stored = if last {
-                    self.queue(rec).await
-                } else {
-                    self.record(rec).await
-                };
-                if let Err(e) = stored {
+                if let Err(e) = self.record_with(rec, last).await {
                     return Err((RunStatus::Failed, e));
                 }
             }

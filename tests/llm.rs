@@ -1100,3 +1100,61 @@ async fn a_batch_of_two_thousand_items_takes_the_time_its_rate_limit_dictates() 
     );
     assert!(lines.iter().all(|l| l["cost_usd"].as_f64().unwrap() > 0.0));
 }
+
+/// The conversation given with `--messages` is recorded with the run: resuming it (here, past
+/// an interrupt) needs no `--messages` again, and the `llm` call after the resume sees it.
+#[test]
+fn a_resumed_run_keeps_its_conversation() {
+    let server = Llm::start();
+    server.default_reply(Reply::Answer(classification("billing", 0.9)));
+    let dir = TempDir::new("llm-resume-conversation");
+    let flow = flow_text(
+        &server.base_url(),
+        "",
+        "    message_mode: all",
+        "",
+    )
+    .replace(
+        "steps:\n  classify:",
+        "start: approve\nsteps:\n  approve:\n    interrupt:\n      prompt: go?\n    next: classify\n  classify:",
+    );
+    write_flow(&dir, "f.yaml", &flow);
+    dir.write(
+        "messages.json",
+        r#"[{"role": "user", "content": "my card was charged twice"}]"#,
+    );
+    let store = ["--store", "sqlite:runs.db"];
+    let out = support::run(
+        support::switchyard(dir.path())
+            .args([
+                "run",
+                "f.yaml",
+                "--messages",
+                "messages.json",
+                "--input",
+                r#"{"text": "t"}"#,
+            ])
+            .args(store),
+    );
+    assert_eq!(out.code(), 3, "{out:?}");
+    assert!(server.hits().is_empty());
+    let id = out
+        .stderr
+        .split("switchyard resume ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .expect("names the run")
+        .to_string();
+    let out = support::run(
+        support::switchyard(dir.path())
+            .args(["resume", &id, "--decision", "{}"])
+            .args(store),
+    );
+    assert_eq!(out.code(), 0, "{out:?}");
+    let body = &server.hits()[0].body;
+    assert!(
+        user_messages(body).contains(&"user: my card was charged twice".to_string()),
+        "{:?}",
+        user_messages(body)
+    );
+}

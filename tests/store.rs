@@ -55,6 +55,7 @@ fn run(id: &str, flow: &str, started_at: u64, status: RunStatus, full: bool) -> 
         item_id: full.then(|| "ticket-7".into()),
         item_index: full.then_some(6),
         flow_path: full.then(|| "/data/flows/triage.yaml".into()),
+        messages: full.then(|| json!([{"role": "user", "content": "hi"}])),
     }
 }
 

@@ -284,6 +284,13 @@ impl<S: Store> Engine<S> {
         }
         let replay = Replay::load(&*self.store, run_id).await?;
         self.check_decision(&plan, &record, &replay, &resume).await?;
+        // The conversation the run started with, unless the caller gives one.
+        let mut options = options;
+        if options.messages.is_empty()
+            && let Some(Value::Array(m)) = &record.messages
+        {
+            options.messages = Arc::new(m.clone());
+        }
         let context = record.context.clone();
         let (tree, lineage) = Self::tree(plan, context, options, controls, resume);
         let root = tree.plan.root;
@@ -561,6 +568,8 @@ impl<'e, S: Store> Run<'e, S> {
                 batch: None,
                 item_id: None,
                 item_index: None,
+                messages: (lineage.depth == 0 && !tree.options.messages.is_empty())
+                    .then(|| Value::Array((*tree.options.messages).clone())),
                 flow_path: if lineage.depth == 0 {
                     flow.path.as_ref().map(|p| p.display().to_string())
                 } else {

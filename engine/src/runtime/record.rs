@@ -102,6 +102,9 @@ pub struct RunRecord {
     /// The caller-given context (`--context`), kept so that a resumed run sees the same.
     #[serde(default)]
     pub context: Value,
+    /// The run's conversation (`--messages`), kept so that a resumed run sees the same.
+    #[serde(default)]
+    pub messages: Option<Value>,
     /// For a run of a batch item: the batch, the item's id and its 0-based line index.
     #[serde(default)]
     pub batch: Option<String>,

@@ -203,6 +203,7 @@ mod tests {
             item_id: None,
             item_index: None,
             flow_path: None,
+            messages: None,
         }
     }
 

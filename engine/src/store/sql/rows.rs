@@ -40,6 +40,7 @@ pub(crate) struct RunRow {
     item_id: Option<String>,
     item_index: Option<i64>,
     flow_path: Option<String>,
+    messages: Option<String>,
 }
 
 impl RunRow {
@@ -66,6 +67,7 @@ impl RunRow {
             item_id: r.item_id.clone(),
             item_index: r.item_index.map(|i| int(i, "item_index")).transpose()?,
             flow_path: r.flow_path.clone(),
+            messages: r.messages.as_ref().map(json).transpose()?,
         })
     }
 
@@ -92,6 +94,7 @@ impl RunRow {
             .bind(self.item_id.clone())
             .bind(self.item_index)
             .bind(self.flow_path.clone())
+            .bind(self.messages.clone())
     }
 }
 
@@ -200,6 +203,7 @@ pub(crate) fn decode_run(row: &AnyRow) -> Result<RunRecord, String> {
             .map(|i| uint(i, "item_index"))
             .transpose()?,
         flow_path: get(row, "flow_path")?,
+        messages: opt_json(row, "messages")?,
     })
 }
 

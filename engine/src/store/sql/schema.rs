@@ -96,10 +96,11 @@ const MIGRATIONS: &[Migration] = &[
     },
     Migration {
         version: 2,
-        description: "run context and flow file, for resume",
+        description: "run context, conversation and flow file, for resume",
         statements: &[
             "ALTER TABLE runs ADD COLUMN context TEXT",
             "ALTER TABLE runs ADD COLUMN flow_path TEXT",
+            "ALTER TABLE runs ADD COLUMN messages TEXT",
         ],
     },
 ];

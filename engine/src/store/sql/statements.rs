@@ -20,7 +20,7 @@ const SHAPES: usize = MAX_ROWS.trailing_zeros() as usize + 1;
 type Cache = [[OnceLock<String>; SHAPES]; 2];
 
 /// The columns of `runs` a run record fills, in bind order (`id` first).
-pub(crate) const RUN_COLUMNS: [&str; 21] = [
+pub(crate) const RUN_COLUMNS: [&str; 22] = [
     "id",
     "flow",
     "flow_hash",
@@ -42,6 +42,7 @@ pub(crate) const RUN_COLUMNS: [&str; 21] = [
     "item_id",
     "item_index",
     "flow_path",
+    "messages",
 ];
 
 /// The columns of `steps` a step record fills, in bind order: the key, `seq` (its place in

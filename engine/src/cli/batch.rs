@@ -107,7 +107,24 @@ pub fn run(args: Args) -> u8 {
             }
         });
         let ticker = tokio::spawn(show_progress(progress.clone(), args.progress_every));
-        let out = batch::run(engine, plan, options, run_options, context, progress.clone(), controls.clone()).await;
+        // On a worker thread, not this one: items' completions then wake the batch without
+        // a thread switch whenever that worker is busy anyway.
+        let driver = tokio::spawn(batch::run(
+            engine,
+            plan,
+            options,
+            run_options,
+            context,
+            progress.clone(),
+            controls.clone(),
+        ));
+        let out = match driver.await {
+            Ok(out) => out,
+            Err(e) => Err(batch::BatchError::Output {
+                path: args.output.display().to_string(),
+                message: format!("the batch's task failed: {e}"),
+            }),
+        };
         ticker.abort();
         let _ = ticker.await;
         out

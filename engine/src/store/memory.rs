@@ -53,8 +53,12 @@ impl Store for MemoryStore {
         let mut g = self.lock();
         match g.runs.get_mut(&run.id) {
             Some(r) => {
-                // A run's identity and input never change: copy only what can.
-                if r.input != run.input || r.flow_hash != run.flow_hash || r.batch != run.batch {
+                // A run's identity, input and context never change: copy only what can.
+                if r.input != run.input
+                    || r.flow_hash != run.flow_hash
+                    || r.batch != run.batch
+                    || r.context != run.context
+                {
                     *r = run.clone();
                 } else {
                     r.status = run.status;
@@ -63,7 +67,6 @@ impl Store for MemoryStore {
                     r.finished_at = run.finished_at;
                     r.usage = run.usage;
                     r.steps = run.steps;
-                    r.context.clone_from(&run.context);
                 }
                 let ended = matches!(
                     run.status,

@@ -77,6 +77,35 @@ pub fn flow_path() -> PathBuf {
 }
 
 /// Writes `n` lines `{"i": k}`.
+/// A batch in a fresh folder `dir/name` with its own SQLite store (`name/runs.db`, output
+/// `name/out.jsonl`); returns the command and the store URL.
+pub fn fresh_sqlite(
+    bin: &Path,
+    dir: &Path,
+    input: &Path,
+    name: &str,
+    concurrency: usize,
+) -> Result<(BatchCmd, String), String> {
+    let sub = dir.join(name);
+    if sub.exists() {
+        std::fs::remove_dir_all(&sub).map_err(|e| format!("cannot empty `{}`: {e}", sub.display()))?;
+    }
+    std::fs::create_dir_all(&sub).map_err(|e| format!("cannot create `{}`: {e}", sub.display()))?;
+    let url = format!("sqlite:{}", sub.join("runs.db").display());
+    Ok((
+        BatchCmd {
+            bin: bin.to_path_buf(),
+            input: input.to_path_buf(),
+            output: sub.join("out.jsonl"),
+            concurrency,
+            store: url.clone(),
+            cwd: sub.clone(),
+            log: sub.join("log.txt"),
+        },
+        url,
+    ))
+}
+
 pub fn write_input(path: &Path, n: usize) -> Result<(), String> {
     let mut text = String::with_capacity(n * 12);
     for k in 0..n {

@@ -29,26 +29,7 @@ pub fn run(profile: &Profile, opts: &Options) -> Result<Vec<Report>, String> {
     let input = dir.join("in.jsonl");
     batch_bin::write_input(&input, n)?;
     // A fresh folder (and database) per process: `name/runs.db`, `name/out.jsonl`.
-    let sqlite = |name: &str| -> Result<(BatchCmd, String), String> {
-        let sub = dir.join(name);
-        if sub.exists() {
-            std::fs::remove_dir_all(&sub).map_err(|e| format!("cannot empty `{}`: {e}", sub.display()))?;
-        }
-        std::fs::create_dir_all(&sub).map_err(|e| format!("cannot create `{}`: {e}", sub.display()))?;
-        let url = format!("sqlite:{}", sub.join("runs.db").display());
-        Ok((
-            BatchCmd {
-                bin: bin.clone(),
-                input: input.clone(),
-                output: sub.join("out.jsonl"),
-                concurrency: CONCURRENCY,
-                store: url.clone(),
-                cwd: sub.clone(),
-                log: sub.join("log.txt"),
-            },
-            url,
-        ))
-    };
+    let sqlite = |name: &str| batch_bin::fresh_sqlite(&bin, dir, &input, name, CONCURRENCY);
     let memory = BatchCmd {
         bin: bin.clone(),
         input: input.clone(),

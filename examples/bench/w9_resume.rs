@@ -41,26 +41,7 @@ pub fn run(profile: &Profile, opts: &Options) -> Result<Vec<Report>, String> {
     let dir = &generated.path;
     let input = dir.join("in.jsonl");
     batch_bin::write_input(&input, n)?;
-    let fresh = |name: &str| -> Result<(BatchCmd, String), String> {
-        let sub = dir.join(name);
-        if sub.exists() {
-            std::fs::remove_dir_all(&sub).map_err(|e| format!("cannot empty `{}`: {e}", sub.display()))?;
-        }
-        std::fs::create_dir_all(&sub).map_err(|e| format!("cannot create `{}`: {e}", sub.display()))?;
-        let url = format!("sqlite:{}", sub.join("runs.db").display());
-        Ok((
-            BatchCmd {
-                bin: bin.clone(),
-                input: input.clone(),
-                output: sub.join("out.jsonl"),
-                concurrency: CONCURRENCY,
-                store: url.clone(),
-                cwd: sub.clone(),
-                log: sub.join("log.txt"),
-            },
-            url,
-        ))
-    };
+    let fresh = |name: &str| batch_bin::fresh_sqlite(&bin, dir, &input, name, CONCURRENCY);
     let rep = |name: &str| -> Result<Rep, String> {
         let (whole, url) = fresh(&format!("{name}-whole"))?;
         let u = batch_bin::run(&whole)?;

@@ -671,13 +671,7 @@ impl<'e, S: Store> Run<'e, S> {
         self.record.steps = self.executed.load(Ordering::Relaxed);
         // After a failed store write the run's end is not recorded either: it stays `running`,
         // to be resumed once the store works, rather than ending `failed` for the store's sake.
-        let store_failed = self
-            .tree
-            .store_failure
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .is_some();
-        if store_failed {
+        if self.store_failed().is_some() {
             tracing::warn!(run_id = %self.record.id, "the store failed: the end of the run is not recorded");
         } else if let Err(e) = self.engine.store.update_run(&self.record).await {
             tracing::error!(run_id = %self.record.id, error = %e, "could not record the end of the run");
@@ -705,12 +699,7 @@ impl<'e, S: Store> Run<'e, S> {
                 .finished_at
                 .unwrap_or_else(record::now_ms)
                 .saturating_sub(self.record.started_at),
-            store_failure: self
-                .tree
-                .store_failure
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .clone(),
+            store_failure: self.store_failed(),
         }
     }
 

@@ -5,8 +5,8 @@
 //! [`CallContext::call_index`] (the engine counts calls per agent per run, attempts included,
 //! through [`AgentState::next_call`](super::AgentState::next_call)). A call:
 //!
-//! 1. waits `latency` (a tokio sleep, so paused time in tests; cancelled by `cx.cancel` with kind
-//!    `cancelled`);
+//! 1. waits `latency` of wall-clock time ([`super::timer`]: precise to well under a millisecond,
+//!    never early; cancelled by `cx.cancel` with kind `cancelled`);
 //! 2. fails with kind `agent` if its index is below `fail_times` ("mock failure 1 of 2"), or,
 //!    with `fail_rate`, if a hash of (`seed`, call index) says so — the same seed gives the same
 //!    pattern on every run and machine (the hash is defined here, not by a `rand` version);
@@ -38,7 +38,7 @@ impl Agent for MockAgent<'_> {
                 _ = cx.cancel.cancelled() => {
                     return Err(StepError::new(ErrorKind::Cancelled, "mock call cancelled"));
                 }
-                _ = tokio::time::sleep(latency) => {}
+                _ = super::timer::sleep(latency) => {}
             }
         }
         if let Some(err) = scripted_failure(plan, cx.call_index) {
@@ -237,15 +237,14 @@ mod tests {
         }));
     }
 
-    // Paused time (`start_paused`) needs tokio's `test-util` feature, which the crate does not
-    // enable; these tests use short real waits and check lower bounds.
+    // Latency is wall-clock time: these tests use short real waits and check lower bounds.
     #[tokio::test]
-    async fn latency_waits_on_tokio_time() {
+    async fn latency_waits_on_the_wall_clock() {
         let p = MockPlan {
             latency: Some(Duration::from_millis(200)),
             ..plan()
         };
-        let start = tokio::time::Instant::now();
+        let start = std::time::Instant::now();
         assert_eq!(call(&p, 0, json!({})).await.unwrap(), json!({}));
         assert!(start.elapsed() >= Duration::from_millis(200));
 
@@ -255,7 +254,7 @@ mod tests {
             fail_times: 1,
             ..plan()
         };
-        let start = tokio::time::Instant::now();
+        let start = std::time::Instant::now();
         assert!(call(&p, 0, json!({})).await.is_err());
         assert!(start.elapsed() >= Duration::from_millis(100));
     }

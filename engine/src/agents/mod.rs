@@ -13,6 +13,7 @@ pub mod mock;
 pub mod net;
 pub mod provider;
 pub mod secrets;
+pub mod timer;
 pub mod transform;
 
 use std::collections::{BTreeSet, HashMap};

@@ -856,7 +856,7 @@ impl<'e, S: Store> Run<'e, S> {
                 run_id = %self.record.id, step = %step.id, number = %number, status = status.as_str(),
                 duration_ms, route = route_name.as_deref().unwrap_or(""), "step finished"
             );
-            if !recorded {
+            if !recorded && self.engine.store.keeps_steps() {
                 let rec = StepRecord {
                     run_id: self.record.id.clone(),
                     number,
@@ -1462,7 +1462,7 @@ impl<'e, S: Store> Run<'e, S> {
         attempt: u32,
         part: &'static str,
     ) -> CallResult {
-        if has_effects(agent) {
+        if has_effects(agent) && self.engine.store.keeps_steps() {
             // SPEC §7.3: the attempt is on record before the call can have its effect.
             let rec = StepRecord {
                 run_id: self.record.id.clone(),
@@ -1913,7 +1913,7 @@ impl<'e, S: Store> Run<'e, S> {
         o: &mut StepOutcome,
         started_at: u64,
     ) {
-        if o.replayed {
+        if o.replayed || !self.engine.store.keeps_steps() {
             return;
         }
         let rec = StepRecord {

@@ -179,7 +179,7 @@ impl StepsVar {
             None => {
                 let p = self.entries.len();
                 if self.entries.capacity() == 0 {
-                    self.entries.reserve(self.flow.steps.len().clamp(4, SCAN));
+                    self.entries.reserve(self.flow.steps.len().clamp(1, SCAN));
                 }
                 self.entries.push(Entry {
                     node,

@@ -45,57 +45,67 @@ impl AnyStore {
     }
 }
 
+/// Calls the same method on either store. The SQL store's futures (a channel send to its
+/// writer, sqlx queries) are boxed: they are kilobytes, and every engine future that awaits a
+/// store write would otherwise carry that much for every run in flight, whichever store it uses.
 macro_rules! delegate {
     ($self:ident, $s:ident => $e:expr) => {
         match $self {
-            AnyStore::Memory($s) => $e,
-            AnyStore::Sql($s) => $e,
+            AnyStore::Memory($s) => $e.await,
+            AnyStore::Sql($s) => Box::pin($e).await,
         }
     };
 }
 
 impl Store for AnyStore {
+    fn keeps_steps(&self) -> bool {
+        match self {
+            AnyStore::Memory(s) => s.keeps_steps(),
+            AnyStore::Sql(s) => s.keeps_steps(),
+        }
+    }
+
     async fn create_run(&self, run: &RunRecord) -> Result<(), StoreError> {
-        delegate!(self, s => s.create_run(run).await)
+        delegate!(self, s => s.create_run(run))
     }
 
     async fn update_run(&self, run: &RunRecord) -> Result<(), StoreError> {
-        delegate!(self, s => s.update_run(run).await)
+        delegate!(self, s => s.update_run(run))
     }
 
     async fn record_step(&self, step: StepRecord) -> Result<(), StoreError> {
-        delegate!(self, s => s.record_step(step).await)
+        delegate!(self, s => s.record_step(step))
     }
 
     async fn queue_run(&self, run: &RunRecord) -> Result<(), StoreError> {
-        delegate!(self, s => s.queue_run(run).await)
+        delegate!(self, s => s.queue_run(run))
     }
 
     async fn queue_step(&self, step: StepRecord) -> Result<(), StoreError> {
-        delegate!(self, s => s.queue_step(step).await)
+        delegate!(self, s => s.queue_step(step))
     }
 
     async fn get_run(&self, id: &str) -> Result<RunRecord, StoreError> {
-        delegate!(self, s => s.get_run(id).await)
+        delegate!(self, s => s.get_run(id))
     }
 
     async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
-        delegate!(self, s => s.list_runs(filter).await)
+        delegate!(self, s => s.list_runs(filter))
     }
 
     async fn unfinished_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
-        delegate!(self, s => s.unfinished_runs(filter).await)
+        delegate!(self, s => s.unfinished_runs(filter))
     }
 
     async fn steps(&self, run_id: &str) -> Result<Vec<StepRecord>, StoreError> {
-        delegate!(self, s => s.steps(run_id).await)
+        delegate!(self, s => s.steps(run_id))
     }
 
     async fn children(&self, run_id: &str) -> Result<Vec<RunRecord>, StoreError> {
-        delegate!(self, s => s.children(run_id).await)
+        delegate!(self, s => s.children(run_id))
     }
 
     async fn batch_runs(&self, batch: &str, from: u64, limit: usize) -> Result<Vec<RunRecord>, StoreError> {
-        delegate!(self, s => s.batch_runs(batch, from, limit).await)
+        delegate!(self, s => s.batch_runs(batch, from, limit))
     }
 }

@@ -1,24 +1,49 @@
 //! The memory store: records live in the process and die with it (`--store memory`).
 
 use std::collections::HashMap;
+use std::hash::{BuildHasher, RandomState};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::{RunFilter, Store, StoreError};
 use crate::runtime::record::{RunRecord, RunStatus, StepRecord};
 
-#[derive(Default, Debug)]
+/// Runs are spread over this many independently locked shards (by a hash of the run id), so
+/// concurrent runs on different worker threads seldom wait for each other.
+const SHARDS: usize = 16;
+
+#[derive(Debug)]
 pub struct MemoryStore {
-    inner: Mutex<Inner>,
-    /// Drop the records of runs that ended (a batch on `--store memory` reads none back, and
-    /// its memory must not grow with its input).
+    shards: Box<[Mutex<Shard>]>,
+    hasher: RandomState,
+    /// Start order across shards: reads list runs in it.
+    next_seq: AtomicU64,
+    /// Drop the records of runs that ended, and keep no steps (a batch on `--store memory`
+    /// reads none back, and its memory must not grow with its input).
     forget_ended: bool,
 }
 
 #[derive(Default, Debug)]
-struct Inner {
-    runs: HashMap<String, RunRecord>,
-    order: Vec<String>,
+struct Shard {
+    runs: HashMap<String, Stored>,
     steps: HashMap<String, Vec<StepRecord>>,
+}
+
+#[derive(Debug)]
+struct Stored {
+    seq: u64,
+    run: RunRecord,
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        MemoryStore {
+            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            hasher: RandomState::new(),
+            next_seq: AtomicU64::new(0),
+            forget_ended: false,
+        }
+    }
 }
 
 impl MemoryStore {
@@ -26,8 +51,9 @@ impl MemoryStore {
         Self::default()
     }
 
-    /// A store that drops the records of each run (and its steps) once the run ends:
-    /// succeeded, failed or cancelled. Interrupted and running runs are kept.
+    /// A store that drops the record of each run once the run ends (succeeded, failed or
+    /// cancelled; interrupted and running runs are kept) and keeps no step records at all:
+    /// for a batch on `--store memory`, which reads back only its runs, within the process.
     pub fn forgetting_ended() -> Self {
         MemoryStore {
             forget_ended: true,
@@ -35,61 +61,92 @@ impl MemoryStore {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    fn shard(&self, run_id: &str) -> std::sync::MutexGuard<'_, Shard> {
+        let i = self.hasher.hash_one(run_id) as usize % SHARDS;
+        self.shards[i].lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The runs `keep` selects, copied, in start order.
+    fn collect(&self, keep: impl Fn(&RunRecord) -> bool) -> Vec<RunRecord> {
+        let mut found: Vec<(u64, RunRecord)> = Vec::new();
+        for shard in &self.shards {
+            let g = shard.lock().unwrap_or_else(|e| e.into_inner());
+            found.extend(
+                g.runs
+                    .values()
+                    .filter(|s| keep(&s.run))
+                    .map(|s| (s.seq, s.run.clone())),
+            );
+        }
+        found.sort_unstable_by_key(|(seq, _)| *seq);
+        found.into_iter().map(|(_, r)| r).collect()
     }
 }
 
 impl Store for MemoryStore {
+    fn keeps_steps(&self) -> bool {
+        !self.forget_ended
+    }
+
     async fn create_run(&self, run: &RunRecord) -> Result<(), StoreError> {
-        let mut g = self.lock();
-        if g.runs.insert(run.id.clone(), run.clone()).is_none() {
-            g.order.push(run.id.clone());
-        }
+        // Copied before the lock is taken; a replaced record is dropped after it is let go.
+        let stored = Stored {
+            seq: self.next_seq.fetch_add(1, Ordering::Relaxed),
+            run: run.clone(),
+        };
+        let mut g = self.shard(&run.id);
+        let replaced = match g.runs.get_mut(&run.id) {
+            // Created again (a resumed run): it keeps its place in start order.
+            Some(s) => Some(std::mem::replace(&mut s.run, stored.run)),
+            None => g.runs.insert(run.id.clone(), stored).map(|s| s.run),
+        };
+        drop(g);
+        drop(replaced);
         Ok(())
     }
 
     async fn update_run(&self, run: &RunRecord) -> Result<(), StoreError> {
-        let mut g = self.lock();
-        match g.runs.get_mut(&run.id) {
-            Some(r) => {
-                // A run's identity, input and context never change: copy only what can.
-                if r.input != run.input
-                    || r.flow_hash != run.flow_hash
-                    || r.batch != run.batch
-                    || r.context != run.context
-                {
-                    *r = run.clone();
-                } else {
-                    r.status = run.status;
-                    r.output.clone_from(&run.output);
-                    r.error.clone_from(&run.error);
-                    r.finished_at = run.finished_at;
-                    r.usage = run.usage;
-                    r.steps = run.steps;
-                }
-                let ended = matches!(
-                    run.status,
-                    RunStatus::Succeeded | RunStatus::Failed | RunStatus::Cancelled
-                );
-                if self.forget_ended && ended {
-                    g.runs.remove(&run.id);
-                    g.steps.remove(&run.id);
-                    // `order` keeps ids in start order; forgotten ones are skipped when read
-                    // and swept out once they are most of it.
-                    if g.order.len() > 1024 && g.order.len() > 2 * g.runs.len() {
-                        let Inner { runs, order, .. } = &mut *g;
-                        order.retain(|id| runs.contains_key(id));
-                    }
-                }
-                Ok(())
-            }
-            None => Err(StoreError::NotFound(run.id.clone())),
+        let ended = matches!(
+            run.status,
+            RunStatus::Succeeded | RunStatus::Failed | RunStatus::Cancelled
+        );
+        let mut g = self.shard(&run.id);
+        let Some(s) = g.runs.get_mut(&run.id) else {
+            return Err(StoreError::NotFound(run.id.clone()));
+        };
+        if self.forget_ended && ended {
+            // Dropped once the lock is let go.
+            let forgotten = (g.runs.remove(&run.id), g.steps.remove(&run.id));
+            drop(g);
+            drop(forgotten);
+            return Ok(());
         }
+        let r = &mut s.run;
+        // A run's identity, input and context never change: copy only what can.
+        if r.input != run.input
+            || r.flow_hash != run.flow_hash
+            || r.batch != run.batch
+            || r.context != run.context
+        {
+            *r = run.clone();
+        } else {
+            r.status = run.status;
+            r.output.clone_from(&run.output);
+            r.error.clone_from(&run.error);
+            r.finished_at = run.finished_at;
+            r.usage = run.usage;
+            r.steps = run.steps;
+        }
+        Ok(())
     }
 
     async fn record_step(&self, step: StepRecord) -> Result<(), StoreError> {
-        let mut g = self.lock();
+        if self.forget_ended {
+            // Step records serve `runs show` and resuming, and neither can reach a batch's
+            // throwaway store: a run's steps would only be kept to be dropped at its end.
+            return Ok(());
+        }
+        let mut g = self.shard(&step.run_id);
         // The run's list exists after its first step: no key allocated then.
         let steps = match g.steps.get_mut(&step.run_id) {
             Some(s) => s,
@@ -97,37 +154,35 @@ impl Store for MemoryStore {
         };
         // Replace the record of the same (number, attempt, iteration) — an attempt's
         // "started" record is superseded by its outcome.
-        if let Some(last) =
-            steps.iter_mut().rev().take(8).find(|s| {
+        let replaced =
+            match steps.iter_mut().rev().take(8).find(|s| {
                 s.number == step.number && s.attempt == step.attempt && s.iteration == step.iteration
-            })
-        {
-            *last = step;
-        } else {
-            steps.push(step);
-        }
+            }) {
+                Some(last) => Some(std::mem::replace(last, step)),
+                None => {
+                    steps.push(step);
+                    None
+                }
+            };
+        drop(g);
+        drop(replaced);
         Ok(())
     }
 
     async fn get_run(&self, id: &str) -> Result<RunRecord, StoreError> {
-        self.lock()
+        self.shard(id)
             .runs
             .get(id)
-            .cloned()
+            .map(|s| s.run.clone())
             .ok_or_else(|| StoreError::NotFound(id.to_string()))
     }
 
     async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
-        let g = self.lock();
-        let mut out: Vec<RunRecord> = g
-            .order
-            .iter()
-            .rev()
-            .filter_map(|id| g.runs.get(id))
-            .filter(|r| filter.status.is_none_or(|s| r.status == s))
-            .filter(|r| filter.flow.as_ref().is_none_or(|f| &r.flow == f))
-            .cloned()
-            .collect();
+        let mut out = self.collect(|r| {
+            filter.status.is_none_or(|s| r.status == s) && filter.flow.as_ref().is_none_or(|f| &r.flow == f)
+        });
+        // Newest first.
+        out.reverse();
         if let Some(l) = filter.limit {
             out.truncate(l);
         }
@@ -135,15 +190,8 @@ impl Store for MemoryStore {
     }
 
     async fn unfinished_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
-        let g = self.lock();
-        let mut out: Vec<RunRecord> = g
-            .order
-            .iter()
-            .filter_map(|id| g.runs.get(id))
-            .filter(|r| r.status == RunStatus::Running)
-            .filter(|r| filter.flow.as_ref().is_none_or(|f| &r.flow == f))
-            .cloned()
-            .collect();
+        let mut out = self
+            .collect(|r| r.status == RunStatus::Running && filter.flow.as_ref().is_none_or(|f| &r.flow == f));
         if let Some(l) = filter.limit {
             out.truncate(l);
         }
@@ -151,29 +199,17 @@ impl Store for MemoryStore {
     }
 
     async fn steps(&self, run_id: &str) -> Result<Vec<StepRecord>, StoreError> {
-        Ok(self.lock().steps.get(run_id).cloned().unwrap_or_default())
+        Ok(self.shard(run_id).steps.get(run_id).cloned().unwrap_or_default())
     }
 
     async fn children(&self, run_id: &str) -> Result<Vec<RunRecord>, StoreError> {
-        let g = self.lock();
-        Ok(g.order
-            .iter()
-            .filter_map(|id| g.runs.get(id))
-            .filter(|r| r.parent_run.as_deref() == Some(run_id))
-            .cloned()
-            .collect())
+        Ok(self.collect(|r| r.parent_run.as_deref() == Some(run_id)))
     }
 
     async fn batch_runs(&self, batch: &str, from: u64, limit: usize) -> Result<Vec<RunRecord>, StoreError> {
-        let g = self.lock();
-        // `order` is start order, so a stable sort by item index keeps an item's runs in it.
-        let mut out: Vec<RunRecord> = g
-            .order
-            .iter()
-            .filter_map(|id| g.runs.get(id))
-            .filter(|r| r.batch.as_deref() == Some(batch) && r.item_index.is_some_and(|i| i >= from))
-            .cloned()
-            .collect();
+        // Start order, so a stable sort by item index keeps an item's runs in it.
+        let mut out =
+            self.collect(|r| r.batch.as_deref() == Some(batch) && r.item_index.is_some_and(|i| i >= from));
         out.sort_by_key(|r| r.item_index);
         out.truncate(limit);
         Ok(out)
@@ -183,7 +219,30 @@ impl Store for MemoryStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::record::Usage;
+    use crate::runtime::record::{StepStatus, Usage};
+
+    fn step(run_id: &str) -> StepRecord {
+        StepRecord {
+            run_id: run_id.into(),
+            number: "1".into(),
+            step: "s".into(),
+            kind: "agent".into(),
+            attempt: 1,
+            status: StepStatus::Succeeded,
+            iteration: None,
+            iterations: None,
+            input: None,
+            result: None,
+            changes: vec![],
+            violations: vec![],
+            error: None,
+            started_at: 1,
+            finished_at: Some(2),
+            usage: Usage::default(),
+            child_run: None,
+            route: None,
+        }
+    }
 
     fn run(id: &str, status: RunStatus) -> RunRecord {
         RunRecord {
@@ -227,11 +286,24 @@ mod tests {
         assert_eq!(kept.len(), 1000);
         assert!(kept.iter().all(|r| r.status == RunStatus::Interrupted));
         assert!(matches!(store.get_run("r0").await, Err(StoreError::NotFound(_))));
-        // Ids of forgotten runs do not pile up.
-        assert!(store.lock().order.len() < 2100, "{}", store.lock().order.len());
-        // The plain memory store keeps everything.
+        // Nothing of forgotten runs stays behind.
+        let left: usize = store
+            .shards
+            .iter()
+            .map(|s| {
+                let g = s.lock().unwrap();
+                g.runs.len() + g.steps.len()
+            })
+            .sum();
+        assert_eq!(left, 1000);
+        // It keeps no steps; the plain memory store keeps everything.
         let keeping = MemoryStore::new();
-        keeping.create_run(&run("a", RunStatus::Running)).await.unwrap();
+        for s in [&store, &keeping] {
+            s.create_run(&run("a", RunStatus::Running)).await.unwrap();
+            s.record_step(step("a")).await.unwrap();
+        }
+        assert!(store.steps("a").await.unwrap().is_empty());
+        assert_eq!(keeping.steps("a").await.unwrap().len(), 1);
         keeping.update_run(&run("a", RunStatus::Succeeded)).await.unwrap();
         assert_eq!(keeping.get_run("a").await.unwrap().status, RunStatus::Succeeded);
     }

@@ -79,6 +79,11 @@ pub trait Store: Send + Sync + 'static {
     fn queue_run(&self, run: &RunRecord) -> impl Future<Output = Result<(), StoreError>> + Send {
         self.create_run(run)
     }
+    /// Whether step records are kept. A store that keeps none (a batch's throwaway memory
+    /// store) lets the engine skip building them.
+    fn keeps_steps(&self) -> bool {
+        true
+    }
     /// [`Store::record_step`] without waiting for the commit, as [`Store::queue_run`].
     fn queue_step(&self, step: StepRecord) -> impl Future<Output = Result<(), StoreError>> + Send {
         self.record_step(step)

@@ -100,6 +100,60 @@ fn batch_cmd(dir: &TempDir, flow: &Path, extra: &[&str]) -> Command {
     cmd
 }
 
+/// `--concurrency N` bounds the agent calls in flight, also while finished runs wait for
+/// the commit of their end (they no longer hold a place then).
+#[test]
+fn concurrency_bounds_the_agent_calls_in_flight() {
+    let dir = TempDir::new("batch-concurrency");
+    let log = dir.path().join("calls");
+    let flow = dir.write(
+        "slow.yaml",
+        format!(
+            r#"flow: slow
+agents:
+  slow:
+    kind: command
+    run: [sh, -c, 'read -r x; echo + >> "{log}"; sleep 0.03; echo - >> "{log}"; printf "%s" "$x"']
+steps:
+  call:
+    agent: slow
+    output: {{$.seen: $.n}}
+"#,
+            log = log.display()
+        ),
+    );
+    write_input(&dir, 24);
+    let mut cmd = switchyard(dir.path());
+    cmd.arg("batch").arg(&flow).args([
+        "--input",
+        "in.jsonl",
+        "--output",
+        "out.jsonl",
+        "--concurrency",
+        "3",
+        "--store",
+        "sqlite:runs.db",
+    ]);
+    let out = run(&mut cmd);
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    assert_eq!(read_lines(&dir.path().join("out.jsonl")).len(), 24);
+    let (mut now, mut most, mut calls) = (0i32, 0i32, 0);
+    for event in std::fs::read_to_string(&log).expect("the call log").lines() {
+        match event {
+            "+" => {
+                now += 1;
+                calls += 1;
+            }
+            "-" => now -= 1,
+            other => panic!("unexpected log line {other:?}"),
+        }
+        most = most.max(now);
+    }
+    assert_eq!(calls, 24);
+    assert!(most <= 3, "{most} calls in flight at once with --concurrency 3");
+    assert!(most >= 2, "calls never overlapped: the batch ran them one by one");
+}
+
 #[test]
 fn a_batch_writes_every_line_in_input_order_with_bad_lines_as_failed_items() {
     let dir = TempDir::new("batch-order");

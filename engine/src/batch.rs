@@ -16,7 +16,7 @@ use std::hash::{BuildHasher, Hasher};
 use std::io::{BufRead, BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Instant;
 
 use futures_util::FutureExt;
@@ -25,7 +25,7 @@ use serde_json::Value;
 
 use crate::agents::AgentState;
 use crate::plan::Plan;
-use crate::runtime::engine::{BatchItem, Engine, RunControls, RunOptions, RunOutcome};
+use crate::runtime::engine::{BatchItem, Engine, Released, RunControls, RunOptions, RunOutcome};
 use crate::runtime::record::{RunRecord, RunStatus};
 use crate::runtime::resume::ResumeOptions;
 use crate::runtime::{ErrorKind, StepError};
@@ -443,6 +443,15 @@ pub async fn run<S: Store>(
     let mut first_slot = 0u64; // sequence number of `slots[0]`
     let mut next_seq = 0u64;
     let mut in_flight = FuturesUnordered::new();
+    // Items whose run is still working (agents, steps). A run that only waits for the commit
+    // of its end no longer holds a place: the next item starts meanwhile, and its line is
+    // still written only once that commit is done.
+    // With `--max-cost-usd`, though, a place is let go only once the item's cost is counted,
+    // so that no item starts on a budget that is already spent.
+    let working = Arc::new(Working {
+        early: options.max_cost_usd.is_none(),
+        ..Working::default()
+    });
     let mut input_done = false;
     let mut stopped: Option<String> = None;
     let mut blocked = false; // an unfinished slot: nothing more is written
@@ -455,7 +464,7 @@ pub async fn run<S: Store>(
     };
     loop {
         // Start (or settle) lines while there is room.
-        while !input_done && stopped.is_none() && in_flight.len() < concurrency && slots.len() < window {
+        while !input_done && stopped.is_none() && working.count() < concurrency && slots.len() < window {
             if controls.pause.is_cancelled() {
                 stopped = Some("interrupted (Ctrl-C)".to_string());
                 break;
@@ -515,6 +524,7 @@ pub async fn run<S: Store>(
                     let t0 = Instant::now();
                     let progress = progress.clone();
                     progress.in_flight.fetch_add(1, Ordering::Relaxed);
+                    let (controls, release) = working.start(&controls);
                     // Boxed: a run's future is large, and moving the box moves a pointer.
                     in_flight.push(tokio::spawn(async move {
                         let state = Arc::new(AgentState::default());
@@ -528,6 +538,7 @@ pub async fn run<S: Store>(
                             Some(item),
                         ))
                         .await;
+                        release();
                         (seq, settle(&progress, &line.id, Ok(o), t0))
                     }));
                 }
@@ -540,11 +551,12 @@ pub async fn run<S: Store>(
                     let t0 = Instant::now();
                     let progress = progress.clone();
                     progress.in_flight.fetch_add(1, Ordering::Relaxed);
+                    let (controls, release) = working.start(&controls);
                     in_flight.push(tokio::spawn(async move {
                         let state = Arc::new(AgentState::default());
-                        let o = engine
-                            .resume(plan, &run_id, run_options, resume, state, controls)
+                        let o = Box::pin(engine.resume(plan, &run_id, run_options, resume, state, controls))
                             .await;
+                        release();
                         (seq, settle(&progress, &line.id, o, t0))
                     }));
                 }
@@ -577,7 +589,12 @@ pub async fn run<S: Store>(
             Some(j) => j,
             None => {
                 out.flush().map_err(out_err)?;
-                in_flight.next().await
+                let room = !input_done && stopped.is_none() && slots.len() < window;
+                tokio::select! {
+                    j = in_flight.next() => j,
+                    // A run let go of its place: start the next item.
+                    _ = working.freed.notified(), if room => continue,
+                }
             }
         };
         let Some(joined) = joined else {
@@ -626,6 +643,43 @@ pub async fn run<S: Store>(
         stopped,
         store_failed,
     })
+}
+
+/// How many items' runs are working, and a wake-up when one lets go of its place.
+#[derive(Default)]
+struct Working {
+    count: AtomicUsize,
+    freed: tokio::sync::Notify,
+    /// Runs let go of their place when their work is done, not when their task ends.
+    early: bool,
+}
+
+impl Working {
+    fn count(&self) -> usize {
+        self.count.load(Ordering::Acquire)
+    }
+
+    /// Counts an item in; returns its controls, which let it go when its run's work is done,
+    /// and a call that lets it go if that never happened (idempotent).
+    fn start(self: &Arc<Self>, controls: &RunControls) -> (RunControls, impl Fn() + Send + Sync + 'static) {
+        self.count.fetch_add(1, Ordering::AcqRel);
+        let done = Arc::new(AtomicBool::new(false));
+        let release = {
+            let working = self.clone();
+            move || {
+                if !done.swap(true, Ordering::AcqRel) {
+                    working.count.fetch_sub(1, Ordering::AcqRel);
+                    working.freed.notify_one();
+                }
+            }
+        };
+        let release = Arc::new(release);
+        let controls = RunControls {
+            released: self.early.then(|| Released(release.clone())),
+            ..controls.clone()
+        };
+        (controls, move || release())
+    }
 }
 
 /// What a finished item task hands back.

@@ -114,6 +114,7 @@ struct Tree {
     cancel: CancellationToken,
     /// Stop at the next recorded point, leaving the run to resume (Ctrl-C in a batch).
     pause: CancellationToken,
+    released: Option<Released>,
     resume: ResumeOptions,
     /// The first store write that failed in this tree: the run's end may not be on record.
     store_failure: std::sync::Mutex<Option<String>>,
@@ -164,6 +165,19 @@ impl Budget {
 pub struct RunControls {
     pub cancel: CancellationToken,
     pub pause: CancellationToken,
+    /// Called once the root run's work is done and its end handed to the store, before the
+    /// commit is waited for: a batch then starts its next item while the end commits.
+    pub released: Option<Released>,
+}
+
+/// A callback for [`RunControls::released`].
+#[derive(Clone)]
+pub struct Released(pub Arc<dyn Fn() + Send + Sync>);
+
+impl std::fmt::Debug for Released {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Released")
+    }
 }
 
 /// A run's place in a batch.
@@ -403,6 +417,7 @@ impl<S: Store> Engine<S> {
             options,
             cancel: controls.cancel,
             pause: controls.pause,
+            released: controls.released,
             resume,
             store_failure: std::sync::Mutex::new(None),
             spent_nano: AtomicU64::new(0),
@@ -669,6 +684,12 @@ impl<'e, S: Store> Run<'e, S> {
         self.record.error = error;
         self.record.finished_at = (!paused).then(record::now_ms);
         self.record.steps = self.executed.load(Ordering::Relaxed);
+        // The root's work is done: what is left is waiting for the commit of its end.
+        if self.lineage.depth == 0
+            && let Some(released) = &self.tree.released
+        {
+            (released.0)();
+        }
         // After a failed store write the run's end is not recorded either: it stays `running`,
         // to be resumed once the store works, rather than ending `failed` for the store's sake.
         if self.store_failed().is_some() {

@@ -682,6 +682,42 @@ steps:
         .args(["resume", &a, "--decision", r#"{"ok": true}"#])
         .args(store));
     assert_eq!(yes.code(), 0, "{}", yes.stderr);
+    // `runs export` writes the output again from the store, running nothing.
+    let runs = |dir: &TempDir| {
+        run(switchyard(dir.path())
+            .args(["runs", "list", "--json"])
+            .args(store))
+        .stdout
+        .lines()
+        .count()
+    };
+    let before = runs(&dir);
+    let export = |dir: &TempDir| {
+        run(switchyard(dir.path()).args([
+            "runs",
+            "export",
+            "approve.yaml",
+            "--input",
+            "in.jsonl",
+            "--output",
+            "out.jsonl",
+            "--store",
+            "sqlite:runs.db",
+        ]))
+    };
+    let out = export(&dir);
+    assert_eq!(out.code(), 3, "b is still interrupted: {}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("2 of 2 items written: 1 succeeded, 0 failed, 1 interrupted"),
+        "{}",
+        out.stderr
+    );
+    let lines = read_lines(&dir.path().join("out.jsonl"));
+    assert_eq!(lines[0]["status"], "succeeded");
+    assert_eq!(lines[0]["output"], json!({"id": "a", "ok": true}));
+    assert_eq!(lines[1]["status"], "interrupted");
+    assert_eq!(runs(&dir), before, "export started a run");
     let no = run(switchyard(dir.path())
         .args(["resume", &b, "--decision", r#"{"ok": false}"#])
         .args(store));
@@ -694,6 +730,17 @@ steps:
     assert_eq!(lines[0]["output"], json!({"id": "a", "ok": true}));
     assert_eq!(lines[1]["status"], "failed");
     assert_eq!(lines[1]["error"]["kind"], "rejected");
+    // An item never run ends the export: the lines before it are written, and it says so.
+    dir.write("in.jsonl", "{\"id\": \"a\"}\n{\"id\": \"b\"}\n{\"id\": \"c\"}\n");
+    let out = export(&dir);
+    assert_eq!(out.code(), 1, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("item `c` (line 3) has not finished"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(read_lines(&dir.path().join("out.jsonl")).len(), 2);
+    assert_eq!(runs(&dir), before, "export started a run");
 }
 
 #[test]

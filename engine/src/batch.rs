@@ -53,6 +53,9 @@ pub struct BatchOptions {
     pub allow_changed: bool,
     /// The store holds nothing of earlier batches (`--store memory`): nothing to look up.
     pub fresh_store: bool,
+    /// Run nothing: write OUT.jsonl from the store (`runs export`), in input order, up to the
+    /// first item that has not finished.
+    pub export_only: bool,
 }
 
 /// Counters the caller shows while the batch runs.
@@ -381,7 +384,7 @@ pub async fn run<S: Store>(
         .display()
         .to_string();
     let root = plan.root().clone();
-    if !options.fresh_store && !options.allow_changed {
+    if !options.fresh_store && !options.allow_changed && !options.export_only {
         let filter = crate::store::RunFilter {
             flow: Some(root.name.clone()),
             ..Default::default()
@@ -498,6 +501,16 @@ pub async fn run<S: Store>(
                 });
             }
             let action = decide(&mut line, previous, &options, &root);
+            if options.export_only && matches!(action, Action::Start(_) | Action::Resume(_)) {
+                // Nothing runs: the output ends before the first item that is not finished.
+                slots[(seq - first_slot) as usize] = Slot::Unfinished;
+                stopped = Some(format!(
+                    "item `{}` (line {}) has not finished; the `batch` command continues the batch",
+                    line.id,
+                    line.index + 1
+                ));
+                break;
+            }
             match action {
                 Action::Write(status, text) => {
                     count(&progress, status);

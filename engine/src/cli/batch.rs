@@ -88,6 +88,7 @@ pub fn run(args: Args) -> u8 {
         retry_in_doubt: args.retry_in_doubt,
         allow_changed: args.allow_changed,
         fresh_store: !store.is_durable(),
+        export_only: false,
     };
     let progress = Arc::new(Progress::default());
     let controls = RunControls::default();
@@ -253,4 +254,102 @@ fn scopeguard(bar: indicatif::ProgressBar) -> impl Drop {
         }
     }
     Clear(bar)
+}
+
+/// `switchyard runs export FLOW --input IN.jsonl --output OUT.jsonl`.
+#[derive(clap::Args, Debug)]
+#[command(
+    after_help = "Writes OUT.jsonl as the batch command would, from what the store holds, and runs nothing: \
+items resumed or decided since the batch ran (`switchyard resume RUN_ID`) show their new status.\n\
+The output ends before the first item that has not finished; `switchyard batch` with the same\n\
+arguments continues from there.\n\n\
+Exit status: 0 every item exported and succeeded, 1 an item failed or is not finished, 2 usage,\n\
+3 items interrupted."
+)]
+pub struct ExportArgs {
+    /// The batch's flow file.
+    pub flow: PathBuf,
+    /// The batch's input.
+    #[arg(long)]
+    pub input: PathBuf,
+    /// The batch's output: rewritten (it is what identifies the batch in the store).
+    #[arg(long)]
+    pub output: PathBuf,
+    /// The field of each input object that holds its id, as given to the batch.
+    #[arg(long, default_value = "id")]
+    pub id_field: String,
+    /// The project root that file paths may not leave; default the flow's directory.
+    #[arg(long)]
+    pub root: Option<PathBuf>,
+    #[command(flatten)]
+    pub store: StoreArg,
+}
+
+pub fn export(args: ExportArgs) -> u8 {
+    let Some(plan) = super::graph::load_plan(&args.flow, args.root.clone()) else {
+        return super::exit::USAGE;
+    };
+    let rt = common::runtime();
+    let store = match rt.block_on(args.store.open_for_batch()) {
+        Ok(s) => Arc::new(s),
+        Err(e) => {
+            eprintln!("error: {e}");
+            return super::exit::FAILED;
+        }
+    };
+    if !store.is_durable() {
+        eprintln!("error: a `memory` store keeps nothing to export; name the batch's store with --store");
+        return super::exit::USAGE;
+    }
+    let options = BatchOptions {
+        input: args.input.clone(),
+        output: args.output.clone(),
+        concurrency: 1,
+        id_field: args.id_field.clone(),
+        max_cost_usd: None,
+        retry_failed: false,
+        retry_in_doubt: false,
+        allow_changed: false,
+        fresh_store: false,
+        export_only: true,
+    };
+    let progress = Arc::new(Progress::default());
+    let summary = rt.block_on(batch::run(
+        Engine::new(store.clone()),
+        Arc::new(plan),
+        options,
+        Default::default(),
+        serde_json::Value::Null,
+        progress,
+        RunControls::default(),
+    ));
+    if let Ok(s) = Arc::try_unwrap(store) {
+        rt.block_on(s.close());
+    }
+    let s = match summary {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return super::exit::USAGE;
+        }
+    };
+    eprintln!(
+        "export: {} of {} items written: {} succeeded, {} failed, {} interrupted",
+        s.succeeded + s.failed + s.interrupted,
+        s.total,
+        s.succeeded,
+        s.failed,
+        s.interrupted
+    );
+    eprintln!("output: {}", args.output.display());
+    if let Some(why) = &s.stopped {
+        eprintln!("not finished: {why}");
+    }
+    if s.failed > 0 || s.stopped.is_some() {
+        super::exit::FAILED
+    } else if s.interrupted > 0 {
+        super::exit::INTERRUPTED
+    } else {
+        super::exit::OK
+    }
 }

@@ -32,6 +32,9 @@ pub enum RunsCommand {
     /// Mark a run that is not running anywhere (interrupted, or left running by a crash) as
     /// cancelled, with its unfinished child runs.
     Cancel(CancelArgs),
+    /// Write a batch's OUT.jsonl again from the store, running nothing (after `resume` of
+    /// its interrupted items, say).
+    Export(super::batch::ExportArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -99,6 +102,7 @@ pub fn run(args: Args) -> u8 {
         RunsCommand::Show(a) => show(a),
         RunsCommand::Resume(a) => resume(a),
         RunsCommand::Cancel(a) => cancel(a),
+        RunsCommand::Export(a) => super::batch::export(a),
     }
 }
 

@@ -551,8 +551,10 @@ pub async fn run<S: Store>(
                             Some(item),
                         ))
                         .await;
+                        // Counted (its cost too) before its place is let go.
+                        let done = settle(&progress, &line.id, Ok(o), t0);
                         release();
-                        (seq, settle(&progress, &line.id, Ok(o), t0))
+                        (seq, done)
                     }));
                 }
                 Action::Resume(run_id) => {
@@ -569,8 +571,9 @@ pub async fn run<S: Store>(
                         let state = Arc::new(AgentState::default());
                         let o = Box::pin(engine.resume(plan, &run_id, run_options, resume, state, controls))
                             .await;
+                        let done = settle(&progress, &line.id, o, t0);
                         release();
-                        (seq, settle(&progress, &line.id, o, t0))
+                        (seq, done)
                     }));
                 }
             }

@@ -741,6 +741,25 @@ steps:
     );
     assert_eq!(read_lines(&dir.path().join("out.jsonl")).len(), 2);
     assert_eq!(runs(&dir), before, "export started a run");
+    // A store that never saw the batch is refused, and the output is left as it was.
+    let wrong = run(switchyard(dir.path()).args([
+        "runs",
+        "export",
+        "approve.yaml",
+        "--input",
+        "in.jsonl",
+        "--output",
+        "out.jsonl",
+        "--store",
+        "sqlite:other.db",
+    ]));
+    assert_eq!(wrong.code(), 2, "{}", wrong.stderr);
+    assert!(
+        wrong.stderr.contains("holds no runs of the batch"),
+        "{}",
+        wrong.stderr
+    );
+    assert_eq!(read_lines(&dir.path().join("out.jsonl")).len(), 2);
 }
 
 #[test]

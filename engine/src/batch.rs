@@ -140,6 +140,10 @@ pub enum BatchError {
     },
     #[error("store: {0}")]
     Store(#[from] crate::store::StoreError),
+    #[error(
+        "the store holds no runs of the batch writing {path}: nothing to export (is it the batch's `--store`?)"
+    )]
+    NothingToExport { path: String },
     #[error("{path} is being written by another `switchyard batch` right now: one process per batch")]
     Busy { path: String },
 }
@@ -405,6 +409,11 @@ pub async fn run<S: Store>(
         }
     }
     let out_path = options.output.display().to_string();
+    // An export from a store that never saw this batch (another folder's, a mistyped one)
+    // would empty the output: refuse before touching it.
+    if options.export_only && engine.store.batch_runs(&batch, 0, 1).await?.is_empty() {
+        return Err(BatchError::NothingToExport { path: out_path });
+    }
     let out_err = |e: std::io::Error| BatchError::Output {
         path: out_path.clone(),
         message: e.to_string(),

@@ -670,9 +670,27 @@ steps:
             "sqlite:runs.db",
         ]))
     };
+    // On a throwaway store the summary does not send anyone to resume what is gone.
+    let throwaway = run(switchyard(dir.path()).args([
+        "batch",
+        "approve.yaml",
+        "--input",
+        "in.jsonl",
+        "--output",
+        "memory-out.jsonl",
+        "--store",
+        "memory",
+    ]));
+    assert_eq!(throwaway.code(), 3, "{}", throwaway.stderr);
+    assert!(
+        throwaway.stderr.contains("nothing of them outlives this process"),
+        "{}",
+        throwaway.stderr
+    );
     let out = batch(&dir);
     assert_eq!(out.code(), 3, "{}", out.stderr);
     assert!(out.stderr.contains("2 item(s) interrupted"), "{}", out.stderr);
+    assert!(out.stderr.contains("switchyard resume RUN_ID"), "{}", out.stderr);
     let lines = read_lines(&dir.path().join("out.jsonl"));
     assert!(lines.iter().all(|l| l["status"] == "interrupted"), "{lines:?}");
     let a = lines[0]["run_id"].as_str().unwrap().to_string();

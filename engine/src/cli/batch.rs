@@ -180,10 +180,17 @@ fn report(args: &Args, s: &Summary, paused: bool) -> u8 {
             }
         );
     }
-    if s.interrupted > 0 {
+    if s.interrupted > 0 && args.store.url == "memory" {
+        eprintln!(
+            "{} item(s) interrupted: with `--store memory` nothing of them outlives this process; \
+             run the batch on a durable store (the default SQLite one) to resume them",
+            s.interrupted
+        );
+    } else if s.interrupted > 0 {
         eprintln!(
             "{} item(s) interrupted: `switchyard runs list --status interrupted` lists them; \
-             `switchyard resume RUN_ID` continues one, then run the batch again to update the output",
+             `switchyard resume RUN_ID` continues one, then run the batch again (or `runs export`) \
+             to update the output",
             s.interrupted
         );
     }

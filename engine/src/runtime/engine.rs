@@ -725,22 +725,26 @@ impl<'e, S: Store> Run<'e, S> {
     }
 
     /// Records a step part, waiting for the commit unless `queued` ([`Store::queue_step`]).
+    /// The record is built only for a store that keeps steps ([`Store::keeps_steps`]).
     /// Once a store write of this tree failed, nothing more is written: a record made after
     /// a lost one (a step failed *because* the store failed) would tell a resume a wrong story.
-    async fn record_with(&self, rec: StepRecord, queued: bool) -> Result<(), StepError> {
+    async fn record_with(&self, rec: impl FnOnce() -> StepRecord, queued: bool) -> Result<(), StepError> {
+        let store = &self.engine.store;
+        if !store.keeps_steps() {
+            return Ok(());
+        }
         if let Some(why) = self.store_failed() {
             return Err(StepError::new(ErrorKind::Agent, format!("store: {why}")));
         }
-        let store = &self.engine.store;
         let written = if queued {
-            store.queue_step(rec).await
+            store.queue_step(rec()).await
         } else {
-            store.record_step(rec).await
+            store.record_step(rec()).await
         };
         written.map_err(|e| self.store_error(&e))
     }
 
-    async fn record(&self, rec: StepRecord) -> Result<(), StepError> {
+    async fn record(&self, rec: impl FnOnce() -> StepRecord) -> Result<(), StepError> {
         self.record_with(rec, false).await
     }
 
@@ -877,8 +881,8 @@ impl<'e, S: Store> Run<'e, S> {
                 run_id = %self.record.id, step = %step.id, number = %number, status = status.as_str(),
                 duration_ms, route = route_name.as_deref().unwrap_or(""), "step finished"
             );
-            if !recorded && self.engine.store.keeps_steps() {
-                let rec = StepRecord {
+            if !recorded {
+                let rec = || StepRecord {
                     run_id: self.record.id.clone(),
                     number,
                     step: step.id.clone(),
@@ -1483,9 +1487,9 @@ impl<'e, S: Store> Run<'e, S> {
         attempt: u32,
         part: &'static str,
     ) -> CallResult {
-        if has_effects(agent) && self.engine.store.keeps_steps() {
+        if has_effects(agent) {
             // SPEC §7.3: the attempt is on record before the call can have its effect.
-            let rec = StepRecord {
+            let rec = || StepRecord {
                 run_id: self.record.id.clone(),
                 number: number.step.to_string(),
                 step: step.id.clone(),
@@ -1934,10 +1938,10 @@ impl<'e, S: Store> Run<'e, S> {
         o: &mut StepOutcome,
         started_at: u64,
     ) {
-        if o.replayed || !self.engine.store.keeps_steps() {
+        if o.replayed {
             return;
         }
-        let rec = StepRecord {
+        let rec = || StepRecord {
             run_id: self.record.id.clone(),
             number,
             step: step.id.clone(),

@@ -658,36 +658,29 @@ steps:
 "#,
     );
     dir.write("in.jsonl", "{\"id\": \"a\"}\n{\"id\": \"b\"}\n");
-    let batch = |dir: &TempDir| {
-        run(switchyard(dir.path()).args([
-            "batch",
+    // `batch` or `runs export` of this flow and input.
+    let over = |command: &[&str], output: &str, store: &str| {
+        run(switchyard(dir.path()).args(command).args([
             "approve.yaml",
             "--input",
             "in.jsonl",
             "--output",
-            "out.jsonl",
+            output,
             "--store",
-            "sqlite:runs.db",
+            store,
         ]))
     };
+    let batch = || over(&["batch"], "out.jsonl", "sqlite:runs.db");
+    let export = || over(&["runs", "export"], "out.jsonl", "sqlite:runs.db");
     // On a throwaway store the summary does not send anyone to resume what is gone.
-    let throwaway = run(switchyard(dir.path()).args([
-        "batch",
-        "approve.yaml",
-        "--input",
-        "in.jsonl",
-        "--output",
-        "memory-out.jsonl",
-        "--store",
-        "memory",
-    ]));
+    let throwaway = over(&["batch"], "memory-out.jsonl", "memory");
     assert_eq!(throwaway.code(), 3, "{}", throwaway.stderr);
     assert!(
         throwaway.stderr.contains("nothing of them outlives this process"),
         "{}",
         throwaway.stderr
     );
-    let out = batch(&dir);
+    let out = batch();
     assert_eq!(out.code(), 3, "{}", out.stderr);
     assert!(out.stderr.contains("2 item(s) interrupted"), "{}", out.stderr);
     assert!(out.stderr.contains("switchyard resume RUN_ID"), "{}", out.stderr);
@@ -710,20 +703,7 @@ steps:
         .count()
     };
     let before = runs(&dir);
-    let export = |dir: &TempDir| {
-        run(switchyard(dir.path()).args([
-            "runs",
-            "export",
-            "approve.yaml",
-            "--input",
-            "in.jsonl",
-            "--output",
-            "out.jsonl",
-            "--store",
-            "sqlite:runs.db",
-        ]))
-    };
-    let out = export(&dir);
+    let out = export();
     assert_eq!(out.code(), 3, "b is still interrupted: {}", out.stderr);
     assert!(
         out.stderr
@@ -741,7 +721,7 @@ steps:
         .args(store));
     assert_eq!(no.code(), 1, "{}", no.stderr);
     // The next start of the batch writes their new lines, running nothing.
-    let out = batch(&dir);
+    let out = batch();
     assert_eq!(out.code(), 1, "{}", out.stderr);
     let lines = read_lines(&dir.path().join("out.jsonl"));
     assert_eq!(lines[0]["status"], "succeeded");
@@ -750,7 +730,7 @@ steps:
     assert_eq!(lines[1]["error"]["kind"], "rejected");
     // An item never run ends the export: the lines before it are written, and it says so.
     dir.write("in.jsonl", "{\"id\": \"a\"}\n{\"id\": \"b\"}\n{\"id\": \"c\"}\n");
-    let out = export(&dir);
+    let out = export();
     assert_eq!(out.code(), 1, "{}", out.stderr);
     assert!(
         out.stderr.contains("item `c` (line 3) has not finished"),
@@ -760,23 +740,15 @@ steps:
     assert_eq!(read_lines(&dir.path().join("out.jsonl")).len(), 2);
     assert_eq!(runs(&dir), before, "export started a run");
     // A store that never saw the batch is refused, and the output is left as it was.
-    let wrong = run(switchyard(dir.path()).args([
-        "runs",
-        "export",
-        "approve.yaml",
-        "--input",
-        "in.jsonl",
-        "--output",
-        "out.jsonl",
-        "--store",
-        "sqlite:other.db",
-    ]));
-    assert_eq!(wrong.code(), 2, "{}", wrong.stderr);
-    assert!(
-        wrong.stderr.contains("holds no runs of the batch"),
-        "{}",
-        wrong.stderr
-    );
+    for other in ["sqlite:other.db", "memory"] {
+        let wrong = over(&["runs", "export"], "out.jsonl", other);
+        assert_eq!(wrong.code(), 2, "{other}: {}", wrong.stderr);
+        assert!(
+            wrong.stderr.contains("holds no runs of the batch"),
+            "{other}: {}",
+            wrong.stderr
+        );
+    }
     assert_eq!(read_lines(&dir.path().join("out.jsonl")).len(), 2);
 }
 

@@ -304,10 +304,6 @@ pub fn export(args: ExportArgs) -> u8 {
             return super::exit::FAILED;
         }
     };
-    if !store.is_durable() {
-        eprintln!("error: a `memory` store keeps nothing to export; name the batch's store with --store");
-        return super::exit::USAGE;
-    }
     let options = BatchOptions {
         input: args.input.clone(),
         output: args.output.clone(),

@@ -224,23 +224,7 @@ mod tests {
     fn step(run_id: &str) -> StepRecord {
         StepRecord {
             run_id: run_id.into(),
-            number: "1".into(),
-            step: "s".into(),
-            kind: "agent".into(),
-            attempt: 1,
-            status: StepStatus::Succeeded,
-            iteration: None,
-            iterations: None,
-            input: None,
-            result: None,
-            changes: vec![],
-            violations: vec![],
-            error: None,
-            started_at: 1,
-            finished_at: Some(2),
-            usage: Usage::default(),
-            child_run: None,
-            route: None,
+            ..crate::store::tests::step("1", 1, None, StepStatus::Succeeded)
         }
     }
 

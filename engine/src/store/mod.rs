@@ -142,11 +142,12 @@ pub fn latest_attempts(steps: Vec<StepRecord>) -> Vec<StepRecord> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::runtime::record::{StepStatus, Usage};
 
-    fn step(number: &str, attempt: u32, iteration: Option<u64>, status: StepStatus) -> StepRecord {
+    /// A step record of run `r` (tests of the stores).
+    pub(crate) fn step(number: &str, attempt: u32, iteration: Option<u64>, status: StepStatus) -> StepRecord {
         StepRecord {
             run_id: "r".into(),
             number: number.into(),

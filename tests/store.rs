@@ -71,7 +71,7 @@ fn step(run_id: &str, number: &str, attempt: u32, status: StepStatus, full: bool
         iteration: full.then_some(4),
         iterations: full.then_some(10),
         input: full.then(|| json!({"ticket": {"body": "x", "id": 7}})),
-        result: full.then(|| json!([1, "two", {"three": 3.25}])),
+        result: full.then(|| Arc::new(json!([1, "two", {"three": 3.25}]))),
         changes: if full {
             vec![Change {
                 path: "$.tier".into(),
@@ -567,7 +567,7 @@ async fn a_full_disk_fails_clearly_and_keeps_what_was_recorded() {
     let mut recorded = 0;
     let err = loop {
         let mut s = step("r1", &(recorded + 1).to_string(), 1, StepStatus::Succeeded, false);
-        s.result = Some(json!({ "text": big }));
+        s.result = Some(Arc::new(json!({ "text": big })));
         match store.record_step(s.clone()).await {
             Ok(()) => recorded += 1,
             Err(e) => break e,

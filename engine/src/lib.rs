@@ -6,6 +6,7 @@
 //! petgraph graph the runtime executes). `cli` is the only module that prints.
 
 pub mod agents;
+pub mod alloc;
 pub mod batch;
 pub mod cli;
 pub mod compile;

@@ -79,6 +79,7 @@ pub enum Command {
 
 /// Parses the command line and runs the command.
 pub fn main() -> ExitCode {
+    crate::alloc::keep_freed_memory();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {

@@ -892,7 +892,7 @@ impl<'e, S: Store> Run<'e, S> {
                     iteration: None,
                     iterations: outcome.iterations,
                     input: outcome.input,
-                    // `steps.<id>` keeps the result; the record gets a copy.
+                    // `steps.<id>` keeps the result; the record shares it.
                     result: self.steps.entry(entry).result.clone(),
                     changes: outcome.changes,
                     violations: outcome.violations,
@@ -1074,7 +1074,7 @@ impl<'e, S: Store> Run<'e, S> {
                 // interrupt the run waits at, is the step's result.
                 let earlier = self.replay.as_ref().and_then(|r| r.part(number, None));
                 let decision = match earlier {
-                    Some(rec) if rec.status == StepStatus::Succeeded => rec.result.clone(),
+                    Some(rec) if rec.status == StepStatus::Succeeded => rec.result.as_deref().cloned(),
                     Some(rec) if rec.status == StepStatus::Interrupted => match &self.tree.resume.decision {
                         Some(d) => {
                             if let Some(expires) = i.expires {
@@ -1355,7 +1355,7 @@ impl<'e, S: Store> Run<'e, S> {
         }
         let mut o = match &rec.error {
             Some(e) => StepOutcome::err(e.clone()),
-            None => StepOutcome::ok(rec.result.clone()),
+            None => StepOutcome::ok(rec.result.as_deref().cloned()),
         };
         o.attempts = rec.attempt;
         o.usage = rec.usage;
@@ -1956,7 +1956,7 @@ impl<'e, S: Store> Run<'e, S> {
             iterations: None,
             input,
             // The caller keeps the result; the record gets a copy.
-            result: o.result.clone(),
+            result: o.result.clone().map(Arc::new),
             changes: Vec::new(),
             violations: Vec::new(),
             error: o.error.clone(),

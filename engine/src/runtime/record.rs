@@ -1,5 +1,7 @@
 //! Run and step records (SPEC §7.1): what the store keeps of every run and every step.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -130,7 +132,8 @@ pub struct StepRecord {
     /// Iterations run by a `foreach` or `while` step.
     pub iterations: Option<u64>,
     pub input: Option<Value>,
-    pub result: Option<Value>,
+    /// Shared with the run's `steps.<id>`, which keeps the same result: never copied.
+    pub result: Option<Arc<Value>>,
     pub changes: Vec<Change>,
     pub violations: Vec<Violation>,
     pub error: Option<StepError>,

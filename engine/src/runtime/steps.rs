@@ -92,8 +92,9 @@ impl VarSource for StepVar<'_> {
 pub struct Entry {
     node: NodeIndex,
     pub facts: StepFacts,
-    /// `None` for steps without a result (`set`, ...): `null` in `steps`.
-    pub result: Option<Value>,
+    /// `None` for steps without a result (`set`, ...): `null` in `steps`. Shared with the
+    /// step's record ([`StepRecord::result`](super::record::StepRecord::result)).
+    pub result: Option<Arc<Value>>,
     /// Changed since `steps` was last built.
     dirty: bool,
 }
@@ -101,7 +102,7 @@ pub struct Entry {
 impl Entry {
     pub fn result_or_null(&self) -> &Value {
         const NULL: &Value = &Value::Null;
-        self.result.as_ref().unwrap_or(NULL)
+        self.result.as_deref().unwrap_or(NULL)
     }
 }
 
@@ -152,6 +153,7 @@ impl StepsVar {
         facts: StepFacts,
         result: Option<Value>,
     ) -> usize {
+        let result = result.map(Arc::new);
         if let Some(Value::Object(m)) = self.built.take() {
             // The object was read since the last change: what changed is in it now.
             *self.stale.get_mut().unwrap_or_else(|e| e.into_inner()) = m;

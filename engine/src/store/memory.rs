@@ -5,6 +5,8 @@ use std::hash::{BuildHasher, RandomState};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use serde_json::Value;
+
 use super::{RunFilter, Store, StoreError};
 use crate::runtime::record::{RunRecord, RunStatus, StepRecord};
 
@@ -29,10 +31,92 @@ struct Shard {
     steps: HashMap<String, Vec<StepRecord>>,
 }
 
+/// A run as kept: the record without its input and output, which are kept as compact JSON
+/// text. Making the text costs a tenth of copying the value tree (one allocation, not one per
+/// object, string and array), takes a fraction of its memory, and a run's payload is read back
+/// far less often than it is written (`runs show`, `resume`).
 #[derive(Debug)]
 struct Stored {
     seq: u64,
+    /// `input` is `null` and `output` `None` here: see `input` and `output`.
     run: RunRecord,
+    input: Box<str>,
+    output: Option<Box<str>>,
+}
+
+impl Stored {
+    fn new(seq: u64, run: &RunRecord) -> Stored {
+        let RunRecord {
+            id,
+            flow,
+            flow_hash,
+            parent_run,
+            parent_step,
+            depth,
+            status,
+            input,
+            output,
+            error,
+            started_at,
+            finished_at,
+            usage,
+            steps,
+            flow_path,
+            context,
+            messages,
+            batch,
+            item_id,
+            item_index,
+        } = run;
+        Stored {
+            seq,
+            run: RunRecord {
+                id: id.clone(),
+                flow: flow.clone(),
+                flow_hash: flow_hash.clone(),
+                parent_run: parent_run.clone(),
+                parent_step: parent_step.clone(),
+                depth: *depth,
+                status: *status,
+                input: Value::Null,
+                output: None,
+                error: error.clone(),
+                started_at: *started_at,
+                finished_at: *finished_at,
+                usage: *usage,
+                steps: *steps,
+                flow_path: flow_path.clone(),
+                context: context.clone(),
+                messages: messages.clone(),
+                batch: batch.clone(),
+                item_id: item_id.clone(),
+                item_index: *item_index,
+            },
+            input: text(input),
+            output: output.as_ref().map(text),
+        }
+    }
+
+    /// The record as it was given.
+    fn record(&self) -> RunRecord {
+        RunRecord {
+            input: value(&self.input),
+            output: self.output.as_deref().map(value),
+            ..self.run.clone()
+        }
+    }
+}
+
+fn text(v: &Value) -> Box<str> {
+    // A `Value` always serializes: its map keys are strings.
+    serde_json::to_string(v)
+        .expect("a JSON value serializes")
+        .into_boxed_str()
+}
+
+fn value(text: &str) -> Value {
+    // Text this store made from a `Value`, which parses back to the same value.
+    serde_json::from_str(text).expect("the memory store's own JSON parses")
 }
 
 impl Default for MemoryStore {
@@ -75,7 +159,7 @@ impl MemoryStore {
                 g.runs
                     .values()
                     .filter(|s| keep(&s.run))
-                    .map(|s| (s.seq, s.run.clone())),
+                    .map(|s| (s.seq, s.record())),
             );
         }
         found.sort_unstable_by_key(|(seq, _)| *seq);
@@ -89,16 +173,16 @@ impl Store for MemoryStore {
     }
 
     async fn create_run(&self, run: &RunRecord) -> Result<(), StoreError> {
-        // Copied before the lock is taken; a replaced record is dropped after it is let go.
-        let stored = Stored {
-            seq: self.next_seq.fetch_add(1, Ordering::Relaxed),
-            run: run.clone(),
-        };
+        // Made before the lock is taken; a replaced record is dropped after it is let go.
+        let mut stored = Stored::new(self.next_seq.fetch_add(1, Ordering::Relaxed), run);
         let mut g = self.shard(&run.id);
         let replaced = match g.runs.get_mut(&run.id) {
             // Created again (a resumed run): it keeps its place in start order.
-            Some(s) => Some(std::mem::replace(&mut s.run, stored.run)),
-            None => g.runs.insert(run.id.clone(), stored).map(|s| s.run),
+            Some(s) => {
+                stored.seq = s.seq;
+                Some(std::mem::replace(s, stored))
+            }
+            None => g.runs.insert(run.id.clone(), stored),
         };
         drop(g);
         drop(replaced);
@@ -110,33 +194,27 @@ impl Store for MemoryStore {
             run.status,
             RunStatus::Succeeded | RunStatus::Failed | RunStatus::Cancelled
         );
-        let mut g = self.shard(&run.id);
-        let Some(s) = g.runs.get_mut(&run.id) else {
-            return Err(StoreError::NotFound(run.id.clone()));
-        };
         if self.forget_ended && ended {
+            let mut g = self.shard(&run.id);
+            if !g.runs.contains_key(&run.id) {
+                return Err(StoreError::NotFound(run.id.clone()));
+            }
             // Dropped once the lock is let go.
             let forgotten = (g.runs.remove(&run.id), g.steps.remove(&run.id));
             drop(g);
             drop(forgotten);
             return Ok(());
         }
-        let r = &mut s.run;
-        // A run's identity, input and context never change: copy only what can.
-        if r.input != run.input
-            || r.flow_hash != run.flow_hash
-            || r.batch != run.batch
-            || r.context != run.context
-        {
-            *r = run.clone();
-        } else {
-            r.status = run.status;
-            r.output.clone_from(&run.output);
-            r.error.clone_from(&run.error);
-            r.finished_at = run.finished_at;
-            r.usage = run.usage;
-            r.steps = run.steps;
-        }
+        // Made before the lock is taken; the record replaced is dropped after it is let go.
+        let mut stored = Stored::new(0, run);
+        let mut g = self.shard(&run.id);
+        let Some(s) = g.runs.get_mut(&run.id) else {
+            return Err(StoreError::NotFound(run.id.clone()));
+        };
+        stored.seq = s.seq;
+        let replaced = std::mem::replace(s, stored);
+        drop(g);
+        drop(replaced);
         Ok(())
     }
 
@@ -173,7 +251,7 @@ impl Store for MemoryStore {
         self.shard(id)
             .runs
             .get(id)
-            .map(|s| s.run.clone())
+            .map(Stored::record)
             .ok_or_else(|| StoreError::NotFound(id.to_string()))
     }
 

@@ -75,7 +75,7 @@ fn step(run_id: &str, number: &str, attempt: u32, status: StepStatus, full: bool
         changes: if full {
             vec![Change {
                 path: "$.tier".into(),
-                value: json!("high"),
+                value: Arc::new(json!("high")),
             }]
         } else {
             vec![]

@@ -16,6 +16,8 @@
 //! through a value of the wrong type), or `expression` from an `=expr` source. `details` names
 //! the path, and the destination when there is one.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
@@ -36,10 +38,13 @@ pub struct Violation {
 /// scope, if any, in front). A write replaces the value at `path` with `value`, except for the
 /// deep merges of `output: "*"` and output allowlists, where `value` is what was merged at
 /// `path` (objects merge recursively, everything else replaces: [`deep_merge`]).
+///
+/// A write of a whole result (`output: "*"`, or a map from `$`) shares `value` with the step's
+/// result rather than copying it again.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Change {
     pub path: String,
-    pub value: Value,
+    pub value: Arc<Value>,
 }
 
 /// The reason recorded for what an output allowlist drops.
@@ -129,10 +134,11 @@ pub fn apply_output(
     output: &OutputPlan,
     scope: Option<&Path>,
     payload: &mut Value,
-    result: &Value,
+    shared: &Arc<Value>,
     vars: &Vars,
     changes: &mut Vec<Change>,
 ) -> Result<Vec<Violation>, StepError> {
+    let result: &Value = shared;
     match output {
         OutputPlan::None => Ok(Vec::new()),
         OutputPlan::All => {
@@ -140,7 +146,7 @@ pub fn apply_output(
             deep_merge(target, result.clone());
             changes.push(Change {
                 path: scope.map_or_else(|| "$".to_owned(), |s| s.text().to_owned()),
-                value: result.clone(),
+                value: shared.clone(),
             });
             Ok(Vec::new())
         }
@@ -160,7 +166,7 @@ pub fn apply_output(
                 merge_at(target, p, part.clone(), &shown)?;
                 changes.push(Change {
                     path: shown,
-                    value: part.clone(),
+                    value: Arc::new(part.clone()),
                 });
             }
             let mut violations = Vec::new();
@@ -177,7 +183,15 @@ pub fn apply_output(
             if let [(dest, src)] = entries.as_slice() {
                 let value = eval_source(src, result, &vars).map_err(|e| for_dest(e, dest))?;
                 let target = subtree_mut(scope, payload)?;
-                write_one(target, dest, value, dest_text(scope, dest), changes)?;
+                let whole = matches!(src, SourcePlan::Path(p) if p.segments().is_some_and(<[_]>::is_empty));
+                write_one(
+                    target,
+                    dest,
+                    value,
+                    whole.then_some(shared),
+                    dest_text(scope, dest),
+                    changes,
+                )?;
                 return Ok(Vec::new());
             }
             let values = entries
@@ -205,7 +219,7 @@ pub fn apply_set(
     };
     if let [(dest, src)] = set {
         let value = eval_source(src, payload, &vars).map_err(|e| for_dest(e, dest))?;
-        return write_one(payload, dest, value, dest.text().to_owned(), changes);
+        return write_one(payload, dest, value, None, dest.text().to_owned(), changes);
     }
     let values = set
         .iter()
@@ -577,15 +591,16 @@ fn undo(root: &mut Value, segs: &[Seg], undo: Undo) {
     }
 }
 
-/// One write, recorded.
+/// One write, recorded: with `shared`, the value written, to share rather than copy.
 fn write_one(
     root: &mut Value,
     dest: &Path,
     value: Value,
+    shared: Option<&Arc<Value>>,
     shown: String,
     changes: &mut Vec<Change>,
 ) -> Result<(), StepError> {
-    let recorded = value.clone();
+    let recorded = shared.map_or_else(|| Arc::new(value.clone()), Arc::clone);
     write(root, dest, value, &shown)?;
     changes.push(Change {
         path: shown,
@@ -611,7 +626,7 @@ fn write_all<'p>(
                 done.push((dest, u));
                 recorded.push(Change {
                     path: shown,
-                    value: copy,
+                    value: Arc::new(copy),
                 });
             }
             Err(e) => {
@@ -689,6 +704,25 @@ mod tests {
 
     fn p(text: &str) -> Path {
         path::parse(text).expect("valid path")
+    }
+
+    /// [`super::apply_output`] on a result made for the call.
+    fn apply_output(
+        output: &OutputPlan,
+        scope: Option<&Path>,
+        payload: &mut Value,
+        result: &Value,
+        vars: &Vars,
+        changes: &mut Vec<Change>,
+    ) -> Result<Vec<Violation>, StepError> {
+        super::apply_output(output, scope, payload, &Arc::new(result.clone()), vars, changes)
+    }
+
+    fn change(path: &str, value: Value) -> Change {
+        Change {
+            path: path.into(),
+            value: Arc::new(value),
+        }
     }
 
     fn src_path(text: &str) -> SourcePlan {
@@ -945,13 +979,7 @@ mod tests {
         assert!(changes.is_empty());
         apply_output(&OutputPlan::All, None, &mut payload, &r, &v, &mut changes).unwrap();
         assert_eq!(payload, json!({"a": {"x": 1, "y": 2}, "l": [3]}));
-        assert_eq!(
-            changes,
-            vec![Change {
-                path: "$".into(),
-                value: r.clone()
-            }]
-        );
+        assert_eq!(changes, vec![change("$", r.clone())]);
         // Under a scope.
         let mut changes = Vec::new();
         apply_output(
@@ -999,14 +1027,8 @@ mod tests {
         assert_eq!(
             changes,
             vec![
-                Change {
-                    path: "$.reply".into(),
-                    value: json!({"text": "hi"})
-                },
-                Change {
-                    path: "$.meta.summary".into(),
-                    value: json!("s")
-                },
+                change("$.reply", json!({"text": "hi"})),
+                change("$.meta.summary", json!("s")),
             ]
         );
         // A path the result lacks merges nothing; a scalar where the allowlist goes deeper is dropped.
@@ -1079,7 +1101,7 @@ mod tests {
         );
         let paths: Vec<_> = changes.iter().map(|c| c.path.as_str()).collect();
         assert_eq!(paths, ["$.job.state", "$.result", "$.vs", "$.double", "$.whole"]);
-        assert_eq!(changes[1].value, json!(42));
+        assert_eq!(*changes[1].value, json!(42));
 
         // Under a scope, writes land below it and changes name the full path.
         let mut payload = json!({"report": {"title": "T"}});
@@ -1095,13 +1117,25 @@ mod tests {
         )
         .unwrap();
         assert_eq!(payload, json!({"report": {"title": "T", "summary": "short"}}));
-        assert_eq!(
-            changes,
-            vec![Change {
-                path: "$.report.summary".into(),
-                value: json!("short")
-            }]
-        );
+        assert_eq!(changes, vec![change("$.report.summary", json!("short"))]);
+    }
+
+    #[test]
+    fn a_change_that_writes_the_whole_result_shares_it() {
+        let result = Arc::new(json!({"rows": [1, 2, 3]}));
+        let all = OutputPlan::Map(map(&[("$.whole", src_path("$")), ("$.rows", src_path("$.rows"))]));
+        for out in [
+            OutputPlan::All,
+            OutputPlan::Map(map(&[("$.whole", src_path("$"))])),
+            all,
+        ] {
+            let (mut payload, mut changes) = (json!({}), Vec::new());
+            super::apply_output(&out, None, &mut payload, &result, &no_vars(), &mut changes).unwrap();
+            let first = &changes[0].value;
+            assert_eq!(**first, *result);
+            // The single map entry from `$` and `output: "*"` share; several entries copy.
+            assert_eq!(Arc::ptr_eq(first, &result), changes.len() == 1, "{:?}", changes);
+        }
     }
 
     #[test]
@@ -1163,13 +1197,7 @@ mod tests {
         }
         assert_eq!(payload, json!({"n": 20}));
         assert!(payload["n"].is_i64());
-        assert_eq!(
-            changes.last(),
-            Some(&Change {
-                path: "$.n".into(),
-                value: json!(20)
-            })
-        );
+        assert_eq!(changes.last(), Some(&change("$.n", json!(20))));
 
         // An error leaves the payload alone.
         let set = map(&[("$.x", src_expr("1")), ("$.y", src_expr("payload.missing"))]);

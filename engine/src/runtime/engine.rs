@@ -461,7 +461,9 @@ fn intersect(a: Option<BTreeSet<AgentKind>>, b: Option<BTreeSet<AgentKind>>) -> 
 
 /// What executing one step produced.
 struct StepOutcome {
-    result: Option<Value>,
+    /// Shared, once made, with `steps.<id>`, the step's record and the payload changes that
+    /// write all of it: never copied for them.
+    result: Option<Arc<Value>>,
     error: Option<StepError>,
     attempts: u32,
     input: Option<Value>,
@@ -479,6 +481,10 @@ struct StepOutcome {
 
 impl StepOutcome {
     fn ok(result: Option<Value>) -> Self {
+        Self::shared(result.map(Arc::new))
+    }
+
+    fn shared(result: Option<Arc<Value>>) -> Self {
         StepOutcome {
             result,
             error: None,
@@ -1074,7 +1080,7 @@ impl<'e, S: Store> Run<'e, S> {
                 // interrupt the run waits at, is the step's result.
                 let earlier = self.replay.as_ref().and_then(|r| r.part(number, None));
                 let decision = match earlier {
-                    Some(rec) if rec.status == StepStatus::Succeeded => rec.result.as_deref().cloned(),
+                    Some(rec) if rec.status == StepStatus::Succeeded => rec.result.clone(),
                     Some(rec) if rec.status == StepStatus::Interrupted => match &self.tree.resume.decision {
                         Some(d) => {
                             if let Some(expires) = i.expires {
@@ -1092,7 +1098,7 @@ impl<'e, S: Store> Run<'e, S> {
                                     return o;
                                 }
                             }
-                            Some(d.clone())
+                            Some(Arc::new(d.clone()))
                         }
                         None => None,
                     },
@@ -1104,7 +1110,7 @@ impl<'e, S: Store> Run<'e, S> {
                     let mut payload = std::mem::take(&mut self.payload);
                     let applied = {
                         let vars = Vars {
-                            result: Some(&decision),
+                            result: Some(&*decision),
                             ..self.vars(&[])
                         };
                         data::apply_output(
@@ -1138,7 +1144,7 @@ impl<'e, S: Store> Run<'e, S> {
                         ..self.vars(&[])
                     };
                     match eval::render(p, &vars) {
-                        Ok(text) => o.result = Some(serde_json::json!({"prompt": text})),
+                        Ok(text) => o.result = Some(Arc::new(serde_json::json!({"prompt": text}))),
                         Err(e) => return StepOutcome::err(e),
                     }
                 }
@@ -1279,7 +1285,7 @@ impl<'e, S: Store> Run<'e, S> {
     fn apply(
         &mut self,
         call: &CallPlan,
-        result: &Value,
+        result: &Arc<Value>,
         locals: &[(&str, &Value)],
         outcome: &mut StepOutcome,
     ) {
@@ -1287,7 +1293,7 @@ impl<'e, S: Store> Run<'e, S> {
         let mut payload = std::mem::take(&mut self.payload);
         let applied = {
             let vars = Vars {
-                result: Some(result),
+                result: Some(&**result),
                 ..self.vars(locals)
             };
             data::apply_output(
@@ -1355,7 +1361,7 @@ impl<'e, S: Store> Run<'e, S> {
         }
         let mut o = match &rec.error {
             Some(e) => StepOutcome::err(e.clone()),
-            None => StepOutcome::ok(rec.result.as_deref().cloned()),
+            None => StepOutcome::shared(rec.result.clone()),
         };
         o.attempts = rec.attempt;
         o.usage = rec.usage;
@@ -1820,7 +1826,7 @@ impl<'e, S: Store> Run<'e, S> {
                     break;
                 }
                 match r.error {
-                    None => results[i] = r.result.unwrap_or(Value::Null),
+                    None => results[i] = r.result.map_or(Value::Null, Arc::unwrap_or_clone),
                     Some(e) => {
                         failed.push((i, e));
                         if failed.len() as u64 > tolerated {
@@ -1873,7 +1879,7 @@ impl<'e, S: Store> Run<'e, S> {
                     continue;
                 }
                 match r.error {
-                    None => results[i] = r.result.unwrap_or(Value::Null),
+                    None => results[i] = r.result.map_or(Value::Null, Arc::unwrap_or_clone),
                     Some(e) => {
                         failed.push((i, e));
                         if failed.len() as u64 > tolerated {
@@ -1914,12 +1920,12 @@ impl<'e, S: Store> Run<'e, S> {
                 )
                 .with_details(o.failed.clone()),
             );
-            o.result = Some(Value::Array(results));
+            o.result = Some(Arc::new(Value::Array(results)));
             return o;
         }
         drop(source);
         // The output maps the array of results once, at the end.
-        let result = Value::Array(results);
+        let result = Arc::new(Value::Array(results));
         self.apply(&f.body, &result, &[], &mut o);
         o.result = Some(result);
         o
@@ -1956,7 +1962,7 @@ impl<'e, S: Store> Run<'e, S> {
             iterations: None,
             input,
             // The caller keeps the result; the record gets a copy.
-            result: o.result.clone().map(Arc::new),
+            result: o.result.clone(),
             changes: Vec::new(),
             violations: Vec::new(),
             error: o.error.clone(),
@@ -2022,7 +2028,7 @@ impl<'e, S: Store> Run<'e, S> {
                 Some(Value::Array(sel.query(r).into_iter().cloned().collect()))
             };
             match picked {
-                Some(v) => o.result = Some(v),
+                Some(v) => o.result = Some(Arc::new(v)),
                 None => {
                     o.error = Some(StepError::mapping(format!(
                         "`select` `{}` matched nothing in the result of item {index}",
@@ -2046,7 +2052,7 @@ impl<'e, S: Store> Run<'e, S> {
     }
 
     async fn while_step(&mut self, step: &StepPlan, w: &WhilePlan, number: &str) -> StepOutcome {
-        let mut last = Value::Null;
+        let mut last = Arc::new(Value::Null);
         let mut iterations = 0u64;
         let mut o = StepOutcome::ok(None);
         loop {
@@ -2054,7 +2060,7 @@ impl<'e, S: Store> Run<'e, S> {
             let locals: [(&str, &Value); 1] = [("iteration", &iteration_v)];
             let holds = {
                 let vars = Vars {
-                    result: Some(&last),
+                    result: Some(&*last),
                     ..self.vars(&locals)
                 };
                 eval::eval_bool(&w.cond, &vars)
@@ -2102,7 +2108,7 @@ impl<'e, S: Store> Run<'e, S> {
             let call = &w.body;
             let prepared = {
                 let vars = Vars {
-                    result: Some(&last),
+                    result: Some(&*last),
                     ..self.vars(&locals)
                 };
                 data::build_input(&call.input, call.scope.as_ref(), &self.payload, &vars)
@@ -2141,7 +2147,7 @@ impl<'e, S: Store> Run<'e, S> {
                 o.stop = r.stop;
                 break;
             }
-            last = r.result.unwrap_or(Value::Null);
+            last = r.result.unwrap_or_else(|| Arc::new(Value::Null));
             // The output applies after every iteration: the payload threads through.
             self.apply(call, &last, &locals, &mut o);
             if o.error.is_some() {
@@ -2221,7 +2227,10 @@ impl<'e, S: Store> Run<'e, S> {
         let mut first_error = None;
         for ((name, ..), o) in prepared.iter().zip(&outcomes) {
             out.usage.add(o.usage);
-            result.insert(name.to_string(), o.result.clone().unwrap_or(Value::Null));
+            result.insert(
+                name.to_string(),
+                o.result.as_deref().cloned().unwrap_or(Value::Null),
+            );
             if let Some(e) = &o.error {
                 failed.insert(name.to_string(), e.to_json());
                 // The branch that failed is named, not the ones fail_fast cancelled because of
@@ -2240,7 +2249,7 @@ impl<'e, S: Store> Run<'e, S> {
             }
         }
         out.failed = Value::Object(failed);
-        out.result = Some(Value::Object(result));
+        out.result = Some(Arc::new(Value::Object(result)));
         if let Some(o) = outcomes.iter().find(|o| o.stop == Some(RunStatus::Interrupted)) {
             // A branch in doubt: the step stops where it is, to be resumed.
             out.error = o.error.clone();

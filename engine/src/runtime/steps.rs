@@ -151,9 +151,8 @@ impl StepsVar {
         step: &StepPlan,
         node: NodeIndex,
         facts: StepFacts,
-        result: Option<Value>,
+        result: Option<Arc<Value>>,
     ) -> usize {
-        let result = result.map(Arc::new);
         if let Some(Value::Object(m)) = self.built.take() {
             // The object was read since the last change: what changed is in it now.
             *self.stale.get_mut().unwrap_or_else(|e| e.into_inner()) = m;
@@ -329,21 +328,21 @@ mod tests {
         let step = |i: usize| plan.step(nodes[i]).expect("a step");
         let mut s = StepsVar::new(plan.clone());
         assert_eq!(s.value(), &Value::Object(Map::new()));
-        s.finish(step(1), nodes[1], facts(1), Some(Value::from(1)));
+        s.finish(step(1), nodes[1], facts(1), Some(Arc::new(Value::from(1))));
         s.finish(step(0), nodes[0], facts(1), None);
         // Read, then change an entry that is in the built object, and add one.
         assert_eq!(keys(s.value()), ["b", "a"]);
         assert_eq!(s.value()["b"]["result"], Value::from(1));
         assert_eq!(s.value()["a"]["result"], Value::Null);
-        s.finish(step(1), nodes[1], facts(2), Some(Value::from(2)));
-        s.finish(step(2), nodes[2], facts(1), Some(Value::from(3)));
+        s.finish(step(1), nodes[1], facts(2), Some(Arc::new(Value::from(2))));
+        s.finish(step(2), nodes[2], facts(1), Some(Arc::new(Value::from(3))));
         assert_eq!(keys(s.value()), ["b", "a", "c"]);
         assert_eq!(s.value()["b"]["result"], Value::from(2));
         assert_eq!(s.value()["b"]["attempts"], Value::from(2));
         assert_eq!(s.value()["c"]["id"], Value::from("c"));
         // Changes that nobody reads in between are all there at the next read.
-        s.finish(step(0), nodes[0], facts(3), Some(Value::from(4)));
-        s.finish(step(0), nodes[0], facts(4), Some(Value::from(5)));
+        s.finish(step(0), nodes[0], facts(3), Some(Arc::new(Value::from(4))));
+        s.finish(step(0), nodes[0], facts(4), Some(Arc::new(Value::from(5))));
         s.finish(step(2), nodes[2], facts(5), None);
         let v = s.value();
         assert_eq!(keys(v), ["b", "a", "c"]);
@@ -366,11 +365,16 @@ mod tests {
         let mut s = StepsVar::new(plan.clone());
         // Backwards, so that the order of first finishing differs from the order written.
         for i in (0..40).rev() {
-            s.finish(step(i), nodes[i], facts(1), Some(Value::from(i)));
+            s.finish(step(i), nodes[i], facts(1), Some(Arc::new(Value::from(i))));
         }
         for round in 2..4u32 {
             for i in (0..40).step_by(3) {
-                s.finish(step(i), nodes[i], facts(round), Some(Value::from(i * 100)));
+                s.finish(
+                    step(i),
+                    nodes[i],
+                    facts(round),
+                    Some(Arc::new(Value::from(i * 100))),
+                );
             }
         }
         let v = s.value();

@@ -28,7 +28,11 @@ pub struct MemoryStore {
 #[derive(Default, Debug)]
 struct Shard {
     runs: HashMap<String, Stored>,
-    steps: HashMap<String, Vec<StepRecord>>,
+    /// Boxed: a long run's list grows by reallocation, which then moves pointers, not whole
+    /// records (a `foreach` over 20,000 items keeps 20,001; measured, W3's cost per item then
+    /// stays flat as N doubles).
+    #[allow(clippy::vec_box)]
+    steps: HashMap<String, Vec<Box<StepRecord>>>,
 }
 
 /// A run as kept: the record without its input and output, which are kept as compact JSON
@@ -236,9 +240,9 @@ impl Store for MemoryStore {
             match steps.iter_mut().rev().take(8).find(|s| {
                 s.number == step.number && s.attempt == step.attempt && s.iteration == step.iteration
             }) {
-                Some(last) => Some(std::mem::replace(last, step)),
+                Some(last) => Some(std::mem::replace(last, Box::new(step))),
                 None => {
-                    steps.push(step);
+                    steps.push(Box::new(step));
                     None
                 }
             };
@@ -277,7 +281,11 @@ impl Store for MemoryStore {
     }
 
     async fn steps(&self, run_id: &str) -> Result<Vec<StepRecord>, StoreError> {
-        Ok(self.shard(run_id).steps.get(run_id).cloned().unwrap_or_default())
+        let g = self.shard(run_id);
+        Ok(g.steps
+            .get(run_id)
+            .map(|kept| kept.iter().map(|s| StepRecord::clone(s)).collect())
+            .unwrap_or_default())
     }
 
     async fn children(&self, run_id: &str) -> Result<Vec<RunRecord>, StoreError> {

@@ -1839,7 +1839,11 @@ impl<'e, S: Store> Run<'e, S> {
         } else {
             // A sliding window: a new iteration starts as soon as one finishes.
             let this = &*self;
+            let start = |i: usize| async move { (i, this.iteration(step, f, &items[i], i, number).await) };
             let mut in_flight = FuturesUnordered::new();
+            // The box of the last iteration that finished on its first poll, for the next one:
+            // an iteration's future is kilobytes, too large for the allocator's fast path.
+            let mut spare = None;
             let mut next = 0usize;
             loop {
                 if halt.is_none() && self.tree.pause.is_cancelled() {
@@ -1856,11 +1860,18 @@ impl<'e, S: Store> Run<'e, S> {
                 {
                     let i = next;
                     next += 1;
-                    let item = &items[i];
-                    let mut fut =
-                        Box::pin(async move { (i, this.iteration(step, f, item, i, number).await) });
+                    let mut fut = match spare.take() {
+                        Some(mut b) => {
+                            std::pin::Pin::set(&mut b, start(i));
+                            b
+                        }
+                        None => Box::pin(start(i)),
+                    };
                     match std::future::poll_fn(|cx| std::task::Poll::Ready(fut.as_mut().poll(cx))).await {
-                        std::task::Poll::Ready(r) => done = Some(r),
+                        std::task::Poll::Ready(r) => {
+                            done = Some(r);
+                            spare = Some(fut);
+                        }
                         std::task::Poll::Pending => in_flight.push(fut),
                     }
                 }

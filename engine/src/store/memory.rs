@@ -139,9 +139,10 @@ impl MemoryStore {
         Self::default()
     }
 
-    /// A store that drops the record of each run once the run ends (succeeded, failed or
-    /// cancelled; interrupted and running runs are kept) and keeps no step records at all:
-    /// for a batch on `--store memory`, which reads back only its runs, within the process.
+    /// A store that keeps the record of a run only once it stops without ending (interrupted,
+    /// or paused by Ctrl-C), drops it if it then ends (succeeded, failed or cancelled), and
+    /// keeps no step records at all: for a batch on `--store memory`, which reads back only
+    /// such runs, within the process, and never a run while it runs.
     pub fn forgetting_ended() -> Self {
         MemoryStore {
             forget_ended: true,
@@ -171,12 +172,9 @@ impl MemoryStore {
     }
 }
 
-impl Store for MemoryStore {
-    fn keeps_steps(&self) -> bool {
-        !self.forget_ended
-    }
-
-    async fn create_run(&self, run: &RunRecord) -> Result<(), StoreError> {
+impl MemoryStore {
+    /// Keeps `run`'s record, replacing the one kept before (which keeps its place in order).
+    fn create_kept(&self, run: &RunRecord) {
         // Made before the lock is taken; a replaced record is dropped after it is let go.
         let mut stored = Stored::new(self.next_seq.fetch_add(1, Ordering::Relaxed), run);
         let mut g = self.shard(&run.id);
@@ -190,6 +188,21 @@ impl Store for MemoryStore {
         };
         drop(g);
         drop(replaced);
+    }
+}
+
+impl Store for MemoryStore {
+    fn keeps_steps(&self) -> bool {
+        !self.forget_ended
+    }
+
+    async fn create_run(&self, run: &RunRecord) -> Result<(), StoreError> {
+        if self.forget_ended {
+            // Kept only if it stops without ending (`update_run`): nothing in the process reads
+            // a batch's runs while they run.
+            return Ok(());
+        }
+        self.create_kept(run);
         Ok(())
     }
 
@@ -198,15 +211,17 @@ impl Store for MemoryStore {
             run.status,
             RunStatus::Succeeded | RunStatus::Failed | RunStatus::Cancelled
         );
-        if self.forget_ended && ended {
-            let mut g = self.shard(&run.id);
-            if !g.runs.contains_key(&run.id) {
-                return Err(StoreError::NotFound(run.id.clone()));
+        if self.forget_ended {
+            if ended {
+                // Dropped once the lock is let go (kept if it had stopped before, and resumed).
+                let mut g = self.shard(&run.id);
+                let forgotten = g.runs.remove(&run.id);
+                drop(g);
+                drop(forgotten);
+            } else {
+                // Interrupted, or paused: kept from here on, in the order runs stop.
+                self.create_kept(run);
             }
-            // Dropped once the lock is let go.
-            let forgotten = (g.runs.remove(&run.id), g.steps.remove(&run.id));
-            drop(g);
-            drop(forgotten);
             return Ok(());
         }
         // Made before the lock is taken; the record replaced is dropped after it is let go.
@@ -366,6 +381,17 @@ mod tests {
             })
             .sum();
         assert_eq!(left, 1000);
+        // A run that runs is not kept; one paused is, until it ends; one interrupted and
+        // resumed to its end is dropped too.
+        store.create_run(&run("p", RunStatus::Running)).await.unwrap();
+        assert!(matches!(store.get_run("p").await, Err(StoreError::NotFound(_))));
+        store.update_run(&run("p", RunStatus::Running)).await.unwrap();
+        assert_eq!(store.get_run("p").await.unwrap().status, RunStatus::Running);
+        for id in ["p", "r2"] {
+            store.update_run(&run(id, RunStatus::Succeeded)).await.unwrap();
+            assert!(matches!(store.get_run(id).await, Err(StoreError::NotFound(_))));
+        }
+        assert_eq!(store.list_runs(&RunFilter::default()).await.unwrap().len(), 999);
         // It keeps no steps; the plain memory store keeps everything.
         let keeping = MemoryStore::new();
         for s in [&store, &keeping] {

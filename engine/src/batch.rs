@@ -149,6 +149,7 @@ pub enum BatchError {
 }
 
 /// One input line, read.
+#[derive(Debug)]
 struct Line {
     /// 0-based index among the file's lines (blank lines count, and are skipped).
     index: u64,
@@ -182,6 +183,67 @@ impl Lines {
 
     /// The next non-blank line.
     fn next_line(&mut self) -> Result<Option<Line>, BatchError> {
+        let Some((index, text)) = self.next_text()? else {
+            return Ok(None);
+        };
+        let line_no = index + 1;
+        let text = match text {
+            Ok(()) => self.text(),
+            Err(message) => {
+                return Ok(Some(Line {
+                    index,
+                    id: line_no.to_string(),
+                    parsed: Err(message),
+                }));
+            }
+        };
+        let parsed: Result<Value, String> = serde_json::from_str(text).map_err(|e| {
+            // serde_json says where as " at line 1 column N": the line is ours to name.
+            let text = e.to_string();
+            let cause = text.split(" at line ").next().unwrap_or(&text);
+            format!("line {line_no} is not JSON: {cause} (column {})", e.column())
+        });
+        let id = match &parsed {
+            Ok(Value::Object(m)) => id_text(m.get(&self.id_field)),
+            _ => None,
+        };
+        Ok(Some(Line {
+            index,
+            id: id.unwrap_or_else(|| line_no.to_string()),
+            parsed,
+        }))
+    }
+
+    /// The index and id of the next non-blank line, as [`Lines::next_line`] names it, without
+    /// building the line's value: the id field is read, the rest only checked.
+    fn next_id(&mut self) -> Result<Option<(u64, String)>, BatchError> {
+        let Some((index, text)) = self.next_text()? else {
+            return Ok(None);
+        };
+        let id = match text {
+            // Only an object has an id field; anything else is named by its line number,
+            // valid JSON or not.
+            Ok(()) if self.text().starts_with('{') => {
+                let mut de = serde_json::Deserializer::from_str(self.text());
+                serde::de::DeserializeSeed::deserialize(IdOf(&self.id_field), &mut de)
+                    .and_then(|id| de.end().map(|()| id))
+                    .ok()
+                    .flatten()
+            }
+            _ => None,
+        };
+        Ok(Some((index, id.unwrap_or_else(|| (index + 1).to_string()))))
+    }
+
+    /// The line [`Lines::next_text`] read, trimmed.
+    fn text(&self) -> &str {
+        // Checked to be UTF-8 by `next_text`.
+        std::str::from_utf8(&self.buf).map_or("", str::trim)
+    }
+
+    /// Reads the next non-blank line into `buf`: its index, and whether it can be read as
+    /// text at all (a line over the size limit or not UTF-8 cannot, and says why).
+    fn next_text(&mut self) -> Result<Option<(u64, Readable)>, BatchError> {
         loop {
             self.buf.clear();
             let n = (&mut self.reader)
@@ -213,46 +275,94 @@ impl Lines {
                         break;
                     }
                 }
-                return Ok(Some(Line {
+                return Ok(Some((
                     index,
-                    id: line_no.to_string(),
-                    parsed: Err(format!(
+                    Err(format!(
                         "line {line_no} is longer than {MAX_LINE_BYTES} bytes (the JSONL line size limit)"
                     )),
-                }));
+                )));
             }
-            let text = match std::str::from_utf8(&self.buf) {
-                Ok(t) => t.trim(),
+            match std::str::from_utf8(&self.buf) {
+                Ok(t) if t.trim().is_empty() => continue,
+                Ok(_) => return Ok(Some((index, Ok(())))),
                 Err(e) => {
-                    return Ok(Some(Line {
+                    return Ok(Some((
                         index,
-                        id: line_no.to_string(),
-                        parsed: Err(format!(
+                        Err(format!(
                             "line {line_no} is not UTF-8 (byte {} of the line)",
                             e.valid_up_to() + 1
                         )),
-                    }));
+                    )));
                 }
-            };
-            if text.is_empty() {
-                continue;
             }
-            let parsed: Result<Value, String> = serde_json::from_str(text).map_err(|e| {
-                // serde_json says where as " at line 1 column N": the line is ours to name.
-                let text = e.to_string();
-                let cause = text.split(" at line ").next().unwrap_or(&text);
-                format!("line {line_no} is not JSON: {cause} (column {})", e.column())
-            });
-            let id = match &parsed {
-                Ok(Value::Object(m)) => match m.get(&self.id_field) {
-                    Some(Value::String(s)) => s.clone(),
-                    Some(Value::Number(n)) => n.to_string(),
-                    _ => line_no.to_string(),
-                },
-                _ => line_no.to_string(),
-            };
-            return Ok(Some(Line { index, id, parsed }));
         }
+    }
+}
+
+/// Whether a line read is text ([`Lines::text`]), or why not.
+type Readable = Result<(), String>;
+
+/// An item's id from its id field: a string as it is, a number as JSON writes it.
+fn id_text(field: Option<&Value>) -> Option<String> {
+    match field {
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(Value::Number(n)) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+/// Reads a JSON object for its id field only ([`id_text`]), skipping the other values
+/// without building them. Like a parsed object, a key given twice counts as its last value.
+struct IdOf<'a>(&'a str);
+
+impl<'de> serde::de::DeserializeSeed<'de> for IdOf<'_> {
+    type Value = Option<String>;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for IdOf<'_> {
+    type Value = Option<String>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut id = None;
+        while let Some(is_id) = map.next_key_seed(KeyIs(self.0))? {
+            if is_id {
+                id = id_text(Some(&map.next_value::<Value>()?));
+            } else {
+                map.next_value::<serde::de::IgnoredAny>()?;
+            }
+        }
+        Ok(id)
+    }
+}
+
+/// Whether a key is the given one, without keeping it.
+struct KeyIs<'a>(&'a str);
+
+impl<'de> serde::de::DeserializeSeed<'de> for KeyIs<'_> {
+    type Value = bool;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<bool, D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for KeyIs<'_> {
+    type Value = bool;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a key")
+    }
+
+    fn visit_str<E: serde::de::Error>(self, key: &str) -> Result<bool, E> {
+        Ok(key == self.0)
     }
 }
 
@@ -274,10 +384,10 @@ fn scan(options: &BatchOptions) -> Result<u64, BatchError> {
     let mut seen: HashSet<u128> = HashSet::new();
     let mut dups: HashSet<String> = HashSet::new();
     let mut count = 0u64;
-    while let Some(line) = lines.next_line()? {
+    while let Some((_, id)) = lines.next_id()? {
         count += 1;
-        if !seen.insert(id_hash(&line.id)) {
-            dups.insert(line.id);
+        if !seen.insert(id_hash(&id)) {
+            dups.insert(id);
         }
     }
     if dups.is_empty() {
@@ -286,11 +396,11 @@ fn scan(options: &BatchOptions) -> Result<u64, BatchError> {
     // Second look, only for the duplicated ids: where they are.
     let mut at: Vec<(String, Vec<u64>)> = Vec::new();
     let mut lines = Lines::open(&options.input, &options.id_field)?;
-    while let Some(line) = lines.next_line()? {
-        if dups.contains(&line.id) {
-            match at.iter_mut().find(|(id, _)| *id == line.id) {
-                Some((_, l)) => l.push(line.index + 1),
-                None => at.push((line.id, vec![line.index + 1])),
+    while let Some((index, id)) = lines.next_id()? {
+        if dups.contains(&id) {
+            match at.iter_mut().find(|(seen, _)| *seen == id) {
+                Some((_, l)) => l.push(index + 1),
+                None => at.push((id, vec![index + 1])),
             }
         }
     }
@@ -859,4 +969,93 @@ fn item_line(
         duration_ms,
     };
     serde_json::to_string(&line).expect("JSON values serialize")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    type Named = Vec<(u64, String)>;
+
+    /// Every line's (index, id) by both readers.
+    fn both(content: &[u8], id_field: &str) -> (Named, Named) {
+        let dir = std::env::temp_dir().join(format!("switchyard-lines-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(format!("{id_field}.jsonl"));
+        std::fs::write(&path, content).unwrap();
+        let mut full = Vec::new();
+        let mut lines = Lines::open(&path, id_field).unwrap();
+        while let Some(l) = lines.next_line().unwrap() {
+            full.push((l.index, l.id));
+        }
+        let mut ids = Vec::new();
+        let mut lines = Lines::open(&path, id_field).unwrap();
+        while let Some(x) = lines.next_id().unwrap() {
+            ids.push(x);
+        }
+        std::fs::remove_file(&path).unwrap();
+        (full, ids)
+    }
+
+    #[test]
+    fn reading_only_the_ids_names_every_line_as_parsing_it_does() {
+        let content = [
+            r#"{"id": "a", "x": {"id": "nested"}, "l": [1, {"id": 2}]}"#,
+            r#"{"x": 1, "id": 7}"#,
+            r#"{"id": 1.5e3}"#,
+            r#"{"id": 18446744073709551615}"#,
+            r#"{"id": -3}"#,
+            r#"{"i\u0064": "escaped key"}"#,
+            r#"{"id": "first", "id": "last"}"#,
+            r#"{"id": null}"#,
+            r#"{"id": ["not", "scalar"]}"#,
+            r#"{"no_id": true}"#,
+            "",
+            "   ",
+            r#"["id", "a"]"#,
+            r#""id""#,
+            "42",
+            r#"{"id": "x""#,
+            r#"{"id": "y"} trailing"#,
+            r#"{"id": "z", }"#,
+            r#"  {"id": "padded"}  "#,
+            r#"{"id": "\u00e9t\u00e9"}"#,
+        ]
+        .join("\n");
+        let mut bytes = content.into_bytes();
+        bytes.extend_from_slice(b"\n{\"id\": \"bad \xff utf8\"}\n{\"id\": \"last line, no newline\"}");
+        let (full, ids) = both(&bytes, "id");
+        assert_eq!(full, ids);
+        // The expected names, to be sure both are right and not merely alike.
+        let names: Vec<&str> = ids.iter().map(|(_, id)| id.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "a",
+                "7",
+                "1500.0",
+                "18446744073709551615",
+                "-3",
+                "escaped key",
+                "last",
+                "8",
+                "9",
+                "10",
+                "13",
+                "14",
+                "15",
+                "16",
+                "17",
+                "18",
+                "padded",
+                "été",
+                "21",
+                "last line, no newline"
+            ]
+        );
+        // Another id field.
+        let (full, ids) = both(b"{\"key\": \"k1\", \"id\": \"no\"}\n{\"id\": \"k2\"}\n", "key");
+        assert_eq!(full, ids);
+        assert_eq!(ids, [(0, "k1".to_string()), (1, "2".to_string())]);
+    }
 }

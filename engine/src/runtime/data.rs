@@ -98,10 +98,24 @@ pub fn build_input(
     payload: &Value,
     vars: &Vars,
 ) -> Result<Value, StepError> {
+    build_input_ref(input, scope, payload, vars).map(std::borrow::Cow::into_owned)
+}
+
+/// [`build_input`], without copying the payload (or scope) that `All` passes whole: the
+/// document in `payload`, borrowed.
+pub fn build_input_ref<'p>(
+    input: &InputPlan,
+    scope: Option<&Path>,
+    payload: &'p Value,
+    vars: &Vars,
+) -> Result<std::borrow::Cow<'p, Value>, StepError> {
+    use std::borrow::Cow;
     let root = subtree(scope, payload)?;
     match input {
-        InputPlan::All => Ok(root.clone()),
-        InputPlan::Paths(paths) => filter_paths(root, paths).map_err(|e| with_scope(e, scope)),
+        InputPlan::All => Ok(Cow::Borrowed(root)),
+        InputPlan::Paths(paths) => filter_paths(root, paths)
+            .map(Cow::Owned)
+            .map_err(|e| with_scope(e, scope)),
         InputPlan::Map(entries) => {
             let vars = Vars {
                 payload: Some(payload),
@@ -113,7 +127,7 @@ pub fn build_input(
                     eval_source(src, root, &vars).map_err(|e| with_scope(for_dest(e, dest), scope))?;
                 write(&mut doc, dest, value, dest.text())?;
             }
-            Ok(doc)
+            Ok(Cow::Owned(doc))
         }
     }
 }

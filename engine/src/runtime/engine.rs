@@ -1325,7 +1325,8 @@ impl<'e, S: Store> Run<'e, S> {
     async fn call_step(&mut self, step: &StepPlan, call: &CallPlan, number: &str) -> StepOutcome {
         let prepared = {
             let vars = self.vars(&[]);
-            data::build_input(&call.input, call.scope.as_ref(), &self.payload, &vars)
+            // Borrowed when it is the whole payload: copied only for a store that keeps it.
+            data::build_input_ref(&call.input, call.scope.as_ref(), &self.payload, &vars)
                 .and_then(|input| Ok((input, self.message(call, &vars)?)))
         };
         let (input, message) = match prepared {
@@ -1342,7 +1343,7 @@ impl<'e, S: Store> Run<'e, S> {
                 "agent",
             )
             .await;
-        outcome.input = Some(input);
+        outcome.input = self.engine.store.keeps_steps().then(|| input.into_owned());
         if outcome.error.is_none()
             && let Some(result) = outcome.result.take()
         {
@@ -2003,10 +2004,12 @@ impl<'e, S: Store> Run<'e, S> {
         let call = &f.body;
         let prepared = {
             let vars = self.vars(&locals);
+            // Borrowed when it is the item or the whole payload: copied only for a store that
+            // keeps it.
             let input = match &call.input {
                 // Without `input`, each iteration's input document is the item itself.
-                InputPlan::All if call.scope.is_none() => Ok(item.clone()),
-                spec => data::build_input(spec, call.scope.as_ref(), &self.payload, &vars),
+                InputPlan::All if call.scope.is_none() => Ok(std::borrow::Cow::Borrowed(item)),
+                spec => data::build_input_ref(spec, call.scope.as_ref(), &self.payload, &vars),
             };
             input.and_then(|i| Ok((i, self.message(call, &vars)?)))
         };
@@ -2054,7 +2057,7 @@ impl<'e, S: Store> Run<'e, S> {
             number.to_string(),
             "iteration",
             Some(index as u64),
-            Some(input),
+            self.engine.store.keeps_steps().then(|| input.into_owned()),
             &mut o,
             started_at,
         )
@@ -2122,7 +2125,8 @@ impl<'e, S: Store> Run<'e, S> {
                     result: Some(&*last),
                     ..self.vars(&locals)
                 };
-                data::build_input(&call.input, call.scope.as_ref(), &self.payload, &vars)
+                // Borrowed when it is the whole payload: copied only for a store that keeps it.
+                data::build_input_ref(&call.input, call.scope.as_ref(), &self.payload, &vars)
                     .and_then(|i| Ok((i, self.message(call, &vars)?)))
             };
             let (input, message) = match prepared {
@@ -2145,7 +2149,7 @@ impl<'e, S: Store> Run<'e, S> {
                 number.to_string(),
                 "iteration",
                 Some(iterations),
-                Some(input),
+                self.engine.store.keeps_steps().then(|| input.into_owned()),
                 &mut r,
                 started_at,
             )

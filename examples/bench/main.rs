@@ -101,7 +101,7 @@ struct Args {
 
 fn main() -> ExitCode {
     // The engine as the `switchyard` binary runs it (see `switchyard::alloc`).
-    switchyard::alloc::keep_freed_memory();
+    let _ = switchyard::alloc::keep_freed_memory();
     let argv: Vec<String> = std::env::args().skip(1).collect();
     if argv.first().map(String::as_str) == Some(util::CHILD_ARG) {
         return child(&argv[1..]);

@@ -79,7 +79,8 @@ pub enum Command {
 
 /// Parses the command line and runs the command.
 pub fn main() -> ExitCode {
-    crate::alloc::keep_freed_memory();
+    // Elsewhere than glibc there is nothing to set.
+    let _ = crate::alloc::keep_freed_memory();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {

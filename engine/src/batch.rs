@@ -149,7 +149,6 @@ pub enum BatchError {
 }
 
 /// One input line, read.
-#[derive(Debug)]
 struct Line {
     /// 0-based index among the file's lines (blank lines count, and are skipped).
     index: u64,

@@ -9,6 +9,7 @@ use std::time::Duration;
 use super::common::{self, RunArgs, StoreArg};
 use crate::batch::{self, BatchOptions, Progress, Summary};
 use crate::runtime::engine::{Engine, RunControls};
+use crate::store::any::AnyStore;
 
 #[derive(clap::Args, Debug)]
 #[command(
@@ -71,12 +72,8 @@ pub fn run(args: Args) -> u8 {
         }
     };
     let rt = common::runtime();
-    let store = match rt.block_on(args.store.open_for_batch()) {
-        Ok(s) => Arc::new(s),
-        Err(e) => {
-            eprintln!("error: {e}");
-            return super::exit::FAILED;
-        }
+    let Some(store) = open_store(&rt, &args.store) else {
+        return super::exit::FAILED;
     };
     let options = BatchOptions {
         input: args.input.clone(),
@@ -130,9 +127,7 @@ pub fn run(args: Args) -> u8 {
         let _ = ticker.await;
         out
     });
-    if let Ok(s) = Arc::try_unwrap(store) {
-        rt.block_on(s.close());
-    }
+    close_store(&rt, store);
     let summary = match summary {
         Ok(s) => s,
         Err(e) => {
@@ -141,6 +136,24 @@ pub fn run(args: Args) -> u8 {
         }
     };
     report(&args, &summary, controls.pause.is_cancelled())
+}
+
+/// The batch's store ([`StoreArg::open_for_batch`]), or `None` once the error is printed.
+fn open_store(rt: &tokio::runtime::Runtime, store: &StoreArg) -> Option<Arc<AnyStore>> {
+    match rt.block_on(store.open_for_batch()) {
+        Ok(s) => Some(Arc::new(s)),
+        Err(e) => {
+            eprintln!("error: {e}");
+            None
+        }
+    }
+}
+
+/// Waits for the store's queued writes, once the batch has let go of it.
+fn close_store(rt: &tokio::runtime::Runtime, store: Arc<AnyStore>) {
+    if let Ok(s) = Arc::try_unwrap(store) {
+        rt.block_on(s.close());
+    }
 }
 
 fn report(args: &Args, s: &Summary, paused: bool) -> u8 {
@@ -297,12 +310,8 @@ pub fn export(args: ExportArgs) -> u8 {
         return super::exit::USAGE;
     };
     let rt = common::runtime();
-    let store = match rt.block_on(args.store.open_for_batch()) {
-        Ok(s) => Arc::new(s),
-        Err(e) => {
-            eprintln!("error: {e}");
-            return super::exit::FAILED;
-        }
+    let Some(store) = open_store(&rt, &args.store) else {
+        return super::exit::FAILED;
     };
     let options = BatchOptions {
         input: args.input.clone(),
@@ -326,9 +335,7 @@ pub fn export(args: ExportArgs) -> u8 {
         progress,
         RunControls::default(),
     ));
-    if let Ok(s) = Arc::try_unwrap(store) {
-        rt.block_on(s.close());
-    }
+    close_store(&rt, store);
     let s = match summary {
         Ok(s) => s,
         Err(e) => {

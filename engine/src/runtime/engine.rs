@@ -750,6 +750,12 @@ impl<'e, S: Store> Run<'e, S> {
         written.map_err(|e| self.store_error(&e))
     }
 
+    /// The input document a step's record keeps: copied, if borrowed, only for a store that
+    /// keeps step records.
+    fn recorded_input(&self, input: std::borrow::Cow<'_, Value>) -> Option<Value> {
+        self.engine.store.keeps_steps().then(|| input.into_owned())
+    }
+
     async fn record(&self, rec: impl FnOnce() -> StepRecord) -> Result<(), StepError> {
         self.record_with(rec, false).await
     }
@@ -1343,7 +1349,7 @@ impl<'e, S: Store> Run<'e, S> {
                 "agent",
             )
             .await;
-        outcome.input = self.engine.store.keeps_steps().then(|| input.into_owned());
+        outcome.input = self.recorded_input(input);
         if outcome.error.is_none()
             && let Some(result) = outcome.result.take()
         {
@@ -2057,7 +2063,7 @@ impl<'e, S: Store> Run<'e, S> {
             number.to_string(),
             "iteration",
             Some(index as u64),
-            self.engine.store.keeps_steps().then(|| input.into_owned()),
+            self.recorded_input(input),
             &mut o,
             started_at,
         )
@@ -2149,7 +2155,7 @@ impl<'e, S: Store> Run<'e, S> {
                 number.to_string(),
                 "iteration",
                 Some(iterations),
-                self.engine.store.keeps_steps().then(|| input.into_owned()),
+                self.recorded_input(input),
                 &mut r,
                 started_at,
             )

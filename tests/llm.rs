@@ -1062,6 +1062,7 @@ async fn a_batch_of_two_thousand_items_takes_the_time_its_rate_limit_dictates() 
         retry_in_doubt: false,
         allow_changed: false,
         fresh_store: true,
+        sync_output: false,
         export_only: false,
     };
     let t0 = tokio::time::Instant::now();

@@ -53,6 +53,10 @@ pub struct BatchOptions {
     pub allow_changed: bool,
     /// The store holds nothing of earlier batches (`--store memory`): nothing to look up.
     pub fresh_store: bool,
+    /// Sync OUT.jsonl to disk before returning. Worth it only when the store is durable too:
+    /// with `--store memory` a crash or power loss leaves nothing to continue from anyway, so
+    /// its output is left to the operating system like any other file a tool writes.
+    pub sync_output: bool,
     /// Run nothing: write OUT.jsonl from the store (`runs export`), in input order, up to the
     /// first item that has not finished.
     pub export_only: bool,
@@ -758,7 +762,9 @@ pub async fn run<S: Store>(
         slots[(seq - first_slot) as usize] = slot;
     }
     out.flush().map_err(out_err)?;
-    out.get_ref().sync_all().map_err(out_err)?;
+    if options.sync_output {
+        out.get_ref().sync_all().map_err(out_err)?;
+    }
     if stopped.is_none() && blocked {
         stopped = Some("interrupted (Ctrl-C)".to_string());
     }

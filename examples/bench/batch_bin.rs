@@ -239,23 +239,48 @@ fn vm_hwm_kib(status: &str) -> Option<u64> {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
 }
 
-/// Runs the batch, SIGKILLs it `after` its spawn, and reaps it. Fails if it ended on its own
-/// before the kill (the crash then did not happen).
-pub fn run_killed(cmd: &BatchCmd, after: Duration) -> Result<Exit, String> {
+/// When [`run_killed`] sends the SIGKILL.
+#[derive(Clone, Copy, Debug)]
+pub enum KillAt {
+    /// This long after the spawn.
+    After(Duration),
+    /// As soon as the output file holds this many complete lines (the batch's progress, as its
+    /// progress bar counts it), watched every quarter of a millisecond.
+    Lines(usize),
+}
+
+/// Runs the batch, SIGKILLs it at `at`, and reaps it. Fails if it ended on its own before the
+/// kill (the crash then did not happen).
+pub fn run_killed(cmd: &BatchCmd, at: KillAt) -> Result<Exit, String> {
     let (child, t0) = spawn(cmd)?;
-    let until = t0 + after;
-    let now = Instant::now();
-    if until > now {
-        std::thread::sleep(until - now);
-    }
-    if let Some(exit) = reap(&child, t0, false)? {
-        return Err(format!(
-            "the batch ended ({}) after {:.3} s, before the SIGKILL planned at {:.3} s: {}",
+    let ended_first = |exit: Exit| {
+        Err(format!(
+            "the batch ended ({}) after {:.3} s, before the SIGKILL planned at {at:?}: {}",
             exit.describe(),
             exit.wall_s,
-            after.as_secs_f64(),
             log_tail(&cmd.log)
-        ));
+        ))
+    };
+    match at {
+        KillAt::After(after) => {
+            let until = t0 + after;
+            let now = Instant::now();
+            if until > now {
+                std::thread::sleep(until - now);
+            }
+            if let Some(exit) = reap(&child, t0, false)? {
+                return ended_first(exit);
+            }
+        }
+        KillAt::Lines(lines) => {
+            let mut watch = LineWatch::new(&cmd.output);
+            while watch.lines()? < lines {
+                if let Some(exit) = reap(&child, t0, false)? {
+                    return ended_first(exit);
+                }
+                std::thread::sleep(Duration::from_micros(250));
+            }
+        }
     }
     // SAFETY: sends a signal to our own child, which is not reaped yet (its pid is still ours).
     if unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGKILL) } != 0 {
@@ -264,12 +289,52 @@ pub fn run_killed(cmd: &BatchCmd, after: Duration) -> Result<Exit, String> {
     let exit = reap(&child, t0, true)?.ok_or("wait4 returned nothing")?;
     if !exit.killed_by_sigkill() {
         return Err(format!(
-            "the batch ended with {} around the SIGKILL at {:.3} s, not by it",
-            exit.describe(),
-            after.as_secs_f64()
+            "the batch ended with {} around the SIGKILL at {at:?}, not by it",
+            exit.describe()
         ));
     }
     Ok(exit)
+}
+
+/// Counts the newlines of a file that a running batch appends to, reading only what is new
+/// each time (the file need not exist yet). The batch must start it empty: a fresh output.
+struct LineWatch<'a> {
+    path: &'a Path,
+    file: Option<std::fs::File>,
+    lines: usize,
+    buf: Vec<u8>,
+}
+
+impl<'a> LineWatch<'a> {
+    fn new(path: &'a Path) -> Self {
+        Self {
+            path,
+            file: None,
+            lines: 0,
+            buf: vec![0; 64 * 1024],
+        }
+    }
+
+    fn lines(&mut self) -> Result<usize, String> {
+        use std::io::Read;
+        if self.file.is_none() {
+            match std::fs::File::open(self.path) {
+                Ok(f) => self.file = Some(f),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+                Err(e) => return Err(format!("cannot read `{}`: {e}", self.path.display())),
+            }
+        }
+        let file = self.file.as_mut().expect("opened above");
+        loop {
+            let n = file
+                .read(&mut self.buf)
+                .map_err(|e| format!("cannot read `{}`: {e}", self.path.display()))?;
+            if n == 0 {
+                return Ok(self.lines);
+            }
+            self.lines += self.buf[..n].iter().filter(|&&c| c == b'\n').count();
+        }
+    }
 }
 
 /// The last lines the process wrote (for error messages).

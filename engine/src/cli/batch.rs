@@ -85,6 +85,7 @@ pub fn run(args: Args) -> u8 {
         retry_in_doubt: args.retry_in_doubt,
         allow_changed: args.allow_changed,
         fresh_store: !store.is_durable(),
+        sync_output: store.is_durable(),
         export_only: false,
     };
     let progress = Arc::new(Progress::default());
@@ -128,6 +129,9 @@ pub fn run(args: Args) -> u8 {
         out
     });
     close_store(&rt, store);
+    // Everything is written and the store closed: the workers have nothing left to finish,
+    // so the process need not wait for them to wind down.
+    rt.shutdown_background();
     let summary = match summary {
         Ok(s) => s,
         Err(e) => {
@@ -157,8 +161,12 @@ fn close_store(rt: &tokio::runtime::Runtime, store: Arc<AnyStore>) {
 }
 
 fn report(args: &Args, s: &Summary, paused: bool) -> u8 {
+    use std::fmt::Write as _;
     let rate = s.total.saturating_sub(s.reused) as f64 / s.elapsed.as_secs_f64().max(1e-9);
-    eprintln!(
+    // One message, one write: stderr is unbuffered.
+    let mut msg = String::new();
+    let _ = writeln!(
+        msg,
         "batch: {} items: {} succeeded, {} failed, {} interrupted{}{} in {} ({:.1} items/s), ${:.4}",
         s.total,
         s.succeeded,
@@ -178,10 +186,11 @@ fn report(args: &Args, s: &Summary, paused: bool) -> u8 {
         rate,
         s.cost_usd
     );
-    eprintln!("output: {}", args.output.display());
+    let _ = writeln!(msg, "output: {}", args.output.display());
     if let Some(why) = &s.stopped {
-        eprintln!("stopped early: {why}");
-        eprintln!(
+        let _ = writeln!(msg, "stopped early: {why}");
+        let _ = writeln!(
+            msg,
             "to continue, run the same command again: switchyard batch {} --input {} --output {}{}",
             args.flow.display(),
             args.input.display(),
@@ -194,19 +203,22 @@ fn report(args: &Args, s: &Summary, paused: bool) -> u8 {
         );
     }
     if s.interrupted > 0 && args.store.url == "memory" {
-        eprintln!(
+        let _ = writeln!(
+            msg,
             "{} item(s) interrupted: with `--store memory` nothing of them outlives this process; \
              run the batch on a durable store (the default SQLite one) to resume them",
             s.interrupted
         );
     } else if s.interrupted > 0 {
-        eprintln!(
+        let _ = writeln!(
+            msg,
             "{} item(s) interrupted: `switchyard runs list --status interrupted` lists them; \
              `switchyard resume RUN_ID` continues one, then run the batch again (or `runs export`) \
              to update the output",
             s.interrupted
         );
     }
+    eprint!("{msg}");
     if s.store_failed {
         super::exit::FAILED
     } else if paused {
@@ -323,6 +335,7 @@ pub fn export(args: ExportArgs) -> u8 {
         retry_in_doubt: false,
         allow_changed: false,
         fresh_store: false,
+        sync_output: true,
         export_only: true,
     };
     let progress = Arc::new(Progress::default());

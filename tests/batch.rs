@@ -595,6 +595,33 @@ fn runs_cancel_ends_an_interrupted_run() {
     );
 }
 
+/// From the summary line `batch: N items: S succeeded, F failed, I interrupted… in T
+/// (R items/s)`: S + F + I, T in seconds (printed as `…ms` or whole `…s`), and R.
+fn summary_rate(stderr: &str) -> (f64, f64, f64) {
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with("batch: "))
+        .unwrap_or_else(|| panic!("no summary line: {stderr}"));
+    let count = |what: &str| -> f64 {
+        let before = line.split(what).next().expect("split");
+        before
+            .rsplit([' ', ':'])
+            .find(|w| !w.is_empty())
+            .expect("a count")
+            .parse()
+            .expect("a number")
+    };
+    let done = count(" succeeded") + count(" failed") + count(" interrupted");
+    let (_, tail) = line.rsplit_once(" in ").expect("` in `");
+    let (t, rest) = tail.split_once(" (").expect("` (`");
+    let secs = match t.strip_suffix("ms") {
+        Some(ms) => ms.parse::<f64>().expect("ms") / 1000.0,
+        None => t.strip_suffix('s').expect("s").parse::<f64>().expect("s"),
+    };
+    let rate = rest.split_once(' ').expect("rate").0.parse().expect("a rate");
+    (done, secs, rate)
+}
+
 #[test]
 fn ctrl_c_stops_a_batch_at_a_recorded_point_and_the_same_command_continues() {
     const N: usize = 40;
@@ -625,6 +652,10 @@ fn ctrl_c_stops_a_batch_at_a_recorded_point_and_the_same_command_continues() {
     );
     let partial = read_lines(&dir.path().join("out.jsonl"));
     assert!(partial.len() < N, "stopped early: {} lines", partial.len());
+    // The rate counts the items that finished, not the ones never started.
+    let (done, secs, rate) = summary_rate(&stderr);
+    assert_eq!(done, partial.len() as f64, "{stderr}");
+    assert!((rate - done / secs).abs() <= 0.02 * rate + 0.1, "{stderr}");
     // Nothing stopped half-way was left in doubt: in-flight steps finished and were recorded.
     let out = run(&mut batch_cmd(&dir, &flow, &[]));
     assert_eq!(out.code(), 0, "{}", out.stderr);

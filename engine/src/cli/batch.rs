@@ -162,7 +162,8 @@ fn close_store(rt: &tokio::runtime::Runtime, store: Arc<AnyStore>) {
 
 fn report(args: &Args, s: &Summary, paused: bool) -> u8 {
     use std::fmt::Write as _;
-    let rate = s.total.saturating_sub(s.reused) as f64 / s.elapsed.as_secs_f64().max(1e-9);
+    let done = s.succeeded + s.failed + s.interrupted;
+    let rate = done.saturating_sub(s.reused) as f64 / s.elapsed.as_secs_f64().max(1e-9);
     // One message, one write: stderr is unbuffered.
     let mut msg = String::new();
     let _ = writeln!(

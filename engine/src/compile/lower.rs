@@ -157,7 +157,8 @@ impl<'p> Compiler<'p> {
                     cond: e
                         .if_
                         .as_ref()
-                        .and_then(|c| self.expr(&scope, c, c.value.as_str())),
+                        // Always an expression: a leading `=` (as in values) is allowed.
+                        .and_then(|c| self.expr(&scope, c, c.value.strip_prefix('=').unwrap_or(&c.value))),
                     order,
                 };
                 routes.push(graph.add_edge(n, to, edge));

@@ -984,6 +984,8 @@ fn a_batch_records_each_items_cost_and_stops_at_its_budget() {
                     out,
                     "--concurrency",
                     "1",
+                    "--store",
+                    "sqlite:runs.db",
                 ])
                 .args(extra),
         )
@@ -1017,6 +1019,34 @@ fn a_batch_records_each_items_cost_and_stops_at_its_budget() {
     let out = batch("capped.jsonl", &["--max-cost-usd", "0.0002"]);
     assert!(out.stderr.contains("the cost limit was reached"), "{out:?}");
     assert_eq!(server.hits().len(), 10 + started);
+    let lines = |out: &str| {
+        std::fs::read_to_string(dir.path().join(out))
+            .unwrap()
+            .lines()
+            .count()
+    };
+    assert_eq!(lines("capped.jsonl"), started);
+
+    // The budget is the batch's, earlier starts included: the same command again starts
+    // nothing, writes what was done, and counts what that cost.
+    let again = batch("capped.jsonl", &["--max-cost-usd", "0.0002"]);
+    assert_eq!(again.code(), 1, "{again:?}");
+    assert!(again.stderr.contains("the cost limit was reached"), "{again:?}");
+    assert!(
+        again
+            .stderr
+            .contains(&format!("({started} from an earlier start)")),
+        "{again:?}"
+    );
+    assert!(!again.stderr.contains("$0.0000\n"), "{again:?}");
+    assert_eq!(server.hits().len(), 10 + started);
+    assert_eq!(lines("capped.jsonl"), started);
+    // A batch that is all done starts nothing, so no budget stops it.
+    let done = batch("all.jsonl", &["--max-cost-usd", "0.00001"]);
+    assert_eq!(done.code(), 0, "{done:?}");
+    assert!(!done.stderr.contains("stopped early"), "{done:?}");
+    assert_eq!(server.hits().len(), 10 + started);
+    assert_eq!(lines("all.jsonl"), 10);
 }
 
 /// The batch of issue's proof: 2,000 items at 500 in flight against a server answering in

@@ -125,7 +125,8 @@ pub enum BatchError {
     Duplicates { path: String, list: String },
     #[error(
         "{path} line {line}: the batch's run for this line was of id `{recorded}`, now the line's id is `{now}`: \
-         the input changed since the batch started. Use another --output (a new batch) or restore the input"
+         the input changed since the batch started (or --id-field is not the batch's). Use another --output \
+         (a new batch) or restore the input"
     )]
     InputChanged {
         path: String,
@@ -133,6 +134,19 @@ pub enum BatchError {
         recorded: String,
         now: String,
     },
+    #[error(
+        "{path} line {line}: item `{id}` is not the input its recorded run `{run}` started from: the input \
+         changed since the batch started. Use another --output (a new batch), restore the input, or \
+         --retry-failed if only failed items changed"
+    )]
+    InputContentChanged {
+        path: String,
+        line: u64,
+        id: String,
+        run: String,
+    },
+    #[error("{path} is both the input and the output: writing the output would erase the input")]
+    SameFile { path: String },
     #[error(
         "{count} unfinished run(s) of this batch started from another version of the flow `{flow}` \
          (first: `{first}`): pass --allow-changed to resume them with this one"
@@ -494,6 +508,11 @@ pub async fn run<S: Store>(
     controls: RunControls,
 ) -> Result<Summary, BatchError> {
     let started = Instant::now();
+    if same_file(&options.input, &options.output) {
+        return Err(BatchError::SameFile {
+            path: options.output.display().to_string(),
+        });
+    }
     let total = scan(&options)?;
     progress.total.store(total, Ordering::Relaxed);
     let batch = std::path::absolute(&options.output)
@@ -581,7 +600,6 @@ pub async fn run<S: Store>(
     let mut stopped: Option<String> = None;
     let mut blocked = false; // an unfinished slot: nothing more is written
     let mut store_failed = false;
-    let cost_hit = AtomicBool::new(false);
     let resume_options = ResumeOptions {
         retry_in_doubt: options.retry_in_doubt,
         decision: None,
@@ -592,16 +610,6 @@ pub async fn run<S: Store>(
         while !input_done && stopped.is_none() && working.count() < concurrency && slots.len() < window {
             if controls.pause.is_cancelled() {
                 stopped = Some("interrupted (Ctrl-C)".to_string());
-                break;
-            }
-            if let Some(max) = options.max_cost_usd
-                && progress.cost_usd() >= max
-            {
-                cost_hit.store(true, Ordering::Relaxed);
-                stopped = Some(format!(
-                    "the cost limit was reached (${:.4} of --max-cost-usd {max})",
-                    progress.cost_usd()
-                ));
                 break;
             }
             let Some(mut line) = lines.next_line()? else {
@@ -623,6 +631,27 @@ pub async fn run<S: Store>(
                 });
             }
             let action = decide(&mut line, previous, &options, &root);
+            if let Action::Changed(run) = action {
+                return Err(BatchError::InputContentChanged {
+                    path: options.input.display().to_string(),
+                    line: line.index + 1,
+                    id: line.id,
+                    run,
+                });
+            }
+            // The budget stops only what would spend: items written from the store still are.
+            if let Some(max) = options.max_cost_usd
+                && matches!(action, Action::Start(_) | Action::Resume(_))
+                && !options.export_only
+                && progress.cost_usd() >= max
+            {
+                slots[(seq - first_slot) as usize] = Slot::Unfinished;
+                stopped = Some(format!(
+                    "the cost limit was reached (${:.4} of --max-cost-usd {max})",
+                    progress.cost_usd()
+                ));
+                break;
+            }
             if options.export_only && matches!(action, Action::Start(_) | Action::Resume(_)) {
                 // Nothing runs: the output ends before the first item that is not finished.
                 slots[(seq - first_slot) as usize] = Slot::Unfinished;
@@ -634,8 +663,11 @@ pub async fn run<S: Store>(
                 break;
             }
             match action {
-                Action::Write(status, text) => {
+                Action::Write(status, text, cost) => {
                     count(&progress, status);
+                    // The batch's cost is all of it, earlier starts included: the summary says
+                    // so, and `--max-cost-usd` bounds the batch, not one start of it.
+                    progress.add_cost(cost);
                     progress.reused.fetch_add(1, Ordering::Relaxed);
                     slots[(seq - first_slot) as usize] = Slot::Line(text);
                 }
@@ -679,6 +711,7 @@ pub async fn run<S: Store>(
                         (seq, done)
                     }));
                 }
+                Action::Changed(_) => unreachable!("returned above"),
                 Action::Resume(run_id) => {
                     let engine = engine.clone();
                     let plan = plan.clone();
@@ -760,6 +793,13 @@ pub async fn run<S: Store>(
             }
         };
         slots[(seq - first_slot) as usize] = slot;
+    }
+    if stopped.is_none() && input_done && next_seq < total {
+        stopped = Some(format!(
+            "{} ended after {next_seq} of the {total} items it had when the batch began: it changed while \
+             the batch read it",
+            options.input.display()
+        ));
     }
     out.flush().map_err(out_err)?;
     if options.sync_output {
@@ -869,12 +909,31 @@ fn count(progress: &Progress, status: RunStatus) {
 }
 
 enum Action {
-    /// Written from the store: (its status, the line).
-    Write(RunStatus, String),
+    /// Written from the store: (its status, the line, its cost).
+    Write(RunStatus, String, f64),
     /// A failed item without a run (not JSON, not matching `input.schema`).
     Fail(String),
     Start(Value),
     Resume(String),
+    /// The line is not the input its recorded run started from (the run's id).
+    Changed(String),
+}
+
+/// Whether two paths name one existing file (hard and symbolic links included).
+fn same_file(a: &Path, b: &Path) -> bool {
+    let (Ok(ma), Ok(mb)) = (std::fs::metadata(a), std::fs::metadata(b)) else {
+        return false;
+    };
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        ma.dev() == mb.dev() && ma.ino() == mb.ino()
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = (ma, mb);
+        std::fs::canonicalize(a).ok() == std::fs::canonicalize(b).ok()
+    }
 }
 
 fn decide(
@@ -885,11 +944,15 @@ fn decide(
 ) -> Action {
     if let Some(prev) = previous {
         let in_doubt = prev.error.as_ref().is_some_and(|e| e.kind == ErrorKind::InDoubt);
+        // Reusing or continuing the recorded run is right only for the input it started from;
+        // a new run (`--retry-failed`) takes the line as it is now.
+        let same = matches!(&line.parsed, Ok(v) if *v == prev.input);
         match prev.status {
+            RunStatus::Failed | RunStatus::Cancelled if options.retry_failed => {}
+            _ if !same => return Action::Changed(prev.id),
             RunStatus::Running => return Action::Resume(prev.id),
             RunStatus::Interrupted if in_doubt && options.retry_in_doubt => return Action::Resume(prev.id),
-            RunStatus::Failed | RunStatus::Cancelled if options.retry_failed => {}
-            status => return Action::Write(status, record_line(&prev)),
+            status => return Action::Write(status, record_line(&prev), prev.usage.cost_usd),
         }
     }
     // The line's value moves into the run.

@@ -35,10 +35,12 @@ pub struct Args {
     /// their line number).
     #[arg(long, default_value = "id")]
     pub id_field: String,
-    /// Stop starting items once the batch has cost this much (USD).
+    /// Stop starting items once the batch has cost this much (USD), earlier starts of it
+    /// included. Runs in flight finish, so the batch may end a little over it.
     #[arg(long)]
     pub max_cost_usd: Option<f64>,
-    /// Run the items that failed in an earlier start of this batch again.
+    /// Run the items that failed (or were cancelled) in an earlier start of this batch again,
+    /// each as a new run, from the input line as it is now.
     #[arg(long)]
     pub retry_failed: bool,
     /// Call again attempts that started and never finished, even of non-idempotent steps.
@@ -190,18 +192,14 @@ fn report(args: &Args, s: &Summary, paused: bool) -> u8 {
     let _ = writeln!(msg, "output: {}", args.output.display());
     if let Some(why) = &s.stopped {
         let _ = writeln!(msg, "stopped early: {why}");
-        let _ = writeln!(
-            msg,
-            "to continue, run the same command again: switchyard batch {} --input {} --output {}{}",
-            args.flow.display(),
-            args.input.display(),
-            args.output.display(),
-            if args.store.url != crate::store::any::DEFAULT_STORE {
-                format!(" --store '{}'", crate::store::sql::redact(&args.store.url))
-            } else {
-                String::new()
-            }
-        );
+        if args.store.url == "memory" {
+            let _ = writeln!(
+                msg,
+                "with `--store memory` nothing of this batch was kept: the same command starts it over"
+            );
+        } else {
+            let _ = writeln!(msg, "to continue, run the same command again: {}", this_command());
+        }
     }
     if s.interrupted > 0 && args.store.url == "memory" {
         let _ = writeln!(
@@ -230,6 +228,40 @@ fn report(args: &Args, s: &Summary, paused: bool) -> u8 {
         super::exit::INTERRUPTED
     } else {
         super::exit::OK
+    }
+}
+
+/// The command line this process was started with, quoted for a POSIX shell, with the
+/// password of a `--store` URL hidden: what the user types again to continue.
+fn this_command() -> String {
+    let mut words = Vec::new();
+    let mut store_next = false;
+    for (i, a) in std::env::args_os().enumerate() {
+        let a = a.to_string_lossy();
+        let word = if store_next {
+            crate::store::sql::redact(&a)
+        } else if let Some(url) = a.strip_prefix("--store=") {
+            format!("--store={}", crate::store::sql::redact(url))
+        } else {
+            a.into_owned()
+        };
+        store_next = i > 0 && word == "--store";
+        words.push(shell_word(&word));
+    }
+    words.join(" ")
+}
+
+/// `word` as one POSIX shell word: as it is when it holds nothing the shell reads specially,
+/// else in single quotes.
+fn shell_word(word: &str) -> String {
+    let plain = !word.is_empty()
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./:=,@%+".contains(c));
+    if plain {
+        word.to_string()
+    } else {
+        format!("'{}'", word.replace('\'', "'\\''"))
     }
 }
 

@@ -257,6 +257,19 @@ fn duplicate_ids_are_reported_before_anything_runs() {
         "{}",
         out.stderr
     );
+    assert!(!out.stderr.contains("named by its line number"), "{}", out.stderr);
+    assert!(!fx.exists(), "nothing ran");
+    // A line without an id is named by its line number, which another line may use.
+    dir.write("in.jsonl", "{\"n\": 1}\n{\"id\": \"1\", \"n\": 2}\n");
+    let out = run(&mut batch_cmd(&dir, &flow, &[]));
+    assert_eq!(out.code(), 2, "{}", out.stderr);
+    assert!(
+        out.stderr.contains(
+            "duplicate ids: `1` on lines 1, 2 (a line without `id` is named by its line number: give it an id of its own)"
+        ),
+        "{}",
+        out.stderr
+    );
     assert!(!fx.exists(), "nothing ran");
 }
 

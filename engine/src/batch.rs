@@ -430,13 +430,21 @@ fn scan(options: &BatchOptions) -> Result<u64, BatchError> {
         })
         .collect();
     let more = at.len().saturating_sub(20);
+    let mut list = if more > 0 {
+        format!("{} and {more} more", shown.join("; "))
+    } else {
+        shown.join("; ")
+    };
+    // An id that is one of its own line numbers may be a line without the field.
+    if at.iter().any(|(id, l)| l.iter().any(|n| n.to_string() == *id)) {
+        list.push_str(&format!(
+            " (a line without `{}` is named by its line number: give it an id of its own)",
+            options.id_field
+        ));
+    }
     Err(BatchError::Duplicates {
         path: options.input.display().to_string(),
-        list: if more > 0 {
-            format!("{} and {more} more", shown.join("; "))
-        } else {
-            shown.join("; ")
-        },
+        list,
     })
 }
 

@@ -870,3 +870,26 @@ async fn queued_writes_commit_before_the_next_awaited_one_and_a_failed_one_stops
         .expect("another run");
     store.close().await;
 }
+
+/// A PostgreSQL store that cannot be opened says why at once: the server's refusal, or its own
+/// message without the position in its source that the driver appends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_that_cannot_be_opened_says_why_at_once() {
+    let url = std::env::var(PG_VAR).unwrap_or_else(|_| panic!("{PG_VAR} is not set"));
+    let (base, _db) = url.rsplit_once('/').expect("a database in the URL");
+    let refused = SqlStore::open("postgres://postgres@127.0.0.1:1/test")
+        .await
+        .expect_err("nothing listens on port 1");
+    assert!(refused.to_string().contains("Connection refused"), "{refused}");
+    for missing in [
+        format!("{base}/sy_no_such_database"),
+        format!("{base}/sy_no_such_database?schema=s"),
+    ] {
+        let err = SqlStore::open(&missing).await.expect_err("no such database");
+        let msg = err.to_string();
+        assert!(
+            msg.ends_with("the database said: database \"sy_no_such_database\" does not exist"),
+            "{msg}"
+        );
+    }
+}

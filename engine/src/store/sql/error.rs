@@ -48,6 +48,15 @@ fn classify(dialect: Dialect, e: &sqlx::Error) -> Class {
     }
 }
 
+/// The driver's message; for an error the server returned, only its text (the server's own
+/// source position, which some drivers append, means nothing to a user).
+pub(crate) fn message(e: &sqlx::Error) -> String {
+    match e {
+        sqlx::Error::Database(db) => format!("the database said: {}", db.message()),
+        other => other.to_string(),
+    }
+}
+
 impl Ctx {
     /// Maps a database error met while doing `what` ("recording step `3` ...").
     pub(crate) fn error(&self, what: &str, e: &sqlx::Error) -> StoreError {
@@ -65,7 +74,7 @@ impl Ctx {
             Class::Other => StoreError::Database {
                 store,
                 what: what.to_string(),
-                message: e.to_string(),
+                message: message(e),
             },
         }
     }

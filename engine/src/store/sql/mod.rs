@@ -278,19 +278,19 @@ impl SqlStore {
 async fn create_schema(url: &str, schema: &str) -> Result<(), String> {
     let mut conn = sqlx::AnyConnection::connect(url)
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| error::message(&e))?;
     let exists: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM pg_namespace WHERE nspname = $1")
         .bind(schema)
         .fetch_one(&mut conn)
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| error::message(&e))?;
     if exists == 0 {
         sqlx::raw_sql(AssertSqlSafe(format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\"")))
             .execute(&mut conn)
             .await
-            .map_err(|e| format!("cannot create the schema `{schema}`: {e}"))?;
+            .map_err(|e| format!("cannot create the schema `{schema}`: {}", error::message(&e)))?;
     }
-    conn.close().await.map_err(|e| e.to_string())
+    conn.close().await.map_err(|e| error::message(&e))
 }
 
 /// The pool, with every connection set up by the same statements.
@@ -340,8 +340,15 @@ async fn connect(target: &Target, options: &SqlOptions) -> Result<AnyPool, sqlx:
             .test_before_acquire(false),
         Target::Postgres { .. } => pool.max_connections(options.max_connections.max(2)),
     };
-    pool.connect_with(AnyConnectOptions::from_str(&target.driver_url())?)
-        .await
+    let connect = AnyConnectOptions::from_str(&target.driver_url())?;
+    if let Target::Postgres { .. } = target {
+        // One connection first, outside the pool: a server that refuses or does not exist
+        // says so at once, where the pool would retry until its acquire timeout and then
+        // report only that it timed out.
+        use sqlx::Connection as _;
+        sqlx::AnyConnection::connect_with(&connect).await?.close().await?;
+    }
+    pool.connect_with(connect).await
 }
 
 /// Checks the schema version, switches SQLite files to WAL, and migrates — in that order, so

@@ -276,6 +276,11 @@ impl Lines {
             let index = self.index;
             self.index += 1;
             let line_no = index + 1;
+            // A UTF-8 byte order mark, which some editors put at the start of a file, is not
+            // part of the first line.
+            if index == 0 && self.buf.starts_with(b"\xEF\xBB\xBF") {
+                self.buf.drain(..3);
+            }
             if self.buf.len() > MAX_LINE_BYTES && !self.buf.ends_with(b"\n") {
                 // Skip the rest of the over-long line.
                 let mut rest = Vec::new();
@@ -1133,5 +1138,12 @@ mod tests {
         let (full, ids) = both(b"{\"key\": \"k1\", \"id\": \"no\"}\n{\"id\": \"k2\"}\n", "key");
         assert_eq!(full, ids);
         assert_eq!(ids, [(0, "k1".to_string()), (1, "2".to_string())]);
+        // A byte order mark opening the file is not part of the first line; elsewhere it is.
+        let (full, ids) = both(
+            b"\xEF\xBB\xBF{\"id\": \"a\"}\n\xEF\xBB\xBF{\"id\": \"b\"}\n",
+            "id",
+        );
+        assert_eq!(full, ids);
+        assert_eq!(ids, [(0, "a".to_string()), (1, "2".to_string())]);
     }
 }

@@ -943,7 +943,7 @@ fn a_second_batch_on_the_same_output_is_refused_while_the_first_runs() {
     assert!(
         second
             .stderr
-            .contains("is being written by another `switchyard batch`"),
+            .contains("is in use by another switchyard process right now"),
         "{}",
         second.stderr
     );
@@ -1327,4 +1327,71 @@ fn a_batch_refuses_its_input_as_output_and_a_line_changed_under_its_run() {
     let out = batch("out.jsonl", &[]);
     assert_eq!(out.code(), 0, "{}", out.stderr);
     assert_eq!(read_lines(&dir.path().join("out.jsonl")), first);
+}
+
+/// While a `batch` process runs, its runs are its own: `resume` and `runs cancel` of one are
+/// refused (the batch continues it itself), and the step is called once.
+#[test]
+fn a_running_batchs_runs_are_not_resumed_or_cancelled_by_another_command() {
+    let dir = TempDir::new("batch-live");
+    let calls = dir.path().join("calls");
+    let flow = dir.write(
+        "slow.yaml",
+        format!(
+            r#"flow: slow
+agents:
+  pay:
+    kind: command
+    run: [sh, -c, 'cat >/dev/null; echo x >> "{}"; sleep 1; echo "{{\"paid\": true}}"']
+    idempotent: false
+steps:
+  pay: {{agent: pay, output: "*"}}
+"#,
+            calls.display()
+        ),
+    );
+    dir.write("in.jsonl", "{\"id\": \"only\"}\n");
+    let batch = batch_cmd(&dir, &flow, &[])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starts");
+    let started = std::time::Instant::now();
+    while !calls.exists() {
+        assert!(started.elapsed() < crate::support::HANG, "the call never started");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let listed = run(switchyard(dir.path()).args(["runs", "list", "--json", "--store", "sqlite:runs.db"]));
+    let run_id =
+        serde_json::from_str::<Value>(listed.stdout.lines().next().expect("a run")).expect("JSON")["id"]
+            .as_str()
+            .expect("an id")
+            .to_string();
+    for (command, act) in [
+        (vec!["resume", &run_id], "resume"),
+        (vec!["runs", "cancel", &run_id], "cancel"),
+    ] {
+        let out = run(switchyard(dir.path())
+            .args(&command)
+            .args(["--store", "sqlite:runs.db"]));
+        assert_ne!(out.code(), 0, "{command:?}: {}", out.stderr);
+        assert!(
+            out.stderr.contains(&format!(
+                "run `{run_id}` is an item of the batch writing {}",
+                dir.path().join("out.jsonl").display()
+            )) && out.stderr.contains(&format!("before you {act} the run here")),
+            "{command:?}: {}",
+            out.stderr
+        );
+    }
+    let out = batch.wait_with_output().expect("exits");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let lines = read_lines(&dir.path().join("out.jsonl"));
+    assert_eq!(lines.len(), 1);
+    assert_eq!(lines[0]["status"], "succeeded");
+    assert_eq!(lines[0]["output"], json!({"id": "only", "paid": true}));
+    assert_eq!(std::fs::read_to_string(&calls).unwrap().lines().count(), 1);
+    // Once the batch is done the lock is free again: an ended run is refused for what it is.
+    let out = run(switchyard(dir.path()).args(["runs", "cancel", &run_id, "--store", "sqlite:runs.db"]));
+    assert!(out.stderr.contains("already ended succeeded"), "{}", out.stderr);
 }

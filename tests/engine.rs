@@ -1101,3 +1101,69 @@ fn limit_errors_name_the_limit_and_its_value() {
         )
     );
 }
+
+/// Ctrl-C stops `run` at its next recorded point: the step in flight finishes and is recorded,
+/// the process says how to continue and exits 130, and `resume` runs only what is left.
+#[test]
+fn ctrl_c_stops_a_run_at_a_recorded_point_and_resume_continues_it() {
+    let dir = TempDir::new("run-sigint");
+    let calls = dir.path().join("calls");
+    dir.write(
+        "slow.yaml",
+        format!(
+            r#"flow: slow
+agents:
+  work:
+    kind: command
+    run: [sh, -c, 'cat >/dev/null; echo x >> "{}"; sleep 0.4; echo "{{\"ok\": true}}"']
+steps:
+  one: {{agent: work, output: {{$.one: $.ok}}, next: two}}
+  two: {{agent: work, output: {{$.two: $.ok}}, next: three}}
+  three: {{agent: work, output: {{$.three: $.ok}}}}
+"#,
+            calls.display()
+        ),
+    );
+    let child = support::switchyard(dir.path())
+        .args(["run", "slow.yaml", "--input", "{}", "--store", "sqlite:runs.db"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("starts");
+    // Once the first call has started: SIGINT, as Ctrl-C sends it.
+    let started = Instant::now();
+    while !calls.exists() {
+        assert!(started.elapsed() < support::HANG, "the first call never started");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let status = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    let out = child.wait_with_output().expect("exits");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    assert!(
+        stderr.contains("stopping: the steps in flight finish"),
+        "{stderr}"
+    );
+    let hint = stderr
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("continue it with `"))
+        .unwrap_or_else(|| panic!("no way to continue: {stderr}"));
+    let args: Vec<&str> = hint.trim_end_matches('`').split(' ').collect();
+    assert_eq!(args[..2], ["switchyard", "resume"], "{hint}");
+    assert_eq!(args[3..], ["--store", "sqlite:runs.db"], "{hint}");
+    let count = || std::fs::read_to_string(&calls).unwrap().lines().count();
+    assert_eq!(
+        count(),
+        1,
+        "the step in flight finished; nothing after it started"
+    );
+    let resumed = support::run(support::switchyard(dir.path()).args(&args[1..]));
+    assert_eq!(resumed.code(), 0, "{}", resumed.stderr);
+    let output: Value = serde_json::from_str(&resumed.stdout).expect("JSON output");
+    assert_eq!(output, json!({"one": true, "two": true, "three": true}));
+    assert_eq!(count(), 3, "the first step was not called again");
+}

@@ -8,7 +8,9 @@
 //! - [`corpus`]: hostile inputs (alias bombs, deep nesting, huge and binary files);
 //! - [`fuzz`]: property tests over generated and mutated flows;
 //! - [`llm`] and [`http_agent`]: `llm` and `http` agents against local servers
-//!   ([`mock_server`]): limits, retries, structured output, secrets.
+//!   ([`mock_server`]): limits, retries, structured output, secrets;
+//! - [`resume`]: what a stopped run records and tells: the flow hash over imports and called
+//!   flows, the question of an interrupt and how to answer it.
 
 mod batch;
 mod cli;
@@ -22,6 +24,7 @@ mod llm;
 mod logs;
 mod mock_server;
 mod readme;
+mod resume;
 mod snapshots;
 mod store;
 mod support;

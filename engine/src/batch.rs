@@ -162,8 +162,47 @@ pub enum BatchError {
         "the store holds no runs of the batch writing {path}: nothing to export (is it the batch's `--store`?)"
     )]
     NothingToExport { path: String },
-    #[error("{path} is being written by another `switchyard batch` right now: one process per batch")]
+    #[error(
+        "{path} is in use by another switchyard process right now (a `batch` writing it, or a `resume` or \
+         `runs cancel` of one of its runs): one process per batch"
+    )]
     Busy { path: String },
+}
+
+/// Holds the lock of a batch's output file while a run of that batch is resumed or cancelled
+/// by another command, so that the batch and that command never work on the run at once.
+#[derive(Debug)]
+pub struct BatchLock {
+    _file: Option<std::fs::File>,
+}
+
+/// Takes the lock of the batch `run` belongs to (its output file), if it is one's and the file
+/// is there; [`BatchError::Busy`] while a `batch` process (or another such command) holds it.
+pub fn lock_batch_of(run: &RunRecord) -> Result<BatchLock, BatchError> {
+    let Some(path) = run.batch.as_deref() else {
+        return Ok(BatchLock { _file: None });
+    };
+    let file = match std::fs::File::open(path) {
+        Ok(f) => f,
+        // Nothing writes a batch whose output is gone; the run is free to take.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(BatchLock { _file: None }),
+        Err(e) => {
+            return Err(BatchError::Output {
+                path: path.to_string(),
+                message: e.to_string(),
+            });
+        }
+    };
+    match file.try_lock() {
+        Ok(()) => Ok(BatchLock { _file: Some(file) }),
+        Err(std::fs::TryLockError::WouldBlock) => Err(BatchError::Busy {
+            path: path.to_string(),
+        }),
+        Err(std::fs::TryLockError::Error(e)) => Err(BatchError::Output {
+            path: path.to_string(),
+            message: e.to_string(),
+        }),
+    }
 }
 
 /// One input line, read.

@@ -55,6 +55,8 @@ pub struct LoadedLibrary {
     pub path: PathBuf,
     pub file: FileId,
     pub library: Library,
+    /// SHA-256 of the file's bytes, hex; empty when the file was too large to read.
+    pub hash: String,
     pub imports: Vec<(Sp<String>, Option<LibId>)>,
 }
 
@@ -369,7 +371,9 @@ impl Project {
         prepared: PreparedFile,
         limits: &Limits,
     ) -> Option<LibId> {
-        let Added { file, model, .. } = self.add_file(prepared);
+        let Added {
+            file, hash, model, ..
+        } = self.add_file(prepared);
         let library = match model {
             Model::Library { library } => library,
             _ => Library::default(),
@@ -381,6 +385,7 @@ impl Project {
             path: canonical.clone(),
             file,
             library,
+            hash,
             imports: Vec::new(),
         });
         let dir = canonical.parent().map(Path::to_path_buf).unwrap_or_default();
@@ -490,6 +495,106 @@ impl Project {
         let p = normalize(&dir.join(path)).canonicalize().ok()?;
         self.schemas.get(&p)
     }
+
+    /// The hash a run of flow `id` records, and `resume` compares (SPEC §7.3): it covers the
+    /// flow's file, every file it imports (transitively) and every flow file it calls (by
+    /// that flow's own covering hash, so transitively too). A flow that imports nothing and
+    /// calls no flow file has its file's hash, as every flow had before imports and calls
+    /// were covered, so runs recorded then still resume. Otherwise it is the SHA-256 of the
+    /// file's hash, the imported files' hashes (each once, in the order first met) and the
+    /// called flows' covering hashes (each once, in the order written).
+    ///
+    /// `memo` keeps the hashes already computed, for the next call. A flow met again while
+    /// its own hash is being computed (a cycle of calls, which lint refuses) counts by its
+    /// file's hash. The walk keeps its own stack: a long chain of calls cannot overflow the
+    /// thread's.
+    pub fn flow_hash(&self, id: FlowId, memo: &mut HashMap<FlowId, String>) -> String {
+        if let Some(h) = memo.get(&id) {
+            return h.clone();
+        }
+        // Post-order: a flow's hash is made once the flows it calls have theirs.
+        let mut open = HashSet::new();
+        let mut stack = vec![(id, false)];
+        while let Some((flow, callees_done)) = stack.pop() {
+            if memo.contains_key(&flow) {
+                continue;
+            }
+            if callees_done {
+                let hash = self.covering_hash(flow, memo);
+                open.remove(&flow);
+                memo.insert(flow, hash);
+                continue;
+            }
+            if !open.insert(flow) {
+                continue;
+            }
+            stack.push((flow, true));
+            let callees = self.callees(flow);
+            for callee in callees.into_iter().rev() {
+                if !memo.contains_key(&callee) && !open.contains(&callee) {
+                    stack.push((callee, false));
+                }
+            }
+        }
+        memo.get(&id).cloned().unwrap_or_default()
+    }
+
+    /// The covering hash of `id`, its callees' being in `memo` (or open, in a cycle).
+    fn covering_hash(&self, id: FlowId, memo: &HashMap<FlowId, String>) -> String {
+        let loaded = &self.flows[id.0];
+        let libraries = self.imported_libraries(id);
+        let callees = self.callees(id);
+        if libraries.is_empty() && callees.is_empty() {
+            return loaded.hash.clone();
+        }
+        let mut h = Sha256::new();
+        h.update(b"flow ");
+        h.update(loaded.hash.as_bytes());
+        for lib in libraries {
+            h.update(b"\nimports ");
+            h.update(self.libraries[lib.0].hash.as_bytes());
+        }
+        for callee in callees {
+            let hash = memo.get(&callee).unwrap_or(&self.flows[callee.0].hash);
+            h.update(b"\ncalls ");
+            h.update(hash.as_bytes());
+        }
+        hex(&h.finalize())
+    }
+
+    /// The files flow `id` imports, transitively, each once, in the order first met.
+    fn imported_libraries(&self, id: FlowId) -> Vec<LibId> {
+        let mut seen = Vec::new();
+        let mut stack: Vec<LibId> = self.flows[id.0]
+            .imports
+            .iter()
+            .rev()
+            .filter_map(|(_, l)| *l)
+            .collect();
+        while let Some(lib) = stack.pop() {
+            if seen.contains(&lib) {
+                continue;
+            }
+            seen.push(lib);
+            stack.extend(self.libraries[lib.0].imports.iter().rev().filter_map(|(_, l)| *l));
+        }
+        seen
+    }
+
+    /// The flow files flow `id` calls (from its inline flows too), each once, in the order
+    /// written.
+    fn callees(&self, id: FlowId) -> Vec<FlowId> {
+        let mut callees = Vec::new();
+        for (caller, _, callee) in &self.calls {
+            if let Some(callee) = callee
+                && *caller == id
+                && !callees.contains(callee)
+            {
+                callees.push(*callee);
+            }
+        }
+        callees
+    }
 }
 
 /// Loads the flows at `paths` into one project rooted at the first flow's directory (or
@@ -545,7 +650,7 @@ enum Model {
     },
 }
 
-/// A file read, hashed (flows only), parsed and lowered into the model as file `file` of a
+/// A file read, hashed (flows and imported files), parsed and lowered into the model as file `file` of a
 /// project — everything loading does before the file is added to the project and what it
 /// names is resolved. Pure work, so it can run on any thread.
 #[derive(Debug)]
@@ -604,8 +709,8 @@ impl PreparedFile {
             }
         };
         let digest = |bytes: &[u8]| match kind {
-            Kind::Flow => hex(&Sha256::digest(bytes)),
-            Kind::Library | Kind::Schema => String::new(),
+            Kind::Flow | Kind::Library => hex(&Sha256::digest(bytes)),
+            Kind::Schema => String::new(),
         };
         let text = match String::from_utf8(bytes) {
             Ok(text) => text,
@@ -1040,5 +1145,100 @@ mod tests {
         assert!(plan.is_none(), "a flow with malformed steps never compiles");
         let codes: Vec<&str> = diags.iter().map(Diagnostic::code).collect();
         assert_eq!(codes, ["SY109", "SY108"], "{diags:#?}");
+    }
+
+    /// The covering hash of the flow at `path`, and the plan's hash of it.
+    fn hashes(dir: &Dir, path: &Path) -> (String, String) {
+        let mut project = Project::default();
+        let id = project
+            .load_top(path, dir.0.clone(), &Limits::default())
+            .expect("a flow");
+        let hash = project.flow_hash(id, &mut HashMap::new());
+        let (plan, diags) = crate::compile::compile(&project, id);
+        let plan = plan.unwrap_or_else(|| panic!("the flow compiles: {diags:#?}"));
+        (hash, plan.root().hash.clone())
+    }
+
+    #[test]
+    fn a_flow_that_imports_and_calls_nothing_keeps_its_files_hash() {
+        // Runs recorded before imports and calls were covered have this hash: they resume.
+        let dir = Dir::new("plain-hash");
+        let text = "flow: plain\nsteps:\n  a: {agent: {kind: transform, result: {x: 1}}, output: \"*\"}\n";
+        let path = dir.write("plain.yaml", text);
+        let (hash, plan) = hashes(&dir, &path);
+        assert_eq!(hash, hex(&Sha256::digest(text.as_bytes())));
+        assert_eq!(plan, hash);
+    }
+
+    #[test]
+    fn the_flow_hash_covers_imported_files_and_called_flows() {
+        let dir = Dir::new("covering-hash");
+        dir.write(
+            "lib.yaml",
+            "imports: [more.yaml]\nagents:\n  calc: {kind: transform, result: {x: 1}}\n",
+        );
+        dir.write(
+            "more.yaml",
+            "agents:\n  more: {kind: transform, result: {y: 1}}\n",
+        );
+        dir.write(
+            "grand.yaml",
+            "flow: grand\nsteps:\n  g: {agent: {kind: transform, result: {z: 1}}, output: \"*\"}\n",
+        );
+        dir.write(
+            "child.yaml",
+            "flow: child\nagents:\n  grand: {kind: flow, path: grand.yaml}\nsteps:\n  c: {agent: grand, output: \"*\"}\n",
+        );
+        let top = dir.write(
+            "top.yaml",
+            "flow: top\nimports: [lib.yaml]\nagents:\n  child: {kind: flow, path: child.yaml}\n\
+             steps:\n  a: {agent: calc, output: \"*\", next: b}\n  b: {agent: child, output: \"*\"}\n",
+        );
+        let (first, plan) = hashes(&dir, &top);
+        assert_eq!(plan, first);
+        let file = hex(&Sha256::digest(std::fs::read(&top).expect("read top.yaml")));
+        assert_ne!(first, file, "the hash covers more than the flow's file");
+
+        // A change in any file of the tree changes it; restoring the file restores it.
+        let mut seen = vec![first.clone()];
+        for (name, from, to) in [
+            ("lib.yaml", "x: 1", "x: 2"),
+            ("more.yaml", "y: 1", "y: 2"),
+            ("child.yaml", "c: {", "c2: {"),
+            ("grand.yaml", "z: 1", "z: 2"),
+        ] {
+            let path = dir.0.join(name);
+            let before = std::fs::read_to_string(&path).expect("read");
+            dir.write(name, before.replace(from, to));
+            let (changed, _) = hashes(&dir, &top);
+            assert!(!seen.contains(&changed), "a change in {name} changes the hash");
+            seen.push(changed);
+            dir.write(name, before);
+            assert_eq!(hashes(&dir, &top).0, first, "{name} restored");
+        }
+    }
+
+    #[test]
+    fn a_cycle_of_calls_still_gets_a_hash() {
+        // Lint refuses the cycle; hashing it must still end.
+        let dir = Dir::new("cycle-hash");
+        dir.write(
+            "b.yaml",
+            "flow: b\nagents:\n  a: {kind: flow, path: a.yaml}\nsteps:\n  s: {agent: a, output: \"*\"}\n",
+        );
+        let a = dir.write(
+            "a.yaml",
+            "flow: a\nagents:\n  b: {kind: flow, path: b.yaml}\nsteps:\n  s: {agent: b, output: \"*\"}\n",
+        );
+        let mut project = Project::default();
+        let id = project
+            .load_top(&a, dir.0.clone(), &Limits::default())
+            .expect("a flow");
+        let mut memo = HashMap::new();
+        let hash = project.flow_hash(id, &mut memo);
+        assert_eq!(hash.len(), 64);
+        assert_ne!(hash, project.flow(id).hash);
+        assert_eq!(memo.len(), 2);
+        assert_eq!(project.flow_hash(id, &mut memo), hash);
     }
 }

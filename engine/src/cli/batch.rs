@@ -246,23 +246,9 @@ fn this_command() -> String {
             a.into_owned()
         };
         store_next = i > 0 && word == "--store";
-        words.push(shell_word(&word));
+        words.push(common::shell_word(&word));
     }
     words.join(" ")
-}
-
-/// `word` as one POSIX shell word: as it is when it holds nothing the shell reads specially,
-/// else in single quotes.
-fn shell_word(word: &str) -> String {
-    let plain = !word.is_empty()
-        && word
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_./:=,@%+".contains(c));
-    if plain {
-        word.to_string()
-    } else {
-        format!("'{}'", word.replace('\'', "'\\''"))
-    }
 }
 
 /// A progress bar on a terminal; a plain line every `every` seconds otherwise.

@@ -34,6 +34,32 @@ impl StoreArg {
     }
 }
 
+impl StoreArg {
+    /// ` --store URL` for a command printed as a hint, when the store is not the default
+    /// one (nor `memory`, whose runs do not outlive the process): the URL with its password
+    /// hidden, quoted for a POSIX shell.
+    pub fn hint(&self) -> String {
+        if self.url == crate::store::any::DEFAULT_STORE || self.url == "memory" {
+            return String::new();
+        }
+        format!(" --store {}", shell_word(&crate::store::sql::redact(&self.url)))
+    }
+}
+
+/// `word` as one POSIX shell word: as it is when it holds nothing the shell reads specially,
+/// else in single quotes.
+pub fn shell_word(word: &str) -> String {
+    let plain = !word.is_empty()
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./:=,@%+".contains(c));
+    if plain {
+        word.to_string()
+    } else {
+        format!("'{}'", word.replace('\'', "'\\''"))
+    }
+}
+
 fn open_error(e: crate::store::StoreError) -> String {
     match e {
         crate::store::StoreError::Open { .. } => format!(

@@ -6,13 +6,20 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::common::{self, RunArgs, StoreArg};
-use crate::runtime::engine::{Engine, RunOutcome};
+use crate::agents::AgentState;
+use crate::runtime::ErrorKind;
+use crate::runtime::engine::{Engine, RunControls, RunOutcome};
 use crate::runtime::record::RunStatus;
+use crate::runtime::resume::{self, Waiting};
+use crate::store::Store;
 
 #[derive(clap::Args, Debug)]
 #[command(
-    after_help = "Exit status: 0 succeeded, 1 the run failed, 2 invalid flow or usage, 3 interrupted.\n\
-                        The output JSON goes to stdout; errors, --trace and logs go to stderr."
+    after_help = "Exit status: 0 succeeded, 1 the run failed, 2 invalid flow or usage, 3 interrupted, 130 stopped \
+                  by Ctrl-C.\n\
+                  The output JSON goes to stdout; errors, --trace and logs go to stderr.\n\
+                  Ctrl-C stops the run at its next recorded point (the steps in flight finish and are recorded); \
+                  `switchyard resume RUN_ID` continues it. Ctrl-C again quits at once."
 )]
 pub struct Args {
     /// The flow file.
@@ -71,7 +78,29 @@ pub fn run(args: Args) -> u8 {
         }
     };
     let engine = Engine::new(store.clone());
-    let outcome = rt.block_on(engine.run(plan, input, context, options));
+    let controls = RunControls::default();
+    let outcome = rt.block_on(async {
+        // Ctrl-C: the run stops at its next recorded point, to be resumed. Again: now.
+        let pause = controls.pause.clone();
+        tokio::spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                eprintln!(
+                    "\nstopping: the steps in flight finish and are recorded (Ctrl-C again to quit now)"
+                );
+                pause.cancel();
+                if tokio::signal::ctrl_c().await.is_ok() {
+                    eprintln!(
+                        "quit: `switchyard resume RUN_ID` continues the run (`switchyard runs list` names it)"
+                    );
+                    std::process::exit(130);
+                }
+            }
+        });
+        let state = Arc::new(AgentState::default());
+        engine
+            .run_item(plan, input, context, options, state, controls, None)
+            .await
+    });
     if args.trace {
         let tree = rt.block_on(super::trace::render(
             &*store,
@@ -80,15 +109,34 @@ pub fn run(args: Args) -> u8 {
         ));
         eprint!("{tree}");
     }
+    let waiting = waiting(&rt, &*store, &outcome);
     drop(engine);
     if let Ok(store) = Arc::try_unwrap(store) {
         rt.block_on(store.close());
     }
-    report(outcome)
+    report(outcome, waiting.as_ref(), &args.store)
 }
 
-/// Prints a finished run's output (stdout) or error (stderr); returns the exit code.
-pub(crate) fn report(outcome: RunOutcome) -> u8 {
+/// The `interrupt` a run that stopped `interrupted` waits at (its own or a child run's), as
+/// the store has it; `None` for any other run, or when the store cannot tell.
+pub(crate) fn waiting<S: Store>(
+    rt: &tokio::runtime::Runtime,
+    store: &S,
+    outcome: &RunOutcome,
+) -> Option<Waiting> {
+    if outcome.status != RunStatus::Interrupted {
+        return None;
+    }
+    rt.block_on(resume::waiting_at(store, &outcome.run_id))
+        .ok()
+        .flatten()
+}
+
+/// Prints a finished run's output (stdout) or error (stderr); returns the exit code. An
+/// interrupted run is told how to continue: with a decision when it `waits` at an interrupt
+/// (its own or a child run's), with `--retry-in-doubt` when an attempt is in doubt, and with
+/// the `store` it is recorded in.
+pub(crate) fn report(outcome: RunOutcome, waiting: Option<&Waiting>, store: &StoreArg) -> u8 {
     match outcome.status {
         RunStatus::Succeeded => {
             let out = outcome.output.unwrap_or(Value::Null);
@@ -99,20 +147,59 @@ pub(crate) fn report(outcome: RunOutcome) -> u8 {
             super::exit::OK
         }
         RunStatus::Interrupted => {
-            match &outcome.error {
-                Some(e) => eprintln!("interrupted[{}]: {}", e.kind, e.message),
-                None => eprintln!("interrupted: run `{}` waits for a decision", outcome.run_id),
-            }
-            eprintln!(
-                "  continue it with `switchyard resume {} {}`",
-                outcome.run_id,
-                if outcome.error.is_some() {
-                    "--retry-in-doubt"
-                } else {
-                    "--decision JSON"
+            let id = &outcome.run_id;
+            let in_doubt = outcome
+                .error
+                .as_ref()
+                .is_some_and(|e| e.kind == ErrorKind::InDoubt);
+            match (&outcome.error, waiting) {
+                (Some(e), _) if in_doubt => eprintln!("interrupted[{}]: {}", e.kind, e.message),
+                (_, Some(w)) => {
+                    let child = if w.run_id == *id {
+                        String::new()
+                    } else {
+                        format!(" of child run `{}` (flow `{}`)", w.run_id, w.flow)
+                    };
+                    eprintln!(
+                        "interrupted: run `{id}` waits for a decision at interrupt step `{}`{child}",
+                        w.step.step
+                    );
                 }
-            );
+                (Some(e), None) => eprintln!("interrupted[{}]: {}", e.kind, e.message),
+                (None, None) => eprintln!("interrupted: run `{id}` waits for a decision"),
+            }
+            // A decision answers an interrupt of this run or of a child run: it is given to
+            // this one, the root.
+            let mut flags = String::new();
+            if waiting.is_some() || outcome.error.is_none() {
+                flags.push_str(" --decision JSON");
+            }
+            if in_doubt {
+                flags.push_str(" --retry-in-doubt");
+            }
+            flags.push_str(&store.hint());
+            eprintln!("  continue it with `switchyard resume {id}{flags}`");
+            if waiting.is_some() {
+                eprintln!(
+                    "  `switchyard runs show {id}{}` shows the question and the schema the decision must match",
+                    store.hint()
+                );
+            }
             super::exit::INTERRUPTED
+        }
+        // Paused by Ctrl-C at a recorded point: the record stays `running`, to be resumed.
+        RunStatus::Running => {
+            let id = &outcome.run_id;
+            if store.url == "memory" {
+                eprintln!(
+                    "stopped: run `{id}` after {} steps; with `--store memory` nothing of it was kept",
+                    outcome.steps
+                );
+            } else {
+                eprintln!("stopped: run `{id}` is recorded up to its last finished step");
+                eprintln!("  continue it with `switchyard resume {id}{}`", store.hint());
+            }
+            130
         }
         status => {
             if let Some(e) = &outcome.error {

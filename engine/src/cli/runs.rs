@@ -77,7 +77,7 @@ pub struct ResumeArgs {
     /// Call again attempts that started and never finished, even of steps that are not idempotent.
     #[arg(long)]
     pub retry_in_doubt: bool,
-    /// Resume even though the flow file changed since the run started.
+    /// Resume even though the flow file, or a file it imports or calls, changed since the run started.
     #[arg(long)]
     pub allow_changed: bool,
     /// The flow file, when it moved since the run started (default: the recorded path).
@@ -257,7 +257,30 @@ fn show(args: ShowArgs) -> u8 {
             let _ = writeln!(out, "error     [{}] {}", e.kind, e.message);
         }
         out.push('\n');
-        out.push_str(&super::trace::render_with(&**s, &run.id, color, true).await);
+        // A decision is given to the root run, whichever run of the tree asks for it.
+        let mut root = run.clone();
+        while let Some(parent) = &root.parent_run {
+            root = s.get_run(parent).await.map_err(|e| e.to_string())?;
+        }
+        let waiting = if root.status == RunStatus::Interrupted {
+            crate::runtime::resume::waiting_at(&**s, &root.id)
+                .await
+                .map_err(|e| e.to_string())?
+        } else {
+            None
+        };
+        let detail = super::trace::Detail {
+            answer: waiting.as_ref().map(|w| {
+                let command = format!(
+                    "switchyard resume {} --decision JSON{}",
+                    root.id,
+                    args.store.hint()
+                );
+                (w, command)
+            }),
+            now_ms: now_ms(),
+        };
+        out.push_str(&super::trace::render_with(&**s, &run.id, color, Some(&detail)).await);
         Ok(out)
     });
     match out {
@@ -288,6 +311,11 @@ pub fn resume(args: ResumeArgs) -> u8 {
     };
     let record = match rt.block_on(store.get_run(&args.run_id)) {
         Ok(r) => r,
+        Err(e) => return fail(e),
+    };
+    // Held to the end: a batch started meanwhile does not take the run too.
+    let _batch = match rt.block_on(lock_batch(&*store, &record, "resume")) {
+        Ok(l) => l,
         Err(e) => return fail(e),
     };
     let flow = match (&args.flow, &record.flow_path) {
@@ -321,14 +349,40 @@ pub fn resume(args: ResumeArgs) -> u8 {
         Arc::new(AgentState::default()),
         RunControls::default(),
     ));
+    let waiting = match &outcome {
+        Ok(o) => super::run::waiting(&rt, &*store, o),
+        Err(_) => None,
+    };
     drop(engine);
     if let Ok(s) = Arc::try_unwrap(store) {
         rt.block_on(s.close());
     }
     match outcome {
-        Ok(o) => super::run::report(o),
+        Ok(o) => super::run::report(o, waiting.as_ref(), &args.store),
         Err(e) => fail(e),
     }
+}
+
+/// Locks the batch that `run` (through its root run) belongs to, for as long as the lock is
+/// held: a `batch` process writing it works on its runs itself, and is refused while this
+/// command does. Refuses to `act` on the run while that batch runs.
+async fn lock_batch<S: Store>(
+    store: &S,
+    run: &RunRecord,
+    act: &str,
+) -> Result<crate::batch::BatchLock, String> {
+    let mut root = run.clone();
+    while let Some(parent) = root.parent_run.clone() {
+        root = store.get_run(&parent).await.map_err(|e| e.to_string())?;
+    }
+    crate::batch::lock_batch_of(&root).map_err(|e| match e {
+        crate::batch::BatchError::Busy { path } => format!(
+            "run `{}` is an item of the batch writing {path}, which a `switchyard batch` process is running \
+             now and continues the run itself: stop that batch (Ctrl-C) before you {act} the run here",
+            run.id
+        ),
+        other => other.to_string(),
+    })
 }
 
 fn cancel(args: CancelArgs) -> u8 {
@@ -341,6 +395,7 @@ fn cancel(args: CancelArgs) -> u8 {
                 run.status.as_str()
             ));
         }
+        let _batch = lock_batch(&**s, &run, "cancel").await?;
         let mut cancelled = Vec::new();
         let mut queue = vec![run];
         while let Some(mut r) = queue.pop() {

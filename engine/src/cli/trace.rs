@@ -2,16 +2,33 @@
 
 use std::fmt::Write as _;
 
+use serde_json::Value;
+
 use crate::runtime::record::{StepRecord, StepStatus, Usage};
+use crate::runtime::resume::Waiting;
 use crate::store::Store;
+
+/// What `runs show` adds to the tree: each step's payload changes and cost, the question of
+/// each `interrupt` step that stopped its run, and how to answer the one the tree waits at.
+pub struct Detail<'a> {
+    /// The interrupt the run tree waits at, and the command that answers it.
+    pub answer: Option<(&'a Waiting, String)>,
+    /// Now, in Unix milliseconds: expiries are told relative to it.
+    pub now_ms: u64,
+}
 
 /// Renders the steps of `run_id` and, indented under their calling steps, its child runs.
 pub async fn render<S: Store>(store: &S, run_id: &str, color: bool) -> String {
-    render_with(store, run_id, color, false).await
+    render_with(store, run_id, color, None).await
 }
 
-/// [`render`], with each step's payload changes and cost when `detail` (`runs show`).
-pub async fn render_with<S: Store>(store: &S, run_id: &str, color: bool, detail: bool) -> String {
+/// [`render`], with the [`Detail`] of `runs show` when given.
+pub async fn render_with<S: Store>(
+    store: &S,
+    run_id: &str,
+    color: bool,
+    detail: Option<&Detail<'_>>,
+) -> String {
     let mut out = String::new();
     let Ok(run) = store.get_run(run_id).await else {
         return format!("run `{run_id}` not found\n");
@@ -33,7 +50,7 @@ fn walk<'a, S: Store>(
     run_id: &'a str,
     depth: usize,
     color: bool,
-    detail: bool,
+    detail: Option<&'a Detail<'a>>,
     out: &'a mut String,
 ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>> {
     Box::pin(async move {
@@ -63,12 +80,15 @@ fn print_one<'a, S: Store>(
     s: &'a StepRecord,
     depth: usize,
     color: bool,
-    detail: bool,
+    detail: Option<&'a Detail<'a>>,
     out: &'a mut String,
 ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>> {
     Box::pin(async move {
         let _ = writeln!(out, "{}{}", "  ".repeat(depth), line(s, color));
-        if detail {
+        if let Some(detail) = detail {
+            if s.kind == "interrupt" && s.status == StepStatus::Interrupted {
+                question(s, detail, &"  ".repeat(depth + 1), out);
+            }
             for c in &s.changes {
                 let mut value = c.value.to_string();
                 if value.len() > 120 {
@@ -105,6 +125,50 @@ fn print_one<'a, S: Store>(
             walk(store, child, depth + 1, color, detail, out).await;
         }
     })
+}
+
+/// The question of an `interrupt` step that stopped its run, under it: the prompt, the schema
+/// the decision must match, the expiry, and (for the interrupt the tree waits at) the command
+/// that answers it. Records of versions that kept only the prompt show only the prompt.
+fn question(s: &StepRecord, detail: &Detail<'_>, pad: &str, out: &mut String) {
+    let result = s.result.as_deref();
+    let field = |k: &str| result.and_then(|r| r.get(k));
+    if let Some(prompt) = field("prompt").and_then(Value::as_str) {
+        let text = prompt.trim_end().replace('\n', &format!("\n{pad}        "));
+        let _ = writeln!(out, "{pad}prompt: {text}");
+    }
+    if let Some(schema) = field("schema") {
+        let _ = writeln!(out, "{pad}decision schema: {schema}");
+    }
+    if let Some(at) = field("expires_at").and_then(Value::as_u64) {
+        let when = httpdate::fmt_http_date(std::time::UNIX_EPOCH + std::time::Duration::from_millis(at));
+        if at >= detail.now_ms {
+            let _ = writeln!(out, "{pad}expires: {when} (in {})", span(at - detail.now_ms));
+        } else {
+            let _ = writeln!(
+                out,
+                "{pad}expired: {when} ({} ago): a decision now fails the step with kind `timeout`",
+                span(detail.now_ms - at)
+            );
+        }
+    }
+    if let Some((w, command)) = &detail.answer
+        && w.run_id == s.run_id
+        && w.step.number == s.number
+    {
+        let _ = writeln!(out, "{pad}answer: `{command}`");
+    }
+}
+
+/// A duration in whole units, the two largest: `71h 59m`, `4m 10s`, `12s`.
+fn span(ms: u64) -> String {
+    let s = ms / 1000;
+    let (h, m, s) = (s / 3600, s / 60 % 60, s % 60);
+    match (h, m) {
+        (0, 0) => format!("{s}s"),
+        (0, _) => format!("{m}m {s}s"),
+        _ => format!("{h}h {m}m"),
+    }
 }
 
 fn line(s: &StepRecord, color: bool) -> String {
@@ -150,4 +214,18 @@ fn usage(u: &Usage) -> String {
         u.output_tokens,
         u.cost_usd
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::span;
+
+    #[test]
+    fn spans_keep_their_two_largest_units() {
+        assert_eq!(span(999), "0s");
+        assert_eq!(span(12_000), "12s");
+        assert_eq!(span(250_000), "4m 10s");
+        assert_eq!(span(72 * 3_600_000 - 60_000), "71h 59m");
+        assert_eq!(span(3_600_000), "1h 0m");
+    }
 }

@@ -46,6 +46,7 @@ pub fn compile(project: &Project, id: FlowId) -> (Option<Plan>, Vec<Diagnostic>)
         project,
         flows: Vec::new(),
         by_key: HashMap::new(),
+        hashes: HashMap::new(),
         errors: Vec::new(),
         parsed,
     };
@@ -73,6 +74,8 @@ struct Compiler<'p> {
     project: &'p Project,
     flows: Vec<Option<Arc<FlowPlan>>>,
     by_key: HashMap<String, FlowRef>,
+    /// The covering hashes of flow files (see [`Project::flow_hash`]), as computed so far.
+    hashes: HashMap<FlowId, String>,
     /// Problems lint should have caught; reported rather than panicking.
     errors: Vec<Diagnostic>,
     /// What lint parsed, by text.
@@ -87,6 +90,8 @@ struct Scope<'p> {
     agents: IndexMap<&'p str, &'p Agent>,
     providers: IndexMap<&'p str, &'p Provider>,
     defaults: Option<&'p crate::model::Defaults>,
+    /// The flow's hash, and its key in `by_key`: the file's covering hash, with a suffix
+    /// naming the agent for an inline flow.
     key: String,
     compiled_agents: HashMap<String, Arc<AgentPlan>>,
 }
@@ -94,7 +99,8 @@ struct Scope<'p> {
 impl<'p> Compiler<'p> {
     fn flow_file(&mut self, id: FlowId) -> Option<FlowRef> {
         let loaded = self.project.flow(id);
-        if let Some(r) = self.by_key.get(&loaded.hash) {
+        let hash = self.project.flow_hash(id, &mut self.hashes);
+        if let Some(r) = self.by_key.get(&hash) {
             return Some(*r);
         }
         let flow = loaded.flow.as_ref()?;
@@ -109,7 +115,7 @@ impl<'p> Compiler<'p> {
             agents,
             providers,
             defaults: flow.defaults.as_ref(),
-            key: loaded.hash.clone(),
+            key: hash,
             compiled_agents: HashMap::new(),
         };
         Some(self.flow_body(flow, scope))

@@ -96,7 +96,9 @@ impl Plan {
 #[derive(Debug)]
 pub struct FlowPlan {
     pub name: String,
-    /// SHA-256 of the flow's file (with a suffix naming the agent for inline flows).
+    /// What a run records and `resume` compares: the hash of the flow's file, covering the
+    /// files it imports and the flows it calls (`Project::flow_hash`), with a suffix naming
+    /// the agent for inline flows.
     pub hash: String,
     /// The file the flow came from (for inline flows: the enclosing file).
     pub path: Option<PathBuf>,

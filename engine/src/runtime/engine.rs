@@ -333,27 +333,11 @@ impl<S: Store> Engine<S> {
         resume: &ResumeOptions,
     ) -> Result<(), ResumeError> {
         // The waiting interrupt: in this run, or down the chain of interrupted children.
-        let mut flow_name = record.flow.clone();
-        let mut waiting = replay.waiting_interrupt().cloned();
-        let mut run_id = record.id.clone();
-        while waiting.is_none() {
-            let children = self.store.children(&run_id).await?;
-            let Some(child) = children
-                .into_iter()
-                .rev()
-                .find(|c| c.status == RunStatus::Interrupted)
-            else {
-                break;
-            };
-            let r = Replay::load(&*self.store, &child.id).await?;
-            waiting = r.waiting_interrupt().cloned();
-            flow_name = child.flow.clone();
-            run_id = child.id;
-        }
+        let waiting = super::resume::waiting_interrupt(&*self.store, record, replay).await?;
         match (waiting, &resume.decision) {
             (Some(w), None) if record.status == RunStatus::Interrupted => Err(ResumeError::NeedsDecision {
                 id: record.id.clone(),
-                step: w.step,
+                step: w.step.step,
             }),
             (Some(_), None) => Ok(()),
             (None, Some(_)) => Err(ResumeError::NoInterrupt {
@@ -364,8 +348,8 @@ impl<S: Store> Engine<S> {
                 let schema = plan
                     .flows
                     .iter()
-                    .filter(|f| f.name == flow_name)
-                    .find_map(|f| f.steps.get(&w.step).and_then(|n| f.step(*n)))
+                    .filter(|f| f.name == w.flow)
+                    .find_map(|f| f.steps.get(&w.step.step).and_then(|n| f.step(*n)))
                     .and_then(|s| match &s.kind {
                         StepPlanKind::Interrupt(i) => i.schema.clone(),
                         _ => None,
@@ -374,7 +358,7 @@ impl<S: Store> Engine<S> {
                     && let Err(v) = schema.check(decision)
                 {
                     return Err(ResumeError::BadDecision {
-                        step: w.step,
+                        step: w.step.step,
                         reason: v.to_string(),
                         pointer: v.pointer.clone(),
                     });
@@ -1143,16 +1127,31 @@ impl<'e, S: Store> Run<'e, S> {
                     o.result = Some(decision);
                     return o;
                 }
-                let mut o = StepOutcome::ok(None);
+                // The question, as the person deciding needs it (`runs show`): the prompt,
+                // the schema the decision must match, and when it expires (Unix ms).
+                let mut question = Map::new();
                 if let Some(p) = &i.prompt {
                     let vars = Vars {
                         input: Some(&input),
                         ..self.vars(&[])
                     };
                     match eval::render(p, &vars) {
-                        Ok(text) => o.result = Some(Arc::new(serde_json::json!({"prompt": text}))),
+                        Ok(text) => {
+                            question.insert("prompt".into(), Value::String(text));
+                        }
                         Err(e) => return StepOutcome::err(e),
                     }
+                }
+                if let Some(schema) = &i.schema {
+                    question.insert("schema".into(), schema.value.clone());
+                }
+                if let Some(expires) = i.expires {
+                    let ms = u64::try_from(expires.as_millis()).unwrap_or(u64::MAX);
+                    question.insert("expires_at".into(), record::now_ms().saturating_add(ms).into());
+                }
+                let mut o = StepOutcome::ok(None);
+                if !question.is_empty() {
+                    o.result = Some(Arc::new(Value::Object(question)));
                 }
                 o.input = Some(input);
                 o.stop = Some(RunStatus::Interrupted);
@@ -1751,10 +1750,13 @@ impl<'e, S: Store> Run<'e, S> {
             RunStatus::Succeeded => Ok((out.output.unwrap_or(Value::Null), out.usage, id)),
             status => Err((
                 out.error.unwrap_or_else(|| {
-                    StepError::new(
-                        ErrorKind::Agent,
-                        format!("the child run `{}` ended {}", out.run_id, status.as_str()),
-                    )
+                    let message = if status == RunStatus::Interrupted {
+                        // Stopped at an `interrupt`: the decision is given to the root run.
+                        format!("the child run `{}` waits for a decision", out.run_id)
+                    } else {
+                        format!("the child run `{}` ended {}", out.run_id, status.as_str())
+                    };
+                    StepError::new(ErrorKind::Agent, message)
                 }),
                 out.usage,
                 id,

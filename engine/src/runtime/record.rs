@@ -82,7 +82,7 @@ impl Usage {
 pub struct RunRecord {
     pub id: String,
     pub flow: String,
-    /// Content hash of the flow file.
+    /// Content hash of the flow file and of every file it imports or calls (`FlowPlan::hash`).
     pub flow_hash: String,
     pub parent_run: Option<String>,
     /// The number of the step in the parent run that started this run.

@@ -23,7 +23,7 @@ pub struct ResumeOptions {
     pub retry_in_doubt: bool,
     /// The answer to the `interrupt` step the run waits at.
     pub decision: Option<Value>,
-    /// Resume even though the flow changed since the run started.
+    /// Resume even though the flow (or a file it imports or calls) changed since the run started.
     pub allow_changed: bool,
 }
 
@@ -80,6 +80,61 @@ impl Replay {
     }
 }
 
+/// The `interrupt` step a run tree waits at, and the run it belongs to.
+#[derive(Clone, Debug)]
+pub struct Waiting {
+    /// The run whose step it is: the run asked about, or one of its child runs.
+    pub run_id: String,
+    /// That run's flow.
+    pub flow: String,
+    /// The step's record; its result holds the question (`prompt`, `schema`, `expires_at`).
+    pub step: StepRecord,
+}
+
+/// The `interrupt` step that run `record` (whose records are `replay`) waits at: its own, or,
+/// down the chain of its last interrupted child runs, a child's. The decision that answers
+/// it is given to the root run.
+pub async fn waiting_interrupt<S: Store>(
+    store: &S,
+    record: &RunRecord,
+    replay: &Replay,
+) -> Result<Option<Waiting>, StoreError> {
+    if let Some(step) = replay.waiting_interrupt() {
+        return Ok(Some(Waiting {
+            run_id: record.id.clone(),
+            flow: record.flow.clone(),
+            step: step.clone(),
+        }));
+    }
+    let mut run_id = record.id.clone();
+    loop {
+        let children = store.children(&run_id).await?;
+        let Some(child) = children
+            .into_iter()
+            .rev()
+            .find(|c| c.status == RunStatus::Interrupted)
+        else {
+            return Ok(None);
+        };
+        let replay = Replay::load(store, &child.id).await?;
+        if let Some(step) = replay.waiting_interrupt() {
+            return Ok(Some(Waiting {
+                run_id: child.id,
+                flow: child.flow,
+                step: step.clone(),
+            }));
+        }
+        run_id = child.id;
+    }
+}
+
+/// [`waiting_interrupt`] of the run `run_id`, read from the store.
+pub async fn waiting_at<S: Store>(store: &S, run_id: &str) -> Result<Option<Waiting>, StoreError> {
+    let record = store.get_run(run_id).await?;
+    let replay = Replay::load(store, run_id).await?;
+    waiting_interrupt(store, &record, &replay).await
+}
+
 /// Why a run cannot be resumed.
 #[derive(Debug, thiserror::Error)]
 pub enum ResumeError {
@@ -90,8 +145,9 @@ pub enum ResumeError {
     #[error("run `{id}` is a child run (of `{parent}`): resume its root run, which resumes it")]
     Child { id: String, parent: String },
     #[error(
-        "the flow `{flow}` changed since run `{id}` started (recorded {recorded}, now {now}): \
-         resuming it could mix two versions; pass --allow-changed to resume anyway"
+        "the flow `{flow}` (or a file it imports or calls) changed since run `{id}` started \
+         (recorded {recorded}, now {now}): resuming it could mix two versions; pass \
+         --allow-changed to resume anyway"
     )]
     Changed {
         id: String,

@@ -1,0 +1,389 @@
+//! `resume` and `runs show` of stopped runs, through the real binary over SQLite stores: the
+//! flow hash a run records covers the files its flow imports and the flows it calls (a change
+//! in any of them is refused without `--allow-changed`), and a run stopped at an `interrupt`,
+//! its own or a child run's, tells the person deciding what it asks and how to answer.
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+use crate::support::{TempDir, run, switchyard};
+
+const STORE: [&str; 2] = ["--store", "sqlite:runs.db"];
+
+/// The run id in "continue it with `switchyard resume ID ...`".
+fn run_id_from(stderr: &str) -> String {
+    stderr
+        .split("switchyard resume ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .unwrap_or_else(|| panic!("names the run: {stderr}"))
+        .to_string()
+}
+
+/// Runs `flow` on `input`, expecting it to stop interrupted; returns the run id.
+fn interrupted(dir: &TempDir, flow: &str, input: &Value) -> (String, String) {
+    let out = run(switchyard(dir.path())
+        .args(["run", flow, "--input", &input.to_string()])
+        .args(STORE));
+    assert_eq!(out.code(), 3, "{}", out.stderr);
+    (run_id_from(&out.stderr), out.stderr)
+}
+
+/// `runs show ID --json`.
+fn show_json(dir: &TempDir, id: &str) -> Value {
+    let out = run(switchyard(dir.path())
+        .args(["runs", "show", id, "--json"])
+        .args(STORE));
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    serde_json::from_str(&out.stdout).expect("runs show --json prints JSON")
+}
+
+/// `runs show ID`, the human view.
+fn show(dir: &TempDir, id: &str) -> String {
+    let out = run(switchyard(dir.path()).args(["runs", "show", id]).args(STORE));
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    out.stdout
+}
+
+fn sha256(path: &Path) -> String {
+    let bytes = std::fs::read(path).expect("read the file");
+    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Replaces `from` with `to` in the file `name` of `dir`.
+fn edit(dir: &TempDir, name: &str, from: &str, to: &str) {
+    let text = std::fs::read_to_string(dir.path().join(name)).expect("read the file");
+    assert!(text.contains(from), "`{from}` in {name}");
+    dir.write(name, text.replace(from, to));
+}
+
+/// `resume ID --decision DECISION [EXTRA]`.
+fn resume(dir: &TempDir, id: &str, decision: &str, extra: &[&str]) -> crate::support::Output {
+    run(switchyard(dir.path())
+        .args(["resume", id, "--decision", decision])
+        .args(extra)
+        .args(STORE))
+}
+
+fn assert_refused_as_changed(out: &crate::support::Output, flow: &str) {
+    assert_eq!(out.code(), 2, "{}", out.stderr);
+    assert!(
+        out.stderr.contains(&format!(
+            "the flow `{flow}` (or a file it imports or calls) changed since run"
+        )) && out.stderr.contains("--allow-changed"),
+        "{}",
+        out.stderr
+    );
+}
+
+const IMPORTING: &str = r#"flow: imp
+imports: [lib.yaml]
+steps:
+  approve: {interrupt: {prompt: "ok?", schema: {type: object}}, next: calc}
+  calc: {agent: calc, output: "*"}
+"#;
+
+#[test]
+fn a_change_in_an_imported_file_is_refused_without_allow_changed() {
+    let dir = TempDir::new("resume-import");
+    // The agent is two imports away: lib.yaml imports rates.yaml.
+    dir.write("lib.yaml", "imports: [rates.yaml]\n");
+    dir.write(
+        "rates.yaml",
+        "agents:\n  calc: {kind: transform, result: {x: =input.amount * 1}}\n",
+    );
+    let flow = dir.write("imp.yaml", IMPORTING);
+    let (id, _) = interrupted(&dir, "imp.yaml", &json!({"amount": 5}));
+    let recorded = show_json(&dir, &id)["run"]["flow_hash"].clone();
+    assert_ne!(recorded, json!(sha256(&flow)), "the hash covers the imports");
+
+    edit(&dir, "rates.yaml", "* 1}", "* 1000}");
+    assert_refused_as_changed(&resume(&dir, &id, "{}", &[]), "imp");
+    let out = resume(&dir, &id, "{}", &["--allow-changed"]);
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    let output: Value = serde_json::from_str(&out.stdout).expect("the output is JSON");
+    assert_eq!(output, json!({"amount": 5, "x": 5000}));
+}
+
+#[test]
+fn a_change_in_a_called_flow_or_its_imports_is_refused_without_allow_changed() {
+    let dir = TempDir::new("resume-child");
+    dir.write(
+        "parent.yaml",
+        r#"flow: parent
+agents:
+  child: {kind: flow, path: sub/child.yaml}
+steps:
+  approve: {interrupt: {prompt: "ok?", schema: {type: object}}, next: call}
+  call: {agent: child, output: "*"}
+"#,
+    );
+    let child = dir.write(
+        "sub/child.yaml",
+        "flow: child\nimports: [lib.yaml]\nsteps:\n  calc: {agent: calc, output: \"*\"}\n",
+    );
+    dir.write(
+        "sub/lib.yaml",
+        "agents:\n  calc: {kind: transform, result: {x: =input.amount * 1}}\n",
+    );
+    let (id, _) = interrupted(&dir, "parent.yaml", &json!({"amount": 5}));
+
+    // The called flow's own file…
+    edit(
+        &dir,
+        "sub/child.yaml",
+        "flow: child\n",
+        "flow: child\ndescription: edited\n",
+    );
+    assert_refused_as_changed(&resume(&dir, &id, "{}", &[]), "parent");
+    edit(&dir, "sub/child.yaml", "description: edited\n", "");
+    // …and a file it imports.
+    edit(&dir, "sub/lib.yaml", "* 1}", "* 1000}");
+    assert_refused_as_changed(&resume(&dir, &id, "{}", &[]), "parent");
+
+    let out = resume(&dir, &id, "{}", &["--allow-changed"]);
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    let output: Value = serde_json::from_str(&out.stdout).expect("the output is JSON");
+    assert_eq!(output, json!({"amount": 5, "x": 5000}));
+
+    // The child run records its own flow's hash, which covers its import.
+    let doc = show_json(&dir, &id);
+    let child_hash = doc["children"][0]["flow_hash"]
+        .as_str()
+        .expect("a child run with a hash");
+    assert_eq!(child_hash.len(), 64);
+    assert_ne!(child_hash, sha256(&child));
+    assert_ne!(Some(child_hash), doc["run"]["flow_hash"].as_str());
+}
+
+/// A flow whose first step is a non-idempotent command that kills this switchyard process
+/// (SIGKILL) the first time it runs: the run is left `running`, its step in doubt.
+fn crashing_flow(dir: &TempDir) -> String {
+    let marker = dir.path().join("crashed");
+    format!(
+        r#"flow: crash
+imports: [lib.yaml]
+agents:
+  once:
+    kind: command
+    run: [sh, -c, 'if [ ! -e "{marker}" ]; then : > "{marker}"; kill -9 $PPID; sleep 2; fi; echo "{{}}"']
+    idempotent: false
+steps:
+  first: {{agent: once, output: {{}}, next: calc}}
+  calc: {{agent: calc, output: "*"}}
+"#,
+        marker = marker.display()
+    )
+}
+
+#[test]
+fn a_batch_whose_imported_file_changed_is_not_resumed_without_allow_changed() {
+    let dir = TempDir::new("resume-batch-import");
+    dir.write(
+        "lib.yaml",
+        "agents:\n  calc: {kind: transform, result: {x: =input.amount * 1}}\n",
+    );
+    let flow = dir.write("crash.yaml", crashing_flow(&dir));
+    dir.write("in.jsonl", "{\"id\": \"a\", \"amount\": 2}\n");
+    let batch = |extra: &[&str]| {
+        run(switchyard(dir.path())
+            .arg("batch")
+            .arg(&flow)
+            .args(["--input", "in.jsonl", "--output", "out.jsonl"])
+            .args(STORE)
+            .args(extra))
+    };
+    let crashed = batch(&[]);
+    assert!(crashed.status.code().is_none(), "killed: {crashed:?}");
+
+    edit(&dir, "lib.yaml", "* 1}", "* 1000}");
+    let out = batch(&[]);
+    assert_eq!(out.code(), 2, "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("started from another version of the flow `crash`")
+            && out.stderr.contains("--allow-changed"),
+        "{}",
+        out.stderr
+    );
+    let out = batch(&["--allow-changed", "--retry-in-doubt"]);
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    let line: Value = serde_json::from_str(
+        std::fs::read_to_string(dir.path().join("out.jsonl"))
+            .expect("the output file")
+            .trim(),
+    )
+    .expect("a JSON line");
+    assert_eq!(line["output"]["x"], 2000, "{line}");
+}
+
+#[test]
+fn a_run_in_doubt_is_told_to_retry_in_doubt() {
+    let dir = TempDir::new("resume-in-doubt");
+    dir.write(
+        "lib.yaml",
+        "agents:\n  calc: {kind: transform, result: {x: =input.amount * 1}}\n",
+    );
+    dir.write("crash.yaml", crashing_flow(&dir));
+    let crashed = run(switchyard(dir.path())
+        .args(["run", "crash.yaml", "--input", r#"{"amount": 2}"#])
+        .args(STORE));
+    assert!(crashed.status.code().is_none(), "killed: {crashed:?}");
+    let list = run(switchyard(dir.path())
+        .args(["runs", "list", "--json"])
+        .args(STORE));
+    let id = serde_json::from_str::<Value>(list.stdout.lines().next().expect("one run"))
+        .expect("a JSON line")["id"]
+        .as_str()
+        .expect("an id")
+        .to_string();
+    let out = run(switchyard(dir.path()).args(["resume", &id]).args(STORE));
+    assert_eq!(out.code(), 3, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("interrupted[in_doubt]")
+            && out.stderr.contains(&format!(
+                "continue it with `switchyard resume {id} --retry-in-doubt --store sqlite:runs.db`"
+            ))
+            && !out.stderr.contains("--decision"),
+        "{}",
+        out.stderr
+    );
+}
+
+const REFUND: &str = r#"flow: refund
+steps:
+  approve:
+    interrupt:
+      prompt: "Refund {{ input.amount }} to {{ input.customer }}?"
+      schema: {type: object, required: [approved], properties: {approved: {type: boolean}}}
+      expires: EXPIRES
+    input: [$.amount, $.customer]
+    output: {$.approval: $}
+"#;
+
+const REFUND_SCHEMA: &str =
+    r#"{"type":"object","required":["approved"],"properties":{"approved":{"type":"boolean"}}}"#;
+
+#[test]
+fn runs_show_tells_an_interrupts_question_and_how_to_answer_it() {
+    let dir = TempDir::new("show-interrupt");
+    let flow = dir.write("refund.yaml", REFUND.replace("EXPIRES", "72h"));
+    let (id, stderr) = interrupted(&dir, "refund.yaml", &json!({"amount": 40, "customer": "ann"}));
+    let answer = format!("switchyard resume {id} --decision JSON --store sqlite:runs.db");
+    assert!(
+        stderr.contains("waits for a decision at interrupt step `approve`")
+            && stderr.contains(&format!("continue it with `{answer}`")),
+        "{stderr}"
+    );
+
+    let text = show(&dir, &id);
+    let expected = [
+        "  ⏸ 1 approve [interrupt]",
+        "    prompt: Refund 40 to ann?",
+        &format!("    decision schema: {REFUND_SCHEMA}"),
+        "    expires: ",
+        "(in 71h 59m)",
+        &format!("    answer: `{answer}`"),
+    ];
+    let mut rest = text.as_str();
+    for part in expected {
+        let at = rest
+            .find(part)
+            .unwrap_or_else(|| panic!("`{part}` (in order) in:\n{text}"));
+        rest = &rest[at + part.len()..];
+    }
+    // The question is on record for machines too; a flow that imports and calls nothing
+    // records its file's plain hash, as earlier versions did.
+    let doc = show_json(&dir, &id);
+    let result = &doc["steps"][0]["result"];
+    assert_eq!(result["prompt"], "Refund 40 to ann?");
+    assert_eq!(
+        result["schema"],
+        serde_json::from_str::<Value>(REFUND_SCHEMA).expect("JSON")
+    );
+    assert!(result["expires_at"].is_u64(), "{result}");
+    assert_eq!(doc["run"]["flow_hash"], json!(sha256(&flow)));
+
+    // Expired: said so.
+    dir.write("refund.yaml", REFUND.replace("EXPIRES", "50ms"));
+    let (late, _) = interrupted(&dir, "refund.yaml", &json!({"amount": 1, "customer": "bo"}));
+    std::thread::sleep(Duration::from_millis(120));
+    let text = show(&dir, &late);
+    assert!(
+        text.contains("    expired: ")
+            && text.contains("ago): a decision now fails the step with kind `timeout`"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_run_stopped_by_a_child_runs_interrupt_is_answered_with_a_decision() {
+    let dir = TempDir::new("child-interrupt");
+    dir.write(
+        "child.yaml",
+        r#"flow: child
+steps:
+  approve:
+    interrupt:
+      prompt: "approve {{ input.amount }}?"
+      schema: {type: object, required: [ok], properties: {ok: {type: boolean}}}
+    output: {$.ok: $.ok}
+"#,
+    );
+    dir.write(
+        "parent.yaml",
+        r#"flow: parent
+agents:
+  ask: {kind: flow, path: child.yaml}
+steps:
+  first: {agent: {kind: transform, result: {a: 1}}, output: {$.a: $.a}, next: call}
+  call: {agent: ask, output: {$.ok: $.ok}}
+"#,
+    );
+    let (id, stderr) = interrupted(&dir, "parent.yaml", &json!({"amount": 5}));
+    let answer = format!("switchyard resume {id} --decision JSON --store sqlite:runs.db");
+    assert!(
+        stderr.contains(&format!("continue it with `{answer}`")) && !stderr.contains("--retry-in-doubt"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!(
+            "run `{id}` waits for a decision at interrupt step `approve` of child run `"
+        )),
+        "{stderr}"
+    );
+
+    // The question shows under the child's step, answered on the root run, whichever run
+    // is shown.
+    let doc = show_json(&dir, &id);
+    let child = doc["children"][0]["id"]
+        .as_str()
+        .expect("a child run")
+        .to_string();
+    assert_eq!(
+        doc["run"]["error"]["message"],
+        format!("the child run `{child}` waits for a decision")
+    );
+    for shown in [&id, &child] {
+        let text = show(&dir, shown);
+        for part in [
+            "⏸ 2.1 approve [interrupt]",
+            "prompt: approve 5?",
+            r#"decision schema: {"type":"object","required":["ok"],"properties":{"ok":{"type":"boolean"}}}"#,
+            &format!("answer: `{answer}`"),
+        ] {
+            assert!(text.contains(part), "`{part}` in:\n{text}");
+        }
+        assert!(!text.contains("expires"), "{text}");
+    }
+
+    let out = resume(&dir, &id, r#"{"ok": true}"#, &[]);
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    let output: Value = serde_json::from_str(&out.stdout).expect("the output is JSON");
+    assert_eq!(output, json!({"amount": 5, "a": 1, "ok": true}));
+    // Once answered, there is nothing to answer.
+    assert!(!show(&dir, &id).contains("answer:"));
+}

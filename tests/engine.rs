@@ -1167,3 +1167,21 @@ steps:
     assert_eq!(output, json!({"one": true, "two": true, "three": true}));
     assert_eq!(count(), 3, "the first step was not called again");
 }
+
+/// A run interrupted on a throwaway store is not sent to `resume`, which could not find it.
+#[test]
+fn an_interrupted_run_on_the_memory_store_is_not_sent_to_resume() {
+    let out = run(
+        "routing.yaml",
+        &json!({"mode": "interrupt", "amount": 5}),
+        &["--store", "memory"],
+    );
+    assert_eq!(out.code(), 3, "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("with `--store memory` nothing of the run was kept"),
+        "{}",
+        out.stderr
+    );
+    assert!(!out.stderr.contains("continue it with"), "{}", out.stderr);
+}

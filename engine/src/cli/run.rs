@@ -168,6 +168,13 @@ pub(crate) fn report(outcome: RunOutcome, waiting: Option<&Waiting>, store: &Sto
                 (Some(e), None) => eprintln!("interrupted[{}]: {}", e.kind, e.message),
                 (None, None) => eprintln!("interrupted: run `{id}` waits for a decision"),
             }
+            if store.url == "memory" {
+                eprintln!(
+                    "  with `--store memory` nothing of the run was kept: run it on a durable store (the \
+                     default SQLite one) to resume it"
+                );
+                return super::exit::INTERRUPTED;
+            }
             // A decision answers an interrupt of this run or of a child run: it is given to
             // this one, the root.
             let mut flags = String::new();

@@ -387,3 +387,32 @@ steps:
     // Once answered, there is nothing to answer.
     assert!(!show(&dir, &id).contains("answer:"));
 }
+
+/// With `--allow-changed`, what finished before is reused as it was, `set` steps included:
+/// their writes are replayed from the record, not made again by the changed flow.
+#[test]
+fn allow_changed_reuses_what_finished_set_steps_included() {
+    let dir = TempDir::new("resume-changed-set");
+    dir.write(
+        "f.yaml",
+        r#"flow: f
+agents:
+  plus: {kind: transform, result: {x: =input.n + 1}}
+steps:
+  first: {set: {$.seen: {value: 1}, $.deep.list: '=[payload.a, 2]'}, next: calc}
+  calc: {agent: plus, input: {$.n: $.seen}, output: {$.calc: $.x}, next: gate}
+  gate: {interrupt: {schema: {type: object}}, next: done}
+  done: {set: {$.done: =payload.seen}}
+"#,
+    );
+    let (id, _) = interrupted(&dir, "f.yaml", &json!({"a": 7}));
+    edit(&dir, "f.yaml", "{value: 1}", "{value: 100}");
+    assert_refused_as_changed(&resume(&dir, &id, "{}", &[]), "f");
+    let out = resume(&dir, &id, "{}", &["--allow-changed"]);
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    let output: Value = serde_json::from_str(&out.stdout).expect("the output is JSON");
+    assert_eq!(
+        output,
+        json!({"a": 7, "seen": 1, "deep": {"list": [7, 2]}, "calc": 2, "done": 1})
+    );
+}

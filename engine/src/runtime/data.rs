@@ -548,6 +548,21 @@ fn locate(root: &Value, p: &Path, shown: &str) -> Result<Point, StepError> {
 }
 
 /// Writes `value` at `p` (creating what is missing); returns how to undo it.
+/// Makes again, in order, writes recorded before (`Change::path` is the full destination):
+/// how a resumed run replays a finished step without evaluating it again.
+pub fn replay_changes(root: &mut Value, changes: &[Change]) -> Result<(), StepError> {
+    for c in changes {
+        let p = crate::compile::path::parse(&c.path).map_err(|e| {
+            StepError::new(
+                crate::runtime::ErrorKind::Mapping,
+                format!("the recorded destination `{}` does not parse: {e}", c.path),
+            )
+        })?;
+        write(root, &p, Value::clone(&c.value), &c.path)?;
+    }
+    Ok(())
+}
+
 fn write(root: &mut Value, p: &Path, value: Value, shown: &str) -> Result<Undo, StepError> {
     let segs = p.segments().ok_or_else(|| not_singular(p))?;
     // The common case first: the destination exists and is replaced in place.

@@ -1038,6 +1038,23 @@ impl<'e, S: Store> Run<'e, S> {
     async fn step(&mut self, step: &StepPlan, number: &str) -> StepOutcome {
         match &step.kind {
             StepPlanKind::Set(set) => {
+                // Resuming: a `set` that finished is replayed from its record, its writes as
+                // they were made, so a flow changed since (`--allow-changed`) does not rewrite
+                // what the run already did.
+                if let Some(rec) = self.replay.as_ref().and_then(|r| r.finished(number, None)) {
+                    if let Some(e) = &rec.error {
+                        return StepOutcome::err(e.clone());
+                    }
+                    let mut payload = std::mem::take(&mut self.payload);
+                    let replayed = data::replay_changes(&mut payload, &rec.changes);
+                    self.payload = payload;
+                    let mut o = match replayed {
+                        Ok(()) => StepOutcome::ok(None),
+                        Err(e) => StepOutcome::err(e),
+                    };
+                    o.replayed = true;
+                    return o;
+                }
                 let mut changes = Vec::new();
                 let mut payload = std::mem::take(&mut self.payload);
                 let applied = {

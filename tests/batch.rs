@@ -1016,7 +1016,9 @@ fn a_store_locked_by_another_process_stops_a_batch_clearly() {
     let dir = TempDir::new("batch-locked");
     let db = dir.path().join("runs.db");
     // Create the store, then hold its write lock from another connection.
-    let init = run(switchyard(dir.path()).args(["runs", "list", "--store", "sqlite:runs.db"]));
+    dir.write("init.yaml", "flow: init\nsteps:\n  s: {set: {$.x: {value: 1}}}\n");
+    let init =
+        run(switchyard(dir.path()).args(["run", "init.yaml", "--input", "{}", "--store", "sqlite:runs.db"]));
     assert_eq!(init.code(), 0, "{}", init.stderr);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

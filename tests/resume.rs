@@ -416,3 +416,34 @@ steps:
         json!({"a": 7, "seen": 1, "deep": {"list": [7, 2]}, "calc": 2, "done": 1})
     );
 }
+
+/// Commands that read what was recorded do not create a store: a mistyped `--store` says
+/// there is none; the default store not there yet just has no runs.
+#[test]
+fn reading_commands_do_not_create_a_store() {
+    let dir = TempDir::new("runs-no-store");
+    let out = run(switchyard(dir.path())
+        .args(["runs", "list"])
+        .env_remove("SWITCHYARD_STORE"));
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    assert_eq!(out.stdout.trim(), "no runs");
+    for args in [
+        vec!["runs", "list", "--store", "sqlite:typo.db"],
+        vec!["runs", "show", "r1", "--store", "sqlite:typo.db"],
+        vec!["runs", "cancel", "r1", "--store", "sqlite:typo.db"],
+        vec!["resume", "r1", "--store", "sqlite:typo.db"],
+    ] {
+        let out = run(switchyard(dir.path()).args(&args));
+        assert_eq!(out.code(), 2, "{args:?}: {}", out.stderr);
+        assert!(
+            out.stderr.contains(&format!(
+                "no store at {}: nothing has been recorded there",
+                dir.path().join("typo.db").display()
+            )),
+            "{args:?}: {}",
+            out.stderr
+        );
+    }
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert!(left.is_empty(), "nothing was created: {left:?}");
+}

@@ -26,11 +26,49 @@ impl StoreArg {
             .map_err(open_error)
     }
 
+    /// Opens a store that is there already, for a command that only reads or updates what
+    /// was recorded (`runs`, `resume`): a SQLite file that does not exist is not created,
+    /// so a mistyped path says so instead of showing an empty store. `None` when it is
+    /// missing, with what to say.
+    pub async fn open_existing(&self) -> Result<crate::store::any::AnyStore, Missing> {
+        if let Some(path) = crate::store::sql::sqlite_file(&self.url)
+            && !path.exists()
+        {
+            return Err(Missing::File(format!(
+                "no store at {}: nothing has been recorded there{}",
+                path.display(),
+                if self.url == crate::store::any::DEFAULT_STORE {
+                    " yet (the default store; --store names another)"
+                } else {
+                    ""
+                }
+            )));
+        }
+        self.open().await.map_err(Missing::Error)
+    }
+
     /// Opens the store for a batch ([`crate::store::any::AnyStore::open_for_batch`]).
     pub async fn open_for_batch(&self) -> Result<crate::store::any::AnyStore, String> {
         crate::store::any::AnyStore::open_for_batch(&self.url)
             .await
             .map_err(open_error)
+    }
+}
+
+/// Why [`StoreArg::open_existing`] opened nothing.
+#[derive(Debug)]
+pub enum Missing {
+    /// The store's file is not there.
+    File(String),
+    /// It could not be opened.
+    Error(String),
+}
+
+impl std::fmt::Display for Missing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Missing::File(m) | Missing::Error(m) => f.write_str(m),
+        }
     }
 }
 

@@ -106,14 +106,15 @@ pub fn run(args: Args) -> u8 {
     }
 }
 
-/// Runs `f` with the opened store on a runtime, closing the store after.
+/// Runs `f` with the opened store on a runtime, closing the store after. A store that is
+/// not there is not created ([`StoreArg::open_existing`]).
 fn with_store<T>(
     store: &StoreArg,
     f: impl AsyncFnOnce(&Arc<crate::store::any::AnyStore>) -> T,
-) -> Result<T, String> {
+) -> Result<T, common::Missing> {
     let rt = common::runtime();
     rt.block_on(async {
-        let store = Arc::new(store.open().await?);
+        let store = Arc::new(store.open_existing().await?);
         let out = f(&store).await;
         if let Ok(s) = Arc::try_unwrap(store) {
             s.close().await;
@@ -145,6 +146,8 @@ fn list(args: ListArgs) -> u8 {
     let runs = match with_store(&args.store, async |s| s.list_runs(&filter).await) {
         Ok(Ok(r)) => r,
         Ok(Err(e)) => return fail(e),
+        // Nothing recorded yet in the default store: no runs, not an error.
+        Err(common::Missing::File(_)) if args.store.url == crate::store::any::DEFAULT_STORE => Vec::new(),
         Err(e) => return fail(e),
     };
     if args.json {
@@ -288,7 +291,8 @@ fn show(args: ShowArgs) -> u8 {
             print!("{text}");
             super::exit::OK
         }
-        Ok(Err(e)) | Err(e) => fail(e),
+        Ok(Err(e)) => fail(e),
+        Err(e) => fail(e),
     }
 }
 
@@ -305,7 +309,7 @@ pub fn resume(args: ResumeArgs) -> u8 {
         }
     };
     let rt = common::runtime();
-    let store = match rt.block_on(args.store.open()) {
+    let store = match rt.block_on(args.store.open_existing()) {
         Ok(s) => Arc::new(s),
         Err(e) => return fail(e),
     };
@@ -424,6 +428,7 @@ fn cancel(args: CancelArgs) -> u8 {
             }
             super::exit::OK
         }
-        Ok(Err(e)) | Err(e) => fail(e),
+        Ok(Err(e)) => fail(e),
+        Err(e) => fail(e),
     }
 }

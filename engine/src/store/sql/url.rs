@@ -197,7 +197,14 @@ pub(crate) fn check_schema_name(s: &str) -> Result<(), String> {
     }
 }
 
-/// The URL without a password, for messages.
+/// The file of a `sqlite:PATH` store URL (`None` for any other URL, or a bad one).
+pub fn sqlite_file(url: &str) -> Option<std::path::PathBuf> {
+    match parse(url).ok()?.target {
+        Target::SqliteFile(path) => Some(path),
+        _ => None,
+    }
+}
+
 /// The URL with its password (if any) replaced by `***`, for messages.
 pub fn redact(url: &str) -> String {
     match AnyConnectOptions::from_str(url) {

@@ -380,6 +380,16 @@ steps:
         assert!(!text.contains("expires"), "{text}");
     }
 
+    // The child run is not resumed on its own: the root is named.
+    let out = resume(&dir, &child, r#"{"ok": true}"#, &[]);
+    assert_eq!(out.code(), 2, "{}", out.stderr);
+    assert!(
+        out.stderr.contains(&format!(
+            "run `{child}` is a child run (of `{id}`): resume its root run `{id}`"
+        )),
+        "{}",
+        out.stderr
+    );
     let out = resume(&dir, &id, r#"{"ok": true}"#, &[]);
     assert_eq!(out.code(), 0, "{}", out.stderr);
     let output: Value = serde_json::from_str(&out.stdout).expect("the output is JSON");

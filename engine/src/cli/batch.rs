@@ -165,12 +165,21 @@ fn close_store(rt: &tokio::runtime::Runtime, store: Arc<AnyStore>) {
 fn report(args: &Args, s: &Summary, paused: bool) -> u8 {
     use std::fmt::Write as _;
     let done = s.succeeded + s.failed + s.interrupted;
-    let rate = done.saturating_sub(s.reused) as f64 / s.elapsed.as_secs_f64().max(1e-9);
+    // Items this start finished; the rate of none is no news.
+    let fresh = done.saturating_sub(s.reused);
+    let rate = if fresh > 0 {
+        format!(
+            " ({:.1} items/s)",
+            fresh as f64 / s.elapsed.as_secs_f64().max(1e-9)
+        )
+    } else {
+        String::new()
+    };
     // One message, one write: stderr is unbuffered.
     let mut msg = String::new();
     let _ = writeln!(
         msg,
-        "batch: {} items: {} succeeded, {} failed, {} interrupted{}{} in {} ({:.1} items/s), ${:.4}",
+        "batch: {} items: {} succeeded, {} failed, {} interrupted{}{} in {}{}, ${:.4}",
         s.total,
         s.succeeded,
         s.failed,

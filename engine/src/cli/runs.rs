@@ -322,6 +322,19 @@ pub fn resume(args: ResumeArgs) -> u8 {
         Ok(l) => l,
         Err(e) => return fail(e),
     };
+    if let Some(parent) = &record.parent_run {
+        let mut root = parent.clone();
+        while let Ok(r) = rt.block_on(store.get_run(&root)) {
+            match r.parent_run {
+                Some(p) => root = p,
+                None => break,
+            }
+        }
+        return fail(format!(
+            "run `{}` is a child run (of `{parent}`): resume its root run `{root}`, which resumes it",
+            record.id
+        ));
+    }
     let flow = match (&args.flow, &record.flow_path) {
         (Some(f), _) => f.clone(),
         (None, Some(p)) => PathBuf::from(p),

@@ -718,13 +718,17 @@ impl PgSchema {
     }
 
     async fn open(&self) -> SqlStore {
+        self.try_open()
+            .await
+            .unwrap_or_else(|e| panic!("cannot open {}: {e}", self.url))
+    }
+
+    async fn try_open(&self) -> Result<SqlStore, StoreError> {
         let options = SqlOptions {
             schema: Some(self.name.clone()),
             ..Default::default()
         };
-        SqlStore::open_with(&self.url, options)
-            .await
-            .unwrap_or_else(|e| panic!("cannot open {}: {e}", self.url))
+        SqlStore::open_with(&self.url, options).await
     }
 }
 
@@ -891,5 +895,19 @@ async fn postgres_that_cannot_be_opened_says_why_at_once() {
             msg.ends_with("the database said: database \"sy_no_such_database\" does not exist"),
             "{msg}"
         );
+    }
+}
+
+/// Processes opening a new PostgreSQL schema at the same moment all open it: creating and
+/// migrating it take turns (`CREATE SCHEMA IF NOT EXISTS` alone races).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_stores_opened_together_on_a_new_schema_all_open() {
+    for _ in 0..3 {
+        let schema = PgSchema::new();
+        let opened = futures_util::future::join_all((0..8).map(|_| schema.try_open())).await;
+        for store in opened {
+            let store = store.unwrap_or_else(|e| panic!("opens: {e}"));
+            store.close().await;
+        }
     }
 }

@@ -279,18 +279,53 @@ async fn create_schema(url: &str, schema: &str) -> Result<(), String> {
     let mut conn = sqlx::AnyConnection::connect(url)
         .await
         .map_err(|e| error::message(&e))?;
-    let exists: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM pg_namespace WHERE nspname = $1")
-        .bind(schema)
-        .fetch_one(&mut conn)
-        .await
-        .map_err(|e| error::message(&e))?;
-    if exists == 0 {
-        sqlx::raw_sql(AssertSqlSafe(format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\"")))
-            .execute(&mut conn)
+    // `CREATE SCHEMA IF NOT EXISTS` is not safe against another process doing the same at
+    // the same moment: processes starting together on a new schema take turns.
+    let created = setup_lock(&mut conn, async |conn| {
+        let exists: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM pg_namespace WHERE nspname = $1")
+            .bind(schema)
+            .fetch_one(&mut *conn)
             .await
-            .map_err(|e| format!("cannot create the schema `{schema}`: {}", error::message(&e)))?;
+            .map_err(|e| error::message(&e))?;
+        if exists == 0 {
+            sqlx::raw_sql(AssertSqlSafe(format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\"")))
+                .execute(&mut *conn)
+                .await
+                .map_err(|e| format!("cannot create the schema `{schema}`: {}", error::message(&e)))?;
+        }
+        Ok(())
+    })
+    .await;
+    let closed = conn.close().await.map_err(|e| error::message(&e));
+    created.and(closed)
+}
+
+/// The PostgreSQL advisory lock that processes setting up a store (creating its schema,
+/// migrating it) take turns on: one key for every switchyard store.
+const SETUP_LOCK: i64 = 0x5377_6974_6368_7964; // "Swtchyd"
+
+/// Runs `f` on `conn` holding [`SETUP_LOCK`], released after whatever `f` gave.
+async fn setup_lock<T, E: From<String>>(
+    conn: &mut sqlx::AnyConnection,
+    f: impl AsyncFnOnce(&mut sqlx::AnyConnection) -> Result<T, E>,
+) -> Result<T, E> {
+    sqlx::query("SELECT pg_advisory_lock($1)")
+        .bind(SETUP_LOCK)
+        .execute(&mut *conn)
+        .await
+        .map_err(|e| E::from(format!("cannot take the setup lock: {}", error::message(&e))))?;
+    let out = f(conn).await;
+    let unlocked = sqlx::query("SELECT pg_advisory_unlock($1)")
+        .bind(SETUP_LOCK)
+        .execute(&mut *conn)
+        .await;
+    match (out, unlocked) {
+        (Ok(_), Err(e)) => Err(E::from(format!(
+            "cannot release the setup lock: {}",
+            error::message(&e)
+        ))),
+        (out, _) => out,
     }
-    conn.close().await.map_err(|e| error::message(&e))
 }
 
 /// The pool, with every connection set up by the same statements.
@@ -356,7 +391,40 @@ async fn connect(target: &Target, options: &SqlOptions) -> Result<AnyPool, sqlx:
 async fn prepare(pool: &AnyPool, target: &Target, ctx: &Ctx) -> Result<(), StoreError> {
     let what = "opening the store";
     let mut conn = pool.acquire().await.map_err(|e| ctx.error(what, &e))?;
-    let found = schema::version(&mut conn, ctx.dialect)
+    if let Target::Postgres { .. } = target {
+        // Processes opening a new store together would migrate it together: they take turns.
+        let open = |message: String| StoreError::Open {
+            store: ctx.store.to_string(),
+            message,
+        };
+        return setup_lock(&mut conn, async |conn| -> Result<(), Setup> {
+            prepare_on(conn, target, ctx).await.map_err(Setup::Store)
+        })
+        .await
+        .map_err(|e| match e {
+            Setup::Store(e) => e,
+            Setup::Lock(m) => open(m),
+        });
+    }
+    prepare_on(&mut conn, target, ctx).await
+}
+
+/// What [`setup_lock`] around [`prepare_on`] can fail with.
+enum Setup {
+    Store(StoreError),
+    Lock(String),
+}
+
+impl From<String> for Setup {
+    fn from(m: String) -> Self {
+        Setup::Lock(m)
+    }
+}
+
+/// [`prepare`] on one connection.
+async fn prepare_on(conn: &mut sqlx::AnyConnection, target: &Target, ctx: &Ctx) -> Result<(), StoreError> {
+    let what = "opening the store";
+    let found = schema::version(&mut *conn, ctx.dialect)
         .await
         .map_err(|e| ctx.error(what, &e))?;
     schema::check_not_newer(found, &ctx.store)?;
@@ -373,7 +441,7 @@ async fn prepare(pool: &AnyPool, target: &Target, ctx: &Ctx) -> Result<(), Store
         }
     }
     if found < SCHEMA_VERSION {
-        schema::migrate(&mut conn, ctx).await?;
+        schema::migrate(&mut *conn, ctx).await?;
     }
     Ok(())
 }

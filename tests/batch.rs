@@ -519,7 +519,9 @@ fn an_interrupt_waits_for_a_decision_checked_against_its_schema() {
         .args(store));
     assert_eq!(not_json.code(), 2);
     assert!(
-        not_json.stderr.contains("--decision is not valid JSON"),
+        not_json
+            .stderr
+            .contains("--decision is not valid JSON: EOF while parsing an object (line 1, column 1)\n"),
         "{}",
         not_json.stderr
     );
@@ -733,7 +735,13 @@ steps:
     let out = batch();
     assert_eq!(out.code(), 3, "{}", out.stderr);
     assert!(out.stderr.contains("2 item(s) interrupted"), "{}", out.stderr);
-    assert!(out.stderr.contains("switchyard resume RUN_ID"), "{}", out.stderr);
+    // The commands it gives name the batch's store.
+    for hint in [
+        "`switchyard runs list --status interrupted --store sqlite:runs.db`",
+        "`switchyard resume RUN_ID --decision JSON --store sqlite:runs.db`",
+    ] {
+        assert!(out.stderr.contains(hint), "{hint} in {}", out.stderr);
+    }
     let lines = read_lines(&dir.path().join("out.jsonl"));
     assert!(lines.iter().all(|l| l["status"] == "interrupted"), "{lines:?}");
     let a = lines[0]["run_id"].as_str().unwrap().to_string();

@@ -457,3 +457,31 @@ fn reading_commands_do_not_create_a_store() {
     let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
     assert!(left.is_empty(), "nothing was created: {left:?}");
 }
+
+/// A `--store` URL of no known form is a usage error (2) for every command; a store that is
+/// there but cannot be opened is a failure (1).
+#[test]
+fn a_store_url_of_no_known_form_is_a_usage_error_everywhere() {
+    let dir = TempDir::new("bad-store-url");
+    dir.write("f.yaml", "flow: f\nsteps:\n  s: {set: {$.x: {value: 1}}}\n");
+    dir.write("in.jsonl", "{\"id\": \"a\"}\n");
+    let io = ["--input", "in.jsonl", "--output", "out.jsonl"];
+    for url in ["bogus:xyz", "postgres://postgres@127.0.0.1:5432/test?schema=1bad"] {
+        for args in [
+            vec!["run", "f.yaml", "--input", "{}"],
+            [&["batch", "f.yaml"][..], &io[..]].concat(),
+            [&["runs", "export", "f.yaml"][..], &io[..]].concat(),
+            vec!["runs", "list"],
+            vec!["resume", "r1"],
+        ] {
+            let out = run(switchyard(dir.path()).args(&args).args(["--store", url]));
+            assert_eq!(out.code(), 2, "{args:?} --store {url}: {}", out.stderr);
+            assert!(out.stderr.contains("bad store URL"), "{args:?}: {}", out.stderr);
+        }
+    }
+    // Nothing listens on port 1: the store is well named and cannot be opened.
+    let out = run(switchyard(dir.path())
+        .args(["run", "f.yaml", "--input", "{}"])
+        .args(["--store", "postgres://postgres@127.0.0.1:1/test"]));
+    assert_eq!(out.code(), 1, "{}", out.stderr);
+}

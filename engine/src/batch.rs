@@ -70,6 +70,8 @@ pub struct Progress {
     pub succeeded: AtomicU64,
     pub failed: AtomicU64,
     pub interrupted: AtomicU64,
+    /// Runs doing work (agents, steps), as `--concurrency` bounds them; a run waiting only
+    /// for the commit of its end is no longer counted.
     pub in_flight: AtomicU64,
     /// Items whose result came from an earlier start of the batch.
     pub reused: AtomicU64,
@@ -742,8 +744,7 @@ pub async fn run<S: Store>(
                     };
                     let t0 = Instant::now();
                     let progress = progress.clone();
-                    progress.in_flight.fetch_add(1, Ordering::Relaxed);
-                    let (controls, release) = working.start(&controls);
+                    let (controls, release) = working.start(&controls, &progress);
                     // Boxed: a run's future is large, and moving the box moves a pointer.
                     in_flight.push(tokio::spawn(async move {
                         let state = Arc::new(AgentState::default());
@@ -772,8 +773,7 @@ pub async fn run<S: Store>(
                     let resume = resume_options.clone();
                     let t0 = Instant::now();
                     let progress = progress.clone();
-                    progress.in_flight.fetch_add(1, Ordering::Relaxed);
-                    let (controls, release) = working.start(&controls);
+                    let (controls, release) = working.start(&controls, &progress);
                     in_flight.push(tokio::spawn(async move {
                         let state = Arc::new(AgentState::default());
                         let o = Box::pin(engine.resume(plan, &run_id, run_options, resume, state, controls))
@@ -893,14 +893,22 @@ impl Working {
 
     /// Counts an item in; returns its controls, which let it go when its run's work is done,
     /// and a call that lets it go if that never happened (idempotent).
-    fn start(self: &Arc<Self>, controls: &RunControls) -> (RunControls, impl Fn() + Send + Sync + 'static) {
+    /// `progress` counts it in flight until then: what `--concurrency` bounds.
+    fn start(
+        self: &Arc<Self>,
+        controls: &RunControls,
+        progress: &Arc<Progress>,
+    ) -> (RunControls, impl Fn() + Send + Sync + 'static) {
         self.count.fetch_add(1, Ordering::AcqRel);
+        progress.in_flight.fetch_add(1, Ordering::Relaxed);
         let done = Arc::new(AtomicBool::new(false));
         let release = {
             let working = self.clone();
+            let progress = progress.clone();
             move || {
                 if !done.swap(true, Ordering::AcqRel) {
                     working.count.fetch_sub(1, Ordering::AcqRel);
+                    progress.in_flight.fetch_sub(1, Ordering::Relaxed);
                     working.freed.notify_one();
                 }
             }
@@ -930,7 +938,6 @@ fn settle(
     outcome: Result<RunOutcome, crate::runtime::resume::ResumeError>,
     t0: Instant,
 ) -> Done {
-    progress.in_flight.fetch_sub(1, Ordering::Relaxed);
     match outcome {
         Ok(RunOutcome {
             store_failure: Some(why),
@@ -1115,6 +1122,37 @@ mod tests {
         }
         std::fs::remove_file(&path).unwrap();
         (full, ids)
+    }
+
+    /// A run is counted in flight while it holds its place: once its work is done (it only
+    /// waits for the commit of its end) it is not, so the count never passes `--concurrency`.
+    #[test]
+    fn a_run_that_let_go_of_its_place_is_not_in_flight() {
+        let working = Arc::new(Working {
+            early: true,
+            ..Working::default()
+        });
+        let progress = Arc::new(Progress::default());
+        let (controls, release) = working.start(&RunControls::default(), &progress);
+        let (_, release_b) = working.start(&RunControls::default(), &progress);
+        assert_eq!(
+            (working.count(), progress.in_flight.load(Ordering::Relaxed)),
+            (2, 2)
+        );
+        // The engine lets go of the place before it waits for the commit.
+        let released = controls.released.expect("early release");
+        (released.0)();
+        assert_eq!(
+            (working.count(), progress.in_flight.load(Ordering::Relaxed)),
+            (1, 1)
+        );
+        // The task's own release after it is a no-op; the other run's counts.
+        release();
+        release_b();
+        assert_eq!(
+            (working.count(), progress.in_flight.load(Ordering::Relaxed)),
+            (0, 0)
+        );
     }
 
     #[test]

@@ -75,7 +75,7 @@ pub fn run(args: Args) -> u8 {
     };
     let rt = common::runtime();
     let Some(store) = open_store(&rt, &args.store) else {
-        return super::exit::FAILED;
+        return args.store.open_failed();
     };
     let options = BatchOptions {
         input: args.input.clone(),
@@ -218,11 +218,13 @@ fn report(args: &Args, s: &Summary, paused: bool) -> u8 {
             s.interrupted
         );
     } else if s.interrupted > 0 {
+        let store = args.store.hint();
         let _ = writeln!(
             msg,
-            "{} item(s) interrupted: `switchyard runs list --status interrupted` lists them; \
-             `switchyard resume RUN_ID` continues one, then run the batch again (or `runs export`) \
-             to update the output",
+            "{} item(s) interrupted: `switchyard runs list --status interrupted{store}` lists them; \
+             `switchyard resume RUN_ID --decision JSON{store}` answers one waiting at an `interrupt` step, \
+             then run the batch again (or `runs export`) to update the output. Items stopped `in_doubt` \
+             (a call that may have had its effect) run again with the batch and --retry-in-doubt",
             s.interrupted
         );
     }
@@ -267,9 +269,10 @@ async fn show_progress(p: Arc<Progress>, every: u64) {
         let total = p.total.load(Ordering::Relaxed);
         let fresh = done.saturating_sub(p.reused.load(Ordering::Relaxed));
         let rate = fresh as f64 / elapsed.max(1e-9);
+        // Rounded up: work left never shows as `0s`.
         let eta = if rate > 0.0 {
             crate::runtime::engine::fmt_duration(Duration::from_secs(
-                (total.saturating_sub(done) as f64 / rate) as u64,
+                (total.saturating_sub(done) as f64 / rate).ceil() as u64,
             ))
         } else {
             "?".into()
@@ -290,6 +293,10 @@ async fn show_progress(p: Arc<Progress>, every: u64) {
                 .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
         );
         let _guard = scopeguard(bar.clone());
+        // Drawn once the input is counted: a bar of length 0 would show as full.
+        while p.total.load(Ordering::Relaxed) == 0 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
         loop {
             bar.set_length(p.total.load(Ordering::Relaxed));
             bar.set_position(p.done());
@@ -351,7 +358,7 @@ pub fn export(args: ExportArgs) -> u8 {
     };
     let rt = common::runtime();
     let Some(store) = open_store(&rt, &args.store) else {
-        return super::exit::FAILED;
+        return args.store.open_failed();
     };
     let options = BatchOptions {
         input: args.input.clone(),

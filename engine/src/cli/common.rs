@@ -26,6 +26,16 @@ impl StoreArg {
             .map_err(open_error)
     }
 
+    /// The exit status when the store cannot be opened: usage (2) for a URL of no known
+    /// form, failure (1) for a store that is there but cannot be opened.
+    pub fn open_failed(&self) -> u8 {
+        if self.url != "memory" && crate::store::sql::check_url(&self.url).is_err() {
+            super::exit::USAGE
+        } else {
+            super::exit::FAILED
+        }
+    }
+
     /// Opens a store that is there already, for a command that only reads or updates what
     /// was recorded (`runs`, `resume`): a SQLite file that does not exist is not created,
     /// so a mistyped path says so instead of showing an empty store. `None` when it is

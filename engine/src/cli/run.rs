@@ -74,7 +74,7 @@ pub fn run(args: Args) -> u8 {
         Ok(s) => Arc::new(s),
         Err(e) => {
             eprintln!("error: {e}");
-            return super::exit::FAILED;
+            return args.store.open_failed();
         }
     };
     let engine = Engine::new(store.clone());

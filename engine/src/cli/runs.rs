@@ -301,8 +301,11 @@ pub fn resume(args: ResumeArgs) -> u8 {
         None => None,
         Some(Ok(v)) => Some(v),
         Some(Err(e)) => {
+            // serde_json says where as " at line L column C": said once, here.
+            let text = e.to_string();
+            let cause = text.split(" at line ").next().unwrap_or(&text);
             return fail(format!(
-                "--decision is not valid JSON: {e} (line {}, column {})",
+                "--decision is not valid JSON: {cause} (line {}, column {})",
                 e.line(),
                 e.column()
             ));

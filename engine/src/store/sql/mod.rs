@@ -19,7 +19,7 @@ pub mod schema;
 mod statements;
 mod url;
 
-pub use url::{redact, sqlite_file};
+pub use url::{check_url, redact, sqlite_file};
 mod writer;
 
 use std::str::FromStr;

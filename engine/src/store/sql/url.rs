@@ -197,6 +197,11 @@ pub(crate) fn check_schema_name(s: &str) -> Result<(), String> {
     }
 }
 
+/// Whether `url` is a store URL this crate can open (its form only: nothing is opened).
+pub fn check_url(url: &str) -> Result<(), StoreError> {
+    parse(url).map(|_| ())
+}
+
 /// The file of a `sqlite:PATH` store URL (`None` for any other URL, or a bad one).
 pub fn sqlite_file(url: &str) -> Option<std::path::PathBuf> {
     match parse(url).ok()?.target {

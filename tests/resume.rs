@@ -251,6 +251,15 @@ fn a_run_in_doubt_is_told_to_retry_in_doubt() {
         "{}",
         out.stderr
     );
+    // Called again, it is the next attempt: the lost one counts.
+    let out = run(switchyard(dir.path())
+        .args(["resume", &id, "--retry-in-doubt"])
+        .args(STORE));
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    let steps = &show_json(&dir, &id)["steps"];
+    assert_eq!(steps[0]["step"], "first", "{steps}");
+    assert_eq!(steps[0]["attempt"], 2, "{steps}");
+    assert_eq!(steps[0]["status"], "succeeded", "{steps}");
 }
 
 const REFUND: &str = r#"flow: refund

@@ -1432,11 +1432,12 @@ impl<'e, S: Store> Run<'e, S> {
                         o.stop = Some(RunStatus::Interrupted);
                         return o;
                     }
-                    for _ in 1..rec.attempt {
+                    // The lost attempt was a call: it counts, and stays on record as started;
+                    // the call made now is the next attempt, with the same idempotency key.
+                    for _ in 0..rec.attempt {
                         self.state.next_call(&call.agent.name);
                     }
-                    // The same attempt, called again.
-                    attempt = rec.attempt - 1;
+                    attempt = rec.attempt;
                 }
             }
         }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::support::{TempDir, run, switchyard};
+use crate::support::{TempDir, run, run_id_from, switchyard};
 
 /// A flow whose first step is a non-idempotent command that appends the item's id to a
 /// side-effect file (one line per execution), then a foreach over a transform, then a set.
@@ -475,16 +475,6 @@ fn interrupted_run(dir: &TempDir, expires: &str) -> String {
     ]));
     assert_eq!(out.code(), 3, "{}", out.stderr);
     run_id_from(&out.stderr)
-}
-
-/// The run id in "continue it with `switchyard resume ID ...`".
-fn run_id_from(stderr: &str) -> String {
-    stderr
-        .split("switchyard resume ")
-        .nth(1)
-        .and_then(|r| r.split_whitespace().next())
-        .unwrap_or_else(|| panic!("names the run: {stderr}"))
-        .to_string()
 }
 
 #[test]

@@ -9,19 +9,9 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-use crate::support::{TempDir, run, switchyard};
+use crate::support::{TempDir, run, run_id_from, switchyard};
 
 const STORE: [&str; 2] = ["--store", "sqlite:runs.db"];
-
-/// The run id in "continue it with `switchyard resume ID ...`".
-fn run_id_from(stderr: &str) -> String {
-    stderr
-        .split("switchyard resume ")
-        .nth(1)
-        .and_then(|r| r.split_whitespace().next())
-        .unwrap_or_else(|| panic!("names the run: {stderr}"))
-        .to_string()
-}
 
 /// Runs `flow` on `input`, expecting it to stop interrupted; returns the run id.
 fn interrupted(dir: &TempDir, flow: &str, input: &Value) -> (String, String) {

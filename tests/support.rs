@@ -234,3 +234,13 @@ steps:
   fetch_docs:
     succeed: {}
 ";
+
+/// The run id in "continue it with `switchyard resume ID ...`".
+pub fn run_id_from(stderr: &str) -> String {
+    stderr
+        .split("switchyard resume ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .unwrap_or_else(|| panic!("names the run: {stderr}"))
+        .to_string()
+}

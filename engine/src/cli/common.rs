@@ -38,8 +38,8 @@ impl StoreArg {
 
     /// Opens a store that is there already, for a command that only reads or updates what
     /// was recorded (`runs`, `resume`): a SQLite file that does not exist is not created,
-    /// so a mistyped path says so instead of showing an empty store. `None` when it is
-    /// missing, with what to say.
+    /// so a mistyped path says so instead of showing an empty store ([`Missing::File`], with
+    /// what to say).
     pub async fn open_existing(&self) -> Result<crate::store::any::AnyStore, Missing> {
         if let Some(path) = crate::store::sql::sqlite_file(&self.url)
             && !path.exists()

@@ -49,7 +49,8 @@ pub struct Args {
     /// Resume runs that started from another version of the flow.
     #[arg(long)]
     pub allow_changed: bool,
-    /// Seconds between progress lines when stderr is not a terminal.
+    /// Seconds between progress lines when stderr is not a terminal (with
+    /// `--log-format json`: JSON lines, and the summary is one too).
     #[arg(long, default_value_t = 10)]
     pub progress_every: u64,
     #[command(flatten)]
@@ -228,7 +229,25 @@ fn report(args: &Args, s: &Summary, paused: bool) -> u8 {
             s.interrupted
         );
     }
-    eprint!("{msg}");
+    if super::json_logs() {
+        let summary = serde_json::json!({
+            "event": "batch_summary",
+            "total": s.total,
+            "succeeded": s.succeeded,
+            "failed": s.failed,
+            "interrupted": s.interrupted,
+            "unfinished": s.unfinished,
+            "reused": s.reused,
+            "elapsed_ms": u64::try_from(s.elapsed.as_millis()).unwrap_or(u64::MAX),
+            "cost_usd": s.cost_usd,
+            "output": args.output.display().to_string(),
+            "stopped": s.stopped,
+            "message": msg.trim_end(),
+        });
+        eprintln!("{summary}");
+    } else {
+        eprint!("{msg}");
+    }
     if s.store_failed {
         super::exit::FAILED
     } else if paused {
@@ -264,6 +283,24 @@ fn this_command() -> String {
 
 /// A progress bar on a terminal; a plain line every `every` seconds otherwise.
 async fn show_progress(p: Arc<Progress>, every: u64) {
+    let json = |p: &Progress, elapsed: f64| {
+        let done = p.done();
+        let total = p.total.load(Ordering::Relaxed);
+        let fresh = done.saturating_sub(p.reused.load(Ordering::Relaxed));
+        let rate = fresh as f64 / elapsed.max(1e-9);
+        let eta = (rate > 0.0).then(|| (total.saturating_sub(done) as f64 / rate).ceil() as u64);
+        serde_json::json!({
+            "event": "batch_progress",
+            "done": done,
+            "total": total,
+            "failed": p.failed.load(Ordering::Relaxed),
+            "interrupted": p.interrupted.load(Ordering::Relaxed),
+            "in_flight": p.in_flight.load(Ordering::Relaxed),
+            "items_per_s": (rate * 10.0).round() / 10.0,
+            "eta_s": eta,
+            "cost_usd": p.cost_usd(),
+        })
+    };
     let line = |p: &Progress, elapsed: f64| {
         let done = p.done();
         let total = p.total.load(Ordering::Relaxed);
@@ -286,6 +323,13 @@ async fn show_progress(p: Arc<Progress>, every: u64) {
         )
     };
     let start = std::time::Instant::now();
+    if super::json_logs() {
+        let every = Duration::from_secs(every.max(1));
+        loop {
+            tokio::time::sleep(every).await;
+            eprintln!("{}", json(&p, start.elapsed().as_secs_f64()));
+        }
+    }
     if std::io::stderr().is_terminal() {
         let bar = indicatif::ProgressBar::new(0);
         bar.set_style(

@@ -126,7 +126,20 @@ pub(crate) fn color_stderr() -> bool {
 
 /// Logs go to stderr: warnings by default, more with `-v`; `SWITCHYARD_LOG` (an
 /// `EnvFilter` directive) overrides the level.
+/// `--log-format json`: what commands print on stderr besides logs (a batch's progress and
+/// summary) is then a JSON object per line too.
+static JSON_LOGS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether stderr carries JSON lines (`--log-format json`).
+pub(crate) fn json_logs() -> bool {
+    JSON_LOGS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 fn init_logging(format: LogFormat, verbose: u8) {
+    JSON_LOGS.store(
+        matches!(format, LogFormat::Json),
+        std::sync::atomic::Ordering::Relaxed,
+    );
     use tracing_subscriber::EnvFilter;
     let level = match verbose {
         0 => "warn",

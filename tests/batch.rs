@@ -676,6 +676,39 @@ fn ctrl_c_stops_a_batch_at_a_recorded_point_and_the_same_command_continues() {
     let counts = effects(&fx);
     assert_eq!(counts.len(), N);
     assert!(counts.values().all(|n| *n == 1), "{counts:?}");
+
+    // On a throwaway store there is nothing to continue: it says so rather than send anyone
+    // to run the command again.
+    let child = switchyard(dir.path())
+        .arg("batch")
+        .arg(&flow)
+        .args([
+            "--input",
+            "in.jsonl",
+            "--output",
+            "memory.jsonl",
+            "--concurrency",
+            "1",
+        ])
+        .args(["--store", "memory"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starts");
+    std::thread::sleep(Duration::from_millis(300));
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    let out = child.wait_with_output().expect("exits");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    assert!(
+        stderr.contains("with `--store memory` nothing of this batch was kept")
+            && !stderr.contains("to continue"),
+        "{stderr}"
+    );
 }
 
 #[test]

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::support::{TempDir, run, run_id_from, switchyard};
+use crate::support::{TempDir, interrupt, run, run_id_from, switchyard};
 
 /// A flow whose first step is a non-idempotent command that appends the item's id to a
 /// side-effect file (one line per execution), then a foreach over a transform, then a set.
@@ -640,16 +640,8 @@ fn ctrl_c_stops_a_batch_at_a_recorded_point_and_the_same_command_continues() {
         .spawn()
         .expect("starts");
     std::thread::sleep(Duration::from_millis(300));
-    let pid = i32::try_from(child.id()).expect("a pid");
-    // SIGINT, as Ctrl-C sends it.
-    let status = Command::new("kill")
-        .args(["-INT", &pid.to_string()])
-        .status()
-        .expect("kill");
-    assert!(status.success());
-    let out = child.wait_with_output().expect("exits");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    let (code, stderr) = interrupt(child);
+    assert_eq!(code, Some(130), "{stderr}");
     assert!(stderr.contains("stopping: no new items"), "{stderr}");
     // The command to continue is the one given, every option kept.
     let hint = stderr
@@ -696,14 +688,8 @@ fn ctrl_c_stops_a_batch_at_a_recorded_point_and_the_same_command_continues() {
         .spawn()
         .expect("starts");
     std::thread::sleep(Duration::from_millis(300));
-    let status = Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .expect("kill");
-    assert!(status.success());
-    let out = child.wait_with_output().expect("exits");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    let (code, stderr) = interrupt(child);
+    assert_eq!(code, Some(130), "{stderr}");
     assert!(
         stderr.contains("with `--store memory` nothing of this batch was kept")
             && !stderr.contains("to continue"),
@@ -1243,6 +1229,42 @@ fn without_a_terminal_a_batch_prints_plain_progress_lines_and_a_summary() {
             .contains("batch: 8 items: 8 succeeded, 0 failed, 0 interrupted"),
         "{}",
         out.stderr
+    );
+
+    // With `--log-format json` they are JSON lines too: every line on stderr parses.
+    let out = run(switchyard(dir.path()).args([
+        "--log-format",
+        "json",
+        "batch",
+        "slow.yaml",
+        "--input",
+        "in.jsonl",
+        "--output",
+        "json.jsonl",
+        "--concurrency",
+        "2",
+        "--progress-every",
+        "1",
+    ]));
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    let events: Vec<Value> = out
+        .stderr
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    let progress: Vec<_> = events.iter().filter(|e| e["event"] == "batch_progress").collect();
+    assert!(!progress.is_empty(), "{}", out.stderr);
+    assert!(
+        progress
+            .iter()
+            .all(|p| p["total"] == 8 && p["in_flight"].as_u64() <= Some(2)),
+        "{progress:?}"
+    );
+    let summary: Vec<_> = events.iter().filter(|e| e["event"] == "batch_summary").collect();
+    assert_eq!(summary.len(), 1, "{}", out.stderr);
+    assert_eq!(
+        (&summary[0]["succeeded"], &summary[0]["total"]),
+        (&json!(8), &json!(8))
     );
 }
 

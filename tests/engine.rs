@@ -1136,14 +1136,8 @@ steps:
         assert!(started.elapsed() < support::HANG, "the first call never started");
         std::thread::sleep(Duration::from_millis(10));
     }
-    let status = std::process::Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .expect("kill");
-    assert!(status.success());
-    let out = child.wait_with_output().expect("exits");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    let (code, stderr) = support::interrupt(child);
+    assert_eq!(code, Some(130), "{stderr}");
     assert!(
         stderr.contains("stopping: the steps in flight finish"),
         "{stderr}"

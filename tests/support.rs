@@ -244,3 +244,18 @@ pub fn run_id_from(stderr: &str) -> String {
         .unwrap_or_else(|| panic!("names the run: {stderr}"))
         .to_string()
 }
+
+/// Sends SIGINT to `child` (as Ctrl-C does) and waits for it: its exit code (`None` if a
+/// signal ended it) and its stderr.
+pub fn interrupt(child: std::process::Child) -> (Option<i32>, String) {
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success(), "kill -INT {}", child.id());
+    let out = child.wait_with_output().expect("exits");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}

@@ -283,12 +283,18 @@ fn this_command() -> String {
 
 /// A progress bar on a terminal; a plain line every `every` seconds otherwise.
 async fn show_progress(p: Arc<Progress>, every: u64) {
-    let json = |p: &Progress, elapsed: f64| {
+    // What a progress line says, worked out once for either form.
+    let snapshot = |p: &Progress, elapsed: f64| {
         let done = p.done();
         let total = p.total.load(Ordering::Relaxed);
         let fresh = done.saturating_sub(p.reused.load(Ordering::Relaxed));
         let rate = fresh as f64 / elapsed.max(1e-9);
+        // Rounded up: work left never shows as `0s`.
         let eta = (rate > 0.0).then(|| (total.saturating_sub(done) as f64 / rate).ceil() as u64);
+        (done, total, rate, eta)
+    };
+    let json = |p: &Progress, elapsed: f64| {
+        let (done, total, rate, eta) = snapshot(p, elapsed);
         serde_json::json!({
             "event": "batch_progress",
             "done": done,
@@ -302,18 +308,11 @@ async fn show_progress(p: Arc<Progress>, every: u64) {
         })
     };
     let line = |p: &Progress, elapsed: f64| {
-        let done = p.done();
-        let total = p.total.load(Ordering::Relaxed);
-        let fresh = done.saturating_sub(p.reused.load(Ordering::Relaxed));
-        let rate = fresh as f64 / elapsed.max(1e-9);
-        // Rounded up: work left never shows as `0s`.
-        let eta = if rate > 0.0 {
-            crate::runtime::engine::fmt_duration(Duration::from_secs(
-                (total.saturating_sub(done) as f64 / rate).ceil() as u64,
-            ))
-        } else {
-            "?".into()
-        };
+        let (done, total, rate, eta) = snapshot(p, elapsed);
+        let eta = eta.map_or_else(
+            || "?".to_string(),
+            |s| crate::runtime::engine::fmt_duration(Duration::from_secs(s)),
+        );
         format!(
             "{done}/{total} done · {} failed · {} interrupted · {} in flight · {rate:.1}/s · ETA {eta} · ${:.4}",
             p.failed.load(Ordering::Relaxed),

@@ -261,10 +261,7 @@ fn show(args: ShowArgs) -> u8 {
         }
         out.push('\n');
         // A decision is given to the root run, whichever run of the tree asks for it.
-        let mut root = run.clone();
-        while let Some(parent) = &root.parent_run {
-            root = s.get_run(parent).await.map_err(|e| e.to_string())?;
-        }
+        let root = root_of(&**s, &run).await?;
         let waiting = if root.status == RunStatus::Interrupted {
             crate::runtime::resume::waiting_at(&**s, &root.id)
                 .await
@@ -320,24 +317,21 @@ pub fn resume(args: ResumeArgs) -> u8 {
         Ok(r) => r,
         Err(e) => return fail(e),
     };
-    // Held to the end: a batch started meanwhile does not take the run too.
-    let _batch = match rt.block_on(lock_batch(&*store, &record, "resume")) {
-        Ok(l) => l,
+    let root = match rt.block_on(root_of(&*store, &record)) {
+        Ok(r) => r,
         Err(e) => return fail(e),
     };
     if let Some(parent) = &record.parent_run {
-        let mut root = parent.clone();
-        while let Ok(r) = rt.block_on(store.get_run(&root)) {
-            match r.parent_run {
-                Some(p) => root = p,
-                None => break,
-            }
-        }
         return fail(format!(
-            "run `{}` is a child run (of `{parent}`): resume its root run `{root}`, which resumes it",
-            record.id
+            "run `{}` is a child run (of `{parent}`): resume its root run `{}`, which resumes it",
+            record.id, root.id
         ));
     }
+    // Held to the end: a batch started meanwhile does not take the run too.
+    let _batch = match lock_batch(&root, &record.id, "resume") {
+        Ok(l) => l,
+        Err(e) => return fail(e),
+    };
     let flow = match (&args.flow, &record.flow_path) {
         (Some(f), _) => f.clone(),
         (None, Some(p)) => PathBuf::from(p),
@@ -383,23 +377,23 @@ pub fn resume(args: ResumeArgs) -> u8 {
     }
 }
 
-/// Locks the batch that `run` (through its root run) belongs to, for as long as the lock is
-/// held: a `batch` process writing it works on its runs itself, and is refused while this
-/// command does. Refuses to `act` on the run while that batch runs.
-async fn lock_batch<S: Store>(
-    store: &S,
-    run: &RunRecord,
-    act: &str,
-) -> Result<crate::batch::BatchLock, String> {
+/// The root run of `run`'s tree (`run` itself for a root run).
+async fn root_of<S: Store>(store: &S, run: &RunRecord) -> Result<RunRecord, String> {
     let mut root = run.clone();
     while let Some(parent) = root.parent_run.clone() {
         root = store.get_run(&parent).await.map_err(|e| e.to_string())?;
     }
-    crate::batch::lock_batch_of(&root).map_err(|e| match e {
+    Ok(root)
+}
+
+/// Locks the batch that `root` (the root of run `run_id`'s tree) belongs to, for as long as
+/// the lock is held: a `batch` process writing it works on its runs itself, and is refused
+/// while this command does. Refuses to `act` on the run while that batch runs.
+fn lock_batch(root: &RunRecord, run_id: &str, act: &str) -> Result<crate::batch::BatchLock, String> {
+    crate::batch::lock_batch_of(root).map_err(|e| match e {
         crate::batch::BatchError::Busy { path } => format!(
-            "run `{}` is an item of the batch writing {path}, which a `switchyard batch` process is running \
-             now and continues the run itself: stop that batch (Ctrl-C) before you {act} the run here",
-            run.id
+            "run `{run_id}` is an item of the batch writing {path}, which a `switchyard batch` process is \
+             running now and continues the run itself: stop that batch (Ctrl-C) before you {act} the run here"
         ),
         other => other.to_string(),
     })
@@ -415,7 +409,7 @@ fn cancel(args: CancelArgs) -> u8 {
                 run.status.as_str()
             ));
         }
-        let _batch = lock_batch(&**s, &run, "cancel").await?;
+        let _batch = lock_batch(&root_of(&**s, &run).await?, &run.id, "cancel")?;
         let mut cancelled = Vec::new();
         let mut queue = vec![run];
         while let Some(mut r) = queue.pop() {

@@ -343,3 +343,54 @@ fn a_second_document_is_an_error_at_its_marker() {
         },
     );
 }
+
+/// YAML 1.2 indentation and key-length rules, refused with the file, line and column of the
+/// offending character, whichever way the file would be read.
+#[test]
+fn yaml_indentation_and_key_length_errors_are_located() {
+    let flow = |body: &str| format!("flow: f\nsteps:\n  a:\n{body}    succeed: {{}}\n");
+    // A double-quoted scalar continued in column 0 inside the step's mapping.
+    lint_bytes(
+        "quoted.yaml",
+        flow("    description: \"one\ntwo\"\n").as_bytes(),
+        Expect {
+            code: "SY100",
+            line: Some(5),
+            column: Some(1),
+            needle: "invalid indentation in multiline quoted scalar",
+        },
+    );
+    // A flow list continued in its key's column.
+    lint_bytes(
+        "flow-list.yaml",
+        flow("    tags: [x,\n    y]\n").as_bytes(),
+        Expect {
+            code: "SY100",
+            line: Some(5),
+            column: Some(5),
+            needle: "invalid indentation",
+        },
+    );
+    // A block scalar whose first line starts with a tab, in the step's column.
+    lint_bytes(
+        "block-tab.yaml",
+        flow("    description: |\n    \t\n").as_bytes(),
+        Expect {
+            code: "SY100",
+            line: Some(5),
+            column: Some(5),
+            needle: "tab cannot be used as indentation",
+        },
+    );
+    // A key of 1024 characters and a space before its `:`.
+    lint_bytes(
+        "long-key.yaml",
+        format!("flow: f\nsteps:\n  {} : {{succeed: {{}}}}\n", "k".repeat(1024)).as_bytes(),
+        Expect {
+            code: "SY100",
+            line: Some(3),
+            column: Some(1028),
+            needle: "at most 1024 characters",
+        },
+    );
+}

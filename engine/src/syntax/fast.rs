@@ -25,9 +25,11 @@ use crate::source::{FastState, FileId, Span};
 /// The deepest nesting of collections the fast path reads.
 pub(super) const MAX_DEPTH: usize = 64;
 
-/// The longest implicit key YAML allows, in characters (counted here in bytes, which is
-/// stricter).
-const MAX_KEY_BYTES: usize = 1024;
+/// The longest implicit key YAML allows (production [154], `ns-s-implicit-yaml-key`: the key
+/// and the spaces between it and its `:`, "at most 1024 characters altogether"), counted here
+/// in bytes, which is stricter: a key the count refuses goes to the full parser, which counts
+/// characters.
+const MAX_KEY_BYTES: usize = super::yaml::MAX_IMPLICIT_KEY_CHARS;
 
 /// Mappings of up to this many keys are checked for duplicates by scanning.
 const SCAN_KEYS: usize = 16;
@@ -425,7 +427,7 @@ impl Fast<'_> {
         if self.byte(after) != b':' || !matches!(self.byte(after + 1), b' ' | b'\n') {
             return Ok(None);
         }
-        if end - i > MAX_KEY_BYTES {
+        if after - i > MAX_KEY_BYTES {
             return Err(Bail);
         }
         Ok(Some(ReadKey {
@@ -600,7 +602,7 @@ impl Fast<'_> {
                         (name, scan.end, scan.stop)
                     }
                 };
-                if self.byte(after) != b':' || self.byte(after + 1) != b' ' || key_end - j > MAX_KEY_BYTES {
+                if self.byte(after) != b':' || self.byte(after + 1) != b' ' || after - j > MAX_KEY_BYTES {
                     return Err(Bail);
                 }
                 self.count(1)?;
@@ -888,6 +890,135 @@ mod tests {
             "the fast path read only {read} of {} files",
             files.len()
         );
+    }
+
+    /// Both ways of reading a file, the fast path first (`parse`) and the full parser alone,
+    /// give the same answer for `src`: both accept it, with the same tree, or both refuse it.
+    /// Returns whether it was accepted.
+    fn both_paths(src: &str) -> bool {
+        let limits = Limits::default();
+        let via_parse = super::super::yaml::parse(F, src.as_bytes(), &limits);
+        let (full, diags) = super::super::yaml::parse_full(F, src, &limits);
+        let full = if diags.is_empty() { full } else { None };
+        match (&via_parse, &full) {
+            (Ok(a), Some(b)) => assert_eq!(format!("{a:?}"), format!("{b:?}"), "trees differ for {src:?}"),
+            (Err(_), None) => {}
+            _ => panic!(
+                "{src:?}: read as {:?} first, as {:?} by the full parser alone",
+                via_parse.map(|_| "accepted"),
+                full.map(|_| "accepted")
+            ),
+        }
+        agrees(src);
+        via_parse.is_ok()
+    }
+
+    /// `src` is accepted exactly when `valid`, the same by both paths.
+    fn judged(src: &str, valid: bool) {
+        assert_eq!(
+            both_paths(src),
+            valid,
+            "{src:?} should be {}",
+            if valid { "accepted" } else { "refused" }
+        );
+    }
+
+    /// A mapping nested `depth` levels (two spaces each) whose last key is `last`, at column
+    /// `2 * depth`; `rest` follows its `:`, and a sibling key `z: 1` follows on the next line.
+    fn nested(depth: usize, last: &str, rest: &str) -> String {
+        let mut src = String::new();
+        for d in 0..depth {
+            src += &format!("{}k{d}:\n", "  ".repeat(d));
+        }
+        let pad = "  ".repeat(depth);
+        format!("{src}{pad}{last}{rest}\n{pad}z: 1\n")
+    }
+
+    /// Implicit keys (YAML 1.2 production [154]) of about 1,024 characters, with spaces before
+    /// their `:`, plain and quoted, in block and flow mappings, one and two bytes a character:
+    /// a key and its spaces of at most 1,024 characters are accepted, longer ones refused (in
+    /// flow mappings too, where the parser keeps the same bound), by both paths.
+    #[test]
+    fn long_keys_are_judged_alike_by_both_paths() {
+        for chars in 1019..=1026 {
+            for spaces in 0..=3 {
+                for (open, close) in [("", ""), ("'", "'"), ("\"", "\"")] {
+                    for ch in ["k", "é"] {
+                        let inner = chars - open.len() - close.len();
+                        let key = format!("{open}{}{close}", ch.repeat(inner));
+                        let sp = " ".repeat(spaces);
+                        let valid = chars + spaces <= MAX_KEY_BYTES;
+                        judged(&format!("{key}{sp}: v\n"), valid);
+                        judged(&nested(1, &key, &format!("{sp}: v")), valid);
+                        judged(&format!("m: {{{key}{sp}: v}}\n"), valid);
+                        judged(&format!("- {key}{sp}: v\n"), valid);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The continuation lines of multi-line quoted and plain scalars and of flow collections,
+    /// at every column around the block that holds them: YAML 1.2 wants them indented past it
+    /// (`s-flow-line-prefix(n)`), so `b: "one` in column 2 continues from column 3 on.
+    #[test]
+    fn continuation_lines_are_judged_alike_by_both_paths() {
+        for depth in 0..3 {
+            let col = 2 * depth;
+            for spaces in 0..=col + 2 {
+                let sp = " ".repeat(spaces);
+                let valid = spaces > col;
+                for value in [
+                    format!("\"one\n{sp}two\""),
+                    format!("'one\n{sp}two'"),
+                    format!("[1,\n{sp}2]"),
+                    format!("{{x: 1,\n{sp}y: 2}}"),
+                ] {
+                    judged(&nested(depth, "b", &format!(": {value}")), valid);
+                    // As a list entry: past the `-`.
+                    let pad = "  ".repeat(depth);
+                    let mut list = String::new();
+                    for d in 0..depth {
+                        list += &format!("{}k{d}:\n", "  ".repeat(d));
+                    }
+                    judged(&format!("{list}{pad}- {value}\n{pad}- z\n"), valid);
+                }
+                // A plain scalar's continuation: at the key's column it is a key without `:`.
+                judged(&nested(depth, "b", &format!(": one\n{sp}two")), valid);
+            }
+        }
+    }
+
+    /// Lines that start with a tab after a block scalar's header or content: a tab past the
+    /// scalar's indentation is content, one before it is neither content nor indentation
+    /// (YAML test suite `Y79Y`), at the top and nested alike; after a comment line, blank
+    /// lines may hold tabs.
+    #[test]
+    fn tabs_after_block_scalars_are_judged_alike_by_both_paths() {
+        for depth in 0..3 {
+            let col = 2 * depth;
+            let pad = " ".repeat(col);
+            for header in ["|", ">", "|-", "|+"] {
+                for spaces in 0..=col + 3 {
+                    let sp = " ".repeat(spaces);
+                    for after in ["", "x"] {
+                        // The first line after the header: content from column `col + 1` on.
+                        let first = format!(": {header}\n{sp}\t{after}");
+                        judged(&nested(depth, "b", &first), spaces > col);
+                        // After content in column `col + 2`.
+                        let later = format!(": {header}\n{pad}  x\n{sp}\t{after}");
+                        judged(&nested(depth, "b", &later), spaces >= col + 2);
+                    }
+                    // After a comment line that ends the scalar, a blank line may hold a tab.
+                    let comment = format!(": {header}\n{pad}  x\n{pad}# note\n{sp}\t");
+                    judged(&nested(depth, "b", &comment), true);
+                }
+            }
+        }
+        // The suite's own cases.
+        judged("foo: |\n\t\nbar: 1\n", false);
+        judged("foo: |\n \t\nbar: 1\n", true);
+        judged("- >\n \t\n detected\n", true);
     }
 
     /// Deterministic xorshift.

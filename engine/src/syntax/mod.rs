@@ -3,6 +3,8 @@
 //! [`parse`] turns the bytes of one file into a tree of [`Node`]s, each carrying the byte
 //! [`Span`] of its text. YAML 1.2 core schema: only `true`/`false` are booleans (`yes`, `NO`,
 //! `on` are strings), numbers with leading zeros stay strings, duplicate keys are errors.
+//! Indentation follows YAML 1.2 too (continuation lines indented past their block, no tab
+//! where indentation is due, implicit keys of at most 1024 characters), whichever path reads.
 //! Every budget (file size, nesting depth, node count, alias expansion) names itself when hit.
 //! Plain flow text (block mappings and lists, one-line scalars and flow collections) is read by
 //! a fast path of bounded recursion, on the caller's thread (`fast`); anything else, and every

@@ -280,6 +280,10 @@ struct At {
     tag: Option<(usize, usize)>,
 }
 
+/// The longest implicit key, with the spaces before its `:` (YAML 1.2 production [154]); the
+/// parser's `simple_key_max_lookahead` keeps this bound, in block and flow mappings alike.
+pub(super) const MAX_IMPLICIT_KEY_CHARS: usize = 1024;
+
 /// Duplicate keys reported per file at most; further ones are still dropped from the tree.
 const MAX_DUPLICATES: usize = 1_000;
 
@@ -318,15 +322,54 @@ impl<'a> Builder<'a> {
         }
     }
 
-    fn build(&mut self) -> Result<Node, Box<Diagnostic>> {
+    /// The parser's options: YAML 1.2's indentation rules when `strict`, not PyYAML's (the
+    /// continuation lines of a quoted or plain scalar and of a flow collection are indented
+    /// past the block that holds them, s-flow-line-prefix(n), production [69]).
+    fn options(&self, strict: bool) -> Options {
         let nesting = self.limits.max_depth.saturating_add(1);
         let mut options = Options::default();
+        options.strict_indentation = strict;
+        options.simple_key_max_lookahead = MAX_IMPLICIT_KEY_CHARS;
         options.flow_nesting_limit = nesting;
         options.block_nesting_limit = nesting;
         options.set_emit_comments(false);
-        let mut parser = Parser::new_from_str_with_options(self.text, options);
+        options
+    }
+
+    /// A line indented too little for the quoted scalar or flow collection it continues may
+    /// follow one that was never closed, whose quote or bracket runs on past it. Then the
+    /// parser's lax reading, which takes any indentation, fails on the unclosed construct, and
+    /// that is the error to report (the cause, where the construct is). Read only when the
+    /// strict reading failed on indentation.
+    fn unclosed_construct(&self) -> Option<ScanError> {
+        let mut parser = Parser::new_from_str_with_options(self.text, self.options(false));
         while let Some(next) = parser.next_event() {
-            let (event, span) = next.map_err(|e| self.scan_error(&e))?;
+            if let Err(e) = next {
+                let unclosed = matches!(
+                    e.kind(),
+                    ErrorKind::UnclosedQuotedScalar
+                        | ErrorKind::UnclosedFlowCollection { .. }
+                        | ErrorKind::ExpectedFlowMappingSeparator
+                        | ErrorKind::ExpectedFlowSequenceSeparator
+                );
+                return unclosed.then_some(e);
+            }
+        }
+        None
+    }
+
+    fn build(&mut self) -> Result<Node, Box<Diagnostic>> {
+        let mut parser = Parser::new_from_str_with_options(self.text, self.options(true));
+        while let Some(next) = parser.next_event() {
+            let (event, span) = next.map_err(|e| {
+                let e = match e.kind() {
+                    ErrorKind::InvalidQuotedScalarIndent
+                    | ErrorKind::InvalidIndentation
+                    | ErrorKind::TabInIndentation => self.unclosed_construct().unwrap_or(e),
+                    _ => e,
+                };
+                self.scan_error(&e)
+            })?;
             let (start, end) = (self.byte(span.start), self.byte(span.end));
             // Tag tokens are ASCII: as many bytes as characters.
             let tag = span.tag_span().map(|t| {
@@ -342,7 +385,11 @@ impl<'a> Builder<'a> {
                     self.documents += 1;
                 }
                 Event::Scalar(value, style, anchor, tag) => {
+                    let block = matches!(style, ScalarStyle::Literal | ScalarStyle::Folded);
                     self.scalar(value, style, anchor, tag.as_deref(), at)?;
+                    if block && let Some(tab) = tab_after_block_scalar(self.text, end) {
+                        return fail(self.tab_after_block_scalar(tab));
+                    }
                 }
                 Event::SequenceStart(style, anchor, tag) => {
                     self.open(style, anchor, tag.as_deref(), at, Body::Seq(Vec::new()))?;
@@ -665,9 +712,38 @@ impl<'a> Builder<'a> {
                         ));
                 }
             }
+            ErrorKind::MappingValueNotAllowed | ErrorKind::ExpectedFlowMappingSeparator
+                if self.chars_before_on_line(start) > MAX_IMPLICIT_KEY_CHARS =>
+            {
+                return Diagnostic::new(&YAML_SYNTAX, span, "a key before `:` is at most 1024 characters")
+                    .label("`:` after a key longer than that")
+                    .help(
+                        "a key and the spaces before its `:` may be 1024 characters long; write a \
+                         longer key as `? key` on a line of its own and its value as `: value` below",
+                    );
+            }
             _ => {}
         }
         Diagnostic::new(&YAML_SYNTAX, span, clean_message(&e.kind().to_string())).label("here")
+    }
+
+    /// How many characters precede `offset` on its line.
+    fn chars_before_on_line(&self, offset: usize) -> usize {
+        let line = self.text[..offset].rfind('\n').map_or(0, |i| i + 1);
+        self.text[line..offset].chars().count()
+    }
+
+    fn tab_after_block_scalar(&self, tab: usize) -> Diagnostic {
+        Diagnostic::new(
+            &YAML_SYNTAX,
+            self.span(tab, tab + 1),
+            "tab cannot be used as indentation",
+        )
+        .label("tab before the block scalar's indentation")
+        .help(
+            "a block scalar's lines are indented with spaces, past its key or `-`; this line is \
+             not part of the scalar above, and a tab cannot start it",
+        )
     }
 
     fn second_document(&self, start: usize, end: usize) -> Diagnostic {
@@ -1040,6 +1116,34 @@ fn exact_size(n: usize) -> String {
 
 // ---------------------------------------------------------------------------------------------
 // Text helpers.
+
+/// The offset of a tab that starts a line after a block scalar ending at `end`, before the
+/// next token or comment line. Those lines are indented less than the scalar's content (else
+/// they would be part of it), so YAML 1.2 allows them only indentation spaces and a line break
+/// (`l-chomped-empty`, `l-strip-empty`), until a comment line (`l-trail-comments`) after which
+/// any blank line may follow. Such a tab is neither content nor
+/// indentation: `foo: |` followed by a line holding only a tab is an error (`Y79Y` in the YAML
+/// test suite), and one level in as much as at the top. The parser checks this only at column
+/// 0, so the builder checks the rest.
+fn tab_after_block_scalar(text: &str, end: usize) -> Option<usize> {
+    let b = text.as_bytes();
+    if end >= b.len() {
+        return None;
+    }
+    // The scalar ends on the line that does not belong to it, after some of its spaces.
+    let mut i = b[..end].iter().rposition(|&c| c == b'\n').map_or(0, |k| k + 1);
+    loop {
+        while b.get(i) == Some(&b' ') {
+            i += 1;
+        }
+        match b.get(i) {
+            Some(b'\t') => return Some(i),
+            Some(b'\n') => i += 1,
+            Some(b'\r') if b.get(i + 1) == Some(&b'\n') => i += 2,
+            _ => return None,
+        }
+    }
+}
 
 /// `end` moved back over trailing whitespace (a block scalar's span runs to the next token).
 fn trim_end(text: &str, start: usize, end: usize) -> usize {
@@ -1697,6 +1801,70 @@ mod tests {
         let d = err(src);
         assert_eq!((d.code(), line(src, d.primary.span)), ("SY100", 2));
         assert!(std::str::from_utf8(&src.as_bytes()[d.primary.span.start as usize..]).is_ok());
+    }
+
+    #[test]
+    fn yaml_1_2_indentation_is_enforced_and_located() {
+        // A double-quoted scalar continued in column 0 inside an indented mapping.
+        let src = "a:\n  b: \"one\ntwo\"\n";
+        let d = err(src);
+        assert_eq!(
+            (d.code(), d.message.as_str()),
+            ("SY100", "invalid indentation in multiline quoted scalar")
+        );
+        assert_eq!((line(src, d.primary.span), d.primary.span.start), (3, 13));
+        // A flow list continued in its key's column.
+        let src = "a:\n  b: [1,\n  2]\n";
+        let d = err(src);
+        assert_eq!((d.code(), d.message.as_str()), ("SY100", "invalid indentation"));
+        assert_eq!(
+            (line(src, d.primary.span), text(src, d.primary.span)),
+            (3, "2".into())
+        );
+        // A block scalar whose first line starts with a tab, one level in.
+        let src = "a:\n  foo: |\n  \t\n  bar: 1\n";
+        let d = err(src);
+        assert_eq!(
+            (d.code(), d.message.as_str()),
+            ("SY100", "tab cannot be used as indentation")
+        );
+        assert_eq!(
+            (line(src, d.primary.span), text(src, d.primary.span)),
+            (3, "\t".into())
+        );
+        // A key longer than 1024 characters with the spaces before its `:`.
+        let src = format!("a:\n  {} : 1\n", "k".repeat(1024));
+        let d = err(&src);
+        assert_eq!(
+            (d.code(), d.message.as_str()),
+            ("SY100", "a key before `:` is at most 1024 characters")
+        );
+        assert_eq!(
+            (line(&src, d.primary.span), text(&src, d.primary.span)),
+            (2, ":".into())
+        );
+        // Their valid neighbours.
+        for src in [
+            "a:\n  b: \"one\n   two\"\n",
+            "a:\n  b: [1,\n   2]\n",
+            "a:\n  foo: |\n   \t\n  bar: 1\n",
+            "foo: |\n \t\nbar: 1\n",
+        ] {
+            ok(src);
+        }
+        assert_eq!(
+            ok("a:\n  b: \"one\n   two\"\n")
+                .get("a")
+                .and_then(|a| a.get("b"))
+                .and_then(Node::as_str),
+            Some("one two")
+        );
+        ok(&format!("a:\n  {}: 1\n", "k".repeat(1024)));
+        // A quote left open still says so, at the quote, though its next line is indented
+        // too little for a continuation.
+        let src = "a:\n  b: \"one\nc: 1\n";
+        let d = err(src);
+        assert_eq!((d.message.as_str(), d.primary.span.start), ("unclosed quote", 8));
     }
 
     #[test]

@@ -1179,3 +1179,31 @@ fn an_interrupted_run_on_the_memory_store_is_not_sent_to_resume() {
     );
     assert!(!out.stderr.contains("continue it with"), "{}", out.stderr);
 }
+
+/// `output.select` with blank space inside its brackets is a bracketed selection, not a
+/// singular query (RFC 9535 §2.3.5.1): the run's output is the list of its matches, where
+/// the same name without the blank space is the value itself.
+#[test]
+fn output_select_with_blank_space_in_brackets_is_a_node_list() {
+    let dir = TempDir::new("engine-select-blank");
+    for (name, select, want) in [
+        ("singular.yaml", "$['a']", json!({"n": 1})),
+        ("blank-before.yaml", "$[ 'a']", json!([{"n": 1}])),
+        ("blank-after.yaml", "$['a' ]", json!([{"n": 1}])),
+        ("blank-index.yaml", "$.list[ 0 ]", json!([7])),
+    ] {
+        dir.write(
+            name,
+            format!(
+                "flow: select\nsteps:\n  fill:\n    set: {{$.a: {{value: {{n: 1}}}}, $.list: {{value: [7]}}}}\n\
+                 output:\n  select: \"{select}\"\n"
+            ),
+        );
+        let out = support::run(
+            support::switchyard(dir.path()).args(["run", name, "--input", "{}", "--store", "memory"]),
+        );
+        assert_eq!(out.code(), 0, "{name}: {out:?}");
+        let got: Value = serde_json::from_str(&out.stdout).expect("the output is JSON");
+        assert_eq!(got, want, "{name}: `select: {select}`");
+    }
+}

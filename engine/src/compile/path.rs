@@ -1,7 +1,8 @@
 //! JSONPath (RFC 9535) queries, parsed once and applied many times.
 //!
 //! This module owns [`Path`]: the query text, the parsed query, and — when the query is
-//! *singular* (only name and index selectors, like `$.a.b`, `$.a[2]`, `$['odd key']`) — its
+//! *singular* (only name and index selectors, like `$.a.b`, `$.a[2]`, `$['odd key']`, with no
+//! blank space inside the brackets) — its
 //! [`Seg`]ments, so reads ([`Path::get`]) and writes ([`Path::set`]) walk a document directly
 //! without the query engine. It also owns the small helpers that messages and lint need:
 //! [`nearest_key`] ("did you mean `$.ticket.body`?") and [`write_paths_overlap`]. It knows
@@ -395,9 +396,11 @@ fn edit_distance(a: &str, b: &str, row: &mut Vec<usize>) -> usize {
 }
 
 /// The segments of `text` when it is a valid singular query, by RFC 9535's grammar:
-/// `$`, then `.name` or `[ 'name' ]` / `[ "name" ]` / `[ int ]` segments, with blank space
-/// allowed before a segment and inside brackets. `None` for anything else, valid or not, which
-/// the general parser then handles.
+/// `$`, then `.name` or `['name']` / `["name"]` / `[int]` segments, with blank space allowed
+/// before a segment but not inside its brackets (§2.3.5.1: a `name-segment` is `[` right
+/// before its selector and `]` right after it; `$[ 'a']` is a bracketed selection, a valid
+/// query that is not singular). `None` for anything else, valid or not, which the general
+/// parser then handles.
 fn singular_segments(text: &str) -> Option<Vec<Seg>> {
     let b = text.as_bytes();
     if b.first() != Some(&b'$') {
@@ -426,7 +429,7 @@ fn singular_segments(text: &str) -> Option<Vec<Seg>> {
                 segs.push(Seg::Key(text.get(start..i)?.to_owned()));
             }
             Some(b'[') => {
-                i = skip_space(b, i + 1);
+                i += 1;
                 let seg = match *b.get(i)? {
                     q @ (b'\'' | b'"') => {
                         let (name, next) = unquote(text, i + 1, q)?;
@@ -438,11 +441,10 @@ fn singular_segments(text: &str) -> Option<Vec<Seg>> {
                         i = next;
                         Seg::Index(index)
                     }
-                    _ => return None, // wildcard, filter
+                    _ => return None, // wildcard, filter, blank space
                 };
-                i = skip_space(b, i);
                 if b.get(i) != Some(&b']') {
-                    return None; // several selectors, or a slice
+                    return None; // several selectors, a slice, blank space
                 }
                 i += 1;
                 segs.push(seg);
@@ -615,7 +617,7 @@ mod tests {
         assert_eq!(p("$.a[2]").segments(), Some(&[key("a"), Seg::Index(2)][..]));
         assert_eq!(p("$['odd key']").segments(), Some(&[key("odd key")][..]));
         assert_eq!(p(r#"$["x"][0]"#).segments(), Some(&[key("x"), Seg::Index(0)][..]));
-        assert_eq!(p("$[ -1 ]").segments(), Some(&[Seg::Index(-1)][..]));
+        assert_eq!(p("$ [-1]").segments(), Some(&[Seg::Index(-1)][..]));
         assert_eq!(p("$.é_1").segments(), Some(&[key("é_1")][..]));
         assert_eq!(p(r"$['it\'s']").segments(), Some(&[key("it's")][..]));
         assert_eq!(
@@ -688,6 +690,8 @@ mod tests {
             "@.a",
             "$[ 0 ]",
             "$[\t0\r]",
+            "$[ 'a']",
+            "$['x y' ]",
             "$.a\t.b",
         ];
         for text in corpus {
@@ -699,8 +703,11 @@ mod tests {
                 }
                 // Valid but not singular, or invalid.
                 None if general.is_ok() => {
+                    let blank_in_brackets = ["[ ", "[\t", "[\n", "[\r", " ]", "\t]", "\n]", "\r]"]
+                        .iter()
+                        .any(|b| text.contains(b));
                     assert!(
-                        text.contains(['*', ',', ':', '?']) || text.contains(".."),
+                        text.contains(['*', ',', ':', '?']) || text.contains("..") || blank_in_brackets,
                         "{text:?}"
                     );
                 }
@@ -712,6 +719,11 @@ mod tests {
     #[test]
     fn other_queries_are_not_singular() {
         for text in [
+            // Blank space inside brackets makes a bracketed selection (RFC 9535 §2.3.5.1).
+            "$[ 'a']",
+            "$['a' ]",
+            "$[ 0 ]",
+            "$.x[\t-1]",
             "$.*",
             "$..a",
             "$[*]",

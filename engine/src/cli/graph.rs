@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use clap::ValueEnum;
 
 use crate::diag::render;
-use crate::plan::{AgentPlanSpec, Plan, StepPlanKind, draw};
+use crate::plan::{Plan, draw};
 use crate::project::Project;
 use crate::syntax::Limits;
 
@@ -21,15 +21,16 @@ pub enum Format {
 #[command(
     after_help = "Edges are labelled with their `on`, `if` and `errors`; failure edges are dashed.\n\
                         `foreach` and `while` loops are self-loops with their bound; `parallel`\n\
-                        branches are drawn inside their step. Flows called by `flow` agents follow\n\
-                        with --nested."
+                        branches are drawn inside their step. With --nested, the flows that `flow`\n\
+                        agents call are drawn in the same diagram, each in a subgraph (a cluster in\n\
+                        DOT), with a dotted `calls` edge from each calling step."
 )]
 pub struct Args {
     /// The flow file.
     pub flow: PathBuf,
     #[arg(long, value_enum, default_value = "mermaid")]
     pub format: Format,
-    /// Also draw every flow that `flow` agents call, one diagram after another.
+    /// Also draw every flow that `flow` agents call, each as a subgraph of the one diagram.
     #[arg(long)]
     pub nested: bool,
     /// The project root that file paths may not leave; default the flow's directory.
@@ -41,43 +42,11 @@ pub fn run(args: Args) -> u8 {
     let Some(plan) = load_plan(&args.flow, args.root.clone()) else {
         return super::exit::USAGE;
     };
-    let mut flows = vec![plan.root];
-    if args.nested {
-        collect_called(&plan, plan.root, &mut flows);
-    }
-    for (i, r) in flows.iter().enumerate() {
-        let f = plan.flow(*r);
-        if i > 0 {
-            println!();
-        }
-        match args.format {
-            Format::Mermaid => print!("{}", draw::mermaid(f)),
-            Format::Dot => print!("{}", draw::dot(f)),
-        }
+    match args.format {
+        Format::Mermaid => print!("{}", draw::mermaid(&plan, args.nested)),
+        Format::Dot => print!("{}", draw::dot(&plan, args.nested)),
     }
     super::exit::OK
-}
-
-fn collect_called(plan: &Plan, r: crate::plan::FlowRef, out: &mut Vec<crate::plan::FlowRef>) {
-    let flow = plan.flow(r);
-    for n in flow.steps.values() {
-        let Some(step) = flow.step(*n) else { continue };
-        let calls: Vec<&crate::plan::CallPlan> = match &step.kind {
-            StepPlanKind::Call(c) => vec![c],
-            StepPlanKind::Foreach(f) => vec![&f.body],
-            StepPlanKind::While(w) => vec![&w.body],
-            StepPlanKind::Parallel(p) => p.branches.iter().map(|(_, c)| c).collect(),
-            _ => Vec::new(),
-        };
-        for c in calls {
-            if let AgentPlanSpec::Flow(child) = &c.agent.spec
-                && !out.contains(child)
-            {
-                out.push(*child);
-                collect_called(plan, *child, out);
-            }
-        }
-    }
 }
 
 /// Loads, lints and compiles a flow; prints its diagnostics to stderr when it does not lint

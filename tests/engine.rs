@@ -537,6 +537,77 @@ fn while_waits_its_delay_between_iterations() {
     assert!((120..1000).contains(&ms), "fragile took {ms}ms");
 }
 
+/// A `while` that appends to a list: each iteration's record holds the element it appended,
+/// the loop's record no payload change at all, so what a run records grows with its
+/// iterations, not with their square (the list each iteration left behind).
+#[test]
+fn a_while_loop_that_appends_records_each_iteration_s_own_change() {
+    let dir = TempDir::new("while-records");
+    dir.write(
+        "acc.yaml",
+        "flow: acc
+limits: {max_steps: 100000}
+agents:
+  entry:
+    kind: transform
+    result: {k: =input.k}
+steps:
+  accumulate:
+    while: =iteration < context.n
+    max_iterations: 10000
+    agent: entry
+    input: {$.k: =iteration}
+    output: {$.log: \"=payload.log + [result]\"}
+",
+    );
+    // The records of a run of `n` iterations, as `runs show --json` gives them.
+    let records = |n: u64| -> (Value, usize) {
+        let store = format!("sqlite:runs-{n}.db");
+        let out = support::run(support::switchyard(dir.path()).args([
+            "run",
+            "acc.yaml",
+            "--input",
+            r#"{"log": []}"#,
+            "--context",
+            &json!({"n": n}).to_string(),
+            "--store",
+            &store,
+        ]));
+        assert_eq!(out.code(), 0, "{out:?}");
+        let output: Value = serde_json::from_str(&out.stdout).unwrap();
+        let expected: Vec<Value> = (0..n).map(|k| json!({"k": k})).collect();
+        assert_eq!(output, json!({"log": expected}));
+        let list =
+            support::run(support::switchyard(dir.path()).args(["runs", "list", "--json", "--store", &store]));
+        let run: Value = serde_json::from_str(list.stdout.lines().next().unwrap()).unwrap();
+        let id = run["id"].as_str().unwrap();
+        let show = support::run(
+            support::switchyard(dir.path()).args(["runs", "show", id, "--json", "--store", &store]),
+        );
+        assert_eq!(show.code(), 0, "{show:?}");
+        (serde_json::from_str(&show.stdout).unwrap(), show.stdout.len())
+    };
+    let (shown, small) = records(200);
+    let steps = shown["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 201, "{shown}");
+    for s in steps {
+        match s["iteration"].as_u64() {
+            Some(k) => assert_eq!(
+                s["changes"],
+                json!([{"path": format!("$.log[{k}]"), "value": {"k": k}}]),
+                "{s}"
+            ),
+            None => assert_eq!(s["changes"], json!([]), "{s}"),
+        }
+    }
+    let (_, large) = records(400);
+    let ratio = large as f64 / small as f64;
+    assert!(
+        ratio < 2.2,
+        "twice the iterations, {ratio:.2} times the records ({small} → {large} bytes)"
+    );
+}
+
 #[test]
 fn retry_backoff_grows_by_its_factor() {
     let out = run("policies.yaml", &json!({"mode": "backoff", "n": 0}), &["--trace"]);

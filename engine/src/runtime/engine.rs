@@ -2001,8 +2001,8 @@ impl<'e, S: Store> Run<'e, S> {
             input,
             // The caller keeps the result; the record gets a copy.
             result: o.result.clone(),
-            changes: Vec::new(),
-            violations: Vec::new(),
+            changes: std::mem::take(&mut o.changes),
+            violations: o.violations.clone(),
             error: o.error.clone(),
             started_at,
             finished_at: Some(record::now_ms()),
@@ -2170,18 +2170,27 @@ impl<'e, S: Store> Run<'e, S> {
             let mut r = self
                 .invoke(step, call, &input, message.as_deref(), iter_number, "iteration")
                 .await;
+            let input = self.recorded_input(input);
+            if r.error.is_none() {
+                // The output applies after every iteration: the payload threads through. The
+                // iteration's record holds the writes it made, and the loop's record none, so
+                // records grow with the iterations, not with the payload each one saw.
+                let result = r.result.clone().unwrap_or_else(|| Arc::new(Value::Null));
+                self.apply(call, &result, &locals, &mut r);
+            }
             self.record_part(
                 step,
                 number.to_string(),
                 "iteration",
                 Some(iterations),
-                self.recorded_input(input),
+                input,
                 &mut r,
                 started_at,
             )
             .await;
             o.usage.add(r.usage);
             o.attempts = r.attempts;
+            o.violations.append(&mut r.violations);
             iterations += 1;
             if let Some(e) = r.error {
                 o.error = Some(e);
@@ -2189,11 +2198,6 @@ impl<'e, S: Store> Run<'e, S> {
                 break;
             }
             last = r.result.unwrap_or_else(|| Arc::new(Value::Null));
-            // The output applies after every iteration: the payload threads through.
-            self.apply(call, &last, &locals, &mut o);
-            if o.error.is_some() {
-                break;
-            }
         }
         o.result = Some(last);
         o.iterations = Some(iterations);

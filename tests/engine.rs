@@ -1006,6 +1006,131 @@ fn context_reaches_every_nested_flow_unchanged() {
     );
 }
 
+/// An integer that does not fit 64 bits is never rounded into a double: wherever a JSON text
+/// enters (`--input`, `--context`, a batch line, what a `command` prints) it is an error naming
+/// its JSON pointer; one that fits (`u64::MAX`) comes out exactly as it went in.
+#[test]
+fn integers_beyond_64_bits_are_refused_by_pointer_never_rounded() {
+    let dir = TempDir::new("big-integers");
+    dir.write(
+        "echo.yaml",
+        "flow: echo
+agents:
+  big:
+    kind: command
+    run: [printf, '{\"id\": 1, \"deep\": [0, {\"n\": 18446744073709551617}]}']
+  copy:
+    kind: transform
+    result: {n: =input.n}
+steps:
+  route:
+    set: {$.seen: {value: true}}
+    next:
+      - to: big_one
+        if: has(payload.big) && payload.big
+      - to: copy
+  copy:
+    agent: copy
+    output: {$.copy: $.n}
+  big_one:
+    agent: big
+    output: \"*\"
+",
+    );
+    let run = |args: &[&str]| {
+        support::run(
+            support::switchyard(dir.path())
+                .args(["run", "echo.yaml", "--store", "memory"])
+                .args(args),
+        )
+    };
+
+    let out = run(&["--input", r#"{"n": 18446744073709551615}"#]);
+    assert_eq!(out.code(), 0, "{out:?}");
+    assert!(
+        out.stdout.contains(r#""copy": 18446744073709551615"#),
+        "{}",
+        out.stdout
+    );
+
+    let out = run(&["--input", r#"{"n": 18446744073709551617}"#]);
+    assert_eq!(out.code(), 2, "{out:?}");
+    assert!(
+        out.stderr.contains(
+            "--input is not valid JSON: the integer 18446744073709551617 at `/n` does not fit in 64 bits"
+        ),
+        "{}",
+        out.stderr
+    );
+    assert!(out.stderr.contains("(line 1, column 7)"), "{}", out.stderr);
+    let out = run(&[
+        "--input",
+        "{}",
+        "--context",
+        r#"{"ids": [1, -99999999999999999999]}"#,
+    ]);
+    assert_eq!(out.code(), 2, "{out:?}");
+    assert!(
+        out.stderr.contains("-99999999999999999999 at `/ids/1`"),
+        "{}",
+        out.stderr
+    );
+
+    let out = run(&["--input", r#"{"big": true}"#]);
+    assert_eq!(out.code(), 1, "{out:?}");
+    assert!(out.stderr.contains("invalid_output"), "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("the integer 18446744073709551617 at `/deep/1/n` does not fit in 64 bits"),
+        "{}",
+        out.stderr
+    );
+
+    dir.write(
+        "in.jsonl",
+        "{\"id\": \"a\", \"n\": 1}\n{\"id\": \"b\", \"n\": 100000000000000000000}\n",
+    );
+    let out = support::run(support::switchyard(dir.path()).args([
+        "batch",
+        "echo.yaml",
+        "--input",
+        "in.jsonl",
+        "--output",
+        "out.jsonl",
+        "--store",
+        "memory",
+    ]));
+    assert_eq!(out.code(), 1, "{out:?}");
+    let lines: Vec<Value> = std::fs::read_to_string(dir.path().join("out.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines[0]["status"], "succeeded", "{lines:?}");
+    assert_eq!(lines[1]["status"], "failed", "{lines:?}");
+    let message = lines[1]["error"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with(
+            "line 2 is not JSON: the integer 100000000000000000000 at `/n` does not fit in 64 bits"
+        ),
+        "{message}"
+    );
+
+    // In a flow file (a flow test's input here), at its line and column.
+    dir.write(
+        "tested.yaml",
+        "flow: tested\nsteps:\n  one:\n    set: {$.n: =payload.n}\ntests:\n  - name: big\n    input: {n: 18446744073709551617}\n",
+    );
+    let out = support::run(support::switchyard(dir.path()).args(["test", "tested.yaml"]));
+    assert_ne!(out.code(), 0, "{out:?}");
+    let all = format!("{}{}", out.stdout, out.stderr);
+    assert!(
+        all.contains("the integer `18446744073709551617` does not fit in 64 bits"),
+        "{all}"
+    );
+    assert!(all.contains("tested.yaml:7:16"), "{all}");
+}
+
 #[test]
 fn allow_narrows_the_capability_set() {
     let out = capability_run(&["--allow", "flow,transform,mock"]);

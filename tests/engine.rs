@@ -344,7 +344,10 @@ fn fail_steps_print_their_kind_and_message() {
     );
     assert_eq!(
         (kind.as_str(), message.as_str()),
-        ("rejected", "amount 120 over the limit for bob")
+        (
+            "rejected",
+            "step `custom_reject`: amount 120 over the limit for bob"
+        )
     );
     let (kind, _) = run_failed("routing.yaml", &json!({"mode": "reject"}), &[]);
     assert_eq!(kind, "fail");
@@ -471,7 +474,7 @@ fn a_missing_source_names_the_path_and_the_nearest_key() {
     assert_eq!(kind, "mapping");
     assert_eq!(
         message,
-        "`$.ticket.body` matched nothing; nearest: `$.ticket.bdy`"
+        "step `see_mapped`: `$.ticket.body` matched nothing; nearest: `$.ticket.bdy`"
     );
 }
 
@@ -680,7 +683,9 @@ fn schema_violations_name_the_json_pointer() {
     let (kind, message) = run_failed("policies.yaml", &json!({"mode": "score", "n": 101}), &[]);
     assert_eq!(kind, "invalid_output");
     assert!(
-        message.starts_with("the result of agent `scorer` does not match its `result_schema` at `/score`: "),
+        message.starts_with(
+            "step `score`: the result of agent `scorer` does not match its `result_schema` at `/score`: "
+        ),
         "{message}"
     );
     let (kind, message) = run_failed("policies.yaml", &json!({"mode": "score", "n": 11}), &[]);
@@ -822,7 +827,7 @@ fn a_failed_command_is_kind_agent_with_the_tail_of_stderr() {
     let (kind, message) = run_error(&out);
     assert_eq!(kind, "agent");
     assert!(
-        message.starts_with("command `sh` exited with status 3: …"),
+        message.starts_with("step `exit_code`: command `sh` exited with status 3: …"),
         "{message}"
     );
     assert!(message.ends_with("fatal: disk full"), "{message}");
@@ -878,7 +883,7 @@ fn command_output_is_capped_and_must_be_json() {
         run_error(&out),
         (
             "invalid_output".to_string(),
-            "command `sh`: stdout exceeded 1 KiB (max_output)".to_string()
+            "step `too_much`: command `sh`: stdout exceeded 1 KiB (max_output)".to_string()
         )
     );
     let (out, _) = command_run(&dir, "not_json", json!({}));
@@ -886,7 +891,7 @@ fn command_output_is_capped_and_must_be_json() {
     let (kind, message) = run_error(&out);
     assert_eq!(kind, "invalid_output");
     assert!(
-        message.starts_with("command `echo` printed invalid JSON on stdout")
+        message.starts_with("step `bad_json`: command `echo` printed invalid JSON on stdout")
             && message.ends_with(": this is not json"),
         "{message}"
     );
@@ -954,7 +959,7 @@ fn a_call_beyond_max_depth_fails_with_kind_depth() {
     let (kind, message) = run_failed("depth.yaml", &json!({}), &[]);
     assert_eq!(
         (kind.as_str(), message.as_str()),
-        ("depth", "nesting limit reached (depth 2 of 2)")
+        ("depth", "step `go_deep`: nesting limit reached (depth 2 of 2)")
     );
 }
 
@@ -1139,7 +1144,7 @@ fn allow_narrows_the_capability_set() {
         run_error(&out),
         (
             "capability".to_string(),
-            "agent `classify` is of kind `command`, which is not allowed here \
+            "step `classify`: agent `classify` is of kind `command`, which is not allowed here \
              (allowed: flow, transform, mock)"
                 .to_string()
         )
@@ -1150,7 +1155,7 @@ fn allow_narrows_the_capability_set() {
     let (kind, message) = run_error(&out);
     assert_eq!(kind, "capability");
     assert!(
-        message.starts_with("agent `tag` is of kind `transform`"),
+        message.starts_with("step `tag`: agent `tag` is of kind `transform`"),
         "{message}"
     );
 
@@ -1173,7 +1178,7 @@ fn a_child_never_has_a_capability_its_caller_lacks() {
         run_error(&out),
         (
             "capability".to_string(),
-            "agent `double` is of kind `mock`, which is not allowed here (allowed: flow, transform)"
+            "step `delegate`: agent `double` is of kind `mock`, which is not allowed here (allowed: flow, transform)"
                 .to_string()
         )
     );
@@ -1232,7 +1237,8 @@ fn agent_change_remove_fails_the_steps_that_call_it_with_capability() {
         run_error(&out),
         (
             "capability".to_string(),
-            "agent `tag` of flow `capability-middle` is removed by an agent change".to_string()
+            "step `delegate`: agent `tag` of flow `capability-middle` is removed by an agent change"
+                .to_string()
         )
     );
 }
@@ -1271,7 +1277,7 @@ fn the_run_timeout_stops_the_run() {
     let (kind, message) = run_failed("limits.yaml", &json!({"mode": "slow"}), &[]);
     assert_eq!(
         (kind.as_str(), message.as_str()),
-        ("limit", "run timeout reached (limits.timeout 300ms)")
+        ("limit", "step `nap`: run timeout reached (limits.timeout 300ms)")
     );
     // The agent sleeps 5s; the run does not wait for it.
     assert!(
@@ -1286,14 +1292,14 @@ fn limit_errors_name_the_limit_and_its_value() {
     let (kind, message) = run_failed("limits.yaml", &json!({"mode": "loop"}), &[]);
     assert_eq!(
         (kind.as_str(), message.as_str()),
-        ("limit", "step limit reached (limits.max_steps 20)")
+        ("limit", "step `spin`: step limit reached (limits.max_steps 20)")
     );
     let (kind, message) = run_failed("limits.yaml", &json!({"mode": "grow"}), &[]);
     assert_eq!(
         (kind.as_str(), message.as_str()),
         (
             "limit",
-            "payload size limit reached (limits.max_payload_bytes 1024)"
+            "step `grow`: payload size limit reached (limits.max_payload_bytes 1024)"
         )
     );
 }

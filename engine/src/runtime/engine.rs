@@ -908,9 +908,9 @@ impl<'e, S: Store> Run<'e, S> {
             if let Some(stop) = outcome.stop {
                 return match (stop, outcome.error) {
                     (RunStatus::Succeeded, _) => Ok(RunStatus::Succeeded),
-                    (RunStatus::Interrupted, Some(e)) => Err((RunStatus::Interrupted, e)),
+                    (RunStatus::Interrupted, Some(e)) => Err((RunStatus::Interrupted, self.at_step(step, e))),
                     (RunStatus::Interrupted, None) => Ok(RunStatus::Interrupted),
-                    (s, Some(e)) => Err((s, e)),
+                    (s, Some(e)) => Err((s, self.at_step(step, e))),
                     (s, None) => Ok(s),
                 };
             }
@@ -919,12 +919,24 @@ impl<'e, S: Store> Run<'e, S> {
                 Ok(None) => {
                     return match outcome.error {
                         None => Ok(RunStatus::Succeeded),
-                        Some(e) => Err((status_for(&e), e)),
+                        Some(e) => Err((status_for(&e), self.at_step(step, e))),
                     };
                 }
-                Err(e) => return Err((status_for(&e), e)),
+                Err(e) => return Err((status_for(&e), self.at_step(step, e))),
             }
         }
+    }
+
+    /// The run's error, from the error of the step it stopped at. A root run's names the step
+    /// (``step `classify`: `$.ticket.subjet` matched nothing``) unless it starts with it already;
+    /// a child run's stays the step's, which its calling step fails with as it is (and the
+    /// root names that step). The step's own error (`steps.<id>.error`, its record) is unchanged.
+    fn at_step(&self, step: &StepPlan, mut e: StepError) -> StepError {
+        let prefix = format!("step `{}`: ", step.id);
+        if self.lineage.depth == 0 && !e.message.starts_with(&prefix[..prefix.len() - 2]) {
+            e.message.insert_str(0, &prefix);
+        }
+        e
     }
 
     /// Picks the edge to follow (SPEC §4). `Ok(None)`: the step has no `next`.
@@ -2585,7 +2597,7 @@ steps:
         assert_eq!(e.kind, ErrorKind::Limit);
         assert_eq!(
             e.message,
-            "payload size limit reached (limits.max_payload_bytes 1024)"
+            "step `loop`: payload size limit reached (limits.max_payload_bytes 1024)"
         );
         // The 100th iteration brings it to 1027 bytes (the 99th to 1017): the step and 100
         // iterations ran.

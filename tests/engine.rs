@@ -351,6 +351,14 @@ fn fail_steps_print_their_kind_and_message() {
     );
     let (kind, _) = run_failed("routing.yaml", &json!({"mode": "reject"}), &[]);
     assert_eq!(kind, "fail");
+    // A message that cannot be rendered (`input.who` is missing) keeps the `fail`'s kind.
+    let (kind, message) = run_failed("routing.yaml", &json!({"mode": "custom", "amount": 120}), &[]);
+    assert_eq!(kind, "rejected", "{message}");
+    assert!(
+        message.starts_with("step `custom_reject`: the `fail` message could not be rendered: ")
+            && message.contains("who"),
+        "{message}"
+    );
 }
 
 #[test]

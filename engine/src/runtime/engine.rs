@@ -1187,14 +1187,21 @@ impl<'e, S: Store> Run<'e, S> {
                 o
             }
             StepPlanKind::Fail { kind, message } => {
-                let text = match message {
+                // A message that cannot be rendered does not change what the run fails with:
+                // the `fail`'s kind, with the template's error for a message.
+                let (text, details) = match message {
                     Some(m) => match eval::render(m, &self.vars(&[])) {
-                        Ok(t) => t,
-                        Err(e) => return StepOutcome::err(e),
+                        Ok(t) => (t, None),
+                        Err(e) => (
+                            format!("the `fail` message could not be rendered: {}", e.message),
+                            e.details,
+                        ),
                     },
-                    None => format!("the flow failed at step `{}`", step.id),
+                    None => (format!("the flow failed at step `{}`", step.id), None),
                 };
-                let mut o = StepOutcome::err(StepError::new(ErrorKind::parse(kind), text));
+                let mut error = StepError::new(ErrorKind::parse(kind), text);
+                error.details = details;
+                let mut o = StepOutcome::err(error);
                 o.stop = Some(RunStatus::Failed);
                 o
             }

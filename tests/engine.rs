@@ -684,6 +684,22 @@ fn an_input_schema_violation_fails_before_any_step() {
     );
     assert!(!out.stderr.contains("dispatch"), "no step ran: {}", out.stderr);
     assert!(out.stderr.contains("failed after 0 steps"), "{}", out.stderr);
+
+    // Every violation at once, each with its pointer, in the message and the record.
+    let out = run(
+        "policies.yaml",
+        &json!({"mode": 7, "n": "seven"}),
+        &["--store", "memory"],
+    );
+    assert_eq!(out.code(), 1, "{out:?}");
+    let (kind, message) = run_error(&out);
+    assert_eq!(kind, "mapping");
+    assert!(
+        message.starts_with("the run input does not match `input.schema` (2 violations): at `/")
+            && message.contains("at `/mode`: 7 is not of type \"string\"")
+            && message.contains("at `/n`: \"seven\" is not of type \"integer\""),
+        "{message}"
+    );
 }
 
 #[test]

@@ -608,14 +608,28 @@ impl<'e, S: Store> Run<'e, S> {
             return self.finish(RunStatus::Failed, None, Some(e)).await;
         }
         tracing::info!(run_id = %self.record.id, flow = %self.flow.name, depth = self.lineage.depth, "run started");
+        // Every violation at once: a caller fixes its input in one go.
         if let Some(schema) = &self.flow.input_schema
-            && let Err(v) = schema.check(&self.record.input)
+            && let violations = schema.violations(&self.record.input)
+            && let Some(first) = violations.first()
         {
-            let e = StepError::new(
-                ErrorKind::Mapping,
-                format!("the run input does not match `input.schema` {v}"),
-            )
-            .with_details(serde_json::json!({"pointer": v.pointer}));
+            let message = match violations.as_slice() {
+                [v] => format!("the run input does not match `input.schema` {v}"),
+                all => {
+                    let each: Vec<String> = all.iter().map(ToString::to_string).collect();
+                    format!(
+                        "the run input does not match `input.schema` ({} violations): {}",
+                        all.len(),
+                        each.join("; ")
+                    )
+                }
+            };
+            let listed: Vec<Value> = violations
+                .iter()
+                .map(|v| serde_json::json!({"pointer": v.pointer, "message": v.message}))
+                .collect();
+            let e = StepError::new(ErrorKind::Mapping, message)
+                .with_details(serde_json::json!({"pointer": first.pointer, "violations": listed}));
             return self.finish(RunStatus::Failed, None, Some(e)).await;
         }
         // The payload starts as the input: an input over `max_payload_bytes` fails the run

@@ -344,10 +344,21 @@ fn fail_steps_print_their_kind_and_message() {
     );
     assert_eq!(
         (kind.as_str(), message.as_str()),
-        ("rejected", "amount 120 over the limit for bob")
+        (
+            "rejected",
+            "step `custom_reject`: amount 120 over the limit for bob"
+        )
     );
     let (kind, _) = run_failed("routing.yaml", &json!({"mode": "reject"}), &[]);
     assert_eq!(kind, "fail");
+    // A message that cannot be rendered (`input.who` is missing) keeps the `fail`'s kind.
+    let (kind, message) = run_failed("routing.yaml", &json!({"mode": "custom", "amount": 120}), &[]);
+    assert_eq!(kind, "rejected", "{message}");
+    assert!(
+        message.starts_with("step `custom_reject`: the `fail` message could not be rendered: ")
+            && message.contains("who"),
+        "{message}"
+    );
 }
 
 #[test]
@@ -471,7 +482,7 @@ fn a_missing_source_names_the_path_and_the_nearest_key() {
     assert_eq!(kind, "mapping");
     assert_eq!(
         message,
-        "`$.ticket.body` matched nothing; nearest: `$.ticket.bdy`"
+        "step `see_mapped`: `$.ticket.body` matched nothing; nearest: `$.ticket.bdy`"
     );
 }
 
@@ -535,6 +546,77 @@ fn while_waits_its_delay_between_iterations() {
     // 3 iterations, 2 delays of 60ms: none before the first iteration.
     let ms = trace_ms(&out.stderr, "2", "fragile");
     assert!((120..1000).contains(&ms), "fragile took {ms}ms");
+}
+
+/// A `while` that appends to a list: each iteration's record holds the element it appended,
+/// the loop's record no payload change at all, so what a run records grows with its
+/// iterations, not with their square (the list each iteration left behind).
+#[test]
+fn a_while_loop_that_appends_records_each_iteration_s_own_change() {
+    let dir = TempDir::new("while-records");
+    dir.write(
+        "acc.yaml",
+        "flow: acc
+limits: {max_steps: 100000}
+agents:
+  entry:
+    kind: transform
+    result: {k: =input.k}
+steps:
+  accumulate:
+    while: =iteration < context.n
+    max_iterations: 10000
+    agent: entry
+    input: {$.k: =iteration}
+    output: {$.log: \"=payload.log + [result]\"}
+",
+    );
+    // The records of a run of `n` iterations, as `runs show --json` gives them.
+    let records = |n: u64| -> (Value, usize) {
+        let store = format!("sqlite:runs-{n}.db");
+        let out = support::run(support::switchyard(dir.path()).args([
+            "run",
+            "acc.yaml",
+            "--input",
+            r#"{"log": []}"#,
+            "--context",
+            &json!({"n": n}).to_string(),
+            "--store",
+            &store,
+        ]));
+        assert_eq!(out.code(), 0, "{out:?}");
+        let output: Value = serde_json::from_str(&out.stdout).unwrap();
+        let expected: Vec<Value> = (0..n).map(|k| json!({"k": k})).collect();
+        assert_eq!(output, json!({"log": expected}));
+        let list =
+            support::run(support::switchyard(dir.path()).args(["runs", "list", "--json", "--store", &store]));
+        let run: Value = serde_json::from_str(list.stdout.lines().next().unwrap()).unwrap();
+        let id = run["id"].as_str().unwrap();
+        let show = support::run(
+            support::switchyard(dir.path()).args(["runs", "show", id, "--json", "--store", &store]),
+        );
+        assert_eq!(show.code(), 0, "{show:?}");
+        (serde_json::from_str(&show.stdout).unwrap(), show.stdout.len())
+    };
+    let (shown, small) = records(200);
+    let steps = shown["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 201, "{shown}");
+    for s in steps {
+        match s["iteration"].as_u64() {
+            Some(k) => assert_eq!(
+                s["changes"],
+                json!([{"path": format!("$.log[{k}]"), "value": {"k": k}}]),
+                "{s}"
+            ),
+            None => assert_eq!(s["changes"], json!([]), "{s}"),
+        }
+    }
+    let (_, large) = records(400);
+    let ratio = large as f64 / small as f64;
+    assert!(
+        ratio < 2.2,
+        "twice the iterations, {ratio:.2} times the records ({small} → {large} bytes)"
+    );
 }
 
 #[test]
@@ -602,6 +684,22 @@ fn an_input_schema_violation_fails_before_any_step() {
     );
     assert!(!out.stderr.contains("dispatch"), "no step ran: {}", out.stderr);
     assert!(out.stderr.contains("failed after 0 steps"), "{}", out.stderr);
+
+    // Every violation at once, each with its pointer, in the message and the record.
+    let out = run(
+        "policies.yaml",
+        &json!({"mode": 7, "n": "seven"}),
+        &["--store", "memory"],
+    );
+    assert_eq!(out.code(), 1, "{out:?}");
+    let (kind, message) = run_error(&out);
+    assert_eq!(kind, "mapping");
+    assert!(
+        message.starts_with("the run input does not match `input.schema` (2 violations): at `/")
+            && message.contains("at `/mode`: 7 is not of type \"string\"")
+            && message.contains("at `/n`: \"seven\" is not of type \"integer\""),
+        "{message}"
+    );
 }
 
 #[test]
@@ -609,7 +707,9 @@ fn schema_violations_name_the_json_pointer() {
     let (kind, message) = run_failed("policies.yaml", &json!({"mode": "score", "n": 101}), &[]);
     assert_eq!(kind, "invalid_output");
     assert!(
-        message.starts_with("the result of agent `scorer` does not match its `result_schema` at `/score`: "),
+        message.starts_with(
+            "step `score`: the result of agent `scorer` does not match its `result_schema` at `/score`: "
+        ),
         "{message}"
     );
     let (kind, message) = run_failed("policies.yaml", &json!({"mode": "score", "n": 11}), &[]);
@@ -751,7 +851,7 @@ fn a_failed_command_is_kind_agent_with_the_tail_of_stderr() {
     let (kind, message) = run_error(&out);
     assert_eq!(kind, "agent");
     assert!(
-        message.starts_with("command `sh` exited with status 3: …"),
+        message.starts_with("step `exit_code`: command `sh` exited with status 3: …"),
         "{message}"
     );
     assert!(message.ends_with("fatal: disk full"), "{message}");
@@ -807,7 +907,7 @@ fn command_output_is_capped_and_must_be_json() {
         run_error(&out),
         (
             "invalid_output".to_string(),
-            "command `sh`: stdout exceeded 1 KiB (max_output)".to_string()
+            "step `too_much`: command `sh`: stdout exceeded 1 KiB (max_output)".to_string()
         )
     );
     let (out, _) = command_run(&dir, "not_json", json!({}));
@@ -815,7 +915,7 @@ fn command_output_is_capped_and_must_be_json() {
     let (kind, message) = run_error(&out);
     assert_eq!(kind, "invalid_output");
     assert!(
-        message.starts_with("command `echo` printed invalid JSON on stdout")
+        message.starts_with("step `bad_json`: command `echo` printed invalid JSON on stdout")
             && message.ends_with(": this is not json"),
         "{message}"
     );
@@ -883,7 +983,7 @@ fn a_call_beyond_max_depth_fails_with_kind_depth() {
     let (kind, message) = run_failed("depth.yaml", &json!({}), &[]);
     assert_eq!(
         (kind.as_str(), message.as_str()),
-        ("depth", "nesting limit reached (depth 2 of 2)")
+        ("depth", "step `go_deep`: nesting limit reached (depth 2 of 2)")
     );
 }
 
@@ -935,6 +1035,131 @@ fn context_reaches_every_nested_flow_unchanged() {
     );
 }
 
+/// An integer that does not fit 64 bits is never rounded into a double: wherever a JSON text
+/// enters (`--input`, `--context`, a batch line, what a `command` prints) it is an error naming
+/// its JSON pointer; one that fits (`u64::MAX`) comes out exactly as it went in.
+#[test]
+fn integers_beyond_64_bits_are_refused_by_pointer_never_rounded() {
+    let dir = TempDir::new("big-integers");
+    dir.write(
+        "echo.yaml",
+        "flow: echo
+agents:
+  big:
+    kind: command
+    run: [printf, '{\"id\": 1, \"deep\": [0, {\"n\": 18446744073709551617}]}']
+  copy:
+    kind: transform
+    result: {n: =input.n}
+steps:
+  route:
+    set: {$.seen: {value: true}}
+    next:
+      - to: big_one
+        if: has(payload.big) && payload.big
+      - to: copy
+  copy:
+    agent: copy
+    output: {$.copy: $.n}
+  big_one:
+    agent: big
+    output: \"*\"
+",
+    );
+    let run = |args: &[&str]| {
+        support::run(
+            support::switchyard(dir.path())
+                .args(["run", "echo.yaml", "--store", "memory"])
+                .args(args),
+        )
+    };
+
+    let out = run(&["--input", r#"{"n": 18446744073709551615}"#]);
+    assert_eq!(out.code(), 0, "{out:?}");
+    assert!(
+        out.stdout.contains(r#""copy": 18446744073709551615"#),
+        "{}",
+        out.stdout
+    );
+
+    let out = run(&["--input", r#"{"n": 18446744073709551617}"#]);
+    assert_eq!(out.code(), 2, "{out:?}");
+    assert!(
+        out.stderr.contains(
+            "--input is not valid JSON: the integer 18446744073709551617 at `/n` does not fit in 64 bits"
+        ),
+        "{}",
+        out.stderr
+    );
+    assert!(out.stderr.contains("(line 1, column 7)"), "{}", out.stderr);
+    let out = run(&[
+        "--input",
+        "{}",
+        "--context",
+        r#"{"ids": [1, -99999999999999999999]}"#,
+    ]);
+    assert_eq!(out.code(), 2, "{out:?}");
+    assert!(
+        out.stderr.contains("-99999999999999999999 at `/ids/1`"),
+        "{}",
+        out.stderr
+    );
+
+    let out = run(&["--input", r#"{"big": true}"#]);
+    assert_eq!(out.code(), 1, "{out:?}");
+    assert!(out.stderr.contains("invalid_output"), "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("the integer 18446744073709551617 at `/deep/1/n` does not fit in 64 bits"),
+        "{}",
+        out.stderr
+    );
+
+    dir.write(
+        "in.jsonl",
+        "{\"id\": \"a\", \"n\": 1}\n{\"id\": \"b\", \"n\": 100000000000000000000}\n",
+    );
+    let out = support::run(support::switchyard(dir.path()).args([
+        "batch",
+        "echo.yaml",
+        "--input",
+        "in.jsonl",
+        "--output",
+        "out.jsonl",
+        "--store",
+        "memory",
+    ]));
+    assert_eq!(out.code(), 1, "{out:?}");
+    let lines: Vec<Value> = std::fs::read_to_string(dir.path().join("out.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines[0]["status"], "succeeded", "{lines:?}");
+    assert_eq!(lines[1]["status"], "failed", "{lines:?}");
+    let message = lines[1]["error"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with(
+            "line 2 is not JSON: the integer 100000000000000000000 at `/n` does not fit in 64 bits"
+        ),
+        "{message}"
+    );
+
+    // In a flow file (a flow test's input here), at its line and column.
+    dir.write(
+        "tested.yaml",
+        "flow: tested\nsteps:\n  one:\n    set: {$.n: =payload.n}\ntests:\n  - name: big\n    input: {n: 18446744073709551617}\n",
+    );
+    let out = support::run(support::switchyard(dir.path()).args(["test", "tested.yaml"]));
+    assert_ne!(out.code(), 0, "{out:?}");
+    let all = format!("{}{}", out.stdout, out.stderr);
+    assert!(
+        all.contains("the integer `18446744073709551617` does not fit in 64 bits"),
+        "{all}"
+    );
+    assert!(all.contains("tested.yaml:7:16"), "{all}");
+}
+
 #[test]
 fn allow_narrows_the_capability_set() {
     let out = capability_run(&["--allow", "flow,transform,mock"]);
@@ -943,7 +1168,7 @@ fn allow_narrows_the_capability_set() {
         run_error(&out),
         (
             "capability".to_string(),
-            "agent `classify` is of kind `command`, which is not allowed here \
+            "step `classify`: agent `classify` is of kind `command`, which is not allowed here \
              (allowed: flow, transform, mock)"
                 .to_string()
         )
@@ -954,7 +1179,7 @@ fn allow_narrows_the_capability_set() {
     let (kind, message) = run_error(&out);
     assert_eq!(kind, "capability");
     assert!(
-        message.starts_with("agent `tag` is of kind `transform`"),
+        message.starts_with("step `tag`: agent `tag` is of kind `transform`"),
         "{message}"
     );
 
@@ -977,7 +1202,7 @@ fn a_child_never_has_a_capability_its_caller_lacks() {
         run_error(&out),
         (
             "capability".to_string(),
-            "agent `double` is of kind `mock`, which is not allowed here (allowed: flow, transform)"
+            "step `delegate`: agent `double` is of kind `mock`, which is not allowed here (allowed: flow, transform)"
                 .to_string()
         )
     );
@@ -1036,7 +1261,8 @@ fn agent_change_remove_fails_the_steps_that_call_it_with_capability() {
         run_error(&out),
         (
             "capability".to_string(),
-            "agent `tag` of flow `capability-middle` is removed by an agent change".to_string()
+            "step `delegate`: agent `tag` of flow `capability-middle` is removed by an agent change"
+                .to_string()
         )
     );
 }
@@ -1075,7 +1301,7 @@ fn the_run_timeout_stops_the_run() {
     let (kind, message) = run_failed("limits.yaml", &json!({"mode": "slow"}), &[]);
     assert_eq!(
         (kind.as_str(), message.as_str()),
-        ("limit", "run timeout reached (limits.timeout 300ms)")
+        ("limit", "step `nap`: run timeout reached (limits.timeout 300ms)")
     );
     // The agent sleeps 5s; the run does not wait for it.
     assert!(
@@ -1090,14 +1316,14 @@ fn limit_errors_name_the_limit_and_its_value() {
     let (kind, message) = run_failed("limits.yaml", &json!({"mode": "loop"}), &[]);
     assert_eq!(
         (kind.as_str(), message.as_str()),
-        ("limit", "step limit reached (limits.max_steps 20)")
+        ("limit", "step `spin`: step limit reached (limits.max_steps 20)")
     );
     let (kind, message) = run_failed("limits.yaml", &json!({"mode": "grow"}), &[]);
     assert_eq!(
         (kind.as_str(), message.as_str()),
         (
             "limit",
-            "payload size limit reached (limits.max_payload_bytes 1024)"
+            "step `grow`: payload size limit reached (limits.max_payload_bytes 1024)"
         )
     );
 }

@@ -228,7 +228,7 @@ async fn allow_hosts_refuses_other_hosts_with_kind_capability() {
     assert!(
         out.stderr.contains(
             // The host came from a secret reference: it is not shown.
-            "error[capability]: agent `svc`: host `[redacted]` is not in `allow_hosts` (allowed: api.example.com)"
+            "error[capability]: step `call`: agent `svc`: host `[redacted]` is not in `allow_hosts` (allowed: api.example.com)"
         ),
         "{}",
         out.stderr
@@ -282,7 +282,7 @@ fn allow_hosts_on_the_command_line() {
     assert_eq!(out.code(), 1, "{out:?}");
     assert!(
         out.stderr.contains(
-            "error[capability]: agent `svc`: host `127.0.0.1` is not in `allow_hosts` (allowed: api.example.com, *.example.org)"
+            "error[capability]: step `call`: agent `svc`: host `127.0.0.1` is not in `allow_hosts` (allowed: api.example.com, *.example.org)"
         ),
         "{}",
         out.stderr

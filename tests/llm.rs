@@ -853,7 +853,7 @@ async fn a_spent_budget_stops_new_calls() {
     let e = out.error.unwrap();
     assert_eq!(e.kind.as_str(), "limit");
     assert!(
-        e.message.starts_with("cost limit reached: $0.0000"),
+        e.message.starts_with("step `again`: cost limit reached: $0.0000"),
         "{}",
         e.message
     );
@@ -899,7 +899,8 @@ fn max_cost_usd_on_the_command_line() {
     let out = run("0.00005");
     assert_eq!(out.code(), 1, "{out:?}");
     assert!(
-        out.stderr.contains("error[limit]: cost limit reached: $0.0000"),
+        out.stderr
+            .contains("error[limit]: step `again`: cost limit reached: $0.0000"),
         "{}",
         out.stderr
     );

@@ -364,7 +364,7 @@ steps:
         .to_string();
     assert_eq!(
         doc["run"]["error"]["message"],
-        format!("the child run `{child}` waits for a decision")
+        format!("step `call`: the child run `{child}` waits for a decision")
     );
     for shown in [&id, &child] {
         let text = show(&dir, shown);

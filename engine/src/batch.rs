@@ -255,11 +255,13 @@ impl Lines {
                 }));
             }
         };
-        let parsed: Result<Value, String> = serde_json::from_str(text).map_err(|e| {
-            // serde_json says where as " at line 1 column N": the line is ours to name.
-            let text = e.to_string();
-            let cause = text.split(" at line ").next().unwrap_or(&text);
-            format!("line {line_no} is not JSON: {cause} (column {})", e.column())
+        let parsed: Result<Value, String> = crate::json::from_str(text).map_err(|e| {
+            // The error says where as " at line 1 column N": the line is ours to name.
+            format!(
+                "line {line_no} is not JSON: {} (column {})",
+                e.cause(),
+                e.column()
+            )
         });
         let id = match &parsed {
             Ok(Value::Object(m)) => id_text(m.get(&self.id_field)),

@@ -11,6 +11,7 @@ pub mod batch;
 pub mod cli;
 pub mod compile;
 pub mod diag;
+pub mod json;
 pub mod lint;
 pub mod model;
 pub mod plan;

@@ -18,6 +18,7 @@ mod discard;
 mod profile;
 mod report;
 mod util;
+mod w10w_while;
 mod w1_chain;
 mod w2_branch;
 mod w3_foreach;
@@ -62,6 +63,7 @@ const WORKLOADS: &[(&str, RunFn)] = &[
     (w7_durable::ID, w7_durable::run),
     (w8_lint::ID, w8_lint::run),
     (w9_resume::ID, w9_resume::run),
+    (w10w_while::ID, w10w_while::run),
 ];
 
 /// Measured child processes: `--child NAME ARGS...`.
@@ -73,6 +75,7 @@ const CHILDREN: &[(&str, ChildFn)] = &[
     ("w6", w6_build::child),
     ("w6-phases", w6_build::child_phases),
     ("w8-phases", w8_lint::child_phases),
+    ("w10w", w10w_while::child),
 ];
 
 const USAGE: &str = "\

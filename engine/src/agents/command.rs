@@ -417,7 +417,7 @@ fn judge(program: &str, status: ExitStatus, stdout: &[u8], stderr: &Tail) -> Res
             format!("command `{program}` printed nothing on stdout (expected one JSON value)"),
         ));
     }
-    serde_json::from_slice(text).map_err(|e| {
+    crate::json::from_slice(text).map_err(|e| {
         StepError::new(
             ErrorKind::InvalidOutput,
             format!(

@@ -201,7 +201,7 @@ fn judge(
         if body.iter().all(u8::is_ascii_whitespace) {
             return Ok(Value::Null);
         }
-        return serde_json::from_slice(body).map_err(|e| {
+        return crate::json::from_slice(body).map_err(|e| {
             StepError::new(
                 ErrorKind::InvalidOutput,
                 format!(

@@ -148,7 +148,7 @@ impl RunArgs {
     pub fn options(&self, plan: &Plan) -> Result<(Value, RunOptions), String> {
         let context = match &self.context {
             Some(text) => {
-                serde_json::from_str(text).map_err(|e| format!("--context is not valid JSON: {e}"))?
+                crate::json::from_str(text).map_err(|e| format!("--context is not valid JSON: {e}"))?
             }
             None => Value::Object(Default::default()),
         };
@@ -194,7 +194,7 @@ impl RunArgs {
             Some(path) => {
                 let text = std::fs::read_to_string(path)
                     .map_err(|e| format!("cannot read --messages `{}`: {e}", path.display()))?;
-                let v: Value = serde_json::from_str(&text).map_err(|e| {
+                let v: Value = crate::json::from_str(&text).map_err(|e| {
                     format!(
                         "--messages `{}` is not valid JSON: {e} (line {}, column {})",
                         path.display(),
@@ -243,9 +243,10 @@ pub fn read_input(input: Option<&str>, file: Option<&Path>) -> Result<Value, Str
         ),
         (None, None) => return Ok(Value::Object(Default::default())),
     };
-    serde_json::from_str(&text).map_err(|e| {
+    crate::json::from_str(&text).map_err(|e| {
         format!(
-            "{what} is not valid JSON: {e} (line {}, column {})",
+            "{what} is not valid JSON: {} (line {}, column {})",
+            e.cause(),
             e.line(),
             e.column()
         )

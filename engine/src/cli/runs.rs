@@ -294,15 +294,13 @@ fn show(args: ShowArgs) -> u8 {
 }
 
 pub fn resume(args: ResumeArgs) -> u8 {
-    let decision = match args.decision.as_deref().map(serde_json::from_str::<Value>) {
+    let decision = match args.decision.as_deref().map(crate::json::from_str) {
         None => None,
         Some(Ok(v)) => Some(v),
         Some(Err(e)) => {
-            // serde_json says where as " at line L column C": said once, here.
-            let text = e.to_string();
-            let cause = text.split(" at line ").next().unwrap_or(&text);
             return fail(format!(
-                "--decision is not valid JSON: {cause} (line {}, column {})",
+                "--decision is not valid JSON: {} (line {}, column {})",
+                e.cause(),
                 e.line(),
                 e.column()
             ));

@@ -58,6 +58,17 @@ impl Schema {
         Ok(Schema { value, validator })
     }
 
+    /// Every violation of `instance`, in the validator's order.
+    pub fn violations(&self, instance: &Value) -> Vec<SchemaViolation> {
+        self.validator
+            .iter_errors(instance)
+            .map(|e| SchemaViolation {
+                pointer: e.instance_path().to_string(),
+                message: e.to_string(),
+            })
+            .collect()
+    }
+
     /// The first violation of `instance`, if any.
     pub fn check(&self, instance: &Value) -> Result<(), SchemaViolation> {
         match self.validator.iter_errors(instance).next() {

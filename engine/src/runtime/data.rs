@@ -195,6 +195,10 @@ pub fn apply_output(
                 ..*vars
             };
             if let [(dest, src)] = entries.as_slice() {
+                if let Some(items) = appended(scope, dest, src, &vars) {
+                    append_in_place(payload, scope, dest, items, dest_text(scope, dest), changes)?;
+                    return Ok(Vec::new());
+                }
                 let value = eval_source(src, result, &vars).map_err(|e| for_dest(e, dest))?;
                 let target = subtree_mut(scope, payload)?;
                 let whole = matches!(src, SourcePlan::Path(p) if p.segments().is_some_and(<[_]>::is_empty));
@@ -232,6 +236,9 @@ pub fn apply_set(
         ..*vars
     };
     if let [(dest, src)] = set {
+        if let Some(items) = appended(None, dest, src, &vars) {
+            return append_in_place(payload, None, dest, items, dest.text().to_owned(), changes);
+        }
         let value = eval_source(src, payload, &vars).map_err(|e| for_dest(e, dest))?;
         return write_one(payload, dest, value, None, dest.text().to_owned(), changes);
     }
@@ -635,6 +642,67 @@ fn write_one(
         path: shown,
         value: recorded,
     });
+    Ok(())
+}
+
+/// The elements a single write `dest: =payload.<dest> + [...]` appends to the list at `dest`
+/// (the scope, if any, in front), when the source is of that form and that list exists in the
+/// payload `vars` sees: see [`eval::appended`]. `None`: evaluate the source as written.
+fn appended(scope: Option<&Path>, dest: &Path, src: &SourcePlan, vars: &Vars) -> Option<Vec<Value>> {
+    let SourcePlan::Expr(e) = src else {
+        return None;
+    };
+    let segs = scope
+        .map_or(Some(&[][..]), Path::segments)?
+        .iter()
+        .chain(dest.segments()?);
+    let mut fields = Vec::new();
+    for seg in segs {
+        match seg {
+            Seg::Key(k) => fields.push(k.as_str()),
+            Seg::Index(_) => return None,
+        }
+    }
+    // `payload` as the expression sees it (a local of that name would shadow it).
+    let payload = vars
+        .get("payload")
+        .filter(|p| vars.payload.is_some_and(|q| std::ptr::eq(*p, q)))?;
+    let mut at = payload;
+    for f in &fields {
+        at = at.as_object()?.get(*f)?;
+    }
+    if !at.is_array() {
+        return None;
+    }
+    eval::appended(e, &fields, vars)
+}
+
+/// Appends `items` to the list at `dest` (under `scope`), which [`appended`] found: the same
+/// payload as writing `payload.<dest> + items` back, without copying the list. Each element is
+/// recorded as the write that appends it (`$.log[3]`, the list's length before it), so a record
+/// holds what this write added, not the whole list.
+fn append_in_place(
+    payload: &mut Value,
+    scope: Option<&Path>,
+    dest: &Path,
+    items: Vec<Value>,
+    shown: String,
+    changes: &mut Vec<Change>,
+) -> Result<(), StepError> {
+    let scope = scope.and_then(Path::segments).unwrap_or(&[]);
+    let Some(Value::Array(list)) =
+        walk_mut(payload, scope).and_then(|t| walk_mut(t, dest.segments().unwrap_or(&[])))
+    else {
+        return Err(StepError::mapping(format!("cannot append to `{shown}`")));
+    };
+    list.reserve(items.len());
+    for item in items {
+        changes.push(Change {
+            path: format!("{shown}[{}]", list.len()),
+            value: Arc::new(item.clone()),
+        });
+        list.push(item);
+    }
     Ok(())
 }
 
@@ -1237,6 +1305,57 @@ mod tests {
         let e = apply_set(&set, &mut payload, &no_vars(), &mut changes).unwrap_err();
         assert_eq!(e.kind, ErrorKind::Mapping);
         assert_eq!(payload, json!({"n": 20}));
+    }
+
+    #[test]
+    fn a_write_of_a_list_plus_more_appends_in_place_and_records_what_it_added() {
+        let mut payload = json!({"log": [{"k": 0}], "s": "a", "n": 1, "o": {"l": []}});
+        let mut changes = Vec::new();
+        let set = map(&[("$.log", src_expr("payload.log + [{'k': payload.n}, 2]"))]);
+        apply_set(&set, &mut payload, &no_vars(), &mut changes).unwrap();
+        assert_eq!(payload["log"], json!([{"k": 0}, {"k": 1}, 2]));
+        assert_eq!(
+            changes,
+            [change("$.log[1]", json!({"k": 1})), change("$.log[2]", json!(2))]
+        );
+
+        // The recorded writes make the same payload again (a resumed run replays them).
+        let mut replayed = json!({"log": [{"k": 0}]});
+        replay_changes(&mut replayed, &changes).unwrap();
+        assert_eq!(replayed["log"], payload["log"]);
+
+        // Under a scope, from an output map.
+        let out = OutputPlan::Map(map(&[("$.l", src_expr("payload.o.l + [result.v]"))]));
+        let mut changes = Vec::new();
+        apply_output(
+            &out,
+            Some(&p("$.o")),
+            &mut payload,
+            &json!({"v": 7}),
+            &no_vars(),
+            &mut changes,
+        )
+        .unwrap();
+        assert_eq!(payload["o"], json!({"l": [7]}));
+        assert_eq!(changes, [change("$.o.l[0]", json!(7))]);
+
+        // Anything else is evaluated as written: strings concatenate, another destination
+        // gets the whole sum, and a value that is not a list fails as cel says.
+        let mut changes = Vec::new();
+        let set = map(&[("$.s", src_expr("payload.s + 'b'"))]);
+        apply_set(&set, &mut payload, &no_vars(), &mut changes).unwrap();
+        assert_eq!(changes, [change("$.s", json!("ab"))]);
+        let set = map(&[("$.copy", src_expr("payload.log + [3]"))]);
+        apply_set(&set, &mut payload, &no_vars(), &mut changes).unwrap();
+        assert_eq!(payload["copy"], json!([{"k": 0}, {"k": 1}, 2, 3]));
+        assert_eq!(payload["log"].as_array().map(Vec::len), Some(3));
+        let set = map(&[("$.n", src_expr("payload.n + [3]"))]);
+        let e = apply_set(&set, &mut payload, &no_vars(), &mut changes).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Expression);
+        let set = map(&[("$.log", src_expr("payload.log + 3"))]);
+        let e = apply_set(&set, &mut payload, &no_vars(), &mut changes).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Expression);
+        assert_eq!(payload["log"].as_array().map(Vec::len), Some(3));
     }
 
     /// Not a timed assertion: prints what a W1 `set` step's mapping costs (run with

@@ -608,14 +608,28 @@ impl<'e, S: Store> Run<'e, S> {
             return self.finish(RunStatus::Failed, None, Some(e)).await;
         }
         tracing::info!(run_id = %self.record.id, flow = %self.flow.name, depth = self.lineage.depth, "run started");
+        // Every violation at once: a caller fixes its input in one go.
         if let Some(schema) = &self.flow.input_schema
-            && let Err(v) = schema.check(&self.record.input)
+            && let violations = schema.violations(&self.record.input)
+            && let Some(first) = violations.first()
         {
-            let e = StepError::new(
-                ErrorKind::Mapping,
-                format!("the run input does not match `input.schema` {v}"),
-            )
-            .with_details(serde_json::json!({"pointer": v.pointer}));
+            let message = match violations.as_slice() {
+                [v] => format!("the run input does not match `input.schema` {v}"),
+                all => {
+                    let each: Vec<String> = all.iter().map(ToString::to_string).collect();
+                    format!(
+                        "the run input does not match `input.schema` ({} violations): {}",
+                        all.len(),
+                        each.join("; ")
+                    )
+                }
+            };
+            let listed: Vec<Value> = violations
+                .iter()
+                .map(|v| serde_json::json!({"pointer": v.pointer, "message": v.message}))
+                .collect();
+            let e = StepError::new(ErrorKind::Mapping, message)
+                .with_details(serde_json::json!({"pointer": first.pointer, "violations": listed}));
             return self.finish(RunStatus::Failed, None, Some(e)).await;
         }
         // The payload starts as the input: an input over `max_payload_bytes` fails the run
@@ -908,9 +922,9 @@ impl<'e, S: Store> Run<'e, S> {
             if let Some(stop) = outcome.stop {
                 return match (stop, outcome.error) {
                     (RunStatus::Succeeded, _) => Ok(RunStatus::Succeeded),
-                    (RunStatus::Interrupted, Some(e)) => Err((RunStatus::Interrupted, e)),
+                    (RunStatus::Interrupted, Some(e)) => Err((RunStatus::Interrupted, self.at_step(step, e))),
                     (RunStatus::Interrupted, None) => Ok(RunStatus::Interrupted),
-                    (s, Some(e)) => Err((s, e)),
+                    (s, Some(e)) => Err((s, self.at_step(step, e))),
                     (s, None) => Ok(s),
                 };
             }
@@ -919,12 +933,24 @@ impl<'e, S: Store> Run<'e, S> {
                 Ok(None) => {
                     return match outcome.error {
                         None => Ok(RunStatus::Succeeded),
-                        Some(e) => Err((status_for(&e), e)),
+                        Some(e) => Err((status_for(&e), self.at_step(step, e))),
                     };
                 }
-                Err(e) => return Err((status_for(&e), e)),
+                Err(e) => return Err((status_for(&e), self.at_step(step, e))),
             }
         }
+    }
+
+    /// The run's error, from the error of the step it stopped at. A root run's names the step
+    /// (``step `classify`: `$.ticket.subjet` matched nothing``) unless it starts with it already;
+    /// a child run's stays the step's, which its calling step fails with as it is (and the
+    /// root names that step). The step's own error (`steps.<id>.error`, its record) is unchanged.
+    fn at_step(&self, step: &StepPlan, mut e: StepError) -> StepError {
+        let prefix = format!("step `{}`: ", step.id);
+        if self.lineage.depth == 0 && !e.message.starts_with(&prefix[..prefix.len() - 2]) {
+            e.message.insert_str(0, &prefix);
+        }
+        e
     }
 
     /// Picks the edge to follow (SPEC §4). `Ok(None)`: the step has no `next`.
@@ -1175,14 +1201,21 @@ impl<'e, S: Store> Run<'e, S> {
                 o
             }
             StepPlanKind::Fail { kind, message } => {
-                let text = match message {
+                // A message that cannot be rendered does not change what the run fails with:
+                // the `fail`'s kind, with the template's error for a message.
+                let (text, details) = match message {
                     Some(m) => match eval::render(m, &self.vars(&[])) {
-                        Ok(t) => t,
-                        Err(e) => return StepOutcome::err(e),
+                        Ok(t) => (t, None),
+                        Err(e) => (
+                            format!("the `fail` message could not be rendered: {}", e.message),
+                            e.details,
+                        ),
                     },
-                    None => format!("the flow failed at step `{}`", step.id),
+                    None => (format!("the flow failed at step `{}`", step.id), None),
                 };
-                let mut o = StepOutcome::err(StepError::new(ErrorKind::parse(kind), text));
+                let mut error = StepError::new(ErrorKind::parse(kind), text);
+                error.details = details;
+                let mut o = StepOutcome::err(error);
                 o.stop = Some(RunStatus::Failed);
                 o
             }
@@ -2001,8 +2034,8 @@ impl<'e, S: Store> Run<'e, S> {
             input,
             // The caller keeps the result; the record gets a copy.
             result: o.result.clone(),
-            changes: Vec::new(),
-            violations: Vec::new(),
+            changes: std::mem::take(&mut o.changes),
+            violations: o.violations.clone(),
             error: o.error.clone(),
             started_at,
             finished_at: Some(record::now_ms()),
@@ -2170,18 +2203,27 @@ impl<'e, S: Store> Run<'e, S> {
             let mut r = self
                 .invoke(step, call, &input, message.as_deref(), iter_number, "iteration")
                 .await;
+            let input = self.recorded_input(input);
+            if r.error.is_none() {
+                // The output applies after every iteration: the payload threads through. The
+                // iteration's record holds the writes it made, and the loop's record none, so
+                // records grow with the iterations, not with the payload each one saw.
+                let result = r.result.clone().unwrap_or_else(|| Arc::new(Value::Null));
+                self.apply(call, &result, &locals, &mut r);
+            }
             self.record_part(
                 step,
                 number.to_string(),
                 "iteration",
                 Some(iterations),
-                self.recorded_input(input),
+                input,
                 &mut r,
                 started_at,
             )
             .await;
             o.usage.add(r.usage);
             o.attempts = r.attempts;
+            o.violations.append(&mut r.violations);
             iterations += 1;
             if let Some(e) = r.error {
                 o.error = Some(e);
@@ -2189,11 +2231,6 @@ impl<'e, S: Store> Run<'e, S> {
                 break;
             }
             last = r.result.unwrap_or_else(|| Arc::new(Value::Null));
-            // The output applies after every iteration: the payload threads through.
-            self.apply(call, &last, &locals, &mut o);
-            if o.error.is_some() {
-                break;
-            }
         }
         o.result = Some(last);
         o.iterations = Some(iterations);
@@ -2581,7 +2618,7 @@ steps:
         assert_eq!(e.kind, ErrorKind::Limit);
         assert_eq!(
             e.message,
-            "payload size limit reached (limits.max_payload_bytes 1024)"
+            "step `loop`: payload size limit reached (limits.max_payload_bytes 1024)"
         );
         // The 100th iteration brings it to 1027 bytes (the 99th to 1017): the step and 100
         // iterations ran.

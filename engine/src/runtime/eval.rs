@@ -116,6 +116,41 @@ fn eval_cel(expr: &Expr, vars: &Vars) -> Result<Value, StepError> {
     })
 }
 
+/// The right operand of `expr` when it adds to a value of the payload, `payload.a.b + rhs`,
+/// and `fields` (`["a", "b"]`) names that value: its value when it is a list, else `None`.
+/// A mapping that writes the sum back to where the left operand came from (`$.a.b`) appends
+/// these elements in place, rather than building the whole list again (which costs as much
+/// as the list, on every write: quadratic over a loop that grows it). `None` too when the
+/// operand fails; the whole expression is evaluated then, and reports its own error.
+pub fn appended(expr: &Expr, fields: &[&str], vars: &Vars) -> Option<Vec<Value>> {
+    use cel::common::ast::{Expr as Node, operators};
+    let Node::Call(call) = &expr.ast().expr else {
+        return None;
+    };
+    if call.func_name != operators::ADD || call.target.is_some() || call.args.len() != 2 {
+        return None;
+    }
+    // The left operand, from the leaf up, must be `payload` followed by `fields`.
+    let mut cur = &call.args[0].expr;
+    for field in fields.iter().rev() {
+        match cur {
+            Node::Select(s) if !s.test && s.field == *field => cur = &s.operand.expr,
+            _ => return None,
+        }
+    }
+    if !matches!(cur, Node::Ident(name) if name == "payload") {
+        return None;
+    }
+    let operand = &call.args[1];
+    match with_scope(vars, |ctx| {
+        let v = cel::Value::resolve_val(operand, ctx).ok()?;
+        val_to_json(&*v).ok()
+    })? {
+        Value::Array(items) => Some(items),
+        _ => None,
+    }
+}
+
 /// Evaluates a condition. A result that is not a boolean is an error of kind `expression`
 /// ("`payload.n`: must return a boolean, got int 3").
 pub fn eval_bool(expr: &Expr, vars: &Vars) -> Result<bool, StepError> {

@@ -18,7 +18,7 @@
 
 use std::hash::BuildHasher as _;
 
-use super::yaml::{Limits, resolve_plain};
+use super::yaml::{Limits, resolve_plain, too_large_integer};
 use super::{Key, Node, Value};
 use crate::source::{FastState, FileId, Span};
 
@@ -464,6 +464,10 @@ impl Fast<'_> {
                 }
                 self.count(1)?;
                 let text = &self.text[i..scan.end];
+                if too_large_integer(text) {
+                    // The full parser reports it.
+                    return Err(Bail);
+                }
                 let value = resolve_plain(text).unwrap_or_else(|| Value::Str(text.to_owned()));
                 Ok((
                     Node {
@@ -699,7 +703,7 @@ mod tests {
         "key with spaces: v\n\"quoted key\": q\n'single': s\n",
         "200: ok\n0x1F: hex\ntrue: t\n~: n\n1.50: f\n-1: neg\n",
         "no: NO\nyes: yes\non: on\nzip: 007\nneg: -01\nmode: 0o755\nf: 1.5\nexp: 1e3\ndot: .5\nn: ~\nnull: null\n",
-        "big: 99999999999999999999\ninf: -.inf\nnan: .nan\nq: \"12\"\ns: 'true'\n",
+        "big: 9223372036854775807\nbigger: 9223372036854775808\ninf: -.inf\nnan: .nan\nq: \"12\"\ns: 'true'\n",
         "url: http://example.com:8080/x?y=1#frag\nhash: a#b\ncolon: a:b\n",
         "set: {$.n: =payload.n + 1, $.m: '=\"x\" + y'}\n",
         "a:\n  b:\n    c:\n      - d\n      - e: f\n        g: [h, i]\n  j: k\n",

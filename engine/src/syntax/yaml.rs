@@ -812,11 +812,16 @@ enum TagProblem {
 /// why it has no value.
 fn scalar_value(text: &str, style: ScalarStyle, tag: Option<&Tag>) -> Result<Option<Value>, TagProblem> {
     let Some(tag) = tag else {
-        return Ok(if style == ScalarStyle::Plain {
-            resolve_plain(text)
-        } else {
-            None
-        });
+        if style != ScalarStyle::Plain {
+            return Ok(None);
+        }
+        // A decimal integer is never rounded into the nearest double.
+        if too_large_integer(text) {
+            return Err(TagProblem::Mismatch(format!(
+                "the integer `{text}` does not fit in 64 bits, and would be rounded; quote it to keep its digits as a string"
+            )));
+        }
+        return Ok(resolve_plain(text));
     };
     let core = tag.suffix_in_namespace(CORE);
     let wrong = |what: &str| {
@@ -847,6 +852,11 @@ fn scalar_value(text: &str, style: ScalarStyle, tag: Option<&Tag>) -> Result<Opt
             tag.original()
         ))),
     }
+}
+
+/// Whether a plain scalar is a decimal integer outside `i64`: an error, never a rounded float.
+pub(super) fn too_large_integer(text: &str) -> bool {
+    is_decimal(text) && !has_leading_zero(text) && text.parse::<i64>().is_err()
 }
 
 /// A plain scalar's value under the YAML 1.2 core schema; `None` when it is a string.
@@ -1246,7 +1256,7 @@ mod tests {
     fn scalars_follow_yaml_1_2() {
         let src = "no: NO\nyes: yes\non: on\nzip: 007\nneg: -01\nmode: 0o755\nhex: 0x1F\nupper: 0X1F\n\
                    under: 1_000\nf: 1.5\nexp: 1e3\ndot: .5\nt: true\nT: TRUE\nn: ~\nnull: null\nempty:\n\
-                   int: -42\nplus: +7\nbig: 99999999999999999999\ninf: -.inf\nnan: .nan\nq: \"12\"\n\
+                   int: -42\nplus: +7\nbig: 9223372036854775807\ninf: -.inf\nnan: .nan\nq: \"12\"\n\
                    s: \'true\'\ntag: !!str 12\nbang: ! 12\ni: !!int \"12\"\nfl: !!float 3\n";
         let root = ok(src);
         let v = |k: &str| value(&root, &[k]).value.clone();
@@ -1269,7 +1279,21 @@ mod tests {
         assert_eq!(v("empty"), Value::Null);
         assert_eq!(v("int"), Value::Int(-42));
         assert_eq!(v("plus"), Value::Int(7));
-        assert_eq!(v("big"), Value::Float(1e20));
+        assert_eq!(v("big"), Value::Int(i64::MAX));
+        // An integer beyond 64 bits is an error at it, never a rounded float.
+        for big in ["9223372036854775808", "-99999999999999999999"] {
+            let d = err(format!("a: 1\nbig: {big}\n"));
+            assert_eq!(
+                d.message,
+                format!(
+                    "the integer `{big}` does not fit in 64 bits, and would be rounded; quote it to keep its digits as a string"
+                )
+            );
+            assert_eq!(
+                (d.primary.span.start, d.primary.span.end),
+                (10, 10 + big.len() as u32)
+            );
+        }
         assert_eq!(v("inf"), Value::Float(f64::NEG_INFINITY));
         assert!(matches!(v("nan"), Value::Float(f) if f.is_nan()));
         assert_eq!(v("q"), Value::Str("12".into()));

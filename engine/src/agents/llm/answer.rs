@@ -18,7 +18,7 @@ pub struct Answer {
 
 /// Reads a chat completion response: the first choice's message content and the usage.
 pub fn parse_completion(body: &[u8]) -> Result<Answer, String> {
-    let v: Value = serde_json::from_slice(body)
+    let v: Value = crate::json::from_slice(body)
         .map_err(|e| format!("the response is not JSON ({e}): {}", net::body_head(body)))?;
     let choice = v
         .get("choices")
@@ -55,7 +55,7 @@ pub fn parse_completion(body: &[u8]) -> Result<Answer, String> {
 /// block (` ```json ... ``` `), which is accepted and reported (`true`). The error is the
 /// whole text's.
 pub fn parse_answer(text: &str) -> Result<(Value, bool), String> {
-    let whole = match serde_json::from_str::<Value>(text.trim()) {
+    let whole = match crate::json::from_str(text.trim()) {
         Ok(v) => return Ok((v, false)),
         Err(e) => e.to_string(),
     };
@@ -65,7 +65,7 @@ pub fn parse_answer(text: &str) -> Result<(Value, bool), String> {
         let body_start = after.find('\n').map_or(after.len(), |i| i + 1);
         let body = &after[body_start..];
         if let Some(end) = body.find("```")
-            && let Ok(v) = serde_json::from_str::<Value>(body[..end].trim())
+            && let Ok(v) = crate::json::from_str(body[..end].trim())
         {
             return Ok((v, true));
         }

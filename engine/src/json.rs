@@ -1,0 +1,308 @@
+//! Reading JSON texts that enter the engine (`--input`, `--context`, batch lines, decisions,
+//! what `command`, `http` and `llm` agents return): [`from_str`] and [`from_slice`] are
+//! serde_json's, except that a number never silently changes.
+//!
+//! serde_json keeps integers that fit 64 bits (`i64`, or `u64` above it) exactly and reads a
+//! larger one as the nearest double: `18446744073709551617` would come out as
+//! `1.8446744073709552e19`. Such an integer is an error here, naming its JSON pointer, line and
+//! column; a number written with a fraction or an exponent is a double, as written. (Keeping
+//! every number's text instead, serde_json's `arbitrary_precision`, would turn every number of
+//! every payload into a string behind the `Number`, for every computation and every value
+//! a store writes back.)
+//!
+//! The check costs one pass over the bytes looking for a run of 19 digits; only a text that
+//! has one is walked again to find where its numbers are.
+
+use serde_json::Value;
+
+/// Why a JSON text was refused: serde_json's syntax error, or an integer that does not fit 64
+/// bits. Displayed as serde_json displays its errors: "cause at line L column C".
+#[derive(Debug)]
+pub struct JsonError {
+    cause: String,
+    line: usize,
+    column: usize,
+}
+
+impl JsonError {
+    /// The 1-based line of the error.
+    pub fn line(&self) -> usize {
+        self.line
+    }
+
+    /// The 1-based column (in bytes) of the error.
+    pub fn column(&self) -> usize {
+        self.column
+    }
+
+    /// The error without its position.
+    pub fn cause(&self) -> &str {
+        &self.cause
+    }
+}
+
+impl std::fmt::Display for JsonError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} at line {} column {}", self.cause, self.line, self.column)
+    }
+}
+
+impl std::error::Error for JsonError {}
+
+impl From<serde_json::Error> for JsonError {
+    fn from(e: serde_json::Error) -> Self {
+        let text = e.to_string();
+        let cause = match text.rfind(" at line ") {
+            Some(i) => text[..i].to_owned(),
+            None => text,
+        };
+        JsonError {
+            cause,
+            line: e.line(),
+            column: e.column(),
+        }
+    }
+}
+
+/// A JSON text as a value; see the module's documentation.
+pub fn from_str(text: &str) -> Result<Value, JsonError> {
+    from_slice(text.as_bytes())
+}
+
+/// [`from_str`] of bytes.
+pub fn from_slice(bytes: &[u8]) -> Result<Value, JsonError> {
+    let value: Value = serde_json::from_slice(bytes)?;
+    if has_long_digit_run(bytes)
+        && let Some((pointer, at)) = Scan::new(bytes).value()
+    {
+        let number = number_at(bytes, at);
+        let before = &bytes[..at];
+        let line = before.iter().filter(|b| **b == b'\n').count() + 1;
+        let column = at - before.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1) + 1;
+        return Err(JsonError {
+            cause: format!(
+                "the integer {number} at `{pointer}` does not fit in 64 bits, and would be rounded \
+                 (numbers are 64-bit integers or doubles; write it as a string to keep its digits)"
+            ),
+            line,
+            column,
+        });
+    }
+    Ok(value)
+}
+
+/// Whether `bytes` has 19 ASCII digits in a row: an integer of fewer always fits `i64`.
+fn has_long_digit_run(bytes: &[u8]) -> bool {
+    let mut run = 0;
+    for b in bytes {
+        if b.is_ascii_digit() {
+            run += 1;
+            if run >= 19 {
+                return true;
+            }
+        } else {
+            run = 0;
+        }
+    }
+    false
+}
+
+/// The number token that starts at `at`.
+fn number_at(bytes: &[u8], at: usize) -> String {
+    let end = bytes[at..]
+        .iter()
+        .position(|b| !matches!(b, b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E'))
+        .map_or(bytes.len(), |n| at + n);
+    String::from_utf8_lossy(&bytes[at..end]).into_owned()
+}
+
+/// A step of the path to where the scan is.
+enum Step {
+    /// The key's token, quotes included, as written.
+    Key(usize, usize),
+    Index(usize),
+}
+
+/// A walk over a text that serde_json accepted (so well formed, and nested at most 128 deep),
+/// looking for the first integer that does not fit 64 bits.
+struct Scan<'a> {
+    b: &'a [u8],
+    i: usize,
+    path: Vec<Step>,
+}
+
+impl<'a> Scan<'a> {
+    fn new(b: &'a [u8]) -> Self {
+        Scan {
+            b,
+            i: 0,
+            path: Vec::new(),
+        }
+    }
+
+    fn peek(&self) -> u8 {
+        self.b.get(self.i).copied().unwrap_or(0)
+    }
+
+    fn ws(&mut self) {
+        while matches!(self.peek(), b' ' | b'\t' | b'\n' | b'\r') {
+            self.i += 1;
+        }
+    }
+
+    /// The JSON pointer of where the scan is, and where the number there starts: the first
+    /// integer too large, if any.
+    fn value(&mut self) -> Option<(String, usize)> {
+        self.ws();
+        match self.peek() {
+            b'{' => {
+                self.i += 1;
+                loop {
+                    self.ws();
+                    if self.peek() != b'"' {
+                        // `}`: the end of the object (or an empty one).
+                        self.i += 1;
+                        return None;
+                    }
+                    let start = self.i;
+                    self.string();
+                    self.path.push(Step::Key(start, self.i));
+                    self.ws();
+                    self.i += 1; // `:`
+                    if let Some(found) = self.value() {
+                        return Some(found);
+                    }
+                    self.path.pop();
+                    self.ws();
+                    if self.peek() == b',' {
+                        self.i += 1;
+                    }
+                }
+            }
+            b'[' => {
+                self.i += 1;
+                let mut index = 0;
+                loop {
+                    self.ws();
+                    if self.peek() == b']' {
+                        self.i += 1;
+                        return None;
+                    }
+                    self.path.push(Step::Index(index));
+                    if let Some(found) = self.value() {
+                        return Some(found);
+                    }
+                    self.path.pop();
+                    index += 1;
+                    self.ws();
+                    if self.peek() == b',' {
+                        self.i += 1;
+                    }
+                }
+            }
+            b'"' => {
+                self.string();
+                None
+            }
+            b'-' | b'0'..=b'9' => {
+                let start = self.i;
+                let mut integer = true;
+                while let c @ (b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E') = self.peek() {
+                    integer &= matches!(c, b'0'..=b'9' | b'-');
+                    self.i += 1;
+                }
+                let text = std::str::from_utf8(&self.b[start..self.i]).unwrap_or("");
+                let fits = text.parse::<i64>().is_ok() || text.parse::<u64>().is_ok();
+                (integer && !fits).then(|| (self.pointer(), start))
+            }
+            _ => {
+                // `true`, `false`, `null`.
+                while self.peek().is_ascii_alphabetic() {
+                    self.i += 1;
+                }
+                None
+            }
+        }
+    }
+
+    /// Past a string token (at its opening quote).
+    fn string(&mut self) {
+        self.i += 1;
+        while self.i < self.b.len() {
+            match self.b[self.i] {
+                b'\\' => self.i += 2,
+                b'"' => {
+                    self.i += 1;
+                    return;
+                }
+                _ => self.i += 1,
+            }
+        }
+    }
+
+    /// RFC 6901: `/key/0`, with `~` and `/` in keys escaped as `~0` and `~1`; `` for the root.
+    fn pointer(&self) -> String {
+        let mut p = String::new();
+        for step in &self.path {
+            p.push('/');
+            match step {
+                Step::Index(i) => p.push_str(&i.to_string()),
+                Step::Key(start, end) => {
+                    let key: String = serde_json::from_slice(&self.b[*start..*end]).unwrap_or_default();
+                    p.push_str(&key.replace('~', "~0").replace('/', "~1"));
+                }
+            }
+        }
+        p
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn refused(text: &str) -> String {
+        from_str(text).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn integers_that_fit_64_bits_stay_exact() {
+        let v =
+            from_str(r#"{"a": 9223372036854775807, "b": 18446744073709551615, "c": -9223372036854775808}"#)
+                .unwrap();
+        assert_eq!(v["a"].as_i64(), Some(i64::MAX));
+        assert_eq!(v["b"].as_u64(), Some(u64::MAX));
+        assert_eq!(v["c"].as_i64(), Some(i64::MIN));
+        // Doubles are doubles as written, however many digits; digits in strings are text.
+        let v =
+            from_str(r#"[1.8446744073709551617e3, 12345678901234567890123.5, "123456789012345678901234"]"#)
+                .unwrap();
+        assert!(v[0].is_f64() && v[1].is_f64() && v[2].is_string(), "{v}");
+    }
+
+    #[test]
+    fn a_larger_integer_is_an_error_naming_its_pointer_line_and_column() {
+        let e = refused(r#"{"n": 18446744073709551617}"#);
+        assert_eq!(
+            e,
+            "the integer 18446744073709551617 at `/n` does not fit in 64 bits, and would be rounded \
+             (numbers are 64-bit integers or doubles; write it as a string to keep its digits) at line 1 column 7"
+        );
+        let e = from_str("{\"a\": [1, {\"x\\\"/~\": \"12345678901234567890\"}],\n \"b\": {\"c\": [0, -9223372036854775809]}}")
+            .unwrap_err();
+        assert!(e.cause().contains("-9223372036854775809 at `/b/c/1`"), "{e}");
+        assert_eq!((e.line(), e.column()), (2, 17));
+        let e = refused(r#"{"k\"/~": [[], {}, 100000000000000000000]}"#);
+        assert!(e.contains("at `/k\"~1~0/2`"), "{e}");
+        assert!(refused("100000000000000000000").contains("at ``"));
+    }
+
+    #[test]
+    fn syntax_errors_are_serde_json_s() {
+        let e = from_str("{\"a\": }").unwrap_err();
+        assert_eq!(e.to_string(), "expected value at line 1 column 7");
+        assert_eq!(from_str("[1, 2]").unwrap(), json!([1, 2]));
+    }
+}

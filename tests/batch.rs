@@ -1450,3 +1450,89 @@ steps:
     let out = run(switchyard(dir.path()).args(["runs", "cancel", &run_id, "--store", "sqlite:runs.db"]));
     assert!(out.stderr.contains("already ended succeeded"), "{}", out.stderr);
 }
+
+/// A batch is its output file, however it is spelled: killed while writing `out.jsonl`, it
+/// continues through a symlinked directory and through `..`, with no item started over (its
+/// non-idempotent command ran once, or is reported in doubt) and no run left behind.
+#[test]
+fn every_spelling_of_the_output_file_continues_the_same_batch() {
+    const N: usize = 40;
+    let dir = TempDir::new("batch-spelling");
+    let fx = dir.path().join("effects");
+    let flow = dir.write("items.yaml", items_flow(&fx));
+    write_input(&dir, N);
+    std::fs::create_dir_all(dir.path().join("sub")).unwrap();
+    std::os::unix::fs::symlink(dir.path(), dir.path().join("link")).expect("a symlink");
+    let batch = |output: &str, extra: &[&str]| {
+        let mut cmd = switchyard(dir.path());
+        cmd.arg("batch")
+            .arg(&flow)
+            .args(["--input", "in.jsonl", "--output", output, "--concurrency", "4"])
+            .args(["--store", "sqlite:runs.db"])
+            .args(extra);
+        cmd
+    };
+    // Killed once some commands ran, with others in flight.
+    let mut child = batch("out.jsonl", &[])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("starts");
+    while effects(&fx).len() < 8 {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the batch ended before it was killed"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    child.kill().expect("SIGKILL");
+    let _ = child.wait();
+
+    // Through a symlinked directory: it continues, and runs no command twice.
+    let out = run(&mut batch("link/out.jsonl", &[]));
+    assert!(out.stderr.contains("from an earlier start"), "{}", out.stderr);
+    let lines = read_lines(&dir.path().join("out.jsonl"));
+    assert_eq!(lines.len(), N, "{}", out.stderr);
+    for (id, n) in effects(&fx) {
+        assert_eq!(n, 1, "`{id}` ran {n} times: the batch started over");
+    }
+    // Through `..`: the in-doubt items are retried, and the batch is the same one.
+    let out = run(&mut batch("sub/../out.jsonl", &["--retry-in-doubt"]));
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    assert!(out.stderr.contains(&format!("{N} succeeded")), "{}", out.stderr);
+    // One run per item, none of them left running.
+    let listed = run(switchyard(dir.path()).args([
+        "runs",
+        "list",
+        "--json",
+        "--limit",
+        "1000",
+        "--store",
+        "sqlite:runs.db",
+    ]));
+    let runs: Vec<Value> = listed
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line per run"))
+        .collect();
+    assert_eq!(runs.len(), N, "{}", listed.stdout);
+    assert!(
+        runs.iter().all(|r| r["status"] == "succeeded"),
+        "{}",
+        listed.stdout
+    );
+    // Once finished, every spelling writes the same lines from the store.
+    let finished = read_lines(&dir.path().join("out.jsonl"));
+    for output in [
+        "./link/sub/../out.jsonl",
+        &dir.path().join("out.jsonl").display().to_string(),
+    ] {
+        let out = run(&mut batch(output, &[]));
+        assert!(
+            out.stderr.contains(&format!("({N} from an earlier start)")),
+            "{}",
+            out.stderr
+        );
+        assert_eq!(read_lines(&dir.path().join("out.jsonl")), finished);
+    }
+}

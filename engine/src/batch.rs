@@ -8,8 +8,9 @@
 //! one. The output file is written anew from the first line on every start, so a torn last
 //! line of a killed batch is repaired and an item is never written twice.
 //!
-//! A batch is identified by its output file (its absolute path): running the same command
-//! again continues it.
+//! A batch is identified by its output file (its canonical path: symlinks and `..`
+//! resolved): running the same command again, whatever the spelling of the output, continues
+//! it.
 
 use std::collections::{HashSet, VecDeque};
 use std::hash::{BuildHasher, Hasher};
@@ -569,10 +570,7 @@ pub async fn run<S: Store>(
     }
     let total = scan(&options)?;
     progress.total.store(total, Ordering::Relaxed);
-    let batch = std::path::absolute(&options.output)
-        .unwrap_or_else(|_| options.output.clone())
-        .display()
-        .to_string();
+    let batch = batch_name(&*engine.store, &options).await?;
     let root = plan.root().clone();
     if !options.fresh_store && !options.allow_changed && !options.export_only {
         let filter = crate::store::RunFilter {
@@ -976,6 +974,63 @@ enum Action {
     Resume(String),
     /// The line is not the input its recorded run started from (the run's id).
     Changed(String),
+}
+
+/// The name a batch is known by in the store: its output file's canonical path, so that
+/// every spelling of one file (through a symlink, with `..`, relative or absolute) is one
+/// batch. A batch recorded under its plain absolute path (as batches were named before) keeps
+/// that name.
+async fn batch_name<S: Store>(store: &S, options: &BatchOptions) -> Result<String, BatchError> {
+    let canonical = canonical_path(&options.output, 40)
+        .map_err(|e| BatchError::Output {
+            path: options.output.display().to_string(),
+            message: e.to_string(),
+        })?
+        .display()
+        .to_string();
+    if options.fresh_store {
+        return Ok(canonical);
+    }
+    if let Ok(plain) = std::path::absolute(&options.output) {
+        let plain = plain.display().to_string();
+        if plain != canonical
+            && store.batch_runs(&canonical, 0, 1).await?.is_empty()
+            && !store.batch_runs(&plain, 0, 1).await?.is_empty()
+        {
+            return Ok(plain);
+        }
+    }
+    Ok(canonical)
+}
+
+/// `path` made absolute with every symlink and `..` resolved, whether or not the file (or
+/// its directory) exists yet: the part that exists is resolved by the file system, a dangling
+/// symlink is followed to where it points (at most `hops` times), and the rest, which holds
+/// no symlinks since it does not exist, is resolved by its components.
+fn canonical_path(path: &Path, hops: u32) -> std::io::Result<PathBuf> {
+    use std::path::Component;
+    let path = std::path::absolute(path)?;
+    match std::fs::canonicalize(&path) {
+        Ok(p) => return Ok(p),
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        Err(_) => {}
+    }
+    let parent = path.parent().unwrap_or(Path::new("/"));
+    if let Ok(target) = std::fs::read_link(&path) {
+        if hops == 0 {
+            return Err(std::io::Error::other("too many levels of symbolic links"));
+        }
+        return canonical_path(&parent.join(target), hops - 1);
+    }
+    let mut base = canonical_path(parent, hops)?;
+    match path.components().next_back() {
+        Some(Component::Normal(name)) => base.push(name),
+        Some(Component::ParentDir) => {
+            base.pop();
+        }
+        _ => {}
+    }
+    Ok(base)
 }
 
 /// Whether two paths name one existing file (hard and symbolic links included).

@@ -1089,6 +1089,7 @@ async fn a_batch_of_two_thousand_items_takes_the_time_its_rate_limit_dictates() 
         output: dir.path().join("out.jsonl"),
         concurrency: 500,
         id_field: "id".into(),
+        id_field_given: false,
         max_cost_usd: None,
         retry_failed: false,
         retry_in_doubt: false,

@@ -118,6 +118,8 @@ pub struct Summary {
     pub stopped: Option<String>,
     /// It stopped because the store failed (disk full, locked).
     pub store_failed: bool,
+    /// It stopped because it had spent `--max-cost-usd` (this budget).
+    pub cost_limit: Option<f64>,
 }
 
 /// Why a batch could not run at all.
@@ -741,6 +743,7 @@ pub async fn run<S: Store>(
     let mut stopped: Option<String> = None;
     let mut blocked = false; // an unfinished slot: nothing more is written
     let mut store_failed = false;
+    let mut cost_limit = None;
     let resume_options = ResumeOptions {
         retry_in_doubt: options.retry_in_doubt,
         decision: None,
@@ -787,10 +790,10 @@ pub async fn run<S: Store>(
                 && progress.cost_usd() >= max
             {
                 slots[(seq - first_slot) as usize] = Slot::Unfinished;
-                stopped = Some(format!(
-                    "the cost limit was reached (${:.4} of --max-cost-usd {max})",
-                    progress.cost_usd()
-                ));
+                // Said once the runs in flight have finished (and added their cost): the
+                // batch's total, the summary's.
+                cost_limit = Some(max);
+                stopped = Some(String::new());
                 break;
             }
             if options.export_only && matches!(action, Action::Start(_) | Action::Resume(_)) {
@@ -947,6 +950,14 @@ pub async fn run<S: Store>(
     if stopped.is_none() && blocked {
         stopped = Some("interrupted (Ctrl-C)".to_string());
     }
+    if let (Some(max), Some(why)) = (cost_limit, &mut stopped)
+        && why.is_empty()
+    {
+        *why = format!(
+            "the cost limit was reached: the batch has spent ${:.4} of --max-cost-usd {max} (earlier starts included)",
+            progress.cost_usd()
+        );
+    }
     let succeeded = progress.succeeded.load(Ordering::Relaxed);
     let failed = progress.failed.load(Ordering::Relaxed);
     let interrupted = progress.interrupted.load(Ordering::Relaxed);
@@ -961,6 +972,7 @@ pub async fn run<S: Store>(
         elapsed: started.elapsed(),
         stopped,
         store_failed,
+        cost_limit: cost_limit.filter(|_| !store_failed),
     })
 }
 

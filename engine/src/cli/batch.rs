@@ -215,6 +215,13 @@ fn report(args: &Args, s: &Summary, paused: bool) -> u8 {
                 msg,
                 "with `--store memory` nothing of this batch was kept: the same command starts it over"
             );
+        } else if let Some(max) = s.cost_limit {
+            // The same command would stop again at once: the budget is the whole batch's.
+            let _ = writeln!(
+                msg,
+                "to continue, run the same command with a higher --max-cost-usd (more than {max}; \
+                 it bounds the whole batch, earlier starts included, so the same one stops again at once)"
+            );
         } else {
             let _ = writeln!(msg, "to continue, run the same command again: {}", this_command());
         }

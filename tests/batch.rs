@@ -1450,3 +1450,203 @@ steps:
     let out = run(switchyard(dir.path()).args(["runs", "cancel", &run_id, "--store", "sqlite:runs.db"]));
     assert!(out.stderr.contains("already ended succeeded"), "{}", out.stderr);
 }
+
+/// A batch is its output file, however it is spelled: killed while writing `out.jsonl`, it
+/// continues through a symlinked directory and through `..`, with no item started over (its
+/// non-idempotent command ran once, or is reported in doubt) and no run left behind.
+#[test]
+fn every_spelling_of_the_output_file_continues_the_same_batch() {
+    const N: usize = 40;
+    let dir = TempDir::new("batch-spelling");
+    let fx = dir.path().join("effects");
+    let flow = dir.write("items.yaml", items_flow(&fx));
+    write_input(&dir, N);
+    std::fs::create_dir_all(dir.path().join("sub")).unwrap();
+    std::os::unix::fs::symlink(dir.path(), dir.path().join("link")).expect("a symlink");
+    let batch = |output: &str, extra: &[&str]| {
+        let mut cmd = switchyard(dir.path());
+        cmd.arg("batch")
+            .arg(&flow)
+            .args(["--input", "in.jsonl", "--output", output, "--concurrency", "4"])
+            .args(["--store", "sqlite:runs.db"])
+            .args(extra);
+        cmd
+    };
+    // Killed once some commands ran, with others in flight.
+    let mut child = batch("out.jsonl", &[])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("starts");
+    while effects(&fx).len() < 8 {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the batch ended before it was killed"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    child.kill().expect("SIGKILL");
+    let _ = child.wait();
+
+    // Through a symlinked directory: it continues, and runs no command twice.
+    let out = run(&mut batch("link/out.jsonl", &[]));
+    assert!(out.stderr.contains("from an earlier start"), "{}", out.stderr);
+    let lines = read_lines(&dir.path().join("out.jsonl"));
+    assert_eq!(lines.len(), N, "{}", out.stderr);
+    for (id, n) in effects(&fx) {
+        assert_eq!(n, 1, "`{id}` ran {n} times: the batch started over");
+    }
+    // Through `..`: the in-doubt items are retried, and the batch is the same one.
+    let out = run(&mut batch("sub/../out.jsonl", &["--retry-in-doubt"]));
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    assert!(out.stderr.contains(&format!("{N} succeeded")), "{}", out.stderr);
+    // One run per item, none of them left running.
+    let listed = run(switchyard(dir.path()).args([
+        "runs",
+        "list",
+        "--json",
+        "--limit",
+        "1000",
+        "--store",
+        "sqlite:runs.db",
+    ]));
+    let runs: Vec<Value> = listed
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line per run"))
+        .collect();
+    assert_eq!(runs.len(), N, "{}", listed.stdout);
+    assert!(
+        runs.iter().all(|r| r["status"] == "succeeded"),
+        "{}",
+        listed.stdout
+    );
+    // Once finished, every spelling writes the same lines from the store.
+    let finished = read_lines(&dir.path().join("out.jsonl"));
+    for output in [
+        "./link/sub/../out.jsonl",
+        &dir.path().join("out.jsonl").display().to_string(),
+    ] {
+        let out = run(&mut batch(output, &[]));
+        assert!(
+            out.stderr.contains(&format!("({N} from an earlier start)")),
+            "{}",
+            out.stderr
+        );
+        assert_eq!(read_lines(&dir.path().join("out.jsonl")), finished);
+    }
+}
+
+/// `--id-field` takes a dotted path; the output's `id` is the input's value as it was (a
+/// number stays a number, also when written again from the store); a field no line has, and
+/// an id that is neither a string nor a number, are refused before anything runs.
+#[test]
+fn the_id_field_is_a_dotted_path_and_ids_keep_their_type() {
+    let dir = TempDir::new("batch-id-field");
+    let fx = dir.path().join("effects");
+    dir.write(
+        "f.yaml",
+        format!(
+            "flow: f\nagents:\n  side:\n    kind: command\n    run: [sh, -c, 'cat >> \"{fx}\"; echo >> \"{fx}\"; echo {{}}']\n    idempotent: false\nsteps:\n  go:\n    agent: side\n",
+            fx = fx.display()
+        ),
+    );
+    let batch = |field: &str, command: &str| {
+        run(switchyard(dir.path())
+            .args([command, "f.yaml", "--input", "in.jsonl", "--output", "out.jsonl"])
+            .args(["--id-field", field, "--store", "sqlite:runs.db"]))
+    };
+    dir.write(
+        "in.jsonl",
+        concat!(
+            "{\"ticket\": {\"id\": 0, \"subject\": \"a\"}}\n",
+            "{\"ticket\": {\"id\": \"T-2\"}, \"id\": \"top\"}\n",
+            "{\"ticket\": {\"subject\": \"no id\"}}\n",
+            "{\"ticket\": {\"id\": 4.5}}\n",
+        ),
+    );
+    let ids = || -> Vec<Value> {
+        read_lines(&dir.path().join("out.jsonl"))
+            .iter()
+            .map(|l| l["id"].clone())
+            .collect()
+    };
+    let expected = vec![json!(0), json!("T-2"), json!("3"), json!(4.5)];
+    let out = batch("ticket.id", "batch");
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    assert_eq!(ids(), expected);
+    // Written again from the store, and exported: the same ids, of the same types.
+    let out = batch("ticket.id", "batch");
+    assert!(out.stderr.contains("(4 from an earlier start)"), "{}", out.stderr);
+    assert_eq!(ids(), expected);
+    let out = run(switchyard(dir.path())
+        .args([
+            "runs",
+            "export",
+            "f.yaml",
+            "--input",
+            "in.jsonl",
+            "--output",
+            "out.jsonl",
+        ])
+        .args(["--id-field", "ticket.id", "--store", "sqlite:runs.db"]));
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    assert_eq!(ids(), expected);
+    let ran = std::fs::read_to_string(&fx).unwrap().lines().count();
+    assert_eq!(ran, 4);
+
+    // A field that no line has (a typo, a top-level key for a nested one).
+    std::fs::remove_file(dir.path().join("out.jsonl")).unwrap();
+    let out = batch("tiket.id", "batch");
+    assert_eq!(out.code(), 2, "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("in.jsonl: no line has the id field `tiket.id`"),
+        "{}",
+        out.stderr
+    );
+    // An id that cannot be one: named by its line, not replaced by the line number.
+    for (value, what) in [
+        ("null", "null"),
+        ("true", "a boolean"),
+        ("{\"n\": 1}", "an object"),
+    ] {
+        dir.write(
+            "in.jsonl",
+            format!("{{\"ticket\": {{\"id\": \"T-1\"}}}}\n\n{{\"ticket\": {{\"id\": {value}}}}}\n"),
+        );
+        let out = batch("ticket.id", "batch");
+        assert_eq!(out.code(), 2, "{}", out.stderr);
+        assert!(
+            out.stderr.contains(&format!(
+                "in.jsonl line 3: the id field `ticket.id` is {what}: an id is a string or a number"
+            )),
+            "{}",
+            out.stderr
+        );
+    }
+    assert!(!dir.path().join("out.jsonl").exists(), "nothing was written");
+    assert_eq!(
+        std::fs::read_to_string(&fx).unwrap().lines().count(),
+        ran,
+        "nothing ran"
+    );
+    // Without --id-field, lines without `id` are named by their line number, as before.
+    dir.write("in.jsonl", "{\"n\": 1}\n{\"n\": 2}\n");
+    let out = run(switchyard(dir.path())
+        .args([
+            "batch",
+            "f.yaml",
+            "--input",
+            "in.jsonl",
+            "--output",
+            "plain.jsonl",
+        ])
+        .args(["--store", "sqlite:runs.db"]));
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    let plain: Vec<Value> = read_lines(&dir.path().join("plain.jsonl"))
+        .iter()
+        .map(|l| l["id"].clone())
+        .collect();
+    assert_eq!(plain, [json!("1"), json!("2")]);
+}

@@ -1042,13 +1042,58 @@ fn a_batch_records_each_items_cost_and_stops_at_its_budget() {
     assert!(!again.stderr.contains("$0.0000\n"), "{again:?}");
     assert_eq!(server.hits().len(), 10 + started);
     assert_eq!(lines("capped.jsonl"), started);
+    // What continues it is a higher budget, and the summary says so.
+    assert!(
+        again
+            .stderr
+            .contains("with a higher --max-cost-usd (more than 0.0002"),
+        "{again:?}"
+    );
+    assert!(!again.stderr.contains("run the same command again"), "{again:?}");
+    let more = batch("capped.jsonl", &["--max-cost-usd", "1"]);
+    assert_eq!(more.code(), 0, "{more:?}");
+    assert_eq!(lines("capped.jsonl"), 10);
+    assert_eq!(server.hits().len(), 20);
+
+    // Items in flight when the budget runs out still finish and add their cost: the
+    // summary's total and the reason it stopped name one figure, the batch's.
+    let wide = support::run(
+        support::switchyard(dir.path())
+            .args(["batch", "f.yaml", "--input", "in.jsonl", "--output", "wide.jsonl"])
+            .args([
+                "--concurrency",
+                "4",
+                "--max-cost-usd",
+                "0.0001",
+                "--store",
+                "sqlite:runs.db",
+            ]),
+    );
+    assert_eq!(wide.code(), 1, "{wide:?}");
+    let figures: std::collections::BTreeSet<&str> = wide
+        .stderr
+        .split('$')
+        .skip(1)
+        .map(|rest| {
+            rest.split(|c: char| !(c.is_ascii_digit() || c == '.'))
+                .next()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(figures.len(), 1, "{}", wide.stderr);
+    assert!(
+        wide.stderr.contains("the cost limit was reached"),
+        "{}",
+        wide.stderr
+    );
     // A batch that is all done starts nothing, so no budget stops it.
+    let hits = server.hits().len();
     let done = batch("all.jsonl", &["--max-cost-usd", "0.00001"]);
     assert_eq!(done.code(), 0, "{done:?}");
     assert!(!done.stderr.contains("stopped early"), "{done:?}");
     // Nothing ran in this start: no rate to tell.
     assert!(!done.stderr.contains("items/s"), "{done:?}");
-    assert_eq!(server.hits().len(), 10 + started);
+    assert_eq!(server.hits().len(), hits);
     assert_eq!(lines("all.jsonl"), 10);
 }
 
@@ -1090,6 +1135,7 @@ async fn a_batch_of_two_thousand_items_takes_the_time_its_rate_limit_dictates() 
         output: dir.path().join("out.jsonl"),
         concurrency: 500,
         id_field: "id".into(),
+        id_field_given: false,
         max_cost_usd: None,
         retry_failed: false,
         retry_in_doubt: false,

@@ -8,8 +8,9 @@
 //! one. The output file is written anew from the first line on every start, so a torn last
 //! line of a killed batch is repaired and an item is never written twice.
 //!
-//! A batch is identified by its output file (its absolute path): running the same command
-//! again continues it.
+//! A batch is identified by its output file (its canonical path: symlinks and `..`
+//! resolved): running the same command again, whatever the spelling of the output, continues
+//! it.
 
 use std::collections::{HashSet, VecDeque};
 use std::hash::{BuildHasher, Hasher};
@@ -42,9 +43,12 @@ pub struct BatchOptions {
     pub input: PathBuf,
     pub output: PathBuf,
     pub concurrency: usize,
-    /// The field of each input object holding its id; lines without it are identified by
-    /// their line number.
+    /// The field of each input object holding its id, a dotted path (`ticket.id`); lines
+    /// without it are identified by their line number.
     pub id_field: String,
+    /// The id field was named (`--id-field`), not the default: an input in which no line
+    /// has it is refused.
+    pub id_field_given: bool,
     /// Stop starting items once the batch's cost reaches this.
     pub max_cost_usd: Option<f64>,
     /// Run failed items again (a new run each).
@@ -114,6 +118,8 @@ pub struct Summary {
     pub stopped: Option<String>,
     /// It stopped because the store failed (disk full, locked).
     pub store_failed: bool,
+    /// It stopped because it had spent `--max-cost-usd` (this budget).
+    pub cost_limit: Option<f64>,
 }
 
 /// Why a batch could not run at all.
@@ -147,6 +153,18 @@ pub enum BatchError {
         id: String,
         run: String,
     },
+    #[error("{path} line {line}: the id field `{field}` is {what}: an id is a string or a number")]
+    BadId {
+        path: String,
+        line: u64,
+        field: String,
+        what: &'static str,
+    },
+    #[error(
+        "{path}: no line has the id field `{field}` (--id-field; a dotted path such as `ticket.id` \
+         names a nested field)"
+    )]
+    NoIdField { path: String, field: String },
     #[error("{path} is both the input and the output: writing the output would erase the input")]
     SameFile { path: String },
     #[error(
@@ -211,7 +229,11 @@ pub fn lock_batch_of(run: &RunRecord) -> Result<BatchLock, BatchError> {
 struct Line {
     /// 0-based index among the file's lines (blank lines count, and are skipped).
     index: u64,
+    /// The id as text: what the store records and duplicates are found by.
     id: String,
+    /// The id as the output writes it: the input's string or number as it was, or the line
+    /// number (as a string) for a line without one.
+    id_value: Value,
     parsed: Result<Value, String>,
 }
 
@@ -221,6 +243,8 @@ struct Lines {
     path: String,
     index: u64,
     id_field: String,
+    /// `id_field`'s segments.
+    id_path: Vec<String>,
     buf: Vec<u8>,
 }
 
@@ -235,6 +259,7 @@ impl Lines {
             path: path.display().to_string(),
             index: 0,
             id_field: id_field.to_string(),
+            id_path: id_field.split('.').map(str::to_string).collect(),
             buf: Vec::new(),
         })
     }
@@ -251,6 +276,7 @@ impl Lines {
                 return Ok(Some(Line {
                     index,
                     id: line_no.to_string(),
+                    id_value: Value::String(line_no.to_string()),
                     parsed: Err(message),
                 }));
             }
@@ -264,35 +290,58 @@ impl Lines {
             )
         });
         let id = match &parsed {
-            Ok(Value::Object(m)) => id_text(m.get(&self.id_field)),
-            _ => None,
+            Ok(v) => self.checked(index, id_at(v, &self.id_path))?,
+            Err(_) => None,
+        };
+        let (id, id_value) = match id {
+            Some(v) => (id_text(&v), v),
+            None => (line_no.to_string(), Value::String(line_no.to_string())),
         };
         Ok(Some(Line {
             index,
-            id: id.unwrap_or_else(|| line_no.to_string()),
+            id,
+            id_value,
             parsed,
         }))
     }
 
-    /// The index and id of the next non-blank line, as [`Lines::next_line`] names it, without
-    /// building the line's value: the id field is read, the rest only checked.
-    fn next_id(&mut self) -> Result<Option<(u64, String)>, BatchError> {
+    /// The id a line's field holds (`None`: it has none), or the error of one that cannot
+    /// be an id.
+    fn checked(&self, index: u64, at: IdAt) -> Result<Option<Value>, BatchError> {
+        match at {
+            IdAt::Missing => Ok(None),
+            IdAt::Id(v) => Ok(Some(v)),
+            IdAt::Bad(what) => Err(BatchError::BadId {
+                path: self.path.clone(),
+                line: index + 1,
+                field: self.id_field.clone(),
+                what,
+            }),
+        }
+    }
+
+    /// The index and id of the next non-blank line, as [`Lines::next_line`] names it, and
+    /// whether the line has the id field, without building the line's value: the id field
+    /// is read, the rest only checked.
+    fn next_id(&mut self) -> Result<Option<(u64, String, bool)>, BatchError> {
         let Some((index, text)) = self.next_text()? else {
             return Ok(None);
         };
-        let id = match text {
+        let at = match text {
             // Only an object has an id field; anything else is named by its line number,
             // valid JSON or not.
             Ok(()) if self.text().starts_with('{') => {
                 let mut de = serde_json::Deserializer::from_str(self.text());
-                serde::de::DeserializeSeed::deserialize(IdOf(&self.id_field), &mut de)
+                serde::de::DeserializeSeed::deserialize(IdOf(&self.id_path), &mut de)
                     .and_then(|id| de.end().map(|()| id))
-                    .ok()
-                    .flatten()
+                    .unwrap_or(IdAt::Missing)
             }
-            _ => None,
+            _ => IdAt::Missing,
         };
-        Ok(Some((index, id.unwrap_or_else(|| (index + 1).to_string()))))
+        Ok(Some(match self.checked(index, at)? {
+            Some(v) => (index, id_text(&v), true),
+            None => (index, (index + 1).to_string(), false),
+        }))
     }
 
     /// The line [`Lines::next_text`] read, trimmed.
@@ -367,21 +416,53 @@ impl Lines {
 /// Whether a line read is text ([`Lines::text`]), or why not.
 type Readable = Result<(), String>;
 
-/// An item's id from its id field: a string as it is, a number as JSON writes it.
-fn id_text(field: Option<&Value>) -> Option<String> {
-    match field {
-        Some(Value::String(s)) => Some(s.clone()),
-        Some(Value::Number(n)) => Some(n.to_string()),
-        _ => None,
+/// What a line holds at its id field.
+enum IdAt {
+    /// Not there (or not under an object): the line is named by its line number.
+    Missing,
+    /// A string or a number.
+    Id(Value),
+    /// Something that cannot be an id: what it is.
+    Bad(&'static str),
+}
+
+/// The value at the dotted path `path` of a line, as an id.
+fn id_at(v: &Value, path: &[String]) -> IdAt {
+    let mut v = v;
+    for key in path {
+        match v.as_object().and_then(|m| m.get(key)) {
+            Some(inner) => v = inner,
+            None => return IdAt::Missing,
+        }
+    }
+    id_kind(v)
+}
+
+fn id_kind(v: &Value) -> IdAt {
+    match v {
+        Value::String(_) | Value::Number(_) => IdAt::Id(v.clone()),
+        Value::Null => IdAt::Bad("null"),
+        Value::Bool(_) => IdAt::Bad("a boolean"),
+        Value::Object(_) => IdAt::Bad("an object"),
+        Value::Array(_) => IdAt::Bad("an array"),
     }
 }
 
-/// Reads a JSON object for its id field only ([`id_text`]), skipping the other values
-/// without building them. Like a parsed object, a key given twice counts as its last value.
-struct IdOf<'a>(&'a str);
+/// An id's text: a string as it is, a number as JSON writes it.
+fn id_text(id: &Value) -> String {
+    match id {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// Reads a JSON object for its id field only ([`id_at`]), skipping the other values
+/// without building them (but the objects on a dotted path to it). Like a parsed object, a
+/// key given twice counts as its last value.
+struct IdOf<'a>(&'a [String]);
 
 impl<'de> serde::de::DeserializeSeed<'de> for IdOf<'_> {
-    type Value = Option<String>;
+    type Value = IdAt;
 
     fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
         d.deserialize_map(self)
@@ -389,17 +470,20 @@ impl<'de> serde::de::DeserializeSeed<'de> for IdOf<'_> {
 }
 
 impl<'de> serde::de::Visitor<'de> for IdOf<'_> {
-    type Value = Option<String>;
+    type Value = IdAt;
 
     fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
         f.write_str("a JSON object")
     }
 
     fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        let mut id = None;
-        while let Some(is_id) = map.next_key_seed(KeyIs(self.0))? {
+        let mut id = IdAt::Missing;
+        while let Some(is_id) = map.next_key_seed(KeyIs(&self.0[0]))? {
             if is_id {
-                id = id_text(Some(&map.next_value::<Value>()?));
+                id = match &self.0[1..] {
+                    [] => id_kind(&map.next_value::<Value>()?),
+                    rest => id_at(&map.next_value::<Value>()?, rest),
+                };
             } else {
                 map.next_value::<serde::de::IgnoredAny>()?;
             }
@@ -449,11 +533,19 @@ fn scan(options: &BatchOptions) -> Result<u64, BatchError> {
     let mut seen: HashSet<u128> = HashSet::new();
     let mut dups: HashSet<String> = HashSet::new();
     let mut count = 0u64;
-    while let Some((_, id)) = lines.next_id()? {
+    let mut any_has = false;
+    while let Some((_, id, has)) = lines.next_id()? {
         count += 1;
+        any_has |= has;
         if !seen.insert(id_hash(&id)) {
             dups.insert(id);
         }
+    }
+    if options.id_field_given && count > 0 && !any_has {
+        return Err(BatchError::NoIdField {
+            path: options.input.display().to_string(),
+            field: options.id_field.clone(),
+        });
     }
     if dups.is_empty() {
         return Ok(count);
@@ -461,7 +553,7 @@ fn scan(options: &BatchOptions) -> Result<u64, BatchError> {
     // Second look, only for the duplicated ids: where they are.
     let mut at: Vec<(String, Vec<u64>)> = Vec::new();
     let mut lines = Lines::open(&options.input, &options.id_field)?;
-    while let Some((index, id)) = lines.next_id()? {
+    while let Some((index, id, _)) = lines.next_id()? {
         if dups.contains(&id) {
             match at.iter_mut().find(|(seen, _)| *seen == id) {
                 Some((_, l)) => l.push(index + 1),
@@ -571,10 +663,7 @@ pub async fn run<S: Store>(
     }
     let total = scan(&options)?;
     progress.total.store(total, Ordering::Relaxed);
-    let batch = std::path::absolute(&options.output)
-        .unwrap_or_else(|_| options.output.clone())
-        .display()
-        .to_string();
+    let batch = batch_name(&*engine.store, &options).await?;
     let root = plan.root().clone();
     if !options.fresh_store && !options.allow_changed && !options.export_only {
         let filter = crate::store::RunFilter {
@@ -656,6 +745,7 @@ pub async fn run<S: Store>(
     let mut stopped: Option<String> = None;
     let mut blocked = false; // an unfinished slot: nothing more is written
     let mut store_failed = false;
+    let mut cost_limit = None;
     let resume_options = ResumeOptions {
         retry_in_doubt: options.retry_in_doubt,
         decision: None,
@@ -702,10 +792,10 @@ pub async fn run<S: Store>(
                 && progress.cost_usd() >= max
             {
                 slots[(seq - first_slot) as usize] = Slot::Unfinished;
-                stopped = Some(format!(
-                    "the cost limit was reached (${:.4} of --max-cost-usd {max})",
-                    progress.cost_usd()
-                ));
+                // Said once the runs in flight have finished (and added their cost): the
+                // batch's total, the summary's.
+                cost_limit = Some(max);
+                stopped = Some(String::new());
                 break;
             }
             if options.export_only && matches!(action, Action::Start(_) | Action::Resume(_)) {
@@ -730,7 +820,7 @@ pub async fn run<S: Store>(
                 Action::Fail(message) => {
                     progress.failed.fetch_add(1, Ordering::Relaxed);
                     let e = StepError::new(ErrorKind::Mapping, message);
-                    let text = item_line(&line.id, "failed", None, Some(&e), None, 0.0, 0);
+                    let text = item_line(&line.id_value, "failed", None, Some(&e), None, 0.0, 0);
                     slots[(seq - first_slot) as usize] = Slot::Line(text);
                 }
                 Action::Start(input) => {
@@ -761,7 +851,7 @@ pub async fn run<S: Store>(
                         ))
                         .await;
                         // Counted (its cost too) before its place is let go.
-                        let done = settle(&progress, &line.id, Ok(o), t0);
+                        let done = settle(&progress, &line.id_value, Ok(o), t0);
                         release();
                         (seq, done)
                     }));
@@ -780,7 +870,7 @@ pub async fn run<S: Store>(
                         let state = Arc::new(AgentState::default());
                         let o = Box::pin(engine.resume(plan, &run_id, run_options, resume, state, controls))
                             .await;
-                        let done = settle(&progress, &line.id, o, t0);
+                        let done = settle(&progress, &line.id_value, o, t0);
                         release();
                         (seq, done)
                     }));
@@ -862,6 +952,14 @@ pub async fn run<S: Store>(
     if stopped.is_none() && blocked {
         stopped = Some("interrupted (Ctrl-C)".to_string());
     }
+    if let (Some(max), Some(why)) = (cost_limit, &mut stopped)
+        && why.is_empty()
+    {
+        *why = format!(
+            "the cost limit was reached: the batch has spent ${:.4} of --max-cost-usd {max} (earlier starts included)",
+            progress.cost_usd()
+        );
+    }
     let succeeded = progress.succeeded.load(Ordering::Relaxed);
     let failed = progress.failed.load(Ordering::Relaxed);
     let interrupted = progress.interrupted.load(Ordering::Relaxed);
@@ -876,6 +974,7 @@ pub async fn run<S: Store>(
         elapsed: started.elapsed(),
         stopped,
         store_failed,
+        cost_limit: cost_limit.filter(|_| !store_failed),
     })
 }
 
@@ -936,7 +1035,7 @@ enum Done {
 /// batch's driver only places lines).
 fn settle(
     progress: &Progress,
-    id: &str,
+    id: &Value,
     outcome: Result<RunOutcome, crate::runtime::resume::ResumeError>,
     t0: Instant,
 ) -> Done {
@@ -980,6 +1079,63 @@ enum Action {
     Changed(String),
 }
 
+/// The name a batch is known by in the store: its output file's canonical path, so that
+/// every spelling of one file (through a symlink, with `..`, relative or absolute) is one
+/// batch. A batch recorded under its plain absolute path (as batches were named before) keeps
+/// that name.
+async fn batch_name<S: Store>(store: &S, options: &BatchOptions) -> Result<String, BatchError> {
+    let canonical = canonical_path(&options.output, 40)
+        .map_err(|e| BatchError::Output {
+            path: options.output.display().to_string(),
+            message: e.to_string(),
+        })?
+        .display()
+        .to_string();
+    if options.fresh_store {
+        return Ok(canonical);
+    }
+    if let Ok(plain) = std::path::absolute(&options.output) {
+        let plain = plain.display().to_string();
+        if plain != canonical
+            && store.batch_runs(&canonical, 0, 1).await?.is_empty()
+            && !store.batch_runs(&plain, 0, 1).await?.is_empty()
+        {
+            return Ok(plain);
+        }
+    }
+    Ok(canonical)
+}
+
+/// `path` made absolute with every symlink and `..` resolved, whether or not the file (or
+/// its directory) exists yet: the part that exists is resolved by the file system, a dangling
+/// symlink is followed to where it points (at most `hops` times), and the rest, which holds
+/// no symlinks since it does not exist, is resolved by its components.
+fn canonical_path(path: &Path, hops: u32) -> std::io::Result<PathBuf> {
+    use std::path::Component;
+    let path = std::path::absolute(path)?;
+    match std::fs::canonicalize(&path) {
+        Ok(p) => return Ok(p),
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        Err(_) => {}
+    }
+    let parent = path.parent().unwrap_or(Path::new("/"));
+    if let Ok(target) = std::fs::read_link(&path) {
+        if hops == 0 {
+            return Err(std::io::Error::other("too many levels of symbolic links"));
+        }
+        return canonical_path(&parent.join(target), hops - 1);
+    }
+    let mut base = canonical_path(parent, hops)?;
+    match path.components().next_back() {
+        Some(Component::Normal(name)) => base.push(name),
+        Some(Component::ParentDir) => {
+            base.pop();
+        }
+        _ => {}
+    }
+    Ok(base)
+}
+
 /// Whether two paths name one existing file (hard and symbolic links included).
 fn same_file(a: &Path, b: &Path) -> bool {
     let (Ok(ma), Ok(mb)) = (std::fs::metadata(a), std::fs::metadata(b)) else {
@@ -1013,7 +1169,10 @@ fn decide(
             _ if !same => return Action::Changed(prev.id),
             RunStatus::Running => return Action::Resume(prev.id),
             RunStatus::Interrupted if in_doubt && options.retry_in_doubt => return Action::Resume(prev.id),
-            status => return Action::Write(status, record_line(&prev), prev.usage.cost_usd),
+            status => {
+                let text = record_line(&prev, &line.id_value);
+                return Action::Write(status, text, prev.usage.cost_usd);
+            }
         }
     }
     // The line's value moves into the run.
@@ -1032,10 +1191,12 @@ fn decide(
     Action::Start(input)
 }
 
-fn record_line(r: &RunRecord) -> String {
+/// The line of an item written from its run's record; `id` is the line's (the record keeps
+/// its text).
+fn record_line(r: &RunRecord, id: &Value) -> String {
     let ms = r.finished_at.map(|f| f.saturating_sub(r.started_at)).unwrap_or(0);
     item_line(
-        r.item_id.as_deref().unwrap_or(""),
+        id,
         r.status.as_str(),
         r.output.as_ref(),
         r.error.as_ref(),
@@ -1045,7 +1206,7 @@ fn record_line(r: &RunRecord) -> String {
     )
 }
 
-fn outcome_line(id: &str, o: &RunOutcome) -> String {
+fn outcome_line(id: &Value, o: &RunOutcome) -> String {
     item_line(
         id,
         o.status.as_str(),
@@ -1058,7 +1219,7 @@ fn outcome_line(id: &str, o: &RunOutcome) -> String {
 }
 
 fn item_line(
-    id: &str,
+    id: &Value,
     status: &str,
     output: Option<&Value>,
     error: Option<&StepError>,
@@ -1069,7 +1230,7 @@ fn item_line(
     /// The line, serialized straight from borrowed parts (no intermediate JSON value).
     #[derive(serde::Serialize)]
     struct ItemLine<'a> {
-        id: &'a str,
+        id: &'a Value,
         status: &'a str,
         output: Option<&'a Value>,
         error: Option<ErrorLine<'a>>,
@@ -1106,24 +1267,42 @@ mod tests {
 
     type Named = Vec<(u64, String)>;
 
-    /// Every line's (index, id) by both readers.
-    fn both(content: &[u8], id_field: &str) -> (Named, Named) {
+    /// Every line's (index, id) by both readers, or the error each gave.
+    fn both(content: &[u8], id_field: &str) -> Result<(Named, Named), (String, String)> {
         let dir = std::env::temp_dir().join(format!("switchyard-lines-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join(format!("{id_field}.jsonl"));
         std::fs::write(&path, content).unwrap();
-        let mut full = Vec::new();
-        let mut lines = Lines::open(&path, id_field).unwrap();
-        while let Some(l) = lines.next_line().unwrap() {
-            full.push((l.index, l.id));
-        }
-        let mut ids = Vec::new();
-        let mut lines = Lines::open(&path, id_field).unwrap();
-        while let Some(x) = lines.next_id().unwrap() {
-            ids.push(x);
-        }
+        let full = (|| {
+            let mut full = Vec::new();
+            let mut lines = Lines::open(&path, id_field)?;
+            while let Some(l) = lines.next_line()? {
+                full.push((l.index, l.id));
+            }
+            Ok::<_, BatchError>(full)
+        })();
+        let ids = (|| {
+            let mut ids = Vec::new();
+            let mut lines = Lines::open(&path, id_field)?;
+            while let Some((index, id, _)) = lines.next_id()? {
+                ids.push((index, id));
+            }
+            Ok::<_, BatchError>(ids)
+        })();
         std::fs::remove_file(&path).unwrap();
-        (full, ids)
+        // Errors name the file by its path here: the message from there on.
+        let rest = |e: BatchError| {
+            let text = e.to_string();
+            text.strip_prefix(&path.display().to_string())
+                .map_or(text.clone(), str::to_string)
+        };
+        match (full, ids) {
+            (Ok(full), Ok(ids)) => Ok((full, ids)),
+            (full, ids) => Err((
+                full.map_or_else(rest, |v| format!("{v:?}")),
+                ids.map_or_else(rest, |v| format!("{v:?}")),
+            )),
+        }
     }
 
     /// A run is counted in flight while it holds its place: once its work is done (it only
@@ -1167,8 +1346,7 @@ mod tests {
             r#"{"id": -3}"#,
             r#"{"i\u0064": "escaped key"}"#,
             r#"{"id": "first", "id": "last"}"#,
-            r#"{"id": null}"#,
-            r#"{"id": ["not", "scalar"]}"#,
+            r#"{"id": {"nested": 1}, "id": "after an object"}"#,
             r#"{"no_id": true}"#,
             "",
             "   ",
@@ -1176,6 +1354,7 @@ mod tests {
             r#""id""#,
             "42",
             r#"{"id": "x""#,
+            r#"{"id": null"#,
             r#"{"id": "y"} trailing"#,
             r#"{"id": "z", }"#,
             r#"  {"id": "padded"}  "#,
@@ -1184,7 +1363,7 @@ mod tests {
         .join("\n");
         let mut bytes = content.into_bytes();
         bytes.extend_from_slice(b"\n{\"id\": \"bad \xff utf8\"}\n{\"id\": \"last line, no newline\"}");
-        let (full, ids) = both(&bytes, "id");
+        let (full, ids) = both(&bytes, "id").unwrap();
         assert_eq!(full, ids);
         // The expected names, to be sure both are right and not merely alike.
         let names: Vec<&str> = ids.iter().map(|(_, id)| id.as_str()).collect();
@@ -1198,9 +1377,9 @@ mod tests {
                 "-3",
                 "escaped key",
                 "last",
-                "8",
+                "after an object",
                 "9",
-                "10",
+                "12",
                 "13",
                 "14",
                 "15",
@@ -1214,15 +1393,47 @@ mod tests {
             ]
         );
         // Another id field.
-        let (full, ids) = both(b"{\"key\": \"k1\", \"id\": \"no\"}\n{\"id\": \"k2\"}\n", "key");
+        let (full, ids) = both(b"{\"key\": \"k1\", \"id\": \"no\"}\n{\"id\": \"k2\"}\n", "key").unwrap();
         assert_eq!(full, ids);
         assert_eq!(ids, [(0, "k1".to_string()), (1, "2".to_string())]);
+        // A dotted path names a nested field; a literal key with a dot in it is not it.
+        let (full, ids) = both(
+            br#"{"ticket": {"id": "T-1", "x": [1]}, "ticket.id": "no"}
+{"ticket": {"other": 1}}
+{"ticket": "T-3"}
+{"ticket": {"id": 4}, "ticket": {"id": "T-4"}}
+{"ticket.id": "no", "ticket": {"meta": {"id": 9}, "id": 5}}
+"#,
+            "ticket.id",
+        )
+        .unwrap();
+        assert_eq!(full, ids);
+        let names: Vec<&str> = ids.iter().map(|(_, id)| id.as_str()).collect();
+        assert_eq!(names, ["T-1", "2", "3", "T-4", "5"]);
         // A byte order mark opening the file is not part of the first line; elsewhere it is.
         let (full, ids) = both(
             b"\xEF\xBB\xBF{\"id\": \"a\"}\n\xEF\xBB\xBF{\"id\": \"b\"}\n",
             "id",
-        );
+        )
+        .unwrap();
         assert_eq!(full, ids);
         assert_eq!(ids, [(0, "a".to_string()), (1, "2".to_string())]);
+        // An id field that holds no string or number is an error naming its line, the same
+        // from both readers.
+        for (line, what) in [
+            (r#"{"id": null}"#, "null"),
+            (r#"{"id": true}"#, "a boolean"),
+            (r#"{"id": {"a": 1}}"#, "an object"),
+            (r#"{"id": ["a"]}"#, "an array"),
+            (r#"{"id": "first", "id": null}"#, "null"),
+        ] {
+            let content = format!("{{\"id\": \"ok\"}}\n\n{line}\n");
+            let (full, ids) = both(content.as_bytes(), "id").unwrap_err();
+            assert_eq!(full, ids);
+            assert_eq!(
+                full,
+                format!(" line 3: the id field `id` is {what}: an id is a string or a number")
+            );
+        }
     }
 }

@@ -9,7 +9,7 @@
 //! 20 MiB.
 //!
 //! Every item is `{"i": k}` and is identified by `--id-field i`, so output line k must be
-//! `{"id": "k", "status": "succeeded", "output": {"i": k, "result": 2k}, ...}`.
+//! `{"id": k, "status": "succeeded", "output": {"i": k, "result": 2k}, ...}`.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -382,8 +382,9 @@ pub fn check_output(path: &Path, n: usize) -> Result<(), String> {
         }
         let v: Value = serde_json::from_str(line)
             .map_err(|e| format!("output line {}: not JSON ({e}): {line}", k + 1))?;
-        let id = v.get("id").and_then(Value::as_str);
-        if id != Some(k.to_string().as_str()) {
+        // The id is the input's `i`, a number.
+        let id = v.get("id").and_then(Value::as_u64);
+        if id != Some(k as u64) {
             return Err(format!(
                 "output line {}: expected item `{k}`, got id {:?} (output out of order, lost or duplicated)",
                 k + 1,

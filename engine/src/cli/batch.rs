@@ -31,10 +31,11 @@ pub struct Args {
     /// Runs in flight at once.
     #[arg(long, default_value_t = 16)]
     pub concurrency: usize,
-    /// The field of each input object that holds its id (lines without one are identified by
-    /// their line number).
-    #[arg(long, default_value = "id")]
-    pub id_field: String,
+    /// The field of each input object that holds its id: a name or a dotted path such as
+    /// `ticket.id` (default `id`). Lines without one are identified by their line number; a
+    /// field named here that no line has is an error.
+    #[arg(long, value_name = "FIELD")]
+    pub id_field: Option<String>,
     /// Stop starting items once the batch has cost this much (USD), earlier starts of it
     /// included. Runs in flight finish, so the batch may end a little over it.
     #[arg(long)]
@@ -64,6 +65,12 @@ pub fn run(args: Args) -> u8 {
         eprintln!("error: --concurrency must be at least 1");
         return super::exit::USAGE;
     }
+    if let Some(field) = &args.id_field
+        && field.split('.').any(str::is_empty)
+    {
+        eprintln!("error: --id-field `{field}`: a field name, or names joined by dots (`ticket.id`)");
+        return super::exit::USAGE;
+    }
     let Some(plan) = super::graph::load_plan(&args.flow, args.common.root.clone()) else {
         return super::exit::USAGE;
     };
@@ -82,7 +89,8 @@ pub fn run(args: Args) -> u8 {
         input: args.input.clone(),
         output: args.output.clone(),
         concurrency: args.concurrency,
-        id_field: args.id_field.clone(),
+        id_field: args.id_field.clone().unwrap_or_else(|| "id".to_string()),
+        id_field_given: args.id_field.is_some(),
         max_cost_usd: args.max_cost_usd,
         retry_failed: args.retry_failed,
         retry_in_doubt: args.retry_in_doubt,
@@ -206,6 +214,13 @@ fn report(args: &Args, s: &Summary, paused: bool) -> u8 {
             let _ = writeln!(
                 msg,
                 "with `--store memory` nothing of this batch was kept: the same command starts it over"
+            );
+        } else if let Some(max) = s.cost_limit {
+            // The same command would stop again at once: the budget is the whole batch's.
+            let _ = writeln!(
+                msg,
+                "to continue, run the same command with a higher --max-cost-usd (more than {max}; \
+                 it bounds the whole batch, earlier starts included, so the same one stops again at once)"
             );
         } else {
             let _ = writeln!(msg, "to continue, run the same command again: {}", this_command());
@@ -386,8 +401,8 @@ pub struct ExportArgs {
     #[arg(long)]
     pub output: PathBuf,
     /// The field of each input object that holds its id, as given to the batch.
-    #[arg(long, default_value = "id")]
-    pub id_field: String,
+    #[arg(long, value_name = "FIELD")]
+    pub id_field: Option<String>,
     /// The project root that file paths may not leave; default the flow's directory.
     #[arg(long)]
     pub root: Option<PathBuf>,
@@ -407,7 +422,8 @@ pub fn export(args: ExportArgs) -> u8 {
         input: args.input.clone(),
         output: args.output.clone(),
         concurrency: 1,
-        id_field: args.id_field.clone(),
+        id_field: args.id_field.clone().unwrap_or_else(|| "id".to_string()),
+        id_field_given: args.id_field.is_some(),
         max_cost_usd: None,
         retry_failed: false,
         retry_in_doubt: false,

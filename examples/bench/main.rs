@@ -18,6 +18,7 @@ mod discard;
 mod profile;
 mod report;
 mod util;
+mod w10_long;
 mod w1_chain;
 mod w2_branch;
 mod w3_foreach;
@@ -62,6 +63,7 @@ const WORKLOADS: &[(&str, RunFn)] = &[
     (w7_durable::ID, w7_durable::run),
     (w8_lint::ID, w8_lint::run),
     (w9_resume::ID, w9_resume::run),
+    (w10_long::ID, w10_long::run),
 ];
 
 /// Measured child processes: `--child NAME ARGS...`.

@@ -1328,6 +1328,83 @@ fn limit_errors_name_the_limit_and_its_value() {
     );
 }
 
+/// `run` takes every `limits:` field as a flag: a tighter one applies, and its error names
+/// the flag; a looser one changes nothing (the flow's limit applies, and a warning says so).
+#[test]
+fn limit_flags_narrow_the_flows_limits_and_never_widen_them() {
+    let (kind, message) = run_failed("limits.yaml", &json!({"mode": "loop"}), &["--max-steps", "5"]);
+    assert_eq!(
+        (kind.as_str(), message.as_str()),
+        ("limit", "step limit reached (--max-steps 5)")
+    );
+    let out = run("limits.yaml", &json!({"mode": "loop"}), &["--max-steps", "500"]);
+    assert_eq!(out.code(), 1, "{out:?}");
+    assert_eq!(run_error(&out).1, "step limit reached (limits.max_steps 20)");
+    assert!(
+        out.stderr
+            .contains("--max-steps is looser than the flow's limits.max_steps (20), which applies"),
+        "{}",
+        out.stderr
+    );
+    // A flow without a timeout gets one; a shorter one than the flow's replaces it.
+    let (_, message) = run_failed("limits.yaml", &json!({"mode": "slow"}), &["--timeout", "100ms"]);
+    assert_eq!(message, "run timeout reached (--timeout 100ms)");
+    let out = run("limits.yaml", &json!({"mode": "slow"}), &["--timeout", "10m"]);
+    assert_eq!(run_error(&out).1, "run timeout reached (limits.timeout 300ms)");
+    let (_, message) = run_failed("depth.yaml", &json!({}), &["--max-depth", "1"]);
+    assert_eq!(message, "nesting limit reached (depth 1 of 1)");
+    let (_, message) = run_failed(
+        "limits.yaml",
+        &json!({"mode": "end", "pad": "0123456789".repeat(10)}),
+        &["--max-payload-bytes", "100"],
+    );
+    assert_eq!(message, "payload size limit reached (--max-payload-bytes 100)");
+    let (_, message) = run_failed(
+        "limits.yaml",
+        &json!({"mode": "grow"}),
+        &["--max-payload-bytes", "1MiB"],
+    );
+    assert_eq!(
+        message,
+        "payload size limit reached (limits.max_payload_bytes 1024)"
+    );
+    // Values that are not limits are usage errors.
+    for (flag, value, says) in [
+        ("--timeout", "0s", "a timeout of zero"),
+        ("--timeout", "soon", "`soon` is not a duration"),
+        ("--max-payload-bytes", "1 lot", "`1 lot` is not a size"),
+        ("--max-steps", "0", "0 is not in 1.."),
+    ] {
+        let out = run("limits.yaml", &json!({"mode": "end"}), &[flag, value]);
+        assert_eq!(out.code(), 2, "{out:?}");
+        assert!(out.stderr.contains(says), "{flag} {value}: {}", out.stderr);
+    }
+}
+
+/// `batch` takes the same flags, for each item's run.
+#[test]
+fn batch_takes_the_limit_flags_for_each_run() {
+    let dir = TempDir::new("batch-limits");
+    dir.write(
+        "in.jsonl",
+        "{\"id\": \"a\", \"mode\": \"loop\"}\n{\"id\": \"b\", \"mode\": \"end\"}\n",
+    );
+    let out = support::run(
+        support::switchyard(dir.path())
+            .arg("batch")
+            .arg(engine_dir().join("limits.yaml"))
+            .args(["--input", "in.jsonl", "--output", "out.jsonl", "--max-steps", "3"]),
+    );
+    assert_eq!(out.code(), 1, "{out:?}");
+    let lines: Vec<Value> = std::fs::read_to_string(dir.path().join("out.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines[0]["error"]["message"], "step limit reached (--max-steps 3)");
+    assert_eq!(lines[1]["status"], "succeeded");
+}
+
 /// Ctrl-C stops `run` at its next recorded point: the step in flight finishes and is recorded,
 /// the process says how to continue and exits 130, and `resume` runs only what is left.
 #[test]

@@ -118,6 +118,11 @@ pub fn write_input(path: &Path, n: usize) -> Result<(), String> {
 
 /// Starts the batch; the instant is taken just before the spawn.
 pub fn spawn(cmd: &BatchCmd) -> Result<(Child, Instant), String> {
+    spawn_flow(cmd, &flow_path())
+}
+
+/// [`spawn`] with another flow file than [`FLOW`].
+pub fn spawn_flow(cmd: &BatchCmd, flow: &Path) -> Result<(Child, Instant), String> {
     let log =
         std::fs::File::create(&cmd.log).map_err(|e| format!("cannot create `{}`: {e}", cmd.log.display()))?;
     let log2 = log
@@ -125,7 +130,7 @@ pub fn spawn(cmd: &BatchCmd) -> Result<(Child, Instant), String> {
         .map_err(|e| format!("cannot share `{}`: {e}", cmd.log.display()))?;
     let mut c = Command::new(&cmd.bin);
     c.arg("batch")
-        .arg(flow_path())
+        .arg(flow)
         .arg("--input")
         .arg(&cmd.input)
         .arg("--output")
@@ -177,7 +182,12 @@ pub fn reap(child: &Child, t0: Instant, block: bool) -> Result<Option<Exit>, Str
 
 /// Runs the batch to its end; anything but exit 0 fails the benchmark (with the log's tail).
 pub fn run(cmd: &BatchCmd) -> Result<Exit, String> {
-    let (child, t0) = spawn(cmd)?;
+    run_flow(cmd, &flow_path())
+}
+
+/// [`run`] with another flow file than [`FLOW`].
+pub fn run_flow(cmd: &BatchCmd, flow: &Path) -> Result<Exit, String> {
+    let (child, t0) = spawn_flow(cmd, flow)?;
     let exit = reap(&child, t0, true)?.ok_or("wait4 returned nothing")?;
     if !exit.success() {
         return Err(format!(
@@ -197,7 +207,12 @@ pub fn run(cmd: &BatchCmd) -> Result<Exit, String> {
 /// little: do not time these) and the highest `VmHWM` seen, in KiB. The last read is at most a
 /// millisecond before the exit.
 pub fn run_polled(cmd: &BatchCmd) -> Result<(Exit, u64), String> {
-    let (child, t0) = spawn(cmd)?;
+    run_polled_flow(cmd, &flow_path())
+}
+
+/// [`run_polled`] with another flow file than [`FLOW`].
+pub fn run_polled_flow(cmd: &BatchCmd, flow: &Path) -> Result<(Exit, u64), String> {
+    let (child, t0) = spawn_flow(cmd, flow)?;
     let status = format!("/proc/{}/status", child.id());
     let mut peak = 0u64;
     let exit = loop {
@@ -424,7 +439,11 @@ pub fn check_store(url: &str, output: &Path, n: usize) -> Result<usize, String> 
     use switchyard::runtime::record::RunStatus;
     use switchyard::store::Store;
     use switchyard::store::any::AnyStore;
-    let batch = output.display().to_string();
+    // The batch is named by its output's canonical path.
+    let batch = std::fs::canonicalize(output)
+        .map_err(|e| format!("cannot resolve `{}`: {e}", output.display()))?
+        .display()
+        .to_string();
     let rt = crate::util::tokio_runtime()?;
     rt.block_on(async {
         let store = AnyStore::open(url)

@@ -18,6 +18,7 @@ mod discard;
 mod profile;
 mod report;
 mod util;
+mod w10_long;
 mod w10w_while;
 mod w1_chain;
 mod w2_branch;
@@ -63,6 +64,7 @@ const WORKLOADS: &[(&str, RunFn)] = &[
     (w7_durable::ID, w7_durable::run),
     (w8_lint::ID, w8_lint::run),
     (w9_resume::ID, w9_resume::run),
+    (w10_long::ID, w10_long::run),
     (w10w_while::ID, w10w_while::run),
 ];
 

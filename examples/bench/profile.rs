@@ -29,6 +29,10 @@ pub struct Profile {
     pub w5x_concurrency: usize,
     /// W9: items of the batch killed and resumed (64 in flight, SQLite).
     pub w9_runs: usize,
+    /// W10: lines of the long batch on the memory store.
+    pub w10_memory_lines: usize,
+    /// W10: lines of the long batch on SQLite.
+    pub w10_sqlite_lines: usize,
 }
 
 impl Profile {
@@ -45,6 +49,8 @@ impl Profile {
         w5x_runs: 20000,
         w5x_concurrency: 2000,
         w9_runs: 2000,
+        w10_memory_lines: 1_000_000,
+        w10_sqlite_lines: 1_000_000,
     };
     /// W6, W8 and W5x (0.5 s of ideal wall) are cheap: the same sizes as `full`; the runtime
     /// workloads are smaller.
@@ -61,6 +67,8 @@ impl Profile {
         w5x_runs: 20000,
         w5x_concurrency: 2000,
         w9_runs: 640,
+        w10_memory_lines: 100_000,
+        w10_sqlite_lines: 20_000,
     };
 
     pub fn by_name(name: &str) -> Option<Profile> {

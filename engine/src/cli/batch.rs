@@ -71,9 +71,10 @@ pub fn run(args: Args) -> u8 {
         eprintln!("error: --id-field `{field}`: a field name, or names joined by dots (`ticket.id`)");
         return super::exit::USAGE;
     }
-    let Some(plan) = super::graph::load_plan(&args.flow, args.common.root.clone()) else {
+    let Some(mut plan) = super::graph::load_plan(&args.flow, args.common.root.clone()) else {
         return super::exit::USAGE;
     };
+    args.common.narrow_limits(&mut plan);
     let (context, run_options) = match args.common.options(&plan) {
         Ok(x) => x,
         Err(e) => {

@@ -141,9 +141,58 @@ pub struct RunArgs {
     /// every flow's `allow_hosts`.
     #[arg(long, value_delimiter = ',', value_name = "HOSTS")]
     pub allow_hosts: Option<Vec<String>>,
+    /// At most this many step executions per run, iterations included (`limits.max_steps`;
+    /// only narrows the flow's).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_steps: Option<u64>,
+    /// A time bound for the run (`limits.timeout`: `30s`, `5m`, `250ms`; only narrows the
+    /// flow's).
+    #[arg(long, value_name = "DURATION", value_parser = parse_timeout)]
+    pub timeout: Option<std::time::Duration>,
+    /// How deep `flow` agents may nest (`limits.max_depth`; only narrows the flow's).
+    #[arg(long, value_name = "N")]
+    pub max_depth: Option<u64>,
+    /// The largest payload a run may hold (`limits.max_payload_bytes`: `64KiB`, `1MB`,
+    /// `4096`; only narrows the flow's).
+    #[arg(long, value_name = "SIZE", value_parser = parse_payload_size)]
+    pub max_payload_bytes: Option<u64>,
+}
+
+fn parse_timeout(s: &str) -> Result<std::time::Duration, String> {
+    match crate::model::build::parse_duration(s) {
+        Some(d) if !d.is_zero() => Ok(d),
+        Some(_) => Err("a timeout of zero would stop every run before its first step".into()),
+        None => Err(format!("`{s}` is not a duration (`250ms`, `30s`, `1.5m`, `2h`)")),
+    }
+}
+
+fn parse_payload_size(s: &str) -> Result<u64, String> {
+    match crate::model::build::parse_size(s) {
+        Some(n) if n > 0 => Ok(n),
+        Some(_) => Err("a payload limit of zero bytes fits no payload".into()),
+        None => Err(format!("`{s}` is not a size (`4096`, `64KiB`, `1MB`)")),
+    }
 }
 
 impl RunArgs {
+    /// Narrows the plan's top flow by `--max-steps`, `--timeout`, `--max-depth` and
+    /// `--max-payload-bytes`; warns of each flag that is looser than the flow, which it does
+    /// not loosen.
+    pub fn narrow_limits(&self, plan: &mut Plan) {
+        let flags = crate::plan::NarrowLimits {
+            max_steps: self.max_steps,
+            max_depth: self.max_depth,
+            timeout: self.timeout,
+            max_payload_bytes: self.max_payload_bytes,
+        };
+        for (flag, flow) in plan.narrow_limits(&flags) {
+            let field = flag.trim_start_matches("--").replace('-', "_");
+            tracing::warn!(
+                "{flag} is looser than the flow's limits.{field} ({flow}), which applies: the flag only narrows it"
+            );
+        }
+    }
+
     /// The context value and run options, validated.
     pub fn options(&self, plan: &Plan) -> Result<(Value, RunOptions), String> {
         let context = match &self.context {

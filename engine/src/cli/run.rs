@@ -44,9 +44,10 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> u8 {
-    let Some(plan) = super::graph::load_plan(&args.flow, args.common.root.clone()) else {
+    let Some(mut plan) = super::graph::load_plan(&args.flow, args.common.root.clone()) else {
         return super::exit::USAGE;
     };
+    args.common.narrow_limits(&mut plan);
     let input = match common::read_input(args.input.as_deref(), args.input_file.as_deref()) {
         Ok(v) => v,
         Err(e) => {

@@ -216,6 +216,7 @@ impl<'p> Compiler<'p> {
                     .and_then(|l| l.max_payload_bytes.as_ref())
                     .map_or(8 << 20, |v| v.value.0),
                 max_cost_usd: limits.and_then(|l| l.max_cost_usd.as_ref()).map(|v| v.value),
+                by_flag: Default::default(),
             },
             allow: flow
                 .allow

@@ -146,7 +146,8 @@ impl FlowPlan {
     }
 }
 
-/// `limits:` with defaults applied (SPEC §9).
+/// `limits:` with defaults applied (SPEC §9), narrowed by the command's flags
+/// ([`FlowLimits::narrow`]).
 #[derive(Clone, Debug, PartialEq)]
 pub struct FlowLimits {
     pub max_steps: u64,
@@ -154,6 +155,26 @@ pub struct FlowLimits {
     pub timeout: Option<Duration>,
     pub max_payload_bytes: u64,
     pub max_cost_usd: Option<f64>,
+    /// The limits a flag set (tighter than the flow's), so that their errors name the flag.
+    pub by_flag: LimitFlags,
+}
+
+/// Which limits of a flow a command's flags narrowed.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct LimitFlags {
+    pub max_steps: bool,
+    pub timeout: bool,
+    pub max_payload_bytes: bool,
+}
+
+/// Limits given as flags (`--max-steps`, ...): each applies where it is tighter than the
+/// flow's own.
+#[derive(Clone, Debug, Default)]
+pub struct NarrowLimits {
+    pub max_steps: Option<u64>,
+    pub max_depth: Option<u64>,
+    pub timeout: Option<Duration>,
+    pub max_payload_bytes: Option<u64>,
 }
 
 impl Default for FlowLimits {
@@ -164,7 +185,86 @@ impl Default for FlowLimits {
             timeout: None,
             max_payload_bytes: 8 << 20,
             max_cost_usd: None,
+            by_flag: LimitFlags::default(),
         }
+    }
+}
+
+impl FlowLimits {
+    /// Applies the flags that are tighter than these limits; returns, for each flag that is
+    /// not (it changes nothing), its name and the flow's value.
+    pub fn narrow(&mut self, flags: &NarrowLimits) -> Vec<(&'static str, String)> {
+        let mut looser = Vec::new();
+        if let Some(v) = flags.max_steps {
+            if v < self.max_steps {
+                self.max_steps = v;
+                self.by_flag.max_steps = true;
+            } else if v > self.max_steps {
+                looser.push(("--max-steps", self.max_steps.to_string()));
+            }
+        }
+        if let Some(v) = flags.max_depth {
+            if v < self.max_depth {
+                self.max_depth = v;
+            } else if v > self.max_depth {
+                looser.push(("--max-depth", self.max_depth.to_string()));
+            }
+        }
+        if let Some(v) = flags.timeout {
+            match self.timeout {
+                Some(t) if t < v => looser.push(("--timeout", format!("{}ms", t.as_millis()))),
+                Some(t) if t == v => {}
+                _ => {
+                    self.timeout = Some(v);
+                    self.by_flag.timeout = true;
+                }
+            }
+        }
+        if let Some(v) = flags.max_payload_bytes {
+            if v < self.max_payload_bytes {
+                self.max_payload_bytes = v;
+                self.by_flag.max_payload_bytes = true;
+            } else if v > self.max_payload_bytes {
+                looser.push(("--max-payload-bytes", self.max_payload_bytes.to_string()));
+            }
+        }
+        looser
+    }
+
+    /// How an error names the step limit: the flag that set it, or the flow's field.
+    pub fn max_steps_name(&self) -> &'static str {
+        if self.by_flag.max_steps {
+            "--max-steps"
+        } else {
+            "limits.max_steps"
+        }
+    }
+
+    pub fn timeout_name(&self) -> &'static str {
+        if self.by_flag.timeout {
+            "--timeout"
+        } else {
+            "limits.timeout"
+        }
+    }
+
+    pub fn max_payload_bytes_name(&self) -> &'static str {
+        if self.by_flag.max_payload_bytes {
+            "--max-payload-bytes"
+        } else {
+            "limits.max_payload_bytes"
+        }
+    }
+}
+
+impl Plan {
+    /// Narrows the top flow's limits by a command's flags ([`FlowLimits::narrow`]): they
+    /// bound the run the command starts (and, for `max_depth`, its tree). Call before the
+    /// plan is shared.
+    pub fn narrow_limits(&mut self, flags: &NarrowLimits) -> Vec<(&'static str, String)> {
+        let root = self.root.0;
+        let flow = Arc::get_mut(&mut self.flows[root]).expect("the plan is not shared yet");
+        flow.limits.narrow(flags)
     }
 }
 

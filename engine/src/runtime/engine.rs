@@ -796,7 +796,7 @@ impl<'e, S: Store> Run<'e, S> {
         if executed > max {
             return Err(StepError::new(
                 ErrorKind::Limit,
-                format!("step limit reached (limits.max_steps {max})"),
+                format!("step limit reached ({} {max})", self.flow.limits.max_steps_name()),
             ));
         }
         Ok(())
@@ -838,7 +838,11 @@ impl<'e, S: Store> Run<'e, S> {
                         _ = tokio::time::sleep_until(deadline) => {
                             let mut o = StepOutcome::err(StepError::new(
                                 ErrorKind::Limit,
-                                format!("run timeout reached (limits.timeout {})", fmt_duration(t)),
+                                format!(
+                                    "run timeout reached ({} {})",
+                                    self.flow.limits.timeout_name(),
+                                    fmt_duration(t)
+                                ),
                             ));
                             o.stop = Some(RunStatus::Failed);
                             o
@@ -1233,7 +1237,7 @@ impl<'e, S: Store> Run<'e, S> {
         let max = self.flow.limits.max_payload_bytes;
         let size = json_size(&self.payload, max + 1);
         if size > max {
-            return Err(payload_limit(max));
+            return Err(payload_limit(self.flow.limits.max_payload_bytes_name(), max));
         }
         self.payload_bound = size;
         Ok(())
@@ -2439,10 +2443,10 @@ pub fn fmt_duration(d: Duration) -> String {
 
 use crate::compile::path::type_name;
 
-fn payload_limit(max: u64) -> StepError {
+fn payload_limit(name: &str, max: u64) -> StepError {
     StepError::new(
         ErrorKind::Limit,
-        format!("payload size limit reached (limits.max_payload_bytes {max})"),
+        format!("payload size limit reached ({name} {max})"),
     )
 }
 

@@ -192,6 +192,12 @@ fn failing_flow_tests_are_reported_with_why_and_exit_1() {
     assert!(s.contains("ok     test-failures.yaml :: passes"), "{s}");
     let expect = [
         ("wrong output", "output: `$.x` is 1, expected 2"),
+        ("wrong output", "output: `$.use_tool` is false, expected true"),
+        ("wrong output", "output: `$.absent` is missing"),
+        (
+            "wrong output",
+            "output: `$.n` is 9007199254740993, expected 9007199254740992",
+        ),
         (
             "wrong path and call count",
             "path: expected [compute, call_tool], got [compute]",

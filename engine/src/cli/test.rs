@@ -254,7 +254,7 @@ fn check(t: &FlowTest, o: &RunOutcome, state: &AgentState) -> Result<(), String>
         let want = out.0.to_json();
         match &o.output {
             Some(got) => {
-                if let Some(diff) = subset(&want, got, "$") {
+                for diff in subset(&want, got, "$") {
                     problems.push(format!("output: {diff}"));
                 }
             }
@@ -276,7 +276,7 @@ fn check(t: &FlowTest, o: &RunOutcome, state: &AgentState) -> Result<(), String>
                         problems.push(format!("error.message: expected it to contain {m:?}, got {gm:?}"));
                     }
                 }
-                if let Some(diff) = subset(&want_rest, &got, "error") {
+                for diff in subset(&want_rest, &got, "error") {
                     problems.push(format!("error: {diff}"));
                 }
             }
@@ -302,35 +302,46 @@ fn check(t: &FlowTest, o: &RunOutcome, state: &AgentState) -> Result<(), String>
     }
 }
 
-/// `None` when every field of `want` is in `got` with the same value (objects recursively,
-/// arrays element by element); otherwise the first difference.
-pub fn subset(want: &Value, got: &Value, at: &str) -> Option<String> {
+/// Every difference between `want` and `got` (empty when every field of `want` is in `got`
+/// with the same value: objects recursively, arrays element by element), each naming where.
+pub fn subset(want: &Value, got: &Value, at: &str) -> Vec<String> {
+    let mut diffs = Vec::new();
+    differences(want, got, at, &mut diffs);
+    diffs
+}
+
+fn differences(want: &Value, got: &Value, at: &str, diffs: &mut Vec<String>) {
     match (want, got) {
         (Value::Object(w), Value::Object(g)) => {
             for (k, wv) in w {
                 let here = format!("{at}.{k}");
                 match g.get(k) {
-                    Some(gv) => {
-                        if let Some(d) = subset(wv, gv, &here) {
-                            return Some(d);
-                        }
-                    }
-                    None => return Some(format!("`{here}` is missing")),
+                    Some(gv) => differences(wv, gv, &here, diffs),
+                    None => diffs.push(format!("`{here}` is missing")),
                 }
             }
-            None
         }
         (Value::Array(w), Value::Array(g)) => {
             if w.len() != g.len() {
-                return Some(format!("`{at}` has {} elements, expected {}", g.len(), w.len()));
+                diffs.push(format!("`{at}` has {} elements, expected {}", g.len(), w.len()));
+                return;
             }
-            w.iter()
-                .zip(g)
-                .enumerate()
-                .find_map(|(i, (wv, gv))| subset(wv, gv, &format!("{at}[{i}]")))
+            for (i, (wv, gv)) in w.iter().zip(g).enumerate() {
+                differences(wv, gv, &format!("{at}[{i}]"), diffs);
+            }
         }
-        (Value::Number(a), Value::Number(b)) if a.as_f64() == b.as_f64() => None,
-        _ if want == got => None,
-        _ => Some(format!("`{at}` is {got}, expected {want}")),
+        (Value::Number(a), Value::Number(b)) if same_number(a, b) => {}
+        _ if want == got => {}
+        _ => diffs.push(format!("`{at}` is {got}, expected {want}")),
+    }
+}
+
+/// Integers compare exactly (two 64-bit integers that round to the same double differ);
+/// otherwise as doubles, so that `1` matches `1.0`.
+fn same_number(a: &serde_json::Number, b: &serde_json::Number) -> bool {
+    let int = |n: &serde_json::Number| n.as_i64().map(i128::from).or_else(|| n.as_u64().map(i128::from));
+    match (int(a), int(b)) {
+        (Some(x), Some(y)) => x == y,
+        _ => a.as_f64() == b.as_f64(),
     }
 }

@@ -1,5 +1,7 @@
 //! Unknown references: steps (SY201), agents (SY202), providers (SY203), with the closest name.
 
+use std::collections::HashSet;
+
 use crate::diag::{Diagnostic, codes, did_you_mean};
 use crate::lint::FlowCx;
 use crate::model::{AgentRef, AgentSpec, Next, Sp};
@@ -83,7 +85,76 @@ pub fn check(cx: &FlowCx, out: &mut Vec<Diagnostic>) {
                 }
             }
         }
+        // `expect.calls` counts calls by agent name anywhere in the run tree: a name that no
+        // flow of the project defines would be expected to be called 0 times, and always is.
+        let mut known = HashSet::new();
+        if flow.tests.iter().any(|t| !t.expect.calls.is_empty()) {
+            for f in cx.project.flows.iter().filter_map(|f| f.flow.as_ref()) {
+                agent_names(f, &mut known);
+            }
+            for l in &cx.project.libraries {
+                known.extend(l.library.agents.keys().map(String::as_str));
+            }
+        }
+        for t in &flow.tests {
+            for (name, n) in &t.expect.calls {
+                if !known.contains(name.as_str()) {
+                    let key = key_before(cx, n.span, name).unwrap_or(n.span);
+                    let d = unknown_agent(cx, &Sp::new(name.clone(), key));
+                    out.push(Diagnostic {
+                        message: format!("`expect.calls` names unknown agent `{name}`"),
+                        ..d
+                    });
+                }
+            }
+        }
     }
+}
+
+/// The names calls are counted by in `flow` and the inline flows in it: its agents' (an inline
+/// agent is named by its step), and its steps' ids.
+fn agent_names<'p>(flow: &'p crate::model::Flow, known: &mut HashSet<&'p str>) {
+    for (name, agent) in &flow.agents {
+        known.insert(name.as_str());
+        inline_flow_names(agent, known);
+    }
+    for (id, step) in &flow.steps {
+        known.insert(id.as_str());
+        let refs: Vec<&AgentRef> = match &step.kind {
+            crate::model::StepKind::Agent(r) => vec![r],
+            crate::model::StepKind::Parallel(branches) => {
+                known.extend(branches.iter().map(|(b, _)| b.as_str()));
+                branches.iter().map(|(_, b)| &b.agent).collect()
+            }
+            _ => Vec::new(),
+        };
+        for r in refs {
+            if let AgentRef::Inline(a) = r {
+                known.insert(a.name.value.as_str());
+                inline_flow_names(a, known);
+            }
+        }
+    }
+}
+
+fn inline_flow_names<'p>(agent: &'p crate::model::Agent, known: &mut HashSet<&'p str>) {
+    if let AgentSpec::Flow(f) = &agent.spec
+        && let Some(inner) = &f.inline
+    {
+        agent_names(inner, known);
+    }
+}
+
+/// The span of `name` as the key written just before the value at `value`.
+fn key_before(cx: &FlowCx, value: crate::source::Span, name: &str) -> Option<crate::source::Span> {
+    let text = &cx.project.sources.get(cx.file()).text;
+    let before = text.get(..value.start as usize)?;
+    let at = before.rfind(name)?;
+    Some(crate::source::Span {
+        start: at as u32,
+        end: (at + name.len()) as u32,
+        ..value
+    })
 }
 
 /// The span of a key under a test's `mocks:` (the model keeps mock values, not key spans).

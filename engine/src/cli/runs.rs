@@ -106,15 +106,27 @@ pub fn run(args: Args) -> u8 {
     }
 }
 
+/// How a command uses the store.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Use {
+    Read,
+    Write,
+}
+
 /// Runs `f` with the opened store on a runtime, closing the store after. A store that is
-/// not there is not created ([`StoreArg::open_existing`]).
+/// not there is not created ([`StoreArg::open_existing`]); one opened only to read may be
+/// read-only ([`StoreArg::open_to_read`]).
 fn with_store<T>(
     store: &StoreArg,
+    to: Use,
     f: impl AsyncFnOnce(&Arc<crate::store::any::AnyStore>) -> T,
 ) -> Result<T, common::Missing> {
     let rt = common::runtime();
     rt.block_on(async {
-        let store = Arc::new(store.open_existing().await?);
+        let store = Arc::new(match to {
+            Use::Read => store.open_to_read().await?,
+            Use::Write => store.open_existing().await?,
+        });
         let out = f(&store).await;
         if let Ok(s) = Arc::try_unwrap(store) {
             s.close().await;
@@ -143,7 +155,7 @@ fn list(args: ListArgs) -> u8 {
         flow: args.flow.clone(),
         limit: Some(args.limit),
     };
-    let runs = match with_store(&args.store, async |s| s.list_runs(&filter).await) {
+    let runs = match with_store(&args.store, Use::Read, async |s| s.list_runs(&filter).await) {
         Ok(Ok(r)) => r,
         Ok(Err(e)) => return fail(e),
         // Nothing recorded yet in the default store: no runs, not an error.
@@ -216,7 +228,7 @@ fn duration(r: &RunRecord) -> String {
 
 fn show(args: ShowArgs) -> u8 {
     let color = super::color_stdout();
-    let out = with_store(&args.store, async |s| -> Result<String, String> {
+    let out = with_store(&args.store, Use::Read, async |s| -> Result<String, String> {
         let run = s.get_run(&args.run_id).await.map_err(|e| e.to_string())?;
         if args.json {
             let steps = s.latest_steps(&run.id).await.map_err(|e| e.to_string())?;
@@ -400,37 +412,41 @@ fn lock_batch(root: &RunRecord, run_id: &str, act: &str) -> Result<crate::batch:
 }
 
 fn cancel(args: CancelArgs) -> u8 {
-    let out = with_store(&args.store, async |s| -> Result<Vec<String>, String> {
-        let run = s.get_run(&args.run_id).await.map_err(|e| e.to_string())?;
-        if !crate::runtime::resume::resumable(run.status) {
-            return Err(format!(
-                "run `{}` already ended {}: nothing to cancel",
-                run.id,
-                run.status.as_str()
-            ));
-        }
-        let _batch = lock_batch(&root_of(&**s, &run).await?, &run.id, "cancel")?;
-        let mut cancelled = Vec::new();
-        let mut queue = vec![run];
-        while let Some(mut r) = queue.pop() {
-            queue.extend(
-                s.children(&r.id)
-                    .await
-                    .map_err(|e| e.to_string())?
-                    .into_iter()
-                    .filter(|c| crate::runtime::resume::resumable(c.status)),
-            );
-            r.status = RunStatus::Cancelled;
-            r.finished_at = Some(now_ms());
-            r.error = Some(StepError::new(
-                ErrorKind::Cancelled,
-                "cancelled with `switchyard runs cancel`",
-            ));
-            s.update_run(&r).await.map_err(|e| e.to_string())?;
-            cancelled.push(r.id);
-        }
-        Ok(cancelled)
-    });
+    let out = with_store(
+        &args.store,
+        Use::Write,
+        async |s| -> Result<Vec<String>, String> {
+            let run = s.get_run(&args.run_id).await.map_err(|e| e.to_string())?;
+            if !crate::runtime::resume::resumable(run.status) {
+                return Err(format!(
+                    "run `{}` already ended {}: nothing to cancel",
+                    run.id,
+                    run.status.as_str()
+                ));
+            }
+            let _batch = lock_batch(&root_of(&**s, &run).await?, &run.id, "cancel")?;
+            let mut cancelled = Vec::new();
+            let mut queue = vec![run];
+            while let Some(mut r) = queue.pop() {
+                queue.extend(
+                    s.children(&r.id)
+                        .await
+                        .map_err(|e| e.to_string())?
+                        .into_iter()
+                        .filter(|c| crate::runtime::resume::resumable(c.status)),
+                );
+                r.status = RunStatus::Cancelled;
+                r.finished_at = Some(now_ms());
+                r.error = Some(StepError::new(
+                    ErrorKind::Cancelled,
+                    "cancelled with `switchyard runs cancel`",
+                ));
+                s.update_run(&r).await.map_err(|e| e.to_string())?;
+                cancelled.push(r.id);
+            }
+            Ok(cancelled)
+        },
+    );
     match out {
         Ok(Ok(ids)) => {
             for id in ids {

@@ -61,7 +61,7 @@ pub struct Args {
 
 pub fn run(args: Args) -> u8 {
     if args.concurrency == 0 {
-        eprintln!("error: --concurrency must be at least 1");
+        super::stderr::error("--concurrency must be at least 1");
         return super::exit::USAGE;
     }
     let Some(plan) = super::graph::load_plan(&args.flow, args.common.root.clone()) else {
@@ -70,7 +70,7 @@ pub fn run(args: Args) -> u8 {
     let (context, run_options) = match args.common.options(&plan) {
         Ok(x) => x,
         Err(e) => {
-            eprintln!("error: {e}");
+            super::stderr::error(e);
             return super::exit::USAGE;
         }
     };
@@ -138,7 +138,7 @@ pub fn run(args: Args) -> u8 {
     let summary = match summary {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("error: {e}");
+            super::stderr::error(e);
             return super::exit::USAGE;
         }
     };
@@ -150,7 +150,7 @@ fn open_store(rt: &tokio::runtime::Runtime, store: &StoreArg) -> Option<Arc<AnyS
     match rt.block_on(store.open_for_batch()) {
         Ok(s) => Some(Arc::new(s)),
         Err(e) => {
-            eprintln!("error: {e}");
+            super::stderr::error(e);
             None
         }
     }
@@ -430,7 +430,7 @@ pub fn export(args: ExportArgs) -> u8 {
     let s = match summary {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("error: {e}");
+            super::stderr::error(e);
             return super::exit::USAGE;
         }
     };

@@ -136,7 +136,7 @@ fn with_store<T>(
 }
 
 fn fail(e: impl std::fmt::Display) -> u8 {
-    eprintln!("error: {e}");
+    super::stderr::error(e);
     super::exit::USAGE
 }
 

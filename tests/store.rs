@@ -194,9 +194,25 @@ async fn contract<S: Store>(store: &S) {
     let both = RunFilter {
         status: Some(RunStatus::Failed),
         flow: Some("triage".into()),
-        limit: None,
+        ..Default::default()
     };
     assert_eq!(ids(&list(both).await), ["r1"]);
+    assert_eq!(
+        ids(&list(RunFilter {
+            roots_only: true,
+            ..Default::default()
+        })
+        .await),
+        ["r3", "r2"]
+    );
+    assert_eq!(
+        ids(&list(RunFilter {
+            batches: vec!["/elsewhere/out.jsonl".into(), "/data/out.jsonl".into()],
+            ..Default::default()
+        })
+        .await),
+        ["r1"]
+    );
     assert_eq!(
         ids(&list(RunFilter {
             limit: Some(2),
@@ -214,6 +230,7 @@ async fn contract<S: Store>(store: &S) {
         flow: Some("child".into()),
         status: Some(RunStatus::Failed),
         limit: Some(5),
+        ..Default::default()
     };
     assert_eq!(
         ids(&store.unfinished_runs(&filter).await.expect("unfinished_runs")),

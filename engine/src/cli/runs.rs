@@ -22,7 +22,7 @@ pub struct Args {
 
 #[derive(clap::Subcommand, Debug)]
 pub enum RunsCommand {
-    /// List stored runs, newest first.
+    /// List stored root runs, newest first (`--all`: child runs too).
     List(ListArgs),
     /// Show a run: its record and the tree of its steps, with child runs, errors, payload
     /// changes, violations and cost.
@@ -48,6 +48,12 @@ pub struct ListArgs {
     /// At most this many runs.
     #[arg(long, default_value_t = 50)]
     pub limit: usize,
+    /// Only the runs of the batch that writes this output file (`batch ... --output OUT.jsonl`).
+    #[arg(long, value_name = "OUT.jsonl")]
+    pub batch: Option<PathBuf>,
+    /// Child runs too (started by `flow` agents; `runs show` shows them under their parent).
+    #[arg(long)]
+    pub all: bool,
     /// One JSON object per line instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -154,6 +160,8 @@ fn list(args: ListArgs) -> u8 {
         status,
         flow: args.flow.clone(),
         limit: Some(args.limit),
+        roots_only: !args.all,
+        batches: args.batch.as_deref().map(batch_names).unwrap_or_default(),
     };
     let runs = match with_store(&args.store, Use::Read, async |s| s.list_runs(&filter).await) {
         Ok(Ok(r)) => r,
@@ -169,12 +177,15 @@ fn list(args: ListArgs) -> u8 {
         return super::exit::OK;
     }
     if runs.is_empty() {
-        println!("no runs");
+        match &args.batch {
+            Some(b) => println!("no runs of a batch writing {}", b.display()),
+            None => println!("no runs"),
+        }
         return super::exit::OK;
     }
     println!(
-        "{:<28} {:<20} {:<12} {:>9} {:>6} {:>10}  error",
-        "run", "flow", "status", "duration", "steps", "cost"
+        "{:<28} {:<19} {:<20} {:<12} {:>9} {:>6} {:>10}  error",
+        "run", "started (UTC)", "flow", "status", "duration", "steps", "cost"
     );
     for r in &runs {
         let error = r
@@ -183,8 +194,9 @@ fn list(args: ListArgs) -> u8 {
             .map(|e| format!("[{}] {}", e.kind, first_line(&e.message, 60)))
             .unwrap_or_default();
         println!(
-            "{:<28} {:<20} {:<12} {:>9} {:>6} {:>10}  {error}",
+            "{:<28} {:<19} {:<20} {:<12} {:>9} {:>6} {:>10}  {error}",
             r.id,
+            super::stderr::utc_seconds(r.started_at),
             first_line(&r.flow, 20),
             r.status.as_str(),
             duration(r),
@@ -193,6 +205,23 @@ fn list(args: ListArgs) -> u8 {
         );
     }
     super::exit::OK
+}
+
+/// The names the store may know the batch writing `output` by: the file's canonical path
+/// (symlinks and `..` resolved) and, for batches named before names were canonical, its
+/// absolute path as given.
+fn batch_names(output: &std::path::Path) -> Vec<String> {
+    let mut names = Vec::new();
+    if let Ok(c) = std::fs::canonicalize(output) {
+        names.push(c.display().to_string());
+    }
+    if let Ok(a) = std::path::absolute(output) {
+        let a = a.display().to_string();
+        if !names.contains(&a) {
+            names.push(a);
+        }
+    }
+    names
 }
 
 fn summary_json(r: &RunRecord) -> Value {
@@ -293,6 +322,25 @@ fn show(args: ShowArgs) -> u8 {
             now_ms: now_ms(),
         };
         out.push_str(&super::trace::render_with(&**s, &run.id, color, Some(&detail)).await);
+        // Child runs whose calling step has no finished record (the run stopped while they
+        // ran) are not in the tree above: under their parent all the same.
+        let steps = s.latest_steps(&run.id).await.map_err(|e| e.to_string())?;
+        let shown: std::collections::HashSet<&str> =
+            steps.iter().filter_map(|st| st.child_run.as_deref()).collect();
+        for child in s.children(&run.id).await.map_err(|e| e.to_string())? {
+            if shown.contains(child.id.as_str()) {
+                continue;
+            }
+            let _ = writeln!(
+                out,
+                "  child run of step {} (the step has no finished record):",
+                child.parent_step.as_deref().unwrap_or("?")
+            );
+            let tree = super::trace::render_with(&**s, &child.id, color, Some(&detail)).await;
+            for l in tree.lines() {
+                let _ = writeln!(out, "    {l}");
+            }
+        }
         Ok(out)
     });
     match out {

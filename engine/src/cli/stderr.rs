@@ -91,15 +91,23 @@ fn timestamp() -> String {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();
-    let secs = now.as_secs();
+    let (date, time) = date_time(now.as_secs());
+    format!("{date}T{time}.{:06}Z", now.subsec_micros())
+}
+
+/// A time in Unix milliseconds as `YYYY-MM-DD HH:MM:SS` (UTC).
+pub(crate) fn utc_seconds(ms: u64) -> String {
+    let (date, time) = date_time(ms / 1000);
+    format!("{date} {time}")
+}
+
+/// `YYYY-MM-DD` and `HH:MM:SS` (UTC) of a time in Unix seconds.
+fn date_time(secs: u64) -> (String, String) {
     let (days, rem) = (secs / 86_400, secs % 86_400);
     let (y, m, d) = civil_from_days(days as i64);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:06}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60,
-        now.subsec_micros()
+    (
+        format!("{y:04}-{m:02}-{d:02}"),
+        format!("{:02}:{:02}:{:02}", rem / 3600, rem % 3600 / 60, rem % 60),
     )
 }
 
@@ -126,6 +134,7 @@ mod tests {
         assert_eq!(civil_from_days(0), (1970, 1, 1));
         assert_eq!(civil_from_days(19_723), (2024, 1, 1));
         assert_eq!(civil_from_days(20_513), (2026, 3, 1));
+        assert_eq!(utc_seconds(1_700_000_000_123), "2023-11-14 22:13:20");
     }
 
     #[test]

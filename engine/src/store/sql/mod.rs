@@ -619,6 +619,17 @@ fn list_query(filter: &RunFilter, status: Option<RunStatus>, order: &str) -> (St
         binds.push(f.clone());
         conds.push(format!("flow = ${}", binds.len()));
     }
+    if filter.roots_only {
+        conds.push("parent_run IS NULL".into());
+    }
+    if !filter.batches.is_empty() {
+        let mut places = Vec::new();
+        for b in &filter.batches {
+            binds.push(b.clone());
+            places.push(format!("${}", binds.len()));
+        }
+        conds.push(format!("batch IN ({})", places.join(", ")));
+    }
     if !conds.is_empty() {
         sql.push_str(" WHERE ");
         sql.push_str(&conds.join(" AND "));
@@ -640,12 +651,18 @@ mod tests {
             status: Some(RunStatus::Failed),
             flow: Some("triage".into()),
             limit: Some(3),
+            roots_only: true,
+            batches: vec!["/a/out.jsonl".into(), "/b/out.jsonl".into()],
         };
         let (sql, binds) = list_query(&f, f.status, "DESC");
-        assert!(sql.ends_with(
-            " FROM runs WHERE status = $1 AND flow = $2 ORDER BY started_at DESC, id DESC LIMIT 3"
-        ));
-        assert_eq!(binds, ["failed", "triage"]);
+        assert!(
+            sql.ends_with(
+                " FROM runs WHERE status = $1 AND flow = $2 AND parent_run IS NULL AND batch IN ($3, $4) \
+                 ORDER BY started_at DESC, id DESC LIMIT 3"
+            ),
+            "{sql}"
+        );
+        assert_eq!(binds, ["failed", "triage", "/a/out.jsonl", "/b/out.jsonl"]);
         let (sql, binds) = list_query(&RunFilter::default(), None, "ASC");
         assert!(
             sql.ends_with(" FROM runs ORDER BY started_at ASC, id ASC"),

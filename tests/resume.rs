@@ -595,4 +595,111 @@ fn runs_show_shows_a_child_run_whose_calling_step_never_finished() {
     assert_eq!(out.code(), 0, "{}", out.stderr);
     assert!(out.stdout.contains("child run of step 1"), "{}", out.stdout);
     assert!(out.stdout.contains("1.1 first [set]"), "{}", out.stdout);
+    assert!(
+        out.stdout.contains(
+            "status    running, stopped by a crash, unless a `switchyard run` process still runs it"
+        ),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains(&format!(
+            "continue  `switchyard resume {id} --store sqlite:runs.db`"
+        )),
+        "{}",
+        out.stdout
+    );
+}
+
+/// A run paused by Ctrl-C inside a `foreach` is recorded as paused: `runs show` shows the
+/// iterations that finished under their step, says nothing runs it, counts what finished, does
+/// not let its duration grow, and prints the command that continues it.
+#[test]
+fn runs_show_of_a_paused_run_shows_what_finished_and_how_to_continue() {
+    let dir = TempDir::new("runs-show-paused");
+    let calls = dir.path().join("calls");
+    dir.write(
+        "loop.yaml",
+        format!(
+            r#"flow: loop
+agents:
+  work:
+    kind: command
+    run: [sh, -c, 'cat >/dev/null; echo x >> "{}"; sleep 0.3; echo "{{\"ok\": true}}"']
+steps:
+  first: {{set: {{$.items: {{value: [1, 2, 3, 4, 5, 6, 7, 8]}}}}, next: each}}
+  each:
+    agent: work
+    foreach: $.items
+    output: {{$.r: $}}
+"#,
+            calls.display()
+        ),
+    );
+    let child = switchyard(dir.path())
+        .args(["run", "loop.yaml"])
+        .args(STORE)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("starts");
+    let started = std::time::Instant::now();
+    while std::fs::read_to_string(&calls).map_or(0, |c| c.lines().count()) < 2 {
+        assert!(
+            started.elapsed() < crate::support::HANG,
+            "the iterations never started"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let (code, stderr) = crate::support::interrupt(child);
+    assert_eq!(code, Some(130), "{stderr}");
+    let ran = std::fs::read_to_string(&calls).expect("calls").lines().count();
+    let id = run_id_from(&stderr);
+
+    let show = || {
+        let out = run(switchyard(dir.path()).args(["runs", "show", &id]).args(STORE));
+        assert_eq!(out.code(), 0, "{}", out.stderr);
+        out.stdout
+    };
+    let text = show();
+    assert!(
+        text.contains("status    running, paused (Ctrl-C): nothing runs it"),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "continue  `switchyard resume {id} --store sqlite:runs.db`"
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("1 steps finished, {ran} iterations")),
+        "{ran} calls ran: {text}"
+    );
+    assert!(
+        text.contains(&format!("… 2 each · not finished · {ran} iterations finished")),
+        "{text}"
+    );
+    for i in 0..ran {
+        assert!(text.contains(&format!("✓ 2[{i}] each")), "{text}");
+    }
+    std::thread::sleep(Duration::from_millis(1100));
+    let again = show();
+    let line = |t: &str| t.lines().find(|l| l.starts_with("duration")).map(str::to_owned);
+    assert_eq!(
+        line(&text),
+        line(&again),
+        "the duration of a stopped run does not grow"
+    );
+
+    let listed = run(switchyard(dir.path()).args(["runs", "list"]).args(STORE));
+    let row = listed.stdout.lines().nth(1).expect("a run");
+    let cols: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(cols[4..7], ["running", "-", "-"], "{row}");
+
+    let out = run(switchyard(dir.path()).args(["resume", &id]).args(STORE));
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    let text = show();
+    assert!(text.contains("status    succeeded"), "{text}");
+    assert!(!text.contains("paused (Ctrl-C)"), "{text}");
 }

@@ -200,7 +200,11 @@ fn list(args: ListArgs) -> u8 {
             first_line(&r.flow, 20),
             r.status.as_str(),
             duration(r),
-            r.steps,
+            if r.finished_at.is_none() && r.status == RunStatus::Running {
+                "-".to_string()
+            } else {
+                r.steps.to_string()
+            },
             format!("${:.4}", r.usage.cost_usd),
         );
     }
@@ -250,7 +254,81 @@ fn first_line(s: &str, max: usize) -> String {
     out
 }
 
+/// The status and duration lines of a run that is `running` with no end on record: what
+/// finished of it, since when nothing was recorded, whether anything runs it and the command
+/// that continues it.
+fn unfinished(
+    out: &mut String,
+    run: &RunRecord,
+    root: &RunRecord,
+    steps: &[crate::runtime::record::StepRecord],
+    store: &StoreArg,
+) {
+    use crate::runtime::record::StepStatus;
+    let (state, stopped) = if root.paused() {
+        ("paused (Ctrl-C): nothing runs it", true)
+    } else if root.batch.is_some() {
+        match crate::batch::lock_batch_of(root) {
+            Err(crate::batch::BatchError::Busy { .. }) => ("a `switchyard batch` process runs it now", false),
+            _ => ("stopped (a crash?): no `switchyard batch` process runs it", true),
+        }
+    } else {
+        (
+            "stopped by a crash, unless a `switchyard run` process still runs it (not detected)",
+            true,
+        )
+    };
+    let _ = writeln!(out, "status    running, {state}");
+    let is_part = |s: &&crate::runtime::record::StepRecord| s.kind == "iteration" || s.kind == "branch";
+    let finished = steps
+        .iter()
+        .filter(|s| !is_part(s) && s.status != StepStatus::Started)
+        .count();
+    let count = |kind: &str| {
+        steps
+            .iter()
+            .filter(|s| s.kind == kind && s.status != StepStatus::Started)
+            .count()
+    };
+    let (iterations, branches) = (count("iteration"), count("branch"));
+    let last = steps
+        .iter()
+        .map(|s| s.finished_at.unwrap_or(s.started_at))
+        .max()
+        .unwrap_or(run.started_at)
+        .max(run.started_at);
+    let since = crate::runtime::engine::fmt_duration(std::time::Duration::from_millis(last - run.started_at));
+    let mut parts = String::new();
+    if iterations > 0 {
+        let _ = write!(parts, ", {iterations} iterations");
+    }
+    if branches > 0 {
+        let _ = write!(parts, ", {branches} branches");
+    }
+    let _ = writeln!(
+        out,
+        "duration  not ended · last record {} UTC, {since} after the start · {finished} steps finished{parts}",
+        super::stderr::utc_seconds(last)
+    );
+    if stopped {
+        let how = if root.batch.is_some() {
+            "the same `switchyard batch` command continues it, or "
+        } else {
+            ""
+        };
+        let _ = writeln!(
+            out,
+            "continue  {how}`switchyard resume {}{}`",
+            root.id,
+            store.hint()
+        );
+    }
+}
+
 fn duration(r: &RunRecord) -> String {
+    if r.finished_at.is_none() && r.status == RunStatus::Running {
+        return "-".to_string();
+    }
     let end = r.finished_at.unwrap_or_else(now_ms);
     crate::runtime::engine::fmt_duration(std::time::Duration::from_millis(end.saturating_sub(r.started_at)))
 }
@@ -286,8 +364,14 @@ fn show(args: ShowArgs) -> u8 {
                 run.item_id.as_deref().unwrap_or("?")
             );
         }
-        let _ = writeln!(out, "status    {}", run.status.as_str());
-        let _ = writeln!(out, "duration  {} · {} steps", duration(&run), run.steps);
+        let root = root_of(&**s, &run).await?;
+        if run.finished_at.is_some() || run.status != RunStatus::Running {
+            let _ = writeln!(out, "status    {}", run.status.as_str());
+            let _ = writeln!(out, "duration  {} · {} steps", duration(&run), run.steps);
+        } else {
+            let steps = s.latest_steps(&run.id).await.map_err(|e| e.to_string())?;
+            unfinished(&mut out, &run, &root, &steps, &args.store);
+        }
         let _ = writeln!(
             out,
             "cost      ${:.6} · tokens {} in, {} out",
@@ -302,7 +386,6 @@ fn show(args: ShowArgs) -> u8 {
         }
         out.push('\n');
         // A decision is given to the root run, whichever run of the tree asks for it.
-        let root = root_of(&**s, &run).await?;
         let waiting = if root.status == RunStatus::Interrupted {
             crate::runtime::resume::waiting_at(&**s, &root.id)
                 .await

@@ -59,16 +59,45 @@ fn walk<'a, S: Store>(
         // Iterations and branches are recorded as they finish, before their step's own
         // record; show them under it.
         let is_part = |s: &StepRecord| s.kind == "iteration" || s.kind == "branch";
+        let part_of = |p: &StepRecord, number: &str| {
+            p.number == number || p.number.strip_prefix(number).is_some_and(|r| r.starts_with('.'))
+        };
         for s in steps.iter().filter(|s| !is_part(s)) {
             print_one(store, s, depth, color, detail, out).await;
-            let parts = steps.iter().filter(|p| {
-                is_part(p)
-                    && (p.number == s.number
-                        || p.number
-                            .strip_prefix(s.number.as_str())
-                            .is_some_and(|r| r.starts_with('.')))
-            });
-            for p in parts {
+            for p in steps.iter().filter(|p| is_part(p) && part_of(p, &s.number)) {
+                print_one(store, p, depth + 1, color, detail, out).await;
+            }
+        }
+        // The parts of a step that has no record of its own yet (the run stopped while the
+        // step ran): what finished of it, under a line for the step.
+        let mut open: Vec<(String, &str, &str)> = Vec::new();
+        for p in steps.iter().filter(|p| is_part(p)) {
+            let owner = if p.kind == "branch" {
+                p.number.rsplit_once('.').map_or(p.number.as_str(), |(n, _)| n)
+            } else {
+                p.number.as_str()
+            };
+            let has_step = steps.iter().any(|s| !is_part(s) && s.number == owner);
+            if !has_step && !open.iter().any(|(n, ..)| n == owner) {
+                let parts = if p.kind == "branch" {
+                    "branches"
+                } else {
+                    "iterations"
+                };
+                open.push((owner.to_string(), p.step.as_str(), parts));
+            }
+        }
+        for (number, step, parts) in open {
+            let done = steps
+                .iter()
+                .filter(|p| is_part(p) && part_of(p, &number) && p.status != StepStatus::Started)
+                .count();
+            let _ = writeln!(
+                out,
+                "{}… {number} {step} · not finished · {done} {parts} finished",
+                "  ".repeat(depth)
+            );
+            for p in steps.iter().filter(|p| is_part(p) && part_of(p, &number)) {
                 print_one(store, p, depth + 1, color, detail, out).await;
             }
         }

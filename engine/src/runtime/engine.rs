@@ -668,9 +668,9 @@ impl<'e, S: Store> Run<'e, S> {
         self.record.status = status;
         // Lent to the record while the store copies it, then given back.
         self.record.output = output;
-        // A paused run is still running: it has neither an end nor an error on record.
+        // A paused run is still `running`, without an end: its error on record says it was
+        // paused, so `runs show` can tell that nothing runs it (a resume clears it).
         let paused = status == RunStatus::Running;
-        let (error, kept) = if paused { (None, error) } else { (error, None) };
         self.record.error = error;
         self.record.finished_at = (!paused).then(record::now_ms);
         self.record.steps = self.executed.load(Ordering::Relaxed);
@@ -689,7 +689,7 @@ impl<'e, S: Store> Run<'e, S> {
             self.store_error(&e);
         }
         let output = self.record.output.take();
-        let error = self.record.error.take().or(kept);
+        let error = self.record.error.take();
         tracing::info!(
             run_id = %self.record.id,
             status = status.as_str(),
@@ -2352,12 +2352,12 @@ fn never_waits(agent: &AgentPlan) -> bool {
     }
 }
 
+/// The message of a paused run's error ([`record::RunRecord::paused`]).
+pub const PAUSED: &str = "paused before finishing (Ctrl-C): nothing runs it until it is resumed";
+
 /// Why a paused run stopped where it did.
 fn paused() -> StepError {
-    StepError::new(
-        ErrorKind::Cancelled,
-        "stopped before finishing (the batch was interrupted); resume continues here",
-    )
+    StepError::new(ErrorKind::Cancelled, PAUSED)
 }
 
 fn status_for(e: &StepError) -> RunStatus {

@@ -116,6 +116,18 @@ pub struct RunRecord {
     pub item_index: Option<u64>,
 }
 
+impl RunRecord {
+    /// Whether the run was paused (Ctrl-C) at a recorded point: still `running`, with the
+    /// pause as its error, and nothing running it until it is resumed.
+    pub fn paused(&self) -> bool {
+        self.status == RunStatus::Running
+            && self
+                .error
+                .as_ref()
+                .is_some_and(|e| e.kind == crate::runtime::ErrorKind::Cancelled)
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct StepRecord {
     pub run_id: String,

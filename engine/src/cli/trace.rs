@@ -140,6 +140,11 @@ fn print_one<'a, S: Store>(
         }
         if let Some(e) = &s.error {
             let _ = writeln!(out, "{}  error[{}]: {}", "  ".repeat(depth), e.kind, e.message);
+            if detail.is_some()
+                && let Some(d) = &e.details
+            {
+                answers(d, &"  ".repeat(depth + 1), out);
+            }
         }
         for v in &s.violations {
             let _ = writeln!(
@@ -186,6 +191,37 @@ fn question(s: &StepRecord, detail: &Detail<'_>, pad: &str, out: &mut String) {
         && w.step.number == s.number
     {
         let _ = writeln!(out, "{pad}answer: `{command}`");
+    }
+}
+
+/// What a model said in a call that failed on its answer (`details` of its error): each answer
+/// a repair was asked for, with the request, then the last answer.
+fn answers(details: &Value, pad: &str, out: &mut String) {
+    let block = |label: &str, text: &str, out: &mut String| {
+        let text = text.trim_end().replace('\n', &format!("\n{pad}  | "));
+        let _ = writeln!(out, "{pad}{label}:\n{pad}  | {text}");
+    };
+    if let Some(Value::Array(repairs)) = details.get("repairs") {
+        for (i, r) in repairs.iter().enumerate() {
+            if let Some(a) = r.get("answer").and_then(Value::as_str) {
+                block(&format!("answer {}", i + 1), a, out);
+            }
+            if let Some(q) = r.get("repair_request").and_then(Value::as_str) {
+                block(&format!("repair {} asked", i + 1), q, out);
+            }
+        }
+    }
+    if let Some(a) = details.get("answer").and_then(Value::as_str) {
+        let n = details
+            .get("repairs")
+            .and_then(Value::as_array)
+            .map_or(0, Vec::len);
+        let label = if n > 0 {
+            format!("answer {} (the last)", n + 1)
+        } else {
+            "answer".into()
+        };
+        block(&label, a, out);
     }
 }
 

@@ -144,6 +144,9 @@ impl LlmAgent<'_> {
         let mut messages = self.messages(input, cx)?;
         let state = self.providers.get(p);
         let repairs = self.plan.repair_attempts;
+        // The answers that could not be used and what the model was told of each, kept for
+        // the step's record should the call fail.
+        let mut exchange: Vec<Value> = Vec::new();
         for round in 0..=repairs {
             let body = self.request_body(&model, &messages);
             let answer = self
@@ -171,14 +174,16 @@ impl LlmAgent<'_> {
             };
             let requests = round + 1;
             if round == repairs {
-                return Err(problem.into_error(&who, requests, &answer));
+                return Err(problem.into_error(&who, requests, &answer, exchange));
             }
             tracing::info!(
                 run_id = cx.run_id, step = cx.step, agent = self.name, round = requests,
                 problem = %secrets.redact(&problem.describe(&answer)), "asking the model to repair its answer"
             );
+            let request = problem.repair_request(&answer);
+            exchange.push(json!({"answer": answer::kept(&answer.content), "repair_request": request}));
             messages.push(json!({"role": "assistant", "content": answer.content}));
-            messages.push(json!({"role": "user", "content": problem.repair_request(&answer)}));
+            messages.push(json!({"role": "user", "content": request}));
         }
         unreachable!("the last round returns")
     }

@@ -100,10 +100,20 @@ pub fn run(args: Args) -> u8 {
         let pause = controls.pause.clone();
         tokio::spawn(async move {
             if tokio::signal::ctrl_c().await.is_ok() {
-                eprintln!("\nstopping: no new items; in-flight steps finish and are recorded (Ctrl-C again to quit now)");
+                super::stderr::say(
+                    super::stderr::Level::Warn,
+                    "stopping",
+                    "\nstopping: no new items; in-flight steps finish and are recorded (Ctrl-C again to quit now)",
+                    serde_json::Value::Null,
+                );
                 pause.cancel();
                 if tokio::signal::ctrl_c().await.is_ok() {
-                    eprintln!("quit: run the same command again to continue");
+                    super::stderr::say(
+                        super::stderr::Level::Warn,
+                        "quit",
+                        "quit: run the same command again to continue",
+                        serde_json::Value::Null,
+                    );
                     std::process::exit(130);
                 }
             }
@@ -434,18 +444,31 @@ pub fn export(args: ExportArgs) -> u8 {
             return super::exit::USAGE;
         }
     };
-    eprintln!(
-        "export: {} of {} items written: {} succeeded, {} failed, {} interrupted",
+    let mut text = format!(
+        "export: {} of {} items written: {} succeeded, {} failed, {} interrupted\noutput: {}",
         s.succeeded + s.failed + s.interrupted,
         s.total,
         s.succeeded,
         s.failed,
-        s.interrupted
+        s.interrupted,
+        args.output.display()
     );
-    eprintln!("output: {}", args.output.display());
     if let Some(why) = &s.stopped {
-        eprintln!("not finished: {why}");
+        text.push_str(&format!("\nnot finished: {why}"));
     }
+    super::stderr::say(
+        super::stderr::Level::Info,
+        "export_summary",
+        &text,
+        serde_json::json!({
+            "total": s.total,
+            "succeeded": s.succeeded,
+            "failed": s.failed,
+            "interrupted": s.interrupted,
+            "output": args.output.display().to_string(),
+            "stopped": s.stopped,
+        }),
+    );
     if s.failed > 0 || s.stopped.is_some() {
         super::exit::FAILED
     } else if s.interrupted > 0 {

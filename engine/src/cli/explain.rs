@@ -34,8 +34,10 @@ pub fn run(args: Args) -> u8 {
         match codes::find(&code) {
             Some(r) => r.doc.trim_end().to_string(),
             None => {
-                super::stderr::error(unknown_code(&code));
-                eprintln!("  `switchyard explain --list` lists every code");
+                super::stderr::error(format!(
+                    "{}\n  `switchyard explain --list` lists every code",
+                    unknown_code(&code)
+                ));
                 return super::exit::USAGE;
             }
         }

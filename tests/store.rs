@@ -98,6 +98,7 @@ fn step(run_id: &str, number: &str, attempt: u32, status: StepStatus, full: bool
         },
         child_run: full.then(|| "child".into()),
         route: full.then(|| "end".into()),
+        answers: full.then(|| json!([{"answer": "prose", "repair_request": "JSON, please"}])),
     }
 }
 

@@ -127,6 +127,15 @@ fn print_one<'a, S: Store>(
                 }
                 let _ = writeln!(out, "{}  set {} = {value}", "  ".repeat(depth), c.path);
             }
+            if let Some(Value::Array(repairs)) = &s.answers {
+                let pad = "  ".repeat(depth + 1);
+                let _ = writeln!(
+                    out,
+                    "{pad}repaired: the answer was used after {} repair request(s)",
+                    repairs.len()
+                );
+                answers(&serde_json::json!({"repairs": repairs}), &pad, out);
+            }
             if s.usage.cost_usd > 0.0 || s.usage.input_tokens > 0 {
                 let _ = writeln!(
                     out,

@@ -461,6 +461,8 @@ struct StepOutcome {
     stop: Option<RunStatus>,
     /// Taken from the records of an earlier run (resume): recorded already.
     replayed: bool,
+    /// An `llm` call's answers that needed repairs ([`StepRecord::answers`]).
+    answers: Option<Value>,
 }
 
 impl StepOutcome {
@@ -482,6 +484,7 @@ impl StepOutcome {
             usage: Usage::default(),
             stop: None,
             replayed: false,
+            answers: None,
         }
     }
 
@@ -516,6 +519,9 @@ struct Run<'e, S: Store> {
     /// Step executions so far (iterations included), counted by [`Run::count_step`] from
     /// iterations in flight too.
     executed: AtomicU64,
+    /// The answers `llm` calls needed repairs for, by step number (`1.3[2]`), from the call
+    /// until its step's record takes them.
+    answers: std::sync::Mutex<std::collections::HashMap<String, Value>>,
     numbered: u64,
     path: Vec<String>,
     started: Instant,
@@ -594,6 +600,7 @@ impl<'e, S: Store> Run<'e, S> {
             payload_bound: 0,
             steps,
             executed: AtomicU64::new(0),
+            answers: Default::default(),
             numbered: 0,
             path: Vec::new(),
             started: Instant::now(),
@@ -898,6 +905,7 @@ impl<'e, S: Store> Run<'e, S> {
                     usage: outcome.usage,
                     child_run: outcome.child_run,
                     route: route_name,
+                    answers: outcome.answers,
                 };
                 // The run's last step: its end, written next and waited for, commits this too.
                 let last = outcome.stop.is_some() || !matches!(&route, Ok(Some(n)) if *n != flow.end);
@@ -1465,6 +1473,11 @@ impl<'e, S: Store> Run<'e, S> {
                     let mut o = StepOutcome::ok(Some(value));
                     used.add(usage);
                     o.child_run = child;
+                    o.answers = self
+                        .answers
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .remove(&number.to_string());
                     (o, None)
                 }
                 Err((e, usage, child, interrupted)) => {
@@ -1538,6 +1551,7 @@ impl<'e, S: Store> Run<'e, S> {
                 usage: Usage::default(),
                 child_run: None,
                 route: None,
+                answers: None,
             };
             if let Err(e) = self.record(rec).await {
                 return Err((e, Usage::default(), None, false));
@@ -1645,7 +1659,9 @@ impl<'e, S: Store> Run<'e, S> {
                     Ok(c) => c,
                     Err(e) => return plain(Err(e)),
                 };
+                let repaired = std::sync::Mutex::new(None);
                 let llm = agents::llm::LlmAgent {
+                    repaired: &repaired,
                     name: &agent.name,
                     plan: l,
                     schema: agent.result_schema.as_deref(),
@@ -1654,7 +1670,14 @@ impl<'e, S: Store> Run<'e, S> {
                     hosts: agents::net::Hosts(&self.lineage.hosts),
                     providers: agents::provider::Providers::global(),
                 };
-                match Box::pin(llm.call(input, cx)).await {
+                let out = Box::pin(llm.call(input, cx)).await;
+                if let Some(a) = repaired.into_inner().unwrap_or_else(|e| e.into_inner()) {
+                    self.answers
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .insert(number.to_string(), a);
+                }
+                match out {
                     Ok((v, usage)) => Ok((v, usage, None)),
                     Err((e, usage)) => Err((e, usage, None, false)),
                 }
@@ -2009,6 +2032,7 @@ impl<'e, S: Store> Run<'e, S> {
             usage: o.usage,
             child_run: o.child_run.clone(),
             route: None,
+            answers: o.answers.clone(),
         };
         if let Err(e) = self.record(rec).await {
             o.error = Some(e);

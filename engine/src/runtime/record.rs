@@ -155,6 +155,11 @@ pub struct StepRecord {
     pub child_run: Option<String>,
     /// The step the run went to next (`end` for the end), when routed.
     pub route: Option<String>,
+    /// Of an `llm` call that succeeded after repairs: each answer that could not be used and
+    /// the repair request that followed it (`[{answer, repair_request}]`). A call that failed
+    /// keeps them in its error's details instead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answers: Option<Value>,
 }
 
 /// Unix milliseconds now.

@@ -171,6 +171,7 @@ pub(crate) mod tests {
             usage: Usage::default(),
             child_run: None,
             route: None,
+            answers: None,
         }
     }
 

@@ -61,6 +61,9 @@ const COMPLETION_ESTIMATE: u64 = 256;
 
 /// One `llm` agent call's view of the world.
 pub struct LlmAgent<'a> {
+    /// Set when the call succeeds after repairs: the answers that could not be used, each
+    /// with the repair request that followed it, for the step's record.
+    pub repaired: &'a std::sync::Mutex<Option<Value>>,
     pub name: &'a str,
     pub plan: &'a LlmPlan,
     pub schema: Option<&'a Schema>,
@@ -166,7 +169,14 @@ impl LlmAgent<'_> {
                         );
                     }
                     match schema.check(&value) {
-                        Ok(()) => return Ok(value),
+                        Ok(()) => {
+                            if !exchange.is_empty() {
+                                let mut kept = Value::Array(std::mem::take(&mut exchange));
+                                secrets.redact_value(&mut kept);
+                                *self.repaired.lock().unwrap_or_else(|e| e.into_inner()) = Some(kept);
+                            }
+                            return Ok(value);
+                        }
                         Err(v) => Problem::Schema(v),
                     }
                 }

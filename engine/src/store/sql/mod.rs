@@ -56,7 +56,7 @@ macro_rules! run_columns {
 macro_rules! step_columns {
     () => {
         "run_id, number, attempt, iteration, step, kind, status, iterations, input, result, changes, \
-         violations, error, started_at, finished_at, input_tokens, output_tokens, cost_usd, child_run, route"
+         violations, error, started_at, finished_at, input_tokens, output_tokens, cost_usd, child_run, route, answers"
     };
 }
 
@@ -90,8 +90,8 @@ pub struct SqlOptions {
     /// PostgreSQL only: keep the tables in this schema (created if missing), as the URL option
     /// `?schema=NAME` does.
     pub schema: Option<String>,
-    /// Open only to read (`runs list`, `runs show`): a SQLite file is opened read-only, so a
-    /// store this process may not write can still be read; nothing is migrated. False.
+    /// Open only to read (`runs list`, `runs show`): a SQLite file this process may not write
+    /// is opened read-only (and not migrated), so it can still be read. False.
     pub read_only: bool,
 }
 
@@ -164,14 +164,18 @@ impl SqlStore {
             message,
         };
 
-        let mut access = if options.read_only {
+        // Only a SQLite file this process may not write is opened read-only: any other store
+        // opens as for writing, so an older schema is brought up to date as usual.
+        let read_only = options.read_only
+            && matches!(&target, Target::SqliteFile(p) if sqlite_file::check_writable(p).is_err());
+        let mut access = if read_only {
             Access::Read
         } else {
             Access::Write
         };
         match &target {
             Target::SqliteFile(path) => {
-                if !options.read_only {
+                if !read_only {
                     if let Some(dir) = path.parent() {
                         std::fs::create_dir_all(dir).map_err(|e| {
                             open_err(format!("cannot create the directory {}: {e}", dir.display()))
@@ -207,7 +211,7 @@ impl SqlStore {
                 other => other,
             }
         })?;
-        if let Err(e) = prepare(&pool, &target, &ctx, options.read_only).await {
+        if let Err(e) = prepare(&pool, &target, &ctx, read_only).await {
             pool.close().await;
             return Err(e);
         }

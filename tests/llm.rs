@@ -1239,3 +1239,118 @@ fn a_resumed_run_keeps_its_conversation() {
         user_messages(body)
     );
 }
+
+/// An answer that failed `result_schema` after a repair is kept in the step's record: the
+/// first answer, the repair request, the last answer (cut at 16 KiB), and `runs show` prints
+/// them.
+#[test]
+fn a_failed_answer_and_its_repair_are_kept_and_shown() {
+    let server = Llm::start();
+    let long = format!("The category is billing. {}", "x".repeat(20 * 1024));
+    server.script([
+        Reply::Answer("Probably billing, I think.".into()),
+        Reply::Answer(long),
+    ]);
+    let dir = TempDir::new("llm-kept-answer");
+    write_flow(&dir, "f.yaml", &flow_text(&server.base_url(), "", "", ""));
+    let store = ["--store", "sqlite:runs.db"];
+    let out = support::run(
+        support::switchyard(dir.path())
+            .args(["run", "f.yaml", "--input", r#"{"text": "hi"}"#])
+            .args(store),
+    );
+    assert_eq!(out.code(), 1, "{out:?}");
+    let id = out
+        .stderr
+        .split("run `")
+        .nth(1)
+        .and_then(|r| r.split('`').next())
+        .unwrap_or_else(|| panic!("names the run: {}", out.stderr))
+        .to_string();
+    let shown = support::run(
+        support::switchyard(dir.path())
+            .args(["runs", "show", &id])
+            .args(store),
+    );
+    assert_eq!(shown.code(), 0, "{shown:?}");
+    let text = &shown.stdout;
+    assert!(
+        text.contains("answer 1:\n") && text.contains("| Probably billing, I think."),
+        "{text}"
+    );
+    assert!(
+        text.contains("repair 1 asked:\n") && text.contains("| Your answer could not be used"),
+        "{text}"
+    );
+    assert!(
+        text.contains("answer 2 (the last):\n") && text.contains("| The category is billing. xxx"),
+        "{text}"
+    );
+    assert!(text.contains("more bytes not kept]"), "{text}");
+
+    let json = support::run(
+        support::switchyard(dir.path())
+            .args(["runs", "show", &id, "--json"])
+            .args(store),
+    );
+    let doc: Value = serde_json::from_str(&json.stdout).expect("JSON");
+    let details = &doc["steps"]
+        .as_array()
+        .expect("steps")
+        .iter()
+        .find(|s| s["status"] == "failed")
+        .expect("the failed step")["error"]["details"];
+    assert_eq!(details["repairs"][0]["answer"], "Probably billing, I think.");
+    let last = details["answer"].as_str().expect("the last answer");
+    assert!(last.len() <= 16 * 1024 + 64, "{}", last.len());
+}
+
+/// An answer repaired into one that is used leaves its trace in the step's record: the answer
+/// that could not be used and the repair request, which `runs show` prints.
+#[test]
+fn a_repaired_answer_is_kept_and_shown() {
+    let server = Llm::start();
+    server.script([
+        Reply::Answer("Billing, most likely.".into()),
+        Reply::Answer(classification("billing", 0.9)),
+    ]);
+    let dir = TempDir::new("llm-kept-repair");
+    write_flow(&dir, "f.yaml", &flow_text(&server.base_url(), "", "", ""));
+    let store = ["--store", "sqlite:runs.db"];
+    let out = support::run(
+        support::switchyard(dir.path())
+            .args(["run", "f.yaml", "--input", r#"{"text": "hi"}"#])
+            .args(store),
+    );
+    assert_eq!(out.code(), 0, "{out:?}");
+    let list = support::run(
+        support::switchyard(dir.path())
+            .args(["runs", "list", "--json"])
+            .args(store),
+    );
+    let run: Value = serde_json::from_str(list.stdout.lines().next().expect("a run")).expect("JSON");
+    let id = run["id"].as_str().expect("an id");
+    let shown = support::run(
+        support::switchyard(dir.path())
+            .args(["runs", "show", id])
+            .args(store),
+    );
+    let text = &shown.stdout;
+    assert!(
+        text.contains("repaired: the answer was used after 1 repair request(s)"),
+        "{text}"
+    );
+    assert!(text.contains("| Billing, most likely."), "{text}");
+    assert!(
+        text.contains("repair 1 asked:\n") && text.contains("the answer is not valid JSON"),
+        "{text}"
+    );
+    let json = support::run(
+        support::switchyard(dir.path())
+            .args(["runs", "show", id, "--json"])
+            .args(store),
+    );
+    let doc: Value = serde_json::from_str(&json.stdout).expect("JSON");
+    let step = &doc["steps"][0];
+    assert_eq!(step["answers"][0]["answer"], "Billing, most likely.", "{step}");
+}

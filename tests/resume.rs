@@ -484,3 +484,222 @@ fn a_store_url_of_no_known_form_is_a_usage_error_everywhere() {
         .args(["--store", "postgres://postgres@127.0.0.1:1/test"]));
     assert_eq!(out.code(), 1, "{}", out.stderr);
 }
+
+/// `runs list --json` as values.
+fn list_json(dir: &TempDir, args: &[&str]) -> Vec<Value> {
+    let out = run(switchyard(dir.path())
+        .args(["runs", "list", "--json"])
+        .args(args)
+        .args(STORE));
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    out.stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect()
+}
+
+/// `runs list` lists root runs, with their start time; `--all` adds child runs, `--batch
+/// OUT.jsonl` (by any path to it) keeps a batch's runs; a child run whose calling step never
+/// finished shows under its parent in `runs show`.
+#[test]
+fn runs_list_shows_root_runs_and_filters_by_batch() {
+    let dir = TempDir::new("runs-list-roots");
+    dir.write("child.yaml", "flow: child\nsteps:\n  s: {set: {$.x: =1}}\n");
+    dir.write(
+        "parent.yaml",
+        "flow: parent\nagents:\n  c: {kind: flow, path: child.yaml}\nsteps:\n  call: {agent: c, output: {$.c: $.x}}\n",
+    );
+    let out = run(switchyard(dir.path()).args(["run", "parent.yaml"]).args(STORE));
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    dir.write("in.jsonl", "{\"id\": \"a\"}\n{\"id\": \"b\"}\n");
+    std::fs::create_dir_all(dir.path().join("out")).expect("a directory");
+    let out = run(switchyard(dir.path())
+        .args([
+            "batch",
+            "parent.yaml",
+            "--input",
+            "in.jsonl",
+            "--output",
+            "out/out.jsonl",
+        ])
+        .args(STORE));
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+
+    let roots = list_json(&dir, &[]);
+    assert_eq!(roots.len(), 3, "{roots:?}");
+    assert!(
+        roots
+            .iter()
+            .all(|r| r["parent_run"].is_null() && r["flow"] == "parent"),
+        "{roots:?}"
+    );
+    let all = list_json(&dir, &["--all"]);
+    assert_eq!(all.len(), 6, "{all:?}");
+    assert_eq!(all.iter().filter(|r| r["flow"] == "child").count(), 3, "{all:?}");
+
+    // The output file named through `..` and through a symlink to its directory.
+    std::os::unix::fs::symlink(dir.path().join("out"), dir.path().join("link")).expect("a symlink");
+    for name in ["out/../out/out.jsonl", "link/out.jsonl"] {
+        let batch = list_json(&dir, &["--batch", name]);
+        let items: Vec<&str> = batch.iter().filter_map(|r| r["item_id"].as_str()).collect();
+        assert_eq!(batch.len(), 2, "{name}: {batch:?}");
+        assert!(items.contains(&"a") && items.contains(&"b"), "{name}: {batch:?}");
+    }
+    let out = run(switchyard(dir.path())
+        .args(["runs", "list", "--batch", "in.jsonl"])
+        .args(STORE));
+    assert_eq!(
+        out.stdout.trim(),
+        "no runs of a batch writing in.jsonl",
+        "{out:?}"
+    );
+
+    let table = run(switchyard(dir.path()).args(["runs", "list"]).args(STORE));
+    let header = table.stdout.lines().next().expect("a header");
+    assert!(header.contains("started (UTC)"), "{header}");
+    let year = table
+        .stdout
+        .lines()
+        .nth(1)
+        .expect("a run")
+        .split_whitespace()
+        .nth(1)
+        .expect("a date");
+    assert!(year.len() == 10 && year.starts_with("20"), "{}", table.stdout);
+}
+
+/// A child run that a crash stopped while it ran, so its calling step has no finished record,
+/// still shows under its parent in `runs show`.
+#[test]
+fn runs_show_shows_a_child_run_whose_calling_step_never_finished() {
+    let dir = TempDir::new("runs-show-orphan-child");
+    let marker = dir.path().join("crashed");
+    dir.write(
+        "child.yaml",
+        format!(
+            "flow: child\nagents:\n  die:\n    kind: command\n    run: [sh, -c, 'if [ ! -e \"{m}\" ]; then : > \"{m}\"; kill -9 $PPID; sleep 2; fi; echo \"{{}}\"']\n\
+             steps:\n  first: {{set: {{$.x: =1}}, next: second}}\n  second: {{agent: die, output: {{}}}}\n",
+            m = marker.display()
+        ),
+    );
+    dir.write(
+        "parent.yaml",
+        "flow: parent\nagents:\n  c: {kind: flow, path: child.yaml}\nsteps:\n  call: {agent: c, output: {}}\n",
+    );
+    let crashed = run(switchyard(dir.path()).args(["run", "parent.yaml"]).args(STORE));
+    assert!(crashed.status.code().is_none(), "killed: {crashed:?}");
+    let roots = list_json(&dir, &[]);
+    assert_eq!(roots.len(), 1, "{roots:?}");
+    let id = roots[0]["id"].as_str().expect("an id");
+    let out = run(switchyard(dir.path()).args(["runs", "show", id]).args(STORE));
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    assert!(out.stdout.contains("child run of step 1"), "{}", out.stdout);
+    assert!(out.stdout.contains("1.1 first [set]"), "{}", out.stdout);
+    assert!(
+        out.stdout.contains(
+            "status    running, stopped by a crash, unless a `switchyard run` process still runs it"
+        ),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains(&format!(
+            "continue  `switchyard resume {id} --store sqlite:runs.db`"
+        )),
+        "{}",
+        out.stdout
+    );
+}
+
+/// A run paused by Ctrl-C inside a `foreach` is recorded as paused: `runs show` shows the
+/// iterations that finished under their step, says nothing runs it, counts what finished, does
+/// not let its duration grow, and prints the command that continues it.
+#[test]
+fn runs_show_of_a_paused_run_shows_what_finished_and_how_to_continue() {
+    let dir = TempDir::new("runs-show-paused");
+    let calls = dir.path().join("calls");
+    dir.write(
+        "loop.yaml",
+        format!(
+            r#"flow: loop
+agents:
+  work:
+    kind: command
+    run: [sh, -c, 'cat >/dev/null; echo x >> "{}"; sleep 0.3; echo "{{\"ok\": true}}"']
+steps:
+  first: {{set: {{$.items: {{value: [1, 2, 3, 4, 5, 6, 7, 8]}}}}, next: each}}
+  each:
+    agent: work
+    foreach: $.items
+    output: {{$.r: $}}
+"#,
+            calls.display()
+        ),
+    );
+    let child = switchyard(dir.path())
+        .args(["run", "loop.yaml"])
+        .args(STORE)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("starts");
+    let started = std::time::Instant::now();
+    while std::fs::read_to_string(&calls).map_or(0, |c| c.lines().count()) < 2 {
+        assert!(
+            started.elapsed() < crate::support::HANG,
+            "the iterations never started"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let (code, stderr) = crate::support::interrupt(child);
+    assert_eq!(code, Some(130), "{stderr}");
+    let ran = std::fs::read_to_string(&calls).expect("calls").lines().count();
+    let id = run_id_from(&stderr);
+
+    let show = || {
+        let out = run(switchyard(dir.path()).args(["runs", "show", &id]).args(STORE));
+        assert_eq!(out.code(), 0, "{}", out.stderr);
+        out.stdout
+    };
+    let text = show();
+    assert!(
+        text.contains("status    running, paused (Ctrl-C): nothing runs it"),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "continue  `switchyard resume {id} --store sqlite:runs.db`"
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("1 steps finished, {ran} iterations")),
+        "{ran} calls ran: {text}"
+    );
+    assert!(
+        text.contains(&format!("… 2 each · not finished · {ran} iterations finished")),
+        "{text}"
+    );
+    for i in 0..ran {
+        assert!(text.contains(&format!("✓ 2[{i}] each")), "{text}");
+    }
+    std::thread::sleep(Duration::from_millis(1100));
+    let again = show();
+    let line = |t: &str| t.lines().find(|l| l.starts_with("duration")).map(str::to_owned);
+    assert_eq!(
+        line(&text),
+        line(&again),
+        "the duration of a stopped run does not grow"
+    );
+
+    let listed = run(switchyard(dir.path()).args(["runs", "list"]).args(STORE));
+    let row = listed.stdout.lines().nth(1).expect("a run");
+    let cols: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(cols[4..7], ["running", "-", "-"], "{row}");
+
+    let out = run(switchyard(dir.path()).args(["resume", &id]).args(STORE));
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    let text = show();
+    assert!(text.contains("status    succeeded"), "{text}");
+    assert!(!text.contains("paused (Ctrl-C)"), "{text}");
+}

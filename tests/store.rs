@@ -98,6 +98,7 @@ fn step(run_id: &str, number: &str, attempt: u32, status: StepStatus, full: bool
         },
         child_run: full.then(|| "child".into()),
         route: full.then(|| "end".into()),
+        answers: full.then(|| json!([{"answer": "prose", "repair_request": "JSON, please"}])),
     }
 }
 
@@ -194,9 +195,25 @@ async fn contract<S: Store>(store: &S) {
     let both = RunFilter {
         status: Some(RunStatus::Failed),
         flow: Some("triage".into()),
-        limit: None,
+        ..Default::default()
     };
     assert_eq!(ids(&list(both).await), ["r1"]);
+    assert_eq!(
+        ids(&list(RunFilter {
+            roots_only: true,
+            ..Default::default()
+        })
+        .await),
+        ["r3", "r2"]
+    );
+    assert_eq!(
+        ids(&list(RunFilter {
+            batches: vec!["/elsewhere/out.jsonl".into(), "/data/out.jsonl".into()],
+            ..Default::default()
+        })
+        .await),
+        ["r1"]
+    );
     assert_eq!(
         ids(&list(RunFilter {
             limit: Some(2),
@@ -214,6 +231,7 @@ async fn contract<S: Store>(store: &S) {
         flow: Some("child".into()),
         status: Some(RunStatus::Failed),
         limit: Some(5),
+        ..Default::default()
     };
     assert_eq!(
         ids(&store.unfinished_runs(&filter).await.expect("unfinished_runs")),
@@ -909,5 +927,137 @@ async fn postgres_stores_opened_together_on_a_new_schema_all_open() {
             let store = store.unwrap_or_else(|e| panic!("opens: {e}"));
             store.close().await;
         }
+    }
+}
+
+// ---------------------------------------------------------------- stores that cannot be opened
+
+/// A SQLite store that is not a database (garbage, or a file cut short) fails every command at
+/// once, naming the file and what is wrong with it, instead of waiting out a connection pool.
+#[test]
+fn a_sqlite_store_that_is_not_a_database_fails_at_once_with_its_path() {
+    let dir = TempDir::new("store-garbage");
+    dir.write("flow.yaml", crate::support::CLEAN_FLOW);
+    let good = dir.path().join("good.db");
+    let out = crate::support::run(crate::support::switchyard(dir.path()).args([
+        "run",
+        "flow.yaml",
+        "--store",
+        &format!("sqlite:{}", good.display()),
+    ]));
+    assert_eq!(out.code(), 0, "{out:?}");
+    let bytes = std::fs::read(&good).expect("the store");
+    dir.write("garbage.db", "this is not a database\n".repeat(200));
+    dir.write("cut.db", &bytes[..3000]);
+    for (file, cause) in [
+        ("garbage.db", "the file is not a SQLite database"),
+        ("cut.db", "the file is damaged"),
+    ] {
+        let url = format!("sqlite:{}", dir.path().join(file).display());
+        for args in [
+            vec!["run", "flow.yaml", "--store", &url],
+            vec!["runs", "list", "--store", &url],
+            vec!["runs", "show", "r1", "--store", &url],
+        ] {
+            let started = Instant::now();
+            let out = crate::support::run(crate::support::switchyard(dir.path()).args(&args));
+            let took = started.elapsed();
+            assert_ne!(out.code(), 0, "{args:?}: {out:?}");
+            let want = format!(
+                "cannot open the store {}: {cause}",
+                dir.path().join(file).display()
+            );
+            assert!(out.stderr.contains(&want), "{args:?}: {}", out.stderr);
+            assert!(!out.stderr.contains("pool timed out"), "{}", out.stderr);
+            assert!(took < Duration::from_secs(5), "{args:?} took {took:?}");
+        }
+    }
+}
+
+/// `cmd` (a `switchyard` command) run as a user that is not root, so that file permissions
+/// apply: as `nobody` through `setpriv` when the tests run as root.
+fn as_unprivileged(dir: &std::path::Path, args: &[&str]) -> crate::support::Output {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let mut cmd = if root {
+        let mut c = std::process::Command::new("setpriv");
+        c.args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            crate::support::BIN,
+        ]);
+        c
+    } else {
+        std::process::Command::new(crate::support::BIN)
+    };
+    cmd.current_dir(dir)
+        .args(args)
+        .env("NO_COLOR", "1")
+        .env("COLUMNS", "100")
+        .env_remove("SWITCHYARD_STORE")
+        .stdin(std::process::Stdio::null());
+    crate::support::run(&mut cmd)
+}
+
+/// A store this user may not write — the file read-only, or its directory — is refused at once
+/// by a command that records runs, with the path and the cause; `runs list` and `runs show`
+/// still read it.
+#[test]
+fn a_read_only_sqlite_store_is_refused_for_writing_and_still_read() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = TempDir::new("store-read-only");
+    dir.write("flow.yaml", crate::support::CLEAN_FLOW);
+    for case in ["file", "directory"] {
+        let store_dir = dir.path().join(case);
+        std::fs::create_dir_all(&store_dir).expect("a directory");
+        std::fs::set_permissions(&store_dir, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+        let db = store_dir.join("runs.db");
+        let url = format!("sqlite:{}", db.display());
+        let out = as_unprivileged(dir.path(), &["run", "flow.yaml", "--store", &url]);
+        assert_eq!(out.code(), 0, "{out:?}");
+        let run_id = as_unprivileged(dir.path(), &["runs", "list", "--json", "--store", &url]).stdout;
+        let run_id: serde_json::Value =
+            serde_json::from_str(run_id.lines().next().expect("a run")).expect("JSON");
+        let run_id = run_id["id"].as_str().expect("an id").to_string();
+        let (locked, cause) = if case == "file" {
+            (db.clone(), "the file is read-only for this user".to_string())
+        } else {
+            (
+                store_dir.clone(),
+                format!("its directory {} is read-only for this user", store_dir.display()),
+            )
+        };
+        let mode = if case == "file" { 0o444 } else { 0o555 };
+        std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(mode)).expect("chmod");
+
+        let started = Instant::now();
+        let out = as_unprivileged(dir.path(), &["run", "flow.yaml", "--store", &url]);
+        assert_eq!(out.code(), 1, "{out:?}");
+        let want = format!("cannot open the store {}: {cause}", db.display());
+        assert!(out.stderr.contains(&want), "{case}: {}", out.stderr);
+        assert!(
+            out.stderr
+                .contains("`switchyard runs list` and `runs show` can still read it"),
+            "{}",
+            out.stderr
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{case}: {:?}",
+            started.elapsed()
+        );
+
+        let out = as_unprivileged(dir.path(), &["runs", "list", "--store", &url]);
+        assert_eq!(out.code(), 0, "{case}: {out:?}");
+        assert!(out.stdout.contains(&run_id), "{case}: {}", out.stdout);
+        let out = as_unprivileged(dir.path(), &["runs", "show", &run_id, "--store", &url]);
+        assert_eq!(out.code(), 0, "{case}: {out:?}");
+        assert!(
+            out.stdout.contains("status    succeeded"),
+            "{case}: {}",
+            out.stdout
+        );
+        std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o777)).expect("chmod back");
     }
 }

@@ -62,7 +62,7 @@ pub struct Args {
 
 pub fn run(args: Args) -> u8 {
     if args.concurrency == 0 {
-        eprintln!("error: --concurrency must be at least 1");
+        super::stderr::error("--concurrency must be at least 1");
         return super::exit::USAGE;
     }
     if let Some(field) = &args.id_field
@@ -78,7 +78,7 @@ pub fn run(args: Args) -> u8 {
     let (context, run_options) = match args.common.options(&plan) {
         Ok(x) => x,
         Err(e) => {
-            eprintln!("error: {e}");
+            super::stderr::error(e);
             return super::exit::USAGE;
         }
     };
@@ -109,10 +109,20 @@ pub fn run(args: Args) -> u8 {
         let pause = controls.pause.clone();
         tokio::spawn(async move {
             if tokio::signal::ctrl_c().await.is_ok() {
-                eprintln!("\nstopping: no new items; in-flight steps finish and are recorded (Ctrl-C again to quit now)");
+                super::stderr::say(
+                    super::stderr::Level::Warn,
+                    "stopping",
+                    "\nstopping: no new items; in-flight steps finish and are recorded (Ctrl-C again to quit now)",
+                    serde_json::Value::Null,
+                );
                 pause.cancel();
                 if tokio::signal::ctrl_c().await.is_ok() {
-                    eprintln!("quit: run the same command again to continue");
+                    super::stderr::say(
+                        super::stderr::Level::Warn,
+                        "quit",
+                        "quit: run the same command again to continue",
+                        serde_json::Value::Null,
+                    );
                     std::process::exit(130);
                 }
             }
@@ -147,7 +157,7 @@ pub fn run(args: Args) -> u8 {
     let summary = match summary {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("error: {e}");
+            super::stderr::error(e);
             return super::exit::USAGE;
         }
     };
@@ -159,7 +169,7 @@ fn open_store(rt: &tokio::runtime::Runtime, store: &StoreArg) -> Option<Arc<AnyS
     match rt.block_on(store.open_for_batch()) {
         Ok(s) => Some(Arc::new(s)),
         Err(e) => {
-            eprintln!("error: {e}");
+            super::stderr::error(e);
             None
         }
     }
@@ -447,22 +457,35 @@ pub fn export(args: ExportArgs) -> u8 {
     let s = match summary {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("error: {e}");
+            super::stderr::error(e);
             return super::exit::USAGE;
         }
     };
-    eprintln!(
-        "export: {} of {} items written: {} succeeded, {} failed, {} interrupted",
+    let mut text = format!(
+        "export: {} of {} items written: {} succeeded, {} failed, {} interrupted\noutput: {}",
         s.succeeded + s.failed + s.interrupted,
         s.total,
         s.succeeded,
         s.failed,
-        s.interrupted
+        s.interrupted,
+        args.output.display()
     );
-    eprintln!("output: {}", args.output.display());
     if let Some(why) = &s.stopped {
-        eprintln!("not finished: {why}");
+        text.push_str(&format!("\nnot finished: {why}"));
     }
+    super::stderr::say(
+        super::stderr::Level::Info,
+        "export_summary",
+        &text,
+        serde_json::json!({
+            "total": s.total,
+            "succeeded": s.succeeded,
+            "failed": s.failed,
+            "interrupted": s.interrupted,
+            "output": args.output.display().to_string(),
+            "stopped": s.stopped,
+        }),
+    );
     if s.failed > 0 || s.stopped.is_some() {
         super::exit::FAILED
     } else if s.interrupted > 0 {

@@ -41,6 +41,20 @@ impl StoreArg {
     /// so a mistyped path says so instead of showing an empty store ([`Missing::File`], with
     /// what to say).
     pub async fn open_existing(&self) -> Result<crate::store::any::AnyStore, Missing> {
+        self.check_exists()?;
+        self.open().await.map_err(Missing::Error)
+    }
+
+    /// [`StoreArg::open_existing`] only to read (`runs list`, `runs show`): a store this
+    /// process may not write is read all the same.
+    pub async fn open_to_read(&self) -> Result<crate::store::any::AnyStore, Missing> {
+        self.check_exists()?;
+        crate::store::any::AnyStore::open_read_only(&self.url)
+            .await
+            .map_err(|e| Missing::Error(e.to_string()))
+    }
+
+    fn check_exists(&self) -> Result<(), Missing> {
         if let Some(path) = crate::store::sql::sqlite_file(&self.url)
             && !path.exists()
         {
@@ -54,7 +68,7 @@ impl StoreArg {
                 }
             )));
         }
-        self.open().await.map_err(Missing::Error)
+        Ok(())
     }
 
     /// Opens the store for a batch ([`crate::store::any::AnyStore::open_for_batch`]).

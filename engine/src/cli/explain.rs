@@ -34,8 +34,10 @@ pub fn run(args: Args) -> u8 {
         match codes::find(&code) {
             Some(r) => r.doc.trim_end().to_string(),
             None => {
-                eprintln!("error: {}", unknown_code(&code));
-                eprintln!("  `switchyard explain --list` lists every code");
+                super::stderr::error(format!(
+                    "{}\n  `switchyard explain --list` lists every code",
+                    unknown_code(&code)
+                ));
                 return super::exit::USAGE;
             }
         }
@@ -43,7 +45,7 @@ pub fn run(args: Args) -> u8 {
     match super::lint::write_stdout(&text) {
         Ok(()) => super::exit::OK,
         Err(e) => {
-            eprintln!("error: cannot write the explanation: {e}");
+            super::stderr::error(format!("cannot write the explanation: {e}"));
             super::exit::FAILED
         }
     }

@@ -61,22 +61,19 @@ pub(crate) fn load_plan(flow: &std::path::Path, root: Option<PathBuf>) -> Option
     let id = project.load_top(flow, root, &Limits::default());
     let Some(id) = id else {
         let diags = crate::lint::lint_project(&project);
-        eprint!(
-            "{}",
-            render::human(
-                &diags,
-                &project.sources,
-                &render::HumanOptions {
-                    color: super::color_stderr(),
-                    width: super::width()
-                }
-            )
+        let opts = render::HumanOptions {
+            color: super::color_stderr(),
+            width: super::width(),
+        };
+        super::stderr::diagnostics(
+            &render::json(&diags, &project.sources),
+            &render::human(&diags, &project.sources, &opts),
         );
         if diags.is_empty() {
-            eprintln!(
-                "error: `{}` is not a flow (it has no `flow:` or `steps:`)",
+            super::stderr::error(format!(
+                "`{}` is not a flow (it has no `flow:` or `steps:`)",
                 flow.display()
-            );
+            ));
         }
         return None;
     };
@@ -86,8 +83,17 @@ pub(crate) fn load_plan(flow: &std::path::Path, root: Option<PathBuf>) -> Option
             color: super::color_stderr(),
             width: super::width(),
         };
-        eprint!("{}", render::human(&diags, &project.sources, &opts));
-        eprintln!("{}", render::summary(&diags, project.flows.len()));
+        super::stderr::diagnostics(
+            &render::json(&diags, &project.sources),
+            &render::human(&diags, &project.sources, &opts),
+        );
+        let summary = render::summary(&diags, project.flows.len());
+        let level = if plan.is_some() {
+            super::stderr::Level::Warn
+        } else {
+            super::stderr::Level::Error
+        };
+        super::stderr::say(level, "lint_summary", &summary, serde_json::Value::Null);
     }
     plan
 }

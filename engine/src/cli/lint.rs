@@ -86,7 +86,7 @@ pub fn run(args: Args) -> u8 {
     let files = match collect(&args.paths, args.root.as_deref()) {
         Ok(f) => f,
         Err(e) => {
-            eprintln!("error: {e}");
+            super::stderr::error(e);
             return super::exit::USAGE;
         }
     };
@@ -119,7 +119,7 @@ pub fn run(args: Args) -> u8 {
     let code = match write_stdout(&text) {
         Ok(()) => code,
         Err(e) => {
-            eprintln!("error: cannot write the diagnostics: {e}");
+            super::stderr::error(format!("cannot write the diagnostics: {e}"));
             super::exit::FAILED
         }
     };

@@ -9,6 +9,7 @@ mod lint;
 mod run;
 mod runs;
 mod schema;
+mod stderr;
 mod test;
 mod trace;
 

@@ -5,7 +5,10 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
+use std::fmt::Write as _;
+
 use super::common::{self, RunArgs, StoreArg};
+use super::stderr::{self, Level};
 use crate::agents::AgentState;
 use crate::runtime::ErrorKind;
 use crate::runtime::engine::{Engine, RunControls, RunOutcome};
@@ -51,20 +54,22 @@ pub fn run(args: Args) -> u8 {
     let input = match common::read_input(args.input.as_deref(), args.input_file.as_deref()) {
         Ok(v) => v,
         Err(e) => {
-            eprintln!("error: {e}");
+            stderr::error(e);
             return super::exit::USAGE;
         }
     };
     let (context, mut options) = match args.common.options(&plan) {
         Ok(x) => x,
         Err(e) => {
-            eprintln!("error: {e}");
+            stderr::error(e);
             return super::exit::USAGE;
         }
     };
     if let Some(v) = args.max_cost_usd {
         if !(v.is_finite() && v >= 0.0) {
-            eprintln!("error: --max-cost-usd must be a number of dollars, 0 or more (got {v})");
+            stderr::error(format!(
+                "--max-cost-usd must be a number of dollars, 0 or more (got {v})"
+            ));
             return super::exit::USAGE;
         }
         options.max_cost_usd = Some(v);
@@ -74,7 +79,7 @@ pub fn run(args: Args) -> u8 {
     let store = match rt.block_on(args.store.open()) {
         Ok(s) => Arc::new(s),
         Err(e) => {
-            eprintln!("error: {e}");
+            stderr::error(e);
             return args.store.open_failed();
         }
     };
@@ -85,13 +90,19 @@ pub fn run(args: Args) -> u8 {
         let pause = controls.pause.clone();
         tokio::spawn(async move {
             if tokio::signal::ctrl_c().await.is_ok() {
-                eprintln!(
-                    "\nstopping: the steps in flight finish and are recorded (Ctrl-C again to quit now)"
+                stderr::say(
+                    Level::Warn,
+                    "stopping",
+                    "\nstopping: the steps in flight finish and are recorded (Ctrl-C again to quit now)",
+                    Value::Null,
                 );
                 pause.cancel();
                 if tokio::signal::ctrl_c().await.is_ok() {
-                    eprintln!(
-                        "quit: `switchyard resume RUN_ID` continues the run (`switchyard runs list` names it)"
+                    stderr::say(
+                        Level::Warn,
+                        "quit",
+                        "quit: `switchyard resume RUN_ID` continues the run (`switchyard runs list` names it)",
+                        Value::Null,
                     );
                     std::process::exit(130);
                 }
@@ -108,7 +119,12 @@ pub fn run(args: Args) -> u8 {
             &outcome.run_id,
             super::color_stderr(),
         ));
-        eprint!("{tree}");
+        stderr::say(
+            Level::Info,
+            "trace",
+            &tree,
+            serde_json::json!({"run_id": outcome.run_id}),
+        );
     }
     let waiting = waiting(&rt, &*store, &outcome);
     drop(engine);
@@ -138,9 +154,18 @@ pub(crate) fn waiting<S: Store>(
 /// (its own or a child run's), with `--retry-in-doubt` when an attempt is in doubt, and with
 /// the `store` it is recorded in.
 pub(crate) fn report(outcome: RunOutcome, waiting: Option<&Waiting>, store: &StoreArg) -> u8 {
+    let id = &outcome.run_id;
+    let fields = |status: &str| {
+        serde_json::json!({
+            "run_id": id,
+            "status": status,
+            "steps": outcome.steps,
+            "error": outcome.error.as_ref().map(crate::runtime::StepError::to_json),
+        })
+    };
     match outcome.status {
         RunStatus::Succeeded => {
-            let out = outcome.output.unwrap_or(Value::Null);
+            let out = outcome.output.clone().unwrap_or(Value::Null);
             println!(
                 "{}",
                 serde_json::to_string_pretty(&out).expect("JSON values serialize")
@@ -148,79 +173,90 @@ pub(crate) fn report(outcome: RunOutcome, waiting: Option<&Waiting>, store: &Sto
             super::exit::OK
         }
         RunStatus::Interrupted => {
-            let id = &outcome.run_id;
+            let mut text = String::new();
             let in_doubt = outcome
                 .error
                 .as_ref()
                 .is_some_and(|e| e.kind == ErrorKind::InDoubt);
-            match (&outcome.error, waiting) {
-                (Some(e), _) if in_doubt => eprintln!("interrupted[{}]: {}", e.kind, e.message),
+            let _ = match (&outcome.error, waiting) {
+                (Some(e), _) if in_doubt => writeln!(text, "interrupted[{}]: {}", e.kind, e.message),
                 (_, Some(w)) => {
                     let child = if w.run_id == *id {
                         String::new()
                     } else {
                         format!(" of child run `{}` (flow `{}`)", w.run_id, w.flow)
                     };
-                    eprintln!(
+                    writeln!(
+                        text,
                         "interrupted: run `{id}` waits for a decision at interrupt step `{}`{child}",
                         w.step.step
+                    )
+                }
+                (Some(e), None) => writeln!(text, "interrupted[{}]: {}", e.kind, e.message),
+                (None, None) => writeln!(text, "interrupted: run `{id}` waits for a decision"),
+            };
+            if store.url == "memory" {
+                text.push_str(
+                    "  with `--store memory` nothing of the run was kept: run it on a durable store (the \
+                     default SQLite one) to resume it\n",
+                );
+            } else {
+                // A decision answers an interrupt of this run or of a child run: it is given
+                // to this one, the root.
+                let mut flags = String::new();
+                if waiting.is_some() || outcome.error.is_none() {
+                    flags.push_str(" --decision JSON");
+                }
+                if in_doubt {
+                    flags.push_str(" --retry-in-doubt");
+                }
+                flags.push_str(&store.hint());
+                let _ = writeln!(text, "  continue it with `switchyard resume {id}{flags}`");
+                if waiting.is_some() {
+                    let _ = writeln!(
+                        text,
+                        "  `switchyard runs show {id}{}` shows the question and the schema the decision must match",
+                        store.hint()
                     );
                 }
-                (Some(e), None) => eprintln!("interrupted[{}]: {}", e.kind, e.message),
-                (None, None) => eprintln!("interrupted: run `{id}` waits for a decision"),
             }
-            if store.url == "memory" {
-                eprintln!(
-                    "  with `--store memory` nothing of the run was kept: run it on a durable store (the \
-                     default SQLite one) to resume it"
-                );
-                return super::exit::INTERRUPTED;
-            }
-            // A decision answers an interrupt of this run or of a child run: it is given to
-            // this one, the root.
-            let mut flags = String::new();
-            if waiting.is_some() || outcome.error.is_none() {
-                flags.push_str(" --decision JSON");
-            }
-            if in_doubt {
-                flags.push_str(" --retry-in-doubt");
-            }
-            flags.push_str(&store.hint());
-            eprintln!("  continue it with `switchyard resume {id}{flags}`");
-            if waiting.is_some() {
-                eprintln!(
-                    "  `switchyard runs show {id}{}` shows the question and the schema the decision must match",
-                    store.hint()
-                );
-            }
+            stderr::say(
+                Level::Warn,
+                "run_interrupted",
+                &text,
+                fields(outcome.status.as_str()),
+            );
             super::exit::INTERRUPTED
         }
         // Paused by Ctrl-C at a recorded point: the record stays `running`, to be resumed.
         RunStatus::Running => {
-            let id = &outcome.run_id;
-            if store.url == "memory" {
-                eprintln!(
+            let text = if store.url == "memory" {
+                format!(
                     "stopped: run `{id}` after {} steps; with `--store memory` nothing of it was kept",
                     outcome.steps
-                );
+                )
             } else {
-                eprintln!("stopped: run `{id}` is recorded up to its last finished step");
-                eprintln!("  continue it with `switchyard resume {id}{}`", store.hint());
-            }
+                format!(
+                    "stopped: run `{id}` is recorded up to its last finished step\n  continue it with \
+                     `switchyard resume {id}{}`",
+                    store.hint()
+                )
+            };
+            stderr::say(Level::Warn, "run_stopped", &text, fields(outcome.status.as_str()));
             130
         }
         status => {
-            if let Some(e) = &outcome.error {
-                eprintln!("error[{}]: {}", e.kind, e.message);
-            } else {
-                eprintln!("error: the run ended {}", status.as_str());
-            }
-            eprintln!(
-                "  run `{}` {} after {} steps",
-                outcome.run_id,
+            let mut text = match &outcome.error {
+                Some(e) => format!("error[{}]: {}\n", e.kind, e.message),
+                None => format!("error: the run ended {}\n", status.as_str()),
+            };
+            let _ = write!(
+                text,
+                "  run `{id}` {} after {} steps",
                 status.as_str(),
                 outcome.steps
             );
+            stderr::say(Level::Error, "run_failed", &text, fields(status.as_str()));
             super::exit::FAILED
         }
     }

@@ -22,7 +22,7 @@ pub struct Args {
 
 #[derive(clap::Subcommand, Debug)]
 pub enum RunsCommand {
-    /// List stored runs, newest first.
+    /// List stored root runs, newest first (`--all`: child runs too).
     List(ListArgs),
     /// Show a run: its record and the tree of its steps, with child runs, errors, payload
     /// changes, violations and cost.
@@ -48,6 +48,12 @@ pub struct ListArgs {
     /// At most this many runs.
     #[arg(long, default_value_t = 50)]
     pub limit: usize,
+    /// Only the runs of the batch that writes this output file (`batch ... --output OUT.jsonl`).
+    #[arg(long, value_name = "OUT.jsonl")]
+    pub batch: Option<PathBuf>,
+    /// Child runs too (started by `flow` agents; `runs show` shows them under their parent).
+    #[arg(long)]
+    pub all: bool,
     /// One JSON object per line instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -106,15 +112,27 @@ pub fn run(args: Args) -> u8 {
     }
 }
 
+/// How a command uses the store.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Use {
+    Read,
+    Write,
+}
+
 /// Runs `f` with the opened store on a runtime, closing the store after. A store that is
-/// not there is not created ([`StoreArg::open_existing`]).
+/// not there is not created ([`StoreArg::open_existing`]); one opened only to read may be
+/// read-only ([`StoreArg::open_to_read`]).
 fn with_store<T>(
     store: &StoreArg,
+    to: Use,
     f: impl AsyncFnOnce(&Arc<crate::store::any::AnyStore>) -> T,
 ) -> Result<T, common::Missing> {
     let rt = common::runtime();
     rt.block_on(async {
-        let store = Arc::new(store.open_existing().await?);
+        let store = Arc::new(match to {
+            Use::Read => store.open_to_read().await?,
+            Use::Write => store.open_existing().await?,
+        });
         let out = f(&store).await;
         if let Ok(s) = Arc::try_unwrap(store) {
             s.close().await;
@@ -124,7 +142,7 @@ fn with_store<T>(
 }
 
 fn fail(e: impl std::fmt::Display) -> u8 {
-    eprintln!("error: {e}");
+    super::stderr::error(e);
     super::exit::USAGE
 }
 
@@ -142,8 +160,10 @@ fn list(args: ListArgs) -> u8 {
         status,
         flow: args.flow.clone(),
         limit: Some(args.limit),
+        roots_only: !args.all,
+        batches: args.batch.as_deref().map(batch_names).unwrap_or_default(),
     };
-    let runs = match with_store(&args.store, async |s| s.list_runs(&filter).await) {
+    let runs = match with_store(&args.store, Use::Read, async |s| s.list_runs(&filter).await) {
         Ok(Ok(r)) => r,
         Ok(Err(e)) => return fail(e),
         // Nothing recorded yet in the default store: no runs, not an error.
@@ -157,12 +177,15 @@ fn list(args: ListArgs) -> u8 {
         return super::exit::OK;
     }
     if runs.is_empty() {
-        println!("no runs");
+        match &args.batch {
+            Some(b) => println!("no runs of a batch writing {}", b.display()),
+            None => println!("no runs"),
+        }
         return super::exit::OK;
     }
     println!(
-        "{:<28} {:<20} {:<12} {:>9} {:>6} {:>10}  error",
-        "run", "flow", "status", "duration", "steps", "cost"
+        "{:<28} {:<19} {:<20} {:<12} {:>9} {:>6} {:>10}  error",
+        "run", "started (UTC)", "flow", "status", "duration", "steps", "cost"
     );
     for r in &runs {
         let error = r
@@ -171,16 +194,38 @@ fn list(args: ListArgs) -> u8 {
             .map(|e| format!("[{}] {}", e.kind, first_line(&e.message, 60)))
             .unwrap_or_default();
         println!(
-            "{:<28} {:<20} {:<12} {:>9} {:>6} {:>10}  {error}",
+            "{:<28} {:<19} {:<20} {:<12} {:>9} {:>6} {:>10}  {error}",
             r.id,
+            super::stderr::utc_seconds(r.started_at),
             first_line(&r.flow, 20),
             r.status.as_str(),
             duration(r),
-            r.steps,
+            if r.finished_at.is_none() && r.status == RunStatus::Running {
+                "-".to_string()
+            } else {
+                r.steps.to_string()
+            },
             format!("${:.4}", r.usage.cost_usd),
         );
     }
     super::exit::OK
+}
+
+/// The names the store may know the batch writing `output` by: the file's canonical path
+/// (symlinks and `..` resolved) and, for batches named before names were canonical, its
+/// absolute path as given.
+fn batch_names(output: &std::path::Path) -> Vec<String> {
+    let mut names = Vec::new();
+    if let Ok(c) = std::fs::canonicalize(output) {
+        names.push(c.display().to_string());
+    }
+    if let Ok(a) = std::path::absolute(output) {
+        let a = a.display().to_string();
+        if !names.contains(&a) {
+            names.push(a);
+        }
+    }
+    names
 }
 
 fn summary_json(r: &RunRecord) -> Value {
@@ -209,14 +254,88 @@ fn first_line(s: &str, max: usize) -> String {
     out
 }
 
+/// The status and duration lines of a run that is `running` with no end on record: what
+/// finished of it, since when nothing was recorded, whether anything runs it and the command
+/// that continues it.
+fn unfinished(
+    out: &mut String,
+    run: &RunRecord,
+    root: &RunRecord,
+    steps: &[crate::runtime::record::StepRecord],
+    store: &StoreArg,
+) {
+    use crate::runtime::record::StepStatus;
+    let (state, stopped) = if root.paused() {
+        ("paused (Ctrl-C): nothing runs it", true)
+    } else if root.batch.is_some() {
+        match crate::batch::lock_batch_of(root) {
+            Err(crate::batch::BatchError::Busy { .. }) => ("a `switchyard batch` process runs it now", false),
+            _ => ("stopped (a crash?): no `switchyard batch` process runs it", true),
+        }
+    } else {
+        (
+            "stopped by a crash, unless a `switchyard run` process still runs it (not detected)",
+            true,
+        )
+    };
+    let _ = writeln!(out, "status    running, {state}");
+    let is_part = |s: &&crate::runtime::record::StepRecord| s.kind == "iteration" || s.kind == "branch";
+    let finished = steps
+        .iter()
+        .filter(|s| !is_part(s) && s.status != StepStatus::Started)
+        .count();
+    let count = |kind: &str| {
+        steps
+            .iter()
+            .filter(|s| s.kind == kind && s.status != StepStatus::Started)
+            .count()
+    };
+    let (iterations, branches) = (count("iteration"), count("branch"));
+    let last = steps
+        .iter()
+        .map(|s| s.finished_at.unwrap_or(s.started_at))
+        .max()
+        .unwrap_or(run.started_at)
+        .max(run.started_at);
+    let since = crate::runtime::engine::fmt_duration(std::time::Duration::from_millis(last - run.started_at));
+    let mut parts = String::new();
+    if iterations > 0 {
+        let _ = write!(parts, ", {iterations} iterations");
+    }
+    if branches > 0 {
+        let _ = write!(parts, ", {branches} branches");
+    }
+    let _ = writeln!(
+        out,
+        "duration  not ended · last record {} UTC, {since} after the start · {finished} steps finished{parts}",
+        super::stderr::utc_seconds(last)
+    );
+    if stopped {
+        let how = if root.batch.is_some() {
+            "the same `switchyard batch` command continues it, or "
+        } else {
+            ""
+        };
+        let _ = writeln!(
+            out,
+            "continue  {how}`switchyard resume {}{}`",
+            root.id,
+            store.hint()
+        );
+    }
+}
+
 fn duration(r: &RunRecord) -> String {
+    if r.finished_at.is_none() && r.status == RunStatus::Running {
+        return "-".to_string();
+    }
     let end = r.finished_at.unwrap_or_else(now_ms);
     crate::runtime::engine::fmt_duration(std::time::Duration::from_millis(end.saturating_sub(r.started_at)))
 }
 
 fn show(args: ShowArgs) -> u8 {
     let color = super::color_stdout();
-    let out = with_store(&args.store, async |s| -> Result<String, String> {
+    let out = with_store(&args.store, Use::Read, async |s| -> Result<String, String> {
         let run = s.get_run(&args.run_id).await.map_err(|e| e.to_string())?;
         if args.json {
             let steps = s.latest_steps(&run.id).await.map_err(|e| e.to_string())?;
@@ -245,8 +364,14 @@ fn show(args: ShowArgs) -> u8 {
                 run.item_id.as_deref().unwrap_or("?")
             );
         }
-        let _ = writeln!(out, "status    {}", run.status.as_str());
-        let _ = writeln!(out, "duration  {} · {} steps", duration(&run), run.steps);
+        let root = root_of(&**s, &run).await?;
+        if run.finished_at.is_some() || run.status != RunStatus::Running {
+            let _ = writeln!(out, "status    {}", run.status.as_str());
+            let _ = writeln!(out, "duration  {} · {} steps", duration(&run), run.steps);
+        } else {
+            let steps = s.latest_steps(&run.id).await.map_err(|e| e.to_string())?;
+            unfinished(&mut out, &run, &root, &steps, &args.store);
+        }
         let _ = writeln!(
             out,
             "cost      ${:.6} · tokens {} in, {} out",
@@ -261,7 +386,6 @@ fn show(args: ShowArgs) -> u8 {
         }
         out.push('\n');
         // A decision is given to the root run, whichever run of the tree asks for it.
-        let root = root_of(&**s, &run).await?;
         let waiting = if root.status == RunStatus::Interrupted {
             crate::runtime::resume::waiting_at(&**s, &root.id)
                 .await
@@ -281,6 +405,25 @@ fn show(args: ShowArgs) -> u8 {
             now_ms: now_ms(),
         };
         out.push_str(&super::trace::render_with(&**s, &run.id, color, Some(&detail)).await);
+        // Child runs whose calling step has no finished record (the run stopped while they
+        // ran) are not in the tree above: under their parent all the same.
+        let steps = s.latest_steps(&run.id).await.map_err(|e| e.to_string())?;
+        let shown: std::collections::HashSet<&str> =
+            steps.iter().filter_map(|st| st.child_run.as_deref()).collect();
+        for child in s.children(&run.id).await.map_err(|e| e.to_string())? {
+            if shown.contains(child.id.as_str()) {
+                continue;
+            }
+            let _ = writeln!(
+                out,
+                "  child run of step {} (the step has no finished record):",
+                child.parent_step.as_deref().unwrap_or("?")
+            );
+            let tree = super::trace::render_with(&**s, &child.id, color, Some(&detail)).await;
+            for l in tree.lines() {
+                let _ = writeln!(out, "    {l}");
+            }
+        }
         Ok(out)
     });
     match out {
@@ -398,37 +541,41 @@ fn lock_batch(root: &RunRecord, run_id: &str, act: &str) -> Result<crate::batch:
 }
 
 fn cancel(args: CancelArgs) -> u8 {
-    let out = with_store(&args.store, async |s| -> Result<Vec<String>, String> {
-        let run = s.get_run(&args.run_id).await.map_err(|e| e.to_string())?;
-        if !crate::runtime::resume::resumable(run.status) {
-            return Err(format!(
-                "run `{}` already ended {}: nothing to cancel",
-                run.id,
-                run.status.as_str()
-            ));
-        }
-        let _batch = lock_batch(&root_of(&**s, &run).await?, &run.id, "cancel")?;
-        let mut cancelled = Vec::new();
-        let mut queue = vec![run];
-        while let Some(mut r) = queue.pop() {
-            queue.extend(
-                s.children(&r.id)
-                    .await
-                    .map_err(|e| e.to_string())?
-                    .into_iter()
-                    .filter(|c| crate::runtime::resume::resumable(c.status)),
-            );
-            r.status = RunStatus::Cancelled;
-            r.finished_at = Some(now_ms());
-            r.error = Some(StepError::new(
-                ErrorKind::Cancelled,
-                "cancelled with `switchyard runs cancel`",
-            ));
-            s.update_run(&r).await.map_err(|e| e.to_string())?;
-            cancelled.push(r.id);
-        }
-        Ok(cancelled)
-    });
+    let out = with_store(
+        &args.store,
+        Use::Write,
+        async |s| -> Result<Vec<String>, String> {
+            let run = s.get_run(&args.run_id).await.map_err(|e| e.to_string())?;
+            if !crate::runtime::resume::resumable(run.status) {
+                return Err(format!(
+                    "run `{}` already ended {}: nothing to cancel",
+                    run.id,
+                    run.status.as_str()
+                ));
+            }
+            let _batch = lock_batch(&root_of(&**s, &run).await?, &run.id, "cancel")?;
+            let mut cancelled = Vec::new();
+            let mut queue = vec![run];
+            while let Some(mut r) = queue.pop() {
+                queue.extend(
+                    s.children(&r.id)
+                        .await
+                        .map_err(|e| e.to_string())?
+                        .into_iter()
+                        .filter(|c| crate::runtime::resume::resumable(c.status)),
+                );
+                r.status = RunStatus::Cancelled;
+                r.finished_at = Some(now_ms());
+                r.error = Some(StepError::new(
+                    ErrorKind::Cancelled,
+                    "cancelled with `switchyard runs cancel`",
+                ));
+                s.update_run(&r).await.map_err(|e| e.to_string())?;
+                cancelled.push(r.id);
+            }
+            Ok(cancelled)
+        },
+    );
     match out {
         Ok(Ok(ids)) => {
             for id in ids {

@@ -35,7 +35,7 @@ pub fn run(args: Args) -> u8 {
     let files = match super::lint::collect(&args.paths, None) {
         Ok(f) => f,
         Err(e) => {
-            eprintln!("error: {e}");
+            super::stderr::error(e);
             return super::exit::USAGE;
         }
     };

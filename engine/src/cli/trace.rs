@@ -59,16 +59,45 @@ fn walk<'a, S: Store>(
         // Iterations and branches are recorded as they finish, before their step's own
         // record; show them under it.
         let is_part = |s: &StepRecord| s.kind == "iteration" || s.kind == "branch";
+        let part_of = |p: &StepRecord, number: &str| {
+            p.number == number || p.number.strip_prefix(number).is_some_and(|r| r.starts_with('.'))
+        };
         for s in steps.iter().filter(|s| !is_part(s)) {
             print_one(store, s, depth, color, detail, out).await;
-            let parts = steps.iter().filter(|p| {
-                is_part(p)
-                    && (p.number == s.number
-                        || p.number
-                            .strip_prefix(s.number.as_str())
-                            .is_some_and(|r| r.starts_with('.')))
-            });
-            for p in parts {
+            for p in steps.iter().filter(|p| is_part(p) && part_of(p, &s.number)) {
+                print_one(store, p, depth + 1, color, detail, out).await;
+            }
+        }
+        // The parts of a step that has no record of its own yet (the run stopped while the
+        // step ran): what finished of it, under a line for the step.
+        let mut open: Vec<(String, &str, &str)> = Vec::new();
+        for p in steps.iter().filter(|p| is_part(p)) {
+            let owner = if p.kind == "branch" {
+                p.number.rsplit_once('.').map_or(p.number.as_str(), |(n, _)| n)
+            } else {
+                p.number.as_str()
+            };
+            let has_step = steps.iter().any(|s| !is_part(s) && s.number == owner);
+            if !has_step && !open.iter().any(|(n, ..)| n == owner) {
+                let parts = if p.kind == "branch" {
+                    "branches"
+                } else {
+                    "iterations"
+                };
+                open.push((owner.to_string(), p.step.as_str(), parts));
+            }
+        }
+        for (number, step, parts) in open {
+            let done = steps
+                .iter()
+                .filter(|p| is_part(p) && part_of(p, &number) && p.status != StepStatus::Started)
+                .count();
+            let _ = writeln!(
+                out,
+                "{}… {number} {step} · not finished · {done} {parts} finished",
+                "  ".repeat(depth)
+            );
+            for p in steps.iter().filter(|p| is_part(p) && part_of(p, &number)) {
                 print_one(store, p, depth + 1, color, detail, out).await;
             }
         }
@@ -98,6 +127,15 @@ fn print_one<'a, S: Store>(
                 }
                 let _ = writeln!(out, "{}  set {} = {value}", "  ".repeat(depth), c.path);
             }
+            if let Some(Value::Array(repairs)) = &s.answers {
+                let pad = "  ".repeat(depth + 1);
+                let _ = writeln!(
+                    out,
+                    "{pad}repaired: the answer was used after {} repair request(s)",
+                    repairs.len()
+                );
+                answers(&serde_json::json!({"repairs": repairs}), &pad, out);
+            }
             if s.usage.cost_usd > 0.0 || s.usage.input_tokens > 0 {
                 let _ = writeln!(
                     out,
@@ -111,6 +149,11 @@ fn print_one<'a, S: Store>(
         }
         if let Some(e) = &s.error {
             let _ = writeln!(out, "{}  error[{}]: {}", "  ".repeat(depth), e.kind, e.message);
+            if detail.is_some()
+                && let Some(d) = &e.details
+            {
+                answers(d, &"  ".repeat(depth + 1), out);
+            }
         }
         for v in &s.violations {
             let _ = writeln!(
@@ -157,6 +200,37 @@ fn question(s: &StepRecord, detail: &Detail<'_>, pad: &str, out: &mut String) {
         && w.step.number == s.number
     {
         let _ = writeln!(out, "{pad}answer: `{command}`");
+    }
+}
+
+/// What a model said in a call that failed on its answer (`details` of its error): each answer
+/// a repair was asked for, with the request, then the last answer.
+fn answers(details: &Value, pad: &str, out: &mut String) {
+    let block = |label: &str, text: &str, out: &mut String| {
+        let text = text.trim_end().replace('\n', &format!("\n{pad}  | "));
+        let _ = writeln!(out, "{pad}{label}:\n{pad}  | {text}");
+    };
+    if let Some(Value::Array(repairs)) = details.get("repairs") {
+        for (i, r) in repairs.iter().enumerate() {
+            if let Some(a) = r.get("answer").and_then(Value::as_str) {
+                block(&format!("answer {}", i + 1), a, out);
+            }
+            if let Some(q) = r.get("repair_request").and_then(Value::as_str) {
+                block(&format!("repair {} asked", i + 1), q, out);
+            }
+        }
+    }
+    if let Some(a) = details.get("answer").and_then(Value::as_str) {
+        let n = details
+            .get("repairs")
+            .and_then(Value::as_array)
+            .map_or(0, Vec::len);
+        let label = if n > 0 {
+            format!("answer {} (the last)", n + 1)
+        } else {
+            "answer".into()
+        };
+        block(&label, a, out);
     }
 }
 

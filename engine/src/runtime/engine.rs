@@ -461,6 +461,8 @@ struct StepOutcome {
     stop: Option<RunStatus>,
     /// Taken from the records of an earlier run (resume): recorded already.
     replayed: bool,
+    /// An `llm` call's answers that needed repairs ([`StepRecord::answers`]).
+    answers: Option<Value>,
 }
 
 impl StepOutcome {
@@ -482,6 +484,7 @@ impl StepOutcome {
             usage: Usage::default(),
             stop: None,
             replayed: false,
+            answers: None,
         }
     }
 
@@ -516,6 +519,9 @@ struct Run<'e, S: Store> {
     /// Step executions so far (iterations included), counted by [`Run::count_step`] from
     /// iterations in flight too.
     executed: AtomicU64,
+    /// The answers `llm` calls needed repairs for, by step number (`1.3[2]`), from the call
+    /// until its step's record takes them.
+    answers: std::sync::Mutex<std::collections::HashMap<String, Value>>,
     numbered: u64,
     path: Vec<String>,
     started: Instant,
@@ -594,6 +600,7 @@ impl<'e, S: Store> Run<'e, S> {
             payload_bound: 0,
             steps,
             executed: AtomicU64::new(0),
+            answers: Default::default(),
             numbered: 0,
             path: Vec::new(),
             started: Instant::now(),
@@ -682,9 +689,9 @@ impl<'e, S: Store> Run<'e, S> {
         self.record.status = status;
         // Lent to the record while the store copies it, then given back.
         self.record.output = output;
-        // A paused run is still running: it has neither an end nor an error on record.
+        // A paused run is still `running`, without an end: its error on record says it was
+        // paused, so `runs show` can tell that nothing runs it (a resume clears it).
         let paused = status == RunStatus::Running;
-        let (error, kept) = if paused { (None, error) } else { (error, None) };
         self.record.error = error;
         self.record.finished_at = (!paused).then(record::now_ms);
         self.record.steps = self.executed.load(Ordering::Relaxed);
@@ -703,7 +710,7 @@ impl<'e, S: Store> Run<'e, S> {
             self.store_error(&e);
         }
         let output = self.record.output.take();
-        let error = self.record.error.take().or(kept);
+        let error = self.record.error.take();
         tracing::info!(
             run_id = %self.record.id,
             status = status.as_str(),
@@ -916,6 +923,7 @@ impl<'e, S: Store> Run<'e, S> {
                     usage: outcome.usage,
                     child_run: outcome.child_run,
                     route: route_name,
+                    answers: outcome.answers,
                 };
                 // The run's last step: its end, written next and waited for, commits this too.
                 let last = outcome.stop.is_some() || !matches!(&route, Ok(Some(n)) if *n != flow.end);
@@ -1502,6 +1510,11 @@ impl<'e, S: Store> Run<'e, S> {
                     let mut o = StepOutcome::ok(Some(value));
                     used.add(usage);
                     o.child_run = child;
+                    o.answers = self
+                        .answers
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .remove(&number.to_string());
                     (o, None)
                 }
                 Err((e, usage, child, interrupted)) => {
@@ -1575,6 +1588,7 @@ impl<'e, S: Store> Run<'e, S> {
                 usage: Usage::default(),
                 child_run: None,
                 route: None,
+                answers: None,
             };
             if let Err(e) = self.record(rec).await {
                 return Err((e, Usage::default(), None, false));
@@ -1682,7 +1696,9 @@ impl<'e, S: Store> Run<'e, S> {
                     Ok(c) => c,
                     Err(e) => return plain(Err(e)),
                 };
+                let repaired = std::sync::Mutex::new(None);
                 let llm = agents::llm::LlmAgent {
+                    repaired: &repaired,
                     name: &agent.name,
                     plan: l,
                     schema: agent.result_schema.as_deref(),
@@ -1691,7 +1707,14 @@ impl<'e, S: Store> Run<'e, S> {
                     hosts: agents::net::Hosts(&self.lineage.hosts),
                     providers: agents::provider::Providers::global(),
                 };
-                match Box::pin(llm.call(input, cx)).await {
+                let out = Box::pin(llm.call(input, cx)).await;
+                if let Some(a) = repaired.into_inner().unwrap_or_else(|e| e.into_inner()) {
+                    self.answers
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .insert(number.to_string(), a);
+                }
+                match out {
                     Ok((v, usage)) => Ok((v, usage, None)),
                     Err((e, usage)) => Err((e, usage, None, false)),
                 }
@@ -2046,6 +2069,7 @@ impl<'e, S: Store> Run<'e, S> {
             usage: o.usage,
             child_run: o.child_run.clone(),
             route: None,
+            answers: o.answers.clone(),
         };
         if let Err(e) = self.record(rec).await {
             o.error = Some(e);
@@ -2393,12 +2417,12 @@ fn never_waits(agent: &AgentPlan) -> bool {
     }
 }
 
+/// The message of a paused run's error ([`record::RunRecord::paused`]).
+pub const PAUSED: &str = "paused before finishing (Ctrl-C): nothing runs it until it is resumed";
+
 /// Why a paused run stopped where it did.
 fn paused() -> StepError {
-    StepError::new(
-        ErrorKind::Cancelled,
-        "stopped before finishing (the batch was interrupted); resume continues here",
-    )
+    StepError::new(ErrorKind::Cancelled, PAUSED)
 }
 
 fn status_for(e: &StepError) -> RunStatus {

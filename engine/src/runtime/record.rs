@@ -116,6 +116,18 @@ pub struct RunRecord {
     pub item_index: Option<u64>,
 }
 
+impl RunRecord {
+    /// Whether the run was paused (Ctrl-C) at a recorded point: still `running`, with the
+    /// pause as its error, and nothing running it until it is resumed.
+    pub fn paused(&self) -> bool {
+        self.status == RunStatus::Running
+            && self
+                .error
+                .as_ref()
+                .is_some_and(|e| e.kind == crate::runtime::ErrorKind::Cancelled)
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct StepRecord {
     pub run_id: String,
@@ -143,6 +155,11 @@ pub struct StepRecord {
     pub child_run: Option<String>,
     /// The step the run went to next (`end` for the end), when routed.
     pub route: Option<String>,
+    /// Of an `llm` call that succeeded after repairs: each answer that could not be used and
+    /// the repair request that followed it (`[{answer, repair_request}]`). A call that failed
+    /// keeps them in its error's details instead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answers: Option<Value>,
 }
 
 /// Unix milliseconds now.

@@ -23,6 +23,19 @@ impl AnyStore {
         Ok(AnyStore::Sql(SqlStore::open(url).await?))
     }
 
+    /// [`AnyStore::open`] only to read: a SQLite file is opened read-only, so a store this
+    /// process may not write can still be read ([`super::sql::SqlOptions::read_only`]).
+    pub async fn open_read_only(url: &str) -> Result<AnyStore, StoreError> {
+        if url == "memory" {
+            return Ok(AnyStore::Memory(MemoryStore::new()));
+        }
+        let options = super::sql::SqlOptions {
+            read_only: true,
+            ..Default::default()
+        };
+        Ok(AnyStore::Sql(SqlStore::open_with(url, options).await?))
+    }
+
     /// [`AnyStore::open`] for a batch: a memory store drops each run's records once it ends,
     /// so memory does not grow with the input.
     pub async fn open_for_batch(url: &str) -> Result<AnyStore, StoreError> {

@@ -276,7 +276,10 @@ impl Store for MemoryStore {
 
     async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
         let mut out = self.collect(|r| {
-            filter.status.is_none_or(|s| r.status == s) && filter.flow.as_ref().is_none_or(|f| &r.flow == f)
+            filter.status.is_none_or(|s| r.status == s)
+                && filter.flow.as_ref().is_none_or(|f| &r.flow == f)
+                && !(filter.roots_only && r.parent_run.is_some())
+                && (filter.batches.is_empty() || r.batch.as_ref().is_some_and(|b| filter.batches.contains(b)))
         });
         // Newest first.
         out.reverse();

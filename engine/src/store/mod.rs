@@ -59,6 +59,10 @@ pub struct RunFilter {
     pub status: Option<RunStatus>,
     pub flow: Option<String>,
     pub limit: Option<usize>,
+    /// Only root runs (no parent run).
+    pub roots_only: bool,
+    /// Only runs of a batch with one of these names (any run when empty).
+    pub batches: Vec<String>,
 }
 
 /// Where run and step records go. Every write commits before it returns: the engine moves
@@ -167,6 +171,7 @@ pub(crate) mod tests {
             usage: Usage::default(),
             child_run: None,
             route: None,
+            answers: None,
         }
     }
 

@@ -73,6 +73,22 @@ pub fn parse_answer(text: &str) -> Result<(Value, bool), String> {
     Err(whole)
 }
 
+/// The most of a model's answer a step's record keeps.
+pub(super) const KEPT_ANSWER: usize = 16 * 1024;
+
+/// `text` as a record keeps it: whole up to [`KEPT_ANSWER`] bytes, else cut at a character
+/// boundary with a note of how much was left out.
+pub(super) fn kept(text: &str) -> String {
+    if text.len() <= KEPT_ANSWER {
+        return text.to_string();
+    }
+    let cut = (0..=KEPT_ANSWER)
+        .rev()
+        .find(|i| text.is_char_boundary(*i))
+        .unwrap_or(0);
+    format!("{}… [{} more bytes not kept]", &text[..cut], text.len() - cut)
+}
+
 /// What was wrong with an answer.
 pub(super) enum Problem {
     Json(String),
@@ -100,19 +116,32 @@ impl Problem {
         )
     }
 
-    pub(super) fn into_error(self, who: &str, requests: u64, answer: &Answer) -> StepError {
+    /// The error of a call whose last `answer` could not be used: its details keep that
+    /// answer ([`kept`]) and the `repairs` asked before it (each earlier answer and the
+    /// request that followed it), so the step's record shows what the model said.
+    pub(super) fn into_error(
+        self,
+        who: &str,
+        requests: u64,
+        answer: &Answer,
+        repairs: Vec<Value>,
+    ) -> StepError {
         let tail = if requests > 1 {
             format!(" (after {requests} requests)")
         } else {
             String::new()
         };
         let message = format!("{who}: {}{tail}", self.describe(answer));
-        let details = match &self {
+        let mut details = match &self {
             Problem::Json(e) => {
                 json!({"answer_start": net::body_head(answer.content.as_bytes()), "error": e})
             }
             Problem::Schema(v) => json!({"pointer": v.pointer, "rule": v.message}),
         };
+        details["answer"] = Value::String(kept(&answer.content));
+        if !repairs.is_empty() {
+            details["repairs"] = Value::Array(repairs);
+        }
         StepError::new(ErrorKind::InvalidOutput, message).with_details(details)
     }
 }
@@ -151,13 +180,23 @@ mod tests {
             p.repair_request(&cut)
                 .starts_with("Your answer could not be used: the answer is not valid JSON")
         );
-        let e = p.into_error("agent `a`", 2, &cut);
+        let e = p.into_error("agent `a`", 2, &cut, vec![json!({"answer": "x"})]);
         assert_eq!(e.kind, ErrorKind::InvalidOutput);
         assert!(
             e.message.starts_with("agent `a`: the answer is not valid JSON")
                 && e.message.ends_with("(after 2 requests)")
         );
-        assert_eq!(e.details.unwrap()["answer_start"], "{\"a\":");
+        let details = e.details.unwrap();
+        assert_eq!(details["answer_start"], "{\"a\":");
+        assert_eq!(details["answer"], "{\"a\": ");
+        assert_eq!(details["repairs"][0]["answer"], "x");
+        let long = "é".repeat(KEPT_ANSWER);
+        let k = kept(&long);
+        assert!(
+            k.len() < KEPT_ANSWER + 40 && k.ends_with(&format!("… [{} more bytes not kept]", KEPT_ANSWER)),
+            "{}",
+            &k[k.len() - 40..]
+        );
     }
 
     #[test]

@@ -61,6 +61,9 @@ const COMPLETION_ESTIMATE: u64 = 256;
 
 /// One `llm` agent call's view of the world.
 pub struct LlmAgent<'a> {
+    /// Set when the call succeeds after repairs: the answers that could not be used, each
+    /// with the repair request that followed it, for the step's record.
+    pub repaired: &'a std::sync::Mutex<Option<Value>>,
     pub name: &'a str,
     pub plan: &'a LlmPlan,
     pub schema: Option<&'a Schema>,
@@ -144,6 +147,9 @@ impl LlmAgent<'_> {
         let mut messages = self.messages(input, cx)?;
         let state = self.providers.get(p);
         let repairs = self.plan.repair_attempts;
+        // The answers that could not be used and what the model was told of each, kept for
+        // the step's record should the call fail.
+        let mut exchange: Vec<Value> = Vec::new();
         for round in 0..=repairs {
             let body = self.request_body(&model, &messages);
             let answer = self
@@ -163,7 +169,14 @@ impl LlmAgent<'_> {
                         );
                     }
                     match schema.check(&value) {
-                        Ok(()) => return Ok(value),
+                        Ok(()) => {
+                            if !exchange.is_empty() {
+                                let mut kept = Value::Array(std::mem::take(&mut exchange));
+                                secrets.redact_value(&mut kept);
+                                *self.repaired.lock().unwrap_or_else(|e| e.into_inner()) = Some(kept);
+                            }
+                            return Ok(value);
+                        }
                         Err(v) => Problem::Schema(v),
                     }
                 }
@@ -171,14 +184,16 @@ impl LlmAgent<'_> {
             };
             let requests = round + 1;
             if round == repairs {
-                return Err(problem.into_error(&who, requests, &answer));
+                return Err(problem.into_error(&who, requests, &answer, exchange));
             }
             tracing::info!(
                 run_id = cx.run_id, step = cx.step, agent = self.name, round = requests,
                 problem = %secrets.redact(&problem.describe(&answer)), "asking the model to repair its answer"
             );
+            let request = problem.repair_request(&answer);
+            exchange.push(json!({"answer": answer::kept(&answer.content), "repair_request": request}));
             messages.push(json!({"role": "assistant", "content": answer.content}));
-            messages.push(json!({"role": "user", "content": problem.repair_request(&answer)}));
+            messages.push(json!({"role": "user", "content": request}));
         }
         unreachable!("the last round returns")
     }

@@ -16,6 +16,7 @@ mod dialect;
 mod error;
 mod rows;
 pub mod schema;
+mod sqlite_file;
 mod statements;
 mod url;
 
@@ -36,7 +37,7 @@ pub use dialect::Dialect;
 use error::Ctx;
 use rows::{RunRow, StepRow, decode_run, decode_step};
 pub use schema::SCHEMA_VERSION;
-use url::Target;
+use url::{Access, Target};
 use writer::{Op, Request, Writer};
 
 use super::{RunFilter, Store, StoreError};
@@ -55,7 +56,7 @@ macro_rules! run_columns {
 macro_rules! step_columns {
     () => {
         "run_id, number, attempt, iteration, step, kind, status, iterations, input, result, changes, \
-         violations, error, started_at, finished_at, input_tokens, output_tokens, cost_usd, child_run, route"
+         violations, error, started_at, finished_at, input_tokens, output_tokens, cost_usd, child_run, route, answers"
     };
 }
 
@@ -89,6 +90,9 @@ pub struct SqlOptions {
     /// PostgreSQL only: keep the tables in this schema (created if missing), as the URL option
     /// `?schema=NAME` does.
     pub schema: Option<String>,
+    /// Open only to read (`runs list`, `runs show`): a SQLite file this process may not write
+    /// is opened read-only (and not migrated), so it can still be read. False.
+    pub read_only: bool,
 }
 
 impl Default for SqlOptions {
@@ -100,6 +104,7 @@ impl Default for SqlOptions {
             max_connections: 8,
             max_pages: None,
             schema: None,
+            read_only: false,
         }
     }
 }
@@ -159,12 +164,37 @@ impl SqlStore {
             message,
         };
 
+        // Only a SQLite file this process may not write is opened read-only: any other store
+        // opens as for writing, so an older schema is brought up to date as usual.
+        let read_only = options.read_only
+            && matches!(&target, Target::SqliteFile(p) if sqlite_file::check_writable(p).is_err());
+        let mut access = if read_only {
+            Access::Read
+        } else {
+            Access::Write
+        };
         match &target {
             Target::SqliteFile(path) => {
-                if let Some(dir) = path.parent() {
-                    std::fs::create_dir_all(dir).map_err(|e| {
-                        open_err(format!("cannot create the directory {}: {e}", dir.display()))
-                    })?;
+                if !read_only {
+                    if let Some(dir) = path.parent() {
+                        std::fs::create_dir_all(dir).map_err(|e| {
+                            open_err(format!("cannot create the directory {}: {e}", dir.display()))
+                        })?;
+                    }
+                    sqlite_file::check_writable(path).map_err(open_err)?;
+                }
+                // One connection first, outside the pool: a file that is not a database, or
+                // that cannot be opened, says so at once, where the pool would retry setting
+                // up connections until its acquire timeout and report only that.
+                match probe_sqlite(&target, &options, access).await {
+                    Ok(()) => {}
+                    Err(e) if access == Access::Read && sqlite_file::needs_immutable(&e, path) => {
+                        access = Access::Immutable;
+                        probe_sqlite(&target, &options, access)
+                            .await
+                            .map_err(|e| open_err(sqlite_file::describe(&e)))?;
+                    }
+                    Err(e) => return Err(open_err(sqlite_file::describe(&e))),
                 }
             }
             Target::Postgres {
@@ -175,14 +205,13 @@ impl SqlStore {
             _ => {}
         }
 
-        let pool =
-            connect(&target, &options)
-                .await
-                .map_err(|e| match ctx.error("opening the store", &e) {
-                    StoreError::Database { message, .. } => open_err(message),
-                    other => other,
-                })?;
-        if let Err(e) = prepare(&pool, &target, &ctx).await {
+        let pool = connect(&target, &options, access).await.map_err(|e| {
+            match ctx.error("opening the store", &e) {
+                StoreError::Database { message, .. } => open_err(message),
+                other => other,
+            }
+        })?;
+        if let Err(e) = prepare(&pool, &target, &ctx, read_only).await {
             pool.close().await;
             return Err(e);
         }
@@ -328,10 +357,10 @@ async fn setup_lock<T, E: From<String>>(
     }
 }
 
-/// The pool, with every connection set up by the same statements.
-async fn connect(target: &Target, options: &SqlOptions) -> Result<AnyPool, sqlx::Error> {
+/// The statements that set up each connection.
+fn setup_sql(target: &Target, options: &SqlOptions) -> String {
     let busy_ms = options.busy_timeout.as_millis();
-    let setup = match target {
+    match target {
         Target::SqliteFile(_) | Target::SqliteMemory => {
             let sync = match options.synchronous {
                 Synchronous::Normal => "NORMAL",
@@ -352,8 +381,31 @@ async fn connect(target: &Target, options: &SqlOptions) -> Result<AnyPool, sqlx:
                 .unwrap_or_default();
             format!("{path}SET lock_timeout = '{busy_ms}ms';")
         }
-    };
-    let setup: Arc<str> = setup.into();
+    }
+}
+
+/// Opens one connection to a SQLite file as `access` says, sets it up and reads its schema
+/// table (which reads the file's header), then closes it.
+async fn probe_sqlite(target: &Target, options: &SqlOptions, access: Access) -> Result<(), sqlx::Error> {
+    let connect = AnyConnectOptions::from_str(&target.driver_url(access))?;
+    let mut conn = sqlx::AnyConnection::connect_with(&connect).await?;
+    let checked = async {
+        sqlx::raw_sql(AssertSqlSafe(setup_sql(target, options)))
+            .execute(&mut conn)
+            .await?;
+        sqlx::query("SELECT COUNT(*) FROM sqlite_master")
+            .fetch_one(&mut conn)
+            .await?;
+        Ok::<_, sqlx::Error>(())
+    }
+    .await;
+    let closed = conn.close().await;
+    checked.and(closed)
+}
+
+/// The pool, with every connection set up by the same statements.
+async fn connect(target: &Target, options: &SqlOptions, access: Access) -> Result<AnyPool, sqlx::Error> {
+    let setup: Arc<str> = setup_sql(target, options).into();
     let mut pool = AnyPoolOptions::new().after_connect(move |conn, _| {
         let setup = setup.clone();
         Box::pin(async move {
@@ -375,7 +427,7 @@ async fn connect(target: &Target, options: &SqlOptions) -> Result<AnyPool, sqlx:
             .test_before_acquire(false),
         Target::Postgres { .. } => pool.max_connections(options.max_connections.max(2)),
     };
-    let connect = AnyConnectOptions::from_str(&target.driver_url())?;
+    let connect = AnyConnectOptions::from_str(&target.driver_url(access))?;
     if let Target::Postgres { .. } = target {
         // One connection first, outside the pool: a server that refuses or does not exist
         // says so at once, where the pool would retry until its acquire timeout and then
@@ -388,7 +440,7 @@ async fn connect(target: &Target, options: &SqlOptions) -> Result<AnyPool, sqlx:
 
 /// Checks the schema version, switches SQLite files to WAL, and migrates — in that order, so
 /// a store from a newer switchyard is refused before anything is written to it.
-async fn prepare(pool: &AnyPool, target: &Target, ctx: &Ctx) -> Result<(), StoreError> {
+async fn prepare(pool: &AnyPool, target: &Target, ctx: &Ctx, read_only: bool) -> Result<(), StoreError> {
     let what = "opening the store";
     let mut conn = pool.acquire().await.map_err(|e| ctx.error(what, &e))?;
     if let Target::Postgres { .. } = target {
@@ -398,7 +450,9 @@ async fn prepare(pool: &AnyPool, target: &Target, ctx: &Ctx) -> Result<(), Store
             message,
         };
         return setup_lock(&mut conn, async |conn| -> Result<(), Setup> {
-            prepare_on(conn, target, ctx).await.map_err(Setup::Store)
+            prepare_on(conn, target, ctx, read_only)
+                .await
+                .map_err(Setup::Store)
         })
         .await
         .map_err(|e| match e {
@@ -406,7 +460,7 @@ async fn prepare(pool: &AnyPool, target: &Target, ctx: &Ctx) -> Result<(), Store
             Setup::Lock(m) => open(m),
         });
     }
-    prepare_on(&mut conn, target, ctx).await
+    prepare_on(&mut conn, target, ctx, read_only).await
 }
 
 /// What [`setup_lock`] around [`prepare_on`] can fail with.
@@ -422,12 +476,29 @@ impl From<String> for Setup {
 }
 
 /// [`prepare`] on one connection.
-async fn prepare_on(conn: &mut sqlx::AnyConnection, target: &Target, ctx: &Ctx) -> Result<(), StoreError> {
+async fn prepare_on(
+    conn: &mut sqlx::AnyConnection,
+    target: &Target,
+    ctx: &Ctx,
+    read_only: bool,
+) -> Result<(), StoreError> {
     let what = "opening the store";
     let found = schema::version(&mut *conn, ctx.dialect)
         .await
         .map_err(|e| ctx.error(what, &e))?;
     schema::check_not_newer(found, &ctx.store)?;
+    if read_only {
+        if found < SCHEMA_VERSION {
+            return Err(StoreError::Open {
+                store: ctx.store.to_string(),
+                message: format!(
+                    "its records are in an older form (schema {found}; this switchyard reads {SCHEMA_VERSION}): \
+                     a command that records runs brings it up to date, with write access to it"
+                ),
+            });
+        }
+        return Ok(());
+    }
     if let Target::SqliteFile(_) = target {
         let mode: String = sqlx::query_scalar("PRAGMA journal_mode = WAL")
             .fetch_one(&mut *conn)
@@ -552,6 +623,17 @@ fn list_query(filter: &RunFilter, status: Option<RunStatus>, order: &str) -> (St
         binds.push(f.clone());
         conds.push(format!("flow = ${}", binds.len()));
     }
+    if filter.roots_only {
+        conds.push("parent_run IS NULL".into());
+    }
+    if !filter.batches.is_empty() {
+        let mut places = Vec::new();
+        for b in &filter.batches {
+            binds.push(b.clone());
+            places.push(format!("${}", binds.len()));
+        }
+        conds.push(format!("batch IN ({})", places.join(", ")));
+    }
     if !conds.is_empty() {
         sql.push_str(" WHERE ");
         sql.push_str(&conds.join(" AND "));
@@ -573,12 +655,18 @@ mod tests {
             status: Some(RunStatus::Failed),
             flow: Some("triage".into()),
             limit: Some(3),
+            roots_only: true,
+            batches: vec!["/a/out.jsonl".into(), "/b/out.jsonl".into()],
         };
         let (sql, binds) = list_query(&f, f.status, "DESC");
-        assert!(sql.ends_with(
-            " FROM runs WHERE status = $1 AND flow = $2 ORDER BY started_at DESC, id DESC LIMIT 3"
-        ));
-        assert_eq!(binds, ["failed", "triage"]);
+        assert!(
+            sql.ends_with(
+                " FROM runs WHERE status = $1 AND flow = $2 AND parent_run IS NULL AND batch IN ($3, $4) \
+                 ORDER BY started_at DESC, id DESC LIMIT 3"
+            ),
+            "{sql}"
+        );
+        assert_eq!(binds, ["failed", "triage", "/a/out.jsonl", "/b/out.jsonl"]);
         let (sql, binds) = list_query(&RunFilter::default(), None, "ASC");
         assert!(
             sql.ends_with(" FROM runs ORDER BY started_at ASC, id ASC"),

@@ -121,6 +121,7 @@ pub(crate) struct StepRow {
     cost_usd: f64,
     child_run: Option<String>,
     route: Option<String>,
+    answers: Option<String>,
 }
 
 impl StepRow {
@@ -146,6 +147,7 @@ impl StepRow {
             cost_usd: s.usage.cost_usd,
             child_run: s.child_run.clone(),
             route: s.route.clone(),
+            answers: s.answers.as_ref().map(json).transpose()?,
         })
     }
 
@@ -173,6 +175,7 @@ impl StepRow {
             .bind(self.cost_usd)
             .bind(self.child_run.clone())
             .bind(self.route.clone())
+            .bind(self.answers.clone())
     }
 }
 
@@ -239,6 +242,7 @@ pub(crate) fn decode_step(row: &AnyRow) -> Result<StepRecord, String> {
         usage: usage(row)?,
         child_run: get(row, "child_run")?,
         route: get(row, "route")?,
+        answers: opt_json(row, "answers")?,
     })
 }
 

@@ -18,7 +18,7 @@ use crate::runtime::record::now_ms;
 use crate::store::StoreError;
 
 /// The newest schema this build reads and writes.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 struct Migration {
     version: i64,
@@ -103,6 +103,11 @@ const MIGRATIONS: &[Migration] = &[
             "ALTER TABLE runs ADD COLUMN messages TEXT",
         ],
     },
+    Migration {
+        version: 3,
+        description: "the answers an llm call needed repairs for",
+        statements: &["ALTER TABLE steps ADD COLUMN answers TEXT"],
+    },
 ];
 
 /// The store's schema version: 0 for an empty store. Reads only.
@@ -186,7 +191,7 @@ mod tests {
         let err = check_not_newer(7, "/x/runs.db").expect_err("newer");
         assert_eq!(
             err.to_string(),
-            "the store at /x/runs.db was written by a newer switchyard (schema 7; this one knows up to 2)"
+            "the store at /x/runs.db was written by a newer switchyard (schema 7; this one knows up to 3)"
         );
         assert!(check_not_newer(1, "s").is_ok() && check_not_newer(0, "s").is_ok());
     }

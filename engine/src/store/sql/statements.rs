@@ -47,7 +47,7 @@ pub(crate) const RUN_COLUMNS: [&str; 22] = [
 
 /// The columns of `steps` a step record fills, in bind order: the key, `seq` (its place in
 /// the statement, see [`upsert_steps`]), the rest.
-pub(crate) const STEP_COLUMNS: [&str; 21] = [
+pub(crate) const STEP_COLUMNS: [&str; 22] = [
     "run_id",
     "number",
     "attempt",
@@ -69,6 +69,7 @@ pub(crate) const STEP_COLUMNS: [&str; 21] = [
     "cost_usd",
     "child_run",
     "route",
+    "answers",
 ];
 
 const STEP_KEY: usize = 4;
@@ -218,7 +219,7 @@ mod tests {
             sql.contains("v.column4, (SELECT COALESCE(MAX(s.seq), 0) FROM steps s) + v.column5, v.column6")
         );
         assert!(
-            sql.contains("($22, $23,") && sql.ends_with("route = excluded.route"),
+            sql.contains("($23, $24,") && sql.ends_with("answers = excluded.answers"),
             "{sql}"
         );
         assert!(

@@ -34,14 +34,33 @@ impl Target {
         }
     }
 
-    /// The URL handed to the `any` driver.
-    pub(crate) fn driver_url(&self) -> String {
+    /// The URL handed to the `any` driver, opening a SQLite file as `access` says.
+    pub(crate) fn driver_url(&self, access: Access) -> String {
         match self {
-            Target::SqliteFile(path) => format!("sqlite://{}?mode=rwc", encode_path(path)),
+            Target::SqliteFile(path) => {
+                let mode = match access {
+                    Access::Write => "mode=rwc",
+                    Access::Read => "mode=ro",
+                    Access::Immutable => "mode=ro&immutable=1",
+                };
+                format!("sqlite://{}?{mode}", encode_path(path))
+            }
             Target::SqliteMemory => "sqlite::memory:".to_string(),
             Target::Postgres { url, .. } => url.clone(),
         }
     }
+}
+
+/// How a SQLite file is opened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Access {
+    /// Read and write, created when missing.
+    Write,
+    /// Read only; SQLite still needs to create the WAL's index beside the file.
+    Read,
+    /// Read only, assuming nobody writes the file meanwhile: for a file in a directory this
+    /// process cannot write, where the WAL's index cannot be created.
+    Immutable,
 }
 
 /// A parsed store URL and the name messages use for it.
@@ -257,7 +276,10 @@ mod tests {
         ));
         let l = parse("sqlite:///tmp/a b%#.db").expect("parses");
         assert_eq!(l.name, "/tmp/a b%#.db");
-        assert_eq!(l.target.driver_url(), "sqlite:///tmp/a%20b%25%23.db?mode=rwc");
+        assert_eq!(
+            l.target.driver_url(Access::Write),
+            "sqlite:///tmp/a%20b%25%23.db?mode=rwc"
+        );
         assert!(parse("sqlite:").is_err());
         assert!(parse("mysql://x").is_err());
         let l = parse("sqlite:runs.db?synchronous=normal&busy_timeout_ms=250&max_pages=64").expect("parses");

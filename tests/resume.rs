@@ -696,6 +696,9 @@ steps:
     let row = listed.stdout.lines().nth(1).expect("a run");
     let cols: Vec<&str> = row.split_whitespace().collect();
     assert_eq!(cols[4..7], ["running", "-", "-"], "{row}");
+    // The record counts what finished: the `set` step and the iterations that ran.
+    let recorded = list_json(&dir, &[]);
+    assert_eq!(recorded[0]["steps"], 1 + ran as u64, "{recorded:?}");
 
     let out = run(switchyard(dir.path()).args(["resume", &id]).args(STORE));
     assert_eq!(out.code(), 0, "{}", out.stderr);

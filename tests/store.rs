@@ -1061,3 +1061,46 @@ fn a_read_only_sqlite_store_is_refused_for_writing_and_still_read() {
         std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o777)).expect("chmod back");
     }
 }
+
+/// A store of schema 2 (before steps kept an `llm` call's repaired answers) is brought up to
+/// date by `runs list`, which it can write, and its records read as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schema_2_store_is_upgraded_by_runs_list() {
+    let dir = TempDir::new("store-schema-2");
+    dir.write("flow.yaml", crate::support::CLEAN_FLOW);
+    let db = dir.path().join("runs.db");
+    let url = format!("sqlite:{}", db.display());
+    let out = crate::support::run(crate::support::switchyard(dir.path()).args([
+        "run",
+        "flow.yaml",
+        "--store",
+        &url,
+    ]));
+    assert_eq!(out.code(), 0, "{out:?}");
+    let mut conn = raw(&db).await;
+    for sql in [
+        "ALTER TABLE steps DROP COLUMN answers",
+        "DELETE FROM schema_version WHERE version = 3",
+    ] {
+        sqlx::query(sql).execute(&mut conn).await.expect(sql);
+    }
+    conn.close().await.expect("close");
+    let out = crate::support::run(
+        crate::support::switchyard(dir.path()).args(["runs", "list", "--json", "--store", &url]),
+    );
+    assert_eq!(out.code(), 0, "{out:?}");
+    let run: serde_json::Value =
+        serde_json::from_str(out.stdout.lines().next().expect("a run")).expect("JSON");
+    let id = run["id"].as_str().expect("an id");
+    let out = crate::support::run(
+        crate::support::switchyard(dir.path()).args(["runs", "show", id, "--store", &url]),
+    );
+    assert!(out.stdout.contains("✓ 1 fetch [agent]"), "{out:?}");
+    let mut conn = raw(&db).await;
+    let version: i64 = sqlx::query_scalar("SELECT MAX(version) FROM schema_version")
+        .fetch_one(&mut conn)
+        .await
+        .expect("a version");
+    conn.close().await.expect("close");
+    assert_eq!(version, SCHEMA_VERSION);
+}

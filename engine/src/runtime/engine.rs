@@ -519,6 +519,10 @@ struct Run<'e, S: Store> {
     /// Step executions so far (iterations included), counted by [`Run::count_step`] from
     /// iterations in flight too.
     executed: AtomicU64,
+    /// Steps and iterations or branches that finished (replayed ones included): what a
+    /// paused run records as its `steps`, since [`Run::executed`] counts a `foreach`'s
+    /// items before they run.
+    finished: AtomicU64,
     /// The answers `llm` calls needed repairs for, by step number (`1.3[2]`), from the call
     /// until its step's record takes them.
     answers: std::sync::Mutex<std::collections::HashMap<String, Value>>,
@@ -600,6 +604,7 @@ impl<'e, S: Store> Run<'e, S> {
             payload_bound: 0,
             steps,
             executed: AtomicU64::new(0),
+            finished: AtomicU64::new(0),
             answers: Default::default(),
             numbered: 0,
             path: Vec::new(),
@@ -694,7 +699,11 @@ impl<'e, S: Store> Run<'e, S> {
         let paused = status == RunStatus::Running;
         self.record.error = error;
         self.record.finished_at = (!paused).then(record::now_ms);
-        self.record.steps = self.executed.load(Ordering::Relaxed);
+        self.record.steps = if paused {
+            self.finished.load(Ordering::Relaxed)
+        } else {
+            self.executed.load(Ordering::Relaxed)
+        };
         // The root's work is done: what is left is waiting for the commit of its end.
         if self.lineage.depth == 0
             && let Some(released) = &self.tree.released
@@ -902,6 +911,7 @@ impl<'e, S: Store> Run<'e, S> {
                 run_id = %self.record.id, step = %step.id, number = %number, status = status.as_str(),
                 duration_ms, route = route_name.as_deref().unwrap_or(""), "step finished"
             );
+            self.finished.fetch_add(1, Ordering::Relaxed);
             if !recorded {
                 let rec = || StepRecord {
                     run_id: self.record.id.clone(),
@@ -2042,6 +2052,9 @@ impl<'e, S: Store> Run<'e, S> {
         o: &mut StepOutcome,
         started_at: u64,
     ) {
+        if o.stop != Some(RunStatus::Running) {
+            self.finished.fetch_add(1, Ordering::Relaxed);
+        }
         if o.replayed {
             return;
         }

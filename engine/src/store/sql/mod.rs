@@ -168,11 +168,7 @@ impl SqlStore {
         // opens as for writing, so an older schema is brought up to date as usual.
         let read_only = options.read_only
             && matches!(&target, Target::SqliteFile(p) if sqlite_file::check_writable(p).is_err());
-        let mut access = if read_only {
-            Access::Read
-        } else {
-            Access::Write
-        };
+        let mut access = if read_only { Access::Read } else { Access::Write };
         match &target {
             Target::SqliteFile(path) => {
                 if !read_only {

@@ -1341,11 +1341,14 @@ fn limit_flags_narrow_the_flows_limits_and_never_widen_them() {
     let (kind, message) = run_failed("limits.yaml", &json!({"mode": "loop"}), &["--max-steps", "5"]);
     assert_eq!(
         (kind.as_str(), message.as_str()),
-        ("limit", "step limit reached (--max-steps 5)")
+        ("limit", "step `spin`: step limit reached (--max-steps 5)")
     );
     let out = run("limits.yaml", &json!({"mode": "loop"}), &["--max-steps", "500"]);
     assert_eq!(out.code(), 1, "{out:?}");
-    assert_eq!(run_error(&out).1, "step limit reached (limits.max_steps 20)");
+    assert_eq!(
+        run_error(&out).1,
+        "step `spin`: step limit reached (limits.max_steps 20)"
+    );
     assert!(
         out.stderr
             .contains("--max-steps is looser than the flow's limits.max_steps (20), which applies"),
@@ -1354,11 +1357,14 @@ fn limit_flags_narrow_the_flows_limits_and_never_widen_them() {
     );
     // A flow without a timeout gets one; a shorter one than the flow's replaces it.
     let (_, message) = run_failed("limits.yaml", &json!({"mode": "slow"}), &["--timeout", "100ms"]);
-    assert_eq!(message, "run timeout reached (--timeout 100ms)");
+    assert_eq!(message, "step `nap`: run timeout reached (--timeout 100ms)");
     let out = run("limits.yaml", &json!({"mode": "slow"}), &["--timeout", "10m"]);
-    assert_eq!(run_error(&out).1, "run timeout reached (limits.timeout 300ms)");
+    assert_eq!(
+        run_error(&out).1,
+        "step `nap`: run timeout reached (limits.timeout 300ms)"
+    );
     let (_, message) = run_failed("depth.yaml", &json!({}), &["--max-depth", "1"]);
-    assert_eq!(message, "nesting limit reached (depth 1 of 1)");
+    assert_eq!(message, "step `go_deep`: nesting limit reached (depth 1 of 1)");
     let (_, message) = run_failed(
         "limits.yaml",
         &json!({"mode": "end", "pad": "0123456789".repeat(10)}),
@@ -1372,7 +1378,7 @@ fn limit_flags_narrow_the_flows_limits_and_never_widen_them() {
     );
     assert_eq!(
         message,
-        "payload size limit reached (limits.max_payload_bytes 1024)"
+        "step `grow`: payload size limit reached (limits.max_payload_bytes 1024)"
     );
     // Values that are not limits are usage errors.
     for (flag, value, says) in [
@@ -1407,7 +1413,10 @@ fn batch_takes_the_limit_flags_for_each_run() {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    assert_eq!(lines[0]["error"]["message"], "step limit reached (--max-steps 3)");
+    assert_eq!(
+        lines[0]["error"]["message"],
+        "step `spin`: step limit reached (--max-steps 3)"
+    );
     assert_eq!(lines[1]["status"], "succeeded");
 }
 

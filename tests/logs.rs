@@ -96,7 +96,7 @@ fn with_json_logs_every_stderr_line_of_run_is_json() {
         .find(|l| l["event"] == "run_failed")
         .unwrap_or_else(|| panic!("no run_failed: {}", out.stderr));
     assert_eq!(failed["level"], "ERROR");
-    assert_eq!(failed["message"], "error[fail]: boom");
+    assert_eq!(failed["message"], "error[fail]: step `s`: boom");
     assert_eq!(failed["error"]["kind"], "fail");
     assert_eq!(failed["status"], "failed");
     assert!(

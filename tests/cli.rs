@@ -195,6 +195,67 @@ fn sarif_is_valid_sarif_2_1_0() {
     }
 }
 
+/// The SARIF results' `partialFingerprints` of `file` in `dir`, with their start lines.
+fn fingerprints(dir: &Path, file: &str) -> Vec<(String, u64)> {
+    let out = lint(dir, &[file, "--format", "sarif"]);
+    let log: Value = serde_json::from_str(&out.stdout).expect("SARIF is JSON");
+    log["runs"][0]["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .map(|r| {
+            let fp = &r["partialFingerprints"]["switchyardResultHash/v1"];
+            let line = &r["locations"][0]["physicalLocation"]["region"]["startLine"];
+            (
+                fp.as_str()
+                    .unwrap_or_else(|| panic!("a fingerprint: {r}"))
+                    .to_owned(),
+                line.as_u64().expect("a line"),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn sarif_fingerprints_stay_when_lines_move_and_tell_results_apart() {
+    // Two unknown agents with the same name: equal results but for their place.
+    let flow = "\
+flow: prints
+steps:
+  a:
+    agent: nope
+    next: b
+  b:
+    agent: nope
+";
+    let dir = TempDir::new("cli");
+    dir.write("flow.yaml", flow);
+    let before = fingerprints(dir.path(), "flow.yaml");
+    dir.write("flow.yaml", format!("# a comment\n# and another\n{flow}"));
+    let after = fingerprints(dir.path(), "flow.yaml");
+    assert_eq!(before.len(), 2, "{before:?}");
+    let lines = |v: &[(String, u64)]| v.iter().map(|r| r.1).collect::<Vec<_>>();
+    assert_eq!(lines(&before), [4, 7]);
+    assert_eq!(lines(&after), [6, 9], "the results moved down two lines");
+    let prints = |v: &[(String, u64)]| v.iter().map(|r| r.0.clone()).collect::<Vec<_>>();
+    assert_eq!(prints(&before), prints(&after), "and kept their fingerprints");
+    assert_ne!(
+        before[0].0, before[1].0,
+        "equal results have their own fingerprints"
+    );
+    assert!(
+        before[0].0.ends_with(":1") && before[1].0.ends_with(":2"),
+        "{before:?}"
+    );
+    // Another problem at the same place is another result.
+    dir.write(
+        "flow.yaml",
+        flow.replace("agent: nope\n    next", "agent: nop\n    next"),
+    );
+    let changed = fingerprints(dir.path(), "flow.yaml");
+    assert_ne!(changed[0].0, before[0].0, "{changed:?}");
+}
+
 #[test]
 fn sarif_of_a_clean_flow_has_no_results() {
     let dir = flows();

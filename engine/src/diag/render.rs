@@ -139,8 +139,11 @@ pub fn json(diags: &[Diagnostic], sources: &SourceMap) -> String {
 
 /// Diagnostics as a SARIF 2.1.0 log for GitHub code scanning: one run whose driver lists every
 /// rule of the registry (so `ruleIndex` is the rule's place in [`RULES`]), and one result per
-/// diagnostic with its primary location and the secondary labels as related locations.
+/// diagnostic with its primary location, the secondary labels as related locations, and a
+/// [`fingerprint`] under `partialFingerprints` that lets a code-scanning service match a result
+/// with the same one of an earlier upload when lines above it moved.
 pub fn sarif(diags: &[Diagnostic], sources: &SourceMap) -> String {
+    let mut seen: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
     let rules: Vec<Value> = RULES
         .iter()
         .map(|r| {
@@ -170,6 +173,10 @@ pub fn sarif(diags: &[Diagnostic], sources: &SourceMap) -> String {
                 "message": {"text": text},
                 "locations": [{"physicalLocation": sarif_location(d.primary.span, sources)}],
             });
+            let hash = fingerprint(d, sources);
+            let nth = seen.entry(hash.clone()).or_insert(0);
+            *nth += 1;
+            result["partialFingerprints"] = json!({FINGERPRINT_KEY: format!("{hash}:{nth}")});
             if rule_index.is_none() {
                 result.as_object_mut().expect("an object").remove("ruleIndex");
             }
@@ -208,6 +215,35 @@ pub fn sarif(diags: &[Diagnostic], sources: &SourceMap) -> String {
         }],
     });
     serde_json::to_string_pretty(&log).expect("SARIF serializes to JSON")
+}
+
+/// The key of a result's fingerprint in `partialFingerprints`, versioned: a change to what
+/// [`fingerprint`] hashes gets a new key rather than new values under the old one. (Not
+/// `primaryLocationLineHash`, which codeql-action computes itself from the line's text.)
+pub const FINGERPRINT_KEY: &str = "switchyardResultHash/v1";
+
+/// What identifies a result whatever line it is on: the SHA-256 (hex, first 16 bytes) of its
+/// code, its file's path, its message and the text under its primary label, with its
+/// surrounding whitespace cut. [`sarif`] adds `:N` for the Nth result of the log with the same
+/// hash, so equal results in one file stay apart.
+fn fingerprint(d: &Diagnostic, sources: &SourceMap) -> String {
+    use sha2::{Digest, Sha256};
+    let file = sources.get(d.primary.span.file);
+    let (start, end) = clamp(file, d.primary.span);
+    let mut h = Sha256::new();
+    for part in [
+        d.rule.code,
+        &artifact_path(&file.name),
+        &d.message,
+        file.text[start..end].trim(),
+    ] {
+        h.update((part.len() as u64).to_le_bytes());
+        h.update(part.as_bytes());
+    }
+    h.finalize()[..16].iter().fold(String::new(), |mut out, b| {
+        write!(out, "{b:02x}").expect("writing to a String");
+        out
+    })
 }
 
 /// Diagnostics as GitHub Actions workflow commands, one line each:

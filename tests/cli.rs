@@ -472,3 +472,82 @@ fn help_and_version_work() {
         format!("switchyard {}", env!("CARGO_PKG_VERSION"))
     );
 }
+
+/// `switchyard schema` and `lint` agree on agent definitions and step ids: what lint reports
+/// as an unknown key or a bad id, the schema (what editors check against) rejects, and the
+/// valid variant of each passes both.
+#[test]
+fn the_flow_schema_rejects_what_lint_reports_in_agents_and_step_ids() {
+    let dir = TempDir::new("cli");
+    let out = support::run(support::switchyard(dir.path()).arg("schema"));
+    assert_eq!(out.code(), 0, "{out:?}");
+    let schema: Value = serde_json::from_str(&out.stdout).expect("the schema is JSON");
+    let validator = jsonschema::validator_for(&schema).expect("a valid JSON Schema");
+    let mock = "flow: f\nagents:\n  a: {kind: mock, returns: {}}\nsteps:\n  s: {agent: a, output: {}}\n";
+    let inline_flow = "flow: f\nagents:\n  c:\n    kind: flow\n    description: inline\n    \
+                       steps: {t: {succeed: {}}}\nsteps:\n  s: {agent: c, output: {}}\n";
+    let cases = [
+        (
+            mock.replace("returns: {}", "returns: {}, bogus_key: 1"),
+            Some("SY103"),
+        ),
+        (mock.replace("returns: {}", "returnz: {}"), Some("SY103")),
+        (
+            mock.replace(
+                "kind: mock, returns: {}",
+                "kind: http, url: \"http://x\", run: [a]",
+            ),
+            Some("SY103"),
+        ),
+        (
+            mock.replace("agent: a", "agent: {kind: mock, returns: {}, bogus_key: 1}"),
+            Some("SY103"),
+        ),
+        (mock.replace("  s: {", "  end: {"), Some("SY107")),
+        (mock.replace("  s: {", "  Fetch: {"), Some("SY106")),
+        (
+            mock.replace("  a: {", "  my-agent: {")
+                .replace("agent: a", "agent: my-agent"),
+            Some("SY106"),
+        ),
+        (
+            inline_flow.replace("description: inline", "bogus_key: 1"),
+            Some("SY103"),
+        ),
+        (mock.to_owned(), None),
+        (inline_flow.to_owned(), None),
+    ];
+    for (text, code) in cases {
+        let node = switchyard::syntax::parse(
+            switchyard::source::FileId(0),
+            text.as_bytes(),
+            &switchyard::syntax::Limits::default(),
+        )
+        .expect("the case is YAML");
+        let errors: Vec<String> = validator
+            .iter_errors(&node.to_json())
+            .map(|e| format!("{e} at {}", e.instance_path()))
+            .collect();
+        dir.write("flow.yaml", &text);
+        let lint = lint(dir.path(), &["flow.yaml", "--format", "json"]);
+        let codes: Vec<String> = lint
+            .diagnostics()
+            .into_iter()
+            .filter(|d| d.severity == "error")
+            .map(|d| d.code)
+            .collect();
+        match code {
+            Some(code) => {
+                assert!(!errors.is_empty(), "the schema accepts:\n{text}");
+                assert!(
+                    codes.iter().any(|c| c == code),
+                    "lint gives {codes:?} for:\n{text}"
+                );
+            }
+            None => {
+                assert!(errors.is_empty(), "the schema rejects:\n{text}\n{errors:#?}");
+                assert!(codes.is_empty(), "lint gives {codes:?} for:\n{text}");
+            }
+        }
+    }
+}

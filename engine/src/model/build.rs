@@ -198,6 +198,9 @@ fn check_flow_name(cx: &mut Cx, name: &Sp<String>) {
     }
 }
 
+/// [`is_ident`] as a regular expression, for the JSON Schema.
+pub const IDENT_PATTERN: &str = "^[a-z][a-z0-9_]*$";
+
 /// Whether `s` is a step or agent identifier: `[a-z][a-z0-9_]*`.
 pub fn is_ident(s: &str) -> bool {
     s.chars().next().is_some_and(|c| c.is_ascii_lowercase())
@@ -678,7 +681,8 @@ fn agents(cx: &mut Cx, node: &Node) -> IndexMap<String, Agent> {
     })
 }
 
-const AGENT_COMMON_KEYS: &[&str] = &[
+/// The keys every agent definition may have, `kind` first.
+pub const AGENT_COMMON_KEYS: &[&str] = &[
     "kind",
     "description",
     "result_schema",
@@ -687,7 +691,8 @@ const AGENT_COMMON_KEYS: &[&str] = &[
     "idempotent",
 ];
 
-fn agent_keys(kind: AgentKind) -> &'static [&'static str] {
+/// The keys an agent of `kind` has besides [`AGENT_COMMON_KEYS`].
+pub fn agent_keys(kind: AgentKind) -> &'static [&'static str] {
     match kind {
         AgentKind::Llm => &[
             "provider",

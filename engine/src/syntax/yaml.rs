@@ -667,7 +667,28 @@ impl<'a> Builder<'a> {
             }
             _ => {}
         }
-        Diagnostic::new(&YAML_SYNTAX, span, clean_message(&e.kind().to_string())).label("here")
+        let d = Diagnostic::new(&YAML_SYNTAX, span, clean_message(&e.kind().to_string())).label("here");
+        if tab_error {
+            return d.help("indent with spaces: YAML does not allow tabs in indentation");
+        }
+        // A secret reference written bare inside `{...}`: its `{` reads as a nested mapping.
+        let line_start = self.text[..start].rfind('\n').map_or(0, |i| i + 1);
+        let line_end = self.text[start..]
+            .find('\n')
+            .map_or(self.text.len(), |i| start + i);
+        let bare = self.text[line_start..line_end]
+            .match_indices("${")
+            .map(|(i, _)| i)
+            .take_while(|i| line_start + i <= start)
+            .last();
+        if let Some(at) = bare {
+            let reference = &self.text[line_start + at..];
+            let reference = &reference[..reference.find('}').map_or(reference.len(), |i| i + 1)];
+            return d.help(format!(
+                "quote the value: `\"{reference}\"`; unquoted, its `{{` starts a mapping inside the flow mapping"
+            ));
+        }
+        d
     }
 
     fn second_document(&self, start: usize, end: usize) -> Diagnostic {

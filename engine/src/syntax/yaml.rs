@@ -680,6 +680,7 @@ impl<'a> Builder<'a> {
             .match_indices("${")
             .map(|(i, _)| i)
             .take_while(|i| line_start + i <= start)
+            .filter(|&i| !self.text[..line_start + i].ends_with(['"', '\'']))
             .last();
         if let Some(at) = bare {
             let reference = &self.text[line_start + at..];
@@ -1130,6 +1131,20 @@ mod tests {
 
     fn err(bytes: impl AsRef<[u8]>) -> Diagnostic {
         err_with(bytes, &Limits::default())
+    }
+
+    #[test]
+    fn a_bare_secret_reference_in_a_flow_mapping_gets_quoting_help() {
+        let d = err("a: {h: ${env:TOKEN}}\n");
+        assert_eq!(
+            d.help.as_deref(),
+            Some(
+                "quote the value: `\"${env:TOKEN}\"`; unquoted, its `{` starts a mapping inside the flow mapping"
+            )
+        );
+        // A quoted reference on the line is not the problem.
+        let d = err("a: {h: \"${env:TOKEN}\", b: [}\n");
+        assert_eq!(d.help, None, "{d:?}");
     }
 
     fn err_with(bytes: impl AsRef<[u8]>, limits: &Limits) -> Diagnostic {

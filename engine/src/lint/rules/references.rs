@@ -94,11 +94,13 @@ fn t_key_span(cx: &FlowCx, t: &crate::model::FlowTest, name: &str) -> Option<cra
     Some(t.span.sub(at, at + name.len()))
 }
 
-/// Whether `name` is an agent defined in this flow or an imported file whose definition could
-/// not be read: its own error says why, and a step naming it is not told it is unknown.
+/// Whether `name` is an agent defined in this flow, the file's flow around it (for an inline
+/// flow) or an imported file whose definition could not be read: its own error says why, and a step naming it is not told it is unknown.
 fn unreadable(cx: &FlowCx, name: &str) -> bool {
     let listed = |names: &[String]| names.iter().any(|n| n == name);
+    let file_flow = cx.project.flow(cx.id).flow.as_ref();
     listed(&cx.flow.unreadable_agents)
+        || file_flow.is_some_and(|f| listed(&f.unreadable_agents))
         || cx
             .project
             .libraries

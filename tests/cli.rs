@@ -195,6 +195,67 @@ fn sarif_is_valid_sarif_2_1_0() {
     }
 }
 
+/// The SARIF results' `partialFingerprints` of `file` in `dir`, with their start lines.
+fn fingerprints(dir: &Path, file: &str) -> Vec<(String, u64)> {
+    let out = lint(dir, &[file, "--format", "sarif"]);
+    let log: Value = serde_json::from_str(&out.stdout).expect("SARIF is JSON");
+    log["runs"][0]["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .map(|r| {
+            let fp = &r["partialFingerprints"]["switchyardResultHash/v1"];
+            let line = &r["locations"][0]["physicalLocation"]["region"]["startLine"];
+            (
+                fp.as_str()
+                    .unwrap_or_else(|| panic!("a fingerprint: {r}"))
+                    .to_owned(),
+                line.as_u64().expect("a line"),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn sarif_fingerprints_stay_when_lines_move_and_tell_results_apart() {
+    // Two unknown agents with the same name: equal results but for their place.
+    let flow = "\
+flow: prints
+steps:
+  a:
+    agent: nope
+    next: b
+  b:
+    agent: nope
+";
+    let dir = TempDir::new("cli");
+    dir.write("flow.yaml", flow);
+    let before = fingerprints(dir.path(), "flow.yaml");
+    dir.write("flow.yaml", format!("# a comment\n# and another\n{flow}"));
+    let after = fingerprints(dir.path(), "flow.yaml");
+    assert_eq!(before.len(), 2, "{before:?}");
+    let lines = |v: &[(String, u64)]| v.iter().map(|r| r.1).collect::<Vec<_>>();
+    assert_eq!(lines(&before), [4, 7]);
+    assert_eq!(lines(&after), [6, 9], "the results moved down two lines");
+    let prints = |v: &[(String, u64)]| v.iter().map(|r| r.0.clone()).collect::<Vec<_>>();
+    assert_eq!(prints(&before), prints(&after), "and kept their fingerprints");
+    assert_ne!(
+        before[0].0, before[1].0,
+        "equal results have their own fingerprints"
+    );
+    assert!(
+        before[0].0.ends_with(":1") && before[1].0.ends_with(":2"),
+        "{before:?}"
+    );
+    // Another problem at the same place is another result.
+    dir.write(
+        "flow.yaml",
+        flow.replace("agent: nope\n    next", "agent: nop\n    next"),
+    );
+    let changed = fingerprints(dir.path(), "flow.yaml");
+    assert_ne!(changed[0].0, before[0].0, "{changed:?}");
+}
+
 #[test]
 fn sarif_of_a_clean_flow_has_no_results() {
     let dir = flows();
@@ -410,4 +471,83 @@ fn help_and_version_work() {
         out.stdout.trim(),
         format!("switchyard {}", env!("CARGO_PKG_VERSION"))
     );
+}
+
+/// `switchyard schema` and `lint` agree on agent definitions and step ids: what lint reports
+/// as an unknown key or a bad id, the schema (what editors check against) rejects, and the
+/// valid variant of each passes both.
+#[test]
+fn the_flow_schema_rejects_what_lint_reports_in_agents_and_step_ids() {
+    let dir = TempDir::new("cli");
+    let out = support::run(support::switchyard(dir.path()).arg("schema"));
+    assert_eq!(out.code(), 0, "{out:?}");
+    let schema: Value = serde_json::from_str(&out.stdout).expect("the schema is JSON");
+    let validator = jsonschema::validator_for(&schema).expect("a valid JSON Schema");
+    let mock = "flow: f\nagents:\n  a: {kind: mock, returns: {}}\nsteps:\n  s: {agent: a, output: {}}\n";
+    let inline_flow = "flow: f\nagents:\n  c:\n    kind: flow\n    description: inline\n    \
+                       steps: {t: {succeed: {}}}\nsteps:\n  s: {agent: c, output: {}}\n";
+    let cases = [
+        (
+            mock.replace("returns: {}", "returns: {}, bogus_key: 1"),
+            Some("SY103"),
+        ),
+        (mock.replace("returns: {}", "returnz: {}"), Some("SY103")),
+        (
+            mock.replace(
+                "kind: mock, returns: {}",
+                "kind: http, url: \"http://x\", run: [a]",
+            ),
+            Some("SY103"),
+        ),
+        (
+            mock.replace("agent: a", "agent: {kind: mock, returns: {}, bogus_key: 1}"),
+            Some("SY103"),
+        ),
+        (mock.replace("  s: {", "  end: {"), Some("SY107")),
+        (mock.replace("  s: {", "  Fetch: {"), Some("SY106")),
+        (
+            mock.replace("  a: {", "  my-agent: {")
+                .replace("agent: a", "agent: my-agent"),
+            Some("SY106"),
+        ),
+        (
+            inline_flow.replace("description: inline", "bogus_key: 1"),
+            Some("SY103"),
+        ),
+        (mock.to_owned(), None),
+        (inline_flow.to_owned(), None),
+    ];
+    for (text, code) in cases {
+        let node = switchyard::syntax::parse(
+            switchyard::source::FileId(0),
+            text.as_bytes(),
+            &switchyard::syntax::Limits::default(),
+        )
+        .expect("the case is YAML");
+        let errors: Vec<String> = validator
+            .iter_errors(&node.to_json())
+            .map(|e| format!("{e} at {}", e.instance_path()))
+            .collect();
+        dir.write("flow.yaml", &text);
+        let lint = lint(dir.path(), &["flow.yaml", "--format", "json"]);
+        let codes: Vec<String> = lint
+            .diagnostics()
+            .into_iter()
+            .filter(|d| d.severity == "error")
+            .map(|d| d.code)
+            .collect();
+        match code {
+            Some(code) => {
+                assert!(!errors.is_empty(), "the schema accepts:\n{text}");
+                assert!(
+                    codes.iter().any(|c| c == code),
+                    "lint gives {codes:?} for:\n{text}"
+                );
+            }
+            None => {
+                assert!(errors.is_empty(), "the schema rejects:\n{text}\n{errors:#?}");
+                assert!(codes.is_empty(), "lint gives {codes:?} for:\n{text}");
+            }
+        }
+    }
 }

@@ -394,3 +394,73 @@ fn yaml_indentation_and_key_length_errors_are_located() {
         },
     );
 }
+
+/// A whole flow on one line, as a generator or minifier writes it, with an unknown agent past
+/// column 65,535 (where the snippet renderer's padding used to overflow and panic).
+fn minified_flow() -> (String, usize) {
+    let head = format!(
+        "{{flow: mini, description: \"{}\", steps: {{a: {{agent: ",
+        "y".repeat(70_000)
+    );
+    let column = head.chars().count() + 1;
+    (format!("{head}nope}}}}}}\n"), column)
+}
+
+#[test]
+fn a_problem_past_column_65535_is_rendered_with_a_cut_snippet() {
+    let (text, column) = minified_flow();
+    assert!(column > 65_535);
+    lint_bytes(
+        "mini.yaml",
+        text.as_bytes(),
+        Expect {
+            code: "SY202",
+            line: Some(1),
+            column: Some(column),
+            needle: "unknown agent `nope`",
+        },
+    );
+    let dir = TempDir::new("corpus");
+    dir.write("mini.yaml", &text);
+    let snippet = format!(
+        "   ╭─[mini.yaml:1:{column}]\n 1 │ …{}\", steps: {{a: {{agent: nope}}}}}}\n   ·{}──┬─\n   ·{}╰── no such agent\n   ╰────\n",
+        // 40 characters of context before the span.
+        "y".repeat(40 - "\", steps: {a: {agent: ".len()),
+        " ".repeat(42),
+        " ".repeat(44),
+    );
+    let lint = support::run(support::switchyard(dir.path()).args(["lint", "mini.yaml"]));
+    assert_eq!(lint.code(), 1, "{lint:?}");
+    assert!(lint.stdout.contains(&snippet), "{}", lint.stdout);
+    let run = support::run(support::switchyard(dir.path()).args(["run", "mini.yaml", "--input", "{}"]));
+    assert_eq!(run.code(), 2, "{run:?}");
+    assert!(run.stderr.contains(&snippet), "{}", run.stderr);
+}
+
+#[test]
+fn a_long_line_is_cut_around_each_problem_on_it() {
+    // Line 3 holds a 100,000-character description and, after it, an unknown key; the line
+    // after it is context, shown whole.
+    let text = format!(
+        "flow: long\nsteps:\n  a: {{succeed: {{}}, description: \"{}\", bogus: 1}}\n  # the end\n",
+        "d".repeat(100_000)
+    );
+    let dir = TempDir::new("corpus");
+    dir.write("long.yaml", &text);
+    let out = support::run(support::switchyard(dir.path()).args(["lint", "long.yaml"]));
+    assert_eq!(out.code(), 1, "{out:?}");
+    let column = 100_037;
+    let expected = format!(
+        "   ╭─[long.yaml:3:{column}]\n 2 │ steps:\n 3 │ …{}\", bogus: 1}}\n   ·{}──┬──\n   ·{}╰── ",
+        "d".repeat(40 - "\", ".len()),
+        " ".repeat(42),
+        " ".repeat(44),
+    );
+    assert!(out.stdout.contains(&expected), "{}", out.stdout);
+    assert!(out.stdout.contains(" 4 │   # the end\n"), "{}", out.stdout);
+    assert!(
+        out.stdout.lines().all(|l| l.chars().count() < 200),
+        "every line of the report is short:\n{}",
+        out.stdout
+    );
+}

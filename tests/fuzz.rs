@@ -4,9 +4,9 @@
 //! - generated flows: random but plausible YAML (step ids valid and not, edges to known and
 //!   unknown steps and back, typo'd keys, nested constructs, scalars of every YAML type);
 //! - mutated flows: valid flows truncated, with bytes flipped, and with `{[&*:` and friends
-//!   inserted.
+//!   inserted, and lines made 70,000 characters long.
 //!
-//! For every input: lint returns (no panic, no hang), every diagnostic's labels are spans inside
+//! For every input: lint returns and its diagnostics render for people (no panic, no hang), every diagnostic's labels are spans inside
 //! their file on character boundaries, every code is in the registry, and two runs give the same
 //! output. Cases are few (64 per property) so CI stays fast; proptest shrinks a failure to a
 //! small input and prints it.
@@ -523,6 +523,9 @@ enum Mutation {
     Insert(usize, &'static str),
     Delete(usize, usize),
     RawByte(usize, u8),
+    /// 70,000 characters inserted, so that a line (a scalar, a key, a comment) is longer than
+    /// any snippet can show and its problems are past column 65,535.
+    Widen(usize, char),
 }
 
 fn mutation() -> impl Strategy<Value = Mutation> {
@@ -532,6 +535,7 @@ fn mutation() -> impl Strategy<Value = Mutation> {
         4 => (any::<usize>(), select(TOKENS)).prop_map(|(i, t)| Mutation::Insert(i, t)),
         1 => (any::<usize>(), 1..20usize).prop_map(|(i, n)| Mutation::Delete(i, n)),
         1 => (any::<usize>(), any::<u8>()).prop_map(|(i, b)| Mutation::RawByte(i, b)),
+        1 => (any::<usize>(), select(&['x', ' ', 'é', '{'][..])).prop_map(|(i, c)| Mutation::Widen(i, c)),
     ]
 }
 
@@ -560,6 +564,11 @@ fn mutate(base: &[u8], mutations: &[Mutation]) -> Vec<u8> {
             Mutation::RawByte(i, b) => {
                 let n = at(i, bytes.len());
                 bytes.insert(n, b);
+            }
+            Mutation::Widen(i, c) => {
+                let n = at(i, bytes.len());
+                let wide = c.to_string().repeat(70_000);
+                bytes.splice(n..n, wide.bytes());
             }
             Mutation::Flip(..) => {}
         }
@@ -626,13 +635,15 @@ tests:
 
 // ----- checks ------------------------------------------------------------------------------------
 
-/// Lints `flow.yaml` in `dir` as `switchyard lint` does: (rendered JSON, problems found).
-fn lint_once(dir: &Path) -> (String, Vec<String>) {
+/// Lints `flow.yaml` in `dir` as `switchyard lint` does: (rendered JSON, rendered for people,
+/// problems found).
+fn lint_once(dir: &Path) -> (String, String, Vec<String>) {
     let mut project = Project::default();
     project.load_top(&dir.join("flow.yaml"), dir.to_path_buf(), &Limits::default());
     let diags = lint_project(&project);
     let problems = invariant_violations(&project, &diags);
-    (render::json(&diags, &project.sources), problems)
+    let human = render::human(&diags, &project.sources, &render::HumanOptions::default());
+    (render::json(&diags, &project.sources), human, problems)
 }
 
 /// What is wrong with the diagnostics: spans outside their file or not on character
@@ -703,9 +714,10 @@ fn check_input(dir: &TempDir, bytes: &[u8]) -> Result<String, TestCaseError> {
                 .unwrap_or_default();
             Err(TestCaseError::fail(format!("lint panicked ({msg}) on:\n{shown}")))
         }
-        Ok(Ok(((first, problems), (second, _)))) => {
+        Ok(Ok(((first, first_human, problems), (second, second_human, _)))) => {
             prop_assert!(problems.is_empty(), "{problems:#?}\non:\n{shown}\n{first}");
             prop_assert_eq!(&first, &second, "two runs differ on:\n{}", shown);
+            prop_assert_eq!(&first_human, &second_human, "two runs differ on:\n{}", shown);
             Ok(first)
         }
     }
@@ -819,4 +831,5 @@ fn mutations_apply_at_any_position() {
         Vec::<u8>::new()
     );
     assert_eq!(mutate(base, &[Mutation::RawByte(3, 0xff)]), b"abc\xff".to_vec());
+    assert_eq!(mutate(base, &[Mutation::Widen(1, 'x')]).len(), 70_003);
 }

@@ -50,3 +50,41 @@ fn the_first_command_runs_a_real_flow_end_to_end() {
     assert_eq!(v["state"], "done", "{v}");
     assert_eq!(v["polls"], 2, "{v}");
 }
+
+/// The README's table of `lint --format json` fields names exactly the fields the binary
+/// prints, the labels' fields included.
+#[test]
+fn the_readme_documents_every_json_field() {
+    let text = readme();
+    let start = text
+        .find("| field | what |")
+        .expect("the README documents the JSON fields");
+    let table = &text[start..text[start..].find("\n\n").map_or(text.len(), |e| start + e)];
+    let mut documented = std::collections::BTreeSet::new();
+    for row in table.lines().skip(2) {
+        let mut cells = row.split('|').skip(1);
+        let first = cells.next().expect("a first cell");
+        documented.extend(first.split('`').skip(1).step_by(2).map(str::to_owned));
+        if first.contains("`labels`") {
+            let what = cells.next().expect("a second cell");
+            let inner =
+                &what[what.find("[{").expect("the labels' fields") + 2..what.find("}]").expect("end")];
+            documented.extend(inner.split(", ").map(|f| format!("labels.{f}")));
+        }
+    }
+    let dir = TempDir::new("readme");
+    dir.write("flow.yaml", crate::support::ERROR_FLOW);
+    let out = run(switchyard(dir.path()).args(["lint", "flow.yaml", "--format", "json"]));
+    let raw: serde_json::Value = serde_json::from_str(&out.stdout).expect("JSON");
+    let first = &raw[0];
+    let mut printed: std::collections::BTreeSet<String> =
+        first.as_object().expect("an object").keys().cloned().collect();
+    printed.extend(
+        first["labels"][0]
+            .as_object()
+            .expect("a label")
+            .keys()
+            .map(|k| format!("labels.{k}")),
+    );
+    assert_eq!(documented, printed);
+}

@@ -5,7 +5,8 @@
 
 use serde_json::{Map, Value};
 
-use crate::model::Flow;
+use crate::model::build::{AGENT_COMMON_KEYS, IDENT_PATTERN, agent_keys};
+use crate::model::{AgentKind, Flow};
 
 /// The schema as pretty JSON text, with a trailing newline.
 pub fn flow_schema_json() -> String {
@@ -20,6 +21,8 @@ pub fn flow_schema_json() -> String {
         );
     }
     tidy(&mut value);
+    close_agents(&mut value);
+    name_identifiers(&mut value);
     let mut s = serde_json::to_string_pretty(&value).expect("a schema serializes");
     s.push('\n');
     s
@@ -85,6 +88,96 @@ fn lift_variant_properties(o: &mut Map<String, Value>) {
         for n in names {
             props.entry(n).or_insert_with(|| Value::Object(Map::new()));
         }
+    }
+}
+
+/// Rewrites the agent definition as one closed object per kind: `kind` with its value, the
+/// kind's own fields and the common ones, nothing else (`additionalProperties: false`), so an
+/// editor flags a key lint reports as unknown. serde's flattened, tagged layout gives an open
+/// object instead; an inline `flow` agent's keys (`steps`, `agents`, ...) are not in the model's
+/// schema at all and are taken from the flow file's. The keys are lint's lists (`build.rs`).
+fn close_agents(root: &mut Value) {
+    let flow_props = root["properties"].clone();
+    let defs = root["definitions"]
+        .as_object_mut()
+        .expect("the schema has definitions");
+    let Some(Value::Object(agent)) = defs.get("Agent").cloned() else {
+        return;
+    };
+    let common = agent.get("properties").cloned().unwrap_or_default();
+    let mut variants = Vec::new();
+    for kind in AgentKind::ALL {
+        let own_name = match kind {
+            AgentKind::Llm => "LlmAgent",
+            AgentKind::Command => "CommandAgent",
+            AgentKind::Http => "HttpAgent",
+            AgentKind::Flow => "FlowAgent",
+            AgentKind::Transform => "TransformAgent",
+            AgentKind::Mock => "MockAgent",
+        };
+        let own = defs.get(own_name).cloned().unwrap_or_default();
+        let mut props = Map::new();
+        props.insert(
+            "kind".into(),
+            serde_json::json!({"type": "string", "const": kind.as_str()}),
+        );
+        for key in AGENT_COMMON_KEYS.iter().skip(1).chain(agent_keys(kind)) {
+            let schema = own["properties"]
+                .get(*key)
+                .or_else(|| common.get(*key))
+                .or_else(|| (kind == AgentKind::Flow).then(|| flow_props.get(*key)).flatten())
+                .cloned()
+                .unwrap_or_else(|| Value::Object(Map::new()));
+            props.insert((*key).to_owned(), schema);
+        }
+        let mut required = vec![Value::from("kind")];
+        if let Some(Value::Array(r)) = own.get("required") {
+            required.extend(r.iter().cloned());
+        }
+        let mut variant = Map::new();
+        variant.insert("type".into(), "object".into());
+        variant.insert("properties".into(), Value::Object(props));
+        variant.insert("required".into(), Value::Array(required));
+        variant.insert("additionalProperties".into(), Value::Bool(false));
+        variants.push(Value::Object(variant));
+    }
+    let mut closed = Map::new();
+    if let Some(d) = agent.get("description") {
+        closed.insert("description".into(), d.clone());
+    }
+    closed.insert("type".into(), "object".into());
+    closed.insert("required".into(), serde_json::json!(["kind"]));
+    closed.insert("oneOf".into(), Value::Array(variants));
+    defs.insert("Agent".into(), Value::Object(closed));
+    // The kinds' own definitions are inlined now; keep only those still referenced (a test's
+    // `mocks` are `MockAgent`s).
+    let text = serde_json::to_string(&*root).expect("a schema serializes");
+    let defs = root["definitions"].as_object_mut().expect("definitions");
+    defs.retain(|name, _| {
+        !name.ends_with("Agent") || name == "Agent" || text.contains(&format!("\"#/definitions/{name}\""))
+    });
+}
+
+/// Step, agent, provider and branch names are identifiers, and `end` is no step's id: the maps
+/// they key say so with `propertyNames` (lint's SY106 and SY107).
+fn name_identifiers(root: &mut Value) {
+    let ident = serde_json::json!({"pattern": IDENT_PATTERN});
+    let step_id = serde_json::json!({"pattern": IDENT_PATTERN, "not": {"const": "end"}});
+    let name = |map: Option<&mut Value>, names: &Value| {
+        if let Some(Value::Object(o)) = map {
+            o.insert("propertyNames".into(), names.clone());
+        }
+    };
+    name(root["properties"].get_mut("steps"), &step_id);
+    name(root["properties"].get_mut("agents"), &ident);
+    name(root["properties"].get_mut("providers"), &ident);
+    let defs = &mut root["definitions"];
+    for variant in defs["Agent"]["oneOf"].as_array_mut().into_iter().flatten() {
+        name(variant["properties"].get_mut("steps"), &step_id);
+        name(variant["properties"].get_mut("agents"), &ident);
+    }
+    for variant in defs["Step"]["oneOf"].as_array_mut().into_iter().flatten() {
+        name(variant["properties"].get_mut("parallel"), &ident);
     }
 }
 

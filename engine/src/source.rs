@@ -96,6 +96,27 @@ impl SourceFile {
         (line + 1, col)
     }
 
+    /// The number of lines (a final line without a newline counts; an empty text has one).
+    pub fn line_count(&self) -> usize {
+        self.line_starts.len()
+    }
+
+    /// The 0-based line a byte offset is on (offsets past the end are on the last line).
+    pub fn line_index(&self, offset: usize) -> usize {
+        match self.line_starts.binary_search(&offset.min(self.text.len())) {
+            Ok(l) => l,
+            Err(l) => l - 1,
+        }
+    }
+
+    /// Byte offsets of a 0-based line: where it starts, and where the next one starts (the
+    /// text's length for the last line), so its newline is inside.
+    pub fn line_bounds(&self, line: usize) -> (usize, usize) {
+        let start = self.line_starts[line.min(self.line_starts.len() - 1)];
+        let next = self.line_starts.get(line + 1).copied().unwrap_or(self.text.len());
+        (start, next)
+    }
+
     /// The text of a span (empty when the span does not fall on character boundaries).
     pub fn slice(&self, span: Span) -> &str {
         self.text

@@ -5,6 +5,7 @@
 //! turn diagnostics into text; choosing which one and printing it is the CLI's job.
 
 pub mod codes;
+mod excerpt;
 pub mod render;
 
 use crate::source::Span;

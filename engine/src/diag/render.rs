@@ -8,19 +8,20 @@
 
 use std::fmt::{self, Write as _};
 
-use miette::{
-    GraphicalReportHandler, GraphicalTheme, LabeledSpan, MietteError, MietteSpanContents, NamedSource,
-    SourceCode, SourceSpan, SpanContents,
-};
+use miette::{GraphicalReportHandler, GraphicalTheme, LabeledSpan, SourceCode, SourceSpan};
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use super::excerpt::Excerpt;
 use super::{Diagnostic, Label, RULES, Severity};
 use crate::source::{SourceFile, SourceMap, Span};
 
 const SARIF_SCHEMA: &str = "https://json.schemastore.org/sarif-2.1.0.json";
 /// The project's home, from `repository` in Cargo.toml; SARIF omits it while that is unset.
 const INFORMATION_URI: &str = env!("CARGO_PKG_REPOSITORY");
+
+/// Lines shown before and after each labelled line of a snippet.
+const CONTEXT_LINES: usize = 1;
 
 /// How [`human`] draws: colours on or off (off for files, pipes and snapshots), and the width
 /// that long lines wrap at.
@@ -52,7 +53,7 @@ pub fn human(diags: &[Diagnostic], sources: &SourceMap, opts: &HumanOptions) -> 
     let handler = GraphicalReportHandler::new_themed(theme)
         .with_width(opts.width)
         .with_links(false)
-        .with_context_lines(1);
+        .with_context_lines(CONTEXT_LINES);
     let mut out = String::new();
     for (i, diag) in diags.iter().enumerate() {
         if i > 0 {
@@ -138,8 +139,11 @@ pub fn json(diags: &[Diagnostic], sources: &SourceMap) -> String {
 
 /// Diagnostics as a SARIF 2.1.0 log for GitHub code scanning: one run whose driver lists every
 /// rule of the registry (so `ruleIndex` is the rule's place in [`RULES`]), and one result per
-/// diagnostic with its primary location and the secondary labels as related locations.
+/// diagnostic with its primary location, the secondary labels as related locations, and a
+/// [`fingerprint`] under `partialFingerprints` that lets a code-scanning service match a result
+/// with the same one of an earlier upload when lines above it moved.
 pub fn sarif(diags: &[Diagnostic], sources: &SourceMap) -> String {
+    let mut seen: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
     let rules: Vec<Value> = RULES
         .iter()
         .map(|r| {
@@ -169,6 +173,10 @@ pub fn sarif(diags: &[Diagnostic], sources: &SourceMap) -> String {
                 "message": {"text": text},
                 "locations": [{"physicalLocation": sarif_location(d.primary.span, sources)}],
             });
+            let hash = fingerprint(d, sources);
+            let nth = seen.entry(hash.clone()).or_insert(0);
+            *nth += 1;
+            result["partialFingerprints"] = json!({FINGERPRINT_KEY: format!("{hash}:{nth}")});
             if rule_index.is_none() {
                 result.as_object_mut().expect("an object").remove("ruleIndex");
             }
@@ -207,6 +215,35 @@ pub fn sarif(diags: &[Diagnostic], sources: &SourceMap) -> String {
         }],
     });
     serde_json::to_string_pretty(&log).expect("SARIF serializes to JSON")
+}
+
+/// The key of a result's fingerprint in `partialFingerprints`, versioned: a change to what
+/// [`fingerprint`] hashes gets a new key rather than new values under the old one. (Not
+/// `primaryLocationLineHash`, which codeql-action computes itself from the line's text.)
+pub const FINGERPRINT_KEY: &str = "switchyardResultHash/v1";
+
+/// What identifies a result whatever line it is on: the SHA-256 (hex, first 16 bytes) of its
+/// code, its file's path, its message and the text under its primary label, with its
+/// surrounding whitespace cut. [`sarif`] adds `:N` for the Nth result of the log with the same
+/// hash, so equal results in one file stay apart.
+fn fingerprint(d: &Diagnostic, sources: &SourceMap) -> String {
+    use sha2::{Digest, Sha256};
+    let file = sources.get(d.primary.span.file);
+    let (start, end) = clamp(file, d.primary.span);
+    let mut h = Sha256::new();
+    for part in [
+        d.rule.code,
+        &artifact_path(&file.name),
+        &d.message,
+        file.text[start..end].trim(),
+    ] {
+        h.update((part.len() as u64).to_le_bytes());
+        h.update(part.as_bytes());
+    }
+    h.finalize()[..16].iter().fold(String::new(), |mut out, b| {
+        write!(out, "{b:02x}").expect("writing to a String");
+        out
+    })
 }
 
 /// Diagnostics as GitHub Actions workflow commands, one line each:
@@ -248,35 +285,40 @@ pub fn github(diags: &[Diagnostic], sources: &SourceMap) -> String {
     out
 }
 
-/// The miette view of one diagnostic: its primary file as the source code, the primary label and
-/// the secondary labels that point into the same file.
+/// The miette view of one diagnostic: the excerpt of its primary file that shows the primary
+/// label and the secondary labels that point into the same file, long lines cut around them.
 struct Report<'a> {
     diag: &'a Diagnostic,
-    source: FileSource<'a>,
+    source: Excerpt<'a>,
     labels: Vec<LabeledSpan>,
 }
 
 impl<'a> Report<'a> {
     fn new(diag: &'a Diagnostic, sources: &'a SourceMap) -> Self {
         let file = sources.get(diag.primary.span.file);
-        let mut labels = vec![LabeledSpan::new_primary_with_span(
-            Some(primary_text(diag).to_owned()),
-            source_span(file, diag.primary.span),
-        )];
-        labels.extend(
+        let mut spans = vec![(primary_text(diag).to_owned(), clamp(file, diag.primary.span))];
+        spans.extend(
             diag.secondary
                 .iter()
                 .filter(|l| l.span.file == diag.primary.span.file)
-                .map(|l| {
-                    let text = (!l.message.is_empty()).then(|| l.message.clone());
-                    LabeledSpan::new_with_span(text, source_span(file, l.span))
-                }),
+                .map(|l| (l.message.clone(), clamp(file, l.span))),
         );
-        Report {
-            diag,
-            source: FileSource::new(file),
-            labels,
-        }
+        let ranges: Vec<(usize, usize)> = spans.iter().map(|(_, r)| *r).collect();
+        let source = Excerpt::new(file, &ranges, CONTEXT_LINES);
+        let labels = spans
+            .into_iter()
+            .enumerate()
+            .map(|(i, (text, (start, end)))| {
+                let (start, end) = (source.to_virtual(start), source.to_virtual(end));
+                let span = SourceSpan::new(start.into(), end - start);
+                if i == 0 {
+                    LabeledSpan::new_primary_with_span(Some(text), span)
+                } else {
+                    LabeledSpan::new_with_span((!text.is_empty()).then_some(text), span)
+                }
+            })
+            .collect();
+        Report { diag, source, labels }
     }
 }
 
@@ -328,48 +370,6 @@ impl miette::Diagnostic for Report<'_> {
     }
 }
 
-/// A file as miette source code, named by its display name. miette counts the column of a
-/// span's start in bytes; this puts the character column of [`SourceFile::line_col`] in its place
-/// so the `[file:line:col]` header agrees with every other format.
-struct FileSource<'a> {
-    file: &'a SourceFile,
-    named: NamedSource<std::sync::Arc<str>>,
-}
-
-impl<'a> FileSource<'a> {
-    fn new(file: &'a SourceFile) -> Self {
-        FileSource {
-            file,
-            named: NamedSource::new(&file.name, file.text.clone()),
-        }
-    }
-}
-
-impl SourceCode for FileSource<'_> {
-    fn read_span<'b>(
-        &'b self,
-        span: &SourceSpan,
-        context_lines_before: usize,
-        context_lines_after: usize,
-    ) -> Result<Box<dyn SpanContents<'b> + 'b>, MietteError> {
-        let inner = self
-            .named
-            .read_span(span, context_lines_before, context_lines_after)?;
-        if context_lines_before > 0 {
-            return Ok(inner);
-        }
-        let (_, column) = self.file.line_col(span.offset());
-        Ok(Box::new(MietteSpanContents::new_named(
-            self.named.name().to_owned(),
-            inner.data(),
-            *inner.span(),
-            inner.line(),
-            column - 1,
-            inner.line_count(),
-        )))
-    }
-}
-
 /// The primary label's text: its own, or the diagnostic's message when it has none.
 fn primary_text(d: &Diagnostic) -> &str {
     if d.primary.message.is_empty() {
@@ -379,12 +379,7 @@ fn primary_text(d: &Diagnostic) -> &str {
     }
 }
 
-/// A span as miette wants it, clamped to the text and to character boundaries.
-fn source_span(file: &SourceFile, span: Span) -> SourceSpan {
-    let (start, end) = clamp(file, span);
-    SourceSpan::new(start.into(), end - start)
-}
-
+/// A span clamped to the text and to character boundaries.
 fn clamp(file: &SourceFile, span: Span) -> (usize, usize) {
     let text = &file.text;
     let floor = |mut i: usize| {

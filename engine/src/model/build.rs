@@ -16,6 +16,8 @@ pub struct Library {
     pub imports: Vec<Sp<String>>,
     pub providers: IndexMap<String, Provider>,
     pub agents: IndexMap<String, Agent>,
+    /// See [`Flow::unreadable_agents`].
+    pub unreadable_agents: Vec<String>,
 }
 
 /// The state of one lowering: the source text (for spans inside strings), the diagnostics, and
@@ -122,6 +124,7 @@ fn flow_body(cx: &mut Cx, node: &Node, name: Sp<String>, top: bool) -> Flow {
     } else {
         Vec::new()
     };
+    let (agents, unreadable_agents) = agents_of(cx, node);
     Flow {
         file: node.file(),
         name,
@@ -139,7 +142,8 @@ fn flow_body(cx: &mut Cx, node: &Node, name: Sp<String>, top: bool) -> Flow {
             .get("providers")
             .map(|n| providers(cx, n))
             .unwrap_or_default(),
-        agents: node.get("agents").map(|n| agents(cx, n)).unwrap_or_default(),
+        agents,
+        unreadable_agents,
         defaults: node.get("defaults").and_then(|n| defaults(cx, n)),
         limits: node.get("limits").and_then(|n| limits(cx, n)),
         allow: node.get("allow").map(|n| list(cx, n, agent_kind)),
@@ -160,6 +164,7 @@ pub fn library(cx: &mut Cx, node: &Node) -> Library {
         return Library::default();
     };
     check_keys(cx, m, "an imported file", LIBRARY_KEYS);
+    let (agents, unreadable_agents) = agents_of(cx, node);
     Library {
         imports: node
             .get("imports")
@@ -169,7 +174,8 @@ pub fn library(cx: &mut Cx, node: &Node) -> Library {
             .get("providers")
             .map(|n| providers(cx, n))
             .unwrap_or_default(),
-        agents: node.get("agents").map(|n| agents(cx, n)).unwrap_or_default(),
+        agents,
+        unreadable_agents,
     }
 }
 
@@ -197,6 +203,9 @@ fn check_flow_name(cx: &mut Cx, name: &Sp<String>) {
         );
     }
 }
+
+/// [`is_ident`] as a regular expression, for the JSON Schema.
+pub const IDENT_PATTERN: &str = "^[a-z][a-z0-9_]*$";
 
 /// Whether `s` is a step or agent identifier: `[a-z][a-z0-9_]*`.
 pub fn is_ident(s: &str) -> bool {
@@ -671,6 +680,25 @@ fn string_map(cx: &mut Cx, node: &Node, what: &str) -> IndexMap<String, Sp<Strin
     named(cx, node, what, |cx, _, v| string(cx, v))
 }
 
+/// The `agents:` of a flow or library node: those that could be lowered, and the names of
+/// those that could not (each with its error).
+fn agents_of(cx: &mut Cx, node: &Node) -> (IndexMap<String, Agent>, Vec<String>) {
+    let Some(n) = node.get("agents") else {
+        return Default::default();
+    };
+    let agents = agents(cx, n);
+    let unreadable = match &n.value {
+        Value::Map(m) => m
+            .iter()
+            .map(|(k, _)| &k.name)
+            .filter(|k| !agents.contains_key(k.as_str()))
+            .cloned()
+            .collect(),
+        _ => Vec::new(),
+    };
+    (agents, unreadable)
+}
+
 fn agents(cx: &mut Cx, node: &Node) -> IndexMap<String, Agent> {
     named(cx, node, "`agents`", |cx, k, v| {
         check_ident(cx, "agent", k);
@@ -678,7 +706,8 @@ fn agents(cx: &mut Cx, node: &Node) -> IndexMap<String, Agent> {
     })
 }
 
-const AGENT_COMMON_KEYS: &[&str] = &[
+/// The keys every agent definition may have, `kind` first.
+pub const AGENT_COMMON_KEYS: &[&str] = &[
     "kind",
     "description",
     "result_schema",
@@ -687,7 +716,8 @@ const AGENT_COMMON_KEYS: &[&str] = &[
     "idempotent",
 ];
 
-fn agent_keys(kind: AgentKind) -> &'static [&'static str] {
+/// The keys an agent of `kind` has besides [`AGENT_COMMON_KEYS`].
+pub fn agent_keys(kind: AgentKind) -> &'static [&'static str] {
     match kind {
         AgentKind::Llm => &[
             "provider",
@@ -1138,10 +1168,43 @@ fn steps(cx: &mut Cx, node: &Node) -> IndexMap<String, Step> {
         );
         return IndexMap::new();
     }
-    named(cx, node, "`steps`", |cx, k, v| {
+    let Some(m) = map(cx, node, "`steps`") else {
+        return IndexMap::new();
+    };
+    let mut out: IndexMap<String, Step> = IndexMap::with_capacity(m.len());
+    for (k, v) in m {
+        if !matches!(v.value, Value::Map(_))
+            && let Some((_, previous)) = out.last_mut()
+            && step_keys("agent").iter().chain(STEP_KINDS).any(|f| *f == k.name)
+        {
+            dedented_field(cx, k, v, previous);
+            continue;
+        }
         check_ident(cx, "step", k);
-        Some(step(cx, k, v))
-    })
+        out.insert(k.name.clone(), step(cx, k, v));
+    }
+    out
+}
+
+/// A step's field written at the indentation of step ids (`next: b` two spaces short): one
+/// error saying so, and no step of that name. A `next` becomes the step's above when it has
+/// none, so that the steps it leads to stay reachable and raise no error of their own.
+fn dedented_field(cx: &mut Cx, key: &Key, value: &Node, previous: &mut Step) {
+    cx.push(
+        Diagnostic::new(
+            &codes::INVALID_TYPE,
+            key.span,
+            format!("`{}` is indented as a step id, under `steps:`", key.name),
+        )
+        .label("at the indentation of a step")
+        .help(format!(
+            "indent it under `{}:` (as deep as that step's other fields) to make it that step's `{}`",
+            previous.id.value, key.name
+        )),
+    );
+    if key.name == "next" && previous.next.is_none() {
+        previous.next = next(cx, value);
+    }
 }
 
 /// The kind a malformed step is kept with: an `agent` step whose agent lint cannot see (an
@@ -1237,6 +1300,7 @@ fn step(cx: &mut Cx, key: &Key, node: &Node) -> Step {
         select: val(f.select).and_then(|n| string(cx, n)),
         while_: val(f.while_).and_then(|n| string(cx, n)),
         max_iterations: val(f.max_iterations).and_then(|n| u64_(cx, n)),
+        max_iterations_written: f.max_iterations.is_some(),
         delay: val(f.delay).and_then(|n| duration(cx, n)),
     };
     if let (Some((fk, _)), Some((w, _))) = (f.foreach, f.while_) {

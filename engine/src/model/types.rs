@@ -124,6 +124,11 @@ pub struct Flow {
     /// Named agents.
     #[serde(default)]
     pub agents: IndexMap<String, Agent>,
+    /// Names under `agents:` whose definition could not be read (an invalid `kind`, not a
+    /// mapping). Their error is reported where they are; steps naming them are not told again
+    /// that the agent is unknown.
+    #[serde(skip)]
+    pub unreadable_agents: Vec<String>,
     /// `timeout`, `retry`, `idempotent` for every step that does not set them.
     pub defaults: Option<Defaults>,
     pub limits: Option<Limits>,
@@ -483,6 +488,10 @@ pub struct LoopFields {
     pub while_: Option<Sp<String>>,
     /// Required with `while`: 1..=100000.
     pub max_iterations: Option<Sp<u64>>,
+    /// Whether `max_iterations` is written, read or not: one whose value is unreadable is
+    /// reported as such, not again as missing.
+    #[serde(skip)]
+    pub max_iterations_written: bool,
     /// Wait between `while` iterations.
     pub delay: Option<Sp<Dur>>,
 }

@@ -724,7 +724,29 @@ impl<'a> Builder<'a> {
             }
             _ => {}
         }
-        Diagnostic::new(&YAML_SYNTAX, span, clean_message(&e.kind().to_string())).label("here")
+        let d = Diagnostic::new(&YAML_SYNTAX, span, clean_message(&e.kind().to_string())).label("here");
+        if tab_error {
+            return d.help("indent with spaces: YAML does not allow tabs in indentation");
+        }
+        // A secret reference written bare inside `{...}`: its `{` reads as a nested mapping.
+        let line_start = self.text[..start].rfind('\n').map_or(0, |i| i + 1);
+        let line_end = self.text[start..]
+            .find('\n')
+            .map_or(self.text.len(), |i| start + i);
+        let bare = self.text[line_start..line_end]
+            .match_indices("${")
+            .map(|(i, _)| i)
+            .take_while(|i| line_start + i <= start)
+            .filter(|&i| !self.text[..line_start + i].ends_with(['"', '\'']))
+            .last();
+        if let Some(at) = bare {
+            let reference = &self.text[line_start + at..];
+            let reference = &reference[..reference.find('}').map_or(reference.len(), |i| i + 1)];
+            return d.help(format!(
+                "quote the value: `\"{reference}\"`; unquoted, its `{{` starts a mapping inside the flow mapping"
+            ));
+        }
+        d
     }
 
     /// How many characters precede `offset` on its line.
@@ -1223,6 +1245,20 @@ mod tests {
 
     fn err(bytes: impl AsRef<[u8]>) -> Diagnostic {
         err_with(bytes, &Limits::default())
+    }
+
+    #[test]
+    fn a_bare_secret_reference_in_a_flow_mapping_gets_quoting_help() {
+        let d = err("a: {h: ${env:TOKEN}}\n");
+        assert_eq!(
+            d.help.as_deref(),
+            Some(
+                "quote the value: `\"${env:TOKEN}\"`; unquoted, its `{` starts a mapping inside the flow mapping"
+            )
+        );
+        // A quoted reference on the line is not the problem.
+        let d = err("a: {h: \"${env:TOKEN}\", b: [}\n");
+        assert_eq!(d.help, None, "{d:?}");
     }
 
     fn err_with(bytes: impl AsRef<[u8]>, limits: &Limits) -> Diagnostic {

@@ -199,6 +199,7 @@ pub fn check(cx: &FlowCx, out: &mut Vec<Diagnostic>) {
         let l = &step.looping;
         if let Some(w) = &l.while_ {
             match &l.max_iterations {
+                None if l.max_iterations_written => {}
                 None => out.push(
                     Diagnostic::new(&codes::WHILE_WITHOUT_BOUND, w.span, format!("`while` loop `{}` has no `max_iterations`", step.id.value))
                         .label("unbounded loop")

@@ -39,6 +39,7 @@ pub fn check(cx: &FlowCx, out: &mut Vec<Diagnostic>) {
     for (_, _, r) in cx.agent_refs() {
         if let AgentRef::Named(name) = r
             && !cx.agents.contains_key(name.value.as_str())
+            && !unreadable(cx, &name.value)
         {
             out.push(unknown_agent(cx, name));
         }
@@ -162,6 +163,20 @@ fn t_key_span(cx: &FlowCx, t: &crate::model::FlowTest, name: &str) -> Option<cra
     let text = cx.project.sources.get(cx.file()).slice(t.span);
     let at = text.find(&format!("{name}:"))?;
     Some(t.span.sub(at, at + name.len()))
+}
+
+/// Whether `name` is an agent defined in this flow, the file's flow around it (for an inline
+/// flow) or an imported file whose definition could not be read: its own error says why, and a step naming it is not told it is unknown.
+fn unreadable(cx: &FlowCx, name: &str) -> bool {
+    let listed = |names: &[String]| names.iter().any(|n| n == name);
+    let file_flow = cx.project.flow(cx.id).flow.as_ref();
+    listed(&cx.flow.unreadable_agents)
+        || file_flow.is_some_and(|f| listed(&f.unreadable_agents))
+        || cx
+            .project
+            .libraries
+            .iter()
+            .any(|l| listed(&l.library.unreadable_agents))
 }
 
 fn unknown_agent(cx: &FlowCx, name: &Sp<String>) -> Diagnostic {

@@ -61,14 +61,7 @@ pub(crate) fn load_plan(flow: &std::path::Path, root: Option<PathBuf>) -> Option
     let id = project.load_top(flow, root, &Limits::default());
     let Some(id) = id else {
         let diags = crate::lint::lint_project(&project);
-        let opts = render::HumanOptions {
-            color: super::color_stderr(),
-            width: super::width(),
-        };
-        super::stderr::diagnostics(
-            &render::json(&diags, &project.sources),
-            &render::human(&diags, &project.sources, &opts),
-        );
+        print_diagnostics(&diags, &project);
         if diags.is_empty() {
             super::stderr::error(format!(
                 "`{}` is not a flow (it has no `flow:` or `steps:`)",
@@ -79,14 +72,7 @@ pub(crate) fn load_plan(flow: &std::path::Path, root: Option<PathBuf>) -> Option
     };
     let (plan, diags) = crate::compile::compile(&project, id);
     if !diags.is_empty() {
-        let opts = render::HumanOptions {
-            color: super::color_stderr(),
-            width: super::width(),
-        };
-        super::stderr::diagnostics(
-            &render::json(&diags, &project.sources),
-            &render::human(&diags, &project.sources, &opts),
-        );
+        print_diagnostics(&diags, &project);
         let summary = render::summary(&diags, project.flows.len());
         let level = if plan.is_some() {
             super::stderr::Level::Warn
@@ -96,4 +82,16 @@ pub(crate) fn load_plan(flow: &std::path::Path, root: Option<PathBuf>) -> Option
         super::stderr::say(level, "lint_summary", &summary, serde_json::Value::Null);
     }
     plan
+}
+
+/// Prints a flow's diagnostics to stderr, rendered for a person or as JSON lines.
+fn print_diagnostics(diags: &[crate::diag::Diagnostic], project: &Project) {
+    let opts = render::HumanOptions {
+        color: super::color_stderr(),
+        width: super::width(),
+    };
+    super::stderr::diagnostics(
+        &render::json(diags, &project.sources),
+        &render::human(diags, &project.sources, &opts),
+    );
 }

@@ -1067,6 +1067,43 @@ fn an_invalid_agent_change_file_is_a_usage_error() {
     );
 }
 
+#[test]
+fn an_agent_change_naming_nothing_in_the_run_tree_fails_closed() {
+    let dir = TempDir::new("engine-change-typo");
+    // `classfy` is not an agent of the top flow, `capability-lef` is no flow of the tree:
+    // nothing runs, and each name is reported where it is written, with the closest name.
+    let file = dir.write(
+        "change.yaml",
+        "- scope: root\n  mode: remove\n  agents: [classfy]\n\
+         - scope: specific\n  flows: [capability-lef]\n  mode: remove\n  agents: [tag]\n\
+         - scope: all_subagents\n  mode: remove\n  agents: [classify]\n",
+    );
+    let out = capability_run(&["--agent-change", file.to_str().expect("utf-8")]);
+    assert_eq!(out.code(), 2, "{out:?}");
+    assert_eq!(out.stdout, "", "nothing ran");
+    for want in [
+        "change.yaml:3:12: unknown agent `classfy`: no step of the top flow calls it (did you mean `classify`?)",
+        "change.yaml:5:11: unknown flow `capability-lef`: the run's tree has no flow of that name \
+         (did you mean `capability-leaf`?)",
+        "change.yaml:10:12: unknown agent `classify`: no step of any nested flow calls it (agents are: `double`, `leaf`, `tag`)",
+    ] {
+        assert!(out.stderr.contains(want), "{want}\n{}", out.stderr);
+    }
+    // `flows` without `scope: specific` would be ignored: refused too.
+    let file = dir.write(
+        "flows.yaml",
+        "- mode: remove\n  flows: [capability-leaf]\n  agents: [tag]\n",
+    );
+    let out = capability_run(&["--agent-change", file.to_str().expect("utf-8")]);
+    assert_eq!(out.code(), 2, "{out:?}");
+    assert!(
+        out.stderr
+            .contains("flows.yaml:2:11: `flows` is only for `scope: specific`"),
+        "{}",
+        out.stderr
+    );
+}
+
 // ----- limits ----------------------------------------------------------------------------------
 
 #[test]

@@ -1216,3 +1216,69 @@ fn an_interrupted_run_on_the_memory_store_is_not_sent_to_resume() {
     );
     assert!(!out.stderr.contains("continue it with"), "{}", out.stderr);
 }
+
+#[test]
+fn a_secret_a_command_prints_is_redacted_everywhere_in_every_encoding() {
+    let dir = TempDir::new("engine-command-secret");
+    let secret = "s3cr3t/tok en+x";
+    dir.write(
+        "leak.yaml",
+        r#"flow: leak
+agents:
+  leaky:
+    kind: command
+    # Prints the token as it is, percent-encoded, JSON-escaped and in base64, on stdout and
+    # stderr, then fails.
+    run: [sh, -c, 'printf "%s" "$TOKEN" | base64 > b64; printf "{\"raw\": \"%s\", \"url\": \"https://x/?t=s3cr3t%%2Ftok%%20en%%2Bx\", \"b64\": \"%s\"}" "$TOKEN" "$(cat b64)"; printf "token %s in base64 %s" "$TOKEN" "$(cat b64)" >&2; exit 3']
+    env: {TOKEN: "${env:SWITCHYARD_TEST_LEAKED}"}
+steps:
+  call:
+    agent: leaky
+    output: "*"
+"#,
+    );
+    let out = support::run(
+        support::switchyard(dir.path())
+            .args(["run", "leak.yaml", "--store", "sqlite:runs.db", "-vvv"])
+            .env("SWITCHYARD_TEST_LEAKED", secret),
+    );
+    assert_eq!(out.code(), 1, "{out:?}");
+    assert!(
+        out.stderr.contains("token [redacted] in base64 [redacted]"),
+        "{}",
+        out.stderr
+    );
+    let list = support::run(support::switchyard(dir.path()).args([
+        "runs",
+        "list",
+        "--store",
+        "sqlite:runs.db",
+        "--json",
+    ]));
+    let id = serde_json::from_str::<Value>(list.stdout.lines().next().expect("one run")).expect("JSON")["id"]
+        .as_str()
+        .expect("an id")
+        .to_owned();
+    let show = support::run(support::switchyard(dir.path()).args([
+        "runs",
+        "show",
+        &id,
+        "--store",
+        "sqlite:runs.db",
+        "--json",
+    ]));
+    assert_eq!(show.code(), 0, "{show:?}");
+    let mut db = std::fs::read(dir.path().join("runs.db")).expect("the store");
+    db.extend(std::fs::read(dir.path().join("runs.db-wal")).unwrap_or_default());
+    let db = String::from_utf8_lossy(&db);
+    for form in ["s3cr3t", "czNjcjN0"] {
+        for (what, text) in [
+            ("stdout", &out.stdout),
+            ("stderr", &out.stderr),
+            ("runs show", &show.stdout),
+            ("store", &db.to_string()),
+        ] {
+            assert!(!text.contains(form), "{what} holds `{form}`:\n{text}");
+        }
+    }
+}

@@ -24,7 +24,9 @@
 //! commands live as long as the runtime, and a command still running when the runtime shuts
 //! down is killed with it.
 //!
-//! Secret values are never logged and never put in an error: errors name the variable only.
+//! Secret values are never logged and never put in an error: errors name the variable only,
+//! and the resolved values of `env:` are redacted from the result and the error (stdout and
+//! the tail of stderr), in their common encodings too ([`super::net::Secrets::remember`]).
 
 use std::io;
 use std::os::unix::process::ExitStatusExt;
@@ -63,9 +65,17 @@ impl Agent for CommandAgent<'_> {
     async fn call(&self, input: &Value, cx: CallContext<'_>) -> Result<Value, StepError> {
         let plan = self.0;
         let argv = render_argv(plan, input, &cx)?;
-        let env = resolve_env(plan)?;
+        let mut secrets = super::net::Secrets::default();
+        let env = resolve_env(plan, &mut secrets)?;
         let stdin = serde_json::to_vec(input).expect("a JSON value serializes");
-        run(plan, &argv, env, stdin, &cx).await
+        // A program may print what it was given: no secret value leaves the call.
+        match run(plan, &argv, env, stdin, &cx).await {
+            Ok(mut v) => {
+                secrets.redact_value(&mut v);
+                Ok(v)
+            }
+            Err(e) => Err(secrets.redact_error(e)),
+        }
     }
 }
 
@@ -153,17 +163,15 @@ fn render_argv(plan: &CommandPlan, input: &Value, cx: &CallContext<'_>) -> Resul
 
 /// The `env:` entries with their secret references resolved. The values are secrets: they go
 /// to the child only.
-fn resolve_env(plan: &CommandPlan) -> Result<Vec<(&str, String)>, StepError> {
+/// The `env:` entries with their secret references resolved, each value remembered in
+/// `secrets` for redaction.
+fn resolve_env<'p>(
+    plan: &'p CommandPlan,
+    secrets: &mut super::net::Secrets,
+) -> Result<Vec<(&'p str, String)>, StepError> {
     plan.env
         .iter()
-        .map(|(k, v)| {
-            resolve_secret_refs(v)
-                .map(|v| (k.as_str(), v))
-                .map_err(|e| StepError {
-                    message: format!("env `{k}`: {}", e.message),
-                    ..e
-                })
-        })
+        .map(|(k, v)| secrets.resolve(v, &format!("env `{k}`")).map(|v| (k.as_str(), v)))
         .collect()
 }
 
@@ -909,7 +917,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_environment_is_only_env_path_and_switchyard_vars() {
-        let (outside, outside_value) = some_outside_var();
+        let (outside, _) = some_outside_var();
         // The interpreter itself, not a wrapper script (pyenv's shims add variables of their own).
         let python = call(
             &plan(&[
@@ -936,7 +944,9 @@ mod tests {
         let got = call(&p, json!({})).await.unwrap();
         let mut expected = json!({
             "GREETING": "hi ${not a ref} $HOME",
-            "SECRET": format!("Bearer {outside_value}!"),
+            // The program got the value; what it prints has the value redacted (so `[redacted]`
+            // stands exactly where the value was).
+            "SECRET": "Bearer [redacted]!",
             "PYTHONCOERCECLOCALE": "0",
             "SWITCHYARD_RUN_ID": "r1",
             "SWITCHYARD_STEP": "s",

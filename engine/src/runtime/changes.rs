@@ -72,12 +72,26 @@ pub fn parse(name: &str, text: &str) -> Result<Vec<Change>, String> {
 }
 
 /// Whether a file's text is an agent-change file rather than a flow: its first line that is
-/// not blank, a comment or a document start is a list item.
+/// not blank, a comment or a document start is a list item that starts with a key of a change
+/// (`- scope:`, `- mode:`, `- agents:`, `- flows:`) or a flow mapping (`- {`). Any other list
+/// is a broken flow, and reported as one.
 pub fn is_change_file(text: &[u8]) -> bool {
-    text.split(|b| *b == b'\n')
+    let Some(first) = text
+        .split(|b| *b == b'\n')
         .map(<[u8]>::trim_ascii)
         .find(|l| !l.is_empty() && !l.starts_with(b"#") && *l != b"---")
-        .is_some_and(|l| l.starts_with(b"- ") || l == b"-")
+    else {
+        return false;
+    };
+    let Some(item) = first.strip_prefix(b"-") else {
+        return false;
+    };
+    let item = item.trim_ascii_start();
+    item.starts_with(b"{")
+        || ["scope", "mode", "agents", "flows"].iter().any(|k| {
+            item.strip_prefix(k.as_bytes())
+                .is_some_and(|rest| rest.trim_ascii_start().starts_with(b":"))
+        })
 }
 
 /// A problem of a change file, as a diagnostic of `rule` at `span`.

@@ -1650,3 +1650,73 @@ fn the_id_field_is_a_dotted_path_and_ids_keep_their_type() {
         .collect();
     assert_eq!(plain, [json!("1"), json!("2")]);
 }
+
+/// Whether the process `pid` is gone (or a zombie nobody reaped yet).
+fn process_gone(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+    }
+}
+
+/// A batch killed with SIGKILL takes its `command` agents with it: the programs in flight and
+/// what they started in the background.
+#[test]
+fn a_batch_killed_with_sigkill_leaves_no_agent_process_running() {
+    let dir = TempDir::new("batch-kill-agents");
+    let pids = dir.path().join("pids");
+    let flow = dir.write(
+        "slow.yaml",
+        format!(
+            r#"flow: slow
+agents:
+  slow:
+    kind: command
+    run: [sh, -c, 'read -r x; sleep 60 & echo "$$ $!" >> "{}"; wait; printf "%s" "$x"']
+steps:
+  call:
+    agent: slow
+    output: "*"
+"#,
+            pids.display()
+        ),
+    );
+    write_input(&dir, 4);
+    let mut child = batch_cmd(&dir, &flow, &[])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("starts");
+    let started: Vec<i32> = (0..500)
+        .find_map(|_| {
+            let text = std::fs::read_to_string(&pids).unwrap_or_default();
+            let all: Vec<i32> = text.split_whitespace().filter_map(|p| p.parse().ok()).collect();
+            if all.len() >= 8 {
+                return Some(all);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+            None
+        })
+        .expect("four agents started");
+    child.kill().expect("SIGKILL");
+    let _ = child.wait();
+    let survivors =
+        |pids: &[i32]| -> Vec<i32> { pids.iter().copied().filter(|p| !process_gone(*p)).collect() };
+    let mut left = survivors(&started);
+    for _ in 0..100 {
+        if left.is_empty() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        left = survivors(&left);
+    }
+    for pid in &left {
+        let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+    }
+    assert!(
+        left.is_empty(),
+        "agent processes outlived the batch: {left:?} of {started:?}"
+    );
+}

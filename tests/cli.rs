@@ -40,6 +40,44 @@ fn clean_flow_exits_0() {
 }
 
 #[test]
+fn lint_and_test_of_a_directory_check_agent_change_files_as_such() {
+    let dir = TempDir::new("cli-changes");
+    dir.write("clean.yaml", CLEAN_FLOW);
+    dir.write(
+        "changes.yaml",
+        "# Swap the fetcher for another mock.\n- scope: root\n  mode: replace\n  agents:\n    fetcher: {kind: mock, returns: {ok: false}}\n",
+    );
+    let out = lint(dir.path(), &["."]);
+    assert_eq!(out.code(), 0, "{out:?}");
+    assert!(
+        out.stdout.contains("checked 2 files: no problems"),
+        "{}",
+        out.stdout
+    );
+    let out = support::run(support::switchyard(dir.path()).args(["test", "."]));
+    assert_eq!(out.code(), 0, "{out:?}");
+    // The same file with a typo: the directory's flow has no `fetchr`.
+    dir.write(
+        "changes.yaml",
+        "- scope: root\n  mode: remove\n  agents: [fetchr]\n",
+    );
+    let out = lint(dir.path(), &[".", "--format", "json"]);
+    assert_eq!(out.code(), 1, "{out:?}");
+    let d = out.diagnostics();
+    assert_eq!(
+        (
+            d.len(),
+            d[0].code.as_str(),
+            d[0].line,
+            d[0].column,
+            d[0].help.as_deref()
+        ),
+        (1, "SY213", 3, 12, Some("did you mean `fetcher`?")),
+        "{d:?}"
+    );
+}
+
+#[test]
 fn errors_exit_1() {
     let dir = flows();
     let out = lint(dir.path(), &["error.yaml"]);

@@ -1299,6 +1299,43 @@ fn an_invalid_agent_change_file_is_a_usage_error() {
     );
 }
 
+#[test]
+fn an_agent_change_naming_nothing_in_the_run_tree_fails_closed() {
+    let dir = TempDir::new("engine-change-typo");
+    // `classfy` is not an agent of the top flow, `capability-lef` is no flow of the tree:
+    // nothing runs, and each name is reported where it is written, with the closest name.
+    let file = dir.write(
+        "change.yaml",
+        "- scope: root\n  mode: remove\n  agents: [classfy]\n\
+         - scope: specific\n  flows: [capability-lef]\n  mode: remove\n  agents: [tag]\n\
+         - scope: all_subagents\n  mode: remove\n  agents: [classify]\n",
+    );
+    let out = capability_run(&["--agent-change", file.to_str().expect("utf-8")]);
+    assert_eq!(out.code(), 2, "{out:?}");
+    assert_eq!(out.stdout, "", "nothing ran");
+    for want in [
+        "change.yaml:3:12: unknown agent `classfy`: no step of the top flow calls it (did you mean `classify`?)",
+        "change.yaml:5:11: unknown flow `capability-lef`: the run's tree has no flow of that name \
+         (did you mean `capability-leaf`?)",
+        "change.yaml:10:12: unknown agent `classify`: no step of any nested flow calls it (agents are: `double`, `leaf`, `tag`)",
+    ] {
+        assert!(out.stderr.contains(want), "{want}\n{}", out.stderr);
+    }
+    // `flows` without `scope: specific` would be ignored: refused too.
+    let file = dir.write(
+        "flows.yaml",
+        "- mode: remove\n  flows: [capability-leaf]\n  agents: [tag]\n",
+    );
+    let out = capability_run(&["--agent-change", file.to_str().expect("utf-8")]);
+    assert_eq!(out.code(), 2, "{out:?}");
+    assert!(
+        out.stderr
+            .contains("flows.yaml:2:11: `flows` is only for `scope: specific`"),
+        "{}",
+        out.stderr
+    );
+}
+
 // ----- limits ----------------------------------------------------------------------------------
 
 #[test]
@@ -1523,5 +1560,71 @@ fn output_select_with_blank_space_in_brackets_is_a_node_list() {
         assert_eq!(out.code(), 0, "{name}: {out:?}");
         let got: Value = serde_json::from_str(&out.stdout).expect("the output is JSON");
         assert_eq!(got, want, "{name}: `select: {select}`");
+    }
+}
+
+#[test]
+fn a_secret_a_command_prints_is_redacted_everywhere_in_every_encoding() {
+    let dir = TempDir::new("engine-command-secret");
+    let secret = "s3cr3t/tok en+x";
+    dir.write(
+        "leak.yaml",
+        r#"flow: leak
+agents:
+  leaky:
+    kind: command
+    # Prints the token as it is, percent-encoded, JSON-escaped and in base64, on stdout and
+    # stderr, then fails.
+    run: [sh, -c, 'printf "%s" "$TOKEN" | base64 > b64; printf "{\"raw\": \"%s\", \"url\": \"https://x/?t=s3cr3t%%2Ftok%%20en%%2Bx\", \"b64\": \"%s\"}" "$TOKEN" "$(cat b64)"; printf "token %s in base64 %s" "$TOKEN" "$(cat b64)" >&2; exit 3']
+    env: {TOKEN: "${env:SWITCHYARD_TEST_LEAKED}"}
+steps:
+  call:
+    agent: leaky
+    output: "*"
+"#,
+    );
+    let out = support::run(
+        support::switchyard(dir.path())
+            .args(["run", "leak.yaml", "--store", "sqlite:runs.db", "-vvv"])
+            .env("SWITCHYARD_TEST_LEAKED", secret),
+    );
+    assert_eq!(out.code(), 1, "{out:?}");
+    assert!(
+        out.stderr.contains("token [redacted] in base64 [redacted]"),
+        "{}",
+        out.stderr
+    );
+    let list = support::run(support::switchyard(dir.path()).args([
+        "runs",
+        "list",
+        "--store",
+        "sqlite:runs.db",
+        "--json",
+    ]));
+    let id = serde_json::from_str::<Value>(list.stdout.lines().next().expect("one run")).expect("JSON")["id"]
+        .as_str()
+        .expect("an id")
+        .to_owned();
+    let show = support::run(support::switchyard(dir.path()).args([
+        "runs",
+        "show",
+        &id,
+        "--store",
+        "sqlite:runs.db",
+        "--json",
+    ]));
+    assert_eq!(show.code(), 0, "{show:?}");
+    let mut db = std::fs::read(dir.path().join("runs.db")).expect("the store");
+    db.extend(std::fs::read(dir.path().join("runs.db-wal")).unwrap_or_default());
+    let db = String::from_utf8_lossy(&db);
+    for form in ["s3cr3t", "czNjcjN0"] {
+        for (what, text) in [
+            ("stdout", &out.stdout),
+            ("stderr", &out.stderr),
+            ("runs show", &show.stdout),
+            ("store", &db.to_string()),
+        ] {
+            assert!(!text.contains(form), "{what} holds `{form}`:\n{text}");
+        }
     }
 }

@@ -49,6 +49,9 @@
 //! The exit code must be 1 when an error is expected and 0 otherwise, and every fixture must
 //! show the rule of its folder (in its own file or a helper's).
 //!
+//! A fixture may name helper files to lint in the same command with a comment line
+//! `# lint with: sub/flow.yaml` (an agent-change file is checked against the flows linted with it).
+//!
 //! A line that starts like an expectation but does not parse is a test failure, never ignored.
 //! For every unexpected diagnostic, the failure message prints a ready-to-paste expectation;
 //! read it against the rule before pasting it — a fixture states what lint *should* say.
@@ -512,7 +515,16 @@ pub fn check_rule_folder(rule: &str) {
     let mut helper_hits: BTreeSet<(String, usize)> = BTreeSet::new();
     for fixture in &fixtures {
         let Some(own) = files.get(fixture) else { continue };
-        let out = support::lint_json(&dir, &[fixture]);
+        // `# lint with: PATH...` lines name helper files linted in the same command (the flows
+        // an agent-change file is checked against).
+        let text = std::fs::read_to_string(dir.join(fixture)).unwrap_or_default();
+        let mut args = vec![fixture.as_str()];
+        args.extend(
+            text.lines()
+                .filter_map(|l| l.strip_prefix("# lint with: "))
+                .flat_map(str::split_whitespace),
+        );
+        let out = support::lint_json(&dir, &args);
         if out.status.code().is_none() || out.code() > 1 {
             problems.push(format!(
                 "{fixture}: lint did not finish normally ({:?})\nstderr:\n{}",
@@ -639,6 +651,7 @@ const TESTED: &[&str] = &[
     "missing-file",
     "missing-fallback",
     "unknown-branch",
+    "unknown-change-target",
     "while-without-bound",
     "limit-out-of-range",
     "jsonpath-syntax",
@@ -694,6 +707,7 @@ rule_tests! {
     missing_file => "missing-file",
     missing_fallback => "missing-fallback",
     unknown_branch => "unknown-branch",
+    unknown_change_target => "unknown-change-target",
     while_without_bound => "while-without-bound",
     limit_out_of_range => "limit-out-of-range",
     jsonpath_syntax => "jsonpath-syntax",

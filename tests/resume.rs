@@ -159,7 +159,8 @@ imports: [lib.yaml]
 agents:
   once:
     kind: command
-    run: [sh, -c, 'if [ ! -e "{marker}" ]; then : > "{marker}"; kill -9 $PPID; sleep 2; fi; echo "{{}}"']
+    # The program's parent is its supervisor; the engine is the supervisor's parent.
+    run: [sh, -c, 'if [ ! -e "{marker}" ]; then : > "{marker}"; kill -9 $(cut -d" " -f4 /proc/$PPID/stat); sleep 2; fi; echo "{{}}"']
     idempotent: false
 steps:
   first: {{agent: once, output: {{}}, next: calc}}

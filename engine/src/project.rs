@@ -60,6 +60,14 @@ pub struct LoadedLibrary {
     pub imports: Vec<(Sp<String>, Option<LibId>)>,
 }
 
+/// An agent-change file named on the command line: its changes when they could be read (its
+/// problems are in the project's diagnostics).
+#[derive(Debug)]
+pub struct LoadedChanges {
+    pub file: FileId,
+    pub changes: Option<Vec<crate::runtime::changes::Change>>,
+}
+
 /// A JSON Schema file named by a flow.
 #[derive(Debug)]
 pub struct LoadedSchema {
@@ -76,6 +84,8 @@ pub struct Project {
     pub libraries: Vec<LoadedLibrary>,
     /// Schema files by canonical path.
     pub schemas: HashMap<PathBuf, LoadedSchema>,
+    /// Agent-change files named on the command line (`--agent-change` files, SPEC §8.4).
+    pub changes: Vec<LoadedChanges>,
     /// Flow files called by `flow` agents: (calling flow, the `path` span, the callee).
     pub calls: Vec<(FlowId, Sp<String>, Option<FlowId>)>,
     /// Problems found while loading (parse errors, shape errors, missing files).
@@ -169,6 +179,16 @@ impl Project {
             Prepared::Library(file) => {
                 let file = file.renumbered(self.sources.next_id(), limits);
                 self.finish_library(canonical, file, limits);
+                None
+            }
+            Prepared::Changes(file) => {
+                let file = file.renumbered(self.sources.next_id(), limits);
+                let Added { file, model, .. } = self.add_file(file);
+                let changes = match model {
+                    Model::Changes { changes } => changes,
+                    _ => None,
+                };
+                self.changes.push(LoadedChanges { file, changes });
                 None
             }
         }
@@ -633,6 +653,7 @@ enum Kind {
     Flow,
     Library,
     Schema,
+    Changes,
 }
 
 /// A file's model, as far as it could be built. One per file, moved once into the project:
@@ -647,6 +668,9 @@ enum Model {
     },
     Library {
         library: Library,
+    },
+    Changes {
+        changes: Option<Vec<crate::runtime::changes::Change>>,
     },
 }
 
@@ -710,7 +734,7 @@ impl PreparedFile {
         };
         let digest = |bytes: &[u8]| match kind {
             Kind::Flow | Kind::Library => hex(&Sha256::digest(bytes)),
-            Kind::Schema => String::new(),
+            Kind::Schema | Kind::Changes => String::new(),
         };
         let text = match String::from_utf8(bytes) {
             Ok(text) => text,
@@ -778,6 +802,15 @@ impl PreparedFile {
                 library: build::library(&mut cx, &node),
             },
             Kind::Schema => Model::None,
+            Kind::Changes => match crate::runtime::changes::from_node(&node, &self.source.text) {
+                Ok(changes) => Model::Changes {
+                    changes: Some(changes),
+                },
+                Err(d) => {
+                    cx.diags.push(*d);
+                    Model::Changes { changes: None }
+                }
+            },
         };
         self.model_diags = cx.diags;
         if self.kind == Kind::Schema {
@@ -824,6 +857,7 @@ enum Prepared {
     Failed(std::io::Error),
     Flow(PreparedFile),
     Library(PreparedFile),
+    Changes(PreparedFile),
 }
 
 /// Resolves, reads, hashes, parses and lowers a file named on the command line, as file
@@ -840,6 +874,17 @@ fn prepare_top(path: &Path, file: FileId, limits: &Limits, parse: Parse) -> Prep
     };
     let prepared = match read_limited(&canonical, limits.max_bytes) {
         Err(e) => Prepared::Failed(e),
+        Ok(Ok(bytes)) if crate::runtime::changes::is_change_file(&bytes) => {
+            Prepared::Changes(PreparedFile::new(
+                file,
+                display(path),
+                canonical.clone(),
+                Ok(bytes),
+                limits,
+                Kind::Changes,
+                parse,
+            ))
+        }
         Ok(Ok(bytes)) if is_library(&bytes) => Prepared::Library(PreparedFile::new(
             file,
             display_relative(&canonical),

@@ -12,14 +12,21 @@
 //! before reading stdin does not deadlock. stdout is capped at `max_output`; only the last
 //! [`STDERR_TAIL`] bytes of stderr are kept.
 //!
-//! On timeout (`cx.timeout`, enforced here too), cancellation (`cx.cancel`), an output overflow,
-//! or when the call's future is dropped, the whole process group is killed with `SIGKILL`
-//! before the child is reaped, so no grandchild outlives the call. When the program exits by
-//! itself, processes it left running in the background are not killed (its group id may be
-//! reused once it is reaped); those that keep stdout or stderr open hold the call until its
-//! timeout, which kills them.
+//! The group is led by a small **supervisor** ([`supervise`], forked between `fork` and `exec`)
+//! whose child is the program. On timeout (`cx.timeout`, enforced here too), cancellation
+//! (`cx.cancel`), an output overflow, or when the call's future is dropped, the whole group is
+//! killed with `SIGKILL` before the supervisor is reaped, so no grandchild outlives the call.
+//! When the program exits by itself, the supervisor kills what it left running in the group and
+//! exits as the program did; the call reads what is left in the pipes for at most [`DRAIN`]
+//! and is done, even if a process that left the group holds them open. When the engine dies
+//! (`kill -9` of a batch), the supervisor learns it through `PR_SET_PDEATHSIG` and kills the
+//! group. That signal follows the *thread* that forked: the tokio worker threads that start
+//! commands live as long as the runtime, and a command still running when the runtime shuts
+//! down is killed with it.
 //!
-//! Secret values are never logged and never put in an error: errors name the variable only.
+//! Secret values are never logged and never put in an error: errors name the variable only,
+//! and the resolved values of `env:` are redacted from the result and the error (stdout and
+//! the tail of stderr), in their common encodings too ([`super::net::Secrets::remember`]).
 
 use std::io;
 use std::os::unix::process::ExitStatusExt;
@@ -46,6 +53,10 @@ const STDOUT_HEAD: usize = 200;
 /// How long to wait for a killed child to be reaped before leaving it to tokio's orphan reaper.
 const REAP_GRACE: Duration = Duration::from_secs(5);
 
+/// How long the output of a program that exited is still read: what it wrote is already in the
+/// pipes; this bounds only a process that left its group and holds them open.
+const DRAIN: Duration = Duration::from_millis(100);
+
 /// A `command` agent, borrowing its plan (the engine holds the plan in an `Arc` for the run).
 #[derive(Clone, Copy, Debug)]
 pub struct CommandAgent<'p>(pub &'p CommandPlan);
@@ -54,9 +65,17 @@ impl Agent for CommandAgent<'_> {
     async fn call(&self, input: &Value, cx: CallContext<'_>) -> Result<Value, StepError> {
         let plan = self.0;
         let argv = render_argv(plan, input, &cx)?;
-        let env = resolve_env(plan)?;
+        let mut secrets = super::net::Secrets::default();
+        let env = resolve_env(plan, &mut secrets)?;
         let stdin = serde_json::to_vec(input).expect("a JSON value serializes");
-        run(plan, &argv, env, stdin, &cx).await
+        // A program may print what it was given: no secret value leaves the call.
+        match run(plan, &argv, env, stdin, &cx).await {
+            Ok(mut v) => {
+                secrets.redact_value(&mut v);
+                Ok(v)
+            }
+            Err(e) => Err(secrets.redact_error(e)),
+        }
     }
 }
 
@@ -144,17 +163,15 @@ fn render_argv(plan: &CommandPlan, input: &Value, cx: &CallContext<'_>) -> Resul
 
 /// The `env:` entries with their secret references resolved. The values are secrets: they go
 /// to the child only.
-fn resolve_env(plan: &CommandPlan) -> Result<Vec<(&str, String)>, StepError> {
+/// The `env:` entries with their secret references resolved, each value remembered in
+/// `secrets` for redaction.
+fn resolve_env<'p>(
+    plan: &'p CommandPlan,
+    secrets: &mut super::net::Secrets,
+) -> Result<Vec<(&'p str, String)>, StepError> {
     plan.env
         .iter()
-        .map(|(k, v)| {
-            resolve_secret_refs(v)
-                .map(|v| (k.as_str(), v))
-                .map_err(|e| StepError {
-                    message: format!("env `{k}`: {}", e.message),
-                    ..e
-                })
-        })
+        .map(|(k, v)| secrets.resolve(v, &format!("env `{k}`")).map(|v| (k.as_str(), v)))
         .collect()
 }
 
@@ -222,6 +239,12 @@ async fn run(
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
+    let parent_gone = libc::SIGRTMIN();
+    // SAFETY: `supervise` makes only async-signal-safe calls (no allocation, no locks), as
+    // the code between `fork` and `exec` of a threaded process must.
+    unsafe {
+        cmd.pre_exec(move || supervise(parent_gone));
+    }
 
     let mut child = cmd
         .spawn()
@@ -245,12 +268,33 @@ async fn run(
     let child_stderr = child.stderr.take().expect("stderr is piped");
     let max_output = plan.max_output;
     let io = async {
-        let ((), stdout, stderr) = tokio::try_join!(
-            write_stdin(child_stdin, stdin),
-            read_capped(child_stdout, max_output),
-            read_tail(child_stderr),
-        )?;
-        let status = child.wait().await.map_err(Ended::Io)?;
+        let mut stdout = Vec::new();
+        let mut stderr = Tail::default();
+        let mut streams = Box::pin(async {
+            tokio::try_join!(
+                write_stdin(child_stdin, stdin),
+                read_capped(child_stdout, max_output, &mut stdout),
+                read_tail(child_stderr, &mut stderr),
+            )
+            .map(|_| ())
+        });
+        let status = tokio::select! {
+            r = &mut streams => {
+                r?;
+                child.wait().await.map_err(Ended::Io)?
+            }
+            s = child.wait() => {
+                let status = s.map_err(Ended::Io)?;
+                // The program has exited: what it wrote is in the pipes, and its supervisor
+                // has killed what it left in its group. A process that left the group and
+                // holds stdout or stderr open does not hold the call.
+                if let Ok(r) = tokio::time::timeout(DRAIN, &mut streams).await {
+                    r?;
+                }
+                status
+            }
+        };
+        drop(streams);
         Ok::<_, Ended>(Ended::Exited {
             status,
             stdout,
@@ -303,6 +347,130 @@ async fn run(
     }
 }
 
+/// The signals the supervisor waits for: its program's exit, the death of the thread that
+/// started it (`parent_gone`, through `PR_SET_PDEATHSIG`), and those it passes on to the program.
+fn watched_signals(parent_gone: libc::c_int) -> libc::sigset_t {
+    // SAFETY: a sigset_t is plain data, initialised by sigemptyset before use.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for s in [
+            libc::SIGCHLD,
+            libc::SIGINT,
+            libc::SIGTERM,
+            libc::SIGHUP,
+            libc::SIGQUIT,
+            parent_gone,
+        ] {
+            libc::sigaddset(&mut set, s);
+        }
+        set
+    }
+}
+
+/// Runs in the child between `fork` and `exec`, as the leader of the agent's new process group,
+/// so it makes only async-signal-safe calls. It forks once more: the new process returns to
+/// exec the program (and is killed if this one dies); this one stays as its **supervisor** and
+/// never returns:
+///
+/// - when the thread that started it dies (the engine's process killed with `SIGKILL`, or its
+///   runtime gone), it kills the whole group, so no agent process outlives the engine;
+/// - when the program exits, it kills what the program left running in the group (the call
+///   is over; nothing else owns those processes) and exits as the program did, with its code
+///   or by its signal;
+/// - `SIGINT`, `SIGTERM`, `SIGHUP` and `SIGQUIT` sent to it are passed on to the program.
+///
+/// The supervisor holds no file descriptor, so the program's pipes close as the program (and
+/// the rest of its group) close them, and `spawn` learns of a failed `exec` as it would without it.
+fn supervise(parent_gone: libc::c_int) -> io::Result<()> {
+    let watched = watched_signals(parent_gone);
+    // SAFETY: only system calls on this (single-threaded, forked) process's own state.
+    unsafe {
+        let parent = libc::getppid();
+        let me = libc::getpid();
+        let mut before: libc::sigset_t = std::mem::zeroed();
+        // Blocked before the second fork, so no exit of the program is missed.
+        if libc::sigprocmask(libc::SIG_BLOCK, &watched, &mut before) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let program = libc::fork();
+        if program < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if program == 0 {
+            libc::sigprocmask(libc::SIG_SETMASK, &before, std::ptr::null_mut());
+            #[cfg(target_os = "linux")]
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            if libc::getppid() != me {
+                libc::_exit(127);
+            }
+            return Ok(());
+        }
+        #[cfg(target_os = "linux")]
+        libc::prctl(libc::PR_SET_PDEATHSIG, parent_gone);
+        if libc::getppid() != parent {
+            libc::killpg(0, libc::SIGKILL);
+        }
+        close_all_fds();
+        let mut status: libc::c_int = 0;
+        loop {
+            let signal = libc::sigwaitinfo(&watched, std::ptr::null_mut());
+            if signal == libc::SIGCHLD {
+                if libc::waitpid(program, &mut status, libc::WNOHANG) == program {
+                    break;
+                }
+            } else if signal == parent_gone {
+                if libc::getppid() != parent {
+                    libc::killpg(0, libc::SIGKILL);
+                }
+            } else if signal > 0 {
+                libc::kill(program, signal);
+            }
+        }
+        // Out of the group (into the engine's), then kill what is left in it.
+        let group = libc::getpgrp();
+        if libc::setpgid(0, libc::getpgid(parent)) == 0 {
+            libc::killpg(group, libc::SIGKILL);
+        }
+        if libc::WIFEXITED(status) {
+            libc::_exit(libc::WEXITSTATUS(status));
+        }
+        let signal = libc::WTERMSIG(status);
+        let no_core = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        libc::setrlimit(libc::RLIMIT_CORE, &no_core);
+        libc::signal(signal, libc::SIG_DFL);
+        let mut only: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut only);
+        libc::sigaddset(&mut only, signal);
+        libc::sigprocmask(libc::SIG_UNBLOCK, &only, std::ptr::null_mut());
+        libc::kill(me, signal);
+        libc::_exit(128 + signal)
+    }
+}
+
+/// Closes every file descriptor of this process (between `fork` and `exec`).
+fn close_all_fds() {
+    // SAFETY: closing descriptors this process owns; nothing in it uses them afterwards.
+    unsafe {
+        #[cfg(target_os = "linux")]
+        if libc::syscall(libc::SYS_close_range, 0u32, u32::MAX, 0u32) == 0 {
+            return;
+        }
+        let mut limit: libc::rlimit = std::mem::zeroed();
+        let max = if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 {
+            limit.rlim_cur.min(1 << 16) as libc::c_int
+        } else {
+            1024
+        };
+        for fd in 0..max {
+            libc::close(fd);
+        }
+    }
+}
+
 fn spawn_error(program: &str, cwd: Option<&Path>, e: &io::Error) -> StepError {
     let why = match e.kind() {
         io::ErrorKind::NotFound => match cwd {
@@ -327,17 +495,17 @@ async fn write_stdin(mut w: ChildStdin, bytes: Vec<u8>) -> Result<(), Ended> {
     Ok(())
 }
 
-/// Reads all of `r`, failing with [`Ended::Overflow`] as soon as it holds more than `max` bytes.
-async fn read_capped(r: impl AsyncRead + Unpin, max: u64) -> Result<Vec<u8>, Ended> {
-    let mut buf = Vec::new();
+/// Reads all of `r` into `buf`, failing with [`Ended::Overflow`] as soon as it holds more than
+/// `max` bytes.
+async fn read_capped(r: impl AsyncRead + Unpin, max: u64, buf: &mut Vec<u8>) -> Result<(), Ended> {
     r.take(max.saturating_add(1))
-        .read_to_end(&mut buf)
+        .read_to_end(buf)
         .await
         .map_err(Ended::Io)?;
     if buf.len() as u64 > max {
         return Err(Ended::Overflow);
     }
-    Ok(buf)
+    Ok(())
 }
 
 /// The end of a stream, and whether anything before it was dropped.
@@ -347,14 +515,13 @@ struct Tail {
     cut: bool,
 }
 
-/// Reads all of `r`, keeping only (at least) its last [`STDERR_TAIL`] bytes.
-async fn read_tail(mut r: impl AsyncRead + Unpin) -> Result<Tail, Ended> {
-    let mut tail = Tail::default();
+/// Reads all of `r` into `tail`, keeping only (at least) its last [`STDERR_TAIL`] bytes.
+async fn read_tail(mut r: impl AsyncRead + Unpin, tail: &mut Tail) -> Result<(), Ended> {
     let mut chunk = vec![0u8; 8192];
     loop {
         let n = r.read(&mut chunk).await.map_err(Ended::Io)?;
         if n == 0 {
-            return Ok(tail);
+            return Ok(());
         }
         tail.bytes.extend_from_slice(&chunk[..n]);
         if tail.bytes.len() > 4 * STDERR_TAIL {
@@ -750,7 +917,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_environment_is_only_env_path_and_switchyard_vars() {
-        let (outside, outside_value) = some_outside_var();
+        let (outside, _) = some_outside_var();
         // The interpreter itself, not a wrapper script (pyenv's shims add variables of their own).
         let python = call(
             &plan(&[
@@ -777,7 +944,9 @@ mod tests {
         let got = call(&p, json!({})).await.unwrap();
         let mut expected = json!({
             "GREETING": "hi ${not a ref} $HOME",
-            "SECRET": format!("Bearer {outside_value}!"),
+            // The program got the value; what it prints has the value redacted (so `[redacted]`
+            // stands exactly where the value was).
+            "SECRET": "Bearer [redacted]!",
             "PYTHONCOERCECLOCALE": "0",
             "SWITCHYARD_RUN_ID": "r1",
             "SWITCHYARD_STEP": "s",
@@ -897,6 +1066,42 @@ mod tests {
         );
         let pid = grandchild_pid(&file).await;
         assert!(gone(pid).await, "grandchild {pid} survived the dropped call");
+    }
+
+    #[tokio::test]
+    async fn a_program_that_exited_is_done_and_what_it_left_running_is_killed() {
+        let file = temp_path("left-pid");
+        // The background `sleep` holds stdout open; the program itself exits at once.
+        let script = "sleep 30 & echo $! > \"$1\"; echo '{\"a\": 1}'";
+        let p = plan(&["sh", "-c", script, "sh", file.to_str().expect("utf-8")]);
+        let start = Instant::now();
+        assert_eq!(call(&p, json!({})).await.unwrap(), json!({"a": 1}));
+        assert!(start.elapsed() < Duration::from_secs(5), "{:?}", start.elapsed());
+        let pid = grandchild_pid(&file).await;
+        assert!(
+            gone(pid).await,
+            "the program's background child {pid} outlived the call"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_process_that_left_the_group_does_not_hold_the_call() {
+        // `setsid` puts the sleep in a session of its own, out of reach of the group's kill; it
+        // still holds stdout, which must not keep the call waiting.
+        let p = plan(&["sh", "-c", "setsid sleep 3 & echo '{\"a\": 2}'"]);
+        let start = Instant::now();
+        assert_eq!(call(&p, json!({})).await.unwrap(), json!({"a": 2}));
+        assert!(start.elapsed() < Duration::from_secs(2), "{:?}", start.elapsed());
+    }
+
+    #[tokio::test]
+    async fn the_exit_code_and_the_signal_of_the_program_come_through_its_supervisor() {
+        let err = call(&plan(&["sh", "-c", "exit 7"]), json!({})).await.unwrap_err();
+        assert_eq!(err.details.as_ref().unwrap()["exit_code"], json!(7));
+        let err = call(&plan(&["sh", "-c", "kill -SEGV $$"]), json!({}))
+            .await
+            .unwrap_err();
+        assert_eq!(err.details.as_ref().unwrap()["signal"], json!(libc::SIGSEGV));
     }
 
     #[tokio::test]

@@ -67,15 +67,40 @@ impl Secrets {
         while let Some(at) = rest.find("${env:") {
             let after = &rest[at + 6..];
             let Some(end) = after.find('}') else { break };
-            if let Ok(v) = std::env::var(&after[..end])
-                && !v.is_empty()
-                && !self.0.contains(&v)
-            {
-                self.0.push(v);
+            if let Ok(v) = std::env::var(&after[..end]) {
+                self.remember(&v);
             }
             rest = &after[end + 1..];
         }
         Ok(resolved)
+    }
+
+    /// Remembers a secret value in the forms it is commonly echoed in: as it is,
+    /// percent-encoded (a redirect's `Location`, a query string; `%2F` and `%2f` alike, and
+    /// `+` for a space), JSON-string-escaped, and base64 (standard and URL-safe, with and
+    /// without padding). Longer forms are replaced first, so no form is left half redacted.
+    pub fn remember(&mut self, value: &str) {
+        if value.is_empty() {
+            return;
+        }
+        let json = serde_json::to_string(value).expect("a string serializes");
+        let upper = percent_encode(value, true);
+        let forms = [
+            value.to_owned(),
+            upper.clone(),
+            percent_encode(value, false),
+            upper.replace("%20", "+"),
+            json[1..json.len() - 1].to_owned(),
+            base64(value.as_bytes(), false),
+            base64(value.as_bytes(), false).trim_end_matches('=').to_owned(),
+            base64(value.as_bytes(), true),
+        ];
+        for f in forms {
+            if !f.is_empty() && !self.0.contains(&f) {
+                self.0.push(f);
+            }
+        }
+        self.0.sort_by_key(|f| std::cmp::Reverse(f.len()));
     }
 
     /// `text` with every secret value replaced by `[redacted]`.
@@ -123,6 +148,46 @@ impl Secrets {
         }
         e
     }
+}
+
+/// `s` with every byte outside the URL-unreserved set (`A-Z a-z 0-9 - . _ ~`) as `%XX`, in
+/// upper- or lower-case hex.
+fn percent_encode(s: &str, upper: bool) -> String {
+    let mut out = String::with_capacity(s.len() * 3);
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(b));
+        } else if upper {
+            out.push_str(&format!("%{b:02X}"));
+        } else {
+            out.push_str(&format!("%{b:02x}"));
+        }
+    }
+    out
+}
+
+/// Base64 of `bytes`: the standard alphabet with padding, or the URL-safe one without.
+fn base64(bytes: &[u8], url_safe: bool) -> String {
+    let alphabet: &[u8; 64] = if url_safe {
+        b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+    } else {
+        b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+    };
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let n = (u32::from(chunk[0]) << 16)
+            | (u32::from(chunk.get(1).copied().unwrap_or(0)) << 8)
+            | u32::from(chunk.get(2).copied().unwrap_or(0));
+        for i in 0..=chunk.len() {
+            out.push(char::from(alphabet[(n >> (18 - 6 * i)) as usize & 63]));
+        }
+        if !url_safe {
+            for _ in chunk.len()..3 {
+                out.push('=');
+            }
+        }
+    }
+    out
 }
 
 /// The `allow_hosts` lists in force for a call: the flow's, its callers' and `--allow-hosts`.
@@ -341,6 +406,25 @@ mod tests {
         assert!(head.ends_with('…') && head.len() <= BODY_HEAD + 3, "{head}");
         let u: reqwest::Url = "https://user:pw@h.test:8443/a/b?token=x#f".parse().unwrap();
         assert_eq!(url_for_messages(&u), "https://h.test:8443/a/b");
+    }
+
+    #[test]
+    fn secrets_are_redacted_in_their_common_encodings() {
+        let mut s = Secrets::default();
+        s.remember("a/b c\"d");
+        for echoed in [
+            "a/b c\"d",
+            "a%2Fb%20c%22d",
+            "a%2fb%20c%22d",
+            "a%2Fb+c%22d",
+            "a/b c\\\"d",
+            "YS9iIGMiZA==",
+            "YS9iIGMiZA",
+        ] {
+            assert_eq!(s.redact(&format!("<{echoed}>")), "<[redacted]>", "{echoed}");
+        }
+        assert_eq!(base64(b"hi?>", false), "aGk/Pg==");
+        assert_eq!(base64(b"hi?>", true), "aGk_Pg");
     }
 
     #[test]

@@ -233,8 +233,7 @@ impl RunArgs {
             Some(path) => {
                 let text = std::fs::read_to_string(path)
                     .map_err(|e| format!("cannot read --agent-change `{}`: {e}", path.display()))?;
-                let changes = crate::runtime::changes::parse(&path.display().to_string(), &text)?;
-                crate::runtime::changes::resolve(&changes, plan)
+                crate::runtime::changes::load(&path.display().to_string(), &text, plan)?
             }
             None => Default::default(),
         };

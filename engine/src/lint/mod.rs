@@ -154,6 +154,7 @@ fn lint(project: &Project, keep_parsed: bool) -> (Vec<Diagnostic>, ParseCache) {
     let mut parsed = ParseCache::new();
     let mut out = project.diags.clone();
     rules::files::check(project, &mut out);
+    rules::change_targets::check(project, &mut out);
     for lib in &project.libraries {
         let l = &lib.library;
         for p in l.providers.values() {

@@ -8,7 +8,9 @@ use serde_json::Value;
 
 use super::engine::AgentChanges;
 use crate::compile::value;
+use crate::diag::{Diagnostic, codes};
 use crate::plan::{AgentPlan, AgentPlanSpec, MockPlan, Plan};
+use crate::source::Span;
 use crate::syntax::{self, Node, Value as Y};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -35,6 +37,26 @@ pub struct Change {
     pub flows: Vec<String>,
     /// Agent name → replacement (`None` for `remove`).
     pub agents: Vec<(String, Option<Arc<AgentPlan>>)>,
+    /// Where each of `flows`, then each of `agents`, is written.
+    pub flow_spans: Vec<Span>,
+    pub agent_spans: Vec<Span>,
+}
+
+/// A flow of the run's tree, as a change file's names are checked against it.
+#[derive(Debug)]
+pub struct TreeFlow<'a> {
+    pub name: &'a str,
+    pub root: bool,
+    /// The agents its steps call.
+    pub agents: Vec<&'a str>,
+}
+
+/// A name in a change file that matches nothing in the run's tree.
+#[derive(Debug, PartialEq, Eq)]
+pub struct UnknownName {
+    pub span: Span,
+    pub message: String,
+    pub help: String,
 }
 
 /// Parses an agent-change file. Replacement agents may be `mock` or `transform` agents
@@ -46,10 +68,42 @@ pub fn parse(name: &str, text: &str) -> Result<Vec<Change>, String> {
         &syntax::Limits::default(),
     )
     .map_err(|d| at(name, text, &d.primary.span, &d.message))?;
+    from_node(&node, text).map_err(|d| at(name, text, &d.primary.span, &d.message))
+}
+
+/// Whether a file's text is an agent-change file rather than a flow: its first line that is
+/// not blank, a comment or a document start is a list item that starts with a key of a change
+/// (`- scope:`, `- mode:`, `- agents:`, `- flows:`) or a flow mapping (`- {`). Any other list
+/// is a broken flow, and reported as one.
+pub fn is_change_file(text: &[u8]) -> bool {
+    let Some(first) = text
+        .split(|b| *b == b'\n')
+        .map(<[u8]>::trim_ascii)
+        .find(|l| !l.is_empty() && !l.starts_with(b"#") && *l != b"---")
+    else {
+        return false;
+    };
+    let Some(item) = first.strip_prefix(b"-") else {
+        return false;
+    };
+    let item = item.trim_ascii_start();
+    item.starts_with(b"{")
+        || ["scope", "mode", "agents", "flows"].iter().any(|k| {
+            item.strip_prefix(k.as_bytes())
+                .is_some_and(|rest| rest.trim_ascii_start().starts_with(b":"))
+        })
+}
+
+/// A problem of a change file, as a diagnostic of `rule` at `span`.
+fn bad(rule: &'static crate::diag::Rule, span: &Span, message: &str) -> Box<Diagnostic> {
+    Box::new(Diagnostic::new(rule, *span, message))
+}
+
+/// The changes of a parsed change file (`text` is its source), or its first problem.
+pub fn from_node(node: &Node, text: &str) -> Result<Vec<Change>, Box<Diagnostic>> {
     let Y::Seq(items) = &node.value else {
-        return Err(at(
-            name,
-            text,
+        return Err(bad(
+            &codes::INVALID_TYPE,
             &node.span,
             "an agent-change file is a list of changes",
         ));
@@ -57,13 +111,12 @@ pub fn parse(name: &str, text: &str) -> Result<Vec<Change>, String> {
     let mut out = Vec::new();
     for item in items {
         let Some(m) = item.as_map() else {
-            return Err(at(name, text, &item.span, "a change is a mapping"));
+            return Err(bad(&codes::INVALID_TYPE, &item.span, "a change is a mapping"));
         };
         for (k, _) in m {
             if !["scope", "mode", "agents", "flows"].contains(&k.name.as_str()) {
-                return Err(at(
-                    name,
-                    text,
+                return Err(bad(
+                    &codes::UNKNOWN_KEY,
                     &k.span,
                     &format!(
                         "unknown key `{}` in a change; valid keys are: `scope`, `mode`, `agents`, `flows`",
@@ -72,12 +125,16 @@ pub fn parse(name: &str, text: &str) -> Result<Vec<Change>, String> {
                 ));
             }
         }
-        let str_of = |key: &str| -> Result<Option<(&str, &Node)>, String> {
+        let str_of = |key: &str| -> Result<Option<(&str, &Node)>, Box<Diagnostic>> {
             match item.get(key) {
                 None => Ok(None),
                 Some(n) => match n.as_str() {
                     Some(s) => Ok(Some((s, n))),
-                    None => Err(at(name, text, &n.span, &format!("`{key}` is a string"))),
+                    None => Err(bad(
+                        &codes::INVALID_TYPE,
+                        &n.span,
+                        &format!("`{key}` is a string"),
+                    )),
                 },
             }
         };
@@ -88,9 +145,8 @@ pub fn parse(name: &str, text: &str) -> Result<Vec<Change>, String> {
             Some(("all_subagents", _)) => Scope::AllSubagents,
             Some(("specific", _)) => Scope::Specific,
             Some((other, n)) => {
-                return Err(at(
-                    name,
-                    text,
+                return Err(bad(
+                    &codes::INVALID_VALUE,
                     &n.span,
                     &format!(
                         "unknown scope `{other}`; scopes are `global`, `root`, `all_subagents`, `specific`"
@@ -100,9 +156,8 @@ pub fn parse(name: &str, text: &str) -> Result<Vec<Change>, String> {
         };
         let mode = match str_of("mode")? {
             None => {
-                return Err(at(
-                    name,
-                    text,
+                return Err(bad(
+                    &codes::MISSING_KEY,
                     &item.span,
                     "a change needs `mode`: `add`, `remove` or `replace`",
                 ));
@@ -111,63 +166,73 @@ pub fn parse(name: &str, text: &str) -> Result<Vec<Change>, String> {
             Some(("remove", _)) => Mode::Remove,
             Some(("replace", _)) => Mode::Replace,
             Some((other, n)) => {
-                return Err(at(
-                    name,
-                    text,
+                return Err(bad(
+                    &codes::INVALID_VALUE,
                     &n.span,
                     &format!("unknown mode `{other}`; modes are `add`, `remove`, `replace`"),
                 ));
             }
         };
-        let flows: Vec<String> = match item.get("flows") {
-            None => Vec::new(),
+        let (flows, flow_spans): (Vec<String>, Vec<Span>) = match item.get("flows") {
+            None => Default::default(),
             Some(n) => n
                 .as_seq()
-                .ok_or_else(|| at(name, text, &n.span, "`flows` is a list of flow names"))?
+                .ok_or_else(|| bad(&codes::INVALID_TYPE, &n.span, "`flows` is a list of flow names"))?
                 .iter()
                 .map(|f| {
                     f.as_str()
-                        .map(str::to_string)
-                        .ok_or_else(|| at(name, text, &f.span, "a flow name is a string"))
+                        .map(|s| (s.to_string(), f.span))
+                        .ok_or_else(|| bad(&codes::INVALID_TYPE, &f.span, "a flow name is a string"))
                 })
-                .collect::<Result<_, _>>()?,
+                .collect::<Result<Vec<_>, _>>()?
+                .into_iter()
+                .unzip(),
         };
+        if scope != Scope::Specific && !flows.is_empty() {
+            return Err(bad(
+                &codes::INVALID_VALUE,
+                &flow_spans[0],
+                "`flows` is only for `scope: specific`",
+            ));
+        }
         if scope == Scope::Specific && flows.is_empty() {
-            return Err(at(
-                name,
-                text,
+            return Err(bad(
+                &codes::MISSING_KEY,
                 &item.span,
                 "`scope: specific` needs `flows: [names]`",
             ));
         }
         let Some(agents_node) = item.get("agents") else {
-            return Err(at(name, text, &item.span, "a change needs `agents`"));
+            return Err(bad(&codes::MISSING_KEY, &item.span, "a change needs `agents`"));
         };
+        let mut agent_spans = Vec::new();
         let agents = match (mode, &agents_node.value) {
             (Mode::Remove, Y::Seq(names)) => names
                 .iter()
                 .map(|n| {
+                    agent_spans.push(n.span);
                     n.as_str()
                         .map(|s| (s.to_string(), None))
-                        .ok_or_else(|| at(name, text, &n.span, "an agent name is a string"))
+                        .ok_or_else(|| bad(&codes::INVALID_TYPE, &n.span, "an agent name is a string"))
                 })
                 .collect::<Result<Vec<_>, _>>()?,
             (Mode::Remove, _) => {
-                return Err(at(
-                    name,
-                    text,
+                return Err(bad(
+                    &codes::INVALID_TYPE,
                     &agents_node.span,
                     "`remove` takes a list of agent names",
                 ));
             }
             (_, Y::Map(entries)) => entries
                 .iter()
-                .map(|(k, def)| replacement(name, text, &k.name, def).map(|a| (k.name.clone(), Some(a))))
+                .map(|(k, def)| {
+                    agent_spans.push(k.span);
+                    replacement(text, &k.name, def).map(|a| (k.name.clone(), Some(a)))
+                })
                 .collect::<Result<Vec<_>, _>>()?,
             _ => {
-                return Err(at(
-                    name,
-                    text,
+                return Err(bad(
+                    &codes::INVALID_TYPE,
                     &agents_node.span,
                     "`add` and `replace` take a map of agent name → definition",
                 ));
@@ -178,9 +243,129 @@ pub fn parse(name: &str, text: &str) -> Result<Vec<Change>, String> {
             mode,
             flows,
             agents,
+            flow_spans,
+            agent_spans,
         });
     }
     Ok(out)
+}
+
+/// The names of `changes` that match nothing in `tree`: a flow of `flows:` that is not in the
+/// tree, an agent that no flow in the change's scope calls. A change meant to take an agent away
+/// must not fail open because of a typo (SPEC §8.4).
+pub fn unknown_names(changes: &[Change], tree: &[TreeFlow<'_>]) -> Vec<UnknownName> {
+    let mut out = Vec::new();
+    let listed = |names: Vec<&str>, what: &str| -> String {
+        if names.is_empty() {
+            format!("there are no {what} here")
+        } else {
+            format!(
+                "{what} are: {}",
+                names
+                    .iter()
+                    .map(|n| format!("`{n}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        }
+    };
+    let help = |name: &str, mut names: Vec<&str>, what: &str| -> String {
+        names.sort_unstable();
+        names.dedup();
+        crate::diag::did_you_mean(name, names.iter().copied()).unwrap_or_else(|| listed(names, what))
+    };
+    for c in changes {
+        for (f, span) in c.flows.iter().zip(&c.flow_spans) {
+            if !tree.iter().any(|t| t.name == f) {
+                out.push(UnknownName {
+                    span: *span,
+                    message: format!("unknown flow `{f}`: the run's tree has no flow of that name"),
+                    help: help(f, tree.iter().map(|t| t.name).collect(), "flows"),
+                });
+            }
+        }
+        let in_scope: Vec<&TreeFlow<'_>> = tree
+            .iter()
+            .filter(|t| match c.scope {
+                Scope::Global => true,
+                Scope::Root => t.root,
+                Scope::AllSubagents => !t.root,
+                Scope::Specific => c.flows.iter().any(|f| f == t.name),
+            })
+            .collect();
+        if c.scope == Scope::Specific && in_scope.is_empty() {
+            // Every flow name is already reported.
+            continue;
+        }
+        let where_ = match c.scope {
+            Scope::Global => "any flow of the run's tree".to_owned(),
+            Scope::Root => "the top flow".to_owned(),
+            Scope::AllSubagents => "any nested flow".to_owned(),
+            Scope::Specific => in_scope
+                .iter()
+                .map(|t| format!("`{}`", t.name))
+                .collect::<Vec<_>>()
+                .join(", "),
+        };
+        for ((a, _), span) in c.agents.iter().zip(&c.agent_spans) {
+            if !in_scope.iter().any(|t| t.agents.contains(&a.as_str())) {
+                out.push(UnknownName {
+                    span: *span,
+                    message: format!("unknown agent `{a}`: no step of {where_} calls it"),
+                    help: help(
+                        a,
+                        in_scope.iter().flat_map(|t| t.agents.iter().copied()).collect(),
+                        "agents",
+                    ),
+                });
+            }
+        }
+    }
+    out
+}
+
+/// The flows of a plan, as [`unknown_names`] checks a change file against them.
+pub fn plan_tree(plan: &Plan) -> Vec<TreeFlow<'_>> {
+    plan.flows
+        .iter()
+        .enumerate()
+        .map(|(i, f)| TreeFlow {
+            name: &f.name,
+            root: i == plan.root.0,
+            agents: flow_agent_names(f),
+        })
+        .collect()
+}
+
+fn flow_agent_names(flow: &crate::plan::FlowPlan) -> Vec<&str> {
+    use crate::plan::StepPlanKind;
+    let mut out = Vec::new();
+    for n in flow.steps.values() {
+        let Some(step) = flow.step(*n) else { continue };
+        match &step.kind {
+            StepPlanKind::Call(c) => out.push(c.agent.name.as_str()),
+            StepPlanKind::Foreach(f) => out.push(f.body.agent.name.as_str()),
+            StepPlanKind::While(w) => out.push(w.body.agent.name.as_str()),
+            StepPlanKind::Parallel(p) => out.extend(p.branches.iter().map(|(_, c)| c.agent.name.as_str())),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Parses a change file and checks its names against the run's tree: the resolved changes, or
+/// every problem, each as `file:line:column: message` with its help.
+pub fn load(name: &str, text: &str, plan: &Plan) -> Result<AgentChanges, String> {
+    let changes = parse(name, text)?;
+    let unknown = unknown_names(&changes, &plan_tree(plan));
+    if !unknown.is_empty() {
+        return Err(unknown
+            .iter()
+            .map(|u| format!("{} ({})", at(name, text, &u.span, &u.message), u.help))
+            .collect::<Vec<_>>()
+            .join("\nerror: "));
+    }
+    Ok(resolve(&changes, plan))
 }
 
 fn at(name: &str, text: &str, span: &crate::source::Span, message: &str) -> String {
@@ -191,12 +376,12 @@ fn at(name: &str, text: &str, span: &crate::source::Span, message: &str) -> Stri
 
 /// A replacement agent: `kind: mock` (`returns`, `sequence`, `latency`, `fail_times`,
 /// `fail_rate`, `seed`) or `kind: transform` (`result`).
-fn replacement(file: &str, text: &str, agent: &str, def: &Node) -> Result<Arc<AgentPlan>, String> {
+fn replacement(text: &str, agent: &str, def: &Node) -> Result<Arc<AgentPlan>, Box<Diagnostic>> {
     let kind = def.get("kind").and_then(Node::as_str).unwrap_or("");
-    let compile = |n: &Node| -> Result<value::ValueTemplate, String> {
+    let compile = |n: &Node| -> Result<value::ValueTemplate, Box<Diagnostic>> {
         let (t, errors) = value::compile(n, text);
         if let Some((span, e)) = errors.first() {
-            return Err(at(file, text, span, &e.message));
+            return Err(bad(&codes::EXPRESSION_SYNTAX, span, &e.message));
         }
         Ok(t.unwrap_or(value::ValueTemplate::Literal(Value::Null)))
     };
@@ -205,18 +390,16 @@ fn replacement(file: &str, text: &str, agent: &str, def: &Node) -> Result<Arc<Ag
         "transform" => match def.get("result") {
             Some(r) => AgentPlanSpec::Transform(compile(r)?),
             None => {
-                return Err(at(
-                    file,
-                    text,
+                return Err(bad(
+                    &codes::MISSING_KEY,
                     &def.span,
                     &format!("transform agent `{agent}` needs `result`"),
                 ));
             }
         },
         _ => {
-            return Err(at(
-                file,
-                text,
+            return Err(bad(
+                &codes::INVALID_VALUE,
                 &def.span,
                 &format!("replacement agent `{agent}` must be `kind: mock` or `kind: transform`"),
             ));
@@ -231,10 +414,10 @@ fn replacement(file: &str, text: &str, agent: &str, def: &Node) -> Result<Arc<Ag
 
 /// A mock plan from mock fields (`returns`, `sequence`, `latency`, `fail_times`, `fail_rate`,
 /// `seed`) given as YAML.
-pub fn mock_plan(
+pub fn mock_plan<E>(
     def: &Node,
-    compile: &dyn Fn(&Node) -> Result<value::ValueTemplate, String>,
-) -> Result<MockPlan, String> {
+    compile: &dyn Fn(&Node) -> Result<value::ValueTemplate, E>,
+) -> Result<MockPlan, E> {
     let num = |k: &str| def.get(k).map(|n| n.to_json()).and_then(|v| v.as_f64());
     Ok(MockPlan {
         returns: def.get("returns").map(compile).transpose()?,

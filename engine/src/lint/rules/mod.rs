@@ -2,6 +2,7 @@
 
 pub mod bounds;
 pub mod capability;
+pub mod change_targets;
 pub mod cycles;
 pub mod data;
 pub mod fallback;

@@ -578,7 +578,7 @@ fn runs_show_shows_a_child_run_whose_calling_step_never_finished() {
     dir.write(
         "child.yaml",
         format!(
-            "flow: child\nagents:\n  die:\n    kind: command\n    run: [sh, -c, 'if [ ! -e \"{m}\" ]; then : > \"{m}\"; kill -9 $PPID; sleep 2; fi; echo \"{{}}\"']\n\
+            "flow: child\nagents:\n  die:\n    kind: command\n    run: [sh, -c, 'if [ ! -e \"{m}\" ]; then : > \"{m}\"; kill -9 $(cut -d\" \" -f4 /proc/$PPID/stat); sleep 2; fi; echo \"{{}}\"']\n\
              steps:\n  first: {{set: {{$.x: =1}}, next: second}}\n  second: {{agent: die, output: {{}}}}\n",
             m = marker.display()
         ),

@@ -214,7 +214,14 @@ pub fn apply_output(
             }
             let values = entries
                 .iter()
-                .map(|(dest, src)| eval_source(src, result, &vars).map_err(|e| for_dest(e, dest)))
+                .map(|(dest, src)| {
+                    if let Some(items) = appended_alone(scope, dest, src, entries, &vars) {
+                        return Ok(Write::Append(items));
+                    }
+                    eval_source(src, result, &vars)
+                        .map(Write::Value)
+                        .map_err(|e| for_dest(e, dest))
+                })
                 .collect::<Result<Vec<_>, _>>()?;
             let target = subtree_mut(scope, payload)?;
             write_all(target, entries.iter().map(|(d, _)| d).zip(values), scope, changes)?;
@@ -244,7 +251,14 @@ pub fn apply_set(
     }
     let values = set
         .iter()
-        .map(|(dest, src)| eval_source(src, payload, &vars).map_err(|e| for_dest(e, dest)))
+        .map(|(dest, src)| {
+            if let Some(items) = appended_alone(None, dest, src, set, &vars) {
+                return Ok(Write::Append(items));
+            }
+            eval_source(src, payload, &vars)
+                .map(Write::Value)
+                .map_err(|e| for_dest(e, dest))
+        })
         .collect::<Result<Vec<_>, _>>()?;
     write_all(payload, set.iter().map(|(d, _)| d).zip(values), None, changes)
 }
@@ -706,33 +720,101 @@ fn append_in_place(
     Ok(())
 }
 
+/// One of several writes of a mapping: a value, or elements appended in place to the list
+/// there (see [`appended_alone`]).
+enum Write {
+    Value(Value),
+    Append(Vec<Value>),
+}
+
+/// The elements `dest: =payload.<dest> + [...]` appends to its list, as [`appended`] finds
+/// them, when no other destination of the same mapping writes into that list or around it (an
+/// append in place must not see another write's effect, nor undo it).
+fn appended_alone(
+    scope: Option<&Path>,
+    dest: &Path,
+    src: &SourcePlan,
+    entries: &[(Path, SourcePlan)],
+    vars: &Vars,
+) -> Option<Vec<Value>> {
+    let segs = dest.segments()?;
+    let apart = entries.iter().all(|(other, _)| {
+        std::ptr::eq(other, dest)
+            || other.segments().is_some_and(|o| {
+                let n = o.len().min(segs.len());
+                o[..n] != segs[..n]
+            })
+    });
+    if !apart {
+        return None;
+    }
+    appended(scope, dest, src, vars)
+}
+
 /// Several writes, all or none, recorded.
 fn write_all<'p>(
     root: &mut Value,
-    writes: impl Iterator<Item = (&'p Path, Value)>,
+    writes: impl Iterator<Item = (&'p Path, Write)>,
     scope: Option<&Path>,
     changes: &mut Vec<Change>,
 ) -> Result<(), StepError> {
-    let mut done: Vec<(&Path, Undo)> = Vec::new();
+    enum Done {
+        Wrote(Undo),
+        /// The list's length before the append.
+        Appended(usize),
+    }
+    let mut done: Vec<(&Path, Done)> = Vec::new();
     let mut recorded = Vec::new();
-    for (dest, value) in writes {
+    let mut failed = None;
+    for (dest, write_) in writes {
         let shown = dest_text(scope, dest);
-        let copy = value.clone();
-        match write(root, dest, value, &shown) {
-            Ok(u) => {
-                done.push((dest, u));
-                recorded.push(Change {
-                    path: shown,
-                    value: Arc::new(copy),
-                });
-            }
-            Err(e) => {
-                for (dest, u) in done.into_iter().rev() {
-                    undo(root, dest.segments().unwrap_or(&[]), u);
+        match write_ {
+            Write::Value(value) => {
+                let copy = value.clone();
+                match write(root, dest, value, &shown) {
+                    Ok(u) => {
+                        done.push((dest, Done::Wrote(u)));
+                        recorded.push(Change {
+                            path: shown,
+                            value: Arc::new(copy),
+                        });
+                    }
+                    Err(e) => {
+                        failed = Some(e);
+                        break;
+                    }
                 }
-                return Err(e);
+            }
+            Write::Append(items) => {
+                let Some(Value::Array(list)) = walk_mut(root, dest.segments().unwrap_or(&[])) else {
+                    failed = Some(StepError::mapping(format!("cannot append to `{shown}`")));
+                    break;
+                };
+                done.push((dest, Done::Appended(list.len())));
+                list.reserve(items.len());
+                for item in items {
+                    recorded.push(Change {
+                        path: format!("{shown}[{}]", list.len()),
+                        value: Arc::new(item.clone()),
+                    });
+                    list.push(item);
+                }
             }
         }
+    }
+    if let Some(e) = failed {
+        for (dest, d) in done.into_iter().rev() {
+            let segs = dest.segments().unwrap_or(&[]);
+            match d {
+                Done::Wrote(u) => undo(root, segs, u),
+                Done::Appended(len) => {
+                    if let Some(Value::Array(list)) = walk_mut(root, segs) {
+                        list.truncate(len);
+                    }
+                }
+            }
+        }
+        return Err(e);
     }
     changes.extend(recorded);
     Ok(())
@@ -1356,6 +1438,43 @@ mod tests {
         let e = apply_set(&set, &mut payload, &no_vars(), &mut changes).unwrap_err();
         assert_eq!(e.kind, ErrorKind::Expression);
         assert_eq!(payload["log"].as_array().map(Vec::len), Some(3));
+    }
+
+    /// An append beside other writes of the same mapping is still an append (a loop body that
+    /// counts and logs records what it added, not the whole list), all or none with the others;
+    /// a write into the same list keeps the whole sum.
+    #[test]
+    fn an_append_among_several_writes_appends_in_place_all_or_none() {
+        let mut payload = json!({"i": 1, "log": [0], "s": "x"});
+        let mut changes = Vec::new();
+        let set = map(&[
+            ("$.i", src_expr("payload.i + 1")),
+            ("$.log", src_expr("payload.log + [payload.i]")),
+        ]);
+        apply_set(&set, &mut payload, &no_vars(), &mut changes).unwrap();
+        assert_eq!(payload, json!({"i": 2, "log": [0, 1], "s": "x"}));
+        assert_eq!(changes, [change("$.i", json!(2)), change("$.log[1]", json!(1))]);
+        let mut replayed = json!({"i": 1, "log": [0], "s": "x"});
+        replay_changes(&mut replayed, &changes).unwrap();
+        assert_eq!(replayed, payload);
+
+        // A later write that fails takes the append back.
+        let set = map(&[
+            ("$.log", src_expr("payload.log + [9]")),
+            ("$.s.deeper", src_expr("1")),
+        ]);
+        let mut changes = Vec::new();
+        apply_set(&set, &mut payload, &no_vars(), &mut changes).unwrap_err();
+        assert_eq!(payload, json!({"i": 2, "log": [0, 1], "s": "x"}));
+        assert!(changes.is_empty());
+
+        // Another write into the list: the sum is written whole.
+        let set = map(&[
+            ("$.log", src_expr("payload.log + [5]")),
+            ("$.log[0]", src_expr("7")),
+        ]);
+        apply_set(&set, &mut payload, &no_vars(), &mut changes).unwrap();
+        assert_eq!(changes[0], change("$.log", json!([0, 1, 5])));
     }
 
     /// Not a timed assertion: prints what a W1 `set` step's mapping costs (run with

@@ -1078,11 +1078,11 @@ async fn a_schema_2_store_is_upgraded_by_runs_list() {
     ]));
     assert_eq!(out.code(), 0, "{out:?}");
     let mut conn = raw(&db).await;
-    for sql in [
+    for sql in SCHEMA_4_TO_3.iter().chain(&[
         "ALTER TABLE steps DROP COLUMN answers",
         "DELETE FROM schema_version WHERE version = 3",
-    ] {
-        sqlx::query(sql).execute(&mut conn).await.expect(sql);
+    ]) {
+        sqlx::query(*sql).execute(&mut conn).await.expect(sql);
     }
     conn.close().await.expect("close");
     let out = crate::support::run(
@@ -1103,4 +1103,91 @@ async fn a_schema_2_store_is_upgraded_by_runs_list() {
         .expect("a version");
     conn.close().await.expect("close");
     assert_eq!(version, SCHEMA_VERSION);
+}
+
+/// Undoes migration 4: the index of runs by parent back to one entry per run.
+const SCHEMA_4_TO_3: &[&str] = &[
+    "DROP INDEX runs_by_parent",
+    "CREATE INDEX runs_by_parent ON runs (parent_run)",
+    "DELETE FROM schema_version WHERE version = 4",
+];
+
+/// The definition of the index of runs by parent.
+async fn parent_index_sql(conn: &mut AnyConnection) -> String {
+    sqlx::query_scalar("SELECT sql FROM sqlite_master WHERE type = 'index' AND name = 'runs_by_parent'")
+        .fetch_one(conn)
+        .await
+        .expect("the index")
+}
+
+/// A store of schema 3 (runs indexed by parent, top-level runs included) is brought up to date
+/// by `runs list`: the index then holds only runs that have a parent, and the batch's runs
+/// still list, show, and let the batch continue without running its items again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schema_3_store_is_upgraded_by_runs_list() {
+    let dir = TempDir::new("store-schema-3");
+    dir.write("flow.yaml", crate::support::CLEAN_FLOW);
+    dir.write("in.jsonl", "{\"k\": 1}\n{\"k\": 2}\n");
+    let db = dir.path().join("runs.db");
+    let url = format!("sqlite:{}", db.display());
+    let batch = |dir: &TempDir| {
+        crate::support::run(crate::support::switchyard(dir.path()).args([
+            "batch",
+            "flow.yaml",
+            "--input",
+            "in.jsonl",
+            "--output",
+            "out.jsonl",
+            "--store",
+            &url,
+        ]))
+    };
+    let out = batch(&dir);
+    assert_eq!(out.code(), 0, "{out:?}");
+    let mut conn = raw(&db).await;
+    for sql in SCHEMA_4_TO_3 {
+        sqlx::query(*sql).execute(&mut conn).await.expect(sql);
+    }
+    assert!(!parent_index_sql(&mut conn).await.contains("WHERE"));
+    conn.close().await.expect("close");
+
+    let out = crate::support::run(
+        crate::support::switchyard(dir.path()).args(["runs", "list", "--json", "--store", &url]),
+    );
+    assert_eq!(out.code(), 0, "{out:?}");
+    let runs: Vec<serde_json::Value> = out
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSON"))
+        .collect();
+    assert_eq!(runs.len(), 2, "{}", out.stdout);
+    let id = runs[0]["id"].as_str().expect("an id");
+    let out = crate::support::run(
+        crate::support::switchyard(dir.path()).args(["runs", "show", id, "--store", &url]),
+    );
+    assert!(out.stdout.contains("✓ 1 fetch [agent]"), "{out:?}");
+
+    let mut conn = raw(&db).await;
+    let version: i64 = sqlx::query_scalar("SELECT MAX(version) FROM schema_version")
+        .fetch_one(&mut conn)
+        .await
+        .expect("a version");
+    assert_eq!(version, SCHEMA_VERSION);
+    assert!(
+        parent_index_sql(&mut conn)
+            .await
+            .contains("WHERE parent_run IS NOT NULL"),
+        "the index is partial after the upgrade"
+    );
+    conn.close().await.expect("close");
+
+    let out = batch(&dir);
+    assert_eq!(out.code(), 0, "{out:?}");
+    let mut conn = raw(&db).await;
+    let count: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM runs")
+        .fetch_one(&mut conn)
+        .await
+        .expect("a count");
+    conn.close().await.expect("close");
+    assert_eq!(count, 2, "the continued batch ran no item again");
 }

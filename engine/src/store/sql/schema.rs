@@ -18,7 +18,7 @@ use crate::runtime::record::now_ms;
 use crate::store::StoreError;
 
 /// The newest schema this build reads and writes.
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 struct Migration {
     version: i64,
@@ -108,6 +108,17 @@ const MIGRATIONS: &[Migration] = &[
         description: "the answers an llm call needed repairs for",
         statements: &["ALTER TABLE steps ADD COLUMN answers TEXT"],
     },
+    Migration {
+        version: 4,
+        description: "runs indexed by parent only when they have one",
+        // Top-level runs (every batch item) have no parent: a full index held an entry per run
+        // that no query reads. `parent_run = $1` implies `IS NOT NULL`, so both databases still
+        // find a run's children through it.
+        statements: &[
+            "DROP INDEX runs_by_parent",
+            "CREATE INDEX runs_by_parent ON runs (parent_run) WHERE parent_run IS NOT NULL",
+        ],
+    },
 ];
 
 /// The store's schema version: 0 for an empty store. Reads only.
@@ -191,7 +202,7 @@ mod tests {
         let err = check_not_newer(7, "/x/runs.db").expect_err("newer");
         assert_eq!(
             err.to_string(),
-            "the store at /x/runs.db was written by a newer switchyard (schema 7; this one knows up to 3)"
+            "the store at /x/runs.db was written by a newer switchyard (schema 7; this one knows up to 4)"
         );
         assert!(check_not_newer(1, "s").is_ok() && check_not_newer(0, "s").is_ok());
     }

@@ -1465,19 +1465,7 @@ fn ctrl_c_stops_a_run_at_a_recorded_point_and_resume_continues_it() {
     let calls = dir.path().join("calls");
     dir.write(
         "slow.yaml",
-        format!(
-            r#"flow: slow
-agents:
-  work:
-    kind: command
-    run: [sh, -c, 'cat >/dev/null; echo x >> "{}"; sleep 0.4; echo "{{\"ok\": true}}"']
-steps:
-  one: {{agent: work, output: {{$.one: $.ok}}, next: two}}
-  two: {{agent: work, output: {{$.two: $.ok}}, next: three}}
-  three: {{agent: work, output: {{$.three: $.ok}}}}
-"#,
-            calls.display()
-        ),
+        crate::support::slow_steps_flow(&calls, &["one", "two", "three"]),
     );
     let child = support::switchyard(dir.path())
         .args(["run", "slow.yaml", "--input", "{}", "--store", "sqlite:runs.db"])

@@ -167,18 +167,7 @@ fn with_json_logs_a_ctrl_c_stop_is_told_in_json() {
     let calls = dir.path().join("calls");
     dir.write(
         "slow.yaml",
-        format!(
-            r#"flow: slow
-agents:
-  work:
-    kind: command
-    run: [sh, -c, 'cat >/dev/null; echo x >> "{}"; sleep 0.4; echo "{{\"ok\": true}}"']
-steps:
-  one: {{agent: work, output: {{$.one: $.ok}}, next: two}}
-  two: {{agent: work, output: {{$.two: $.ok}}}}
-"#,
-            calls.display()
-        ),
+        crate::support::slow_steps_flow(&calls, &["one", "two"]),
     );
     let child = switchyard(dir.path())
         .args([

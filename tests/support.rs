@@ -259,3 +259,22 @@ pub fn interrupt(child: std::process::Child) -> (Option<i32>, String) {
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }
+
+/// A flow of `command` steps run one after another (`steps`, in order), each appending a line
+/// to `calls` and taking 0.4 s: long enough to stop a run between two of them.
+pub fn slow_steps_flow(calls: &Path, steps: &[&str]) -> String {
+    let mut flow = format!(
+        "flow: slow\nagents:\n  work:\n    kind: command\n    run: [sh, -c, 'cat >/dev/null; echo x >> \"{}\"; sleep 0.4; echo \"{{\\\"ok\\\": true}}\"']\nsteps:\n",
+        calls.display()
+    );
+    for (i, step) in steps.iter().enumerate() {
+        let next = steps
+            .get(i + 1)
+            .map(|n| format!(", next: {n}"))
+            .unwrap_or_default();
+        flow.push_str(&format!(
+            "  {step}: {{agent: work, output: {{$.{step}: $.ok}}{next}}}\n"
+        ));
+    }
+    flow
+}

@@ -1097,12 +1097,17 @@ async fn a_schema_2_store_is_upgraded_by_runs_list() {
     );
     assert!(out.stdout.contains("✓ 1 fetch [agent]"), "{out:?}");
     let mut conn = raw(&db).await;
-    let version: i64 = sqlx::query_scalar("SELECT MAX(version) FROM schema_version")
-        .fetch_one(&mut conn)
-        .await
-        .expect("a version");
+    let version = stored_version(&mut conn).await;
     conn.close().await.expect("close");
     assert_eq!(version, SCHEMA_VERSION);
+}
+
+/// The newest schema version a store records.
+async fn stored_version(conn: &mut AnyConnection) -> i64 {
+    sqlx::query_scalar("SELECT MAX(version) FROM schema_version")
+        .fetch_one(conn)
+        .await
+        .expect("a version")
 }
 
 /// Undoes migration 4: the index of runs by parent back to one entry per run.
@@ -1168,10 +1173,7 @@ async fn a_schema_3_store_is_upgraded_by_runs_list() {
     assert!(out.stdout.contains("✓ 1 fetch [agent]"), "{out:?}");
 
     let mut conn = raw(&db).await;
-    let version: i64 = sqlx::query_scalar("SELECT MAX(version) FROM schema_version")
-        .fetch_one(&mut conn)
-        .await
-        .expect("a version");
+    let version = stored_version(&mut conn).await;
     assert_eq!(version, SCHEMA_VERSION);
     assert!(
         parent_index_sql(&mut conn)

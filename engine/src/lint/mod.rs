@@ -5,6 +5,7 @@
 //! the agents and providers visible to it. Rules never read files and never stop early.
 
 pub mod rules;
+pub mod ty;
 
 use std::collections::BTreeSet;
 

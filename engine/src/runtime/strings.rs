@@ -8,28 +8,12 @@
 //! `list`, so JSON strings and arrays read lazily from the payload take part without being
 //! copied first. This module knows nothing of flows, variables or JSON.
 
-use cel::common::traits::{Indexer, Iterable};
+use cel::common::traits::Indexer;
 use cel::common::types::{
     self as cel_types, CelBool, CelBytes, CelDouble, CelInt, CelList, CelString, CelType, CelUInt, Kind,
 };
 use cel::common::value::{CowVal, Val};
 use cel::{DeclarationError, Env, ExecutionError};
-
-/// The argument counts of the extension's member functions, for lint's table of functions
-/// (`compile::functions`): name, fewest and most arguments after the receiver.
-pub const MEMBER_ARITIES: &[(&str, usize, usize)] = &[
-    ("charAt", 1, 1),
-    ("format", 1, 1),
-    ("indexOf", 1, 2),
-    ("join", 0, 1),
-    ("lastIndexOf", 1, 2),
-    ("lowerAscii", 0, 0),
-    ("replace", 2, 3),
-    ("split", 1, 2),
-    ("substring", 1, 2),
-    ("trim", 0, 0),
-    ("upperAscii", 0, 0),
-];
 
 /// Registers every function of the extension on `env`.
 pub fn register(env: &mut Env) -> Result<(), DeclarationError> {

@@ -589,10 +589,25 @@ fn convert_error(text: &str, errors: &ParseErrors) -> ExprError {
     };
     let start = floor_boundary(text, start.min(text.len()));
     let end = ceil_boundary(text, end.clamp(start, text.len()));
-    ExprError {
-        start,
-        end,
-        message: tidy_message(&e.msg),
+    let message = if e.msg == "unexpected quoted identifier" {
+        quoted_name_message(text, start, end)
+    } else {
+        tidy_message(&e.msg)
+    };
+    ExprError { start, end, message }
+}
+
+/// The message for a backquoted name the parser refuses at `start..end`: one with characters
+/// CEL does not allow there, or one that is not a field.
+fn quoted_name_message(text: &str, start: usize, end: usize) -> String {
+    let name = text[start..end].trim_matches('`');
+    if text[..start].trim_end().ends_with('.') {
+        format!(
+            "backquoted field `{name}` may hold only letters, digits, `_`, `.`, `-`, `/` and \
+             spaces; write `['{name}']` instead"
+        )
+    } else {
+        format!("only field names can be backquoted; write `payload['{name}']` or the like")
     }
 }
 
@@ -637,11 +652,6 @@ fn tidy_message(msg: &str) -> String {
     }
     if msg == "unterminated quoted identifier" {
         return "unterminated backquoted name".to_owned();
-    }
-    if msg == "unexpected quoted identifier" {
-        return "a backquoted name is a field (`m.`odd-key``) of letters, digits, `_`, `.`, `-`, `/` \
-                and spaces; for any other key write `m['odd key']`"
-            .to_owned();
     }
     if msg == "invalid argument to has() macro" {
         return "`has()` takes a field selection, like `has(payload.x)`".to_owned();
@@ -812,6 +822,70 @@ mod tests {
                 ("startsWith".to_string(), "startsWith")
             ]
         );
+    }
+
+    #[test]
+    fn calls_say_how_they_are_called() {
+        let text = "size(payload.a) + payload.s.split(',', 2).size() + optional.of(1).orValue(0) \
+                    + payload.l.all(x) + int(x.map(y, y))";
+        let calls: Vec<_> = parse(text)
+            .unwrap()
+            .calls()
+            .into_iter()
+            .map(|c| (c.name, c.member, c.args, &text[c.start..c.end]))
+            .collect();
+        assert_eq!(
+            calls,
+            vec![
+                ("size".to_string(), false, 1, "size"),
+                ("split".to_string(), true, 2, "split"),
+                ("size".to_string(), true, 0, "size"),
+                ("optional.of".to_string(), false, 1, "of"),
+                ("orValue".to_string(), true, 1, "orValue"),
+                // A macro with the wrong arguments stays a call; with the right ones it does not.
+                ("all".to_string(), true, 1, "all"),
+                ("int".to_string(), false, 1, "int"),
+            ]
+        );
+        // The namespace of `optional.of` is not a variable.
+        assert_eq!(refs("optional.none()"), vec![]);
+    }
+
+    #[test]
+    fn backquoted_field_names() {
+        assert_eq!(
+            refs("payload.`odd-key` + payload.m.`x y`"),
+            vec![
+                r("payload", &["odd-key"], "payload.`odd-key`"),
+                r("payload", &["m", "x y"], "payload.m.`x y`"),
+            ]
+        );
+        // A field with a `.` in its name is an index, so no resolver reads it as two fields.
+        let e = parse("payload.m.`a.b`").unwrap();
+        assert!(
+            matches!(&e.ast().expr, Node::Call(c) if c.func_name == "_[_]"),
+            "{:?}",
+            e.ast()
+        );
+        assert_eq!(refs("payload.m.`a.b`.c"), vec![r("payload", &["m"], "payload.m")]);
+        assert!(parse("has(payload.`a.b`)").is_ok());
+        let e = parse("payload.`a:b`").unwrap_err();
+        assert_eq!(
+            (e.start, e.end, e.message.as_str()),
+            (
+                8,
+                13,
+                "backquoted field `a:b` may hold only letters, digits, `_`, `.`, `-`, `/` and spaces; \
+                 write `['a:b']` instead"
+            )
+        );
+        let e = parse("`odd-key` == 1").unwrap_err();
+        assert_eq!(
+            e.message,
+            "only field names can be backquoted; write `payload['odd-key']` or the like"
+        );
+        let e = parse("payload.`unclosed").unwrap_err();
+        assert_eq!(e.message, "unterminated backquoted name");
     }
 
     #[test]

@@ -126,6 +126,62 @@ fn mappings() {
 }
 
 #[test]
+fn strings_type_names_and_backquoted_fields() {
+    all_pass("strings.yaml", 1);
+}
+
+/// A string function's range error fails the step with kind `expression`, in cel-go's words.
+#[test]
+fn string_function_errors_fail_the_step() {
+    let input = json!({
+        "line": "hello world", "tags": [], "name": "n", "padded": "", "accented": "ab", "amount": 1.0,
+        "count": 1, "odd": {}, "flag": false, "nothing": null,
+    });
+    let (kind, message) = run_failed("strings.yaml", &input, &[]);
+    assert_eq!(kind, "expression");
+    assert!(
+        message.starts_with("step `text`: `[payload.accented.substring(2)")
+            && message.ends_with("`substring`: index out of range: 3"),
+        "{message}"
+    );
+    let mut input = input;
+    input["accented"] = json!("abcd");
+    input["tags"] = json!(["a", 1]);
+    let (kind, message) = run_failed("strings.yaml", &input, &[]);
+    assert_eq!(kind, "expression");
+    assert!(
+        message.ends_with("`join`: invalid input: int is not a string"),
+        "{message}"
+    );
+}
+
+/// Calls of functions that do not exist, or with the wrong number of arguments, keep a flow
+/// from running: `run` lints first and refuses with exit 2, naming the place.
+#[test]
+fn unknown_functions_are_refused_before_the_run() {
+    let dir = TempDir::new("unknown-fn");
+    let flow = dir.write(
+        "f.yaml",
+        "flow: f\nsteps:\n  s:\n    set: {$.w: '=payload.s.spilt(\",\")', $.n: '=size(payload.s, 1)'}\n    next: end\n",
+    );
+    let out = support::run(support::switchyard(dir.path()).args([
+        "run",
+        flow.to_str().expect("utf-8 path"),
+        "--input",
+        r#"{"s": "a,b"}"#,
+    ]));
+    assert_eq!(out.code(), 2, "{out:?}");
+    assert!(out.stderr.contains("unknown method `spilt`"), "{}", out.stderr);
+    assert!(out.stderr.contains("did you mean `split`?"), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("`size` takes 1 argument, not 2 arguments"),
+        "{}",
+        out.stderr
+    );
+    assert!(out.stderr.contains("f.yaml:4:"), "{}", out.stderr);
+}
+
+#[test]
 fn foreach() {
     all_pass("foreach.yaml", 7);
 }

@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 
-use super::expr::{self, Expr, ExprError, Reference};
+use super::expr::{self, Call, Expr, ExprError, Reference};
 use super::path::{self, Path, PathError};
 use super::template::{self, Template, TemplateError, TemplateInfo};
 use crate::source::FastMap;
@@ -21,6 +21,8 @@ pub struct ParsedExpr {
     pub expr: Result<Arc<Expr>, ExprError>,
     /// [`Expr::references`], in source order; empty when the expression did not parse.
     pub refs: Vec<Reference>,
+    /// [`Expr::calls`], in source order; empty when the expression did not parse.
+    pub calls: Vec<Call>,
 }
 
 /// Parsed forms by text. See the module documentation.
@@ -44,15 +46,17 @@ impl ParseCache {
         }
         let parsed = Arc::new(match expr::parse(text) {
             Ok(e) => {
-                let refs = e.references();
+                let (refs, calls) = e.references_and_calls();
                 ParsedExpr {
                     expr: Ok(Arc::new(e)),
                     refs,
+                    calls,
                 }
             }
             Err(e) => ParsedExpr {
                 expr: Err(e),
                 refs: Vec::new(),
+                calls: Vec::new(),
             },
         });
         self.exprs.insert(text.into(), Arc::clone(&parsed));

@@ -14,6 +14,8 @@ use cel::common::ast::{EntryExpr, Expr as Node};
 use cel::parser::pratt_parser::{Lexer, Token, TokenKind};
 use cel::parser::{Expression, ParseErrors, PrattParser};
 
+use super::functions::NAMESPACES;
+
 /// A parsed CEL expression. `Send + Sync`, so it can be shared behind an `Arc`.
 #[derive(Clone, Debug)]
 pub struct Expr {
@@ -42,6 +44,19 @@ pub struct Reference {
     pub end: usize,
 }
 
+/// A function or macro called by name, as written: `size(x)` is global `size` with one
+/// argument, `x.size()` is member `size` with none (the receiver is not counted). A macro
+/// called with the arguments it takes is expanded by the parser and not listed; one called
+/// otherwise (`l.all(x)`) stays a call and is. `start..end` is the name, in bytes of the text.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Call {
+    pub name: String,
+    pub member: bool,
+    pub args: usize,
+    pub start: usize,
+    pub end: usize,
+}
+
 /// How deeply an expression may nest. cel's parser, its `Clone`/`Drop` and every walk over the
 /// AST recurse once per level, and chains (`a[0][0]...`, `a + a + ...`) are not bounded by the
 /// parser's own recursion limit; this keeps all of them far from the end of a 2 MiB stack.
@@ -50,11 +65,16 @@ pub const MAX_DEPTH: usize = 256;
 /// Parses a CEL expression. On failure the first error (in source order) is returned.
 pub fn parse(text: &str) -> Result<Expr, ExprError> {
     check_depth(text)?;
-    match PrattParser::new().parse(text) {
-        Ok(ast) => Ok(Expr {
-            text: text.to_owned(),
-            ast,
-        }),
+    match PrattParser::new().enable_ident_escape_syntax(true).parse(text) {
+        Ok(mut ast) => {
+            if text.contains('`') {
+                dotted_fields_as_indexes(&mut ast);
+            }
+            Ok(Expr {
+                text: text.to_owned(),
+                ast,
+            })
+        }
         Err(errors) => Err(convert_error(text, &errors)),
     }
 }
@@ -73,9 +93,15 @@ impl Expr {
     /// (the iteration variable of `exists(x, ...)`, `map(x, ...)`, ... and its accumulator) are
     /// not free and not reported.
     pub fn references(&self) -> Vec<Reference> {
+        self.references_and_calls().0
+    }
+
+    /// [`Expr::references`] and [`Expr::calls`], from one walk of the AST and one lexing.
+    pub fn references_and_calls(&self) -> (Vec<Reference>, Vec<Call>) {
         let mut walker = Walker::default();
         walker.expr(&self.ast);
         let tokens = lex(&self.text);
+        let calls = self.calls_of(&mut walker, &tokens);
         let roots = root_idents(&tokens, &self.text);
         let positions = pair_in_order(&mut walker.idents, &roots, &tokens, &self.text);
         let mut refs: Vec<Reference> = walker
@@ -95,32 +121,169 @@ impl Expr {
             })
             .collect();
         refs.sort_by_key(|r| (r.start, r.end));
-        refs
+        (refs, calls)
     }
 
     /// Every function called by name (global `size(x)` or member `x.size()`), with the byte
     /// range of the name, in source order. Operators and expanded macros are not included.
     pub fn functions(&self) -> Vec<(String, usize, usize)> {
+        self.calls()
+            .into_iter()
+            .map(|c| (c.name, c.start, c.end))
+            .collect()
+    }
+
+    /// Every call by name, with how it is called ([`Call`]), in source order.
+    pub fn calls(&self) -> Vec<Call> {
         let mut walker = Walker::default();
         walker.expr(&self.ast);
         let tokens = lex(&self.text);
+        self.calls_of(&mut walker, &tokens)
+    }
+
+    fn calls_of(&self, walker: &mut Walker, tokens: &[Token]) -> Vec<Call> {
         let calls: Vec<usize> = (0..tokens.len())
             .filter(|&i| {
                 is_ident(tokens[i].kind) && tokens.get(i + 1).map(|t| t.kind) == Some(TokenKind::TokLeftParen)
             })
             .collect();
-        let positions = pair_in_order(&mut walker.calls, &calls, &tokens, &self.text);
-        let mut out: Vec<(String, usize, usize)> = walker
+        let positions = pair_in_order(&mut walker.calls, &calls, tokens, &self.text);
+        let mut out: Vec<Call> = walker
             .calls
             .iter()
-            .map(|&(id, name)| match lookup(&positions, id) {
-                Some(t) => (name.to_owned(), tokens[t].start, tokens[t].end),
-                None => (name.to_owned(), 0, self.text.len()),
+            .map(|&(id, name)| {
+                let (member, args) = walker.shapes.get(&id).copied().unwrap_or((false, 0));
+                let (start, end) = match lookup(&positions, id) {
+                    Some(t) => (tokens[t].start, tokens[t].end),
+                    None => (0, self.text.len()),
+                };
+                let name = match walker.namespaced.get(&id) {
+                    Some(ns) => format!("{ns}.{name}"),
+                    None => name.to_owned(),
+                };
+                Call {
+                    name,
+                    member,
+                    args,
+                    start,
+                    end,
+                }
             })
             .collect();
-        out.sort_by_key(|f| (f.1, f.2));
+        out.sort_by_key(|c| (c.start, c.end));
         out
     }
+}
+
+/// Rewrites each selection of a backquoted field name that holds a `.` (`` m.`a.b` ``) as the
+/// index it means (`m['a.b']`). cel hands a chain of selections to the variable resolver as
+/// one dotted name, in which `a.b` would read as two fields. Presence tests (`has()`) are
+/// left alone: cel selects their last field by itself.
+fn dotted_fields_as_indexes(e: &mut Expression) {
+    use cel::common::ast::{CallExpr, LiteralValue, SelectExpr, operators};
+    let mut next_id = max_id(e) + 1;
+    fn walk(e: &mut Expression, next_id: &mut u64) {
+        match &mut e.expr {
+            Node::Select(s) => {
+                walk(&mut s.operand, next_id);
+                if !s.test && s.field.contains('.') {
+                    let SelectExpr { operand, field, .. } = std::mem::replace(
+                        s,
+                        SelectExpr {
+                            operand: Box::default(),
+                            field: String::new(),
+                            test: false,
+                        },
+                    );
+                    let key = Expression {
+                        id: *next_id,
+                        expr: Node::Literal(LiteralValue::String(field.into())),
+                    };
+                    *next_id += 1;
+                    e.expr = Node::Call(CallExpr {
+                        func_name: operators::INDEX.to_owned(),
+                        target: None,
+                        args: vec![*operand, key],
+                    });
+                }
+            }
+            Node::Call(c) => {
+                if let Some(t) = &mut c.target {
+                    walk(t, next_id);
+                }
+                c.args.iter_mut().for_each(|a| walk(a, next_id));
+            }
+            Node::Comprehension(c) => {
+                for part in [
+                    &mut c.iter_range,
+                    &mut c.accu_init,
+                    &mut c.loop_cond,
+                    &mut c.loop_step,
+                    &mut c.result,
+                ] {
+                    walk(part, next_id);
+                }
+            }
+            Node::List(l) => l.elements.iter_mut().for_each(|x| walk(x, next_id)),
+            Node::Map(m) => m
+                .entries
+                .iter_mut()
+                .for_each(|x| walk_entry(&mut x.expr, next_id)),
+            Node::Struct(st) => st
+                .entries
+                .iter_mut()
+                .for_each(|x| walk_entry(&mut x.expr, next_id)),
+            Node::Ident(_) | Node::Literal(_) | Node::Unspecified => {}
+        }
+    }
+    fn walk_entry(entry: &mut EntryExpr, next_id: &mut u64) {
+        match entry {
+            EntryExpr::MapEntry(m) => {
+                walk(&mut m.key, next_id);
+                walk(&mut m.value, next_id);
+            }
+            EntryExpr::StructField(f) => walk(&mut f.value, next_id),
+        }
+    }
+    walk(e, &mut next_id);
+}
+
+/// The largest AST id in `e`.
+fn max_id(e: &Expression) -> u64 {
+    let entry = |x: &EntryExpr| match x {
+        EntryExpr::MapEntry(m) => max_id(&m.key).max(max_id(&m.value)),
+        EntryExpr::StructField(f) => max_id(&f.value),
+    };
+    let inner = match &e.expr {
+        Node::Select(s) => max_id(&s.operand),
+        Node::Call(c) => c
+            .target
+            .iter()
+            .map(|t| max_id(t))
+            .chain(c.args.iter().map(max_id))
+            .max()
+            .unwrap_or(0),
+        Node::Comprehension(c) => [&c.iter_range, &c.accu_init, &c.loop_cond, &c.loop_step, &c.result]
+            .into_iter()
+            .map(max_id)
+            .max()
+            .unwrap_or(0),
+        Node::List(l) => l.elements.iter().map(max_id).max().unwrap_or(0),
+        Node::Map(m) => m
+            .entries
+            .iter()
+            .map(|x| entry(&x.expr).max(x.id))
+            .max()
+            .unwrap_or(0),
+        Node::Struct(st) => st
+            .entries
+            .iter()
+            .map(|x| entry(&x.expr).max(x.id))
+            .max()
+            .unwrap_or(0),
+        Node::Ident(_) | Node::Literal(_) | Node::Unspecified => 0,
+    };
+    inner.max(e.id)
 }
 
 /// A reference found in the AST: `id` is the AST id of its root identifier.
@@ -138,6 +301,10 @@ struct Walker<'a> {
     idents: Vec<(u64, &'a str)>,
     refs: Vec<RawRef<'a>>,
     calls: Vec<(u64, &'a str)>,
+    /// Of each call in `calls`, by AST id: whether it has a receiver, and its arguments.
+    shapes: std::collections::HashMap<u64, (bool, usize)>,
+    /// The namespace of each call in `calls` that is a namespace's function, by AST id.
+    namespaced: std::collections::HashMap<u64, &'a str>,
 }
 
 impl<'a> Walker<'a> {
@@ -159,10 +326,27 @@ impl<'a> Walker<'a> {
                 }
             }
             Node::Call(call) => {
+                // `optional.of(x)` is a global function of a namespace, not a method of a
+                // variable `optional` (unless a comprehension binds that name).
+                let namespace = match call.target.as_deref().map(|t| &t.expr) {
+                    Some(Node::Ident(ns))
+                        if NAMESPACES.contains(&ns.as_str()) && !self.bound.contains(&ns.as_str()) =>
+                    {
+                        Some(ns.as_str())
+                    }
+                    _ => None,
+                };
                 if is_function_name(&call.func_name) {
                     self.calls.push((e.id, &call.func_name));
+                    let member = call.target.is_some() && namespace.is_none();
+                    self.shapes.insert(e.id, (member, call.args.len()));
+                    if let Some(ns) = namespace {
+                        self.namespaced.insert(e.id, ns);
+                    }
                 }
-                if let Some(target) = &call.target {
+                if let Some(target) = &call.target
+                    && namespace.is_none()
+                {
                     self.expr(target);
                 }
                 call.args.iter().for_each(|a| self.expr(a));
@@ -405,10 +589,25 @@ fn convert_error(text: &str, errors: &ParseErrors) -> ExprError {
     };
     let start = floor_boundary(text, start.min(text.len()));
     let end = ceil_boundary(text, end.clamp(start, text.len()));
-    ExprError {
-        start,
-        end,
-        message: tidy_message(&e.msg),
+    let message = if e.msg == "unexpected quoted identifier" {
+        quoted_name_message(text, start, end)
+    } else {
+        tidy_message(&e.msg)
+    };
+    ExprError { start, end, message }
+}
+
+/// The message for a backquoted name the parser refuses at `start..end`: one with characters
+/// CEL does not allow there, or one that is not a field.
+fn quoted_name_message(text: &str, start: usize, end: usize) -> String {
+    let name = text[start..end].trim_matches('`');
+    if text[..start].trim_end().ends_with('.') {
+        format!(
+            "backquoted field `{name}` may hold only letters, digits, `_`, `.`, `-`, `/` and \
+             spaces; write `['{name}']` instead"
+        )
+    } else {
+        format!("only field names can be backquoted; write `payload['{name}']` or the like")
     }
 }
 
@@ -451,8 +650,8 @@ fn tidy_message(msg: &str) -> String {
     if let Some(word) = msg.strip_prefix("reserved identifier: ") {
         return format!("`{word}` is a reserved word");
     }
-    if msg == "unsupported syntax: '`'" {
-        return "backquoted names are not supported; use `x['name']`".to_owned();
+    if msg == "unterminated quoted identifier" {
+        return "unterminated backquoted name".to_owned();
     }
     if msg == "invalid argument to has() macro" {
         return "`has()` takes a field selection, like `has(payload.x)`".to_owned();
@@ -623,6 +822,70 @@ mod tests {
                 ("startsWith".to_string(), "startsWith")
             ]
         );
+    }
+
+    #[test]
+    fn calls_say_how_they_are_called() {
+        let text = "size(payload.a) + payload.s.split(',', 2).size() + optional.of(1).orValue(0) \
+                    + payload.l.all(x) + int(x.map(y, y))";
+        let calls: Vec<_> = parse(text)
+            .unwrap()
+            .calls()
+            .into_iter()
+            .map(|c| (c.name, c.member, c.args, &text[c.start..c.end]))
+            .collect();
+        assert_eq!(
+            calls,
+            vec![
+                ("size".to_string(), false, 1, "size"),
+                ("split".to_string(), true, 2, "split"),
+                ("size".to_string(), true, 0, "size"),
+                ("optional.of".to_string(), false, 1, "of"),
+                ("orValue".to_string(), true, 1, "orValue"),
+                // A macro with the wrong arguments stays a call; with the right ones it does not.
+                ("all".to_string(), true, 1, "all"),
+                ("int".to_string(), false, 1, "int"),
+            ]
+        );
+        // The namespace of `optional.of` is not a variable.
+        assert_eq!(refs("optional.none()"), vec![]);
+    }
+
+    #[test]
+    fn backquoted_field_names() {
+        assert_eq!(
+            refs("payload.`odd-key` + payload.m.`x y`"),
+            vec![
+                r("payload", &["odd-key"], "payload.`odd-key`"),
+                r("payload", &["m", "x y"], "payload.m.`x y`"),
+            ]
+        );
+        // A field with a `.` in its name is an index, so no resolver reads it as two fields.
+        let e = parse("payload.m.`a.b`").unwrap();
+        assert!(
+            matches!(&e.ast().expr, Node::Call(c) if c.func_name == "_[_]"),
+            "{:?}",
+            e.ast()
+        );
+        assert_eq!(refs("payload.m.`a.b`.c"), vec![r("payload", &["m"], "payload.m")]);
+        assert!(parse("has(payload.`a.b`)").is_ok());
+        let e = parse("payload.`a:b`").unwrap_err();
+        assert_eq!(
+            (e.start, e.end, e.message.as_str()),
+            (
+                8,
+                13,
+                "backquoted field `a:b` may hold only letters, digits, `_`, `.`, `-`, `/` and spaces; \
+                 write `['a:b']` instead"
+            )
+        );
+        let e = parse("`odd-key` == 1").unwrap_err();
+        assert_eq!(
+            e.message,
+            "only field names can be backquoted; write `payload['odd-key']` or the like"
+        );
+        let e = parse("payload.`unclosed").unwrap_err();
+        assert_eq!(e.message, "unterminated backquoted name");
     }
 
     #[test]

@@ -2,11 +2,13 @@
 //!
 //! The primitives ([`path`], [`expr`], [`template`], [`value`]) parse text into reusable,
 //! pre-compiled forms and report problems with byte offsets inside the text, which callers
-//! turn into spans inside the YAML string. [`cache`] keeps them by text for one command, so
+//! turn into spans inside the YAML string. [`functions`] is the table of every function and macro
+//! an expression may call, which lint checks calls against. [`cache`] keeps them by text for one command, so
 //! that what lint parsed is what lowering compiles.
 
 pub mod cache;
 pub mod expr;
+pub mod functions;
 pub mod path;
 pub mod template;
 pub mod value;

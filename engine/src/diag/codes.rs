@@ -67,6 +67,8 @@ rules! {
     STEP_MAY_NOT_HAVE_RUN = "SY407", "step-may-not-have-run", Error, "`steps.x` referenced where `x` has not run on every path";
     PARALLEL_OUTPUT_CONFLICT = "SY408", "parallel-output-conflict", Error, "two `parallel` branches whose outputs can write the same path";
     INVALID_SCHEMA = "SY409", "invalid-schema", Error, "a JSON Schema that is not valid";
+    UNKNOWN_FUNCTION = "SY410", "unknown-function", Error, "a call of a function or macro that does not exist, or not the way it is called";
+    WRONG_ARGUMENT_COUNT = "SY411", "wrong-argument-count", Error, "a call of a function or macro with a number of arguments it does not take";
     CAPABILITY_NOT_ALLOWED = "SY501", "capability-not-allowed", Error, "an agent kind outside the flow's `allow` list";
     UNUSED_RESULT = "SY502", "unused-result", Warning, "an agent step whose result is neither mapped nor referenced";
     LITERAL_SECRET = "SY503", "literal-secret", Warning, "a literal that looks like a secret";

@@ -417,9 +417,12 @@ mod direct {
 // ---------------------------------------------------------------------------------------------
 // Contexts and variables
 
-/// The standard library, built once.
-static ROOT: LazyLock<Context<'static, 'static>> =
-    LazyLock::new(|| Context::with_env(Arc::new(Env::stdlib())));
+/// The standard library and the strings extension, built once.
+static ROOT: LazyLock<Context<'static, 'static>> = LazyLock::new(|| {
+    let mut env = Env::stdlib();
+    super::strings::register(&mut env).expect("the strings extension is registered once");
+    Context::with_env(Arc::new(env))
+});
 
 /// The shared root context, at the lifetimes of one evaluation.
 fn root<'a>() -> &'a Context<'a, 'a> {

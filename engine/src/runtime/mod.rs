@@ -2,7 +2,7 @@
 //! unresolved names.
 //!
 //! [`eval`] evaluates CEL expressions over shared JSON values without converting whole
-//! payloads; [`data`] builds agent input documents and applies outputs (SPEC §5.2–5.4).
+//! payloads (with the strings extension of [`strings`]); [`data`] builds agent input documents and applies outputs (SPEC §5.2–5.4).
 
 pub mod changes;
 pub mod data;
@@ -12,5 +12,6 @@ pub mod eval;
 pub mod record;
 pub mod resume;
 pub mod steps;
+pub mod strings;
 
 pub use error::{ErrorKind, StepError};

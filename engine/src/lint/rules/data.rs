@@ -1,6 +1,7 @@
 //! Data rules: JSONPath syntax (SY401) and singular destinations (SY402), expression syntax
 //! (SY403), variables in scope (SY404), field names against declared schemas (SY405), template
-//! syntax (SY406), `steps.x` where `x` may not have run (SY407), unknown `parallel` branches
+//! syntax (SY406), `steps.x` where `x` may not have run (SY407), calls of functions that do not
+//! exist (SY410, SY411, in `unknown_function`), unknown `parallel` branches
 //! (SY212) and agent results that nothing uses (SY502, warning).
 //!
 //! Scopes follow SPEC §5.1: `item`/`index` (or the `as` name) only inside `foreach`,
@@ -13,7 +14,7 @@ use std::collections::HashSet;
 use serde_json::Value;
 
 use crate::compile::cache::ParseCache;
-use crate::compile::path;
+use crate::compile::{functions, path};
 use crate::diag::{Diagnostic, codes, did_you_mean};
 use crate::lint::FlowCx;
 use crate::model::{
@@ -584,8 +585,19 @@ impl<'p> Checker<'_, 'p> {
         }
         for r in &parsed.refs {
             let span = inner_span(span, value, self.cx.text, offset, r.start, r.end);
+            // `int`, `string`, ... are CEL's types, values of their own (`type(x) == int`).
+            if r.fields.is_empty()
+                && functions::TYPE_NAMES.contains(&r.root.as_str())
+                && !vars.names().contains(&r.root.as_str())
+            {
+                continue;
+            }
             self.reference(&r.root, &r.fields, span, vars, "expression");
         }
+        let text = self.cx.text;
+        super::unknown_function::check(&parsed.calls, self.out, |start, end| {
+            inner_span(span, value, text, offset, start, end)
+        });
     }
 
     fn template(&mut self, t: &Sp<String>, vars: &Vars) {

@@ -12,3 +12,4 @@ pub mod reachability;
 pub mod references;
 pub mod secrets;
 pub mod shell;
+pub mod unknown_function;

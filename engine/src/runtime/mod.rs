@@ -12,5 +12,6 @@ pub mod eval;
 pub mod record;
 pub mod resume;
 pub mod steps;
+pub mod time;
 
 pub use error::{ErrorKind, StepError};

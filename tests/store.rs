@@ -56,6 +56,7 @@ fn run(id: &str, flow: &str, started_at: u64, status: RunStatus, full: bool) -> 
         item_index: full.then_some(6),
         flow_path: full.then(|| "/data/flows/triage.yaml".into()),
         messages: full.then(|| json!([{"role": "user", "content": "hi"}])),
+        now: full.then_some(1_764_633_600_123_456),
     }
 }
 
@@ -687,7 +688,7 @@ async fn sqlite_writes_sent_together_keep_their_order() {
 }
 
 /// A plain connection to a SQLite file, beside the store's own.
-async fn raw(path: &std::path::Path) -> AnyConnection {
+pub(crate) async fn raw(path: &std::path::Path) -> AnyConnection {
     sqlx::any::install_default_drivers();
     AnyConnection::connect(&format!("sqlite://{}", path.display()))
         .await
@@ -1078,7 +1079,7 @@ async fn a_schema_2_store_is_upgraded_by_runs_list() {
     ]));
     assert_eq!(out.code(), 0, "{out:?}");
     let mut conn = raw(&db).await;
-    for sql in SCHEMA_4_TO_3.iter().chain(&[
+    for sql in SCHEMA_5_TO_4.iter().chain(SCHEMA_4_TO_3).chain(&[
         "ALTER TABLE steps DROP COLUMN answers",
         "DELETE FROM schema_version WHERE version = 3",
     ]) {
@@ -1109,6 +1110,12 @@ async fn stored_version(conn: &mut AnyConnection) -> i64 {
         .await
         .expect("a version")
 }
+
+/// Undoes migration 5: runs without the `now` they saw.
+pub(crate) const SCHEMA_5_TO_4: &[&str] = &[
+    "ALTER TABLE runs DROP COLUMN now_us",
+    "DELETE FROM schema_version WHERE version = 5",
+];
 
 /// Undoes migration 4: the index of runs by parent back to one entry per run.
 const SCHEMA_4_TO_3: &[&str] = &[
@@ -1150,7 +1157,7 @@ async fn a_schema_3_store_is_upgraded_by_runs_list() {
     let out = batch(&dir);
     assert_eq!(out.code(), 0, "{out:?}");
     let mut conn = raw(&db).await;
-    for sql in SCHEMA_4_TO_3 {
+    for sql in SCHEMA_5_TO_4.iter().chain(SCHEMA_4_TO_3) {
         sqlx::query(*sql).execute(&mut conn).await.expect(sql);
     }
     assert!(!parent_index_sql(&mut conn).await.contains("WHERE"));

@@ -605,7 +605,7 @@ impl Adder for Timestamp {
         Self: 'v,
     {
         match rhs.downcast_ref::<Duration>() {
-            Some(d) => Ok(CowVal::owned(self.checked_add(*d).map_err(|e| failed("_+_", e))?)),
+            Some(d) => Ok(CowVal::owned(self.checked_add(*d).map_err(|e| failed("+", e))?)),
             None => Err(no_overload("_+_", self, rhs)),
         }
     }
@@ -617,10 +617,10 @@ impl Subtractor for Timestamp {
         Self: 'v,
     {
         if let Some(d) = rhs.downcast_ref::<Duration>() {
-            return Ok(CowVal::owned(self.checked_sub(*d).map_err(|e| failed("_-_", e))?));
+            return Ok(CowVal::owned(self.checked_sub(*d).map_err(|e| failed("-", e))?));
         }
         match rhs.downcast_ref::<Timestamp>() {
-            Some(t) => Ok(CowVal::owned(self.since(t).map_err(|e| failed("_-_", e))?)),
+            Some(t) => Ok(CowVal::owned(self.since(t).map_err(|e| failed("-", e))?)),
             None => Err(no_overload("_-_", self, rhs)),
         }
     }
@@ -647,10 +647,10 @@ impl Adder for Duration {
         Self: 'v,
     {
         if let Some(d) = rhs.downcast_ref::<Duration>() {
-            return Ok(CowVal::owned(self.checked_add(*d).map_err(|e| failed("_+_", e))?));
+            return Ok(CowVal::owned(self.checked_add(*d).map_err(|e| failed("+", e))?));
         }
         match rhs.downcast_ref::<Timestamp>() {
-            Some(t) => Ok(CowVal::owned(t.checked_add(*self).map_err(|e| failed("_+_", e))?)),
+            Some(t) => Ok(CowVal::owned(t.checked_add(*self).map_err(|e| failed("+", e))?)),
             None => Err(no_overload("_+_", self, rhs)),
         }
     }
@@ -662,7 +662,7 @@ impl Subtractor for Duration {
         Self: 'v,
     {
         match rhs.downcast_ref::<Duration>() {
-            Some(d) => Ok(CowVal::owned(self.checked_sub(*d).map_err(|e| failed("_-_", e))?)),
+            Some(d) => Ok(CowVal::owned(self.checked_sub(*d).map_err(|e| failed("-", e))?)),
             None => Err(no_overload("_-_", self, rhs)),
         }
     }
@@ -675,7 +675,7 @@ impl Negator for Duration {
     {
         match self.nanos.checked_neg() {
             Some(nanos) => Ok(Box::new(Duration { nanos })),
-            None => Err(failed("-_", duration_range_error(&format!("`-{self}`")))),
+            None => Err(failed("-", duration_range_error(&format!("`-{self}`")))),
         }
     }
 }

@@ -202,8 +202,8 @@ impl Dominators {
     }
 }
 
-const RUN_VARS: &[&str] = &["payload", "input", "context", "steps"];
-const AGENT_VARS: &[&str] = &["input", "message", "context"];
+const RUN_VARS: &[&str] = &["payload", "input", "context", "steps", "now"];
+const AGENT_VARS: &[&str] = &["input", "message", "context", "now"];
 
 impl<'p> Checker<'_, 'p> {
     fn flow(&mut self) {

@@ -65,7 +65,9 @@ fn now_routes_on_the_age_of_a_ticket_and_is_one_value_per_run_tree() {
     assert_eq!(lint.code(), 0, "{lint:?}");
 
     let hour = Duration::parse("1h").expect("a duration");
-    let old = Timestamp::now().checked_sub(Duration::parse("25h").expect("a duration")).expect("in range");
+    let old = Timestamp::now()
+        .checked_sub(Duration::parse("25h").expect("a duration"))
+        .expect("in range");
     let recent = Timestamp::now().checked_sub(hour).expect("in range");
     // Written with an offset: the same instant.
     let out = run_age(&dir, &old.to_string().replace('Z', "+00:00"));
@@ -117,7 +119,9 @@ steps:
 
 fn stop_at_the_interrupt(dir: &TempDir) -> String {
     dir.write("hold.yaml", HOLD);
-    let out = run(switchyard(dir.path()).args(["run", "hold.yaml", "--input", "{}"]).args(STORE));
+    let out = run(switchyard(dir.path())
+        .args(["run", "hold.yaml", "--input", "{}"])
+        .args(STORE));
     assert_eq!(out.code(), 3, "{out:?}");
     run_id_from(&out.stderr)
 }
@@ -134,7 +138,9 @@ fn resume(dir: &TempDir, id: &str) -> Value {
 fn a_resumed_run_sees_the_now_of_its_first_start() {
     let dir = TempDir::new("time-resume");
     let id = stop_at_the_interrupt(&dir);
-    let shown = run(switchyard(dir.path()).args(["runs", "show", &id, "--json"]).args(STORE));
+    let shown = run(switchyard(dir.path())
+        .args(["runs", "show", &id, "--json"])
+        .args(STORE));
     assert_eq!(shown.code(), 0, "{shown:?}");
     std::thread::sleep(std::time::Duration::from_millis(1100));
     let out = resume(&dir, &id);
@@ -174,7 +180,10 @@ async fn a_run_from_a_schema_4_store_resumes_with_its_start_as_now() {
     assert_eq!(out["after"], start.to_string(), "{out}");
     // The first start's `now` (to the microsecond) and its start (to the millisecond) agree.
     let before = Timestamp::parse(out["before"].as_str().expect("before")).expect("RFC 3339");
-    assert!((0..1000).contains(&(before.unix_micros() - start.unix_micros())), "{out}");
+    assert!(
+        (0..1000).contains(&(before.unix_micros() - start.unix_micros())),
+        "{out}"
+    );
 
     let mut conn = crate::store::raw(&db).await;
     let recorded: Option<i64> = sqlx::query_scalar("SELECT now_us FROM runs WHERE id = $1")

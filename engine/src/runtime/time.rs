@@ -142,8 +142,16 @@ impl Timestamp {
         if !(at(4, b'-') && at(7, b'-') && at(10, b'T') && at(13, b':') && at(16, b':')) {
             return Err(bad());
         }
-        let (year, month, day) = (num(0, 4).ok_or_else(bad)?, num(5, 2).ok_or_else(bad)?, num(8, 2).ok_or_else(bad)?);
-        let (hour, minute, second) = (num(11, 2).ok_or_else(bad)?, num(14, 2).ok_or_else(bad)?, num(17, 2).ok_or_else(bad)?);
+        let (year, month, day) = (
+            num(0, 4).ok_or_else(bad)?,
+            num(5, 2).ok_or_else(bad)?,
+            num(8, 2).ok_or_else(bad)?,
+        );
+        let (hour, minute, second) = (
+            num(11, 2).ok_or_else(bad)?,
+            num(14, 2).ok_or_else(bad)?,
+            num(17, 2).ok_or_else(bad)?,
+        );
         let mut i = 19;
         let mut nanos = 0u32;
         if at(i, b'.') {
@@ -335,7 +343,8 @@ impl Duration {
             let frac: i128 = if frac_digits.is_empty() {
                 0
             } else {
-                frac_digits.parse::<i128>().map_err(|_| too_big())? * scale / 10i128.pow(frac_digits.len() as u32)
+                frac_digits.parse::<i128>().map_err(|_| too_big())? * scale
+                    / 10i128.pow(frac_digits.len() as u32)
             };
             total += int.checked_mul(scale).ok_or_else(too_big)? + frac;
             if total > i128::from(i64::MAX) + 1 {
@@ -442,7 +451,11 @@ fn civil_from_days(days: i64) -> (i64, i64, i64) {
     let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
     let month_from_march = (5 * day_of_year + 2) / 153;
     let day = day_of_year - (153 * month_from_march + 2) / 5 + 1;
-    let month = if month_from_march < 10 { month_from_march + 3 } else { month_from_march - 9 };
+    let month = if month_from_march < 10 {
+        month_from_march + 3
+    } else {
+        month_from_march - 9
+    };
     let year = year_of_era + era * 400 + i64::from(month <= 2);
     (year, month, day)
 }
@@ -468,7 +481,11 @@ fn zone_offset(zone: &str, at: &Timestamp) -> Result<i64, TimeError> {
             Some(b'+') => (false, &h[1..]),
             _ => (false, h),
         };
-        let two_digits = |s: &str| (s.len() == 2 && s.bytes().all(|c| c.is_ascii_digit())).then(|| s.parse::<i64>().ok()).flatten();
+        let two_digits = |s: &str| {
+            (s.len() == 2 && s.bytes().all(|c| c.is_ascii_digit()))
+                .then(|| s.parse::<i64>().ok())
+                .flatten()
+        };
         let (Some(hours), Some(minutes)) = (two_digits(digits), two_digits(m)) else {
             return Err(unknown());
         };
@@ -719,16 +736,22 @@ fn int(n: i64) -> CowVal<'static, 'static> {
 }
 
 fn timestamp_of_string<'b, 'v>(args: Args<'b, 'v>) -> Out<'b, 'v> {
-    Ok(CowVal::owned(Timestamp::parse(str_arg(&args, 0)).map_err(|e| failed("timestamp", e))?))
+    Ok(CowVal::owned(
+        Timestamp::parse(str_arg(&args, 0)).map_err(|e| failed("timestamp", e))?,
+    ))
 }
 
 fn timestamp_of_int<'b, 'v>(args: Args<'b, 'v>) -> Out<'b, 'v> {
     let secs = *arg::<CelInt>(&args, 0).inner();
-    Ok(CowVal::owned(Timestamp::from_unix_secs(secs).map_err(|e| failed("timestamp", e))?))
+    Ok(CowVal::owned(
+        Timestamp::from_unix_secs(secs).map_err(|e| failed("timestamp", e))?,
+    ))
 }
 
 fn duration_of_string<'b, 'v>(args: Args<'b, 'v>) -> Out<'b, 'v> {
-    Ok(CowVal::owned(Duration::parse(str_arg(&args, 0)).map_err(|e| failed("duration", e))?))
+    Ok(CowVal::owned(
+        Duration::parse(str_arg(&args, 0)).map_err(|e| failed("duration", e))?,
+    ))
 }
 
 fn identity<'b, 'v>(mut args: Args<'b, 'v>) -> Out<'b, 'v> {
@@ -740,17 +763,23 @@ fn int_of_timestamp<'b, 'v>(args: Args<'b, 'v>) -> Out<'b, 'v> {
 }
 
 fn string_of_timestamp<'b, 'v>(args: Args<'b, 'v>) -> Out<'b, 'v> {
-    Ok(CowVal::owned(CelString::from(arg::<Timestamp>(&args, 0).to_string())))
+    Ok(CowVal::owned(CelString::from(
+        arg::<Timestamp>(&args, 0).to_string(),
+    )))
 }
 
 fn string_of_duration<'b, 'v>(args: Args<'b, 'v>) -> Out<'b, 'v> {
-    Ok(CowVal::owned(CelString::from(arg::<Duration>(&args, 0).to_string())))
+    Ok(CowVal::owned(CelString::from(
+        arg::<Duration>(&args, 0).to_string(),
+    )))
 }
 
 /// The calendar fields of the receiver, in the zone of the second argument when given.
 fn civil_of(args: &[CowVal<'_, '_>], function: &str) -> Result<Civil, ExecutionError> {
     let zone = (args.len() > 1).then(|| str_arg(args, 1));
-    arg::<Timestamp>(args, 0).civil(zone).map_err(|e| failed(function, e))
+    arg::<Timestamp>(args, 0)
+        .civil(zone)
+        .map_err(|e| failed(function, e))
 }
 
 macro_rules! accessors {
@@ -804,12 +833,22 @@ pub fn register(env: &mut Env) {
     let s = || cel_types::STRING_TYPE;
     let global: [(&str, &str, Type, cel::common::functions::Function); 8] = [
         ("timestamp", "string_to_timestamp", s(), timestamp_of_string),
-        ("timestamp", "int64_to_timestamp", cel_types::INT_TYPE, timestamp_of_int),
+        (
+            "timestamp",
+            "int64_to_timestamp",
+            cel_types::INT_TYPE,
+            timestamp_of_int,
+        ),
         ("timestamp", "timestamp_to_timestamp", TIMESTAMP_TYPE, identity),
         ("duration", "string_to_duration", s(), duration_of_string),
         ("duration", "duration_to_duration", DURATION_TYPE, identity),
         ("int", "timestamp_to_int64", TIMESTAMP_TYPE, int_of_timestamp),
-        ("string", "timestamp_to_string", TIMESTAMP_TYPE, string_of_timestamp),
+        (
+            "string",
+            "timestamp_to_string",
+            TIMESTAMP_TYPE,
+            string_of_timestamp,
+        ),
         ("string", "duration_to_string", DURATION_TYPE, string_of_duration),
     ];
     for (name, id, ty, f) in global {
@@ -818,8 +857,14 @@ pub fn register(env: &mut Env) {
     for (name, f) in TIMESTAMP_ACCESSORS {
         env.add_member_overload(name, &format!("timestamp_{name}"), TIMESTAMP_TYPE, vec![], *f)
             .expect(WHY);
-        env.add_member_overload(name, &format!("timestamp_{name}_tz"), TIMESTAMP_TYPE, vec![s()], *f)
-            .expect(WHY);
+        env.add_member_overload(
+            name,
+            &format!("timestamp_{name}_tz"),
+            TIMESTAMP_TYPE,
+            vec![s()],
+            *f,
+        )
+        .expect(WHY);
     }
     let durations: [(&str, cel::common::functions::Function); 4] = [
         ("getHours", duration_hours),
@@ -856,11 +901,16 @@ mod tests {
         let t = Timestamp::parse("1972-01-01T10:00:20.021-05:00").unwrap();
         assert_eq!(t.to_string(), "1972-01-01T15:00:20.021Z");
         assert_eq!(
-            Timestamp::parse("9999-12-31T23:59:59.999999999Z").unwrap().to_string(),
+            Timestamp::parse("9999-12-31T23:59:59.999999999Z")
+                .unwrap()
+                .to_string(),
             "9999-12-31T23:59:59.999999999Z"
         );
         // Before the epoch, the seconds floor.
-        assert_eq!(Timestamp::parse("1969-12-31T23:59:59.500Z").unwrap().unix_secs(), -1);
+        assert_eq!(
+            Timestamp::parse("1969-12-31T23:59:59.500Z").unwrap().unix_secs(),
+            -1
+        );
         for bad in [
             "",
             "2009-02-13",
@@ -879,7 +929,11 @@ mod tests {
             let e = Timestamp::parse(bad).expect_err(bad);
             assert!(e.0.contains("is not an RFC 3339 timestamp"), "{bad}: {e}");
         }
-        for out in ["0000-01-01T00:00:00Z", "10000-01-01T00:00:00Z", "0001-01-01T00:00:00+00:01"] {
+        for out in [
+            "0000-01-01T00:00:00Z",
+            "10000-01-01T00:00:00Z",
+            "0001-01-01T00:00:00+00:01",
+        ] {
             let e = Timestamp::parse(out).expect_err(out);
             assert!(e.0.contains("out of range"), "{out}: {e}");
         }
@@ -908,7 +962,12 @@ mod tests {
         for bad in ["", "s", "1", "1x", ".s", "1d", "1h-30m", "--1s", "1 s"] {
             assert!(ns(bad).is_err(), "{bad}");
         }
-        for out in ["9223372036.854775808s", "320000000000s", "-320000000000s", "3000000h"] {
+        for out in [
+            "9223372036.854775808s",
+            "320000000000s",
+            "-320000000000s",
+            "3000000h",
+        ] {
             let e = Duration::parse(out).expect_err(out);
             assert!(e.0.contains("out of range"), "{out}: {e}");
         }
@@ -930,7 +989,10 @@ mod tests {
         // 1234567890 is Fri 2009-02-13 23:31:30 UTC (CEL's conformance tests).
         let t = Timestamp::parse("2009-02-13T23:31:30Z").unwrap();
         let c = t.civil(None).unwrap();
-        assert_eq!((c.year, c.month, c.day, c.day_of_year, c.day_of_week), (2009, 2, 13, 43, 5));
+        assert_eq!(
+            (c.year, c.month, c.day, c.day_of_year, c.day_of_week),
+            (2009, 2, 13, 43, 5)
+        );
         assert_eq!((c.hours, c.minutes, c.seconds), (23, 31, 30));
         let at = |z: &str| t.civil(Some(z)).unwrap();
         assert_eq!(at("Australia/Sydney").day, 14);
@@ -955,7 +1017,14 @@ mod tests {
         // A leap year's last day, and days of week across the epoch.
         let t = Timestamp::parse("2024-12-31T12:00:00Z").unwrap();
         assert_eq!(t.civil(None).unwrap().day_of_year, 365);
-        assert_eq!(Timestamp::parse("1969-12-28T00:00:00Z").unwrap().civil(None).unwrap().day_of_week, 0);
+        assert_eq!(
+            Timestamp::parse("1969-12-28T00:00:00Z")
+                .unwrap()
+                .civil(None)
+                .unwrap()
+                .day_of_week,
+            0
+        );
         for bad in ["Mars/Olympus", "+24:00", "1:00", "+01:60", "ab:cd"] {
             assert!(t.civil(Some(bad)).is_err(), "{bad}");
         }
@@ -973,10 +1042,17 @@ mod tests {
             t("0001-01-01T00:00:01.999999999Z").checked_add(d("999999999ns")),
             Ok(t("0001-01-01T00:00:02.999999998Z"))
         );
-        assert_eq!(t("2009-02-13T23:31:00Z").since(&t("2009-02-13T23:29:00Z")), Ok(d("120s")));
+        assert_eq!(
+            t("2009-02-13T23:31:00Z").since(&t("2009-02-13T23:29:00Z")),
+            Ok(d("120s"))
+        );
         assert!(t("0001-01-01T00:00:00Z").checked_add(d("-1ns")).is_err());
         assert!(t("9999-12-31T23:59:59.999999999Z").checked_add(d("1ns")).is_err());
-        assert!(t("9999-12-31T23:59:59Z").since(&t("0001-01-01T00:00:00Z")).is_err());
+        assert!(
+            t("9999-12-31T23:59:59Z")
+                .since(&t("0001-01-01T00:00:00Z"))
+                .is_err()
+        );
         assert!(d("2000000h").checked_add(d("-2000000h")).is_ok());
         assert!(d("2000000h").checked_add(d("1000000h")).is_err());
         assert!(Timestamp::from_unix_secs(-62_135_596_800).is_ok());
@@ -1017,8 +1093,14 @@ mod tests {
     fn cel_functions_and_accessors() {
         use serde_json::json;
         // CEL's conformance tests (timestamps.textproto), through the engine's evaluator.
-        assert_eq!(cel("int(timestamp('2009-02-13T23:31:30Z'))"), Ok(json!(1_234_567_890)));
-        assert_eq!(cel("string(timestamp('2009-02-13T23:31:30Z'))"), Ok(json!("2009-02-13T23:31:30Z")));
+        assert_eq!(
+            cel("int(timestamp('2009-02-13T23:31:30Z'))"),
+            Ok(json!(1_234_567_890))
+        );
+        assert_eq!(
+            cel("string(timestamp('2009-02-13T23:31:30Z'))"),
+            Ok(json!("2009-02-13T23:31:30Z"))
+        );
         assert_eq!(cel("string(duration('1000000s'))"), Ok(json!("1000000s")));
         yes("type(timestamp('2009-02-13T23:31:30Z')) == google.protobuf.Timestamp");
         yes("type(duration('1s')) == google.protobuf.Duration");
@@ -1044,15 +1126,31 @@ mod tests {
             ("getSeconds('-00:00')", 30),
         ];
         for (call, want) in accessors {
-            assert_eq!(cel(&format!("timestamp('2009-02-13T23:31:30Z').{call}")), Ok(json!(want)), "{call}");
+            assert_eq!(
+                cel(&format!("timestamp('2009-02-13T23:31:30Z').{call}")),
+                Ok(json!(want)),
+                "{call}"
+            );
         }
-        assert_eq!(cel("timestamp('2009-02-13T23:31:20.123456789Z').getMilliseconds()"), Ok(json!(123)));
-        assert_eq!(cel("timestamp('2009-02-13T02:00:00Z').getDayOfMonth('America/St_Johns')"), Ok(json!(11)));
+        assert_eq!(
+            cel("timestamp('2009-02-13T23:31:20.123456789Z').getMilliseconds()"),
+            Ok(json!(123))
+        );
+        assert_eq!(
+            cel("timestamp('2009-02-13T02:00:00Z').getDayOfMonth('America/St_Johns')"),
+            Ok(json!(11))
+        );
         assert_eq!(cel("duration('10000s').getHours()"), Ok(json!(2)));
         assert_eq!(cel("duration('3730s').getMinutes()"), Ok(json!(62)));
         assert_eq!(cel("duration('3730s').getSeconds()"), Ok(json!(3730)));
-        assert_eq!(cel("duration('123.321456789s').getMilliseconds()"), Ok(json!(321)));
-        assert_eq!(cel("timestamp(1234567890) == timestamp('2009-02-13T23:31:30Z')"), Ok(json!(true)));
+        assert_eq!(
+            cel("duration('123.321456789s').getMilliseconds()"),
+            Ok(json!(321))
+        );
+        assert_eq!(
+            cel("timestamp(1234567890) == timestamp('2009-02-13T23:31:30Z')"),
+            Ok(json!(true))
+        );
         yes("timestamp(timestamp('2009-02-13T23:31:30Z')) == timestamp('2009-02-13T23:31:30Z')");
         yes("duration(duration('1h')) == duration('3600s')");
     }
@@ -1088,19 +1186,43 @@ mod tests {
         for (text, says) in [
             ("timestamp('0000-01-01T00:00:00Z')", "out of range"),
             ("timestamp('10000-01-01T00:00:00Z')", "out of range"),
-            ("timestamp('0001-01-01T00:00:00Z') + duration('-1s')", "out of range"),
-            ("timestamp('9999-12-31T23:59:59Z') + duration('1s')", "out of range"),
-            ("timestamp('9999-12-31T23:59:59.999999999Z') + duration('1ns')", "out of range"),
-            ("timestamp('9999-12-31T23:59:59Z') - timestamp('0001-01-01T00:00:00Z')", "out of range"),
-            ("timestamp('0001-01-01T00:00:00Z') - timestamp('9999-12-31T23:59:59Z')", "out of range"),
+            (
+                "timestamp('0001-01-01T00:00:00Z') + duration('-1s')",
+                "out of range",
+            ),
+            (
+                "timestamp('9999-12-31T23:59:59Z') + duration('1s')",
+                "out of range",
+            ),
+            (
+                "timestamp('9999-12-31T23:59:59.999999999Z') + duration('1ns')",
+                "out of range",
+            ),
+            (
+                "timestamp('9999-12-31T23:59:59Z') - timestamp('0001-01-01T00:00:00Z')",
+                "out of range",
+            ),
+            (
+                "timestamp('0001-01-01T00:00:00Z') - timestamp('9999-12-31T23:59:59Z')",
+                "out of range",
+            ),
             ("duration('-320000000000s')", "out of range"),
             ("duration('320000000000s')", "out of range"),
             ("duration('2000000h') + duration('2000000h')", "out of range"),
             ("duration('-2000000h') - duration('2000000h')", "out of range"),
             ("timestamp(253402300800)", "out of range"),
-            ("timestamp('yesterday')", "`timestamp`: `yesterday` is not an RFC 3339 timestamp"),
-            ("duration('1d')", "`duration`: `1d` is not a duration (unknown unit `d`"),
-            ("timestamp('2009-02-13T23:31:30Z').getHours('Mars/Olympus')", "unknown time zone `Mars/Olympus`"),
+            (
+                "timestamp('yesterday')",
+                "`timestamp`: `yesterday` is not an RFC 3339 timestamp",
+            ),
+            (
+                "duration('1d')",
+                "`duration`: `1d` is not a duration (unknown unit `d`",
+            ),
+            (
+                "timestamp('2009-02-13T23:31:30Z').getHours('Mars/Olympus')",
+                "unknown time zone `Mars/Olympus`",
+            ),
         ] {
             let e = cel(text).expect_err(text);
             assert!(e.contains(says), "{text}: {e}");
@@ -1112,14 +1234,20 @@ mod tests {
     fn now_and_lazy_json_strings() {
         use serde_json::json;
         // A string read from the payload parses; the offset is kept as the instant.
-        assert_eq!(cel("string(timestamp(payload.ticket.created_at))"), Ok(json!("2026-11-30T08:00:00Z")));
+        assert_eq!(
+            cel("string(timestamp(payload.ticket.created_at))"),
+            Ok(json!("2026-11-30T08:00:00Z"))
+        );
         yes("now - timestamp(payload.ticket.created_at) > duration('24h')");
         yes("now - timestamp(payload.ticket.created_at) == duration('40h')");
         assert_eq!(cel("now.getDayOfWeek()"), Ok(json!(3)));
         assert_eq!(cel("string(now)"), Ok(json!("2026-12-02T00:00:00Z")));
         // Written into JSON: their CEL text.
         assert_eq!(cel("now"), Ok(json!("2026-12-02T00:00:00Z")));
-        assert_eq!(cel("[now - duration('1.5s'), duration('24h')]"), Ok(json!(["2026-12-01T23:59:58.5Z", "86400s"])));
+        assert_eq!(
+            cel("[now - duration('1.5s'), duration('24h')]"),
+            Ok(json!(["2026-12-01T23:59:58.5Z", "86400s"]))
+        );
         assert_eq!(cel("{'at': now}"), Ok(json!({"at": "2026-12-02T00:00:00Z"})));
         // A timestamp has no fields.
         assert!(cel("now.year").is_err());
@@ -1133,7 +1261,10 @@ mod tests {
             now: Some(Timestamp::parse("2026-12-02T00:00:00.25Z").expect("valid")),
             ..Vars::default()
         };
-        assert_eq!(eval::render(&t, &vars).expect("renders"), "at 2026-12-02T00:00:00.25Z");
+        assert_eq!(
+            eval::render(&t, &vars).expect("renders"),
+            "at 2026-12-02T00:00:00.25Z"
+        );
     }
 
     #[test]

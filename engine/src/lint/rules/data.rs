@@ -622,7 +622,7 @@ impl<'p> Checker<'_, 'p> {
                 "iteration" => " (only inside `while`)".to_string(),
                 "result" => " (only where the step has a result: its edges and `output`)".to_string(),
                 "payload" | "steps" => {
-                    " (agent definitions see only `input`, `message` and `context`)".to_string()
+                    " (agent definitions see only `input`, `message`, `context` and `now`)".to_string()
                 }
                 _ => String::new(),
             };

@@ -840,6 +840,48 @@ async fn postgres_refuses_a_newer_schema() {
     );
 }
 
+/// A PostgreSQL store of schema 4 is brought up to schema 5 when opened: its runs read back
+/// without a `now`, and new runs record theirs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_upgrades_a_schema_4_store() {
+    let schema = PgSchema::new();
+    let store = schema.open().await;
+    let old = RunRecord {
+        now: None,
+        ..run("old", "f", 1_000, RunStatus::Interrupted, true)
+    };
+    store.create_run(&old).await.expect("create_run");
+    store.close().await;
+    let mut conn = AnyConnection::connect(&schema.url).await.expect("connect");
+    let downgrade = format!(
+        "ALTER TABLE \"{0}\".runs DROP COLUMN now_us; DELETE FROM \"{0}\".schema_version WHERE version = 5",
+        schema.name
+    );
+    sqlx::raw_sql(sqlx::AssertSqlSafe(downgrade))
+        .execute(&mut conn)
+        .await
+        .expect("downgrade");
+    conn.close().await.expect("close");
+
+    let store = schema.open().await;
+    assert_eq!(store.get_run("old").await.expect("the old run"), old);
+    let new = run("new", "f", 2_000, RunStatus::Running, true);
+    assert!(new.now.is_some());
+    store.create_run(&new).await.expect("create_run");
+    assert_eq!(store.get_run("new").await.expect("the new run"), new);
+    store.close().await;
+    let mut conn = AnyConnection::connect(&schema.url).await.expect("connect");
+    let version: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "SELECT MAX(version) FROM \"{}\".schema_version",
+        schema.name
+    )))
+    .fetch_one(&mut conn)
+    .await
+    .expect("a version");
+    conn.close().await.expect("close");
+    assert_eq!(version, SCHEMA_VERSION);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queued_writes_commit_before_the_next_awaited_one_and_a_failed_one_stops_its_run() {
     let dir = TempDir::new("store-queued");

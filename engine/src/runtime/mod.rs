@@ -13,5 +13,6 @@ pub mod record;
 pub mod resume;
 pub mod steps;
 pub mod time;
+pub mod zone;
 
 pub use error::{ErrorKind, StepError};

@@ -4,9 +4,9 @@
 //!
 //! This module owns the time values expressions see and nothing else: it knows nothing of
 //! runs, payloads or the store (the engine decides what `now` is and hands it over as a
-//! [`Timestamp`]). The calendar arithmetic is done here, over Unix seconds; the IANA time-zone
-//! database is the one `jiff` bundles, consulted only for a named zone's offset at an
-//! instant, so every machine routes alike whatever its own `/usr/share/zoneinfo` holds.
+//! [`Timestamp`]). The calendar arithmetic is done here, over Unix seconds; a named time zone's
+//! offset at an instant comes from [`zone`](super::zone), over the bundled IANA database, so
+//! every machine routes alike whatever its own `/usr/share/zoneinfo` holds.
 //!
 //! **Ranges, as CEL has them.** A timestamp lies between `0001-01-01T00:00:00Z` and
 //! `9999-12-31T23:59:59.999999999Z`; a duration is a signed 64-bit count of nanoseconds (about
@@ -417,11 +417,11 @@ fn write_fraction(f: &mut fmt::Formatter<'_>, nanos: u32) -> fmt::Result {
 // ---------------------------------------------------------------------------------------------
 // The calendar (proleptic Gregorian)
 
-fn is_leap(year: i64) -> bool {
+pub(crate) fn is_leap(year: i64) -> bool {
     year % 4 == 0 && (year % 100 != 0 || year % 400 == 0)
 }
 
-fn days_in_month(year: i64, month: i64) -> i64 {
+pub(crate) fn days_in_month(year: i64, month: i64) -> i64 {
     match month {
         2 if is_leap(year) => 29,
         2 => 28,
@@ -432,7 +432,7 @@ fn days_in_month(year: i64, month: i64) -> i64 {
 
 /// Days from 1970-01-01 to the given date. Years are counted from March, so that the leap day
 /// ends a year; eras of 400 years repeat exactly.
-fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
+pub(crate) fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
     let y = if month <= 2 { year - 1 } else { year };
     let era = y.div_euclid(400);
     let year_of_era = y.rem_euclid(400);
@@ -440,6 +440,11 @@ fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
     let day_of_year = (153 * month_from_march + 2) / 5 + day - 1;
     let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
     era * 146_097 + day_of_era - 719_468
+}
+
+/// The year of the date `days` after 1970-01-01.
+pub(crate) fn civil_year(days: i64) -> i64 {
+    civil_from_days(days).0
 }
 
 /// The date `days` after 1970-01-01: the inverse of [`days_from_civil`].
@@ -497,9 +502,7 @@ fn zone_offset(zone: &str, at: &Timestamp) -> Result<i64, TimeError> {
         let secs = hours * 3600 + minutes * 60;
         return Ok(if negative { -secs } else { secs });
     }
-    let tz = jiff::tz::TimeZone::get(zone).map_err(|_| unknown())?;
-    let instant = jiff::Timestamp::new(at.secs, 0).map_err(|_| unknown())?;
-    Ok(i64::from(tz.to_offset(instant).seconds()))
+    super::zone::offset_at(zone, at.secs).ok_or_else(unknown)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1251,6 +1254,14 @@ mod tests {
         assert_eq!(cel("{'at': now}"), Ok(json!({"at": "2026-12-02T00:00:00Z"})));
         // A timestamp has no fields.
         assert!(cel("now.year").is_err());
+        // Inside lists, maps and comprehensions, as any value.
+        yes("[now] == [now] && now in [now] && {'a': now}.a == now");
+        yes("[duration('1s'), duration('2s')].exists(d, d > duration('1s'))");
+        assert_eq!(
+            cel("[now, now - duration('1h')].map(t, t.getHours())"),
+            Ok(json!([0, 23]))
+        );
+        yes("(now > timestamp(payload.ticket.created_at) ? 'old' : 'new') == 'old'");
     }
 
     #[test]

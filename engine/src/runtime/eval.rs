@@ -420,7 +420,7 @@ mod direct {
 // ---------------------------------------------------------------------------------------------
 // Contexts and variables
 
-/// The standard library, built once.
+/// The standard library and the time functions (`time.rs`), built once.
 static ROOT: LazyLock<Context<'static, 'static>> = LazyLock::new(|| {
     let mut env = Env::stdlib();
     time::register(&mut env);

@@ -56,7 +56,7 @@ fn run(id: &str, flow: &str, started_at: u64, status: RunStatus, full: bool) -> 
         item_index: full.then_some(6),
         flow_path: full.then(|| "/data/flows/triage.yaml".into()),
         messages: full.then(|| json!([{"role": "user", "content": "hi"}])),
-        now: full.then_some(1_764_633_600_123_456),
+        now_us: full.then_some(1_764_633_600_123_456),
     }
 }
 
@@ -847,7 +847,7 @@ async fn postgres_upgrades_a_schema_4_store() {
     let schema = PgSchema::new();
     let store = schema.open().await;
     let old = RunRecord {
-        now: None,
+        now_us: None,
         ..run("old", "f", 1_000, RunStatus::Interrupted, true)
     };
     store.create_run(&old).await.expect("create_run");
@@ -866,7 +866,7 @@ async fn postgres_upgrades_a_schema_4_store() {
     let store = schema.open().await;
     assert_eq!(store.get_run("old").await.expect("the old run"), old);
     let new = run("new", "f", 2_000, RunStatus::Running, true);
-    assert!(new.now.is_some());
+    assert!(new.now_us.is_some());
     store.create_run(&new).await.expect("create_run");
     assert_eq!(store.get_run("new").await.expect("the new run"), new);
     store.close().await;

@@ -452,7 +452,7 @@ impl<S: Store> Engine<S> {
 /// 4 and older) takes its start, to the millisecond.
 fn recorded_now(record: &RunRecord) -> Timestamp {
     record
-        .now
+        .now_us
         .and_then(Timestamp::from_unix_micros)
         .or_else(|| {
             let micros = i64::try_from(record.started_at).ok()?.checked_mul(1000)?;
@@ -585,7 +585,7 @@ impl<'e, S: Store> Run<'e, S> {
                 usage: Usage::default(),
                 steps: 0,
                 // A run from before schema 5 records the `now` it is resumed with.
-                now: Some(tree.now.unix_micros()),
+                now_us: Some(tree.now.unix_micros()),
                 ..earlier
             },
             None => RunRecord {
@@ -611,7 +611,7 @@ impl<'e, S: Store> Run<'e, S> {
                 batch: None,
                 item_id: None,
                 item_index: None,
-                now: Some(tree.now.unix_micros()),
+                now_us: Some(tree.now.unix_micros()),
                 messages: (lineage.depth == 0 && !tree.options.messages.is_empty())
                     .then(|| Value::Array((*tree.options.messages).clone())),
                 flow_path: if lineage.depth == 0 {

@@ -118,7 +118,7 @@ pub struct RunRecord {
     /// and kept by every run of the tree, so a resumed run sees the same. `None` on runs
     /// recorded before schema 5 (a resume takes `started_at` then).
     #[serde(default)]
-    pub now: Option<i64>,
+    pub now_us: Option<i64>,
 }
 
 impl RunRecord {

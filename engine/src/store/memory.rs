@@ -71,7 +71,7 @@ impl Stored {
             batch,
             item_id,
             item_index,
-            now,
+            now_us,
         } = run;
         Stored {
             seq,
@@ -96,7 +96,7 @@ impl Stored {
                 batch: batch.clone(),
                 item_id: item_id.clone(),
                 item_index: *item_index,
-                now: *now,
+                now_us: *now_us,
             },
             input: text(input),
             output: output.as_ref().map(text),
@@ -356,7 +356,7 @@ mod tests {
             item_index: None,
             flow_path: None,
             messages: None,
-            now: None,
+            now_us: None,
         }
     }
 

@@ -69,7 +69,7 @@ impl RunRow {
             item_index: r.item_index.map(|i| int(i, "item_index")).transpose()?,
             flow_path: r.flow_path.clone(),
             messages: r.messages.as_ref().map(json).transpose()?,
-            now_us: r.now,
+            now_us: r.now_us,
         })
     }
 
@@ -210,7 +210,7 @@ pub(crate) fn decode_run(row: &AnyRow) -> Result<RunRecord, String> {
             .transpose()?,
         flow_path: get(row, "flow_path")?,
         messages: opt_json(row, "messages")?,
-        now: get(row, "now_us")?,
+        now_us: get(row, "now_us")?,
     })
 }
 

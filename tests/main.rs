@@ -10,7 +10,8 @@
 //! - [`llm`] and [`http_agent`]: `llm` and `http` agents against local servers
 //!   ([`mock_server`]): limits, retries, structured output, secrets;
 //! - [`resume`]: what a stopped run records and tells: the flow hash over imports and called
-//!   flows, the question of an interrupt and how to answer it.
+//!   flows, the question of an interrupt and how to answer it;
+//! - [`time`]: `timestamp()`, `duration()` and the recorded `now` of a run tree.
 
 mod batch;
 mod cli;
@@ -28,3 +29,4 @@ mod resume;
 mod snapshots;
 mod store;
 mod support;
+mod time;

@@ -56,6 +56,7 @@ fn run(id: &str, flow: &str, started_at: u64, status: RunStatus, full: bool) -> 
         item_index: full.then_some(6),
         flow_path: full.then(|| "/data/flows/triage.yaml".into()),
         messages: full.then(|| json!([{"role": "user", "content": "hi"}])),
+        now_us: full.then_some(1_764_633_600_123_456),
     }
 }
 
@@ -687,7 +688,7 @@ async fn sqlite_writes_sent_together_keep_their_order() {
 }
 
 /// A plain connection to a SQLite file, beside the store's own.
-async fn raw(path: &std::path::Path) -> AnyConnection {
+pub(crate) async fn raw(path: &std::path::Path) -> AnyConnection {
     sqlx::any::install_default_drivers();
     AnyConnection::connect(&format!("sqlite://{}", path.display()))
         .await
@@ -837,6 +838,48 @@ async fn postgres_refuses_a_newer_schema() {
         err.to_string().contains(&format!("?schema={}", schema.name)),
         "{err}"
     );
+}
+
+/// A PostgreSQL store of schema 4 is brought up to schema 5 when opened: its runs read back
+/// without a `now`, and new runs record theirs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_upgrades_a_schema_4_store() {
+    let schema = PgSchema::new();
+    let store = schema.open().await;
+    let old = RunRecord {
+        now_us: None,
+        ..run("old", "f", 1_000, RunStatus::Interrupted, true)
+    };
+    store.create_run(&old).await.expect("create_run");
+    store.close().await;
+    let mut conn = AnyConnection::connect(&schema.url).await.expect("connect");
+    let downgrade = format!(
+        "ALTER TABLE \"{0}\".runs DROP COLUMN now_us; DELETE FROM \"{0}\".schema_version WHERE version = 5",
+        schema.name
+    );
+    sqlx::raw_sql(sqlx::AssertSqlSafe(downgrade))
+        .execute(&mut conn)
+        .await
+        .expect("downgrade");
+    conn.close().await.expect("close");
+
+    let store = schema.open().await;
+    assert_eq!(store.get_run("old").await.expect("the old run"), old);
+    let new = run("new", "f", 2_000, RunStatus::Running, true);
+    assert!(new.now_us.is_some());
+    store.create_run(&new).await.expect("create_run");
+    assert_eq!(store.get_run("new").await.expect("the new run"), new);
+    store.close().await;
+    let mut conn = AnyConnection::connect(&schema.url).await.expect("connect");
+    let version: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "SELECT MAX(version) FROM \"{}\".schema_version",
+        schema.name
+    )))
+    .fetch_one(&mut conn)
+    .await
+    .expect("a version");
+    conn.close().await.expect("close");
+    assert_eq!(version, SCHEMA_VERSION);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1078,7 +1121,7 @@ async fn a_schema_2_store_is_upgraded_by_runs_list() {
     ]));
     assert_eq!(out.code(), 0, "{out:?}");
     let mut conn = raw(&db).await;
-    for sql in SCHEMA_4_TO_3.iter().chain(&[
+    for sql in SCHEMA_5_TO_4.iter().chain(SCHEMA_4_TO_3).chain(&[
         "ALTER TABLE steps DROP COLUMN answers",
         "DELETE FROM schema_version WHERE version = 3",
     ]) {
@@ -1109,6 +1152,12 @@ async fn stored_version(conn: &mut AnyConnection) -> i64 {
         .await
         .expect("a version")
 }
+
+/// Undoes migration 5: runs without the `now` they saw.
+pub(crate) const SCHEMA_5_TO_4: &[&str] = &[
+    "ALTER TABLE runs DROP COLUMN now_us",
+    "DELETE FROM schema_version WHERE version = 5",
+];
 
 /// Undoes migration 4: the index of runs by parent back to one entry per run.
 const SCHEMA_4_TO_3: &[&str] = &[
@@ -1150,7 +1199,7 @@ async fn a_schema_3_store_is_upgraded_by_runs_list() {
     let out = batch(&dir);
     assert_eq!(out.code(), 0, "{out:?}");
     let mut conn = raw(&db).await;
-    for sql in SCHEMA_4_TO_3 {
+    for sql in SCHEMA_5_TO_4.iter().chain(SCHEMA_4_TO_3) {
         sqlx::query(*sql).execute(&mut conn).await.expect(sql);
     }
     assert!(!parent_index_sql(&mut conn).await.contains("WHERE"));

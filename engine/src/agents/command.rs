@@ -145,7 +145,7 @@ fn render_argv(plan: &CommandPlan, input: &Value, cx: &CallContext<'_>) -> Resul
         return Ok(plan.run.iter().map(|t| t.text().to_owned()).collect());
     }
     let message = cx.message.map(|m| Value::String(m.to_owned()));
-    let vars = agent_vars(input, message.as_ref(), cx.context);
+    let vars = agent_vars(input, message.as_ref(), cx);
     plan.run
         .iter()
         .enumerate()

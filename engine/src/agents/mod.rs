@@ -47,6 +47,8 @@ pub struct CallContext<'a> {
     /// 0-based index of this call among the calls of this agent in this run (attempts
     /// included), counted by the engine through [`AgentState::next_call`].
     pub call_index: u64,
+    /// The run tree's `now`, for the templates of agent definitions.
+    pub now: Option<crate::runtime::time::Timestamp>,
 }
 
 /// A step's hierarchical number as agents see it: the step's (`1.3`, a `parallel` branch
@@ -161,6 +163,7 @@ mod tests {
             cancel: &cancel,
             timeout: Duration::from_secs(1),
             call_index: 0,
+            now: None,
         };
         assert_eq!(cx.idempotency_key(), "r9:2.3[4]");
     }

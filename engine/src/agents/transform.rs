@@ -37,17 +37,18 @@ pub(crate) fn eval_value_template(
         return Ok(v.clone());
     }
     let message = cx.message.map(|m| Value::String(m.to_owned()));
-    let vars = agent_vars(input, message.as_ref(), cx.context);
+    let vars = agent_vars(input, message.as_ref(), cx);
     template.evaluate(&mut |expr| eval::eval(expr, &vars))
 }
 
-/// The variables of a template inside an agent definition: only `input`, `message` and
-/// `context` (SPEC §6: "`input` is the agent's input document").
-pub(crate) fn agent_vars<'a>(input: &'a Value, message: Option<&'a Value>, context: &'a Value) -> Vars<'a> {
+/// The variables of a template inside an agent definition: only `input`, `message`,
+/// `context` and `now` (SPEC §6: "`input` is the agent's input document").
+pub(crate) fn agent_vars<'a>(input: &'a Value, message: Option<&'a Value>, cx: &CallContext<'a>) -> Vars<'a> {
     Vars {
         input: Some(input),
         message,
-        context: Some(context),
+        context: Some(cx.context),
+        now: cx.now,
         ..Vars::default()
     }
 }
@@ -81,6 +82,7 @@ pub(crate) mod tests {
             cancel,
             timeout: Duration::from_secs(30),
             call_index,
+            now: None,
         }
     }
 

@@ -20,6 +20,7 @@ use super::eval::{self, Vars};
 use super::record::{self, RunRecord, RunStatus, StepRecord, StepStatus, Usage};
 use super::resume::{Replay, ResumeError, ResumeOptions};
 use super::steps::{StepFacts, StepVar, StepsVar};
+use super::time::Timestamp;
 use super::{ErrorKind, StepError};
 use crate::agents::{self, AgentState, CallContext, StepNumber};
 use crate::model::{AgentKind, EdgeOn};
@@ -110,6 +111,8 @@ struct Lineage {
 struct Tree {
     plan: Arc<Plan>,
     context: Value,
+    /// `now` for every expression and template of the tree: fixed at the root's first start.
+    now: Timestamp,
     options: RunOptions,
     cancel: CancellationToken,
     /// Stop at the next recorded point, leaving the run to resume (Ctrl-C in a batch).
@@ -243,7 +246,14 @@ impl<S: Store> Engine<S> {
         controls: RunControls,
         item: Option<BatchItem>,
     ) -> RunOutcome {
-        let (tree, lineage) = Self::tree(plan, context, options, controls, ResumeOptions::default());
+        let (tree, lineage) = Self::tree(
+            plan,
+            context,
+            Timestamp::now(),
+            options,
+            controls,
+            ResumeOptions::default(),
+        );
         let root = tree.plan.root;
         // The root run in place: only child runs need the boxed, recursive `run_flow`.
         let flow = tree.plan.flow(root).clone();
@@ -306,7 +316,8 @@ impl<S: Store> Engine<S> {
             options.messages = Arc::new(m.clone());
         }
         let context = record.context.clone();
-        let (tree, lineage) = Self::tree(plan, context, options, controls, resume);
+        let now = recorded_now(&record);
+        let (tree, lineage) = Self::tree(plan, context, now, options, controls, resume);
         let root = tree.plan.root;
         let flow = tree.plan.flow(root).clone();
         let input = record.input.clone();
@@ -371,6 +382,7 @@ impl<S: Store> Engine<S> {
     fn tree(
         plan: Arc<Plan>,
         context: Value,
+        now: Timestamp,
         options: RunOptions,
         controls: RunControls,
         resume: ResumeOptions,
@@ -398,6 +410,7 @@ impl<S: Store> Engine<S> {
         let tree = Arc::new(Tree {
             plan,
             context,
+            now,
             options,
             cancel: controls.cancel,
             pause: controls.pause,
@@ -433,6 +446,19 @@ impl<S: Store> Engine<S> {
             run.execute().await
         })
     }
+}
+
+/// The `now` a run tree recorded at its first start; a run recorded before `now` was (schema
+/// 4 and older) takes its start, to the millisecond.
+fn recorded_now(record: &RunRecord) -> Timestamp {
+    record
+        .now_us
+        .and_then(Timestamp::from_unix_micros)
+        .or_else(|| {
+            let micros = i64::try_from(record.started_at).ok()?.checked_mul(1000)?;
+            Timestamp::from_unix_micros(micros)
+        })
+        .unwrap_or_else(Timestamp::now)
 }
 
 fn intersect(a: Option<BTreeSet<AgentKind>>, b: Option<BTreeSet<AgentKind>>) -> Option<BTreeSet<AgentKind>> {
@@ -558,6 +584,8 @@ impl<'e, S: Store> Run<'e, S> {
                 finished_at: None,
                 usage: Usage::default(),
                 steps: 0,
+                // A run from before schema 5 records the `now` it is resumed with.
+                now_us: Some(tree.now.unix_micros()),
                 ..earlier
             },
             None => RunRecord {
@@ -583,6 +611,7 @@ impl<'e, S: Store> Run<'e, S> {
                 batch: None,
                 item_id: None,
                 item_index: None,
+                now_us: Some(tree.now.unix_micros()),
                 messages: (lineage.depth == 0 && !tree.options.messages.is_empty())
                     .then(|| Value::Array((*tree.options.messages).clone())),
                 flow_path: if lineage.depth == 0 {
@@ -1019,6 +1048,7 @@ impl<'e, S: Store> Run<'e, S> {
                     steps: Some(&self.steps),
                     message: None,
                     locals: &[],
+                    now: Some(self.tree.now),
                 };
                 match eval::eval_bool(cond, &vars) {
                     Ok(true) => {}
@@ -1080,6 +1110,7 @@ impl<'e, S: Store> Run<'e, S> {
             steps: Some(&self.steps),
             message: None,
             locals,
+            now: Some(self.tree.now),
         }
     }
 
@@ -1619,6 +1650,7 @@ impl<'e, S: Store> Run<'e, S> {
             cancel: own_token.as_ref().unwrap_or(&self.tree.cancel),
             timeout: call.timeout,
             call_index,
+            now: Some(self.tree.now),
         };
         let call_future = self.dispatch(agent, input, cx, number);
         // A call that never waits finishes on its first poll, and a timeout never fires on

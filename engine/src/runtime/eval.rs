@@ -38,6 +38,7 @@ use cel::{Context, Env, ExecutionError};
 use serde_json::{Map, Number, Value};
 
 use super::error::StepError;
+use super::time::{self, Duration, Timestamp};
 use crate::compile::expr::Expr;
 use crate::compile::template::Template;
 
@@ -56,6 +57,8 @@ pub struct Vars<'a> {
     pub message: Option<&'a Value>,
     /// `item` (or the `as` name), `index`, `iteration`.
     pub locals: &'a [(&'a str, &'a Value)],
+    /// `now`: the run tree's timestamp, fixed at its first start.
+    pub now: Option<Timestamp>,
 }
 
 /// A variable whose JSON may be built on first read: [`Vars::get`] asks for it only when an
@@ -93,7 +96,7 @@ impl<'a> Vars<'a> {
     fn is_known(&self, name: &str) -> bool {
         matches!(
             name,
-            "payload" | "input" | "context" | "result" | "step" | "steps" | "message"
+            "payload" | "input" | "context" | "result" | "step" | "steps" | "message" | "now"
         ) || self.locals.iter().any(|(n, _)| *n == name)
     }
 }
@@ -417,10 +420,12 @@ mod direct {
 // ---------------------------------------------------------------------------------------------
 // Contexts and variables
 
-/// The standard library and the strings extension, built once.
+/// The standard library, the strings extension (`strings.rs`) and the time functions
+/// (`time.rs`), built once.
 static ROOT: LazyLock<Context<'static, 'static>> = LazyLock::new(|| {
     let mut env = Env::stdlib();
     super::strings::register(&mut env).expect("the strings extension is registered once");
+    time::register(&mut env);
     Context::with_env(Arc::new(env))
 });
 
@@ -443,7 +448,15 @@ struct Resolver<'a>(Vars<'a>);
 impl VariableResolver for Resolver<'_> {
     fn resolve<'b>(&'b self, name: &str) -> Option<CowVal<'b, 'b>> {
         let mut parts = name.split('.');
-        let mut v = self.0.get(parts.next()?)?;
+        let first = parts.next()?;
+        if first == "now"
+            && let Some(now) = self.0.now
+            && !self.0.locals.iter().any(|(n, _)| *n == "now")
+        {
+            // A timestamp has no fields: `now.x` is cel's error, from the shorter chain.
+            return parts.next().is_none().then(|| CowVal::Owned(Box::new(now)));
+        }
+        let mut v = self.0.get(first)?;
         for field in parts {
             // `None`: cel tries the shorter chain, and reports the missing key from there.
             v = v.as_object()?.get(field)?;
@@ -905,6 +918,10 @@ fn val_to_json(v: &dyn Val) -> Result<Value, String> {
                 .collect::<Result<Vec<_>, String>>()?;
             sorted_object(&mut entries)?
         }
+        Kind::Timestamp | Kind::Duration => match time_text(v) {
+            Some(text) => Value::String(text),
+            None => return Err(cannot_write(v)),
+        },
         Kind::Opaque if v.downcast_ref::<CelOptional>().is_some() => {
             match v.downcast_ref::<CelOptional>().and_then(|o| o.option()) {
                 Some(inner) => val_to_json(inner)?,
@@ -913,6 +930,15 @@ fn val_to_json(v: &dyn Val) -> Result<Value, String> {
         }
         _ => return Err(cannot_write(v)),
     })
+}
+
+/// A timestamp or duration as JSON holds it: its CEL text (`string(x)`), which
+/// `timestamp()`/`duration()` read back.
+fn time_text(v: &dyn Val) -> Option<String> {
+    if let Some(t) = v.downcast_ref::<Timestamp>() {
+        return Some(t.to_string());
+    }
+    v.downcast_ref::<Duration>().map(ToString::to_string)
 }
 
 fn key_text(k: &CelMapKey) -> String {
@@ -1037,6 +1063,13 @@ fn tidy(msg: &str) -> String {
 fn template_context(template: &Template, vars: &Vars) -> Value {
     let mut ctx = Map::new();
     for (root, chain) in template.vars() {
+        if root == "now"
+            && let Some(now) = vars.now
+            && vars.get(root).is_none()
+        {
+            ctx.insert(root.clone(), Value::String(now.to_string()));
+            continue;
+        }
         let Some(src) = vars.get(root) else { continue };
         let fresh = !ctx.contains_key(root);
         let slot = ctx.entry(root.clone()).or_insert(Value::Null);

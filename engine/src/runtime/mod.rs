@@ -13,5 +13,7 @@ pub mod record;
 pub mod resume;
 pub mod steps;
 pub mod strings;
+pub mod time;
+pub mod zone;
 
 pub use error::{ErrorKind, StepError};

@@ -114,6 +114,11 @@ pub struct RunRecord {
     pub item_id: Option<String>,
     #[serde(default)]
     pub item_index: Option<u64>,
+    /// The run tree's `now` (SPEC §5.1), in Unix microseconds: taken at the root's first start
+    /// and kept by every run of the tree, so a resumed run sees the same. `None` on runs
+    /// recorded before schema 5 (a resume takes `started_at` then).
+    #[serde(default)]
+    pub now_us: Option<i64>,
 }
 
 impl RunRecord {

@@ -71,6 +71,7 @@ impl Stored {
             batch,
             item_id,
             item_index,
+            now_us,
         } = run;
         Stored {
             seq,
@@ -95,6 +96,7 @@ impl Stored {
                 batch: batch.clone(),
                 item_id: item_id.clone(),
                 item_index: *item_index,
+                now_us: *now_us,
             },
             input: text(input),
             output: output.as_ref().map(text),
@@ -354,6 +356,7 @@ mod tests {
             item_index: None,
             flow_path: None,
             messages: None,
+            now_us: None,
         }
     }
 

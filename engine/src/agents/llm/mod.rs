@@ -201,7 +201,7 @@ impl LlmAgent<'_> {
     /// System, conversation, context, task.
     fn messages(&self, input: &Value, cx: &CallContext<'_>) -> Result<Vec<Value>, StepError> {
         let message = cx.message.map(|m| Value::String(m.to_owned()));
-        let vars = agent_vars(input, message.as_ref(), cx.context);
+        let vars = agent_vars(input, message.as_ref(), cx);
         let render = |t, what: &str| {
             eval::render(t, &vars).map_err(|e| StepError {
                 message: format!("agent `{}`: `{what}`: {}", self.name, e.message),

@@ -203,8 +203,8 @@ impl Dominators {
     }
 }
 
-const RUN_VARS: &[&str] = &["payload", "input", "context", "steps"];
-const AGENT_VARS: &[&str] = &["input", "message", "context"];
+const RUN_VARS: &[&str] = &["payload", "input", "context", "steps", "now"];
+const AGENT_VARS: &[&str] = &["input", "message", "context", "now"];
 
 impl<'p> Checker<'_, 'p> {
     fn flow(&mut self) {
@@ -634,7 +634,7 @@ impl<'p> Checker<'_, 'p> {
                 "iteration" => " (only inside `while`)".to_string(),
                 "result" => " (only where the step has a result: its edges and `output`)".to_string(),
                 "payload" | "steps" => {
-                    " (agent definitions see only `input`, `message` and `context`)".to_string()
+                    " (agent definitions see only `input`, `message`, `context` and `now`)".to_string()
                 }
                 _ => String::new(),
             };

@@ -41,6 +41,7 @@ pub(crate) struct RunRow {
     item_index: Option<i64>,
     flow_path: Option<String>,
     messages: Option<String>,
+    now_us: Option<i64>,
 }
 
 impl RunRow {
@@ -68,6 +69,7 @@ impl RunRow {
             item_index: r.item_index.map(|i| int(i, "item_index")).transpose()?,
             flow_path: r.flow_path.clone(),
             messages: r.messages.as_ref().map(json).transpose()?,
+            now_us: r.now_us,
         })
     }
 
@@ -95,6 +97,7 @@ impl RunRow {
             .bind(self.item_index)
             .bind(self.flow_path.clone())
             .bind(self.messages.clone())
+            .bind(self.now_us)
     }
 }
 
@@ -207,6 +210,7 @@ pub(crate) fn decode_run(row: &AnyRow) -> Result<RunRecord, String> {
             .transpose()?,
         flow_path: get(row, "flow_path")?,
         messages: opt_json(row, "messages")?,
+        now_us: get(row, "now_us")?,
     })
 }
 

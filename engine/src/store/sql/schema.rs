@@ -18,7 +18,7 @@ use crate::runtime::record::now_ms;
 use crate::store::StoreError;
 
 /// The newest schema this build reads and writes.
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 
 struct Migration {
     version: i64,
@@ -119,6 +119,12 @@ const MIGRATIONS: &[Migration] = &[
             "CREATE INDEX runs_by_parent ON runs (parent_run) WHERE parent_run IS NOT NULL",
         ],
     },
+    Migration {
+        version: 5,
+        description: "the run tree's `now`, for resume",
+        // Unix microseconds. Runs recorded before have none; a resume takes their start.
+        statements: &["ALTER TABLE runs ADD COLUMN now_us BIGINT"],
+    },
 ];
 
 /// The store's schema version: 0 for an empty store. Reads only.
@@ -202,7 +208,7 @@ mod tests {
         let err = check_not_newer(7, "/x/runs.db").expect_err("newer");
         assert_eq!(
             err.to_string(),
-            "the store at /x/runs.db was written by a newer switchyard (schema 7; this one knows up to 4)"
+            "the store at /x/runs.db was written by a newer switchyard (schema 7; this one knows up to 5)"
         );
         assert!(check_not_newer(1, "s").is_ok() && check_not_newer(0, "s").is_ok());
     }

@@ -20,7 +20,7 @@ const SHAPES: usize = MAX_ROWS.trailing_zeros() as usize + 1;
 type Cache = [[OnceLock<String>; SHAPES]; 2];
 
 /// The columns of `runs` a run record fills, in bind order (`id` first).
-pub(crate) const RUN_COLUMNS: [&str; 22] = [
+pub(crate) const RUN_COLUMNS: [&str; 23] = [
     "id",
     "flow",
     "flow_hash",
@@ -43,6 +43,7 @@ pub(crate) const RUN_COLUMNS: [&str; 22] = [
     "item_index",
     "flow_path",
     "messages",
+    "now_us",
 ];
 
 /// The columns of `steps` a step record fills, in bind order: the key, `seq` (its place in

@@ -1,0 +1,196 @@
+//! Time in expressions, through the real binary (SPEC §5.1): `timestamp()`, `duration()` and
+//! `now`, which is fixed once per run tree at its first start and recorded, so a run routes
+//! the same when it is resumed later.
+
+use serde_json::{Value, json};
+use switchyard::runtime::time::{Duration, Timestamp};
+
+use crate::support::{TempDir, run, run_id_from, switchyard};
+
+const STORE: [&str; 2] = ["--store", "sqlite:runs.db"];
+
+/// Routes a ticket by its age; records `now` as written into JSON, and what a child run, a
+/// `foreach` iteration (in an agent definition) and a template see of it.
+const AGE: &str = r#"flow: age
+agents:
+  child:
+    kind: flow
+    steps:
+      look:
+        set: {$.seen: "=string(now)"}
+    output:
+      select: $.seen
+  stamp:
+    kind: transform
+    result: "=string(now)"
+steps:
+  route:
+    set: {$.checked_at: "=now", $.window: "=duration('24h')", $.note: "={'at': now}"}
+    next:
+      - to: stale
+        if: now - timestamp(payload.ticket.created_at) > duration('24h')
+      - to: fresh
+  stale:
+    set: {$.age: {value: stale}}
+    next: call
+  fresh:
+    set: {$.age: {value: fresh}}
+    next: call
+  call:
+    agent: child
+    output: {$.child_now: $}
+    next: each
+  each:
+    foreach: $.items
+    agent: stamp
+    output: {$.item_now: $}
+"#;
+
+fn run_age(dir: &TempDir, created_at: &str) -> crate::support::Output {
+    let input = json!({"ticket": {"created_at": created_at}, "items": [1, 2, 3]});
+    run(switchyard(dir.path())
+        .args(["run", "age.yaml", "--input", &input.to_string()])
+        .args(STORE))
+}
+
+fn stdout_json(out: &crate::support::Output) -> Value {
+    serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out:?}"))
+}
+
+#[test]
+fn now_routes_on_the_age_of_a_ticket_and_is_one_value_per_run_tree() {
+    let dir = TempDir::new("time-age");
+    dir.write("age.yaml", AGE);
+    let lint = run(switchyard(dir.path()).args(["lint", "age.yaml"]));
+    assert_eq!(lint.code(), 0, "{lint:?}");
+
+    let hour = Duration::parse("1h").expect("a duration");
+    let old = Timestamp::now()
+        .checked_sub(Duration::parse("25h").expect("a duration"))
+        .expect("in range");
+    let recent = Timestamp::now().checked_sub(hour).expect("in range");
+    // Written with an offset: the same instant.
+    let out = run_age(&dir, &old.to_string().replace('Z', "+00:00"));
+    assert_eq!(out.code(), 0, "{out:?}");
+    let stale = stdout_json(&out);
+    assert_eq!(stale["age"], "stale", "{stale}");
+    assert_eq!(stale["window"], "86400s");
+    let out = run_age(&dir, &recent.to_string());
+    assert_eq!(out.code(), 0, "{out:?}");
+    let fresh = stdout_json(&out);
+    assert_eq!(fresh["age"], "fresh", "{fresh}");
+
+    // One `now` for the run, its child run and every iteration.
+    let now = fresh["checked_at"].as_str().expect("now written as text");
+    let parsed = Timestamp::parse(now).expect("RFC 3339");
+    assert!(parsed > recent, "{now}");
+    assert_eq!(fresh["note"], json!({"at": now}));
+    assert_eq!(fresh["child_now"], now, "{fresh}");
+    assert_eq!(fresh["item_now"], json!([now, now, now]), "{fresh}");
+    // Each run has its own.
+    assert_ne!(stale["checked_at"], fresh["checked_at"]);
+
+    // A string that is no timestamp fails the edge, naming the expression.
+    let out = run_age(&dir, "last week");
+    assert_eq!(out.code(), 1, "{out:?}");
+    assert!(
+        out.stderr
+            .contains("`timestamp`: `last week` is not an RFC 3339 timestamp"),
+        "{}",
+        out.stderr
+    );
+}
+
+/// Stops at an interrupt after writing `now`, and writes it again once resumed.
+const HOLD: &str = r#"flow: hold
+steps:
+  before:
+    set: {$.before: "=string(now)"}
+    next: approve
+  approve:
+    interrupt: {prompt: "approve at {{ now }}?", schema: {type: object}}
+    next: after
+  after:
+    set:
+      $.after: "=string(now)"
+      $.same: "=now == timestamp(payload.before)"
+      $.waited: "=now - timestamp(payload.before) < duration('1s')"
+"#;
+
+fn stop_at_the_interrupt(dir: &TempDir) -> String {
+    dir.write("hold.yaml", HOLD);
+    let out = run(switchyard(dir.path())
+        .args(["run", "hold.yaml", "--input", "{}"])
+        .args(STORE));
+    assert_eq!(out.code(), 3, "{out:?}");
+    run_id_from(&out.stderr)
+}
+
+fn resume(dir: &TempDir, id: &str) -> Value {
+    let out = run(switchyard(dir.path())
+        .args(["resume", id, "--decision", "{}"])
+        .args(STORE));
+    assert_eq!(out.code(), 0, "{out:?}");
+    stdout_json(&out)
+}
+
+#[test]
+fn a_resumed_run_sees_the_now_of_its_first_start() {
+    let dir = TempDir::new("time-resume");
+    let id = stop_at_the_interrupt(&dir);
+    let shown = run(switchyard(dir.path())
+        .args(["runs", "show", &id, "--json"])
+        .args(STORE));
+    assert_eq!(shown.code(), 0, "{shown:?}");
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let out = resume(&dir, &id);
+    let before = out["before"].as_str().expect("before");
+    assert_eq!(out["after"], before, "{out}");
+    assert_eq!(out["same"], true);
+    assert_eq!(out["waited"], true);
+    // The interrupt's question was rendered with the same `now`.
+    assert!(
+        shown.stdout.contains(&format!("approve at {before}?")),
+        "{}",
+        shown.stdout
+    );
+}
+
+/// A run recorded before `now` was (schema 4: no `now_us` column) resumes with its start
+/// as `now`, and records it from then on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_from_a_schema_4_store_resumes_with_its_start_as_now() {
+    use sqlx::Connection;
+    let dir = TempDir::new("time-schema-4");
+    let id = stop_at_the_interrupt(&dir);
+    let db = dir.path().join("runs.db");
+    let mut conn = crate::store::raw(&db).await;
+    for sql in crate::store::SCHEMA_5_TO_4 {
+        sqlx::query(*sql).execute(&mut conn).await.expect(sql);
+    }
+    let started_at: i64 = sqlx::query_scalar("SELECT started_at FROM runs WHERE id = $1")
+        .bind(&id)
+        .fetch_one(&mut conn)
+        .await
+        .expect("the run");
+    conn.close().await.expect("close");
+
+    let out = resume(&dir, &id);
+    let start = Timestamp::from_unix_micros(started_at * 1000).expect("in range");
+    assert_eq!(out["after"], start.to_string(), "{out}");
+    // The first start's `now` (to the microsecond) and its start (to the millisecond) agree.
+    let before = Timestamp::parse(out["before"].as_str().expect("before")).expect("RFC 3339");
+    assert!(
+        (0..1000).contains(&(before.unix_micros() - start.unix_micros())),
+        "{out}"
+    );
+
+    let mut conn = crate::store::raw(&db).await;
+    let recorded: Option<i64> = sqlx::query_scalar("SELECT now_us FROM runs WHERE id = $1")
+        .bind(&id)
+        .fetch_one(&mut conn)
+        .await
+        .expect("the run");
+    conn.close().await.expect("close");
+    assert_eq!(recorded, Some(start.unix_micros()));
+}

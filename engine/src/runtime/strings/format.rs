@@ -8,6 +8,8 @@ use cel::common::traits::Indexer;
 use cel::common::types::{CelBool, CelBytes, CelDouble, CelInt, CelString, CelType, CelUInt, Kind};
 use cel::common::value::Val;
 
+use crate::runtime::time::{Duration, Timestamp};
+
 use super::{Args, Out, fail, string_arg, string_out, unexpected};
 
 /// `fmt.format(args)`: printf-style, as cel-go's `format` (its second version): `%s`, `%d`,
@@ -123,6 +125,8 @@ enum Arg<'a> {
     Bytes(&'a [u8]),
     Null,
     Type(&'a str),
+    /// A timestamp or a duration, as its `string()` text.
+    Time(String),
     List,
     Map,
     Other,
@@ -142,7 +146,10 @@ fn arg_of(v: &dyn Val) -> Arg<'_> {
         Kind::Map if v.as_iterable().is_some() && v.as_indexer().is_some() => Some(Arg::Map),
         _ => None,
     };
-    found.unwrap_or(Arg::Other)
+    found
+        .or_else(|| v.downcast_ref::<Timestamp>().map(|t| Arg::Time(t.to_string())))
+        .or_else(|| v.downcast_ref::<Duration>().map(|d| Arg::Time(d.to_string())))
+        .unwrap_or(Arg::Other)
 }
 
 fn type_error(what: &str, v: &dyn Val) -> String {
@@ -226,6 +233,7 @@ fn as_string(v: &dyn Val) -> Result<String, String> {
         Arg::Bytes(b) => String::from_utf8_lossy(b).into_owned(),
         Arg::Null => "null".to_owned(),
         Arg::Type(t) => t.to_owned(),
+        Arg::Time(t) => t,
         Arg::List => {
             let mut it = v.as_iterable().expect("checked by arg_of").iter();
             let mut parts = Vec::new();
@@ -355,6 +363,11 @@ mod tests {
         is("'%s'.format([1e21])", "1000000000000000000000");
         is("'100%% %s'.format(['sure', 'unused'])", "100% sure");
         is("'©%sα'.format(['T'])", "©Tα");
+        // Timestamps and durations print as their `string()` (cel-go's `%s` of them).
+        is(
+            "'%s after %s'.format([duration('1h30m'), timestamp('2023-01-01T23:00:00-05:00')])",
+            "5400s after 2023-01-02T04:00:00Z",
+        );
     }
 
     #[test]

@@ -571,7 +571,7 @@ fn a_missing_secret_is_an_error_before_the_run_starts() {
     assert_eq!(out.code(), 2, "{out:?}");
     assert!(
         out.stderr.contains(
-            "environment variable SWITCHYARD_TEST_SURELY_UNSET_KEY is not set (needed by the `api_key` of provider `local` (flow `classify`))"
+            "environment variable SWITCHYARD_TEST_SURELY_UNSET_KEY is not set, needed by the `api_key` of provider `local` in flow `classify`"
         ),
         "{}",
         out.stderr
@@ -1352,5 +1352,5 @@ fn a_repaired_answer_is_kept_and_shown() {
     );
     let doc: Value = serde_json::from_str(&json.stdout).expect("JSON");
     let step = &doc["steps"][0];
-    assert_eq!(step["answers"][0]["answer"], "Billing, most likely.", "{step}");
+    assert_eq!(step["answers"]["repairs"][0]["answer"], "Billing, most likely.", "{step}");
 }

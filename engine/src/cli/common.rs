@@ -245,8 +245,8 @@ impl RunArgs {
                 .iter()
                 .map(|(name, places)| {
                     format!(
-                        "environment variable {name} is not set (needed by {})",
-                        places.join("; ")
+                        "environment variable {name} is not set, needed by {}",
+                        places.join(" and by ")
                     )
                 })
                 .collect();
@@ -322,3 +322,4 @@ pub fn runtime() -> tokio::runtime::Runtime {
         .build()
         .expect("a tokio runtime starts")
 }
+

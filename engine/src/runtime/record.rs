@@ -155,9 +155,12 @@ pub struct StepRecord {
     pub child_run: Option<String>,
     /// The step the run went to next (`end` for the end), when routed.
     pub route: Option<String>,
-    /// Of an `llm` call that succeeded after repairs: each answer that could not be used and
-    /// the repair request that followed it (`[{answer, repair_request}]`). A call that failed
-    /// keeps them in its error's details instead.
+    /// Of an `llm` step, what its calls noted (one object, over all its attempts):
+    /// `structured_output` (the form used), `refused` (the form the server refused),
+    /// `repairs` (of a call that succeeded after repairs: `[{answer, repair_request}]`; a call
+    /// that failed keeps them in its error's details instead) and `abandoned_requests`
+    /// (requests whose tokens are unknown). Records written before held only the list of
+    /// repairs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub answers: Option<Value>,
 }

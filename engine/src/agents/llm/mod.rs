@@ -7,8 +7,13 @@
 //! the `context_paths` values (read from the payload by the engine); and the task — the
 //! rendered `prompt`, or, without one, the step's message and the input document as JSON.
 //!
-//! With `result_schema` the request asks for structured output (`response_format` of type
-//! `json_schema`) and the answer is parsed ([`parse_answer`]: a fenced code block is accepted
+//! With `result_schema` the request asks for structured output in the provider's
+//! `structured_output` form: `json_schema` (`response_format` of that type, the default),
+//! `json_object` (OpenAI's JSON mode, with the `schema` llama-cpp-python's server reads) or
+//! `prompt` (no `response_format`); with the last two the schema is also in the system
+//! message. A server that refuses `json_schema` (a 400, 422 or 500 naming `response_format`)
+//! is asked once more with `json_object`, and its provider remembers that form. The answer
+//! is parsed ([`parse_answer`]: a fenced code block is accepted
 //! and noted) and validated; an answer that is not JSON or violates the schema is shown to the
 //! model with the error, up to `repair_attempts` times, before the call fails with kind
 //! `invalid_output` naming the JSON pointer. Without a schema the result is `{"text": ...}`.
@@ -21,9 +26,13 @@
 //! `max_concurrency` and rate limits shared by the whole process). A 429 or a 5xx is retried
 //! here, honouring `Retry-After` (at least 0.5s; a 429 pauses the whole provider), with
 //! exponential backoff otherwise, until [`RETRY_DEADLINE`] after the call's first request; a
-//! 429 still there then fails with kind `rate_limited`, a 5xx with kind `agent`. A request
-//! that takes longer than the step's `timeout` (or the provider's, if shorter) fails with kind
-//! `timeout`: the `timeout` bounds each request, never the wait for the provider's capacity.
+//! 429 still there then fails with kind `rate_limited`, a 5xx with kind `agent`. Errors that
+//! asking again cannot mend fail at once: 4xx, 501 and 505, and a 5xx that says the request is
+//! invalid and says it again on the next try. A request that takes longer than the step's
+//! `timeout` (or the provider's, if shorter) fails with kind `timeout`: the `timeout` bounds
+//! each request, never the wait for the provider's capacity. Such a request is abandoned
+//! while the server may still finish (and bill) it: its tokens are unknown, and the call's
+//! [`Notes`] and the provider count it, so that the cost shown can say it is a lower bound.
 //! Tokens and cost (from `prices`) of every request, repairs included, are the call's
 //! [`Usage`].
 

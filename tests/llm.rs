@@ -1352,7 +1352,10 @@ fn a_repaired_answer_is_kept_and_shown() {
     );
     let doc: Value = serde_json::from_str(&json.stdout).expect("JSON");
     let step = &doc["steps"][0];
-    assert_eq!(step["answers"]["repairs"][0]["answer"], "Billing, most likely.", "{step}");
+    assert_eq!(
+        step["answers"]["repairs"][0]["answer"], "Billing, most likely.",
+        "{step}"
+    );
 }
 
 // ------------------------------------------------- servers people run locally (issue 17)
@@ -1408,10 +1411,7 @@ async fn a_server_that_refuses_json_schema_is_asked_with_json_object_and_remembe
         "{notes}"
     );
     // Tokens are the answered request's; the refusal used none.
-    assert_eq!(
-        out.usage.input_tokens + out.usage.output_tokens,
-        hits[1].tokens
-    );
+    assert_eq!(out.usage.input_tokens + out.usage.output_tokens, hits[1].tokens);
 
     // The provider remembers: the next call asks with `json_object` first.
     let out = run(&engine, &plan, json!({"text": "again"})).await;
@@ -1460,19 +1460,15 @@ async fn a_provider_says_its_structured_output_form_up_front() {
     let path = write_flow(
         &dir,
         "json_schema.yaml",
-        &flow_text(
-            &server.base_url(),
-            "    structured_output: json_schema",
-            "",
-            "",
-        ),
+        &flow_text(&server.base_url(), "    structured_output: json_schema", "", ""),
     );
     let t0 = std::time::Instant::now();
     let out = run(&engine, &plan_of(&path), json!({"text": "hi"})).await;
     let e = out.error.expect("refused");
     assert_eq!(e.kind.as_str(), "agent");
     assert!(
-        e.message.contains("answered 500 Internal Server Error twice with the same error")
+        e.message
+            .contains("answered 500 Internal Server Error twice with the same error")
             && e.message.contains("Input should be 'text' or 'json_object'"),
         "{}",
         e.message
@@ -1531,7 +1527,11 @@ async fn permanent_server_errors_fail_at_once() {
         "{}",
         e.message
     );
-    assert_eq!(server.hits().len(), 4, "the 500 is asked twice, the step not again");
+    assert_eq!(
+        server.hits().len(),
+        4,
+        "the 500 is asked twice, the step not again"
+    );
     assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
 
     // The same 500 that says nothing of the request is a server failing for a while.
@@ -1642,9 +1642,9 @@ fn an_abandoned_request_makes_the_cost_a_lower_bound() {
     assert_eq!(out.code(), 1, "{out:?}");
     assert!(
         out.stderr.contains(", at least $0.0000")
-            && out.stderr.contains(
-                "cost is a lower bound: 1 LLM request(s) were abandoned past their timeout"
-            ),
+            && out
+                .stderr
+                .contains("cost is a lower bound: 1 LLM request(s) were abandoned past their timeout"),
         "{}",
         out.stderr
     );
@@ -1658,19 +1658,23 @@ fn an_abandoned_request_makes_the_cost_a_lower_bound() {
     let cost = list
         .stdout
         .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap()["cost_usd"].as_f64().unwrap())
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["cost_usd"]
+                .as_f64()
+                .unwrap()
+        })
         .find(|c| *c > 0.0)
         .expect("a run that cost something");
     assert!(cost < 0.0001, "{cost}");
-    let text = support::run(
-        support::switchyard(dir.path())
-            .args(["runs", "list"])
-            .args(store),
-    );
+    let text = support::run(support::switchyard(dir.path()).args(["runs", "list"]).args(store));
     let digits = format!("{cost:.9}");
     let first = digits[2..].find(|c| c != '0').unwrap();
     let want = format!("${cost:.prec$}", prec = first + 2);
-    assert!(text.stdout.contains(&format!(" {want} ")), "{want}\n{}", text.stdout);
+    assert!(
+        text.stdout.contains(&format!(" {want} ")),
+        "{want}\n{}",
+        text.stdout
+    );
 }
 
 /// `runs show --json` and `runs show` tell which structured-output form a call used, and
@@ -1696,19 +1700,16 @@ fn the_form_used_is_on_the_step_record() {
             .args(store),
     );
     let doc: Value = serde_json::from_str(&json.stdout).expect("JSON");
-    assert_eq!(
-        doc["steps"][0]["answers"]["structured_output"],
-        "json_object"
-    );
+    assert_eq!(doc["steps"][0]["answers"]["structured_output"], "json_object");
     let shown = support::run(
         support::switchyard(dir.path())
             .args(["runs", "show", &id])
             .args(store),
     );
     assert!(
-        shown.stdout.contains(
-            "structured output: json_object (the server refused json_schema: 1 validation error"
-        ),
+        shown
+            .stdout
+            .contains("structured output: json_object (the server refused json_schema: 1 validation error"),
         "{}",
         shown.stdout
     );

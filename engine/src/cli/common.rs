@@ -322,4 +322,3 @@ pub fn runtime() -> tokio::runtime::Runtime {
         .build()
         .expect("a tokio runtime starts")
 }
-

@@ -332,7 +332,13 @@ async fn abandoned_in_tree<S: crate::store::Store + ?Sized>(s: &S, run: &str) ->
     while let Some(id) = todo.pop() {
         let steps = s.latest_steps(&id).await.map_err(|e| e.to_string())?;
         total += steps.iter().map(super::trace::abandoned_requests).sum::<u64>();
-        todo.extend(s.children(&id).await.map_err(|e| e.to_string())?.into_iter().map(|c| c.id));
+        todo.extend(
+            s.children(&id)
+                .await
+                .map_err(|e| e.to_string())?
+                .into_iter()
+                .map(|c| c.id),
+        );
     }
     Ok(total)
 }

@@ -805,6 +805,59 @@ mod tests {
     }
 
     #[test]
+    fn refusals_and_invalid_requests_are_told_from_failing_servers() {
+        let refusal =
+            br#"{"error": {"message": "Input should be 'text' or 'json_object' at response_format.type"}}"#;
+        assert!(refuses_form(500, refusal) && refuses_form(400, refusal) && refuses_form(422, refusal));
+        assert!(
+            !refuses_form(503, refusal),
+            "a server that is down refuses nothing"
+        );
+        assert!(!refuses_form(500, b"internal error"));
+        assert_eq!(
+            server_message(refusal),
+            "Input should be 'text' or 'json_object' at response_format.type"
+        );
+        assert_eq!(server_message(br#"{"error": "bad"}"#), "bad");
+        assert_eq!(
+            server_message(br#"{"detail": [{"msg": "x"}]}"#),
+            r#"[{"msg":"x"}]"#
+        );
+        assert_eq!(server_message(b"  plain\n text "), "plain text");
+        assert!(is_invalid_request(
+            b"ValueError: temperature must be between 0 and 2"
+        ));
+        assert!(is_invalid_request(
+            br#"{"error": {"message": "Requested tokens exceed context window"}}"#
+        ));
+        assert!(!is_invalid_request(b"upstream overloaded"));
+        assert!(!is_invalid_request(b"CUDA out of memory"));
+    }
+
+    #[test]
+    fn notes_add_up_over_attempts() {
+        let mut all = Value::Null;
+        merge_notes(
+            &mut all,
+            json!({"structured_output": "json_schema", "abandoned_requests": 1}),
+        );
+        merge_notes(
+            &mut all,
+            json!({"structured_output": "json_object", "refused": {"form": "json_schema"}, "abandoned_requests": 2}),
+        );
+        merge_notes(
+            &mut all,
+            json!({"structured_output": "json_object", "repairs": [1]}),
+        );
+        assert_eq!(
+            all,
+            json!({"structured_output": "json_object", "refused": {"form": "json_schema"},
+                   "abandoned_requests": 3, "repairs": [1]})
+        );
+        assert_eq!(Notes::default().into_value(), None);
+    }
+
+    #[test]
     fn schema_names_are_safe() {
         assert_eq!(schema_name("classifier"), "classifier");
         assert_eq!(schema_name("a.b c"), "a_b_c");

@@ -1613,7 +1613,7 @@ fn an_abandoned_request_makes_the_cost_a_lower_bound() {
     );
     assert!(
         shown.stdout.contains(
-            "cost      $0.0000 · tokens 0 in, 0 out · a lower bound: 1 request(s) abandoned past their timeout, their tokens unknown"
+            "cost      $0.0000 · tokens 0 in, 0 out · a lower bound: 1 request(s) abandoned (timed out or cancelled), their tokens unknown"
         ) && shown.stdout.contains("1 request(s) abandoned (timed out or cancelled)"),
         "{}",
         shown.stdout
@@ -1644,7 +1644,7 @@ fn an_abandoned_request_makes_the_cost_a_lower_bound() {
         out.stderr.contains(", at least $0.0000")
             && out
                 .stderr
-                .contains("cost is a lower bound: 1 LLM request(s) were abandoned past their timeout"),
+                .contains("cost is a lower bound: 1 LLM request(s) were abandoned (timed out or cancelled)"),
         "{}",
         out.stderr
     );

@@ -222,7 +222,7 @@ fn report(args: &Args, s: &Summary, paused: bool) -> u8 {
     if s.abandoned_requests > 0 {
         let _ = writeln!(
             msg,
-            "cost is a lower bound: {} LLM request(s) were abandoned past their timeout; the server \
+            "cost is a lower bound: {} LLM request(s) were abandoned (timed out or cancelled); the server \
              may have finished and billed them, and their tokens are unknown",
             s.abandoned_requests
         );

@@ -393,7 +393,7 @@ fn show(args: ShowArgs) -> u8 {
         let abandoned = abandoned_in_tree(&**s, &run.id).await?;
         let lower_bound = if abandoned > 0 {
             format!(
-                " · a lower bound: {abandoned} request(s) abandoned past their timeout, their tokens unknown"
+                " · a lower bound: {abandoned} request(s) abandoned (timed out or cancelled), their tokens unknown"
             )
         } else {
             String::new()

@@ -1424,6 +1424,29 @@ async fn a_server_that_refuses_json_schema_is_asked_with_json_object_and_remembe
     assert_eq!(notes, json!({"structured_output": "json_object"}));
 }
 
+/// Other servers refuse the form with a 400 (a gateway whose backend lacks it) or a 422 (a
+/// server that validates the request first): the same fallback, once.
+#[tokio::test]
+async fn a_400_or_422_naming_response_format_falls_back_too() {
+    let gateway = r#"{"error": {"message": "litellm.UnsupportedParamsError: this model does not support parameters: ['response_format']", "type": "invalid_request_error", "code": "400"}}"#;
+    let validating = r#"{"detail": [{"loc": ["body", "response_format", "type"], "msg": "unexpected value; permitted: 'text', 'json_object'"}]}"#;
+    for (code, body) in [(400, gateway), (422, validating)] {
+        let server = Llm::spawn().await;
+        server.refuse_json_schema(code, body);
+        server.default_reply(Reply::Answer(classification("billing", 0.9)));
+        let dir = TempDir::new("llm-refuses-4xx");
+        let path = write_flow(&dir, "f.yaml", &flow_text(&server.base_url(), "", "", ""));
+        let engine = memory_engine();
+        let out = run(&engine, &plan_of(&path), json!({"text": "hi"})).await;
+        assert_eq!(out.status, RunStatus::Succeeded, "{code}: {:?}", out.error);
+        let statuses: Vec<u16> = server.hits().iter().map(|h| h.status).collect();
+        assert_eq!(statuses, [code, 200]);
+        let steps = engine.store.steps(&out.run_id).await.unwrap();
+        let notes = steps.last().unwrap().answers.clone().expect("notes");
+        assert_eq!(notes["refused"]["status"], code, "{notes}");
+    }
+}
+
 /// `structured_output` on the provider says the form up front: `json_object` and `prompt`
 /// are asked for from the first request; `json_schema` is kept even when refused (no
 /// fallback), and the refusal, repeated, fails at once with the server's message.

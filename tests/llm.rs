@@ -17,7 +17,7 @@ use switchyard::runtime::record::RunStatus;
 use switchyard::store::Store;
 use switchyard::store::memory::MemoryStore;
 
-use crate::mock_server::{Llm, Reply, classification};
+use crate::mock_server::{self, Llm, Reply, classification};
 use crate::support::{self, TempDir};
 
 /// A flow with provider `local` at `base_url` and an agent `classifier` with a result schema.
@@ -571,7 +571,7 @@ fn a_missing_secret_is_an_error_before_the_run_starts() {
     assert_eq!(out.code(), 2, "{out:?}");
     assert!(
         out.stderr.contains(
-            "environment variable SWITCHYARD_TEST_SURELY_UNSET_KEY is not set (needed by the `api_key` of provider `local` (flow `classify`))"
+            "environment variable SWITCHYARD_TEST_SURELY_UNSET_KEY is not set, needed by the `api_key` of provider `local` in flow `classify`"
         ),
         "{}",
         out.stderr
@@ -1352,5 +1352,388 @@ fn a_repaired_answer_is_kept_and_shown() {
     );
     let doc: Value = serde_json::from_str(&json.stdout).expect("JSON");
     let step = &doc["steps"][0];
-    assert_eq!(step["answers"][0]["answer"], "Billing, most likely.", "{step}");
+    assert_eq!(
+        step["answers"]["repairs"][0]["answer"], "Billing, most likely.",
+        "{step}"
+    );
+}
+
+// ------------------------------------------------- servers people run locally (issue 17)
+
+/// The `response_format` and the system message of a request.
+fn form_of(body: &Value) -> (Value, String) {
+    (
+        body.get("response_format").cloned().unwrap_or(Value::Null),
+        body["messages"][0]["content"].as_str().unwrap_or("").to_owned(),
+    )
+}
+
+/// llama-cpp-python's server refuses `response_format: {type: json_schema}` with a 500 naming
+/// the field: the call asks once more with `json_object` (the schema beside it and in the
+/// system message), at once and not for two minutes; the provider remembers the form, so the
+/// next call asks with it first; the step's record says which form was used and what the
+/// server refused.
+#[tokio::test]
+async fn a_server_that_refuses_json_schema_is_asked_with_json_object_and_remembered() {
+    let server = Llm::spawn().await;
+    server.refuse_json_schema(500, mock_server::LLAMA_CPP_PYTHON_REFUSAL);
+    server.default_reply(Reply::Answer(classification("billing", 0.9)));
+    let dir = TempDir::new("llm-refuses-schema");
+    let path = write_flow(&dir, "f.yaml", &flow_text(&server.base_url(), "", "", ""));
+    let plan = plan_of(&path);
+    let engine = memory_engine();
+    let t0 = std::time::Instant::now();
+    let out = run(&engine, &plan, json!({"text": "charged twice"})).await;
+    assert_eq!(out.status, RunStatus::Succeeded, "{:?}", out.error);
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+    let hits = server.hits();
+    let statuses: Vec<u16> = hits.iter().map(|h| h.status).collect();
+    assert_eq!(statuses, [500, 200]);
+    assert_eq!(hits[0].body["response_format"]["type"], "json_schema");
+    let (format, system) = form_of(&hits[1].body);
+    assert_eq!(format["type"], "json_object");
+    assert_eq!(format["schema"]["required"], json!(["category", "confidence"]));
+    assert!(
+        system.starts_with("You classify support tickets.\n\nReply with only a JSON value")
+            && system.contains(r#""required":["category","confidence"]"#),
+        "{system}"
+    );
+    let steps = engine.store.steps(&out.run_id).await.unwrap();
+    let notes = steps.last().unwrap().answers.clone().expect("the call's notes");
+    assert_eq!(notes["structured_output"], "json_object", "{notes}");
+    assert_eq!(notes["refused"]["form"], "json_schema", "{notes}");
+    assert_eq!(notes["refused"]["status"], 500, "{notes}");
+    assert!(
+        notes["refused"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("response_format.type"),
+        "{notes}"
+    );
+    // Tokens are the answered request's; the refusal used none.
+    assert_eq!(out.usage.input_tokens + out.usage.output_tokens, hits[1].tokens);
+
+    // The provider remembers: the next call asks with `json_object` first.
+    let out = run(&engine, &plan, json!({"text": "again"})).await;
+    assert_eq!(out.status, RunStatus::Succeeded, "{:?}", out.error);
+    let hits = server.hits();
+    assert_eq!(hits.len(), 3);
+    assert_eq!(hits[2].body["response_format"]["type"], "json_object");
+    let steps = engine.store.steps(&out.run_id).await.unwrap();
+    let notes = steps.last().unwrap().answers.clone().expect("the call's notes");
+    assert_eq!(notes, json!({"structured_output": "json_object"}));
+}
+
+/// Other servers refuse the form with a 400 (a gateway whose backend lacks it) or a 422 (a
+/// server that validates the request first): the same fallback, once.
+#[tokio::test]
+async fn a_400_or_422_naming_response_format_falls_back_too() {
+    let gateway = r#"{"error": {"message": "litellm.UnsupportedParamsError: this model does not support parameters: ['response_format']", "type": "invalid_request_error", "code": "400"}}"#;
+    let validating = r#"{"detail": [{"loc": ["body", "response_format", "type"], "msg": "unexpected value; permitted: 'text', 'json_object'"}]}"#;
+    for (code, body) in [(400, gateway), (422, validating)] {
+        let server = Llm::spawn().await;
+        server.refuse_json_schema(code, body);
+        server.default_reply(Reply::Answer(classification("billing", 0.9)));
+        let dir = TempDir::new("llm-refuses-4xx");
+        let path = write_flow(&dir, "f.yaml", &flow_text(&server.base_url(), "", "", ""));
+        let engine = memory_engine();
+        let out = run(&engine, &plan_of(&path), json!({"text": "hi"})).await;
+        assert_eq!(out.status, RunStatus::Succeeded, "{code}: {:?}", out.error);
+        let statuses: Vec<u16> = server.hits().iter().map(|h| h.status).collect();
+        assert_eq!(statuses, [code, 200]);
+        let steps = engine.store.steps(&out.run_id).await.unwrap();
+        let notes = steps.last().unwrap().answers.clone().expect("notes");
+        assert_eq!(notes["refused"]["status"], code, "{notes}");
+    }
+}
+
+/// `structured_output` on the provider says the form up front: `json_object` and `prompt`
+/// are asked for from the first request; `json_schema` is kept even when refused (no
+/// fallback), and the refusal, repeated, fails at once with the server's message.
+#[tokio::test]
+async fn a_provider_says_its_structured_output_form_up_front() {
+    let server = Llm::spawn().await;
+    server.refuse_json_schema(500, mock_server::LLAMA_CPP_PYTHON_REFUSAL);
+    server.default_reply(Reply::Answer(classification("other", 0.5)));
+    let dir = TempDir::new("llm-form-up-front");
+    let engine = memory_engine();
+    for (i, form) in ["json_object", "prompt"].into_iter().enumerate() {
+        let provider = format!("    structured_output: {form}");
+        let path = write_flow(
+            &dir,
+            &format!("{form}.yaml"),
+            &flow_text(&server.base_url(), &provider, "", ""),
+        );
+        let out = run(&engine, &plan_of(&path), json!({"text": "hi"})).await;
+        assert_eq!(out.status, RunStatus::Succeeded, "{form}: {:?}", out.error);
+        let hits = server.hits();
+        assert_eq!(hits.len(), i + 1, "{form}: one request");
+        let (format, system) = form_of(&hits[i].body);
+        match form {
+            "json_object" => assert_eq!(format["type"], "json_object"),
+            _ => assert_eq!(format, Value::Null, "no response_format"),
+        }
+        assert!(system.contains("matches this JSON Schema"), "{system}");
+        let steps = engine.store.steps(&out.run_id).await.unwrap();
+        assert_eq!(
+            steps.last().unwrap().answers.as_ref().unwrap()["structured_output"],
+            form
+        );
+    }
+    let path = write_flow(
+        &dir,
+        "json_schema.yaml",
+        &flow_text(&server.base_url(), "    structured_output: json_schema", "", ""),
+    );
+    let t0 = std::time::Instant::now();
+    let out = run(&engine, &plan_of(&path), json!({"text": "hi"})).await;
+    let e = out.error.expect("refused");
+    assert_eq!(e.kind.as_str(), "agent");
+    assert!(
+        e.message
+            .contains("answered 500 Internal Server Error twice with the same error")
+            && e.message.contains("Input should be 'text' or 'json_object'"),
+        "{}",
+        e.message
+    );
+    assert_eq!(server.hits().len(), 4, "asked twice, in the form it was told");
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+}
+
+/// Permanent server errors fail at once: 501 (a `base_url` that is a static file server, as
+/// Python's `http.server` answers a POST) and 505 are not retried, not even by the step's
+/// `retry`; a 500 that says the request is invalid is asked once more and, the same again,
+/// fails with the server's message. A 500 that does not say so is retried as before.
+#[tokio::test]
+async fn permanent_server_errors_fail_at_once() {
+    let server = Llm::spawn().await;
+    let dir = TempDir::new("llm-permanent");
+    let path = write_flow(
+        &dir,
+        "f.yaml",
+        &flow_text(
+            &server.base_url(),
+            "",
+            "",
+            "    retry: {attempts: 3, backoff: 10ms, on: [agent]}",
+        ),
+    );
+    let plan = plan_of(&path);
+    let engine = memory_engine();
+    let static_files = "<!DOCTYPE HTML>\n<html><head><title>Error response</title></head><body>\
+        <h1>Error response</h1><p>Error code: 501</p><p>Message: Unsupported method ('POST').</p></body></html>";
+    let t0 = std::time::Instant::now();
+    for (code, seen) in [(501, 1), (505, 2)] {
+        server.script([Reply::Status(code, None, static_files.into())]);
+        let out = run(&engine, &plan, json!({"text": "hi"})).await;
+        let e = out.error.expect("fails");
+        assert_eq!(e.kind.as_str(), "agent", "{code}");
+        assert!(
+            e.message.contains(&format!("answered {code}"))
+                && e.message.contains("not retried")
+                && e.message.contains("Unsupported method ('POST')"),
+            "{}",
+            e.message
+        );
+        assert_eq!(server.hits().len(), seen, "{code} is asked once");
+    }
+    let invalid = r#"{"error": {"message": "invalid value for 'temperature': must be between 0 and 2", "type": "server_error"}}"#;
+    server.default_reply(Reply::Status(500, None, invalid.into()));
+    let out = run(&engine, &plan, json!({"text": "hi"})).await;
+    let e = out.error.expect("fails");
+    assert_eq!(e.kind.as_str(), "agent");
+    assert!(
+        e.message.ends_with(
+            "answered 500 Internal Server Error twice with the same error, which says the request \
+             itself is invalid (not retried): invalid value for 'temperature': must be between 0 and 2"
+        ),
+        "{}",
+        e.message
+    );
+    assert_eq!(
+        server.hits().len(),
+        4,
+        "the 500 is asked twice, the step not again"
+    );
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+
+    // The same 500 that says nothing of the request is a server failing for a while.
+    server.script([
+        Reply::Status(500, Some("0".into()), "upstream overloaded".into()),
+        Reply::Status(500, Some("0".into()), "upstream overloaded".into()),
+        Reply::Answer(classification("billing", 0.9)),
+    ]);
+    let out = run(&engine, &plan, json!({"text": "hi"})).await;
+    assert_eq!(out.status, RunStatus::Succeeded, "{:?}", out.error);
+    assert_eq!(server.hits().len(), 7);
+}
+
+/// The ids of the runs in a store, newest first.
+fn run_ids(dir: &TempDir, store: &[&str]) -> Vec<String> {
+    let list = support::run(
+        support::switchyard(dir.path())
+            .args(["runs", "list", "--json"])
+            .args(store),
+    );
+    list.stdout
+        .lines()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).expect("JSON");
+            v["id"].as_str().expect("an id").to_owned()
+        })
+        .collect()
+}
+
+/// A request past the step's timeout is abandoned, but the server finishes it (and would
+/// bill it): the attempt is recorded as timed out with its tokens unknown, and `runs show`
+/// and the batch summary say the cost is a lower bound. `runs list` prints the cost with
+/// its significant digits.
+#[test]
+fn an_abandoned_request_makes_the_cost_a_lower_bound() {
+    let server = Llm::start();
+    server.default_reply(Reply::Slow(
+        Duration::from_millis(1500),
+        classification("billing", 0.9),
+    ));
+    let dir = TempDir::new("llm-abandoned");
+    write_flow(
+        &dir,
+        "f.yaml",
+        &flow_text(&server.base_url(), "", "", "    timeout: 300ms"),
+    );
+    let store = ["--store", "sqlite:runs.db"];
+    let out = support::run(
+        support::switchyard(dir.path())
+            .args(["run", "f.yaml", "--input", r#"{"text": "hi"}"#])
+            .args(store),
+    );
+    assert_eq!(out.code(), 1, "{out:?}");
+    // The server finished the request the run gave up on, and counted its tokens.
+    let t0 = std::time::Instant::now();
+    while server.hits().is_empty() && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let hits = server.hits();
+    assert_eq!((hits.len(), hits[0].status), (1, 200));
+    assert!(hits[0].tokens > 0);
+    let id = run_ids(&dir, &store).remove(0);
+    let json = support::run(
+        support::switchyard(dir.path())
+            .args(["runs", "show", &id, "--json"])
+            .args(store),
+    );
+    let doc: Value = serde_json::from_str(&json.stdout).expect("JSON");
+    let step = &doc["steps"][0];
+    assert_eq!(step["error"]["kind"], "timeout", "{step}");
+    assert_eq!(step["error"]["details"]["tokens_unknown"], true, "{step}");
+    assert_eq!(step["answers"]["abandoned_requests"], 1, "{step}");
+    assert_eq!(step["answers"]["structured_output"], "json_schema", "{step}");
+    assert_eq!(step["usage"]["input_tokens"], 0, "{step}");
+    let shown = support::run(
+        support::switchyard(dir.path())
+            .args(["runs", "show", &id])
+            .args(store),
+    );
+    assert!(
+        shown.stdout.contains(
+            "cost      $0.0000 · tokens 0 in, 0 out · a lower bound: 1 request(s) abandoned (timed out or cancelled), their tokens unknown"
+        ) && shown.stdout.contains("1 request(s) abandoned (timed out or cancelled)"),
+        "{}",
+        shown.stdout
+    );
+
+    // A batch: one item answered in time, one abandoned.
+    server.script([Reply::Answer(classification("billing", 0.9))]);
+    dir.write(
+        "in.jsonl",
+        "{\"id\": 1, \"text\": \"a\"}\n{\"id\": 2, \"text\": \"b\"}\n",
+    );
+    let out = support::run(
+        support::switchyard(dir.path())
+            .args([
+                "batch",
+                "f.yaml",
+                "--input",
+                "in.jsonl",
+                "--output",
+                "out.jsonl",
+                "--concurrency",
+                "1",
+            ])
+            .args(store),
+    );
+    assert_eq!(out.code(), 1, "{out:?}");
+    assert!(
+        out.stderr.contains(", at least $0.0000")
+            && out
+                .stderr
+                .contains("cost is a lower bound: 1 LLM request(s) were abandoned (timed out or cancelled)"),
+        "{}",
+        out.stderr
+    );
+
+    // `runs list`: the answered item's cost with two significant digits, not `$0.0001`.
+    let list = support::run(
+        support::switchyard(dir.path())
+            .args(["runs", "list", "--json"])
+            .args(store),
+    );
+    let cost = list
+        .stdout
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["cost_usd"]
+                .as_f64()
+                .unwrap()
+        })
+        .find(|c| *c > 0.0)
+        .expect("a run that cost something");
+    assert!(cost < 0.0001, "{cost}");
+    let text = support::run(support::switchyard(dir.path()).args(["runs", "list"]).args(store));
+    let digits = format!("{cost:.9}");
+    let first = digits[2..].find(|c| c != '0').unwrap();
+    let want = format!("${cost:.prec$}", prec = first + 2);
+    assert!(
+        text.stdout.contains(&format!(" {want} ")),
+        "{want}\n{}",
+        text.stdout
+    );
+}
+
+/// `runs show --json` and `runs show` tell which structured-output form a call used, and
+/// what the server refused.
+#[test]
+fn the_form_used_is_on_the_step_record() {
+    let server = Llm::start();
+    server.refuse_json_schema(500, mock_server::LLAMA_CPP_PYTHON_REFUSAL);
+    server.default_reply(Reply::Answer(classification("billing", 0.9)));
+    let dir = TempDir::new("llm-form-shown");
+    write_flow(&dir, "f.yaml", &flow_text(&server.base_url(), "", "", ""));
+    let store = ["--store", "sqlite:runs.db"];
+    let out = support::run(
+        support::switchyard(dir.path())
+            .args(["run", "f.yaml", "--input", r#"{"text": "hi"}"#])
+            .args(store),
+    );
+    assert_eq!(out.code(), 0, "{out:?}");
+    let id = run_ids(&dir, &store).remove(0);
+    let json = support::run(
+        support::switchyard(dir.path())
+            .args(["runs", "show", &id, "--json"])
+            .args(store),
+    );
+    let doc: Value = serde_json::from_str(&json.stdout).expect("JSON");
+    assert_eq!(doc["steps"][0]["answers"]["structured_output"], "json_object");
+    let shown = support::run(
+        support::switchyard(dir.path())
+            .args(["runs", "show", &id])
+            .args(store),
+    );
+    assert!(
+        shown
+            .stdout
+            .contains("structured output: json_object (the server refused json_schema: 1 validation error"),
+        "{}",
+        shown.stdout
+    );
 }

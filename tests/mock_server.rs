@@ -3,7 +3,8 @@
 //!
 //! [`Llm`] speaks OpenAI's chat completions (`POST /v1/chat/completions`) and answers from a
 //! script — correctly, slowly, with 429 + `Retry-After`, 500s, truncated JSON, prose, fenced
-//! JSON, schema violations — recording every request it received (arrival time on tokio's
+//! JSON, schema violations, a refusal of `response_format` json_schema as llama-cpp-python's
+//! server answers it — recording every request it received (arrival time on tokio's
 //! clock, headers, body, tokens) so tests can measure request and token rates. [`Service`]
 //! is a small JSON service with echo, status, size and redirect routes for `http` agents.
 //!
@@ -57,7 +58,15 @@ pub struct LlmState {
     hits: Mutex<Vec<Hit>>,
     /// Latency of every answer.
     latency: Mutex<Duration>,
+    /// The status and body answered to a request asking for `response_format` of type
+    /// `json_schema`, before the script is consulted (a server that refuses that form).
+    refuse_json_schema: Mutex<Option<(u16, String)>>,
 }
+
+/// What llama-cpp-python's server answers a `response_format` of type `json_schema`: a 500
+/// (it turns the request's validation error into an internal error) whose body names the
+/// field, in OpenAI's error shape. It takes `text`, and `json_object` with a `schema`.
+pub const LLAMA_CPP_PYTHON_REFUSAL: &str = r#"{"error": {"message": "1 validation error for CreateChatCompletionRequest\nresponse_format.type\n  Input should be 'text' or 'json_object' [type=literal_error, input_value='json_schema', input_type=str]", "type": "internal_server_error", "param": null, "code": null}}"#;
 
 /// A scripted OpenAI-compatible server.
 #[derive(Clone)]
@@ -111,6 +120,12 @@ impl Llm {
         self
     }
 
+    /// Answers `status` with `body` to every request asking for the `json_schema` form.
+    pub fn refuse_json_schema(&self, status: u16, body: &str) -> &Self {
+        *self.state.refuse_json_schema.lock().unwrap() = Some((status, body.to_owned()));
+        self
+    }
+
     pub fn latency(&self, d: Duration) -> &Self {
         *self.state.latency.lock().unwrap() = d;
         self
@@ -154,13 +169,27 @@ fn prompt_tokens(body: &Value) -> u64 {
     (body["messages"].to_string().len() as u64).div_ceil(4)
 }
 
+/// Each request is answered by a task of its own, which finishes (and records its hit, its
+/// tokens counted) even when the client has given up on it: a real server bills those too.
 async fn completion(State(s): State<Arc<LlmState>>, headers: HeaderMap, body: Bytes) -> Response {
+    tokio::spawn(answer_request(s, headers, body))
+        .await
+        .expect("the answering task")
+}
+
+async fn answer_request(s: Arc<LlmState>, headers: HeaderMap, body: Bytes) -> Response {
     let at = Instant::now();
     let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    let reply = {
-        let next = s.script.lock().unwrap().pop_front();
-        next.or_else(|| s.default.lock().unwrap().clone())
-            .unwrap_or_else(|| Reply::Answer("{}".into()))
+    let refusal = s.refuse_json_schema.lock().unwrap().clone();
+    let reply = match refusal {
+        Some((code, text)) if body["response_format"]["type"] == "json_schema" => {
+            Reply::Status(code, None, text)
+        }
+        _ => {
+            let next = s.script.lock().unwrap().pop_front();
+            next.or_else(|| s.default.lock().unwrap().clone())
+                .unwrap_or_else(|| Reply::Answer("{}".into()))
+        }
     };
     let latency = *s.latency.lock().unwrap();
     if !latency.is_zero() {

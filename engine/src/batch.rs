@@ -79,8 +79,9 @@ pub struct Progress {
     pub in_flight: AtomicU64,
     /// Items whose result came from an earlier start of the batch.
     pub reused: AtomicU64,
-    /// Cost in micro-dollars.
-    pub cost_micros: AtomicU64,
+    /// Cost in nano-dollars, the unit providers count in: an item of a cheap local model
+    /// costs well under a micro-dollar.
+    pub cost_nanos: AtomicU64,
 }
 
 impl Progress {
@@ -91,13 +92,13 @@ impl Progress {
     }
 
     pub fn cost_usd(&self) -> f64 {
-        self.cost_micros.load(Ordering::Relaxed) as f64 / 1e6
+        self.cost_nanos.load(Ordering::Relaxed) as f64 / 1e9
     }
 
     fn add_cost(&self, usd: f64) {
         if usd > 0.0 {
-            self.cost_micros
-                .fetch_add((usd * 1e6).round() as u64, Ordering::Relaxed);
+            self.cost_nanos
+                .fetch_add((usd * 1e9).round() as u64, Ordering::Relaxed);
         }
     }
 }
@@ -113,6 +114,9 @@ pub struct Summary {
     pub unfinished: u64,
     pub reused: u64,
     pub cost_usd: f64,
+    /// LLM requests of this start abandoned past their timeout (or cancelled), whose tokens
+    /// are unknown: `cost_usd` is then a lower bound.
+    pub abandoned_requests: u64,
     pub elapsed: std::time::Duration,
     /// Why the batch stopped early, if it did.
     pub stopped: Option<String>,
@@ -656,6 +660,8 @@ pub async fn run<S: Store>(
     controls: RunControls,
 ) -> Result<Summary, BatchError> {
     let started = Instant::now();
+    // LLM requests abandoned with their tokens unknown, counted by the process's providers.
+    let abandoned_before = crate::agents::provider::Providers::global().totals().abandoned;
     if same_file(&options.input, &options.output) {
         return Err(BatchError::SameFile {
             path: options.output.display().to_string(),
@@ -956,8 +962,8 @@ pub async fn run<S: Store>(
         && why.is_empty()
     {
         *why = format!(
-            "the cost limit was reached: the batch has spent ${:.4} of --max-cost-usd {max} (earlier starts included)",
-            progress.cost_usd()
+            "the cost limit was reached: the batch has spent {} of --max-cost-usd {max} (earlier starts included)",
+            crate::runtime::record::fmt_usd(progress.cost_usd())
         );
     }
     let succeeded = progress.succeeded.load(Ordering::Relaxed);
@@ -971,6 +977,10 @@ pub async fn run<S: Store>(
         unfinished: total.saturating_sub(succeeded + failed + interrupted),
         reused: progress.reused.load(Ordering::Relaxed),
         cost_usd: progress.cost_usd(),
+        abandoned_requests: crate::agents::provider::Providers::global()
+            .totals()
+            .abandoned
+            .saturating_sub(abandoned_before),
         elapsed: started.elapsed(),
         stopped,
         store_failed,

@@ -19,6 +19,10 @@
 //! 429 with `Retry-After` pauses the whole provider ([`ProviderState::pause_for`]), so that
 //! five hundred runs do not each find out for themselves.
 //!
+//! A provider also remembers what calls found out about it: the structured-output form its
+//! server needs ([`ProviderState::learn_form`]) and how many requests were abandoned with
+//! their tokens unknown ([`ProviderState::abandon`]).
+//!
 //! A provider's limits are fixed by the first plan that names it; a later plan naming the
 //! same provider with other limits gets a warning and shares the first limits.
 
@@ -30,6 +34,7 @@ use std::time::Duration;
 use tokio::sync::{Semaphore, SemaphorePermit};
 use tokio::time::Instant;
 
+use crate::model::StructuredOutput;
 use crate::plan::ProviderPlan;
 use crate::runtime::record::Usage;
 
@@ -96,6 +101,7 @@ impl Providers {
             let s = s.stats();
             t.requests += s.requests;
             t.rate_limited += s.rate_limited;
+            t.abandoned += s.abandoned;
             t.usage.add(s.usage);
         }
         t
@@ -123,6 +129,9 @@ pub struct ProviderStats {
     /// Responses with status 429.
     pub rate_limited: u64,
     pub usage: Usage,
+    /// Requests abandoned with their tokens unknown ([`ProviderState::abandon`]): `usage`
+    /// is a lower bound when this is not 0.
+    pub abandoned: u64,
 }
 
 /// One provider, shared by every run in the process.
@@ -139,6 +148,12 @@ pub struct ProviderState {
     output_tokens: AtomicU64,
     /// Cost in units of 10⁻⁹ USD.
     cost_nano: AtomicU64,
+    /// Requests given up on while the server may still answer them (past their timeout,
+    /// or cancelled): their tokens are unknown, so the cost counted is a lower bound.
+    abandoned: AtomicU64,
+    /// The structured-output form this provider was found to need (a server that refused
+    /// `json_schema`), for the calls after the one that found out.
+    learned_form: Mutex<Option<StructuredOutput>>,
 }
 
 /// A request's place: its concurrency permit (released when dropped) and its token
@@ -174,7 +189,24 @@ impl ProviderState {
             input_tokens: AtomicU64::new(0),
             output_tokens: AtomicU64::new(0),
             cost_nano: AtomicU64::new(0),
+            abandoned: AtomicU64::new(0),
+            learned_form: Mutex::new(None),
         }
+    }
+
+    /// The structured-output form a call of this provider found it needs, if any.
+    pub fn learned_form(&self) -> Option<StructuredOutput> {
+        *self.learned_form.lock().expect("provider form lock")
+    }
+
+    /// Remembers that this provider needs `form` for structured output.
+    pub fn learn_form(&self, form: StructuredOutput) {
+        *self.learned_form.lock().expect("provider form lock") = Some(form);
+    }
+
+    /// Counts a request given up on while the server may still answer it.
+    pub fn abandon(&self) {
+        self.abandoned.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Waits for a concurrency permit, then for rate capacity for one request of `tokens`
@@ -245,6 +277,7 @@ impl ProviderState {
                 output_tokens: self.output_tokens.load(Ordering::Relaxed),
                 cost_usd: self.cost_nano.load(Ordering::Relaxed) as f64 / 1e9,
             },
+            abandoned: self.abandoned.load(Ordering::Relaxed),
         }
     }
 }
@@ -406,6 +439,7 @@ mod tests {
             tokens_per_minute: tpm,
             prices: [("m".to_string(), (0.5, 2.0))].into_iter().collect(),
             timeout: None,
+            structured_output: None,
         }
     }
 

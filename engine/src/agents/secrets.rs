@@ -65,31 +65,31 @@ fn refs_of(agent: &AgentPlan, flow: &str, out: &mut BTreeMap<String, Vec<String>
             if let Some(k) = &p.api_key {
                 add(
                     k,
-                    format!("the `api_key` of provider `{}` (flow `{flow}`)", p.name),
+                    format!("the `api_key` of provider `{}` in flow `{flow}`", p.name),
                 );
             }
             for (h, v) in &p.headers {
                 add(
                     v,
-                    format!("header `{h}` of provider `{}` (flow `{flow}`)", p.name),
+                    format!("header `{h}` of provider `{}` in flow `{flow}`", p.name),
                 );
             }
         }
         AgentPlanSpec::Http(h) => {
             add(
                 &h.url,
-                format!("the `url` of agent `{}` (flow `{flow}`)", agent.name),
+                format!("the `url` of agent `{}` in flow `{flow}`", agent.name),
             );
             for (k, v) in &h.headers {
                 add(
                     v,
-                    format!("header `{k}` of agent `{}` (flow `{flow}`)", agent.name),
+                    format!("header `{k}` of agent `{}` in flow `{flow}`", agent.name),
                 );
             }
         }
         AgentPlanSpec::Command(c) => {
             for (k, v) in &c.env {
-                add(v, format!("`env.{k}` of agent `{}` (flow `{flow}`)", agent.name));
+                add(v, format!("`env.{k}` of agent `{}` in flow `{flow}`", agent.name));
             }
         }
         AgentPlanSpec::Flow(_) | AgentPlanSpec::Transform(_) | AgentPlanSpec::Mock(_) => {}

@@ -199,7 +199,7 @@ fn report(args: &Args, s: &Summary, paused: bool) -> u8 {
     let mut msg = String::new();
     let _ = writeln!(
         msg,
-        "batch: {} items: {} succeeded, {} failed, {} interrupted{}{} in {}{}, ${:.4}",
+        "batch: {} items: {} succeeded, {} failed, {} interrupted{}{} in {}{}, {}{}",
         s.total,
         s.succeeded,
         s.failed,
@@ -216,8 +216,17 @@ fn report(args: &Args, s: &Summary, paused: bool) -> u8 {
         },
         crate::runtime::engine::fmt_duration(Duration::from_millis(s.elapsed.as_millis() as u64)),
         rate,
-        s.cost_usd
+        if s.abandoned_requests > 0 { "at least " } else { "" },
+        crate::runtime::record::fmt_usd(s.cost_usd)
     );
+    if s.abandoned_requests > 0 {
+        let _ = writeln!(
+            msg,
+            "cost is a lower bound: {} LLM request(s) were abandoned (timed out or cancelled); the server \
+             may have finished and billed them, and their tokens are unknown",
+            s.abandoned_requests
+        );
+    }
     let _ = writeln!(msg, "output: {}", args.output.display());
     if let Some(why) = &s.stopped {
         let _ = writeln!(msg, "stopped early: {why}");
@@ -266,6 +275,8 @@ fn report(args: &Args, s: &Summary, paused: bool) -> u8 {
             "reused": s.reused,
             "elapsed_ms": u64::try_from(s.elapsed.as_millis()).unwrap_or(u64::MAX),
             "cost_usd": s.cost_usd,
+            "cost_is_lower_bound": s.abandoned_requests > 0,
+            "abandoned_requests": s.abandoned_requests,
             "output": args.output.display().to_string(),
             "stopped": s.stopped,
             "message": msg.trim_end(),
@@ -340,11 +351,11 @@ async fn show_progress(p: Arc<Progress>, every: u64) {
             |s| crate::runtime::engine::fmt_duration(Duration::from_secs(s)),
         );
         format!(
-            "{done}/{total} done · {} failed · {} interrupted · {} in flight · {rate:.1}/s · ETA {eta} · ${:.4}",
+            "{done}/{total} done · {} failed · {} interrupted · {} in flight · {rate:.1}/s · ETA {eta} · {}",
             p.failed.load(Ordering::Relaxed),
             p.interrupted.load(Ordering::Relaxed),
             p.in_flight.load(Ordering::Relaxed),
-            p.cost_usd()
+            crate::runtime::record::fmt_usd(p.cost_usd())
         )
     };
     let start = std::time::Instant::now();

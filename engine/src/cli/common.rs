@@ -245,8 +245,8 @@ impl RunArgs {
                 .iter()
                 .map(|(name, places)| {
                     format!(
-                        "environment variable {name} is not set (needed by {})",
-                        places.join("; ")
+                        "environment variable {name} is not set, needed by {}",
+                        places.join(" and by ")
                     )
                 })
                 .collect();

@@ -205,7 +205,7 @@ fn list(args: ListArgs) -> u8 {
             } else {
                 r.steps.to_string()
             },
-            format!("${:.4}", r.usage.cost_usd),
+            crate::runtime::record::fmt_usd(r.usage.cost_usd),
         );
     }
     super::exit::OK
@@ -325,6 +325,24 @@ fn unfinished(
     }
 }
 
+/// The `llm` requests abandoned with their tokens unknown in a run and its child runs.
+async fn abandoned_in_tree<S: crate::store::Store + ?Sized>(s: &S, run: &str) -> Result<u64, String> {
+    let mut total = 0;
+    let mut todo = vec![run.to_string()];
+    while let Some(id) = todo.pop() {
+        let steps = s.latest_steps(&id).await.map_err(|e| e.to_string())?;
+        total += steps.iter().map(super::trace::abandoned_requests).sum::<u64>();
+        todo.extend(
+            s.children(&id)
+                .await
+                .map_err(|e| e.to_string())?
+                .into_iter()
+                .map(|c| c.id),
+        );
+    }
+    Ok(total)
+}
+
 fn duration(r: &RunRecord) -> String {
     if r.finished_at.is_none() && r.status == RunStatus::Running {
         return "-".to_string();
@@ -372,10 +390,20 @@ fn show(args: ShowArgs) -> u8 {
             let steps = s.latest_steps(&run.id).await.map_err(|e| e.to_string())?;
             unfinished(&mut out, &run, &root, &steps, &args.store);
         }
+        let abandoned = abandoned_in_tree(&**s, &run.id).await?;
+        let lower_bound = if abandoned > 0 {
+            format!(
+                " · a lower bound: {abandoned} request(s) abandoned (timed out or cancelled), their tokens unknown"
+            )
+        } else {
+            String::new()
+        };
         let _ = writeln!(
             out,
-            "cost      ${:.6} · tokens {} in, {} out",
-            run.usage.cost_usd, run.usage.input_tokens, run.usage.output_tokens
+            "cost      {} · tokens {} in, {} out{lower_bound}",
+            crate::runtime::record::fmt_usd(run.usage.cost_usd),
+            run.usage.input_tokens,
+            run.usage.output_tokens
         );
         let _ = writeln!(out, "input     {}", run.input);
         if let Some(o) = &run.output {

@@ -114,6 +114,7 @@ fn print_one<'a, S: Store>(
 ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>> {
     Box::pin(async move {
         let _ = writeln!(out, "{}{}", "  ".repeat(depth), line(s, color));
+        llm_notes(s, &"  ".repeat(depth + 1), out);
         if let Some(detail) = detail {
             if s.kind == "interrupt" && s.status == StepStatus::Interrupted {
                 question(s, detail, &"  ".repeat(depth + 1), out);
@@ -127,7 +128,13 @@ fn print_one<'a, S: Store>(
                 }
                 let _ = writeln!(out, "{}  set {} = {value}", "  ".repeat(depth), c.path);
             }
-            if let Some(Value::Array(repairs)) = &s.answers {
+            // Records written before the notes were one object kept the repairs as a bare list.
+            let repairs = match &s.answers {
+                Some(Value::Array(r)) => Some(r),
+                Some(a) => a.get("repairs").and_then(Value::as_array),
+                None => None,
+            };
+            if let Some(repairs) = repairs {
                 let pad = "  ".repeat(depth + 1);
                 let _ = writeln!(
                     out,
@@ -274,6 +281,38 @@ fn line(s: &StepRecord, color: bool) -> String {
         let _ = write!(l, " → {route}");
     }
     l
+}
+
+/// What an `llm` call's record says beyond its tokens: a structured-output form the server
+/// refused, and requests abandoned with their tokens unknown.
+fn llm_notes(s: &StepRecord, pad: &str, out: &mut String) {
+    let Some(notes) = s.answers.as_ref().filter(|a| a.is_object()) else {
+        return;
+    };
+    if let Some(r) = notes.get("refused") {
+        let _ = writeln!(
+            out,
+            "{pad}structured output: {} (the server refused {}: {})",
+            notes["structured_output"].as_str().unwrap_or("?"),
+            r["form"].as_str().unwrap_or("?"),
+            r["message"].as_str().unwrap_or("")
+        );
+    }
+    if let Some(n) = notes.get("abandoned_requests").and_then(Value::as_u64) {
+        let _ = writeln!(
+            out,
+            "{pad}{n} request(s) abandoned (timed out or cancelled): the server may have finished and billed them; their tokens are unknown, so this cost is a lower bound"
+        );
+    }
+}
+
+/// The requests abandoned with their tokens unknown in a step record's `llm` notes.
+pub fn abandoned_requests(s: &StepRecord) -> u64 {
+    s.answers
+        .as_ref()
+        .and_then(|a| a.get("abandoned_requests"))
+        .and_then(Value::as_u64)
+        .unwrap_or(0)
 }
 
 /// ` · 120 tokens (100 in, 20 out) · $0.000140`, or nothing when no tokens were used.

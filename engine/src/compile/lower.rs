@@ -389,6 +389,7 @@ impl<'p> Compiler<'p> {
                         tokens_per_minute: None,
                         prices: IndexMap::new(),
                         timeout: None,
+                        structured_output: None,
                     })),
                     model: l.model.value.clone(),
                     system: l.system.as_ref().and_then(|t| self.template(scope, t)),
@@ -695,5 +696,6 @@ fn provider_plan(p: &Provider) -> ProviderPlan {
             .map(|(k, v)| (k.clone(), (v.input_per_mtok.value, v.output_per_mtok.value)))
             .collect(),
         timeout: p.timeout.as_ref().map(|t| t.value.0),
+        structured_output: p.structured_output.as_ref().map(|s| s.value),
     }
 }

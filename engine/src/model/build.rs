@@ -607,6 +607,7 @@ const PROVIDER_KEYS: &[&str] = &[
     "rate_limit",
     "prices",
     "timeout",
+    "structured_output",
 ];
 
 fn provider(cx: &mut Cx, key: &Key, node: &Node) -> Option<Provider> {
@@ -673,6 +674,18 @@ fn provider(cx: &mut Cx, key: &Key, node: &Node) -> Option<Provider> {
             })
             .unwrap_or_default(),
         timeout: node.get("timeout").and_then(|n| duration(cx, n)),
+        structured_output: node.get("structured_output").and_then(|n| {
+            enum_(
+                cx,
+                n,
+                "structured output form",
+                &[
+                    ("json_schema", StructuredOutput::JsonSchema),
+                    ("json_object", StructuredOutput::JsonObject),
+                    ("prompt", StructuredOutput::Prompt),
+                ],
+            )
+        }),
     })
 }
 

@@ -191,6 +191,33 @@ pub struct Provider {
     pub prices: IndexMap<String, Price>,
     /// Per-request timeout.
     pub timeout: Option<Sp<Dur>>,
+    /// How a `result_schema` is asked for. Unset: `json_schema`, falling back to
+    /// `json_object` once when the server refuses that form.
+    pub structured_output: Option<Sp<StructuredOutput>>,
+}
+
+/// How an `llm` call with a `result_schema` asks the provider for structured output.
+#[derive(Clone, Debug, PartialEq, Eq, Copy, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum StructuredOutput {
+    /// `response_format: {type: json_schema, json_schema: {name, schema}}` (OpenAI, vLLM,
+    /// llama.cpp's server).
+    JsonSchema,
+    /// `response_format: {type: json_object, schema}` with the schema in the system message
+    /// (llama-cpp-python's server, JSON mode elsewhere).
+    JsonObject,
+    /// No `response_format`: the schema is only in the system message.
+    Prompt,
+}
+
+impl StructuredOutput {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StructuredOutput::JsonSchema => "json_schema",
+            StructuredOutput::JsonObject => "json_object",
+            StructuredOutput::Prompt => "prompt",
+        }
+    }
 }
 
 #[derive(Clone, Debug, JsonSchema)]

@@ -503,6 +503,9 @@ pub struct ProviderPlan {
     /// Model → (input, output) USD per million tokens.
     pub prices: IndexMap<String, (f64, f64)>,
     pub timeout: Option<Duration>,
+    /// The structured-output form the provider was given; `None`: `json_schema`, falling
+    /// back to `json_object` when the server refuses it.
+    pub structured_output: Option<crate::model::StructuredOutput>,
 }
 
 #[derive(Debug)]

@@ -487,7 +487,7 @@ struct StepOutcome {
     stop: Option<RunStatus>,
     /// Taken from the records of an earlier run (resume): recorded already.
     replayed: bool,
-    /// An `llm` call's answers that needed repairs ([`StepRecord::answers`]).
+    /// What the step's `llm` calls put on its record ([`StepRecord::answers`]).
     answers: Option<Value>,
 }
 
@@ -549,8 +549,9 @@ struct Run<'e, S: Store> {
     /// paused run records as its `steps`, since [`Run::executed`] counts a `foreach`'s
     /// items before they run.
     finished: AtomicU64,
-    /// The answers `llm` calls needed repairs for, by step number (`1.3[2]`), from the call
-    /// until its step's record takes them.
+    /// What `llm` calls put on their step's record (the structured-output form, repaired
+    /// answers, abandoned requests), by step number (`1.3[2]`), gathered over the step's
+    /// attempts until its record takes them.
     answers: std::sync::Mutex<std::collections::HashMap<String, Value>>,
     numbered: u64,
     path: Vec<String>,
@@ -1541,6 +1542,7 @@ impl<'e, S: Store> Run<'e, S> {
                 let mut o = StepOutcome::err(e);
                 o.usage = used;
                 o.attempts = attempt.saturating_sub(1).max(1);
+                o.answers = self.take_answers(number);
                 return o;
             }
             let result = self
@@ -1551,11 +1553,6 @@ impl<'e, S: Store> Run<'e, S> {
                     let mut o = StepOutcome::ok(Some(value));
                     used.add(usage);
                     o.child_run = child;
-                    o.answers = self
-                        .answers
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .remove(&number.to_string());
                     (o, None)
                 }
                 Err((e, usage, child, interrupted)) => {
@@ -1582,7 +1579,10 @@ impl<'e, S: Store> Run<'e, S> {
             };
             o.usage = used;
             o.attempts = attempt;
-            let Some(wait) = retry else { return o };
+            let Some(wait) = retry else {
+                o.answers = self.take_answers(number);
+                return o;
+            };
             tracing::info!(
                 run_id = %self.record.id, step = %step.id, number = %number, attempt,
                 error = %o.error.as_ref().map(|e| e.to_string()).unwrap_or_default(),
@@ -1590,9 +1590,20 @@ impl<'e, S: Store> Run<'e, S> {
             );
             tokio::select! {
                 _ = tokio::time::sleep(wait) => {}
-                _ = self.tree.cancel.cancelled() => return o,
+                _ = self.tree.cancel.cancelled() => {
+                    o.answers = self.take_answers(number);
+                    return o;
+                }
             }
         }
+    }
+
+    /// What the `llm` calls of step `number` put on its record, over all its attempts.
+    fn take_answers(&self, number: StepNumber<'_>) -> Option<Value> {
+        self.answers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&number.to_string())
     }
 
     /// One attempt: the call under its timeout, then the result schema.
@@ -1738,9 +1749,9 @@ impl<'e, S: Store> Run<'e, S> {
                     Ok(c) => c,
                     Err(e) => return plain(Err(e)),
                 };
-                let repaired = std::sync::Mutex::new(None);
+                let notes = std::sync::Mutex::new(None);
                 let llm = agents::llm::LlmAgent {
-                    repaired: &repaired,
+                    notes: &notes,
                     name: &agent.name,
                     plan: l,
                     schema: agent.result_schema.as_deref(),
@@ -1750,11 +1761,10 @@ impl<'e, S: Store> Run<'e, S> {
                     providers: agents::provider::Providers::global(),
                 };
                 let out = Box::pin(llm.call(input, cx)).await;
-                if let Some(a) = repaired.into_inner().unwrap_or_else(|e| e.into_inner()) {
-                    self.answers
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .insert(number.to_string(), a);
+                if let Some(a) = notes.into_inner().unwrap_or_else(|e| e.into_inner()) {
+                    let mut all = self.answers.lock().unwrap_or_else(|e| e.into_inner());
+                    let entry = all.entry(number.to_string()).or_insert(Value::Null);
+                    agents::llm::merge_notes(entry, a);
                 }
                 match out {
                     Ok((v, usage)) => Ok((v, usage, None)),

@@ -160,9 +160,12 @@ pub struct StepRecord {
     pub child_run: Option<String>,
     /// The step the run went to next (`end` for the end), when routed.
     pub route: Option<String>,
-    /// Of an `llm` call that succeeded after repairs: each answer that could not be used and
-    /// the repair request that followed it (`[{answer, repair_request}]`). A call that failed
-    /// keeps them in its error's details instead.
+    /// Of an `llm` step, what its calls noted (one object, over all its attempts):
+    /// `structured_output` (the form used), `refused` (the form the server refused),
+    /// `repairs` (of a call that succeeded after repairs: `[{answer, repair_request}]`; a call
+    /// that failed keeps them in its error's details instead) and `abandoned_requests`
+    /// (requests whose tokens are unknown). Records written before held only the list of
+    /// repairs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub answers: Option<Value>,
 }
@@ -233,5 +236,35 @@ mod tests {
         assert_ne!(a, b);
         assert!(a.starts_with('r') && a.len() >= 22, "{a}");
         assert!(a[1..].chars().all(|c| c.is_ascii_hexdigit()), "{a}");
+    }
+}
+
+/// A cost in USD for people: at least 4 decimals, and as many more as show its first two
+/// significant digits, up to the nano-dollar the engine counts in (`$0.0123`, `$0.000013`,
+/// `$0.0000`, `$12.5000`).
+pub fn fmt_usd(usd: f64) -> String {
+    let nine = format!("{:.9}", usd.abs());
+    let decimals = nine
+        .split_once('.')
+        .filter(|(int, _)| int.bytes().all(|b| b == b'0'))
+        .and_then(|(_, frac)| frac.bytes().position(|b| b != b'0'))
+        .map_or(4, |first| (first + 2).clamp(4, 9));
+    format!("${usd:.decimals$}")
+}
+
+#[cfg(test)]
+mod usd_tests {
+    use super::fmt_usd;
+
+    #[test]
+    fn costs_keep_two_significant_digits() {
+        assert_eq!(fmt_usd(0.0), "$0.0000");
+        assert_eq!(fmt_usd(0.000013), "$0.000013");
+        assert_eq!(fmt_usd(0.00001234), "$0.000012");
+        assert_eq!(fmt_usd(0.0123), "$0.0123");
+        assert_eq!(fmt_usd(0.0001), "$0.00010");
+        assert_eq!(fmt_usd(0.000000001), "$0.000000001");
+        assert_eq!(fmt_usd(12.5), "$12.5000");
+        assert_eq!(fmt_usd(1e-12), "$0.0000");
     }
 }

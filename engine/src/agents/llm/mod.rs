@@ -7,8 +7,13 @@
 //! the `context_paths` values (read from the payload by the engine); and the task — the
 //! rendered `prompt`, or, without one, the step's message and the input document as JSON.
 //!
-//! With `result_schema` the request asks for structured output (`response_format` of type
-//! `json_schema`) and the answer is parsed ([`parse_answer`]: a fenced code block is accepted
+//! With `result_schema` the request asks for structured output in the provider's
+//! `structured_output` form: `json_schema` (`response_format` of that type, the default),
+//! `json_object` (OpenAI's JSON mode, with the `schema` llama-cpp-python's server reads) or
+//! `prompt` (no `response_format`); with the last two the schema is also in the system
+//! message. A server that refuses `json_schema` (a 400, 422 or 500 naming `response_format`)
+//! is asked once more with `json_object`, and its provider remembers that form. The answer
+//! is parsed ([`parse_answer`]: a fenced code block is accepted
 //! and noted) and validated; an answer that is not JSON or violates the schema is shown to the
 //! model with the error, up to `repair_attempts` times, before the call fails with kind
 //! `invalid_output` naming the JSON pointer. Without a schema the result is `{"text": ...}`.
@@ -21,9 +26,13 @@
 //! `max_concurrency` and rate limits shared by the whole process). A 429 or a 5xx is retried
 //! here, honouring `Retry-After` (at least 0.5s; a 429 pauses the whole provider), with
 //! exponential backoff otherwise, until [`RETRY_DEADLINE`] after the call's first request; a
-//! 429 still there then fails with kind `rate_limited`, a 5xx with kind `agent`. A request
-//! that takes longer than the step's `timeout` (or the provider's, if shorter) fails with kind
-//! `timeout`: the `timeout` bounds each request, never the wait for the provider's capacity.
+//! 429 still there then fails with kind `rate_limited`, a 5xx with kind `agent`. Errors that
+//! asking again cannot mend fail at once: 4xx, 501 and 505, and a 5xx that says the request is
+//! invalid and says it again on the next try. A request that takes longer than the step's
+//! `timeout` (or the provider's, if shorter) fails with kind `timeout`: the `timeout` bounds
+//! each request, never the wait for the provider's capacity. Such a request is abandoned
+//! while the server may still finish (and bill) it: its tokens are unknown, and the call's
+//! [`Notes`] and the provider count it, so that the cost shown can say it is a lower bound.
 //! Tokens and cost (from `prices`) of every request, repairs included, are the call's
 //! [`Usage`].
 
@@ -42,6 +51,7 @@ use super::CallContext;
 use super::net::{self, Hosts, ReadError, Secrets};
 use super::provider::{self, ProviderState, Providers};
 use super::transform::agent_vars;
+use crate::model::StructuredOutput;
 use crate::plan::{LlmPlan, Schema};
 use crate::runtime::eval;
 use crate::runtime::record::Usage;
@@ -61,9 +71,9 @@ const COMPLETION_ESTIMATE: u64 = 256;
 
 /// One `llm` agent call's view of the world.
 pub struct LlmAgent<'a> {
-    /// Set when the call succeeds after repairs: the answers that could not be used, each
-    /// with the repair request that followed it, for the step's record.
-    pub repaired: &'a std::sync::Mutex<Option<Value>>,
+    /// Set when the call has something to put on the step's record ([`Notes`]): the
+    /// structured-output form it used, the answers that needed repairs, requests abandoned.
+    pub notes: &'a std::sync::Mutex<Option<Value>>,
     pub name: &'a str,
     pub plan: &'a LlmPlan,
     pub schema: Option<&'a Schema>,
@@ -82,7 +92,14 @@ impl LlmAgent<'_> {
     pub async fn call(&self, input: &Value, cx: CallContext<'_>) -> LlmResult {
         let mut secrets = Secrets::default();
         let mut usage = Usage::default();
-        let out = self.call_inner(input, &cx, &mut secrets, &mut usage).await;
+        let mut notes = Notes::default();
+        let out = self
+            .call_inner(input, &cx, &mut secrets, &mut usage, &mut notes)
+            .await;
+        if let Some(mut v) = notes.into_value() {
+            secrets.redact_value(&mut v);
+            *self.notes.lock().unwrap_or_else(|e| e.into_inner()) = Some(v);
+        }
         match out {
             Ok(mut v) => {
                 secrets.redact_value(&mut v);
@@ -98,6 +115,7 @@ impl LlmAgent<'_> {
         cx: &CallContext<'_>,
         secrets: &mut Secrets,
         usage: &mut Usage,
+        notes: &mut Notes,
     ) -> Result<Value, StepError> {
         let p = &self.plan.provider;
         let who = format!("agent `{}`", self.name);
@@ -147,14 +165,48 @@ impl LlmAgent<'_> {
         let mut messages = self.messages(input, cx)?;
         let state = self.providers.get(p);
         let repairs = self.plan.repair_attempts;
+        // The form asked for: the provider's, else what an earlier call found it needs, else
+        // `json_schema`, which a server may refuse once (then `json_object`, remembered).
+        let mut form = self.schema.map(|_| {
+            p.structured_output
+                .or_else(|| state.learned_form())
+                .unwrap_or(StructuredOutput::JsonSchema)
+        });
+        let may_fall_back = p.structured_output.is_none();
         // The answers that could not be used and what the model was told of each, kept for
         // the step's record should the call fail.
         let mut exchange: Vec<Value> = Vec::new();
         for round in 0..=repairs {
-            let body = self.request_body(&model, &messages);
-            let answer = self
-                .request(&state, (&url, &model, &headers), body, cx, secrets, usage)
-                .await?;
+            let answer = loop {
+                let body = self.request_body(&model, &messages, form);
+                let fallback = may_fall_back && form == Some(StructuredOutput::JsonSchema);
+                let sent = (&url, model.as_str(), &headers);
+                match self
+                    .request(&state, sent, body, cx, secrets, usage, notes, fallback)
+                    .await
+                {
+                    Ok(a) => break a,
+                    Err(RequestError::Step(e)) => {
+                        notes.form = form;
+                        return Err(e);
+                    }
+                    Err(RequestError::FormRefused { status, message }) => {
+                        tracing::warn!(
+                            run_id = cx.run_id, step = cx.step, agent = self.name, provider = %p.name,
+                            status, message = %secrets.redact(&message),
+                            "the server refused `response_format` json_schema; asking with json_object from now on"
+                        );
+                        notes.refused = Some(json!({
+                            "form": StructuredOutput::JsonSchema.as_str(),
+                            "status": status,
+                            "message": message,
+                        }));
+                        form = Some(StructuredOutput::JsonObject);
+                        state.learn_form(StructuredOutput::JsonObject);
+                    }
+                }
+            };
+            notes.form = form;
             let Some(schema) = self.schema else {
                 return Ok(json!({"text": answer.content}));
             };
@@ -170,11 +222,7 @@ impl LlmAgent<'_> {
                     }
                     match schema.check(&value) {
                         Ok(()) => {
-                            if !exchange.is_empty() {
-                                let mut kept = Value::Array(std::mem::take(&mut exchange));
-                                secrets.redact_value(&mut kept);
-                                *self.repaired.lock().unwrap_or_else(|e| e.into_inner()) = Some(kept);
-                            }
+                            notes.repairs = std::mem::take(&mut exchange);
                             return Ok(value);
                         }
                         Err(v) => Problem::Schema(v),
@@ -241,10 +289,28 @@ impl LlmAgent<'_> {
         Ok(out)
     }
 
-    fn request_body(&self, model: &str, messages: &[Value]) -> Value {
+    /// The request: `form` says how the `result_schema` is asked for (`None`: no schema).
+    fn request_body(&self, model: &str, messages: &[Value], form: Option<StructuredOutput>) -> Value {
+        let mut messages = messages.to_vec();
+        if let Some(schema) = self.schema
+            && matches!(
+                form,
+                Some(StructuredOutput::JsonObject | StructuredOutput::Prompt)
+            )
+        {
+            let text = schema_instruction(&schema.value);
+            match messages.first_mut() {
+                Some(Value::Object(m)) if m.get("role").and_then(Value::as_str) == Some("system") => {
+                    let content = m.get("content").and_then(Value::as_str).unwrap_or("");
+                    let joined = format!("{content}\n\n{text}");
+                    m.insert("content".into(), Value::String(joined));
+                }
+                _ => messages.insert(0, json!({"role": "system", "content": text})),
+            }
+        }
         let mut body = Map::new();
         body.insert("model".into(), Value::String(model.to_owned()));
-        body.insert("messages".into(), Value::Array(messages.to_vec()));
+        body.insert("messages".into(), Value::Array(messages));
         if let Some(t) = self.plan.temperature {
             body.insert("temperature".into(), json!(t));
         }
@@ -252,10 +318,23 @@ impl LlmAgent<'_> {
             body.insert("max_tokens".into(), json!(n));
         }
         if let Some(schema) = self.schema {
-            body.insert(
-                "response_format".into(),
-                json!({"type": "json_schema", "json_schema": {"name": schema_name(self.name), "schema": schema.value}}),
-            );
+            match form {
+                Some(StructuredOutput::JsonSchema) | None => {
+                    body.insert(
+                        "response_format".into(),
+                        json!({"type": "json_schema", "json_schema": {"name": schema_name(self.name), "schema": schema.value}}),
+                    );
+                }
+                // OpenAI's JSON mode is `{type: json_object}`; llama-cpp-python's server
+                // reads a `schema` beside it and constrains the answer to it.
+                Some(StructuredOutput::JsonObject) => {
+                    body.insert(
+                        "response_format".into(),
+                        json!({"type": "json_object", "schema": schema.value}),
+                    );
+                }
+                Some(StructuredOutput::Prompt) => {}
+            }
         }
         body.insert("stream".into(), Value::Bool(false));
         Value::Object(body)
@@ -263,6 +342,9 @@ impl LlmAgent<'_> {
 
     /// One completion, with the provider's limits and the retries of 429s and 5xx. Messages
     /// it logs are redacted here; the error it returns is redacted by [`LlmAgent::call`].
+    /// With `fallback`, a refusal of the `json_schema` form ([`refuses_form`]) is returned as
+    /// [`RequestError::FormRefused`] at once, for the caller to ask in another form.
+    #[allow(clippy::too_many_arguments)]
     async fn request(
         &self,
         state: &ProviderState,
@@ -271,7 +353,9 @@ impl LlmAgent<'_> {
         cx: &CallContext<'_>,
         secrets: &Secrets,
         usage: &mut Usage,
-    ) -> Result<Answer, StepError> {
+        notes: &mut Notes,
+        fallback: bool,
+    ) -> Result<Answer, RequestError> {
         let p = &self.plan.provider;
         let who = format!("agent `{}`: provider `{}`", self.name, p.name);
         let client = net::client()?;
@@ -281,10 +365,16 @@ impl LlmAgent<'_> {
         let started = tokio::time::Instant::now();
         let mut tries = 0u32;
         let mut connect_failures = 0u32;
+        // The body of the last 5xx, to tell a server that keeps rejecting the request itself
+        // from one that is failing for a while.
+        let mut last_server_error: Option<Vec<u8>> = None;
         loop {
             tries += 1;
+            // Set once the request has its place: from then on the server may be working on it.
+            let admitted = std::sync::atomic::AtomicBool::new(false);
             let sent = async {
                 let admission = state.admit(estimate).await;
+                admitted.store(true, std::sync::atomic::Ordering::Relaxed);
                 let req = client
                     .post(url.clone())
                     .headers(headers.clone())
@@ -312,7 +402,12 @@ impl LlmAgent<'_> {
             let (result, admission) = tokio::select! {
                 biased;
                 _ = cx.cancel.cancelled() => {
-                    return Err(StepError::new(ErrorKind::Cancelled, format!("{who}: call cancelled")));
+                    if admitted.load(std::sync::atomic::Ordering::Relaxed) {
+                        // Sent, perhaps: the server may finish it and bill its tokens.
+                        state.abandon();
+                        notes.abandoned += 1;
+                    }
+                    return Err(StepError::new(ErrorKind::Cancelled, format!("{who}: call cancelled")).into());
                 }
                 r = sent => r,
             };
@@ -341,6 +436,37 @@ impl LlmAgent<'_> {
                 Ok((status, retry_after, bytes)) => {
                     state.settle(&admission, Some(0));
                     let code = status.as_u16();
+                    if fallback && refuses_form(code, &bytes) {
+                        return Err(RequestError::FormRefused {
+                            status: code,
+                            message: server_message(&bytes),
+                        });
+                    }
+                    if matches!(code, 501 | 505) {
+                        // Not Implemented, HTTP Version Not Supported: asking again cannot help
+                        // (a `base_url` that is a static file server answers 501 to a POST).
+                        return Err(permanent(
+                            format!(
+                                "{who} answered {status}: {} — not retried: the server does not \
+                                 implement this request (is `base_url` an OpenAI-compatible endpoint?)",
+                                net::body_head(&bytes)
+                            ),
+                            code,
+                        ));
+                    }
+                    if status.is_server_error() {
+                        if last_server_error.as_deref() == Some(&bytes[..]) && is_invalid_request(&bytes) {
+                            return Err(permanent(
+                                format!(
+                                    "{who} answered {status} twice with the same error, which says the \
+                                     request itself is invalid (not retried): {}",
+                                    server_message(&bytes)
+                                ),
+                                code,
+                            ));
+                        }
+                        last_server_error = Some(bytes.clone());
+                    }
                     if code == 429 || status.is_server_error() {
                         Retry {
                             kind: if code == 429 {
@@ -353,33 +479,42 @@ impl LlmAgent<'_> {
                             rate_limited: code == 429,
                         }
                     } else {
-                        return Err(StepError::new(
-                            ErrorKind::Agent,
+                        return Err(permanent(
                             format!("{who} answered {status}: {}", net::body_head(&bytes)),
-                        )
-                        .with_details(json!({"status": code, "retryable": false})));
+                            code,
+                        ));
                     }
                 }
                 Err(Failure::Timeout) => {
+                    // The server may still finish the request and bill it: its tokens are
+                    // unknown, and what the call is counted to cost is a lower bound.
                     state.settle(&admission, None);
+                    state.abandon();
+                    notes.abandoned += 1;
                     return Err(StepError::new(
                         ErrorKind::Timeout,
-                        format!("{who} did not answer within {}", fmt_secs(timeout)),
-                    ));
+                        format!(
+                            "{who} did not answer within {}; the request was abandoned, its tokens unknown",
+                            fmt_secs(timeout)
+                        ),
+                    )
+                    .with_details(json!({"tokens_unknown": true}))
+                    .into());
                 }
                 Err(Failure::TooLarge) => {
                     state.settle(&admission, None);
                     return Err(StepError::new(
                         ErrorKind::Agent,
                         format!("{who}: the response is larger than {} MiB", MAX_RESPONSE >> 20),
-                    ));
+                    )
+                    .into());
                 }
                 Err(Failure::Transport(e)) => {
                     state.settle(&admission, Some(0));
                     connect_failures += 1;
                     let what = format!("{} ({})", net::transport_error(&e), net::url_for_messages(url));
                     if connect_failures >= CONNECT_TRIES {
-                        return Err(StepError::new(ErrorKind::Agent, format!("{who}: {what}")));
+                        return Err(StepError::new(ErrorKind::Agent, format!("{who}: {what}")).into());
                     }
                     Retry {
                         kind: ErrorKind::Agent,
@@ -405,7 +540,8 @@ impl LlmAgent<'_> {
                         fmt_secs(elapsed),
                         fmt_secs(RETRY_DEADLINE)
                     ),
-                ));
+                )
+                .into());
             }
             tracing::info!(
                 run_id = cx.run_id, step = cx.step, agent = self.name, tries,
@@ -418,7 +554,7 @@ impl LlmAgent<'_> {
                 tokio::select! {
                     biased;
                     _ = cx.cancel.cancelled() => {
-                        return Err(StepError::new(ErrorKind::Cancelled, format!("{who}: call cancelled")));
+                        return Err(StepError::new(ErrorKind::Cancelled, format!("{who}: call cancelled")).into());
                     }
                     _ = tokio::time::sleep(wait) => {}
                 }
@@ -450,6 +586,148 @@ pub fn provider_var(provider: &str, field: &str) -> String {
         })
         .collect();
     format!("SWITCHYARD_PROVIDER_{name}_{field}")
+}
+
+/// Why a request gave no answer.
+enum RequestError {
+    /// The call fails with this.
+    Step(StepError),
+    /// The server refused the `json_schema` form of `response_format` (status, its message).
+    FormRefused { status: u16, message: String },
+}
+
+impl From<StepError> for RequestError {
+    fn from(e: StepError) -> Self {
+        RequestError::Step(e)
+    }
+}
+
+/// What an `llm` call puts on its step's record (`StepRecord::answers`), as one JSON object:
+/// `structured_output` (the form used), `refused` (the form the server refused in this call,
+/// with its status and message), `repairs` (of a call that succeeded after repairs: each
+/// answer that could not be used and the repair request that followed it) and
+/// `abandoned_requests` (requests given up on, past their timeout or cancelled, whose tokens
+/// are unknown). Only what happened is written; a call with nothing to say writes nothing.
+#[derive(Default)]
+struct Notes {
+    form: Option<StructuredOutput>,
+    refused: Option<Value>,
+    repairs: Vec<Value>,
+    abandoned: u64,
+}
+
+impl Notes {
+    fn into_value(self) -> Option<Value> {
+        let mut m = Map::new();
+        if let Some(f) = self.form {
+            m.insert("structured_output".into(), Value::String(f.as_str().into()));
+        }
+        if let Some(r) = self.refused {
+            m.insert("refused".into(), r);
+        }
+        if !self.repairs.is_empty() {
+            m.insert("repairs".into(), Value::Array(self.repairs));
+        }
+        if self.abandoned > 0 {
+            m.insert("abandoned_requests".into(), json!(self.abandoned));
+        }
+        (!m.is_empty()).then_some(Value::Object(m))
+    }
+}
+
+/// Adds what a later attempt of the same step put on its record to what earlier ones did:
+/// `abandoned_requests` add up; the rest is the later attempt's (its form, its repairs), and
+/// a `refused` form stays known.
+pub fn merge_notes(into: &mut Value, later: Value) {
+    let Value::Object(later) = later else { return };
+    let Value::Object(earlier) = into else {
+        *into = Value::Object(later);
+        return;
+    };
+    let abandoned = |m: &Map<String, Value>| m.get("abandoned_requests").and_then(Value::as_u64).unwrap_or(0);
+    let total = abandoned(earlier) + abandoned(&later);
+    earlier.remove("repairs");
+    for (k, v) in later {
+        earlier.insert(k, v);
+    }
+    if total > 0 {
+        earlier.insert("abandoned_requests".into(), json!(total));
+    }
+}
+
+/// The error of a status that asking again cannot help with.
+fn permanent(message: String, status: u16) -> RequestError {
+    StepError::new(ErrorKind::Agent, message)
+        .with_details(json!({"status": status, "retryable": false}))
+        .into()
+}
+
+/// Whether a response refuses the request's `response_format`: a 400, 422 or 500 whose body
+/// names it (llama-cpp-python's server answers 500 to `json_schema`; others 400 or 422).
+fn refuses_form(status: u16, body: &[u8]) -> bool {
+    matches!(status, 400 | 422 | 500) && body.windows(15).any(|w| w == b"response_format")
+}
+
+/// The server's own message in an error body: `error.message` (OpenAI's shape), `error`,
+/// `message` or `detail` (FastAPI's) when the body is JSON that has one; else the body's start.
+fn server_message(body: &[u8]) -> String {
+    let v: Option<Value> = serde_json::from_slice(body).ok();
+    let text = |v: &Value| match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Null => None,
+        other => Some(other.to_string()),
+    };
+    let found = v.as_ref().and_then(|v| {
+        v.pointer("/error/message")
+            .and_then(text)
+            .or_else(|| v.get("error").filter(|e| e.is_string()).and_then(text))
+            .or_else(|| v.get("message").and_then(text))
+            .or_else(|| v.get("detail").and_then(text))
+    });
+    match found {
+        Some(m) => net::body_head(m.as_bytes()),
+        None => net::body_head(body),
+    }
+}
+
+/// Whether a 5xx body says the request itself is wrong (as servers that answer every
+/// exception with 500 do for bad parameters), rather than that the server is failing.
+fn is_invalid_request(body: &[u8]) -> bool {
+    const SAYS_INVALID: &[&str] = &[
+        "invalid",
+        "validation",
+        "not supported",
+        "unsupported",
+        "must be",
+        "must not",
+        "is required",
+        "required field",
+        "missing",
+        "expected",
+        "unexpected",
+        "unknown",
+        "unrecognized",
+        "not allowed",
+        "bad request",
+        "context length",
+        "context window",
+        "exceeds",
+        "too long",
+        "valueerror",
+        "typeerror",
+        "keyerror",
+    ];
+    let text = String::from_utf8_lossy(body).to_lowercase();
+    SAYS_INVALID.iter().any(|w| text.contains(w))
+}
+
+/// The system message text that asks for the schema when `response_format` cannot (or can
+/// only loosely): OpenAI's JSON mode also wants the word JSON in a message.
+fn schema_instruction(schema: &Value) -> String {
+    format!(
+        "Reply with only a JSON value that matches this JSON Schema, and nothing else:\n{}",
+        serde_json::to_string(schema).expect("JSON values serialize")
+    )
 }
 
 enum Failure {
@@ -524,6 +802,59 @@ mod tests {
             provider_var("open-ai.eu", "MODEL"),
             "SWITCHYARD_PROVIDER_OPEN_AI_EU_MODEL"
         );
+    }
+
+    #[test]
+    fn refusals_and_invalid_requests_are_told_from_failing_servers() {
+        let refusal =
+            br#"{"error": {"message": "Input should be 'text' or 'json_object' at response_format.type"}}"#;
+        assert!(refuses_form(500, refusal) && refuses_form(400, refusal) && refuses_form(422, refusal));
+        assert!(
+            !refuses_form(503, refusal),
+            "a server that is down refuses nothing"
+        );
+        assert!(!refuses_form(500, b"internal error"));
+        assert_eq!(
+            server_message(refusal),
+            "Input should be 'text' or 'json_object' at response_format.type"
+        );
+        assert_eq!(server_message(br#"{"error": "bad"}"#), "bad");
+        assert_eq!(
+            server_message(br#"{"detail": [{"msg": "x"}]}"#),
+            r#"[{"msg":"x"}]"#
+        );
+        assert_eq!(server_message(b"  plain\n text "), "plain text");
+        assert!(is_invalid_request(
+            b"ValueError: temperature must be between 0 and 2"
+        ));
+        assert!(is_invalid_request(
+            br#"{"error": {"message": "Requested tokens exceed context window"}}"#
+        ));
+        assert!(!is_invalid_request(b"upstream overloaded"));
+        assert!(!is_invalid_request(b"CUDA out of memory"));
+    }
+
+    #[test]
+    fn notes_add_up_over_attempts() {
+        let mut all = Value::Null;
+        merge_notes(
+            &mut all,
+            json!({"structured_output": "json_schema", "abandoned_requests": 1}),
+        );
+        merge_notes(
+            &mut all,
+            json!({"structured_output": "json_object", "refused": {"form": "json_schema"}, "abandoned_requests": 2}),
+        );
+        merge_notes(
+            &mut all,
+            json!({"structured_output": "json_object", "repairs": [1]}),
+        );
+        assert_eq!(
+            all,
+            json!({"structured_output": "json_object", "refused": {"form": "json_schema"},
+                   "abandoned_requests": 3, "repairs": [1]})
+        );
+        assert_eq!(Notes::default().into_value(), None);
     }
 
     #[test]

@@ -639,7 +639,13 @@ fn ctrl_c_stops_a_batch_at_a_recorded_point_and_the_same_command_continues() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("starts");
-    std::thread::sleep(Duration::from_millis(300));
+    // Stop it once an item has finished (the summary's rate needs one), however loaded the
+    // machine is.
+    let started = std::time::Instant::now();
+    while read_lines(&dir.path().join("out.jsonl")).is_empty() && started.elapsed() < Duration::from_secs(30)
+    {
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let (code, stderr) = interrupt(child);
     assert_eq!(code, Some(130), "{stderr}");
     assert!(stderr.contains("stopping: no new items"), "{stderr}");

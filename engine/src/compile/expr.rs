@@ -201,9 +201,7 @@ pub enum Macro<'a> {
 pub fn macro_of(c: &ComprehensionExpr) -> Option<Macro<'_>> {
     fn call<'e>(e: &'e Expression, name: &str, n: usize) -> Option<&'e [Expression]> {
         match &e.expr {
-            Node::Call(k) if k.func_name == name && k.target.is_none() && k.args.len() == n => {
-                Some(&k.args)
-            }
+            Node::Call(k) if k.func_name == name && k.target.is_none() && k.args.len() == n => Some(&k.args),
             _ => None,
         }
     }
@@ -227,7 +225,11 @@ pub fn macro_of(c: &ComprehensionExpr) -> Option<Macro<'_>> {
             if !is_accu(&a[0]) {
                 return None;
             }
-            Some(if all { Macro::All(&a[1]) } else { Macro::Exists(&a[1]) })
+            Some(if all {
+                Macro::All(&a[1])
+            } else {
+                Macro::Exists(&a[1])
+            })
         }
         Node::Literal(LiteralValue::Int(_)) => call(step, "_?_:_", 3).map(|a| Macro::ExistsOne(&a[0])),
         Node::List(l) if l.elements.is_empty() => {

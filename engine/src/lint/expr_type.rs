@@ -182,10 +182,7 @@ impl Typer<'_> {
                 if open {
                     Ty::open_object()
                 } else {
-                    Ty::Object(Obj {
-                        fields,
-                        open: false,
-                    })
+                    Ty::Object(Obj { fields, open: false })
                 }
             }
             Node::Struct(s) => {
@@ -261,7 +258,11 @@ impl Typer<'_> {
                         Some(h) => h,
                         None => format!(
                             "its fields are: {}",
-                            names.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ")
+                            names
+                                .iter()
+                                .map(|n| format!("`{n}`"))
+                                .collect::<Vec<_>>()
+                                .join(", ")
                         ),
                     };
                     self.found.push(Found {
@@ -298,7 +299,11 @@ impl Typer<'_> {
         match (func, target, args) {
             ("_==_" | "_!=_", None, [a, b]) => {
                 if !a.can_equal(b) {
-                    let always = if func == "_==_" { "never true" } else { "always true" };
+                    let always = if func == "_==_" {
+                        "never true"
+                    } else {
+                        "always true"
+                    };
                     let op = &func[1..func.len() - 1];
                     self.found.push(Found {
                         id,
@@ -335,7 +340,11 @@ impl Typer<'_> {
                         self.found.push(Found {
                             id,
                             kind: ProblemKind::Arithmetic,
-                            message: format!("`{op}` does not apply to {} and {}", a.describe(), b.describe()),
+                            message: format!(
+                                "`{op}` does not apply to {} and {}",
+                                a.describe(),
+                                b.describe()
+                            ),
                             label: "no such operator".into(),
                             help: arithmetic_help(op, a, b),
                         });
@@ -401,7 +410,10 @@ impl Typer<'_> {
             )
         } else if b.members().iter().any(|m| matches!(m, Ty::Object(_))) {
             (
-                format!("`in` never finds {} among the keys of an object (they are strings)", a.describe()),
+                format!(
+                    "`in` never finds {} among the keys of an object (they are strings)",
+                    a.describe()
+                ),
                 "convert the key: `string(x) in m`".to_string(),
             )
         } else {
@@ -421,7 +433,7 @@ impl Typer<'_> {
 }
 
 /// What iterating over a value of type `t` gives: a list's elements, a map's keys.
-fn element_of(t: &Ty) -> Ty {
+pub fn element_of(t: &Ty) -> Ty {
     t.members()
         .iter()
         .map(|m| match m {
@@ -574,7 +586,9 @@ mod tests {
         assert_eq!(ty("[1, 2]"), list(Ty::Int));
         assert_eq!(ty("[1, 'a']"), list(Ty::Union(vec![Ty::Int, Ty::String])));
         assert_eq!(ty("[]"), list(Ty::Any));
-        let Ty::Object(o) = ty("{'a': 1, 'b': 'x'}") else { panic!() };
+        let Ty::Object(o) = ty("{'a': 1, 'b': 'x'}") else {
+            panic!()
+        };
         assert!(!o.open);
         assert_eq!(o.fields["a"].ty, Ty::Int);
         assert_eq!(ty("{'a': 1}.a"), Ty::Int);
@@ -668,7 +682,10 @@ mod tests {
         // `x` inside is the element; outside the scope's (unknown) `x`.
         assert_eq!(ty("input.tags.map(x, x)"), list(Ty::String));
         assert_eq!(ty("input.items.map(x, x.id).map(x, x + 1)"), list(Ty::Int));
-        assert_eq!(ty("input.items.map(x, input.tags.map(x, x))"), list(list(Ty::String)));
+        assert_eq!(
+            ty("input.items.map(x, input.tags.map(x, x))"),
+            list(list(Ty::String))
+        );
         assert!(problems("input.tags.all(x, true) && x + 1 > 0").is_empty());
     }
 
@@ -714,7 +731,10 @@ mod tests {
             problems("1 in {'a': 1}")[0].1,
             "`in` never finds integer among the keys of an object (they are strings)"
         );
-        assert_eq!(problems("[1] < [2]")[0].1, "`<` cannot order list of integer and list of integer");
+        assert_eq!(
+            problems("[1] < [2]")[0].1,
+            "`<` cannot order list of integer and list of integer"
+        );
         // Numbers compare across kinds; unknown sides and unions that can match say nothing.
         for ok in [
             "input.count == 3.0",
@@ -750,10 +770,22 @@ mod tests {
                 "+"
             )]
         );
-        assert_eq!(problems("input.flag - 1")[0].1, "`-` does not apply to boolean and integer");
-        assert_eq!(problems("null + 1")[0].1, "`+` does not apply to null and integer");
-        assert_eq!(problems("input.tags * 2")[0].1, "`*` does not apply to list of string and integer");
-        assert_eq!(problems("{'a': 1} + {'b': 2}")[0].1, "`+` does not apply to object and object");
+        assert_eq!(
+            problems("input.flag - 1")[0].1,
+            "`-` does not apply to boolean and integer"
+        );
+        assert_eq!(
+            problems("null + 1")[0].1,
+            "`+` does not apply to null and integer"
+        );
+        assert_eq!(
+            problems("input.tags * 2")[0].1,
+            "`*` does not apply to list of string and integer"
+        );
+        assert_eq!(
+            problems("{'a': 1} + {'b': 2}")[0].1,
+            "`+` does not apply to object and object"
+        );
         // The operator of the right place among several, with a negation before them.
         let text = "-1 - input.count - input.name";
         let (_, p) = check(&parse(text).unwrap(), &scope);
@@ -799,7 +831,11 @@ mod tests {
         );
         assert_eq!(
             problems("input.items.all(i, i.idd > 0)"),
-            vec![(ProblemKind::UnknownField, "no field `idd` in this object".into(), "idd")]
+            vec![(
+                ProblemKind::UnknownField,
+                "no field `idd` in this object".into(),
+                "idd"
+            )]
         );
         assert_eq!(
             problems("input.tags[0].x"),
@@ -835,7 +871,10 @@ mod tests {
         let (t, ps) = check(&e, &Steps);
         assert_eq!(t, Ty::Bool);
         assert_eq!(ps.len(), 1);
-        assert_eq!(expr_type(&parse("steps.a.result").unwrap(), &Steps), list(Ty::Int));
+        assert_eq!(
+            expr_type(&parse("steps.a.result").unwrap(), &Steps),
+            list(Ty::Int)
+        );
         assert_eq!(expr_type(&parse("steps.b.result").unwrap(), &Steps), Ty::Any);
     }
 }

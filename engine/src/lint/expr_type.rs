@@ -24,6 +24,12 @@ pub trait Scope {
     fn member(&self, _name: &str, _field: &str) -> Option<Ty> {
         None
     }
+
+    /// Whether the static field chains of variable `name` (`name.a.b`) are checked elsewhere
+    /// (lint's variable references), so that missing fields on them are not reported again.
+    fn chains_checked(&self, _name: &str) -> bool {
+        false
+    }
 }
 
 impl<F: Fn(&str) -> Ty> Scope for F {
@@ -143,7 +149,8 @@ impl Typer<'_> {
                 }
                 let operand = self.ty(&s.operand);
                 let rooted = self.rooted(&s.operand);
-                self.field(e.id, &operand, &s.field, rooted)
+                let name = chain_name(&s.operand);
+                self.field(e.id, &operand, &s.field, rooted, name.as_deref())
             }
             Node::List(l) => Ty::List(Box::new(
                 l.elements
@@ -234,13 +241,13 @@ impl Typer<'_> {
     }
 
     /// Whether `e` is a variable read outside any comprehension, followed only by field
-    /// selections: lint's variable references check such chains already.
+    /// selections, whose chains the scope says are checked already.
     fn rooted(&self, e: &Expression) -> bool {
         let mut cur = e;
         loop {
             match &cur.expr {
                 Node::Select(s) if !s.test => cur = &s.operand,
-                Node::Ident(name) => return !self.is_bound(name),
+                Node::Ident(name) => return !self.is_bound(name) && self.scope.chains_checked(name),
                 _ => return false,
             }
         }
@@ -248,7 +255,7 @@ impl Typer<'_> {
 
     /// Field `name` of a value of type `of`; reports one that cannot be there unless the
     /// selection is part of a variable's static chain.
-    fn field(&mut self, id: u64, of: &Ty, name: &str, rooted: bool) -> Ty {
+    fn field(&mut self, id: u64, of: &Ty, name: &str, rooted: bool, chain: Option<&str>) -> Ty {
         match of.field(name) {
             Lookup::Field { ty, .. } => ty,
             Lookup::Unknown => Ty::Any,
@@ -268,7 +275,10 @@ impl Typer<'_> {
                     self.found.push(Found {
                         id,
                         kind: ProblemKind::UnknownField,
-                        message: format!("no field `{name}` in this object"),
+                        message: match chain {
+                            Some(c) => format!("`{c}` has no field `{name}`"),
+                            None => format!("no field `{name}` in this object"),
+                        },
                         label: "unknown field".into(),
                         help,
                     });
@@ -285,7 +295,10 @@ impl Typer<'_> {
                     self.found.push(Found {
                         id,
                         kind: ProblemKind::UnknownField,
-                        message: format!("no field `{name}` on a value of type {}", of.describe()),
+                        message: match chain {
+                            Some(c) => format!("`{c}` is {}: it has no field `{name}`", of.describe()),
+                            None => format!("no field `{name}` on a value of type {}", of.describe()),
+                        },
                         label: "not an object".into(),
                         help,
                     });
@@ -432,6 +445,15 @@ impl Typer<'_> {
     }
 }
 
+/// `a.b.c` for a variable followed by field selections.
+fn chain_name(e: &Expression) -> Option<String> {
+    match &e.expr {
+        Node::Ident(n) => Some(n.clone()),
+        Node::Select(s) if !s.test => chain_name(&s.operand).map(|c| format!("{c}.{}", s.field)),
+        _ => None,
+    }
+}
+
 /// What iterating over a value of type `t` gives: a list's elements, a map's keys.
 pub fn element_of(t: &Ty) -> Ty {
     t.members()
@@ -546,6 +568,7 @@ mod tests {
                     "properties": {"id": {"type": "integer"}, "label": {"type": "string"}}
                 }},
                 "ticket": {"type": "object", "properties": {"id": {"type": "integer"}}},
+                "meta": {"type": "object"},
                 "maybe": {"type": ["string", "null"]}
             }
         }))
@@ -604,7 +627,7 @@ mod tests {
         assert_eq!(ty("input.items[0].id"), Ty::Int);
         assert_eq!(ty("input.maybe"), Ty::Union(vec![Ty::String, Ty::Null]));
         // Open objects and unknown variables say nothing.
-        assert_eq!(ty("input.ticket.other"), Ty::Any);
+        assert_eq!(ty("input.meta.other"), Ty::Any);
         assert_eq!(ty("payload.x.y"), Ty::Any);
         assert_eq!(ty("payload[0]"), Ty::Any);
         assert_eq!(ty("has(input.count)"), Ty::Bool);
@@ -831,11 +854,7 @@ mod tests {
         );
         assert_eq!(
             problems("input.items.all(i, i.idd > 0)"),
-            vec![(
-                ProblemKind::UnknownField,
-                "no field `idd` in this object".into(),
-                "idd"
-            )]
+            vec![(ProblemKind::UnknownField, "`i` has no field `idd`".into(), "idd")]
         );
         assert_eq!(
             problems("input.tags[0].x"),
@@ -845,10 +864,28 @@ mod tests {
                 "x"
             )]
         );
-        // Static chains from a variable are the references' to check; open objects say
-        // nothing.
-        for ok in ["input.nope", "input.count.x", "input.ticket.x", "payload.a[0].b"] {
+        assert_eq!(problems("input.nope")[0].1, "`input` has no field `nope`");
+        assert_eq!(
+            problems("input.count.x")[0].1,
+            "`input.count` is integer: it has no field `x`"
+        );
+        // Open objects say nothing.
+        for ok in ["input.meta.x", "input.meta.x.y[0].z", "payload.a[0].b"] {
             assert_eq!(problems(ok), vec![], "{ok}");
+        }
+        // Static chains from a variable whose chains the scope checks are not reported.
+        struct Checked;
+        impl Scope for Checked {
+            fn var(&self, name: &str) -> Ty {
+                scope(name)
+            }
+            fn chains_checked(&self, name: &str) -> bool {
+                name == "input"
+            }
+        }
+        for text in ["input.nope", "input.count.x", "input.items.all(input, input.x)"] {
+            let (_, ps) = check(&parse(text).unwrap(), &Checked);
+            assert_eq!(ps.len(), usize::from(text.contains("all")), "{text}: {ps:?}");
         }
     }
 

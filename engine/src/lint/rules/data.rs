@@ -1064,6 +1064,11 @@ impl Scope for TypeScope<'_, '_, '_, '_> {
     fn member(&self, name: &str, field: &str) -> Option<Ty> {
         self.c.member_type(self.vars, name, field)
     }
+
+    /// [`Checker::reference`] checks the fields of these against their schemas.
+    fn chains_checked(&self, name: &str) -> bool {
+        matches!(name, "input" | "result" | "steps")
+    }
 }
 
 /// A step record (`step`, or `steps.<id>` with its `result`), SPEC §5.1.

@@ -843,6 +843,35 @@ mod tests {
     }
 
     #[test]
+    fn node_spans_point_at_operators_and_field_names() {
+        let text = "a.b == 1 && -c - d.e.f > 2 || x.all(y, y.z in [1]) || has(m.n) || -1 - q % 2";
+        let e = parse(text).unwrap();
+        let spans: Vec<&str> = e.node_spans().iter().map(|&(_, s, e)| &text[s..e]).collect();
+        assert_eq!(spans, ["b", "==", "-", "e", "f", ">", "z", "in", "n", "-", "%"]);
+        // The `-` of the subtraction, not the negation before it.
+        let minus = e.node_spans()[2].1;
+        assert_eq!(&text[minus - 2..minus + 1], "c -");
+        // Macro expansions add `+`, `==` and `?:` nodes of their own; none is listed.
+        let text = "l.exists_one(v, v > 1) && l.map(v, v + 1) == l.filter(v, v != 0)";
+        let e = parse(text).unwrap();
+        let spans: Vec<&str> = e.node_spans().iter().map(|&(_, s, e)| &text[s..e]).collect();
+        assert_eq!(spans, [">", "+", "==", "!="]);
+        // ... and the `+` listed is the one written in `map`.
+        let Node::Call(and) = &e.ast().expr else { panic!() };
+        let Node::Call(eq) = &and.args[1].expr else {
+            panic!()
+        };
+        let Node::Comprehension(c) = &eq.args[0].expr else {
+            panic!()
+        };
+        let Some(Macro::Map { transform, .. }) = macro_of(c) else {
+            panic!()
+        };
+        let plus = e.node_spans().into_iter().find(|n| n.0 == transform.id);
+        assert_eq!(plus.map(|(_, s, e)| &text[s..e]), Some("+"));
+    }
+
+    #[test]
     fn errors_have_terse_messages_and_ranges() {
         let cases = [
             ("payload.x +", 11, 11, "expected an expression"),

@@ -454,25 +454,39 @@ fn chain_name(e: &Expression) -> Option<String> {
     }
 }
 
-/// What iterating over a value of type `t` gives: a list's elements, a map's keys.
+/// What iterating over a value of type `t` gives: a list's elements, a map's keys. (Iterating
+/// `null` is an error, not a value: it adds nothing.)
 pub fn element_of(t: &Ty) -> Ty {
-    t.members()
-        .iter()
-        .map(|m| match m {
-            Ty::List(e) => (**e).clone(),
-            Ty::Object(_) => Ty::String,
-            _ => Ty::Any,
-        })
-        .reduce(|a, b| a.join(&b))
-        .unwrap_or(Ty::Any)
+    members_joined(t, |m| match m {
+        Ty::List(e) => Some((**e).clone()),
+        Ty::Object(_) => Some(Ty::String),
+        _ => None,
+    })
 }
 
-/// `c[i]`: a list's element, or an object's field when the key is known to be there.
+/// `c[i]`: a list's element (a map's value by key is not followed).
 fn index(c: &Ty, _i: &Ty) -> Ty {
-    match c {
-        Ty::List(e) => (**e).clone(),
-        _ => Ty::Any,
+    members_joined(c, |m| match m {
+        Ty::List(e) => Some((**e).clone()),
+        _ => None,
+    })
+}
+
+/// The join of `f` over the members of `t`, `null` members left out; [`Ty::Any`] when a member
+/// gives `None` or none is left.
+fn members_joined(t: &Ty, f: impl Fn(&Ty) -> Option<Ty>) -> Ty {
+    let mut out: Option<Ty> = None;
+    for m in t.members() {
+        if *m == Ty::Null {
+            continue;
+        }
+        let Some(x) = f(m) else { return Ty::Any };
+        out = Some(match out {
+            None => x,
+            Some(o) => o.join(&x),
+        });
     }
+    out.unwrap_or(Ty::Any)
 }
 
 fn is_number(t: &Ty) -> bool {
@@ -675,6 +689,9 @@ mod tests {
         assert_eq!(ty("input.tags.filter(t, t != 'x')"), list(Ty::String));
         assert_eq!(ty("input.items.filter(i, i.id > 1)[0].id"), Ty::Int);
         assert_eq!(ty("{'a': 1}.map(k, k)"), list(Ty::String));
+        assert_eq!(ty("(input.flag ? null : input.tags).map(k, k)"), list(Ty::String));
+        assert_eq!(ty("(input.flag ? null : input.tags)[0]"), Ty::String);
+        assert_eq!(ty("(input.flag ? 1 : input.tags)[0]"), Ty::Any);
         assert_eq!(ty("size(input.tags)"), Ty::Int);
         assert_eq!(ty("input.tags.size()"), Ty::Int);
         assert_eq!(ty("int(input.name)"), Ty::Int);

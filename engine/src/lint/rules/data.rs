@@ -61,6 +61,8 @@ struct Vars<'a> {
     input_is_run_input: bool,
     /// The name of the current `foreach` step's item, when in scope.
     item: Option<&'a str>,
+    /// `result` may be `null` here: a failed step's (failure and `always` edges).
+    result_null: bool,
 }
 
 impl<'a> Vars<'a> {
@@ -72,6 +74,7 @@ impl<'a> Vars<'a> {
             result_of: None,
             input_is_run_input: false,
             item: None,
+            result_null: false,
         }
         .with(names)
     }
@@ -397,6 +400,11 @@ impl<'p> Checker<'_, 'p> {
         }
         if let Some(Next::Edges(edges)) = &step.next {
             for e in edges {
+                let mut edge_vars = edge_vars;
+                edge_vars.result_null = e.errors.is_some()
+                    || e.on
+                        .as_ref()
+                        .is_some_and(|o| o.value != crate::model::EdgeOn::Success);
                 if let Some(c) = &e.if_ {
                     let text = c.value.strip_prefix('=').unwrap_or(&c.value);
                     let offset = c.value.len() - text.len();
@@ -904,7 +912,11 @@ impl<'p> Checker<'_, 'p> {
         }
         match name {
             "input" if vars.input_is_run_input => self.input_ty.clone(),
-            "result" => vars.result_of.map_or(Ty::Any, |s| self.result_ty(s)),
+            "result" => match vars.result_of {
+                Some(s) if vars.result_null => self.result_ty(s).join(&Ty::Null),
+                Some(s) => self.result_ty(s),
+                None => Ty::Any,
+            },
             _ if vars.item == Some(name) => self.item_ty.clone(),
             "index" | "iteration" => Ty::Int,
             "step" => step_record(None),
@@ -917,7 +929,8 @@ impl<'p> Checker<'_, 'p> {
         if name != "steps" || !vars.names().contains(&"steps") || !self.cx.flow.steps.contains_key(field) {
             return None;
         }
-        Some(step_record(Some(self.result_ty(field))))
+        // A step that failed (and was routed on) has a `null` result.
+        Some(step_record(Some(self.result_ty(field).join(&Ty::Null))))
     }
 
     fn schema(&mut self, s: &SchemaRef) {

@@ -7,6 +7,8 @@
 //! an integer with a double computes in double. `timestamp()`, `duration()` and their
 //! accessors are [`Ty::Any`] for now.
 
+use std::borrow::Cow;
+
 use cel::common::ast::{EntryExpr, Expr as Node, LiteralValue};
 use cel::parser::Expression;
 use indexmap::IndexMap;
@@ -17,11 +19,11 @@ use crate::compile::expr::{Expr, Macro, macro_of};
 /// The types of the variables an expression may read.
 pub trait Scope {
     /// The type of variable `name` ([`Ty::Any`] when unknown or not in scope).
-    fn var(&self, name: &str) -> Ty;
+    fn var(&self, name: &str) -> Cow<'_, Ty>;
 
     /// The type of `name.field`, for variables whose fields are cheaper to give one at a time
     /// than the whole (`steps.<id>`). `None`: the field of [`Scope::var`].
-    fn member(&self, _name: &str, _field: &str) -> Option<Ty> {
+    fn member(&self, _name: &str, _field: &str) -> Option<Cow<'_, Ty>> {
         None
     }
 
@@ -33,8 +35,8 @@ pub trait Scope {
 }
 
 impl<F: Fn(&str) -> Ty> Scope for F {
-    fn var(&self, name: &str) -> Ty {
-        self(name)
+    fn var(&self, name: &str) -> Cow<'_, Ty> {
+        Cow::Owned(self(name))
     }
 }
 
@@ -141,11 +143,14 @@ impl Typer<'_> {
                     self.ty(&s.operand);
                     return Ty::Bool;
                 }
+                if let Some(t) = self.plain_chain(e) {
+                    return t;
+                }
                 if let Node::Ident(root) = &s.operand.expr
                     && !self.is_bound(root)
                     && let Some(t) = self.scope.member(root, &s.field)
                 {
-                    return t;
+                    return t.into_owned();
                 }
                 let operand = self.ty(&s.operand);
                 let rooted = self.rooted(&s.operand);
@@ -236,8 +241,50 @@ impl Typer<'_> {
     fn ident(&self, name: &str) -> Ty {
         match self.bound.iter().rev().find(|(n, _)| n == name) {
             Some((_, t)) => t.clone(),
-            None => self.scope.var(name),
+            None => self.scope.var(name).into_owned(),
         }
+    }
+
+    /// The type of a variable followed by field selections (`input.ticket.id`) that all
+    /// exist, walked without copying the types on the way; `None` when the chain is not one,
+    /// or a field is not found (the general path then says why).
+    fn plain_chain(&self, e: &Expression) -> Option<Ty> {
+        let mut fields: Vec<&str> = Vec::new();
+        let mut cur = e;
+        let root = loop {
+            match &cur.expr {
+                Node::Select(s) if !s.test => {
+                    fields.push(&s.field);
+                    cur = &s.operand;
+                }
+                Node::Ident(name) => break name.as_str(),
+                _ => return None,
+            }
+        };
+        fields.reverse();
+        let base: Cow<'_, Ty> = match self.bound.iter().rev().find(|(n, _)| n == root) {
+            Some((_, t)) => Cow::Borrowed(t),
+            None => match self.scope.member(root, fields[0]) {
+                Some(t) => {
+                    fields.remove(0);
+                    t
+                }
+                None => self.scope.var(root),
+            },
+        };
+        let mut ty: &Ty = &base;
+        for f in fields {
+            match ty {
+                Ty::Any => return Some(Ty::Any),
+                Ty::Object(o) => match o.fields.get(f) {
+                    Some(field) => ty = &field.ty,
+                    None if o.open => return Some(Ty::Any),
+                    None => return None,
+                },
+                _ => return None,
+            }
+        }
+        Some(ty.clone())
     }
 
     /// Whether `e` is a variable read outside any comprehension, followed only by field
@@ -893,8 +940,8 @@ mod tests {
         // Static chains from a variable whose chains the scope checks are not reported.
         struct Checked;
         impl Scope for Checked {
-            fn var(&self, name: &str) -> Ty {
-                scope(name)
+            fn var(&self, name: &str) -> Cow<'_, Ty> {
+                Cow::Owned(scope(name))
             }
             fn chains_checked(&self, name: &str) -> bool {
                 name == "input"
@@ -910,14 +957,14 @@ mod tests {
     fn members_given_one_at_a_time() {
         struct Steps;
         impl Scope for Steps {
-            fn var(&self, _: &str) -> Ty {
-                Ty::Any
+            fn var(&self, _: &str) -> Cow<'_, Ty> {
+                Cow::Owned(Ty::Any)
             }
-            fn member(&self, name: &str, field: &str) -> Option<Ty> {
+            fn member(&self, name: &str, field: &str) -> Option<Cow<'_, Ty>> {
                 (name == "steps" && field == "a").then(|| {
                     let mut t = Ty::open_object();
                     t.set_path(&["result"], Ty::List(Box::new(Ty::Int)));
-                    t
+                    Cow::Owned(t)
                 })
             }
         }

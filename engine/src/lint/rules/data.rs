@@ -8,8 +8,9 @@
 //! (`result`, `returns`, `prompt`, `system`, `run`) see `input` (the agent's input document),
 //! `message` and `context`.
 
-use std::cell::RefCell;
-use std::collections::{HashMap, HashSet};
+use std::borrow::Cow;
+use std::cell::OnceCell;
+use std::collections::HashSet;
 
 use serde_json::Value;
 
@@ -113,7 +114,9 @@ struct Checker<'a, 'p> {
     /// The static type of the run input, from `input.schema`.
     input_ty: Ty,
     /// The static type of each step's result, by step index, computed on first use.
-    result_tys: RefCell<HashMap<usize, Ty>>,
+    result_tys: Vec<OnceCell<Ty>>,
+    /// The type of each step's record (`steps.<id>`), computed on first use.
+    records: Vec<OnceCell<Ty>>,
     /// The static type of the item of the `foreach` step being checked.
     item_ty: Ty,
 }
@@ -136,7 +139,8 @@ pub fn check(cx: &FlowCx, out: &mut Vec<Diagnostic>, parsed: &mut ParseCache) {
         referenced: HashSet::new(),
         input_schema,
         input_ty,
-        result_tys: RefCell::new(HashMap::new()),
+        result_tys: (0..cx.flow.steps.len()).map(|_| OnceCell::new()).collect(),
+        records: (0..cx.flow.steps.len()).map(|_| OnceCell::new()).collect(),
         item_ty: Ty::Any,
     };
     c.flow();
@@ -870,18 +874,19 @@ impl<'p> Checker<'_, 'p> {
     /// `foreach`, the list of the iterations' results (after `select`; `null` for failed
     /// iterations where `tolerate` lets some fail); for `while`, the last iteration's result or
     /// `null`. Computed once per step.
-    fn result_ty(&self, id: &str) -> Ty {
-        let Some((i, _, s)) = self.cx.flow.steps.get_full(id) else {
-            return Ty::Any;
-        };
-        if let Some(t) = self.result_tys.borrow().get(&i) {
-            return t.clone();
+    fn result_ty(&self, id: &str) -> &Ty {
+        match self.cx.flow.steps.get_full(id) {
+            Some((i, _, s)) => self.result_tys[i].get_or_init(|| self.compute_result_ty(s)),
+            None => &Ty::Any,
         }
+    }
+
+    fn compute_result_ty(&self, s: &Step) -> Ty {
         let one = self
             .agent_result_schema(s)
             .map_or(Ty::Any, |v| Ty::from_schema(&v));
         let l = &s.looping;
-        let t = if l.foreach.is_some() {
+        if l.foreach.is_some() {
             let mut elem = match &l.select {
                 Some(sel) => select_ty(&one, &sel.value),
                 None => one,
@@ -898,39 +903,41 @@ impl<'p> Checker<'_, 'p> {
             one.join(&Ty::Null)
         } else {
             one
-        };
-        self.result_tys.borrow_mut().insert(i, t.clone());
-        t
+        }
     }
 
     /// The static type of variable `name` where `vars` are in scope (SPEC §5.1): the run
     /// input from `input.schema`, results from `result_schema`s, a `foreach` item from what its
     /// collection is known to hold. The payload is not typed here (unknown).
-    fn var_type(&self, vars: &Vars, name: &str) -> Ty {
+    fn var_type(&self, vars: &Vars, name: &str) -> Cow<'_, Ty> {
         if !vars.names().contains(&name) {
-            return Ty::Any;
+            return Cow::Owned(Ty::Any);
         }
-        match name {
-            "input" if vars.input_is_run_input => self.input_ty.clone(),
+        Cow::Owned(match name {
+            "input" if vars.input_is_run_input => return Cow::Borrowed(&self.input_ty),
             "result" => match vars.result_of {
                 Some(s) if vars.result_null => self.result_ty(s).join(&Ty::Null),
-                Some(s) => self.result_ty(s),
+                Some(s) => return Cow::Borrowed(self.result_ty(s)),
                 None => Ty::Any,
             },
-            _ if vars.item == Some(name) => self.item_ty.clone(),
+            _ if vars.item == Some(name) => return Cow::Borrowed(&self.item_ty),
             "index" | "iteration" => Ty::Int,
             "step" => step_record(None),
+            // `payload` (its shape changes along the graph), `context`, `message`.
             _ => Ty::Any,
-        }
+        })
     }
 
     /// The type of `name.field` where it is given field by field: `steps.<id>`.
-    fn member_type(&self, vars: &Vars, name: &str, field: &str) -> Option<Ty> {
-        if name != "steps" || !vars.names().contains(&"steps") || !self.cx.flow.steps.contains_key(field) {
+    fn member_type(&self, vars: &Vars, name: &str, field: &str) -> Option<Cow<'_, Ty>> {
+        if name != "steps" || !vars.names().contains(&"steps") {
             return None;
         }
+        let i = self.cx.flow.steps.get_index_of(field)?;
         // A step that failed (and was routed on) has a `null` result.
-        Some(step_record(Some(self.result_ty(field).join(&Ty::Null))))
+        Some(Cow::Borrowed(self.records[i].get_or_init(|| {
+            step_record(Some(self.result_ty(field).join(&Ty::Null)))
+        })))
     }
 
     fn schema(&mut self, s: &SchemaRef) {
@@ -1070,11 +1077,11 @@ struct TypeScope<'s, 'a, 'p, 'v> {
 }
 
 impl Scope for TypeScope<'_, '_, '_, '_> {
-    fn var(&self, name: &str) -> Ty {
+    fn var(&self, name: &str) -> Cow<'_, Ty> {
         self.c.var_type(self.vars, name)
     }
 
-    fn member(&self, name: &str, field: &str) -> Option<Ty> {
+    fn member(&self, name: &str, field: &str) -> Option<Cow<'_, Ty>> {
         self.c.member_type(self.vars, name, field)
     }
 

@@ -871,7 +871,8 @@ impl<'p> Checker<'_, 'p> {
     }
 
     /// The static type of step `id`'s result (SPEC §3): the agent's `result_schema`; for
-    /// `foreach`, the list of the iterations' results (after `select`; `null` for failed
+    /// `parallel`, an object of the branches' results; for `interrupt`, the decision its
+    /// `schema` describes; for `foreach`, the list of the iterations' results (after `select`; `null` for failed
     /// iterations where `tolerate` lets some fail); for `while`, the last iteration's result or
     /// `null`. Computed once per step.
     fn result_ty(&self, id: &str) -> &Ty {
@@ -882,6 +883,36 @@ impl<'p> Checker<'_, 'p> {
     }
 
     fn compute_result_ty(&self, s: &Step) -> Ty {
+        let schema_ty = |sc: Option<&SchemaRef>| {
+            sc.and_then(|sc| schema_value(self.cx, sc))
+                .map_or(Ty::Any, |v| Ty::from_schema(&v))
+        };
+        match &s.kind {
+            // `{branch: result}`, a failed branch's `null`.
+            StepKind::Parallel(branches) => {
+                let fields = branches
+                    .iter()
+                    .map(|(name, b)| {
+                        let ty = schema_ty(
+                            self.cx
+                                .agent(&b.agent)
+                                .and_then(|a| a.common.result_schema.as_ref()),
+                        );
+                        (
+                            name.clone(),
+                            Field {
+                                ty: ty.join(&Ty::Null),
+                                always: true,
+                            },
+                        )
+                    })
+                    .collect();
+                return Ty::Object(Obj { fields, open: false });
+            }
+            // The decision, checked against the step's `schema`.
+            StepKind::Interrupt(i) => return schema_ty(i.schema.as_ref()),
+            _ => {}
+        }
         let one = self
             .agent_result_schema(s)
             .map_or(Ty::Any, |v| Ty::from_schema(&v));

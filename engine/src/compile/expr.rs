@@ -10,7 +10,7 @@
 //! are recovered by lexing the text with cel's own lexer and pairing identifier tokens with AST
 //! identifiers in source order (AST ids are handed out left to right).
 
-use cel::common::ast::{EntryExpr, Expr as Node};
+use cel::common::ast::{ComprehensionExpr, EntryExpr, Expr as Node, LiteralValue};
 use cel::parser::pratt_parser::{Lexer, Token, TokenKind};
 use cel::parser::{Expression, ParseErrors, PrattParser};
 
@@ -284,6 +284,223 @@ fn max_id(e: &Expression) -> u64 {
         Node::Ident(_) | Node::Literal(_) | Node::Unspecified => 0,
     };
     inner.max(e.id)
+}
+
+impl Expr {
+    /// The byte ranges, by AST id, of what lint reports type problems at: the operator of each
+    /// binary operator written in the text (`==`, `in`, `+`, ...; not `&&`, `||`, `?:` or
+    /// indexing) and the field name of each selection (`name` in `a.name`, and in `has(a.name)`).
+    /// Nodes a macro expansion adds are not listed. Sorted by id.
+    ///
+    /// The parser hands out ids as it consumes these tokens, left to right, so the nodes of one
+    /// kind sorted by id pair with the tokens of that kind in source order.
+    pub fn node_spans(&self) -> Vec<(u64, usize, usize)> {
+        let mut ops: Vec<(u64, &str)> = Vec::new();
+        let mut fields: Vec<(u64, &str)> = Vec::new();
+        written_nodes(&self.ast, &mut ops, &mut fields);
+        let tokens = lex(&self.text);
+        let ends_operand = |i: usize| {
+            i > 0
+                && matches!(
+                    tokens[i - 1].kind,
+                    TokenKind::TokIdent
+                        | TokenKind::TokReservedWord
+                        | TokenKind::TokNull
+                        | TokenKind::TokTrue
+                        | TokenKind::TokFalse
+                        | TokenKind::TokInt
+                        | TokenKind::TokUint
+                        | TokenKind::TokFloat
+                        | TokenKind::TokString
+                        | TokenKind::TokBytes
+                        | TokenKind::TokRightParen
+                        | TokenKind::TokRightBracket
+                        | TokenKind::TokRightBrace
+                )
+        };
+        let op_tokens: Vec<usize> = (0..tokens.len())
+            .filter(|&i| match tokens[i].kind {
+                // A `-` after an operand subtracts; anywhere else it negates.
+                TokenKind::TokMinus => ends_operand(i),
+                k => binary_symbol_of_token(k).is_some(),
+            })
+            .collect();
+        let field_tokens: Vec<usize> = (0..tokens.len())
+            .filter(|&i| {
+                is_ident(tokens[i].kind)
+                    && i > 0
+                    && tokens[i - 1].kind == TokenKind::TokDot
+                    && tokens.get(i + 1).map(|t| t.kind) != Some(TokenKind::TokLeftParen)
+            })
+            .collect();
+        let mut out: Vec<(u64, usize, usize)> = pair_in_order(&mut ops, &op_tokens, &tokens, &self.text)
+            .into_iter()
+            .chain(pair_in_order(&mut fields, &field_tokens, &tokens, &self.text))
+            .map(|(id, t)| (id, tokens[t].start, tokens[t].end))
+            .collect();
+        out.sort_unstable_by_key(|n| n.0);
+        out
+    }
+}
+
+/// The parts of an expanded standard macro that were written in the text.
+#[derive(Clone, Copy, Debug)]
+pub enum Macro<'a> {
+    /// `r.all(x, pred)`
+    All(&'a Expression),
+    /// `r.exists(x, pred)`
+    Exists(&'a Expression),
+    /// `r.exists_one(x, pred)`
+    ExistsOne(&'a Expression),
+    /// `r.map(x, f)`, `r.map(x, pred, f)`, and `r.filter(x, pred)` (whose `f` is `x` itself).
+    Map {
+        filter: Option<&'a Expression>,
+        transform: &'a Expression,
+    },
+}
+
+/// Which standard macro a comprehension is the expansion of, by the shape cel gives each.
+/// `None` for a shape none of them has.
+pub fn macro_of(c: &ComprehensionExpr) -> Option<Macro<'_>> {
+    fn call<'e>(e: &'e Expression, name: &str, n: usize) -> Option<&'e [Expression]> {
+        match &e.expr {
+            Node::Call(k) if k.func_name == name && k.target.is_none() && k.args.len() == n => Some(&k.args),
+            _ => None,
+        }
+    }
+    /// `accu + [f]`: the transform `f`.
+    fn append<'e>(e: &'e Expression, accu: &str) -> Option<&'e Expression> {
+        let a = call(e, "_+_", 2)?;
+        if !matches!(&a[0].expr, Node::Ident(n) if n == accu) {
+            return None;
+        }
+        match &a[1].expr {
+            Node::List(l) if l.elements.len() == 1 => Some(&l.elements[0]),
+            _ => None,
+        }
+    }
+    let is_accu = |e: &Expression| matches!(&e.expr, Node::Ident(n) if *n == c.accu_var);
+    let step = &c.loop_step;
+    match &c.accu_init.expr {
+        Node::Literal(LiteralValue::Boolean(b)) => {
+            let all = *b.inner();
+            let a = call(step, if all { "_&&_" } else { "_||_" }, 2)?;
+            if !is_accu(&a[0]) {
+                return None;
+            }
+            Some(if all {
+                Macro::All(&a[1])
+            } else {
+                Macro::Exists(&a[1])
+            })
+        }
+        Node::Literal(LiteralValue::Int(_)) => call(step, "_?_:_", 3).map(|a| Macro::ExistsOne(&a[0])),
+        Node::List(l) if l.elements.is_empty() => {
+            if let Some(f) = append(step, &c.accu_var) {
+                return Some(Macro::Map {
+                    filter: None,
+                    transform: f,
+                });
+            }
+            let a = call(step, "_?_:_", 3)?;
+            Some(Macro::Map {
+                filter: Some(&a[0]),
+                transform: append(&a[1], &c.accu_var)?,
+            })
+        }
+        _ => None,
+    }
+}
+
+/// The symbol of a binary operator function (`_==_` → `==`), for those [`Expr::node_spans`]
+/// places.
+fn binary_symbol(func: &str) -> Option<&'static str> {
+    Some(match func {
+        "_==_" => "==",
+        "_!=_" => "!=",
+        "_<_" => "<",
+        "_<=_" => "<=",
+        "_>_" => ">",
+        "_>=_" => ">=",
+        "@in" => "in",
+        "_+_" => "+",
+        "_-_" => "-",
+        "_*_" => "*",
+        "_/_" => "/",
+        "_%_" => "%",
+        _ => return None,
+    })
+}
+
+fn binary_symbol_of_token(kind: TokenKind) -> Option<&'static str> {
+    Some(match kind {
+        TokenKind::TokEqualEqual => "==",
+        TokenKind::TokExclamationEqual => "!=",
+        TokenKind::TokLess => "<",
+        TokenKind::TokLessEqual => "<=",
+        TokenKind::TokGreater => ">",
+        TokenKind::TokGreaterEqual => ">=",
+        TokenKind::TokIn => "in",
+        TokenKind::TokPlus => "+",
+        TokenKind::TokMinus => "-",
+        TokenKind::TokAsterisk => "*",
+        TokenKind::TokSlash => "/",
+        TokenKind::TokPercent => "%",
+        _ => return None,
+    })
+}
+
+/// Collects the binary operators and selections written in the text (see
+/// [`Expr::node_spans`]): of an expanded macro, only its range and the parts written in its
+/// arguments.
+fn written_nodes<'a>(e: &'a Expression, ops: &mut Vec<(u64, &'a str)>, fields: &mut Vec<(u64, &'a str)>) {
+    match &e.expr {
+        Node::Select(s) => {
+            fields.push((e.id, s.field.as_str()));
+            written_nodes(&s.operand, ops, fields);
+        }
+        Node::Call(call) => {
+            if let Some(sym) = binary_symbol(&call.func_name)
+                && call.target.is_none()
+                && call.args.len() == 2
+            {
+                ops.push((e.id, sym));
+            }
+            if let Some(t) = &call.target {
+                written_nodes(t, ops, fields);
+            }
+            call.args.iter().for_each(|a| written_nodes(a, ops, fields));
+        }
+        Node::Comprehension(c) => {
+            written_nodes(&c.iter_range, ops, fields);
+            match macro_of(c) {
+                Some(Macro::All(p) | Macro::Exists(p) | Macro::ExistsOne(p)) => written_nodes(p, ops, fields),
+                Some(Macro::Map { filter, transform }) => {
+                    if let Some(f) = filter {
+                        written_nodes(f, ops, fields);
+                    }
+                    written_nodes(transform, ops, fields);
+                }
+                None => {}
+            }
+        }
+        Node::List(list) => list.elements.iter().for_each(|x| written_nodes(x, ops, fields)),
+        Node::Map(map) => map.entries.iter().for_each(|x| match &x.expr {
+            EntryExpr::MapEntry(m) => {
+                written_nodes(&m.key, ops, fields);
+                written_nodes(&m.value, ops, fields);
+            }
+            EntryExpr::StructField(f) => written_nodes(&f.value, ops, fields),
+        }),
+        Node::Struct(s) => s.entries.iter().for_each(|x| match &x.expr {
+            EntryExpr::MapEntry(m) => {
+                written_nodes(&m.key, ops, fields);
+                written_nodes(&m.value, ops, fields);
+            }
+            EntryExpr::StructField(f) => written_nodes(&f.value, ops, fields),
+        }),
+        Node::Ident(_) | Node::Literal(_) | Node::Unspecified => {}
+    }
 }
 
 /// A reference found in the AST: `id` is the AST id of its root identifier.
@@ -886,6 +1103,35 @@ mod tests {
         );
         let e = parse("payload.`unclosed").unwrap_err();
         assert_eq!(e.message, "unterminated backquoted name");
+    }
+
+    #[test]
+    fn node_spans_point_at_operators_and_field_names() {
+        let text = "a.b == 1 && -c - d.e.f > 2 || x.all(y, y.z in [1]) || has(m.n) || -1 - q % 2";
+        let e = parse(text).unwrap();
+        let spans: Vec<&str> = e.node_spans().iter().map(|&(_, s, e)| &text[s..e]).collect();
+        assert_eq!(spans, ["b", "==", "-", "e", "f", ">", "z", "in", "n", "-", "%"]);
+        // The `-` of the subtraction, not the negation before it.
+        let minus = e.node_spans()[2].1;
+        assert_eq!(&text[minus - 2..minus + 1], "c -");
+        // Macro expansions add `+`, `==` and `?:` nodes of their own; none is listed.
+        let text = "l.exists_one(v, v > 1) && l.map(v, v + 1) == l.filter(v, v != 0)";
+        let e = parse(text).unwrap();
+        let spans: Vec<&str> = e.node_spans().iter().map(|&(_, s, e)| &text[s..e]).collect();
+        assert_eq!(spans, [">", "+", "==", "!="]);
+        // ... and the `+` listed is the one written in `map`.
+        let Node::Call(and) = &e.ast().expr else { panic!() };
+        let Node::Call(eq) = &and.args[1].expr else {
+            panic!()
+        };
+        let Node::Comprehension(c) = &eq.args[0].expr else {
+            panic!()
+        };
+        let Some(Macro::Map { transform, .. }) = macro_of(c) else {
+            panic!()
+        };
+        let plus = e.node_spans().into_iter().find(|n| n.0 == transform.id);
+        assert_eq!(plus.map(|(_, s, e)| &text[s..e]), Some("+"));
     }
 
     #[test]

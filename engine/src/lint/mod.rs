@@ -4,6 +4,7 @@
 //! reads the model through a [`FlowCx`]: one flow (a file's, or an inline `flow` agent's) with
 //! the agents and providers visible to it. Rules never read files and never stop early.
 
+pub mod expr_type;
 pub mod rules;
 pub mod ty;
 

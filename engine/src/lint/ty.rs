@@ -379,11 +379,37 @@ fn from_schema(s: &Value, depth: usize) -> Ty {
         }
     }
     if let Some(Value::Array(all)) = s.get("allOf") {
-        return all
+        let mut said: Vec<Ty> = all
             .iter()
             .map(|a| from_schema(a, depth + 1))
-            .find(|t| !t.is_any())
-            .unwrap_or(Ty::Any);
+            .filter(|t| !t.is_any())
+            .collect();
+        if said.len() > 1 && said.iter().all(|t| matches!(t, Ty::Object(_))) {
+            // Objects described in parts: each part's fields, and others may exist (a part that
+            // closes itself sees only its own fields).
+            let mut merged = Obj {
+                fields: IndexMap::new(),
+                open: true,
+            };
+            for t in said {
+                if let Ty::Object(o) = t {
+                    for (k, f) in o.fields {
+                        match merged.fields.get_mut(&k) {
+                            Some(m) => m.always |= f.always,
+                            None => {
+                                merged.fields.insert(k, f);
+                            }
+                        }
+                    }
+                }
+            }
+            return Ty::Object(merged);
+        }
+        return if said.is_empty() {
+            Ty::Any
+        } else {
+            said.swap_remove(0)
+        };
     }
     let types: Vec<&str> = match s.get("type") {
         Some(Value::String(t)) => vec![t.as_str()],
@@ -615,6 +641,26 @@ mod tests {
             assert_eq!(Ty::from_schema(&s), Ty::Any, "{s}");
         }
         assert_eq!(Ty::from_schema(&json!({"enum": ["a", "b"]})), Ty::String);
+        // Objects in parts: all the parts' fields, others not ruled out.
+        let parts = Ty::from_schema(&json!({"allOf": [
+            {"type": "object", "required": ["a"], "properties": {"a": {"type": "integer"}}},
+            {"type": "object", "properties": {"b": {"type": "string"}}, "additionalProperties": false}
+        ]}));
+        assert_eq!(
+            parts.field("a"),
+            Lookup::Field {
+                ty: Ty::Int,
+                always: true
+            }
+        );
+        assert_eq!(
+            parts.field("b"),
+            Lookup::Field {
+                ty: Ty::String,
+                always: false
+            }
+        );
+        assert_eq!(parts.field("c"), Lookup::Unknown);
         assert_eq!(
             Ty::from_schema(&json!({"anyOf": [{"type": "string"}, {"type": "integer"}]})),
             Ty::Union(vec![Ty::String, Ty::Int])

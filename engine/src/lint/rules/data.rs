@@ -9,6 +9,8 @@
 //! (`result`, `returns`, `prompt`, `system`, `run`) see `input` (the agent's input document),
 //! `message` and `context`.
 
+use std::borrow::Cow;
+use std::cell::OnceCell;
 use std::collections::HashSet;
 
 use serde_json::Value;
@@ -17,6 +19,9 @@ use crate::compile::cache::ParseCache;
 use crate::compile::{functions, path};
 use crate::diag::{Diagnostic, codes, did_you_mean};
 use crate::lint::FlowCx;
+use crate::lint::expr_type::{self, Scope};
+use crate::lint::rules::expression_types;
+use crate::lint::ty::{Field, Lookup, Obj, Ty};
 use crate::model::{
     Agent, AgentRef, AgentSpec, InputSpec, Next, OutputSpec, SchemaRef, Source, Sp, Step, StepKind,
 };
@@ -56,6 +61,10 @@ struct Vars<'a> {
     result_of: Option<&'a str>,
     /// `input` is the run input (checked against `input.schema`), not an agent's document.
     input_is_run_input: bool,
+    /// The name of the current `foreach` step's item, when in scope.
+    item: Option<&'a str>,
+    /// `result` may be `null` here: a failed step's (failure and `always` edges).
+    result_null: bool,
 }
 
 impl<'a> Vars<'a> {
@@ -66,6 +75,8 @@ impl<'a> Vars<'a> {
             ran: None,
             result_of: None,
             input_is_run_input: false,
+            item: None,
+            result_null: false,
         }
         .with(names)
     }
@@ -101,6 +112,14 @@ struct Checker<'a, 'p> {
     /// Step ids referenced through `steps.x` anywhere.
     referenced: HashSet<&'p str>,
     input_schema: Option<Value>,
+    /// The static type of the run input, from `input.schema`.
+    input_ty: Ty,
+    /// The static type of each step's result, by step index, computed on first use.
+    result_tys: Vec<OnceCell<Ty>>,
+    /// The type of each step's record (`steps.<id>`), computed on first use.
+    records: Vec<OnceCell<Ty>>,
+    /// The static type of the item of the `foreach` step being checked.
+    item_ty: Ty,
 }
 
 pub fn check(cx: &FlowCx, out: &mut Vec<Diagnostic>, parsed: &mut ParseCache) {
@@ -111,6 +130,7 @@ pub fn check(cx: &FlowCx, out: &mut Vec<Diagnostic>, parsed: &mut ParseCache) {
         .as_ref()
         .and_then(|i| i.schema.as_ref())
         .and_then(|s| schema_value(cx, s));
+    let input_ty = input_schema.as_ref().map_or(Ty::Any, Ty::from_schema);
     let mut c = Checker {
         cx,
         out,
@@ -119,6 +139,10 @@ pub fn check(cx: &FlowCx, out: &mut Vec<Diagnostic>, parsed: &mut ParseCache) {
         start,
         referenced: HashSet::new(),
         input_schema,
+        input_ty,
+        result_tys: (0..cx.flow.steps.len()).map(|_| OnceCell::new()).collect(),
+        records: (0..cx.flow.steps.len()).map(|_| OnceCell::new()).collect(),
+        item_ty: Ty::Any,
     };
     c.flow();
 }
@@ -260,7 +284,15 @@ impl<'p> Checker<'_, 'p> {
         let l = &step.looping;
         let mut inner = base;
         if let Some(f) = &l.foreach {
-            self.source_text(f, &base);
+            self.item_ty = match f.value.strip_prefix('=') {
+                Some(e) => self
+                    .expr(f.span, &f.value, e, 1, &base)
+                    .map_or(Ty::Any, |t| expr_type::element_of(&t)),
+                None => {
+                    self.path(f, Role::Read);
+                    Ty::Any
+                }
+            };
             let name = l.as_name.as_ref().map_or("item", |a| a.value.as_str());
             if let Some(a) = &l.as_name
                 && (!crate::model::build::is_ident(&a.value) || RUN_VARS.contains(&a.value.as_str()))
@@ -275,14 +307,21 @@ impl<'p> Checker<'_, 'p> {
                 );
             }
             inner = inner.with(&[name, "index"]);
+            inner.item = Some(name);
             if let Some(s) = &l.select {
                 self.path(s, Role::Read);
             }
         }
         if let Some(w) = &l.while_ {
-            let vars = base.with(&["iteration", "result"]);
+            let mut vars = base.with(&["iteration", "result"]);
+            vars.result_of = Some(&step.id.value);
             match w.value.strip_prefix('=') {
-                Some(e) => self.expr(w.span, &w.value, e, 1, &vars),
+                Some(e) => {
+                    if let Some(t) = self.expr(w.span, &w.value, e, 1, &vars) {
+                        let at = inner_span(w.span, &w.value, self.cx.text, 1, 0, e.len());
+                        expression_types::condition("while", &t, at, self.out);
+                    }
+                }
                 None => self.out.push(
                     Diagnostic::new(
                         &codes::EXPRESSION_SYNTAX,
@@ -293,6 +332,7 @@ impl<'p> Checker<'_, 'p> {
                 ),
             }
             inner = inner.with(&["iteration", "result"]);
+            inner.result_of = Some(&step.id.value);
         }
         if let Some(s) = &step.scope {
             self.path(s, Role::Destination);
@@ -365,10 +405,18 @@ impl<'p> Checker<'_, 'p> {
         }
         if let Some(Next::Edges(edges)) = &step.next {
             for e in edges {
+                let mut edge_vars = edge_vars;
+                edge_vars.result_null = e.errors.is_some()
+                    || e.on
+                        .as_ref()
+                        .is_some_and(|o| o.value != crate::model::EdgeOn::Success);
                 if let Some(c) = &e.if_ {
                     let text = c.value.strip_prefix('=').unwrap_or(&c.value);
                     let offset = c.value.len() - text.len();
-                    self.expr(c.span, &c.value, text, offset, &edge_vars);
+                    if let Some(t) = self.expr(c.span, &c.value, text, offset, &edge_vars) {
+                        let at = inner_span(c.span, &c.value, self.cx.text, offset, 0, text.len());
+                        expression_types::condition("if", &t, at, self.out);
+                    }
                 }
                 for k in e.errors.iter().flatten() {
                     self.error_kind(k);
@@ -496,7 +544,9 @@ impl<'p> Checker<'_, 'p> {
 
     fn source_text(&mut self, t: &Sp<String>, vars: &Vars) {
         match t.value.strip_prefix('=') {
-            Some(e) => self.expr(t.span, &t.value, e, 1, vars),
+            Some(e) => {
+                self.expr(t.span, &t.value, e, 1, vars);
+            }
             None => self.path(t, Role::Read),
         }
     }
@@ -567,8 +617,9 @@ impl<'p> Checker<'_, 'p> {
     }
 
     /// Checks the expression `text`, which is `value` (the YAML string at `span`) from byte
-    /// `offset` on: its syntax, then each variable it reads.
-    fn expr(&mut self, span: Span, value: &str, text: &str, offset: usize, vars: &Vars) {
+    /// `offset` on: its syntax, each variable it reads, then its types. Returns its static
+    /// type when it parses.
+    fn expr(&mut self, span: Span, value: &str, text: &str, offset: usize, vars: &Vars) -> Option<Ty> {
         let parsed = self.parsed.expr(text);
         if let Err(e) = &parsed.expr {
             let span = inner_span(span, value, self.cx.text, offset, e.start, e.end);
@@ -581,7 +632,7 @@ impl<'p> Checker<'_, 'p> {
                 .label(e.message.clone())
                 .help("expressions are CEL: `payload.score >= 50`, `size(payload.rows) == 0`"),
             );
-            return;
+            return None;
         }
         for r in &parsed.refs {
             let span = inner_span(span, value, self.cx.text, offset, r.start, r.end);
@@ -598,6 +649,18 @@ impl<'p> Checker<'_, 'p> {
         super::unknown_function::check(&parsed.calls, self.out, |start, end| {
             inner_span(span, value, text, offset, start, end)
         });
+        let e = parsed.expr.as_ref().ok()?;
+        let mut found = Vec::new();
+        let scope = TypeScope { c: self, vars };
+        let source = self.cx.text;
+        let ty = expression_types::check(
+            e,
+            &scope,
+            &|start, end| inner_span(span, value, source, offset, start, end),
+            &mut found,
+        );
+        self.out.extend(found);
+        Some(ty)
     }
 
     fn template(&mut self, t: &Sp<String>, vars: &Vars) {
@@ -667,17 +730,19 @@ impl<'p> Checker<'_, 'p> {
                 }
             }
             "result" => {
-                if let Some(step) = vars.result_of
-                    && let Some(schema) = self.result_schema(step)
-                {
-                    check_fields(
-                        self.out,
-                        &schema,
-                        fields,
-                        span,
-                        "result",
-                        &format!("the `result_schema` of `{step}`'s agent"),
-                    );
+                if let Some(step) = vars.result_of {
+                    if let Some(schema) = self.result_schema(step) {
+                        check_fields(
+                            self.out,
+                            &schema,
+                            fields,
+                            span,
+                            "result",
+                            &format!("the `result_schema` of `{step}`'s agent"),
+                        );
+                    } else if let Some(f) = fields.first() {
+                        self.foreach_result_field(step, f, span, "result");
+                    }
                 }
             }
             _ => {}
@@ -769,20 +834,153 @@ impl<'p> Checker<'_, 'p> {
                         &format!("steps.{id}.result"),
                         &format!("the `result_schema` of `{id}`'s agent"),
                     );
+                } else if let Some(f) = fields.get(2) {
+                    self.foreach_result_field(id, f, span, &format!("steps.{id}.result"));
                 }
             }
         }
     }
 
-    /// The result schema of the agent a step calls (plain agent steps only: loops wrap results).
+    /// The result schema of the agent a step calls, where it is the step's result: not for
+    /// `foreach` steps, whose result is the list of their iterations' results. (A `while`
+    /// step's result is its last iteration's.)
     fn result_schema(&self, step: &str) -> Option<Value> {
         let s = self.cx.flow.steps.get(step)?;
-        if s.looping.foreach.is_some() || s.looping.while_.is_some() {
+        if s.looping.foreach.is_some() {
             return None;
         }
+        self.agent_result_schema(s)
+    }
+
+    fn agent_result_schema(&self, s: &Step) -> Option<Value> {
         let StepKind::Agent(r) = &s.kind else { return None };
         let agent = self.cx.agent(r)?;
         schema_value(self.cx, agent.common.result_schema.as_ref()?)
+    }
+
+    /// Reports field `f` read from the result of step `id` when that is a `foreach` step: its
+    /// result is a list. `base` is how the result was named (`result`, `steps.x.result`).
+    fn foreach_result_field(&mut self, id: &str, f: &str, span: Span, base: &str) {
+        let Some(s) = self.cx.flow.steps.get(id) else {
+            return;
+        };
+        if s.looping.foreach.is_none() || !matches!(s.kind, StepKind::Agent(_)) || self.cx.is_malformed(s) {
+            return;
+        }
+        self.out.push(
+            Diagnostic::new(
+                &codes::UNKNOWN_FIELD,
+                span,
+                format!(
+                    "`{base}` is a list (one result per item of `{id}`'s `foreach`): it has no field `{f}`"
+                ),
+            )
+            .label("a list")
+            .help(format!(
+                "take one item's result (`{base}[0].{f}`) or map them all (`{base}.map(r, r.{f})`)"
+            )),
+        );
+    }
+
+    /// The static type of step `id`'s result (SPEC §3): the agent's `result_schema`; for
+    /// `parallel`, an object of the branches' results; for `interrupt`, the decision its
+    /// `schema` describes; for `foreach`, the list of the iterations' results (after `select`; `null` for failed
+    /// iterations where `tolerate` lets some fail); for `while`, the last iteration's result or
+    /// `null`. Computed once per step.
+    fn result_ty(&self, id: &str) -> &Ty {
+        match self.cx.flow.steps.get_full(id) {
+            Some((i, _, s)) => self.result_tys[i].get_or_init(|| self.compute_result_ty(s)),
+            None => &Ty::Any,
+        }
+    }
+
+    fn compute_result_ty(&self, s: &Step) -> Ty {
+        let schema_ty = |sc: Option<&SchemaRef>| {
+            sc.and_then(|sc| schema_value(self.cx, sc))
+                .map_or(Ty::Any, |v| Ty::from_schema(&v))
+        };
+        match &s.kind {
+            // `{branch: result}`, a failed branch's `null`.
+            StepKind::Parallel(branches) => {
+                let fields = branches
+                    .iter()
+                    .map(|(name, b)| {
+                        let ty = schema_ty(
+                            self.cx
+                                .agent(&b.agent)
+                                .and_then(|a| a.common.result_schema.as_ref()),
+                        );
+                        (
+                            name.clone(),
+                            Field {
+                                ty: ty.join(&Ty::Null),
+                                always: true,
+                            },
+                        )
+                    })
+                    .collect();
+                return Ty::Object(Obj { fields, open: false });
+            }
+            // The decision, checked against the step's `schema`.
+            StepKind::Interrupt(i) => return schema_ty(i.schema.as_ref()),
+            _ => {}
+        }
+        let one = self
+            .agent_result_schema(s)
+            .map_or(Ty::Any, |v| Ty::from_schema(&v));
+        let l = &s.looping;
+        if l.foreach.is_some() {
+            let mut elem = match &l.select {
+                Some(sel) => select_ty(&one, &sel.value),
+                None => one,
+            };
+            let may_fail = l.tolerate.as_ref().is_some_and(|t| match t.value {
+                crate::model::Tolerate::Count(n) => n > 0,
+                crate::model::Tolerate::Percent(p) => p > 0.0,
+            });
+            if may_fail {
+                elem = elem.join(&Ty::Null);
+            }
+            Ty::List(Box::new(elem))
+        } else if l.while_.is_some() {
+            one.join(&Ty::Null)
+        } else {
+            one
+        }
+    }
+
+    /// The static type of variable `name` where `vars` are in scope (SPEC §5.1): the run
+    /// input from `input.schema`, results from `result_schema`s, a `foreach` item from what its
+    /// collection is known to hold. The payload is not typed here (unknown).
+    fn var_type(&self, vars: &Vars, name: &str) -> Cow<'_, Ty> {
+        if !vars.names().contains(&name) {
+            return Cow::Owned(Ty::Any);
+        }
+        Cow::Owned(match name {
+            "input" if vars.input_is_run_input => return Cow::Borrowed(&self.input_ty),
+            "result" => match vars.result_of {
+                Some(s) if vars.result_null => self.result_ty(s).join(&Ty::Null),
+                Some(s) => return Cow::Borrowed(self.result_ty(s)),
+                None => Ty::Any,
+            },
+            _ if vars.item == Some(name) => return Cow::Borrowed(&self.item_ty),
+            "index" | "iteration" => Ty::Int,
+            "step" => step_record(None),
+            // `payload` (its shape changes along the graph), `context`, `message`.
+            _ => Ty::Any,
+        })
+    }
+
+    /// The type of `name.field` where it is given field by field: `steps.<id>`.
+    fn member_type(&self, vars: &Vars, name: &str, field: &str) -> Option<Cow<'_, Ty>> {
+        if name != "steps" || !vars.names().contains(&"steps") {
+            return None;
+        }
+        let i = self.cx.flow.steps.get_index_of(field)?;
+        // A step that failed (and was routed on) has a `null` result.
+        Some(Cow::Borrowed(self.records[i].get_or_init(|| {
+            step_record(Some(self.result_ty(field).join(&Ty::Null)))
+        })))
     }
 
     fn schema(&mut self, s: &SchemaRef) {
@@ -913,6 +1111,72 @@ impl<'p> Checker<'_, 'p> {
                 .help("map it into the payload with `output:`, read it as `steps.<id>.result`, or write `output: {}` when the call is for its effect only"),
         );
     }
+}
+
+/// The variable types of one place, for [`expression_types::check`].
+struct TypeScope<'s, 'a, 'p, 'v> {
+    c: &'s Checker<'a, 'p>,
+    vars: &'s Vars<'v>,
+}
+
+impl Scope for TypeScope<'_, '_, '_, '_> {
+    fn var(&self, name: &str) -> Cow<'_, Ty> {
+        self.c.var_type(self.vars, name)
+    }
+
+    fn member(&self, name: &str, field: &str) -> Option<Cow<'_, Ty>> {
+        self.c.member_type(self.vars, name, field)
+    }
+
+    /// [`Checker::reference`] checks the fields of these against their schemas.
+    fn chains_checked(&self, name: &str) -> bool {
+        matches!(name, "input" | "result" | "steps")
+    }
+}
+
+/// A step record (`step`, or `steps.<id>` with its `result`), SPEC §5.1.
+fn step_record(result: Option<Ty>) -> Ty {
+    let field = |ty: Ty| Field { ty, always: true };
+    let mut fields: indexmap::IndexMap<String, Field> = [
+        ("status", Ty::String),
+        ("error", Ty::Any),
+        ("attempts", Ty::Int),
+        ("duration_ms", Ty::Int),
+        ("failed", Ty::Any),
+        ("iterations", Ty::Any),
+    ]
+    .into_iter()
+    .map(|(k, t)| (k.to_owned(), field(t)))
+    .collect();
+    match result {
+        Some(r) => {
+            fields.insert("result".into(), field(r));
+        }
+        None => {
+            fields.insert("id".into(), field(Ty::String));
+        }
+    }
+    Ty::Object(Obj { fields, open: false })
+}
+
+/// The type of what a `select` path picks from a value of type `of`: the value at a singular
+/// path, the list of matches of any other.
+fn select_ty(of: &Ty, text: &str) -> Ty {
+    let Ok(p) = path::parse(text) else { return Ty::Any };
+    let Some(segs) = p.segments() else {
+        return Ty::List(Box::new(Ty::Any));
+    };
+    let mut cur = of.clone();
+    for seg in segs {
+        cur = match seg {
+            path::Seg::Key(k) => match cur.field(k) {
+                Lookup::Field { ty, .. } => ty,
+                _ => Ty::Any,
+            },
+            path::Seg::Index(_) => cur.element(),
+        };
+    }
+    cur
 }
 
 /// Walks `fields` through `properties`; reports the first that the schema does not declare

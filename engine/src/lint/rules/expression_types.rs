@@ -1,0 +1,60 @@
+//! Types of expressions: comparisons that can never be true (SY415), arithmetic CEL has no
+//! operator for (SY416), `if:`/`while:` conditions that are not booleans (SY417), and fields a
+//! known value cannot have past an index, a call or on a macro's variable (SY405, as for the
+//! static field chains of variables).
+//!
+//! The types come from [`crate::lint::expr_type`]; the types of the variables from the
+//! caller's [`Scope`]. Where a type is unknown nothing is reported.
+
+use crate::compile::expr::Expr;
+use crate::diag::{Diagnostic, codes};
+use crate::lint::expr_type::{self, ProblemKind, Scope};
+use crate::lint::ty::Ty;
+use crate::source::Span;
+
+/// Checks the types in `expr`, reporting at `span_of(start, end)` (bytes of the expression
+/// text), and returns the expression's type.
+pub fn check(
+    expr: &Expr,
+    scope: &dyn Scope,
+    span_of: &dyn Fn(usize, usize) -> Span,
+    out: &mut Vec<Diagnostic>,
+) -> Ty {
+    let (ty, problems) = expr_type::check(expr, scope);
+    for p in problems {
+        let rule = match p.kind {
+            ProblemKind::NeverTrue => &codes::COMPARISON_NEVER_TRUE,
+            ProblemKind::Arithmetic => &codes::ARITHMETIC_TYPE_MISMATCH,
+            ProblemKind::UnknownField => &codes::UNKNOWN_FIELD,
+        };
+        out.push(
+            Diagnostic::new(rule, span_of(p.start, p.end), p.message)
+                .label(p.label)
+                .help(p.help),
+        );
+    }
+    ty
+}
+
+/// Reports a condition (`key` is `if` or `while`) whose type `ty` is known and can never be a
+/// boolean; `span` covers the expression.
+pub fn condition(key: &str, ty: &Ty, span: Span, out: &mut Vec<Diagnostic>) {
+    if ty.is_any() || ty.members().contains(&Ty::Bool) {
+        return;
+    }
+    let help = match ty {
+        Ty::List(_) | Ty::Object(_) => "test its size: `size(x) > 0`, or compare one of its fields",
+        Ty::String => "compare it: `x == \"done\"`, or test presence with `has(...)`",
+        Ty::Int | Ty::Double => "compare it: `x > 0`",
+        _ => "write a comparison, `has(...)` or another test that is `true` or `false`",
+    };
+    out.push(
+        Diagnostic::new(
+            &codes::CONDITION_NOT_BOOL,
+            span,
+            format!("`{key}` condition is {}, not a boolean", ty.describe()),
+        )
+        .label(format!("{} here", ty.describe()))
+        .help(format!("a condition must be `true` or `false`; {help}")),
+    );
+}

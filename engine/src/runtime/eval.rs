@@ -14,14 +14,27 @@
 //! `map` that converts an element only when it is reached (`[i]`, `.f`, `has()`, `in`,
 //! `size()`, comprehensions, `==`).
 //!
-//! **Contexts.** The standard library is built once (a static root context); each evaluation
-//! adds a child scope holding only the resolver.
+//! **Equality is CEL's, on either side.** A view equals any list or map with the same
+//! elements (keys in any order), and numbers compare across `int`, `uint` and `double` inside
+//! them as at the top (`[1] == [1.0]`). cel's own lists and maps only equal their own kind, so
+//! where an expression compares and also builds containers (`[1] == payload.v`, `payload.v in
+//! [[1]]`, `{'k': [1]} == {'k': payload.v}`), its views stand in for cel's list or map when
+//! cel asks for one, converted one level at a time ([`stand_ins`], [`JsonView`]).
 //!
-//! **Semantics kept from CEL.** A missing key is an error (`has(payload.x)` tests for it);
-//! arithmetic does not mix `int` and `double` (`payload.price * 2` on `2.5` is an error; write
-//! `2.0`), while comparisons do (`1 < 1.5`). One limit of the lazy values: a list or map
-//! *literal* on the left of `==` never equals JSON data on the right (`[1] == payload.l` is
-//! false); write the JSON side first (`payload.l == [1]`).
+//! **Mixed numbers.** Arithmetic that mixes an `int` (or `uint`) and a `double` computes in
+//! double, in either order (`payload.amount * 0.029` with `amount: 100` is `2.9000000000000004`)
+//! — the one deliberate extension to CEL (SPEC §5.1). `int` with `int` stays `int` and an
+//! overflow stays an error; `int` with `uint` stays an error, as `%` on a `double` does (CEL
+//! defines `%` on integers only). cel dispatches an operator on its left operand's own type, so
+//! an evaluation that fails is evaluated again with arithmetic that mixes ([`mixed`]); the
+//! direct path computes the common mixed forms without cel. Comparisons mix in CEL already
+//! (`1 < 1.5`).
+//!
+//! **Contexts.** The root environment ([`root_env`]: the standard library and the mixed
+//! arithmetic) is built once (a static root context); each evaluation adds a child scope
+//! holding only the resolver.
+//!
+//! **Semantics kept from CEL.** A missing key is an error (`has(payload.x)` tests for it).
 
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, OnceLock};
@@ -274,16 +287,17 @@ fn float_to_json(f: f64) -> Result<Value, String> {
 // The direct path
 
 /// The most common expressions evaluated without cel: a variable's member chain
-/// (`payload.ticket.id`, `input.v`), and `int` arithmetic (`+ - * / %`) and comparisons
-/// (`< <= > >= == !=`) over such chains and literals, the equalities also over strings and
-/// booleans. cel spends most of an evaluation resolving names and building values and error
-/// contexts; these need none of it.
+/// (`payload.ticket.id`, `input.v`), and arithmetic (`+ - * /`, and `%` on `int`s) and
+/// comparisons (`< <= > >= == !=`) of `int`s and `double`s over such chains and literals
+/// (mixed, they compute in double), the equalities also over strings and booleans. cel spends
+/// most of an evaluation resolving names and building values and error contexts; these need
+/// none of it.
 ///
-/// The answer is exactly cel's: a chain is walked the way the [`Resolver`] walks it, and
-/// anything off the path — another operator or type, a missing key, an overflow, a division
-/// by zero, a `double` or `uint` operand — makes [`eval`](direct::eval) give up (`None`), and
-/// cel evaluates the whole expression, errors and all. Giving up costs a walk of the top of the
-/// AST.
+/// The answer is exactly cel's (with [`mixed`] arithmetic): a chain is walked the way the
+/// [`Resolver`] walks it, and anything off the path — another operator or type, a missing key,
+/// an overflow, a division by zero, a double that is not finite, a `uint` operand — makes
+/// [`eval`](direct::eval) give up (`None`), and cel evaluates the whole expression, errors and
+/// all. Giving up costs a walk of the top of the AST.
 mod direct {
     use cel::common::ast::{Expr as Node, LiteralValue, operators};
     use cel::parser::Expression;
@@ -1170,7 +1184,7 @@ impl Container for JsonView<'_> {
 
 /// `v` as a string map key. The kind is asked first: a downcast of a view that stands in
 /// converts it.
-fn string_key<'b>(v: &'b dyn Val) -> Option<&'b str> {
+fn string_key(v: &dyn Val) -> Option<&str> {
     if v.get_type().kind() != Kind::String {
         return None;
     }
@@ -1963,6 +1977,8 @@ mod tests {
         // a comprehension), and for `if:` conditions alike.
         for (text, want) in [
             ("payload.amount * 0.5", json!(50.0)),
+            ("payload.amount * 0.029", json!(2.9000000000000004)),
+            ("[payload.amount * 0.029]", json!([2.9000000000000004])),
             ("0.5 * payload.amount", json!(50.0)),
             ("payload.amount * payload.half", json!(50.0)),
             ("payload.half * payload.amount", json!(50.0)),

@@ -186,10 +186,14 @@ pub fn appended(expr: &Expr, fields: &[&str], vars: &Vars) -> Option<Vec<Value>>
         return None;
     }
     let operand = &call.args[1];
-    match with_scope(vars, stand_ins(operand), |ctx| {
-        let v = cel::Value::resolve_val(operand, ctx).ok()?;
-        val_to_json(&*v).ok()
-    })? {
+    let value = |ast: &Expression| {
+        with_scope(vars, stand_ins(ast), |ctx| {
+            let v = cel::Value::resolve_val(ast, ctx).ok()?;
+            val_to_json(&*v).ok()
+        })
+    };
+    // Mixed numbers as in `evaluate`.
+    match value(operand).or_else(|| value(&mixed::rewrite(operand)?))? {
         Value::Array(items) => Some(items),
         _ => None,
     }
@@ -2050,6 +2054,19 @@ mod tests {
             e.message,
             "`payload.amount * 0.5 + payload.missing`: no such key `missing`"
         );
+    }
+
+    #[test]
+    fn an_append_in_place_mixes_numbers() {
+        let p = json!({"log": [1], "a": 3});
+        let vars = Vars {
+            payload: Some(&p),
+            ..Vars::default()
+        };
+        let e = expr::parse("payload.log + [payload.a * 0.5, 0.5 * payload.a]").unwrap();
+        assert_eq!(appended(&e, &["log"], &vars), Some(vec![json!(1.5), json!(1.5)]));
+        let e = expr::parse("payload.log + [payload.a % 0.5]").unwrap();
+        assert_eq!(appended(&e, &["log"], &vars), None);
     }
 
     #[test]

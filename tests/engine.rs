@@ -125,6 +125,12 @@ fn mappings() {
     all_pass("mappings.yaml", 3);
 }
 
+/// CEL equality over payload values and mixed-number arithmetic, in `set` and on `if:` edges.
+#[test]
+fn expressions() {
+    all_pass("expressions.yaml", 2);
+}
+
 #[test]
 fn strings_type_names_and_backquoted_fields() {
     all_pass("strings.yaml", 1);

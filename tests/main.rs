@@ -7,6 +7,7 @@
 //! - [`engine`]: runs and flow tests: every runtime semantic, through `run` and `test`;
 //! - [`corpus`]: hostile inputs (alias bombs, deep nesting, huge and binary files);
 //! - [`fuzz`]: property tests over generated and mutated flows;
+//! - [`expressions`]: property test of expressions: payload values compare as their literals;
 //! - [`llm`] and [`http_agent`]: `llm` and `http` agents against local servers
 //!   ([`mock_server`]): limits, retries, structured output, secrets;
 //! - [`resume`]: what a stopped run records and tells: the flow hash over imports and called
@@ -17,6 +18,7 @@ mod batch;
 mod cli;
 mod corpus;
 mod engine;
+mod expressions;
 mod fuzz;
 mod graph;
 mod http_agent;

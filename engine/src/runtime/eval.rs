@@ -14,15 +14,29 @@
 //! `map` that converts an element only when it is reached (`[i]`, `.f`, `has()`, `in`,
 //! `size()`, comprehensions, `==`).
 //!
-//! **Contexts.** The standard library is built once (a static root context); each evaluation
-//! adds a child scope holding only the resolver.
+//! **Equality is CEL's, on either side.** A view equals any list or map with the same
+//! elements (keys in any order), and numbers compare across `int`, `uint` and `double` inside
+//! them as at the top (`[1] == [1.0]`). cel's own lists and maps only equal their own kind, so
+//! where an expression compares and also builds containers (`[1] == payload.v`, `payload.v in
+//! [[1]]`, `{'k': [1]} == {'k': payload.v}`), its views stand in for cel's list or map when
+//! cel asks for one, converted one level at a time ([`stand_ins`], [`JsonView`]).
 //!
-//! **Semantics kept from CEL.** A missing key is an error (`has(payload.x)` tests for it);
-//! arithmetic does not mix `int` and `double` (`payload.price * 2` on `2.5` is an error; write
-//! `2.0`), while comparisons do (`1 < 1.5`). One limit of the lazy values: a list or map
-//! *literal* on the left of `==` never equals JSON data on the right (`[1] == payload.l` is
-//! false); write the JSON side first (`payload.l == [1]`).
+//! **Mixed numbers.** Arithmetic that mixes an `int` (or `uint`) and a `double` computes in
+//! double, in either order (`payload.amount * 0.029` with `amount: 100` is `2.9000000000000004`)
+//! — the one deliberate extension to CEL (SPEC §5.1). `int` with `int` stays `int` and an
+//! overflow stays an error; `int` with `uint` stays an error, as `%` on a `double` does (CEL
+//! defines `%` on integers only). cel dispatches an operator on its left operand's own type, so
+//! an evaluation that fails is evaluated again with arithmetic that mixes ([`mixed`]); the
+//! direct path computes the common mixed forms without cel. Comparisons mix in CEL already
+//! (`1 < 1.5`).
+//!
+//! **Contexts.** The root environment ([`root_env`]: the standard library and the mixed
+//! arithmetic) is built once (a static root context); each evaluation adds a child scope
+//! holding only the resolver.
+//!
+//! **Semantics kept from CEL.** A missing key is an error (`has(payload.x)` tests for it).
 
+use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, OnceLock};
 
 use cel::common::traits::{
@@ -32,8 +46,9 @@ use cel::common::types::{
     self as cel_types, CelBool, CelDouble, CelInt, CelList, CelMap, CelMapKey, CelNull, CelOptional,
     CelString, CelUInt, Kind, Type,
 };
-use cel::common::value::{CowVal, StaticVal, Val};
+use cel::common::value::{Builtin, BuiltinRef, CowVal, StaticVal, Val};
 use cel::context::VariableResolver;
+use cel::parser::Expression;
 use cel::{Context, Env, ExecutionError};
 use serde_json::{Map, Number, Value};
 
@@ -113,9 +128,38 @@ pub fn eval(expr: &Expr, vars: &Vars) -> Result<Value, StepError> {
 
 /// [`eval`] by cel alone, without the direct path.
 fn eval_cel(expr: &Expr, vars: &Vars) -> Result<Value, StepError> {
-    with_scope(vars, |ctx| {
-        let v = cel::Value::resolve_val(expr.ast(), ctx).map_err(|e| expr_error(expr, &cause(&e, vars)))?;
-        val_to_json(&*v).map_err(|e| expr_error(expr, &e))
+    evaluate(expr, vars, val_to_json)
+}
+
+/// Evaluates `expr` by cel and hands its value to `finish`, whose error is a cause for
+/// [`expr_error`].
+///
+/// **Mixed numbers.** cel's arithmetic does not mix `int` (or `uint`) and `double`, and
+/// dispatches on the left operand's own type, a literal's included. An evaluation that fails is
+/// therefore evaluated again with the arithmetic operators of [`mixed`], when it has any:
+/// they compute in double where one operand is a double, and do what cel does otherwise. CEL
+/// is free of side effects, and an error it absorbs (`x || true`) leaves the value what it is
+/// whatever `x` computes to, so the second answer is the one of CEL with mixed arithmetic. The
+/// direct path takes the common mixed forms (`payload.amount * 0.029`) without cel.
+fn evaluate<R>(
+    expr: &Expr,
+    vars: &Vars,
+    finish: impl Fn(&dyn Val) -> Result<R, String>,
+) -> Result<R, StepError> {
+    let ast = expr.ast();
+    let first = with_scope(vars, stand_ins(ast), |ctx| {
+        cel::Value::resolve_val(ast, ctx).map(|v| finish(&*v))
+    });
+    let error = match first {
+        Ok(done) => return done.map_err(|e| expr_error(expr, &e)),
+        Err(error) => error,
+    };
+    let Some(ast) = mixed::rewrite(ast) else {
+        return Err(expr_error(expr, &cause(&error, vars)));
+    };
+    with_scope(vars, stand_ins(&ast), |ctx| {
+        let v = cel::Value::resolve_val(&ast, ctx).map_err(|e| expr_error(expr, &cause(&e, vars)))?;
+        finish(&*v).map_err(|e| expr_error(expr, &e))
     })
 }
 
@@ -145,10 +189,14 @@ pub fn appended(expr: &Expr, fields: &[&str], vars: &Vars) -> Option<Vec<Value>>
         return None;
     }
     let operand = &call.args[1];
-    match with_scope(vars, |ctx| {
-        let v = cel::Value::resolve_val(operand, ctx).ok()?;
-        val_to_json(&*v).ok()
-    })? {
+    let value = |ast: &Expression| {
+        with_scope(vars, stand_ins(ast), |ctx| {
+            let v = cel::Value::resolve_val(ast, ctx).ok()?;
+            val_to_json(&*v).ok()
+        })
+    };
+    // Mixed numbers as in `evaluate`.
+    match value(operand).or_else(|| value(&mixed::rewrite(operand)?))? {
         Value::Array(items) => Some(items),
         _ => None,
     }
@@ -167,15 +215,9 @@ pub fn eval_bool(expr: &Expr, vars: &Vars) -> Result<bool, StepError> {
 
 /// [`eval_bool`] by cel alone, without the direct path.
 fn eval_bool_cel(expr: &Expr, vars: &Vars) -> Result<bool, StepError> {
-    with_scope(vars, |ctx| {
-        let v = cel::Value::resolve_val(expr.ast(), ctx).map_err(|e| expr_error(expr, &cause(&e, vars)))?;
-        match v.downcast_ref::<CelBool>() {
-            Some(b) => Ok(*b.inner()),
-            None => Err(expr_error(
-                expr,
-                &format!("must return a boolean, got {}", describe(&*v)),
-            )),
-        }
+    evaluate(expr, vars, |v| match v.downcast_ref::<CelBool>() {
+        Some(b) => Ok(*b.inner()),
+        None => Err(format!("must return a boolean, got {}", describe(v))),
     })
 }
 
@@ -252,20 +294,21 @@ fn float_to_json(f: f64) -> Result<Value, String> {
 // The direct path
 
 /// The most common expressions evaluated without cel: a variable's member chain
-/// (`payload.ticket.id`, `input.v`), and `int` arithmetic (`+ - * / %`) and comparisons
-/// (`< <= > >= == !=`) over such chains and literals, the equalities also over strings and
-/// booleans. cel spends most of an evaluation resolving names and building values and error
-/// contexts; these need none of it.
+/// (`payload.ticket.id`, `input.v`), and arithmetic (`+ - * /`, and `%` on `int`s) and
+/// comparisons (`< <= > >= == !=`) of `int`s and `double`s over such chains and literals
+/// (mixed, they compute in double), the equalities also over strings and booleans. cel spends
+/// most of an evaluation resolving names and building values and error contexts; these need
+/// none of it.
 ///
-/// The answer is exactly cel's: a chain is walked the way the [`Resolver`] walks it, and
-/// anything off the path — another operator or type, a missing key, an overflow, a division
-/// by zero, a `double` or `uint` operand — makes [`eval`](direct::eval) give up (`None`), and
-/// cel evaluates the whole expression, errors and all. Giving up costs a walk of the top of the
-/// AST.
+/// The answer is exactly cel's (with [`mixed`] arithmetic): a chain is walked the way the
+/// [`Resolver`] walks it, and anything off the path — another operator or type, a missing key,
+/// an overflow, a division by zero, a double that is not finite, a `uint` operand — makes
+/// [`eval`](direct::eval) give up (`None`), and cel evaluates the whole expression, errors and
+/// all. Giving up costs a walk of the top of the AST.
 mod direct {
     use cel::common::ast::{Expr as Node, LiteralValue, operators};
     use cel::parser::Expression;
-    use serde_json::Value;
+    use serde_json::{Number, Value};
 
     use super::Vars;
 
@@ -278,8 +321,26 @@ mod direct {
         /// A value in the variables, by reference.
         Json(&'a Value),
         Int(i64),
+        /// Always finite.
+        Double(f64),
         Bool(bool),
         Str(&'a str),
+    }
+
+    /// A number the direct path computes with.
+    #[derive(Clone, Copy)]
+    enum Num {
+        Int(i64),
+        Double(f64),
+    }
+
+    impl Num {
+        fn f64(self) -> f64 {
+            match self {
+                Num::Int(i) => i as f64,
+                Num::Double(d) => d,
+            }
+        }
     }
 
     impl Direct<'_> {
@@ -288,15 +349,22 @@ mod direct {
             match self {
                 Direct::Json(v) => v.clone(),
                 Direct::Int(i) => Value::from(i),
+                Direct::Double(d) => Number::from_f64(d).map_or(Value::Null, Value::Number),
                 Direct::Bool(b) => Value::Bool(b),
                 Direct::Str(s) => Value::String(s.to_owned()),
             }
         }
 
-        fn int(&self) -> Option<i64> {
+        /// An `int` or a `double`, as the resolver converts it (a `uint` is neither).
+        fn num(&self) -> Option<Num> {
             match self {
-                Direct::Int(i) => Some(*i),
-                Direct::Json(Value::Number(n)) => n.as_i64(),
+                Direct::Int(i) => Some(Num::Int(*i)),
+                Direct::Double(d) => Some(Num::Double(*d)),
+                Direct::Json(Value::Number(n)) => match n.as_i64() {
+                    Some(i) => Some(Num::Int(i)),
+                    None if n.is_f64() => n.as_f64().map(Num::Double),
+                    None => None,
+                },
                 _ => None,
             }
         }
@@ -327,6 +395,9 @@ mod direct {
         match e {
             Node::Ident(_) | Node::Select(_) => chain(e, vars).map(Direct::Json),
             Node::Literal(LiteralValue::Int(i)) => Some(Direct::Int(*i.inner())),
+            Node::Literal(LiteralValue::Double(d)) if d.inner().is_finite() => {
+                Some(Direct::Double(*d.inner()))
+            }
             Node::Literal(LiteralValue::String(s)) => Some(Direct::Str(s.inner())),
             Node::Literal(LiteralValue::Boolean(b)) => Some(Direct::Bool(*b.inner())),
             Node::Call(call) if call.target.is_none() && call.args.len() == 2 && depth < MAX_DEPTH => {
@@ -360,22 +431,10 @@ mod direct {
     }
 
     fn binary<'a>(op: &str, l: &Direct<'a>, r: &Direct<'a>) -> Option<Direct<'a>> {
-        if let (Some(a), Some(b)) = (l.int(), r.int()) {
-            return Some(match op {
-                // `None` on overflow and for a zero divisor: cel reports those.
-                operators::ADD => Direct::Int(a.checked_add(b)?),
-                operators::SUBSTRACT => Direct::Int(a.checked_sub(b)?),
-                operators::MULTIPLY => Direct::Int(a.checked_mul(b)?),
-                operators::DIVIDE => Direct::Int(a.checked_div(b)?),
-                operators::MODULO => Direct::Int(a.checked_rem(b)?),
-                operators::LESS => Direct::Bool(a < b),
-                operators::LESS_EQUALS => Direct::Bool(a <= b),
-                operators::GREATER => Direct::Bool(a > b),
-                operators::GREATER_EQUALS => Direct::Bool(a >= b),
-                operators::EQUALS => Direct::Bool(a == b),
-                operators::NOT_EQUALS => Direct::Bool(a != b),
-                _ => return None,
-            });
+        match (l.num(), r.num()) {
+            (Some(Num::Int(a)), Some(Num::Int(b))) => return int_binary(op, a, b),
+            (Some(a), Some(b)) => return double_binary(op, a.f64(), b.f64()),
+            _ => {}
         }
         let equal = if let (Some(a), Some(b)) = (l.str(), r.str()) {
             a == b
@@ -389,6 +448,44 @@ mod direct {
             operators::NOT_EQUALS => Some(Direct::Bool(!equal)),
             _ => None,
         }
+    }
+
+    fn int_binary<'a>(op: &str, a: i64, b: i64) -> Option<Direct<'a>> {
+        Some(match op {
+            // `None` on overflow and for a zero divisor: cel reports those.
+            operators::ADD => Direct::Int(a.checked_add(b)?),
+            operators::SUBSTRACT => Direct::Int(a.checked_sub(b)?),
+            operators::MULTIPLY => Direct::Int(a.checked_mul(b)?),
+            operators::DIVIDE => Direct::Int(a.checked_div(b)?),
+            operators::MODULO => Direct::Int(a.checked_rem(b)?),
+            operators::LESS => Direct::Bool(a < b),
+            operators::LESS_EQUALS => Direct::Bool(a <= b),
+            operators::GREATER => Direct::Bool(a > b),
+            operators::GREATER_EQUALS => Direct::Bool(a >= b),
+            operators::EQUALS => Direct::Bool(a == b),
+            operators::NOT_EQUALS => Direct::Bool(a != b),
+            _ => return None,
+        })
+    }
+
+    /// Doubles, or an integer and a double computing in double (an `int` converted to the
+    /// nearest double, as cel compares them). `%` is cel's error; a result that is not finite
+    /// is cel's to give (it cannot be JSON, and `NaN` does not compare).
+    fn double_binary<'a>(op: &str, a: f64, b: f64) -> Option<Direct<'a>> {
+        let d = match op {
+            operators::ADD => a + b,
+            operators::SUBSTRACT => a - b,
+            operators::MULTIPLY => a * b,
+            operators::DIVIDE => a / b,
+            operators::LESS => return Some(Direct::Bool(a < b)),
+            operators::LESS_EQUALS => return Some(Direct::Bool(a <= b)),
+            operators::GREATER => return Some(Direct::Bool(a > b)),
+            operators::GREATER_EQUALS => return Some(Direct::Bool(a >= b)),
+            operators::EQUALS => return Some(Direct::Bool(a == b)),
+            operators::NOT_EQUALS => return Some(Direct::Bool(a != b)),
+            _ => return None,
+        };
+        d.is_finite().then_some(Direct::Double(d))
     }
 
     /// The value a member chain (`a.b.c`, no presence test) names, walked through objects the
@@ -420,59 +517,72 @@ mod direct {
 // ---------------------------------------------------------------------------------------------
 // Contexts and variables
 
-/// The standard library, the strings extension (`strings.rs`) and the time functions
-/// (`time.rs`), built once.
-static ROOT: LazyLock<Context<'static, 'static>> = LazyLock::new(|| {
+/// The root context, built once.
+static ROOT: LazyLock<Context<'static, 'static>> = LazyLock::new(|| Context::with_env(Arc::new(root_env())));
+
+/// The environment of every expression: CEL's standard library, the strings extension
+/// (`strings.rs`), the time functions (`time.rs`), and the arithmetic operators that mix
+/// numbers ([`mixed`]).
+fn root_env() -> Env {
     let mut env = Env::stdlib();
     super::strings::register(&mut env).expect("the strings extension is registered once");
     time::register(&mut env);
-    Context::with_env(Arc::new(env))
-});
+    mixed::register(&mut env);
+    env
+}
 
 /// The shared root context, at the lifetimes of one evaluation.
 fn root<'a>() -> &'a Context<'a, 'a> {
     &ROOT
 }
 
-/// Runs `f` in a fresh child scope of the root whose variables come from `vars`.
-fn with_scope<R>(vars: &Vars, f: impl FnOnce(&Context) -> R) -> R {
-    let resolver = Resolver(*vars);
+/// Runs `f` in a fresh child scope of the root whose variables come from `vars`; `stand_in`
+/// is what [`stand_ins`] says of the expression to evaluate.
+fn with_scope<R>(vars: &Vars, stand_in: bool, f: impl FnOnce(&Context) -> R) -> R {
+    let resolver = Resolver {
+        vars: *vars,
+        stand_in,
+    };
     let mut ctx = root().new_inner_scope();
     ctx.set_variable_resolver(&resolver);
     f(&ctx)
 }
 
 /// Resolves variables, and whole member chains of them (`payload.ticket.id`), from [`Vars`].
-struct Resolver<'a>(Vars<'a>);
+struct Resolver<'a> {
+    vars: Vars<'a>,
+    /// Whether the views it hands out stand in for cel's lists and maps ([`JsonView::stand_in`]).
+    stand_in: bool,
+}
 
 impl VariableResolver for Resolver<'_> {
     fn resolve<'b>(&'b self, name: &str) -> Option<CowVal<'b, 'b>> {
         let mut parts = name.split('.');
         let first = parts.next()?;
         if first == "now"
-            && let Some(now) = self.0.now
-            && !self.0.locals.iter().any(|(n, _)| *n == "now")
+            && let Some(now) = self.vars.now
+            && !self.vars.locals.iter().any(|(n, _)| *n == "now")
         {
             // A timestamp has no fields: `now.x` is cel's error, from the shorter chain.
             return parts.next().is_none().then(|| CowVal::Owned(Box::new(now)));
         }
-        let mut v = self.0.get(first)?;
+        let mut v = self.vars.get(first)?;
         for field in parts {
             // `None`: cel tries the shorter chain, and reports the missing key from there.
             v = v.as_object()?.get(field)?;
         }
-        Some(CowVal::Owned(json_val(v)))
+        Some(CowVal::Owned(json_val(v, self.stand_in)))
     }
 }
 
 /// A JSON value as a CEL value: scalars converted (strings borrowed), containers as views.
-fn json_val<'a>(v: &'a Value) -> Box<dyn Val + 'a> {
+fn json_val(v: &Value, stand_in: bool) -> Box<dyn Val + '_> {
     match v {
         Value::Null => Box::new(CelNull),
         Value::Bool(b) => Box::new(CelBool::from(*b)),
         Value::Number(n) => number_val(n),
         Value::String(s) => Box::new(CelString::from(s.as_str())),
-        Value::Array(_) | Value::Object(_) => Box::new(JsonView::new(v)),
+        Value::Array(_) | Value::Object(_) => Box::new(JsonView::new(v, stand_in)),
     }
 }
 
@@ -487,6 +597,293 @@ fn number_val(n: &Number) -> Box<dyn Val> {
 }
 
 // ---------------------------------------------------------------------------------------------
+// What an expression needs of the evaluation
+
+/// Whether the views of an evaluation of `ast` must stand in for cel's lists and maps
+/// ([`JsonView`]): when it compares (`==`, `!=`, `in`) and builds containers of its own (list
+/// and map literals, `map()` and `filter()`, `+`), or calls a function not known to do neither.
+/// Elsewhere a view is never compared with a container cel built, and is not converted.
+fn stand_ins(ast: &Expression) -> bool {
+    use cel::common::ast::{Expr as Node, operators};
+    let (mut compares, mut builds) = (false, false);
+    visit(ast, &mut |e| match &e.expr {
+        Node::List(_) | Node::Map(_) | Node::Struct(_) => builds = true,
+        Node::Call(call) => match call.func_name.as_str() {
+            operators::EQUALS | operators::NOT_EQUALS | operators::IN => compares = true,
+            operators::ADD | mixed::ADD => builds = true,
+            operators::LOGICAL_AND
+            | operators::LOGICAL_OR
+            | operators::LOGICAL_NOT
+            | operators::NOT_STRICTLY_FALSE
+            | operators::CONDITIONAL
+            | operators::NEGATE
+            | operators::INDEX
+            | operators::LESS
+            | operators::LESS_EQUALS
+            | operators::GREATER
+            | operators::GREATER_EQUALS
+            | operators::SUBSTRACT
+            | operators::MULTIPLY
+            | operators::DIVIDE
+            | operators::MODULO
+            | mixed::SUB
+            | mixed::MUL
+            | mixed::DIV
+            | "size"
+            | "int"
+            | "uint"
+            | "double"
+            | "string"
+            | "bool"
+            | "bytes"
+            | "type"
+            | "dyn"
+            | "contains"
+            | "startsWith"
+            | "endsWith"
+            | "matches" => {}
+            _ => (compares, builds) = (true, true),
+        },
+        _ => {}
+    });
+    compares && builds
+}
+
+/// Calls `f` on `e` and every expression inside it.
+fn visit(e: &Expression, f: &mut impl FnMut(&Expression)) {
+    use cel::common::ast::{EntryExpr, Expr as Node};
+    f(e);
+    match &e.expr {
+        Node::Call(call) => {
+            if let Some(target) = &call.target {
+                visit(target, f);
+            }
+            for arg in &call.args {
+                visit(arg, f);
+            }
+        }
+        Node::Comprehension(c) => {
+            for part in [&c.iter_range, &c.accu_init, &c.loop_cond, &c.loop_step, &c.result] {
+                visit(part, f);
+            }
+        }
+        Node::List(list) => {
+            for item in &list.elements {
+                visit(item, f);
+            }
+        }
+        Node::Map(cel::common::ast::MapExpr { entries })
+        | Node::Struct(cel::common::ast::StructExpr { entries, .. }) => {
+            for entry in entries {
+                match &entry.expr {
+                    EntryExpr::MapEntry(m) => {
+                        visit(&m.key, f);
+                        visit(&m.value, f);
+                    }
+                    EntryExpr::StructField(s) => visit(&s.value, f),
+                }
+            }
+        }
+        Node::Select(s) => visit(&s.operand, f),
+        Node::Ident(_) | Node::Literal(_) | Node::Unspecified => {}
+    }
+}
+
+/// Calls `f` on every expression inside `e` (not `e` itself), outermost first.
+fn visit_mut(e: &mut Expression, f: &mut impl FnMut(&mut Expression)) {
+    use cel::common::ast::{EntryExpr, Expr as Node};
+    let mut each = |child: &mut Expression| {
+        f(child);
+        visit_mut(child, f);
+    };
+    match &mut e.expr {
+        Node::Call(call) => {
+            if let Some(target) = &mut call.target {
+                each(target);
+            }
+            for arg in &mut call.args {
+                each(arg);
+            }
+        }
+        Node::Comprehension(c) => {
+            let c = &mut **c;
+            for part in [
+                &mut c.iter_range,
+                &mut c.accu_init,
+                &mut c.loop_cond,
+                &mut c.loop_step,
+                &mut c.result,
+            ] {
+                each(part);
+            }
+        }
+        Node::List(list) => {
+            for item in &mut list.elements {
+                each(item);
+            }
+        }
+        Node::Map(cel::common::ast::MapExpr { entries })
+        | Node::Struct(cel::common::ast::StructExpr { entries, .. }) => {
+            for entry in entries {
+                match &mut entry.expr {
+                    EntryExpr::MapEntry(m) => {
+                        each(&mut m.key);
+                        each(&mut m.value);
+                    }
+                    EntryExpr::StructField(s) => each(&mut s.value),
+                }
+            }
+        }
+        Node::Select(s) => each(&mut s.operand),
+        Node::Ident(_) | Node::Literal(_) | Node::Unspecified => {}
+    }
+}
+
+/// Arithmetic that mixes `int` or `uint` with `double` and computes in double (SPEC §5.1): the
+/// one deliberate extension to CEL. `+ - * /` are functions of the root environment under
+/// names no expression can spell; [`rewrite`] calls them in place of cel's operators, and each
+/// does exactly what cel's operator does unless exactly one operand is a `double` and the
+/// other an integer. `%` stays CEL's: it is defined on integers only.
+mod mixed {
+    use cel::common::ast::{Expr as Node, operators};
+    use cel::common::types::{self as cel_types, CelDouble, CelInt, CelUInt};
+    use cel::common::value::{CowVal, Val};
+    use cel::parser::Expression;
+    use cel::{Env, ExecutionError};
+
+    pub const ADD: &str = "@mixed_add";
+    pub const SUB: &str = "@mixed_sub";
+    pub const MUL: &str = "@mixed_mul";
+    pub const DIV: &str = "@mixed_div";
+
+    #[derive(Clone, Copy)]
+    enum Op {
+        Add,
+        Sub,
+        Mul,
+        Div,
+    }
+
+    /// Declares the operators on `env`.
+    pub fn register(env: &mut Env) {
+        let dyn2 = || vec![cel_types::DYN_TYPE, cel_types::DYN_TYPE];
+        let ops: [(&str, cel::common::functions::Function); 4] = [
+            (ADD, |args| apply(Op::Add, args)),
+            (SUB, |args| apply(Op::Sub, args)),
+            (MUL, |args| apply(Op::Mul, args)),
+            (DIV, |args| apply(Op::Div, args)),
+        ];
+        for (name, op) in ops {
+            env.add_overload(name, name, dyn2(), op)
+                .expect("the names are new to the standard library");
+        }
+    }
+
+    /// `ast` with its `+ - * /` calling the operators here, or `None` when it has none.
+    /// A `+` with a list literal on the right is left to cel: it concatenates, and is the step
+    /// cel recognises in `map()` and `filter()` to append in place.
+    pub fn rewrite(ast: &Expression) -> Option<Expression> {
+        let mut any = false;
+        super::visit(ast, &mut |e| any |= mixed_name(e).is_some());
+        if !any {
+            return None;
+        }
+        let mut out = ast.clone();
+        let mut rename = |e: &mut Expression| {
+            if let Some(name) = mixed_name(e)
+                && let Node::Call(call) = &mut e.expr
+            {
+                call.func_name = name.to_owned();
+            }
+        };
+        rename(&mut out);
+        super::visit_mut(&mut out, &mut rename);
+        Some(out)
+    }
+
+    /// The name of the operator here that takes the place of `e`'s, if `e` is one.
+    fn mixed_name(e: &Expression) -> Option<&'static str> {
+        let Node::Call(call) = &e.expr else {
+            return None;
+        };
+        if call.target.is_some() || call.args.len() != 2 {
+            return None;
+        }
+        Some(match call.func_name.as_str() {
+            operators::ADD if !matches!(call.args[1].expr, Node::List(_)) => ADD,
+            operators::SUBSTRACT => SUB,
+            operators::MULTIPLY => MUL,
+            operators::DIVIDE => DIV,
+            _ => return None,
+        })
+    }
+
+    fn apply<'b, 'v>(op: Op, mut args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+        let (Some(rhs), Some(lhs), None) = (args.pop(), args.pop(), args.pop()) else {
+            return Err(ExecutionError::function_error("arithmetic", "takes two operands"));
+        };
+        if let Some((a, b)) = mixed(&*lhs, &*rhs) {
+            let d = match op {
+                Op::Add => a + b,
+                Op::Sub => a - b,
+                Op::Mul => a * b,
+                Op::Div => a / b,
+            };
+            return Ok(CowVal::owned(CelDouble::from(d)));
+        }
+        // cel's own operator, as its interpreter applies it.
+        let (l, r) = (&*lhs, &*rhs);
+        let unsupported = |name| {
+            ExecutionError::UnsupportedBinaryOperator(
+                name,
+                cel::Value::try_from(l).unwrap_or(cel::Value::Null),
+                cel::Value::try_from(r).unwrap_or(cel::Value::Null),
+            )
+        };
+        let out = match op {
+            Op::Add => l
+                .as_adder()
+                .ok_or_else(|| unsupported("add"))?
+                .add(r)?
+                .into_owned(),
+            Op::Sub => l
+                .as_subtractor()
+                .ok_or_else(|| unsupported("sub"))?
+                .sub(r)?
+                .into_owned(),
+            Op::Mul => l
+                .as_multiplier()
+                .ok_or_else(|| unsupported("mul"))?
+                .mul(r)?
+                .into_owned(),
+            Op::Div => l
+                .as_divider()
+                .ok_or_else(|| unsupported("div"))?
+                .div(r)?
+                .into_owned(),
+        };
+        Ok(CowVal::Owned(out))
+    }
+
+    /// Both operands as doubles, when exactly one is a `double` and the other an `int` or a
+    /// `uint` (converted to the nearest double).
+    fn mixed(lhs: &dyn Val, rhs: &dyn Val) -> Option<(f64, f64)> {
+        let num = |v: &dyn Val| -> Option<(f64, bool)> {
+            if let Some(d) = v.downcast_ref::<CelDouble>() {
+                Some((*d.inner(), true))
+            } else if let Some(i) = v.downcast_ref::<CelInt>() {
+                Some((*i.inner() as f64, false))
+            } else {
+                v.downcast_ref::<CelUInt>().map(|u| (*u.inner() as f64, false))
+            }
+        };
+        let (a, a_double) = num(lhs)?;
+        let (b, b_double) = num(rhs)?;
+        (a_double != b_double).then_some((a, b))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // The lazy view of a JSON array or object
 
 /// The types of views: equal to cel's `list` and `map` (overloads such as `size` pick them),
@@ -496,18 +893,35 @@ static JSON_MAP_TYPE: Type = cel_types::MAP_TYPE;
 
 /// A JSON array (a CEL `list`) or object (a `map` with string keys), borrowed. Elements are
 /// converted when reached; iterating converts the elements (or, for a map, the keys) once.
+///
+/// **Equality with cel's own lists and maps.** A view compares itself by content with any list
+/// or map ([`json_equals`]), but cel's lists and maps only equal their own kind: `[1] ==
+/// payload.v` asks the literal, which downcasts `payload.v` to a cel list. A view that
+/// `stand_in`s answers that downcast with itself converted one level deep (its elements are
+/// views again), built once: so the literal on the left, a list literal holding the view, and
+/// `payload.v in [[1]]` all compare by content. Only expressions that can compare a view with
+/// a container cel built get such views ([`stand_ins`]), as cel asks every value it reads a
+/// field of whether it is an optional, which is such a downcast too.
 #[derive(Debug)]
 struct JsonView<'a> {
     value: &'a Value,
-    /// The converted elements (array) or keys (object), built on first iteration.
-    items: OnceLock<Vec<Box<dyn Val + 'a>>>,
+    stand_in: bool,
+    /// An array's converted elements, built on first iteration (or downcast).
+    list: OnceLock<CelList<'a>>,
+    /// An object's keys, in order, built on first iteration.
+    keys: OnceLock<Vec<Box<dyn Val + 'a>>>,
+    /// An object as a cel map, built on first downcast.
+    map: OnceLock<CelMap<'a>>,
 }
 
 impl<'a> JsonView<'a> {
-    fn new(value: &'a Value) -> Self {
+    fn new(value: &'a Value, stand_in: bool) -> Self {
         JsonView {
             value,
-            items: OnceLock::new(),
+            stand_in,
+            list: OnceLock::new(),
+            keys: OnceLock::new(),
+            map: OnceLock::new(),
         }
     }
 
@@ -523,16 +937,51 @@ impl<'a> JsonView<'a> {
         }
     }
 
-    fn items(&self) -> &[Box<dyn Val + 'a>] {
-        self.items.get_or_init(|| match self.value {
-            Value::Array(a) => a.iter().map(json_val).collect(),
-            Value::Object(m) => m
-                .keys()
-                .map(|k| Box::new(CelString::from(k.as_str())) as Box<dyn Val + 'a>)
-                .collect(),
-            _ => Vec::new(),
-        })
+    fn list(&self) -> &CelList<'a> {
+        self.list.get_or_init(|| cel_list(self.value, self.stand_in))
     }
+
+    fn map(&self) -> &CelMap<'a> {
+        self.map.get_or_init(|| cel_map(self.value, self.stand_in))
+    }
+
+    fn items(&self) -> &[Box<dyn Val + 'a>] {
+        match self.value {
+            Value::Array(_) => self.list().inner(),
+            Value::Object(m) => self.keys.get_or_init(|| {
+                m.keys()
+                    .map(|k| Box::new(CelString::from(k.as_str())) as Box<dyn Val + 'a>)
+                    .collect()
+            }),
+            _ => &[],
+        }
+    }
+}
+
+/// A JSON array's elements as a cel list (of views, for nested containers).
+fn cel_list(value: &Value, stand_in: bool) -> CelList<'_> {
+    let items = match value {
+        Value::Array(a) => a.iter().map(|v| json_val(v, stand_in)).collect(),
+        _ => Vec::new(),
+    };
+    CelList::from(items)
+}
+
+/// A JSON object as a cel map with string keys (of views, for nested containers).
+fn cel_map(value: &Value, stand_in: bool) -> CelMap<'_> {
+    let entries: HashMap<CelMapKey<'_>, Box<dyn Val + '_>> = match value {
+        Value::Object(m) => m
+            .iter()
+            .map(|(k, v)| {
+                (
+                    CelMapKey::String(CelString::from(k.as_str())),
+                    json_val(v, stand_in),
+                )
+            })
+            .collect(),
+        _ => HashMap::new(),
+    };
+    CelMap::from(entries)
 }
 
 impl Val for JsonView<'_> {
@@ -621,7 +1070,53 @@ impl Val for JsonView<'_> {
     where
         Self: 'v,
     {
-        Box::new(JsonView::new(self.value))
+        Box::new(JsonView::new(self.value, self.stand_in))
+    }
+
+    /// Indexing a view cel owns goes through here once [`Val::as_builtin`] names a built-in
+    /// type; it is the same indexing.
+    fn into_indexer<'v>(self: Box<Self>) -> Option<Box<dyn Indexer + 'v>>
+    where
+        Self: 'v,
+    {
+        Some(self)
+    }
+
+    /// A view that stands in is, to cel, its own list or map (see [`JsonView`]).
+    fn as_builtin<'b, 'v>(&'b self) -> BuiltinRef<'b, 'v>
+    where
+        Self: 'v,
+    {
+        match self.value {
+            _ if !self.stand_in => BuiltinRef::Other,
+            Value::Array(_) => BuiltinRef::List(self.list()),
+            Value::Object(_) => BuiltinRef::Map(self.map()),
+            _ => BuiltinRef::Other,
+        }
+    }
+
+    /// Agrees with [`Val::as_builtin`], as cel requires.
+    fn into_builtin<'v>(self: Box<Self>) -> Option<Builtin<'v>>
+    where
+        Self: 'v,
+    {
+        let JsonView {
+            value,
+            stand_in,
+            list,
+            map,
+            ..
+        } = *self;
+        match value {
+            _ if !stand_in => None,
+            Value::Array(_) => Some(Builtin::List(
+                list.into_inner().unwrap_or_else(|| cel_list(value, stand_in)),
+            )),
+            Value::Object(_) => Some(Builtin::Map(
+                map.into_inner().unwrap_or_else(|| cel_map(value, stand_in)),
+            )),
+            _ => None,
+        }
     }
 }
 
@@ -634,19 +1129,25 @@ impl Indexer for JsonView<'_> {
             return Ok(CowVal::owned(JsonClone(self.value.clone())));
         }
         match self.value {
-            Value::Object(m) => match idx.downcast_ref::<CelString>() {
-                Some(key) => match m.get(key.inner()) {
-                    Some(v) => Ok(CowVal::Owned(json_val(v))),
-                    None => Err(ExecutionError::no_such_key(key.inner())),
+            Value::Object(m) => match string_key(idx) {
+                Some(key) => match m.get(key) {
+                    Some(v) => Ok(CowVal::Owned(json_val(v, self.stand_in))),
+                    None => Err(ExecutionError::no_such_key(key)),
                 },
-                None => Err(ExecutionError::no_such_key(&key_text_of(idx))),
+                // As cel's maps: another key type finds nothing, a value of no key type is
+                // the wrong type.
+                None if is_key_type(idx) => Err(ExecutionError::no_such_key(&key_text_of(idx))),
+                None => Err(ExecutionError::UnexpectedType {
+                    got: idx.get_type().name().to_owned(),
+                    want: "map key".to_owned(),
+                }),
             },
             Value::Array(items) => {
                 let i = list_index(idx)?;
                 usize::try_from(i)
                     .ok()
                     .and_then(|i| items.get(i))
-                    .map(|v| CowVal::Owned(json_val(v)))
+                    .map(|v| CowVal::Owned(json_val(v, self.stand_in)))
                     .ok_or_else(|| ExecutionError::IndexOutOfBounds(cel::Value::Int(i)))
             }
             _ => Err(ExecutionError::no_such_key(&key_text_of(idx))),
@@ -684,12 +1185,37 @@ impl Container for JsonView<'_> {
     fn contains(&self, value: &dyn Val) -> Result<bool, ExecutionError> {
         Ok(match self.value {
             Value::Array(items) => items.iter().any(|item| json_equals(item, value)),
-            Value::Object(m) => value
-                .downcast_ref::<CelString>()
-                .is_some_and(|k| m.contains_key(k.inner())),
+            Value::Object(m) => match string_key(value) {
+                Some(k) => m.contains_key(k),
+                None if is_key_type(value) => false,
+                // As cel's maps: a value that can be no key is an error.
+                None => {
+                    return Err(ExecutionError::UnsupportedKeyType(
+                        cel::Value::try_from(value).unwrap_or(cel::Value::Null),
+                    ));
+                }
+            },
             _ => false,
         })
     }
+}
+
+/// `v` as a string map key. The kind is asked first: a downcast of a view that stands in
+/// converts it.
+fn string_key(v: &dyn Val) -> Option<&str> {
+    if v.get_type().kind() != Kind::String {
+        return None;
+    }
+    v.downcast_ref::<CelString>().map(|s| s.inner())
+}
+
+/// Whether cel looks `v` up in a map (finding nothing where the keys are strings): a key
+/// type, or a `double`.
+fn is_key_type(v: &dyn Val) -> bool {
+    matches!(
+        v.get_type().kind(),
+        Kind::String | Kind::Int | Kind::UInt | Kind::Boolean | Kind::Double
+    )
 }
 
 impl<'a> Iterable for JsonView<'a> {
@@ -735,7 +1261,11 @@ impl Adder for JsonView<'_> {
         };
         let mut out: Vec<Box<dyn Val + 'v>> = Vec::with_capacity(self.len());
         if let Value::Array(items) = self.value {
-            out.extend(items.iter().map(|v| json_val(v) as Box<dyn Val + 'v>));
+            out.extend(
+                items
+                    .iter()
+                    .map(|v| json_val(v, self.stand_in) as Box<dyn Val + 'v>),
+            );
         }
         let mut it = rhs_items.iter();
         while let Some(v) = it.next() {
@@ -779,7 +1309,7 @@ fn json_equals(j: &Value, other: &dyn Val) -> bool {
     match j {
         Value::Null => other.get_type().kind() == Kind::NullType,
         Value::Bool(b) => other.downcast_ref::<CelBool>().is_some_and(|o| o.inner() == b),
-        Value::String(s) => other.downcast_ref::<CelString>().is_some_and(|o| o.inner() == s),
+        Value::String(s) => string_key(other).is_some_and(|o| o == s),
         Value::Number(n) => number_val(n).equals(other),
         Value::Array(items) => {
             if other.get_type().kind() != Kind::List || !same_size(other, items.len()) {
@@ -998,24 +1528,43 @@ fn cause(e: &ExecutionError, vars: &Vars) -> String {
         ExecutionError::DivisionByZero(_) => "division by zero".to_owned(),
         ExecutionError::RemainderByZero(_) => "modulus by zero".to_owned(),
         ExecutionError::Overflow(op, a, b) => {
-            format!("`{op}` overflows on {} and {}", cel_text(a), cel_text(b))
+            format!(
+                "`{}` overflows on {} and {}",
+                operator(op),
+                cel_text(a),
+                cel_text(b)
+            )
         }
         ExecutionError::UnsupportedBinaryOperator(op, a, b) => {
-            let op = match *op {
-                "add" => "+",
-                "sub" => "-",
-                "mul" => "*",
-                "div" => "/",
-                "rem" => "%",
-                other => other,
-            };
-            format!("`{op}` does not apply to {} and {}", type_name(a), type_name(b))
+            let op = operator(op);
+            let doubles = matches!(a, cel::Value::Float(_)) || matches!(b, cel::Value::Float(_));
+            if op == "%" && doubles {
+                format!(
+                    "`%` does not apply to {} and {}: CEL defines it on integers only",
+                    type_name(a),
+                    type_name(b)
+                )
+            } else {
+                format!("`{op}` does not apply to {} and {}", type_name(a), type_name(b))
+            }
         }
         ExecutionError::ValuesNotComparable(a, b) => {
             format!("{} and {} cannot be compared", type_name(a), type_name(b))
         }
         ExecutionError::FunctionError { function, message } => format!("`{function}`: {message}"),
         other => tidy(&other.to_string()),
+    }
+}
+
+/// The operator cel names by a word (`add`), as written.
+fn operator(name: &str) -> &str {
+    match name {
+        "add" => "+",
+        "sub" => "-",
+        "mul" => "*",
+        "div" => "/",
+        "rem" => "%",
+        other => other,
     }
 }
 
@@ -1301,6 +1850,259 @@ mod tests {
         assert_eq!(ok("[payload.m] == [payload.m]", p), json!(true));
     }
 
+    /// Evaluates `text` as a value and as a condition, with `payload`.
+    fn both(text: &str, payload: &Value) -> (Value, bool) {
+        let e = expr::parse(text).expect("valid expression");
+        let vars = Vars {
+            payload: Some(payload),
+            ..Vars::default()
+        };
+        let v = eval(&e, &vars).unwrap_or_else(|err| panic!("{text}: {err}"));
+        let b = eval_bool(&e, &vars).unwrap_or_else(|err| panic!("{text} as a condition: {err}"));
+        (v, b)
+    }
+
+    #[test]
+    fn views_compare_by_content_on_either_side() {
+        let p = json!({"v": [1], "w": [1, 2], "m": {"a": 1}, "n": {"k": [1]}, "s": "x",
+                       "o": {"b": 2, "a": [1, {"c": null}]}, "e": [], "em": {}});
+        let truths = [
+            // The examples of the differential check: each was false (or true), silently.
+            "[1] == payload.v",
+            "!([1, 2] != payload.w)",
+            "{'a': 1} == payload.m",
+            "[[1]] == [payload.v]",
+            "[payload.v] == [[1]]",
+            "{'k': [1]} == {'k': payload.v}",
+            "{'k': payload.v} == {'k': [1]}",
+            "payload.v in [[1]]",
+            "payload.m in [{'a': 1}]",
+            "payload.n == {'k': [1]}",
+            "{'k': [1]} == payload.n",
+            // Key order is no part of a map.
+            "{'a': [1, {'c': null}], 'b': 2} == payload.o",
+            "payload.o == {'a': [1, {'c': null}], 'b': 2}",
+            "[{'a': [1, {'c': null}], 'b': 2}] == [payload.o]",
+            // Unequal, either way round.
+            "[1, 2] != payload.v",
+            "payload.v != [1, 2]",
+            "[2] != payload.v",
+            "{'a': 2} != payload.m",
+            "{'a': 1, 'b': 1} != payload.m",
+            "!(payload.v in [[2], [1, 1]])",
+            "[payload.s] != [[payload.s]]",
+            "[] == payload.e && {} == payload.em && payload.e != payload.em",
+            // Views in containers cel built, compared with views.
+            "[payload.v] == [payload.v]",
+            "{'x': payload.m} == {'x': payload.m}",
+            "[payload.v, payload.m] == [[1], {'a': 1}]",
+            "payload.w.map(x, [x]) == [[1], [2]]",
+            "[[1], [2]] == payload.w.map(x, [x])",
+            "payload.w.filter(x, x > 1) == [2]",
+            "payload.v + [2] == payload.w",
+            "payload.w == payload.v + [2]",
+            "[[1]].exists(x, x == payload.v)",
+            "[payload.v].exists(x, x == [1])",
+            // Nested deeper than one level.
+            "[[[1]]] == [[payload.v]]",
+            "{'a': {'b': payload.n}} == {'a': {'b': {'k': [1]}}}",
+        ];
+        for text in truths {
+            assert_eq!(both(text, &p), (json!(true), true), "`{text}`");
+        }
+    }
+
+    #[test]
+    fn numbers_compare_across_types_inside_containers() {
+        // CEL's equality is heterogeneous for numbers: `int`, `uint` and `double` compare as
+        // values on one number line, in lists and maps as at the top.
+        let p = json!({"i": [1], "d": [1.0], "u": {"a": 18446744073709551615u64}, "m": {"a": 1}});
+        for text in [
+            "[1] == [1.0]",
+            "[1u] == [1]",
+            "{'a': 1u} == {'a': 1}",
+            "{'a': 1} == {'a': 1.0}",
+            "payload.i == [1.0]",
+            "[1.0] == payload.i",
+            "payload.d == [1]",
+            "[1u] == payload.d",
+            "payload.i == payload.d",
+            "{'a': 1u} == payload.m",
+            "payload.m == {'a': 1.0}",
+            "payload.u == {'a': 18446744073709551615u}",
+            "1.0 in payload.i",
+            "1u in payload.d",
+            "[1.0] in [payload.i]",
+            "payload.i in [[1u]]",
+        ] {
+            assert_eq!(both(text, &p), (json!(true), true), "`{text}`");
+        }
+        for text in [
+            "[1] == [true]",
+            "[1] == ['1']",
+            "payload.i == ['1']",
+            "{'a': 1} == {'a': 1.5}",
+            "payload.m == {1: 1}",
+            "{1: 1} == payload.m",
+            "[1] == [1.5]",
+        ] {
+            assert_eq!(both(text, &p), (json!(false), false), "`{text}`");
+        }
+    }
+
+    #[test]
+    fn membership_in_views_matches_cel_maps() {
+        let p = json!({"m": {"a": 1, "1": 2}, "l": [1]});
+        assert_eq!(
+            ok("1 in payload.m", p.clone()),
+            ok("1 in {'a': 1, '1': 2}", p.clone())
+        );
+        assert_eq!(ok("1 in payload.m", p.clone()), json!(false));
+        assert_eq!(ok("'1' in payload.m", p.clone()), json!(true));
+        assert_eq!(ok("2.5 in payload.m", p.clone()), json!(false));
+        // A value of no key type is an error, for a map literal and a view alike.
+        let literal = err("[1] in {'a': 1}", p.clone());
+        let view = err("payload.l in payload.m", p.clone());
+        assert_eq!(
+            literal.message,
+            "`[1] in {'a': 1}`: found no matching overload for `@in` applied to `(list, map)`"
+        );
+        assert_eq!(
+            view.message,
+            "`payload.l in payload.m`: found no matching overload for `@in` applied to `(list, map)`"
+        );
+        let cause = |text: &str| {
+            let m = err(text, p.clone()).message;
+            m[m.find("`: ").expect("a cause") + 3..].to_owned()
+        };
+        assert_eq!(cause("payload.m[[1]]"), cause("{'a': 1, '1': 2}[[1]]"));
+        assert_eq!(cause("payload.m[2]"), "no such key `2`");
+        assert_eq!(cause("payload.m[2]"), cause("{'a': 1, '1': 2}[2]"));
+    }
+
+    #[test]
+    fn reads_of_views_that_stand_in() {
+        // Expressions that compare and build containers get views that stand in for cel's
+        // lists and maps; every other read of them works as before.
+        let p = json!({"items": [{"v": 1, "tags": ["a"]}, {"v": 2, "tags": []}], "m": {"k": [3]}});
+        assert_eq!(ok("payload.items.map(i, i.v) == [1, 2]", p.clone()), json!(true));
+        assert_eq!(ok("payload.items[0].tags == ['a']", p.clone()), json!(true));
+        assert_eq!(
+            ok("payload.items.filter(i, i.tags == [])", p.clone()),
+            json!([{"v": 2, "tags": []}])
+        );
+        assert_eq!(
+            ok("[payload.m.k[0], size(payload.items)]", p.clone()),
+            json!([3, 2])
+        );
+        assert_eq!(ok("payload.m['k'] + [4] == [3, 4]", p.clone()), json!(true));
+        assert_eq!(
+            ok("has(payload.items[0].v) && [payload.items[1]] != []", p.clone()),
+            json!(true)
+        );
+        assert_eq!(ok("[payload.items][0][1].v", p.clone()), json!(2));
+        assert_eq!(ok("{'x': payload.m}.x.k", p.clone()), json!([3]));
+        assert_eq!(ok("payload.m.all(k, [k] == ['k'])", p.clone()), json!(true));
+        let e = err("[payload.items][0][5]", p);
+        assert_eq!(e.message, "`[payload.items][0][5]`: index 5 is out of range");
+    }
+
+    #[test]
+    fn mixed_numbers_compute_in_double() {
+        let p = json!({"amount": 100, "half": 0.5, "n": 7, "big": u64::MAX, "max": i64::MAX,
+                       "items": [{"price": 10}, {"price": 3}]});
+        // Either operand order, on the direct path and through cel (inside a list, a map,
+        // a comprehension), and for `if:` conditions alike.
+        for (text, want) in [
+            ("payload.amount * 0.5", json!(50.0)),
+            ("payload.amount * 0.029", json!(2.9000000000000004)),
+            ("[payload.amount * 0.029]", json!([2.9000000000000004])),
+            ("0.5 * payload.amount", json!(50.0)),
+            ("payload.amount * payload.half", json!(50.0)),
+            ("payload.half * payload.amount", json!(50.0)),
+            ("payload.n / 2.0", json!(3.5)),
+            ("7.0 / payload.n", json!(1.0)),
+            ("payload.n + 0.25", json!(7.25)),
+            ("0.25 + payload.n", json!(7.25)),
+            ("payload.n - 0.5", json!(6.5)),
+            ("10.5 - payload.n", json!(3.5)),
+            ("2 * 0.25", json!(0.5)),
+            ("[payload.amount * 0.5]", json!([50.0])),
+            ("[0.5 * payload.amount]", json!([50.0])),
+            ("{'fee': payload.amount * 0.25}", json!({"fee": 25.0})),
+            ("payload.items.map(i, i.price * 1.5)", json!([15.0, 4.5])),
+            ("payload.items.map(i, 0.5 * i.price)", json!([5.0, 1.5])),
+            ("size(payload.items) * 0.5", json!(1.0)),
+            ("payload.big * 0.5", json!(u64::MAX as f64 * 0.5)),
+            ("1u + 0.5", json!(1.5)),
+            ("payload.amount * 0.5 + 1", json!(51.0)),
+            ("payload.amount * 0.5 > 49 ? 'high' : 'low'", json!("high")),
+            ("-payload.n * 0.5", json!(-3.5)),
+            // int with int stays int; double with double stays double.
+            ("payload.n / 2", json!(3)),
+            ("payload.n * 2", json!(14)),
+            ("payload.half * 2.0", json!(1.0)),
+            ("[payload.n + 1]", json!([8])),
+        ] {
+            assert_eq!(ok(text, p.clone()), want, "`{text}`");
+            let v = ok(text, p.clone());
+            assert_eq!(v.is_f64(), want.is_f64(), "`{text}` gives {v}");
+        }
+        for text in [
+            "payload.amount * 0.5 == 50.0",
+            "payload.amount * 0.5 == 50",
+            "[payload.amount * 0.5] == [50]",
+            "payload.items.exists(i, i.price * 0.5 == 1.5)",
+            "payload.items.all(i, i.price / 2.0 > 1)",
+            "payload.missing || payload.n * 0.5 > 3",
+            "payload.n * 0.5 > 3 || payload.missing",
+        ] {
+            assert_eq!(both(text, &p), (json!(true), true), "`{text}`");
+        }
+        // What stays an error: `%` on a double, int with uint, integer overflow, strings.
+        let e = err("payload.n % 2.0", p.clone());
+        assert_eq!(
+            e.message,
+            "`payload.n % 2.0`: `%` does not apply to int and double: CEL defines it on integers only"
+        );
+        let e = err("[payload.half % 2]", p.clone());
+        assert!(
+            e.message.ends_with("CEL defines it on integers only"),
+            "{}",
+            e.message
+        );
+        let e = err("payload.max + 1", p.clone());
+        assert_eq!(
+            e.message,
+            "`payload.max + 1`: `+` overflows on 9223372036854775807 and 1"
+        );
+        let e = err("[payload.max * 2]", p.clone());
+        assert!(e.message.contains("`*` overflows"), "{}", e.message);
+        let e = err("payload.n + 1u", p.clone());
+        assert_eq!(e.message, "`payload.n + 1u`: `+` does not apply to int and uint");
+        let e = err("'a' * 0.5", p.clone());
+        assert!(e.message.starts_with("`'a' * 0.5`: "), "{}", e.message);
+        // The first error still names what failed when mixing is not the cause.
+        let e = err("payload.amount * 0.5 + payload.missing", p);
+        assert_eq!(
+            e.message,
+            "`payload.amount * 0.5 + payload.missing`: no such key `missing`"
+        );
+    }
+
+    #[test]
+    fn an_append_in_place_mixes_numbers() {
+        let p = json!({"log": [1], "a": 3});
+        let vars = Vars {
+            payload: Some(&p),
+            ..Vars::default()
+        };
+        let e = expr::parse("payload.log + [payload.a * 0.5, 0.5 * payload.a]").unwrap();
+        assert_eq!(appended(&e, &["log"], &vars), Some(vec![json!(1.5), json!(1.5)]));
+        let e = expr::parse("payload.log + [payload.a % 0.5]").unwrap();
+        assert_eq!(appended(&e, &["log"], &vars), None);
+    }
+
     #[test]
     fn results_convert_to_json() {
         let p = json!({"obj": {"b": 1, "a": [1, 2.5, null, "s"]}, "n": 1});
@@ -1354,8 +2156,13 @@ mod tests {
         assert_eq!(e.message, "`payload.l[5]`: index 5 is out of range");
         let e = err("payload.s + 1", json!({"s": "x"}));
         assert!(e.message.starts_with("`payload.s + 1`: "), "{}", e.message);
-        let e = err("payload.x * 2", json!({"x": 2.5}));
-        assert_eq!(e.message, "`payload.x * 2`: `*` does not apply to double and int");
+        let e = err("payload.x % 2", json!({"x": 2.5}));
+        assert_eq!(
+            e.message,
+            "`payload.x % 2`: `%` does not apply to double and int: CEL defines it on integers only"
+        );
+        let e = err("payload.n + 1u", json!({"n": 2}));
+        assert_eq!(e.message, "`payload.n + 1u`: `+` does not apply to int and uint");
         let e = err("payload.n / 0", json!({"n": 1}));
         assert_eq!(e.message, "`payload.n / 0`: division by zero");
         let e = err("payload.m + 1", json!({"m": {}}));
@@ -1580,6 +2387,9 @@ mod tests {
         // Off the path: cel's.
         assert_eq!(d("payload.n / 0"), None);
         assert_eq!(d("payload.missing"), None);
-        assert_eq!(d("payload.n + 1.5"), None);
+        assert_eq!(d("payload.n + 1.5"), Some(json!(8.5)));
+        assert_eq!(d("0.5 * payload.n"), Some(json!(3.5)));
+        assert_eq!(d("payload.n % 2.0"), None);
+        assert_eq!(d("payload.n / 0.0"), None);
     }
 }

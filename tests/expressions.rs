@@ -1,0 +1,280 @@
+//! Property test of expressions over JSON through the library (`compile::expr::parse` +
+//! `runtime::eval`, what `set`, mappings and `if:` edges run): a value read from the payload
+//! and the same value written as a CEL literal give the same answer (SPEC §5.1).
+//!
+//! For random JSON values and random expression shapes — `==`, `!=` and `in`, nested in list
+//! and map literals, with each operand on either side — the expression is written twice: once
+//! reading some values from the payload (`payload.v0`), once with every value written as a
+//! literal (maps with their keys in reverse order). Both must give the same value, or the same
+//! error, as a value (`eval`) and as a condition (`eval_bool`). Values come in pairs that CEL
+//! calls equal (keys in another order, `1` and `1.0`), so that equalities hold often, not only
+//! by chance. Cases are few (256) so the suite stays fast; proptest shrinks a failure to a small
+//! case and prints it.
+
+use proptest::prelude::*;
+use proptest::sample::select;
+use proptest::test_runner::{Config, RngSeed};
+use serde_json::{Map, Value, json};
+use switchyard::compile::expr;
+use switchyard::runtime::eval::{Vars, eval, eval_bool};
+
+// ----- values --------------------------------------------------------------------------------
+
+fn leaf() -> impl Strategy<Value = Value> {
+    prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        (-2i64..=3).prop_map(Value::from),
+        select(vec![-1.5f64, 0.0, 1.0, 2.0, 0.25, 1e300]).prop_map(|f| json!(f)),
+        select(vec![i64::MAX]).prop_map(Value::from),
+        Just(json!(u64::MAX)),
+        select(vec!["", "a", "b", "é\"\\\n'"]).prop_map(Value::from),
+    ]
+}
+
+fn json_value() -> impl Strategy<Value = Value> {
+    leaf().prop_recursive(3, 24, 4, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+            prop::collection::vec((select(vec!["a", "b", "k"]), inner), 0..4).prop_map(|entries| {
+                Value::Object(entries.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())
+            }),
+        ]
+    })
+}
+
+/// A value CEL calls equal to `v`: object keys in reverse order, small integers as doubles.
+fn twin(v: &Value) -> Value {
+    match v {
+        Value::Number(n) => match n.as_i64() {
+            Some(i) if i.abs() < 10 => json!(i as f64),
+            _ => v.clone(),
+        },
+        Value::Array(items) => Value::Array(items.iter().map(twin).collect()),
+        Value::Object(m) => {
+            let mut out = Map::new();
+            for (k, v) in m.iter().rev() {
+                out.insert(k.clone(), twin(v));
+            }
+            Value::Object(out)
+        }
+        _ => v.clone(),
+    }
+}
+
+/// `v` as a CEL literal: an integer beyond `int` is a `uint` (as the payload reads it), a
+/// double keeps its exact value, strings escape every character outside printable ASCII.
+fn literal(v: &Value) -> String {
+    match v {
+        Value::Null => "null".to_owned(),
+        Value::Bool(b) => b.to_string(),
+        Value::Number(n) => {
+            if let Some(i) = n.as_i64() {
+                i.to_string()
+            } else if let Some(u) = n.as_u64() {
+                format!("{u}u")
+            } else {
+                format!("{:?}", n.as_f64().expect("a JSON number"))
+            }
+        }
+        Value::String(s) => {
+            let mut out = String::from("\"");
+            for c in s.chars() {
+                match c {
+                    '"' => out.push_str("\\\""),
+                    '\\' => out.push_str("\\\\"),
+                    ' '..='~' => out.push(c),
+                    _ => out.push_str(&format!("\\U{:08x}", u32::from(c))),
+                }
+            }
+            out.push('"');
+            out
+        }
+        Value::Array(items) => format!("[{}]", items.iter().map(literal).collect::<Vec<_>>().join(", ")),
+        Value::Object(m) => {
+            let entries: Vec<String> = m
+                .iter()
+                .rev()
+                .map(|(k, v)| format!("{}: {}", literal(&Value::String(k.clone())), literal(v)))
+                .collect();
+            format!("{{{}}}", entries.join(", "))
+        }
+    }
+}
+
+// ----- expression shapes ---------------------------------------------------------------------
+
+/// How many values a case has: three random ones and the twin of each.
+const VALUES: usize = 6;
+
+#[derive(Clone, Debug)]
+enum Term {
+    /// Value `i`: read from the payload, or written as a literal.
+    Hole(usize),
+    /// A constant, the same in both writings.
+    Const(Value),
+    List(Vec<Term>),
+    Map(Vec<(&'static str, Term)>),
+}
+
+#[derive(Clone, Debug)]
+enum Shape {
+    Eq(Term, Term),
+    Ne(Term, Term),
+    In(Term, Term),
+    Not(Box<Shape>),
+    And(Box<Shape>, Box<Shape>),
+    Or(Box<Shape>, Box<Shape>),
+}
+
+fn term() -> impl Strategy<Value = Term> {
+    let leaf = prop_oneof![
+        4 => (0..VALUES).prop_map(Term::Hole),
+        1 => leaf().prop_map(Term::Const),
+    ];
+    leaf.prop_recursive(2, 8, 3, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..3).prop_map(Term::List),
+            prop::collection::btree_map(select(vec!["a", "b", "k"]), inner, 0..3)
+                .prop_map(|m| Term::Map(m.into_iter().collect())),
+        ]
+    })
+}
+
+fn shape() -> impl Strategy<Value = Shape> {
+    let leaf = prop_oneof![
+        (term(), term()).prop_map(|(a, b)| Shape::Eq(a, b)),
+        (term(), term()).prop_map(|(a, b)| Shape::Ne(a, b)),
+        // `in` mostly over a list or a map, sometimes over anything (an error both ways).
+        (term(), prop::collection::vec(term(), 0..3)).prop_map(|(a, l)| Shape::In(a, Term::List(l))),
+        (term(), term()).prop_map(|(a, b)| Shape::In(a, b)),
+    ];
+    leaf.prop_recursive(2, 6, 2, |inner| {
+        prop_oneof![
+            inner.clone().prop_map(|s| Shape::Not(Box::new(s))),
+            (inner.clone(), inner.clone()).prop_map(|(a, b)| Shape::And(Box::new(a), Box::new(b))),
+            (inner.clone(), inner).prop_map(|(a, b)| Shape::Or(Box::new(a), Box::new(b))),
+        ]
+    })
+}
+
+/// Writes `t`; value `i` is read from the payload where `from_payload[i]`.
+fn write_term(t: &Term, values: &[Value], from_payload: &[bool]) -> String {
+    match t {
+        Term::Hole(i) if from_payload[*i] => format!("payload.v{i}"),
+        Term::Hole(i) => literal(&values[*i]),
+        Term::Const(v) => literal(v),
+        Term::List(items) => format!(
+            "[{}]",
+            items
+                .iter()
+                .map(|t| write_term(t, values, from_payload))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        Term::Map(entries) => format!(
+            "{{{}}}",
+            entries
+                .iter()
+                .map(|(k, t)| format!("'{k}': {}", write_term(t, values, from_payload)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
+fn write_shape(s: &Shape, values: &[Value], from_payload: &[bool]) -> String {
+    let t = |t: &Term| write_term(t, values, from_payload);
+    let s2 = |s: &Shape| write_shape(s, values, from_payload);
+    match s {
+        Shape::Eq(a, b) => format!("{} == {}", t(a), t(b)),
+        Shape::Ne(a, b) => format!("{} != {}", t(a), t(b)),
+        Shape::In(a, b) => format!("{} in {}", t(a), t(b)),
+        Shape::Not(x) => format!("!({})", s2(x)),
+        Shape::And(a, b) => format!("({}) && ({})", s2(a), s2(b)),
+        Shape::Or(a, b) => format!("({}) || ({})", s2(a), s2(b)),
+    }
+}
+
+/// The answer for `text`, as a value and as a condition: an error is its cause, without the
+/// expression's text that starts the message.
+type Answer = (Result<Value, String>, Result<bool, String>);
+
+fn answer(text: &str, payload: &Value) -> Answer {
+    let e = expr::parse(text).unwrap_or_else(|err| panic!("`{text}` does not parse: {err}"));
+    let vars = Vars {
+        payload: Some(payload),
+        ..Vars::default()
+    };
+    let cause = |message: String| {
+        let prefix = format!("`{text}`: ");
+        message
+            .strip_prefix(&prefix)
+            .map(str::to_owned)
+            .unwrap_or(message)
+    };
+    (
+        eval(&e, &vars).map_err(|err| cause(err.message)),
+        eval_bool(&e, &vars).map_err(|err| cause(err.message)),
+    )
+}
+
+fn config() -> Config {
+    let mut config = Config {
+        failure_persistence: None,
+        ..Config::default()
+    };
+    if std::env::var_os("PROPTEST_CASES").is_none() {
+        config.cases = 256;
+    }
+    if std::env::var_os("PROPTEST_RNG_SEED").is_none() {
+        config.rng_seed = RngSeed::Fixed(0x5eed_2026);
+    }
+    config
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    #[test]
+    fn payload_values_compare_as_their_literals(
+        random in prop::collection::vec(json_value(), 3),
+        shape in shape(),
+        from_payload in prop::collection::vec(any::<bool>(), VALUES),
+    ) {
+        let mut values = random.clone();
+        values.extend(random.iter().map(twin));
+        let payload = Value::Object(
+            values.iter().enumerate().map(|(i, v)| (format!("v{i}"), v.clone())).collect(),
+        );
+        let literals = write_shape(&shape, &values, &[false; VALUES]);
+        let read = write_shape(&shape, &values, &from_payload);
+        let want = answer(&literals, &payload);
+        let got = answer(&read, &payload);
+        prop_assert_eq!(&got, &want, "`{}` against `{}` with payload {}", read, literals, payload);
+        // Every value read from the payload, too.
+        let all = write_shape(&shape, &values, &[true; VALUES]);
+        let got = answer(&all, &payload);
+        prop_assert_eq!(&got, &want, "`{}` against `{}` with payload {}", all, literals, payload);
+    }
+}
+
+/// The values of the examples, as a plain test: what the property test shrinks to when it
+/// fails is one of these.
+#[test]
+fn the_examples_of_the_differential_check() {
+    let payload = json!({"v0": [1], "v1": {"a": 1}, "v2": {"b": [1], "a": {"c": 2}}});
+    for (read, literal) in [
+        ("[1] == payload.v0", "[1] == [1]"),
+        ("[1, 2] != payload.v0", "[1, 2] != [1]"),
+        ("{'a': 1} == payload.v1", "{'a': 1} == {'a': 1}"),
+        ("[[1]] == [payload.v0]", "[[1]] == [[1]]"),
+        ("[payload.v0] == [[1]]", "[[1]] == [[1]]"),
+        ("{'k': [1]} == {'k': payload.v0}", "{'k': [1]} == {'k': [1]}"),
+        ("payload.v0 in [[1]]", "[1] in [[1]]"),
+        ("{'a': {'c': 2}, 'b': [1]} == payload.v2", "true"),
+        ("payload.v2 == {'a': {'c': 2.0}, 'b': [1u]}", "true"),
+    ] {
+        assert_eq!(answer(read, &payload), answer(literal, &payload), "`{read}`");
+    }
+}

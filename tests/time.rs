@@ -178,10 +178,11 @@ async fn a_run_from_a_schema_4_store_resumes_with_its_start_as_now() {
     let out = resume(&dir, &id);
     let start = Timestamp::from_unix_micros(started_at * 1000).expect("in range");
     assert_eq!(out["after"], start.to_string(), "{out}");
-    // The first start's `now` (to the microsecond) and its start (to the millisecond) agree.
+    // The first start's `now` and its recorded start are the same moment, give or take the
+    // time between taking one and the other (small, but not bounded on a loaded machine).
     let before = Timestamp::parse(out["before"].as_str().expect("before")).expect("RFC 3339");
     assert!(
-        (0..1000).contains(&(before.unix_micros() - start.unix_micros())),
+        (before.unix_micros() - start.unix_micros()).abs() < 1_000_000,
         "{out}"
     );
 

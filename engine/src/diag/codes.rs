@@ -67,6 +67,9 @@ rules! {
     STEP_MAY_NOT_HAVE_RUN = "SY407", "step-may-not-have-run", Error, "`steps.x` referenced where `x` has not run on every path";
     PARALLEL_OUTPUT_CONFLICT = "SY408", "parallel-output-conflict", Error, "two `parallel` branches whose outputs can write the same path";
     INVALID_SCHEMA = "SY409", "invalid-schema", Error, "a JSON Schema that is not valid";
+    UNKNOWN_PAYLOAD_FIELD = "SY412", "unknown-payload-field", Error, "a `payload` field read that cannot exist on the path to it";
+    MAYBE_ABSENT_FIELD = "SY413", "maybe-absent-field", Warning, "a `payload` field read that is there on some paths only, without a `has()` guard";
+    SOURCE_NEVER_MATCHES = "SY414", "source-never-matches", Error, "a mapping, `foreach` or `select` source path that can never match";
     CAPABILITY_NOT_ALLOWED = "SY501", "capability-not-allowed", Error, "an agent kind outside the flow's `allow` list";
     UNUSED_RESULT = "SY502", "unused-result", Warning, "an agent step whose result is neither mapped nor referenced";
     LITERAL_SECRET = "SY503", "literal-secret", Warning, "a literal that looks like a secret";

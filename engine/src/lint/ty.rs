@@ -259,6 +259,26 @@ impl Ty {
                 // An unknown result may add or replace any field.
                 *me = Ty::Any;
             }
+            (me @ Ty::Any, Ty::Object(b)) => {
+                // Merged into an unknown value: the object's fields are there, and whatever
+                // else the value had.
+                *me = Ty::Object(Obj {
+                    fields: b.fields.clone(),
+                    open: true,
+                });
+            }
+            (me @ Ty::Union(_), Ty::Object(_)) => {
+                // Each kind the value may be of: objects merge, the rest is replaced.
+                let members = me.members().to_vec();
+                *me = members
+                    .into_iter()
+                    .map(|mut m| {
+                        m.merge(other);
+                        m
+                    })
+                    .reduce(|a, b| a.join(&b))
+                    .unwrap_or(Ty::Any);
+            }
             (me, other) => *me = other.clone(),
         }
     }
@@ -307,26 +327,29 @@ impl Obj {
                         always: f.always && g.always,
                     },
                 ),
-                // Absent on the other side, unless that side is open (then it may be there,
-                // of any type).
+                // Absent on the other side: maybe absent, unless that side is open (then
+                // whether it is there is unknown, and the field is left out of the open join).
+                None if other.open => None,
                 None => fields.insert(
                     k.clone(),
                     Field {
-                        ty: if other.open { Ty::Any } else { f.ty.clone() },
+                        ty: f.ty.clone(),
                         always: false,
                     },
                 ),
             };
         }
-        for (k, g) in &other.fields {
-            if !fields.contains_key(k) {
-                fields.insert(
-                    k.clone(),
-                    Field {
-                        ty: if self.open { Ty::Any } else { g.ty.clone() },
-                        always: false,
-                    },
-                );
+        if !self.open {
+            for (k, g) in &other.fields {
+                if !fields.contains_key(k) {
+                    fields.insert(
+                        k.clone(),
+                        Field {
+                            ty: g.ty.clone(),
+                            always: false,
+                        },
+                    );
+                }
             }
         }
         Obj {

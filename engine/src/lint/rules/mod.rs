@@ -8,6 +8,7 @@ pub mod data;
 pub mod fallback;
 pub mod files;
 pub mod hosts;
+pub mod payload_types;
 pub mod reachability;
 pub mod references;
 pub mod secrets;

@@ -1,0 +1,897 @@
+//! The payload's type at every step (SPEC §5.1, "Types flow through the graph").
+//!
+//! [`walk`] starts from `input.schema` ([`Ty::Any`] without one) at the start step and follows
+//! the edges: a success edge carries the payload as the step's output left it, a failure edge
+//! as it was before the step (a failed step merges nothing), an `always` edge either. Where
+//! paths meet, the types are joined ([`Ty::join`]): a field written on one path only is maybe
+//! absent after. Each step kind writes what SPEC §3 and §5.3 say: `set` and `output` mappings
+//! (a map, `"*"` deep merge, an allowlist, under `scope`), `while` after every iteration, a
+//! `foreach` its list of results. Written values are typed by what is known: an agent's
+//! `result_schema`, an `interrupt`'s decision `schema`, a literal, a JSONPath source's type at
+//! its path, an expression's static type ([`expr_type`]).
+//!
+//! The step graph of a valid flow is acyclic (back edges are SY206), so the steps are visited
+//! once each in reverse postorder, every predecessor first, and a step's entry type is dropped
+//! once it has been visited: a long chain holds a few types at a time, not one per step. A
+//! graph with a cycle is first iterated to a fixpoint, each step at most [`MAX_VISITS`] times
+//! before its entry is widened to [`Ty::Any`].
+//!
+//! This module computes types and reports nothing; `rules::payload_types` reads them. It does
+//! no I/O of its own (schema files come from the loaded project).
+
+use std::collections::{BTreeSet, HashMap};
+
+use cel::common::ast::{EntryExpr, Expr as Node, LiteralValue};
+use cel::parser::Expression;
+use indexmap::IndexMap;
+use serde_json::Value;
+
+use crate::compile::cache::ParseCache;
+use crate::compile::path::Seg;
+use crate::lint::FlowCx;
+use crate::lint::ty::{Field, Lookup, Obj, Ty};
+use crate::model::{
+    Agent, AgentRef, Branch, EdgeOn, InputSpec, Next, OutputSpec, SchemaRef, Source, Step, StepKind,
+};
+use crate::syntax::Node as YNode;
+
+/// How many times a step on a cycle is re-visited before its entry type is widened to
+/// [`Ty::Any`] (the top of the lattice, so the iteration then stops).
+const MAX_VISITS: usize = 8;
+
+/// How many times a `while` step's output is applied to find the payload its condition can
+/// see; not settled by then, the loop's payload is [`Ty::Any`].
+const MAX_LOOP_ROUNDS: usize = 4;
+
+/// What is known at one step.
+pub struct StepTypes<'a> {
+    /// The step's index in the flow's `steps`.
+    pub index: usize,
+    pub step: &'a Step,
+    /// The payload when the step starts: what `foreach`, `set` and `fail` read.
+    pub entry: &'a Ty,
+    /// The payload the step's input, message and output expressions see: `entry`, or for a
+    /// `while` step the payload of any iteration (the entry joined with what iterations wrote).
+    pub during: &'a Ty,
+    /// The result as `output` and `select` read it: the agent's result (after `select`, a
+    /// `foreach`'s list of them; a `while`'s per iteration); an `interrupt`'s decision.
+    /// [`Ty::Any`] where nothing is known.
+    pub result: &'a Ty,
+    /// The agent's own result, what `select` reads (the same as `result` but for `foreach`).
+    pub agent_result: &'a Ty,
+    /// Each `parallel` branch's result, in written order.
+    pub branches: &'a [Ty],
+    /// The payload after the step succeeded (its output applied): success edges.
+    pub success: &'a Ty,
+    /// The payload after the step failed: failure edges.
+    pub failure: &'a Ty,
+}
+
+impl StepTypes<'_> {
+    /// The payload an edge's `if:` reads, by the outcome it is taken on.
+    pub fn on_edge(&self, on: Option<EdgeOn>, has_errors: bool) -> Ty {
+        match on {
+            Some(EdgeOn::Failure) => self.failure.clone(),
+            Some(EdgeOn::Always) => self.success.join(self.failure),
+            // `errors:` without `on:` implies `on: failure`.
+            None if has_errors => self.failure.clone(),
+            _ => self.success.clone(),
+        }
+    }
+}
+
+/// Computes the payload type at every step reachable from the start and calls `visit` once
+/// for each, in reverse postorder (predecessors first), with `parsed` to read expressions.
+pub fn walk(cx: &FlowCx, parsed: &mut ParseCache, mut visit: impl FnMut(&StepTypes, &mut ParseCache)) {
+    let steps = &cx.flow.steps;
+    let Some(start) = cx.start().and_then(|s| steps.get_index_of(s)) else {
+        return;
+    };
+    let (order, cyclic) = reverse_postorder(cx, start);
+    let input = cx
+        .flow
+        .input
+        .as_ref()
+        .and_then(|i| i.schema.as_ref())
+        .and_then(|s| schema_value(cx, s))
+        .map_or(Ty::Any, |s| Ty::from_schema(&s));
+    let mut tx = Transfer {
+        cx,
+        results: HashMap::new(),
+    };
+    let mut entries: Vec<Option<Ty>> = vec![None; steps.len()];
+    entries[start] = Some(input);
+    if cyclic {
+        fixpoint(&mut tx, parsed, &order, &mut entries);
+    }
+    for &i in &order {
+        let entry = if cyclic {
+            entries[i].clone()
+        } else {
+            entries[i].take()
+        };
+        let Some(entry) = entry else { continue };
+        let step = &steps[i];
+        let out = tx.step(step, &entry, parsed);
+        visit(
+            &StepTypes {
+                index: i,
+                step,
+                entry: &entry,
+                during: &out.during,
+                result: &out.result,
+                agent_result: &out.agent_result,
+                branches: &out.branches,
+                success: &out.success,
+                failure: &out.failure,
+            },
+            parsed,
+        );
+        if !cyclic {
+            propagate(cx, step, &out, |j, ty| join_into(&mut entries[j], ty));
+        }
+    }
+}
+
+/// The order to visit steps in, from `start`, and whether a cycle was found.
+fn reverse_postorder(cx: &FlowCx, start: usize) -> (Vec<usize>, bool) {
+    let steps = &cx.flow.steps;
+    // 0: not seen, 1: on the stack, 2: done.
+    let mut state = vec![0u8; steps.len()];
+    let mut post = Vec::with_capacity(steps.len());
+    let mut cyclic = false;
+    let succ = |i: usize| {
+        let mut v = Vec::new();
+        cx.for_each_successor(&steps[i], |j| v.push(j));
+        v
+    };
+    let mut stack: Vec<(usize, Vec<usize>, usize)> = vec![(start, succ(start), 0)];
+    state[start] = 1;
+    while let Some((node, next, at)) = stack.last_mut() {
+        if let Some(&j) = next.get(*at) {
+            *at += 1;
+            match state[j] {
+                0 => {
+                    state[j] = 1;
+                    let s = succ(j);
+                    stack.push((j, s, 0));
+                }
+                1 => cyclic = true,
+                _ => {}
+            }
+        } else {
+            state[*node] = 2;
+            post.push(*node);
+            stack.pop();
+        }
+    }
+    post.reverse();
+    (post, cyclic)
+}
+
+/// Iterates the entry types of a graph with cycles until they settle, widening a step visited
+/// [`MAX_VISITS`] times to [`Ty::Any`].
+fn fixpoint(tx: &mut Transfer, parsed: &mut ParseCache, order: &[usize], entries: &mut [Option<Ty>]) {
+    let steps = &tx.cx.flow.steps;
+    let mut rank = vec![usize::MAX; steps.len()];
+    for (r, &i) in order.iter().enumerate() {
+        rank[i] = r;
+    }
+    let mut visits = vec![0usize; steps.len()];
+    let mut work: BTreeSet<usize> = order.first().map(|_| 0).into_iter().collect();
+    while let Some(r) = work.pop_first() {
+        let i = order[r];
+        let Some(entry) = entries[i].clone() else { continue };
+        visits[i] += 1;
+        let out = tx.step(&steps[i], &entry, parsed);
+        propagate(tx.cx, &steps[i], &out, |j, ty| {
+            let before = entries[j].clone();
+            join_into(&mut entries[j], ty);
+            if visits[j] >= MAX_VISITS {
+                entries[j] = Some(Ty::Any);
+            }
+            if entries[j] != before && rank[j] != usize::MAX {
+                work.insert(rank[j]);
+            }
+        });
+    }
+}
+
+fn join_into(slot: &mut Option<Ty>, ty: Ty) {
+    *slot = Some(match slot.take() {
+        None => ty,
+        Some(t) => t.join(&ty),
+    });
+}
+
+/// Calls `f` with each successor of `step` and the payload type its edge carries.
+fn propagate(cx: &FlowCx, step: &Step, out: &Out, mut f: impl FnMut(usize, Ty)) {
+    let Some(next) = &step.next else { return };
+    let steps = &cx.flow.steps;
+    match next {
+        Next::One(to) => {
+            if let Some(j) = steps.get_index_of(&to.value) {
+                f(j, out.success.clone());
+            }
+        }
+        Next::Edges(edges) => {
+            for e in edges {
+                let Some(j) = steps.get_index_of(&e.to.value) else {
+                    continue;
+                };
+                let ty = match (e.on.as_ref().map(|o| o.value), e.errors.is_some()) {
+                    (Some(EdgeOn::Failure), _) | (None, true) => out.failure.clone(),
+                    (Some(EdgeOn::Always), _) => out.success.join(&out.failure),
+                    _ => out.success.clone(),
+                };
+                f(j, ty);
+            }
+        }
+    }
+}
+
+/// What one step makes of its entry type.
+struct Out {
+    during: Ty,
+    result: Ty,
+    agent_result: Ty,
+    branches: Vec<Ty>,
+    success: Ty,
+    failure: Ty,
+}
+
+/// The transfer function of steps, with the result types of agents computed once each.
+struct Transfer<'a, 'p> {
+    cx: &'a FlowCx<'p>,
+    /// By the agent's address: agents live as long as the flow.
+    results: HashMap<*const Agent, Ty>,
+}
+
+impl Transfer<'_, '_> {
+    /// The type of an agent's result: its `result_schema`, else unknown.
+    fn agent_result(&mut self, r: &AgentRef) -> Ty {
+        let Some(agent) = self.cx.agent(r) else {
+            return Ty::Any;
+        };
+        let key: *const Agent = agent;
+        if let Some(t) = self.results.get(&key) {
+            return t.clone();
+        }
+        let ty = agent
+            .common
+            .result_schema
+            .as_ref()
+            .and_then(|s| schema_value(self.cx, s))
+            .map_or(Ty::Any, |s| Ty::from_schema(&s));
+        self.results.insert(key, ty.clone());
+        ty
+    }
+
+    fn step(&mut self, step: &Step, entry: &Ty, parsed: &mut ParseCache) -> Out {
+        let unknown = || Out {
+            during: entry.clone(),
+            result: Ty::Any,
+            agent_result: Ty::Any,
+            branches: Vec::new(),
+            success: Ty::Any,
+            failure: Ty::Any,
+        };
+        if self.cx.is_malformed(step) {
+            return unknown();
+        }
+        let scope = step.scope.as_ref().and_then(|s| keys_of(parsed, &s.value));
+        match &step.kind {
+            StepKind::Agent(r) => {
+                let agent_result = self.agent_result(r);
+                let l = &step.looping;
+                if l.foreach.is_some() {
+                    let mut item = match &l.select {
+                        Some(s) => match segs_of(parsed, &s.value) {
+                            Some(segs) => match type_at(&agent_result, &segs) {
+                                At::Found(t, _) => t,
+                                _ => Ty::Any,
+                            },
+                            None => Ty::Any,
+                        },
+                        None => agent_result.clone(),
+                    };
+                    if l.tolerate.is_some() {
+                        // A failed iteration's place holds `null`.
+                        item = item.join(&Ty::Null);
+                    }
+                    let result = Ty::List(Box::new(item));
+                    let success = output(
+                        entry,
+                        step.output.as_ref(),
+                        scope.as_deref(),
+                        &result,
+                        entry,
+                        parsed,
+                    );
+                    Out {
+                        during: entry.clone(),
+                        result,
+                        agent_result,
+                        branches: Vec::new(),
+                        success,
+                        failure: entry.clone(),
+                    }
+                } else if l.while_.is_some() {
+                    // The payload of any iteration: the entry, joined with what each iteration
+                    // wrote, until it settles.
+                    let mut during = entry.clone();
+                    let mut settled = false;
+                    for _ in 0..MAX_LOOP_ROUNDS {
+                        let once = output(
+                            &during,
+                            step.output.as_ref(),
+                            scope.as_deref(),
+                            &agent_result,
+                            &during,
+                            parsed,
+                        );
+                        let next = during.join(&once);
+                        if next == during {
+                            settled = true;
+                            break;
+                        }
+                        during = next;
+                    }
+                    if !settled {
+                        during = Ty::Any;
+                    }
+                    Out {
+                        result: agent_result.clone(),
+                        agent_result,
+                        branches: Vec::new(),
+                        success: during.clone(),
+                        // Iterations before a failed one have written their output.
+                        failure: during.clone(),
+                        during,
+                    }
+                } else {
+                    let success = output(
+                        entry,
+                        step.output.as_ref(),
+                        scope.as_deref(),
+                        &agent_result,
+                        entry,
+                        parsed,
+                    );
+                    Out {
+                        during: entry.clone(),
+                        result: agent_result.clone(),
+                        agent_result,
+                        branches: Vec::new(),
+                        success,
+                        failure: entry.clone(),
+                    }
+                }
+            }
+            StepKind::Set(m) => {
+                // Every source reads the payload as it was before any of the writes.
+                let mut after = entry.clone();
+                for (dest, src) in &m.0 {
+                    let Some(segs) = segs_of(parsed, &dest.value) else {
+                        return unknown();
+                    };
+                    let ty = source_type(src, entry, entry, None, parsed);
+                    write_at(&mut after, &segs, ty);
+                }
+                Out {
+                    during: entry.clone(),
+                    result: Ty::Any,
+                    agent_result: Ty::Any,
+                    branches: Vec::new(),
+                    success: after,
+                    failure: entry.clone(),
+                }
+            }
+            StepKind::Parallel(branches) => {
+                let results: Vec<Ty> = branches.values().map(|b| self.agent_result(&b.agent)).collect();
+                let mut after = entry.clone();
+                for (b, r) in branches.values().zip(&results) {
+                    after = branch_output(&after, b, r, entry, parsed);
+                }
+                let result = Ty::Object(Obj {
+                    fields: branches
+                        .keys()
+                        .zip(&results)
+                        .map(|(k, t)| {
+                            (
+                                k.clone(),
+                                Field {
+                                    ty: t.clone(),
+                                    always: true,
+                                },
+                            )
+                        })
+                        .collect(),
+                    open: false,
+                });
+                Out {
+                    during: entry.clone(),
+                    result,
+                    agent_result: Ty::Any,
+                    branches: results,
+                    success: after,
+                    failure: entry.clone(),
+                }
+            }
+            StepKind::Interrupt(i) => {
+                let decision = i
+                    .schema
+                    .as_ref()
+                    .and_then(|s| schema_value(self.cx, s))
+                    .map_or(Ty::Any, |s| Ty::from_schema(&s));
+                let success = output(
+                    entry,
+                    step.output.as_ref(),
+                    scope.as_deref(),
+                    &decision,
+                    entry,
+                    parsed,
+                );
+                Out {
+                    during: entry.clone(),
+                    result: decision.clone(),
+                    agent_result: decision,
+                    branches: Vec::new(),
+                    success,
+                    failure: entry.clone(),
+                }
+            }
+            StepKind::Fail(_) | StepKind::Succeed(_) => Out {
+                during: entry.clone(),
+                result: Ty::Any,
+                agent_result: Ty::Any,
+                branches: Vec::new(),
+                success: entry.clone(),
+                failure: entry.clone(),
+            },
+        }
+    }
+}
+
+fn branch_output(payload: &Ty, b: &Branch, result: &Ty, snapshot: &Ty, parsed: &mut ParseCache) -> Ty {
+    let scope = b.scope.as_ref().and_then(|s| keys_of(parsed, &s.value));
+    output(
+        payload,
+        b.output.as_ref(),
+        scope.as_deref(),
+        result,
+        snapshot,
+        parsed,
+    )
+}
+
+/// The payload after an `output` mapping (SPEC §5.3) of a result of type `result` into
+/// `payload`, under `scope`; expressions in it see `seen` as `payload`.
+fn output(
+    payload: &Ty,
+    spec: Option<&OutputSpec>,
+    scope: Option<&[Seg]>,
+    result: &Ty,
+    seen: &Ty,
+    parsed: &mut ParseCache,
+) -> Ty {
+    let Some(spec) = spec else {
+        return payload.clone();
+    };
+    let scope: &[Seg] = scope.unwrap_or(&[]);
+    let mut after = payload.clone();
+    match spec {
+        OutputSpec::All(_) => merge_at(&mut after, scope, result),
+        OutputSpec::Paths(paths) => {
+            for p in paths {
+                let Some(segs) = segs_of(parsed, &p.value) else {
+                    return Ty::Any;
+                };
+                let mut at: Vec<Seg> = scope.to_vec();
+                at.extend(segs.iter().cloned());
+                match type_at(result, &segs) {
+                    At::Never => {}
+                    At::Found(t, true) => merge_at(&mut after, &at, &t),
+                    At::Found(t, false) => {
+                        let mut written = after.clone();
+                        merge_at(&mut written, &at, &t);
+                        after = after.join(&written);
+                    }
+                    At::Unknown => {
+                        let mut written = after.clone();
+                        merge_at(&mut written, &at, &Ty::Any);
+                        after = after.join(&written);
+                    }
+                }
+            }
+        }
+        OutputSpec::Map(m) => {
+            for (dest, src) in &m.0 {
+                let Some(segs) = segs_of(parsed, &dest.value) else {
+                    return Ty::Any;
+                };
+                let mut at: Vec<Seg> = scope.to_vec();
+                at.extend(segs);
+                let ty = source_type(src, result, seen, Some(result), parsed);
+                write_at(&mut after, &at, ty);
+            }
+        }
+    }
+    after
+}
+
+/// The type of the value a mapping source gives: a JSONPath over `doc`, an expression seeing
+/// `payload` (and `result`), a literal.
+fn source_type(src: &Source, doc: &Ty, payload: &Ty, result: Option<&Ty>, parsed: &mut ParseCache) -> Ty {
+    match src {
+        Source::Text(t) => match t.value.strip_prefix('=') {
+            Some(text) => {
+                let e = parsed.expr(text);
+                match &e.expr {
+                    Ok(e) => expr_type(e.ast(), &Env { payload, result }),
+                    Err(_) => Ty::Any,
+                }
+            }
+            None => path_type(doc, &t.value, parsed),
+        },
+        Source::WithDefault { path, default } => {
+            path_type(doc, &path.value, parsed).join(&Ty::of_value(&default.0.to_json()))
+        }
+        Source::Literal { value } => Ty::of_value(&value.0.to_json()),
+    }
+}
+
+/// The type of what the JSONPath `text` gives over a document of type `doc`: for a singular
+/// path, the value there; for a query, a list.
+fn path_type(doc: &Ty, text: &str, parsed: &mut ParseCache) -> Ty {
+    match parsed.path(text) {
+        Ok(p) => match p.segments() {
+            Some(segs) => match type_at(doc, segs) {
+                At::Found(t, _) => t,
+                _ => Ty::Any,
+            },
+            None => Ty::List(Box::new(Ty::Any)),
+        },
+        Err(_) => Ty::Any,
+    }
+}
+
+/// The segments of a singular path, when it parses and is one.
+pub fn segs_of(parsed: &mut ParseCache, text: &str) -> Option<Vec<Seg>> {
+    parsed.path(text).as_ref().ok()?.segments().map(<[Seg]>::to_vec)
+}
+
+fn keys_of(parsed: &mut ParseCache, text: &str) -> Option<Vec<Seg>> {
+    segs_of(parsed, text)
+}
+
+/// What a singular path finds in a value of a type.
+#[derive(Debug, PartialEq)]
+pub enum At {
+    /// Nothing is known there.
+    Unknown,
+    /// A value of this type; `true` when it is always there.
+    Found(Ty, bool),
+    /// No value of the type has anything there.
+    Never,
+}
+
+/// Follows `segs` through `ty`.
+pub fn type_at(ty: &Ty, segs: &[Seg]) -> At {
+    let mut cur = ty.clone();
+    let mut always = true;
+    for s in segs {
+        match s {
+            Seg::Key(k) => match cur.field(k) {
+                Lookup::Unknown => return At::Unknown,
+                Lookup::Field { ty, always: a } => {
+                    always &= a;
+                    cur = ty;
+                }
+                Lookup::Missing { .. } | Lookup::NotObject => return At::Never,
+            },
+            Seg::Index(_) => match list_element(&cur) {
+                Some(Some(e)) => {
+                    always = false;
+                    cur = e;
+                }
+                Some(None) => return At::Unknown,
+                None => return At::Never,
+            },
+        }
+    }
+    At::Found(cur, always)
+}
+
+/// The element type of a list type: `Some(None)` when unknown (`Any`, or a union with a list
+/// of unknown elements), `None` when the type is never a list.
+pub fn list_element(ty: &Ty) -> Option<Option<Ty>> {
+    match ty {
+        Ty::Any => Some(None),
+        Ty::List(e) if e.is_any() => Some(None),
+        Ty::List(e) => Some(Some((**e).clone())),
+        Ty::Union(m) => m.iter().find_map(|t| match t {
+            Ty::List(e) if e.is_any() => Some(None),
+            Ty::List(e) => Some(Some((**e).clone())),
+            _ => None,
+        }),
+        _ => None,
+    }
+}
+
+/// Writes a value of type `value` at `segs` (a singular destination), creating objects on the
+/// way as a mapping does. A write through a list element keeps the list, its element type
+/// joined with the written one.
+fn write_at(ty: &mut Ty, segs: &[Seg], value: Ty) {
+    let Some((first, rest)) = segs.split_first() else {
+        *ty = value;
+        return;
+    };
+    match first {
+        Seg::Key(k) => {
+            if !matches!(ty, Ty::Object(_)) {
+                *ty = Ty::open_object();
+            }
+            if let Ty::Object(o) = ty {
+                let slot = o.fields.entry(k.clone()).or_insert(Field {
+                    ty: Ty::Any,
+                    always: true,
+                });
+                slot.always = true;
+                write_at(&mut slot.ty, rest, value);
+            }
+        }
+        Seg::Index(_) => match ty {
+            Ty::List(e) => {
+                let mut elem = (**e).clone();
+                write_at(&mut elem, rest, value);
+                **e = e.join(&elem);
+            }
+            _ => *ty = Ty::Any,
+        },
+    }
+}
+
+/// Deep-merges a value of type `value` into the part of `ty` at `segs` (`output: "*"` under a
+/// scope, an allowlist path), creating what is missing on the way.
+fn merge_at(ty: &mut Ty, segs: &[Seg], value: &Ty) {
+    let Some((first, rest)) = segs.split_first() else {
+        ty.merge(value);
+        return;
+    };
+    match first {
+        Seg::Key(k) => {
+            if !matches!(ty, Ty::Object(_)) {
+                *ty = Ty::open_object();
+            }
+            let Ty::Object(o) = ty else { return };
+            let open = o.open;
+            match o.fields.get_mut(k) {
+                Some(slot) => {
+                    let mut merged = slot.ty.clone();
+                    merge_at(&mut merged, rest, value);
+                    if !slot.always {
+                        merged = merged.join(&fresh(rest, value, false));
+                    }
+                    *slot = Field {
+                        ty: merged,
+                        always: true,
+                    };
+                }
+                None => {
+                    // Absent (or, in an open object, unknown): merged into nothing.
+                    o.fields.insert(
+                        k.clone(),
+                        Field {
+                            ty: fresh(rest, value, open),
+                            always: true,
+                        },
+                    );
+                }
+            }
+        }
+        Seg::Index(_) => *ty = Ty::Any,
+    }
+}
+
+/// What merging `value` at `rest` into a missing value gives (into an unknown one when
+/// `unknown`).
+fn fresh(rest: &[Seg], value: &Ty, unknown: bool) -> Ty {
+    let mut t = if unknown {
+        Ty::Any
+    } else {
+        Ty::Object(Obj::default())
+    };
+    merge_at(&mut t, rest, value);
+    t
+}
+
+/// The types the variables of an expression have.
+struct Env<'a> {
+    payload: &'a Ty,
+    result: Option<&'a Ty>,
+}
+
+/// The static type of an expression: literals, `payload.a.b` and `result.a.b` chains,
+/// `has()`, and the operators whose result kind is fixed (comparisons, `!`, `&&`, `||`,
+/// `in`, `size`, `? :` over known branches, `+` of two values of one kind); anything else is
+/// [`Ty::Any`]. This is the one place to swap in a full static typer.
+fn expr_type(e: &Expression, env: &Env) -> Ty {
+    match &e.expr {
+        Node::Literal(l) => match l {
+            LiteralValue::Boolean(_) => Ty::Bool,
+            LiteralValue::Int(_) | LiteralValue::UInt(_) => Ty::Int,
+            LiteralValue::Double(_) => Ty::Double,
+            LiteralValue::String(_) => Ty::String,
+            LiteralValue::Null => Ty::Null,
+            LiteralValue::Bytes(_) => Ty::Any,
+        },
+        Node::Ident(name) => match name.as_str() {
+            "payload" => env.payload.clone(),
+            "result" => env.result.cloned().unwrap_or(Ty::Any),
+            _ => Ty::Any,
+        },
+        Node::Select(s) if s.test => Ty::Bool,
+        Node::Select(s) => match expr_type(&s.operand, env).field(&s.field) {
+            Lookup::Field { ty, .. } => ty,
+            _ => Ty::Any,
+        },
+        Node::List(l) => Ty::List(Box::new(
+            l.elements
+                .iter()
+                .map(|x| expr_type(x, env))
+                .reduce(|a, b| a.join(&b))
+                .unwrap_or(Ty::Any),
+        )),
+        Node::Map(m) => {
+            let mut fields = IndexMap::new();
+            for entry in &m.entries {
+                let EntryExpr::MapEntry(me) = &entry.expr else {
+                    return Ty::open_object();
+                };
+                let Node::Literal(LiteralValue::String(k)) = &me.key.expr else {
+                    return Ty::open_object();
+                };
+                fields.insert(
+                    k.to_string(),
+                    Field {
+                        ty: expr_type(&me.value, env),
+                        always: true,
+                    },
+                );
+            }
+            Ty::Object(Obj { fields, open: false })
+        }
+        Node::Call(c) => match c.func_name.as_str() {
+            "_==_" | "_!=_" | "_<_" | "_<=_" | "_>_" | "_>=_" | "_&&_" | "_||_" | "!_" | "@in" => Ty::Bool,
+            "size" => Ty::Int,
+            "_?_:_" if c.args.len() == 3 => expr_type(&c.args[1], env).join(&expr_type(&c.args[2], env)),
+            "_+_" if c.args.len() == 2 => {
+                let (a, b) = (expr_type(&c.args[0], env), expr_type(&c.args[1], env));
+                match (&a, &b) {
+                    (Ty::String, Ty::String) | (Ty::Int, Ty::Int) | (Ty::Double, Ty::Double) => a,
+                    (Ty::Int | Ty::Double, Ty::Int | Ty::Double) => Ty::Double,
+                    (Ty::List(_), Ty::List(_)) => a.join(&b),
+                    _ => Ty::Any,
+                }
+            }
+            _ => Ty::Any,
+        },
+        Node::Comprehension(_) | Node::Struct(_) | Node::Unspecified => Ty::Any,
+    }
+}
+
+/// A schema as JSON: inline, or the loaded file a path names.
+pub fn schema_value(cx: &FlowCx, s: &SchemaRef) -> Option<Value> {
+    match s {
+        SchemaRef::Inline(n) => Some(n.0.to_json()),
+        SchemaRef::Path(p) => cx
+            .project
+            .schema_for(cx.id, &p.value)
+            .and_then(|l| l.node.as_ref())
+            .map(YNode::to_json),
+    }
+}
+
+/// Whether an input spec reads the payload through paths (for the checks of its sources).
+pub fn input_sources(spec: Option<&InputSpec>) -> &[(crate::model::Sp<String>, Source)] {
+    match spec {
+        Some(InputSpec::Map(m)) => &m.0,
+        _ => &[],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn expr(text: &str, payload: &Ty) -> Ty {
+        let e = crate::compile::expr::parse(text).expect("valid");
+        expr_type(
+            e.ast(),
+            &Env {
+                payload,
+                result: None,
+            },
+        )
+    }
+
+    fn segs(keys: &[&str]) -> Vec<Seg> {
+        keys.iter().map(|k| Seg::Key((*k).to_owned())).collect()
+    }
+
+    #[test]
+    fn expressions_have_the_types_of_literals_chains_and_fixed_operators() {
+        let p = Ty::of_value(&json!({"a": {"b": 1, "s": "x"}, "l": [1.5]}));
+        assert_eq!(expr("1", &p), Ty::Int);
+        assert_eq!(expr("'x'", &p), Ty::String);
+        assert_eq!(expr("payload.a.b", &p), Ty::Int);
+        assert_eq!(expr("payload.l", &p), Ty::List(Box::new(Ty::Double)));
+        assert_eq!(expr("payload.a.b == 2 || false", &p), Ty::Bool);
+        assert_eq!(expr("has(payload.a.c)", &p), Ty::Bool);
+        assert_eq!(expr("payload.a.b + 1", &p), Ty::Int);
+        assert_eq!(expr("payload.a.b * 1", &p), Ty::Any);
+        assert_eq!(expr("payload.a.b + 0.5", &p), Ty::Double);
+        assert_eq!(expr("payload.a.s + 'y'", &p), Ty::String);
+        assert_eq!(expr("true ? 1 : 'x'", &p), Ty::Union(vec![Ty::Int, Ty::String]));
+        assert_eq!(expr("payload.zzz", &p), Ty::Any);
+        assert_eq!(expr("payload.x", &Ty::Any), Ty::Any);
+        assert_eq!(expr("{'k': [1, 2]}", &p), Ty::of_value(&json!({"k": [1, 2]})));
+        assert_eq!(expr("[payload.a.s]", &p), Ty::List(Box::new(Ty::String)));
+    }
+
+    #[test]
+    fn paths_find_fields_list_elements_or_nothing() {
+        let t = Ty::of_value(&json!({"a": {"b": [{"c": true}]}}));
+        assert_eq!(
+            type_at(&t, &segs(&["a", "b"])),
+            At::Found(Ty::of_value(&json!([{"c": true}])), true)
+        );
+        let mut p = segs(&["a", "b"]);
+        p.push(Seg::Index(0));
+        p.push(Seg::Key("c".into()));
+        assert_eq!(type_at(&t, &p), At::Found(Ty::Bool, false));
+        assert_eq!(type_at(&t, &segs(&["a", "x"])), At::Never);
+        assert_eq!(type_at(&t, &segs(&["a", "b", "c"])), At::Never);
+        assert_eq!(type_at(&Ty::Any, &segs(&["a"])), At::Unknown);
+        assert_eq!(type_at(&Ty::open_object(), &segs(&["a"])), At::Unknown);
+    }
+
+    #[test]
+    fn writes_create_objects_and_merges_keep_what_was_there() {
+        let mut t = Ty::Any;
+        write_at(&mut t, &segs(&["a", "b"]), Ty::Int);
+        assert_eq!(type_at(&t, &segs(&["a", "b"])), At::Found(Ty::Int, true));
+        assert_eq!(type_at(&t, &segs(&["z"])), At::Unknown);
+        let mut m = Ty::of_value(&json!({"r": {"x": 1}}));
+        merge_at(&mut m, &segs(&["r"]), &Ty::of_value(&json!({"y": "s"})));
+        assert_eq!(type_at(&m, &segs(&["r", "x"])), At::Found(Ty::Int, true));
+        assert_eq!(type_at(&m, &segs(&["r", "y"])), At::Found(Ty::String, true));
+        // Writing through an element of a list keeps the list.
+        let mut l = Ty::of_value(&json!({"l": [{"a": 1}]}));
+        let mut p = segs(&["l"]);
+        p.push(Seg::Index(0));
+        p.push(Seg::Key("a".into()));
+        write_at(&mut l, &p, Ty::String);
+        assert_eq!(
+            type_at(&l, &segs(&["l"])),
+            At::Found(
+                Ty::List(Box::new(Ty::Object(Obj {
+                    fields: [(
+                        "a".to_owned(),
+                        Field {
+                            ty: Ty::Union(vec![Ty::Int, Ty::String]),
+                            always: true
+                        }
+                    )]
+                    .into_iter()
+                    .collect(),
+                    open: false
+                }))),
+                true
+            )
+        );
+    }
+}

@@ -31,7 +31,8 @@ use crate::compile::path::Seg;
 use crate::lint::FlowCx;
 use crate::lint::ty::{Field, Lookup, Obj, Ty};
 use crate::model::{
-    Agent, AgentRef, Branch, EdgeOn, InputSpec, Next, OutputSpec, SchemaRef, Source, Step, StepKind,
+    Agent, AgentRef, AgentSpec, Branch, EdgeOn, InputSpec, Next, OutputSpec, SchemaRef, Source, Step,
+    StepKind,
 };
 use crate::syntax::Node as YNode;
 
@@ -82,11 +83,15 @@ impl StepTypes<'_> {
 
 /// Computes the payload type at every step reachable from the start and calls `visit` once
 /// for each, in reverse postorder (predecessors first), with `parsed` to read expressions.
-pub fn walk(cx: &FlowCx, parsed: &mut ParseCache, mut visit: impl FnMut(&StepTypes, &mut ParseCache)) {
+/// Returns the type of the payload a successful run ends with (`None`: no step ends one).
+pub fn walk(
+    cx: &FlowCx,
+    parsed: &mut ParseCache,
+    mut visit: impl FnMut(&StepTypes, &mut ParseCache),
+) -> Option<Ty> {
     let steps = &cx.flow.steps;
-    let Some(start) = cx.start().and_then(|s| steps.get_index_of(s)) else {
-        return;
-    };
+    let start = cx.start().and_then(|s| steps.get_index_of(s))?;
+    let mut end: Option<Ty> = None;
     let (order, cyclic) = reverse_postorder(cx, start);
     let input = cx
         .flow
@@ -127,9 +132,36 @@ pub fn walk(cx: &FlowCx, parsed: &mut ParseCache, mut visit: impl FnMut(&StepTyp
             },
             parsed,
         );
+        ends(step, &out, |ty| join_into(&mut end, ty));
         if !cyclic {
             propagate(cx, step, &out, |j, ty| join_into(&mut entries[j], ty));
         }
+    }
+    end
+}
+
+/// Calls `f` with the payload type of each way `step` ends the run successfully: no `next`
+/// (but a `fail` step), or an edge to `end`.
+fn ends(step: &Step, out: &Out, mut f: impl FnMut(Ty)) {
+    match &step.next {
+        None if matches!(step.kind, StepKind::Fail(_)) => {}
+        None => f(out.success.clone()),
+        Some(Next::One(to)) if to.value == "end" => f(out.success.clone()),
+        Some(Next::One(_)) => {}
+        Some(Next::Edges(edges)) => {
+            for e in edges.iter().filter(|e| e.to.value == "end") {
+                f(edge_type(e, out));
+            }
+        }
+    }
+}
+
+/// The payload an edge carries from a step.
+fn edge_type(e: &crate::model::Edge, out: &Out) -> Ty {
+    match (e.on.as_ref().map(|o| o.value), e.errors.is_some()) {
+        (Some(EdgeOn::Failure), _) | (None, true) => out.failure.clone(),
+        (Some(EdgeOn::Always), _) => out.success.join(&out.failure),
+        _ => out.success.clone(),
     }
 }
 
@@ -219,12 +251,7 @@ fn propagate(cx: &FlowCx, step: &Step, out: &Out, mut f: impl FnMut(usize, Ty)) 
                 let Some(j) = steps.get_index_of(&e.to.value) else {
                     continue;
                 };
-                let ty = match (e.on.as_ref().map(|o| o.value), e.errors.is_some()) {
-                    (Some(EdgeOn::Failure), _) | (None, true) => out.failure.clone(),
-                    (Some(EdgeOn::Always), _) => out.success.join(&out.failure),
-                    _ => out.success.clone(),
-                };
-                f(j, ty);
+                f(j, edge_type(e, out));
             }
         }
     }
@@ -248,7 +275,9 @@ struct Transfer<'a, 'p> {
 }
 
 impl Transfer<'_, '_> {
-    /// The type of an agent's result: its `result_schema`, else unknown.
+    /// The type of an agent's result: its `result_schema` (checked at run time), else what
+    /// its kind returns: an `llm` agent `{text}`, a `transform` or `mock` agent the shape of
+    /// its value template; else unknown.
     fn agent_result(&mut self, r: &AgentRef) -> Ty {
         let Some(agent) = self.cx.agent(r) else {
             return Ty::Any;
@@ -257,12 +286,28 @@ impl Transfer<'_, '_> {
         if let Some(t) = self.results.get(&key) {
             return t.clone();
         }
-        let ty = agent
-            .common
-            .result_schema
-            .as_ref()
-            .and_then(|s| schema_value(self.cx, s))
-            .map_or(Ty::Any, |s| Ty::from_schema(&s));
+        let ty = match agent.common.result_schema.as_ref() {
+            Some(s) => schema_value(self.cx, s).map_or(Ty::Any, |s| Ty::from_schema(&s)),
+            None => match &agent.spec {
+                AgentSpec::Llm(_) => Ty::of_value(&serde_json::json!({"text": ""})),
+                AgentSpec::Transform(t) => template_type(&t.result.0),
+                AgentSpec::Mock(m) => {
+                    let sequence = m.sequence.as_deref().unwrap_or_default();
+                    let answers: Vec<&crate::model::Any> = if sequence.is_empty() {
+                        m.returns.iter().collect()
+                    } else {
+                        sequence.iter().collect()
+                    };
+                    answers
+                        .into_iter()
+                        .map(|a| template_type(&a.0))
+                        .reduce(|a, b| a.join(&b))
+                        // Neither `returns` nor `sequence`: an empty object.
+                        .unwrap_or_else(|| Ty::Object(Obj::default()))
+                }
+                _ => Ty::Any,
+            },
+        };
         self.results.insert(key, ty.clone());
         ty
     }
@@ -286,13 +331,7 @@ impl Transfer<'_, '_> {
                 let l = &step.looping;
                 if l.foreach.is_some() {
                     let mut item = match &l.select {
-                        Some(s) => match segs_of(parsed, &s.value) {
-                            Some(segs) => match type_at(&agent_result, &segs) {
-                                At::Found(t, _) => t,
-                                _ => Ty::Any,
-                            },
-                            None => Ty::Any,
-                        },
+                        Some(s) => path_type(&agent_result, &s.value, parsed),
                         None => agent_result.clone(),
                     };
                     if l.tolerate.is_some() {
@@ -489,7 +528,7 @@ fn output(
                 };
                 let mut at: Vec<Seg> = scope.to_vec();
                 at.extend(segs.iter().cloned());
-                match type_at(result, &segs) {
+                match type_at_segs(result, &segs) {
                     At::Never => {}
                     At::Found(t, true) => merge_at(&mut after, &at, &t),
                     At::Found(t, false) => {
@@ -542,17 +581,19 @@ fn source_type(src: &Source, doc: &Ty, payload: &Ty, result: Option<&Ty>, parsed
 }
 
 /// The type of what the JSONPath `text` gives over a document of type `doc`: for a singular
-/// path, the value there; for a query, a list.
+/// path, the value there; for a query, a list of what it selects.
 fn path_type(doc: &Ty, text: &str, parsed: &mut ParseCache) -> Ty {
-    match parsed.path(text) {
-        Ok(p) => match p.segments() {
-            Some(segs) => match type_at(doc, segs) {
-                At::Found(t, _) => t,
-                _ => Ty::Any,
-            },
-            None => Ty::List(Box::new(Ty::Any)),
-        },
-        Err(_) => Ty::Any,
+    let Some(p) = read_path(parsed, text) else {
+        return Ty::Any;
+    };
+    let found = match type_at(doc, &p.segs) {
+        At::Found(t, _) if p.complete => t,
+        _ => Ty::Any,
+    };
+    if p.singular {
+        found
+    } else {
+        Ty::List(Box::new(found))
     }
 }
 
@@ -565,7 +606,90 @@ fn keys_of(parsed: &mut ParseCache, text: &str) -> Option<Vec<Seg>> {
     segs_of(parsed, text)
 }
 
-/// What a singular path finds in a value of a type.
+/// One step of a read path as lint follows it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum PSeg {
+    /// `.name`, `['name']`.
+    Key(String),
+    /// `[n]`.
+    Index(i64),
+    /// `[*]`, `.*`: every element (or member).
+    All,
+}
+
+/// A source path as lint reads it: its leading segments, and whether they are all of it.
+pub struct ReadPath {
+    pub segs: Vec<PSeg>,
+    /// A singular path (one value, or a `mapping` error when it matches nothing).
+    pub singular: bool,
+    /// The segments are the whole path (a query may go on with what lint does not follow:
+    /// filters, slices, `..`).
+    pub complete: bool,
+}
+
+/// The read path of a JSONPath source that parses.
+pub fn read_path(parsed: &mut ParseCache, text: &str) -> Option<ReadPath> {
+    let p = parsed.path(text).as_ref().ok()?;
+    if let Some(segs) = p.segments() {
+        return Some(ReadPath {
+            segs: segs
+                .iter()
+                .map(|s| match s {
+                    Seg::Key(k) => PSeg::Key(k.clone()),
+                    Seg::Index(n) => PSeg::Index(*n),
+                })
+                .collect(),
+            singular: true,
+            complete: true,
+        });
+    }
+    let (segs, complete) = query_prefix(text);
+    Some(ReadPath {
+        segs,
+        singular: false,
+        complete,
+    })
+}
+
+/// The leading `.name`, `[n]`, `[*]` and `.*` segments of a query (which has parsed).
+fn query_prefix(text: &str) -> (Vec<PSeg>, bool) {
+    let b = text.as_bytes();
+    let mut segs = Vec::new();
+    let mut i = 1; // after `$`
+    let name = |c: u8| c.is_ascii_alphanumeric() || c == b'_' || c >= 0x80;
+    while i < b.len() {
+        if b[i] == b'.' && b.get(i + 1) == Some(&b'*') {
+            segs.push(PSeg::All);
+            i += 2;
+        } else if b[i] == b'.' && b.get(i + 1).is_some_and(|&c| name(c) && !c.is_ascii_digit()) {
+            let start = i + 1;
+            i = start;
+            while i < b.len() && name(b[i]) {
+                i += 1;
+            }
+            segs.push(PSeg::Key(text[start..i].to_owned()));
+        } else if text[i..].starts_with("[*]") {
+            segs.push(PSeg::All);
+            i += 3;
+        } else if b[i] == b'[' {
+            let digits = text[i + 1..].bytes().take_while(u8::is_ascii_digit).count();
+            if digits > 0
+                && b.get(i + 1 + digits) == Some(&b']')
+                && let Ok(n) = text[i + 1..i + 1 + digits].parse()
+            {
+                segs.push(PSeg::Index(n));
+                i += digits + 2;
+            } else {
+                return (segs, false);
+            }
+        } else {
+            return (segs, false);
+        }
+    }
+    (segs, true)
+}
+
+/// What a path finds in a value of a type.
 #[derive(Debug, PartialEq)]
 pub enum At {
     /// Nothing is known there.
@@ -577,12 +701,12 @@ pub enum At {
 }
 
 /// Follows `segs` through `ty`.
-pub fn type_at(ty: &Ty, segs: &[Seg]) -> At {
+pub fn type_at(ty: &Ty, segs: &[PSeg]) -> At {
     let mut cur = ty.clone();
     let mut always = true;
     for s in segs {
         match s {
-            Seg::Key(k) => match cur.field(k) {
+            PSeg::Key(k) => match cur.field(k) {
                 Lookup::Unknown => return At::Unknown,
                 Lookup::Field { ty, always: a } => {
                     always &= a;
@@ -590,17 +714,30 @@ pub fn type_at(ty: &Ty, segs: &[Seg]) -> At {
                 }
                 Lookup::Missing { .. } | Lookup::NotObject => return At::Never,
             },
-            Seg::Index(_) => match list_element(&cur) {
+            PSeg::Index(_) | PSeg::All => match list_element(&cur) {
                 Some(Some(e)) => {
                     always = false;
                     cur = e;
                 }
                 Some(None) => return At::Unknown,
+                None if *s == PSeg::All && matches!(cur, Ty::Object(_)) => return At::Unknown,
                 None => return At::Never,
             },
         }
     }
     At::Found(cur, always)
+}
+
+/// The type of a singular destination's value in `ty`, for scopes.
+pub fn type_at_segs(ty: &Ty, segs: &[Seg]) -> At {
+    let p: Vec<PSeg> = segs
+        .iter()
+        .map(|s| match s {
+            Seg::Key(k) => PSeg::Key(k.clone()),
+            Seg::Index(n) => PSeg::Index(*n),
+        })
+        .collect();
+    type_at(ty, &p)
 }
 
 /// The element type of a list type: `Some(None)` when unknown (`Any`, or a union with a list
@@ -781,6 +918,55 @@ fn expr_type(e: &Expression, env: &Env) -> Ty {
     }
 }
 
+/// The type of what a value template (a `transform`'s `result`, a `mock`'s `returns`) gives:
+/// its structure as written; a string `=expr` is typed by [`expr_type`], knowing nothing of
+/// the variables.
+fn template_type(node: &YNode) -> Ty {
+    use crate::compile::value::{StrValue, classify};
+    use crate::syntax::Value as Y;
+    match &node.value {
+        Y::Null => Ty::Null,
+        Y::Bool(_) => Ty::Bool,
+        Y::Int(_) => Ty::Int,
+        Y::Float(_) => Ty::Double,
+        Y::Str(s) => match classify(s) {
+            StrValue::Literal(_) => Ty::String,
+            StrValue::Expr(text) => match crate::compile::expr::parse(text) {
+                Ok(e) => expr_type(
+                    e.ast(),
+                    &Env {
+                        payload: &Ty::Any,
+                        result: None,
+                    },
+                ),
+                Err(_) => Ty::Any,
+            },
+        },
+        Y::Seq(items) => Ty::List(Box::new(
+            items
+                .iter()
+                .map(template_type)
+                .reduce(|a, b| a.join(&b))
+                .unwrap_or(Ty::Any),
+        )),
+        Y::Map(entries) => Ty::Object(Obj {
+            fields: entries
+                .iter()
+                .map(|(k, v)| {
+                    (
+                        k.name.clone(),
+                        Field {
+                            ty: template_type(v),
+                            always: true,
+                        },
+                    )
+                })
+                .collect(),
+            open: false,
+        }),
+    }
+}
+
 /// A schema as JSON: inline, or the loaded file a path names.
 pub fn schema_value(cx: &FlowCx, s: &SchemaRef) -> Option<Value> {
     match s {
@@ -846,29 +1032,61 @@ mod tests {
     fn paths_find_fields_list_elements_or_nothing() {
         let t = Ty::of_value(&json!({"a": {"b": [{"c": true}]}}));
         assert_eq!(
-            type_at(&t, &segs(&["a", "b"])),
+            type_at_segs(&t, &segs(&["a", "b"])),
             At::Found(Ty::of_value(&json!([{"c": true}])), true)
         );
         let mut p = segs(&["a", "b"]);
         p.push(Seg::Index(0));
         p.push(Seg::Key("c".into()));
-        assert_eq!(type_at(&t, &p), At::Found(Ty::Bool, false));
-        assert_eq!(type_at(&t, &segs(&["a", "x"])), At::Never);
-        assert_eq!(type_at(&t, &segs(&["a", "b", "c"])), At::Never);
-        assert_eq!(type_at(&Ty::Any, &segs(&["a"])), At::Unknown);
-        assert_eq!(type_at(&Ty::open_object(), &segs(&["a"])), At::Unknown);
+        assert_eq!(type_at_segs(&t, &p), At::Found(Ty::Bool, false));
+        assert_eq!(type_at_segs(&t, &segs(&["a", "x"])), At::Never);
+        assert_eq!(type_at_segs(&t, &segs(&["a", "b", "c"])), At::Never);
+        assert_eq!(type_at_segs(&Ty::Any, &segs(&["a"])), At::Unknown);
+        assert_eq!(type_at_segs(&Ty::open_object(), &segs(&["a"])), At::Unknown);
+    }
+
+    #[test]
+    fn queries_are_followed_as_far_as_their_plain_segments_go() {
+        assert_eq!(
+            query_prefix("$.a[*].b"),
+            (
+                vec![PSeg::Key("a".into()), PSeg::All, PSeg::Key("b".into())],
+                true
+            )
+        );
+        assert_eq!(
+            query_prefix("$.a.*[2]"),
+            (vec![PSeg::Key("a".into()), PSeg::All, PSeg::Index(2)], true)
+        );
+        assert_eq!(
+            query_prefix("$.a[?@.x > 1].b"),
+            (vec![PSeg::Key("a".into())], false)
+        );
+        assert_eq!(query_prefix("$..a"), (vec![], false));
+        let t = Ty::of_value(&json!({"pages": [{"text": "x"}]}));
+        let mut parsed = ParseCache::new();
+        assert_eq!(
+            path_type(&t, "$.pages[*].text", &mut parsed),
+            Ty::List(Box::new(Ty::String))
+        );
+        assert_eq!(
+            path_type(&t, "$.pages[?@.text].text", &mut parsed),
+            Ty::List(Box::new(Ty::Any))
+        );
+        let p = read_path(&mut parsed, "$.pagez[*].text").expect("parses");
+        assert_eq!(type_at(&t, &p.segs), At::Never);
     }
 
     #[test]
     fn writes_create_objects_and_merges_keep_what_was_there() {
         let mut t = Ty::Any;
         write_at(&mut t, &segs(&["a", "b"]), Ty::Int);
-        assert_eq!(type_at(&t, &segs(&["a", "b"])), At::Found(Ty::Int, true));
-        assert_eq!(type_at(&t, &segs(&["z"])), At::Unknown);
+        assert_eq!(type_at_segs(&t, &segs(&["a", "b"])), At::Found(Ty::Int, true));
+        assert_eq!(type_at_segs(&t, &segs(&["z"])), At::Unknown);
         let mut m = Ty::of_value(&json!({"r": {"x": 1}}));
         merge_at(&mut m, &segs(&["r"]), &Ty::of_value(&json!({"y": "s"})));
-        assert_eq!(type_at(&m, &segs(&["r", "x"])), At::Found(Ty::Int, true));
-        assert_eq!(type_at(&m, &segs(&["r", "y"])), At::Found(Ty::String, true));
+        assert_eq!(type_at_segs(&m, &segs(&["r", "x"])), At::Found(Ty::Int, true));
+        assert_eq!(type_at_segs(&m, &segs(&["r", "y"])), At::Found(Ty::String, true));
         // Writing through an element of a list keeps the list.
         let mut l = Ty::of_value(&json!({"l": [{"a": 1}]}));
         let mut p = segs(&["l"]);
@@ -876,7 +1094,7 @@ mod tests {
         p.push(Seg::Key("a".into()));
         write_at(&mut l, &p, Ty::String);
         assert_eq!(
-            type_at(&l, &segs(&["l"])),
+            type_at_segs(&l, &segs(&["l"])),
             At::Found(
                 Ty::List(Box::new(Ty::Object(Obj {
                     fields: [(

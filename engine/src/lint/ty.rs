@@ -622,6 +622,57 @@ mod tests {
     }
 
     #[test]
+    fn a_field_missing_from_an_open_side_is_unknown_after_the_join() {
+        // Written on one path; the other path's payload is unknown: nothing is said of it.
+        let mut a = Ty::open_object();
+        a.set_path(&["x"], Ty::Int);
+        let b = Ty::open_object();
+        assert_eq!(a.join(&b).field("x"), Lookup::Unknown);
+        assert_eq!(b.join(&a).field("x"), Lookup::Unknown);
+        // Both closed: maybe absent.
+        let c = Ty::of_value(&json!({"x": 1}));
+        let d = Ty::of_value(&json!({}));
+        assert_eq!(
+            c.join(&d).field("x"),
+            Lookup::Field {
+                ty: Ty::Int,
+                always: false
+            }
+        );
+    }
+
+    #[test]
+    fn merging_into_an_unknown_value_keeps_it_open() {
+        let mut t = Ty::Any;
+        t.merge(&Ty::of_value(&json!({"a": 1})));
+        assert_eq!(
+            t.field("a"),
+            Lookup::Field {
+                ty: Ty::Int,
+                always: true
+            }
+        );
+        assert_eq!(t.field("other"), Lookup::Unknown);
+        // Into an object or null: the object part merges, null is replaced.
+        let mut u = Ty::of_value(&json!({"b": "s"})).join(&Ty::Null);
+        u.merge(&Ty::of_value(&json!({"a": 1})));
+        assert_eq!(
+            u.field("a"),
+            Lookup::Field {
+                ty: Ty::Int,
+                always: true
+            }
+        );
+        assert_eq!(
+            u.field("b"),
+            Lookup::Field {
+                ty: Ty::String,
+                always: false
+            }
+        );
+    }
+
+    #[test]
     fn equality_is_possible_only_between_compatible_kinds() {
         assert!(!Ty::Int.can_equal(&Ty::String));
         assert!(Ty::Int.can_equal(&Ty::Double));

@@ -16,10 +16,10 @@ use cel::common::ast::{EntryExpr, Expr as Node};
 use cel::parser::Expression;
 
 use crate::compile::cache::ParseCache;
-use crate::compile::path::{Seg, format_path};
+
 use crate::diag::{Diagnostic, closest, codes};
 use crate::lint::FlowCx;
-use crate::lint::flow_types::{self, StepTypes};
+use crate::lint::flow_types::{self, PSeg, StepTypes};
 use crate::lint::ty::{Lookup, Ty};
 use crate::model::{InputSpec, Next, OutputSpec, Source, Sp, StepKind};
 use crate::source::Span;
@@ -29,10 +29,17 @@ use crate::syntax::str_sub_span;
 const MAX_NAMES: usize = 12;
 
 pub fn check(cx: &FlowCx, out: &mut Vec<Diagnostic>, parsed: &mut ParseCache) {
-    flow_types::walk(cx, parsed, |t, parsed| {
-        let mut c = Checker { cx, out, parsed };
+    let end = flow_types::walk(cx, parsed, |t, parsed| {
+        let mut c = Checker {
+            cx,
+            out: &mut *out,
+            parsed,
+        };
         c.step(t);
     });
+    if let (Some(end), Some(sel)) = (end, cx.flow.output.as_ref().and_then(|o| o.select.as_ref())) {
+        Checker { cx, out, parsed }.path(sel, &end, Doc::Final);
+    }
 }
 
 struct Checker<'a, 'p> {
@@ -45,6 +52,8 @@ struct Checker<'a, 'p> {
 #[derive(Clone, Copy)]
 enum Doc<'a> {
     Payload,
+    /// The payload a successful run ends with (`output.select`).
+    Final,
     /// The result of the named step (its agent's, or a `parallel` branch's).
     Result(&'a str),
 }
@@ -115,7 +124,7 @@ impl Checker<'_, '_> {
             return payload.clone();
         };
         match flow_types::segs_of(self.parsed, &s.value) {
-            Some(segs) => match flow_types::type_at(payload, &segs) {
+            Some(segs) => match flow_types::type_at_segs(payload, &segs) {
                 flow_types::At::Found(t, _) => t,
                 _ => Ty::Any,
             },
@@ -141,7 +150,8 @@ impl Checker<'_, '_> {
     fn source(&mut self, src: &Source, doc: &Ty, payload: &Ty, what: Doc) {
         match src {
             Source::Text(t) => self.source_text(t, doc, payload, what),
-            Source::WithDefault { path, .. } => self.path(path, doc, what),
+            // A path with a default is expected to match nothing at times.
+            Source::WithDefault { .. } => {}
             Source::Literal { .. } => {}
         }
     }
@@ -153,43 +163,47 @@ impl Checker<'_, '_> {
         }
     }
 
-    /// SY414: a singular source path that no value of `doc`'s type has.
+    /// SY414: a source path that no value of `doc`'s type has anything at.
     fn path(&mut self, p: &Sp<String>, doc: &Ty, what: Doc) {
-        let Some(segs) = flow_types::segs_of(self.parsed, &p.value) else {
+        let Some(rp) = flow_types::read_path(self.parsed, &p.value) else {
             return;
         };
         let mut cur = doc.clone();
-        for (i, s) in segs.iter().enumerate() {
-            let at = format_path(&segs[..i]);
-            let (why, names) = match s {
-                Seg::Key(k) => match cur.field(k) {
+        let mut shown = String::from("$");
+        for s in &rp.segs {
+            let (why, key, names) = match s {
+                PSeg::Key(k) => match cur.field(k) {
                     Lookup::Unknown => return,
                     Lookup::Field { ty, .. } => {
                         cur = ty;
+                        push_key(&mut shown, k);
                         continue;
                     }
                     Lookup::Missing { names } => (
-                        format!("`{at}` has no field `{k}`"),
+                        format!("`{shown}` has no field `{k}`"),
+                        k.as_str(),
                         names.into_iter().map(str::to_owned).collect::<Vec<_>>(),
                     ),
-                    Lookup::NotObject => (format!("`{at}` is {}, not an object", a(&cur)), Vec::new()),
+                    Lookup::NotObject => (format!("`{shown}` is {}, not an object", a(&cur)), "", Vec::new()),
                 },
-                Seg::Index(_) => match flow_types::list_element(&cur) {
+                PSeg::Index(_) | PSeg::All => match flow_types::list_element(&cur) {
                     Some(Some(e)) => {
                         cur = e;
+                        match s {
+                            PSeg::Index(n) => shown.push_str(&format!("[{n}]")),
+                            _ => shown.push_str("[*]"),
+                        }
                         continue;
                     }
                     Some(None) => return,
-                    None => (format!("`{at}` is {}, not a list", a(&cur)), Vec::new()),
+                    None if *s == PSeg::All && matches!(cur, Ty::Object(_)) => return,
+                    None => (format!("`{shown}` is {}, not a list", a(&cur)), "", Vec::new()),
                 },
             };
             let whose = match what {
                 Doc::Payload => "the payload here".to_owned(),
+                Doc::Final => "the final payload".to_owned(),
                 Doc::Result(id) => format!("the result of `{id}`"),
-            };
-            let key = match s {
-                Seg::Key(k) => k.as_str(),
-                Seg::Index(_) => "",
             };
             let span = str_sub_span(p.span, &p.value, self.cx.text, 0, p.value.len());
             let mut d = Diagnostic::new(
@@ -338,6 +352,20 @@ fn help(name: &str, names: &[String]) -> Option<String> {
         listed.push("…".into());
     }
     Some(format!("fields here: {}", listed.join(", ")))
+}
+
+/// Appends `.k` (or `['k']`) to a path being shown.
+fn push_key(shown: &mut String, k: &str) {
+    if k.chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+    {
+        shown.push('.');
+        shown.push_str(k);
+    } else {
+        shown.push_str(&format!("['{}']", k.replace('\\', "\\\\").replace('\'', "\\'")));
+    }
 }
 
 /// `a string`, `an integer`, `a list of string`.

@@ -9,6 +9,7 @@
 //! - [`fuzz`]: property tests over generated and mutated flows;
 //! - [`llm`] and [`http_agent`]: `llm` and `http` agents against local servers
 //!   ([`mock_server`]): limits, retries, structured output, secrets;
+//! - [`payload_types`]: the payload's type through the graph on real and schema-less flows;
 //! - [`resume`]: what a stopped run records and tells: the flow hash over imports and called
 //!   flows, the question of an interrupt and how to answer it.
 
@@ -23,6 +24,7 @@ mod lint_fixtures;
 mod llm;
 mod logs;
 mod mock_server;
+mod payload_types;
 mod readme;
 mod resume;
 mod snapshots;

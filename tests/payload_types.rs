@@ -235,3 +235,40 @@ fn a_cycle_is_iterated_to_a_fixpoint() {
         "`payload` has no field `tickt` on any path to here"
     );
 }
+
+/// A long flow whose payload grows at every step, with a failure edge at each (a copy of the
+/// payload per step) and a join after each: lint's time stays bounded, and what it follows
+/// before its copy budget is spent is still checked.
+#[test]
+fn a_growing_payload_on_a_long_flow_is_followed_in_bounded_time() {
+    let n = 5000;
+    let mut flow = String::from(
+        "flow: long\ninput:\n  schema: {type: object, required: [n], properties: {n: {type: integer}}}\nagents:\n  a: {kind: mock, returns: {ok: true}}\nsteps:\n",
+    );
+    for i in 0..n {
+        flow.push_str(&format!("  s{i}:\n    agent: a\n    output: {{$.f{i}: $.ok}}\n"));
+        if i == 1 {
+            flow.push_str("    input: {$.x: =payload.m}\n");
+        }
+        if i + 1 < n {
+            flow.push_str(&format!(
+                "    next:\n      - to: s{next}\n      - to: s{next}\n        on: failure\n",
+                next = i + 1
+            ));
+        }
+    }
+    let dir = TempDir::new("payload-types");
+    dir.write("long.yaml", flow);
+    let started = std::time::Instant::now();
+    let out = support::run_with_limit(
+        support::switchyard(dir.path()).args(["lint", "long.yaml", "--format", "json"]),
+        std::time::Duration::from_secs(60),
+    );
+    let took = started.elapsed();
+    let diags = out.diagnostics();
+    let [d] = diags.as_slice() else {
+        panic!("one diagnostic expected: {diags:#?}")
+    };
+    assert_eq!(d.message, "`payload` has no field `m` on any path to here");
+    assert!(took < std::time::Duration::from_secs(5), "lint took {took:?}");
+}

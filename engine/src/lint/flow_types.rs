@@ -19,6 +19,7 @@
 //! This module computes types and reports nothing; `rules::payload_types` reads them. It does
 //! no I/O of its own (schema files come from the loaded project).
 
+use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap};
 
 use cel::common::ast::{EntryExpr, Expr as Node, LiteralValue};
@@ -31,7 +32,7 @@ use crate::compile::path::Seg;
 use crate::lint::FlowCx;
 use crate::lint::ty::{Field, Lookup, Obj, Ty};
 use crate::model::{
-    Agent, AgentRef, AgentSpec, Branch, EdgeOn, InputSpec, Next, OutputSpec, SchemaRef, Source, Step,
+    Agent, AgentRef, AgentSpec, Branch, Edge, EdgeOn, InputSpec, Next, OutputSpec, SchemaRef, Source, Step,
     StepKind,
 };
 use crate::syntax::Node as YNode;
@@ -40,12 +41,19 @@ use crate::syntax::Node as YNode;
 /// [`Ty::Any`] (the top of the lattice, so the iteration then stops).
 const MAX_VISITS: usize = 8;
 
+/// How many parts of types (fields, elements, members) the walk may copy or join over a
+/// whole flow. Copies are made where a step has a failure edge or several edges, and joins
+/// where paths meet, so a long flow whose payload grows at every step could cost the square
+/// of its length; past this budget the payload is [`Ty::Any`] (nothing more is reported),
+/// which bounds lint's time whatever the flow.
+const COPY_BUDGET: usize = 1 << 20;
+
 /// How many times a `while` step's output is applied to find the payload its condition can
 /// see; not settled by then, the loop's payload is [`Ty::Any`].
 const MAX_LOOP_ROUNDS: usize = 4;
 
-/// What is known at one step.
-pub struct StepTypes<'a> {
+/// What is known when a step starts.
+pub struct Before<'a> {
     /// The step's index in the flow's `steps`.
     pub index: usize,
     pub step: &'a Step,
@@ -54,41 +62,52 @@ pub struct StepTypes<'a> {
     /// The payload the step's input, message and output expressions see: `entry`, or for a
     /// `while` step the payload of any iteration (the entry joined with what iterations wrote).
     pub during: &'a Ty,
-    /// The result as `output` and `select` read it: the agent's result (after `select`, a
-    /// `foreach`'s list of them; a `while`'s per iteration); an `interrupt`'s decision.
-    /// [`Ty::Any`] where nothing is known.
+    /// The result as `output` reads it: the agent's result (after `select`, a `foreach`'s
+    /// list of them; a `while`'s per iteration); an `interrupt`'s decision. [`Ty::Any`] where
+    /// nothing is known.
     pub result: &'a Ty,
     /// The agent's own result, what `select` reads (the same as `result` but for `foreach`).
     pub agent_result: &'a Ty,
     /// Each `parallel` branch's result, in written order.
     pub branches: &'a [Ty],
-    /// The payload after the step succeeded (its output applied): success edges.
-    pub success: &'a Ty,
-    /// The payload after the step failed: failure edges.
-    pub failure: &'a Ty,
 }
 
-impl StepTypes<'_> {
+/// What is known when a step has finished.
+pub struct After<'a> {
+    pub index: usize,
+    pub step: &'a Step,
+    /// The payload after the step succeeded (its output applied): success edges.
+    pub success: &'a Ty,
+    /// The payload after the step failed, when an edge is taken on failure.
+    pub failure: Option<&'a Ty>,
+}
+
+impl After<'_> {
     /// The payload an edge's `if:` reads, by the outcome it is taken on.
-    pub fn on_edge(&self, on: Option<EdgeOn>, has_errors: bool) -> Ty {
-        match on {
-            Some(EdgeOn::Failure) => self.failure.clone(),
-            Some(EdgeOn::Always) => self.success.join(self.failure),
-            // `errors:` without `on:` implies `on: failure`.
-            None if has_errors => self.failure.clone(),
-            _ => self.success.clone(),
+    pub fn on_edge(&self, e: &Edge) -> Cow<'_, Ty> {
+        match (edge_outcome(e), self.failure) {
+            (Outcome::Success, _) => Cow::Borrowed(self.success),
+            (Outcome::Failure, Some(f)) => Cow::Borrowed(f),
+            (Outcome::Always, Some(f)) => Cow::Owned(self.success.join(f)),
+            (_, None) => Cow::Owned(Ty::Any),
         }
     }
 }
 
-/// Computes the payload type at every step reachable from the start and calls `visit` once
-/// for each, in reverse postorder (predecessors first), with `parsed` to read expressions.
+/// What `walk` tells its visitor, in order: each step's [`Before`], then its [`After`].
+pub trait Visit {
+    fn before(&mut self, b: &Before, parsed: &mut ParseCache);
+    fn after(&mut self, a: &After, parsed: &mut ParseCache);
+}
+
+/// Computes the payload type at every step reachable from the start and tells `visit` about
+/// each, in reverse postorder (predecessors first), with `parsed` to read expressions.
 /// Returns the type of the payload a successful run ends with (`None`: no step ends one).
-pub fn walk(
-    cx: &FlowCx,
-    parsed: &mut ParseCache,
-    mut visit: impl FnMut(&StepTypes, &mut ParseCache),
-) -> Option<Ty> {
+///
+/// A step's entry type is consumed by its own writes (no copy of the payload per step) and
+/// moved on along its edge; it is copied only where a step has several edges or a failure
+/// edge, and where paths join.
+pub fn walk(cx: &FlowCx, parsed: &mut ParseCache, visit: &mut dyn Visit) -> Option<Ty> {
     let steps = &cx.flow.steps;
     let start = cx.start().and_then(|s| steps.get_index_of(s))?;
     let mut end: Option<Ty> = None;
@@ -106,8 +125,9 @@ pub fn walk(
     };
     let mut entries: Vec<Option<Ty>> = vec![None; steps.len()];
     entries[start] = Some(input);
+    let mut budget = Budget { spent: 0 };
     if cyclic {
-        fixpoint(&mut tx, parsed, &order, &mut entries);
+        fixpoint(&mut tx, &mut budget, parsed, &order, &mut entries);
     }
     for &i in &order {
         let entry = if cyclic {
@@ -117,51 +137,148 @@ pub fn walk(
         };
         let Some(entry) = entry else { continue };
         let step = &steps[i];
-        let out = tx.step(step, &entry, parsed);
-        visit(
-            &StepTypes {
+        let known = tx.known(step, &entry, parsed);
+        visit.before(
+            &Before {
                 index: i,
                 step,
                 entry: &entry,
-                during: &out.during,
-                result: &out.result,
-                agent_result: &out.agent_result,
-                branches: &out.branches,
-                success: &out.success,
-                failure: &out.failure,
+                during: known.during.as_ref().unwrap_or(&entry),
+                result: &known.result,
+                agent_result: &known.agent_result,
+                branches: &known.branches,
             },
             parsed,
         );
-        ends(step, &out, |ty| join_into(&mut end, ty));
+        let (success, failure) = tx.finish(step, entry, known, parsed);
+        visit.after(
+            &After {
+                index: i,
+                step,
+                success: &success,
+                failure: failure.as_ref(),
+            },
+            parsed,
+        );
+        ends(step, &success, failure.as_ref(), |ty| join_into(&mut end, ty));
         if !cyclic {
-            propagate(cx, step, &out, |j, ty| join_into(&mut entries[j], ty));
+            let (success, failure) = budget.charge(step, success, failure, &entries, cx);
+            propagate(cx, step, success, failure, |j, ty| join_into(&mut entries[j], ty));
         }
     }
     end
 }
 
-/// Calls `f` with the payload type of each way `step` ends the run successfully: no `next`
-/// (but a `fail` step), or an edge to `end`.
-fn ends(step: &Step, out: &Out, mut f: impl FnMut(Ty)) {
-    match &step.next {
-        None if matches!(step.kind, StepKind::Fail(_)) => {}
-        None => f(out.success.clone()),
-        Some(Next::One(to)) if to.value == "end" => f(out.success.clone()),
-        Some(Next::One(_)) => {}
-        Some(Next::Edges(edges)) => {
-            for e in edges.iter().filter(|e| e.to.value == "end") {
-                f(edge_type(e, out));
-            }
+/// What the walk has copied and joined so far, against [`COPY_BUDGET`].
+struct Budget {
+    spent: usize,
+}
+
+impl Budget {
+    /// Charges what passing a step's payload on will copy and join, and gives back the types
+    /// to pass on: [`Ty::Any`] once the budget is spent.
+    fn charge(
+        &mut self,
+        step: &Step,
+        success: Ty,
+        failure: Option<Ty>,
+        entries: &[Option<Ty>],
+        cx: &FlowCx,
+    ) -> (Ty, Option<Ty>) {
+        if self.spent > COPY_BUDGET {
+            return (Ty::Any, failure.map(|_| Ty::Any));
         }
+        let mut edges = 0usize;
+        let mut joins = 0usize;
+        cx.for_each_successor(step, |j| {
+            edges += 1;
+            if entries[j].is_some() {
+                joins += 1;
+            }
+        });
+        let copies = edges.saturating_sub(1) + joins + usize::from(failure.is_some()) * 2;
+        if copies > 0 {
+            let left = COPY_BUDGET - self.spent;
+            let size = size_of(&success, left).max(failure.as_ref().map_or(0, |f| size_of(f, left)));
+            self.spent = self.spent.saturating_add(size.saturating_mul(copies));
+        }
+        if self.spent > COPY_BUDGET {
+            return (Ty::Any, failure.map(|_| Ty::Any));
+        }
+        (success, failure)
     }
 }
 
-/// The payload an edge carries from a step.
-fn edge_type(e: &crate::model::Edge, out: &Out) -> Ty {
+/// The number of parts of a type, counted up to `limit`.
+fn size_of(t: &Ty, limit: usize) -> usize {
+    fn count(t: &Ty, n: &mut usize, limit: usize) {
+        *n += 1;
+        if *n > limit {
+            return;
+        }
+        match t {
+            Ty::List(e) => count(e, n, limit),
+            Ty::Object(o) => {
+                for f in o.fields.values() {
+                    count(&f.ty, n, limit);
+                    if *n > limit {
+                        return;
+                    }
+                }
+            }
+            Ty::Union(m) => m.iter().for_each(|m| count(m, n, limit)),
+            _ => {}
+        }
+    }
+    let mut n = 0;
+    count(t, &mut n, limit);
+    n
+}
+
+/// The outcome an edge is taken on.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    Success,
+    Failure,
+    Always,
+}
+
+fn edge_outcome(e: &Edge) -> Outcome {
     match (e.on.as_ref().map(|o| o.value), e.errors.is_some()) {
-        (Some(EdgeOn::Failure), _) | (None, true) => out.failure.clone(),
-        (Some(EdgeOn::Always), _) => out.success.join(&out.failure),
-        _ => out.success.clone(),
+        // `errors:` without `on:` implies `on: failure`.
+        (Some(EdgeOn::Failure), _) | (None, true) => Outcome::Failure,
+        (Some(EdgeOn::Always), _) => Outcome::Always,
+        _ => Outcome::Success,
+    }
+}
+
+/// Whether a step has an edge taken on failure (so the payload before it is needed after).
+fn has_failure_edge(step: &Step) -> bool {
+    matches!(&step.next, Some(Next::Edges(edges)) if edges.iter().any(|e| edge_outcome(e) != Outcome::Success))
+}
+
+fn edge_type(e: &Edge, success: &Ty, failure: Option<&Ty>) -> Ty {
+    match (edge_outcome(e), failure) {
+        (Outcome::Success, _) => success.clone(),
+        (Outcome::Failure, Some(f)) => f.clone(),
+        (Outcome::Always, Some(f)) => success.join(f),
+        (_, None) => Ty::Any,
+    }
+}
+
+/// Calls `f` with the payload type of each way `step` ends the run successfully: no `next`
+/// (but a `fail` step), or an edge to `end`.
+fn ends(step: &Step, success: &Ty, failure: Option<&Ty>, mut f: impl FnMut(Ty)) {
+    match &step.next {
+        None if matches!(step.kind, StepKind::Fail(_)) => {}
+        None => f(success.clone()),
+        Some(Next::One(to)) if to.value == "end" => f(success.clone()),
+        Some(Next::One(_)) => {}
+        Some(Next::Edges(edges)) => {
+            for e in edges.iter().filter(|e| e.to.value == "end") {
+                f(edge_type(e, success, failure));
+            }
+        }
     }
 }
 
@@ -203,8 +320,15 @@ fn reverse_postorder(cx: &FlowCx, start: usize) -> (Vec<usize>, bool) {
 
 /// Iterates the entry types of a graph with cycles until they settle, widening a step visited
 /// [`MAX_VISITS`] times to [`Ty::Any`].
-fn fixpoint(tx: &mut Transfer, parsed: &mut ParseCache, order: &[usize], entries: &mut [Option<Ty>]) {
-    let steps = &tx.cx.flow.steps;
+fn fixpoint(
+    tx: &mut Transfer,
+    budget: &mut Budget,
+    parsed: &mut ParseCache,
+    order: &[usize],
+    entries: &mut [Option<Ty>],
+) {
+    let cx = tx.cx;
+    let steps = &cx.flow.steps;
     let mut rank = vec![usize::MAX; steps.len()];
     for (r, &i) in order.iter().enumerate() {
         rank[i] = r;
@@ -213,10 +337,14 @@ fn fixpoint(tx: &mut Transfer, parsed: &mut ParseCache, order: &[usize], entries
     let mut work: BTreeSet<usize> = order.first().map(|_| 0).into_iter().collect();
     while let Some(r) = work.pop_first() {
         let i = order[r];
-        let Some(entry) = entries[i].clone() else { continue };
+        let Some(entry) = entries[i].clone() else {
+            continue;
+        };
         visits[i] += 1;
-        let out = tx.step(&steps[i], &entry, parsed);
-        propagate(tx.cx, &steps[i], &out, |j, ty| {
+        let known = tx.known(&steps[i], &entry, parsed);
+        let (success, failure) = tx.finish(&steps[i], entry, known, parsed);
+        let (success, failure) = budget.charge(&steps[i], success, failure, entries, cx);
+        propagate(cx, &steps[i], success, failure, |j, ty| {
             let before = entries[j].clone();
             join_into(&mut entries[j], ty);
             if visits[j] >= MAX_VISITS {
@@ -236,35 +364,45 @@ fn join_into(slot: &mut Option<Ty>, ty: Ty) {
     });
 }
 
-/// Calls `f` with each successor of `step` and the payload type its edge carries.
-fn propagate(cx: &FlowCx, step: &Step, out: &Out, mut f: impl FnMut(usize, Ty)) {
+/// Calls `f` with each successor of `step` and the payload type its edge carries; the last
+/// success edge gets `success` itself.
+fn propagate(cx: &FlowCx, step: &Step, success: Ty, failure: Option<Ty>, mut f: impl FnMut(usize, Ty)) {
     let Some(next) = &step.next else { return };
     let steps = &cx.flow.steps;
     match next {
         Next::One(to) => {
             if let Some(j) = steps.get_index_of(&to.value) {
-                f(j, out.success.clone());
+                f(j, success);
             }
         }
         Next::Edges(edges) => {
-            for e in edges {
-                let Some(j) = steps.get_index_of(&e.to.value) else {
-                    continue;
+            let targets: Vec<(usize, &Edge)> = edges
+                .iter()
+                .filter_map(|e| Some((steps.get_index_of(&e.to.value)?, e)))
+                .collect();
+            let last_success = targets
+                .iter()
+                .rposition(|(_, e)| edge_outcome(e) == Outcome::Success);
+            let mut success = Some(success);
+            for (k, (j, e)) in targets.iter().enumerate() {
+                let ty = if Some(k) == last_success {
+                    success.take().unwrap_or(Ty::Any)
+                } else {
+                    edge_type(e, success.as_ref().unwrap_or(&Ty::Any), failure.as_ref())
                 };
-                f(j, edge_type(e, out));
+                f(*j, ty);
             }
         }
     }
 }
 
-/// What one step makes of its entry type.
-struct Out {
-    during: Ty,
+/// What a step's kind and agent make known before it runs.
+struct Known {
+    /// The payload its expressions see, when it is not the entry (`while`).
+    during: Option<Ty>,
     result: Ty,
     agent_result: Ty,
     branches: Vec<Ty>,
-    success: Ty,
-    failure: Ty,
 }
 
 /// The transfer function of steps, with the result types of agents computed once each.
@@ -312,19 +450,17 @@ impl Transfer<'_, '_> {
         ty
     }
 
-    fn step(&mut self, step: &Step, entry: &Ty, parsed: &mut ParseCache) -> Out {
-        let unknown = || Out {
-            during: entry.clone(),
+    /// The result types of a step, and (for `while`) the payload of its iterations.
+    fn known(&mut self, step: &Step, entry: &Ty, parsed: &mut ParseCache) -> Known {
+        let mut k = Known {
+            during: None,
             result: Ty::Any,
             agent_result: Ty::Any,
             branches: Vec::new(),
-            success: Ty::Any,
-            failure: Ty::Any,
         };
         if self.cx.is_malformed(step) {
-            return unknown();
+            return k;
         }
-        let scope = step.scope.as_ref().and_then(|s| keys_of(parsed, &s.value));
         match &step.kind {
             StepKind::Agent(r) => {
                 let agent_result = self.agent_result(r);
@@ -338,107 +474,24 @@ impl Transfer<'_, '_> {
                         // A failed iteration's place holds `null`.
                         item = item.join(&Ty::Null);
                     }
-                    let result = Ty::List(Box::new(item));
-                    let success = output(
-                        entry,
-                        step.output.as_ref(),
-                        scope.as_deref(),
-                        &result,
-                        entry,
-                        parsed,
-                    );
-                    Out {
-                        during: entry.clone(),
-                        result,
-                        agent_result,
-                        branches: Vec::new(),
-                        success,
-                        failure: entry.clone(),
-                    }
-                } else if l.while_.is_some() {
-                    // The payload of any iteration: the entry, joined with what each iteration
-                    // wrote, until it settles.
-                    let mut during = entry.clone();
-                    let mut settled = false;
-                    for _ in 0..MAX_LOOP_ROUNDS {
-                        let once = output(
-                            &during,
-                            step.output.as_ref(),
-                            scope.as_deref(),
-                            &agent_result,
-                            &during,
-                            parsed,
-                        );
-                        let next = during.join(&once);
-                        if next == during {
-                            settled = true;
-                            break;
-                        }
-                        during = next;
-                    }
-                    if !settled {
-                        during = Ty::Any;
-                    }
-                    Out {
-                        result: agent_result.clone(),
-                        agent_result,
-                        branches: Vec::new(),
-                        success: during.clone(),
-                        // Iterations before a failed one have written their output.
-                        failure: during.clone(),
-                        during,
-                    }
+                    k.result = Ty::List(Box::new(item));
                 } else {
-                    let success = output(
-                        entry,
-                        step.output.as_ref(),
-                        scope.as_deref(),
-                        &agent_result,
-                        entry,
-                        parsed,
-                    );
-                    Out {
-                        during: entry.clone(),
-                        result: agent_result.clone(),
-                        agent_result,
-                        branches: Vec::new(),
-                        success,
-                        failure: entry.clone(),
+                    k.result = agent_result.clone();
+                    if l.while_.is_some() {
+                        k.during = Some(self.iterations(step, entry, &agent_result, parsed));
                     }
                 }
-            }
-            StepKind::Set(m) => {
-                // Every source reads the payload as it was before any of the writes.
-                let mut after = entry.clone();
-                for (dest, src) in &m.0 {
-                    let Some(segs) = segs_of(parsed, &dest.value) else {
-                        return unknown();
-                    };
-                    let ty = source_type(src, entry, entry, None, parsed);
-                    write_at(&mut after, &segs, ty);
-                }
-                Out {
-                    during: entry.clone(),
-                    result: Ty::Any,
-                    agent_result: Ty::Any,
-                    branches: Vec::new(),
-                    success: after,
-                    failure: entry.clone(),
-                }
+                k.agent_result = agent_result;
             }
             StepKind::Parallel(branches) => {
-                let results: Vec<Ty> = branches.values().map(|b| self.agent_result(&b.agent)).collect();
-                let mut after = entry.clone();
-                for (b, r) in branches.values().zip(&results) {
-                    after = branch_output(&after, b, r, entry, parsed);
-                }
-                let result = Ty::Object(Obj {
+                k.branches = branches.values().map(|b| self.agent_result(&b.agent)).collect();
+                k.result = Ty::Object(Obj {
                     fields: branches
                         .keys()
-                        .zip(&results)
-                        .map(|(k, t)| {
+                        .zip(&k.branches)
+                        .map(|(name, t)| {
                             (
-                                k.clone(),
+                                name.clone(),
                                 Field {
                                     ty: t.clone(),
                                     always: true,
@@ -448,77 +501,110 @@ impl Transfer<'_, '_> {
                         .collect(),
                     open: false,
                 });
-                Out {
-                    during: entry.clone(),
-                    result,
-                    agent_result: Ty::Any,
-                    branches: results,
-                    success: after,
-                    failure: entry.clone(),
-                }
             }
             StepKind::Interrupt(i) => {
-                let decision = i
+                k.result = i
                     .schema
                     .as_ref()
                     .and_then(|s| schema_value(self.cx, s))
                     .map_or(Ty::Any, |s| Ty::from_schema(&s));
-                let success = output(
-                    entry,
-                    step.output.as_ref(),
-                    scope.as_deref(),
-                    &decision,
-                    entry,
-                    parsed,
-                );
-                Out {
-                    during: entry.clone(),
-                    result: decision.clone(),
-                    agent_result: decision,
-                    branches: Vec::new(),
-                    success,
-                    failure: entry.clone(),
-                }
+                k.agent_result = k.result.clone();
             }
-            StepKind::Fail(_) | StepKind::Succeed(_) => Out {
-                during: entry.clone(),
-                result: Ty::Any,
-                agent_result: Ty::Any,
-                branches: Vec::new(),
-                success: entry.clone(),
-                failure: entry.clone(),
-            },
+            StepKind::Set(_) | StepKind::Fail(_) | StepKind::Succeed(_) => {}
         }
+        k
+    }
+
+    /// The payload of any iteration of a `while` step: the entry, joined with what each
+    /// iteration writes, until it settles ([`Ty::Any`] if it does not).
+    fn iterations(&mut self, step: &Step, entry: &Ty, result: &Ty, parsed: &mut ParseCache) -> Ty {
+        let scope = step.scope.as_ref().and_then(|s| segs_of(parsed, &s.value));
+        let mut during = entry.clone();
+        for _ in 0..MAX_LOOP_ROUNDS {
+            let once = output(
+                during.clone(),
+                step.output.as_ref(),
+                scope.as_deref(),
+                result,
+                parsed,
+            );
+            let next = during.join(&once);
+            if next == during {
+                return during;
+            }
+            during = next;
+        }
+        Ty::Any
+    }
+
+    /// The payload after the step succeeded (made from `entry`), and, when an edge is taken
+    /// on failure, after it failed.
+    fn finish(&mut self, step: &Step, entry: Ty, known: Known, parsed: &mut ParseCache) -> (Ty, Option<Ty>) {
+        if self.cx.is_malformed(step) {
+            return (Ty::Any, has_failure_edge(step).then_some(Ty::Any));
+        }
+        if let Some(during) = known.during {
+            // A `while`: iterations before a failed one have written their output too.
+            let failure = has_failure_edge(step).then(|| during.clone());
+            return (during, failure);
+        }
+        let failure = has_failure_edge(step).then(|| entry.clone());
+        let scope = step.scope.as_ref().and_then(|s| segs_of(parsed, &s.value));
+        let success = match &step.kind {
+            StepKind::Agent(_) | StepKind::Interrupt(_) => output(
+                entry,
+                step.output.as_ref(),
+                scope.as_deref(),
+                &known.result,
+                parsed,
+            ),
+            StepKind::Set(m) => {
+                // Every source reads the payload as it was before any of the writes.
+                let mut writes = Vec::with_capacity(m.0.len());
+                for (dest, src) in &m.0 {
+                    let Some(segs) = segs_of(parsed, &dest.value) else {
+                        return (Ty::Any, failure);
+                    };
+                    writes.push((segs, source_type(src, &entry, &entry, None, parsed)));
+                }
+                let mut after = entry;
+                for (segs, ty) in writes {
+                    write_at(&mut after, &segs, ty);
+                }
+                after
+            }
+            StepKind::Parallel(branches) => {
+                let mut after = entry;
+                for (b, r) in branches.values().zip(&known.branches) {
+                    after = branch_output(after, b, r, parsed);
+                }
+                after
+            }
+            StepKind::Fail(_) | StepKind::Succeed(_) => entry,
+        };
+        (success, failure)
     }
 }
 
-fn branch_output(payload: &Ty, b: &Branch, result: &Ty, snapshot: &Ty, parsed: &mut ParseCache) -> Ty {
-    let scope = b.scope.as_ref().and_then(|s| keys_of(parsed, &s.value));
-    output(
-        payload,
-        b.output.as_ref(),
-        scope.as_deref(),
-        result,
-        snapshot,
-        parsed,
-    )
+fn branch_output(payload: Ty, b: &Branch, result: &Ty, parsed: &mut ParseCache) -> Ty {
+    let scope = b.scope.as_ref().and_then(|s| segs_of(parsed, &s.value));
+    output(payload, b.output.as_ref(), scope.as_deref(), result, parsed)
 }
 
 /// The payload after an `output` mapping (SPEC §5.3) of a result of type `result` into
-/// `payload`, under `scope`; expressions in it see `seen` as `payload`.
+/// `payload`, under `scope`; its expressions see `payload` as it was before the writes.
 fn output(
-    payload: &Ty,
+    payload: Ty,
     spec: Option<&OutputSpec>,
     scope: Option<&[Seg]>,
     result: &Ty,
-    seen: &Ty,
     parsed: &mut ParseCache,
 ) -> Ty {
     let Some(spec) = spec else {
-        return payload.clone();
+        return payload;
     };
     let scope: &[Seg] = scope.unwrap_or(&[]);
-    let mut after = payload.clone();
+    let mut after = payload;
     match spec {
         OutputSpec::All(_) => merge_at(&mut after, scope, result),
         OutputSpec::Paths(paths) => {
@@ -545,13 +631,16 @@ fn output(
             }
         }
         OutputSpec::Map(m) => {
+            let mut writes = Vec::with_capacity(m.0.len());
             for (dest, src) in &m.0 {
                 let Some(segs) = segs_of(parsed, &dest.value) else {
                     return Ty::Any;
                 };
                 let mut at: Vec<Seg> = scope.to_vec();
                 at.extend(segs);
-                let ty = source_type(src, result, seen, Some(result), parsed);
+                writes.push((at, source_type(src, result, &after, Some(result), parsed)));
+            }
+            for (at, ty) in writes {
                 write_at(&mut after, &at, ty);
             }
         }
@@ -600,10 +689,6 @@ fn path_type(doc: &Ty, text: &str, parsed: &mut ParseCache) -> Ty {
 /// The segments of a singular path, when it parses and is one.
 pub fn segs_of(parsed: &mut ParseCache, text: &str) -> Option<Vec<Seg>> {
     parsed.path(text).as_ref().ok()?.segments().map(<[Seg]>::to_vec)
-}
-
-fn keys_of(parsed: &mut ParseCache, text: &str) -> Option<Vec<Seg>> {
-    segs_of(parsed, text)
 }
 
 /// One step of a read path as lint follows it.
@@ -700,32 +785,66 @@ pub enum At {
     Never,
 }
 
+/// Field `name` of a value of a type, borrowed from it where it can be (a payload type is
+/// large; a read needs only the part it reads).
+pub enum FieldOf<'a> {
+    /// Nothing is known (an open object, [`Ty::Any`], or a union with such a member).
+    Unknown,
+    /// The field's type, and whether it is always there.
+    Field(Cow<'a, Ty>, bool),
+    /// No value of the type has the field; the fields that do exist.
+    Missing(Vec<String>),
+    /// The value is not an object.
+    NotObject,
+}
+
+/// [`FieldOf`] the type `cur`.
+pub fn field_of<'a>(cur: Cow<'a, Ty>, name: &str) -> FieldOf<'a> {
+    fn owned<'b>(l: Lookup<'_>) -> FieldOf<'b> {
+        match l {
+            Lookup::Unknown => FieldOf::Unknown,
+            Lookup::Field { ty, always } => FieldOf::Field(Cow::Owned(ty), always),
+            Lookup::Missing { names } => FieldOf::Missing(names.into_iter().map(str::to_owned).collect()),
+            Lookup::NotObject => FieldOf::NotObject,
+        }
+    }
+    match cur {
+        Cow::Borrowed(Ty::Object(o)) => match o.fields.get(name) {
+            Some(f) => FieldOf::Field(Cow::Borrowed(&f.ty), f.always),
+            None if o.open => FieldOf::Unknown,
+            None => FieldOf::Missing(o.fields.keys().cloned().collect()),
+        },
+        Cow::Borrowed(t) => owned(t.field(name)),
+        Cow::Owned(t) => owned(t.field(name)),
+    }
+}
+
 /// Follows `segs` through `ty`.
 pub fn type_at(ty: &Ty, segs: &[PSeg]) -> At {
-    let mut cur = ty.clone();
+    let mut cur = Cow::Borrowed(ty);
     let mut always = true;
     for s in segs {
         match s {
-            PSeg::Key(k) => match cur.field(k) {
-                Lookup::Unknown => return At::Unknown,
-                Lookup::Field { ty, always: a } => {
+            PSeg::Key(k) => match field_of(cur, k) {
+                FieldOf::Unknown => return At::Unknown,
+                FieldOf::Field(ty, a) => {
                     always &= a;
                     cur = ty;
                 }
-                Lookup::Missing { .. } | Lookup::NotObject => return At::Never,
+                FieldOf::Missing(_) | FieldOf::NotObject => return At::Never,
             },
             PSeg::Index(_) | PSeg::All => match list_element(&cur) {
                 Some(Some(e)) => {
                     always = false;
-                    cur = e;
+                    cur = Cow::Owned(e);
                 }
                 Some(None) => return At::Unknown,
-                None if *s == PSeg::All && matches!(cur, Ty::Object(_)) => return At::Unknown,
+                None if *s == PSeg::All && matches!(*cur, Ty::Object(_)) => return At::Unknown,
                 None => return At::Never,
             },
         }
     }
-    At::Found(cur, always)
+    At::Found(cur.into_owned(), always)
 }
 
 /// The type of a singular destination's value in `ty`, for scopes.
@@ -863,15 +982,15 @@ fn expr_type(e: &Expression, env: &Env) -> Ty {
             LiteralValue::Null => Ty::Null,
             LiteralValue::Bytes(_) => Ty::Any,
         },
-        Node::Ident(name) => match name.as_str() {
-            "payload" => env.payload.clone(),
-            "result" => env.result.cloned().unwrap_or(Ty::Any),
-            _ => Ty::Any,
-        },
+        Node::Ident(_) => chain_type(e, env).map_or(Ty::Any, Cow::into_owned),
         Node::Select(s) if s.test => Ty::Bool,
-        Node::Select(s) => match expr_type(&s.operand, env).field(&s.field) {
-            Lookup::Field { ty, .. } => ty,
-            _ => Ty::Any,
+        Node::Select(s) => match chain_type(e, env) {
+            Some(t) => t.into_owned(),
+            // A selection on something other than a variable chain.
+            None => match expr_type(&s.operand, env).field(&s.field) {
+                Lookup::Field { ty, .. } => ty,
+                _ => Ty::Any,
+            },
         },
         Node::List(l) => Ty::List(Box::new(
             l.elements
@@ -964,6 +1083,23 @@ fn template_type(node: &YNode) -> Ty {
                 .collect(),
             open: false,
         }),
+    }
+}
+
+/// The type of a chain `payload.a.b` / `result.a.b` of [`expr_type`], borrowed from the
+/// variable's type (`None`: not such a chain).
+fn chain_type<'a>(e: &Expression, env: &Env<'a>) -> Option<Cow<'a, Ty>> {
+    match &e.expr {
+        Node::Ident(name) => Some(match name.as_str() {
+            "payload" => Cow::Borrowed(env.payload),
+            "result" => env.result.map_or(Cow::Owned(Ty::Any), Cow::Borrowed),
+            _ => Cow::Owned(Ty::Any),
+        }),
+        Node::Select(s) if !s.test => match field_of(chain_type(&s.operand, env)?, &s.field) {
+            FieldOf::Field(t, _) => Some(t),
+            _ => Some(Cow::Owned(Ty::Any)),
+        },
+        _ => None,
     }
 }
 

@@ -12,6 +12,8 @@
 //! own (`has(payload.a.b.c)`). Templates are checked for SY412 only: Jinja has its own
 //! guards (`is defined`, `default`).
 
+use std::borrow::Cow;
+
 use cel::common::ast::{EntryExpr, Expr as Node};
 use cel::parser::Expression;
 
@@ -19,8 +21,8 @@ use crate::compile::cache::ParseCache;
 
 use crate::diag::{Diagnostic, closest, codes};
 use crate::lint::FlowCx;
-use crate::lint::flow_types::{self, PSeg, StepTypes};
-use crate::lint::ty::{Lookup, Ty};
+use crate::lint::flow_types::{self, After, Before, FieldOf, PSeg, Visit};
+use crate::lint::ty::Ty;
 use crate::model::{InputSpec, Next, OutputSpec, Source, Sp, StepKind};
 use crate::source::Span;
 use crate::syntax::str_sub_span;
@@ -29,16 +31,36 @@ use crate::syntax::str_sub_span;
 const MAX_NAMES: usize = 12;
 
 pub fn check(cx: &FlowCx, out: &mut Vec<Diagnostic>, parsed: &mut ParseCache) {
-    let end = flow_types::walk(cx, parsed, |t, parsed| {
-        let mut c = Checker {
-            cx,
-            out: &mut *out,
-            parsed,
-        };
-        c.step(t);
-    });
+    let mut rule = Rule { cx, out: &mut *out };
+    let end = flow_types::walk(cx, parsed, &mut rule);
     if let (Some(end), Some(sel)) = (end, cx.flow.output.as_ref().and_then(|o| o.select.as_ref())) {
         Checker { cx, out, parsed }.path(sel, &end, Doc::Final);
+    }
+}
+
+/// The rule, as the type flow's visitor.
+struct Rule<'a, 'p> {
+    cx: &'a FlowCx<'p>,
+    out: &'a mut Vec<Diagnostic>,
+}
+
+impl Visit for Rule<'_, '_> {
+    fn before(&mut self, b: &Before, parsed: &mut ParseCache) {
+        Checker {
+            cx: self.cx,
+            out: self.out,
+            parsed,
+        }
+        .before(b);
+    }
+
+    fn after(&mut self, a: &After, parsed: &mut ParseCache) {
+        Checker {
+            cx: self.cx,
+            out: self.out,
+            parsed,
+        }
+        .after(a);
     }
 }
 
@@ -59,7 +81,8 @@ enum Doc<'a> {
 }
 
 impl Checker<'_, '_> {
-    fn step(&mut self, t: &StepTypes) {
+    /// Everything a step reads before it finishes.
+    fn before(&mut self, t: &Before) {
         let step = t.step;
         let id = step.id.value.as_str();
         let l = &step.looping;
@@ -77,9 +100,9 @@ impl Checker<'_, '_> {
         if let Some(m) = &step.message {
             self.template(m, t.during);
         }
-        let scoped = self.scoped(step.scope.as_ref(), t.during);
         match &step.kind {
             StepKind::Agent(_) | StepKind::Interrupt(_) => {
+                let scoped = self.scoped(step.scope.as_ref(), t.during);
                 self.input(step.input.as_ref(), t.during, &scoped);
                 self.output(step.output.as_ref(), t.during, t.result, id);
             }
@@ -105,12 +128,16 @@ impl Checker<'_, '_> {
             }
             StepKind::Succeed(_) => {}
         }
-        if let Some(Next::Edges(edges)) = &step.next {
+    }
+
+    /// The edges' conditions, each against the payload of the outcome it is taken on.
+    fn after(&mut self, t: &After) {
+        if let Some(Next::Edges(edges)) = &t.step.next {
             for e in edges {
                 if let Some(c) = &e.if_ {
                     let text = c.value.strip_prefix('=').unwrap_or(&c.value);
                     let offset = c.value.len() - text.len();
-                    let payload = t.on_edge(e.on.as_ref().map(|o| o.value), e.errors.is_some());
+                    let payload = t.on_edge(e);
                     self.expr(c.span, &c.value, text, offset, &payload);
                 }
             }
@@ -119,17 +146,17 @@ impl Checker<'_, '_> {
 
     /// The part of the payload a `scope` narrows the agent to (unknown when the scope path
     /// is not a plain one, or has nothing known there).
-    fn scoped(&mut self, scope: Option<&Sp<String>>, payload: &Ty) -> Ty {
+    fn scoped<'t>(&mut self, scope: Option<&Sp<String>>, payload: &'t Ty) -> Cow<'t, Ty> {
         let Some(s) = scope else {
-            return payload.clone();
+            return Cow::Borrowed(payload);
         };
-        match flow_types::segs_of(self.parsed, &s.value) {
+        Cow::Owned(match flow_types::segs_of(self.parsed, &s.value) {
             Some(segs) => match flow_types::type_at_segs(payload, &segs) {
                 flow_types::At::Found(t, _) => t,
                 _ => Ty::Any,
             },
             None => Ty::Any,
-        }
+        })
     }
 
     fn input(&mut self, spec: Option<&InputSpec>, payload: &Ty, doc: &Ty) {
@@ -168,27 +195,25 @@ impl Checker<'_, '_> {
         let Some(rp) = flow_types::read_path(self.parsed, &p.value) else {
             return;
         };
-        let mut cur = doc.clone();
+        let mut cur = Cow::Borrowed(doc);
         let mut shown = String::from("$");
         for s in &rp.segs {
             let (why, key, names) = match s {
-                PSeg::Key(k) => match cur.field(k) {
-                    Lookup::Unknown => return,
-                    Lookup::Field { ty, .. } => {
+                PSeg::Key(k) => match flow_types::field_of(cur.clone(), k) {
+                    FieldOf::Unknown => return,
+                    FieldOf::Field(ty, _) => {
                         cur = ty;
                         push_key(&mut shown, k);
                         continue;
                     }
-                    Lookup::Missing { names } => (
-                        format!("`{shown}` has no field `{k}`"),
-                        k.as_str(),
-                        names.into_iter().map(str::to_owned).collect::<Vec<_>>(),
-                    ),
-                    Lookup::NotObject => (format!("`{shown}` is {}, not an object", a(&cur)), "", Vec::new()),
+                    FieldOf::Missing(names) => (format!("`{shown}` has no field `{k}`"), k.as_str(), names),
+                    FieldOf::NotObject => {
+                        (format!("`{shown}` is {}, not an object", a(&cur)), "", Vec::new())
+                    }
                 },
                 PSeg::Index(_) | PSeg::All => match flow_types::list_element(&cur) {
                     Some(Some(e)) => {
-                        cur = e;
+                        cur = Cow::Owned(e);
                         match s {
                             PSeg::Index(n) => shown.push_str(&format!("[{n}]")),
                             _ => shown.push_str("[*]"),
@@ -196,7 +221,7 @@ impl Checker<'_, '_> {
                         continue;
                     }
                     Some(None) => return,
-                    None if *s == PSeg::All && matches!(cur, Ty::Object(_)) => return,
+                    None if *s == PSeg::All && matches!(*cur, Ty::Object(_)) => return,
                     None => (format!("`{shown}` is {}, not a list", a(&cur)), "", Vec::new()),
                 },
             };
@@ -279,21 +304,27 @@ impl Checker<'_, '_> {
         guarded: Option<&[usize]>,
         at: &dyn Fn(usize) -> Span,
     ) {
-        let mut cur = payload.clone();
+        let mut cur = Cow::Borrowed(payload);
         let mut warned = false;
+        let path = |k: usize| {
+            let mut p = String::from("payload");
+            for f in &fields[..k] {
+                p.push('.');
+                p.push_str(f);
+            }
+            p
+        };
         for (k, f) in fields.iter().enumerate() {
-            let path = format!("payload.{}", fields[..k].join("."));
-            let path = path.trim_end_matches('.');
-            match cur.field(f) {
-                Lookup::Unknown => return,
-                Lookup::Field { ty, always } => {
+            match flow_types::field_of(cur.clone(), f) {
+                FieldOf::Unknown => return,
+                FieldOf::Field(ty, always) => {
                     if !always
                         && !warned
                         && let Some(guarded) = guarded
                         && !guarded.contains(&k)
                     {
                         warned = true;
-                        let read = format!("{path}.{f}");
+                        let read = format!("{}.{f}", path(k));
                         self.out.push(
                             Diagnostic::new(
                                 &codes::MAYBE_ABSENT_FIELD,
@@ -309,12 +340,11 @@ impl Checker<'_, '_> {
                     }
                     cur = ty;
                 }
-                Lookup::Missing { names } => {
-                    let names: Vec<String> = names.into_iter().map(str::to_owned).collect();
+                FieldOf::Missing(names) => {
                     let mut d = Diagnostic::new(
                         &codes::UNKNOWN_PAYLOAD_FIELD,
                         at(k),
-                        format!("`{path}` has no field `{f}` on any path to here"),
+                        format!("`{}` has no field `{f}` on any path to here", path(k)),
                     )
                     .label("no such field");
                     if let Some(h) = help(f, &names) {
@@ -323,12 +353,12 @@ impl Checker<'_, '_> {
                     self.out.push(d);
                     return;
                 }
-                Lookup::NotObject => {
+                FieldOf::NotObject => {
                     self.out.push(
                         Diagnostic::new(
                             &codes::UNKNOWN_PAYLOAD_FIELD,
                             at(k),
-                            format!("`{path}` is {}, it has no field `{f}`", a(&cur)),
+                            format!("`{}` is {}, it has no field `{f}`", path(k), a(&cur)),
                         )
                         .label("not an object"),
                     );

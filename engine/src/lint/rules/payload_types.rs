@@ -1,7 +1,7 @@
 //! Reads of the payload against its type where they are written (SPEC §5.1, "Types flow
 //! through the graph"): a `payload.x.y` read that cannot exist on the path to it (SY412), one
 //! that is only maybe there without a `has()` guard (SY413, warning), and a mapping, `foreach`
-//! or `select` source path that can never match (SY414).
+//! or `select` source path, or an `input` filter path, that can never match (SY414).
 //!
 //! The types come from [`crate::lint::flow_types::walk`]; where a type says nothing (no
 //! schema, an agent without `result_schema`, an open object), nothing is reported.
@@ -160,8 +160,14 @@ impl Checker<'_, '_> {
     }
 
     fn input(&mut self, spec: Option<&InputSpec>, payload: &Ty, doc: &Ty) {
-        for (_, src) in flow_types::input_sources(spec) {
-            self.source(src, doc, payload, Doc::Payload);
+        match spec {
+            // A filter path that matches nothing is a `mapping` error too.
+            Some(InputSpec::Paths(paths)) => paths.iter().for_each(|p| self.path(p, doc, Doc::Payload)),
+            _ => {
+                for (_, src) in flow_types::input_sources(spec) {
+                    self.source(src, doc, payload, Doc::Payload);
+                }
+            }
         }
     }
 

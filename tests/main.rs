@@ -10,6 +10,7 @@
 //! - [`expressions`]: property test of expressions: payload values compare as their literals;
 //! - [`llm`] and [`http_agent`]: `llm` and `http` agents against local servers
 //!   ([`mock_server`]): limits, retries, structured output, secrets;
+//! - [`payload_types`]: the payload's type through the graph on real and schema-less flows;
 //! - [`resume`]: what a stopped run records and tells: the flow hash over imports and called
 //!   flows, the question of an interrupt and how to answer it;
 //! - [`time`]: `timestamp()`, `duration()` and the recorded `now` of a run tree.
@@ -26,6 +27,7 @@ mod lint_fixtures;
 mod llm;
 mod logs;
 mod mock_server;
+mod payload_types;
 mod readme;
 mod resume;
 mod snapshots;

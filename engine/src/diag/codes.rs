@@ -69,6 +69,9 @@ rules! {
     INVALID_SCHEMA = "SY409", "invalid-schema", Error, "a JSON Schema that is not valid";
     UNKNOWN_FUNCTION = "SY410", "unknown-function", Error, "a call of a function or macro that does not exist, or not the way it is called";
     WRONG_ARGUMENT_COUNT = "SY411", "wrong-argument-count", Error, "a call of a function or macro with a number of arguments it does not take";
+    UNKNOWN_PAYLOAD_FIELD = "SY412", "unknown-payload-field", Error, "a `payload` field read that cannot exist on the path to it";
+    MAYBE_ABSENT_FIELD = "SY413", "maybe-absent-field", Warning, "a `payload` field read that is there on some paths only, without a `has()` guard";
+    SOURCE_NEVER_MATCHES = "SY414", "source-never-matches", Error, "a mapping, `foreach` or `select` source path that can never match";
     COMPARISON_NEVER_TRUE = "SY415", "comparison-never-true", Error, "a comparison or `in` between types that can never be equal, or an ordering CEL cannot do";
     ARITHMETIC_TYPE_MISMATCH = "SY416", "arithmetic-type-mismatch", Error, "arithmetic on types CEL has no operator for (a string times a number, ...)";
     CONDITION_NOT_BOOL = "SY417", "condition-not-bool", Error, "an `if:` or `while:` whose value is known and is not a boolean";

@@ -5,6 +5,7 @@
 //! the agents and providers visible to it. Rules never read files and never stop early.
 
 pub mod expr_type;
+pub mod flow_types;
 pub mod rules;
 pub mod ty;
 
@@ -321,6 +322,7 @@ pub fn lint_flow(cx: &FlowCx, out: &mut Vec<Diagnostic>, parsed: &mut ParseCache
     rules::secrets::check(cx, out);
     rules::shell::check(cx, out);
     rules::data::check(cx, out, parsed);
+    rules::payload_types::check(cx, out, parsed);
     for agent in inline_flow_agents(cx) {
         let AgentSpec::Flow(f) = &agent.spec else { continue };
         let Some(inner) = &f.inline else { continue };

@@ -259,6 +259,26 @@ impl Ty {
                 // An unknown result may add or replace any field.
                 *me = Ty::Any;
             }
+            (me @ Ty::Any, Ty::Object(b)) => {
+                // Merged into an unknown value: the object's fields are there, and whatever
+                // else the value had.
+                *me = Ty::Object(Obj {
+                    fields: b.fields.clone(),
+                    open: true,
+                });
+            }
+            (me @ Ty::Union(_), Ty::Object(_)) => {
+                // Each kind the value may be of: objects merge, the rest is replaced.
+                let members = me.members().to_vec();
+                *me = members
+                    .into_iter()
+                    .map(|mut m| {
+                        m.merge(other);
+                        m
+                    })
+                    .reduce(|a, b| a.join(&b))
+                    .unwrap_or(Ty::Any);
+            }
             (me, other) => *me = other.clone(),
         }
     }
@@ -307,26 +327,29 @@ impl Obj {
                         always: f.always && g.always,
                     },
                 ),
-                // Absent on the other side, unless that side is open (then it may be there,
-                // of any type).
+                // Absent on the other side: maybe absent, unless that side is open (then
+                // whether it is there is unknown, and the field is left out of the open join).
+                None if other.open => None,
                 None => fields.insert(
                     k.clone(),
                     Field {
-                        ty: if other.open { Ty::Any } else { f.ty.clone() },
+                        ty: f.ty.clone(),
                         always: false,
                     },
                 ),
             };
         }
-        for (k, g) in &other.fields {
-            if !fields.contains_key(k) {
-                fields.insert(
-                    k.clone(),
-                    Field {
-                        ty: if self.open { Ty::Any } else { g.ty.clone() },
-                        always: false,
-                    },
-                );
+        if !self.open {
+            for (k, g) in &other.fields {
+                if !fields.contains_key(k) {
+                    fields.insert(
+                        k.clone(),
+                        Field {
+                            ty: g.ty.clone(),
+                            always: false,
+                        },
+                    );
+                }
             }
         }
         Obj {
@@ -622,6 +645,57 @@ mod tests {
         );
         t.merge(&Ty::Any);
         assert_eq!(t, Ty::Any);
+    }
+
+    #[test]
+    fn a_field_missing_from_an_open_side_is_unknown_after_the_join() {
+        // Written on one path; the other path's payload is unknown: nothing is said of it.
+        let mut a = Ty::open_object();
+        a.set_path(&["x"], Ty::Int);
+        let b = Ty::open_object();
+        assert_eq!(a.join(&b).field("x"), Lookup::Unknown);
+        assert_eq!(b.join(&a).field("x"), Lookup::Unknown);
+        // Both closed: maybe absent.
+        let c = Ty::of_value(&json!({"x": 1}));
+        let d = Ty::of_value(&json!({}));
+        assert_eq!(
+            c.join(&d).field("x"),
+            Lookup::Field {
+                ty: Ty::Int,
+                always: false
+            }
+        );
+    }
+
+    #[test]
+    fn merging_into_an_unknown_value_keeps_it_open() {
+        let mut t = Ty::Any;
+        t.merge(&Ty::of_value(&json!({"a": 1})));
+        assert_eq!(
+            t.field("a"),
+            Lookup::Field {
+                ty: Ty::Int,
+                always: true
+            }
+        );
+        assert_eq!(t.field("other"), Lookup::Unknown);
+        // Into an object or null: the object part merges, null is replaced.
+        let mut u = Ty::of_value(&json!({"b": "s"})).join(&Ty::Null);
+        u.merge(&Ty::of_value(&json!({"a": 1})));
+        assert_eq!(
+            u.field("a"),
+            Lookup::Field {
+                ty: Ty::Int,
+                always: true
+            }
+        );
+        assert_eq!(
+            u.field("b"),
+            Lookup::Field {
+                ty: Ty::String,
+                always: false
+            }
+        );
     }
 
     #[test]

@@ -9,6 +9,7 @@ pub mod expression_types;
 pub mod fallback;
 pub mod files;
 pub mod hosts;
+pub mod payload_types;
 pub mod reachability;
 pub mod references;
 pub mod secrets;

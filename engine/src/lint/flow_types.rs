@@ -22,14 +22,13 @@
 use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap};
 
-use cel::common::ast::{EntryExpr, Expr as Node, LiteralValue};
-use cel::parser::Expression;
-use indexmap::IndexMap;
 use serde_json::Value;
 
 use crate::compile::cache::ParseCache;
+use crate::compile::expr::Expr;
 use crate::compile::path::Seg;
 use crate::lint::FlowCx;
+use crate::lint::expr_type::Scope;
 use crate::lint::ty::{Field, Lookup, Obj, Ty};
 use crate::model::{
     Agent, AgentRef, AgentSpec, Branch, Edge, EdgeOn, InputSpec, Next, OutputSpec, SchemaRef, Source, Step,
@@ -656,7 +655,7 @@ fn source_type(src: &Source, doc: &Ty, payload: &Ty, result: Option<&Ty>, parsed
             Some(text) => {
                 let e = parsed.expr(text);
                 match &e.expr {
-                    Ok(e) => expr_type(e.ast(), &Env { payload, result }),
+                    Ok(e) => expr_type(e, &Env { payload, result }),
                     Err(_) => Ty::Any,
                 }
             }
@@ -968,73 +967,20 @@ struct Env<'a> {
     result: Option<&'a Ty>,
 }
 
-/// The static type of an expression: literals, `payload.a.b` and `result.a.b` chains,
-/// `has()`, and the operators whose result kind is fixed (comparisons, `!`, `&&`, `||`,
-/// `in`, `size`, `? :` over known branches, `+` of two values of one kind); anything else is
-/// [`Ty::Any`]. This is the one place to swap in a full static typer.
-fn expr_type(e: &Expression, env: &Env) -> Ty {
-    match &e.expr {
-        Node::Literal(l) => match l {
-            LiteralValue::Boolean(_) => Ty::Bool,
-            LiteralValue::Int(_) | LiteralValue::UInt(_) => Ty::Int,
-            LiteralValue::Double(_) => Ty::Double,
-            LiteralValue::String(_) => Ty::String,
-            LiteralValue::Null => Ty::Null,
-            LiteralValue::Bytes(_) => Ty::Any,
-        },
-        Node::Ident(_) => chain_type(e, env).map_or(Ty::Any, Cow::into_owned),
-        Node::Select(s) if s.test => Ty::Bool,
-        Node::Select(s) => match chain_type(e, env) {
-            Some(t) => t.into_owned(),
-            // A selection on something other than a variable chain.
-            None => match expr_type(&s.operand, env).field(&s.field) {
-                Lookup::Field { ty, .. } => ty,
-                _ => Ty::Any,
-            },
-        },
-        Node::List(l) => Ty::List(Box::new(
-            l.elements
-                .iter()
-                .map(|x| expr_type(x, env))
-                .reduce(|a, b| a.join(&b))
-                .unwrap_or(Ty::Any),
-        )),
-        Node::Map(m) => {
-            let mut fields = IndexMap::new();
-            for entry in &m.entries {
-                let EntryExpr::MapEntry(me) = &entry.expr else {
-                    return Ty::open_object();
-                };
-                let Node::Literal(LiteralValue::String(k)) = &me.key.expr else {
-                    return Ty::open_object();
-                };
-                fields.insert(
-                    k.to_string(),
-                    Field {
-                        ty: expr_type(&me.value, env),
-                        always: true,
-                    },
-                );
-            }
-            Ty::Object(Obj { fields, open: false })
+impl Scope for Env<'_> {
+    fn var(&self, name: &str) -> Cow<'_, Ty> {
+        match name {
+            "payload" => Cow::Borrowed(self.payload),
+            "result" => self.result.map_or(Cow::Owned(Ty::Any), Cow::Borrowed),
+            _ => Cow::Owned(Ty::Any),
         }
-        Node::Call(c) => match c.func_name.as_str() {
-            "_==_" | "_!=_" | "_<_" | "_<=_" | "_>_" | "_>=_" | "_&&_" | "_||_" | "!_" | "@in" => Ty::Bool,
-            "size" => Ty::Int,
-            "_?_:_" if c.args.len() == 3 => expr_type(&c.args[1], env).join(&expr_type(&c.args[2], env)),
-            "_+_" if c.args.len() == 2 => {
-                let (a, b) = (expr_type(&c.args[0], env), expr_type(&c.args[1], env));
-                match (&a, &b) {
-                    (Ty::String, Ty::String) | (Ty::Int, Ty::Int) | (Ty::Double, Ty::Double) => a,
-                    (Ty::Int | Ty::Double, Ty::Int | Ty::Double) => Ty::Double,
-                    (Ty::List(_), Ty::List(_)) => a.join(&b),
-                    _ => Ty::Any,
-                }
-            }
-            _ => Ty::Any,
-        },
-        Node::Comprehension(_) | Node::Struct(_) | Node::Unspecified => Ty::Any,
     }
+}
+
+/// The static type of an expression, by lint's typer ([`crate::lint::expr_type`]) with
+/// `payload` and `result` typed as `env` says and every other variable unknown.
+fn expr_type(e: &Expr, env: &Env) -> Ty {
+    crate::lint::expr_type::expr_type(e, env)
 }
 
 /// The type of what a value template (a `transform`'s `result`, a `mock`'s `returns`) gives:
@@ -1052,7 +998,7 @@ fn template_type(node: &YNode) -> Ty {
             StrValue::Literal(_) => Ty::String,
             StrValue::Expr(text) => match crate::compile::expr::parse(text) {
                 Ok(e) => expr_type(
-                    e.ast(),
+                    &e,
                     &Env {
                         payload: &Ty::Any,
                         result: None,
@@ -1086,23 +1032,6 @@ fn template_type(node: &YNode) -> Ty {
     }
 }
 
-/// The type of a chain `payload.a.b` / `result.a.b` of [`expr_type`], borrowed from the
-/// variable's type (`None`: not such a chain).
-fn chain_type<'a>(e: &Expression, env: &Env<'a>) -> Option<Cow<'a, Ty>> {
-    match &e.expr {
-        Node::Ident(name) => Some(match name.as_str() {
-            "payload" => Cow::Borrowed(env.payload),
-            "result" => env.result.map_or(Cow::Owned(Ty::Any), Cow::Borrowed),
-            _ => Cow::Owned(Ty::Any),
-        }),
-        Node::Select(s) if !s.test => match field_of(chain_type(&s.operand, env)?, &s.field) {
-            FieldOf::Field(t, _) => Some(t),
-            _ => Some(Cow::Owned(Ty::Any)),
-        },
-        _ => None,
-    }
-}
-
 /// A schema as JSON: inline, or the loaded file a path names.
 pub fn schema_value(cx: &FlowCx, s: &SchemaRef) -> Option<Value> {
     match s {
@@ -1132,7 +1061,7 @@ mod tests {
     fn expr(text: &str, payload: &Ty) -> Ty {
         let e = crate::compile::expr::parse(text).expect("valid");
         expr_type(
-            e.ast(),
+            &e,
             &Env {
                 payload,
                 result: None,
@@ -1154,7 +1083,11 @@ mod tests {
         assert_eq!(expr("payload.a.b == 2 || false", &p), Ty::Bool);
         assert_eq!(expr("has(payload.a.c)", &p), Ty::Bool);
         assert_eq!(expr("payload.a.b + 1", &p), Ty::Int);
-        assert_eq!(expr("payload.a.b * 1", &p), Ty::Any);
+        assert_eq!(expr("payload.a.b * 1", &p), Ty::Int);
+        assert_eq!(
+            expr("payload.a.s.upperAscii().split(' ')", &p),
+            Ty::List(Box::new(Ty::String))
+        );
         assert_eq!(expr("payload.a.b + 0.5", &p), Ty::Double);
         assert_eq!(expr("payload.a.s + 'y'", &p), Ty::String);
         assert_eq!(expr("true ? 1 : 'x'", &p), Ty::Union(vec![Ty::Int, Ty::String]));

@@ -1238,7 +1238,14 @@ fn check_fields(
 /// YAML string at `span` (the whole string when it is not verbatim in the source). An empty
 /// range is widened to one byte where the text allows, so that a label has something to
 /// point at.
-fn inner_span(span: Span, value: &str, source: &str, offset: usize, start: usize, end: usize) -> Span {
+pub(crate) fn inner_span(
+    span: Span,
+    value: &str,
+    source: &str,
+    offset: usize,
+    start: usize,
+    end: usize,
+) -> Span {
     let end = end
         .max(start + 1)
         .min(value.len().saturating_sub(offset))

@@ -21,7 +21,10 @@ use crate::compile::cache::ParseCache;
 
 use crate::diag::{Diagnostic, closest, codes};
 use crate::lint::FlowCx;
+use crate::lint::expr_type::Scope;
 use crate::lint::flow_types::{self, After, Before, FieldOf, PSeg, Visit};
+use crate::lint::rules::data::inner_span;
+use crate::lint::rules::expression_types;
 use crate::lint::ty::Ty;
 use crate::model::{InputSpec, Next, OutputSpec, Source, Sp, StepKind};
 use crate::source::Span;
@@ -70,6 +73,23 @@ struct Checker<'a, 'p> {
     parsed: &'a mut ParseCache,
 }
 
+/// The variables of an expression as this rule types them: `payload` by the type flow, the
+/// others unknown. Static `payload` chains are this rule's own (SY412, SY413).
+struct PayloadScope<'a>(&'a Ty);
+
+impl Scope for PayloadScope<'_> {
+    fn var(&self, name: &str) -> Cow<'_, Ty> {
+        match name {
+            "payload" => Cow::Borrowed(self.0),
+            _ => Cow::Owned(Ty::Any),
+        }
+    }
+
+    fn chains_checked(&self, name: &str) -> bool {
+        name == "payload"
+    }
+}
+
 /// What a source path is read from, for messages.
 #[derive(Clone, Copy)]
 enum Doc<'a> {
@@ -95,7 +115,7 @@ impl Checker<'_, '_> {
         if let Some(w) = &l.while_
             && let Some(e) = w.value.strip_prefix('=')
         {
-            self.expr(w.span, &w.value, e, 1, t.during);
+            self.expr(w.span, &w.value, e, 1, t.during, Some("while"));
         }
         if let Some(m) = &step.message {
             self.template(m, t.during);
@@ -138,7 +158,7 @@ impl Checker<'_, '_> {
                     let text = c.value.strip_prefix('=').unwrap_or(&c.value);
                     let offset = c.value.len() - text.len();
                     let payload = t.on_edge(e);
-                    self.expr(c.span, &c.value, text, offset, &payload);
+                    self.expr(c.span, &c.value, text, offset, &payload, Some("if"));
                 }
             }
         }
@@ -191,7 +211,7 @@ impl Checker<'_, '_> {
 
     fn source_text(&mut self, t: &Sp<String>, doc: &Ty, payload: &Ty, what: Doc) {
         match t.value.strip_prefix('=') {
-            Some(e) => self.expr(t.span, &t.value, e, 1, payload),
+            Some(e) => self.expr(t.span, &t.value, e, 1, payload, None),
             None => self.path(t, doc, what),
         }
     }
@@ -253,12 +273,22 @@ impl Checker<'_, '_> {
 
     /// SY412 and SY413 for the `payload` reads of the expression `text`, which is `value`
     /// (the YAML string at `span`) from byte `offset` on.
-    fn expr(&mut self, span: Span, value: &str, text: &str, offset: usize, payload: &Ty) {
+    /// The `payload` reads of an expression against the payload's type, and the expression's
+    /// types with `payload` typed (SY415–SY417 where only the payload's type tells: the other
+    /// variables are unknown here, and were checked with their own types by `data.rs`). `cond`
+    /// names the field of a condition (`if`, `while`), which must be a boolean.
+    fn expr(&mut self, span: Span, value: &str, text: &str, offset: usize, payload: &Ty, cond: Option<&str>) {
         if payload.is_any() {
             return;
         }
         let parsed = self.parsed.expr(text);
         let Ok(e) = &parsed.expr else { return };
+        let source = self.cx.text;
+        let span_of = |start: usize, end: usize| inner_span(span, value, source, offset, start, end);
+        let ty = expression_types::check(e, &PayloadScope(payload), &span_of, self.out);
+        if let Some(key) = cond {
+            expression_types::condition(key, &ty, span_of(0, text.len()), self.out);
+        }
         let mut guards = Vec::new();
         has_guards(e.ast(), &mut guards);
         for r in &parsed.refs {

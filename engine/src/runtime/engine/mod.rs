@@ -1,0 +1,315 @@
+//! The executor: runs a compiled [`Plan`] on tokio, step by step, recording every step in a
+//! [`Store`] before moving on (SPEC §3–§9).
+//!
+//! One `Run` is one execution of one flow: the root run, or a child run started by a `flow`
+//! agent. It owns the payload; steps borrow it. This module holds the engine's public types
+//! and the state a run shares with its parts; each behaviour lives in the file named for it:
+//! `run.rs` (lifecycle and records), `walk.rs` (step after step), `route.rs` (edges),
+//! `step.rs` (one step by its kind), `invoke.rs` (attempts, retries, timeouts), `child.rs`
+//! (child runs), `foreach.rs`, `while_.rs`, `parallel.rs` and `limits.rs` (steps, payload
+//! size, cost). Building inputs and applying outputs is [`super::data`]; evaluating
+//! expressions is [`super::eval`]; calling sub-agents is [`crate::agents`].
+
+mod child;
+mod foreach;
+mod invoke;
+mod limits;
+mod parallel;
+mod route;
+mod run;
+mod step;
+mod walk;
+mod while_;
+
+pub use invoke::backoff;
+pub use limits::json_size;
+pub use walk::PAUSED;
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use super::StepError;
+use super::data::{Change, Violation};
+use super::eval::Vars;
+use super::record::{RunRecord, RunStatus, Usage};
+use super::resume::{Replay, ResumeOptions};
+use super::steps::StepsVar;
+use super::time::Timestamp;
+use crate::agents::AgentState;
+use crate::model::AgentKind;
+use crate::plan::*;
+use crate::store::Store;
+use limits::Budget;
+
+type NodeIdx = petgraph::stable_graph::NodeIndex;
+
+/// Options of one run tree, from the command line.
+#[derive(Clone, Debug, Default)]
+pub struct RunOptions {
+    /// `--allow`: agent kinds the whole tree may use (intersected with every flow's `allow`).
+    pub allow: Option<BTreeSet<AgentKind>>,
+    /// Agents replaced or removed per flow (`--agent-change`), resolved against the plan.
+    pub agent_changes: Arc<AgentChanges>,
+    /// The run's conversation (`--messages`), passed on to nested flows; `llm` agents pick
+    /// from it by `message_mode`.
+    pub messages: Arc<Vec<Value>>,
+    /// `--allow-hosts`: the hosts `http` and `llm` agents may reach, on top of every flow's
+    /// `allow_hosts`.
+    pub allow_hosts: Option<Vec<String>>,
+    /// `--max-cost-usd`: the run tree's budget, on top of the flows' `limits.max_cost_usd`.
+    pub max_cost_usd: Option<f64>,
+}
+
+/// Agent changes resolved against a plan: for each flow (by index into `Plan::flows`),
+/// agent name → what to use instead (`None`: removed).
+#[derive(Debug, Default)]
+pub struct AgentChanges {
+    pub per_flow: HashMap<usize, HashMap<String, Option<Arc<AgentPlan>>>>,
+    /// Why removed agents are gone, for the error (flow tests: "not mocked").
+    pub removed_reason: Option<String>,
+    /// Replacements stand in for the agents they replace (flow test mocks): the capability
+    /// check uses the replaced agent's kind, so mocking an agent never changes what a flow
+    /// may call. Otherwise (`--agent-change`) the replacement is checked as itself.
+    pub stand_ins: bool,
+}
+
+/// What a finished run returns.
+#[derive(Clone, Debug)]
+pub struct RunOutcome {
+    pub run_id: String,
+    pub status: RunStatus,
+    pub output: Option<Value>,
+    pub error: Option<StepError>,
+    /// Top-level steps visited, in order (flow tests' `expect.path`).
+    pub path: Vec<String>,
+    pub usage: Usage,
+    pub steps: u64,
+    /// From the run's recorded start (its first start, when resumed) to its end.
+    pub duration_ms: u64,
+    /// A store write failed (disk full, locked): what happened is not all on record, and
+    /// the run should be resumed once the store works again rather than reported.
+    pub store_failure: Option<String>,
+}
+
+/// Runs plans against a store.
+pub struct Engine<S: Store> {
+    pub store: Arc<S>,
+}
+
+impl<S: Store> Clone for Engine<S> {
+    fn clone(&self) -> Self {
+        Engine {
+            store: self.store.clone(),
+        }
+    }
+}
+
+/// Where a run sits in its tree.
+#[derive(Clone)]
+struct Lineage {
+    parent_run: Option<String>,
+    /// Number of the calling step (`"2"` → this run's steps are `2.1`, `2.2`, ...).
+    prefix: String,
+    depth: u32,
+    /// The root flow's `max_depth` governs the tree.
+    max_depth: u64,
+    /// Effective allow set: the intersection down the tree.
+    allow: Option<BTreeSet<AgentKind>>,
+    /// `allow_hosts` lists down the tree (and `--allow-hosts`): a host must be in each.
+    hosts: Vec<Arc<[String]>>,
+    /// The tightest cost budget on the way down the tree, if any.
+    budget: Option<Budget>,
+}
+
+/// Shared, immutable facts of one run tree.
+struct Tree {
+    plan: Arc<Plan>,
+    context: Value,
+    /// `now` for every expression and template of the tree: fixed at the root's first start.
+    now: Timestamp,
+    options: RunOptions,
+    cancel: CancellationToken,
+    /// Stop at the next recorded point, leaving the run to resume (Ctrl-C in a batch).
+    pause: CancellationToken,
+    released: Option<Released>,
+    resume: ResumeOptions,
+    /// The first store write that failed in this tree: the run's end may not be on record.
+    store_failure: std::sync::Mutex<Option<String>>,
+    /// What the agent calls of the whole tree have cost so far, in 10⁻⁹ USD.
+    spent_nano: AtomicU64,
+}
+
+/// How a caller stops runs: `cancel` ends them `cancelled`; `pause` stops them at the next
+/// recorded point (between steps, between loop iterations) and leaves them `running` in the
+/// store, to be resumed.
+#[derive(Clone, Debug, Default)]
+pub struct RunControls {
+    pub cancel: CancellationToken,
+    pub pause: CancellationToken,
+    /// Called once the root run's work is done and its end handed to the store, before the
+    /// commit is waited for: a batch then starts its next item while the end commits.
+    pub released: Option<Released>,
+}
+
+/// A callback for [`RunControls::released`].
+#[derive(Clone)]
+pub struct Released(pub Arc<dyn Fn() + Send + Sync>);
+
+impl std::fmt::Debug for Released {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Released")
+    }
+}
+
+/// A run's place in a batch.
+#[derive(Clone, Debug)]
+pub struct BatchItem {
+    pub batch: String,
+    pub id: String,
+    pub index: u64,
+}
+
+fn intersect(a: Option<BTreeSet<AgentKind>>, b: Option<BTreeSet<AgentKind>>) -> Option<BTreeSet<AgentKind>> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.intersection(&b).copied().collect()),
+        (a, None) => a,
+        (None, b) => b,
+    }
+}
+
+/// What executing one step produced.
+struct StepOutcome {
+    /// Shared, once made, with `steps.<id>`, the step's record and the payload changes that
+    /// write all of it: never copied for them.
+    result: Option<Arc<Value>>,
+    error: Option<StepError>,
+    attempts: u32,
+    input: Option<Value>,
+    changes: Vec<Change>,
+    violations: Vec<Violation>,
+    failed: Value,
+    iterations: Option<u64>,
+    child_run: Option<String>,
+    usage: Usage,
+    /// The run ends here: interrupted, or by `succeed`/`fail`; `Running`: paused, to resume.
+    stop: Option<RunStatus>,
+    /// Taken from the records of an earlier run (resume): recorded already.
+    replayed: bool,
+    /// What the step's `llm` calls put on its record ([`StepRecord::answers`]).
+    answers: Option<Value>,
+}
+
+impl StepOutcome {
+    fn ok(result: Option<Value>) -> Self {
+        Self::shared(result.map(Arc::new))
+    }
+
+    fn shared(result: Option<Arc<Value>>) -> Self {
+        StepOutcome {
+            result,
+            error: None,
+            attempts: 1,
+            input: None,
+            changes: Vec::new(),
+            violations: Vec::new(),
+            failed: Value::Null,
+            iterations: None,
+            child_run: None,
+            usage: Usage::default(),
+            stop: None,
+            replayed: false,
+            answers: None,
+        }
+    }
+
+    fn err(error: StepError) -> Self {
+        StepOutcome {
+            error: Some(error),
+            ..StepOutcome::ok(None)
+        }
+    }
+}
+
+/// A call's result, usage and child run id; or its error, usage, child run id and whether
+/// the child run stopped `interrupted` (so the calling step does too).
+type CallResult = Result<(Value, Usage, Option<String>), (StepError, Usage, Option<String>, bool)>;
+
+/// One execution of one flow.
+struct Run<'e, S: Store> {
+    engine: &'e Engine<S>,
+    tree: &'e Arc<Tree>,
+    flow: Arc<FlowPlan>,
+    flow_ref: FlowRef,
+    lineage: Lineage,
+    state: &'e Arc<AgentState>,
+    /// The run's record; its `input` is the run input (`input` in expressions).
+    record: RunRecord,
+    payload: Value,
+    /// At least the size of `payload` as [`json_size`] counts it (see
+    /// [`Run::check_payload_size`]).
+    payload_bound: u64,
+    /// `steps.<id>`: result, status, error, ... of steps that finished (built when read).
+    steps: StepsVar,
+    /// Step executions so far (iterations included), counted by [`Run::count_step`] from
+    /// iterations in flight too.
+    executed: AtomicU64,
+    /// Steps and iterations or branches that finished (replayed ones included): what a
+    /// paused run records as its `steps`, since [`Run::executed`] counts a `foreach`'s
+    /// items before they run.
+    finished: AtomicU64,
+    /// What `llm` calls put on their step's record (the structured-output form, repaired
+    /// answers, abandoned requests), by step number (`1.3[2]`), gathered over the step's
+    /// attempts until its record takes them.
+    answers: std::sync::Mutex<std::collections::HashMap<String, Value>>,
+    numbered: u64,
+    path: Vec<String>,
+    started: Instant,
+    /// Resuming: the run's records, replayed instead of calling again.
+    replay: Option<Arc<Replay>>,
+}
+impl<'e, S: Store> Run<'e, S> {
+    fn vars<'a>(&'a self, locals: &'a [(&'a str, &'a Value)]) -> Vars<'a> {
+        Vars {
+            payload: Some(&self.payload),
+            input: Some(&self.record.input),
+            context: Some(&self.tree.context),
+            result: None,
+            step: None,
+            steps: Some(&self.steps),
+            message: None,
+            locals,
+            now: Some(self.tree.now),
+        }
+    }
+}
+/// `250ms`, `20s`, `5m`, `2h`.
+pub fn fmt_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms > 0 && ms.is_multiple_of(3_600_000) {
+        format!("{}h", ms / 3_600_000)
+    } else if ms > 0 && ms.is_multiple_of(60_000) {
+        format!("{}m", ms / 60_000)
+    } else if ms.is_multiple_of(1000) {
+        format!("{}s", ms / 1000)
+    } else {
+        format!("{ms}ms")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_print_in_flow_units() {
+        assert_eq!(fmt_duration(Duration::from_millis(250)), "250ms");
+        assert_eq!(fmt_duration(Duration::from_secs(20)), "20s");
+        assert_eq!(fmt_duration(Duration::from_secs(300)), "5m");
+        assert_eq!(fmt_duration(Duration::from_secs(7200)), "2h");
+    }
+}

@@ -1,0 +1,633 @@
+//! A run's lifecycle and records: starting a root run (or a batch item) and resuming a stored
+//! one, the run's record from its start to its end and its output, step numbers, and writing
+//! step records to the store (after one failed write, none more).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use super::limits::Budget;
+use super::{
+    BatchItem, Engine, Lineage, Run, RunControls, RunOptions, RunOutcome, StepOutcome, Tree, intersect,
+};
+use crate::agents::AgentState;
+use crate::plan::*;
+use crate::runtime::record::{self, RunRecord, RunStatus, StepRecord, StepStatus, Usage};
+use crate::runtime::resume::{Replay, ResumeError, ResumeOptions};
+use crate::runtime::steps::StepsVar;
+use crate::runtime::time::Timestamp;
+use crate::runtime::{ErrorKind, StepError};
+use crate::store::Store;
+
+impl<S: Store> Engine<S> {
+    pub fn new(store: Arc<S>) -> Self {
+        Engine { store }
+    }
+
+    /// Runs the plan's root flow on `input` to completion.
+    pub async fn run(
+        &self,
+        plan: Arc<Plan>,
+        input: Value,
+        context: Value,
+        options: RunOptions,
+    ) -> RunOutcome {
+        self.run_with_state(
+            plan,
+            input,
+            context,
+            options,
+            Arc::new(AgentState::default()),
+            CancellationToken::new(),
+        )
+        .await
+    }
+
+    /// Runs with caller-held agent state (flow tests read the call counts from it) and a
+    /// cancellation token (Ctrl-C, `runs cancel`).
+    pub async fn run_with_state(
+        &self,
+        plan: Arc<Plan>,
+        input: Value,
+        context: Value,
+        options: RunOptions,
+        state: Arc<AgentState>,
+        cancel: CancellationToken,
+    ) -> RunOutcome {
+        let controls = RunControls {
+            cancel,
+            ..RunControls::default()
+        };
+        self.run_item(plan, input, context, options, state, controls, None)
+            .await
+    }
+
+    /// Runs a new root run, recorded as item `item` of a batch when given.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn run_item(
+        &self,
+        plan: Arc<Plan>,
+        input: Value,
+        context: Value,
+        options: RunOptions,
+        state: Arc<AgentState>,
+        controls: RunControls,
+        item: Option<BatchItem>,
+    ) -> RunOutcome {
+        let (tree, lineage) = Self::tree(
+            plan,
+            context,
+            Timestamp::now(),
+            options,
+            controls,
+            ResumeOptions::default(),
+        );
+        let root = tree.plan.root;
+        // The root run in place: only child runs need the boxed, recursive `run_flow`.
+        let flow = tree.plan.flow(root).clone();
+        let mut run = Run::new(self, &tree, flow, root, input, lineage, &state, None);
+        if let Some(item) = item {
+            run.record.batch = Some(item.batch);
+            run.record.item_id = Some(item.id);
+            run.record.item_index = Some(item.index);
+        }
+        run.execute().await
+    }
+
+    /// Continues the stored root run `run_id` of `plan`'s root flow (SPEC §3.6, §7.3): what
+    /// finished is replayed from its records, the rest runs.
+    pub async fn resume(
+        &self,
+        plan: Arc<Plan>,
+        run_id: &str,
+        options: RunOptions,
+        resume: ResumeOptions,
+        state: Arc<AgentState>,
+        controls: RunControls,
+    ) -> Result<RunOutcome, ResumeError> {
+        let record = self.store.get_run(run_id).await?;
+        if let Some(parent) = &record.parent_run {
+            return Err(ResumeError::Child {
+                id: record.id,
+                parent: parent.clone(),
+            });
+        }
+        if !crate::runtime::resume::resumable(record.status) {
+            return Err(ResumeError::Finished {
+                id: record.id,
+                status: record.status.as_str(),
+            });
+        }
+        let root = plan.root();
+        if record.flow != root.name {
+            return Err(ResumeError::OtherFlow {
+                id: record.id,
+                recorded: record.flow,
+                given: root.name.clone(),
+            });
+        }
+        if record.flow_hash != root.hash && !resume.allow_changed {
+            return Err(ResumeError::Changed {
+                id: record.id,
+                flow: record.flow,
+                recorded: record.flow_hash,
+                now: root.hash.clone(),
+            });
+        }
+        let replay = Replay::load(&*self.store, run_id).await?;
+        self.check_decision(&plan, &record, &replay, &resume).await?;
+        // The conversation the run started with, unless the caller gives one.
+        let mut options = options;
+        if options.messages.is_empty()
+            && let Some(Value::Array(m)) = &record.messages
+        {
+            options.messages = Arc::new(m.clone());
+        }
+        let context = record.context.clone();
+        let now = recorded_now(&record);
+        let (tree, lineage) = Self::tree(plan, context, now, options, controls, resume);
+        let root = tree.plan.root;
+        let flow = tree.plan.flow(root).clone();
+        let input = record.input.clone();
+        let mut run = Run::new(
+            self,
+            &tree,
+            flow,
+            root,
+            input,
+            lineage,
+            &state,
+            Some((record, Arc::new(replay))),
+        );
+        Ok(run.execute().await)
+    }
+
+    /// A run waiting at an `interrupt` (its own or a descendant's) needs a decision that
+    /// matches the step's `schema`; a decision needs such a run.
+    async fn check_decision(
+        &self,
+        plan: &Plan,
+        record: &RunRecord,
+        replay: &Replay,
+        resume: &ResumeOptions,
+    ) -> Result<(), ResumeError> {
+        // The waiting interrupt: in this run, or down the chain of interrupted children.
+        let waiting = crate::runtime::resume::waiting_interrupt(&*self.store, record, replay).await?;
+        match (waiting, &resume.decision) {
+            (Some(w), None) if record.status == RunStatus::Interrupted => Err(ResumeError::NeedsDecision {
+                id: record.id.clone(),
+                step: w.step.step,
+            }),
+            (Some(_), None) => Ok(()),
+            (None, Some(_)) => Err(ResumeError::NoInterrupt {
+                id: record.id.clone(),
+            }),
+            (None, None) => Ok(()),
+            (Some(w), Some(decision)) => {
+                let schema = plan
+                    .flows
+                    .iter()
+                    .filter(|f| f.name == w.flow)
+                    .find_map(|f| f.steps.get(&w.step.step).and_then(|n| f.step(*n)))
+                    .and_then(|s| match &s.kind {
+                        StepPlanKind::Interrupt(i) => i.schema.clone(),
+                        _ => None,
+                    });
+                if let Some(schema) = schema
+                    && let Err(v) = schema.check(decision)
+                {
+                    return Err(ResumeError::BadDecision {
+                        step: w.step.step,
+                        reason: v.to_string(),
+                        pointer: v.pointer.clone(),
+                    });
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn tree(
+        plan: Arc<Plan>,
+        context: Value,
+        now: Timestamp,
+        options: RunOptions,
+        controls: RunControls,
+        resume: ResumeOptions,
+    ) -> (Arc<Tree>, Lineage) {
+        let max_depth = plan.root().limits.max_depth;
+        let allow = intersect(options.allow.clone(), plan.root().allow.clone());
+        let hosts = options
+            .allow_hosts
+            .iter()
+            .chain(plan.root().allow_hosts.iter())
+            .map(|h| Arc::from(h.as_slice()))
+            .collect();
+        let budget = Budget::min(
+            options.max_cost_usd.map(|limit| Budget {
+                base: 0.0,
+                limit,
+                by: "--max-cost-usd",
+            }),
+            plan.root().limits.max_cost_usd.map(|limit| Budget {
+                base: 0.0,
+                limit,
+                by: "limits.max_cost_usd",
+            }),
+        );
+        let tree = Arc::new(Tree {
+            plan,
+            context,
+            now,
+            options,
+            cancel: controls.cancel,
+            pause: controls.pause,
+            released: controls.released,
+            resume,
+            store_failure: std::sync::Mutex::new(None),
+            spent_nano: AtomicU64::new(0),
+        });
+        let lineage = Lineage {
+            parent_run: None,
+            prefix: String::new(),
+            depth: 0,
+            max_depth,
+            allow,
+            hosts,
+            budget,
+        };
+        (tree, lineage)
+    }
+}
+/// The `now` a run tree recorded at its first start; a run recorded before `now` was (schema
+/// 4 and older) takes its start, to the millisecond.
+fn recorded_now(record: &RunRecord) -> Timestamp {
+    record
+        .now_us
+        .and_then(Timestamp::from_unix_micros)
+        .or_else(|| {
+            let micros = i64::try_from(record.started_at).ok()?.checked_mul(1000)?;
+            Timestamp::from_unix_micros(micros)
+        })
+        .unwrap_or_else(Timestamp::now)
+}
+impl<'e, S: Store> Run<'e, S> {
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn new(
+        engine: &'e Engine<S>,
+        tree: &'e Arc<Tree>,
+        flow: Arc<FlowPlan>,
+        flow_ref: FlowRef,
+        input: Value,
+        lineage: Lineage,
+        state: &'e Arc<AgentState>,
+        resumed: Option<(RunRecord, Arc<Replay>)>,
+    ) -> Self {
+        let steps = StepsVar::new(flow.clone());
+        let payload = input.clone();
+        let (earlier, replay) = resumed.unzip();
+        let record = match earlier {
+            // Resumed: the same run, running again; usage and steps are counted anew as the
+            // records replay.
+            Some(earlier) => RunRecord {
+                status: RunStatus::Running,
+                output: None,
+                error: None,
+                finished_at: None,
+                usage: Usage::default(),
+                steps: 0,
+                // A run from before schema 5 records the `now` it is resumed with.
+                now_us: Some(tree.now.unix_micros()),
+                ..earlier
+            },
+            None => RunRecord {
+                id: record::new_run_id(),
+                flow: flow.name.clone(),
+                flow_hash: flow.hash.clone(),
+                parent_run: lineage.parent_run.clone(),
+                parent_step: (!lineage.prefix.is_empty()).then(|| lineage.prefix.clone()),
+                depth: lineage.depth,
+                status: RunStatus::Running,
+                input,
+                output: None,
+                error: None,
+                started_at: record::now_ms(),
+                finished_at: None,
+                usage: Usage::default(),
+                steps: 0,
+                context: if lineage.depth == 0 {
+                    tree.context.clone()
+                } else {
+                    Value::Null
+                },
+                batch: None,
+                item_id: None,
+                item_index: None,
+                now_us: Some(tree.now.unix_micros()),
+                messages: (lineage.depth == 0 && !tree.options.messages.is_empty())
+                    .then(|| Value::Array((*tree.options.messages).clone())),
+                flow_path: if lineage.depth == 0 {
+                    flow.path.as_ref().map(|p| p.display().to_string())
+                } else {
+                    None
+                },
+            },
+        };
+        Run {
+            engine,
+            tree,
+            flow,
+            flow_ref,
+            lineage,
+            state,
+            record,
+            payload,
+            payload_bound: 0,
+            steps,
+            executed: AtomicU64::new(0),
+            finished: AtomicU64::new(0),
+            answers: Default::default(),
+            numbered: 0,
+            path: Vec::new(),
+            started: Instant::now(),
+            replay,
+        }
+    }
+
+    pub(super) async fn execute(&mut self) -> RunOutcome {
+        // Queued: the run's first awaited write (a step, or its end) commits it too.
+        if let Err(e) = self.engine.store.queue_run(&self.record).await {
+            let e = self.store_error(&e);
+            return self.finish(RunStatus::Failed, None, Some(e)).await;
+        }
+        tracing::info!(run_id = %self.record.id, flow = %self.flow.name, depth = self.lineage.depth, "run started");
+        // Every violation at once: a caller fixes its input in one go.
+        if let Some(schema) = &self.flow.input_schema
+            && let violations = schema.violations(&self.record.input)
+            && let Some(first) = violations.first()
+        {
+            let message = match violations.as_slice() {
+                [v] => format!("the run input does not match `input.schema` {v}"),
+                all => {
+                    let each: Vec<String> = all.iter().map(ToString::to_string).collect();
+                    format!(
+                        "the run input does not match `input.schema` ({} violations): {}",
+                        all.len(),
+                        each.join("; ")
+                    )
+                }
+            };
+            let listed: Vec<Value> = violations
+                .iter()
+                .map(|v| serde_json::json!({"pointer": v.pointer, "message": v.message}))
+                .collect();
+            let e = StepError::new(ErrorKind::Mapping, message)
+                .with_details(serde_json::json!({"pointer": first.pointer, "violations": listed}));
+            return self.finish(RunStatus::Failed, None, Some(e)).await;
+        }
+        // The payload starts as the input: an input over `max_payload_bytes` fails the run
+        // before any step, rather than at whichever step first writes.
+        if let Err(e) = self.measure_payload() {
+            return self.finish(RunStatus::Failed, None, Some(e)).await;
+        }
+        let result = self.walk().await;
+        match result {
+            Ok(RunStatus::Succeeded) => match self.output() {
+                Ok(output) => self.finish(RunStatus::Succeeded, Some(output), None).await,
+                Err(e) => self.finish(RunStatus::Failed, None, Some(e)).await,
+            },
+            Ok(status) => self.finish(status, None, None).await,
+            Err((status, e)) => self.finish(status, None, Some(e)).await,
+        }
+    }
+
+    /// The run's output: `output.select` over the final payload (or all of it), checked
+    /// against `output.schema`.
+    fn output(&mut self) -> Result<Value, StepError> {
+        let output = match &self.flow.output_select {
+            Some(sel) if sel.is_singular() => sel.get(&self.payload).cloned().ok_or_else(|| {
+                StepError::mapping(format!(
+                    "`output.select` `{}` matched nothing in the final payload",
+                    sel.text()
+                ))
+            })?,
+            Some(sel) => Value::Array(sel.query(&self.payload).into_iter().cloned().collect()),
+            None => std::mem::take(&mut self.payload),
+        };
+        if let Some(schema) = &self.flow.output_schema
+            && let Err(v) = schema.check(&output)
+        {
+            return Err(StepError::new(
+                ErrorKind::InvalidOutput,
+                format!("the run output does not match `output.schema` {v}"),
+            )
+            .with_details(serde_json::json!({"pointer": v.pointer})));
+        }
+        Ok(output)
+    }
+
+    async fn finish(
+        &mut self,
+        status: RunStatus,
+        output: Option<Value>,
+        error: Option<StepError>,
+    ) -> RunOutcome {
+        self.record.status = status;
+        // Lent to the record while the store copies it, then given back.
+        self.record.output = output;
+        // A paused run is still `running`, without an end: its error on record says it was
+        // paused, so `runs show` can tell that nothing runs it (a resume clears it).
+        let paused = status == RunStatus::Running;
+        self.record.error = error;
+        self.record.finished_at = (!paused).then(record::now_ms);
+        self.record.steps = if paused {
+            self.finished.load(Ordering::Relaxed)
+        } else {
+            self.executed.load(Ordering::Relaxed)
+        };
+        // The root's work is done: what is left is waiting for the commit of its end.
+        if self.lineage.depth == 0
+            && let Some(released) = &self.tree.released
+        {
+            (released.0)();
+        }
+        // After a failed store write the run's end is not recorded either: it stays `running`,
+        // to be resumed once the store works, rather than ending `failed` for the store's sake.
+        if self.store_failed().is_some() {
+            tracing::warn!(run_id = %self.record.id, "the store failed: the end of the run is not recorded");
+        } else if let Err(e) = self.engine.store.update_run(&self.record).await {
+            tracing::error!(run_id = %self.record.id, error = %e, "could not record the end of the run");
+            self.store_error(&e);
+        }
+        let output = self.record.output.take();
+        let error = self.record.error.take();
+        tracing::info!(
+            run_id = %self.record.id,
+            status = status.as_str(),
+            duration_ms = self.started.elapsed().as_millis() as u64,
+            error = error.as_ref().map(|e| e.to_string()).unwrap_or_default(),
+            "run finished"
+        );
+        RunOutcome {
+            run_id: self.record.id.clone(),
+            status,
+            output,
+            error,
+            path: std::mem::take(&mut self.path),
+            usage: self.record.usage,
+            steps: self.record.steps,
+            duration_ms: self
+                .record
+                .finished_at
+                .unwrap_or_else(record::now_ms)
+                .saturating_sub(self.record.started_at),
+            store_failure: self.store_failed(),
+        }
+    }
+
+    /// Records a step part, waiting for the commit unless `queued` ([`Store::queue_step`]).
+    /// The record is built only for a store that keeps steps ([`Store::keeps_steps`]).
+    /// Once a store write of this tree failed, nothing more is written: a record made after
+    /// a lost one (a step failed *because* the store failed) would tell a resume a wrong story.
+    pub(super) async fn record_with(
+        &self,
+        rec: impl FnOnce() -> StepRecord,
+        queued: bool,
+    ) -> Result<(), StepError> {
+        let store = &self.engine.store;
+        if !store.keeps_steps() {
+            return Ok(());
+        }
+        if let Some(why) = self.store_failed() {
+            return Err(StepError::new(ErrorKind::Agent, format!("store: {why}")));
+        }
+        let written = if queued {
+            store.queue_step(rec()).await
+        } else {
+            store.record_step(rec()).await
+        };
+        written.map_err(|e| self.store_error(&e))
+    }
+
+    /// The input document a step's record keeps: copied, if borrowed, only for a store that
+    /// keeps step records.
+    pub(super) fn recorded_input(&self, input: std::borrow::Cow<'_, Value>) -> Option<Value> {
+        self.engine.store.keeps_steps().then(|| input.into_owned())
+    }
+
+    pub(super) async fn record(&self, rec: impl FnOnce() -> StepRecord) -> Result<(), StepError> {
+        self.record_with(rec, false).await
+    }
+
+    fn store_failed(&self) -> Option<String> {
+        self.tree
+            .store_failure
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// The error a failed store write becomes; the tree remembers the first.
+    pub(super) fn store_error(&self, e: &crate::store::StoreError) -> StepError {
+        let message = format!("store: {e}");
+        let mut first = self.tree.store_failure.lock().unwrap_or_else(|p| p.into_inner());
+        if first.is_none() {
+            *first = Some(e.to_string());
+        }
+        StepError::new(ErrorKind::Agent, message)
+    }
+
+    /// The next step's number: `3`, or `2.3` in a child run started by step `2`.
+    pub(super) fn number(&mut self) -> String {
+        self.numbered += 1;
+        let prefix = &self.lineage.prefix;
+        let mut s = String::with_capacity(prefix.len() + 8);
+        if !prefix.is_empty() {
+            s.push_str(prefix);
+            s.push('.');
+        }
+        push_decimal(&mut s, self.numbered);
+        s
+    }
+
+    /// Records one iteration of a loop or one branch of a `parallel` step: `number` is the
+    /// step's number (`2`) with `iteration` set for loops, or the branch's number (`3.sentiment`).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn record_part(
+        &self,
+        step: &StepPlan,
+        number: String,
+        kind: &str,
+        iteration: Option<u64>,
+        input: Option<Value>,
+        o: &mut StepOutcome,
+        started_at: u64,
+    ) {
+        if o.stop != Some(RunStatus::Running) {
+            self.finished.fetch_add(1, Ordering::Relaxed);
+        }
+        if o.replayed {
+            return;
+        }
+        let rec = || StepRecord {
+            run_id: self.record.id.clone(),
+            number,
+            step: step.id.clone(),
+            kind: kind.to_string(),
+            attempt: o.attempts,
+            status: match (&o.error, o.stop) {
+                (_, Some(RunStatus::Interrupted)) => StepStatus::Interrupted,
+                (Some(_), _) => StepStatus::Failed,
+                (None, _) => StepStatus::Succeeded,
+            },
+            iteration,
+            iterations: None,
+            input,
+            // The caller keeps the result; the record gets a copy.
+            result: o.result.clone(),
+            changes: std::mem::take(&mut o.changes),
+            violations: o.violations.clone(),
+            error: o.error.clone(),
+            started_at,
+            finished_at: Some(record::now_ms()),
+            usage: o.usage,
+            child_run: o.child_run.clone(),
+            route: None,
+            answers: o.answers.clone(),
+        };
+        if let Err(e) = self.record(rec).await {
+            o.error = Some(e);
+        }
+    }
+}
+/// Appends `n` in decimal (as `to_string` would), without the formatting machinery.
+fn push_decimal(s: &mut String, mut n: u64) {
+    let mut buf = [0u8; 20];
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    s.push_str(std::str::from_utf8(&buf[i..]).expect("ASCII digits"));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decimals_are_written_like_to_string() {
+        for n in [0u64, 7, 10, 99, 100, 12_345, u64::MAX] {
+            let mut s = String::from("x");
+            push_decimal(&mut s, n);
+            assert_eq!(s, format!("x{n}"));
+        }
+    }
+}

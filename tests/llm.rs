@@ -1382,10 +1382,8 @@ async fn a_server_that_refuses_json_schema_is_asked_with_json_object_and_remembe
     let path = write_flow(&dir, "f.yaml", &flow_text(&server.base_url(), "", "", ""));
     let plan = plan_of(&path);
     let engine = memory_engine();
-    let t0 = std::time::Instant::now();
     let out = run(&engine, &plan, json!({"text": "charged twice"})).await;
     assert_eq!(out.status, RunStatus::Succeeded, "{:?}", out.error);
-    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
     let hits = server.hits();
     let statuses: Vec<u16> = hits.iter().map(|h| h.status).collect();
     assert_eq!(statuses, [500, 200]);
@@ -1485,7 +1483,6 @@ async fn a_provider_says_its_structured_output_form_up_front() {
         "json_schema.yaml",
         &flow_text(&server.base_url(), "    structured_output: json_schema", "", ""),
     );
-    let t0 = std::time::Instant::now();
     let out = run(&engine, &plan_of(&path), json!({"text": "hi"})).await;
     let e = out.error.expect("refused");
     assert_eq!(e.kind.as_str(), "agent");
@@ -1497,7 +1494,6 @@ async fn a_provider_says_its_structured_output_form_up_front() {
         e.message
     );
     assert_eq!(server.hits().len(), 4, "asked twice, in the form it was told");
-    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
 }
 
 /// Permanent server errors fail at once: 501 (a `base_url` that is a static file server, as
@@ -1522,7 +1518,6 @@ async fn permanent_server_errors_fail_at_once() {
     let engine = memory_engine();
     let static_files = "<!DOCTYPE HTML>\n<html><head><title>Error response</title></head><body>\
         <h1>Error response</h1><p>Error code: 501</p><p>Message: Unsupported method ('POST').</p></body></html>";
-    let t0 = std::time::Instant::now();
     for (code, seen) in [(501, 1), (505, 2)] {
         server.script([Reply::Status(code, None, static_files.into())]);
         let out = run(&engine, &plan, json!({"text": "hi"})).await;
@@ -1555,7 +1550,6 @@ async fn permanent_server_errors_fail_at_once() {
         4,
         "the 500 is asked twice, the step not again"
     );
-    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
 
     // The same 500 that says nothing of the request is a server failing for a while.
     server.script([

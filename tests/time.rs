@@ -280,3 +280,31 @@ fn run_now_pins_the_time_a_run_routes_on_and_records() {
         assert!(out.stderr.contains(says), "{out:?}");
     }
 }
+
+#[test]
+fn batch_now_pins_the_now_of_every_item() {
+    let dir = TempDir::new("batch-now");
+    dir.write(
+        "stamp.yaml",
+        "flow: stamp\nsteps:\n  s:\n    set: {$.at: \"=string(now)\"}\n",
+    );
+    dir.write("in.jsonl", "{\"id\": 1}\n{\"id\": 2}\n");
+    let out = run(switchyard(dir.path())
+        .args([
+            "batch",
+            "stamp.yaml",
+            "--input",
+            "in.jsonl",
+            "--output",
+            "out.jsonl",
+        ])
+        .args(["--now", "2026-03-01T09:00:00+01:00"])
+        .args(STORE));
+    assert_eq!(out.code(), 0, "{out:?}");
+    let text = std::fs::read_to_string(dir.path().join("out.jsonl")).unwrap();
+    let lines: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    for l in lines {
+        assert_eq!(l["output"]["at"], "2026-03-01T08:00:00Z", "{l}");
+    }
+}

@@ -829,10 +829,53 @@ fn the_ticket_classify_flow_runs_against_a_local_server() {
     );
     // The trace shows the tokens; a renamed model has no price, so no cost.
     assert!(
-        out.stderr.contains(" tokens (") && out.stderr.contains("$0.000000"),
+        out.stderr.contains(" tokens (") && out.stderr.contains(" · $0.0000\n"),
         "{}",
         out.stderr
     );
+}
+
+/// `--trace` prints a cheap step's cost and the run's with two significant digits, as
+/// `runs list` and `runs show` do, not rounded to the micro-dollar.
+#[test]
+fn the_trace_shows_a_cheap_steps_cost_to_two_significant_digits() {
+    let server = Llm::start();
+    server.default_reply(Reply::Answer(classification("billing", 0.9)));
+    let dir = TempDir::new("llm-trace-cost");
+    let text = flow_text(&server.base_url(), "", "", "").replace(
+        "{input_per_mtok: 1.0, output_per_mtok: 2.0}",
+        "{input_per_mtok: 0.01, output_per_mtok: 0.01}",
+    );
+    write_flow(&dir, "f.yaml", &text);
+    let out = support::run(support::switchyard(dir.path()).args([
+        "run",
+        "f.yaml",
+        "--trace",
+        "--store",
+        "sqlite:runs.db",
+        "--input",
+        "{\"text\": \"x\"}",
+    ]));
+    assert_eq!(out.code(), 0, "{out:?}");
+    let tokens = server.hits()[0].tokens;
+    let cost = tokens as f64 * 0.01 / 1e6;
+    assert!(cost < 5e-6, "cheap enough to need more than 6 decimals: {cost}");
+    // The step's line and the run's both end with the cost.
+    let shown: Vec<f64> = out
+        .stderr
+        .lines()
+        .filter(|l| l.contains(" tokens "))
+        .filter_map(|l| l.rsplit_once("· $").map(|(_, c)| c.trim().parse::<f64>()))
+        .map(|c| c.expect("a number of dollars"))
+        .collect();
+    assert_eq!(shown.len(), 2, "{}", out.stderr);
+    for c in shown {
+        assert!(
+            ((c - cost) / cost).abs() < 0.05,
+            "shown ${c}, cost ${cost}: {}",
+            out.stderr
+        );
+    }
 }
 
 /// `limits.max_cost_usd` and `--max-cost-usd`: once a run tree has spent its budget, no new

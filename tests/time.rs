@@ -195,3 +195,116 @@ async fn a_run_from_a_schema_4_store_resumes_with_its_start_as_now() {
     conn.close().await.expect("close");
     assert_eq!(recorded, Some(start.unix_micros()));
 }
+
+/// Routes on the age of a ticket against `now`; its tests pin `now` so the route is fixed.
+const PINNED: &str = r#"flow: pinned
+steps:
+  route:
+    set: {$.at: "=string(now)"}
+    next:
+      - to: stale
+        if: now - timestamp(payload.created) > duration('24h')
+      - to: fresh
+  stale:
+    set: {$.age: {value: stale}}
+  fresh:
+    set: {$.age: {value: fresh}}
+tests:
+  - name: a day and a second old is stale
+    now: "2026-03-02T09:00:01Z"
+    input: {created: "2026-03-01T09:00:00Z"}
+    expect:
+      path: [route, stale]
+      output: {age: stale, at: "2026-03-02T09:00:01Z"}
+  - name: a day old is fresh
+    now: "2026-03-02T11:00:00+02:00"
+    input: {created: "2026-03-01T09:00:00Z"}
+    expect:
+      path: [route, fresh]
+      output: {age: fresh, at: "2026-03-02T09:00:00Z"}
+"#;
+
+#[test]
+fn a_flow_test_pins_now_and_routes_on_it() {
+    let dir = TempDir::new("pinned-now");
+    dir.write("pinned.yaml", PINNED);
+    let out = run(switchyard(dir.path()).args(["test", "pinned.yaml"]));
+    assert_eq!(out.code(), 0, "{out:?}");
+    assert!(out.stdout.contains("2 passed, 0 failed"), "{out:?}");
+}
+
+#[test]
+fn a_bad_now_in_a_flow_test_is_an_error_at_its_value() {
+    let dir = TempDir::new("pinned-now-bad");
+    dir.write(
+        "bad.yaml",
+        PINNED.replace("\"2026-03-02T09:00:01Z\"", "\"2026-03-02 09:00:01\""),
+    );
+    let out = run(switchyard(dir.path()).args(["test", "bad.yaml"]));
+    assert_eq!(out.code(), 2, "{out:?}");
+    assert!(out.stderr.contains("invalid `now`"), "{out:?}");
+    assert!(out.stderr.contains("bad.yaml:15:10"), "{out:?}");
+    let out = run(switchyard(dir.path()).args(["lint", "bad.yaml"]));
+    assert_eq!(out.code(), 1, "{out:?}");
+    assert!(out.stdout.contains("bad.yaml:15:10"), "{out:?}");
+}
+
+#[test]
+fn run_now_pins_the_time_a_run_routes_on_and_records() {
+    let dir = TempDir::new("run-now");
+    dir.write("age.yaml", AGE);
+    let input = json!({"ticket": {"created_at": "2026-03-01T09:00:00Z"}, "items": [1]});
+    let out = run(switchyard(dir.path())
+        .args(["run", "age.yaml", "--input", &input.to_string()])
+        .args(["--now", "2026-03-01T10:00:00.5Z"])
+        .args(STORE));
+    assert_eq!(out.code(), 0, "{out:?}");
+    let v = stdout_json(&out);
+    assert_eq!(v["checked_at"], "2026-03-01T10:00:00.5Z", "{v}");
+    assert_eq!(v["age"], "fresh", "{v}");
+    assert_eq!(v["child_now"], "2026-03-01T10:00:00.5Z", "{v}");
+    let out = run(switchyard(dir.path())
+        .args(["run", "age.yaml", "--input", &input.to_string()])
+        .args(["--now", "2026-03-05T00:00:00Z"])
+        .args(STORE));
+    assert_eq!(stdout_json(&out)["age"], "stale", "{out:?}");
+    for (bad, says) in [
+        ("yesterday", "not an RFC 3339 timestamp"),
+        ("2026-03-01T10:00:00.0000001Z", "finer than a microsecond"),
+    ] {
+        let out = run(switchyard(dir.path())
+            .args(["run", "age.yaml", "--now", bad])
+            .args(STORE));
+        assert_eq!(out.code(), 2, "{out:?}");
+        assert!(out.stderr.contains("--now"), "{out:?}");
+        assert!(out.stderr.contains(says), "{out:?}");
+    }
+}
+
+#[test]
+fn batch_now_pins_the_now_of_every_item() {
+    let dir = TempDir::new("batch-now");
+    dir.write(
+        "stamp.yaml",
+        "flow: stamp\nsteps:\n  s:\n    set: {$.at: \"=string(now)\"}\n",
+    );
+    dir.write("in.jsonl", "{\"id\": 1}\n{\"id\": 2}\n");
+    let out = run(switchyard(dir.path())
+        .args([
+            "batch",
+            "stamp.yaml",
+            "--input",
+            "in.jsonl",
+            "--output",
+            "out.jsonl",
+        ])
+        .args(["--now", "2026-03-01T09:00:00+01:00"])
+        .args(STORE));
+    assert_eq!(out.code(), 0, "{out:?}");
+    let text = std::fs::read_to_string(dir.path().join("out.jsonl")).unwrap();
+    let lines: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    for l in lines {
+        assert_eq!(l["output"]["at"], "2026-03-01T08:00:00Z", "{l}");
+    }
+}

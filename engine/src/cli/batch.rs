@@ -54,6 +54,10 @@ pub struct Args {
     /// `--log-format json`: JSON lines, and the summary is one too).
     #[arg(long, default_value_t = 10)]
     pub progress_every: u64,
+    /// The `now` of every item's run (RFC 3339: `2026-03-01T09:00:00Z`), recorded with it;
+    /// default the time each item starts. Items resumed from an earlier start keep theirs.
+    #[arg(long, value_name = "TIMESTAMP", value_parser = common::parse_now)]
+    pub now: Option<crate::runtime::time::Timestamp>,
     #[command(flatten)]
     pub common: RunArgs,
     #[command(flatten)]
@@ -76,7 +80,10 @@ pub fn run(args: Args) -> u8 {
     };
     args.common.narrow_limits(&mut plan);
     let (context, run_options) = match args.common.options(&plan) {
-        Ok(x) => x,
+        Ok((context, mut run_options)) => {
+            run_options.now = args.now;
+            (context, run_options)
+        }
         Err(e) => {
             super::stderr::error(e);
             return super::exit::USAGE;

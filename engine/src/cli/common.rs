@@ -172,6 +172,11 @@ pub struct RunArgs {
     pub max_payload_bytes: Option<u64>,
 }
 
+/// `--now`: RFC 3339, to the microsecond at most.
+pub fn parse_now(s: &str) -> Result<crate::runtime::time::Timestamp, String> {
+    crate::model::build::parse_now(s)
+}
+
 fn parse_timeout(s: &str) -> Result<std::time::Duration, String> {
     match crate::model::build::parse_duration(s) {
         Some(d) if !d.is_zero() => Ok(d),
@@ -284,6 +289,7 @@ impl RunArgs {
                 messages: Arc::new(messages),
                 allow_hosts,
                 max_cost_usd: None,
+                now: None,
             },
         ))
     }

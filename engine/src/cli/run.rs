@@ -40,6 +40,10 @@ pub struct Args {
     /// starts (the step fails with kind `limit`). On top of the flows' `limits.max_cost_usd`.
     #[arg(long, value_name = "USD")]
     pub max_cost_usd: Option<f64>,
+    /// The run's `now` for expressions (RFC 3339: `2026-03-01T09:00:00Z`), recorded with the
+    /// run; default the time it starts. For replaying what a run did at a given time.
+    #[arg(long, value_name = "TIMESTAMP", value_parser = common::parse_now)]
+    pub now: Option<crate::runtime::time::Timestamp>,
     #[command(flatten)]
     pub common: RunArgs,
     #[command(flatten)]
@@ -74,6 +78,7 @@ pub fn run(args: Args) -> u8 {
         }
         options.max_cost_usd = Some(v);
     }
+    options.now = args.now;
     let plan = Arc::new(plan);
     let rt = common::runtime();
     let store = match rt.block_on(args.store.open()) {

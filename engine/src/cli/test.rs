@@ -127,6 +127,7 @@ pub async fn run_test(plan: &Arc<Plan>, t: &FlowTest, text: &str) -> Result<(), 
     let options = RunOptions {
         allow: None,
         agent_changes: Arc::new(agent_changes),
+        now: t.now.as_ref().map(|n| n.value),
         ..RunOptions::default()
     };
     let input = t

@@ -74,7 +74,7 @@ rules! {
     SOURCE_NEVER_MATCHES = "SY414", "source-never-matches", Error, "a mapping, `foreach` or `select` source path that can never match";
     COMPARISON_NEVER_TRUE = "SY415", "comparison-never-true", Error, "a comparison or `in` between types that can never be equal, or an ordering CEL cannot do";
     ARITHMETIC_TYPE_MISMATCH = "SY416", "arithmetic-type-mismatch", Error, "arithmetic on types CEL has no operator for (a string times a number, ...)";
-    CONDITION_NOT_BOOL = "SY417", "condition-not-bool", Error, "an `if:` or `while:` whose value is known and is not a boolean";
+    CONDITION_NOT_BOOL = "SY417", "condition-not-bool", Error, "an `if:`, `while:`, operand of `&&`/`||`/`!` or `?:` condition whose value is known and is not a boolean";
     CAPABILITY_NOT_ALLOWED = "SY501", "capability-not-allowed", Error, "an agent kind outside the flow's `allow` list";
     UNUSED_RESULT = "SY502", "unused-result", Warning, "an agent step whose result is neither mapped nor referenced";
     LITERAL_SECRET = "SY503", "literal-secret", Warning, "a literal that looks like a secret";

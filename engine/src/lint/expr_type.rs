@@ -47,6 +47,8 @@ pub enum ProblemKind {
     NeverTrue,
     /// Arithmetic with no CEL operator for its operand types.
     Arithmetic,
+    /// An operand of `&&`, `||` or `!`, or the condition of `?:`, that is never a boolean.
+    NotBool,
     /// A field a known object does not have, or a field of a value that is not an object,
     /// after an index, a call or on a comprehension variable (static chains from a variable are
     /// checked by the variable references).
@@ -91,9 +93,13 @@ pub fn check(expr: &Expr, scope: &dyn Scope) -> (Ty, Vec<Problem>) {
         .found
         .into_iter()
         .map(|f| {
-            let (start, end) = spans
+            let (mut start, end) = spans
                 .binary_search_by_key(&f.id, |s| s.0)
                 .map_or((0, expr.text().len()), |i| (spans[i].1, spans[i].2));
+            if f.kind == ProblemKind::NotBool {
+                // An operand's span is its last field name: widen it to the chain it ends.
+                start = chain_start(expr.text(), start);
+            }
             Problem {
                 kind: f.kind,
                 start,
@@ -107,6 +113,23 @@ pub fn check(expr: &Expr, scope: &dyn Scope) -> (Ty, Vec<Problem>) {
     problems.sort_by_key(|p| (p.start, p.end));
     problems.dedup();
     (ty, problems)
+}
+
+/// The start of the `a.b.c` chain whose last name starts at byte `at` of `text` (`at` itself
+/// when nothing written before it belongs to the chain, as after a call or an index).
+fn chain_start(text: &str, at: usize) -> usize {
+    let before = &text.as_bytes()[..at];
+    let start = before
+        .iter()
+        .rposition(|&c| !(c.is_ascii_alphanumeric() || c == b'_' || c == b'.'))
+        .map_or(0, |i| i + 1);
+    // After `f(x).` or `m[0].` only the name itself is the operand's own text.
+    let chain = &text[start..at];
+    if chain.is_empty() || chain.starts_with('.') || chain.starts_with(|c: char| c.is_ascii_digit()) {
+        at
+    } else {
+        start
+    }
 }
 
 /// A problem at the AST node `id`, before its span is known.
@@ -228,6 +251,9 @@ impl Typer<'_> {
             Node::Call(call) => {
                 let target = call.target.as_ref().map(|t| self.ty(t));
                 let args: Vec<Ty> = call.args.iter().map(|a| self.ty(a)).collect();
+                if call.target.is_none() {
+                    self.logic_operands(&call.func_name, &call.args, &args);
+                }
                 self.call(e.id, &call.func_name, target.as_ref(), &args)
             }
             Node::Unspecified => Ty::Any,
@@ -438,6 +464,34 @@ impl Typer<'_> {
         }
     }
 
+    /// The operands of `&&`, `||` and `!`, and the condition of `?:`, that are known and can
+    /// never be a boolean: CEL has no such operator, and the expression fails at run time
+    /// (for `&&`/`||`, whenever the other operand does not decide the result alone).
+    fn logic_operands(&mut self, func: &str, args: &[Expression], tys: &[Ty]) {
+        let (what, checked) = match func {
+            "_&&_" => ("an operand of `&&`", args.len()),
+            "_||_" => ("an operand of `||`", args.len()),
+            "!_" => ("the operand of `!`", args.len()),
+            "_?_:_" => ("the condition of `?:`", 1),
+            _ => return,
+        };
+        for (arg, ty) in args.iter().zip(tys).take(checked) {
+            if ty.is_any() || ty.members().contains(&Ty::Bool) {
+                continue;
+            }
+            self.found.push(Found {
+                id: arg.id,
+                kind: ProblemKind::NotBool,
+                message: format!("{what} is {}, not a boolean", ty.describe()),
+                label: format!("{} here", ty.describe()),
+                help: format!(
+                    "CEL does not read other values as true or false; {}",
+                    bool_help(ty)
+                ),
+            });
+        }
+    }
+
     /// `a in b`: `b` must be a list whose elements can equal `a`, or a map (its keys are
     /// strings: JSON objects have no others).
     fn membership(&mut self, id: u64, a: &Ty, b: &Ty) {
@@ -564,7 +618,8 @@ fn arithmetic(op: &str, a: &Ty, b: &Ty) -> Option<Ty> {
         for y in b.members() {
             let t = match (x, y) {
                 (Ty::Int, Ty::Int) => Some(Ty::Int),
-                (x, y) if is_number(x) && is_number(y) => Some(Ty::Double),
+                // CEL's `%` is on integers only: the mixed-number extension stops at `/`.
+                (x, y) if is_number(x) && is_number(y) && op != "%" => Some(Ty::Double),
                 (Ty::String, Ty::String) if op == "+" => Some(Ty::String),
                 (Ty::List(p), Ty::List(q)) if op == "+" => Some(Ty::List(Box::new(p.join(q)))),
                 _ => None,
@@ -586,10 +641,23 @@ fn arithmetic_help(op: &str, a: &Ty, b: &Ty) -> String {
     if op == "+" && (has(a, &Ty::String) && numeric(b) || has(b, &Ty::String) && numeric(a)) {
         return "convert first: `string(n)` to join as text, `int(s)` or `double(s)` to add numbers".into();
     }
+    if op == "%" && (has(a, &Ty::Double) || has(b, &Ty::Double)) {
+        return "`%` takes integers only, as CEL defines it; convert first: `int(x) % n`".into();
+    }
     if op == "+" {
         "`+` adds numbers, joins two strings and concatenates two lists".into()
     } else {
         format!("`{op}` applies to numbers only")
+    }
+}
+
+/// How to make a boolean of a value of type `ty`.
+pub fn bool_help(ty: &Ty) -> &'static str {
+    match ty {
+        Ty::List(_) | Ty::Object(_) => "test its size: `size(x) > 0`, or compare one of its fields",
+        Ty::String => "compare it: `x == \"done\"`, or test presence with `has(...)`",
+        Ty::Int | Ty::Double => "compare it: `x > 0`",
+        _ => "write a comparison, `has(...)` or another test that is `true` or `false`",
     }
 }
 
@@ -702,6 +770,8 @@ mod tests {
         assert_eq!(ty("1.5 / 2"), Ty::Double);
         assert_eq!(ty("input.amount * 0.029"), Ty::Double);
         assert_eq!(ty("input.amount + 1"), Ty::number());
+        // `%` is on integers only: a `number` may be a whole number, and then gives one.
+        assert_eq!(ty("input.amount % 2"), Ty::Int);
         assert_eq!(ty("input.name + '!'"), Ty::String);
         assert_eq!(ty("input.tags + ['x']"), list(Ty::String));
         assert_eq!(ty("-input.count"), Ty::Int);
@@ -879,13 +949,77 @@ mod tests {
         assert_eq!(p.len(), 1, "{p:?}");
         assert_eq!(p[0].start, text.rfind('-').unwrap());
         assert_eq!(p[0].message, "`-` does not apply to integer and string");
+        assert_eq!(
+            problems("input.count % 2.0"),
+            vec![(
+                ProblemKind::Arithmetic,
+                "`%` does not apply to integer and double".into(),
+                "%"
+            )]
+        );
+        assert_eq!(
+            problems("(input.count * 0.5) % 2")[0].1,
+            "`%` does not apply to double and integer"
+        );
         for ok in [
             "input.count * 0.029",
             "input.maybe + 'x'",
             "input.count % 2",
+            "input.amount % 2",
+            "2 % input.amount",
             "payload.x * 2",
             "[1] + [2]",
             "'a' + 'b'",
+        ] {
+            assert_eq!(problems(ok), vec![], "{ok}");
+        }
+    }
+
+    #[test]
+    fn logic_on_values_that_are_not_booleans() {
+        assert_eq!(
+            problems("input.flag && input.name"),
+            vec![(
+                ProblemKind::NotBool,
+                "an operand of `&&` is string, not a boolean".into(),
+                "input.name"
+            )]
+        );
+        assert_eq!(
+            problems("input.count || input.flag"),
+            vec![(
+                ProblemKind::NotBool,
+                "an operand of `||` is integer, not a boolean".into(),
+                "input.count"
+            )]
+        );
+        assert_eq!(
+            problems("!input.tags"),
+            vec![(
+                ProblemKind::NotBool,
+                "the operand of `!` is list of string, not a boolean".into(),
+                "input.tags"
+            )]
+        );
+        assert_eq!(
+            problems("input.name ? 1 : 2"),
+            vec![(
+                ProblemKind::NotBool,
+                "the condition of `?:` is string, not a boolean".into(),
+                "input.name"
+            )]
+        );
+        assert_eq!(
+            problems("null && true")[0].1,
+            "an operand of `&&` is null, not a boolean"
+        );
+        for ok in [
+            "input.flag && payload.x",
+            "!payload.x",
+            "payload.x ? 'a' : 1",
+            "input.flag ? input.name : input.count",
+            "has(input.meta.x) || input.count > 1",
+            "(input.maybe == null) && !input.flag",
         ] {
             assert_eq!(problems(ok), vec![], "{ok}");
         }

@@ -1816,7 +1816,12 @@ fn output_spec(cx: &mut Cx, node: &Node) -> Option<OutputSpec> {
 
 fn flow_test(cx: &mut Cx, node: &Node) -> Option<FlowTest> {
     let m = map(cx, node, "a test")?;
-    check_keys(cx, m, "a test", &["name", "input", "context", "mocks", "expect"]);
+    check_keys(
+        cx,
+        m,
+        "a test",
+        &["name", "input", "context", "now", "mocks", "expect"],
+    );
     let name = match node.get("name") {
         Some(n) => string(cx, n)?,
         None => {
@@ -1855,10 +1860,41 @@ fn flow_test(cx: &mut Cx, node: &Node) -> Option<FlowTest> {
         name,
         input: node.get("input").map(any),
         context: node.get("context").map(any),
+        now: node.get("now").and_then(|n| now(cx, n)),
         mocks,
         expect,
         span: node.span,
     })
+}
+
+/// A test's `now`: an RFC 3339 timestamp the store can record as it is (to the microsecond).
+fn now(cx: &mut Cx, node: &Node) -> Option<Sp<crate::runtime::time::Timestamp>> {
+    let text = string(cx, node)?;
+    match parse_now(&text.value) {
+        Ok(t) => Some(Sp::new(t, text.span)),
+        Err(why) => {
+            cx.push(
+                Diagnostic::new(&codes::INVALID_VALUE, text.span, format!("invalid `now`: {why}"))
+                    .label("not a timestamp the run can take")
+                    .help("`now` is an RFC 3339 timestamp: `now: \"2026-03-01T09:00:00Z\"`"),
+            );
+            None
+        }
+    }
+}
+
+/// Parses a pinned `now` (a test's `now:`, `--now`): RFC 3339 as CEL's `timestamp()` takes
+/// it, with no digit past the microsecond, since the run records `now` to the microsecond and
+/// a resumed run must see what the first start saw.
+pub fn parse_now(text: &str) -> Result<crate::runtime::time::Timestamp, String> {
+    use crate::runtime::time::Timestamp;
+    let t = Timestamp::parse(text).map_err(|e| e.to_string())?;
+    if Timestamp::from_unix_micros(t.unix_micros()) != Some(t) {
+        return Err(format!(
+            "`{text}` is finer than a microsecond, and a run records `now` to the microsecond"
+        ));
+    }
+    Ok(t)
 }
 
 fn expect(cx: &mut Cx, node: &Node) -> Option<Expect> {

@@ -744,6 +744,10 @@ pub struct FlowTest {
     /// The run input.
     pub input: Option<Any>,
     pub context: Option<Any>,
+    /// The run's `now` (RFC 3339, at most microseconds: `2026-03-01T09:00:00Z`); default the
+    /// time the test starts.
+    #[schemars(with = "Option<String>", extend("format" = "date-time"))]
+    pub now: Option<Sp<crate::runtime::time::Timestamp>>,
     /// Agent name → mock fields (`returns`, `sequence`, `latency`, `fail_times`).
     #[serde(default)]
     pub mocks: IndexMap<String, MockAgent>,

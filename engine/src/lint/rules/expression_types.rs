@@ -1,5 +1,6 @@
 //! Types of expressions: comparisons that can never be true (SY415), arithmetic CEL has no
-//! operator for (SY416), `if:`/`while:` conditions that are not booleans (SY417), and fields a
+//! operator for (SY416), `if:`/`while:` conditions and operands of `&&`, `||`, `!` and `?:`
+//! that are not booleans (SY417), and fields a
 //! known value cannot have past an index, a call or on a macro's variable (SY405, as for the
 //! static field chains of variables).
 //!
@@ -25,6 +26,7 @@ pub fn check(
         let rule = match p.kind {
             ProblemKind::NeverTrue => &codes::COMPARISON_NEVER_TRUE,
             ProblemKind::Arithmetic => &codes::ARITHMETIC_TYPE_MISMATCH,
+            ProblemKind::NotBool => &codes::CONDITION_NOT_BOOL,
             ProblemKind::UnknownField => &codes::UNKNOWN_FIELD,
         };
         out.push(
@@ -42,12 +44,7 @@ pub fn condition(key: &str, ty: &Ty, span: Span, out: &mut Vec<Diagnostic>) {
     if ty.is_any() || ty.members().contains(&Ty::Bool) {
         return;
     }
-    let help = match ty {
-        Ty::List(_) | Ty::Object(_) => "test its size: `size(x) > 0`, or compare one of its fields",
-        Ty::String => "compare it: `x == \"done\"`, or test presence with `has(...)`",
-        Ty::Int | Ty::Double => "compare it: `x > 0`",
-        _ => "write a comparison, `has(...)` or another test that is `true` or `false`",
-    };
+    let help = expr_type::bool_help(ty);
     out.push(
         Diagnostic::new(
             &codes::CONDITION_NOT_BOOL,

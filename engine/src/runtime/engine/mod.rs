@@ -63,6 +63,9 @@ pub struct RunOptions {
     pub allow_hosts: Option<Vec<String>>,
     /// `--max-cost-usd`: the run tree's budget, on top of the flows' `limits.max_cost_usd`.
     pub max_cost_usd: Option<f64>,
+    /// `--now` or a flow test's `now:`: the `now` of every new run tree started with these
+    /// options (default: the time it starts). A resumed run keeps the `now` it recorded.
+    pub now: Option<crate::runtime::time::Timestamp>,
 }
 
 /// Agent changes resolved against a plan: for each flow (by index into `Plan::flows`),

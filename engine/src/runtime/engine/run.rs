@@ -77,14 +77,8 @@ impl<S: Store> Engine<S> {
         controls: RunControls,
         item: Option<BatchItem>,
     ) -> RunOutcome {
-        let (tree, lineage) = Self::tree(
-            plan,
-            context,
-            Timestamp::now(),
-            options,
-            controls,
-            ResumeOptions::default(),
-        );
+        let now = options.now.unwrap_or_else(Timestamp::now);
+        let (tree, lineage) = Self::tree(plan, context, now, options, controls, ResumeOptions::default());
         let root = tree.plan.root;
         // The root run in place: only child runs need the boxed, recursive `run_flow`.
         let flow = tree.plan.flow(root).clone();

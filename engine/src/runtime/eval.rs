@@ -147,6 +147,14 @@ fn evaluate<R>(
     finish: impl Fn(&dyn Val) -> Result<R, String>,
 ) -> Result<R, StepError> {
     let ast = expr.ast();
+    if mixed::list_add_may_take_a_map(ast)
+        && let Some(exact) = mixed::rewrite(ast)
+    {
+        return with_scope(vars, stand_ins(&exact), |ctx| {
+            let v = cel::Value::resolve_val(&exact, ctx).map_err(|e| expr_error(expr, &cause(&e, vars)))?;
+            finish(&*v).map_err(|e| expr_error(expr, &e))
+        });
+    }
     let first = with_scope(vars, stand_ins(ast), |ctx| {
         cel::Value::resolve_val(ast, ctx).map(|v| finish(&*v))
     });
@@ -746,7 +754,7 @@ fn visit_mut(e: &mut Expression, f: &mut impl FnMut(&mut Expression)) {
 /// other an integer. `%` stays CEL's: it is defined on integers only.
 mod mixed {
     use cel::common::ast::{Expr as Node, operators};
-    use cel::common::types::{self as cel_types, CelDouble, CelInt, CelUInt};
+    use cel::common::types::{self as cel_types, CelDouble, CelInt, CelUInt, Kind};
     use cel::common::value::{CowVal, Val};
     use cel::parser::Expression;
     use cel::{Env, ExecutionError};
@@ -801,6 +809,40 @@ mod mixed {
         Some(out)
     }
 
+    /// Whether `ast` has a `+` that cel's own operator may get wrong: cel's lists append
+    /// anything iterable, so a list built by cel (a literal, a `map()`, a variable of a
+    /// comprehension) plus a map appends the map's keys where CEL has no such overload. Views
+    /// of JSON refuse that themselves, and a literal on the right is never a map, so
+    /// `payload.items + [x]` and `payload.n + 1` keep cel's operator.
+    pub fn list_add_may_take_a_map(ast: &Expression) -> bool {
+        let mut may = false;
+        super::visit(ast, &mut |e| {
+            if let Node::Call(call) = &e.expr
+                && call.func_name == operators::ADD
+                && call.target.is_none()
+                && call.args.len() == 2
+            {
+                let literal = matches!(call.args[1].expr, Node::Literal(_) | Node::List(_));
+                may |= !literal && !reads_json(&call.args[0]);
+            }
+        });
+        may
+    }
+
+    /// Whether `e` is a field chain from a variable the run provides (its values are views).
+    fn reads_json(e: &Expression) -> bool {
+        match &e.expr {
+            Node::Select(s) if !s.test => reads_json(&s.operand),
+            Node::Ident(name) => {
+                matches!(
+                    name.as_str(),
+                    "payload" | "input" | "context" | "result" | "steps" | "step"
+                )
+            }
+            _ => false,
+        }
+    }
+
     /// The name of the operator here that takes the place of `e`'s, if `e` is one.
     fn mixed_name(e: &Expression) -> Option<&'static str> {
         let Node::Call(call) = &e.expr else {
@@ -840,6 +882,14 @@ mod mixed {
                 cel::Value::try_from(r).unwrap_or(cel::Value::Null),
             )
         };
+        // cel's lists append anything iterable, a map's keys included: CEL's `+` on a list
+        // takes a list only.
+        if matches!(op, Op::Add) && l.get_type().kind() == Kind::List && r.get_type().kind() != Kind::List {
+            return Err(ExecutionError::no_such_overload(
+                "_+_",
+                vec![l.get_type().name().to_owned(), r.get_type().name().to_owned()],
+            ));
+        }
         let out = match op {
             Op::Add => l
                 .as_adder()
@@ -1675,6 +1725,27 @@ mod tests {
             Ok(v) => panic!("{text}: expected an error, got {v}"),
             Err(e) => e,
         }
+    }
+
+    #[test]
+    fn a_list_plus_a_map_is_no_overload() {
+        // CEL's `+` on a list takes a list; a map is not one (its keys are not appended).
+        for text in [
+            "[1] + payload.m",
+            "[] + payload.m",
+            "[1] + dyn({'b': 'x'})",
+            "dyn([]) + dyn({'b': 'x'})",
+            "payload.l + payload.m",
+        ] {
+            let e = err(text, json!({"l": [1], "m": {"b": "x"}}));
+            assert!(
+                e.message.contains("no matching overload") && e.message.contains("_+_"),
+                "{text}: {}",
+                e.message
+            );
+        }
+        assert_eq!(ok("[1] + payload.l", json!({"l": [2]})), json!([1, 2]));
+        assert_eq!(ok("dyn([1]) + dyn([2])", json!({})), json!([1, 2]));
     }
 
     #[test]

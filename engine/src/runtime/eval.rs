@@ -147,9 +147,7 @@ fn evaluate<R>(
     finish: impl Fn(&dyn Val) -> Result<R, String>,
 ) -> Result<R, StepError> {
     let ast = expr.ast();
-    if mixed::list_add_may_take_a_map(ast)
-        && let Some(exact) = mixed::rewrite(ast)
-    {
+    if let Some(exact) = exact(ast) {
         return with_scope(vars, stand_ins(&exact), |ctx| {
             let v = cel::Value::resolve_val(&exact, ctx).map_err(|e| expr_error(expr, &cause(&e, vars)))?;
             finish(&*v).map_err(|e| expr_error(expr, &e))
@@ -169,6 +167,24 @@ fn evaluate<R>(
         let v = cel::Value::resolve_val(&ast, ctx).map_err(|e| expr_error(expr, &cause(&e, vars)))?;
         finish(&*v).map_err(|e| expr_error(expr, &e))
     })
+}
+
+/// `ast` as it must run when cel's own evaluation of it could give a wrong answer or one that
+/// depends on chance: with its `+` mixed where a list of cel's could take a map
+/// ([`mixed::list_add_may_take_a_map`]), and with a comprehension over a map cel built
+/// iterating its keys in order ([`order`]). `None` when neither can happen.
+fn exact(ast: &Expression) -> Option<Expression> {
+    let add = mixed::list_add_may_take_a_map(ast);
+    let unordered = order::may_iterate_a_map(ast);
+    if !add && !unordered {
+        return None;
+    }
+    // The mixed operators do what cel's do unless numbers mix: they can always take their place.
+    let mut out = mixed::rewrite(ast).unwrap_or_else(|| ast.clone());
+    if unordered {
+        order::in_order(&mut out);
+    }
+    Some(out)
 }
 
 /// The right operand of `expr` when it adds to a value of the payload, `payload.a.b + rhs`,
@@ -536,6 +552,7 @@ fn root_env() -> Env {
     super::strings::register(&mut env).expect("the strings extension is registered once");
     time::register(&mut env);
     mixed::register(&mut env);
+    order::register(&mut env);
     env
 }
 
@@ -830,7 +847,7 @@ mod mixed {
     }
 
     /// Whether `e` is a field chain from a variable the run provides (its values are views).
-    fn reads_json(e: &Expression) -> bool {
+    pub(super) fn reads_json(e: &Expression) -> bool {
         match &e.expr {
             Node::Select(s) if !s.test => reads_json(&s.operand),
             Node::Ident(name) => {
@@ -930,6 +947,108 @@ mod mixed {
         let (a, a_double) = num(lhs)?;
         let (b, b_double) = num(rhs)?;
         (a_double != b_double).then_some((a, b))
+    }
+}
+
+/// The order a comprehension (`all`, `exists`, `exists_one`, `map`, `filter`) visits a map's
+/// keys in. cel keeps the maps it builds (`{'b': 1, 'a': 2}`) in hash maps whose order changes
+/// from one process to the next, so `{'b': 1, 'a': 2}.map(k, k)` would give `['a', 'b']` in one
+/// run and `['b', 'a']` in its resume. CEL leaves the order open; here it is fixed: the keys in
+/// ascending order (booleans, then integers by value, then strings by code point), the order a
+/// map written into the payload keeps there. A map read from the payload is visited in the
+/// order of its document, which a resumed run reads back the same.
+mod order {
+    use std::cmp::Ordering;
+
+    use cel::Env;
+    use cel::common::ast::{CallExpr, Expr as Node};
+    use cel::common::types::{self as cel_types, CelBool, CelInt, CelList, CelString, CelUInt, Kind};
+    use cel::common::value::{CowVal, Val};
+    use cel::parser::Expression;
+
+    use super::{JSON_MAP_TYPE, mixed};
+
+    pub const IN_ORDER: &str = "@in_order";
+
+    /// Declares the function that puts a comprehension's range in order.
+    pub fn register(env: &mut Env) {
+        env.add_overload(IN_ORDER, IN_ORDER, vec![cel_types::DYN_TYPE], |mut args| {
+            let range = args
+                .pop()
+                .ok_or_else(|| cel::ExecutionError::function_error("iteration", "takes one range"))?;
+            if range.get_type().kind() != Kind::Map || std::ptr::eq(range.get_type(), &JSON_MAP_TYPE) {
+                return Ok(range);
+            }
+            let Some(keys) = range.as_iterable() else {
+                return Ok(range);
+            };
+            let mut sorted: Vec<Box<dyn Val>> = Vec::new();
+            let mut it = keys.iter();
+            while let Some(k) = it.next() {
+                sorted.push(k.clone_as_boxed());
+            }
+            sorted.sort_by(|a, b| compare(&**a, &**b));
+            Ok(CowVal::owned(CelList::from(sorted)))
+        })
+        .expect("the name is new to the standard library");
+    }
+
+    /// Map keys in order: `bool`, then `int` and `uint` by value, then `string`.
+    fn compare(a: &dyn Val, b: &dyn Val) -> Ordering {
+        fn rank(v: &dyn Val) -> (u8, i128, &str) {
+            if let Some(b) = v.downcast_ref::<CelBool>() {
+                (0, i128::from(*b.inner()), "")
+            } else if let Some(i) = v.downcast_ref::<CelInt>() {
+                (1, i128::from(*i.inner()), "")
+            } else if let Some(u) = v.downcast_ref::<CelUInt>() {
+                (1, i128::from(*u.inner()), "")
+            } else if let Some(s) = v.downcast_ref::<CelString>() {
+                (2, 0, s.inner())
+            } else {
+                (3, 0, "")
+            }
+        }
+        rank(a).cmp(&rank(b))
+    }
+
+    /// Whether `ast` has a comprehension over one variable whose range may be a map cel
+    /// built: not a list literal, not a field chain from a variable of the run (a view).
+    pub fn may_iterate_a_map(ast: &Expression) -> bool {
+        let mut may = false;
+        super::visit(ast, &mut |e| {
+            if let Node::Comprehension(c) = &e.expr {
+                may |= unordered(c);
+            }
+        });
+        may
+    }
+
+    fn unordered(c: &cel::common::ast::ComprehensionExpr) -> bool {
+        c.iter_var2.is_none()
+            && !matches!(c.iter_range.expr, Node::List(_))
+            && !mixed::reads_json(&c.iter_range)
+            && !matches!(&c.iter_range.expr, Node::Call(call) if call.func_name == IN_ORDER)
+    }
+
+    /// Wraps the range of each such comprehension in `ast` in [`IN_ORDER`].
+    pub fn in_order(ast: &mut Expression) {
+        let mut wrap = |e: &mut Expression| {
+            if let Node::Comprehension(c) = &mut e.expr
+                && unordered(c)
+            {
+                let range = std::mem::take(&mut c.iter_range);
+                c.iter_range = Expression {
+                    id: range.id,
+                    expr: Node::Call(CallExpr {
+                        func_name: IN_ORDER.to_owned(),
+                        target: None,
+                        args: vec![range],
+                    }),
+                };
+            }
+        };
+        wrap(ast);
+        super::visit_mut(ast, &mut wrap);
     }
 }
 
@@ -1725,6 +1844,32 @@ mod tests {
             Ok(v) => panic!("{text}: expected an error, got {v}"),
             Err(e) => e,
         }
+    }
+
+    #[test]
+    fn comprehensions_visit_the_keys_of_a_built_map_in_order() {
+        // cel's maps are hash maps: without an order, each evaluation could differ.
+        for _ in 0..16 {
+            assert_eq!(
+                ok("{'e': 1, 'b': 2, 'd': 3, 'a': 4, 'c': 5}.map(k, k)", json!({})),
+                json!(["a", "b", "c", "d", "e"])
+            );
+            assert_eq!(
+                ok(
+                    "{2: 0, 'x': 0, true: 0, -1: 0, 3u: 0}.filter(k, k != 2)",
+                    json!({})
+                ),
+                json!([true, -1, 3, "x"])
+            );
+            assert_eq!(
+                ok("[{'b': 1, 'a': 2.5}].map(m, m.map(k, m[k] + 1))", json!({})),
+                json!([[3.5, 2]])
+            );
+        }
+        // A map of the payload keeps the order of its document.
+        let p = json!({"m": {"b": 1, "a": 2, "c": 3}});
+        assert_eq!(ok("payload.m.map(k, k)", p.clone()), json!(["b", "a", "c"]));
+        assert_eq!(ok("dyn(payload.m).map(k, k)", p), json!(["b", "a", "c"]));
     }
 
     #[test]

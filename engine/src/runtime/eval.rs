@@ -1721,6 +1721,20 @@ fn cause(e: &ExecutionError, vars: &Vars) -> String {
             format!("{} and {} cannot be compared", type_name(a), type_name(b))
         }
         ExecutionError::FunctionError { function, message } => format!("`{function}`: {message}"),
+        // Numbers always have `<`: the one pair they fail on holds a NaN.
+        ExecutionError::NoSuchOverload(o)
+            if matches!(o.function(), "_<_" | "_<=_" | "_>_" | "_>=_")
+                && o.argument_types().len() == 2
+                && o.argument_types()
+                    .iter()
+                    .all(|t| matches!(t.as_str(), "int" | "uint" | "double"))
+                && o.argument_types().iter().any(|t| t == "double") =>
+        {
+            format!(
+                "`{}` does not order NaN (not a number) with any number",
+                o.function().trim_matches('_')
+            )
+        }
         other => tidy(&other.to_string()),
     }
 }
@@ -1870,6 +1884,26 @@ mod tests {
         let p = json!({"m": {"b": 1, "a": 2, "c": 3}});
         assert_eq!(ok("payload.m.map(k, k)", p.clone()), json!(["b", "a", "c"]));
         assert_eq!(ok("dyn(payload.m).map(k, k)", p), json!(["b", "a", "c"]));
+    }
+
+    #[test]
+    fn nan_is_not_ordered_and_says_so() {
+        for text in [
+            "double('NaN') < payload.d",
+            "payload.n >= double('NaN')",
+            "double('NaN') > 2u",
+            "[double('NaN')].exists(v, v <= payload.n)",
+        ] {
+            let e = err(text, json!({"d": 1.5, "n": 1}));
+            assert!(
+                e.message
+                    .contains("does not order NaN (not a number) with any number"),
+                "{text}: {}",
+                e.message
+            );
+        }
+        let e = err("payload.x < 1", json!({"x": "a"}));
+        assert!(!e.message.contains("NaN"), "{}", e.message);
     }
 
     #[test]

@@ -955,8 +955,8 @@ mod mixed {
 /// from one process to the next, so `{'b': 1, 'a': 2}.map(k, k)` would give `['a', 'b']` in one
 /// run and `['b', 'a']` in its resume. CEL leaves the order open; here it is fixed: the keys in
 /// ascending order (booleans, then integers by value, then strings by code point), the order a
-/// map written into the payload keeps there. A map read from the payload is visited in the
-/// order of its document, which a resumed run reads back the same.
+/// map read from the payload is visited in too (whatever the order of its document), so that
+/// a map gives the same answer read from the payload or written as a literal.
 mod order {
     use std::cmp::Ordering;
 
@@ -1117,8 +1117,12 @@ impl<'a> JsonView<'a> {
     fn items(&self) -> &[Box<dyn Val + 'a>] {
         match self.value {
             Value::Array(_) => self.list().inner(),
+            // In ascending order, as a comprehension visits a map cel built ([`order`]): the
+            // same map read from the payload or written as a literal is visited alike.
             Value::Object(m) => self.keys.get_or_init(|| {
-                m.keys()
+                let mut keys: Vec<&String> = m.keys().collect();
+                keys.sort_unstable();
+                keys.into_iter()
                     .map(|k| Box::new(CelString::from(k.as_str())) as Box<dyn Val + 'a>)
                     .collect()
             }),
@@ -1880,10 +1884,13 @@ mod tests {
                 json!([[3.5, 2]])
             );
         }
-        // A map of the payload keeps the order of its document.
-        let p = json!({"m": {"b": 1, "a": 2, "c": 3}});
-        assert_eq!(ok("payload.m.map(k, k)", p.clone()), json!(["b", "a", "c"]));
-        assert_eq!(ok("dyn(payload.m).map(k, k)", p), json!(["b", "a", "c"]));
+        // A map of the payload is visited in the same order, whatever its document's.
+        let p = json!({"m": {"b": 1, "é": 0, "a": 2, "c": 3}});
+        let keys = json!(["a", "b", "c", "é"]);
+        assert_eq!(ok("payload.m.map(k, k)", p.clone()), keys);
+        assert_eq!(ok("dyn(payload.m).map(k, k)", p.clone()), keys);
+        assert_eq!(ok("[payload.m][0].filter(k, true)", p.clone()), keys);
+        assert_eq!(ok("payload.m.map(k, payload.m[k])", p), json!([2, 1, 3, 0]));
     }
 
     #[test]

@@ -172,10 +172,16 @@ fn evaluate<R>(
 /// `ast` as it must run when cel's own evaluation of it could give a wrong answer or one that
 /// depends on chance: with its `+` mixed where a list of cel's could take a map
 /// ([`mixed::list_add_may_take_a_map`]), and with a comprehension over a map cel built
-/// iterating its keys in order ([`order`]). `None` when neither can happen.
+/// iterating its keys in order ([`order::unordered`]). `None` when neither can happen.
 fn exact(ast: &Expression) -> Option<Expression> {
-    let add = mixed::list_add_may_take_a_map(ast);
-    let unordered = order::may_iterate_a_map(ast);
+    use cel::common::ast::Expr as Node;
+    // One walk over the tree: this runs before every evaluation.
+    let (mut add, mut unordered) = (false, false);
+    visit(ast, &mut |e| match &e.expr {
+        Node::Call(call) => add |= mixed::list_add_may_take_a_map(call),
+        Node::Comprehension(c) => unordered |= order::unordered(c),
+        _ => {}
+    });
     if !add && !unordered {
         return None;
     }
@@ -826,24 +832,17 @@ mod mixed {
         Some(out)
     }
 
-    /// Whether `ast` has a `+` that cel's own operator may get wrong: cel's lists append
+    /// Whether `call` is a `+` that cel's own operator may get wrong: cel's lists append
     /// anything iterable, so a list built by cel (a literal, a `map()`, a variable of a
     /// comprehension) plus a map appends the map's keys where CEL has no such overload. Views
     /// of JSON refuse that themselves, and a literal on the right is never a map, so
     /// `payload.items + [x]` and `payload.n + 1` keep cel's operator.
-    pub fn list_add_may_take_a_map(ast: &Expression) -> bool {
-        let mut may = false;
-        super::visit(ast, &mut |e| {
-            if let Node::Call(call) = &e.expr
-                && call.func_name == operators::ADD
-                && call.target.is_none()
-                && call.args.len() == 2
-            {
-                let literal = matches!(call.args[1].expr, Node::Literal(_) | Node::List(_));
-                may |= !literal && !reads_json(&call.args[0]);
-            }
-        });
-        may
+    pub fn list_add_may_take_a_map(call: &cel::common::ast::CallExpr) -> bool {
+        call.func_name == operators::ADD
+            && call.target.is_none()
+            && call.args.len() == 2
+            && !matches!(call.args[1].expr, Node::Literal(_) | Node::List(_))
+            && !reads_json(&call.args[0])
     }
 
     /// Whether `e` is a field chain from a variable the run provides (its values are views).
@@ -1004,19 +1003,9 @@ mod order {
         rank(a).cmp(&rank(b))
     }
 
-    /// Whether `ast` has a comprehension over one variable whose range may be a map cel
-    /// built: not a list literal, not a field chain from a variable of the run (a view).
-    pub fn may_iterate_a_map(ast: &Expression) -> bool {
-        let mut may = false;
-        super::visit(ast, &mut |e| {
-            if let Node::Comprehension(c) = &e.expr {
-                may |= unordered(c);
-            }
-        });
-        may
-    }
-
-    fn unordered(c: &cel::common::ast::ComprehensionExpr) -> bool {
+    /// Whether `c` is a comprehension over one variable whose range may be a map cel built:
+    /// not a list literal, not a field chain from a variable of the run (a view).
+    pub fn unordered(c: &cel::common::ast::ComprehensionExpr) -> bool {
         c.iter_var2.is_none()
             && !matches!(c.iter_range.expr, Node::List(_))
             && !mixed::reads_json(&c.iter_range)

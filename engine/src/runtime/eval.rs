@@ -147,6 +147,12 @@ fn evaluate<R>(
     finish: impl Fn(&dyn Val) -> Result<R, String>,
 ) -> Result<R, StepError> {
     let ast = expr.ast();
+    if let Some(exact) = exact(ast) {
+        return with_scope(vars, stand_ins(&exact), |ctx| {
+            let v = cel::Value::resolve_val(&exact, ctx).map_err(|e| expr_error(expr, &cause(&e, vars)))?;
+            finish(&*v).map_err(|e| expr_error(expr, &e))
+        });
+    }
     let first = with_scope(vars, stand_ins(ast), |ctx| {
         cel::Value::resolve_val(ast, ctx).map(|v| finish(&*v))
     });
@@ -161,6 +167,30 @@ fn evaluate<R>(
         let v = cel::Value::resolve_val(&ast, ctx).map_err(|e| expr_error(expr, &cause(&e, vars)))?;
         finish(&*v).map_err(|e| expr_error(expr, &e))
     })
+}
+
+/// `ast` as it must run when cel's own evaluation of it could give a wrong answer or one that
+/// depends on chance: with its `+` mixed where a list of cel's could take a map
+/// ([`mixed::list_add_may_take_a_map`]), and with a comprehension over a map cel built
+/// iterating its keys in order ([`order::unordered`]). `None` when neither can happen.
+fn exact(ast: &Expression) -> Option<Expression> {
+    use cel::common::ast::Expr as Node;
+    // One walk over the tree: this runs before every evaluation.
+    let (mut add, mut unordered) = (false, false);
+    visit(ast, &mut |e| match &e.expr {
+        Node::Call(call) => add |= mixed::list_add_may_take_a_map(call),
+        Node::Comprehension(c) => unordered |= order::unordered(c),
+        _ => {}
+    });
+    if !add && !unordered {
+        return None;
+    }
+    // The mixed operators do what cel's do unless numbers mix: they can always take their place.
+    let mut out = mixed::rewrite(ast).unwrap_or_else(|| ast.clone());
+    if unordered {
+        order::in_order(&mut out);
+    }
+    Some(out)
 }
 
 /// The right operand of `expr` when it adds to a value of the payload, `payload.a.b + rhs`,
@@ -528,6 +558,7 @@ fn root_env() -> Env {
     super::strings::register(&mut env).expect("the strings extension is registered once");
     time::register(&mut env);
     mixed::register(&mut env);
+    order::register(&mut env);
     env
 }
 
@@ -746,7 +777,7 @@ fn visit_mut(e: &mut Expression, f: &mut impl FnMut(&mut Expression)) {
 /// other an integer. `%` stays CEL's: it is defined on integers only.
 mod mixed {
     use cel::common::ast::{Expr as Node, operators};
-    use cel::common::types::{self as cel_types, CelDouble, CelInt, CelUInt};
+    use cel::common::types::{self as cel_types, CelDouble, CelInt, CelUInt, Kind};
     use cel::common::value::{CowVal, Val};
     use cel::parser::Expression;
     use cel::{Env, ExecutionError};
@@ -801,6 +832,33 @@ mod mixed {
         Some(out)
     }
 
+    /// Whether `call` is a `+` that cel's own operator may get wrong: cel's lists append
+    /// anything iterable, so a list built by cel (a literal, a `map()`, a variable of a
+    /// comprehension) plus a map appends the map's keys where CEL has no such overload. Views
+    /// of JSON refuse that themselves, and a literal on the right is never a map, so
+    /// `payload.items + [x]` and `payload.n + 1` keep cel's operator.
+    pub fn list_add_may_take_a_map(call: &cel::common::ast::CallExpr) -> bool {
+        call.func_name == operators::ADD
+            && call.target.is_none()
+            && call.args.len() == 2
+            && !matches!(call.args[1].expr, Node::Literal(_) | Node::List(_))
+            && !reads_json(&call.args[0])
+    }
+
+    /// Whether `e` is a field chain from a variable the run provides (its values are views).
+    pub(super) fn reads_json(e: &Expression) -> bool {
+        match &e.expr {
+            Node::Select(s) if !s.test => reads_json(&s.operand),
+            Node::Ident(name) => {
+                matches!(
+                    name.as_str(),
+                    "payload" | "input" | "context" | "result" | "steps" | "step"
+                )
+            }
+            _ => false,
+        }
+    }
+
     /// The name of the operator here that takes the place of `e`'s, if `e` is one.
     fn mixed_name(e: &Expression) -> Option<&'static str> {
         let Node::Call(call) = &e.expr else {
@@ -834,12 +892,13 @@ mod mixed {
         // cel's own operator, as its interpreter applies it.
         let (l, r) = (&*lhs, &*rhs);
         let unsupported = |name| {
-            ExecutionError::UnsupportedBinaryOperator(
-                name,
-                cel::Value::try_from(l).unwrap_or(cel::Value::Null),
-                cel::Value::try_from(r).unwrap_or(cel::Value::Null),
-            )
+            ExecutionError::UnsupportedBinaryOperator(name, super::message_value(l), super::message_value(r))
         };
+        // cel's lists append anything iterable, a map's keys included: CEL's `+` on a list
+        // takes a list only.
+        if matches!(op, Op::Add) && l.get_type().kind() == Kind::List && r.get_type().kind() != Kind::List {
+            return Err(unsupported("add"));
+        }
         let out = match op {
             Op::Add => l
                 .as_adder()
@@ -880,6 +939,98 @@ mod mixed {
         let (a, a_double) = num(lhs)?;
         let (b, b_double) = num(rhs)?;
         (a_double != b_double).then_some((a, b))
+    }
+}
+
+/// The order a comprehension (`all`, `exists`, `exists_one`, `map`, `filter`) visits a map's
+/// keys in. cel keeps the maps it builds (`{'b': 1, 'a': 2}`) in hash maps whose order changes
+/// from one process to the next, so `{'b': 1, 'a': 2}.map(k, k)` would give `['a', 'b']` in one
+/// run and `['b', 'a']` in its resume. CEL leaves the order open; here it is fixed: the keys in
+/// ascending order (booleans, then integers by value, then strings by code point), the order a
+/// map read from the payload is visited in too (whatever the order of its document), so that
+/// a map gives the same answer read from the payload or written as a literal.
+mod order {
+    use std::cmp::Ordering;
+
+    use cel::Env;
+    use cel::common::ast::{CallExpr, Expr as Node};
+    use cel::common::types::{self as cel_types, CelBool, CelInt, CelList, CelString, CelUInt, Kind};
+    use cel::common::value::{CowVal, Val};
+    use cel::parser::Expression;
+
+    use super::{JSON_MAP_TYPE, mixed};
+
+    pub const IN_ORDER: &str = "@in_order";
+
+    /// Declares the function that puts a comprehension's range in order.
+    pub fn register(env: &mut Env) {
+        env.add_overload(IN_ORDER, IN_ORDER, vec![cel_types::DYN_TYPE], |mut args| {
+            let range = args
+                .pop()
+                .ok_or_else(|| cel::ExecutionError::function_error("iteration", "takes one range"))?;
+            if range.get_type().kind() != Kind::Map || std::ptr::eq(range.get_type(), &JSON_MAP_TYPE) {
+                return Ok(range);
+            }
+            let Some(keys) = range.as_iterable() else {
+                return Ok(range);
+            };
+            let mut sorted: Vec<Box<dyn Val>> = Vec::new();
+            let mut it = keys.iter();
+            while let Some(k) = it.next() {
+                sorted.push(k.clone_as_boxed());
+            }
+            sorted.sort_by(|a, b| compare(&**a, &**b));
+            Ok(CowVal::owned(CelList::from(sorted)))
+        })
+        .expect("the name is new to the standard library");
+    }
+
+    /// Map keys in order: `bool`, then `int` and `uint` by value, then `string`.
+    fn compare(a: &dyn Val, b: &dyn Val) -> Ordering {
+        fn rank(v: &dyn Val) -> (u8, i128, &str) {
+            if let Some(b) = v.downcast_ref::<CelBool>() {
+                (0, i128::from(*b.inner()), "")
+            } else if let Some(i) = v.downcast_ref::<CelInt>() {
+                (1, i128::from(*i.inner()), "")
+            } else if let Some(u) = v.downcast_ref::<CelUInt>() {
+                (1, i128::from(*u.inner()), "")
+            } else if let Some(s) = v.downcast_ref::<CelString>() {
+                (2, 0, s.inner())
+            } else {
+                (3, 0, "")
+            }
+        }
+        rank(a).cmp(&rank(b))
+    }
+
+    /// Whether `c` is a comprehension over one variable whose range may be a map cel built:
+    /// not a list literal, not a field chain from a variable of the run (a view).
+    pub fn unordered(c: &cel::common::ast::ComprehensionExpr) -> bool {
+        c.iter_var2.is_none()
+            && !matches!(c.iter_range.expr, Node::List(_))
+            && !mixed::reads_json(&c.iter_range)
+            && !matches!(&c.iter_range.expr, Node::Call(call) if call.func_name == IN_ORDER)
+    }
+
+    /// Wraps the range of each such comprehension in `ast` in [`IN_ORDER`].
+    pub fn in_order(ast: &mut Expression) {
+        let mut wrap = |e: &mut Expression| {
+            if let Node::Comprehension(c) = &mut e.expr
+                && unordered(c)
+            {
+                let range = std::mem::take(&mut c.iter_range);
+                c.iter_range = Expression {
+                    id: range.id,
+                    expr: Node::Call(CallExpr {
+                        func_name: IN_ORDER.to_owned(),
+                        target: None,
+                        args: vec![range],
+                    }),
+                };
+            }
+        };
+        wrap(ast);
+        super::visit_mut(ast, &mut wrap);
     }
 }
 
@@ -948,8 +1099,12 @@ impl<'a> JsonView<'a> {
     fn items(&self) -> &[Box<dyn Val + 'a>] {
         match self.value {
             Value::Array(_) => self.list().inner(),
+            // In ascending order, as a comprehension visits a map cel built ([`order`]): the
+            // same map read from the payload or written as a literal is visited alike.
             Value::Object(m) => self.keys.get_or_init(|| {
-                m.keys()
+                let mut keys: Vec<&String> = m.keys().collect();
+                keys.sort_unstable();
+                keys.into_iter()
                     .map(|k| Box::new(CelString::from(k.as_str())) as Box<dyn Val + 'a>)
                     .collect()
             }),
@@ -1277,10 +1432,24 @@ impl Adder for JsonView<'_> {
 
 /// The error of an arithmetic operator on a view.
 fn no_overload(op: &str, lhs: &dyn Val, rhs: &dyn Val) -> ExecutionError {
-    ExecutionError::no_such_overload(
-        op,
-        vec![lhs.get_type().name().to_owned(), rhs.get_type().name().to_owned()],
-    )
+    let word = match op {
+        "_+_" => "add",
+        "_-_" => "sub",
+        "_*_" => "mul",
+        "_/_" => "div",
+        _ => "rem",
+    };
+    ExecutionError::UnsupportedBinaryOperator(word, message_value(lhs), message_value(rhs))
+}
+
+/// `v` as a cel value, for an error's message: a view, or a container holding views, converts
+/// to no cel value, and is written as an empty one of its kind (the message names its type).
+fn message_value(v: &dyn Val) -> cel::Value {
+    cel::Value::try_from(v).unwrap_or_else(|_| match v.get_type().kind() {
+        Kind::List => cel::Value::List(Arc::default()),
+        Kind::Map => cel::Value::from(std::collections::HashMap::<String, cel::Value>::new()),
+        _ => cel::Value::Null,
+    })
 }
 
 macro_rules! no_arithmetic {
@@ -1552,6 +1721,20 @@ fn cause(e: &ExecutionError, vars: &Vars) -> String {
             format!("{} and {} cannot be compared", type_name(a), type_name(b))
         }
         ExecutionError::FunctionError { function, message } => format!("`{function}`: {message}"),
+        // Numbers always have `<`: the one pair they fail on holds a NaN.
+        ExecutionError::NoSuchOverload(o)
+            if matches!(o.function(), "_<_" | "_<=_" | "_>_" | "_>=_")
+                && o.argument_types().len() == 2
+                && o.argument_types()
+                    .iter()
+                    .all(|t| matches!(t.as_str(), "int" | "uint" | "double"))
+                && o.argument_types().iter().any(|t| t == "double") =>
+        {
+            format!(
+                "`{}` does not order NaN (not a number) with any number",
+                o.function().trim_matches('_')
+            )
+        }
         other => tidy(&other.to_string()),
     }
 }
@@ -1675,6 +1858,76 @@ mod tests {
             Ok(v) => panic!("{text}: expected an error, got {v}"),
             Err(e) => e,
         }
+    }
+
+    #[test]
+    fn comprehensions_visit_the_keys_of_a_built_map_in_order() {
+        // cel's maps are hash maps: without an order, each evaluation could differ.
+        for _ in 0..16 {
+            assert_eq!(
+                ok("{'e': 1, 'b': 2, 'd': 3, 'a': 4, 'c': 5}.map(k, k)", json!({})),
+                json!(["a", "b", "c", "d", "e"])
+            );
+            assert_eq!(
+                ok(
+                    "{2: 0, 'x': 0, true: 0, -1: 0, 3u: 0}.filter(k, k != 2)",
+                    json!({})
+                ),
+                json!([true, -1, 3, "x"])
+            );
+            assert_eq!(
+                ok("[{'b': 1, 'a': 2.5}].map(m, m.map(k, m[k] + 1))", json!({})),
+                json!([[3.5, 2]])
+            );
+        }
+        // A map of the payload is visited in the same order, whatever its document's.
+        let p = json!({"m": {"b": 1, "é": 0, "a": 2, "c": 3}});
+        let keys = json!(["a", "b", "c", "é"]);
+        assert_eq!(ok("payload.m.map(k, k)", p.clone()), keys);
+        assert_eq!(ok("dyn(payload.m).map(k, k)", p.clone()), keys);
+        assert_eq!(ok("[payload.m][0].filter(k, true)", p.clone()), keys);
+        assert_eq!(ok("payload.m.map(k, payload.m[k])", p), json!([2, 1, 3, 0]));
+    }
+
+    #[test]
+    fn nan_is_not_ordered_and_says_so() {
+        for text in [
+            "double('NaN') < payload.d",
+            "payload.n >= double('NaN')",
+            "double('NaN') > 2u",
+            "[double('NaN')].exists(v, v <= payload.n)",
+        ] {
+            let e = err(text, json!({"d": 1.5, "n": 1}));
+            assert!(
+                e.message
+                    .contains("does not order NaN (not a number) with any number"),
+                "{text}: {}",
+                e.message
+            );
+        }
+        let e = err("payload.x < 1", json!({"x": "a"}));
+        assert!(!e.message.contains("NaN"), "{}", e.message);
+    }
+
+    #[test]
+    fn a_list_plus_a_map_is_no_overload() {
+        // CEL's `+` on a list takes a list; a map is not one (its keys are not appended).
+        for text in [
+            "[1] + payload.m",
+            "[] + payload.m",
+            "[1] + dyn({'b': 'x'})",
+            "dyn([]) + dyn({'b': 'x'})",
+            "payload.l + payload.m",
+        ] {
+            let e = err(text, json!({"l": [1], "m": {"b": "x"}}));
+            assert!(
+                e.message.ends_with("`+` does not apply to list and map"),
+                "{text}: {}",
+                e.message
+            );
+        }
+        assert_eq!(ok("[1] + payload.l", json!({"l": [2]})), json!([1, 2]));
+        assert_eq!(ok("dyn([1]) + dyn([2])", json!({})), json!([1, 2]));
     }
 
     #[test]
@@ -2166,15 +2419,9 @@ mod tests {
         let e = err("payload.n / 0", json!({"n": 1}));
         assert_eq!(e.message, "`payload.n / 0`: division by zero");
         let e = err("payload.m + 1", json!({"m": {}}));
-        assert_eq!(
-            e.message,
-            "`payload.m + 1`: found no matching overload for `_+_` applied to `(map, int)`"
-        );
+        assert_eq!(e.message, "`payload.m + 1`: `+` does not apply to map and int");
         let e = err("payload.l * 2", json!({"l": []}));
-        assert_eq!(
-            e.message,
-            "`payload.l * 2`: found no matching overload for `_*_` applied to `(list, int)`"
-        );
+        assert_eq!(e.message, "`payload.l * 2`: `*` does not apply to list and int");
         let e = err("payload.l < 2", json!({"l": []}));
         assert!(e.message.contains("(list, int)"), "{}", e.message);
         let e = err("result.ok", json!({}));

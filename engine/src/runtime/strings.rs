@@ -101,6 +101,25 @@ fn unexpected(v: &dyn Val, want: &str) -> ExecutionError {
     }
 }
 
+/// The longest string `replace`, `join` and `format` build, in bytes: twice the payload's
+/// default limit, so that a value the payload can hold can be built, and a few calls
+/// (`s.replace('x', s)` of `s.replace('x', s)`) cannot take the machine's memory.
+pub const MAX_STRING_BYTES: usize = 16 << 20;
+
+/// An error when a string of `len` bytes would be longer than [`MAX_STRING_BYTES`].
+fn check_size(function: &str, len: usize) -> Result<(), ExecutionError> {
+    if len > MAX_STRING_BYTES {
+        return Err(fail(
+            function,
+            format!(
+                "the result would be {len} bytes, longer than the {} MiB a string may hold",
+                MAX_STRING_BYTES >> 20
+            ),
+        ));
+    }
+    Ok(())
+}
+
 fn string_out<'b, 'v>(s: String) -> Out<'b, 'v> {
     Ok(CowVal::owned(CelString::from(s)))
 }
@@ -229,6 +248,18 @@ fn replace<'b, 'v>(args: Args<'b, 'v>) -> Out<'b, 'v> {
         string_arg(&args, 2)?,
     );
     let n = if args.len() > 3 { int_arg(&args, 3)? } else { -1 };
+    if new.len() > old.len() {
+        // The length of the result, worked out before it is built.
+        let limit = usize::try_from(n).unwrap_or(usize::MAX);
+        let found = if old.is_empty() {
+            s.chars().count() + 1
+        } else {
+            s.matches(old).take(limit).count()
+        }
+        .min(limit);
+        let grows = (new.len() - old.len()).saturating_mul(found);
+        check_size("replace", s.len().saturating_add(grows))?;
+    }
     string_out(match usize::try_from(n) {
         Ok(n) => s.replacen(old, new, n),
         Err(_) => s.replace(old, new),
@@ -328,6 +359,7 @@ fn join<'b, 'v>(args: Args<'b, 'v>) -> Out<'b, 'v> {
             out.push_str(sep);
         }
         first = false;
+        check_size("join", out.len() + s.inner().len())?;
         out.push_str(s.inner());
     }
     string_out(out)
@@ -380,6 +412,27 @@ mod tests {
             Err(m) => assert!(m.contains(message), "{text}: {m}"),
             Ok(v) => panic!("{text}: got {v:?}, wanted an error {message:?}"),
         }
+    }
+
+    #[test]
+    fn strings_longer_than_the_cap_are_refused_before_they_are_built() {
+        // 4,096 bytes, replaced into itself three times, would be 2^48 bytes.
+        let x = "'x'.replace('', 'xxxxxxxxxxxxxxx', 1)";
+        let big = format!("{x}.replace('x', {x}).replace('x', {x})");
+        yes(&format!("size({big}) == 4096"));
+        let huge = format!("{big}.replace('x', {big})");
+        fails(
+            &format!("size({huge}.replace('x', {huge}).replace('x', {huge}))"),
+            "longer than the 16 MiB a string may hold",
+        );
+        fails(&format!("size({big}.replace('', {big}))"), "16 MiB");
+        // Right at the cap: 4,096 × 4,096 is 16 MiB exactly.
+        yes(&format!("size({big}.replace('x', {big})) == 16777216"));
+        fails(&format!("size([{huge}, {huge}].join())"), "16 MiB");
+        fails(&format!("size('%s%s'.format([{huge}, {huge}]))"), "16 MiB");
+        yes(&format!("size('%s'.format([{huge}])) == 16777216"));
+        // Shrinking or equal-length replacements are not counted.
+        yes(&format!("size({huge}.replace('x', 'y')) == 16777216"));
     }
 
     #[test]

@@ -10,7 +10,7 @@ use cel::common::value::Val;
 
 use crate::runtime::time::{Duration, Timestamp};
 
-use super::{Args, Out, fail, string_arg, string_out, unexpected};
+use super::{Args, MAX_STRING_BYTES, Out, fail, string_arg, string_out, unexpected};
 
 /// `fmt.format(args)`: printf-style, as cel-go's `format` (its second version): `%s`, `%d`,
 /// `%f`/`%.Nf`, `%e`/`%.Ne`, `%b`, `%o`, `%x`, `%X`, and `%%` for `%`. Each clause takes the
@@ -57,6 +57,12 @@ fn format_with(text: &str, values: &[&dyn Val]) -> Result<String, String> {
         }
         let (clause, after) = clause(rest).map_err(|e| format!("could not parse formatting clause: {e}"))?;
         let formatted = apply(clause, *value).map_err(|e| format!("error during formatting: {e}"))?;
+        if out.len() + formatted.len() > MAX_STRING_BYTES {
+            return Err(format!(
+                "the result would be longer than the {} MiB a string may hold",
+                MAX_STRING_BYTES >> 20
+            ));
+        }
         out.push_str(&formatted);
         rest = after;
         next += 1;

@@ -9,12 +9,13 @@
 //! **The guard rule** (SY413): `has(payload.a.b)` anywhere in an expression guards the
 //! presence of `b` in every read of `payload.a.b` and below it (`payload.a.b.c`) in that
 //! expression; `a` must still be there, and `c`, where it may be absent, needs a guard of its
-//! own (`has(payload.a.b.c)`). Templates are checked for SY412 only: Jinja has its own
+//! own (`has(payload.a.b.c)`). `payload.a.m != null` guards the fields of `m` the same way:
+//! a value that may be null has its fields once tested not null. Templates are checked for SY412 only: Jinja has its own
 //! guards (`is defined`, `default`).
 
 use std::borrow::Cow;
 
-use cel::common::ast::{EntryExpr, Expr as Node};
+use cel::common::ast::{EntryExpr, Expr as Node, LiteralValue};
 use cel::parser::Expression;
 
 use crate::compile::cache::ParseCache;
@@ -295,11 +296,11 @@ impl Checker<'_, '_> {
             if r.root != "payload" {
                 continue;
             }
-            // The fields whose presence a `has()` of a prefix of the chain tests.
+            // The fields whose presence a guard on a prefix of the chain tests.
             let guarded: Vec<usize> = guards
                 .iter()
-                .filter(|g| g.len() <= r.fields.len() && r.fields[..g.len()] == g[..])
-                .map(|g| g.len() - 1)
+                .filter(|g| g.field < r.fields.len() && r.fields[..g.chain.len()] == g.chain[..])
+                .map(|g| g.field)
                 .collect();
             let ref_text = &text[r.start..r.end];
             let at = |k: usize| {
@@ -361,6 +362,19 @@ impl Checker<'_, '_> {
                     {
                         warned = true;
                         let read = format!("{}.{f}", path(k));
+                        let help = if cur.members().contains(&Ty::Null) {
+                            // `has()` of a field of null is an error: the value is tested first.
+                            format!(
+                                "`{}` may be null: test `{} != null` before reading its fields",
+                                path(k),
+                                path(k)
+                            )
+                        } else {
+                            format!(
+                                "guard the read with `has({read})`, or write `{}` on every path to here",
+                                &read["payload".len()..].replacen('.', "$.", 1)
+                            )
+                        };
                         self.out.push(
                             Diagnostic::new(
                                 &codes::MAYBE_ABSENT_FIELD,
@@ -368,10 +382,7 @@ impl Checker<'_, '_> {
                                 format!("`{read}` may be absent here"),
                             )
                             .label("not there on every path to here")
-                            .help(format!(
-                                "guard the read with `has({read})`, or write `{}` on every path to here",
-                                &read["payload".len()..].replacen('.', "$.", 1)
-                            )),
+                            .help(help),
                         );
                     }
                     cur = ty;
@@ -440,25 +451,54 @@ fn a(t: &Ty) -> String {
     format!("{} {d}", crate::diag::article(&d))
 }
 
-/// The field chains of `payload` that `has()` tests in an expression.
-fn has_guards(e: &Expression, out: &mut Vec<Vec<String>>) {
+/// A test in an expression that guards the presence of field `field` (an index into a
+/// `payload` chain) in reads of `payload.<chain>` and below.
+#[derive(Debug, PartialEq)]
+struct Guard {
+    chain: Vec<String>,
+    field: usize,
+}
+
+/// The `payload` fields an expression tests before reading them: `has(payload.a.b)` guards
+/// `b`, and `payload.a.m != null` (or `null != payload.a.m`) guards the fields of `m` (a value
+/// that is an object or null has its fields once it is not null).
+fn has_guards(e: &Expression, out: &mut Vec<Guard>) {
     match &e.expr {
         Node::Select(s) => {
             if s.test {
-                let mut fields = vec![s.field.clone()];
-                let mut cur = &*s.operand;
-                while let Node::Select(inner) = &cur.expr {
-                    fields.push(inner.field.clone());
-                    cur = &inner.operand;
-                }
-                if matches!(&cur.expr, Node::Ident(n) if n == "payload") {
-                    fields.reverse();
-                    out.push(fields);
+                let mut chain = if matches!(&s.operand.expr, Node::Ident(n) if n == "payload") {
+                    Some(Vec::new())
+                } else {
+                    payload_chain(&s.operand)
+                };
+                if let Some(chain) = &mut chain {
+                    chain.push(s.field.clone());
+                    let field = chain.len() - 1;
+                    out.push(Guard {
+                        chain: std::mem::take(chain),
+                        field,
+                    });
                 }
             }
             has_guards(&s.operand, out);
         }
         Node::Call(c) => {
+            if c.func_name == "_!=_"
+                && let [a, b] = &c.args[..]
+            {
+                let null = |x: &Expression| matches!(&x.expr, Node::Literal(LiteralValue::Null));
+                let tested = if null(b) {
+                    Some(a)
+                } else if null(a) {
+                    Some(b)
+                } else {
+                    None
+                };
+                if let Some(chain) = tested.and_then(|t| payload_chain(t)) {
+                    let field = chain.len();
+                    out.push(Guard { chain, field });
+                }
+            }
             if let Some(t) = &c.target {
                 has_guards(t, out);
             }
@@ -487,6 +527,24 @@ fn has_guards(e: &Expression, out: &mut Vec<Vec<String>>) {
         }
         Node::Ident(_) | Node::Literal(_) | Node::Unspecified => {}
     }
+}
+
+/// The fields of `e` when it is a selection chain `payload.a.b` (no `has()` in it).
+fn payload_chain(e: &Expression) -> Option<Vec<String>> {
+    let mut fields = Vec::new();
+    let mut cur = e;
+    while let Node::Select(s) = &cur.expr {
+        if s.test {
+            return None;
+        }
+        fields.push(s.field.clone());
+        cur = &s.operand;
+    }
+    if fields.is_empty() || !matches!(&cur.expr, Node::Ident(n) if n == "payload") {
+        return None;
+    }
+    fields.reverse();
+    Some(fields)
 }
 
 /// The end (in bytes of `text`, a chain `root . a . b ...` as written) of the root and its
@@ -528,6 +586,22 @@ mod tests {
         let e = crate::compile::expr::parse("has(payload.a.b) && payload.a.b.c > 0 || has(input.x)").unwrap();
         let mut g = Vec::new();
         has_guards(e.ast(), &mut g);
-        assert_eq!(g, vec![vec!["a".to_owned(), "b".to_owned()]]);
+        assert_eq!(
+            g,
+            vec![Guard {
+                chain: vec!["a".to_owned(), "b".to_owned()],
+                field: 1
+            }]
+        );
+        let e = crate::compile::expr::parse("null != payload.a.m && payload.a.m.x > 0").unwrap();
+        let mut g = Vec::new();
+        has_guards(e.ast(), &mut g);
+        assert_eq!(
+            g,
+            vec![Guard {
+                chain: vec!["a".to_owned(), "m".to_owned()],
+                field: 2
+            }]
+        );
     }
 }

@@ -670,7 +670,7 @@ fn source_type(src: &Source, doc: &Ty, payload: &Ty, result: Option<&Ty>, parsed
 
 /// The type of what the JSONPath `text` gives over a document of type `doc`: for a singular
 /// path, the value there; for a query, a list of what it selects.
-fn path_type(doc: &Ty, text: &str, parsed: &mut ParseCache) -> Ty {
+pub fn path_type(doc: &Ty, text: &str, parsed: &mut ParseCache) -> Ty {
     let Some(p) = read_path(parsed, text) else {
         return Ty::Any;
     };

@@ -542,9 +542,21 @@ impl Transfer<'_, '_> {
         if self.cx.is_malformed(step) {
             return (Ty::Any, has_failure_edge(step).then_some(Ty::Any));
         }
-        if let Some(during) = known.during {
+        if let Some(mut during) = known.during {
             // A `while`: iterations before a failed one have written their output too.
             let failure = has_failure_edge(step).then(|| during.clone());
+            // It succeeds when its condition is false: a field it waits for
+            // (`!has(payload.a.b)`, one of the `||` of the condition) is there after it.
+            if let Some(w) = &step.looping.while_
+                && let Some(text) = w.value.strip_prefix('=')
+                && let Ok(e) = &parsed.expr(text).expr
+            {
+                let mut waited = Vec::new();
+                awaited_fields(e.ast(), &mut waited);
+                for fields in waited {
+                    during.assume_present(&fields);
+                }
+            }
             return (during, failure);
         }
         let failure = has_failure_edge(step).then(|| entry.clone());
@@ -582,6 +594,39 @@ impl Transfer<'_, '_> {
             StepKind::Fail(_) | StepKind::Succeed(_) => entry,
         };
         (success, failure)
+    }
+}
+
+/// The `payload` chains a condition tests with `!has(...)` in its top-level `||`: when the
+/// condition is false, each of them is there.
+fn awaited_fields(e: &cel::parser::Expression, out: &mut Vec<Vec<String>>) {
+    use cel::common::ast::Expr as N;
+    let N::Call(c) = &e.expr else { return };
+    match (c.func_name.as_str(), &c.args[..]) {
+        ("_||_", [a, b]) => {
+            awaited_fields(a, out);
+            awaited_fields(b, out);
+        }
+        ("!_", [x]) => {
+            let N::Select(s) = &x.expr else { return };
+            if !s.test {
+                return;
+            }
+            let mut fields = vec![s.field.clone()];
+            let mut cur = &*s.operand;
+            while let N::Select(inner) = &cur.expr {
+                if inner.test {
+                    return;
+                }
+                fields.push(inner.field.clone());
+                cur = &inner.operand;
+            }
+            if matches!(&cur.expr, N::Ident(n) if n == "payload") {
+                fields.reverse();
+                out.push(fields);
+            }
+        }
+        _ => {}
     }
 }
 

@@ -242,6 +242,20 @@ impl Ty {
         }
     }
 
+    /// Makes the fields along the path `fields` present, where the type has them: what is
+    /// known once `has(x.<fields>)` is true. Fields the type does not list are left unknown.
+    pub fn assume_present(&mut self, fields: &[String]) {
+        let Some((first, rest)) = fields.split_first() else {
+            return;
+        };
+        if let Ty::Object(o) = self
+            && let Some(f) = o.fields.get_mut(first)
+        {
+            f.always = true;
+            f.ty.assume_present(rest);
+        }
+    }
+
     /// Deep-merges a value of type `other` into one of this type (`output: "*"`, SPEC §5.3):
     /// objects merge field by field, anything else replaces.
     pub fn merge(&mut self, other: &Ty) {

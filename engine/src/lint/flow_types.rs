@@ -162,7 +162,9 @@ pub fn walk(cx: &FlowCx, parsed: &mut ParseCache, visit: &mut dyn Visit) -> Opti
         ends(step, &success, failure.as_ref(), |ty| join_into(&mut end, ty));
         if !cyclic {
             let (success, failure) = budget.charge(step, success, failure, &entries, cx);
-            propagate(cx, step, success, failure, |j, ty| join_into(&mut entries[j], ty));
+            propagate(cx, step, success, failure, parsed, |j, ty| {
+                join_into(&mut entries[j], ty)
+            });
         }
     }
     end
@@ -343,7 +345,7 @@ fn fixpoint(
         let known = tx.known(&steps[i], &entry, parsed);
         let (success, failure) = tx.finish(&steps[i], entry, known, parsed);
         let (success, failure) = budget.charge(&steps[i], success, failure, entries, cx);
-        propagate(cx, &steps[i], success, failure, |j, ty| {
+        propagate(cx, &steps[i], success, failure, parsed, |j, ty| {
             let before = entries[j].clone();
             join_into(&mut entries[j], ty);
             if visits[j] >= MAX_VISITS {
@@ -364,8 +366,17 @@ fn join_into(slot: &mut Option<Ty>, ty: Ty) {
 }
 
 /// Calls `f` with each successor of `step` and the payload type its edge carries; the last
-/// success edge gets `success` itself.
-fn propagate(cx: &FlowCx, step: &Step, success: Ty, failure: Option<Ty>, mut f: impl FnMut(usize, Ty)) {
+/// success edge gets `success` itself. An edge taken only when its `if` holds carries what
+/// that says of the payload: a field tested with `has(payload.a.b)` (alone or as one of the
+/// condition's `&&`) is there.
+fn propagate(
+    cx: &FlowCx,
+    step: &Step,
+    success: Ty,
+    failure: Option<Ty>,
+    parsed: &mut ParseCache,
+    mut f: impl FnMut(usize, Ty),
+) {
     let Some(next) = &step.next else { return };
     let steps = &cx.flow.steps;
     match next {
@@ -384,11 +395,21 @@ fn propagate(cx: &FlowCx, step: &Step, success: Ty, failure: Option<Ty>, mut f: 
                 .rposition(|(_, e)| edge_outcome(e) == Outcome::Success);
             let mut success = Some(success);
             for (k, (j, e)) in targets.iter().enumerate() {
-                let ty = if Some(k) == last_success {
+                let mut ty = if Some(k) == last_success {
                     success.take().unwrap_or(Ty::Any)
                 } else {
                     edge_type(e, success.as_ref().unwrap_or(&Ty::Any), failure.as_ref())
                 };
+                if let Some(c) = &e.if_
+                    && !ty.is_any()
+                    && let Ok(cond) = &parsed.expr(c.value.strip_prefix('=').unwrap_or(&c.value)).expr
+                {
+                    let mut tested = Vec::new();
+                    tested_fields(cond.ast(), &mut tested);
+                    for fields in tested {
+                        ty.assume_present(&fields);
+                    }
+                }
                 f(*j, ty);
             }
         }
@@ -607,27 +628,45 @@ fn awaited_fields(e: &cel::parser::Expression, out: &mut Vec<Vec<String>>) {
             awaited_fields(a, out);
             awaited_fields(b, out);
         }
-        ("!_", [x]) => {
-            let N::Select(s) = &x.expr else { return };
-            if !s.test {
-                return;
-            }
-            let mut fields = vec![s.field.clone()];
-            let mut cur = &*s.operand;
-            while let N::Select(inner) = &cur.expr {
-                if inner.test {
-                    return;
-                }
-                fields.push(inner.field.clone());
-                cur = &inner.operand;
-            }
-            if matches!(&cur.expr, N::Ident(n) if n == "payload") {
-                fields.reverse();
-                out.push(fields);
-            }
-        }
+        ("!_", [x]) => out.extend(has_chain(x)),
         _ => {}
     }
+}
+
+/// The `payload` chains a condition tests with `has(...)` in its top-level `&&`: when the
+/// condition is true, each of them is there.
+fn tested_fields(e: &cel::parser::Expression, out: &mut Vec<Vec<String>>) {
+    use cel::common::ast::Expr as N;
+    match &e.expr {
+        N::Call(c) if c.func_name == "_&&_" && c.args.len() == 2 => {
+            tested_fields(&c.args[0], out);
+            tested_fields(&c.args[1], out);
+        }
+        _ => out.extend(has_chain(e)),
+    }
+}
+
+/// The fields of `payload.a.b` when `e` is `has(payload.a.b)`.
+fn has_chain(e: &cel::parser::Expression) -> Option<Vec<String>> {
+    use cel::common::ast::Expr as N;
+    let N::Select(s) = &e.expr else { return None };
+    if !s.test {
+        return None;
+    }
+    let mut fields = vec![s.field.clone()];
+    let mut cur = &*s.operand;
+    while let N::Select(inner) = &cur.expr {
+        if inner.test {
+            return None;
+        }
+        fields.push(inner.field.clone());
+        cur = &inner.operand;
+    }
+    if !matches!(&cur.expr, N::Ident(n) if n == "payload") {
+        return None;
+    }
+    fields.reverse();
+    Some(fields)
 }
 
 fn branch_output(payload: Ty, b: &Branch, result: &Ty, parsed: &mut ParseCache) -> Ty {

@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 
 use serde_json::Value;
 
-use crate::runtime::record::{StepRecord, StepStatus, Usage, fmt_usd};
+use crate::runtime::record::{StepRecord, StepStatus, Usage};
 use crate::runtime::resume::Waiting;
 use crate::store::Store;
 
@@ -146,11 +146,11 @@ fn print_one<'a, S: Store>(
             if s.usage.cost_usd > 0.0 || s.usage.input_tokens > 0 {
                 let _ = writeln!(
                     out,
-                    "{}  tokens {} in, {} out · {}",
+                    "{}  tokens {} in, {} out · ${:.6}",
                     "  ".repeat(depth),
                     s.usage.input_tokens,
                     s.usage.output_tokens,
-                    fmt_usd(s.usage.cost_usd)
+                    s.usage.cost_usd
                 );
             }
         }
@@ -315,17 +315,17 @@ pub fn abandoned_requests(s: &StepRecord) -> u64 {
         .unwrap_or(0)
 }
 
-/// ` · 120 tokens (100 in, 20 out) · $0.00014`, or nothing when no tokens were used.
+/// ` · 120 tokens (100 in, 20 out) · $0.000140`, or nothing when no tokens were used.
 fn usage(u: &Usage) -> String {
     if u.input_tokens + u.output_tokens == 0 && u.cost_usd == 0.0 {
         return String::new();
     }
     format!(
-        " · {} tokens ({} in, {} out) · {}",
+        " · {} tokens ({} in, {} out) · ${:.6}",
         u.input_tokens + u.output_tokens,
         u.input_tokens,
         u.output_tokens,
-        fmt_usd(u.cost_usd)
+        u.cost_usd
     )
 }
 

@@ -38,7 +38,13 @@ pub fn check(cx: &FlowCx, out: &mut Vec<Diagnostic>, parsed: &mut ParseCache) {
     let mut rule = Rule { cx, out: &mut *out };
     let end = flow_types::walk(cx, parsed, &mut rule);
     if let (Some(end), Some(sel)) = (end, cx.flow.output.as_ref().and_then(|o| o.select.as_ref())) {
-        Checker { cx, out, parsed }.path(sel, &end, Doc::Final);
+        Checker {
+            cx,
+            out,
+            parsed,
+            item: None,
+        }
+        .path(sel, &end, Doc::Final);
     }
 }
 
@@ -54,6 +60,7 @@ impl Visit for Rule<'_, '_> {
             cx: self.cx,
             out: self.out,
             parsed,
+            item: None,
         }
         .before(b);
     }
@@ -63,6 +70,7 @@ impl Visit for Rule<'_, '_> {
             cx: self.cx,
             out: self.out,
             parsed,
+            item: None,
         }
         .after(a);
     }
@@ -72,16 +80,21 @@ struct Checker<'a, 'p> {
     cx: &'a FlowCx<'p>,
     out: &'a mut Vec<Diagnostic>,
     parsed: &'a mut ParseCache,
+    /// The `foreach` item's name and type, while the step's input is checked.
+    item: Option<(String, Ty)>,
 }
 
-/// The variables of an expression as this rule types them: `payload` by the type flow, the
-/// others unknown. Static `payload` chains are this rule's own (SY412, SY413).
-struct PayloadScope<'a>(&'a Ty);
+/// The variables of an expression as this rule types them: `payload` by the type flow, and
+/// in a `foreach` step's input the item (and `index`) by what the payload's collection holds;
+/// the others unknown. Static `payload` chains are this rule's own (SY412, SY413).
+struct PayloadScope<'a>(&'a Ty, Option<&'a (String, Ty)>);
 
 impl Scope for PayloadScope<'_> {
     fn var(&self, name: &str) -> Cow<'_, Ty> {
-        match name {
-            "payload" => Cow::Borrowed(self.0),
+        match (name, self.1) {
+            ("payload", _) => Cow::Borrowed(self.0),
+            (_, Some((item, ty))) if item == name => Cow::Borrowed(ty),
+            ("index", Some(_)) => Cow::Owned(Ty::Int),
             _ => Cow::Owned(Ty::Any),
         }
     }
@@ -124,7 +137,14 @@ impl Checker<'_, '_> {
         match &step.kind {
             StepKind::Agent(_) | StepKind::Interrupt(_) => {
                 let scoped = self.scoped(step.scope.as_ref(), t.during);
+                if let Some(f) = &l.foreach {
+                    self.item = Some((
+                        l.as_name.as_ref().map_or("item", |a| a.value.as_str()).to_owned(),
+                        self.item_type(&f.value, t.entry),
+                    ));
+                }
                 self.input(step.input.as_ref(), t.during, &scoped);
+                self.item = None;
                 self.output(step.output.as_ref(), t.during, t.result, id);
             }
             StepKind::Set(m) => {
@@ -163,6 +183,22 @@ impl Checker<'_, '_> {
                 }
             }
         }
+    }
+
+    /// The type of an item of the collection a `foreach` source (a path or `=expression`)
+    /// gives over the payload `entry`.
+    fn item_type(&mut self, source: &str, entry: &Ty) -> Ty {
+        if entry.is_any() {
+            return Ty::Any;
+        }
+        let list = match source.strip_prefix('=') {
+            Some(e) => match &self.parsed.expr(e).expr {
+                Ok(e) => crate::lint::expr_type::expr_type(e, &PayloadScope(entry, None)),
+                Err(_) => Ty::Any,
+            },
+            None => flow_types::path_type(entry, source, self.parsed),
+        };
+        crate::lint::expr_type::element_of(&list)
     }
 
     /// The part of the payload a `scope` narrows the agent to (unknown when the scope path
@@ -286,7 +322,7 @@ impl Checker<'_, '_> {
         let Ok(e) = &parsed.expr else { return };
         let source = self.cx.text;
         let span_of = |start: usize, end: usize| inner_span(span, value, source, offset, start, end);
-        let ty = expression_types::check(e, &PayloadScope(payload), &span_of, self.out);
+        let ty = expression_types::check(e, &PayloadScope(payload, self.item.as_ref()), &span_of, self.out);
         if let Some(key) = cond {
             expression_types::condition(key, &ty, span_of(0, text.len()), self.out);
         }

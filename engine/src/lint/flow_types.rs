@@ -705,11 +705,9 @@ fn output(
                         merge_at(&mut written, &at, &t);
                         after = after.join(&written);
                     }
-                    At::Unknown => {
-                        let mut written = after.clone();
-                        merge_at(&mut written, &at, &Ty::Any);
-                        after = after.join(&written);
-                    }
+                    // Nothing is known of the result: nor whether it has the path, so the
+                    // path is not said to be maybe absent (nothing is assumed, nothing reported).
+                    At::Unknown => merge_at(&mut after, &at, &Ty::Any),
                 }
             }
         }

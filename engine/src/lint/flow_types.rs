@@ -463,11 +463,38 @@ impl Transfer<'_, '_> {
                         // Neither `returns` nor `sequence`: an empty object.
                         .unwrap_or_else(|| Ty::Object(Obj::default()))
                 }
+                // A child run's output, checked against its `output.schema` when it ends.
+                AgentSpec::Flow(f) => self
+                    .child_output_schema(f)
+                    .map_or(Ty::Any, |s| Ty::from_schema(&s)),
                 _ => Ty::Any,
             },
         };
         self.results.insert(key, ty.clone());
         ty
+    }
+
+    /// The `output.schema` of the flow a `flow` agent calls: its inline flow's, or the flow
+    /// file's its `path` names (as loaded for this flow).
+    fn child_output_schema(&self, f: &crate::model::FlowAgent) -> Option<Value> {
+        if let Some(inner) = &f.inline {
+            return schema_value(self.cx, inner.output.as_ref()?.schema.as_ref()?);
+        }
+        let p = f.path.as_ref()?;
+        let project = self.cx.project;
+        let callee = project
+            .calls
+            .iter()
+            .find(|(from, spec, _)| *from == self.cx.id && spec.span == p.span)?
+            .2?;
+        let child = project.flow(callee).flow.as_ref()?;
+        match child.output.as_ref()?.schema.as_ref()? {
+            SchemaRef::Inline(n) => Some(n.0.to_json()),
+            SchemaRef::Path(sp) => project
+                .schema_for(callee, &sp.value)
+                .and_then(|l| l.node.as_ref())
+                .map(YNode::to_json),
+        }
     }
 
     /// The result types of a step, and (for `while`) the payload of its iterations.

@@ -145,6 +145,14 @@ impl Checker<'_, '_> {
                 }
                 self.input(step.input.as_ref(), t.during, &scoped);
                 self.item = None;
+                if let StepKind::Interrupt(i) = &step.kind
+                    && let Some(p) = &i.prompt
+                {
+                    // The prompt's `input` is the step's input document: the (scoped) payload
+                    // when `input` is omitted or `"*"`.
+                    let doc = matches!(step.input, None | Some(InputSpec::All(_))).then_some(&*scoped);
+                    self.template_with(p, t.during, doc);
+                }
                 self.output(step.output.as_ref(), t.during, t.result, id);
             }
             StepKind::Set(m) => {
@@ -349,21 +357,29 @@ impl Checker<'_, '_> {
 
     /// SY412 for the `payload` reads of a template.
     fn template(&mut self, t: &Sp<String>, payload: &Ty) {
+        self.template_with(t, payload, None);
+    }
+
+    /// SY412 for the `payload` reads of a template, and its `input` reads where the input
+    /// document's type is `input`.
+    fn template_with(&mut self, t: &Sp<String>, payload: &Ty, input: Option<&Ty>) {
         if payload.is_any() {
             return;
         }
         let checked = self.parsed.template_check(&t.value);
         let Ok(info) = &*checked else { return };
         for v in &info.vars {
-            if v.root != "payload" {
-                continue;
-            }
+            let (root, ty) = match (v.root.as_str(), input) {
+                ("payload", _) => ("payload", payload),
+                ("input", Some(doc)) => ("input", doc),
+                _ => continue,
+            };
             let ref_text = &t.value[v.start..v.end];
             let at = |k: usize| {
                 let end = v.start + chain_end(ref_text, k + 1);
                 str_sub_span(t.span, &t.value, self.cx.text, v.start, end)
             };
-            self.chain(&v.fields, payload, None, &at);
+            self.chain_of(root, &v.fields, ty, None, &at);
         }
     }
 
@@ -377,10 +393,22 @@ impl Checker<'_, '_> {
         guarded: Option<&[usize]>,
         at: &dyn Fn(usize) -> Span,
     ) {
-        let mut cur = Cow::Borrowed(payload);
+        self.chain_of("payload", fields, payload, guarded, at);
+    }
+
+    /// As [`Checker::chain`], for a chain from the variable `root` of type `of`.
+    fn chain_of(
+        &mut self,
+        root: &str,
+        fields: &[String],
+        of: &Ty,
+        guarded: Option<&[usize]>,
+        at: &dyn Fn(usize) -> Span,
+    ) {
+        let mut cur = Cow::Borrowed(of);
         let mut warned = false;
         let path = |k: usize| {
-            let mut p = String::from("payload");
+            let mut p = String::from(root);
             for f in &fields[..k] {
                 p.push('.');
                 p.push_str(f);
@@ -408,7 +436,7 @@ impl Checker<'_, '_> {
                         } else {
                             format!(
                                 "guard the read with `has({read})`, or write `{}` on every path to here",
-                                &read["payload".len()..].replacen('.', "$.", 1)
+                                &read[root.len()..].replacen('.', "$.", 1)
                             )
                         };
                         self.out.push(

@@ -845,7 +845,7 @@ pub fn read_path(parsed: &mut ParseCache, text: &str) -> Option<ReadPath> {
 }
 
 /// The leading `.name`, `[n]`, `[*]` and `.*` segments of a query (which has parsed).
-fn query_prefix(text: &str) -> (Vec<PSeg>, bool) {
+pub fn query_prefix(text: &str) -> (Vec<PSeg>, bool) {
     let b = text.as_bytes();
     let mut segs = Vec::new();
     let mut i = 1; // after `$`

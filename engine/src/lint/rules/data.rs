@@ -1187,7 +1187,12 @@ fn step_record(result: Option<Ty>) -> Ty {
 fn select_ty(of: &Ty, text: &str) -> Ty {
     let Ok(p) = path::parse(text) else { return Ty::Any };
     let Some(segs) = p.segments() else {
-        return Ty::List(Box::new(Ty::Any));
+        // A query: the list of what it selects, typed where lint follows the whole query.
+        let (segs, complete) = crate::lint::flow_types::query_prefix(text);
+        return Ty::List(Box::new(match crate::lint::flow_types::type_at(of, &segs) {
+            crate::lint::flow_types::At::Found(t, _) if complete => t,
+            _ => Ty::Any,
+        }));
     };
     let mut cur = of.clone();
     for seg in segs {

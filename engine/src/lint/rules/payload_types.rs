@@ -558,7 +558,7 @@ fn has_guards(e: &Expression, out: &mut Vec<Guard>) {
                 } else {
                     None
                 };
-                if let Some(chain) = tested.and_then(|t| payload_chain(t)) {
+                if let Some(chain) = tested.and_then(payload_chain) {
                     let field = chain.len();
                     out.push(Guard { chain, field });
                 }

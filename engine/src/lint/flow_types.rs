@@ -162,7 +162,9 @@ pub fn walk(cx: &FlowCx, parsed: &mut ParseCache, visit: &mut dyn Visit) -> Opti
         ends(step, &success, failure.as_ref(), |ty| join_into(&mut end, ty));
         if !cyclic {
             let (success, failure) = budget.charge(step, success, failure, &entries, cx);
-            propagate(cx, step, success, failure, |j, ty| join_into(&mut entries[j], ty));
+            propagate(cx, step, success, failure, parsed, |j, ty| {
+                join_into(&mut entries[j], ty)
+            });
         }
     }
     end
@@ -343,7 +345,7 @@ fn fixpoint(
         let known = tx.known(&steps[i], &entry, parsed);
         let (success, failure) = tx.finish(&steps[i], entry, known, parsed);
         let (success, failure) = budget.charge(&steps[i], success, failure, entries, cx);
-        propagate(cx, &steps[i], success, failure, |j, ty| {
+        propagate(cx, &steps[i], success, failure, parsed, |j, ty| {
             let before = entries[j].clone();
             join_into(&mut entries[j], ty);
             if visits[j] >= MAX_VISITS {
@@ -364,8 +366,17 @@ fn join_into(slot: &mut Option<Ty>, ty: Ty) {
 }
 
 /// Calls `f` with each successor of `step` and the payload type its edge carries; the last
-/// success edge gets `success` itself.
-fn propagate(cx: &FlowCx, step: &Step, success: Ty, failure: Option<Ty>, mut f: impl FnMut(usize, Ty)) {
+/// success edge gets `success` itself. An edge taken only when its `if` holds carries what
+/// that says of the payload: a field tested with `has(payload.a.b)` (alone or as one of the
+/// condition's `&&`) is there.
+fn propagate(
+    cx: &FlowCx,
+    step: &Step,
+    success: Ty,
+    failure: Option<Ty>,
+    parsed: &mut ParseCache,
+    mut f: impl FnMut(usize, Ty),
+) {
     let Some(next) = &step.next else { return };
     let steps = &cx.flow.steps;
     match next {
@@ -384,11 +395,21 @@ fn propagate(cx: &FlowCx, step: &Step, success: Ty, failure: Option<Ty>, mut f: 
                 .rposition(|(_, e)| edge_outcome(e) == Outcome::Success);
             let mut success = Some(success);
             for (k, (j, e)) in targets.iter().enumerate() {
-                let ty = if Some(k) == last_success {
+                let mut ty = if Some(k) == last_success {
                     success.take().unwrap_or(Ty::Any)
                 } else {
                     edge_type(e, success.as_ref().unwrap_or(&Ty::Any), failure.as_ref())
                 };
+                if let Some(c) = &e.if_
+                    && !ty.is_any()
+                    && let Ok(cond) = &parsed.expr(c.value.strip_prefix('=').unwrap_or(&c.value)).expr
+                {
+                    let mut tested = Vec::new();
+                    tested_fields(cond.ast(), &mut tested);
+                    for fields in tested {
+                        ty.assume_present(&fields);
+                    }
+                }
                 f(*j, ty);
             }
         }
@@ -442,11 +463,38 @@ impl Transfer<'_, '_> {
                         // Neither `returns` nor `sequence`: an empty object.
                         .unwrap_or_else(|| Ty::Object(Obj::default()))
                 }
+                // A child run's output, checked against its `output.schema` when it ends.
+                AgentSpec::Flow(f) => self
+                    .child_output_schema(f)
+                    .map_or(Ty::Any, |s| Ty::from_schema(&s)),
                 _ => Ty::Any,
             },
         };
         self.results.insert(key, ty.clone());
         ty
+    }
+
+    /// The `output.schema` of the flow a `flow` agent calls: its inline flow's, or the flow
+    /// file's its `path` names (as loaded for this flow).
+    fn child_output_schema(&self, f: &crate::model::FlowAgent) -> Option<Value> {
+        if let Some(inner) = &f.inline {
+            return schema_value(self.cx, inner.output.as_ref()?.schema.as_ref()?);
+        }
+        let p = f.path.as_ref()?;
+        let project = self.cx.project;
+        let callee = project
+            .calls
+            .iter()
+            .find(|(from, spec, _)| *from == self.cx.id && spec.span == p.span)?
+            .2?;
+        let child = project.flow(callee).flow.as_ref()?;
+        match child.output.as_ref()?.schema.as_ref()? {
+            SchemaRef::Inline(n) => Some(n.0.to_json()),
+            SchemaRef::Path(sp) => project
+                .schema_for(callee, &sp.value)
+                .and_then(|l| l.node.as_ref())
+                .map(YNode::to_json),
+        }
     }
 
     /// The result types of a step, and (for `while`) the payload of its iterations.
@@ -542,9 +590,21 @@ impl Transfer<'_, '_> {
         if self.cx.is_malformed(step) {
             return (Ty::Any, has_failure_edge(step).then_some(Ty::Any));
         }
-        if let Some(during) = known.during {
+        if let Some(mut during) = known.during {
             // A `while`: iterations before a failed one have written their output too.
             let failure = has_failure_edge(step).then(|| during.clone());
+            // It succeeds when its condition is false: a field it waits for
+            // (`!has(payload.a.b)`, one of the `||` of the condition) is there after it.
+            if let Some(w) = &step.looping.while_
+                && let Some(text) = w.value.strip_prefix('=')
+                && let Ok(e) = &parsed.expr(text).expr
+            {
+                let mut waited = Vec::new();
+                awaited_fields(e.ast(), &mut waited);
+                for fields in waited {
+                    during.assume_present(&fields);
+                }
+            }
             return (during, failure);
         }
         let failure = has_failure_edge(step).then(|| entry.clone());
@@ -585,6 +645,57 @@ impl Transfer<'_, '_> {
     }
 }
 
+/// The `payload` chains a condition tests with `!has(...)` in its top-level `||`: when the
+/// condition is false, each of them is there.
+fn awaited_fields(e: &cel::parser::Expression, out: &mut Vec<Vec<String>>) {
+    use cel::common::ast::Expr as N;
+    let N::Call(c) = &e.expr else { return };
+    match (c.func_name.as_str(), &c.args[..]) {
+        ("_||_", [a, b]) => {
+            awaited_fields(a, out);
+            awaited_fields(b, out);
+        }
+        ("!_", [x]) => out.extend(has_chain(x)),
+        _ => {}
+    }
+}
+
+/// The `payload` chains a condition tests with `has(...)` in its top-level `&&`: when the
+/// condition is true, each of them is there.
+fn tested_fields(e: &cel::parser::Expression, out: &mut Vec<Vec<String>>) {
+    use cel::common::ast::Expr as N;
+    match &e.expr {
+        N::Call(c) if c.func_name == "_&&_" && c.args.len() == 2 => {
+            tested_fields(&c.args[0], out);
+            tested_fields(&c.args[1], out);
+        }
+        _ => out.extend(has_chain(e)),
+    }
+}
+
+/// The fields of `payload.a.b` when `e` is `has(payload.a.b)`.
+fn has_chain(e: &cel::parser::Expression) -> Option<Vec<String>> {
+    use cel::common::ast::Expr as N;
+    let N::Select(s) = &e.expr else { return None };
+    if !s.test {
+        return None;
+    }
+    let mut fields = vec![s.field.clone()];
+    let mut cur = &*s.operand;
+    while let N::Select(inner) = &cur.expr {
+        if inner.test {
+            return None;
+        }
+        fields.push(inner.field.clone());
+        cur = &inner.operand;
+    }
+    if !matches!(&cur.expr, N::Ident(n) if n == "payload") {
+        return None;
+    }
+    fields.reverse();
+    Some(fields)
+}
+
 fn branch_output(payload: Ty, b: &Branch, result: &Ty, parsed: &mut ParseCache) -> Ty {
     let scope = b.scope.as_ref().and_then(|s| segs_of(parsed, &s.value));
     output(payload, b.output.as_ref(), scope.as_deref(), result, parsed)
@@ -621,11 +732,9 @@ fn output(
                         merge_at(&mut written, &at, &t);
                         after = after.join(&written);
                     }
-                    At::Unknown => {
-                        let mut written = after.clone();
-                        merge_at(&mut written, &at, &Ty::Any);
-                        after = after.join(&written);
-                    }
+                    // Nothing is known of the result: nor whether it has the path, so the
+                    // path is not said to be maybe absent (nothing is assumed, nothing reported).
+                    At::Unknown => merge_at(&mut after, &at, &Ty::Any),
                 }
             }
         }
@@ -670,7 +779,7 @@ fn source_type(src: &Source, doc: &Ty, payload: &Ty, result: Option<&Ty>, parsed
 
 /// The type of what the JSONPath `text` gives over a document of type `doc`: for a singular
 /// path, the value there; for a query, a list of what it selects.
-fn path_type(doc: &Ty, text: &str, parsed: &mut ParseCache) -> Ty {
+pub fn path_type(doc: &Ty, text: &str, parsed: &mut ParseCache) -> Ty {
     let Some(p) = read_path(parsed, text) else {
         return Ty::Any;
     };
@@ -736,7 +845,7 @@ pub fn read_path(parsed: &mut ParseCache, text: &str) -> Option<ReadPath> {
 }
 
 /// The leading `.name`, `[n]`, `[*]` and `.*` segments of a query (which has parsed).
-fn query_prefix(text: &str) -> (Vec<PSeg>, bool) {
+pub fn query_prefix(text: &str) -> (Vec<PSeg>, bool) {
     let b = text.as_bytes();
     let mut segs = Vec::new();
     let mut i = 1; // after `$`

@@ -75,10 +75,19 @@ impl Ty {
         })
     }
 
-    /// The type a JSON Schema describes. What lint cannot follow (`$ref`, `not`, `if`) is
-    /// [`Ty::Any`]; `allOf` takes its first member that says anything.
+    /// The type a JSON Schema describes. A `$ref` to a place in the same schema (`#/$defs/x`,
+    /// `#/definitions/x`, `#`) is followed, once on each path (a recursive reference is
+    /// [`Ty::Any`] where it recurs). What lint cannot follow (another document's `$ref`,
+    /// `not`, `if`) is [`Ty::Any`]; `allOf` takes its first member that says anything.
     pub fn from_schema(schema: &Value) -> Ty {
-        from_schema(schema, 0)
+        from_schema(
+            schema,
+            &mut Refs {
+                root: schema,
+                open: Vec::new(),
+            },
+            0,
+        )
     }
 
     /// The type of a literal value: objects closed, a list's element type the join of its
@@ -233,6 +242,20 @@ impl Ty {
         }
     }
 
+    /// Makes the fields along the path `fields` present, where the type has them: what is
+    /// known once `has(x.<fields>)` is true. Fields the type does not list are left unknown.
+    pub fn assume_present(&mut self, fields: &[String]) {
+        let Some((first, rest)) = fields.split_first() else {
+            return;
+        };
+        if let Ty::Object(o) = self
+            && let Some(f) = o.fields.get_mut(first)
+        {
+            f.always = true;
+            f.ty.assume_present(rest);
+        }
+    }
+
     /// Deep-merges a value of type `other` into one of this type (`output: "*"`, SPEC §5.3):
     /// objects merge field by field, anything else replaces.
     pub fn merge(&mut self, other: &Ty) {
@@ -374,13 +397,37 @@ fn add_member(out: &mut Vec<Ty>, t: &Ty) {
     out.push(t.clone());
 }
 
-fn from_schema(s: &Value, depth: usize) -> Ty {
+/// The schema being read: its root (where `#/...` references point) and the references being
+/// followed on the way to the current part.
+struct Refs<'a> {
+    root: &'a Value,
+    open: Vec<&'a str>,
+}
+
+fn from_schema<'a>(s: &'a Value, cx: &mut Refs<'a>, depth: usize) -> Ty {
     let Value::Object(s) = s else {
         // `true` and `false` schemas, and anything that is not a schema.
         return Ty::Any;
     };
-    if depth > MAX_DEPTH || s.contains_key("$ref") || s.contains_key("not") || s.contains_key("if") {
+    if depth > MAX_DEPTH || s.contains_key("not") || s.contains_key("if") {
         return Ty::Any;
+    }
+    if let Some(r) = s.get("$ref") {
+        // Only a reference into this schema is followed, and not into itself again.
+        let Some(r) = r.as_str() else { return Ty::Any };
+        let Some(pointer) = r.strip_prefix('#') else {
+            return Ty::Any;
+        };
+        if cx.open.contains(&r) {
+            return Ty::Any;
+        }
+        let Some(target) = cx.root.pointer(&pointer_unescaped(pointer)) else {
+            return Ty::Any;
+        };
+        cx.open.push(r);
+        let ty = from_schema(target, cx, depth + 1);
+        cx.open.pop();
+        return ty;
     }
     if let Some(c) = s.get("const") {
         return Ty::of_value(c);
@@ -396,7 +443,7 @@ fn from_schema(s: &Value, depth: usize) -> Ty {
         if let Some(Value::Array(alts)) = s.get(key) {
             return alts
                 .iter()
-                .map(|a| from_schema(a, depth + 1))
+                .map(|a| from_schema(a, cx, depth + 1))
                 .reduce(|a, b| a.join(&b))
                 .unwrap_or(Ty::Any);
         }
@@ -404,7 +451,7 @@ fn from_schema(s: &Value, depth: usize) -> Ty {
     if let Some(Value::Array(all)) = s.get("allOf") {
         let mut said: Vec<Ty> = all
             .iter()
-            .map(|a| from_schema(a, depth + 1))
+            .map(|a| from_schema(a, cx, depth + 1))
             .filter(|t| !t.is_any())
             .collect();
         if said.len() > 1 && said.iter().all(|t| matches!(t, Ty::Object(_))) {
@@ -450,9 +497,9 @@ fn from_schema(s: &Value, depth: usize) -> Ty {
             "number" => Ty::number(),
             "string" => Ty::String,
             "array" => Ty::List(Box::new(
-                s.get("items").map_or(Ty::Any, |i| from_schema(i, depth + 1)),
+                s.get("items").map_or(Ty::Any, |i| from_schema(i, cx, depth + 1)),
             )),
-            "object" => object_schema(s, depth),
+            "object" => object_schema(s, cx, depth),
             _ => return Ty::Any,
         };
         for m in ty.members() {
@@ -466,7 +513,30 @@ fn from_schema(s: &Value, depth: usize) -> Ty {
     }
 }
 
-fn object_schema(s: &serde_json::Map<String, Value>, depth: usize) -> Ty {
+/// A `$ref` fragment as a JSON pointer: percent-escapes decoded (`%24defs` is `$defs`).
+fn pointer_unescaped(fragment: &str) -> String {
+    if !fragment.contains('%') {
+        return fragment.to_owned();
+    }
+    let b = fragment.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%'
+            && let Some(h) = fragment.get(i + 1..i + 3)
+            && let Ok(v) = u8::from_str_radix(h, 16)
+        {
+            out.push(v);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn object_schema<'a>(s: &'a serde_json::Map<String, Value>, cx: &mut Refs<'a>, depth: usize) -> Ty {
     let Some(Value::Object(props)) = s.get("properties") else {
         return Ty::open_object();
     };
@@ -488,7 +558,7 @@ fn object_schema(s: &serde_json::Map<String, Value>, depth: usize) -> Ty {
                 (
                     k.clone(),
                     Field {
-                        ty: from_schema(v, depth + 1),
+                        ty: from_schema(v, cx, depth + 1),
                         always: required.contains(&k.as_str()),
                     },
                 )

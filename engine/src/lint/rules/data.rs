@@ -740,6 +740,8 @@ impl<'p> Checker<'_, 'p> {
                             "result",
                             &format!("the `result_schema` of `{step}`'s agent"),
                         );
+                    } else if let Some((ty, source)) = self.composite_result(step) {
+                        check_ty_fields(self.out, &ty, fields, span, "result", &source);
                     } else if let Some(f) = fields.first() {
                         self.foreach_result_field(step, f, span, "result");
                     }
@@ -834,6 +836,15 @@ impl<'p> Checker<'_, 'p> {
                         &format!("steps.{id}.result"),
                         &format!("the `result_schema` of `{id}`'s agent"),
                     );
+                } else if let Some((ty, source)) = self.composite_result(id) {
+                    check_ty_fields(
+                        self.out,
+                        &ty,
+                        &fields[2..],
+                        span,
+                        &format!("steps.{id}.result"),
+                        &source,
+                    );
                 } else if let Some(f) = fields.get(2) {
                     self.foreach_result_field(id, f, span, &format!("steps.{id}.result"));
                 }
@@ -850,6 +861,18 @@ impl<'p> Checker<'_, 'p> {
             return None;
         }
         self.agent_result_schema(s)
+    }
+
+    /// The result type of a step whose result is not one agent's: a `parallel` step's
+    /// `{branch: result}` and an `interrupt`'s decision, with what it is typed by (for messages).
+    fn composite_result(&self, step: &str) -> Option<(Ty, String)> {
+        let s = self.cx.flow.steps.get(step)?;
+        let source = match &s.kind {
+            StepKind::Parallel(_) => format!("the results of `{step}`'s branches"),
+            StepKind::Interrupt(_) => format!("the decision `schema` of `{step}`"),
+            _ => return None,
+        };
+        Some((self.result_ty(step).clone(), source))
     }
 
     fn agent_result_schema(&self, s: &Step) -> Option<Value> {
@@ -1164,7 +1187,12 @@ fn step_record(result: Option<Ty>) -> Ty {
 fn select_ty(of: &Ty, text: &str) -> Ty {
     let Ok(p) = path::parse(text) else { return Ty::Any };
     let Some(segs) = p.segments() else {
-        return Ty::List(Box::new(Ty::Any));
+        // A query: the list of what it selects, typed where lint follows the whole query.
+        let (segs, complete) = crate::lint::flow_types::query_prefix(text);
+        return Ty::List(Box::new(match crate::lint::flow_types::type_at(of, &segs) {
+            crate::lint::flow_types::At::Found(t, _) if complete => t,
+            _ => Ty::Any,
+        }));
     };
     let mut cur = of.clone();
     for seg in segs {
@@ -1230,6 +1258,50 @@ fn check_fields(
                 out.push(d);
                 return;
             }
+        }
+    }
+}
+
+/// As [`check_fields`], against a type: the first field of `fields` that no value of `ty` has.
+fn check_ty_fields(
+    out: &mut Vec<Diagnostic>,
+    ty: &Ty,
+    fields: &[String],
+    span: Span,
+    base: &str,
+    source: &str,
+) {
+    let mut cur = Cow::Borrowed(ty);
+    let mut path = base.to_string();
+    for f in fields {
+        match cur.field(f) {
+            Lookup::Field { ty, .. } => {
+                cur = Cow::Owned(ty);
+                path.push('.');
+                path.push_str(f);
+            }
+            Lookup::Missing { names } if !names.is_empty() => {
+                let mut d = Diagnostic::new(
+                    &codes::UNKNOWN_FIELD,
+                    span,
+                    format!("`{path}` has no field `{f}` in {source}"),
+                )
+                .label("unknown field");
+                d = d.help(match did_you_mean(f, names.iter().copied()) {
+                    Some(h) => h,
+                    None => format!(
+                        "declared fields: {}",
+                        names
+                            .iter()
+                            .map(|n| format!("`{n}`"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                });
+                out.push(d);
+                return;
+            }
+            _ => return,
         }
     }
 }

@@ -9,12 +9,13 @@
 //! **The guard rule** (SY413): `has(payload.a.b)` anywhere in an expression guards the
 //! presence of `b` in every read of `payload.a.b` and below it (`payload.a.b.c`) in that
 //! expression; `a` must still be there, and `c`, where it may be absent, needs a guard of its
-//! own (`has(payload.a.b.c)`). Templates are checked for SY412 only: Jinja has its own
+//! own (`has(payload.a.b.c)`). `payload.a.m != null` guards the fields of `m` the same way:
+//! a value that may be null has its fields once tested not null. Templates are checked for SY412 only: Jinja has its own
 //! guards (`is defined`, `default`).
 
 use std::borrow::Cow;
 
-use cel::common::ast::{EntryExpr, Expr as Node};
+use cel::common::ast::{EntryExpr, Expr as Node, LiteralValue};
 use cel::parser::Expression;
 
 use crate::compile::cache::ParseCache;
@@ -37,7 +38,13 @@ pub fn check(cx: &FlowCx, out: &mut Vec<Diagnostic>, parsed: &mut ParseCache) {
     let mut rule = Rule { cx, out: &mut *out };
     let end = flow_types::walk(cx, parsed, &mut rule);
     if let (Some(end), Some(sel)) = (end, cx.flow.output.as_ref().and_then(|o| o.select.as_ref())) {
-        Checker { cx, out, parsed }.path(sel, &end, Doc::Final);
+        Checker {
+            cx,
+            out,
+            parsed,
+            item: None,
+        }
+        .path(sel, &end, Doc::Final);
     }
 }
 
@@ -53,6 +60,7 @@ impl Visit for Rule<'_, '_> {
             cx: self.cx,
             out: self.out,
             parsed,
+            item: None,
         }
         .before(b);
     }
@@ -62,6 +70,7 @@ impl Visit for Rule<'_, '_> {
             cx: self.cx,
             out: self.out,
             parsed,
+            item: None,
         }
         .after(a);
     }
@@ -71,16 +80,21 @@ struct Checker<'a, 'p> {
     cx: &'a FlowCx<'p>,
     out: &'a mut Vec<Diagnostic>,
     parsed: &'a mut ParseCache,
+    /// The `foreach` item's name and type, while the step's input is checked.
+    item: Option<(String, Ty)>,
 }
 
-/// The variables of an expression as this rule types them: `payload` by the type flow, the
-/// others unknown. Static `payload` chains are this rule's own (SY412, SY413).
-struct PayloadScope<'a>(&'a Ty);
+/// The variables of an expression as this rule types them: `payload` by the type flow, and
+/// in a `foreach` step's input the item (and `index`) by what the payload's collection holds;
+/// the others unknown. Static `payload` chains are this rule's own (SY412, SY413).
+struct PayloadScope<'a>(&'a Ty, Option<&'a (String, Ty)>);
 
 impl Scope for PayloadScope<'_> {
     fn var(&self, name: &str) -> Cow<'_, Ty> {
-        match name {
-            "payload" => Cow::Borrowed(self.0),
+        match (name, self.1) {
+            ("payload", _) => Cow::Borrowed(self.0),
+            (_, Some((item, ty))) if item == name => Cow::Borrowed(ty),
+            ("index", Some(_)) => Cow::Owned(Ty::Int),
             _ => Cow::Owned(Ty::Any),
         }
     }
@@ -123,7 +137,22 @@ impl Checker<'_, '_> {
         match &step.kind {
             StepKind::Agent(_) | StepKind::Interrupt(_) => {
                 let scoped = self.scoped(step.scope.as_ref(), t.during);
+                if let Some(f) = &l.foreach {
+                    self.item = Some((
+                        l.as_name.as_ref().map_or("item", |a| a.value.as_str()).to_owned(),
+                        self.item_type(&f.value, t.entry),
+                    ));
+                }
                 self.input(step.input.as_ref(), t.during, &scoped);
+                self.item = None;
+                if let StepKind::Interrupt(i) = &step.kind
+                    && let Some(p) = &i.prompt
+                {
+                    // The prompt's `input` is the step's input document: the (scoped) payload
+                    // when `input` is omitted or `"*"`.
+                    let doc = matches!(step.input, None | Some(InputSpec::All(_))).then_some(&*scoped);
+                    self.template_with(p, t.during, doc);
+                }
                 self.output(step.output.as_ref(), t.during, t.result, id);
             }
             StepKind::Set(m) => {
@@ -162,6 +191,22 @@ impl Checker<'_, '_> {
                 }
             }
         }
+    }
+
+    /// The type of an item of the collection a `foreach` source (a path or `=expression`)
+    /// gives over the payload `entry`.
+    fn item_type(&mut self, source: &str, entry: &Ty) -> Ty {
+        if entry.is_any() {
+            return Ty::Any;
+        }
+        let list = match source.strip_prefix('=') {
+            Some(e) => match &self.parsed.expr(e).expr {
+                Ok(e) => crate::lint::expr_type::expr_type(e, &PayloadScope(entry, None)),
+                Err(_) => Ty::Any,
+            },
+            None => flow_types::path_type(entry, source, self.parsed),
+        };
+        crate::lint::expr_type::element_of(&list)
     }
 
     /// The part of the payload a `scope` narrows the agent to (unknown when the scope path
@@ -285,7 +330,7 @@ impl Checker<'_, '_> {
         let Ok(e) = &parsed.expr else { return };
         let source = self.cx.text;
         let span_of = |start: usize, end: usize| inner_span(span, value, source, offset, start, end);
-        let ty = expression_types::check(e, &PayloadScope(payload), &span_of, self.out);
+        let ty = expression_types::check(e, &PayloadScope(payload, self.item.as_ref()), &span_of, self.out);
         if let Some(key) = cond {
             expression_types::condition(key, &ty, span_of(0, text.len()), self.out);
         }
@@ -295,11 +340,11 @@ impl Checker<'_, '_> {
             if r.root != "payload" {
                 continue;
             }
-            // The fields whose presence a `has()` of a prefix of the chain tests.
+            // The fields whose presence a guard on a prefix of the chain tests.
             let guarded: Vec<usize> = guards
                 .iter()
-                .filter(|g| g.len() <= r.fields.len() && r.fields[..g.len()] == g[..])
-                .map(|g| g.len() - 1)
+                .filter(|g| g.field < r.fields.len() && r.fields[..g.chain.len()] == g.chain[..])
+                .map(|g| g.field)
                 .collect();
             let ref_text = &text[r.start..r.end];
             let at = |k: usize| {
@@ -312,21 +357,29 @@ impl Checker<'_, '_> {
 
     /// SY412 for the `payload` reads of a template.
     fn template(&mut self, t: &Sp<String>, payload: &Ty) {
+        self.template_with(t, payload, None);
+    }
+
+    /// SY412 for the `payload` reads of a template, and its `input` reads where the input
+    /// document's type is `input`.
+    fn template_with(&mut self, t: &Sp<String>, payload: &Ty, input: Option<&Ty>) {
         if payload.is_any() {
             return;
         }
         let checked = self.parsed.template_check(&t.value);
         let Ok(info) = &*checked else { return };
         for v in &info.vars {
-            if v.root != "payload" {
-                continue;
-            }
+            let (root, ty) = match (v.root.as_str(), input) {
+                ("payload", _) => ("payload", payload),
+                ("input", Some(doc)) => ("input", doc),
+                _ => continue,
+            };
             let ref_text = &t.value[v.start..v.end];
             let at = |k: usize| {
                 let end = v.start + chain_end(ref_text, k + 1);
                 str_sub_span(t.span, &t.value, self.cx.text, v.start, end)
             };
-            self.chain(&v.fields, payload, None, &at);
+            self.chain_of(root, &v.fields, ty, None, &at);
         }
     }
 
@@ -340,10 +393,22 @@ impl Checker<'_, '_> {
         guarded: Option<&[usize]>,
         at: &dyn Fn(usize) -> Span,
     ) {
-        let mut cur = Cow::Borrowed(payload);
+        self.chain_of("payload", fields, payload, guarded, at);
+    }
+
+    /// As [`Checker::chain`], for a chain from the variable `root` of type `of`.
+    fn chain_of(
+        &mut self,
+        root: &str,
+        fields: &[String],
+        of: &Ty,
+        guarded: Option<&[usize]>,
+        at: &dyn Fn(usize) -> Span,
+    ) {
+        let mut cur = Cow::Borrowed(of);
         let mut warned = false;
         let path = |k: usize| {
-            let mut p = String::from("payload");
+            let mut p = String::from(root);
             for f in &fields[..k] {
                 p.push('.');
                 p.push_str(f);
@@ -361,6 +426,19 @@ impl Checker<'_, '_> {
                     {
                         warned = true;
                         let read = format!("{}.{f}", path(k));
+                        let help = if cur.members().contains(&Ty::Null) {
+                            // `has()` of a field of null is an error: the value is tested first.
+                            format!(
+                                "`{}` may be null: test `{} != null` before reading its fields",
+                                path(k),
+                                path(k)
+                            )
+                        } else {
+                            format!(
+                                "guard the read with `has({read})`, or write `{}` on every path to here",
+                                &read[root.len()..].replacen('.', "$.", 1)
+                            )
+                        };
                         self.out.push(
                             Diagnostic::new(
                                 &codes::MAYBE_ABSENT_FIELD,
@@ -368,10 +446,7 @@ impl Checker<'_, '_> {
                                 format!("`{read}` may be absent here"),
                             )
                             .label("not there on every path to here")
-                            .help(format!(
-                                "guard the read with `has({read})`, or write `{}` on every path to here",
-                                &read["payload".len()..].replacen('.', "$.", 1)
-                            )),
+                            .help(help),
                         );
                     }
                     cur = ty;
@@ -440,25 +515,54 @@ fn a(t: &Ty) -> String {
     format!("{} {d}", crate::diag::article(&d))
 }
 
-/// The field chains of `payload` that `has()` tests in an expression.
-fn has_guards(e: &Expression, out: &mut Vec<Vec<String>>) {
+/// A test in an expression that guards the presence of field `field` (an index into a
+/// `payload` chain) in reads of `payload.<chain>` and below.
+#[derive(Debug, PartialEq)]
+struct Guard {
+    chain: Vec<String>,
+    field: usize,
+}
+
+/// The `payload` fields an expression tests before reading them: `has(payload.a.b)` guards
+/// `b`, and `payload.a.m != null` (or `null != payload.a.m`) guards the fields of `m` (a value
+/// that is an object or null has its fields once it is not null).
+fn has_guards(e: &Expression, out: &mut Vec<Guard>) {
     match &e.expr {
         Node::Select(s) => {
             if s.test {
-                let mut fields = vec![s.field.clone()];
-                let mut cur = &*s.operand;
-                while let Node::Select(inner) = &cur.expr {
-                    fields.push(inner.field.clone());
-                    cur = &inner.operand;
-                }
-                if matches!(&cur.expr, Node::Ident(n) if n == "payload") {
-                    fields.reverse();
-                    out.push(fields);
+                let mut chain = if matches!(&s.operand.expr, Node::Ident(n) if n == "payload") {
+                    Some(Vec::new())
+                } else {
+                    payload_chain(&s.operand)
+                };
+                if let Some(chain) = &mut chain {
+                    chain.push(s.field.clone());
+                    let field = chain.len() - 1;
+                    out.push(Guard {
+                        chain: std::mem::take(chain),
+                        field,
+                    });
                 }
             }
             has_guards(&s.operand, out);
         }
         Node::Call(c) => {
+            if c.func_name == "_!=_"
+                && let [a, b] = &c.args[..]
+            {
+                let null = |x: &Expression| matches!(&x.expr, Node::Literal(LiteralValue::Null));
+                let tested = if null(b) {
+                    Some(a)
+                } else if null(a) {
+                    Some(b)
+                } else {
+                    None
+                };
+                if let Some(chain) = tested.and_then(payload_chain) {
+                    let field = chain.len();
+                    out.push(Guard { chain, field });
+                }
+            }
             if let Some(t) = &c.target {
                 has_guards(t, out);
             }
@@ -487,6 +591,24 @@ fn has_guards(e: &Expression, out: &mut Vec<Vec<String>>) {
         }
         Node::Ident(_) | Node::Literal(_) | Node::Unspecified => {}
     }
+}
+
+/// The fields of `e` when it is a selection chain `payload.a.b` (no `has()` in it).
+fn payload_chain(e: &Expression) -> Option<Vec<String>> {
+    let mut fields = Vec::new();
+    let mut cur = e;
+    while let Node::Select(s) = &cur.expr {
+        if s.test {
+            return None;
+        }
+        fields.push(s.field.clone());
+        cur = &s.operand;
+    }
+    if fields.is_empty() || !matches!(&cur.expr, Node::Ident(n) if n == "payload") {
+        return None;
+    }
+    fields.reverse();
+    Some(fields)
 }
 
 /// The end (in bytes of `text`, a chain `root . a . b ...` as written) of the root and its
@@ -528,6 +650,22 @@ mod tests {
         let e = crate::compile::expr::parse("has(payload.a.b) && payload.a.b.c > 0 || has(input.x)").unwrap();
         let mut g = Vec::new();
         has_guards(e.ast(), &mut g);
-        assert_eq!(g, vec![vec!["a".to_owned(), "b".to_owned()]]);
+        assert_eq!(
+            g,
+            vec![Guard {
+                chain: vec!["a".to_owned(), "b".to_owned()],
+                field: 1
+            }]
+        );
+        let e = crate::compile::expr::parse("null != payload.a.m && payload.a.m.x > 0").unwrap();
+        let mut g = Vec::new();
+        has_guards(e.ast(), &mut g);
+        assert_eq!(
+            g,
+            vec![Guard {
+                chain: vec!["a".to_owned(), "m".to_owned()],
+                field: 2
+            }]
+        );
     }
 }

@@ -190,10 +190,13 @@ impl Typer<'_> {
             Node::Map(m) => {
                 let mut fields = IndexMap::new();
                 let mut open = false;
+                // A map whose keys are not (known to be) strings is no JSON object: `Ty` has
+                // no type for it (`1 in {1: 'a'}` is true), so nothing is said of it.
+                let mut other_keys = false;
                 for entry in &m.entries {
                     match &entry.expr {
                         EntryExpr::MapEntry(me) => {
-                            self.ty(&me.key);
+                            other_keys |= self.ty(&me.key) != Ty::String;
                             let value = self.ty(&me.value);
                             match &me.key.expr {
                                 Node::Literal(LiteralValue::String(k)) if !me.optional => {
@@ -214,7 +217,9 @@ impl Typer<'_> {
                         }
                     }
                 }
-                if open {
+                if other_keys {
+                    Ty::Any
+                } else if open {
                     Ty::open_object()
                 } else {
                     Ty::Object(Obj { fields, open: false })
@@ -745,6 +750,10 @@ mod tests {
         assert_eq!(o.fields["a"].ty, Ty::Int);
         assert_eq!(ty("{'a': 1}.a"), Ty::Int);
         assert_eq!(ty("{input.name: 1}"), Ty::open_object());
+        // Maps with keys that are not strings are no JSON objects: nothing is said of them.
+        assert_eq!(ty("{1: 'a'}"), Ty::Any);
+        assert_eq!(ty("{input.count: 1}"), Ty::Any);
+        assert_eq!(problems("1 in {1: 'a'} && {1: 'a'}.exists(k, k == 1)"), vec![]);
     }
 
     #[test]

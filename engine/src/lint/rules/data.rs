@@ -19,6 +19,7 @@ use crate::compile::cache::ParseCache;
 use crate::compile::{functions, path};
 use crate::diag::{Diagnostic, codes, did_you_mean};
 use crate::lint::FlowCx;
+use crate::lint::flow_types::schema_value;
 use crate::lint::expr_type::{self, Scope};
 use crate::lint::rules::expression_types;
 use crate::lint::ty::{Field, Lookup, Obj, Ty};
@@ -145,17 +146,6 @@ pub fn check(cx: &FlowCx, out: &mut Vec<Diagnostic>, parsed: &mut ParseCache) {
         item_ty: Ty::Any,
     };
     c.flow();
-}
-
-fn schema_value(cx: &FlowCx, s: &SchemaRef) -> Option<Value> {
-    match s {
-        SchemaRef::Inline(n) => Some(n.0.to_json()),
-        SchemaRef::Path(p) => cx
-            .project
-            .schema_for(cx.id, &p.value)
-            .and_then(|l| l.node.as_ref())
-            .map(Node::to_json),
-    }
 }
 
 /// A place in the step graph: before step `step` runs, or (edges) after it finished.

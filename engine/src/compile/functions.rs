@@ -158,6 +158,21 @@ pub const TYPE_NAMES: &[&str] = &[
     "uint",
 ];
 
+/// The qualified names of CEL's well-known types that expressions can name (`type(t) ==
+/// google.protobuf.Timestamp`): a root and its fields.
+pub const QUALIFIED_TYPE_NAMES: &[(&str, &[&str])] = &[
+    ("google", &["protobuf", "Timestamp"]),
+    ("google", &["protobuf", "Duration"]),
+];
+
+/// Whether a reference (a root and its static fields) names one of CEL's types.
+pub fn is_type_name(root: &str, fields: &[String]) -> bool {
+    (fields.is_empty() && TYPE_NAMES.contains(&root))
+        || QUALIFIED_TYPE_NAMES
+            .iter()
+            .any(|(r, f)| *r == root && f.len() == fields.len() && f.iter().zip(fields).all(|(a, b)| a == b))
+}
+
 /// Namespaces of global functions: `optional.of(x)` is written as a call on `optional`.
 pub const NAMESPACES: &[&str] = &["optional"];
 

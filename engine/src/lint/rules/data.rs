@@ -19,8 +19,8 @@ use crate::compile::cache::ParseCache;
 use crate::compile::{functions, path};
 use crate::diag::{Diagnostic, codes, did_you_mean};
 use crate::lint::FlowCx;
-use crate::lint::flow_types::schema_value;
 use crate::lint::expr_type::{self, Scope};
+use crate::lint::flow_types::schema_value;
 use crate::lint::rules::expression_types;
 use crate::lint::ty::{Field, Lookup, Obj, Ty};
 use crate::model::{
@@ -626,11 +626,9 @@ impl<'p> Checker<'_, 'p> {
         }
         for r in &parsed.refs {
             let span = inner_span(span, value, self.cx.text, offset, r.start, r.end);
-            // `int`, `string`, ... are CEL's types, values of their own (`type(x) == int`).
-            if r.fields.is_empty()
-                && functions::TYPE_NAMES.contains(&r.root.as_str())
-                && !vars.names().contains(&r.root.as_str())
-            {
+            // `int`, `string`, `google.protobuf.Timestamp`, ... are CEL's types, values of
+            // their own (`type(x) == int`).
+            if functions::is_type_name(&r.root, &r.fields) && !vars.names().contains(&r.root.as_str()) {
                 continue;
             }
             self.reference(&r.root, &r.fields, span, vars, "expression");

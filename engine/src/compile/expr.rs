@@ -14,6 +14,8 @@ use cel::common::ast::{ComprehensionExpr, EntryExpr, Expr as Node, LiteralValue}
 use cel::parser::pratt_parser::{Lexer, Token, TokenKind};
 use cel::parser::{Expression, ParseErrors, PrattParser};
 
+use std::sync::OnceLock;
+
 use super::functions::NAMESPACES;
 
 /// A parsed CEL expression. `Send + Sync`, so it can be shared behind an `Arc`.
@@ -21,6 +23,20 @@ use super::functions::NAMESPACES;
 pub struct Expr {
     text: String,
     ast: Expression,
+    /// What the evaluator derives from the AST, once, on the first evaluation.
+    derived: OnceLock<Derived>,
+}
+
+/// What the evaluator (`runtime::eval`) derives from an expression's AST: computed by it on
+/// the first evaluation and kept with the expression, so that later evaluations do not walk
+/// or copy the tree again.
+#[derive(Clone, Debug)]
+pub struct Derived {
+    /// The tree to evaluate in place of the parsed one, when there is one.
+    pub exact: Option<Expression>,
+    /// Whether the evaluation of the tree it runs needs JSON views to stand in for cel's
+    /// lists and maps.
+    pub stand_ins: bool,
 }
 
 /// A CEL syntax error: `start..end` are byte offsets inside the expression text.
@@ -73,6 +89,7 @@ pub fn parse(text: &str) -> Result<Expr, ExprError> {
             Ok(Expr {
                 text: text.to_owned(),
                 ast,
+                derived: OnceLock::new(),
             })
         }
         Err(errors) => Err(convert_error(text, &errors)),
@@ -80,6 +97,11 @@ pub fn parse(text: &str) -> Result<Expr, ExprError> {
 }
 
 impl Expr {
+    /// What the evaluator derives from the AST, computed by `derive` on the first call.
+    pub fn derived(&self, derive: impl FnOnce(&Expression) -> Derived) -> &Derived {
+        self.derived.get_or_init(|| derive(&self.ast))
+    }
+
     /// The expression as written (without the leading `=` of a mapping).
     pub fn text(&self) -> &str {
         &self.text

@@ -54,7 +54,7 @@ use serde_json::{Map, Number, Value};
 
 use super::error::StepError;
 use super::time::{self, Duration, Timestamp};
-use crate::compile::expr::Expr;
+use crate::compile::expr::{Derived, Expr};
 use crate::compile::template::Template;
 
 /// The variables an expression or template sees (SPEC §5.1), all borrowed.
@@ -146,14 +146,21 @@ fn evaluate<R>(
     vars: &Vars,
     finish: impl Fn(&dyn Val) -> Result<R, String>,
 ) -> Result<R, StepError> {
-    let ast = expr.ast();
-    if let Some(exact) = exact(ast) {
-        return with_scope(vars, stand_ins(&exact), |ctx| {
-            let v = cel::Value::resolve_val(&exact, ctx).map_err(|e| expr_error(expr, &cause(&e, vars)))?;
+    let derived = expr.derived(|ast| {
+        let exact = exact(ast);
+        Derived {
+            stand_ins: stand_ins(exact.as_ref().unwrap_or(ast)),
+            exact,
+        }
+    });
+    if let Some(exact) = &derived.exact {
+        return with_scope(vars, derived.stand_ins, |ctx| {
+            let v = cel::Value::resolve_val(exact, ctx).map_err(|e| expr_error(expr, &cause(&e, vars)))?;
             finish(&*v).map_err(|e| expr_error(expr, &e))
         });
     }
-    let first = with_scope(vars, stand_ins(ast), |ctx| {
+    let ast = expr.ast();
+    let first = with_scope(vars, derived.stand_ins, |ctx| {
         cel::Value::resolve_val(ast, ctx).map(|v| finish(&*v))
     });
     let error = match first {
@@ -175,7 +182,7 @@ fn evaluate<R>(
 /// iterating its keys in order ([`order::unordered`]). `None` when neither can happen.
 fn exact(ast: &Expression) -> Option<Expression> {
     use cel::common::ast::Expr as Node;
-    // One walk over the tree: this runs before every evaluation.
+    // One walk over the tree, once per expression (kept in its `Derived`).
     let (mut add, mut unordered) = (false, false);
     visit(ast, &mut |e| match &e.expr {
         Node::Call(call) => add |= mixed::list_add_may_take_a_map(call),

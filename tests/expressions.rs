@@ -14,7 +14,6 @@
 
 use proptest::prelude::*;
 use proptest::sample::select;
-use proptest::test_runner::{Config, RngSeed};
 use serde_json::{Map, Value, json};
 use switchyard::compile::expr;
 use switchyard::runtime::eval::{Vars, eval, eval_bool};
@@ -239,22 +238,8 @@ fn answer(text: &str, payload: &Value) -> Answer {
     )
 }
 
-fn config() -> Config {
-    let mut config = Config {
-        failure_persistence: None,
-        ..Config::default()
-    };
-    if std::env::var_os("PROPTEST_CASES").is_none() {
-        config.cases = 256;
-    }
-    if std::env::var_os("PROPTEST_RNG_SEED").is_none() {
-        config.rng_seed = RngSeed::Fixed(0x5eed_2026);
-    }
-    config
-}
-
 proptest! {
-    #![proptest_config(config())]
+    #![proptest_config(crate::support::proptest_config(256))]
 
     #[test]
     fn payload_values_compare_as_their_literals(

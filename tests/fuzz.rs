@@ -16,7 +16,7 @@ use std::sync::mpsc;
 
 use proptest::prelude::*;
 use proptest::sample::select;
-use proptest::test_runner::{Config, RngSeed, TestRunner};
+use proptest::test_runner::TestRunner;
 use switchyard::diag::{Diagnostic, RULES, render};
 use switchyard::lint::lint_project;
 use switchyard::project::Project;
@@ -730,25 +730,8 @@ fn workspace(tag: &str) -> TempDir {
     dir
 }
 
-/// 64 cases, with a fixed seed so CI runs are reproducible; `PROPTEST_RNG_SEED=<n>` explores
-/// other inputs and `PROPTEST_CASES=<n>` runs more of them. Failures are not persisted to files;
-/// proptest prints the shrunk input instead.
-fn config() -> Config {
-    let mut config = Config {
-        failure_persistence: None,
-        ..Config::default()
-    };
-    if std::env::var_os("PROPTEST_CASES").is_none() {
-        config.cases = 64;
-    }
-    if std::env::var_os("PROPTEST_RNG_SEED").is_none() {
-        config.rng_seed = RngSeed::Fixed(0x5eed_2026);
-    }
-    config
-}
-
 proptest! {
-    #![proptest_config(config())]
+    #![proptest_config(support::proptest_config(64))]
 
     #[test]
     fn generated_flows_lint_without_panics_and_deterministically(text in flow()) {

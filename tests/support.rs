@@ -278,3 +278,22 @@ pub fn slow_steps_flow(calls: &Path, steps: &[&str]) -> String {
     }
     flow
 }
+
+/// The proptest configuration of the property tests: `cases` cases with a fixed seed, so CI
+/// runs are reproducible; `PROPTEST_RNG_SEED=<n>` explores other inputs and
+/// `PROPTEST_CASES=<n>` runs more of them. Failures are not persisted to files; proptest
+/// prints the shrunk input instead.
+pub fn proptest_config(cases: u32) -> proptest::test_runner::Config {
+    use proptest::test_runner::{Config, RngSeed};
+    let mut config = Config {
+        failure_persistence: None,
+        ..Config::default()
+    };
+    if std::env::var_os("PROPTEST_CASES").is_none() {
+        config.cases = cases;
+    }
+    if std::env::var_os("PROPTEST_RNG_SEED").is_none() {
+        config.rng_seed = RngSeed::Fixed(0x5eed_2026);
+    }
+    config
+}

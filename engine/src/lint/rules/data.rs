@@ -1225,29 +1225,34 @@ fn check_fields(
                 path.push_str(f);
             }
             None => {
-                let mut d = Diagnostic::new(
-                    &codes::UNKNOWN_FIELD,
-                    span,
-                    format!("`{path}` has no field `{f}` in {source}"),
-                )
-                .label("unknown field");
                 let names: Vec<&str> = props.keys().map(String::as_str).collect();
-                d = d.help(match did_you_mean(f, names.iter().copied()) {
-                    Some(h) => h,
-                    None => format!(
-                        "declared fields: {}",
-                        names
-                            .iter()
-                            .map(|n| format!("`{n}`"))
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ),
-                });
-                out.push(d);
+                out.push(unknown_field(&path, f, &names, span, source));
                 return;
             }
         }
     }
+}
+
+/// SY405: `path` has no field `f` in `source`; the help names the closest of `names`, or all.
+fn unknown_field(path: &str, f: &str, names: &[&str], span: Span, source: &str) -> Diagnostic {
+    let help = match did_you_mean(f, names.iter().copied()) {
+        Some(h) => h,
+        None => format!(
+            "declared fields: {}",
+            names
+                .iter()
+                .map(|n| format!("`{n}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
+    Diagnostic::new(
+        &codes::UNKNOWN_FIELD,
+        span,
+        format!("`{path}` has no field `{f}` in {source}"),
+    )
+    .label("unknown field")
+    .help(help)
 }
 
 /// As [`check_fields`], against a type: the first field of `fields` that no value of `ty` has.
@@ -1269,24 +1274,7 @@ fn check_ty_fields(
                 path.push_str(f);
             }
             Lookup::Missing { names } if !names.is_empty() => {
-                let mut d = Diagnostic::new(
-                    &codes::UNKNOWN_FIELD,
-                    span,
-                    format!("`{path}` has no field `{f}` in {source}"),
-                )
-                .label("unknown field");
-                d = d.help(match did_you_mean(f, names.iter().copied()) {
-                    Some(h) => h,
-                    None => format!(
-                        "declared fields: {}",
-                        names
-                            .iter()
-                            .map(|n| format!("`{n}`"))
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ),
-                });
-                out.push(d);
+                out.push(unknown_field(&path, f, &names, span, source));
                 return;
             }
             _ => return,

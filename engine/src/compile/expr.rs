@@ -37,6 +37,9 @@ pub struct Derived {
     /// Whether the evaluation of the tree it runs needs JSON views to stand in for cel's
     /// lists and maps.
     pub stand_ins: bool,
+    /// The tree to evaluate again when the first evaluation fails, when there is one, and
+    /// whether its evaluation needs the stand-ins.
+    pub retry: Option<(Expression, bool)>,
 }
 
 /// A CEL syntax error: `start..end` are byte offsets inside the expression text.

@@ -140,7 +140,8 @@ fn eval_cel(expr: &Expr, vars: &Vars) -> Result<Value, StepError> {
 /// they compute in double where one operand is a double, and do what cel does otherwise. CEL
 /// is free of side effects, and an error it absorbs (`x || true`) leaves the value what it is
 /// whatever `x` computes to, so the second answer is the one of CEL with mixed arithmetic. The
-/// direct path takes the common mixed forms (`payload.amount * 0.029`) without cel.
+/// direct path takes the common mixed forms (`payload.amount * 0.029`) without cel. Both trees
+/// are made once per expression, on its first evaluation ([`Derived`]).
 fn evaluate<R>(
     expr: &Expr,
     vars: &Vars,
@@ -148,9 +149,17 @@ fn evaluate<R>(
 ) -> Result<R, StepError> {
     let derived = expr.derived(|ast| {
         let exact = exact(ast);
+        let retry = match exact {
+            Some(_) => None,
+            None => mixed::rewrite(ast).map(|t| {
+                let s = stand_ins(&t);
+                (t, s)
+            }),
+        };
         Derived {
             stand_ins: stand_ins(exact.as_ref().unwrap_or(ast)),
             exact,
+            retry,
         }
     });
     if let Some(exact) = &derived.exact {
@@ -167,11 +176,11 @@ fn evaluate<R>(
         Ok(done) => return done.map_err(|e| expr_error(expr, &e)),
         Err(error) => error,
     };
-    let Some(ast) = mixed::rewrite(ast) else {
+    let Some((ast, stand_ins)) = &derived.retry else {
         return Err(expr_error(expr, &cause(&error, vars)));
     };
-    with_scope(vars, stand_ins(&ast), |ctx| {
-        let v = cel::Value::resolve_val(&ast, ctx).map_err(|e| expr_error(expr, &cause(&e, vars)))?;
+    with_scope(vars, *stand_ins, |ctx| {
+        let v = cel::Value::resolve_val(ast, ctx).map_err(|e| expr_error(expr, &cause(&e, vars)))?;
         finish(&*v).map_err(|e| expr_error(expr, &e))
     })
 }

@@ -73,19 +73,31 @@ pub const LLAMA_CPP_PYTHON_REFUSAL: &str = r#"{"error": {"message": "1 validatio
 pub struct Llm {
     pub addr: SocketAddr,
     pub state: Arc<LlmState>,
+    /// This server's own first path segment. The engine keeps what it learns of a provider
+    /// (a structured-output form, a 429 pause) by name and base URL for the life of the
+    /// process; a port reused by a later test must not inherit it.
+    prefix: String,
 }
+
+/// Numbers the servers of the test process, for their path prefixes.
+static SERVERS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 impl Llm {
     /// Serves on the current runtime.
     pub async fn spawn() -> Llm {
         let state = Arc::new(LlmState::default());
         let app = axum::Router::new()
-            .route("/v1/chat/completions", post(completion))
+            .route("/{server}/v1/chat/completions", post(completion))
             .with_state(state.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("local addr");
         tokio::spawn(async move { axum::serve(listener, app).await.expect("serve") });
-        Llm { addr, state }
+        let n = SERVERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Llm {
+            addr,
+            state,
+            prefix: format!("s{n}"),
+        }
     }
 
     /// Serves on a thread of its own, for the life of the test process.
@@ -105,7 +117,7 @@ impl Llm {
     }
 
     pub fn base_url(&self) -> String {
-        format!("http://{}/v1", self.addr)
+        format!("http://{}/{}/v1", self.addr, self.prefix)
     }
 
     /// Replies used in order, before the default.

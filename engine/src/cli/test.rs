@@ -187,6 +187,8 @@ fn mocks(plan: &Plan, t: &FlowTest, text: &str) -> Result<AgentChanges, String> 
                 name: name.clone(),
                 spec: AgentPlanSpec::Mock(spec),
                 result_schema: None,
+                input_schema: None,
+                description: None,
             }),
         );
     }
@@ -203,6 +205,8 @@ fn mocks(plan: &Plan, t: &FlowTest, text: &str) -> Result<AgentChanges, String> 
                         _ => unreachable!("mocks are mock plans"),
                     },
                     result_schema: agent.result_schema.clone(),
+                    input_schema: agent.input_schema.clone(),
+                    description: agent.description.clone(),
                 };
                 entry.insert(agent.name.clone(), Some(Arc::new(with_schema)));
             } else if matches!(

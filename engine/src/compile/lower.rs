@@ -94,6 +94,9 @@ struct Scope<'p> {
     /// naming the agent for an inline flow.
     key: String,
     compiled_agents: HashMap<String, Arc<AgentPlan>>,
+    /// The agent loops being lowered (`name@offset`), innermost last: a tool that leads
+    /// back to one of them is left out rather than lowered forever.
+    lowering: Vec<String>,
 }
 
 impl<'p> Compiler<'p> {
@@ -117,6 +120,7 @@ impl<'p> Compiler<'p> {
             defaults: flow.defaults.as_ref(),
             key: hash,
             compiled_agents: HashMap::new(),
+            lowering: Vec::new(),
         };
         Some(self.flow_body(flow, scope))
     }
@@ -334,6 +338,8 @@ impl<'p> Compiler<'p> {
                     name: name.value.clone(),
                     spec: AgentPlanSpec::Transform(value::ValueTemplate::Literal(Value::Null)),
                     result_schema: None,
+                    input_schema: None,
+                    description: None,
                 })
             }
         };
@@ -404,6 +410,7 @@ impl<'p> Compiler<'p> {
                         .collect(),
                     message_mode: l.message_mode.as_ref().map_or(MessageMode::None, |m| m.value),
                     max_messages: l.max_messages.as_ref().map(|m| m.value),
+                    agent_loop: self.agent_loop(a, l, scope),
                 })
             }
             AgentSpec::Command(c) => AgentPlanSpec::Command(CommandPlan {
@@ -449,6 +456,7 @@ impl<'p> Compiler<'p> {
                         defaults: inline.defaults.as_ref().or(scope.defaults),
                         key: format!("{}#{}@{}", scope.key, a.name.value, a.span.start),
                         compiled_agents: HashMap::new(),
+                        lowering: Vec::new(),
                     };
                     match self.by_key.get(&inner.key) {
                         Some(r) => Some(*r),
@@ -487,9 +495,89 @@ impl<'p> Compiler<'p> {
                 .result_schema
                 .as_ref()
                 .and_then(|s| self.schema(scope, s)),
+            input_schema: a
+                .common
+                .input_schema
+                .as_ref()
+                .and_then(|s| self.schema(scope, s)),
+            description: a.common.description.clone(),
         });
         scope.compiled_agents.insert(cache_key, plan.clone());
         plan
+    }
+
+    /// An `llm` agent's `tools:` and bounds; `None` without tools. A tool is an agent of the
+    /// same scope, lowered like a step's; one that names no agent, or that would lead back to
+    /// the agent being lowered (lint reports both), is left out.
+    fn agent_loop(&mut self, a: &'p Agent, l: &'p crate::model::LlmAgent, scope: &mut Scope<'p>) -> Option<LoopPlan> {
+        if l.tools.list.is_empty() {
+            return None;
+        }
+        let key = format!("{}@{}", a.name.value, a.span.start);
+        scope.lowering.push(key);
+        let mut tools = Vec::new();
+        for t in &l.tools.list {
+            let Some(&agent) = scope.agents.get(t.name.value.as_str()) else {
+                continue;
+            };
+            if scope
+                .lowering
+                .contains(&format!("{}@{}", agent.name.value, agent.span.start))
+            {
+                continue;
+            }
+            let plan = self.agent(agent, scope);
+            let (common, defaults) = (&agent.common, scope.defaults);
+            let call = CallPlan {
+                scope: None,
+                input: InputPlan::All,
+                output: OutputPlan::None,
+                message: None,
+                timeout: common
+                    .timeout
+                    .as_ref()
+                    .or(defaults.and_then(|d| d.timeout.as_ref()))
+                    .map_or(DEFAULT_TIMEOUT, |t| t.value.0),
+                retry: common
+                    .retry
+                    .as_ref()
+                    .or(defaults.and_then(|d| d.retry.as_ref()))
+                    .map(retry_policy)
+                    .unwrap_or_default(),
+                idempotent: common
+                    .idempotent
+                    .as_ref()
+                    .or(defaults.and_then(|d| d.idempotent.as_ref()))
+                    .map_or_else(|| plan.kind().idempotent_by_default(), |b| b.value),
+                agent: plan,
+            };
+            let parameters = call
+                .agent
+                .input_schema
+                .as_ref()
+                .map_or_else(|| serde_json::json!({"type": "object"}), |s| s.value.clone());
+            tools.push(ToolPlan {
+                name: t.name.value.clone(),
+                description: t
+                    .description
+                    .as_ref()
+                    .map(|d| d.value.clone())
+                    .or_else(|| agent.common.description.clone()),
+                parameters,
+                call,
+            });
+        }
+        scope.lowering.pop();
+        Some(LoopPlan {
+            tools,
+            max_iterations: l.max_iterations.as_ref().map_or(30, |m| m.value.max(1)),
+            max_parallel_tools: l
+                .max_parallel_tools
+                .as_ref()
+                .map_or(5, |m| usize::try_from(m.value.max(1)).unwrap_or(usize::MAX)),
+            until_tool: l.until_tool.as_ref().map(|u| u.value.clone()),
+            approve: l.approve.iter().map(|a| a.value.clone()).collect(),
+        })
     }
 
     fn mock(&mut self, scope: &Scope<'p>, m: &'p crate::model::MockAgent) -> MockPlan {

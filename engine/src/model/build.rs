@@ -723,6 +723,7 @@ fn agents(cx: &mut Cx, node: &Node) -> IndexMap<String, Agent> {
 pub const AGENT_COMMON_KEYS: &[&str] = &[
     "kind",
     "description",
+    "input_schema",
     "result_schema",
     "timeout",
     "retry",
@@ -743,6 +744,11 @@ pub fn agent_keys(kind: AgentKind) -> &'static [&'static str] {
             "context_paths",
             "message_mode",
             "max_messages",
+            "tools",
+            "max_iterations",
+            "max_parallel_tools",
+            "until_tool",
+            "approve",
         ],
         AgentKind::Command => &["run", "env", "cwd", "max_output"],
         AgentKind::Http => &["url", "method", "headers", "max_response"],
@@ -864,6 +870,14 @@ pub fn agent(cx: &mut Cx, name: Sp<String>, node: &Node) -> Option<Agent> {
                     )
                 }),
                 max_messages: node.get("max_messages").and_then(|n| u64_(cx, n)),
+                tools: node.get("tools").map(|n| tools(cx, n)).unwrap_or_default(),
+                max_iterations: node.get("max_iterations").and_then(|n| u64_(cx, n)),
+                max_parallel_tools: node.get("max_parallel_tools").and_then(|n| u64_(cx, n)),
+                until_tool: node.get("until_tool").and_then(|n| string(cx, n)),
+                approve: node
+                    .get("approve")
+                    .map(|n| string_list(cx, n))
+                    .unwrap_or_default(),
             })
         }
         AgentKind::Command => {
@@ -967,6 +981,7 @@ pub fn agent(cx: &mut Cx, name: Sp<String>, node: &Node) -> Option<Agent> {
                 .get("description")
                 .and_then(|n| string(cx, n))
                 .map(|s| s.value),
+            input_schema: node.get("input_schema").and_then(|n| schema_ref(cx, n)),
             result_schema: node.get("result_schema").and_then(|n| schema_ref(cx, n)),
             timeout: node.get("timeout").and_then(|n| duration(cx, n)),
             retry: node.get("retry").and_then(|n| retry(cx, n)),
@@ -974,6 +989,54 @@ pub fn agent(cx: &mut Cx, name: Sp<String>, node: &Node) -> Option<Agent> {
         },
         span: node.span,
     })
+}
+
+/// An agent loop's `tools:`: a list of agent names, or a map name → `{description}` (or
+/// nothing).
+fn tools(cx: &mut Cx, node: &Node) -> Tools {
+    let mut list = Vec::new();
+    if node.as_seq().is_some() {
+        list = string_list(cx, node)
+            .into_iter()
+            .map(|name| Tool {
+                name,
+                description: None,
+            })
+            .collect();
+    } else if node.as_map().is_some() {
+        for (_, tool) in named(cx, node, "`tools`", |cx, k, v| {
+            let name = Sp::new(k.name.clone(), k.span);
+            let description = match &v.value {
+                Value::Null => None,
+                _ => {
+                    let m = map(cx, v, "a tool")?;
+                    for (k, _) in m {
+                        if k.name != "description" {
+                            unknown_key(cx, k, "a tool", &["description"]);
+                        }
+                    }
+                    v.get("description").and_then(|n| string(cx, n))
+                }
+            };
+            Some(Tool { name, description })
+        }) {
+            list.push(tool);
+        }
+    } else {
+        cx.push(
+            Diagnostic::new(
+                &codes::INVALID_TYPE,
+                node.span,
+                "`tools` is a list of agent names, or a map name → `{description}`",
+            )
+            .label("neither a list nor a map")
+            .help("write `tools: [kb_search, crm_lookup]`"),
+        );
+    }
+    Tools {
+        list,
+        span: Some(node.span),
+    }
 }
 
 const MOCK_KEYS: &[&str] = &[

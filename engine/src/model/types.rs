@@ -297,6 +297,9 @@ pub struct Agent {
 #[derive(Clone, Debug, Default, JsonSchema)]
 pub struct AgentCommon {
     pub description: Option<String>,
+    /// JSON Schema of the agent's input document, checked before each call; for a tool of
+    /// an agent loop, its parameters.
+    pub input_schema: Option<SchemaRef>,
     /// JSON Schema the result must satisfy (inline, or a path).
     pub result_schema: Option<SchemaRef>,
     /// Default per-attempt timeout for steps calling this agent.
@@ -358,6 +361,62 @@ pub struct LlmAgent {
     pub context_paths: Vec<Sp<String>>,
     pub message_mode: Option<Sp<MessageMode>>,
     pub max_messages: Option<Sp<u64>>,
+    /// Agents of the flow the model may call as tools, which makes the agent an agent loop
+    /// (SPEC §6.3): a list of names, or a map name → `{description}`.
+    #[serde(default)]
+    pub tools: Tools,
+    /// Model turns at most; default 30. Reaching it fails the step with kind `limit`.
+    pub max_iterations: Option<Sp<u64>>,
+    /// Tool calls of one turn in flight at once; default 5.
+    pub max_parallel_tools: Option<Sp<u64>>,
+    /// The loop ends when this tool's result lands; that result is the answer.
+    pub until_tool: Option<Sp<String>>,
+    /// Tools whose calls wait for a human decision first.
+    #[serde(default)]
+    pub approve: Vec<Sp<String>>,
+}
+
+/// An agent loop's tools, in the order written.
+#[derive(Clone, Debug, Default)]
+pub struct Tools {
+    pub list: Vec<Tool>,
+    /// The span of the whole `tools:` value (none when absent).
+    pub span: Option<Span>,
+}
+
+/// One tool of an agent loop: an agent of the flow, by name.
+#[derive(Clone, Debug)]
+pub struct Tool {
+    pub name: Sp<String>,
+    /// What the model is told the tool does, instead of the agent's own `description`.
+    pub description: Option<Sp<String>>,
+}
+
+impl JsonSchema for Tools {
+    fn schema_name() -> Cow<'static, str> {
+        "Tools".into()
+    }
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "description": "agents of this flow the model may call: a list of names, or a map name → {description}",
+            "oneOf": [
+                {"type": "array", "items": {"type": "string"}},
+                {
+                    "type": "object",
+                    "additionalProperties": {
+                        "anyOf": [
+                            {"type": "null"},
+                            {
+                                "type": "object",
+                                "properties": {"description": {"type": "string"}},
+                                "additionalProperties": false
+                            }
+                        ]
+                    }
+                }
+            ]
+        })
+    }
 }
 
 #[derive(Clone, Debug, JsonSchema)]

@@ -465,6 +465,10 @@ pub struct AgentPlan {
     pub name: String,
     pub spec: AgentPlanSpec,
     pub result_schema: Option<Arc<Schema>>,
+    /// The JSON Schema of the agent's input document, checked before each call.
+    pub input_schema: Option<Arc<Schema>>,
+    /// What the agent does, for the model when it is a tool.
+    pub description: Option<String>,
 }
 
 impl AgentPlan {
@@ -520,6 +524,43 @@ pub struct LlmPlan {
     pub context_paths: Vec<Path>,
     pub message_mode: MessageMode,
     pub max_messages: Option<u64>,
+    /// With `tools:`, the agent is an agent loop (SPEC §6.3).
+    pub agent_loop: Option<LoopPlan>,
+}
+
+/// An agent loop's bounds and tools.
+#[derive(Debug)]
+pub struct LoopPlan {
+    /// In the order written; what the model is offered is those the capability ceiling
+    /// allows.
+    pub tools: Vec<ToolPlan>,
+    /// Model turns at most (default 30).
+    pub max_iterations: u64,
+    /// Tool calls of one turn in flight at once (default 5).
+    pub max_parallel_tools: usize,
+    /// The tool whose result ends the loop and is its answer.
+    pub until_tool: Option<String>,
+    /// Tools whose calls wait for a human decision.
+    pub approve: Vec<String>,
+}
+
+impl LoopPlan {
+    pub fn tool(&self, name: &str) -> Option<&ToolPlan> {
+        self.tools.iter().find(|t| t.name == name)
+    }
+}
+
+/// One tool: an agent of the flow, called with the model's arguments as its input document,
+/// with its own `timeout`, `retry` and `idempotent` (from the agent, else the flow's
+/// `defaults`).
+#[derive(Debug)]
+pub struct ToolPlan {
+    pub name: String,
+    /// The tool's `description`, else its agent's.
+    pub description: Option<String>,
+    /// The JSON Schema of the arguments: the agent's `input_schema`, else any object.
+    pub parameters: Value,
+    pub call: CallPlan,
 }
 
 #[derive(Debug)]

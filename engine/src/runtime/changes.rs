@@ -409,6 +409,8 @@ fn replacement(text: &str, agent: &str, def: &Node) -> Result<Arc<AgentPlan>, Bo
         name: agent.to_string(),
         spec,
         result_schema: None,
+        input_schema: None,
+        description: None,
     }))
 }
 
@@ -489,7 +491,8 @@ pub fn flow_calls(flow: &crate::plan::FlowPlan, name: &str) -> bool {
     calls(flow).iter().any(|a| a.name == name)
 }
 
-/// Every agent the steps of a flow call (with duplicates).
+/// Every agent the steps of a flow call (with duplicates), and the tools of the agent loops
+/// among them, theirs too.
 pub fn calls(flow: &crate::plan::FlowPlan) -> Vec<Arc<AgentPlan>> {
     use crate::plan::StepPlanKind;
     let mut out = Vec::new();
@@ -502,6 +505,21 @@ pub fn calls(flow: &crate::plan::FlowPlan) -> Vec<Arc<AgentPlan>> {
             StepPlanKind::Parallel(p) => out.extend(p.branches.iter().map(|(_, c)| c.agent.clone())),
             _ => {}
         }
+    }
+    let mut i = 0;
+    while i < out.len() {
+        if let crate::plan::AgentPlanSpec::Llm(l) = &out[i].spec
+            && let Some(lp) = &l.agent_loop
+        {
+            let tools: Vec<_> = lp
+                .tools
+                .iter()
+                .map(|t| t.call.agent.clone())
+                .filter(|a| !out.iter().any(|o| Arc::ptr_eq(o, a)))
+                .collect();
+            out.extend(tools);
+        }
+        i += 1;
     }
     out
 }

@@ -10,10 +10,64 @@ use crate::runtime::{ErrorKind, StepError};
 /// What a completion said.
 #[derive(Debug, PartialEq)]
 pub struct Answer {
+    /// The message's text; empty when it has only tool calls.
     pub content: String,
     pub finish_reason: Option<String>,
     pub input_tokens: Option<u64>,
     pub output_tokens: Option<u64>,
+    /// The tools the model called (the OpenAI protocol's `message.tool_calls`), in its order.
+    pub tool_calls: Vec<ToolCall>,
+}
+
+/// One call of a tool, as the model wrote it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ToolCall {
+    /// The id the `tool` message answering it names (`tool_call_id`); `call_<i>` for a
+    /// server that gives none.
+    pub id: String,
+    pub name: String,
+    /// The arguments as the model wrote them: a JSON text, not yet parsed (a server that
+    /// sends an object has it written out).
+    pub arguments: String,
+}
+
+/// The `tool_calls` of a completion's message: each with `function.name` and
+/// `function.arguments`.
+fn tool_calls(message: Option<&Value>) -> Result<Vec<ToolCall>, String> {
+    let Some(calls) = message.and_then(|m| m.get("tool_calls")) else {
+        return Ok(Vec::new());
+    };
+    let calls = match calls {
+        Value::Null => return Ok(Vec::new()),
+        Value::Array(a) => a,
+        other => return Err(format!("`tool_calls` is not a list: {}", net::body_head(other.to_string().as_bytes()))),
+    };
+    calls
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let f = c.get("function");
+            let name = f
+                .and_then(|f| f.get("name"))
+                .and_then(Value::as_str)
+                .ok_or_else(|| format!("tool call {} has no `function.name`", i + 1))?;
+            let arguments = match f.and_then(|f| f.get("arguments")) {
+                Some(Value::String(a)) => a.clone(),
+                None | Some(Value::Null) => String::new(),
+                Some(other) => other.to_string(),
+            };
+            let id = c
+                .get("id")
+                .and_then(Value::as_str)
+                .filter(|id| !id.is_empty())
+                .map_or_else(|| format!("call_{}", i + 1), str::to_owned);
+            Ok(ToolCall {
+                id,
+                name: name.to_owned(),
+                arguments,
+            })
+        })
+        .collect()
 }
 
 /// Reads a chat completion response: the first choice's message content and the usage.
@@ -25,8 +79,10 @@ pub fn parse_completion(body: &[u8]) -> Result<Answer, String> {
         .and_then(|c| c.get(0))
         .ok_or_else(|| format!("the response has no `choices`: {}", net::body_head(body)))?;
     let message = choice.get("message");
+    let tool_calls = tool_calls(message)?;
     let content = match message.and_then(|m| m.get("content")) {
         Some(Value::String(s)) => s.clone(),
+        _ if !tool_calls.is_empty() => String::new(),
         _ => {
             let why = message
                 .and_then(|m| m.get("refusal"))
@@ -48,6 +104,7 @@ pub fn parse_completion(body: &[u8]) -> Result<Answer, String> {
             .map(str::to_owned),
         input_tokens: tokens("prompt_tokens"),
         output_tokens: tokens("completion_tokens"),
+        tool_calls,
     })
 }
 
@@ -169,6 +226,7 @@ mod tests {
             finish_reason: Some("length".into()),
             input_tokens: None,
             output_tokens: None,
+            tool_calls: Vec::new(),
         };
         let p = Problem::Json(parse_answer(&cut.content).unwrap_err());
         assert_eq!(
@@ -210,9 +268,36 @@ mod tests {
                 content: "hi".into(),
                 finish_reason: Some("stop".into()),
                 input_tokens: Some(12),
-                output_tokens: Some(3)
+                output_tokens: Some(3),
+                tool_calls: Vec::new(),
             }
         );
+        // Tool calls: the content may be null; arguments are a JSON text (an object some
+        // servers send is written out); a call without an id gets one by its place.
+        let body = br#"{"choices":[{"message":{"role":"assistant","content":null,"tool_calls":[
+            {"id":"call_a","type":"function","function":{"name":"kb_search","arguments":"{\"q\":\"refund\"}"}},
+            {"type":"function","function":{"name":"crm","arguments":{"id":7}}}]},
+            "finish_reason":"tool_calls"}]}"#;
+        let a = parse_completion(body).unwrap();
+        assert_eq!(a.content, "");
+        assert_eq!(a.finish_reason.as_deref(), Some("tool_calls"));
+        assert_eq!(
+            a.tool_calls,
+            [
+                ToolCall {
+                    id: "call_a".into(),
+                    name: "kb_search".into(),
+                    arguments: r#"{"q":"refund"}"#.into()
+                },
+                ToolCall {
+                    id: "call_2".into(),
+                    name: "crm".into(),
+                    arguments: r#"{"id":7}"#.into()
+                },
+            ]
+        );
+        let e = parse_completion(br#"{"choices":[{"message":{"tool_calls":[{"function":{}}]}}]}"#).unwrap_err();
+        assert_eq!(e, "tool call 1 has no `function.name`");
         let e =
             parse_completion(br#"{"choices":[{"message":{"content":null,"refusal":"no"}}]}"#).unwrap_err();
         assert_eq!(e, "the answer has the model refused: no");

@@ -42,9 +42,11 @@ use serde_json::{Map, Value, json};
 
 mod answer;
 mod conversation;
+mod tools;
 
 use answer::Problem;
-pub use answer::{Answer, parse_answer, parse_completion};
+pub use answer::{Answer, ToolCall, parse_answer, parse_completion};
+pub use tools::{Turn, TurnResult, final_answer};
 pub use conversation::{check_conversation, select_messages};
 
 use super::CallContext;
@@ -119,49 +121,7 @@ impl LlmAgent<'_> {
     ) -> Result<Value, StepError> {
         let p = &self.plan.provider;
         let who = format!("agent `{}`", self.name);
-        let base_url = provider_override(&p.name, "BASE_URL").unwrap_or_else(|| p.base_url.clone());
-        let model = provider_override(&p.name, "MODEL").unwrap_or_else(|| self.plan.model.clone());
-        if base_url.contains("${env:") {
-            return Err(StepError::new(
-                ErrorKind::Agent,
-                format!(
-                    "{who}: the `base_url` of provider `{}` holds a secret reference; secrets are for \
-                     credentials: write the URL, and set {} to point the provider elsewhere",
-                    p.name,
-                    provider_var(&p.name, "BASE_URL")
-                ),
-            ));
-        }
-        let base = base_url.trim_end_matches('/');
-        let url: reqwest::Url = format!("{base}/chat/completions").parse().map_err(|e| {
-            StepError::new(
-                ErrorKind::Agent,
-                format!(
-                    "{who}: provider `{}` has an invalid `base_url` `{base}`: {e}",
-                    p.name
-                ),
-            )
-        })?;
-        self.hosts.check(&url, &who)?;
-        let mut headers = reqwest::header::HeaderMap::new();
-        if let Some(key) = &p.api_key {
-            let key = secrets.resolve(key, &format!("the `api_key` of provider `{}`", p.name))?;
-            headers.insert(
-                reqwest::header::AUTHORIZATION,
-                header_value(&format!("Bearer {key}"))?,
-            );
-        }
-        for (k, v) in &p.headers {
-            let v = secrets.resolve(v, &format!("header `{k}` of provider `{}`", p.name))?;
-            let name = reqwest::header::HeaderName::from_bytes(k.as_bytes()).map_err(|_| {
-                StepError::new(
-                    ErrorKind::Agent,
-                    format!("provider `{}`: invalid header name `{k}`", p.name),
-                )
-            })?;
-            headers.insert(name, header_value(&v)?);
-        }
-
+        let (url, model, headers) = self.endpoint(secrets)?;
         let mut messages = self.messages(input, cx)?;
         let state = self.providers.get(p);
         let repairs = self.plan.repair_attempts;
@@ -244,6 +204,57 @@ impl LlmAgent<'_> {
             messages.push(json!({"role": "user", "content": request}));
         }
         unreachable!("the last round returns")
+    }
+
+    /// Where and how requests go: the URL of `chat/completions`, the model, and the headers
+    /// with the provider's secrets resolved (and remembered in `secrets` for redaction).
+    fn endpoint(&self, secrets: &mut Secrets) -> Result<(reqwest::Url, String, reqwest::header::HeaderMap), StepError> {
+        let p = &self.plan.provider;
+        let who = format!("agent `{}`", self.name);
+        let base_url = provider_override(&p.name, "BASE_URL").unwrap_or_else(|| p.base_url.clone());
+        let model = provider_override(&p.name, "MODEL").unwrap_or_else(|| self.plan.model.clone());
+        if base_url.contains("${env:") {
+            return Err(StepError::new(
+                ErrorKind::Agent,
+                format!(
+                    "{who}: the `base_url` of provider `{}` holds a secret reference; secrets are for \
+                     credentials: write the URL, and set {} to point the provider elsewhere",
+                    p.name,
+                    provider_var(&p.name, "BASE_URL")
+                ),
+            ));
+        }
+        let base = base_url.trim_end_matches('/');
+        let url: reqwest::Url = format!("{base}/chat/completions").parse().map_err(|e| {
+            StepError::new(
+                ErrorKind::Agent,
+                format!(
+                    "{who}: provider `{}` has an invalid `base_url` `{base}`: {e}",
+                    p.name
+                ),
+            )
+        })?;
+        self.hosts.check(&url, &who)?;
+        let mut headers = reqwest::header::HeaderMap::new();
+        if let Some(key) = &p.api_key {
+            let key = secrets.resolve(key, &format!("the `api_key` of provider `{}`", p.name))?;
+            headers.insert(
+                reqwest::header::AUTHORIZATION,
+                header_value(&format!("Bearer {key}"))?,
+            );
+        }
+        for (k, v) in &p.headers {
+            let v = secrets.resolve(v, &format!("header `{k}` of provider `{}`", p.name))?;
+            let name = reqwest::header::HeaderName::from_bytes(k.as_bytes()).map_err(|_| {
+                StepError::new(
+                    ErrorKind::Agent,
+                    format!("provider `{}`: invalid header name `{k}`", p.name),
+                )
+            })?;
+            headers.insert(name, header_value(&v)?);
+        }
+
+        Ok((url, model, headers))
     }
 
     /// System, conversation, context, task.

@@ -16,7 +16,7 @@ use crate::store::Store;
 
 impl<'e, S: Store> Run<'e, S> {
     /// The agent a call uses after `--agent-change`, checked against the capability set.
-    fn effective_agent(&self, call: &CallPlan) -> Result<Arc<AgentPlan>, StepError> {
+    pub(super) fn effective_agent(&self, call: &CallPlan) -> Result<Arc<AgentPlan>, StepError> {
         let mut agent = call.agent.clone();
         let mut kind = agent.kind();
         if let Some(changes) = self.tree.options.agent_changes.per_flow.get(&self.flow_ref.0)
@@ -96,6 +96,28 @@ impl<'e, S: Store> Run<'e, S> {
         number: StepNumber<'_>,
         part: &'static str,
     ) -> StepOutcome {
+        if let AgentPlanSpec::Llm(LlmPlan {
+            agent_loop: Some(_),
+            ..
+        }) = &call.agent.spec
+        {
+            // An agent loop's turns and tool calls have records of their own; the step's
+            // stands in only once it finished.
+            if let Some(rec) = self
+                .replay
+                .as_ref()
+                .and_then(|r| r.finished(number.step, number.iteration))
+            {
+                return self.replayed(call, rec);
+            }
+            let agent = match self.effective_agent(call) {
+                Ok(a) => a,
+                Err(e) => return StepOutcome::err(e),
+            };
+            if let Some(lp) = Self::loop_of(call, &agent, self.tree.options.agent_changes.stand_ins) {
+                return self.agent_loop(step, call, &agent, lp, input, message, number).await;
+            }
+        }
         let mut attempt = 0u32;
         if let Some(rec) = self
             .replay
@@ -136,6 +158,18 @@ impl<'e, S: Store> Run<'e, S> {
             Ok(a) => a,
             Err(e) => return StepOutcome::err(e),
         };
+        // The input document the agent says it takes (SPEC §6.3), checked before each call.
+        if let Some(schema) = &call.agent.input_schema
+            && let Err(v) = schema.check(input)
+        {
+            return StepOutcome::err(
+                StepError::mapping(format!(
+                    "the input of agent `{}` does not match its `input_schema` {v}",
+                    call.agent.name
+                ))
+                .with_details(serde_json::json!({"pointer": v.pointer, "rule": v.message})),
+            );
+        }
         let policy = &call.retry;
         // Tokens and cost of every attempt, failed ones included.
         let mut used = Usage::default();
@@ -388,7 +422,7 @@ impl<'e, S: Store> Run<'e, S> {
 
     /// An `llm` agent's `context_paths` and their values in the payload; a singular path that
     /// matches nothing is a `mapping` error, like a mapping source.
-    fn llm_context(&self, l: &LlmPlan) -> Result<Vec<(String, Value)>, StepError> {
+    pub(super) fn llm_context(&self, l: &LlmPlan) -> Result<Vec<(String, Value)>, StepError> {
         l.context_paths
             .iter()
             .map(|p| {

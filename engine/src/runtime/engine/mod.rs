@@ -10,6 +10,7 @@
 //! size, cost). Building inputs and applying outputs is [`super::data`]; evaluating
 //! expressions is [`super::eval`]; calling sub-agents is [`crate::agents`].
 
+mod agent_loop;
 mod child;
 mod foreach;
 mod invoke;
@@ -21,6 +22,7 @@ mod step;
 mod walk;
 mod while_;
 
+pub use agent_loop::check_decisions;
 pub use invoke::backoff;
 pub use limits::json_size;
 pub use walk::PAUSED;

@@ -180,6 +180,21 @@ impl<S: Store> Engine<S> {
                 id: record.id.clone(),
             }),
             (None, None) => Ok(()),
+            (Some(w), Some(decision)) if w.step.kind == "approval" => {
+                // The calls an agent loop proposed: a decision for each, in order.
+                let n = w
+                    .step
+                    .result
+                    .as_ref()
+                    .and_then(|r| r.get("calls"))
+                    .and_then(Value::as_array)
+                    .map_or(0, Vec::len);
+                super::check_decisions(decision, n).map_err(|reason| ResumeError::BadDecision {
+                    step: w.step.step,
+                    reason,
+                    pointer: String::new(),
+                })
+            }
             (Some(w), Some(decision)) => {
                 let schema = plan
                     .flows

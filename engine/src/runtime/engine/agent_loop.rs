@@ -1,0 +1,849 @@
+//! Agent loops (SPEC §6.3): an `llm` agent with `tools:` asks its model turn after turn; the
+//! tools each turn calls run (concurrently, up to `max_parallel_tools`) and answer in the
+//! model's order, until the model answers without calls, the `until_tool`'s result lands, or
+//! `max_iterations` turns have passed (kind `limit`).
+//!
+//! Every model turn and every tool call is a step part of its own, recorded as it finishes:
+//! `3.t2` is turn 2 of step 3, `3.t2.1` the first call of that turn (a `flow` tool's child
+//! run numbers its steps below that). A resumed loop rebuilds its conversation from those
+//! records (a turn's assistant message, a call's result) instead of asking again; a tool
+//! call that started and never finished is in doubt as any call is ([`super::invoke`]).
+//! A call of an `approve` tool stops the run `interrupted` at an `approval` part
+//! (`3.t2.approval`) holding the turn's proposed calls; the decision given to `resume`
+//! approves, edits or rejects each, and is recorded there.
+//!
+//! In flow tests a `mock` that stands in for the loop's agent stands in for its model: each
+//! value it returns is a turn, `{tool_calls: [{name, arguments}]}` or the final answer.
+
+use std::sync::Arc;
+
+use futures_util::stream::{self, StreamExt};
+use serde_json::{Map, Value, json};
+
+use super::{Run, StepOutcome, backoff};
+use crate::agents::llm::{self, Turn, ToolCall};
+use crate::agents::{self, CallContext, StepNumber};
+use crate::plan::*;
+use crate::runtime::record::{self, RunStatus, StepStatus, Usage};
+use crate::runtime::{ErrorKind, StepError};
+use crate::store::Store;
+
+/// The most of a message's text, or a call's arguments, the transcript on a step's record
+/// keeps.
+const KEPT_TEXT: usize = 4 * 1024;
+/// The most messages the transcript keeps: the first ones and the last ones.
+const KEPT_MESSAGES: usize = 200;
+
+/// What stands in for the model of a loop.
+enum Model<'a> {
+    Llm(llm::LlmAgent<'a>),
+    /// A flow test's mock: each value it returns is a turn.
+    Mock(&'a MockPlan),
+}
+
+/// How one tool call ended, as its `tool` message and its record say.
+struct CallEnd {
+    /// The `tool` message's content.
+    content: String,
+    /// The tool's result, when it succeeded.
+    result: Option<Arc<Value>>,
+    usage: Usage,
+    /// The loop stops here (a call in doubt, a child run interrupted, a spent budget).
+    stop: Option<(Option<RunStatus>, StepError)>,
+    failed: bool,
+}
+
+/// A human's answer to one proposed call.
+enum Decision {
+    Approve,
+    Edit(Value),
+    Reject(String),
+}
+
+impl<'e, S: Store> Run<'e, S> {
+    /// Whether `call` runs as an agent loop with `agent` (its agent after `--agent-change`):
+    /// the loop's own agent, or a flow test's mock standing in for its model.
+    pub(super) fn loop_of<'a>(call: &'a CallPlan, agent: &AgentPlan, stand_ins: bool) -> Option<&'a LoopPlan> {
+        let AgentPlanSpec::Llm(l) = &call.agent.spec else {
+            return None;
+        };
+        let lp = l.agent_loop.as_ref()?;
+        match &agent.spec {
+            AgentPlanSpec::Llm(e) if e.agent_loop.is_some() => Some(lp),
+            AgentPlanSpec::Mock(_) if stand_ins => Some(lp),
+            _ => None,
+        }
+    }
+
+    /// Runs an agent loop as the call of a step (or an iteration, or a branch) numbered
+    /// `number`; the result is the final answer. Boxed, and `Send` by its signature: a loop's
+    /// tools are calls through [`Run::invoke`], which may run a loop again.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn agent_loop<'a>(
+        &'a self,
+        step: &'a StepPlan,
+        call: &'a CallPlan,
+        agent: &'a Arc<AgentPlan>,
+        lp: &'a LoopPlan,
+        input: &'a Value,
+        message: Option<&'a str>,
+        number: StepNumber<'a>,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = StepOutcome> + Send + 'a>> {
+        Box::pin(self.run_loop(step, call, agent, lp, input, message, number))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn run_loop(
+        &self,
+        step: &StepPlan,
+        call: &CallPlan,
+        agent: &Arc<AgentPlan>,
+        lp: &LoopPlan,
+        input: &Value,
+        message: Option<&str>,
+        number: StepNumber<'_>,
+    ) -> StepOutcome {
+        let base = number.to_string();
+        let name = &call.agent.name;
+        let who = format!("agent loop `{name}`");
+        if let Some(schema) = &call.agent.input_schema
+            && let Err(v) = schema.check(input)
+        {
+            return StepOutcome::err(StepError::mapping(format!(
+                "the input of agent `{name}` does not match its `input_schema` {v}"
+            )));
+        }
+        // The tools the ceiling allows are offered; the others are unknown to the model.
+        let mut offered: Vec<(&ToolPlan, Arc<AgentPlan>)> = Vec::new();
+        let mut refused: Vec<(&str, String)> = Vec::new();
+        for t in &lp.tools {
+            match self.effective_agent(&t.call) {
+                Ok(a) => offered.push((t, a)),
+                Err(e) => refused.push((t.name.as_str(), e.message)),
+            }
+        }
+        let definitions: Vec<Value> = offered
+            .iter()
+            .map(|(t, _)| {
+                let mut f = Map::new();
+                f.insert("name".into(), Value::String(t.name.clone()));
+                if let Some(d) = &t.description {
+                    f.insert("description".into(), Value::String(d.clone()));
+                }
+                f.insert("parameters".into(), t.parameters.clone());
+                json!({"type": "function", "function": f})
+            })
+            .collect();
+        let (model, notes_cell);
+        notes_cell = std::sync::Mutex::new(None);
+        let context;
+        model = match (&agent.spec, &call.agent.spec) {
+            (AgentPlanSpec::Mock(m), _) => Model::Mock(m),
+            (AgentPlanSpec::Llm(l), _) => {
+                context = match self.llm_context(l) {
+                    Ok(c) => c,
+                    Err(e) => return StepOutcome::err(e),
+                };
+                Model::Llm(llm::LlmAgent {
+                    notes: &notes_cell,
+                    name: &agent.name,
+                    plan: l,
+                    schema: agent.result_schema.as_deref(),
+                    conversation: &self.tree.options.messages,
+                    context,
+                    hosts: agents::net::Hosts(&self.lineage.hosts),
+                    providers: agents::provider::Providers::global(),
+                })
+            }
+            _ => unreachable!("an agent loop's model is an llm agent or a mock"),
+        };
+        let mut transcript: Vec<Value> = match &model {
+            Model::Llm(m) => {
+                match m.loop_messages(input, &self.loop_cx(step, call, message, &base, 0), lp.until_tool.is_none()) {
+                    Ok(t) => t,
+                    Err(e) => return StepOutcome::err(e),
+                }
+            }
+            Model::Mock(_) => vec![json!({"role": "user", "content": input.to_string()})],
+        };
+        let mut usage = Usage::default();
+        let mut notes = Value::Null;
+        let mut tool_calls = 0u64;
+        let mut tool_failures = 0u64;
+        let mut repairs = 0u64;
+        let wrap_after = (lp.max_iterations * 7).div_ceil(10);
+        let mut wrapped = false;
+        let schema = agent.result_schema.as_deref().or(call.agent.result_schema.as_deref());
+        let finish = |o: &mut StepOutcome, usage: Usage, notes: &mut Value, transcript: &[Value], turns: u64, calls: u64, failures: u64| {
+            o.usage = usage;
+            let mut m = match std::mem::take(notes) {
+                Value::Object(m) => m,
+                _ => Map::new(),
+            };
+            m.insert("turns".into(), json!(turns));
+            m.insert("tool_calls".into(), json!(calls));
+            if failures > 0 {
+                m.insert("tool_failures".into(), json!(failures));
+            }
+            m.insert("transcript".into(), kept_transcript(transcript));
+            o.answers = Some(Value::Object(m));
+        };
+        for turn_no in 1..=lp.max_iterations {
+            if self.tree.pause.is_cancelled() {
+                let mut o = StepOutcome::ok(None);
+                o.stop = Some(RunStatus::Running);
+                o.usage = usage;
+                return o;
+            }
+            if !wrapped && turn_no > wrap_after && lp.max_iterations > 1 {
+                wrapped = true;
+                transcript.push(json!({
+                    "role": "system",
+                    "content": format!(
+                        "You have used {} of your {} turns. Stop calling tools and give your final answer now.",
+                        turn_no - 1,
+                        lp.max_iterations
+                    ),
+                }));
+            }
+            let num = format!("{base}.t{turn_no}");
+            let started_at = record::now_ms();
+            // The turn: recorded before, or asked now.
+            let recorded = self.replay.as_ref().and_then(|r| r.finished(&num, None));
+            let turn = match recorded {
+                Some(rec) => {
+                    self.state.next_call(name);
+                    usage.add(rec.usage);
+                    self.tree.spend(rec.usage.cost_usd);
+                    if let Some(n) = &rec.answers {
+                        llm::merge_notes(&mut notes, n.clone());
+                    }
+                    match (&rec.error, &rec.result) {
+                        (Some(e), _) => Err(e.clone()),
+                        (None, Some(m)) => Ok(Turn::from_message((**m).clone())),
+                        (None, None) => Err(StepError::new(ErrorKind::Agent, format!("{who}: turn {turn_no} has no record of its message"))),
+                    }
+                }
+                None => {
+                    if let Err(e) = self.check_budget() {
+                        let mut o = StepOutcome::err(e);
+                        finish(&mut o, usage, &mut notes, &transcript, turn_no - 1, tool_calls, tool_failures);
+                        return o;
+                    }
+                    let (turn, used, turn_notes, attempts) = self.ask(&model, &transcript, &definitions, step, call, message, &num).await;
+                    usage.add(used);
+                    if let Some(n) = &turn_notes {
+                        llm::merge_notes(&mut notes, n.clone());
+                    }
+                    let mut o = match &turn {
+                        Ok(t) => StepOutcome::ok(Some(t.message.clone())),
+                        Err(e) => StepOutcome::err(e.clone()),
+                    };
+                    o.usage = used;
+                    o.attempts = attempts;
+                    o.answers = turn_notes;
+                    self.record_part(step, num.clone(), "turn", None, None, &mut o, started_at).await;
+                    if let Some(e) = o.error.filter(|_| turn.is_ok()) {
+                        // The turn's record could not be written.
+                        Err(e)
+                    } else {
+                        turn
+                    }
+                }
+            };
+            let turn = match turn {
+                Ok(t) => t,
+                Err(e) => {
+                    let mut o = StepOutcome::err(e);
+                    finish(&mut o, usage, &mut notes, &transcript, turn_no, tool_calls, tool_failures);
+                    return o;
+                }
+            };
+            transcript.push(turn.message.clone());
+            if turn.calls.is_empty() {
+                // The final answer (a mock's is the value itself).
+                let answer = match &model {
+                    Model::Mock(_) => match turn.message.get("answer") {
+                        Some(v) => match schema.map(|s| s.check(v)) {
+                            Some(Err(v)) => Err((
+                                String::new(),
+                                StepError::new(
+                                    ErrorKind::InvalidOutput,
+                                    format!("{who}: the answer does not match `result_schema` {v}"),
+                                ),
+                            )),
+                            _ => Ok(v.clone()),
+                        },
+                        None => Ok(Value::Null),
+                    },
+                    Model::Llm(_) => llm::final_answer(&who, &turn.content, turn.finish_reason.as_deref(), schema, repairs + 1),
+                };
+                match answer {
+                    Ok(v) => {
+                        if let Some(until) = &lp.until_tool {
+                            // A loop that ends at a tool ends only there.
+                            let request = format!(
+                                "Call `{until}` to finish; an answer in text is not taken."
+                            );
+                            if turn_no < lp.max_iterations {
+                                transcript.push(json!({"role": "user", "content": request}));
+                                continue;
+                            }
+                            let _ = v;
+                            break;
+                        }
+                        let mut o = StepOutcome::ok(Some(v));
+                        finish(&mut o, usage, &mut notes, &transcript, turn_no, tool_calls, tool_failures);
+                        return o;
+                    }
+                    Err((request, e)) => {
+                        let Model::Llm(m) = &model else {
+                            let mut o = StepOutcome::err(e);
+                            finish(&mut o, usage, &mut notes, &transcript, turn_no, tool_calls, tool_failures);
+                            return o;
+                        };
+                        if repairs >= m.plan.repair_attempts || turn_no == lp.max_iterations {
+                            let mut o = StepOutcome::err(e);
+                            finish(&mut o, usage, &mut notes, &transcript, turn_no, tool_calls, tool_failures);
+                            return o;
+                        }
+                        repairs += 1;
+                        transcript.push(json!({"role": "user", "content": request}));
+                        continue;
+                    }
+                }
+            }
+            // Calls that need a human first stop the turn before any of its calls runs.
+            let decisions = match self.approvals(step, lp, &turn, &num, &offered).await {
+                Ok(d) => d,
+                Err(mut o) => {
+                    let error = o.error.take();
+                    finish(&mut o, usage, &mut notes, &transcript, turn_no, tool_calls, tool_failures);
+                    o.error = error;
+                    return o;
+                }
+            };
+            // Started in the model's order, at most `max_parallel_tools` at once, and
+            // answered in that order whatever order they finish in.
+            let mut calls = Vec::with_capacity(turn.calls.len());
+            for (i, c) in turn.calls.iter().enumerate() {
+                let decision = decisions.get(i).and_then(Option::as_ref);
+                calls.push(self.tool_call(
+                    step,
+                    &offered,
+                    &refused,
+                    c,
+                    format!("{num}.{}", i + 1),
+                    decision,
+                ));
+            }
+            let ends: Vec<CallEnd> = stream::iter(calls)
+                .buffered(lp.max_parallel_tools)
+                .collect()
+                .await;
+            let mut until_result = None;
+            let mut stop = None;
+            for (c, end) in turn.calls.iter().zip(ends) {
+                tool_calls += 1;
+                if end.failed {
+                    tool_failures += 1;
+                }
+                usage.add(end.usage);
+                if stop.is_none() {
+                    stop = end.stop;
+                }
+                transcript.push(json!({"role": "tool", "tool_call_id": c.id, "content": end.content}));
+                if lp.until_tool.as_deref() == Some(c.name.as_str())
+                    && until_result.is_none()
+                    && let Some(r) = end.result
+                {
+                    until_result = Some(r);
+                }
+            }
+            if let Some((status, e)) = stop {
+                let mut o = StepOutcome::err(e);
+                o.stop = status;
+                finish(&mut o, usage, &mut notes, &transcript, turn_no, tool_calls, tool_failures);
+                return o;
+            }
+            if let Some(r) = until_result {
+                let mut o = match schema.map(|s| s.check(&r)) {
+                    Some(Err(v)) => StepOutcome::err(StepError::new(
+                        ErrorKind::InvalidOutput,
+                        format!(
+                            "{who}: the result of `{}` does not match `result_schema` {v}",
+                            lp.until_tool.as_deref().unwrap_or("")
+                        ),
+                    )),
+                    _ => StepOutcome::shared(Some(r)),
+                };
+                finish(&mut o, usage, &mut notes, &transcript, turn_no, tool_calls, tool_failures);
+                return o;
+            }
+        }
+        let mut o = StepOutcome::err(StepError::new(
+            ErrorKind::Limit,
+            format!(
+                "{who} reached `max_iterations` ({}) without a final answer",
+                lp.max_iterations
+            ),
+        ));
+        finish(&mut o, usage, &mut notes, &transcript, lp.max_iterations, tool_calls, tool_failures);
+        o
+    }
+
+    /// One model turn, retried as the step's `retry` says; its tokens and cost count against
+    /// the budget as it finishes.
+    #[allow(clippy::too_many_arguments)]
+    async fn ask(
+        &self,
+        model: &Model<'_>,
+        transcript: &[Value],
+        definitions: &[Value],
+        step: &StepPlan,
+        call: &CallPlan,
+        message: Option<&str>,
+        num: &str,
+    ) -> (Result<Turn, StepError>, Usage, Option<Value>, u32) {
+        let name = &call.agent.name;
+        let mut usage = Usage::default();
+        let mut notes = Value::Null;
+        let mut attempt = 0u32;
+        loop {
+            attempt += 1;
+            let call_index = self.state.next_call(name);
+            let mut c = self.loop_cx(step, call, message, num, call_index);
+            c.attempt = attempt;
+            let (turn, used, turn_notes) = match model {
+                Model::Llm(m) => {
+                    let r = Box::pin(m.turn(transcript, definitions, &c)).await;
+                    (r.turn, r.usage, r.notes)
+                }
+                Model::Mock(m) => {
+                    use crate::agents::Agent as _;
+                    let input = Value::Array(transcript.to_vec());
+                    let r = agents::mock::MockAgent(m).call(&input, c).await;
+                    (r.and_then(|v| mock_turn(v, num)), Usage::default(), None)
+                }
+            };
+            self.tree.spend(used.cost_usd);
+            usage.add(used);
+            if let Some(n) = turn_notes {
+                llm::merge_notes(&mut notes, n);
+            }
+            let notes = || (!notes.is_null()).then(|| notes.clone());
+            match turn {
+                Ok(t) => return (Ok(t), usage, notes(), attempt),
+                Err(e) => {
+                    let policy = &call.retry;
+                    let again = attempt < policy.attempts
+                        && policy.on.iter().any(|k| k == e.kind.as_str())
+                        && !self.tree.cancel.is_cancelled()
+                        && self.check_budget().is_ok();
+                    if !again {
+                        return (Err(e), usage, notes(), attempt);
+                    }
+                    tokio::select! {
+                        _ = tokio::time::sleep(backoff(policy, attempt)) => {}
+                        _ = self.tree.cancel.cancelled() => return (Err(e), usage, notes(), attempt),
+                    }
+                }
+            }
+        }
+    }
+
+    /// The context of a model turn numbered `num`.
+    fn loop_cx<'c>(
+        &'c self,
+        step: &'c StepPlan,
+        call: &CallPlan,
+        message: Option<&'c str>,
+        num: &'c str,
+        call_index: u64,
+    ) -> CallContext<'c> {
+        CallContext {
+            run_id: &self.record.id,
+            step: &step.id,
+            step_number: StepNumber::of(num),
+            attempt: 1,
+            message,
+            context: &self.tree.context,
+            cancel: &self.tree.cancel,
+            timeout: call.timeout,
+            call_index,
+            now: Some(self.tree.now),
+        }
+    }
+
+    /// The decisions for the calls of `turn` that need approval (by the call's place; `None`
+    /// for the others), or the outcome that stops the run to ask for them.
+    async fn approvals(
+        &self,
+        step: &StepPlan,
+        lp: &LoopPlan,
+        turn: &Turn,
+        num: &str,
+        offered: &[(&ToolPlan, Arc<AgentPlan>)],
+    ) -> Result<Vec<Option<Decision>>, StepOutcome> {
+        let pending: Vec<usize> = turn
+            .calls
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| {
+                lp.approve.contains(&c.name) && offered.iter().any(|(t, _)| t.name == c.name)
+            })
+            .map(|(i, _)| i)
+            .collect();
+        let mut out: Vec<Option<Decision>> = turn.calls.iter().map(|_| None).collect();
+        if pending.is_empty() {
+            return Ok(out);
+        }
+        let part = format!("{num}.approval");
+        let earlier = self.replay.as_ref().and_then(|r| r.part(&part, None));
+        let given = match earlier {
+            Some(rec) if rec.status == StepStatus::Succeeded => {
+                Some(rec.result.as_deref().cloned().unwrap_or(Value::Null))
+            }
+            Some(rec) if rec.status == StepStatus::Interrupted => self.tree.resume.decision.clone(),
+            _ => None,
+        };
+        let proposed: Vec<Value> = pending
+            .iter()
+            .map(|&i| {
+                let c = &turn.calls[i];
+                let arguments = crate::json::from_str(&c.arguments)
+                    .unwrap_or_else(|_| Value::String(c.arguments.clone()));
+                json!({"id": c.id, "tool": c.name, "arguments": arguments})
+            })
+            .collect();
+        let Some(given) = given else {
+            // Stop and ask: the record holds the proposed calls, in the model's order.
+            let mut o = StepOutcome::ok(Some(json!({
+                "prompt": format!(
+                    "agent loop `{}` of step `{}` wants to call {}: approve, edit or reject each",
+                    lp_agent_name(step),
+                    step.id,
+                    proposed
+                        .iter()
+                        .map(|p| format!("`{}`", p["tool"].as_str().unwrap_or("")))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                "calls": proposed,
+            })));
+            o.stop = Some(RunStatus::Interrupted);
+            let started_at = record::now_ms();
+            self.record_part(step, part, "approval", None, None, &mut o, started_at).await;
+            o.result = None;
+            if o.error.is_none() {
+                o.stop = Some(RunStatus::Interrupted);
+            }
+            return Err(o);
+        };
+        let decisions = match parse_decisions(&given, pending.len()) {
+            Ok(d) => d,
+            Err(why) => return Err(StepOutcome::err(StepError::new(ErrorKind::Agent, why))),
+        };
+        if earlier.is_some_and(|r| r.status == StepStatus::Interrupted) {
+            // The decision is on record before any call it allows is made.
+            let mut o = StepOutcome::ok(Some(given.clone()));
+            let started_at = record::now_ms();
+            self.record_part(step, part, "approval", None, Some(Value::Array(proposed)), &mut o, started_at)
+                .await;
+            if let Some(e) = o.error {
+                return Err(StepOutcome::err(e));
+            }
+        }
+        for (i, d) in pending.into_iter().zip(decisions) {
+            out[i] = Some(d);
+        }
+        Ok(out)
+    }
+
+    /// One tool call, numbered `num` (`3.t2.1`): refused, rejected or answered with an error
+    /// as a `tool` message; otherwise the tool's agent called with its own retries and
+    /// timeout, and recorded.
+    #[allow(clippy::too_many_arguments)]
+    async fn tool_call(
+        &self,
+        step: &StepPlan,
+        offered: &[(&ToolPlan, Arc<AgentPlan>)],
+        refused: &[(&str, String)],
+        c: &ToolCall,
+        num: String,
+        decision: Option<&Decision>,
+    ) -> CallEnd {
+        let started_at = record::now_ms();
+        let failure = |content: String| CallEnd {
+            content,
+            result: None,
+            usage: Usage::default(),
+            stop: None,
+            failed: true,
+        };
+        let Some((tool, _)) = offered.iter().find(|(t, _)| t.name == c.name) else {
+            let why = match refused.iter().find(|(n, _)| *n == c.name) {
+                Some((_, why)) => format!("tool `{}` is not available here: {why}", c.name),
+                None => format!(
+                    "unknown tool `{}`; the tools are: {}",
+                    c.name,
+                    if offered.is_empty() {
+                        "none".to_string()
+                    } else {
+                        offered.iter().map(|(t, _)| t.name.as_str()).collect::<Vec<_>>().join(", ")
+                    }
+                ),
+            };
+            self.record_refusal(step, &num, &c.arguments, &why, started_at).await;
+            return failure(why);
+        };
+        let arguments = match decision {
+            Some(Decision::Reject(why)) => {
+                let text = format!("the call of `{}` was rejected: {why}", c.name);
+                self.record_refusal(step, &num, &c.arguments, &text, started_at).await;
+                return failure(text);
+            }
+            Some(Decision::Edit(args)) => Ok(args.clone()),
+            _ if c.arguments.trim().is_empty() => Ok(json!({})),
+            _ => crate::json::from_str(&c.arguments).map_err(|e| e.to_string()),
+        };
+        let arguments = match arguments {
+            Ok(a) => a,
+            Err(e) => {
+                let text = format!("the arguments of `{}` are not valid JSON: {e}", c.name);
+                self.record_refusal(step, &num, &c.arguments, &text, started_at).await;
+                return failure(text);
+            }
+        };
+        if let Some(schema) = &tool.call.agent.input_schema
+            && let Err(v) = schema.check(&arguments)
+        {
+            let text = format!("the arguments of `{}` do not match its parameters {v}", c.name);
+            self.record_refusal(step, &num, &c.arguments, &text, started_at).await;
+            return failure(text);
+        }
+        let mut o = Box::pin(self.invoke(step, &tool.call, &arguments, None, StepNumber::of(&num), "tool")).await;
+        let interrupted = o.stop == Some(RunStatus::Interrupted);
+        let result = o.result.clone();
+        let error = o.error.clone();
+        if !interrupted {
+            self.record_part(step, num.clone(), "tool", None, Some(arguments), &mut o, started_at)
+                .await;
+        }
+        let mut end = CallEnd {
+            content: String::new(),
+            result: None,
+            usage: o.usage,
+            stop: None,
+            failed: false,
+        };
+        match error {
+            None => {
+                let r = result.unwrap_or_else(|| Arc::new(Value::Null));
+                end.content = serde_json::to_string(&*r).expect("JSON values serialize");
+                end.result = Some(r);
+            }
+            Some(e) if interrupted => end.stop = Some((Some(RunStatus::Interrupted), e)),
+            Some(e) if e.kind == ErrorKind::Limit || e.kind == ErrorKind::Cancelled => end.stop = Some((None, e)),
+            Some(e) if e.kind == ErrorKind::Depth => {
+                end.failed = true;
+                end.content = format!("{}. Do this task yourself instead of delegating it further.", e.message);
+            }
+            Some(e) => {
+                end.failed = true;
+                end.content = format!("tool `{}` failed (kind `{}`): {}", c.name, e.kind.as_str(), e.message);
+            }
+        }
+        // A store write that failed fails the loop.
+        if let Some(e) = o.error.filter(|e| e.message.starts_with("store: ")) {
+            end.stop = Some((None, e));
+        }
+        end
+    }
+
+    /// The record of a call that never reached its tool (unknown, refused, bad arguments,
+    /// rejected): failed, with what the model was told. Replayed runs have it already.
+    async fn record_refusal(&self, step: &StepPlan, num: &str, arguments: &str, why: &str, started_at: u64) {
+        if self.replay.as_ref().and_then(|r| r.finished(num, None)).is_some() {
+            return;
+        }
+        let mut o = StepOutcome::err(StepError::new(ErrorKind::Agent, why.to_string()));
+        let input = crate::json::from_str(arguments).unwrap_or_else(|_| Value::String(arguments.to_string()));
+        self.record_part(step, num.to_string(), "tool", None, Some(input), &mut o, started_at)
+            .await;
+    }
+}
+
+/// The agent of a loop step, for messages.
+fn lp_agent_name(step: &StepPlan) -> &str {
+    match &step.kind {
+        StepPlanKind::Call(c) => &c.agent.name,
+        StepPlanKind::Foreach(f) => &f.body.agent.name,
+        StepPlanKind::While(w) => &w.body.agent.name,
+        _ => &step.id,
+    }
+}
+
+/// A mock's value as a turn: `{tool_calls: [{name, arguments}]}` calls tools (ids
+/// `call_<i>`); anything else is the final answer, kept whole in the message's `answer`.
+fn mock_turn(v: Value, num: &str) -> Result<Turn, StepError> {
+    let Some(calls) = v.get("tool_calls") else {
+        let content = serde_json::to_string(&v).expect("JSON values serialize");
+        let mut t = Turn::new(content, Vec::new(), Some("stop".into()));
+        t.message["answer"] = v;
+        return Ok(t);
+    };
+    let bad = |why: String| {
+        StepError::new(
+            ErrorKind::Agent,
+            format!("the mock's turn {num}: {why} (a turn is `{{tool_calls: [{{name, arguments}}]}}` or the final answer)"),
+        )
+    };
+    let calls = calls.as_array().ok_or_else(|| bad("`tool_calls` is not a list".into()))?;
+    let calls = calls
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let name = c
+                .get("name")
+                .and_then(Value::as_str)
+                .ok_or_else(|| bad(format!("tool call {} has no `name`", i + 1)))?;
+            let arguments = match c.get("arguments") {
+                None => "{}".to_string(),
+                Some(Value::String(s)) => s.clone(),
+                Some(a) => a.to_string(),
+            };
+            Ok(ToolCall {
+                id: format!("call_{}", i + 1),
+                name: name.to_string(),
+                arguments,
+            })
+        })
+        .collect::<Result<Vec<_>, StepError>>()?;
+    Ok(Turn::new(String::new(), calls, Some("tool_calls".into())))
+}
+
+/// A decision for `n` pending calls: one object (for one call) or a list of `n`, each
+/// `{"approve": true}`, `{"edit": {<arguments>}}` or `{"reject": "why"}`.
+fn parse_decisions(given: &Value, n: usize) -> Result<Vec<Decision>, String> {
+    let list: Vec<&Value> = match given {
+        Value::Array(a) => a.iter().collect(),
+        one if n == 1 => vec![one],
+        _ => {
+            return Err(format!(
+                "the decision must be a list of {n} decisions, one for each call waiting for approval, in order"
+            ));
+        }
+    };
+    if list.len() != n {
+        return Err(format!(
+            "the decision lists {} decisions for {n} calls waiting for approval",
+            list.len()
+        ));
+    }
+    list.into_iter()
+        .enumerate()
+        .map(|(i, d)| {
+            let obj = d.as_object().filter(|o| o.len() == 1);
+            let at = if n > 1 { format!(" (decision {})", i + 1) } else { String::new() };
+            match obj.and_then(|o| o.iter().next()) {
+                Some((k, Value::Bool(true))) if k == "approve" => Ok(Decision::Approve),
+                Some((k, v)) if k == "edit" => Ok(Decision::Edit(v.clone())),
+                Some((k, Value::String(why))) if k == "reject" => Ok(Decision::Reject(why.clone())),
+                _ => Err(format!(
+                    "each decision is `{{\"approve\": true}}`, `{{\"edit\": {{<arguments>}}}}` or `{{\"reject\": \"why\"}}`{at}: got {d}"
+                )),
+            }
+        })
+        .collect()
+}
+
+/// Checks a decision's shape for `n` pending calls, for `resume` before anything runs.
+pub fn check_decisions(given: &Value, n: usize) -> Result<(), String> {
+    parse_decisions(given, n).map(|_| ())
+}
+
+/// The transcript as a record keeps it: each text and each call's arguments capped, and at
+/// most [`KEPT_MESSAGES`] messages (the first and the last, with a marker between).
+fn kept_transcript(messages: &[Value]) -> Value {
+    let cap = |v: &Value| -> Value {
+        let mut v = v.clone();
+        if let Some(Value::String(s)) = v.get_mut("content") {
+            *s = kept(s);
+        }
+        if let Some(Value::Array(calls)) = v.get_mut("tool_calls") {
+            for c in calls {
+                if let Some(Value::String(a)) = c.pointer_mut("/function/arguments") {
+                    *a = kept(a);
+                }
+            }
+        }
+        if let Some(obj) = v.as_object_mut() {
+            obj.remove("answer");
+        }
+        v
+    };
+    if messages.len() <= KEPT_MESSAGES {
+        return Value::Array(messages.iter().map(cap).collect());
+    }
+    let half = KEPT_MESSAGES / 2;
+    let mut out: Vec<Value> = messages[..half].iter().map(cap).collect();
+    out.push(json!({"role": "note", "content": format!("{} messages not kept", messages.len() - 2 * half)}));
+    out.extend(messages[messages.len() - half..].iter().map(cap));
+    Value::Array(out)
+}
+
+fn kept(text: &str) -> String {
+    if text.len() <= KEPT_TEXT {
+        return text.to_string();
+    }
+    let cut = (0..=KEPT_TEXT).rev().find(|i| text.is_char_boundary(*i)).unwrap_or(0);
+    format!("{}… [{} more bytes not kept]", &text[..cut], text.len() - cut)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decisions_are_one_per_pending_call() {
+        assert!(matches!(
+            parse_decisions(&json!({"approve": true}), 1).unwrap()[..],
+            [Decision::Approve]
+        ));
+        let d = parse_decisions(&json!([{"edit": {"amount": 5}}, {"reject": "no"}]), 2).unwrap();
+        assert!(matches!(&d[0], Decision::Edit(v) if v == &json!({"amount": 5})));
+        assert!(matches!(&d[1], Decision::Reject(w) if w == "no"));
+        assert_eq!(
+            parse_decisions(&json!([{"approve": true}]), 2).err().unwrap(),
+            "the decision lists 1 decisions for 2 calls waiting for approval"
+        );
+        assert!(parse_decisions(&json!({"approve": false}), 1).is_err());
+        assert!(parse_decisions(&json!({"approve": true, "edit": {}}), 1).is_err());
+        assert!(parse_decisions(&json!({"approve": true}), 2).is_err());
+    }
+
+    #[test]
+    fn mock_turns_are_calls_or_answers() {
+        let t = mock_turn(json!({"tool_calls": [{"name": "kb", "arguments": {"q": 1}}, {"name": "crm"}]}), "3.t1").unwrap();
+        assert_eq!(t.calls.len(), 2);
+        assert_eq!(t.calls[0].arguments, r#"{"q":1}"#);
+        assert_eq!(t.calls[1].arguments, "{}");
+        assert_eq!(t.calls[1].id, "call_2");
+        let a = mock_turn(json!({"category": "billing"}), "3.t2").unwrap();
+        assert!(a.calls.is_empty());
+        assert_eq!(a.message["answer"], json!({"category": "billing"}));
+        assert!(mock_turn(json!({"tool_calls": [{"arguments": {}}]}), "3.t1").is_err());
+    }
+
+    #[test]
+    fn transcripts_are_capped() {
+        let long = "x".repeat(KEPT_TEXT + 10);
+        let t = kept_transcript(&[json!({"role": "user", "content": long})]);
+        assert!(t[0]["content"].as_str().unwrap().ends_with("[10 more bytes not kept]"));
+        let many: Vec<Value> = (0..KEPT_MESSAGES + 5).map(|i| json!({"role": "user", "content": i.to_string()})).collect();
+        let t = kept_transcript(&many);
+        assert_eq!(t.as_array().unwrap().len(), KEPT_MESSAGES + 1);
+        assert_eq!(t[KEPT_MESSAGES / 2]["content"], "5 messages not kept");
+    }
+}

@@ -15,6 +15,7 @@
 //!   flows, the question of an interrupt and how to answer it;
 //! - [`time`]: `timestamp()`, `duration()` and the recorded `now` of a run tree.
 
+mod agent_loop;
 mod batch;
 mod cli;
 mod corpus;

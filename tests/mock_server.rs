@@ -38,6 +38,35 @@ pub enum Reply {
     Raw(String),
     /// 200 whose content is the request's `Authorization` header (a leaky echo server).
     EchoAuth,
+    /// 200 with an assistant message that calls tools (`content: null`, `tool_calls`,
+    /// `finish_reason: tool_calls`), as OpenAI's API writes it.
+    Calls(Vec<Call>),
+}
+
+/// One tool call of a [`Reply::Calls`]: `arguments` is the JSON text the model wrote (it may
+/// be malformed on purpose).
+#[derive(Clone, Debug)]
+pub struct Call {
+    pub id: String,
+    pub name: String,
+    pub arguments: String,
+}
+
+impl Reply {
+    /// Calls of `(tool, arguments)` with ids `call_<turn>_<i>`.
+    pub fn calls(turn: u32, calls: &[(&str, &str)]) -> Reply {
+        Reply::Calls(
+            calls
+                .iter()
+                .enumerate()
+                .map(|(i, (name, args))| Call {
+                    id: format!("call_{turn}_{}", i + 1),
+                    name: (*name).to_owned(),
+                    arguments: (*args).to_owned(),
+                })
+                .collect(),
+        )
+    }
 }
 
 /// One request the server received.
@@ -235,6 +264,20 @@ async fn answer_request(s: Arc<LlmState>, headers: HeaderMap, body: Bytes) -> Re
                 .to_owned();
             let (t, r) = answer(format!("{{\"echo\": \"{auth}\"}}"));
             (200, t, r)
+        }
+        Reply::Calls(calls) => {
+            let prompt = prompt_tokens(&body);
+            let written: Vec<Value> = calls
+                .iter()
+                .map(|c| json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}))
+                .collect();
+            let completion = (Value::Array(written.clone()).to_string().len() as u64).div_ceil(4);
+            let resp = json!({
+                "id": "chatcmpl-test", "object": "chat.completion",
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": null, "tool_calls": written}, "finish_reason": "tool_calls"}],
+                "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion},
+            });
+            (200, prompt + completion, axum::Json(resp).into_response())
         }
         Reply::Raw(text) => (
             200,

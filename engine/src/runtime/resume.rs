@@ -75,7 +75,9 @@ impl Replay {
     pub fn waiting_interrupt(&self) -> Option<&StepRecord> {
         self.parts
             .values()
-            .filter(|r| r.status == StepStatus::Interrupted && (r.kind == "interrupt" || r.kind == "approval"))
+            .filter(|r| {
+                r.status == StepStatus::Interrupted && (r.kind == "interrupt" || r.kind == "approval")
+            })
             .max_by_key(|r| r.started_at)
     }
 }

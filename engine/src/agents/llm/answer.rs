@@ -40,7 +40,12 @@ fn tool_calls(message: Option<&Value>) -> Result<Vec<ToolCall>, String> {
     let calls = match calls {
         Value::Null => return Ok(Vec::new()),
         Value::Array(a) => a,
-        other => return Err(format!("`tool_calls` is not a list: {}", net::body_head(other.to_string().as_bytes()))),
+        other => {
+            return Err(format!(
+                "`tool_calls` is not a list: {}",
+                net::body_head(other.to_string().as_bytes())
+            ));
+        }
     };
     calls
         .iter()
@@ -296,7 +301,8 @@ mod tests {
                 },
             ]
         );
-        let e = parse_completion(br#"{"choices":[{"message":{"tool_calls":[{"function":{}}]}}]}"#).unwrap_err();
+        let e =
+            parse_completion(br#"{"choices":[{"message":{"tool_calls":[{"function":{}}]}}]}"#).unwrap_err();
         assert_eq!(e, "tool call 1 has no `function.name`");
         let e =
             parse_completion(br#"{"choices":[{"message":{"content":null,"refusal":"no"}}]}"#).unwrap_err();

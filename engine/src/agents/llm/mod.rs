@@ -46,8 +46,8 @@ mod tools;
 
 use answer::Problem;
 pub use answer::{Answer, ToolCall, parse_answer, parse_completion};
-pub use tools::{Turn, TurnResult, final_answer};
 pub use conversation::{check_conversation, select_messages};
+pub use tools::{Turn, TurnResult, final_answer};
 
 use super::CallContext;
 use super::net::{self, Hosts, ReadError, Secrets};
@@ -208,7 +208,10 @@ impl LlmAgent<'_> {
 
     /// Where and how requests go: the URL of `chat/completions`, the model, and the headers
     /// with the provider's secrets resolved (and remembered in `secrets` for redaction).
-    fn endpoint(&self, secrets: &mut Secrets) -> Result<(reqwest::Url, String, reqwest::header::HeaderMap), StepError> {
+    fn endpoint(
+        &self,
+        secrets: &mut Secrets,
+    ) -> Result<(reqwest::Url, String, reqwest::header::HeaderMap), StepError> {
         let p = &self.plan.provider;
         let who = format!("agent `{}`", self.name);
         let base_url = provider_override(&p.name, "BASE_URL").unwrap_or_else(|| p.base_url.clone());

@@ -21,7 +21,7 @@ use futures_util::stream::{self, StreamExt};
 use serde_json::{Map, Value, json};
 
 use super::{Run, StepOutcome, backoff};
-use crate::agents::llm::{self, Turn, ToolCall};
+use crate::agents::llm::{self, ToolCall, Turn};
 use crate::agents::{self, CallContext, StepNumber};
 use crate::plan::*;
 use crate::runtime::record::{self, RunStatus, StepStatus, Usage};
@@ -63,7 +63,11 @@ enum Decision {
 impl<'e, S: Store> Run<'e, S> {
     /// Whether `call` runs as an agent loop with `agent` (its agent after `--agent-change`):
     /// the loop's own agent, or a flow test's mock standing in for its model.
-    pub(super) fn loop_of<'a>(call: &'a CallPlan, agent: &AgentPlan, stand_ins: bool) -> Option<&'a LoopPlan> {
+    pub(super) fn loop_of<'a>(
+        call: &'a CallPlan,
+        agent: &AgentPlan,
+        stand_ins: bool,
+    ) -> Option<&'a LoopPlan> {
         let AgentPlanSpec::Llm(l) = &call.agent.spec else {
             return None;
         };
@@ -159,7 +163,11 @@ impl<'e, S: Store> Run<'e, S> {
         };
         let mut transcript: Vec<Value> = match &model {
             Model::Llm(m) => {
-                match m.loop_messages(input, &self.loop_cx(step, call, message, &base, 0), lp.until_tool.is_none()) {
+                match m.loop_messages(
+                    input,
+                    &self.loop_cx(step, call, message, &base, 0),
+                    lp.until_tool.is_none(),
+                ) {
                     Ok(t) => t,
                     Err(e) => return StepOutcome::err(e),
                 }
@@ -173,8 +181,17 @@ impl<'e, S: Store> Run<'e, S> {
         let mut repairs = 0u64;
         let wrap_after = (lp.max_iterations * 7).div_ceil(10);
         let mut wrapped = false;
-        let schema = agent.result_schema.as_deref().or(call.agent.result_schema.as_deref());
-        let finish = |o: &mut StepOutcome, usage: Usage, notes: &mut Value, transcript: &[Value], turns: u64, calls: u64, failures: u64| {
+        let schema = agent
+            .result_schema
+            .as_deref()
+            .or(call.agent.result_schema.as_deref());
+        let finish = |o: &mut StepOutcome,
+                      usage: Usage,
+                      notes: &mut Value,
+                      transcript: &[Value],
+                      turns: u64,
+                      calls: u64,
+                      failures: u64| {
             o.usage = usage;
             let mut m = match std::mem::take(notes) {
                 Value::Object(m) => m,
@@ -221,16 +238,29 @@ impl<'e, S: Store> Run<'e, S> {
                     match (&rec.error, &rec.result) {
                         (Some(e), _) => Err(e.clone()),
                         (None, Some(m)) => Ok(Turn::from_message((**m).clone())),
-                        (None, None) => Err(StepError::new(ErrorKind::Agent, format!("{who}: turn {turn_no} has no record of its message"))),
+                        (None, None) => Err(StepError::new(
+                            ErrorKind::Agent,
+                            format!("{who}: turn {turn_no} has no record of its message"),
+                        )),
                     }
                 }
                 None => {
                     if let Err(e) = self.check_budget() {
                         let mut o = StepOutcome::err(e);
-                        finish(&mut o, usage, &mut notes, &transcript, turn_no - 1, tool_calls, tool_failures);
+                        finish(
+                            &mut o,
+                            usage,
+                            &mut notes,
+                            &transcript,
+                            turn_no - 1,
+                            tool_calls,
+                            tool_failures,
+                        );
                         return o;
                     }
-                    let (turn, used, turn_notes, attempts) = self.ask(&model, &transcript, &definitions, step, call, message, &num).await;
+                    let (turn, used, turn_notes, attempts) = self
+                        .ask(&model, &transcript, &definitions, step, call, message, &num)
+                        .await;
                     usage.add(used);
                     if let Some(n) = &turn_notes {
                         llm::merge_notes(&mut notes, n.clone());
@@ -242,7 +272,8 @@ impl<'e, S: Store> Run<'e, S> {
                     o.usage = used;
                     o.attempts = attempts;
                     o.answers = turn_notes;
-                    self.record_part(step, num.clone(), "turn", None, None, &mut o, started_at).await;
+                    self.record_part(step, num.clone(), "turn", None, None, &mut o, started_at)
+                        .await;
                     if let Some(e) = o.error.filter(|_| turn.is_ok()) {
                         // The turn's record could not be written.
                         Err(e)
@@ -255,7 +286,15 @@ impl<'e, S: Store> Run<'e, S> {
                 Ok(t) => t,
                 Err(e) => {
                     let mut o = StepOutcome::err(e);
-                    finish(&mut o, usage, &mut notes, &transcript, turn_no, tool_calls, tool_failures);
+                    finish(
+                        &mut o,
+                        usage,
+                        &mut notes,
+                        &transcript,
+                        turn_no,
+                        tool_calls,
+                        tool_failures,
+                    );
                     return o;
                 }
             };
@@ -276,15 +315,20 @@ impl<'e, S: Store> Run<'e, S> {
                         },
                         None => Ok(Value::Null),
                     },
-                    Model::Llm(_) => llm::final_answer(&who, &turn.content, turn.finish_reason.as_deref(), schema, repairs + 1),
+                    Model::Llm(_) => llm::final_answer(
+                        &who,
+                        &turn.content,
+                        turn.finish_reason.as_deref(),
+                        schema,
+                        repairs + 1,
+                    ),
                 };
                 match answer {
                     Ok(v) => {
                         if let Some(until) = &lp.until_tool {
                             // A loop that ends at a tool ends only there.
-                            let request = format!(
-                                "Call `{until}` to finish; an answer in text is not taken."
-                            );
+                            let request =
+                                format!("Call `{until}` to finish; an answer in text is not taken.");
                             if turn_no < lp.max_iterations {
                                 transcript.push(json!({"role": "user", "content": request}));
                                 continue;
@@ -293,18 +337,42 @@ impl<'e, S: Store> Run<'e, S> {
                             break;
                         }
                         let mut o = StepOutcome::ok(Some(v));
-                        finish(&mut o, usage, &mut notes, &transcript, turn_no, tool_calls, tool_failures);
+                        finish(
+                            &mut o,
+                            usage,
+                            &mut notes,
+                            &transcript,
+                            turn_no,
+                            tool_calls,
+                            tool_failures,
+                        );
                         return o;
                     }
                     Err((request, e)) => {
                         let Model::Llm(m) = &model else {
                             let mut o = StepOutcome::err(e);
-                            finish(&mut o, usage, &mut notes, &transcript, turn_no, tool_calls, tool_failures);
+                            finish(
+                                &mut o,
+                                usage,
+                                &mut notes,
+                                &transcript,
+                                turn_no,
+                                tool_calls,
+                                tool_failures,
+                            );
                             return o;
                         };
                         if repairs >= m.plan.repair_attempts || turn_no == lp.max_iterations {
                             let mut o = StepOutcome::err(e);
-                            finish(&mut o, usage, &mut notes, &transcript, turn_no, tool_calls, tool_failures);
+                            finish(
+                                &mut o,
+                                usage,
+                                &mut notes,
+                                &transcript,
+                                turn_no,
+                                tool_calls,
+                                tool_failures,
+                            );
                             return o;
                         }
                         repairs += 1;
@@ -318,7 +386,15 @@ impl<'e, S: Store> Run<'e, S> {
                 Ok(d) => d,
                 Err(mut o) => {
                     let error = o.error.take();
-                    finish(&mut o, usage, &mut notes, &transcript, turn_no, tool_calls, tool_failures);
+                    finish(
+                        &mut o,
+                        usage,
+                        &mut notes,
+                        &transcript,
+                        turn_no,
+                        tool_calls,
+                        tool_failures,
+                    );
                     o.error = error;
                     return o;
                 }
@@ -328,14 +404,7 @@ impl<'e, S: Store> Run<'e, S> {
             let mut calls = Vec::with_capacity(turn.calls.len());
             for (i, c) in turn.calls.iter().enumerate() {
                 let decision = decisions.get(i).and_then(Option::as_ref);
-                calls.push(self.tool_call(
-                    step,
-                    &offered,
-                    &refused,
-                    c,
-                    format!("{num}.{}", i + 1),
-                    decision,
-                ));
+                calls.push(self.tool_call(step, &offered, &refused, c, format!("{num}.{}", i + 1), decision));
             }
             let ends: Vec<CallEnd> = stream::iter(calls)
                 .buffered(lp.max_parallel_tools)
@@ -363,7 +432,15 @@ impl<'e, S: Store> Run<'e, S> {
             if let Some((status, e)) = stop {
                 let mut o = StepOutcome::err(e);
                 o.stop = status;
-                finish(&mut o, usage, &mut notes, &transcript, turn_no, tool_calls, tool_failures);
+                finish(
+                    &mut o,
+                    usage,
+                    &mut notes,
+                    &transcript,
+                    turn_no,
+                    tool_calls,
+                    tool_failures,
+                );
                 return o;
             }
             if let Some(r) = until_result {
@@ -377,7 +454,15 @@ impl<'e, S: Store> Run<'e, S> {
                     )),
                     _ => StepOutcome::shared(Some(r)),
                 };
-                finish(&mut o, usage, &mut notes, &transcript, turn_no, tool_calls, tool_failures);
+                finish(
+                    &mut o,
+                    usage,
+                    &mut notes,
+                    &transcript,
+                    turn_no,
+                    tool_calls,
+                    tool_failures,
+                );
                 return o;
             }
         }
@@ -388,7 +473,15 @@ impl<'e, S: Store> Run<'e, S> {
                 lp.max_iterations
             ),
         ));
-        finish(&mut o, usage, &mut notes, &transcript, lp.max_iterations, tool_calls, tool_failures);
+        finish(
+            &mut o,
+            usage,
+            &mut notes,
+            &transcript,
+            lp.max_iterations,
+            tool_calls,
+            tool_failures,
+        );
         o
     }
 
@@ -489,9 +582,7 @@ impl<'e, S: Store> Run<'e, S> {
             .calls
             .iter()
             .enumerate()
-            .filter(|(_, c)| {
-                lp.approve.contains(&c.name) && offered.iter().any(|(t, _)| t.name == c.name)
-            })
+            .filter(|(_, c)| lp.approve.contains(&c.name) && offered.iter().any(|(t, _)| t.name == c.name))
             .map(|(i, _)| i)
             .collect();
         let mut out: Vec<Option<Decision>> = turn.calls.iter().map(|_| None).collect();
@@ -533,7 +624,8 @@ impl<'e, S: Store> Run<'e, S> {
             })));
             o.stop = Some(RunStatus::Interrupted);
             let started_at = record::now_ms();
-            self.record_part(step, part, "approval", None, None, &mut o, started_at).await;
+            self.record_part(step, part, "approval", None, None, &mut o, started_at)
+                .await;
             o.result = None;
             if o.error.is_none() {
                 o.stop = Some(RunStatus::Interrupted);
@@ -548,8 +640,16 @@ impl<'e, S: Store> Run<'e, S> {
             // The decision is on record before any call it allows is made.
             let mut o = StepOutcome::ok(Some(given.clone()));
             let started_at = record::now_ms();
-            self.record_part(step, part, "approval", None, Some(Value::Array(proposed)), &mut o, started_at)
-                .await;
+            self.record_part(
+                step,
+                part,
+                "approval",
+                None,
+                Some(Value::Array(proposed)),
+                &mut o,
+                started_at,
+            )
+            .await;
             if let Some(e) = o.error {
                 return Err(StepOutcome::err(e));
             }
@@ -590,17 +690,23 @@ impl<'e, S: Store> Run<'e, S> {
                     if offered.is_empty() {
                         "none".to_string()
                     } else {
-                        offered.iter().map(|(t, _)| t.name.as_str()).collect::<Vec<_>>().join(", ")
+                        offered
+                            .iter()
+                            .map(|(t, _)| t.name.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
                     }
                 ),
             };
-            self.record_refusal(step, &num, &c.arguments, &why, started_at).await;
+            self.record_refusal(step, &num, &c.arguments, &why, started_at)
+                .await;
             return failure(why);
         };
         let arguments = match decision {
             Some(Decision::Reject(why)) => {
                 let text = format!("the call of `{}` was rejected: {why}", c.name);
-                self.record_refusal(step, &num, &c.arguments, &text, started_at).await;
+                self.record_refusal(step, &num, &c.arguments, &text, started_at)
+                    .await;
                 return failure(text);
             }
             Some(Decision::Edit(args)) => Ok(args.clone()),
@@ -611,7 +717,8 @@ impl<'e, S: Store> Run<'e, S> {
             Ok(a) => a,
             Err(e) => {
                 let text = format!("the arguments of `{}` are not valid JSON: {e}", c.name);
-                self.record_refusal(step, &num, &c.arguments, &text, started_at).await;
+                self.record_refusal(step, &num, &c.arguments, &text, started_at)
+                    .await;
                 return failure(text);
             }
         };
@@ -619,16 +726,26 @@ impl<'e, S: Store> Run<'e, S> {
             && let Err(v) = schema.check(&arguments)
         {
             let text = format!("the arguments of `{}` do not match its parameters {v}", c.name);
-            self.record_refusal(step, &num, &c.arguments, &text, started_at).await;
+            self.record_refusal(step, &num, &c.arguments, &text, started_at)
+                .await;
             return failure(text);
         }
-        let mut o = Box::pin(self.invoke(step, &tool.call, &arguments, None, StepNumber::of(&num), "tool")).await;
+        let mut o =
+            Box::pin(self.invoke(step, &tool.call, &arguments, None, StepNumber::of(&num), "tool")).await;
         let interrupted = o.stop == Some(RunStatus::Interrupted);
         let result = o.result.clone();
         let error = o.error.clone();
         if !interrupted {
-            self.record_part(step, num.clone(), "tool", None, Some(arguments), &mut o, started_at)
-                .await;
+            self.record_part(
+                step,
+                num.clone(),
+                "tool",
+                None,
+                Some(arguments),
+                &mut o,
+                started_at,
+            )
+            .await;
         }
         let mut end = CallEnd {
             content: String::new(),
@@ -644,14 +761,24 @@ impl<'e, S: Store> Run<'e, S> {
                 end.result = Some(r);
             }
             Some(e) if interrupted => end.stop = Some((Some(RunStatus::Interrupted), e)),
-            Some(e) if e.kind == ErrorKind::Limit || e.kind == ErrorKind::Cancelled => end.stop = Some((None, e)),
+            Some(e) if e.kind == ErrorKind::Limit || e.kind == ErrorKind::Cancelled => {
+                end.stop = Some((None, e))
+            }
             Some(e) if e.kind == ErrorKind::Depth => {
                 end.failed = true;
-                end.content = format!("{}. Do this task yourself instead of delegating it further.", e.message);
+                end.content = format!(
+                    "{}. Do this task yourself instead of delegating it further.",
+                    e.message
+                );
             }
             Some(e) => {
                 end.failed = true;
-                end.content = format!("tool `{}` failed (kind `{}`): {}", c.name, e.kind.as_str(), e.message);
+                end.content = format!(
+                    "tool `{}` failed (kind `{}`): {}",
+                    c.name,
+                    e.kind.as_str(),
+                    e.message
+                );
             }
         }
         // A store write that failed fails the loop.
@@ -669,8 +796,16 @@ impl<'e, S: Store> Run<'e, S> {
         }
         let mut o = StepOutcome::err(StepError::new(ErrorKind::Agent, why.to_string()));
         let input = crate::json::from_str(arguments).unwrap_or_else(|_| Value::String(arguments.to_string()));
-        self.record_part(step, num.to_string(), "tool", None, Some(input), &mut o, started_at)
-            .await;
+        self.record_part(
+            step,
+            num.to_string(),
+            "tool",
+            None,
+            Some(input),
+            &mut o,
+            started_at,
+        )
+        .await;
     }
 }
 
@@ -696,10 +831,14 @@ fn mock_turn(v: Value, num: &str) -> Result<Turn, StepError> {
     let bad = |why: String| {
         StepError::new(
             ErrorKind::Agent,
-            format!("the mock's turn {num}: {why} (a turn is `{{tool_calls: [{{name, arguments}}]}}` or the final answer)"),
+            format!(
+                "the mock's turn {num}: {why} (a turn is `{{tool_calls: [{{name, arguments}}]}}` or the final answer)"
+            ),
         )
     };
-    let calls = calls.as_array().ok_or_else(|| bad("`tool_calls` is not a list".into()))?;
+    let calls = calls
+        .as_array()
+        .ok_or_else(|| bad("`tool_calls` is not a list".into()))?;
     let calls = calls
         .iter()
         .enumerate()
@@ -797,7 +936,10 @@ fn kept(text: &str) -> String {
     if text.len() <= KEPT_TEXT {
         return text.to_string();
     }
-    let cut = (0..=KEPT_TEXT).rev().find(|i| text.is_char_boundary(*i)).unwrap_or(0);
+    let cut = (0..=KEPT_TEXT)
+        .rev()
+        .find(|i| text.is_char_boundary(*i))
+        .unwrap_or(0);
     format!("{}… [{} more bytes not kept]", &text[..cut], text.len() - cut)
 }
 
@@ -825,7 +967,11 @@ mod tests {
 
     #[test]
     fn mock_turns_are_calls_or_answers() {
-        let t = mock_turn(json!({"tool_calls": [{"name": "kb", "arguments": {"q": 1}}, {"name": "crm"}]}), "3.t1").unwrap();
+        let t = mock_turn(
+            json!({"tool_calls": [{"name": "kb", "arguments": {"q": 1}}, {"name": "crm"}]}),
+            "3.t1",
+        )
+        .unwrap();
         assert_eq!(t.calls.len(), 2);
         assert_eq!(t.calls[0].arguments, r#"{"q":1}"#);
         assert_eq!(t.calls[1].arguments, "{}");
@@ -840,8 +986,15 @@ mod tests {
     fn transcripts_are_capped() {
         let long = "x".repeat(KEPT_TEXT + 10);
         let t = kept_transcript(&[json!({"role": "user", "content": long})]);
-        assert!(t[0]["content"].as_str().unwrap().ends_with("[10 more bytes not kept]"));
-        let many: Vec<Value> = (0..KEPT_MESSAGES + 5).map(|i| json!({"role": "user", "content": i.to_string()})).collect();
+        assert!(
+            t[0]["content"]
+                .as_str()
+                .unwrap()
+                .ends_with("[10 more bytes not kept]")
+        );
+        let many: Vec<Value> = (0..KEPT_MESSAGES + 5)
+            .map(|i| json!({"role": "user", "content": i.to_string()}))
+            .collect();
         let t = kept_transcript(&many);
         assert_eq!(t.as_array().unwrap().len(), KEPT_MESSAGES + 1);
         assert_eq!(t[KEPT_MESSAGES / 2]["content"], "5 messages not kept");

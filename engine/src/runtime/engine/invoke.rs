@@ -97,8 +97,7 @@ impl<'e, S: Store> Run<'e, S> {
         part: &'static str,
     ) -> StepOutcome {
         if let AgentPlanSpec::Llm(LlmPlan {
-            agent_loop: Some(_),
-            ..
+            agent_loop: Some(_), ..
         }) = &call.agent.spec
         {
             // An agent loop's turns and tool calls have records of their own; the step's
@@ -115,7 +114,9 @@ impl<'e, S: Store> Run<'e, S> {
                 Err(e) => return StepOutcome::err(e),
             };
             if let Some(lp) = Self::loop_of(call, &agent, self.tree.options.agent_changes.stand_ins) {
-                return self.agent_loop(step, call, &agent, lp, input, message, number).await;
+                return self
+                    .agent_loop(step, call, &agent, lp, input, message, number)
+                    .await;
             }
         }
         let mut attempt = 0u32;

@@ -488,3 +488,39 @@ async fn context_and_conversation_reach_the_loop() {
         ]
     );
 }
+
+/// The provider's key stays a reference: a server that echoes it into a tool call's
+/// arguments and into its answer leaves it in no record, no transcript, no stream.
+#[test]
+fn secrets_in_a_loop_are_redacted() {
+    use crate::llm::{CANARY, assert_no_canary_in};
+    let server = Llm::start();
+    server.script([
+        Reply::calls(1, &[("kb_search", &format!(r#"{{"q": "Bearer {CANARY}"}}"#))]),
+        Reply::Answer(format!("the key is {CANARY}")),
+    ]);
+    let dir = TempDir::new("loop-secrets");
+    let text = loop_flow(&server.base_url(), "", "0ms").replace(
+        "    prices:",
+        "    api_key: ${env:SWITCHYARD_LOOP_KEY}\n    prices:",
+    );
+    dir.write("f.yaml", &text);
+    let out = crate::support::run(
+        crate::support::switchyard(dir.path())
+            .args(["run", "f.yaml", "--trace", "--store", "sqlite:runs.db"])
+            .args(["--input", r#"{"text": "hi"}"#])
+            .env("SWITCHYARD_LOOP_KEY", CANARY),
+    );
+    assert_eq!(out.code(), 0, "{out:?}");
+    assert!(
+        !out.stdout.contains(CANARY) && !out.stderr.contains(CANARY),
+        "{out:?}"
+    );
+    let hits = server.hits();
+    assert_eq!(hits.len(), 2);
+    assert_eq!(
+        hits[0].headers["authorization"].to_str().unwrap(),
+        format!("Bearer {CANARY}")
+    );
+    assert_no_canary_in(dir.path());
+}

@@ -495,11 +495,7 @@ impl<'p> Compiler<'p> {
                 .result_schema
                 .as_ref()
                 .and_then(|s| self.schema(scope, s)),
-            input_schema: a
-                .common
-                .input_schema
-                .as_ref()
-                .and_then(|s| self.schema(scope, s)),
+            input_schema: a.common.input_schema.as_ref().and_then(|s| self.schema(scope, s)),
             description: a.common.description.clone(),
         });
         scope.compiled_agents.insert(cache_key, plan.clone());
@@ -509,7 +505,12 @@ impl<'p> Compiler<'p> {
     /// An `llm` agent's `tools:` and bounds; `None` without tools. A tool is an agent of the
     /// same scope, lowered like a step's; one that names no agent, or that would lead back to
     /// the agent being lowered (lint reports both), is left out.
-    fn agent_loop(&mut self, a: &'p Agent, l: &'p crate::model::LlmAgent, scope: &mut Scope<'p>) -> Option<LoopPlan> {
+    fn agent_loop(
+        &mut self,
+        a: &'p Agent,
+        l: &'p crate::model::LlmAgent,
+        scope: &mut Scope<'p>,
+    ) -> Option<LoopPlan> {
         if l.tools.list.is_empty() {
             return None;
         }

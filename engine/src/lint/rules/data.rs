@@ -460,7 +460,10 @@ impl<'p> Checker<'_, 'p> {
 
     fn agent(&mut self, a: &Agent) {
         let vars = Vars::new(AGENT_VARS);
-        if let Some(s) = &a.common.result_schema {
+        for s in [&a.common.input_schema, &a.common.result_schema]
+            .into_iter()
+            .flatten()
+        {
             self.schema(s);
         }
         match &a.spec {
@@ -866,7 +869,7 @@ impl<'p> Checker<'_, 'p> {
     fn agent_result_schema(&self, s: &Step) -> Option<Value> {
         let StepKind::Agent(r) = &s.kind else { return None };
         let agent = self.cx.agent(r)?;
-        schema_value(self.cx, agent.common.result_schema.as_ref()?)
+        schema_value(self.cx, self.cx.result_schema(agent)?)
     }
 
     /// Reports field `f` read from the result of step `id` when that is a `foreach` step: its
@@ -916,11 +919,7 @@ impl<'p> Checker<'_, 'p> {
                 let fields = branches
                     .iter()
                     .map(|(name, b)| {
-                        let ty = schema_ty(
-                            self.cx
-                                .agent(&b.agent)
-                                .and_then(|a| a.common.result_schema.as_ref()),
-                        );
+                        let ty = schema_ty(self.cx.agent(&b.agent).and_then(|a| self.cx.result_schema(a)));
                         (
                             name.clone(),
                             Field {

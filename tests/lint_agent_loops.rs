@@ -93,6 +93,23 @@ fn the_answer_of_a_loop_with_until_tool_is_that_tools_result() {
             Some("did you mean `confidence`?".to_string())
         )]
     );
+    // An expression reading the answer is checked against the tool's `result_schema`.
+    let typo = CLEAN_LOOP.replace("=result.confidence < 0.5", "=result.confidense < 0.5");
+    assert_ne!(typo, CLEAN_LOOP);
+    dir.write("loop.yaml", &typo);
+    let found: Vec<(String, String)> = support::lint_json(dir.path(), &["loop.yaml"])
+        .diagnostics()
+        .into_iter()
+        .map(|d| (d.code, d.message))
+        .collect();
+    assert_eq!(
+        found,
+        vec![(
+            "SY405".to_string(),
+            "`result` has no field `confidense` in the `result_schema` of `submit`, whose result is the answer of `answer`'s agent"
+                .to_string()
+        )]
+    );
     // Without `until_tool` the answer is the model's text, which has no `answer`.
     let text = CLEAN_LOOP.replace("    until_tool: submit\n", "");
     assert_ne!(text, CLEAN_LOOP);

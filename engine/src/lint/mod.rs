@@ -128,11 +128,17 @@ impl<'p> FlowCx<'p> {
     /// loop without one that ends at its `until_tool`, that tool's (SPEC §6.3), followed
     /// through loops that end at other loops. `None` when nothing types it.
     pub fn result_schema(&self, a: &'p Agent) -> Option<&'p SchemaRef> {
+        self.result_schema_owner(a)?.common.result_schema.as_ref()
+    }
+
+    /// The agent whose `result_schema` [`FlowCx::result_schema`] is: `a`, or the `until_tool`
+    /// (of the `until_tool` ...) whose result is its answer.
+    pub fn result_schema_owner(&self, a: &'p Agent) -> Option<&'p Agent> {
         let mut seen = Vec::new();
         let mut at = a;
         loop {
-            if let Some(s) = &at.common.result_schema {
-                return Some(s);
+            if at.common.result_schema.is_some() {
+                return Some(at);
             }
             seen.push(std::ptr::from_ref(at));
             at = self.until_tool(at)?;

@@ -729,7 +729,7 @@ impl<'p> Checker<'_, 'p> {
                             fields,
                             span,
                             "result",
-                            &format!("the `result_schema` of `{step}`'s agent"),
+                            &self.result_schema_source(step),
                         );
                     } else if let Some((ty, source)) = self.composite_result(step) {
                         check_ty_fields(self.out, &ty, fields, span, "result", &source);
@@ -825,7 +825,7 @@ impl<'p> Checker<'_, 'p> {
                         &fields[2..],
                         span,
                         &format!("steps.{id}.result"),
-                        &format!("the `result_schema` of `{id}`'s agent"),
+                        &self.result_schema_source(id),
                     );
                 } else if let Some((ty, source)) = self.composite_result(id) {
                     check_ty_fields(
@@ -864,6 +864,26 @@ impl<'p> Checker<'_, 'p> {
             _ => return None,
         };
         Some((self.result_ty(step).clone(), source))
+    }
+
+    /// What [`Self::result_schema`] of `step` is, for messages: its agent's `result_schema`, or
+    /// that of the `until_tool` whose result is the answer of an agent loop.
+    fn result_schema_source(&self, step: &str) -> String {
+        let own = format!("the `result_schema` of `{step}`'s agent");
+        let Some(StepKind::Agent(r)) = self.cx.flow.steps.get(step).map(|s| &s.kind) else {
+            return own;
+        };
+        match self
+            .cx
+            .agent(r)
+            .and_then(|a| Some((a, self.cx.result_schema_owner(a)?)))
+        {
+            Some((a, owner)) if !std::ptr::eq(a, owner) => format!(
+                "the `result_schema` of `{}`, whose result is the answer of `{step}`'s agent",
+                owner.name.value
+            ),
+            _ => own,
+        }
     }
 
     fn agent_result_schema(&self, s: &Step) -> Option<Value> {

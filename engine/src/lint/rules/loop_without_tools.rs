@@ -11,6 +11,19 @@ pub fn agent(out: &mut Vec<Diagnostic>, a: &Agent, text: &str) {
     if !l.tools.list.is_empty() {
         return;
     }
+    // `tools` written as something else than an empty list or map has its own error.
+    let written_empty = l.tools.span.map(|s| {
+        let v: String = text
+            .get(s.start as usize..s.end as usize)
+            .unwrap_or_default()
+            .chars()
+            .filter(|c| !c.is_whitespace())
+            .collect();
+        v == "[]" || v == "{}"
+    });
+    if written_empty == Some(false) {
+        return;
+    }
     let written = [
         ("max_iterations", l.max_iterations.as_ref().map(|m| m.span)),
         (

@@ -2,6 +2,7 @@
 //! for the property tests, the library) the way users do:
 //!
 //! - [`lint_fixtures`]: YAML fixtures per rule with inline caret expectations;
+//! - [`lint_agent_loops`]: agent loops that lint clean, the type of their answer, imported loops;
 //! - [`snapshots`]: rendered human output, snapshot-tested with insta;
 //! - [`cli`]: exit codes, output formats, `explain`, `--help`;
 //! - [`engine`]: runs and flow tests: every runtime semantic, through `run` and `test`;
@@ -24,6 +25,7 @@ mod expressions;
 mod fuzz;
 mod graph;
 mod http_agent;
+mod lint_agent_loops;
 mod lint_fixtures;
 mod llm;
 mod logs;

@@ -17,6 +17,7 @@
 //! - [`time`]: `timestamp()`, `duration()` and the recorded `now` of a run tree.
 
 mod agent_loop;
+mod agent_loop_tests;
 mod batch;
 mod cli;
 mod corpus;

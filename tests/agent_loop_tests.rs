@@ -386,7 +386,10 @@ fn the_support_triage_flow_runs_its_tools_and_child_flow_for_real() {
     assert_eq!(crm["customer"]["name"], "Dana Whitfield");
     // The child flow's model saw what the loop gave `write_reply`; its result went back.
     let child_prompt = hits[2].body["messages"].to_string();
-    assert!(child_prompt.contains("[KB-12] Why was I charged twice?"), "{child_prompt}");
+    assert!(
+        child_prompt.contains("[KB-12] Why was I charged twice?"),
+        "{child_prompt}"
+    );
     let last = tool_messages(&hits[3].body);
     let written: Value = serde_json::from_str(&last[2]).expect("the child's output");
     assert_eq!(written, reply);
@@ -454,11 +457,36 @@ fn a_proposed_refund_waits_for_a_decision_and_a_rejection_reaches_the_model() {
     ]));
     assert_eq!(resumed.code(), 0, "{resumed:?}");
     let v: Value = serde_json::from_str(&resumed.stdout).expect("the output is JSON");
-    assert_eq!((&v["status"], &v["queue"]), (&json!("escalated"), &json!("tier2")));
+    assert_eq!(
+        (&v["status"], &v["queue"]),
+        (&json!("escalated"), &json!("tier2"))
+    );
     let hits = server.hits();
     assert_eq!(hits.len(), 3, "the recorded turns are not asked again");
     assert_eq!(
         tool_messages(&hits[2].body).last().map(String::as_str),
         Some("the call of `refund` was rejected: refunds over $200 need a manager")
     );
+}
+
+/// The README's example of a loop's test (its section "Agent loops") is a passing test of the
+/// support flow.
+#[test]
+fn the_readmes_loop_test_passes_against_the_support_flow() {
+    let readme = std::fs::read_to_string(repo().join("README.md")).expect("README.md");
+    let section = &readme[readme.find("## Agent loops").expect("the section")..];
+    let start = section.find("```yaml\n    mocks:\n").expect("the test's example") + "```yaml\n".len();
+    let block = &section[start..start + section[start..].find("```").expect("the block ends")];
+    let dir = TempDir::new("triage-readme");
+    copy_triage_flow(&dir);
+    let path = dir.path().join("flows/support-triage-agent.yaml");
+    let text = std::fs::read_to_string(&path).expect("the flow");
+    let flow = &text[..text.find("\ntests:\n").expect("the flow's tests")];
+    let test = format!(
+        "{flow}\ntests:\n  - name: the README's\n    input:\n      ticket: {{id: T-9, subject: Locked out, body: I cannot log in., customer_id: C-404}}\n{block}"
+    );
+    std::fs::write(&path, test).expect("write the flow");
+    let out = support::run(support::switchyard(dir.path()).args(["test", "flows/support-triage-agent.yaml"]));
+    assert_eq!(out.code(), 0, "{out:?}");
+    assert_eq!(summary(&out), "1 passed, 0 failed", "{}", out.stdout);
 }

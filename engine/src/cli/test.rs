@@ -116,7 +116,13 @@ pub fn run(args: Args) -> u8 {
                 for d in errors {
                     let f = project.sources.get(d.primary.span.file);
                     let (line, col) = f.line_col(d.primary.span.start as usize);
-                    println!("       {}:{line}:{col}: {}[{}]: {}", f.name, d.severity.as_str(), d.rule.code, d.message);
+                    println!(
+                        "       {}:{line}:{col}: {}[{}]: {}",
+                        f.name,
+                        d.severity.as_str(),
+                        d.rule.code,
+                        d.message
+                    );
                 }
                 continue;
             }
@@ -455,7 +461,10 @@ fn check_turn(
             Diagnostic::new(
                 &codes::UNKNOWN_KEY,
                 k.span,
-                format!("{whose} calls tools and also has `{}`, which the run ignores", k.name),
+                format!(
+                    "{whose} calls tools and also has `{}`, which the run ignores",
+                    k.name
+                ),
             )
             .label("not part of a turn that calls tools")
             .help(format!("{SHAPE}, not both")),
@@ -484,7 +493,9 @@ fn check_turn(
                 format!("`tool_calls` of {whose} is empty"),
             )
             .label("no call")
-            .help(format!("{SHAPE}; a turn that calls no tool is written as the answer itself")),
+            .help(format!(
+                "{SHAPE}; a turn that calls no tool is written as the answer itself"
+            )),
         );
         return;
     }
@@ -501,7 +512,10 @@ fn check_turn(
             );
             continue;
         };
-        for (k, _) in fields.iter().filter(|(k, _)| k.name != "name" && k.name != "arguments") {
+        for (k, _) in fields
+            .iter()
+            .filter(|(k, _)| k.name != "name" && k.name != "arguments")
+        {
             let help = crate::diag::did_you_mean(&k.name, ["name", "arguments"])
                 .unwrap_or_else(|| "a call has `name` and `arguments`".to_string());
             out.push(
@@ -550,7 +564,10 @@ fn check_turn(
             );
             continue;
         };
-        let tool = tool.strip_prefix('=').filter(|_| tool.starts_with("==")).unwrap_or(tool);
+        let tool = tool
+            .strip_prefix('=')
+            .filter(|_| tool.starts_with("=="))
+            .unwrap_or(tool);
         if !tools.iter().any(|t| t == tool) {
             let mut d = Diagnostic::new(
                 &codes::UNKNOWN_AGENT,
@@ -571,5 +588,9 @@ fn check_turn(
 }
 
 fn listed(tools: &[String]) -> String {
-    tools.iter().map(|t| format!("`{t}`")).collect::<Vec<_>>().join(", ")
+    tools
+        .iter()
+        .map(|t| format!("`{t}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }

@@ -258,7 +258,7 @@ fn a_turn_calling_no_tool_of_the_loop_is_a_warning_and_the_test_runs() {
     assert_eq!(summary(&out), "1 passed, 0 failed");
     let e = &out.stderr;
     assert!(
-        e.contains("warning[SY202] unknown-agent")
+        e.contains("warning[SY506] unknown-tool")
             && e.contains("╭─[loops.yaml:42:33]")
             && e.contains("calls `kb_serch`, which is not a tool of")
             && e.contains("── no such tool")

@@ -570,7 +570,7 @@ fn check_turn(
             .unwrap_or(tool);
         if !tools.iter().any(|t| t == tool) {
             let mut d = Diagnostic::new(
-                &codes::UNKNOWN_AGENT,
+                &codes::UNKNOWN_TOOL,
                 n.span,
                 format!("{at} calls `{tool}`, which is not a tool of `{agent}`"),
             )

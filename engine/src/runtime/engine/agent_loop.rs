@@ -119,11 +119,11 @@ impl<'e, S: Store> Run<'e, S> {
         }
         // The tools the ceiling allows are offered; the others are unknown to the model.
         let mut offered: Vec<(&ToolPlan, Arc<AgentPlan>)> = Vec::new();
-        let mut refused: Vec<(&str, String)> = Vec::new();
+        let mut refused: Vec<(&ToolPlan, String)> = Vec::new();
         for t in &lp.tools {
-            match self.effective_agent(&t.call) {
+            match self.agent_for(&t.call, false) {
                 Ok(a) => offered.push((t, a)),
-                Err(e) => refused.push((t.name.as_str(), e.message)),
+                Err(e) => refused.push((t, e.message)),
             }
         }
         let definitions: Vec<Value> = offered
@@ -668,7 +668,7 @@ impl<'e, S: Store> Run<'e, S> {
         &self,
         step: &StepPlan,
         offered: &[(&ToolPlan, Arc<AgentPlan>)],
-        refused: &[(&str, String)],
+        refused: &[(&ToolPlan, String)],
         c: &ToolCall,
         num: String,
         decision: Option<&Decision>,
@@ -682,8 +682,12 @@ impl<'e, S: Store> Run<'e, S> {
             failed: true,
         };
         let Some((tool, _)) = offered.iter().find(|(t, _)| t.name == c.name) else {
-            let why = match refused.iter().find(|(n, _)| *n == c.name) {
-                Some((_, why)) => format!("tool `{}` is not available here: {why}", c.name),
+            let why = match refused.iter().find(|(t, _)| t.name == c.name) {
+                Some((t, why)) => {
+                    // Called after all: a refusal on record (a flow test's unmocked agent).
+                    let _ = self.agent_for(&t.call, true);
+                    format!("tool `{}` is not available here: {why}", c.name)
+                }
                 None => format!(
                     "unknown tool `{}`; the tools are: {}",
                     c.name,

@@ -17,6 +17,12 @@ use crate::store::Store;
 impl<'e, S: Store> Run<'e, S> {
     /// The agent a call uses after `--agent-change`, checked against the capability set.
     pub(super) fn effective_agent(&self, call: &CallPlan) -> Result<Arc<AgentPlan>, StepError> {
+        self.agent_for(call, true)
+    }
+
+    /// [`Run::effective_agent`]; with `calling` false only asks (an agent loop choosing the
+    /// tools to offer): a removed agent is not counted as refused, since nothing called it.
+    pub(super) fn agent_for(&self, call: &CallPlan, calling: bool) -> Result<Arc<AgentPlan>, StepError> {
         let mut agent = call.agent.clone();
         let mut kind = agent.kind();
         if let Some(changes) = self.tree.options.agent_changes.per_flow.get(&self.flow_ref.0)
@@ -30,7 +36,9 @@ impl<'e, S: Store> Run<'e, S> {
                     }
                 }
                 None => {
-                    self.state.refuse(&agent.name);
+                    if calling {
+                        self.state.refuse(&agent.name);
+                    }
                     let why = self
                         .tree
                         .options

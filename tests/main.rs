@@ -16,6 +16,7 @@
 //! - [`time`]: `timestamp()`, `duration()` and the recorded `now` of a run tree.
 
 mod agent_loop;
+mod agent_loop_durable;
 mod batch;
 mod cli;
 mod corpus;

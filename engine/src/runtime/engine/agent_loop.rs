@@ -735,18 +735,6 @@ impl<'e, S: Store> Run<'e, S> {
         let interrupted = o.stop == Some(RunStatus::Interrupted);
         let result = o.result.clone();
         let error = o.error.clone();
-        if !interrupted {
-            self.record_part(
-                step,
-                num.clone(),
-                "tool",
-                None,
-                Some(arguments),
-                &mut o,
-                started_at,
-            )
-            .await;
-        }
         let mut end = CallEnd {
             content: String::new(),
             result: None,
@@ -781,6 +769,22 @@ impl<'e, S: Store> Run<'e, S> {
                 );
             }
         }
+        if end.failed {
+            // The failed call's record keeps what the model was told (`runs show` prints it).
+            told(&mut o, &end.content);
+        }
+        if !interrupted {
+            self.record_part(
+                step,
+                num.clone(),
+                "tool",
+                None,
+                Some(arguments),
+                &mut o,
+                started_at,
+            )
+            .await;
+        }
         // A store write that failed fails the loop.
         if let Some(e) = o.error.filter(|e| e.message.starts_with("store: ")) {
             end.stop = Some((None, e));
@@ -795,6 +799,7 @@ impl<'e, S: Store> Run<'e, S> {
             return;
         }
         let mut o = StepOutcome::err(StepError::new(ErrorKind::Agent, why.to_string()));
+        told(&mut o, why);
         let input = crate::json::from_str(arguments).unwrap_or_else(|_| Value::String(arguments.to_string()));
         self.record_part(
             step,
@@ -807,6 +812,16 @@ impl<'e, S: Store> Run<'e, S> {
         )
         .await;
     }
+}
+
+/// Notes on a failed call's record what the model was told of it, as `answers.told`.
+fn told(o: &mut StepOutcome, content: &str) {
+    let mut notes = match o.answers.take() {
+        Some(Value::Object(m)) => m,
+        _ => Map::new(),
+    };
+    notes.insert("told".into(), Value::String(content.to_string()));
+    o.answers = Some(Value::Object(notes));
 }
 
 /// The agent of a loop step, for messages.

@@ -452,10 +452,31 @@ fn an_approval_stops_the_run_and_an_edit_decision_reaches_the_tool() {
     let paid = dir.path().join("paid");
     dir.write("refunds.yaml", approval_flow(&server.base_url(), &paid));
     let out = run(switchyard(dir.path())
-        .args(["run", "refunds.yaml", "--input", r#"{"text": "refund my order"}"#])
+        .args([
+            "run",
+            "refunds.yaml",
+            "--trace",
+            "--input",
+            r#"{"text": "refund my order"}"#,
+        ])
         .args(STORE));
     assert_eq!(out.code(), 3, "{out:?}");
     let id = run_id_from(&out.stderr);
+    // The trace shows the approval part with the call it holds; the message, what it waits
+    // for and the decision's shape.
+    assert!(
+        out.stderr.contains("    ⏸ 1.t1.approval approval ")
+            && out.stderr.contains("ms\n      call 1: refund {\"amount\":100}\n"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr.contains(
+            "  call 1: refund {\"amount\":100}\n  the decision: {\"approve\": true}, {\"edit\": {<arguments>}} or {\"reject\": \"why\"}\n"
+        ),
+        "{}",
+        out.stderr
+    );
     assert!(
         out.stderr.contains(&format!(
             "interrupted: run `{id}` waits for approval of a call of `refund` by agent loop `agent` at step `answer`"
@@ -519,11 +540,23 @@ fn an_approval_stops_the_run_and_an_edit_decision_reaches_the_tool() {
             .args(["resume", &id, "--decision", decision])
             .args(STORE));
         assert_eq!(bad.code(), 2, "{bad:?}");
-        assert!(bad.stderr.contains(says), "{decision}: {}", bad.stderr);
-        assert!(bad.stderr.contains("`answer`"), "{}", bad.stderr);
+        assert!(
+            bad.stderr.contains(&format!(
+                "the decision does not answer the approval at step `answer`: {says}"
+            )),
+            "{decision}: {}",
+            bad.stderr
+        );
     }
     let none = run(switchyard(dir.path()).args(["resume", &id]).args(STORE));
     assert_eq!(none.code(), 2, "{none:?}");
+    assert!(
+        none.stderr.contains(&format!(
+            "run `{id}` waits for approval of 1 call(s) the agent loop of step `answer` proposed: give the decision with --decision JSON"
+        )),
+        "{}",
+        none.stderr
+    );
     assert!(!paid.exists());
     assert_eq!(server.hits().len(), 1);
 
@@ -798,4 +831,72 @@ fn run_id_from_list(dir: &TempDir) -> String {
         .as_str()
         .unwrap()
         .to_owned()
+}
+
+/// Killed while the approved call runs: the decision is on record, so `resume` needs none;
+/// the call (not idempotent) is in doubt and `resume` says so; `--retry-in-doubt` calls it
+/// again, and the model is never asked again for the turn that proposed it.
+#[test]
+fn a_kill_after_the_decision_leaves_the_approved_call_in_doubt() {
+    let server = Llm::start();
+    server.script([
+        Reply::calls(1, &[("refund", r#"{"amount": 100}"#)]),
+        Reply::Answer("Refunded.".into()),
+    ]);
+    let dir = TempDir::new("loop-approve-kill");
+    let paid = dir.path().join("paid");
+    // A refund that takes a while after it wrote its line: a window for the kill.
+    let flow = approval_flow(&server.base_url(), &paid).replace(
+        r#"printf "\n" >> "{paid}";"#.replace("{paid}", &paid.display().to_string()).as_str(),
+        &format!(r#"printf "\n" >> "{}"; sleep 30;"#, paid.display()),
+    );
+    assert!(flow.contains("sleep 30"), "{flow}");
+    dir.write("refunds.yaml", flow);
+    let id = run_to_approval(&dir);
+    let mut child = switchyard(dir.path())
+        .args(["resume", &id, "--decision", r#"{"approve": true}"#])
+        .args(STORE)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("starts");
+    assert!(
+        wait_for_lines(&mut child, &paid, 1),
+        "the resume ended before the refund ran"
+    );
+    child.kill().expect("SIGKILL");
+    let _ = child.wait();
+
+    // No decision needed now; the refund is in doubt.
+    let again = run(switchyard(dir.path()).args(["resume", &id]).args(STORE));
+    assert_eq!(again.code(), 3, "{again:?}");
+    assert!(
+        again.stderr.contains("interrupted[in_doubt]: "),
+        "{}",
+        again.stderr
+    );
+    assert!(
+        again.stderr.contains(&format!(
+            "continue it with `switchyard resume {id} --retry-in-doubt --store sqlite:runs.db`"
+        )),
+        "{}",
+        again.stderr
+    );
+    assert_eq!(lines_of(&paid).len(), 1);
+    // Retried (quickly this time), the run finishes; turn 1 was asked once.
+    let flow = std::fs::read_to_string(dir.path().join("refunds.yaml"))
+        .unwrap()
+        .replace("sleep 30;", "");
+    dir.write("refunds.yaml", flow);
+    let done = run(switchyard(dir.path())
+        .args(["resume", &id, "--retry-in-doubt", "--allow-changed"])
+        .args(STORE));
+    assert_eq!(done.code(), 0, "{done:?}");
+    assert_eq!(lines_of(&paid).len(), 2);
+    let hits = server.hits();
+    assert_eq!(hits.len(), 2, "turn 1 once, turn 2 once");
+    assert_eq!(
+        tool_messages(&hits[1].body),
+        [("call_1_1".to_owned(), r#"{"refunded":true}"#.to_owned())]
+    );
 }

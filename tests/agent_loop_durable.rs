@@ -900,3 +900,76 @@ fn a_kill_after_the_decision_leaves_the_approved_call_in_doubt() {
         [("call_1_1".to_owned(), r#"{"refunded":true}"#.to_owned())]
     );
 }
+
+/// Two iterations of a `foreach` whose body is an agent loop, each stopped at an approval:
+/// a decision answers the approval the run waits at (the one `runs show` names) and no other;
+/// the other is asked again, and its own decision answers it.
+#[test]
+fn a_decision_answers_one_approval_not_every_waiting_one() {
+    let server = Llm::start();
+    server.respond_with(|body| {
+        let msgs = body["messages"].as_array().unwrap();
+        let ticket = msgs
+            .iter()
+            .filter_map(|m| m["content"].as_str())
+            .find_map(|c| c.strip_prefix("Ticket: "))
+            .unwrap()
+            .to_owned();
+        let amount = if ticket == "a" { 10 } else { 20 };
+        if msgs.iter().any(|m| m["role"] == "assistant") {
+            Reply::Answer(format!("done {ticket}"))
+        } else {
+            Reply::calls(1, &[("refund", &json!({"amount": amount}).to_string())])
+        }
+    });
+    let dir = TempDir::new("loop-approve-foreach");
+    let paid = dir.path().join("paid");
+    let flow = approval_flow(&server.base_url(), &paid).replace(
+        "steps:\n  answer:\n    agent: agent\n    input: {$.text: $.text}\n    output: {$.reply: $}\n",
+        "steps:\n  answer:\n    foreach: $.tickets\n    as: t\n    concurrency: 2\n    agent: agent\n    input: {$.text: =t}\n    output: {$.replies: $}\n",
+    );
+    assert!(flow.contains("foreach"), "{flow}");
+    dir.write("refunds.yaml", flow);
+    let out = run(switchyard(dir.path())
+        .args(["run", "refunds.yaml", "--input", r#"{"tickets": ["a", "b"]}"#])
+        .args(STORE));
+    assert_eq!(out.code(), 3, "{out:?}");
+    let id = run_id_from(&out.stderr);
+    let doc = |dir: &TempDir| -> Value {
+        let show = run(switchyard(dir.path())
+            .args(["runs", "show", &id, "--json"])
+            .args(STORE));
+        serde_json::from_str(&show.stdout).unwrap()
+    };
+    let waiting = |doc: &Value| -> Vec<String> {
+        doc["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s["kind"] == "approval" && s["status"] == "interrupted")
+            .map(|s| s["number"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(waiting(&doc(&dir)).len(), 2);
+
+    // One decision: one refund.
+    let first = run(switchyard(dir.path())
+        .args(["resume", &id, "--decision", r#"{"edit": {"amount": 1}}"#])
+        .args(STORE));
+    assert_eq!(first.code(), 3, "one approval still waits: {first:?}");
+    assert_eq!(read_jsonl(&paid), [json!({"amount": 1})]);
+    assert_eq!(waiting(&doc(&dir)).len(), 1);
+
+    let second = run(switchyard(dir.path())
+        .args(["resume", &id, "--decision", r#"{"approve": true}"#])
+        .args(STORE));
+    assert_eq!(second.code(), 0, "{second:?}");
+    let mut amounts: Vec<i64> = read_jsonl(&paid)
+        .iter()
+        .map(|v| v["amount"].as_i64().unwrap())
+        .collect();
+    amounts.sort();
+    assert!(amounts == [1, 10] || amounts == [1, 20], "{amounts:?}");
+    // Each ticket's turn 1 asked once, turn 2 once.
+    assert_eq!(server.hits().len(), 4);
+}

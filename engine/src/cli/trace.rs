@@ -528,7 +528,8 @@ fn line(s: &StepRecord, tool: Option<&str>, color: bool) -> String {
         && let Some(turns) = a.get("turns").and_then(Value::as_u64)
     {
         let calls = a.get("tool_calls").and_then(Value::as_u64).unwrap_or(0);
-        let _ = write!(l, " · {turns} turns, {calls} tool calls");
+        let s = |n: u64| if n == 1 { "" } else { "s" };
+        let _ = write!(l, " · {turns} turn{}, {calls} tool call{}", s(turns), s(calls));
         if let Some(f) = a.get("tool_failures").and_then(Value::as_u64) {
             let _ = write!(l, " ({f} failed)");
         }
@@ -606,7 +607,22 @@ fn usage(u: &Usage) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::span;
+    use super::{loop_order, loop_owner, loop_split, span};
+
+    #[test]
+    fn loop_parts_split_at_their_last_turn_segment() {
+        assert_eq!(loop_split("3.t2.1"), Some(("3", 2, ".1")));
+        assert_eq!(loop_split("3.t12"), Some(("3", 12, "")));
+        assert_eq!(loop_split("3[2].t1.approval"), Some(("3[2]", 1, ".approval")));
+        // A loop in a `flow` tool's child run: its own turn segment is the last one.
+        assert_eq!(loop_split("1.t1.2.1.t3.1"), Some(("1.t1.2.1", 3, ".1")));
+        assert_eq!(loop_split("4.2"), None);
+        assert_eq!(loop_split("1.tx"), None);
+        assert_eq!(loop_owner("5"), "5");
+        let mut parts = ["1.t2", "1.t1.10", "1.t1.2", "1.t1.approval", "1.t1"];
+        parts.sort_by_key(|p| loop_order(p));
+        assert_eq!(parts, ["1.t1", "1.t1.approval", "1.t1.2", "1.t1.10", "1.t2"]);
+    }
 
     #[test]
     fn spans_keep_their_two_largest_units() {

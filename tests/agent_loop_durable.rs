@@ -572,9 +572,14 @@ fn an_approval_stops_the_run_and_an_edit_decision_reaches_the_tool() {
     // The model was asked once more: for the turn after the call, told its result.
     let hits = server.hits();
     assert_eq!(hits.len(), 2);
+    // The model is told the call ran with the edited arguments, not the ones it proposed.
     assert_eq!(
         tool_messages(&hits[1].body),
-        [("call_1_1".to_owned(), r#"{"refunded":true}"#.to_owned())]
+        [(
+            "call_1_1".to_owned(),
+            r#"the arguments were edited before the call ran: {"amount":40}; the result: {"refunded":true}"#
+                .to_owned()
+        )]
     );
     let msgs = hits[1].body["messages"].as_array().unwrap();
     assert_eq!(

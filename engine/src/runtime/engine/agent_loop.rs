@@ -779,6 +779,17 @@ impl<'e, S: Store> Run<'e, S> {
                 );
             }
         }
+        if let Some(Decision::Edit(args)) = decision
+            && end.stop.is_none()
+        {
+            // The model's own message still holds the arguments it proposed: its tool message
+            // says the call ran with others, lest it take the proposed ones as done.
+            end.content = format!(
+                "the arguments were edited before the call ran: {}; the result: {}",
+                serde_json::to_string(args).expect("JSON values serialize"),
+                end.content
+            );
+        }
         if end.failed {
             // The failed call's record keeps what the model was told (`runs show` prints it).
             told(&mut o, &end.content);

@@ -113,7 +113,7 @@ async fn tool_calls_run_and_answer_in_the_models_order() {
         Reply::Answer("Refunds take 5 days.".into()),
     ]);
     let dir = TempDir::new("loop-order");
-    let path = dir.write("f.yaml", &loop_flow(&server.base_url(), "", "200ms"));
+    let path = dir.write("f.yaml", loop_flow(&server.base_url(), "", "200ms"));
     let engine = engine();
     let started = std::time::Instant::now();
     let out = run(&engine, &path, json!({"text": "where is my refund"})).await;
@@ -221,7 +221,7 @@ async fn bad_calls_become_tool_messages() {
         Reply::Answer("done".into()),
     ]);
     let dir = TempDir::new("loop-bad-calls");
-    let path = dir.write("f.yaml", &loop_flow(&server.base_url(), "", "0ms"));
+    let path = dir.write("f.yaml", loop_flow(&server.base_url(), "", "0ms"));
     let engine = engine();
     let out = run(&engine, &path, json!({"text": "hi"})).await;
     assert_eq!(out.status, RunStatus::Succeeded, "{:?}", out.error);
@@ -272,7 +272,7 @@ async fn budget_pressure_then_the_limit() {
     let dir = TempDir::new("loop-limit");
     let path = dir.write(
         "f.yaml",
-        &loop_flow(&server.base_url(), "    max_iterations: 4", "0ms"),
+        loop_flow(&server.base_url(), "    max_iterations: 4", "0ms"),
     );
     let engine = engine();
     let out = run(&engine, &path, json!({"text": "hi"})).await;
@@ -308,7 +308,7 @@ async fn a_429_mid_loop_is_waited_out() {
         Reply::Answer("ok".into()),
     ]);
     let dir = TempDir::new("loop-429");
-    let path = dir.write("f.yaml", &loop_flow(&server.base_url(), "", "0ms"));
+    let path = dir.write("f.yaml", loop_flow(&server.base_url(), "", "0ms"));
     let engine = engine();
     let out = run(&engine, &path, json!({"text": "hi"})).await;
     assert_eq!(out.status, RunStatus::Succeeded, "{:?}", out.error);
@@ -325,7 +325,7 @@ async fn until_tool_ends_the_loop_with_its_result() {
     server.script([Reply::calls(1, &[("crm_lookup", r#"{"id": 3}"#)])]);
     let dir = TempDir::new("loop-until");
     let extra = "    until_tool: crm_lookup\n    result_schema: {type: object, required: [customer]}";
-    let path = dir.write("f.yaml", &loop_flow(&server.base_url(), extra, "0ms"));
+    let path = dir.write("f.yaml", loop_flow(&server.base_url(), extra, "0ms"));
     let engine = engine();
     let out = run(&engine, &path, json!({"text": "hi"})).await;
     assert_eq!(out.status, RunStatus::Succeeded, "{:?}", out.error);
@@ -334,4 +334,193 @@ async fn until_tool_ends_the_loop_with_its_result() {
         json!({"customer": 3, "plan": "pro"})
     );
     assert_eq!(server.hits().len(), 1);
+}
+
+/// A `flow` tool is a sub-agent with a child run numbered under the call (`1.t1.1`); a call
+/// beyond `max_depth` becomes a tool message in Jazz's words, and the model goes on.
+#[tokio::test]
+async fn a_flow_tool_is_a_child_run_and_depth_is_a_tool_message() {
+    let server = Llm::spawn().await;
+    server.script([
+        Reply::calls(1, &[("writer", r#"{"topic": "refund"}"#)]),
+        Reply::Answer("sent".into()),
+    ]);
+    let dir = TempDir::new("loop-flow-tool");
+    dir.write(
+        "writer.yaml",
+        "flow: writer\nagents:\n  draft:\n    kind: transform\n    result: {reply: '=\"About \" + input.topic'}\n\
+         steps:\n  write:\n    agent: draft\n    output: {$.reply: $.reply}\noutput:\n  select: $.reply\n",
+    );
+    let extra = "  writer:\n    kind: flow\n    path: writer.yaml\n    description: Writes the reply.";
+    let text = loop_flow(&server.base_url(), "", "0ms")
+        .replace("      broken: {}\n", "      broken: {}\n      writer: {}\n")
+        .replace("  broken:\n", &format!("{extra}\n  broken:\n"));
+    let path = dir.write("f.yaml", &text);
+    let engine = engine();
+    let out = run(&engine, &path, json!({"text": "hi"})).await;
+    assert_eq!(out.status, RunStatus::Succeeded, "{:?}", out.error);
+    let tools = tool_messages(&server.hits()[1].body);
+    assert_eq!(tools[0].1, r#""About refund""#);
+    let children = engine.store.children(&out.run_id).await.unwrap();
+    assert_eq!(children.len(), 1);
+    assert_eq!(children[0].parent_step.as_deref(), Some("1.t1.1"));
+    let child_steps = engine.store.steps(&children[0].id).await.unwrap();
+    assert_eq!(child_steps[0].number, "1.t1.1.1");
+
+    // With no depth left, the call is refused and the model is told to do it itself.
+    server.script([
+        Reply::calls(1, &[("writer", r#"{"topic": "refund"}"#)]),
+        Reply::Answer("done myself".into()),
+    ]);
+    let shallow = dir.write(
+        "shallow.yaml",
+        text.replace("steps:\n  answer:", "limits: {max_depth: 0}\nsteps:\n  answer:"),
+    );
+    let out = run(&engine, &shallow, json!({"text": "hi"})).await;
+    assert_eq!(out.status, RunStatus::Succeeded, "{:?}", out.error);
+    let hits = server.hits();
+    let tools = tool_messages(&hits[hits.len() - 1].body);
+    assert_eq!(
+        tools[0].1,
+        "nesting limit reached (depth 0 of 0). Do this task yourself instead of delegating it further."
+    );
+}
+
+/// The ceiling: a tool whose kind the flow does not `allow`, or that an agent change takes
+/// away, is not offered to the model; a call of it anyway is answered as not available.
+#[tokio::test]
+async fn tools_outside_the_ceiling_are_not_offered() {
+    let server = Llm::spawn().await;
+    server.script([
+        Reply::calls(1, &[("kb_search", r#"{"q": "x"}"#)]),
+        Reply::Answer("ok".into()),
+    ]);
+    let dir = TempDir::new("loop-ceiling");
+    let text = loop_flow(&server.base_url(), "", "0ms");
+    let path = dir.write("f.yaml", &text);
+    let plan = plan_of(&path);
+    let changes = switchyard::runtime::changes::load(
+        "change.yaml",
+        "- scope: global\n  mode: remove\n  agents: [kb_search]\n",
+        &plan,
+    )
+    .expect("a change");
+    let options = switchyard::runtime::engine::RunOptions {
+        agent_changes: Arc::new(changes),
+        ..Default::default()
+    };
+    let engine = engine();
+    let out = engine.run(plan, json!({"text": "hi"}), json!({}), options).await;
+    assert_eq!(out.status, RunStatus::Succeeded, "{:?}", out.error);
+    let hits = server.hits();
+    let offered: Vec<&str> = hits[0].body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(offered, ["crm_lookup", "broken"]);
+    let tools = tool_messages(&hits[1].body);
+    assert_eq!(
+        tools[0].1,
+        "tool `kb_search` is not available here: agent `kb_search` of flow `support` is removed by an agent change"
+    );
+}
+
+/// Every turn's and tool's cost counts against `max_cost_usd`: once spent, the loop asks
+/// the model no more and fails with kind `limit`.
+#[tokio::test]
+async fn a_spent_budget_stops_the_loop() {
+    let server = Llm::spawn().await;
+    server.default_reply(Reply::calls(1, &[("kb_search", r#"{"q": "again"}"#)]));
+    let dir = TempDir::new("loop-budget");
+    let text = loop_flow(&server.base_url(), "", "0ms").replace(
+        "steps:\n  answer:",
+        "limits: {max_cost_usd: 0.0002}\nsteps:\n  answer:",
+    );
+    let path = dir.write("f.yaml", &text);
+    let engine = engine();
+    let out = run(&engine, &path, json!({"text": "hi"})).await;
+    let e = out.error.expect("an error");
+    assert_eq!(e.kind.as_str(), "limit", "{e:?}");
+    assert!(e.message.contains("cost limit reached"), "{}", e.message);
+    let turns = server.hits().len();
+    assert!((2..30).contains(&turns), "{turns} turns");
+    assert!(out.usage.cost_usd >= 0.0002, "{:?}", out.usage);
+}
+
+/// `context_paths` and the run's conversation reach the first request as for a single call.
+#[tokio::test]
+async fn context_and_conversation_reach_the_loop() {
+    let server = Llm::spawn().await;
+    server.script([Reply::Answer("ok".into())]);
+    let dir = TempDir::new("loop-context");
+    let extra = "    context_paths: [$.account]\n    message_mode: all";
+    let path = dir.write("f.yaml", loop_flow(&server.base_url(), extra, "0ms"));
+    let engine = engine();
+    let options = switchyard::runtime::engine::RunOptions {
+        messages: Arc::new(vec![json!({"role": "user", "content": "earlier"})]),
+        ..Default::default()
+    };
+    let out = engine
+        .run(
+            plan_of(&path),
+            json!({"text": "hi", "account": {"tier": "gold"}}),
+            json!({}),
+            options,
+        )
+        .await;
+    assert_eq!(out.status, RunStatus::Succeeded, "{:?}", out.error);
+    let body = &server.hits()[0].body;
+    let contents: Vec<&str> = body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        contents,
+        [
+            "You answer support questions.",
+            "earlier",
+            "Context:\n$.account = {\"tier\":\"gold\"}",
+            "Ticket: hi"
+        ]
+    );
+}
+
+/// The provider's key stays a reference: a server that echoes it into a tool call's
+/// arguments and into its answer leaves it in no record, no transcript, no stream.
+#[test]
+fn secrets_in_a_loop_are_redacted() {
+    use crate::llm::{CANARY, assert_no_canary_in};
+    let server = Llm::start();
+    server.script([
+        Reply::calls(1, &[("kb_search", &format!(r#"{{"q": "Bearer {CANARY}"}}"#))]),
+        Reply::Answer(format!("the key is {CANARY}")),
+    ]);
+    let dir = TempDir::new("loop-secrets");
+    let text = loop_flow(&server.base_url(), "", "0ms").replace(
+        "    prices:",
+        "    api_key: ${env:SWITCHYARD_LOOP_KEY}\n    prices:",
+    );
+    dir.write("f.yaml", &text);
+    let out = crate::support::run(
+        crate::support::switchyard(dir.path())
+            .args(["run", "f.yaml", "--trace", "--store", "sqlite:runs.db"])
+            .args(["--input", r#"{"text": "hi"}"#])
+            .env("SWITCHYARD_LOOP_KEY", CANARY),
+    );
+    assert_eq!(out.code(), 0, "{out:?}");
+    assert!(
+        !out.stdout.contains(CANARY) && !out.stderr.contains(CANARY),
+        "{out:?}"
+    );
+    let hits = server.hits();
+    assert_eq!(hits.len(), 2);
+    assert_eq!(
+        hits[0].headers["authorization"].to_str().unwrap(),
+        format!("Bearer {CANARY}")
+    );
+    assert_no_canary_in(dir.path());
 }

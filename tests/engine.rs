@@ -241,6 +241,20 @@ fn the_flows_and_examples_of_the_repository_pass_their_tests() {
     assert_eq!(failed, "0 failed", "{}", out.stdout);
     let passed: usize = passed.parse().expect("a count");
     assert!(passed >= 25, "only {passed} tests ran:\n{}", out.stdout);
+    // Every flow of `flows/` that has tests ran them (a new flow is covered by being there).
+    for entry in std::fs::read_dir(root.join("flows")).expect("read flows/") {
+        let path = entry.expect("an entry").path();
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        if path.extension().is_some_and(|e| e == "yaml") && text.contains("\ntests:\n") {
+            let name = path.file_name().expect("a name").to_string_lossy();
+            let shown = format!("ok     flows/{name} :: ");
+            assert!(
+                out.stdout.contains(&shown),
+                "no tests of flows/{name} ran:\n{}",
+                out.stdout
+            );
+        }
+    }
 }
 
 // ----- `switchyard test` reporting failures ----------------------------------------------------

@@ -676,6 +676,10 @@ const TESTED: &[&str] = &[
     "literal-secret",
     "shell-with-template",
     "host-not-allowed",
+    "unknown-tool",
+    "tool-cycle",
+    "loop-setting-without-tools",
+    "tool-input-not-object",
 ];
 
 macro_rules! rule_tests {
@@ -740,6 +744,10 @@ rule_tests! {
     literal_secret => "literal-secret",
     shell_with_template => "shell-with-template",
     host_not_allowed => "host-not-allowed",
+    unknown_tool => "unknown-tool",
+    tool_cycle => "tool-cycle",
+    loop_setting_without_tools => "loop-setting-without-tools",
+    tool_input_not_object => "tool-input-not-object",
 }
 
 /// Rules of `switchyard explain --list` that have no fixture folder yet because the binary does

@@ -582,7 +582,7 @@ fn a_missing_secret_is_an_error_before_the_run_starts() {
     assert_eq!(out.code(), 0, "{out:?}");
 }
 
-const CANARY: &str = "canary-7f3a9c1e-secret-do-not-leak";
+pub const CANARY: &str = "canary-7f3a9c1e-secret-do-not-leak";
 
 /// A flow whose api key is the canary: the server echoes it back in one answer and in the
 /// body of an error; it is never in stdout, stderr, `--trace` or the JSON logs.
@@ -764,7 +764,7 @@ fn secrets_child() {
 }
 
 /// Every file under `dir` (recursively) is free of the canary.
-fn assert_no_canary_in(dir: &Path) {
+pub fn assert_no_canary_in(dir: &Path) {
     let mut stack = vec![dir.to_path_buf()];
     let mut files = 0;
     while let Some(d) = stack.pop() {

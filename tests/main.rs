@@ -2,6 +2,7 @@
 //! for the property tests, the library) the way users do:
 //!
 //! - [`lint_fixtures`]: YAML fixtures per rule with inline caret expectations;
+//! - [`lint_agent_loops`]: agent loops that lint clean, the type of their answer, imported loops;
 //! - [`snapshots`]: rendered human output, snapshot-tested with insta;
 //! - [`cli`]: exit codes, output formats, `explain`, `--help`;
 //! - [`engine`]: runs and flow tests: every runtime semantic, through `run` and `test`;
@@ -11,12 +12,15 @@
 //! - [`llm`] and [`http_agent`]: `llm` and `http` agents against local servers
 //!   ([`mock_server`]): limits, retries, structured output, secrets;
 //! - [`payload_types`]: the payload's type through the graph on real and schema-less flows;
+//! - [`agent_loop_durable`]: agent loops through the binary and SQLite: a killed batch of loops,
+//!   approvals end to end, and how `runs show` and `--trace` show a loop;
 //! - [`resume`]: what a stopped run records and tells: the flow hash over imports and called
 //!   flows, the question of an interrupt and how to answer it;
 //! - [`time`]: `timestamp()`, `duration()` and the recorded `now` of a run tree.
 
 mod agent_loop;
 mod agent_loop_durable;
+mod agent_loop_tests;
 mod batch;
 mod cli;
 mod corpus;
@@ -25,6 +29,7 @@ mod expressions;
 mod fuzz;
 mod graph;
 mod http_agent;
+mod lint_agent_loops;
 mod lint_fixtures;
 mod llm;
 mod logs;

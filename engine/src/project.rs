@@ -1005,6 +1005,7 @@ fn collect_refs(flow: &Flow, flows: &mut Vec<Sp<String>>, schemas: &mut Vec<Sp<S
     schema(&flow.input.as_ref().and_then(|i| i.schema.clone()), schemas);
     schema(&flow.output.as_ref().and_then(|o| o.schema.clone()), schemas);
     let agent = |a: &crate::model::Agent, flows: &mut Vec<Sp<String>>, schemas: &mut Vec<Sp<String>>| {
+        schema(&a.common.input_schema, schemas);
         schema(&a.common.result_schema, schemas);
         if let AgentSpec::Flow(f) = &a.spec {
             if let Some(p) = &f.path {

@@ -252,6 +252,51 @@ mod tests {
     }
 
     #[test]
+    fn agent_loop_fields_validate_as_lint_reads_them() {
+        let schema: Value = serde_json::from_str(&flow_schema_json()).expect("json");
+        let validator = jsonschema::validator_for(&schema).expect("a valid schema");
+        let flow = |researcher: Value| {
+            serde_json::json!({
+                "flow": "x",
+                "agents": {
+                    "kb_search": {"kind": "mock", "returns": {}, "input_schema": {"type": "object"}},
+                    "researcher": researcher,
+                },
+                "steps": {"a": {"agent": "researcher"}},
+            })
+        };
+        let llm = |extra: Value| {
+            let mut a = serde_json::json!({"kind": "llm", "provider": "p", "model": "m"});
+            for (k, v) in extra.as_object().expect("a map") {
+                a[k] = v.clone();
+            }
+            flow(a)
+        };
+        for good in [
+            llm(
+                serde_json::json!({"tools": ["kb_search"], "until_tool": "kb_search", "approve": ["kb_search"]}),
+            ),
+            llm(serde_json::json!({"tools": {"kb_search": {"description": "search"}, "other": null}})),
+            llm(serde_json::json!({"tools": ["kb_search"], "max_iterations": 1, "max_parallel_tools": 5})),
+            llm(serde_json::json!({"input_schema": "schemas/in.json"})),
+        ] {
+            let errors: Vec<String> = validator.iter_errors(&good).map(|e| e.to_string()).collect();
+            assert!(errors.is_empty(), "{good}: {errors:?}");
+        }
+        for bad in [
+            llm(serde_json::json!({"tools": "kb_search"})),
+            llm(serde_json::json!({"tools": {"kb_search": {"desc": "search"}}})),
+            llm(serde_json::json!({"tools": ["kb_search"], "max_iterations": 0})),
+            llm(serde_json::json!({"tools": ["kb_search"], "max_parallel_tools": 0})),
+            llm(serde_json::json!({"tools": ["kb_search"], "approve": "kb_search"})),
+            llm(serde_json::json!({"tools": ["kb_search"], "until_tool": ["kb_search"]})),
+            flow(serde_json::json!({"kind": "mock", "returns": {}, "tools": ["kb_search"]})),
+        ] {
+            assert!(!validator.is_valid(&bad), "{bad} validates");
+        }
+    }
+
+    #[test]
     fn a_typo_fails_schema_validation() {
         let schema: Value = serde_json::from_str(&flow_schema_json()).expect("json");
         let validator = jsonschema::validator_for(&schema).expect("a valid schema");

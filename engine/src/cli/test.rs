@@ -83,12 +83,47 @@ pub fn run(args: Args) -> u8 {
         };
         let plan = Arc::new(plan);
         let text = project.sources.get(project.flow(id).file).text.clone();
-        for t in &tests {
-            if args
-                .filter
-                .as_ref()
-                .is_some_and(|f| !t.name.value.contains(f.as_str()))
-            {
+        let selected: Vec<&FlowTest> = tests
+            .iter()
+            .filter(|t| {
+                args.filter
+                    .as_ref()
+                    .is_none_or(|f| t.name.value.contains(f.as_str()))
+            })
+            .collect();
+        // What the mocks script for agent loops, checked before anything runs: all of the
+        // file's problems at once, each at its place.
+        let turn_diags: Vec<Vec<crate::diag::Diagnostic>> =
+            selected.iter().map(|t| mock_turn_diagnostics(&plan, t)).collect();
+        let all: Vec<crate::diag::Diagnostic> = turn_diags.iter().flatten().cloned().collect();
+        if !all.is_empty() {
+            let opts = crate::diag::render::HumanOptions {
+                color: super::color_stderr(),
+                width: super::width(),
+            };
+            eprint!("{}", crate::diag::render::human(&all, &project.sources, &opts));
+        }
+        for (t, diags) in selected.into_iter().zip(&turn_diags) {
+            let errors: Vec<&crate::diag::Diagnostic> = diags
+                .iter()
+                .filter(|d| d.severity == crate::diag::Severity::Error)
+                .collect();
+            if !errors.is_empty() {
+                failed += 1;
+                invalid = true;
+                println!("FAILED {} :: {}", display(file), t.name.value);
+                println!("       not run: the turns its mocks script are malformed");
+                for d in errors {
+                    let f = project.sources.get(d.primary.span.file);
+                    let (line, col) = f.line_col(d.primary.span.start as usize);
+                    println!(
+                        "       {}:{line}:{col}: {}[{}]: {}",
+                        f.name,
+                        d.severity.as_str(),
+                        d.rule.code,
+                        d.message
+                    );
+                }
                 continue;
             }
             let result = rt.block_on(run_test(&plan, t, &text));
@@ -349,4 +384,213 @@ fn same_number(a: &serde_json::Number, b: &serde_json::Number) -> bool {
         (Some(x), Some(y)) => x == y,
         _ => a.as_f64() == b.as_f64(),
     }
+}
+
+// ----- the turns a test scripts for an agent loop -------------------------------------------
+
+/// What a test's mocks script for agent loops (SPEC §6.3, §11), checked before the test runs:
+/// a mock of a loop's agent stands in for its model, and each value it returns is a turn,
+/// `{tool_calls: [{name, arguments}]}` or the final answer. A turn that is not of that shape
+/// (`tool_calls` not a list, or empty; a call that is not a map, has no `name`, or a key
+/// besides `name` and `arguments`; `arguments` neither a map nor a string; a key beside
+/// `tool_calls`) is an error: the test would not do what it says. A call of a name that is not
+/// one of the loop's tools is a warning: the run answers the model `unknown tool`, which a test
+/// may mean to show. Values that are expressions are not checked.
+pub fn mock_turn_diagnostics(plan: &Plan, t: &FlowTest) -> Vec<crate::diag::Diagnostic> {
+    let mut out = Vec::new();
+    for (name, m) in &t.mocks {
+        let tools = loop_tools(plan, name);
+        if tools.is_empty() {
+            continue;
+        }
+        if let Some(r) = &m.returns {
+            check_turn(&r.0, name, "every turn", &tools, &mut out);
+        }
+        for (i, r) in m.sequence.iter().flatten().enumerate() {
+            check_turn(&r.0, name, &format!("turn {}", i + 1), &tools, &mut out);
+        }
+    }
+    out.sort_by_key(|d| d.primary.span);
+    out
+}
+
+/// The tools of the agent loops named `name` in any flow of the plan (none: it is no loop).
+fn loop_tools(plan: &Plan, name: &str) -> Vec<String> {
+    let mut tools: Vec<String> = Vec::new();
+    for flow in &plan.flows {
+        for agent in changes::calls(flow) {
+            if agent.name != name {
+                continue;
+            }
+            if let AgentPlanSpec::Llm(l) = &agent.spec
+                && let Some(lp) = &l.agent_loop
+            {
+                for t in &lp.tools {
+                    if !tools.contains(&t.name) {
+                        tools.push(t.name.clone());
+                    }
+                }
+            }
+        }
+    }
+    tools
+}
+
+/// An expression in a value template (`=...`, but not the escaped literal `==...`).
+fn is_expression(n: &crate::syntax::Node) -> bool {
+    matches!(&n.value, crate::syntax::Value::Str(s) if s.starts_with('=') && !s.starts_with("=="))
+}
+
+fn check_turn(
+    turn: &crate::syntax::Node,
+    agent: &str,
+    which: &str,
+    tools: &[String],
+    out: &mut Vec<crate::diag::Diagnostic>,
+) {
+    use crate::diag::{Diagnostic, Severity, codes};
+    use crate::syntax::Value as Y;
+    const SHAPE: &str = "a turn is `{tool_calls: [{name: <tool>, arguments: {...}}]}` or the final answer";
+    let Y::Map(entries) = &turn.value else { return };
+    let Some((_, calls)) = entries.iter().find(|(k, _)| k.name == "tool_calls") else {
+        return;
+    };
+    let whose = format!("{which} of the mock of agent loop `{agent}`");
+    for (k, _) in entries.iter().filter(|(k, _)| k.name != "tool_calls") {
+        out.push(
+            Diagnostic::new(
+                &codes::UNKNOWN_KEY,
+                k.span,
+                format!(
+                    "{whose} calls tools and also has `{}`, which the run ignores",
+                    k.name
+                ),
+            )
+            .label("not part of a turn that calls tools")
+            .help(format!("{SHAPE}, not both")),
+        );
+    }
+    if is_expression(calls) {
+        return;
+    }
+    let Y::Seq(list) = &calls.value else {
+        out.push(
+            Diagnostic::new(
+                &codes::INVALID_TYPE,
+                calls.span,
+                format!("`tool_calls` of {whose} is not a list"),
+            )
+            .label("expected a list of calls")
+            .help(SHAPE),
+        );
+        return;
+    };
+    if list.is_empty() {
+        out.push(
+            Diagnostic::new(
+                &codes::INVALID_VALUE,
+                calls.span,
+                format!("`tool_calls` of {whose} is empty"),
+            )
+            .label("no call")
+            .help(format!(
+                "{SHAPE}; a turn that calls no tool is written as the answer itself"
+            )),
+        );
+        return;
+    }
+    for (i, call) in list.iter().enumerate() {
+        if is_expression(call) {
+            continue;
+        }
+        let at = format!("call {} of {whose}", i + 1);
+        let Y::Map(fields) = &call.value else {
+            out.push(
+                Diagnostic::new(&codes::INVALID_TYPE, call.span, format!("{at} is not a map"))
+                    .label("expected `{name, arguments}`")
+                    .help(SHAPE),
+            );
+            continue;
+        };
+        for (k, _) in fields
+            .iter()
+            .filter(|(k, _)| k.name != "name" && k.name != "arguments")
+        {
+            let help = crate::diag::did_you_mean(&k.name, ["name", "arguments"])
+                .unwrap_or_else(|| "a call has `name` and `arguments`".to_string());
+            out.push(
+                Diagnostic::new(
+                    &codes::UNKNOWN_KEY,
+                    k.span,
+                    format!("unknown key `{}` in {at}", k.name),
+                )
+                .label("not a key of a call")
+                .help(help),
+            );
+        }
+        match fields.iter().find(|(k, _)| k.name == "arguments") {
+            Some((_, a)) if matches!(a.value, Y::Map(_) | Y::Str(_)) => {}
+            Some((_, a)) => out.push(
+                Diagnostic::new(
+                    &codes::INVALID_TYPE,
+                    a.span,
+                    format!("the `arguments` of {at} are neither a map nor a string"),
+                )
+                .label("expected a map (or the model's text, as a string)")
+                .help("`arguments: {q: refund}`; a string is sent as the model's text, e.g. to show arguments that are not JSON"),
+            ),
+            None => {}
+        }
+        let Some((_, n)) = fields.iter().find(|(k, _)| k.name == "name") else {
+            out.push(
+                Diagnostic::new(&codes::MISSING_KEY, call.span, format!("{at} has no `name`"))
+                    .label("missing `name`")
+                    .help(format!("name one of the tools of `{agent}`: {}", listed(tools))),
+            );
+            continue;
+        };
+        if is_expression(n) {
+            continue;
+        }
+        let Y::Str(tool) = &n.value else {
+            out.push(
+                Diagnostic::new(
+                    &codes::INVALID_TYPE,
+                    n.span,
+                    format!("the `name` of {at} is not a string"),
+                )
+                .label("expected a tool's name")
+                .help(format!("the tools of `{agent}` are: {}", listed(tools))),
+            );
+            continue;
+        };
+        let tool = tool
+            .strip_prefix('=')
+            .filter(|_| tool.starts_with("=="))
+            .unwrap_or(tool);
+        if !tools.iter().any(|t| t == tool) {
+            let mut d = Diagnostic::new(
+                &codes::UNKNOWN_TOOL,
+                n.span,
+                format!("{at} calls `{tool}`, which is not a tool of `{agent}`"),
+            )
+            .label("no such tool");
+            d.severity = Severity::Warning;
+            let near = crate::diag::did_you_mean(tool, tools.iter().map(String::as_str))
+                .map(|h| format!("{h} "))
+                .unwrap_or_default();
+            out.push(d.help(format!(
+                "{near}the tools are: {}; the run answers this call `unknown tool` and the model goes on",
+                listed(tools)
+            )));
+        }
+    }
+}
+
+fn listed(tools: &[String]) -> String {
+    tools
+        .iter()
+        .map(|t| format!("`{t}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }

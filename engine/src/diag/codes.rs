@@ -80,6 +80,10 @@ rules! {
     LITERAL_SECRET = "SY503", "literal-secret", Warning, "a literal that looks like a secret";
     SHELL_WITH_TEMPLATE = "SY504", "shell-with-template", Warning, "a `command` agent that runs a shell with templated input";
     HOST_NOT_ALLOWED = "SY505", "host-not-allowed", Error, "an `http` agent or LLM provider whose host is outside the flow's `allow_hosts`";
+    UNKNOWN_TOOL = "SY506", "unknown-tool", Error, "an `until_tool` or `approve` entry that is not one of the agent loop's tools";
+    TOOL_CYCLE = "SY507", "tool-cycle", Error, "an agent loop whose tools include its own agent, directly or through other agent loops";
+    LOOP_SETTING_WITHOUT_TOOLS = "SY508", "loop-setting-without-tools", Warning, "`max_iterations`, `max_parallel_tools`, `until_tool` or `approve` on an `llm` agent without `tools`";
+    TOOL_INPUT_NOT_OBJECT = "SY509", "tool-input-not-object", Error, "a tool whose `input_schema` does not describe an object";
 }
 
 /// The rule with this code (`SY201`) or name (`unknown-step`), case-insensitive.

@@ -437,9 +437,15 @@ impl Transfer<'_, '_> {
     /// its kind returns: an `llm` agent `{text}`, a `transform` or `mock` agent the shape of
     /// its value template; else unknown.
     fn agent_result(&mut self, r: &AgentRef) -> Ty {
-        let Some(agent) = self.cx.agent(r) else {
-            return Ty::Any;
-        };
+        match self.cx.agent(r) {
+            Some(agent) => self.agent_type(agent),
+            None => Ty::Any,
+        }
+    }
+
+    /// [`Transfer::agent_result`] of an agent; an agent loop that ends at its `until_tool`
+    /// answers with that tool's result.
+    fn agent_type(&mut self, agent: &Agent) -> Ty {
         let key: *const Agent = agent;
         if let Some(t) = self.results.get(&key) {
             return t.clone();
@@ -447,7 +453,14 @@ impl Transfer<'_, '_> {
         let ty = match agent.common.result_schema.as_ref() {
             Some(s) => schema_value(self.cx, s).map_or(Ty::Any, |s| Ty::from_schema(&s)),
             None => match &agent.spec {
-                AgentSpec::Llm(_) => Ty::of_value(&serde_json::json!({"text": ""})),
+                // Unknown while it is being typed: loops that end at each other.
+                AgentSpec::Llm(_) => match self.cx.until_tool(agent) {
+                    Some(until) => {
+                        self.results.insert(key, Ty::Any);
+                        self.agent_type(until)
+                    }
+                    None => Ty::of_value(&serde_json::json!({"text": ""})),
+                },
                 AgentSpec::Transform(t) => template_type(&t.result.0),
                 AgentSpec::Mock(m) => {
                     let sequence = m.sequence.as_deref().unwrap_or_default();

@@ -15,7 +15,7 @@ use indexmap::IndexMap;
 
 use crate::compile::cache::ParseCache;
 use crate::diag::{self, Diagnostic};
-use crate::model::{Agent, AgentKind, AgentRef, AgentSpec, Flow, Provider, Step, StepKind};
+use crate::model::{Agent, AgentKind, AgentRef, AgentSpec, Flow, Provider, SchemaRef, Step, StepKind, Tool};
 use crate::project::{FlowId, Project};
 use crate::source::FileId;
 
@@ -86,6 +86,103 @@ impl<'p> FlowCx<'p> {
             }
         }
         out
+    }
+
+    /// The agents defined in this flow: under `agents:`, then inline in its steps and
+    /// branches, in the order written.
+    pub fn defined_agents(&self) -> Vec<&'p Agent> {
+        let mut out: Vec<&'p Agent> = self.flow.agents.values().collect();
+        for (_, _, r) in self.agent_refs() {
+            if let AgentRef::Inline(a) = r {
+                out.push(a);
+            }
+        }
+        out
+    }
+
+    /// The tools of an agent loop (an `llm` agent with `tools:`) that name an agent visible
+    /// here, with that agent, in the order written. Other agents have none.
+    pub fn tools_of(&self, a: &'p Agent) -> Vec<(&'p Tool, &'p Agent)> {
+        let AgentSpec::Llm(l) = &a.spec else {
+            return Vec::new();
+        };
+        l.tools
+            .list
+            .iter()
+            .filter_map(|t| Some((t, *self.agents.get(t.name.value.as_str())?)))
+            .collect()
+    }
+
+    /// The `until_tool` of an agent loop, when it is one of the loop's tools and names an
+    /// agent here: that agent's result is the loop's answer.
+    pub fn until_tool(&self, a: &'p Agent) -> Option<&'p Agent> {
+        let AgentSpec::Llm(l) = &a.spec else { return None };
+        let until = l.until_tool.as_ref()?;
+        self.tools_of(a)
+            .into_iter()
+            .find(|(t, _)| t.name.value == until.value)
+            .map(|(_, agent)| agent)
+    }
+
+    /// The JSON Schema a call of `a` is checked against: its `result_schema`; for an agent
+    /// loop without one that ends at its `until_tool`, that tool's (SPEC §6.3), followed
+    /// through loops that end at other loops. `None` when nothing types it.
+    pub fn result_schema(&self, a: &'p Agent) -> Option<&'p SchemaRef> {
+        self.result_schema_owner(a)?.common.result_schema.as_ref()
+    }
+
+    /// The agent whose `result_schema` [`FlowCx::result_schema`] is: `a`, or the `until_tool`
+    /// (of the `until_tool` ...) whose result is its answer.
+    pub fn result_schema_owner(&self, a: &'p Agent) -> Option<&'p Agent> {
+        let mut seen = Vec::new();
+        let mut at = a;
+        loop {
+            if at.common.result_schema.is_some() {
+                return Some(at);
+            }
+            seen.push(std::ptr::from_ref(at));
+            at = self.until_tool(at)?;
+            if seen.contains(&std::ptr::from_ref(at)) {
+                return None;
+            }
+        }
+    }
+
+    /// The agents a run of this flow can call: those its steps name and, through the tools of
+    /// agent loops, those these can call in turn; each once, in the order first met.
+    pub fn reachable_agents(&self) -> Vec<&'p Agent> {
+        let mut out: Vec<&'p Agent> = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        for (_, _, r) in self.agent_refs() {
+            if let Some(a) = self.agent(r)
+                && seen.insert(std::ptr::from_ref(a))
+            {
+                out.push(a);
+            }
+        }
+        let mut i = 0;
+        while i < out.len() {
+            for (_, tool) in self.tools_of(out[i]) {
+                if seen.insert(std::ptr::from_ref(tool)) {
+                    out.push(tool);
+                }
+            }
+            i += 1;
+        }
+        out
+    }
+
+    /// The agent loops whose tools are checked in this flow's scope: those defined here, then
+    /// those a run can reach (an imported or enclosing flow's agent has its tools named in the
+    /// scope of the flow that calls it, as `compile` lowers them); each once.
+    pub fn agent_loops(&self) -> Vec<&'p Agent> {
+        let mut seen = std::collections::HashSet::new();
+        self.defined_agents()
+            .into_iter()
+            .chain(self.reachable_agents())
+            .filter(|a| matches!(&a.spec, AgentSpec::Llm(l) if !l.tools.list.is_empty()))
+            .filter(|a| seen.insert(std::ptr::from_ref(*a)))
+            .collect()
     }
 
     /// Calls `f` with the index (in `steps`) of each successor of a step (edge targets other
@@ -167,6 +264,8 @@ fn lint(project: &Project, keep_parsed: bool) -> (Vec<Diagnostic>, ParseCache) {
             rules::secrets::agent(&mut out, a);
             rules::shell::agent(&mut out, a);
             rules::bounds::agent(&mut out, a);
+            rules::unknown_tool::agent(&mut out, a);
+            rules::loop_without_tools::agent(&mut out, a, &project.sources.get(lib.file).text);
         }
         rules::secrets::tokens(lib.file, &project.sources.get(lib.file).text, &mut out);
     }
@@ -318,6 +417,12 @@ pub fn lint_flow(cx: &FlowCx, out: &mut Vec<Diagnostic>, parsed: &mut ParseCache
     rules::fallback::check(cx, out);
     rules::bounds::check(cx, out);
     rules::capability::check(cx, out);
+    for a in cx.defined_agents() {
+        rules::unknown_tool::agent(out, a);
+        rules::loop_without_tools::agent(out, a, cx.text);
+    }
+    rules::tool_cycle::check(cx, out);
+    rules::tool_input::check(cx, out);
     rules::hosts::check(cx, out);
     rules::secrets::check(cx, out);
     rules::shell::check(cx, out);

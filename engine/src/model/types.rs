@@ -366,8 +366,10 @@ pub struct LlmAgent {
     #[serde(default)]
     pub tools: Tools,
     /// Model turns at most; default 30. Reaching it fails the step with kind `limit`.
+    #[schemars(range(min = 1, max = 100_000))]
     pub max_iterations: Option<Sp<u64>>,
     /// Tool calls of one turn in flight at once; default 5.
+    #[schemars(range(min = 1, max = 100_000))]
     pub max_parallel_tools: Option<Sp<u64>>,
     /// The loop ends when this tool's result lands; that result is the answer.
     pub until_tool: Option<Sp<String>>,
@@ -404,7 +406,7 @@ impl JsonSchema for Tools {
                 {
                     "type": "object",
                     "additionalProperties": {
-                        "anyOf": [
+                        "oneOf": [
                             {"type": "null"},
                             {
                                 "type": "object",

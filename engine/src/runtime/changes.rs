@@ -339,18 +339,32 @@ pub fn plan_tree(plan: &Plan) -> Vec<TreeFlow<'_>> {
 
 fn flow_agent_names(flow: &crate::plan::FlowPlan) -> Vec<&str> {
     use crate::plan::StepPlanKind;
-    let mut out = Vec::new();
+    let mut agents: Vec<&AgentPlan> = Vec::new();
     for n in flow.steps.values() {
         let Some(step) = flow.step(*n) else { continue };
         match &step.kind {
-            StepPlanKind::Call(c) => out.push(c.agent.name.as_str()),
-            StepPlanKind::Foreach(f) => out.push(f.body.agent.name.as_str()),
-            StepPlanKind::While(w) => out.push(w.body.agent.name.as_str()),
-            StepPlanKind::Parallel(p) => out.extend(p.branches.iter().map(|(_, c)| c.agent.name.as_str())),
+            StepPlanKind::Call(c) => agents.push(&c.agent),
+            StepPlanKind::Foreach(f) => agents.push(&f.body.agent),
+            StepPlanKind::While(w) => agents.push(&w.body.agent),
+            StepPlanKind::Parallel(p) => agents.extend(p.branches.iter().map(|(_, c)| &*c.agent)),
             _ => {}
         }
     }
-    out
+    // The tools of agent loops are agents of the flow too.
+    let mut i = 0;
+    while i < agents.len() {
+        if let crate::plan::AgentPlanSpec::Llm(l) = &agents[i].spec
+            && let Some(lp) = &l.agent_loop
+        {
+            for t in &lp.tools {
+                if !agents.iter().any(|a| std::ptr::eq(*a, &*t.call.agent)) {
+                    agents.push(&t.call.agent);
+                }
+            }
+        }
+        i += 1;
+    }
+    agents.into_iter().map(|a| a.name.as_str()).collect()
 }
 
 /// Parses a change file and checks its names against the run's tree: the resolved changes, or

@@ -196,6 +196,7 @@ impl LlmAgent<'_> {
 /// A loop's final answer from its text: `{text}` without a schema; with one, the JSON the
 /// text holds (a fenced block accepted), checked. When it cannot be used: what to tell the
 /// model (a repair request) and the error the step fails with if no repair is left.
+#[allow(clippy::result_large_err)]
 pub fn final_answer(
     who: &str,
     content: &str,

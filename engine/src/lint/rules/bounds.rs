@@ -4,7 +4,7 @@ use crate::diag::{Diagnostic, codes};
 use crate::lint::FlowCx;
 use crate::model::{Agent, AgentRef, AgentSpec, MessageMode, Retry, Sp, StepKind};
 
-/// `max_iterations` range (SPEC §3.3).
+/// `max_iterations` range (SPEC §3.3), of a `while` loop and of an agent loop.
 pub const MAX_ITERATIONS: u64 = 100_000;
 /// The deepest `limits.max_depth` accepted.
 pub const MAX_DEPTH: u64 = 32;
@@ -84,6 +84,12 @@ pub fn agent(out: &mut Vec<Diagnostic>, a: &Agent) {
             }
             if let Some(r) = &l.repair_attempts {
                 range(out, r, "repair_attempts", 0, 10);
+            }
+            if let Some(m) = &l.max_iterations {
+                range(out, m, "max_iterations", 1, MAX_ITERATIONS);
+            }
+            if let Some(m) = &l.max_parallel_tools {
+                range(out, m, "max_parallel_tools", 1, 100_000);
             }
             let mode = l
                 .message_mode

@@ -460,7 +460,10 @@ impl<'p> Checker<'_, 'p> {
 
     fn agent(&mut self, a: &Agent) {
         let vars = Vars::new(AGENT_VARS);
-        if let Some(s) = &a.common.result_schema {
+        for s in [&a.common.input_schema, &a.common.result_schema]
+            .into_iter()
+            .flatten()
+        {
             self.schema(s);
         }
         match &a.spec {
@@ -726,7 +729,7 @@ impl<'p> Checker<'_, 'p> {
                             fields,
                             span,
                             "result",
-                            &format!("the `result_schema` of `{step}`'s agent"),
+                            &self.result_schema_source(step),
                         );
                     } else if let Some((ty, source)) = self.composite_result(step) {
                         check_ty_fields(self.out, &ty, fields, span, "result", &source);
@@ -822,7 +825,7 @@ impl<'p> Checker<'_, 'p> {
                         &fields[2..],
                         span,
                         &format!("steps.{id}.result"),
-                        &format!("the `result_schema` of `{id}`'s agent"),
+                        &self.result_schema_source(id),
                     );
                 } else if let Some((ty, source)) = self.composite_result(id) {
                     check_ty_fields(
@@ -863,10 +866,30 @@ impl<'p> Checker<'_, 'p> {
         Some((self.result_ty(step).clone(), source))
     }
 
+    /// What [`Self::result_schema`] of `step` is, for messages: its agent's `result_schema`, or
+    /// that of the `until_tool` whose result is the answer of an agent loop.
+    fn result_schema_source(&self, step: &str) -> String {
+        let own = format!("the `result_schema` of `{step}`'s agent");
+        let Some(StepKind::Agent(r)) = self.cx.flow.steps.get(step).map(|s| &s.kind) else {
+            return own;
+        };
+        match self
+            .cx
+            .agent(r)
+            .and_then(|a| Some((a, self.cx.result_schema_owner(a)?)))
+        {
+            Some((a, owner)) if !std::ptr::eq(a, owner) => format!(
+                "the `result_schema` of `{}`, whose result is the answer of `{step}`'s agent",
+                owner.name.value
+            ),
+            _ => own,
+        }
+    }
+
     fn agent_result_schema(&self, s: &Step) -> Option<Value> {
         let StepKind::Agent(r) = &s.kind else { return None };
         let agent = self.cx.agent(r)?;
-        schema_value(self.cx, agent.common.result_schema.as_ref()?)
+        schema_value(self.cx, self.cx.result_schema(agent)?)
     }
 
     /// Reports field `f` read from the result of step `id` when that is a `foreach` step: its
@@ -916,11 +939,7 @@ impl<'p> Checker<'_, 'p> {
                 let fields = branches
                     .iter()
                     .map(|(name, b)| {
-                        let ty = schema_ty(
-                            self.cx
-                                .agent(&b.agent)
-                                .and_then(|a| a.common.result_schema.as_ref()),
-                        );
+                        let ty = schema_ty(self.cx.agent(&b.agent).and_then(|a| self.cx.result_schema(a)));
                         (
                             name.clone(),
                             Field {

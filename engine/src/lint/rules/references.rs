@@ -1,4 +1,5 @@
-//! Unknown references: steps (SY201), agents (SY202), providers (SY203), with the closest name.
+//! Unknown references: steps (SY201), agents (SY202: of steps, of tests' mocks and calls, and
+//! the tools of agent loops), providers (SY203), with the closest name.
 
 use std::collections::HashSet;
 
@@ -42,6 +43,22 @@ pub fn check(cx: &FlowCx, out: &mut Vec<Diagnostic>) {
             && !unreadable(cx, &name.value)
         {
             out.push(unknown_agent(cx, name));
+        }
+    }
+    // The tools of agent loops, named in this flow's scope as steps name agents.
+    for a in cx.agent_loops() {
+        let AgentSpec::Llm(l) = &a.spec else { continue };
+        for t in &l.tools.list {
+            if !cx.agents.contains_key(t.name.value.as_str()) && !unreadable(cx, &t.name.value) {
+                let d = unknown_agent(cx, &t.name);
+                out.push(Diagnostic {
+                    message: format!(
+                        "tool `{}` of agent loop `{}` names no agent",
+                        t.name.value, a.name.value
+                    ),
+                    ..d
+                });
+            }
         }
     }
     // Providers of every llm agent defined here (named or inline).

@@ -627,6 +627,16 @@ fn push_decimal(s: &mut String, mut n: u64) {
     s.push_str(std::str::from_utf8(&buf[i..]).expect("ASCII digits"));
 }
 
+/// The calls an agent loop's approval part holds (its `result.calls`).
+fn approval_calls(approval: &crate::runtime::record::StepRecord) -> usize {
+    approval
+        .result
+        .as_ref()
+        .and_then(|r| r.get("calls"))
+        .and_then(Value::as_array)
+        .map_or(0, Vec::len)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -639,14 +649,4 @@ mod tests {
             assert_eq!(s, format!("x{n}"));
         }
     }
-}
-
-/// The calls an agent loop's approval part holds (its `result.calls`).
-fn approval_calls(approval: &crate::runtime::record::StepRecord) -> usize {
-    approval
-        .result
-        .as_ref()
-        .and_then(|r| r.get("calls"))
-        .and_then(Value::as_array)
-        .map_or(0, Vec::len)
 }

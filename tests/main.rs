@@ -12,11 +12,14 @@
 //! - [`llm`] and [`http_agent`]: `llm` and `http` agents against local servers
 //!   ([`mock_server`]): limits, retries, structured output, secrets;
 //! - [`payload_types`]: the payload's type through the graph on real and schema-less flows;
+//! - [`agent_loop_durable`]: agent loops through the binary and SQLite: a killed batch of loops,
+//!   approvals end to end, and how `runs show` and `--trace` show a loop;
 //! - [`resume`]: what a stopped run records and tells: the flow hash over imports and called
 //!   flows, the question of an interrupt and how to answer it;
 //! - [`time`]: `timestamp()`, `duration()` and the recorded `now` of a run tree.
 
 mod agent_loop;
+mod agent_loop_durable;
 mod agent_loop_tests;
 mod batch;
 mod cli;

@@ -85,6 +85,9 @@ pub struct LlmState {
     script: Mutex<VecDeque<Reply>>,
     default: Mutex<Option<Reply>>,
     hits: Mutex<Vec<Hit>>,
+    /// Chooses the reply from the request, before the script (for concurrent conversations,
+    /// whose requests arrive in no fixed order).
+    responder: Mutex<Option<Responder>>,
     /// Latency of every answer.
     latency: Mutex<Duration>,
     /// The status and body answered to a request asking for `response_format` of type
@@ -96,6 +99,9 @@ pub struct LlmState {
 /// (it turns the request's validation error into an internal error) whose body names the
 /// field, in OpenAI's error shape. It takes `text`, and `json_object` with a `schema`.
 pub const LLAMA_CPP_PYTHON_REFUSAL: &str = r#"{"error": {"message": "1 validation error for CreateChatCompletionRequest\nresponse_format.type\n  Input should be 'text' or 'json_object' [type=literal_error, input_value='json_schema', input_type=str]", "type": "internal_server_error", "param": null, "code": null}}"#;
+
+/// A reply chosen from the request's body.
+pub type Responder = Arc<dyn Fn(&Value) -> Reply + Send + Sync>;
 
 /// A scripted OpenAI-compatible server.
 #[derive(Clone)]
@@ -152,6 +158,12 @@ impl Llm {
     /// Replies used in order, before the default.
     pub fn script(&self, replies: impl IntoIterator<Item = Reply>) -> &Self {
         self.state.script.lock().unwrap().extend(replies);
+        self
+    }
+
+    /// Every reply chosen by `f` from the request's body; the script is not consulted.
+    pub fn respond_with(&self, f: impl Fn(&Value) -> Reply + Send + Sync + 'static) -> &Self {
+        *self.state.responder.lock().unwrap() = Some(Arc::new(f));
         self
     }
 
@@ -225,6 +237,10 @@ async fn answer_request(s: Arc<LlmState>, headers: HeaderMap, body: Bytes) -> Re
     let reply = match refusal {
         Some((code, text)) if body["response_format"]["type"] == "json_schema" => {
             Reply::Status(code, None, text)
+        }
+        _ if s.responder.lock().unwrap().is_some() => {
+            let f = s.responder.lock().unwrap().clone().expect("a responder");
+            f(&body)
         }
         _ => {
             let next = s.script.lock().unwrap().pop_front();

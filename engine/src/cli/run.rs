@@ -154,6 +154,64 @@ pub(crate) fn waiting<S: Store>(
         .flatten()
 }
 
+/// What a run stopped at an agent loop's approval waits for: the tools the loop wants to
+/// call, each call (tool and arguments), and the decision's shape.
+fn approval_wait(text: &mut String, id: &str, w: &Waiting, child: &str) -> std::fmt::Result {
+    let calls: &[Value] = w
+        .step
+        .result
+        .as_deref()
+        .and_then(|r| r.get("calls"))
+        .and_then(Value::as_array)
+        .map_or(&[], Vec::as_slice);
+    let mut tools: Vec<&str> = calls.iter().filter_map(|c| c["tool"].as_str()).collect();
+    tools.dedup();
+    let tools = tools
+        .iter()
+        .map(|t| format!("`{t}`"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let what = if calls.len() == 1 {
+        format!("a call of {tools}")
+    } else {
+        format!("{} calls of {tools}", calls.len())
+    };
+    let agent = w
+        .step
+        .result
+        .as_deref()
+        .and_then(|r| r.get("prompt"))
+        .and_then(Value::as_str)
+        .and_then(|p| p.strip_prefix("agent loop `"))
+        .and_then(|p| p.split_once('`'))
+        .map(|(a, _)| format!(" by agent loop `{a}`"))
+        .unwrap_or_default();
+    writeln!(
+        text,
+        "interrupted: run `{id}` waits for approval of {what}{agent} at step `{}`{child}",
+        w.step.step
+    )?;
+    for (i, c) in calls.iter().enumerate() {
+        writeln!(
+            text,
+            "  call {}: {} {}",
+            i + 1,
+            c["tool"].as_str().unwrap_or("?"),
+            c["arguments"]
+        )?;
+    }
+    let forms = r#"{"approve": true}, {"edit": {<arguments>}} or {"reject": "why"}"#;
+    if calls.len() > 1 {
+        writeln!(
+            text,
+            "  the decision: a list of {} decisions, in order, each {forms}",
+            calls.len()
+        )
+    } else {
+        writeln!(text, "  the decision: {forms}")
+    }
+}
+
 /// Prints a finished run's output (stdout) or error (stderr); returns the exit code. An
 /// interrupted run is told how to continue: with a decision when it `waits` at an interrupt
 /// (its own or a child run's), with `--retry-in-doubt` when an attempt is in doubt, and with
@@ -191,11 +249,15 @@ pub(crate) fn report(outcome: RunOutcome, waiting: Option<&Waiting>, store: &Sto
                     } else {
                         format!(" of child run `{}` (flow `{}`)", w.run_id, w.flow)
                     };
-                    writeln!(
-                        text,
-                        "interrupted: run `{id}` waits for a decision at interrupt step `{}`{child}",
-                        w.step.step
-                    )
+                    if w.step.kind == "approval" {
+                        approval_wait(&mut text, id, w, &child)
+                    } else {
+                        writeln!(
+                            text,
+                            "interrupted: run `{id}` waits for a decision at interrupt step `{}`{child}",
+                            w.step.step
+                        )
+                    }
                 }
                 (Some(e), None) => writeln!(text, "interrupted[{}]: {}", e.kind, e.message),
                 (None, None) => writeln!(text, "interrupted: run `{id}` waits for a decision"),
@@ -217,12 +279,22 @@ pub(crate) fn report(outcome: RunOutcome, waiting: Option<&Waiting>, store: &Sto
                 }
                 flags.push_str(&store.hint());
                 let _ = writeln!(text, "  continue it with `switchyard resume {id}{flags}`");
-                if waiting.is_some() {
-                    let _ = writeln!(
-                        text,
-                        "  `switchyard runs show {id}{}` shows the question and the schema the decision must match",
-                        store.hint()
-                    );
+                match waiting {
+                    Some(w) if w.step.kind == "approval" => {
+                        let _ = writeln!(
+                            text,
+                            "  `switchyard runs show {id}{}` shows the proposed calls",
+                            store.hint()
+                        );
+                    }
+                    Some(_) => {
+                        let _ = writeln!(
+                            text,
+                            "  `switchyard runs show {id}{}` shows the question and the schema the decision must match",
+                            store.hint()
+                        );
+                    }
+                    None => {}
                 }
             }
             stderr::say(

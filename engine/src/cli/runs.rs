@@ -67,6 +67,9 @@ pub struct ShowArgs {
     /// The run record and its steps as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Print the transcript of each agent loop under its step, a line per message.
+    #[arg(long)]
+    pub transcript: bool,
     #[command(flatten)]
     pub store: StoreArg,
 }
@@ -431,6 +434,8 @@ fn show(args: ShowArgs) -> u8 {
                 (w, command)
             }),
             now_ms: now_ms(),
+            transcript: args.transcript,
+            message_cap: 400,
         };
         out.push_str(&super::trace::render_with(&**s, &run.id, color, Some(&detail)).await);
         // Child runs whose calling step has no finished record (the run stopped while they

@@ -15,6 +15,10 @@ pub struct Detail<'a> {
     pub answer: Option<(&'a Waiting, String)>,
     /// Now, in Unix milliseconds: expiries are told relative to it.
     pub now_ms: u64,
+    /// Print each agent loop's transcript under its step (else a line saying how).
+    pub transcript: bool,
+    /// The most characters of each transcript message printed.
+    pub message_cap: usize,
 }
 
 /// Renders the steps of `run_id` and, indented under their calling steps, its child runs.
@@ -57,29 +61,41 @@ fn walk<'a, S: Store>(
         // The latest attempt of each step: an earlier attempt's `started` record is history.
         let steps = store.latest_steps(run_id).await.unwrap_or_default();
         // Iterations and branches are recorded as they finish, before their step's own
-        // record; show them under it.
-        let is_part = |s: &StepRecord| s.kind == "iteration" || s.kind == "branch";
+        // record; show them under it. So are an agent loop's turns, tool calls and approvals:
+        // under the step (or iteration, or branch) whose loop they are, in the loop's order.
+        let is_group = |s: &StepRecord| s.kind == "iteration" || s.kind == "branch";
+        let is_part = |s: &StepRecord| is_group(s) || is_loop_part(s);
         let part_of = |p: &StepRecord, number: &str| {
             p.number == number || p.number.strip_prefix(number).is_some_and(|r| r.starts_with('.'))
         };
         for s in steps.iter().filter(|s| !is_part(s)) {
-            print_one(store, s, depth, color, detail, out).await;
-            for p in steps.iter().filter(|p| is_part(p) && part_of(p, &s.number)) {
-                print_one(store, p, depth + 1, color, detail, out).await;
+            print_one(store, s, None, depth, color, detail, out).await;
+            loop_parts(store, &steps, &s.number, depth + 1, color, detail, out).await;
+            for p in steps.iter().filter(|p| is_group(p) && part_of(p, &s.number)) {
+                print_one(store, p, None, depth + 1, color, detail, out).await;
+                loop_parts(store, &steps, &key(p), depth + 2, color, detail, out).await;
             }
         }
         // The parts of a step that has no record of its own yet (the run stopped while the
         // step ran): what finished of it, under a line for the step.
         let mut open: Vec<(String, &str, &str)> = Vec::new();
         for p in steps.iter().filter(|p| is_part(p)) {
-            let owner = if p.kind == "branch" {
+            let owner = if is_loop_part(p) {
+                loop_owner(&p.number)
+            } else if p.kind == "branch" {
                 p.number.rsplit_once('.').map_or(p.number.as_str(), |(n, _)| n)
             } else {
                 p.number.as_str()
             };
-            let has_step = steps.iter().any(|s| !is_part(s) && s.number == owner);
+            let has_step = if is_loop_part(p) {
+                steps.iter().any(|s| !is_loop_part(s) && key(s) == owner)
+            } else {
+                steps.iter().any(|s| !is_part(s) && s.number == owner)
+            };
             if !has_step && !open.iter().any(|(n, ..)| n == owner) {
-                let parts = if p.kind == "branch" {
+                let parts = if is_loop_part(p) {
+                    "turns"
+                } else if p.kind == "branch" {
                     "branches"
                 } else {
                     "iterations"
@@ -88,18 +104,120 @@ fn walk<'a, S: Store>(
             }
         }
         for (number, step, parts) in open {
+            if parts == "turns" {
+                let done = steps
+                    .iter()
+                    .filter(|p| {
+                        p.kind == "turn" && loop_owner(&p.number) == number && p.status != StepStatus::Started
+                    })
+                    .count();
+                let _ = writeln!(
+                    out,
+                    "{}… {number} {step} · not finished · {done} {parts} finished",
+                    "  ".repeat(depth)
+                );
+                loop_parts(store, &steps, &number, depth + 1, color, detail, out).await;
+                continue;
+            }
             let done = steps
                 .iter()
-                .filter(|p| is_part(p) && part_of(p, &number) && p.status != StepStatus::Started)
+                .filter(|p| is_group(p) && part_of(p, &number) && p.status != StepStatus::Started)
                 .count();
             let _ = writeln!(
                 out,
                 "{}… {number} {step} · not finished · {done} {parts} finished",
                 "  ".repeat(depth)
             );
-            for p in steps.iter().filter(|p| is_part(p) && part_of(p, &number)) {
-                print_one(store, p, depth + 1, color, detail, out).await;
+            for p in steps.iter().filter(|p| is_group(p) && part_of(p, &number)) {
+                print_one(store, p, None, depth + 1, color, detail, out).await;
+                loop_parts(store, &steps, &key(p), depth + 2, color, detail, out).await;
             }
+        }
+    })
+}
+
+/// A turn, tool call or approval of an agent loop.
+fn is_loop_part(s: &StepRecord) -> bool {
+    matches!(s.kind.as_str(), "turn" | "tool" | "approval")
+}
+
+/// The number a step part's owner goes by: an iteration's `3[2]`, any other's own number.
+fn key(s: &StepRecord) -> String {
+    match (s.kind.as_str(), s.iteration) {
+        ("iteration", Some(i)) => format!("{}[{i}]", s.number),
+        _ => s.number.clone(),
+    }
+}
+
+/// Where a loop part's number splits: `(owner, turn, rest)` for `3.t2.1` is
+/// `("3", 2, ".1")`; the last `.t<k>` segment is the loop's (a flow tool's child run numbers
+/// its own steps, and their loops, below it).
+fn loop_split(number: &str) -> Option<(&str, u64, &str)> {
+    let mut at = number.len();
+    while let Some(i) = number[..at].rfind(".t") {
+        let tail = &number[i + 2..];
+        let digits = tail.find(|c: char| !c.is_ascii_digit()).unwrap_or(tail.len());
+        if digits > 0
+            && (digits == tail.len() || tail[digits..].starts_with('.'))
+            && let Ok(k) = tail[..digits].parse()
+        {
+            return Some((&number[..i], k, &tail[digits..]));
+        }
+        at = i;
+    }
+    None
+}
+
+fn loop_owner(number: &str) -> &str {
+    loop_split(number).map_or(number, |(o, ..)| o)
+}
+
+/// A loop part's place in its loop: turn by turn, the turn, its approval, then its calls
+/// in the model's order.
+fn loop_order(number: &str) -> (u64, u64) {
+    match loop_split(number) {
+        Some((_, k, "")) => (k, 0),
+        Some((_, k, ".approval")) => (k, 1),
+        Some((_, k, rest)) => (k, 2 + rest.trim_start_matches('.').parse::<u64>().unwrap_or(0)),
+        None => (0, 0),
+    }
+}
+
+/// The turns, tool calls and approvals of the loop of step `owner`, in the loop's order; a
+/// call is named by its tool, as the turn that made it says.
+fn loop_parts<'a, S: Store>(
+    store: &'a S,
+    steps: &'a [StepRecord],
+    owner: &'a str,
+    depth: usize,
+    color: bool,
+    detail: Option<&'a Detail<'a>>,
+    out: &'a mut String,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>> {
+    Box::pin(async move {
+        let mut parts: Vec<&StepRecord> = steps
+            .iter()
+            .filter(|p| is_loop_part(p) && loop_owner(&p.number) == owner)
+            .collect();
+        parts.sort_by_key(|p| loop_order(&p.number));
+        for p in parts {
+            let tool = match loop_split(&p.number) {
+                Some((_, k, rest)) if p.kind == "tool" => {
+                    let i: usize = rest.trim_start_matches('.').parse().unwrap_or(0);
+                    let turn = format!("{owner}.t{k}");
+                    steps
+                        .iter()
+                        .find(|t| t.kind == "turn" && t.number == turn)
+                        .and_then(|t| t.result.as_deref())
+                        .and_then(|m| m.get("tool_calls"))
+                        .and_then(|c| c.get(i.checked_sub(1)?))
+                        .and_then(|c| c.pointer("/function/name"))
+                        .and_then(Value::as_str)
+                        .map(str::to_owned)
+                }
+                _ => None,
+            };
+            print_one(store, p, tool.as_deref(), depth, color, detail, out).await;
         }
     })
 }
@@ -107,18 +225,23 @@ fn walk<'a, S: Store>(
 fn print_one<'a, S: Store>(
     store: &'a S,
     s: &'a StepRecord,
+    tool: Option<&'a str>,
     depth: usize,
     color: bool,
     detail: Option<&'a Detail<'a>>,
     out: &'a mut String,
 ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>> {
     Box::pin(async move {
-        let _ = writeln!(out, "{}{}", "  ".repeat(depth), line(s, color));
+        let _ = writeln!(out, "{}{}", "  ".repeat(depth), line(s, tool, color));
         llm_notes(s, &"  ".repeat(depth + 1), out);
+        if s.kind == "approval" {
+            approval(s, detail, &"  ".repeat(depth + 1), out);
+        }
         if let Some(detail) = detail {
-            if s.kind == "interrupt" && s.status == StepStatus::Interrupted {
+            if (s.kind == "interrupt" || s.kind == "approval") && s.status == StepStatus::Interrupted {
                 question(s, detail, &"  ".repeat(depth + 1), out);
             }
+            transcript(s, detail, &"  ".repeat(depth + 1), out);
             for c in &s.changes {
                 let mut value = c.value.to_string();
                 if value.len() > 120 {
@@ -143,7 +266,8 @@ fn print_one<'a, S: Store>(
                 );
                 answers(&serde_json::json!({"repairs": repairs}), &pad, out);
             }
-            if s.usage.cost_usd > 0.0 || s.usage.input_tokens > 0 {
+            // A turn's line has its tokens and cost already.
+            if s.kind != "turn" && (s.usage.cost_usd > 0.0 || s.usage.input_tokens > 0) {
                 let _ = writeln!(
                     out,
                     "{}  tokens {} in, {} out · {}",
@@ -154,7 +278,18 @@ fn print_one<'a, S: Store>(
                 );
             }
         }
-        if let Some(e) = &s.error {
+        // A failed tool call: what the model was told (it names the error).
+        let told = (s.kind == "tool")
+            .then(|| s.answers.as_ref()?.get("told")?.as_str())
+            .flatten();
+        if let Some(told) = told {
+            let _ = writeln!(
+                out,
+                "{}  told the model: {}",
+                "  ".repeat(depth),
+                capped(told, 300)
+            );
+        } else if let Some(e) = &s.error {
             let _ = writeln!(out, "{}  error[{}]: {}", "  ".repeat(depth), e.kind, e.message);
             if detail.is_some()
                 && let Some(d) = &e.details
@@ -187,6 +322,10 @@ fn question(s: &StepRecord, detail: &Detail<'_>, pad: &str, out: &mut String) {
         let text = prompt.trim_end().replace('\n', &format!("\n{pad}        "));
         let _ = writeln!(out, "{pad}prompt: {text}");
     }
+    // An agent loop's approval: the calls it proposed, in the model's order.
+    if let Some(calls) = field("calls") {
+        proposed(Some(calls), pad, out);
+    }
     if let Some(schema) = field("schema") {
         let _ = writeln!(out, "{pad}decision schema: {schema}");
     }
@@ -207,7 +346,113 @@ fn question(s: &StepRecord, detail: &Detail<'_>, pad: &str, out: &mut String) {
         && w.step.number == s.number
     {
         let _ = writeln!(out, "{pad}answer: `{command}`");
+        if s.kind == "approval" {
+            let n = field("calls").and_then(Value::as_array).map_or(0, Vec::len);
+            let forms = r#"{"approve": true} | {"edit": {<arguments>}} | {"reject": "why"}"#;
+            if n > 1 {
+                let _ = writeln!(
+                    out,
+                    "{pad}decision: a list of {n} decisions, in order, each {forms}"
+                );
+            } else {
+                let _ = writeln!(out, "{pad}decision: {forms}");
+            }
+        }
     }
+}
+
+/// An agent loop's approval part: the calls it holds (proposed, or decided on), and the
+/// decision once given; while it waits, with `runs show`, the question and how to answer.
+fn approval(s: &StepRecord, detail: Option<&Detail<'_>>, pad: &str, out: &mut String) {
+    if s.status == StepStatus::Interrupted {
+        // With `runs show`, the question (which lists the calls) says it all.
+        if detail.is_none() {
+            proposed(s.result.as_deref().and_then(|r| r.get("calls")), pad, out);
+        }
+        return;
+    }
+    proposed(s.input.as_ref(), pad, out);
+    if let Some(d) = s.result.as_deref() {
+        let _ = writeln!(out, "{pad}decision: {d}");
+    }
+}
+
+/// `call 1: refund {"amount":100}`, one line per call an approval holds.
+fn proposed(calls: Option<&Value>, pad: &str, out: &mut String) {
+    for (i, c) in calls.and_then(Value::as_array).into_iter().flatten().enumerate() {
+        let _ = writeln!(
+            out,
+            "{pad}call {}: {} {}",
+            i + 1,
+            c["tool"].as_str().unwrap_or("?"),
+            capped(&c["arguments"].to_string(), 300)
+        );
+    }
+}
+
+/// The transcript an agent loop's step keeps, with `runs show --transcript`: one line per
+/// message, each capped; otherwise a line saying how to see it.
+fn transcript(s: &StepRecord, detail: &Detail<'_>, pad: &str, out: &mut String) {
+    let Some(messages) = s
+        .answers
+        .as_ref()
+        .filter(|_| s.kind == "agent")
+        .and_then(|a| a.get("transcript"))
+        .and_then(Value::as_array)
+    else {
+        return;
+    };
+    if !detail.transcript {
+        let _ = writeln!(
+            out,
+            "{pad}transcript: {} messages (`runs show --transcript` prints them)",
+            messages.len()
+        );
+        return;
+    }
+    let _ = writeln!(out, "{pad}transcript ({} messages):", messages.len());
+    for m in messages {
+        let role = m["role"].as_str().unwrap_or("?");
+        let mut text = match &m["content"] {
+            Value::String(c) => c.clone(),
+            Value::Null => String::new(),
+            other => other.to_string(),
+        };
+        if role == "tool" {
+            text = format!("[{}] {text}", m["tool_call_id"].as_str().unwrap_or("?"));
+        }
+        for c in m
+            .get("tool_calls")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            if !text.is_empty() {
+                text.push(' ');
+            }
+            let _ = write!(
+                text,
+                "→ {}({}) [{}]",
+                c.pointer("/function/name").and_then(Value::as_str).unwrap_or("?"),
+                c.pointer("/function/arguments")
+                    .and_then(Value::as_str)
+                    .unwrap_or(""),
+                c["id"].as_str().unwrap_or("?")
+            );
+        }
+        let _ = writeln!(out, "{pad}  {role}: {}", capped(&text, detail.message_cap));
+    }
+}
+
+/// `text` on one line, at most `max` characters of it.
+fn capped(text: &str, max: usize) -> String {
+    let one = text.replace('\n', " ⏎ ");
+    if one.chars().count() <= max {
+        return one;
+    }
+    let mut out: String = one.chars().take(max.saturating_sub(1)).collect();
+    out.push('…');
+    out
 }
 
 /// What a model said in a call that failed on its answer (`details` of its error): each answer
@@ -252,7 +497,7 @@ fn span(ms: u64) -> String {
     }
 }
 
-fn line(s: &StepRecord, color: bool) -> String {
+fn line(s: &StepRecord, tool: Option<&str>, color: bool) -> String {
     let (mark, paint) = match s.status {
         StepStatus::Succeeded => ("✓", "32"),
         StepStatus::Failed => ("✗", "31"),
@@ -268,6 +513,9 @@ fn line(s: &StepRecord, color: bool) -> String {
     let mut l = match (s.kind.as_str(), s.iteration) {
         ("iteration", Some(i)) => format!("{mark} {}[{i}] {} {}ms", s.number, s.step, ms),
         ("branch", _) => format!("{mark} {} branch {}ms", s.number, ms),
+        ("turn", _) => format!("{mark} {} turn {}ms", s.number, ms),
+        ("approval", _) => format!("{mark} {} approval {}ms", s.number, ms),
+        ("tool", _) => format!("{mark} {} {} [tool] {}ms", s.number, tool.unwrap_or("?"), ms),
         _ => format!("{mark} {} {} [{}] {}ms", s.number, s.step, s.kind, ms),
     };
     if s.attempt > 1 {
@@ -276,7 +524,35 @@ fn line(s: &StepRecord, color: bool) -> String {
     if let Some(n) = s.iterations {
         let _ = write!(l, " · {n} iterations");
     }
+    if let Some(a) = s.answers.as_ref().filter(|_| s.kind == "agent")
+        && let Some(turns) = a.get("turns").and_then(Value::as_u64)
+    {
+        let calls = a.get("tool_calls").and_then(Value::as_u64).unwrap_or(0);
+        let s = |n: u64| if n == 1 { "" } else { "s" };
+        let _ = write!(l, " · {turns} turn{}, {calls} tool call{}", s(turns), s(calls));
+        if let Some(f) = a.get("tool_failures").and_then(Value::as_u64) {
+            let _ = write!(l, " ({f} failed)");
+        }
+    }
     l.push_str(&usage(&s.usage));
+    if s.kind == "turn"
+        && let Some(m) = s.result.as_deref()
+    {
+        let calls: Vec<&str> = m
+            .get("tool_calls")
+            .and_then(Value::as_array)
+            .map(|c| {
+                c.iter()
+                    .filter_map(|c| c.pointer("/function/name")?.as_str())
+                    .collect()
+            })
+            .unwrap_or_default();
+        if calls.is_empty() {
+            l.push_str(" → answer");
+        } else {
+            let _ = write!(l, " → calls {}", calls.join(", "));
+        }
+    }
     if let Some(route) = &s.route {
         let _ = write!(l, " → {route}");
     }
@@ -331,7 +607,22 @@ fn usage(u: &Usage) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::span;
+    use super::{loop_order, loop_owner, loop_split, span};
+
+    #[test]
+    fn loop_parts_split_at_their_last_turn_segment() {
+        assert_eq!(loop_split("3.t2.1"), Some(("3", 2, ".1")));
+        assert_eq!(loop_split("3.t12"), Some(("3", 12, "")));
+        assert_eq!(loop_split("3[2].t1.approval"), Some(("3[2]", 1, ".approval")));
+        // A loop in a `flow` tool's child run: its own turn segment is the last one.
+        assert_eq!(loop_split("1.t1.2.1.t3.1"), Some(("1.t1.2.1", 3, ".1")));
+        assert_eq!(loop_split("4.2"), None);
+        assert_eq!(loop_split("1.tx"), None);
+        assert_eq!(loop_owner("5"), "5");
+        let mut parts = ["1.t2", "1.t1.10", "1.t1.2", "1.t1.approval", "1.t1"];
+        parts.sort_by_key(|p| loop_order(p));
+        assert_eq!(parts, ["1.t1", "1.t1.approval", "1.t1.2", "1.t1.10", "1.t2"]);
+    }
 
     #[test]
     fn spans_keep_their_two_largest_units() {

@@ -165,6 +165,14 @@ pub enum ResumeError {
     },
     #[error("run `{id}` waits at interrupt step `{step}`: give the decision with --decision JSON")]
     NeedsDecision { id: String, step: String },
+    /// An agent loop's approval needs a decision for each call it holds.
+    #[error(
+        "run `{id}` waits for approval of {calls} call(s) the agent loop of step `{step}` proposed: give the decision with --decision JSON, `{{\"approve\": true}}`, `{{\"edit\": {{<arguments>}}}}` or `{{\"reject\": \"why\"}}` (a list of them for several calls, in order; `switchyard runs show {id}` lists the calls)"
+    )]
+    NeedsApproval { id: String, step: String, calls: usize },
+    /// A decision that is not one for each call an approval holds.
+    #[error("the decision does not answer the approval at step `{step}`: {reason}")]
+    BadApproval { step: String, reason: String },
     #[error("run `{id}` does not wait at an interrupt step: --decision has nothing to answer")]
     NoInterrupt { id: String },
     #[error("the decision does not match the `schema` of interrupt step `{step}` {reason}")]

@@ -595,7 +595,17 @@ impl<'e, S: Store> Run<'e, S> {
             Some(rec) if rec.status == StepStatus::Succeeded => {
                 Some(rec.result.as_deref().cloned().unwrap_or(Value::Null))
             }
-            Some(rec) if rec.status == StepStatus::Interrupted => self.tree.resume.decision.clone(),
+            // The decision given to `resume` answers the approval the run waits at (its latest
+            // stop, the one `resume` checked the decision against and `runs show` names) and
+            // no other: another loop's approval left waiting (a foreach's other iteration, say)
+            // stops again to be asked on its own, rather than take a decision made for other
+            // calls.
+            Some(rec) if rec.status == StepStatus::Interrupted => self
+                .replay
+                .as_ref()
+                .and_then(|r| r.waiting_interrupt())
+                .filter(|w| w.number == part && w.iteration == rec.iteration)
+                .and_then(|_| self.tree.resume.decision.clone()),
             _ => None,
         };
         let proposed: Vec<Value> = pending
@@ -739,18 +749,6 @@ impl<'e, S: Store> Run<'e, S> {
         let interrupted = o.stop == Some(RunStatus::Interrupted);
         let result = o.result.clone();
         let error = o.error.clone();
-        if !interrupted {
-            self.record_part(
-                step,
-                num.clone(),
-                "tool",
-                None,
-                Some(arguments),
-                &mut o,
-                started_at,
-            )
-            .await;
-        }
         let mut end = CallEnd {
             content: String::new(),
             result: None,
@@ -785,6 +783,33 @@ impl<'e, S: Store> Run<'e, S> {
                 );
             }
         }
+        if let Some(Decision::Edit(args)) = decision
+            && end.stop.is_none()
+        {
+            // The model's own message still holds the arguments it proposed: its tool message
+            // says the call ran with others, lest it take the proposed ones as done.
+            end.content = format!(
+                "the arguments were edited before the call ran: {}; the result: {}",
+                serde_json::to_string(args).expect("JSON values serialize"),
+                end.content
+            );
+        }
+        if end.failed {
+            // The failed call's record keeps what the model was told (`runs show` prints it).
+            told(&mut o, &end.content);
+        }
+        if !interrupted {
+            self.record_part(
+                step,
+                num.clone(),
+                "tool",
+                None,
+                Some(arguments),
+                &mut o,
+                started_at,
+            )
+            .await;
+        }
         // A store write that failed fails the loop.
         if let Some(e) = o.error.filter(|e| e.message.starts_with("store: ")) {
             end.stop = Some((None, e));
@@ -799,6 +824,7 @@ impl<'e, S: Store> Run<'e, S> {
             return;
         }
         let mut o = StepOutcome::err(StepError::new(ErrorKind::Agent, why.to_string()));
+        told(&mut o, why);
         let input = crate::json::from_str(arguments).unwrap_or_else(|_| Value::String(arguments.to_string()));
         self.record_part(
             step,
@@ -811,6 +837,16 @@ impl<'e, S: Store> Run<'e, S> {
         )
         .await;
     }
+}
+
+/// Notes on a failed call's record what the model was told of it, as `answers.told`.
+fn told(o: &mut StepOutcome, content: &str) {
+    let mut notes = match o.answers.take() {
+        Some(Value::Object(m)) => m,
+        _ => Map::new(),
+    };
+    notes.insert("told".into(), Value::String(content.to_string()));
+    o.answers = Some(Value::Object(notes));
 }
 
 /// The agent of a loop step, for messages.

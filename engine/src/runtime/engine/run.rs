@@ -171,6 +171,13 @@ impl<S: Store> Engine<S> {
         // The waiting interrupt: in this run, or down the chain of interrupted children.
         let waiting = crate::runtime::resume::waiting_interrupt(&*self.store, record, replay).await?;
         match (waiting, &resume.decision) {
+            (Some(w), None) if record.status == RunStatus::Interrupted && w.step.kind == "approval" => {
+                Err(ResumeError::NeedsApproval {
+                    id: record.id.clone(),
+                    calls: approval_calls(&w.step),
+                    step: w.step.step,
+                })
+            }
             (Some(w), None) if record.status == RunStatus::Interrupted => Err(ResumeError::NeedsDecision {
                 id: record.id.clone(),
                 step: w.step.step,
@@ -182,17 +189,10 @@ impl<S: Store> Engine<S> {
             (None, None) => Ok(()),
             (Some(w), Some(decision)) if w.step.kind == "approval" => {
                 // The calls an agent loop proposed: a decision for each, in order.
-                let n = w
-                    .step
-                    .result
-                    .as_ref()
-                    .and_then(|r| r.get("calls"))
-                    .and_then(Value::as_array)
-                    .map_or(0, Vec::len);
-                super::check_decisions(decision, n).map_err(|reason| ResumeError::BadDecision {
+                let n = approval_calls(&w.step);
+                super::check_decisions(decision, n).map_err(|reason| ResumeError::BadApproval {
                     step: w.step.step,
                     reason,
-                    pointer: String::new(),
                 })
             }
             (Some(w), Some(decision)) => {
@@ -625,6 +625,16 @@ fn push_decimal(s: &mut String, mut n: u64) {
         }
     }
     s.push_str(std::str::from_utf8(&buf[i..]).expect("ASCII digits"));
+}
+
+/// The calls an agent loop's approval part holds (its `result.calls`).
+fn approval_calls(approval: &crate::runtime::record::StepRecord) -> usize {
+    approval
+        .result
+        .as_ref()
+        .and_then(|r| r.get("calls"))
+        .and_then(Value::as_array)
+        .map_or(0, Vec::len)
 }
 
 #[cfg(test)]

@@ -131,6 +131,44 @@ fn a_test_scripts_the_turns_of_a_loop_and_counts_its_tool_calls() {
     assert_eq!(out.stderr, "", "no diagnostics for well-formed turns");
 }
 
+/// A tool is offered without being mocked; only a call of it needs the mock: a test whose
+/// turns never call the command tool `kb_search` passes without mocking it, and one whose
+/// turns do call it fails, naming it.
+#[test]
+fn only_the_tools_a_test_calls_must_be_mocked() {
+    let dir = TempDir::new("loop-tests-unmocked");
+    let tests = r#"  - name: kb_search offered, never called
+    input: {text: x}
+    mocks:
+      helper:
+        sequence:
+          - tool_calls: [{name: crm_lookup, arguments: {id: 1}}]
+          - {answer: found}
+    expect:
+      output: {reply: {answer: found}}
+      calls: {helper: 2, crm_lookup: 1}
+  - name: kb_search called, not mocked
+    input: {text: x}
+    mocks:
+      helper:
+        sequence:
+          - tool_calls: [{name: kb_search, arguments: {q: x}}]
+          - {answer: without it}
+    expect:
+      output: {reply: {answer: without it}}
+"#;
+    dir.write("loops.yaml", loop_flow(tests));
+    let out = flow_test(&dir, "loops.yaml");
+    assert_eq!(out.code(), 1, "{out:?}");
+    assert_eq!(summary(&out), "1 passed, 1 failed", "{}", out.stdout);
+    assert!(
+        out.stdout
+            .contains("agent `kb_search` was called but is not mocked"),
+        "{}",
+        out.stdout
+    );
+}
+
 /// The counts are checked, not just parsed: a test that expects the wrong number of tool
 /// calls or turns fails, saying which and how many there were.
 #[test]

@@ -624,11 +624,17 @@ impl<'e, S: Store> Run<'e, S> {
                     "agent loop `{}` of step `{}` wants to call {}: approve, edit or reject each",
                     lp_agent_name(step),
                     step.id,
-                    proposed
-                        .iter()
-                        .map(|p| format!("`{}`", p["tool"].as_str().unwrap_or("")))
-                        .collect::<Vec<_>>()
-                        .join(", ")
+                    {
+                        // Each tool once, in the order first proposed.
+                        let mut names: Vec<String> = Vec::new();
+                        for p in &proposed {
+                            let n = format!("`{}`", p["tool"].as_str().unwrap_or(""));
+                            if !names.contains(&n) {
+                                names.push(n);
+                            }
+                        }
+                        names.join(", ")
+                    }
                 ),
                 "calls": proposed,
             })));

@@ -707,3 +707,51 @@ steps:
     assert!(text.contains("status    succeeded"), "{text}");
     assert!(!text.contains("paused (Ctrl-C)"), "{text}");
 }
+
+/// Two child runs of a `foreach` stop at their interrupts together: a decision answers the
+/// one `resume` names (the latest stop), and the other stops again to be asked on its own;
+/// a second decision answers it. No decision is taken by a stop it was not given for.
+#[test]
+fn a_decision_answers_one_child_runs_interrupt_not_every_waiting_one() {
+    let dir = TempDir::new("two-child-interrupts");
+    dir.write(
+        "child.yaml",
+        r#"flow: child
+steps:
+  approve:
+    interrupt:
+      prompt: "approve {{ input.amount }}?"
+      schema: {type: object, required: [ok], properties: {ok: {type: boolean}}}
+    output: {$.ok: $.ok}
+"#,
+    );
+    dir.write(
+        "parent.yaml",
+        r#"flow: parent
+agents:
+  ask: {kind: flow, path: child.yaml}
+steps:
+  each:
+    foreach: $.amounts
+    as: amount
+    concurrency: 2
+    agent: ask
+    input: {$.amount: =amount}
+    output: {$.answers: $}
+"#,
+    );
+    let (id, _) = interrupted(&dir, "parent.yaml", &json!({"amounts": [5, 7]}));
+    let out = resume(&dir, &id, r#"{"ok": true}"#, &[]);
+    assert_eq!(out.code(), 3, "one decision, one stop answered: {}", out.stderr);
+    let out = resume(&dir, &id, r#"{"ok": false}"#, &[]);
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    let output: Value = serde_json::from_str(&out.stdout).expect("the output is JSON");
+    let mut oks: Vec<bool> = output["answers"]
+        .as_array()
+        .expect("two answers")
+        .iter()
+        .map(|a| a["ok"].as_bool().expect("ok"))
+        .collect();
+    oks.sort();
+    assert_eq!(oks, [false, true], "{output}");
+}

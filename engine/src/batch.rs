@@ -755,6 +755,7 @@ pub async fn run<S: Store>(
     let resume_options = ResumeOptions {
         retry_in_doubt: options.retry_in_doubt,
         decision: None,
+        decision_for: None,
         allow_changed: options.allow_changed,
     };
     loop {

@@ -527,6 +527,8 @@ pub fn resume(args: ResumeArgs) -> u8 {
     let resume = ResumeOptions {
         retry_in_doubt: args.retry_in_doubt,
         decision,
+        // Found by the engine: the stop the run waits at.
+        decision_for: None,
         allow_changed: args.allow_changed,
     };
     let outcome = rt.block_on(engine.resume(

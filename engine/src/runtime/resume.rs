@@ -23,6 +23,10 @@ pub struct ResumeOptions {
     pub retry_in_doubt: bool,
     /// The answer to the `interrupt` step the run waits at.
     pub decision: Option<Value>,
+    /// Which stop `decision` answers: the run (of the tree) and the number and iteration of
+    /// its waiting part, as `resume` found it. Set by the engine; a decision answers that
+    /// stop and no other, whichever runs of the tree wait too.
+    pub decision_for: Option<(String, String, Option<u64>)>,
     /// Resume even though the flow (or a file it imports or calls) changed since the run started.
     pub allow_changed: bool,
 }
@@ -186,4 +190,15 @@ pub enum ResumeError {
 /// Whether a run in this status can be resumed.
 pub fn resumable(status: RunStatus) -> bool {
     matches!(status, RunStatus::Running | RunStatus::Interrupted)
+}
+
+impl ResumeOptions {
+    /// The decision given to `resume`, if it answers the stop of run `run_id` at `number`
+    /// (and `iteration`).
+    pub fn decision_at(&self, run_id: &str, number: &str, iteration: Option<u64>) -> Option<&Value> {
+        match &self.decision_for {
+            Some((r, n, i)) if r == run_id && n == number && *i == iteration => self.decision.as_ref(),
+            _ => None,
+        }
+    }
 }

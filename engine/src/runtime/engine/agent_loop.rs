@@ -595,17 +595,16 @@ impl<'e, S: Store> Run<'e, S> {
             Some(rec) if rec.status == StepStatus::Succeeded => {
                 Some(rec.result.as_deref().cloned().unwrap_or(Value::Null))
             }
-            // The decision given to `resume` answers the approval the run waits at (its latest
-            // stop, the one `resume` checked the decision against and `runs show` names) and
-            // no other: another loop's approval left waiting (a foreach's other iteration, say)
-            // stops again to be asked on its own, rather than take a decision made for other
-            // calls.
+            // The decision given to `resume` answers the stop the tree waits at (its latest,
+            // the one `resume` checked the decision against and `runs show` names) and no
+            // other: another approval left waiting (a foreach's other iteration, another child
+            // run) stops again to be asked on its own, rather than take a decision made for
+            // other calls.
             Some(rec) if rec.status == StepStatus::Interrupted => self
-                .replay
-                .as_ref()
-                .and_then(|r| r.waiting_interrupt())
-                .filter(|w| w.number == part && w.iteration == rec.iteration)
-                .and_then(|_| self.tree.resume.decision.clone()),
+                .tree
+                .resume
+                .decision_at(&self.record.id, &part, rec.iteration)
+                .cloned(),
             _ => None,
         };
         let proposed: Vec<Value> = pending

@@ -132,7 +132,9 @@ impl<S: Store> Engine<S> {
             });
         }
         let replay = Replay::load(&*self.store, run_id).await?;
-        self.check_decision(&plan, &record, &replay, &resume).await?;
+        let waiting = self.check_decision(&plan, &record, &replay, &resume).await?;
+        let mut resume = resume;
+        resume.decision_for = waiting;
         // The conversation the run started with, unless the caller gives one.
         let mut options = options;
         if options.messages.is_empty()
@@ -167,9 +169,24 @@ impl<S: Store> Engine<S> {
         record: &RunRecord,
         replay: &Replay,
         resume: &ResumeOptions,
-    ) -> Result<(), ResumeError> {
+    ) -> Result<Option<(String, String, Option<u64>)>, ResumeError> {
         // The waiting interrupt: in this run, or down the chain of interrupted children.
         let waiting = crate::runtime::resume::waiting_interrupt(&*self.store, record, replay).await?;
+        let target = waiting
+            .as_ref()
+            .filter(|_| resume.decision.is_some())
+            .map(|w| (w.run_id.clone(), w.step.number.clone(), w.step.iteration));
+        self.check_waiting(plan, record, waiting, resume)?;
+        Ok(target)
+    }
+
+    fn check_waiting(
+        &self,
+        plan: &Plan,
+        record: &RunRecord,
+        waiting: Option<crate::runtime::resume::Waiting>,
+        resume: &ResumeOptions,
+    ) -> Result<(), ResumeError> {
         match (waiting, &resume.decision) {
             (Some(w), None) if record.status == RunStatus::Interrupted && w.step.kind == "approval" => {
                 Err(ResumeError::NeedsApproval {

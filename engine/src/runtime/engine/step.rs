@@ -69,27 +69,30 @@ impl<'e, S: Store> Run<'e, S> {
                 let earlier = self.replay.as_ref().and_then(|r| r.part(number, None));
                 let decision = match earlier {
                     Some(rec) if rec.status == StepStatus::Succeeded => rec.result.clone(),
-                    Some(rec) if rec.status == StepStatus::Interrupted => match &self.tree.resume.decision {
-                        Some(d) => {
-                            if let Some(expires) = i.expires {
-                                let waited = record::now_ms().saturating_sub(rec.started_at);
-                                if u128::from(waited) > expires.as_millis() {
-                                    let mut o = StepOutcome::err(StepError::new(
-                                        ErrorKind::Timeout,
-                                        format!(
-                                            "the decision for interrupt step `{}` came after it expired ({} after it stopped)",
-                                            step.id,
-                                            fmt_duration(expires)
-                                        ),
-                                    ));
-                                    o.input = Some(input);
-                                    return o;
+                    // The decision answers the stop `resume` found waiting, no other.
+                    Some(rec) if rec.status == StepStatus::Interrupted => {
+                        match self.tree.resume.decision_at(&self.record.id, number, None) {
+                            Some(d) => {
+                                if let Some(expires) = i.expires {
+                                    let waited = record::now_ms().saturating_sub(rec.started_at);
+                                    if u128::from(waited) > expires.as_millis() {
+                                        let mut o = StepOutcome::err(StepError::new(
+                                            ErrorKind::Timeout,
+                                            format!(
+                                                "the decision for interrupt step `{}` came after it expired ({} after it stopped)",
+                                                step.id,
+                                                fmt_duration(expires)
+                                            ),
+                                        ));
+                                        o.input = Some(input);
+                                        return o;
+                                    }
                                 }
+                                Some(Arc::new(d.clone()))
                             }
-                            Some(Arc::new(d.clone()))
+                            None => None,
                         }
-                        None => None,
-                    },
+                    }
                     _ => None,
                 };
                 if let Some(decision) = decision {

@@ -33,6 +33,8 @@ pub struct Profile {
     pub w10_memory_lines: usize,
     /// W10: lines of the long batch on SQLite.
     pub w10_sqlite_lines: usize,
+    /// W12: agent loops of the batch, all in flight at once.
+    pub w12_loops: usize,
 }
 
 impl Profile {
@@ -51,6 +53,7 @@ impl Profile {
         w9_runs: 2000,
         w10_memory_lines: 1_000_000,
         w10_sqlite_lines: 1_000_000,
+        w12_loops: 20,
     };
     /// W6, W8 and W5x (0.5 s of ideal wall) are cheap: the same sizes as `full`; the runtime
     /// workloads are smaller.
@@ -69,6 +72,7 @@ impl Profile {
         w9_runs: 640,
         w10_memory_lines: 100_000,
         w10_sqlite_lines: 20_000,
+        w12_loops: 20,
     };
 
     pub fn by_name(name: &str) -> Option<Profile> {

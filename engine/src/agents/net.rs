@@ -33,11 +33,35 @@ pub fn client() -> Result<reqwest::Client, StepError> {
     CLIENT.with(|c| c.clone().map_err(|e| StepError::new(ErrorKind::Agent, e)))
 }
 
+/// The TLS set-up every client shares: the system's roots through the platform verifier, as
+/// reqwest would build it, made once per process (reading the roots takes milliseconds).
+fn tls_config() -> Result<rustls::ClientConfig, String> {
+    static CONFIG: std::sync::OnceLock<Result<rustls::ClientConfig, String>> = std::sync::OnceLock::new();
+    CONFIG
+        .get_or_init(|| {
+            // `Err` means a provider is installed already (by us on another thread, or by the
+            // host program), which is all we need.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+            let provider = rustls::crypto::CryptoProvider::get_default()
+                .cloned()
+                .unwrap_or_else(|| std::sync::Arc::new(rustls::crypto::ring::default_provider()));
+            let verifier = rustls_platform_verifier::Verifier::new(provider.clone())
+                .map_err(|e| format!("cannot set up TLS: {e}"))?;
+            let mut config = rustls::ClientConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()
+                .map_err(|e| format!("cannot set up TLS: {e}"))?
+                .dangerous()
+                .with_custom_certificate_verifier(std::sync::Arc::new(verifier))
+                .with_no_client_auth();
+            config.alpn_protocols = vec![b"http/1.1".to_vec()];
+            Ok(config)
+        })
+        .clone()
+}
+
 fn build_client() -> Result<reqwest::Client, String> {
-    // `Err` means a provider is installed already (by us on another thread, or by the host
-    // program), which is all we need.
-    let _ = rustls::crypto::ring::default_provider().install_default();
     reqwest::Client::builder()
+        .use_preconfigured_tls(tls_config()?)
         .redirect(reqwest::redirect::Policy::none())
         .connect_timeout(Duration::from_secs(10))
         .pool_idle_timeout(Duration::from_secs(30))

@@ -138,7 +138,8 @@ impl LlmAgent<'_> {
         let mut exchange: Vec<Value> = Vec::new();
         for round in 0..=repairs {
             let answer = loop {
-                let body = self.request_body(&model, &messages, form);
+                let body = serde_json::to_vec(&self.request_body(&model, &messages, form))
+                    .expect("JSON values serialize");
                 let fallback = may_fall_back && form == Some(StructuredOutput::JsonSchema);
                 let sent = (&url, model.as_str(), &headers);
                 match self
@@ -363,7 +364,7 @@ impl LlmAgent<'_> {
         &self,
         state: &ProviderState,
         (url, model, headers): (&reqwest::Url, &str, &reqwest::header::HeaderMap),
-        body: Value,
+        body: Vec<u8>,
         cx: &CallContext<'_>,
         secrets: &Secrets,
         usage: &mut Usage,
@@ -373,7 +374,6 @@ impl LlmAgent<'_> {
         let p = &self.plan.provider;
         let who = format!("agent `{}`: provider `{}`", self.name, p.name);
         let client = net::client()?;
-        let body = serde_json::to_vec(&body).expect("JSON values serialize");
         let estimate = (body.len() as u64).div_ceil(3) + self.plan.max_tokens.unwrap_or(COMPLETION_ESTIMATE);
         let timeout = p.timeout.map_or(cx.timeout, |t| t.min(cx.timeout));
         let started = tokio::time::Instant::now();

@@ -95,6 +95,22 @@ impl Turn {
     }
 }
 
+/// A turn's request, in the protocol's field order.
+#[derive(serde::Serialize)]
+struct RequestBody<'a> {
+    model: &'a str,
+    messages: &'a [Value],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tools: Option<&'a [Value]>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_choice: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_tokens: Option<u64>,
+    stream: bool,
+}
+
 /// A turn's outcome, the tokens and cost of its requests either way, and what it puts on the
 /// record (requests abandoned, as [`super::merge_notes`] reads them).
 pub struct TurnResult {
@@ -138,32 +154,20 @@ impl LlmAgent<'_> {
         let turn = async {
             let (url, model, headers) = self.endpoint(&mut secrets)?;
             let state = self.providers.get(&self.plan.provider);
-            let mut body = Map::new();
-            body.insert("model".into(), Value::String(model.clone()));
-            body.insert("messages".into(), Value::Array(messages.to_vec()));
-            if !tools.is_empty() {
-                body.insert("tools".into(), Value::Array(tools.to_vec()));
-                body.insert("tool_choice".into(), Value::String("auto".into()));
-            }
-            if let Some(t) = self.plan.temperature {
-                body.insert("temperature".into(), json!(t));
-            }
-            if let Some(n) = self.plan.max_tokens {
-                body.insert("max_tokens".into(), json!(n));
-            }
-            body.insert("stream".into(), Value::Bool(false));
+            // Written from the conversation as it is: a loop's requests grow with every turn.
+            let body = serde_json::to_vec(&RequestBody {
+                model: &model,
+                messages,
+                tools: (!tools.is_empty()).then_some(tools),
+                tool_choice: (!tools.is_empty()).then_some("auto"),
+                temperature: self.plan.temperature,
+                max_tokens: self.plan.max_tokens,
+                stream: false,
+            })
+            .expect("JSON values serialize");
             let sent = (&url, model.as_str(), &headers);
             let answer = self
-                .request(
-                    &state,
-                    sent,
-                    Value::Object(body),
-                    cx,
-                    &secrets,
-                    &mut usage,
-                    &mut notes,
-                    false,
-                )
+                .request(&state, sent, body, cx, &secrets, &mut usage, &mut notes, false)
                 .await
                 .map_err(|e| match e {
                     super::RequestError::Step(e) => e,

@@ -313,15 +313,7 @@ impl LlmAgent<'_> {
                 Some(StructuredOutput::JsonObject | StructuredOutput::Prompt)
             )
         {
-            let text = schema_instruction(&schema.value);
-            match messages.first_mut() {
-                Some(Value::Object(m)) if m.get("role").and_then(Value::as_str) == Some("system") => {
-                    let content = m.get("content").and_then(Value::as_str).unwrap_or("");
-                    let joined = format!("{content}\n\n{text}");
-                    m.insert("content".into(), Value::String(joined));
-                }
-                _ => messages.insert(0, json!({"role": "system", "content": text})),
-            }
+            ask_schema(&mut messages, &schema.value);
         }
         let mut body = Map::new();
         body.insert("model".into(), Value::String(model.to_owned()));
@@ -733,6 +725,20 @@ fn is_invalid_request(body: &[u8]) -> bool {
     ];
     let text = String::from_utf8_lossy(body).to_lowercase();
     SAYS_INVALID.iter().any(|w| text.contains(w))
+}
+
+/// Asks for `schema` in the system message: appended to the first message if it is the
+/// system's, else a system message of its own first.
+fn ask_schema(messages: &mut Vec<Value>, schema: &Value) {
+    let text = schema_instruction(schema);
+    match messages.first_mut() {
+        Some(Value::Object(m)) if m.get("role").and_then(Value::as_str) == Some("system") => {
+            let content = m.get("content").and_then(Value::as_str).unwrap_or("");
+            let joined = format!("{content}\n\n{text}");
+            m.insert("content".into(), Value::String(joined));
+        }
+        _ => messages.insert(0, json!({"role": "system", "content": text})),
+    }
 }
 
 /// The system message text that asks for the schema when `response_format` cannot (or can

@@ -12,7 +12,7 @@
 use serde_json::{Map, Value, json};
 
 use super::answer::ToolCall;
-use super::{LlmAgent, Notes, schema_instruction};
+use super::{LlmAgent, Notes};
 use crate::agents::CallContext;
 use crate::agents::net::Secrets;
 use crate::runtime::StepError;
@@ -131,15 +131,7 @@ impl LlmAgent<'_> {
     ) -> Result<Vec<Value>, StepError> {
         let mut messages = self.messages(input, cx)?;
         if ask_schema && let Some(schema) = self.schema {
-            let text = schema_instruction(&schema.value);
-            match messages.first_mut() {
-                Some(Value::Object(m)) if m.get("role").and_then(Value::as_str) == Some("system") => {
-                    let content = m.get("content").and_then(Value::as_str).unwrap_or("");
-                    let joined = format!("{content}\n\n{text}");
-                    m.insert("content".into(), Value::String(joined));
-                }
-                _ => messages.insert(0, json!({"role": "system", "content": text})),
-            }
+            super::ask_schema(&mut messages, &schema.value);
         }
         Ok(messages)
     }

@@ -53,6 +53,36 @@ struct CallEnd {
     failed: bool,
 }
 
+/// What a loop has used and done so far, for the step's record.
+#[derive(Default)]
+struct Tally {
+    usage: Usage,
+    /// What the turns' requests put on record (abandoned requests), merged.
+    notes: Value,
+    tool_calls: u64,
+    tool_failures: u64,
+}
+
+impl Tally {
+    /// The loop's outcome `o` after `turns` turns, with the tokens and cost of all of them
+    /// and its record's `answers`: the counts and the capped transcript.
+    fn close(&mut self, mut o: StepOutcome, transcript: &[Value], turns: u64) -> StepOutcome {
+        o.usage = self.usage;
+        let mut m = match std::mem::take(&mut self.notes) {
+            Value::Object(m) => m,
+            _ => Map::new(),
+        };
+        m.insert("turns".into(), json!(turns));
+        m.insert("tool_calls".into(), json!(self.tool_calls));
+        if self.tool_failures > 0 {
+            m.insert("tool_failures".into(), json!(self.tool_failures));
+        }
+        m.insert("transcript".into(), kept_transcript(transcript));
+        o.answers = Some(Value::Object(m));
+        o
+    }
+}
+
 /// A human's answer to one proposed call.
 enum Decision {
     Approve,
@@ -110,12 +140,8 @@ impl<'e, S: Store> Run<'e, S> {
         let base = number.to_string();
         let name = &call.agent.name;
         let who = format!("agent loop `{name}`");
-        if let Some(schema) = &call.agent.input_schema
-            && let Err(v) = schema.check(input)
-        {
-            return StepOutcome::err(StepError::mapping(format!(
-                "the input of agent `{name}` does not match its `input_schema` {v}"
-            )));
+        if let Err(e) = Self::check_input(call, input) {
+            return StepOutcome::err(e);
         }
         // The tools the ceiling allows are offered; the others are unknown to the model.
         let mut offered: Vec<(&ToolPlan, Arc<AgentPlan>)> = Vec::new();
@@ -138,27 +164,13 @@ impl<'e, S: Store> Run<'e, S> {
                 json!({"type": "function", "function": f})
             })
             .collect();
-        let (model, notes_cell);
-        notes_cell = std::sync::Mutex::new(None);
-        let context;
-        model = match (&agent.spec, &call.agent.spec) {
-            (AgentPlanSpec::Mock(m), _) => Model::Mock(m),
-            (AgentPlanSpec::Llm(l), _) => {
-                context = match self.llm_context(l) {
-                    Ok(c) => c,
-                    Err(e) => return StepOutcome::err(e),
-                };
-                Model::Llm(llm::LlmAgent {
-                    notes: &notes_cell,
-                    name: &agent.name,
-                    plan: l,
-                    schema: agent.result_schema.as_deref(),
-                    conversation: &self.tree.options.messages,
-                    context,
-                    hosts: agents::net::Hosts(&self.lineage.hosts),
-                    providers: agents::provider::Providers::global(),
-                })
-            }
+        let notes_cell = std::sync::Mutex::new(None);
+        let model = match &agent.spec {
+            AgentPlanSpec::Mock(m) => Model::Mock(m),
+            AgentPlanSpec::Llm(l) => match self.llm_agent(agent, l, &notes_cell) {
+                Ok(a) => Model::Llm(a),
+                Err(e) => return StepOutcome::err(e),
+            },
             _ => unreachable!("an agent loop's model is an llm agent or a mock"),
         };
         let mut transcript: Vec<Value> = match &model {
@@ -174,10 +186,7 @@ impl<'e, S: Store> Run<'e, S> {
             }
             Model::Mock(_) => vec![json!({"role": "user", "content": input.to_string()})],
         };
-        let mut usage = Usage::default();
-        let mut notes = Value::Null;
-        let mut tool_calls = 0u64;
-        let mut tool_failures = 0u64;
+        let mut tally = Tally::default();
         let mut repairs = 0u64;
         let wrap_after = (lp.max_iterations * 7).div_ceil(10);
         let mut wrapped = false;
@@ -185,31 +194,11 @@ impl<'e, S: Store> Run<'e, S> {
             .result_schema
             .as_deref()
             .or(call.agent.result_schema.as_deref());
-        let finish = |o: &mut StepOutcome,
-                      usage: Usage,
-                      notes: &mut Value,
-                      transcript: &[Value],
-                      turns: u64,
-                      calls: u64,
-                      failures: u64| {
-            o.usage = usage;
-            let mut m = match std::mem::take(notes) {
-                Value::Object(m) => m,
-                _ => Map::new(),
-            };
-            m.insert("turns".into(), json!(turns));
-            m.insert("tool_calls".into(), json!(calls));
-            if failures > 0 {
-                m.insert("tool_failures".into(), json!(failures));
-            }
-            m.insert("transcript".into(), kept_transcript(transcript));
-            o.answers = Some(Value::Object(m));
-        };
         for turn_no in 1..=lp.max_iterations {
             if self.tree.pause.is_cancelled() {
                 let mut o = StepOutcome::ok(None);
                 o.stop = Some(RunStatus::Running);
-                o.usage = usage;
+                o.usage = tally.usage;
                 return o;
             }
             if !wrapped && turn_no > wrap_after && lp.max_iterations > 1 {
@@ -230,10 +219,10 @@ impl<'e, S: Store> Run<'e, S> {
             let turn = match recorded {
                 Some(rec) => {
                     self.state.next_call(name);
-                    usage.add(rec.usage);
+                    tally.usage.add(rec.usage);
                     self.tree.spend(rec.usage.cost_usd);
                     if let Some(n) = &rec.answers {
-                        llm::merge_notes(&mut notes, n.clone());
+                        llm::merge_notes(&mut tally.notes, n.clone());
                     }
                     match (&rec.error, &rec.result) {
                         (Some(e), _) => Err(e.clone()),
@@ -246,24 +235,14 @@ impl<'e, S: Store> Run<'e, S> {
                 }
                 None => {
                     if let Err(e) = self.check_budget() {
-                        let mut o = StepOutcome::err(e);
-                        finish(
-                            &mut o,
-                            usage,
-                            &mut notes,
-                            &transcript,
-                            turn_no - 1,
-                            tool_calls,
-                            tool_failures,
-                        );
-                        return o;
+                        return tally.close(StepOutcome::err(e), &transcript, turn_no - 1);
                     }
                     let (turn, used, turn_notes, attempts) = self
                         .ask(&model, &transcript, &definitions, step, call, message, &num)
                         .await;
-                    usage.add(used);
+                    tally.usage.add(used);
                     if let Some(n) = &turn_notes {
-                        llm::merge_notes(&mut notes, n.clone());
+                        llm::merge_notes(&mut tally.notes, n.clone());
                     }
                     let mut o = match &turn {
                         Ok(t) => StepOutcome::ok(Some(t.message.clone())),
@@ -285,17 +264,7 @@ impl<'e, S: Store> Run<'e, S> {
             let turn = match turn {
                 Ok(t) => t,
                 Err(e) => {
-                    let mut o = StepOutcome::err(e);
-                    finish(
-                        &mut o,
-                        usage,
-                        &mut notes,
-                        &transcript,
-                        turn_no,
-                        tool_calls,
-                        tool_failures,
-                    );
-                    return o;
+                    return tally.close(StepOutcome::err(e), &transcript, turn_no);
                 }
             };
             transcript.push(turn.message.clone());
@@ -336,44 +305,15 @@ impl<'e, S: Store> Run<'e, S> {
                             let _ = v;
                             break;
                         }
-                        let mut o = StepOutcome::ok(Some(v));
-                        finish(
-                            &mut o,
-                            usage,
-                            &mut notes,
-                            &transcript,
-                            turn_no,
-                            tool_calls,
-                            tool_failures,
-                        );
-                        return o;
+                        let o = StepOutcome::ok(Some(v));
+                        return tally.close(o, &transcript, turn_no);
                     }
                     Err((request, e)) => {
                         let Model::Llm(m) = &model else {
-                            let mut o = StepOutcome::err(e);
-                            finish(
-                                &mut o,
-                                usage,
-                                &mut notes,
-                                &transcript,
-                                turn_no,
-                                tool_calls,
-                                tool_failures,
-                            );
-                            return o;
+                            return tally.close(StepOutcome::err(e), &transcript, turn_no);
                         };
                         if repairs >= m.plan.repair_attempts || turn_no == lp.max_iterations {
-                            let mut o = StepOutcome::err(e);
-                            finish(
-                                &mut o,
-                                usage,
-                                &mut notes,
-                                &transcript,
-                                turn_no,
-                                tool_calls,
-                                tool_failures,
-                            );
-                            return o;
+                            return tally.close(StepOutcome::err(e), &transcript, turn_no);
                         }
                         repairs += 1;
                         transcript.push(json!({"role": "user", "content": request}));
@@ -384,20 +324,7 @@ impl<'e, S: Store> Run<'e, S> {
             // Calls that need a human first stop the turn before any of its calls runs.
             let decisions = match self.approvals(step, lp, &turn, &num, &offered).await {
                 Ok(d) => d,
-                Err(mut o) => {
-                    let error = o.error.take();
-                    finish(
-                        &mut o,
-                        usage,
-                        &mut notes,
-                        &transcript,
-                        turn_no,
-                        tool_calls,
-                        tool_failures,
-                    );
-                    o.error = error;
-                    return o;
-                }
+                Err(o) => return tally.close(o, &transcript, turn_no),
             };
             // Started in the model's order, at most `max_parallel_tools` at once, and
             // answered in that order whatever order they finish in.
@@ -413,11 +340,11 @@ impl<'e, S: Store> Run<'e, S> {
             let mut until_result = None;
             let mut stop = None;
             for (c, end) in turn.calls.iter().zip(ends) {
-                tool_calls += 1;
+                tally.tool_calls += 1;
                 if end.failed {
-                    tool_failures += 1;
+                    tally.tool_failures += 1;
                 }
-                usage.add(end.usage);
+                tally.usage.add(end.usage);
                 if stop.is_none() {
                     stop = end.stop;
                 }
@@ -432,19 +359,10 @@ impl<'e, S: Store> Run<'e, S> {
             if let Some((status, e)) = stop {
                 let mut o = StepOutcome::err(e);
                 o.stop = status;
-                finish(
-                    &mut o,
-                    usage,
-                    &mut notes,
-                    &transcript,
-                    turn_no,
-                    tool_calls,
-                    tool_failures,
-                );
-                return o;
+                return tally.close(o, &transcript, turn_no);
             }
             if let Some(r) = until_result {
-                let mut o = match schema.map(|s| s.check(&r)) {
+                let o = match schema.map(|s| s.check(&r)) {
                     Some(Err(v)) => StepOutcome::err(StepError::new(
                         ErrorKind::InvalidOutput,
                         format!(
@@ -454,35 +372,17 @@ impl<'e, S: Store> Run<'e, S> {
                     )),
                     _ => StepOutcome::shared(Some(r)),
                 };
-                finish(
-                    &mut o,
-                    usage,
-                    &mut notes,
-                    &transcript,
-                    turn_no,
-                    tool_calls,
-                    tool_failures,
-                );
-                return o;
+                return tally.close(o, &transcript, turn_no);
             }
         }
-        let mut o = StepOutcome::err(StepError::new(
+        let o = StepOutcome::err(StepError::new(
             ErrorKind::Limit,
             format!(
                 "{who} reached `max_iterations` ({}) without a final answer",
                 lp.max_iterations
             ),
         ));
-        finish(
-            &mut o,
-            usage,
-            &mut notes,
-            &transcript,
-            lp.max_iterations,
-            tool_calls,
-            tool_failures,
-        );
-        o
+        tally.close(o, &transcript, lp.max_iterations)
     }
 
     /// One model turn, retried as the step's `retry` says; its tokens and cost count against

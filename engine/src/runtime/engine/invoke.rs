@@ -168,16 +168,8 @@ impl<'e, S: Store> Run<'e, S> {
             Err(e) => return StepOutcome::err(e),
         };
         // The input document the agent says it takes (SPEC §6.3), checked before each call.
-        if let Some(schema) = &call.agent.input_schema
-            && let Err(v) = schema.check(input)
-        {
-            return StepOutcome::err(
-                StepError::mapping(format!(
-                    "the input of agent `{}` does not match its `input_schema` {v}",
-                    call.agent.name
-                ))
-                .with_details(serde_json::json!({"pointer": v.pointer, "rule": v.message})),
-            );
+        if let Err(e) = Self::check_input(call, input) {
+            return StepOutcome::err(e);
         }
         let policy = &call.retry;
         // Tokens and cost of every attempt, failed ones included.
@@ -392,20 +384,10 @@ impl<'e, S: Store> Run<'e, S> {
             }
             AgentPlanSpec::Flow(child) => self.child_run(*child, input.clone(), number).await,
             AgentPlanSpec::Llm(l) => {
-                let context = match self.llm_context(l) {
-                    Ok(c) => c,
-                    Err(e) => return plain(Err(e)),
-                };
                 let notes = std::sync::Mutex::new(None);
-                let llm = agents::llm::LlmAgent {
-                    notes: &notes,
-                    name: &agent.name,
-                    plan: l,
-                    schema: agent.result_schema.as_deref(),
-                    conversation: &self.tree.options.messages,
-                    context,
-                    hosts: agents::net::Hosts(&self.lineage.hosts),
-                    providers: agents::provider::Providers::global(),
+                let llm = match self.llm_agent(agent, l, &notes) {
+                    Ok(a) => a,
+                    Err(e) => return plain(Err(e)),
                 };
                 let out = Box::pin(llm.call(input, cx)).await;
                 if let Some(a) = notes.into_inner().unwrap_or_else(|e| e.into_inner()) {
@@ -426,6 +408,40 @@ impl<'e, S: Store> Run<'e, S> {
                 };
                 plain(Box::pin(http.call(input, cx)).await)
             }
+        }
+    }
+
+    /// An `llm` agent's view of this run: its plan, its conversation and context, the hosts
+    /// it may reach, the process's providers; `notes` receives what it puts on the record.
+    pub(super) fn llm_agent<'a>(
+        &'a self,
+        agent: &'a AgentPlan,
+        l: &'a LlmPlan,
+        notes: &'a std::sync::Mutex<Option<Value>>,
+    ) -> Result<agents::llm::LlmAgent<'a>, StepError> {
+        Ok(agents::llm::LlmAgent {
+            notes,
+            name: &agent.name,
+            plan: l,
+            schema: agent.result_schema.as_deref(),
+            conversation: &self.tree.options.messages,
+            context: self.llm_context(l)?,
+            hosts: agents::net::Hosts(&self.lineage.hosts),
+            providers: agents::provider::Providers::global(),
+        })
+    }
+
+    /// The input document against the agent's `input_schema` (SPEC §6.3), before a call.
+    pub(super) fn check_input(call: &CallPlan, input: &Value) -> Result<(), StepError> {
+        match &call.agent.input_schema {
+            Some(schema) => schema.check(input).map_err(|v| {
+                StepError::mapping(format!(
+                    "the input of agent `{}` does not match its `input_schema` {v}",
+                    call.agent.name
+                ))
+                .with_details(serde_json::json!({"pointer": v.pointer, "rule": v.message}))
+            }),
+            None => Ok(()),
         }
     }
 

@@ -80,7 +80,8 @@ async fn run(
         .await
 }
 
-fn tool_messages(body: &Value) -> Vec<(String, String)> {
+/// The `tool` messages of a request: (`tool_call_id`, content), in order.
+pub fn tool_messages(body: &Value) -> Vec<(String, String)> {
     body["messages"]
         .as_array()
         .unwrap()

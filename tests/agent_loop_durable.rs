@@ -12,6 +12,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use switchyard::store::Store;
 
+use crate::agent_loop::tool_messages;
 use crate::mock_server::{Llm, Reply};
 use crate::support::{TempDir, run, run_id_from, switchyard};
 
@@ -411,21 +412,6 @@ steps:
 "#,
         paid = paid.display()
     )
-}
-
-fn tool_messages(body: &Value) -> Vec<(String, String)> {
-    body["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["role"] == "tool")
-        .map(|m| {
-            (
-                m["tool_call_id"].as_str().unwrap().to_owned(),
-                m["content"].as_str().unwrap().to_owned(),
-            )
-        })
-        .collect()
 }
 
 /// Runs the approval flow of `dir` to its stop for approval (exit 3); the run's id.

@@ -996,13 +996,24 @@ pub fn agent(cx: &mut Cx, name: Sp<String>, node: &Node) -> Option<Agent> {
 fn tools(cx: &mut Cx, node: &Node) -> Tools {
     let mut list = Vec::new();
     if node.as_seq().is_some() {
-        list = string_list(cx, node)
-            .into_iter()
-            .map(|name| Tool {
+        for name in string_list(cx, node) {
+            if list.iter().any(|t: &Tool| t.name.value == name.value) {
+                cx.push(
+                    Diagnostic::new(
+                        &codes::INVALID_VALUE,
+                        name.span,
+                        format!("`{}` is listed twice in `tools`", name.value),
+                    )
+                    .label("listed before")
+                    .help("remove this entry: each tool is listed once"),
+                );
+                continue;
+            }
+            list.push(Tool {
                 name,
                 description: None,
-            })
-            .collect();
+            });
+        }
     } else if node.as_map().is_some() {
         for (_, tool) in named(cx, node, "`tools`", |cx, k, v| {
             let name = Sp::new(k.name.clone(), k.span);

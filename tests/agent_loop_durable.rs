@@ -521,6 +521,12 @@ fn an_approval_stops_the_run_and_an_edit_decision_reaches_the_tool() {
             r#"{"yes": 1}"#,
             r#"each decision is `{"approve": true}`, `{"edit": {<arguments>}}` or `{"reject": "why"}`: got {"yes":1}"#,
         ),
+        // Edited arguments are the human's: checked against the tool's input_schema now,
+        // not handed to the model as a failed call.
+        (
+            r#"{"edit": {"amount": "forty"}}"#,
+            r#"the edited arguments of `refund` do not match its `input_schema` at `/amount`: "forty" is not of type "integer""#,
+        ),
     ] {
         let bad = run(switchyard(dir.path())
             .args(["resume", &id, "--decision", decision])

@@ -842,9 +842,45 @@ fn parse_decisions(given: &Value, n: usize) -> Result<Vec<Decision>, String> {
         .collect()
 }
 
-/// Checks a decision's shape for `n` pending calls, for `resume` before anything runs.
-pub fn check_decisions(given: &Value, n: usize) -> Result<(), String> {
-    parse_decisions(given, n).map(|_| ())
+/// Checks a decision for the pending `calls` (`{tool, arguments}` as the approval recorded
+/// them), for `resume` before anything runs: its shape, and that edited arguments match the
+/// tool's `input_schema` when the loop's plan is known.
+pub fn check_decisions(given: &Value, calls: &[Value], lp: Option<&LoopPlan>) -> Result<(), String> {
+    let decisions = parse_decisions(given, calls.len())?;
+    for (i, (d, c)) in decisions.iter().zip(calls).enumerate() {
+        let Decision::Edit(args) = d else { continue };
+        let tool = c.get("tool").and_then(Value::as_str).unwrap_or("");
+        let schema = lp
+            .and_then(|lp| lp.tool(tool))
+            .and_then(|t| t.call.agent.input_schema.as_ref());
+        if let Some(schema) = schema
+            && let Err(v) = schema.check(args)
+        {
+            let at = if calls.len() > 1 {
+                format!(" (decision {})", i + 1)
+            } else {
+                String::new()
+            };
+            return Err(format!(
+                "the edited arguments of `{tool}`{at} do not match its `input_schema` {v}"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The agent loop a step runs, if its agent is one.
+pub fn loop_of_step(step: &StepPlan) -> Option<&LoopPlan> {
+    let agent = match &step.kind {
+        StepPlanKind::Call(c) => &c.agent,
+        StepPlanKind::Foreach(f) => &f.body.agent,
+        StepPlanKind::While(w) => &w.body.agent,
+        _ => return None,
+    };
+    match &agent.spec {
+        AgentPlanSpec::Llm(l) => l.agent_loop.as_ref(),
+        _ => None,
+    }
 }
 
 /// The transcript as a record keeps it: each text and each call's arguments capped, and at

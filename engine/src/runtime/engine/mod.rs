@@ -22,7 +22,6 @@ mod step;
 mod walk;
 mod while_;
 
-pub use agent_loop::check_decisions;
 pub use invoke::backoff;
 pub use limits::json_size;
 pub use walk::PAUSED;

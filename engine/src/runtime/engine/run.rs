@@ -206,10 +206,25 @@ impl<S: Store> Engine<S> {
             (None, None) => Ok(()),
             (Some(w), Some(decision)) if w.step.kind == "approval" => {
                 // The calls an agent loop proposed: a decision for each, in order.
-                let n = approval_calls(&w.step);
-                super::check_decisions(decision, n).map_err(|reason| ResumeError::BadApproval {
-                    step: w.step.step,
-                    reason,
+                let calls: Vec<Value> = w
+                    .step
+                    .result
+                    .as_ref()
+                    .and_then(|r| r.get("calls"))
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default();
+                let loop_plan = plan
+                    .flows
+                    .iter()
+                    .filter(|f| f.name == w.flow)
+                    .find_map(|f| f.steps.get(&w.step.step).and_then(|n| f.step(*n)))
+                    .and_then(super::agent_loop::loop_of_step);
+                super::agent_loop::check_decisions(decision, &calls, loop_plan).map_err(|reason| {
+                    ResumeError::BadApproval {
+                        step: w.step.step,
+                        reason,
+                    }
                 })
             }
             (Some(w), Some(decision)) => {

@@ -251,6 +251,13 @@ impl<'e, S: Store> Run<'e, S> {
                     o.usage = used;
                     o.attempts = attempts;
                     o.answers = turn_notes;
+                    tracing::debug!(
+                        run_id = %self.record.id, step = %step.id, number = %num,
+                        calls = turn.as_ref().map_or(0, |t| t.calls.len()),
+                        error = %o.error.as_ref().map(|e| e.to_string()).unwrap_or_default(),
+                        input_tokens = used.input_tokens, output_tokens = used.output_tokens,
+                        "model turn"
+                    );
                     self.record_part(step, num.clone(), "turn", None, None, &mut o, started_at)
                         .await;
                     if let Some(e) = o.error.filter(|_| turn.is_ok()) {
@@ -703,6 +710,10 @@ impl<'e, S: Store> Run<'e, S> {
             // The failed call's record keeps what the model was told (`runs show` prints it).
             told(&mut o, &end.content);
         }
+        tracing::debug!(
+            run_id = %self.record.id, step = %step.id, number = %num, tool = %c.name,
+            failed = end.failed, replayed = o.replayed, "tool call"
+        );
         if !interrupted {
             self.record_part(
                 step,

@@ -115,6 +115,17 @@ impl<'e, S: Store> Run<'e, S> {
                 .as_ref()
                 .and_then(|r| r.finished(number.step, number.iteration))
             {
+                // Each of its turns was a call of the loop's agent: a scripted model
+                // continues after them.
+                let turns = rec
+                    .answers
+                    .as_ref()
+                    .and_then(|a| a.get("turns"))
+                    .and_then(Value::as_u64)
+                    .unwrap_or(1);
+                for _ in 1..turns {
+                    self.state.next_call(&call.agent.name);
+                }
                 return self.replayed(call, rec);
             }
             let agent = match self.effective_agent(call) {

@@ -525,3 +525,36 @@ fn secrets_in_a_loop_are_redacted() {
     );
     assert_no_canary_in(dir.path());
 }
+
+/// With `until_tool`, a text answer is not taken and not parsed: the model is told to call
+/// the tool, and its result is the answer.
+#[tokio::test]
+async fn until_tool_does_not_take_a_text_answer() {
+    let server = Llm::spawn().await;
+    server.script([
+        Reply::Answer("I think the customer is 3.".into()),
+        Reply::calls(2, &[("crm_lookup", r#"{"id": 3}"#)]),
+    ]);
+    let dir = TempDir::new("loop-until-text");
+    let extra = "    until_tool: crm_lookup\n    result_schema: {type: object, required: [customer]}";
+    let path = dir.write("f.yaml", loop_flow(&server.base_url(), extra, "0ms"));
+    let engine = engine();
+    let out = run(&engine, &path, json!({"text": "hi"})).await;
+    assert_eq!(out.status, RunStatus::Succeeded, "{:?}", out.error);
+    assert_eq!(
+        out.output.unwrap()["reply"],
+        json!({"customer": 3, "plan": "pro"})
+    );
+    let hits = server.hits();
+    assert_eq!(hits.len(), 2);
+    let last = hits[1].body["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(
+        last,
+        json!({"role": "user", "content": "Call `crm_lookup` to finish; an answer in text is not taken."})
+    );
+}

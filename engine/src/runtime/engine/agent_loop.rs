@@ -275,6 +275,17 @@ impl<'e, S: Store> Run<'e, S> {
                 }
             };
             transcript.push(turn.message.clone());
+            if turn.calls.is_empty()
+                && let Some(until) = &lp.until_tool
+            {
+                // A loop that ends at a tool ends only there: a text answer is not taken.
+                if turn_no == lp.max_iterations {
+                    break;
+                }
+                let request = format!("Call `{until}` to finish; an answer in text is not taken.");
+                transcript.push(json!({"role": "user", "content": request}));
+                continue;
+            }
             if turn.calls.is_empty() {
                 // The final answer (a mock's is the value itself).
                 let answer = match &model {
@@ -301,17 +312,6 @@ impl<'e, S: Store> Run<'e, S> {
                 };
                 match answer {
                     Ok(v) => {
-                        if let Some(until) = &lp.until_tool {
-                            // A loop that ends at a tool ends only there.
-                            let request =
-                                format!("Call `{until}` to finish; an answer in text is not taken.");
-                            if turn_no < lp.max_iterations {
-                                transcript.push(json!({"role": "user", "content": request}));
-                                continue;
-                            }
-                            let _ = v;
-                            break;
-                        }
                         let o = StepOutcome::ok(Some(v));
                         return tally.close(o, &transcript, turn_no);
                     }

@@ -180,11 +180,9 @@ fn approval_wait(text: &mut String, id: &str, w: &Waiting, child: &str) -> std::
         .step
         .result
         .as_deref()
-        .and_then(|r| r.get("prompt"))
+        .and_then(|r| r.get("agent"))
         .and_then(Value::as_str)
-        .and_then(|p| p.strip_prefix("agent loop `"))
-        .and_then(|p| p.split_once('`'))
-        .map(|(a, _)| format!(" by agent loop `{a}`"))
+        .map(|a| format!(" by agent loop `{a}`"))
         .unwrap_or_default();
     writeln!(
         text,

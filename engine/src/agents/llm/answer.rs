@@ -141,13 +141,16 @@ pub(super) const KEPT_ANSWER: usize = 16 * 1024;
 /// `text` as a record keeps it: whole up to [`KEPT_ANSWER`] bytes, else cut at a character
 /// boundary with a note of how much was left out.
 pub(super) fn kept(text: &str) -> String {
-    if text.len() <= KEPT_ANSWER {
+    kept_within(text, KEPT_ANSWER)
+}
+
+/// `text` whole up to `max` bytes, else cut at a character boundary with a note of how much
+/// was left out.
+pub fn kept_within(text: &str, max: usize) -> String {
+    if text.len() <= max {
         return text.to_string();
     }
-    let cut = (0..=KEPT_ANSWER)
-        .rev()
-        .find(|i| text.is_char_boundary(*i))
-        .unwrap_or(0);
+    let cut = (0..=max).rev().find(|i| text.is_char_boundary(*i)).unwrap_or(0);
     format!("{}… [{} more bytes not kept]", &text[..cut], text.len() - cut)
 }
 

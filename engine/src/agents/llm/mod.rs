@@ -45,7 +45,7 @@ mod conversation;
 mod tools;
 
 use answer::Problem;
-pub use answer::{Answer, ToolCall, parse_answer, parse_completion};
+pub use answer::{Answer, ToolCall, kept_within, parse_answer, parse_completion};
 pub use conversation::{check_conversation, select_messages};
 pub use tools::{Turn, TurnResult, final_answer};
 

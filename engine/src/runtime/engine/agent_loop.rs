@@ -329,7 +329,7 @@ impl<'e, S: Store> Run<'e, S> {
                 }
             }
             // Calls that need a human first stop the turn before any of its calls runs.
-            let decisions = match self.approvals(step, lp, &turn, &num, &offered).await {
+            let decisions = match self.approvals(step, name, lp, &turn, &num, &offered).await {
                 Ok(d) => d,
                 Err(o) => return tally.close(o, &transcript, turn_no),
             };
@@ -480,6 +480,7 @@ impl<'e, S: Store> Run<'e, S> {
     async fn approvals(
         &self,
         step: &StepPlan,
+        agent: &str,
         lp: &LoopPlan,
         turn: &Turn,
         num: &str,
@@ -527,8 +528,7 @@ impl<'e, S: Store> Run<'e, S> {
             // Stop and ask: the record holds the proposed calls, in the model's order.
             let mut o = StepOutcome::ok(Some(json!({
                 "prompt": format!(
-                    "agent loop `{}` of step `{}` wants to call {}: approve, edit or reject each",
-                    lp_agent_name(step),
+                    "agent loop `{agent}` of step `{}` wants to call {}: approve, edit or reject each",
                     step.id,
                     {
                         // Each tool once, in the order first proposed.
@@ -542,6 +542,7 @@ impl<'e, S: Store> Run<'e, S> {
                         names.join(", ")
                     }
                 ),
+                "agent": agent,
                 "calls": proposed,
             })));
             o.stop = Some(RunStatus::Interrupted);
@@ -726,8 +727,11 @@ impl<'e, S: Store> Run<'e, S> {
             )
             .await;
         }
-        // A store write that failed fails the loop.
-        if let Some(e) = o.error.filter(|e| e.message.starts_with("store: ")) {
+        // A store write that failed (this record's, or another's in the tree) fails the loop.
+        if let Some(failure) = self.store_failed() {
+            let e = o
+                .error
+                .unwrap_or_else(|| StepError::new(ErrorKind::Agent, format!("store: {failure}")));
             end.stop = Some((None, e));
         }
         end
@@ -763,16 +767,6 @@ fn told(o: &mut StepOutcome, content: &str) {
     };
     notes.insert("told".into(), Value::String(content.to_string()));
     o.answers = Some(Value::Object(notes));
-}
-
-/// The agent of a loop step, for messages.
-fn lp_agent_name(step: &StepPlan) -> &str {
-    match &step.kind {
-        StepPlanKind::Call(c) => &c.agent.name,
-        StepPlanKind::Foreach(f) => &f.body.agent.name,
-        StepPlanKind::While(w) => &w.body.agent.name,
-        _ => &step.id,
-    }
 }
 
 /// A mock's value as a turn: `{tool_calls: [{name, arguments}]}` calls tools (ids
@@ -900,12 +894,12 @@ fn kept_transcript(messages: &[Value]) -> Value {
     let cap = |v: &Value| -> Value {
         let mut v = v.clone();
         if let Some(Value::String(s)) = v.get_mut("content") {
-            *s = kept(s);
+            *s = llm::kept_within(s, KEPT_TEXT);
         }
         if let Some(Value::Array(calls)) = v.get_mut("tool_calls") {
             for c in calls {
                 if let Some(Value::String(a)) = c.pointer_mut("/function/arguments") {
-                    *a = kept(a);
+                    *a = llm::kept_within(a, KEPT_TEXT);
                 }
             }
         }
@@ -922,17 +916,6 @@ fn kept_transcript(messages: &[Value]) -> Value {
     out.push(json!({"role": "note", "content": format!("{} messages not kept", messages.len() - 2 * half)}));
     out.extend(messages[messages.len() - half..].iter().map(cap));
     Value::Array(out)
-}
-
-fn kept(text: &str) -> String {
-    if text.len() <= KEPT_TEXT {
-        return text.to_string();
-    }
-    let cut = (0..=KEPT_TEXT)
-        .rev()
-        .find(|i| text.is_char_boundary(*i))
-        .unwrap_or(0);
-    format!("{}… [{} more bytes not kept]", &text[..cut], text.len() - cut)
 }
 
 #[cfg(test)]

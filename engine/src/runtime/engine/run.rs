@@ -563,7 +563,7 @@ impl<'e, S: Store> Run<'e, S> {
         self.record_with(rec, false).await
     }
 
-    fn store_failed(&self) -> Option<String> {
+    pub(super) fn store_failed(&self) -> Option<String> {
         self.tree
             .store_failure
             .lock()

@@ -343,24 +343,12 @@ impl<'p> Compiler<'p> {
                 })
             }
         };
-        let common = agent_model.map(|a| &a.common);
-        let defaults = scope.defaults;
-        let timeout = spec
-            .timeout
-            .or(common.and_then(|c| c.timeout.as_ref()))
-            .or(defaults.and_then(|d| d.timeout.as_ref()))
-            .map_or(DEFAULT_TIMEOUT, |t| t.value.0);
-        let retry = spec
-            .retry
-            .or(common.and_then(|c| c.retry.as_ref()))
-            .or(defaults.and_then(|d| d.retry.as_ref()))
-            .map(retry_policy)
-            .unwrap_or_default();
-        let idempotent = spec
-            .idempotent
-            .or(common.and_then(|c| c.idempotent.as_ref()))
-            .or(defaults.and_then(|d| d.idempotent.as_ref()))
-            .map_or_else(|| agent.kind().idempotent_by_default(), |b| b.value);
+        let (timeout, retry, idempotent) = call_settings(
+            (spec.timeout, spec.retry, spec.idempotent),
+            agent_model.map(|a| &a.common),
+            scope.defaults,
+            agent.kind(),
+        );
         CallPlan {
             scope: spec.scope.and_then(|s| self.path(scope, s)),
             input: self.input(scope, spec.input),
@@ -528,28 +516,22 @@ impl<'p> Compiler<'p> {
                 continue;
             }
             let plan = self.agent(agent, scope);
-            let (common, defaults) = (&agent.common, scope.defaults);
+            // A tool is called by the model, not by a step: its agent's settings, else the
+            // flow's defaults.
+            let (timeout, retry, idempotent) = call_settings(
+                (None, None, None),
+                Some(&agent.common),
+                scope.defaults,
+                plan.kind(),
+            );
             let call = CallPlan {
                 scope: None,
                 input: InputPlan::All,
                 output: OutputPlan::None,
                 message: None,
-                timeout: common
-                    .timeout
-                    .as_ref()
-                    .or(defaults.and_then(|d| d.timeout.as_ref()))
-                    .map_or(DEFAULT_TIMEOUT, |t| t.value.0),
-                retry: common
-                    .retry
-                    .as_ref()
-                    .or(defaults.and_then(|d| d.retry.as_ref()))
-                    .map(retry_policy)
-                    .unwrap_or_default(),
-                idempotent: common
-                    .idempotent
-                    .as_ref()
-                    .or(defaults.and_then(|d| d.idempotent.as_ref()))
-                    .map_or_else(|| plan.kind().idempotent_by_default(), |b| b.value),
+                timeout,
+                retry,
+                idempotent,
                 agent: plan,
             };
             let parameters = call
@@ -733,6 +715,30 @@ fn step_call<'p>(step: &'p Step, agent: &'p AgentRef) -> CallSpec<'p> {
         retry: step.retry.as_ref(),
         idempotent: step.idempotent.as_ref(),
     }
+}
+
+/// A call's `timeout`, `retry` and `idempotent`: the caller's own (a step's or a branch's),
+/// else its agent's, else the flow's `defaults`, else the engine's defaults for the kind.
+fn call_settings(
+    (timeout, retry, idempotent): (Option<&Sp<crate::model::Dur>>, Option<&Retry>, Option<&Sp<bool>>),
+    common: Option<&crate::model::AgentCommon>,
+    defaults: Option<&crate::model::Defaults>,
+    kind: crate::model::AgentKind,
+) -> (std::time::Duration, RetryPolicy, bool) {
+    let timeout = timeout
+        .or(common.and_then(|c| c.timeout.as_ref()))
+        .or(defaults.and_then(|d| d.timeout.as_ref()))
+        .map_or(DEFAULT_TIMEOUT, |t| t.value.0);
+    let retry = retry
+        .or(common.and_then(|c| c.retry.as_ref()))
+        .or(defaults.and_then(|d| d.retry.as_ref()))
+        .map(retry_policy)
+        .unwrap_or_default();
+    let idempotent = idempotent
+        .or(common.and_then(|c| c.idempotent.as_ref()))
+        .or(defaults.and_then(|d| d.idempotent.as_ref()))
+        .map_or_else(|| kind.idempotent_by_default(), |b| b.value);
+    (timeout, retry, idempotent)
 }
 
 fn retry_policy(r: &Retry) -> RetryPolicy {

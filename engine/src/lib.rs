@@ -9,6 +9,7 @@ pub mod agents;
 pub mod alloc;
 pub mod batch;
 pub mod cli;
+pub mod cluster;
 pub mod compile;
 pub mod diag;
 pub mod json;

@@ -2,6 +2,8 @@
 //! picks colours and chooses exit codes.
 
 mod batch;
+mod batches;
+mod collect;
 mod common;
 mod explain;
 mod graph;
@@ -10,8 +12,10 @@ mod run;
 mod runs;
 mod schema;
 mod stderr;
+mod submit;
 mod test;
 mod trace;
+mod worker;
 
 use std::process::ExitCode;
 
@@ -72,6 +76,15 @@ pub enum Command {
     Test(test::Args),
     /// Run a flow once per line of a JSONL file; run it again after a crash to continue.
     Batch(batch::Args),
+    /// Store a flow and one queued run per line of a JSONL file, for workers on any number of
+    /// machines sharing one PostgreSQL database.
+    Submit(submit::Args),
+    /// Claim and run the queued runs of submitted batches; run one on each machine.
+    Worker(worker::Args),
+    /// Write a submitted batch's results, in input order, each line once.
+    Collect(collect::Args),
+    /// Show submitted batches: counts, cost, rate, ETA and live workers.
+    Batches(batches::Args),
     /// Inspect and continue stored runs.
     Runs(runs::Args),
     /// Continue a stored run (the same as `runs resume`).
@@ -99,6 +112,10 @@ pub fn main() -> ExitCode {
         Command::Run(a) => run::run(a),
         Command::Test(a) => test::run(a),
         Command::Batch(a) => batch::run(a),
+        Command::Submit(a) => submit::run(a),
+        Command::Worker(a) => worker::run(a),
+        Command::Collect(a) => collect::run(a),
+        Command::Batches(a) => batches::run(a),
         Command::Runs(a) => runs::run(a),
         Command::Resume(a) => runs::resume(a),
     };

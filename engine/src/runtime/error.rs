@@ -22,6 +22,8 @@ pub enum ErrorKind {
     NoRoute,
     InDoubt,
     Cancelled,
+    /// A submitted run taken over from dead workers more times than its batch allows (SPEC §12).
+    Lost,
     /// A kind named by a `fail` step.
     Custom(String),
 }
@@ -41,6 +43,7 @@ impl ErrorKind {
             ErrorKind::NoRoute => "no_route",
             ErrorKind::InDoubt => "in_doubt",
             ErrorKind::Cancelled => "cancelled",
+            ErrorKind::Lost => "lost",
             ErrorKind::Custom(s) => s,
         }
     }
@@ -59,6 +62,7 @@ impl ErrorKind {
             "no_route" => ErrorKind::NoRoute,
             "in_doubt" => ErrorKind::InDoubt,
             "cancelled" => ErrorKind::Cancelled,
+            "lost" => ErrorKind::Lost,
             other => ErrorKind::Custom(other.to_string()),
         }
     }

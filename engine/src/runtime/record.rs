@@ -11,6 +11,8 @@ use super::data::{Change, Violation};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RunStatus {
+    /// Submitted to a store for workers (SPEC §12), not started yet.
+    Queued,
     Running,
     Succeeded,
     Failed,
@@ -21,6 +23,7 @@ pub enum RunStatus {
 impl RunStatus {
     pub fn as_str(self) -> &'static str {
         match self {
+            RunStatus::Queued => "queued",
             RunStatus::Running => "running",
             RunStatus::Succeeded => "succeeded",
             RunStatus::Failed => "failed",
@@ -31,6 +34,7 @@ impl RunStatus {
 
     pub fn parse(s: &str) -> Option<RunStatus> {
         Some(match s {
+            "queued" => RunStatus::Queued,
             "running" => RunStatus::Running,
             "succeeded" => RunStatus::Succeeded,
             "failed" => RunStatus::Failed,

@@ -434,6 +434,7 @@ impl<'p> Checker<'_, 'p> {
             "no_route",
             "in_doubt",
             "cancelled",
+            "lost",
         ];
         if KINDS.contains(&k.value.as_str()) {
             return;

@@ -54,7 +54,43 @@ impl Dialect {
         }
     }
 
-    /// The seam for claiming queued runs (SPEC §12, a later issue): appended to the `SELECT`
+    /// The database's clock as Unix milliseconds, an SQL expression: leases, heartbeats and
+    /// shared limits are timed by the one clock every worker shares, never by a worker's own.
+    pub fn now_ms(self) -> &'static str {
+        match self {
+            Dialect::Sqlite => "CAST((julianday('now') - 2440587.5) * 86400000.0 AS BIGINT)",
+            Dialect::Postgres => "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)",
+        }
+    }
+
+    /// [`Dialect::now_ms`] in microseconds.
+    pub fn now_us(self) -> &'static str {
+        match self {
+            Dialect::Sqlite => "CAST((julianday('now') - 2440587.5) * 86400000000.0 AS BIGINT)",
+            Dialect::Postgres => "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000000 AS BIGINT)",
+        }
+    }
+
+    /// The larger of two SQL values (`GREATEST` in PostgreSQL, the two-argument `MAX` in SQLite).
+    pub fn greatest(self, a: &str, b: &str) -> String {
+        match self {
+            Dialect::Sqlite => format!("MAX({a}, {b})"),
+            Dialect::Postgres => format!("GREATEST({a}, {b})"),
+        }
+    }
+
+    /// Appended to the `SELECT` of the runs a fenced write checks (their lease epochs), inside
+    /// the write's transaction: PostgreSQL holds them share-locked until the commit, so a
+    /// takeover's claim (which locks them for update) comes wholly before or wholly after the
+    /// write. SQLite's `BEGIN IMMEDIATE` already holds the only write lock.
+    pub fn fence_lock_clause(self) -> &'static str {
+        match self {
+            Dialect::Sqlite => "",
+            Dialect::Postgres => " FOR SHARE",
+        }
+    }
+
+    /// The seam for claiming queued runs (SPEC §12): appended to the `SELECT`
     /// that picks the next runs inside the claiming transaction. PostgreSQL lets many workers
     /// claim at once, each skipping the rows another holds; SQLite has one writer at a time
     /// (the claim's `BEGIN IMMEDIATE` serializes claimers), so it needs no row locks.

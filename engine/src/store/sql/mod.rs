@@ -12,8 +12,11 @@
 //!
 //! It knows nothing of flows or the engine: it stores the records it is given.
 
+pub mod batches;
 mod dialect;
 mod error;
+pub mod limits;
+pub mod queue;
 mod rows;
 pub mod schema;
 mod sqlite_file;

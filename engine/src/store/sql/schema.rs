@@ -18,7 +18,7 @@ use crate::runtime::record::now_ms;
 use crate::store::StoreError;
 
 /// The newest schema this build reads and writes.
-pub const SCHEMA_VERSION: i64 = 5;
+pub const SCHEMA_VERSION: i64 = 6;
 
 struct Migration {
     version: i64,
@@ -125,6 +125,72 @@ const MIGRATIONS: &[Migration] = &[
         // Unix microseconds. Runs recorded before have none; a resume takes their start.
         statements: &["ALTER TABLE runs ADD COLUMN now_us BIGINT"],
     },
+    Migration {
+        version: 6,
+        description: "submitted batches: queued runs, leases, workers, flow bundles, shared provider limits",
+        statements: &[
+            // A submitted run (SPEC §12) has a lease epoch: 0 while queued, raised by every
+            // claim; runs of `run` and local batches have none. `lease_until` is Unix
+            // milliseconds on the database's clock; `recoveries` counts takeovers from workers
+            // whose lease ran out.
+            "ALTER TABLE runs ADD COLUMN lease_epoch BIGINT",
+            "ALTER TABLE runs ADD COLUMN lease_owner TEXT",
+            "ALTER TABLE runs ADD COLUMN lease_until BIGINT",
+            "ALTER TABLE runs ADD COLUMN recoveries BIGINT",
+            // What a claim scans: the submitted runs not finished, in batch and input order.
+            "CREATE INDEX runs_claim ON runs (batch, item_index) \
+             WHERE lease_epoch IS NOT NULL AND status IN ('queued', 'running')",
+            // A flow with every file it reads, by content hash: what workers run.
+            "CREATE TABLE bundles (
+            hash TEXT PRIMARY KEY,
+            format BIGINT NOT NULL,
+            top TEXT NOT NULL,
+            files TEXT NOT NULL,
+            created_at BIGINT NOT NULL
+        )",
+            // One row per submitted batch. `items` is the input's line count; `complete` is 1
+            // once every line has its run.
+            "CREATE TABLE batches (
+            name TEXT PRIMARY KEY,
+            bundle TEXT NOT NULL REFERENCES bundles (hash),
+            flow TEXT NOT NULL,
+            flow_hash TEXT NOT NULL,
+            input TEXT NOT NULL,
+            id_field TEXT NOT NULL,
+            context TEXT NOT NULL,
+            max_recoveries BIGINT NOT NULL,
+            items BIGINT NOT NULL,
+            complete BIGINT NOT NULL,
+            submitted_at BIGINT NOT NULL
+        )",
+            // Workers registered with the store; `heartbeat_at` on the database's clock.
+            "CREATE TABLE workers (
+            id TEXT PRIMARY KEY,
+            host TEXT NOT NULL,
+            pid BIGINT NOT NULL,
+            batch TEXT,
+            concurrency BIGINT NOT NULL,
+            lease_ms BIGINT NOT NULL,
+            started_at BIGINT NOT NULL,
+            heartbeat_at BIGINT NOT NULL,
+            stopped_at BIGINT
+        )",
+            // Provider limits held across workers: the pacing of each rate limit (the time
+            // its next unit is due, database clock, microseconds) and the slots of each
+            // `max_concurrency`, leased to a worker.
+            "CREATE TABLE provider_pace (
+            key TEXT PRIMARY KEY,
+            due_us BIGINT NOT NULL
+        )",
+            "CREATE TABLE provider_slots (
+            key TEXT NOT NULL,
+            slot BIGINT NOT NULL,
+            worker TEXT,
+            until_ms BIGINT,
+            PRIMARY KEY (key, slot)
+        )",
+        ],
+    },
 ];
 
 /// The store's schema version: 0 for an empty store. Reads only.
@@ -208,7 +274,7 @@ mod tests {
         let err = check_not_newer(7, "/x/runs.db").expect_err("newer");
         assert_eq!(
             err.to_string(),
-            "the store at /x/runs.db was written by a newer switchyard (schema 7; this one knows up to 5)"
+            "the store at /x/runs.db was written by a newer switchyard (schema 7; this one knows up to 6)"
         );
         assert!(check_not_newer(1, "s").is_ok() && check_not_newer(0, "s").is_ok());
     }

@@ -1,0 +1,1 @@
+//! Flow bundles: a flow with every file it reads, by content hash.

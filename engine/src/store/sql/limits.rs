@@ -1,0 +1,1 @@
+//! Provider limits held across the workers of a store (SPEC §12).

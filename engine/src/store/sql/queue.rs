@@ -1,0 +1,1 @@
+//! The work queue of submitted batches (SPEC §12): claims, leases, heartbeats, fencing.

@@ -757,6 +757,7 @@ pub async fn run<S: Store>(
         decision: None,
         decision_for: None,
         allow_changed: options.allow_changed,
+        lost: None,
     };
     loop {
         // Start (or settle) lines while there is room.

@@ -530,6 +530,7 @@ pub fn resume(args: ResumeArgs) -> u8 {
         // Found by the engine: the stop the run waits at.
         decision_for: None,
         allow_changed: args.allow_changed,
+        lost: None,
     };
     let outcome = rt.block_on(engine.resume(
         Arc::new(plan),

@@ -29,6 +29,10 @@ pub struct ResumeOptions {
     pub decision_for: Option<(String, String, Option<u64>)>,
     /// Resume even though the flow (or a file it imports or calls) changed since the run started.
     pub allow_changed: bool,
+    /// A submitted run taken over from dead workers more times than its batch allows (SPEC
+    /// §12): replay what is recorded, and fail with kind `lost`, saying this, where the run would
+    /// make a call (an attempt in doubt still stops it `in_doubt` first).
+    pub lost: Option<String>,
 }
 
 /// The records of one run, as a resume reads them.

@@ -51,6 +51,13 @@ pub enum StoreError {
     },
     #[error("the store {store} is closed")]
     Closed { store: String },
+    /// A write of a submitted run whose lease this worker no longer holds (another worker
+    /// took the run over, or it was cancelled): nothing of it was written (SPEC §12 fencing).
+    #[error(
+        "run `{run}` is no longer this worker's (its lease was taken over, or the run was cancelled): \
+         nothing more of it is written here"
+    )]
+    LeaseLost { run: String },
 }
 
 /// Filters for listing runs.

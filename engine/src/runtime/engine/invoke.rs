@@ -95,6 +95,17 @@ impl<'e, S: Store> Run<'e, S> {
 
     /// Calls an agent with retries and per-attempt timeouts; returns its result, not mapped.
     /// `part` is the kind its records have: `agent`, `iteration` or `branch`.
+    /// A run given up as `lost` ([`ResumeOptions::lost`]) makes no call: the outcome that
+    /// fails it.
+    ///
+    /// [`ResumeOptions::lost`]: crate::runtime::resume::ResumeOptions::lost
+    pub(super) fn lost(&self) -> Option<StepOutcome> {
+        let why = self.tree.resume.lost.as_ref()?;
+        let mut o = StepOutcome::err(StepError::new(ErrorKind::Lost, why.clone()));
+        o.stop = Some(RunStatus::Failed);
+        Some(o)
+    }
+
     pub(super) async fn invoke(
         &self,
         step: &StepPlan,
@@ -173,6 +184,9 @@ impl<'e, S: Store> Run<'e, S> {
                     attempt = rec.attempt;
                 }
             }
+        }
+        if let Some(o) = self.lost() {
+            return o;
         }
         let agent = match self.effective_agent(call) {
             Ok(a) => a,

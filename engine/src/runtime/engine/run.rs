@@ -103,6 +103,25 @@ impl<S: Store> Engine<S> {
         controls: RunControls,
     ) -> Result<RunOutcome, ResumeError> {
         let record = self.store.get_run(run_id).await?;
+        self.resume_record(plan, record, false, options, resume, state, controls)
+            .await
+    }
+
+    /// [`Engine::resume`] of a run whose record the caller read (a worker's claim returns it).
+    /// `fresh`: nothing of the run is recorded yet (a submitted run claimed for the first
+    /// time), so nothing more is read from the store before it starts.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn resume_record(
+        &self,
+        plan: Arc<Plan>,
+        record: RunRecord,
+        fresh: bool,
+        options: RunOptions,
+        resume: ResumeOptions,
+        state: Arc<AgentState>,
+        controls: RunControls,
+    ) -> Result<RunOutcome, ResumeError> {
+        let run_id = record.id.clone();
         if let Some(parent) = &record.parent_run {
             return Err(ResumeError::Child {
                 id: record.id,
@@ -131,8 +150,16 @@ impl<S: Store> Engine<S> {
                 now: root.hash.clone(),
             });
         }
-        let replay = Replay::load(&*self.store, run_id).await?;
-        let waiting = self.check_decision(&plan, &record, &replay, &resume).await?;
+        let replay = if fresh {
+            Replay::default()
+        } else {
+            Replay::load(&*self.store, &run_id).await?
+        };
+        let waiting = if fresh && resume.decision.is_none() {
+            None
+        } else {
+            self.check_decision(&plan, &record, &replay, &resume).await?
+        };
         let mut resume = resume;
         resume.decision_for = waiting;
         // The conversation the run started with, unless the caller gives one.

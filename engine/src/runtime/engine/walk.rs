@@ -63,6 +63,10 @@ impl<'e, S: Store> Run<'e, S> {
             };
             let duration_ms = t0.elapsed().as_millis() as u64;
             self.record.usage.add(outcome.usage);
+            // A run given up as lost ends where it would have called: no edge takes it on.
+            if outcome.stop.is_none() && outcome.error.as_ref().is_some_and(|e| e.kind == ErrorKind::Lost) {
+                outcome.stop = Some(RunStatus::Failed);
+            }
             if outcome.stop == Some(RunStatus::Running) {
                 // Paused inside the step: what it finished is recorded; it runs on when
                 // the run resumes.

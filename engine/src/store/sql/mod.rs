@@ -41,7 +41,7 @@ use error::Ctx;
 use rows::{RunRow, StepRow, decode_run, decode_step};
 pub use schema::SCHEMA_VERSION;
 use url::{Access, Target};
-use writer::{Op, Request, Writer};
+use writer::{Fence, Op, Request, Writer};
 
 use super::{RunFilter, Store, StoreError};
 use crate::runtime::record::{RunRecord, RunStatus, StepRecord};
@@ -118,6 +118,9 @@ pub struct SqlStore {
     ctx: Ctx,
     writes: mpsc::Sender<Request>,
     writer: JoinHandle<()>,
+    /// The submitted runs this process holds leases of, and their child runs: run id → the
+    /// fence its writes are made under ([`SqlStore::hold`]). Empty outside a worker.
+    fences: std::sync::Mutex<std::collections::HashMap<String, Fence>>,
 }
 
 impl std::fmt::Debug for SqlStore {
@@ -228,6 +231,7 @@ impl SqlStore {
             ctx,
             writes: tx,
             writer,
+            fences: Default::default(),
         })
     }
 
@@ -252,13 +256,61 @@ impl SqlStore {
         pool.close().await;
     }
 
+    /// From now on, writes of run `run_id` (a submitted root run this process claimed at lease
+    /// epoch `epoch`) and of the child runs it starts are made only while the store still
+    /// holds that epoch for it: once another worker took it over, they fail with
+    /// [`StoreError::LeaseLost`] and write nothing.
+    pub fn hold(&self, run_id: &str, epoch: i64) {
+        let fence = Fence {
+            root: run_id.into(),
+            epoch,
+        };
+        self.fences
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(run_id.to_string(), fence);
+    }
+
+    /// Forgets the fence of root run `run_id` and of its child runs ([`SqlStore::hold`]).
+    pub fn let_go(&self, run_id: &str) {
+        self.fences
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|_, f| &*f.root != run_id);
+    }
+
+    /// The fence a write is made under: its run's, or, for a child run being created, its
+    /// parent's (which it keeps from then on).
+    fn fence_of(&self, op: &Op) -> Option<Fence> {
+        let mut fences = self.fences.lock().unwrap_or_else(|p| p.into_inner());
+        if fences.is_empty() {
+            return None;
+        }
+        let (id, parent) = match op {
+            Op::CreateRun(r) => (&r.id, r.parent_run.as_ref()),
+            Op::UpdateRun(r) => (&r.id, None),
+            Op::Step(s) => (&s.run_id, None),
+        };
+        if let Some(f) = fences.get(id) {
+            return Some(f.clone());
+        }
+        let f = fences.get(parent?)?.clone();
+        fences.insert(id.clone(), f.clone());
+        Some(f)
+    }
+
     async fn write(&self, op: Op) -> Result<(), StoreError> {
         let closed = || StoreError::Closed {
             store: self.ctx.store.to_string(),
         };
         let (done, answer) = oneshot::channel();
+        let fence = self.fence_of(&op);
         self.writes
-            .send(Request { op, done: Some(done) })
+            .send(Request {
+                op,
+                fence,
+                done: Some(done),
+            })
             .await
             .map_err(|_| closed())?;
         answer.await.map_err(|_| closed())?
@@ -266,8 +318,9 @@ impl SqlStore {
 
     /// Queues a write without waiting for its commit.
     async fn queue(&self, op: Op) -> Result<(), StoreError> {
+        let fence = self.fence_of(&op);
         self.writes
-            .send(Request { op, done: None })
+            .send(Request { op, fence, done: None })
             .await
             .map_err(|_| StoreError::Closed {
                 store: self.ctx.store.to_string(),

@@ -1,1 +1,454 @@
-//! The work queue of submitted batches (SPEC §12): claims, leases, heartbeats, fencing.
+//! The work queue of submitted batches (SPEC §12): what `submit` writes (the flow bundle, the
+//! batch, one queued run per line) and what workers do with it — claim runs, hold their leases
+//! by heartbeat, give them back.
+//!
+//! A submitted run has a lease epoch (`runs.lease_epoch`): 0 while queued, raised by every
+//! claim. A claim takes queued runs and runs whose lease ran out (or was given back) in one
+//! short transaction, many at a time, skipping rows another claimer holds (`FOR UPDATE SKIP
+//! LOCKED` on PostgreSQL; SQLite's single writer needs none — the only statement that differs
+//! per database). The worker then writes the run's records under that epoch ([`SqlStore::hold`]):
+//! once another worker claimed the run, the epoch moved on and those writes are refused.
+//! Every time is the database's clock (`Dialect::now_ms`), never a worker's.
+//!
+//! No row lock is held across an agent call: claims, heartbeats, releases and the records are
+//! each a short transaction of their own.
+
+use std::time::Duration;
+
+use sqlx::any::AnyRow;
+use sqlx::{AssertSqlSafe, Connection, Row};
+
+use super::batches::{SubmittedBatch, WorkerRow};
+use super::rows::{RunRow, decode_run};
+use super::statements::RUN_COLUMNS;
+use super::{SqlStore, StoreError};
+use crate::runtime::record::RunRecord;
+
+/// A run a worker claimed.
+#[derive(Clone, Debug)]
+pub struct Claimed {
+    /// The run, `running` now.
+    pub record: RunRecord,
+    /// The lease epoch it was claimed at: its writes are made under it.
+    pub epoch: i64,
+    /// How many times it was taken over from a worker whose lease ran out (this claim included).
+    pub recoveries: u64,
+}
+
+impl Claimed {
+    /// Claimed from the queue for the first time: nothing of it is recorded yet.
+    pub fn is_fresh(&self) -> bool {
+        self.epoch == 1
+    }
+}
+
+/// What a heartbeat found.
+#[derive(Clone, Debug, Default)]
+pub struct Beat {
+    /// The held runs whose lease is still this worker's, at the epoch it claimed them.
+    pub kept: Vec<(String, i64)>,
+    /// The store's schema version: newer than this build's means stop.
+    pub schema_version: i64,
+}
+
+/// A stored flow bundle: its format, top flow and files as [`crate::cluster::bundle`] encodes them.
+#[derive(Clone, Debug)]
+pub struct StoredBundle {
+    pub hash: String,
+    pub format: i64,
+    pub top: String,
+    pub files: String,
+}
+
+/// The chunk of queued runs one insert writes.
+pub const SUBMIT_CHUNK: usize = 512;
+
+impl SqlStore {
+    /// Stores a flow bundle unless one of the same hash is stored.
+    pub async fn put_bundle(&self, b: &StoredBundle) -> Result<(), StoreError> {
+        let what = format!("storing the flow bundle {}", b.hash);
+        sqlx::query(
+            "INSERT INTO bundles (hash, format, top, files, created_at) VALUES ($1, $2, $3, $4, $5) \
+             ON CONFLICT (hash) DO NOTHING",
+        )
+        .bind(b.hash.clone())
+        .bind(b.format)
+        .bind(b.top.clone())
+        .bind(b.files.clone())
+        .bind(now_i64())
+        .execute(&self.pool)
+        .await
+        .map_err(|e| self.ctx.error(&what, &e))?;
+        Ok(())
+    }
+
+    /// The stored bundle of hash `hash`, if there is one.
+    pub async fn get_bundle(&self, hash: &str) -> Result<Option<StoredBundle>, StoreError> {
+        let what = format!("reading the flow bundle {hash}");
+        let row = sqlx::query("SELECT hash, format, top, files FROM bundles WHERE hash = $1")
+            .bind(hash.to_string())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| self.ctx.error(&what, &e))?;
+        row.map(|r| {
+            Ok(StoredBundle {
+                hash: r.try_get("hash")?,
+                format: r.try_get("format")?,
+                top: r.try_get("top")?,
+                files: r.try_get("files")?,
+            })
+        })
+        .transpose()
+        .map_err(|e: sqlx::Error| self.ctx.error(&what, &e))
+    }
+
+    /// Records batch `b` unless a batch of its name exists; either way returns the stored one
+    /// (the caller compares). `items` and `complete` of a new batch are as given.
+    pub async fn put_batch(&self, b: &SubmittedBatch) -> Result<SubmittedBatch, StoreError> {
+        let what = format!("recording batch `{}`", b.name);
+        let context = serde_json::to_string(&b.context).map_err(|e| StoreError::Other(e.to_string()))?;
+        sqlx::query(
+            "INSERT INTO batches (name, bundle, flow, flow_hash, input, id_field, context, max_recoveries, items, \
+             complete, submitted_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) ON CONFLICT (name) DO NOTHING",
+        )
+        .bind(b.name.clone())
+        .bind(b.bundle.clone())
+        .bind(b.flow.clone())
+        .bind(b.flow_hash.clone())
+        .bind(b.input.clone())
+        .bind(b.id_field.clone())
+        .bind(context)
+        .bind(int(b.max_recoveries))
+        .bind(int(b.items))
+        .bind(i64::from(b.complete))
+        .bind(int(b.submitted_at))
+        .execute(&self.pool)
+        .await
+        .map_err(|e| self.ctx.error(&what, &e))?;
+        self.submitted_batch(&b.name)
+            .await?
+            .ok_or_else(|| StoreError::Other(format!("batch `{}` vanished while it was recorded", b.name)))
+    }
+
+    /// The batch named `name` as `submit` recorded it.
+    pub async fn submitted_batch(&self, name: &str) -> Result<Option<SubmittedBatch>, StoreError> {
+        let what = format!("reading batch `{name}`");
+        let row = sqlx::query(
+            "SELECT name, bundle, flow, flow_hash, input, id_field, context, max_recoveries, items, complete, \
+             submitted_at FROM batches WHERE name = $1",
+        )
+        .bind(name.to_string())
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(|e| self.ctx.error(&what, &e))?;
+        row.map(|r| decode_batch(&r))
+            .transpose()
+            .map_err(|m| StoreError::Database {
+                store: self.ctx.store.to_string(),
+                what,
+                message: m,
+            })
+    }
+
+    /// Points batch `name` at another bundle (`submit --allow-changed`): runs claimed from now
+    /// on run it.
+    pub async fn set_batch_bundle(&self, name: &str, bundle: &str, flow_hash: &str) -> Result<(), StoreError> {
+        let what = format!("updating batch `{name}`");
+        sqlx::query("UPDATE batches SET bundle = $1, flow_hash = $2 WHERE name = $3")
+            .bind(bundle.to_string())
+            .bind(flow_hash.to_string())
+            .bind(name.to_string())
+            .execute(&self.pool)
+            .await
+            .map_err(|e| self.ctx.error(&what, &e))?;
+        Ok(())
+    }
+
+    /// Marks batch `name` complete: every one of its `items` lines has its run.
+    pub async fn complete_batch(&self, name: &str, items: u64) -> Result<(), StoreError> {
+        let what = format!("completing batch `{name}`");
+        sqlx::query("UPDATE batches SET complete = 1, items = $1 WHERE name = $2")
+            .bind(int(items))
+            .bind(name.to_string())
+            .execute(&self.pool)
+            .await
+            .map_err(|e| self.ctx.error(&what, &e))?;
+        Ok(())
+    }
+
+    /// Inserts submitted runs (queued ones, and lines failed at submit) in one transaction per
+    /// [`SUBMIT_CHUNK`]; a run whose id is stored already is left as it is.
+    pub async fn insert_submitted(&self, runs: &[RunRecord]) -> Result<(), StoreError> {
+        let what = "recording submitted runs";
+        for chunk in runs.chunks(SUBMIT_CHUNK) {
+            let cols = RUN_COLUMNS.len() + 1;
+            let rows: Vec<String> = (0..chunk.len())
+                .map(|r| {
+                    let params: Vec<String> = (1..=cols).map(|c| self.ctx.dialect.param(r * cols + c)).collect();
+                    format!("({})", params.join(", "))
+                })
+                .collect();
+            let sql = format!(
+                "INSERT INTO runs ({}, lease_epoch) VALUES {} ON CONFLICT (id) DO NOTHING",
+                RUN_COLUMNS.join(", "),
+                rows.join(", ")
+            );
+            let mut q = sqlx::query(AssertSqlSafe(sql));
+            for r in chunk {
+                q = RunRow::encode(r)?.bind_to(q).bind(0i64);
+            }
+            q.execute(&self.pool).await.map_err(|e| self.ctx.error(what, &e))?;
+        }
+        Ok(())
+    }
+
+    /// Registers worker `w` (its heartbeat starts now, on the database's clock).
+    pub async fn register_worker(&self, w: &WorkerRow) -> Result<(), StoreError> {
+        let what = format!("registering worker `{}`", w.id);
+        let now = self.ctx.dialect.now_ms();
+        sqlx::query(AssertSqlSafe(format!(
+            "INSERT INTO workers (id, host, pid, batch, concurrency, lease_ms, started_at, heartbeat_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, {now}, {now})"
+        )))
+        .bind(w.id.clone())
+        .bind(w.host.clone())
+        .bind(int(w.pid))
+        .bind(w.batch.clone())
+        .bind(int(w.concurrency))
+        .bind(int(w.lease_ms))
+        .execute(&self.pool)
+        .await
+        .map_err(|e| self.ctx.error(&what, &e))?;
+        Ok(())
+    }
+
+    /// Marks worker `id` stopped (a clean exit).
+    pub async fn stop_worker(&self, id: &str) -> Result<(), StoreError> {
+        let what = format!("unregistering worker `{id}`");
+        let now = self.ctx.dialect.now_ms();
+        sqlx::query(AssertSqlSafe(format!("UPDATE workers SET stopped_at = {now} WHERE id = $1")))
+            .bind(id.to_string())
+            .execute(&self.pool)
+            .await
+            .map_err(|e| self.ctx.error(&what, &e))?;
+        Ok(())
+    }
+
+    /// Claims up to `n` runs for worker `worker` under a lease of `lease`: queued runs, and runs
+    /// whose lease ran out or was given back, of batch `batch` (any when `None`), in batch and
+    /// input order. One short transaction; rows another claimer holds are skipped.
+    pub async fn claim(
+        &self,
+        worker: &str,
+        batch: Option<&str>,
+        n: usize,
+        lease: Duration,
+    ) -> Result<Vec<Claimed>, StoreError> {
+        const WHAT: &str = "claiming queued runs";
+        let now = self.ctx.dialect.now_ms();
+        let only = if batch.is_some() { " AND batch = $4" } else { "" };
+        let sql = format!(
+            "UPDATE runs SET status = 'running', lease_owner = $1, lease_until = {now} + $2, \
+             started_at = CASE WHEN lease_epoch = 0 THEN {now} ELSE started_at END, \
+             recoveries = COALESCE(recoveries, 0) + CASE WHEN status = 'running' AND lease_owner IS NOT NULL THEN 1 ELSE 0 END, \
+             lease_epoch = lease_epoch + 1 \
+             WHERE id IN (SELECT id FROM runs WHERE lease_epoch IS NOT NULL AND status IN ('queued', 'running') \
+             AND (status = 'queued' OR lease_owner IS NULL OR lease_until < {now}){only} \
+             ORDER BY batch, item_index LIMIT $3{lock}) \
+             RETURNING {cols}, lease_epoch, recoveries",
+            lock = self.ctx.dialect.claim_lock_clause(),
+            cols = RUN_COLUMNS.join(", "),
+        );
+        let mut q = sqlx::query(AssertSqlSafe(sql))
+            .bind(worker.to_string())
+            .bind(millis(lease))
+            .bind(i64::try_from(n).unwrap_or(i64::MAX));
+        if let Some(b) = batch {
+            q = q.bind(b.to_string());
+        }
+        let rows = q
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| self.ctx.error(WHAT, &e))?;
+        let mut claimed: Vec<Claimed> = rows
+            .iter()
+            .map(|r| decode_claimed(r).map_err(|m| self.corrupt(WHAT, m)))
+            .collect::<Result<_, _>>()?;
+        // RETURNING gives no order: the input's.
+        claimed.sort_by(|a, b| {
+            (&a.record.batch, a.record.item_index).cmp(&(&b.record.batch, b.record.item_index))
+        });
+        Ok(claimed)
+    }
+
+    /// Worker `worker`'s heartbeat: its own row, and the leases of the runs it holds (`held`:
+    /// run id and the epoch it claimed it at) extended by `lease`. Returns the held runs that
+    /// are still its own and the store's schema version. One transaction.
+    pub async fn heartbeat(
+        &self,
+        worker: &str,
+        held: &[(String, i64)],
+        lease: Duration,
+    ) -> Result<Beat, StoreError> {
+        const WHAT: &str = "renewing the worker's leases";
+        let err = |e: sqlx::Error| self.ctx.error(WHAT, &e);
+        let now = self.ctx.dialect.now_ms();
+        let mut conn = self.pool.acquire().await.map_err(err)?;
+        let mut tx = conn.begin().await.map_err(err)?;
+        sqlx::query(AssertSqlSafe(format!("UPDATE workers SET heartbeat_at = {now} WHERE id = $1")))
+            .bind(worker.to_string())
+            .execute(&mut *tx)
+            .await
+            .map_err(err)?;
+        let mut kept = Vec::with_capacity(held.len());
+        for chunk in held.chunks(SUBMIT_CHUNK) {
+            let params: Vec<String> = (3..chunk.len() + 3).map(|i| format!("${i}")).collect();
+            let sql = format!(
+                "UPDATE runs SET lease_until = {now} + $2 WHERE lease_owner = $1 AND status = 'running' \
+                 AND id IN ({}) RETURNING id, lease_epoch",
+                params.join(", ")
+            );
+            let q = chunk.iter().fold(
+                sqlx::query(AssertSqlSafe(sql))
+                    .bind(worker.to_string())
+                    .bind(millis(lease)),
+                |q, (id, _)| q.bind(id.clone()),
+            );
+            for row in q.fetch_all(&mut *tx).await.map_err(err)? {
+                let id: String = row.try_get("id").map_err(err)?;
+                let epoch: Option<i64> = row.try_get("lease_epoch").map_err(err)?;
+                if let Some(e) = epoch
+                    && chunk.iter().any(|(h, at)| *h == id && *at == e)
+                {
+                    kept.push((id, e));
+                }
+            }
+        }
+        let schema_version: i64 = sqlx::query_scalar("SELECT COALESCE(MAX(version), 0) FROM schema_version")
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(err)?;
+        tx.commit().await.map_err(err)?;
+        Ok(Beat { kept, schema_version })
+    }
+
+    /// Gives back the leases of `runs` (id, epoch) that worker `worker` still holds, so another
+    /// worker takes them at once, without counting a recovery. Their records stay: a claim
+    /// resumes them from their last recorded step.
+    pub async fn release(&self, worker: &str, runs: &[(String, i64)]) -> Result<(), StoreError> {
+        const WHAT: &str = "giving back leases";
+        let err = |e: sqlx::Error| self.ctx.error(WHAT, &e);
+        if runs.is_empty() {
+            return Ok(());
+        }
+        let mut conn = self.pool.acquire().await.map_err(err)?;
+        let mut tx = conn.begin().await.map_err(err)?;
+        for (id, epoch) in runs {
+            sqlx::query(
+                "UPDATE runs SET lease_owner = NULL, lease_until = NULL \
+                 WHERE id = $1 AND lease_epoch = $2 AND lease_owner = $3 AND status = 'running'",
+            )
+            .bind(id.clone())
+            .bind(*epoch)
+            .bind(worker.to_string())
+            .execute(&mut *tx)
+            .await
+            .map_err(err)?;
+        }
+        tx.commit().await.map_err(err)
+    }
+
+    /// Ends submitted run `run` as `record` says (cancelled, or failed `lost`) whoever holds it:
+    /// its lease epoch moves on, so a worker still running it writes nothing more of it.
+    /// False when the run is not a submitted one that has not ended.
+    pub async fn end_submitted(&self, record: &RunRecord) -> Result<bool, StoreError> {
+        let what = format!("ending run `{}`", record.id);
+        let error = record
+            .error
+            .as_ref()
+            .map(serde_json::to_string)
+            .transpose()
+            .map_err(|e| StoreError::Other(e.to_string()))?;
+        let done = sqlx::query(
+            "UPDATE runs SET status = $1, error = $2, finished_at = $3, lease_epoch = lease_epoch + 1, \
+             lease_owner = NULL, lease_until = NULL \
+             WHERE id = $4 AND lease_epoch IS NOT NULL AND status IN ('queued', 'running')",
+        )
+        .bind(record.status.as_str())
+        .bind(error)
+        .bind(record.finished_at.map(int))
+        .bind(record.id.clone())
+        .execute(&self.pool)
+        .await
+        .map_err(|e| self.ctx.error(&what, &e))?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    /// The lease of run `id`: its epoch (None: not a submitted run), holder, and whether the
+    /// lease is live on the database's clock.
+    pub async fn lease_of(&self, id: &str) -> Result<Option<(i64, Option<String>, bool)>, StoreError> {
+        let what = format!("reading the lease of run `{id}`");
+        let now = self.ctx.dialect.now_ms();
+        let row = sqlx::query(AssertSqlSafe(format!(
+            "SELECT lease_epoch, lease_owner, CASE WHEN lease_until > {now} THEN 1 ELSE 0 END AS live \
+             FROM runs WHERE id = $1"
+        )))
+        .bind(id.to_string())
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(|e| self.ctx.error(&what, &e))?;
+        let Some(row) = row else {
+            return Err(StoreError::NotFound(id.to_string()));
+        };
+        let err = |e: sqlx::Error| self.ctx.error(&what, &e);
+        let epoch: Option<i64> = row.try_get("lease_epoch").map_err(err)?;
+        let owner: Option<String> = row.try_get("lease_owner").map_err(err)?;
+        let live: i64 = row.try_get("live").map_err(err)?;
+        Ok(epoch.map(|e| (e, owner, live == 1)))
+    }
+}
+
+fn decode_claimed(row: &AnyRow) -> Result<Claimed, String> {
+    let record = decode_run(row)?;
+    let epoch: i64 = row.try_get("lease_epoch").map_err(|e| format!("column `lease_epoch`: {e}"))?;
+    let recoveries: Option<i64> = row.try_get("recoveries").map_err(|e| format!("column `recoveries`: {e}"))?;
+    Ok(Claimed {
+        record,
+        epoch,
+        recoveries: u64::try_from(recoveries.unwrap_or(0)).unwrap_or(0),
+    })
+}
+
+fn decode_batch(r: &AnyRow) -> Result<SubmittedBatch, String> {
+    let get_i = |c: &str| -> Result<u64, String> {
+        let v: i64 = r.try_get(c).map_err(|e| format!("column `{c}`: {e}"))?;
+        u64::try_from(v).map_err(|_| format!("column `{c}` is negative"))
+    };
+    let get_s = |c: &str| -> Result<String, String> { r.try_get(c).map_err(|e| format!("column `{c}`: {e}")) };
+    let context: String = get_s("context")?;
+    Ok(SubmittedBatch {
+        name: get_s("name")?,
+        bundle: get_s("bundle")?,
+        flow: get_s("flow")?,
+        flow_hash: get_s("flow_hash")?,
+        input: get_s("input")?,
+        id_field: get_s("id_field")?,
+        context: serde_json::from_str(&context).map_err(|e| format!("column `context`: {e}"))?,
+        max_recoveries: get_i("max_recoveries")?,
+        items: get_i("items")?,
+        complete: get_i("complete")? != 0,
+        submitted_at: get_i("submitted_at")?,
+    })
+}
+
+fn int(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+fn now_i64() -> i64 {
+    int(crate::runtime::record::now_ms())
+}

@@ -22,7 +22,7 @@ pub(crate) struct RunRow {
     pub id: String,
     flow: String,
     flow_hash: String,
-    parent_run: Option<String>,
+    pub parent_run: Option<String>,
     parent_step: Option<String>,
     depth: i64,
     status: &'static str,

@@ -14,12 +14,21 @@
 //! waited for commits it first (FIFO, one writer). If a queued write fails, no later write of
 //! the same run is made: each fails with that error, so a run's records never skip one.
 //!
+//! A write of a submitted run carries its [`Fence`]: the root run whose lease it is made under
+//! and the lease epoch this worker claimed it at. A group holding fenced writes first reads
+//! those runs' epochs (share-locked on PostgreSQL, until the commit) and the store's schema
+//! version, in its own transaction: a write whose run was taken over (its epoch moved on) is
+//! refused with [`StoreError::LeaseLost`], every fenced write once a newer switchyard migrated
+//! the store with [`StoreError::NewerSchema`] — so a worker that lost its lease, or that is older
+//! than the store, commits nothing (SPEC §12).
+//!
 //! A transaction that fails is rolled back whole. When the failure concerns one record (a
 //! constraint, say), the batch is replayed one record per transaction so the others still
 //! commit and only the culprit gets the error; when it concerns the store (disk full, locked,
 //! connection lost), every request of the batch gets it.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use sqlx::{AnyConnection, AnyPool, AssertSqlSafe, Connection, Row};
 use tokio::sync::{mpsc, oneshot};
@@ -56,8 +65,18 @@ impl Op {
     }
 }
 
+/// The lease a write of a submitted run is made under (SPEC §12): the root run holding it
+/// (child runs write under their root's) and the epoch it was claimed at.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Fence {
+    pub root: Arc<str>,
+    pub epoch: i64,
+}
+
 pub(crate) struct Request {
     pub op: Op,
+    /// Set for the runs a worker holds.
+    pub fence: Option<Fence>,
     /// `None`: queued, nobody waits for the outcome.
     pub done: Option<oneshot::Sender<Result<(), StoreError>>>,
 }
@@ -66,8 +85,9 @@ pub(crate) struct Writer {
     pub pool: AnyPool,
     pub ctx: Ctx,
     pub max_batch: usize,
-    /// Runs a queued write of which failed, with the error: their later writes are refused.
-    pub failed: HashMap<String, String>,
+    /// Runs a queued write of which failed, with the error and the lease epoch it was made
+    /// under: their later writes (under that epoch) are refused.
+    pub failed: HashMap<String, (String, Option<i64>)>,
 }
 
 impl Op {
@@ -93,7 +113,12 @@ impl Writer {
         if !self.failed.is_empty() {
             let mut i = 0;
             while i < batch.len() {
-                if let Some(why) = self.failed.get(batch[i].op.run_id()) {
+                let epoch = batch[i].fence.as_ref().map(|f| f.epoch);
+                if let Some((why, _)) = self
+                    .failed
+                    .get(batch[i].op.run_id())
+                    .filter(|(_, at)| *at == epoch)
+                {
                     let req = batch.remove(i);
                     let e = StoreError::Other(format!(
                         "{}: not written, an earlier write of the run failed: {why}",
@@ -110,24 +135,24 @@ impl Writer {
                 return;
             }
         }
-        let ops: Vec<&Op> = batch.iter().map(|r| &r.op).collect();
-        let outcomes = match self.transaction(&ops).await {
+        let reqs: Vec<&Request> = batch.iter().collect();
+        let outcomes = match self.transaction(&reqs).await {
             Ok(outcomes) => outcomes,
-            Err((i, e)) if ops.len() > 1 && !self.ctx.is_store_wide(&e) => {
+            Err((i, e)) if reqs.len() > 1 && !self.ctx.is_store_wide(&e) => {
                 tracing::debug!(
                     store = &*self.ctx.store,
                     "a grouped commit failed at {i}; replaying it one by one"
                 );
-                let mut outcomes = Vec::with_capacity(ops.len());
-                for op in &ops {
-                    outcomes.push(match self.transaction(&[op]).await {
+                let mut outcomes = Vec::with_capacity(reqs.len());
+                for req in &reqs {
+                    outcomes.push(match self.transaction(&[req]).await {
                         Ok(mut one) => one.pop().unwrap_or(Ok(())),
-                        Err((_, e)) => Err(self.error(op, &e)),
+                        Err((_, e)) => Err(self.error(&req.op, &e)),
                     });
                 }
                 outcomes
             }
-            Err((_, e)) => ops.iter().map(|op| Err(self.error(op, &e))).collect(),
+            Err((_, e)) => reqs.iter().map(|r| Err(self.error(&r.op, &e))).collect(),
         };
         for (req, outcome) in batch.drain(..).zip(outcomes) {
             match (req.done, outcome) {
@@ -137,7 +162,9 @@ impl Writer {
                 }
                 (None, Err(e)) => {
                     tracing::error!(store = &*self.ctx.store, error = %e, "a queued write failed");
-                    self.failed.insert(req.op.run_id().to_string(), e.to_string());
+                    let epoch = req.fence.as_ref().map(|f| f.epoch);
+                    self.failed
+                        .insert(req.op.run_id().to_string(), (e.to_string(), epoch));
                 }
                 (None, Ok(())) => {}
             }
@@ -151,26 +178,35 @@ impl Writer {
         }
     }
 
-    /// Runs `ops` in one transaction. `Ok` holds each op's own outcome (an update of a
-    /// missing run is `NotFound` and writes nothing); `Err` the index of the failing op (or
-    /// `ops.len()` for begin/commit) and the error, after a rollback.
-    async fn transaction(&self, ops: &[&Op]) -> Result<Vec<Result<(), StoreError>>, (usize, sqlx::Error)> {
-        let mut conn = self.pool.acquire().await.map_err(|e| (ops.len(), e))?;
-        let plan = Plan::new(ops, self.ctx.dialect);
-        if plan.statements() == 1 {
+    /// Runs the writes of `reqs` in one transaction. `Ok` holds each one's own outcome (an
+    /// update of a missing run is `NotFound` and writes nothing; a fenced write whose lease
+    /// is gone is `LeaseLost`); `Err` the index of the failing write (or `reqs.len()` for
+    /// begin/commit) and the error, after a rollback.
+    async fn transaction(&self, reqs: &[&Request]) -> Result<Vec<Result<(), StoreError>>, (usize, sqlx::Error)> {
+        let mut conn = self.pool.acquire().await.map_err(|e| (reqs.len(), e))?;
+        let fenced = reqs.iter().any(|r| r.fence.is_some());
+        let ops: Vec<&Op> = reqs.iter().map(|r| &r.op).collect();
+        let plan = (!fenced).then(|| Plan::new(&ops, self.ctx.dialect));
+        if let Some(plan) = &plan
+            && plan.statements() == 1
+        {
             // One statement is a transaction of its own: no BEGIN and COMMIT round trips.
             return plan.execute(&mut conn).await;
         }
         let mut tx = conn
             .begin_with(self.ctx.dialect.begin_write())
             .await
-            .map_err(|e| (ops.len(), e))?;
-        let failed = match plan.execute(&mut tx).await {
+            .map_err(|e| (reqs.len(), e))?;
+        let executed = match &plan {
+            Some(plan) => plan.execute(&mut tx).await,
+            None => self.fenced(&mut tx, reqs).await,
+        };
+        let failed = match executed {
             Ok(outcomes) => match tx.commit().await {
                 Ok(()) => return Ok(outcomes),
                 Err(e) => {
                     conn.close_on_drop();
-                    (ops.len(), e)
+                    (reqs.len(), e)
                 }
             },
             Err(failed) => {
@@ -184,6 +220,73 @@ impl Writer {
             }
         };
         Err(failed)
+    }
+
+    /// Inside a transaction: checks the fences of `reqs` and makes the writes that pass.
+    async fn fenced(
+        &self,
+        conn: &mut AnyConnection,
+        reqs: &[&Request],
+    ) -> Result<Vec<Result<(), StoreError>>, (usize, sqlx::Error)> {
+        let mut roots: Vec<&str> = reqs
+            .iter()
+            .filter_map(|r| r.fence.as_ref().map(|f| &*f.root))
+            .collect();
+        roots.sort_unstable();
+        roots.dedup();
+        let params: Vec<String> = (1..=roots.len()).map(|i| self.ctx.dialect.param(i)).collect();
+        let sql = format!(
+            "SELECT id, lease_epoch, (SELECT COALESCE(MAX(version), 0) FROM schema_version) AS version \
+             FROM runs WHERE id IN ({}){}",
+            params.join(", "),
+            self.ctx.dialect.fence_lock_clause()
+        );
+        let rows = roots
+            .iter()
+            .fold(sqlx::query(AssertSqlSafe(sql)), |q, id| q.bind(*id))
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(|e| (reqs.len(), e))?;
+        let mut epochs: HashMap<String, Option<i64>> = HashMap::with_capacity(rows.len());
+        let mut version = 0i64;
+        for row in &rows {
+            let id: String = row.try_get("id").map_err(|e| (reqs.len(), e))?;
+            let epoch: Option<i64> = row.try_get("lease_epoch").map_err(|e| (reqs.len(), e))?;
+            version = version.max(row.try_get("version").map_err(|e| (reqs.len(), e))?);
+            epochs.insert(id, epoch);
+        }
+        let newer = version > super::SCHEMA_VERSION;
+        let refused: Vec<Option<StoreError>> = reqs
+            .iter()
+            .map(|r| {
+                let f = r.fence.as_ref()?;
+                if newer {
+                    return Some(StoreError::NewerSchema {
+                        store: self.ctx.store.to_string(),
+                        found: version,
+                        supported: super::SCHEMA_VERSION,
+                    });
+                }
+                (epochs.get(&*f.root).copied().flatten() != Some(f.epoch)).then(|| StoreError::LeaseLost {
+                    run: r.op.run_id().to_string(),
+                })
+            })
+            .collect();
+        let kept: Vec<usize> = (0..reqs.len()).filter(|&i| refused[i].is_none()).collect();
+        let ops: Vec<&Op> = kept.iter().map(|&i| &reqs[i].op).collect();
+        let plan = Plan::new(&ops, self.ctx.dialect);
+        let mut done = plan
+            .execute(conn)
+            .await
+            .map_err(|(i, e)| (kept.get(i).copied().unwrap_or(reqs.len()), e))?
+            .into_iter();
+        Ok(refused
+            .into_iter()
+            .map(|r| match r {
+                Some(e) => Err(e),
+                None => done.next().unwrap_or(Ok(())),
+            })
+            .collect())
     }
 }
 

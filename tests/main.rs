@@ -16,6 +16,8 @@
 //!   approvals end to end, and how `runs show` and `--trace` show a loop;
 //! - [`resume`]: what a stopped run records and tells: the flow hash over imports and called
 //!   flows, the question of an interrupt and how to answer it;
+//! - [`cluster`]: many machines on PostgreSQL: `submit`, `worker` processes killed, frozen
+//!   and cut off, a poison item, the drain, a store from a newer switchyard;
 //! - [`time`]: `timestamp()`, `duration()` and the recorded `now` of a run tree.
 
 mod agent_loop;
@@ -23,6 +25,7 @@ mod agent_loop_durable;
 mod agent_loop_tests;
 mod batch;
 mod cli;
+mod cluster;
 mod corpus;
 mod engine;
 mod expressions;

@@ -230,19 +230,19 @@ pub fn lock_batch_of(run: &RunRecord) -> Result<BatchLock, BatchError> {
 }
 
 /// One input line, read.
-struct Line {
+pub(crate) struct Line {
     /// 0-based index among the file's lines (blank lines count, and are skipped).
-    index: u64,
+    pub(crate) index: u64,
     /// The id as text: what the store records and duplicates are found by.
-    id: String,
+    pub(crate) id: String,
     /// The id as the output writes it: the input's string or number as it was, or the line
     /// number (as a string) for a line without one.
-    id_value: Value,
-    parsed: Result<Value, String>,
+    pub(crate) id_value: Value,
+    pub(crate) parsed: Result<Value, String>,
 }
 
 /// Streams the items of a JSONL file.
-struct Lines {
+pub(crate) struct Lines {
     reader: BufReader<std::fs::File>,
     path: String,
     index: u64,
@@ -253,7 +253,7 @@ struct Lines {
 }
 
 impl Lines {
-    fn open(path: &Path, id_field: &str) -> Result<Lines, BatchError> {
+    pub(crate) fn open(path: &Path, id_field: &str) -> Result<Lines, BatchError> {
         let file = std::fs::File::open(path).map_err(|e| BatchError::Input {
             path: path.display().to_string(),
             message: e.to_string(),
@@ -269,7 +269,7 @@ impl Lines {
     }
 
     /// The next non-blank line.
-    fn next_line(&mut self) -> Result<Option<Line>, BatchError> {
+    pub(crate) fn next_line(&mut self) -> Result<Option<Line>, BatchError> {
         let Some((index, text)) = self.next_text()? else {
             return Ok(None);
         };
@@ -532,7 +532,7 @@ static FIXED: std::sync::LazyLock<[std::hash::RandomState; 2]> =
     std::sync::LazyLock::new(|| [std::hash::RandomState::new(), std::hash::RandomState::new()]);
 
 /// Reads the ids of every line; refuses duplicates, naming their lines. Returns the count.
-fn scan(options: &BatchOptions) -> Result<u64, BatchError> {
+pub(crate) fn scan(options: &BatchOptions) -> Result<u64, BatchError> {
     let mut lines = Lines::open(&options.input, &options.id_field)?;
     let mut seen: HashSet<u128> = HashSet::new();
     let mut dups: HashSet<String> = HashSet::new();
@@ -593,7 +593,7 @@ fn scan(options: &BatchOptions) -> Result<u64, BatchError> {
 }
 
 /// The runs of a batch, read from the store a chunk at a time as the input advances.
-struct Earlier {
+pub(crate) struct Earlier {
     batch: String,
     /// Runs of item indices in `from..until`, in order.
     runs: VecDeque<RunRecord>,
@@ -602,8 +602,22 @@ struct Earlier {
 }
 
 impl Earlier {
+    /// The runs of batch `batch`, none read yet.
+    pub(crate) fn new(batch: String) -> Earlier {
+        Earlier {
+            batch,
+            runs: VecDeque::new(),
+            until: 0,
+            fresh: false,
+        }
+    }
+
     /// The latest run of item `index` (indices are asked for in increasing order).
-    async fn latest<S: Store>(&mut self, store: &S, index: u64) -> Result<Option<RunRecord>, BatchError> {
+    pub(crate) async fn latest<S: Store>(
+        &mut self,
+        store: &S,
+        index: u64,
+    ) -> Result<Option<RunRecord>, BatchError> {
         if self.fresh {
             return Ok(None);
         }
@@ -1205,7 +1219,7 @@ fn decide(
 
 /// The line of an item written from its run's record; `id` is the line's (the record keeps
 /// its text).
-fn record_line(r: &RunRecord, id: &Value) -> String {
+pub(crate) fn record_line(r: &RunRecord, id: &Value) -> String {
     let ms = r.finished_at.map(|f| f.saturating_sub(r.started_at)).unwrap_or(0);
     item_line(
         id,

@@ -90,6 +90,9 @@ pub struct Project {
     pub calls: Vec<(FlowId, Sp<String>, Option<FlowId>)>,
     /// Problems found while loading (parse errors, shape errors, missing files).
     pub diags: Vec<Diagnostic>,
+    /// Where `command` agents without a `cwd` run; `None`: the process's working directory.
+    /// A worker sets it to its copy of the directory `submit` ran in (SPEC §12).
+    pub command_dir: Option<PathBuf>,
     by_path: HashMap<PathBuf, Loaded>,
 }
 

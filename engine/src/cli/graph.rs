@@ -52,6 +52,11 @@ pub fn run(args: Args) -> u8 {
 /// Loads, lints and compiles a flow; prints its diagnostics to stderr when it does not lint
 /// clean (warnings alone are printed too, and compilation goes on).
 pub(crate) fn load_plan(flow: &std::path::Path, root: Option<PathBuf>) -> Option<Plan> {
+    load_project_plan(flow, root).map(|(_, plan)| plan)
+}
+
+/// [`load_plan`], with the project it loaded (the files read, for a bundle).
+pub(crate) fn load_project_plan(flow: &std::path::Path, root: Option<PathBuf>) -> Option<(Project, Plan)> {
     let root = root
         .or_else(|| flow.parent().map(std::path::Path::to_path_buf))
         .filter(|r| !r.as_os_str().is_empty())
@@ -81,7 +86,7 @@ pub(crate) fn load_plan(flow: &std::path::Path, root: Option<PathBuf>) -> Option
         };
         super::stderr::say(level, "lint_summary", &summary, serde_json::Value::Null);
     }
-    plan
+    Some((project, plan?))
 }
 
 /// Prints a flow's diagnostics to stderr, rendered for a person or as JSON lines.

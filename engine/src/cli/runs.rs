@@ -506,6 +506,18 @@ pub fn resume(args: ResumeArgs) -> u8 {
         Ok(l) => l,
         Err(e) => return fail(e),
     };
+    // A submitted run (SPEC §12): its flow comes from the batch's stored bundle, and this
+    // process holds its lease while it runs, as a worker would.
+    let submitted = match &*store {
+        crate::store::any::AnyStore::Sql(sql) => match rt.block_on(sql.lease_of(&record.id)) {
+            Ok(l) => l.is_some(),
+            Err(e) => return fail(e),
+        },
+        _ => false,
+    };
+    if submitted && args.flow.is_none() {
+        return resume_submitted(&rt, store, record, decision, &args);
+    }
     let flow = match (&args.flow, &record.flow_path) {
         (Some(f), _) => f.clone(),
         (None, Some(p)) => PathBuf::from(p),
@@ -554,6 +566,103 @@ pub fn resume(args: ResumeArgs) -> u8 {
     }
 }
 
+/// `resume` of a submitted run: the plan from its batch's bundle, the lease taken for this
+/// process (refused while a worker holds it) and renewed while it runs, then given back.
+fn resume_submitted(
+    rt: &tokio::runtime::Runtime,
+    store: Arc<crate::store::any::AnyStore>,
+    record: RunRecord,
+    decision: Option<Value>,
+    args: &ResumeArgs,
+) -> u8 {
+    let crate::store::any::AnyStore::Sql(sql) = &*store else {
+        return fail("a submitted run lives in a SQL store");
+    };
+    let Some(name) = record.batch.clone() else {
+        return fail(format!("run `{}` is submitted but names no batch", record.id));
+    };
+    let batch = match rt.block_on(sql.submitted_batch(&name)) {
+        Ok(Some(b)) => b,
+        Ok(None) => return fail(format!("the store has no submitted batch `{name}`")),
+        Err(e) => return fail(e),
+    };
+    let plan = match rt.block_on((super::worker::loader())(sql, &batch)) {
+        Ok(p) => p,
+        Err(e) => return fail(format!("batch `{name}`: {e}")),
+    };
+    let options = match args.common.options(&plan) {
+        Ok((_, o)) => o,
+        Err(e) => return fail(e),
+    };
+    let holder = format!("resume-{}", crate::cluster::worker::new_worker_id());
+    let lease = std::time::Duration::from_secs(30);
+    let epoch = match rt.block_on(sql.take_over(&holder, &record.id, lease)) {
+        Ok(Some(e)) => e,
+        Ok(None) => {
+            return fail(format!(
+                "run `{}` is held by a worker right now (its lease is live): it runs there",
+                record.id
+            ));
+        }
+        Err(e) => return fail(e),
+    };
+    sql.hold(&record.id, epoch);
+    let resume = ResumeOptions {
+        retry_in_doubt: args.retry_in_doubt,
+        decision,
+        decision_for: None,
+        allow_changed: true,
+        lost: None,
+    };
+    let engine = Engine::new(store.clone());
+    let held = vec![(record.id.clone(), epoch)];
+    let id = record.id.clone();
+    let outcome = rt.block_on(async {
+        let renew = {
+            let store = store.clone();
+            let holder = holder.clone();
+            let held = held.clone();
+            tokio::spawn(async move {
+                if let crate::store::any::AnyStore::Sql(sql) = &*store {
+                    loop {
+                        tokio::time::sleep(lease / 3).await;
+                        let _ = sql.heartbeat(&holder, &held, lease).await;
+                    }
+                }
+            })
+        };
+        let out = engine
+            .resume(
+                plan,
+                &id,
+                options,
+                resume,
+                Arc::new(AgentState::default()),
+                RunControls::default(),
+            )
+            .await;
+        renew.abort();
+        out
+    });
+    sql.let_go(&record.id);
+    // Whatever the run's end, nothing holds it now: a paused run is free for a worker.
+    if let Err(e) = rt.block_on(sql.release(&holder, &held)) {
+        super::stderr::error(format!("could not give back the lease of run `{id}`: {e}"));
+    }
+    let waiting = match &outcome {
+        Ok(o) => super::run::waiting(rt, &*store, o),
+        Err(_) => None,
+    };
+    drop(engine);
+    if let Ok(s) = Arc::try_unwrap(store) {
+        rt.block_on(s.close());
+    }
+    match outcome {
+        Ok(o) => super::run::report(o, waiting.as_ref(), &args.store),
+        Err(e) => fail(e),
+    }
+}
+
 /// The root run of `run`'s tree (`run` itself for a root run).
 async fn root_of<S: Store>(store: &S, run: &RunRecord) -> Result<RunRecord, String> {
     let mut root = run.clone();
@@ -582,15 +691,56 @@ fn cancel(args: CancelArgs) -> u8 {
         Use::Write,
         async |s| -> Result<Vec<String>, String> {
             let run = s.get_run(&args.run_id).await.map_err(|e| e.to_string())?;
-            if !crate::runtime::resume::resumable(run.status) {
+            if !crate::runtime::resume::resumable(run.status) && run.status != RunStatus::Queued {
                 return Err(format!(
                     "run `{}` already ended {}: nothing to cancel",
                     run.id,
                     run.status.as_str()
                 ));
             }
-            let _batch = lock_batch(&root_of(&**s, &run).await?, &run.id, "cancel")?;
+            let root = root_of(&**s, &run).await?;
+            let _batch = lock_batch(&root, &run.id, "cancel")?;
             let mut cancelled = Vec::new();
+            // A submitted run: its lease epoch moves on with its end, so the worker holding
+            // it (if one does) writes nothing more of it and drops it (SPEC §12).
+            if let crate::store::any::AnyStore::Sql(sql) = &**s
+                && sql.lease_of(&root.id).await.map_err(|e| e.to_string())?.is_some()
+                && root.id == run.id
+            {
+                let mut r = run.clone();
+                r.status = RunStatus::Cancelled;
+                r.finished_at = Some(now_ms());
+                r.error = Some(StepError::new(
+                    ErrorKind::Cancelled,
+                    "cancelled with `switchyard runs cancel`",
+                ));
+                if !sql.end_submitted(&r).await.map_err(|e| e.to_string())? {
+                    return Err(format!("run `{}` ended meanwhile: nothing to cancel", run.id));
+                }
+                cancelled.push(r.id.clone());
+                let mut queue: Vec<RunRecord> = s
+                    .children(&r.id)
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .into_iter()
+                    .filter(|c| crate::runtime::resume::resumable(c.status))
+                    .collect();
+                while let Some(mut c) = queue.pop() {
+                    queue.extend(
+                        s.children(&c.id)
+                            .await
+                            .map_err(|e| e.to_string())?
+                            .into_iter()
+                            .filter(|c| crate::runtime::resume::resumable(c.status)),
+                    );
+                    c.status = RunStatus::Cancelled;
+                    c.finished_at = Some(now_ms());
+                    c.error = r.error.clone();
+                    s.update_run(&c).await.map_err(|e| e.to_string())?;
+                    cancelled.push(c.id);
+                }
+                return Ok(cancelled);
+            }
             let mut queue = vec![run];
             while let Some(mut r) = queue.pop() {
                 queue.extend(

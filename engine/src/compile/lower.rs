@@ -404,16 +404,20 @@ impl<'p> Compiler<'p> {
             AgentSpec::Command(c) => AgentPlanSpec::Command(CommandPlan {
                 run: c.run.iter().filter_map(|arg| self.template(scope, arg)).collect(),
                 env: c.env.iter().map(|(k, v)| (k.clone(), v.value.clone())).collect(),
-                cwd: c.cwd.as_ref().map(|d| {
-                    let base = self
-                        .project
-                        .flow(scope.id)
-                        .path
-                        .parent()
-                        .map(FsPath::to_path_buf)
-                        .unwrap_or_default();
-                    base.join(&d.value)
-                }),
+                cwd: c
+                    .cwd
+                    .as_ref()
+                    .map(|d| {
+                        let base = self
+                            .project
+                            .flow(scope.id)
+                            .path
+                            .parent()
+                            .map(FsPath::to_path_buf)
+                            .unwrap_or_default();
+                        base.join(&d.value)
+                    })
+                    .or_else(|| self.project.command_dir.clone()),
                 max_output: c.max_output.as_ref().map_or(DEFAULT_MAX_OUTPUT, |m| m.value.0),
             }),
             AgentSpec::Http(h) => AgentPlanSpec::Http(HttpPlan {

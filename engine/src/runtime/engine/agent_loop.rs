@@ -406,7 +406,12 @@ impl<'e, S: Store> Run<'e, S> {
         num: &str,
     ) -> (Result<Turn, StepError>, Usage, Option<Value>, u32) {
         if let Some(why) = &self.tree.resume.lost {
-            return (Err(StepError::new(ErrorKind::Lost, why.clone())), Usage::default(), None, 1);
+            return (
+                Err(StepError::new(ErrorKind::Lost, why.clone())),
+                Usage::default(),
+                None,
+                1,
+            );
         }
         let name = &call.agent.name;
         let mut usage = Usage::default();

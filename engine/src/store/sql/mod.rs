@@ -320,7 +320,11 @@ impl SqlStore {
     async fn queue(&self, op: Op) -> Result<(), StoreError> {
         let fence = self.fence_of(&op);
         self.writes
-            .send(Request { op, fence, done: None })
+            .send(Request {
+                op,
+                fence,
+                done: None,
+            })
             .await
             .map_err(|_| StoreError::Closed {
                 store: self.ctx.store.to_string(),
@@ -431,7 +435,13 @@ fn setup_sql(target: &Target, options: &SqlOptions) -> String {
                 .as_ref()
                 .map(|s| format!("SET search_path TO \"{s}\"; "))
                 .unwrap_or_default();
-            format!("{path}SET lock_timeout = '{busy_ms}ms';")
+            // A session frozen inside a transaction (a worker stopped by SIGSTOP, a machine
+            // that hangs) loses it after this, with the row locks it held: it cannot block
+            // another worker's takeover for longer (SPEC §12).
+            let idle_ms = busy_ms.max(10_000);
+            format!(
+                "{path}SET lock_timeout = '{busy_ms}ms'; SET idle_in_transaction_session_timeout = '{idle_ms}ms';"
+            )
         }
     }
 }

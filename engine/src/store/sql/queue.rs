@@ -152,7 +152,12 @@ impl SqlStore {
 
     /// Points batch `name` at another bundle (`submit --allow-changed`): runs claimed from now
     /// on run it.
-    pub async fn set_batch_bundle(&self, name: &str, bundle: &str, flow_hash: &str) -> Result<(), StoreError> {
+    pub async fn set_batch_bundle(
+        &self,
+        name: &str,
+        bundle: &str,
+        flow_hash: &str,
+    ) -> Result<(), StoreError> {
         let what = format!("updating batch `{name}`");
         sqlx::query("UPDATE batches SET bundle = $1, flow_hash = $2 WHERE name = $3")
             .bind(bundle.to_string())
@@ -184,7 +189,8 @@ impl SqlStore {
             let cols = RUN_COLUMNS.len() + 1;
             let rows: Vec<String> = (0..chunk.len())
                 .map(|r| {
-                    let params: Vec<String> = (1..=cols).map(|c| self.ctx.dialect.param(r * cols + c)).collect();
+                    let params: Vec<String> =
+                        (1..=cols).map(|c| self.ctx.dialect.param(r * cols + c)).collect();
                     format!("({})", params.join(", "))
                 })
                 .collect();
@@ -197,7 +203,9 @@ impl SqlStore {
             for r in chunk {
                 q = RunRow::encode(r)?.bind_to(q).bind(0i64);
             }
-            q.execute(&self.pool).await.map_err(|e| self.ctx.error(what, &e))?;
+            q.execute(&self.pool)
+                .await
+                .map_err(|e| self.ctx.error(what, &e))?;
         }
         Ok(())
     }
@@ -226,11 +234,13 @@ impl SqlStore {
     pub async fn stop_worker(&self, id: &str) -> Result<(), StoreError> {
         let what = format!("unregistering worker `{id}`");
         let now = self.ctx.dialect.now_ms();
-        sqlx::query(AssertSqlSafe(format!("UPDATE workers SET stopped_at = {now} WHERE id = $1")))
-            .bind(id.to_string())
-            .execute(&self.pool)
-            .await
-            .map_err(|e| self.ctx.error(&what, &e))?;
+        sqlx::query(AssertSqlSafe(format!(
+            "UPDATE workers SET stopped_at = {now} WHERE id = $1"
+        )))
+        .bind(id.to_string())
+        .execute(&self.pool)
+        .await
+        .map_err(|e| self.ctx.error(&what, &e))?;
         Ok(())
     }
 
@@ -295,11 +305,13 @@ impl SqlStore {
         let now = self.ctx.dialect.now_ms();
         let mut conn = self.pool.acquire().await.map_err(err)?;
         let mut tx = conn.begin().await.map_err(err)?;
-        sqlx::query(AssertSqlSafe(format!("UPDATE workers SET heartbeat_at = {now} WHERE id = $1")))
-            .bind(worker.to_string())
-            .execute(&mut *tx)
-            .await
-            .map_err(err)?;
+        sqlx::query(AssertSqlSafe(format!(
+            "UPDATE workers SET heartbeat_at = {now} WHERE id = $1"
+        )))
+        .bind(worker.to_string())
+        .execute(&mut *tx)
+        .await
+        .map_err(err)?;
         let mut kept = Vec::with_capacity(held.len());
         for chunk in held.chunks(SUBMIT_CHUNK) {
             let params: Vec<String> = (3..chunk.len() + 3).map(|i| format!("${i}")).collect();
@@ -333,7 +345,8 @@ impl SqlStore {
     }
 
     /// Gives back the leases of `runs` (id, epoch) that worker `worker` still holds, so another
-    /// worker takes them at once, without counting a recovery. Their records stay: a claim
+    /// worker takes them at once, without counting a recovery. The epoch moves on: whatever
+    /// this worker might still write of them is refused. Their records stay: a claim
     /// resumes them from their last recorded step.
     pub async fn release(&self, worker: &str, runs: &[(String, i64)]) -> Result<(), StoreError> {
         const WHAT: &str = "giving back leases";
@@ -345,7 +358,7 @@ impl SqlStore {
         let mut tx = conn.begin().await.map_err(err)?;
         for (id, epoch) in runs {
             sqlx::query(
-                "UPDATE runs SET lease_owner = NULL, lease_until = NULL \
+                "UPDATE runs SET lease_owner = NULL, lease_until = NULL, lease_epoch = lease_epoch + 1 \
                  WHERE id = $1 AND lease_epoch = $2 AND lease_owner = $3 AND status = 'running'",
             )
             .bind(id.clone())
@@ -384,6 +397,48 @@ impl SqlStore {
         Ok(done.rows_affected() > 0)
     }
 
+    /// Takes the lease of stopped submitted run `id` for `holder` (a `resume` of it): the run
+    /// must be `interrupted`, or `running` with no live lease. Its status is left as it is.
+    /// Returns the new epoch, or `None` when a worker holds it now.
+    pub async fn take_over(
+        &self,
+        holder: &str,
+        id: &str,
+        lease: Duration,
+    ) -> Result<Option<i64>, StoreError> {
+        let what = format!("taking the lease of run `{id}`");
+        let now = self.ctx.dialect.now_ms();
+        let epoch: Option<i64> = sqlx::query_scalar(AssertSqlSafe(format!(
+            "UPDATE runs SET lease_owner = $1, lease_until = {now} + $2, lease_epoch = lease_epoch + 1 \
+             WHERE id = $3 AND lease_epoch IS NOT NULL AND status IN ('interrupted', 'running') \
+             AND (status = 'interrupted' OR lease_owner IS NULL OR lease_until < {now}) RETURNING lease_epoch"
+        )))
+        .bind(holder.to_string())
+        .bind(millis(lease))
+        .bind(id.to_string())
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(|e| self.ctx.error(&what, &e))?;
+        Ok(epoch)
+    }
+
+    /// How many submitted runs (of batch `batch`, or of any) are queued or running.
+    pub async fn unfinished_submitted(&self, batch: Option<&str>) -> Result<u64, StoreError> {
+        const WHAT: &str = "counting unfinished submitted runs";
+        let only = if batch.is_some() { " AND batch = $1" } else { "" };
+        let mut q = sqlx::query_scalar::<_, i64>(AssertSqlSafe(format!(
+            "SELECT COUNT(*) FROM runs WHERE lease_epoch IS NOT NULL AND status IN ('queued', 'running'){only}"
+        )));
+        if let Some(b) = batch {
+            q = q.bind(b.to_string());
+        }
+        let n = q
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|e| self.ctx.error(WHAT, &e))?;
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+
     /// The lease of run `id`: its epoch (None: not a submitted run), holder, and whether the
     /// lease is live on the database's clock.
     pub async fn lease_of(&self, id: &str) -> Result<Option<(i64, Option<String>, bool)>, StoreError> {
@@ -410,8 +465,12 @@ impl SqlStore {
 
 fn decode_claimed(row: &AnyRow) -> Result<Claimed, String> {
     let record = decode_run(row)?;
-    let epoch: i64 = row.try_get("lease_epoch").map_err(|e| format!("column `lease_epoch`: {e}"))?;
-    let recoveries: Option<i64> = row.try_get("recoveries").map_err(|e| format!("column `recoveries`: {e}"))?;
+    let epoch: i64 = row
+        .try_get("lease_epoch")
+        .map_err(|e| format!("column `lease_epoch`: {e}"))?;
+    let recoveries: Option<i64> = row
+        .try_get("recoveries")
+        .map_err(|e| format!("column `recoveries`: {e}"))?;
     Ok(Claimed {
         record,
         epoch,
@@ -424,7 +483,8 @@ fn decode_batch(r: &AnyRow) -> Result<SubmittedBatch, String> {
         let v: i64 = r.try_get(c).map_err(|e| format!("column `{c}`: {e}"))?;
         u64::try_from(v).map_err(|_| format!("column `{c}` is negative"))
     };
-    let get_s = |c: &str| -> Result<String, String> { r.try_get(c).map_err(|e| format!("column `{c}`: {e}")) };
+    let get_s =
+        |c: &str| -> Result<String, String> { r.try_get(c).map_err(|e| format!("column `{c}`: {e}")) };
     let context: String = get_s("context")?;
     Ok(SubmittedBatch {
         name: get_s("name")?,

@@ -182,7 +182,10 @@ impl Writer {
     /// update of a missing run is `NotFound` and writes nothing; a fenced write whose lease
     /// is gone is `LeaseLost`); `Err` the index of the failing write (or `reqs.len()` for
     /// begin/commit) and the error, after a rollback.
-    async fn transaction(&self, reqs: &[&Request]) -> Result<Vec<Result<(), StoreError>>, (usize, sqlx::Error)> {
+    async fn transaction(
+        &self,
+        reqs: &[&Request],
+    ) -> Result<Vec<Result<(), StoreError>>, (usize, sqlx::Error)> {
         let mut conn = self.pool.acquire().await.map_err(|e| (reqs.len(), e))?;
         let fenced = reqs.iter().any(|r| r.fence.is_some());
         let ops: Vec<&Op> = reqs.iter().map(|r| &r.op).collect();

@@ -1,0 +1,587 @@
+//! `switchyard worker` (SPEC §12): claims queued runs of submitted batches from the store, runs
+//! them as a local batch runs its items, and keeps their leases alive by heartbeat.
+//!
+//! - **Claims** take up to the free places (`--concurrency` minus the runs held) at a time, in
+//!   one short transaction; with nothing to claim the worker polls, backing off to
+//!   [`IDLE_POLL_MAX`].
+//! - **Leases**: each claimed run is held under the epoch it was claimed at
+//!   ([`SqlStore::hold`]): every write of it (and of its child runs) is refused once another
+//!   worker took it over. The heartbeat renews the held leases every `--heartbeat`; a held run
+//!   the heartbeat no longer finds this worker's is paused here (its writes are refused
+//!   anyway) and counted as dropped.
+//! - **Recoveries**: a run claimed from a worker whose lease ran out more times than its
+//!   batch's `--max-recoveries` is replayed with [`ResumeOptions::lost`]: it fails with kind
+//!   `lost` where it would call (an attempt in doubt still stops it `in_doubt`).
+//! - **Store failures** (a connection killed, the database restarting): the run stops where its
+//!   records end, and its lease is given back, so it resumes (here or elsewhere) once the
+//!   store answers.
+//! - **Drain** (SIGTERM): no more claims; held runs have `--grace` to finish; then they pause at
+//!   their next recorded point, and every lease still held is given back.
+//! - A store migrated by a newer switchyard (found by the heartbeat, or refused by a fenced
+//!   write) stops the worker: it writes nothing in the old shape.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::agents::AgentState;
+use crate::plan::Plan;
+use crate::runtime::engine::{Engine, RunControls, RunOptions, RunOutcome};
+use crate::runtime::record::RunStatus;
+use crate::runtime::resume::{ResumeError, ResumeOptions};
+use crate::store::any::AnyStore;
+use crate::store::sql::SqlStore;
+use crate::store::sql::batches::{SubmittedBatch, WorkerRow};
+use crate::store::sql::queue::Claimed;
+use crate::store::{StoreError, sql};
+
+/// The longest wait between claims while there is nothing to claim.
+pub const IDLE_POLL_MAX: Duration = Duration::from_millis(1000);
+/// The first wait between claims once a claim found nothing.
+const IDLE_POLL_MIN: Duration = Duration::from_millis(50);
+
+#[derive(Clone, Debug)]
+pub struct WorkerOptions {
+    /// This worker's id in the store (`workers.id`, `runs.lease_owner`).
+    pub id: String,
+    /// Claim only from this batch.
+    pub batch: Option<String>,
+    /// Runs held at once.
+    pub concurrency: usize,
+    pub lease: Duration,
+    pub heartbeat: Duration,
+    /// After SIGTERM, how long held runs may take to finish before they are paused.
+    pub grace: Duration,
+    /// Exit once nothing is held and no submitted run (of `batch`, or of any batch) is queued
+    /// or running, instead of waiting for more work.
+    pub exit_when_idle: bool,
+}
+
+/// What a worker did.
+#[derive(Debug, Default)]
+pub struct WorkerStats {
+    pub claimed: AtomicU64,
+    pub succeeded: AtomicU64,
+    pub failed: AtomicU64,
+    pub interrupted: AtomicU64,
+    /// Runs whose lease another worker took (or that were cancelled) while held here.
+    pub dropped: AtomicU64,
+    /// Leases given back unfinished: at the drain, or after a store failure.
+    pub released: AtomicU64,
+    /// Runs held now.
+    pub held: AtomicU64,
+}
+
+/// Why a worker stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    #[error("a worker needs a PostgreSQL (or SQLite) store shared with `submit`, not `--store memory`")]
+    NotShared,
+    #[error("store: {0}")]
+    Store(#[from] StoreError),
+    /// The flow bundle of a batch cannot run here (an unknown bundle format, a flow that does
+    /// not compile with this build).
+    #[error("batch `{batch}`: {message}")]
+    Bundle { batch: String, message: String },
+}
+
+/// Turns a submitted batch into the plan its runs run: the bundle read from the store,
+/// materialized and compiled. Given by the caller (the command line prints diagnostics).
+pub type PlanLoader = Arc<dyn for<'a> Fn(&'a SqlStore, &SubmittedBatch) -> PlanFuture<'a> + Send + Sync>;
+/// What a [`PlanLoader`] returns.
+pub type PlanFuture<'a> = std::pin::Pin<Box<dyn Future<Output = Result<Arc<Plan>, String>> + Send + 'a>>;
+
+/// A batch as this worker knows it.
+struct Known {
+    plan: Arc<Plan>,
+    max_recoveries: u64,
+}
+
+/// A run held here.
+struct Held {
+    epoch: i64,
+    /// Pauses this run alone (a child of the drain's pause): a run whose lease is gone stops
+    /// at its next recorded point — whose write is refused — without ending it here.
+    pause: CancellationToken,
+    /// The heartbeat found its lease gone.
+    lost: bool,
+}
+
+/// What a run's task hands back.
+struct Finished {
+    id: String,
+    epoch: i64,
+    outcome: Result<RunOutcome, ResumeError>,
+}
+
+/// Runs the worker until `stop` (SIGTERM) and the drain, or, with `exit_when_idle`, until
+/// there is nothing left to do.
+pub async fn run(
+    store: Arc<AnyStore>,
+    options: WorkerOptions,
+    load: PlanLoader,
+    stop: CancellationToken,
+    stats: Arc<WorkerStats>,
+) -> Result<(), WorkerError> {
+    let AnyStore::Sql(sql) = &*store else {
+        return Err(WorkerError::NotShared);
+    };
+    sql.register_worker(&WorkerRow {
+        id: options.id.clone(),
+        host: host_name(),
+        pid: u64::from(std::process::id()),
+        batch: options.batch.clone(),
+        concurrency: options.concurrency as u64,
+        lease_ms: options.lease.as_millis() as u64,
+        started_at: 0,
+        heartbeat_at: 0,
+        stopped_at: None,
+    })
+    .await?;
+    tracing::info!(worker = %options.id, "worker started");
+    let held: Arc<Mutex<HashMap<String, Held>>> = Arc::default();
+    let fatal: Arc<Mutex<Option<WorkerError>>> = Arc::default();
+    let stop_all = CancellationToken::new();
+    let heart = tokio::spawn(heartbeat(
+        store.clone(),
+        options.clone(),
+        held.clone(),
+        fatal.clone(),
+        stop_all.clone(),
+    ));
+    let outcome = work(
+        &store, sql, &options, &load, &stop, &stop_all, &held, &fatal, &stats,
+    )
+    .await;
+    stop_all.cancel();
+    let _ = heart.await;
+    // Whatever is still held is given back (runs paused at the drain, or stopped by a failure).
+    let rest: Vec<(String, i64)> = held
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .drain()
+        .map(|(id, h)| (id, h.epoch))
+        .collect();
+    if !rest.is_empty() {
+        for (id, _) in &rest {
+            sql.let_go(id);
+        }
+        stats.released.fetch_add(rest.len() as u64, Ordering::Relaxed);
+        if let Err(e) = sql.release(&options.id, &rest).await {
+            tracing::warn!(worker = %options.id, error = %e, "could not give back leases: they run out instead");
+        }
+    }
+    if let Err(e) = sql.stop_worker(&options.id).await {
+        tracing::warn!(worker = %options.id, error = %e, "could not unregister the worker");
+    }
+    tracing::info!(worker = %options.id, "worker stopped");
+    outcome
+}
+
+/// The claim loop: claims while there is room, starts each run, settles each as it ends.
+#[allow(clippy::too_many_arguments)]
+async fn work(
+    store: &Arc<AnyStore>,
+    sql: &SqlStore,
+    options: &WorkerOptions,
+    load: &PlanLoader,
+    stop: &CancellationToken,
+    stop_all: &CancellationToken,
+    held: &Arc<Mutex<HashMap<String, Held>>>,
+    fatal: &Arc<Mutex<Option<WorkerError>>>,
+    stats: &Arc<WorkerStats>,
+) -> Result<(), WorkerError> {
+    let engine = Engine::new(store.clone());
+    let mut known: HashMap<String, Known> = HashMap::new();
+    let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Finished>();
+    let pause = CancellationToken::new();
+    let mut in_flight = 0usize;
+    let mut idle = IDLE_POLL_MIN;
+    let mut draining: Option<Instant> = None;
+    let store_down = Arc::new(AtomicBool::new(false));
+    loop {
+        if let Some(e) = fatal.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            pause.cancel();
+            stop_all.cancel();
+            // Runs in flight stop where they are; their writes are refused from now on.
+            drain_rest(
+                &mut done_rx,
+                &mut in_flight,
+                held,
+                sql,
+                options,
+                stats,
+                Duration::from_secs(2),
+            )
+            .await;
+            return Err(e);
+        }
+        if stop.is_cancelled() && draining.is_none() {
+            tracing::info!(worker = %options.id, held = in_flight, "draining: no more claims");
+            draining = Some(Instant::now());
+        }
+        if let Some(since) = draining {
+            if in_flight == 0 {
+                return Ok(());
+            }
+            if since.elapsed() >= options.grace {
+                tracing::info!(worker = %options.id, held = in_flight, "grace over: pausing what is held");
+                pause.cancel();
+                drain_rest(
+                    &mut done_rx,
+                    &mut in_flight,
+                    held,
+                    sql,
+                    options,
+                    stats,
+                    Duration::from_secs(5),
+                )
+                .await;
+                return Ok(());
+            }
+        }
+        let room = options.concurrency.saturating_sub(in_flight);
+        let mut claimed_now = 0usize;
+        if draining.is_none() && room > 0 {
+            match sql
+                .claim(&options.id, options.batch.as_deref(), room, options.lease)
+                .await
+            {
+                Ok(claimed) => {
+                    store_down.store(false, Ordering::Relaxed);
+                    claimed_now = claimed.len();
+                    for c in claimed {
+                        stats.claimed.fetch_add(1, Ordering::Relaxed);
+                        let batch = c.record.batch.clone().unwrap_or_default();
+                        if !known.contains_key(&batch) {
+                            match learn(sql, &batch, load).await {
+                                Ok(k) => {
+                                    known.insert(batch.clone(), k);
+                                }
+                                Err(e) => {
+                                    // This worker cannot run the batch: give the run back for
+                                    // a worker that can, and stop.
+                                    let _ = sql.release(&options.id, &[(c.record.id.clone(), c.epoch)]).await;
+                                    *fatal.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+                                    break;
+                                }
+                            }
+                        }
+                        let k = &known[&batch];
+                        start(&engine, sql, k, c, &pause, held, &done_tx, stats);
+                        in_flight += 1;
+                    }
+                }
+                Err(e) => {
+                    if !store_down.swap(true, Ordering::Relaxed) {
+                        tracing::warn!(worker = %options.id, error = %e, "cannot claim runs; trying again");
+                    }
+                }
+            }
+        }
+        if claimed_now > 0 {
+            idle = IDLE_POLL_MIN;
+        }
+        // Idle: nothing held, nothing claimed, and nothing left unfinished that a lease
+        // running out would free.
+        if options.exit_when_idle
+            && in_flight == 0
+            && claimed_now == 0
+            && !store_down.load(Ordering::Relaxed)
+            && sql.unfinished_submitted(options.batch.as_deref()).await.ok() == Some(0)
+        {
+            return Ok(());
+        }
+        // Wait for a run to end (room to claim again), for the next poll, or for SIGTERM.
+        let wait = if room > claimed_now && draining.is_none() {
+            let w = idle;
+            if claimed_now == 0 {
+                idle = (idle * 2).min(IDLE_POLL_MAX);
+            }
+            w
+        } else {
+            IDLE_POLL_MAX
+        };
+        tokio::select! {
+            f = done_rx.recv() => {
+                if let Some(f) = f {
+                    in_flight -= 1;
+                    settle(f, held, sql, options, stats).await;
+                    // Everything else that ended meanwhile, without waiting.
+                    while let Ok(f) = done_rx.try_recv() {
+                        in_flight -= 1;
+                        settle(f, held, sql, options, stats).await;
+                    }
+                }
+            }
+            _ = tokio::time::sleep(wait) => {}
+            _ = stop.cancelled(), if draining.is_none() => {}
+            _ = stop_all.cancelled() => {}
+        }
+    }
+}
+
+/// After the pause: waits up to `within` for the held runs to stop, settling each.
+async fn drain_rest(
+    done_rx: &mut mpsc::UnboundedReceiver<Finished>,
+    in_flight: &mut usize,
+    held: &Arc<Mutex<HashMap<String, Held>>>,
+    sql: &SqlStore,
+    options: &WorkerOptions,
+    stats: &Arc<WorkerStats>,
+    within: Duration,
+) {
+    let deadline = tokio::time::Instant::now() + within;
+    while *in_flight > 0 {
+        match tokio::time::timeout_at(deadline, done_rx.recv()).await {
+            Ok(Some(f)) => {
+                *in_flight -= 1;
+                settle(f, held, sql, options, stats).await;
+            }
+            _ => break,
+        }
+    }
+}
+
+/// Reads batch `name` and loads its plan.
+async fn learn(sql: &SqlStore, name: &str, load: &PlanLoader) -> Result<Known, WorkerError> {
+    let batch = sql
+        .submitted_batch(name)
+        .await?
+        .ok_or_else(|| WorkerError::Bundle {
+            batch: name.to_string(),
+            message: "the store has no such submitted batch".into(),
+        })?;
+    let plan = load(sql, &batch).await.map_err(|message| WorkerError::Bundle {
+        batch: name.to_string(),
+        message,
+    })?;
+    Ok(Known {
+        plan,
+        max_recoveries: batch.max_recoveries,
+    })
+}
+
+/// Starts claimed run `c` on a task of its own.
+#[allow(clippy::too_many_arguments)]
+fn start(
+    engine: &Engine<AnyStore>,
+    sql: &SqlStore,
+    k: &Known,
+    c: Claimed,
+    pause: &CancellationToken,
+    held: &Arc<Mutex<HashMap<String, Held>>>,
+    done: &mpsc::UnboundedSender<Finished>,
+    stats: &Arc<WorkerStats>,
+) {
+    let id = c.record.id.clone();
+    let own_pause = pause.child_token();
+    sql.hold(&id, c.epoch);
+    held.lock().unwrap_or_else(|p| p.into_inner()).insert(
+        id.clone(),
+        Held {
+            epoch: c.epoch,
+            pause: own_pause.clone(),
+            lost: false,
+        },
+    );
+    stats.held.fetch_add(1, Ordering::Relaxed);
+    let lost = (c.recoveries > k.max_recoveries).then(|| {
+        format!(
+            "the run was taken over from workers that stopped holding it {} times (the batch's --max-recoveries is {}): \
+             given up rather than crash another worker",
+            c.recoveries, k.max_recoveries
+        )
+    });
+    if lost.is_some() {
+        tracing::warn!(run_id = %id, recoveries = c.recoveries, "giving the run up as lost");
+    }
+    // The batch's bundle is what its runs run: a run started before `submit --allow-changed`
+    // pointed the batch at a new one continues with it.
+    let resume = ResumeOptions {
+        lost,
+        allow_changed: true,
+        ..ResumeOptions::default()
+    };
+    let controls = RunControls {
+        cancel: CancellationToken::new(),
+        pause: own_pause,
+        released: None,
+    };
+    let engine = engine.clone();
+    let plan = k.plan.clone();
+    let done = done.clone();
+    let fresh = c.is_fresh();
+    let epoch = c.epoch;
+    tokio::spawn(async move {
+        let state = Arc::new(AgentState::default());
+        let outcome = Box::pin(engine.resume_record(
+            plan,
+            c.record,
+            fresh,
+            RunOptions::default(),
+            resume,
+            state,
+            controls,
+        ))
+        .await;
+        let _ = done.send(Finished { id, epoch, outcome });
+    });
+}
+
+/// Counts a run that ended here and lets go of it; gives back the lease of one that stopped
+/// unfinished.
+async fn settle(
+    f: Finished,
+    held: &Arc<Mutex<HashMap<String, Held>>>,
+    sql: &SqlStore,
+    options: &WorkerOptions,
+    stats: &Arc<WorkerStats>,
+) {
+    let h = held.lock().unwrap_or_else(|p| p.into_inner()).remove(&f.id);
+    sql.let_go(&f.id);
+    stats.held.fetch_sub(1, Ordering::Relaxed);
+    let lost = h.as_ref().is_some_and(|h| h.lost);
+    let unfinished = match &f.outcome {
+        Ok(o) if o.store_failure.is_some() => {
+            let why = o.store_failure.clone().unwrap_or_default();
+            if lost || why.contains("no longer this worker's") {
+                tracing::info!(run_id = %f.id, "the run's lease was taken over: dropped here");
+                stats.dropped.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+            tracing::warn!(run_id = %f.id, error = %why, "the store failed; the run is given back to resume");
+            true
+        }
+        Ok(_) if lost => {
+            stats.dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        Ok(o) => match o.status {
+            RunStatus::Succeeded => {
+                stats.succeeded.fetch_add(1, Ordering::Relaxed);
+                false
+            }
+            RunStatus::Interrupted => {
+                stats.interrupted.fetch_add(1, Ordering::Relaxed);
+                false
+            }
+            RunStatus::Running | RunStatus::Queued => true,
+            _ => {
+                stats.failed.fetch_add(1, Ordering::Relaxed);
+                false
+            }
+        },
+        Err(ResumeError::Store(StoreError::LeaseLost { .. })) => {
+            stats.dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        Err(e) => {
+            tracing::warn!(run_id = %f.id, error = %e, "the run could not resume here; it is given back");
+            true
+        }
+    };
+    if unfinished {
+        stats.released.fetch_add(1, Ordering::Relaxed);
+        // Given back in the background: a store that is down would hold up the claim loop.
+        if let Err(e) = sql.release(&options.id, &[(f.id.clone(), f.epoch)]).await {
+            tracing::warn!(run_id = %f.id, error = %e, "could not give the lease back: it runs out instead");
+        }
+    }
+}
+
+/// Renews the held runs' leases every `heartbeat`; cancels held runs whose lease is gone; stops
+/// the worker when the store was migrated by a newer switchyard.
+async fn heartbeat(
+    store: Arc<AnyStore>,
+    options: WorkerOptions,
+    held: Arc<Mutex<HashMap<String, Held>>>,
+    fatal: Arc<Mutex<Option<WorkerError>>>,
+    stop: CancellationToken,
+) {
+    let AnyStore::Sql(sql) = &*store else {
+        return;
+    };
+    let mut last_ok = Instant::now();
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(options.heartbeat) => {}
+            _ = stop.cancelled() => return,
+        }
+        let snapshot: Vec<(String, i64)> = held
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter(|(_, h)| !h.lost)
+            .map(|(id, h)| (id.clone(), h.epoch))
+            .collect();
+        match sql.heartbeat(&options.id, &snapshot, options.lease).await {
+            Ok(beat) => {
+                last_ok = Instant::now();
+                if beat.schema_version > sql::SCHEMA_VERSION {
+                    *fatal.lock().unwrap_or_else(|p| p.into_inner()) =
+                        Some(WorkerError::Store(StoreError::NewerSchema {
+                            store: sql.name().to_string(),
+                            found: beat.schema_version,
+                            supported: sql::SCHEMA_VERSION,
+                        }));
+                    stop.cancel();
+                    return;
+                }
+                let mut held = held.lock().unwrap_or_else(|p| p.into_inner());
+                for (id, epoch) in &snapshot {
+                    if !beat.kept.iter().any(|(k, e)| k == id && e == epoch)
+                        && let Some(h) = held.get_mut(id)
+                        && h.epoch == *epoch
+                    {
+                        tracing::warn!(run_id = %id, "the run's lease is no longer this worker's: dropping it");
+                        h.lost = true;
+                        h.pause.cancel();
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::warn!(worker = %options.id, error = %e, "heartbeat failed");
+                if last_ok.elapsed() >= options.lease {
+                    // The leases ran out: other workers may hold these runs now.
+                    let mut held = held.lock().unwrap_or_else(|p| p.into_inner());
+                    for (id, h) in held.iter_mut() {
+                        if !h.lost {
+                            tracing::warn!(run_id = %id, "no heartbeat for a whole lease: dropping the run");
+                            h.lost = true;
+                            h.pause.cancel();
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// This machine's name, for `batches` to show.
+pub fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "localhost".to_string())
+}
+
+/// A new worker id: the host, the process and a random part.
+pub fn new_worker_id() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    // Seeded by the process's random hash keys and the time: distinct across processes.
+    let mut h = std::hash::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos(),
+    );
+    format!("{}-{}-{:08x}", host_name(), std::process::id(), h.finish() as u32)
+}

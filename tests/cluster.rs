@@ -1,0 +1,622 @@
+//! Many machines (SPEC §12) on the real PostgreSQL: `submit`, `worker` processes of the real
+//! binary, and what survives their deaths — kill -9, SIGSTOP past the lease, connections
+//! terminated by the server — a poison item, the drain on SIGTERM, and a store migrated by a
+//! newer switchyard.
+//!
+//! Needs `SWITCHYARD_TEST_DATABASE_URL`; every test works in a fresh schema, dropped after.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::support::{TempDir, run, switchyard};
+
+/// A fresh schema of the test database, dropped when this goes out of scope.
+pub struct Pg {
+    base: String,
+    pub schema: String,
+}
+
+impl Pg {
+    pub fn new(tag: &str) -> Pg {
+        let base = std::env::var("SWITCHYARD_TEST_DATABASE_URL").unwrap_or_else(|_| {
+            panic!(
+                "SWITCHYARD_TEST_DATABASE_URL is not set: the PostgreSQL tests need a database and do not skip. \
+                 Run them with e.g. `export SWITCHYARD_TEST_DATABASE_URL=postgres://postgres@127.0.0.1:5432/test`"
+            )
+        });
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        Pg {
+            base,
+            schema: format!("sy_{tag}_{}_{nanos}", std::process::id()),
+        }
+    }
+
+    /// The store URL of the schema; `app` names the connections (`application_name`), so a
+    /// test can find one process's sessions.
+    pub fn url(&self, app: &str) -> String {
+        let sep = if self.base.contains('?') { '&' } else { '?' };
+        format!("{}{sep}schema={}&application_name={app}", self.base, self.schema)
+    }
+
+    /// Runs SQL on the schema and returns the rows as JSON objects of text values.
+    pub fn query(&self, sql: &str) -> Vec<HashMap<String, Option<String>>> {
+        use sqlx::{Column, Connection, Row};
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(async {
+            sqlx::any::install_default_drivers();
+            let mut conn = sqlx::AnyConnection::connect(&self.base).await.expect("connect");
+            sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+                "SET search_path TO \"{}\"",
+                self.schema
+            )))
+            .execute(&mut conn)
+            .await
+            .expect("search path");
+            let rows = sqlx::query(sqlx::AssertSqlSafe(sql.to_string()))
+                .fetch_all(&mut conn)
+                .await
+                .unwrap_or_else(|e| panic!("{sql}: {e}"));
+            let out = rows
+                .iter()
+                .map(|r| {
+                    r.columns()
+                        .iter()
+                        .map(|c| {
+                            let v: Option<String> = r
+                                .try_get::<Option<String>, _>(c.ordinal())
+                                .ok()
+                                .flatten()
+                                .or_else(|| {
+                                    r.try_get::<Option<i64>, _>(c.ordinal())
+                                        .ok()
+                                        .flatten()
+                                        .map(|n| n.to_string())
+                                });
+                            (c.name().to_string(), v)
+                        })
+                        .collect()
+                })
+                .collect();
+            conn.close().await.expect("close");
+            out
+        })
+    }
+
+    /// One number from SQL.
+    pub fn count(&self, sql: &str) -> i64 {
+        let rows = self.query(sql);
+        rows.first()
+            .and_then(|r| r.values().next().cloned().flatten())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{sql}: no number in {rows:?}"))
+    }
+}
+
+impl Drop for Pg {
+    fn drop(&mut self) {
+        let (base, schema) = (self.base.clone(), self.schema.clone());
+        let _ = std::thread::spawn(move || {
+            use sqlx::Connection;
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .ok()?;
+            rt.block_on(async {
+                sqlx::any::install_default_drivers();
+                let mut conn = sqlx::AnyConnection::connect(&base).await.ok()?;
+                sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+                    "DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"
+                )))
+                .execute(&mut conn)
+                .await
+                .ok()?;
+                conn.close().await.ok()
+            })
+        })
+        .join();
+    }
+}
+
+/// A flow whose first step is a non-idempotent `command` that appends its input to `effects`
+/// (so every execution is counted) and sleeps `sleep` seconds; then pure steps.
+pub fn side_effect_flow(effects: &Path, sleep: &str) -> String {
+    format!(
+        r#"flow: items
+input:
+  schema: {{type: object, required: [id, n], properties: {{n: {{type: integer}}}}}}
+agents:
+  side:
+    kind: command
+    run: [sh, -c, 'read -r x; printf "%s\n" "$x" >> "{effects}"; sleep {sleep}; printf "%s" "$x"']
+    idempotent: false
+  double:
+    kind: transform
+    result: {{v: =input * 2}}
+steps:
+  call:
+    agent: side
+    output: {{$.seen: $.n}}
+    next: spread
+  spread:
+    foreach: =[payload.n, payload.n + 1]
+    agent: double
+    select: $.v
+    output: {{$.doubled: $}}
+    next: total
+  total:
+    set:
+      $.sum: =payload.doubled[0] + payload.doubled[1]
+"#,
+        effects = effects.display()
+    )
+}
+
+pub fn write_input(dir: &TempDir, n: usize) -> PathBuf {
+    let mut text = String::new();
+    for i in 0..n {
+        text.push_str(&json!({"id": format!("item-{i}"), "n": i}).to_string());
+        text.push('\n');
+    }
+    dir.write("in.jsonl", text)
+}
+
+/// How many times each id was executed, from the effects file.
+pub fn effects(path: &Path) -> HashMap<String, usize> {
+    let mut seen = HashMap::new();
+    for line in std::fs::read_to_string(path).unwrap_or_default().lines() {
+        let v: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("effects line `{line}`: {e}"));
+        *seen.entry(v["id"].as_str().expect("id").to_string()).or_default() += 1;
+    }
+    seen
+}
+
+pub fn submit(dir: &TempDir, flow: &Path, url: &str, batch: &str, extra: &[&str]) -> crate::support::Output {
+    run(switchyard(dir.path())
+        .arg("submit")
+        .arg(flow)
+        .args(["--input", "in.jsonl", "--batch", batch, "--store", url])
+        .args(extra))
+}
+
+/// A worker process of the binary, its stderr in `dir/<name>.log`.
+pub fn spawn_worker(dir: &TempDir, url: &str, name: &str, extra: &[&str]) -> Child {
+    let log = std::fs::File::create(dir.path().join(format!("{name}.log"))).expect("log file");
+    switchyard(dir.path())
+        .args(["worker", "--store", url, "--progress-every", "0"])
+        .args(extra)
+        .env(
+            "SWITCHYARD_BUNDLE_DIR",
+            dir.path().join(format!("bundles-{name}")),
+        )
+        .env("SWITCHYARD_LOG", "switchyard=info")
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("a worker starts")
+}
+
+pub fn log_of(dir: &TempDir, name: &str) -> String {
+    std::fs::read_to_string(dir.path().join(format!("{name}.log"))).unwrap_or_default()
+}
+
+/// Waits for a child to exit, at most `limit`; kills it and fails past that.
+pub fn wait_exit(child: &mut Child, limit: Duration, what: &str) -> std::process::ExitStatus {
+    let t0 = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            return status;
+        }
+        if t0.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what} did not exit within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Polls until `cond` holds, at most `limit`.
+pub fn wait_for(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !cond() {
+        assert!(t0.elapsed() < limit, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn signal(child: &Child, sig: &str) {
+    let status = std::process::Command::new("kill")
+        .args([&format!("-{sig}"), &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(status.success(), "kill -{sig} {}", child.id());
+}
+
+/// Statuses of each item's latest run: item id → (status, error kind).
+fn latest(pg: &Pg, batch: &str) -> HashMap<String, (String, Option<String>)> {
+    let rows = pg.query(&format!(
+        "SELECT item_id, status, error FROM runs r WHERE batch = '{batch}' AND parent_run IS NULL \
+         AND NOT EXISTS (SELECT 1 FROM runs o WHERE o.batch = r.batch AND o.item_index = r.item_index \
+         AND o.started_at > r.started_at)"
+    ));
+    rows.into_iter()
+        .map(|r| {
+            let kind = r["error"]
+                .as_deref()
+                .and_then(|e| serde_json::from_str::<Value>(e).ok())
+                .and_then(|e| e["kind"].as_str().map(str::to_string));
+            (
+                r["item_id"].clone().expect("item id"),
+                (r["status"].clone().expect("status"), kind),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn two_workers_run_a_submitted_batch_once_each_item() {
+    const N: usize = 60;
+    let pg = Pg::new("two");
+    let dir = TempDir::new("cluster-two");
+    let fx = dir.path().join("effects");
+    let flow = dir.write("items.yaml", side_effect_flow(&fx, "0.01"));
+    write_input(&dir, N);
+    let url = pg.url("sy_two");
+    let out = submit(&dir, &flow, &url, "b1", &[]);
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    assert!(out.stderr.contains("60 runs queued"), "{}", out.stderr);
+    assert_eq!(
+        pg.count("SELECT COUNT(*) FROM runs WHERE status = 'queued'"),
+        N as i64
+    );
+    // Submitting again adds nothing.
+    let again = submit(&dir, &flow, &url, "b1", &[]);
+    assert_eq!(again.code(), 0, "{}", again.stderr);
+    assert!(
+        again.stderr.contains("0 runs queued, 60 already submitted"),
+        "{}",
+        again.stderr
+    );
+
+    // The workers run from the stored bundle: the flow file is gone.
+    std::fs::remove_file(&flow).expect("remove the flow");
+    let mut a = spawn_worker(&dir, &url, "a", &["--concurrency", "4", "--exit-when-idle"]);
+    let mut b = spawn_worker(&dir, &url, "b", &["--concurrency", "4", "--exit-when-idle"]);
+    let sa = wait_exit(&mut a, Duration::from_secs(120), "worker a");
+    let sb = wait_exit(&mut b, Duration::from_secs(120), "worker b");
+    assert!(sa.success(), "{}", log_of(&dir, "a"));
+    assert!(sb.success(), "{}", log_of(&dir, "b"));
+    let latest = latest(&pg, "b1");
+    assert_eq!(latest.len(), N);
+    assert!(latest.values().all(|(s, _)| s == "succeeded"), "{latest:?}");
+    let fx = effects(&fx);
+    assert_eq!(fx.len(), N);
+    assert!(fx.values().all(|n| *n == 1), "{fx:?}");
+    // Both took part, each run was held by one.
+    let owners = pg.count("SELECT COUNT(DISTINCT lease_owner) FROM runs WHERE batch = 'b1'");
+    assert_eq!(owners, 2, "{}\n{}", log_of(&dir, "a"), log_of(&dir, "b"));
+    let sum = pg.query("SELECT output FROM runs WHERE item_id = 'item-7'");
+    let output: Value = serde_json::from_str(sum[0]["output"].as_deref().expect("output")).expect("json");
+    assert_eq!(output["sum"], json!(2 * 7 + 2 * 8));
+}
+
+#[test]
+fn a_changed_line_is_refused_and_a_bad_line_fails_at_submit() {
+    let pg = Pg::new("changed");
+    let dir = TempDir::new("cluster-changed");
+    let fx = dir.path().join("effects");
+    let flow = dir.write("items.yaml", side_effect_flow(&fx, "0"));
+    dir.write(
+        "in.jsonl",
+        "{\"id\": \"a\", \"n\": 1}\nnot json\n{\"id\": \"c\", \"n\": \"x\"}\n",
+    );
+    let url = pg.url("sy_changed");
+    let out = submit(&dir, &flow, &url, "b", &[]);
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("1 runs queued, 0 already submitted, 2 failed at submit"),
+        "{}",
+        out.stderr
+    );
+    let failed = pg.query("SELECT item_id, error FROM runs WHERE status = 'failed' ORDER BY item_index");
+    assert_eq!(failed.len(), 2);
+    assert!(
+        failed[0]["error"]
+            .as_deref()
+            .unwrap()
+            .contains("line 2 is not JSON"),
+        "{failed:?}"
+    );
+    assert!(
+        failed[1]["error"].as_deref().unwrap().contains("input.schema"),
+        "{failed:?}"
+    );
+    // The same input again is fine; a changed line is refused, naming it.
+    assert_eq!(submit(&dir, &flow, &url, "b", &[]).code(), 0);
+    dir.write(
+        "in.jsonl",
+        "{\"id\": \"a\", \"n\": 2}\nnot json\n{\"id\": \"c\", \"n\": \"x\"}\n",
+    );
+    let changed = submit(&dir, &flow, &url, "b", &[]);
+    assert_eq!(changed.code(), 2, "{}", changed.stderr);
+    assert!(
+        changed.stderr.contains("line 1: item `a` is not the input"),
+        "{}",
+        changed.stderr
+    );
+    // Duplicate ids are refused before anything is written.
+    dir.write(
+        "in.jsonl",
+        "{\"id\": \"d\", \"n\": 1}\n{\"id\": \"d\", \"n\": 2}\n",
+    );
+    let dup = submit(&dir, &flow, &url, "other", &[]);
+    assert_eq!(dup.code(), 2, "{}", dup.stderr);
+    assert!(dup.stderr.contains("duplicate ids"), "{}", dup.stderr);
+    assert_eq!(pg.count("SELECT COUNT(*) FROM runs WHERE batch = 'other'"), 0);
+    // A changed flow is refused for the same batch.
+    std::fs::write(&flow, side_effect_flow(&fx, "0.001")).expect("rewrite");
+    dir.write(
+        "in.jsonl",
+        "{\"id\": \"a\", \"n\": 1}\nnot json\n{\"id\": \"c\", \"n\": \"x\"}\n",
+    );
+    let other = submit(&dir, &flow, &url, "b", &[]);
+    assert_eq!(other.code(), 2, "{}", other.stderr);
+    assert!(
+        other.stderr.contains("another version of the flow `items`"),
+        "{}",
+        other.stderr
+    );
+}
+
+#[test]
+fn workers_that_die_freeze_or_lose_their_connections_lose_nothing_and_run_nothing_twice() {
+    const N: usize = 600;
+    let pg = Pg::new("chaos");
+    let dir = TempDir::new("cluster-chaos");
+    let fx = dir.path().join("effects");
+    let flow = dir.write("items.yaml", side_effect_flow(&fx, "0.1"));
+    write_input(&dir, N);
+    let out = submit(&dir, &flow, &pg.url("sy_chaos_submit"), "chaos", &[]);
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    let lease = [
+        "--concurrency",
+        "6",
+        "--lease",
+        "2s",
+        "--heartbeat",
+        "400ms",
+        "--grace",
+        "5s",
+    ];
+    let w3_app = format!("sy_w3_{}", std::process::id());
+    let mut w1 = spawn_worker(&dir, &pg.url("sy_chaos_w1"), "w1", &lease);
+    let mut w2 = spawn_worker(&dir, &pg.url("sy_chaos_w2"), "w2", &lease);
+    let mut w3 = spawn_worker(&dir, &pg.url(&w3_app), "w3", &lease);
+    let done = || pg.count("SELECT COUNT(*) FROM runs WHERE status = 'succeeded' AND parent_run IS NULL");
+    wait_for(Duration::from_secs(120), "a sixth of the batch", || {
+        done() >= (N / 6) as i64
+    });
+    // One dies at once; one freezes past its lease; the third loses its connections.
+    let _ = w1.kill();
+    let _ = w1.wait();
+    signal(&w2, "STOP");
+    std::thread::sleep(Duration::from_millis(3500));
+    let killed = pg.count(&format!(
+        "SELECT COUNT(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = '{w3_app}') t"
+    ));
+    assert!(killed > 0, "worker 3 had no connections to terminate");
+    signal(&w2, "CONT");
+    wait_for(Duration::from_secs(240), "the batch to finish", || {
+        pg.count(
+            "SELECT COUNT(*) FROM runs WHERE lease_epoch IS NOT NULL AND status IN ('queued', 'running')",
+        ) == 0
+    });
+    signal(&w2, "TERM");
+    signal(&w3, "TERM");
+    let s2 = wait_exit(&mut w2, Duration::from_secs(30), "worker 2");
+    let s3 = wait_exit(&mut w3, Duration::from_secs(30), "worker 3");
+    assert!(s2.success(), "worker 2: {}", log_of(&dir, "w2"));
+    assert!(s3.success(), "worker 3: {}", log_of(&dir, "w3"));
+    // The frozen worker noticed that its runs were taken.
+    assert!(
+        log_of(&dir, "w2").contains("dropp"),
+        "worker 2 dropped nothing: {}",
+        log_of(&dir, "w2")
+    );
+
+    let latest = latest(&pg, "chaos");
+    assert_eq!(latest.len(), N, "every item has its run");
+    let fx = effects(&fx);
+    let mut in_doubt = 0;
+    for (id, (status, kind)) in &latest {
+        let executed = fx.get(id).copied().unwrap_or(0);
+        if kind.as_deref() == Some("in_doubt") {
+            in_doubt += 1;
+            assert!(executed <= 1, "{id} in doubt yet executed {executed} times");
+        } else {
+            assert_eq!(status, "succeeded", "{id}: {kind:?}");
+            assert_eq!(executed, 1, "{id} executed {executed} times");
+        }
+    }
+    assert!(in_doubt < 40, "{in_doubt} items in doubt");
+    // The same input run by one process gives the same outputs.
+    let local = run(switchyard(dir.path()).arg("batch").arg(&flow).args([
+        "--input",
+        "in.jsonl",
+        "--output",
+        "local.jsonl",
+        "--store",
+        "memory",
+        "--concurrency",
+        "32",
+    ]));
+    assert_eq!(local.code(), 0, "{}", local.stderr);
+    let outputs: HashMap<String, Value> = pg
+        .query("SELECT item_id, output FROM runs WHERE batch = 'chaos' AND status = 'succeeded'")
+        .into_iter()
+        .map(|r| {
+            (
+                r["item_id"].clone().unwrap(),
+                serde_json::from_str(r["output"].as_deref().unwrap()).unwrap(),
+            )
+        })
+        .collect();
+    for line in std::fs::read_to_string(dir.path().join("local.jsonl"))
+        .unwrap()
+        .lines()
+    {
+        let v: Value = serde_json::from_str(line).unwrap();
+        let id = v["id"].as_str().unwrap();
+        if let Some(o) = outputs.get(id) {
+            assert_eq!(o, &v["output"], "{id}");
+        }
+    }
+}
+
+#[test]
+fn a_poison_item_ends_lost_after_its_recoveries_and_the_others_finish() {
+    let pg = Pg::new("poison");
+    let dir = TempDir::new("cluster-poison");
+    let fx = dir.path().join("effects");
+    // Item 3 kills the worker running it (every switchyard process above the command).
+    let flow = dir.write(
+        "items.yaml",
+        format!(
+            r#"flow: poison
+agents:
+  side:
+    kind: command
+    run: [sh, -c, 'read -r x; case "$x" in *item-3*) p=$PPID; while [ "$p" -gt 1 ]; do c=$(cat /proc/$p/comm); n=$(cut -d" " -f4 /proc/$p/stat); [ "$c" = switchyard ] && kill -9 $p; p=$n; done ;; esac; printf "%s\n" "$x" >> "{fx}"; printf "%s" "$x"']
+    idempotent: true
+steps:
+  call:
+    agent: side
+    output: {{$.seen: $.n}}
+"#,
+            fx = fx.display()
+        ),
+    );
+    write_input(&dir, 8);
+    let url = pg.url("sy_poison");
+    let out = submit(&dir, &flow, &url, "p", &["--max-recoveries", "2"]);
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    let args = [
+        "--concurrency",
+        "2",
+        "--lease",
+        "1s",
+        "--heartbeat",
+        "200ms",
+        "--exit-when-idle",
+    ];
+    let mut deaths = 0;
+    for round in 0..10 {
+        let mut w = spawn_worker(&dir, &url, &format!("w{round}"), &args);
+        let status = wait_exit(&mut w, Duration::from_secs(60), "a worker");
+        if status.success() {
+            break;
+        }
+        deaths += 1;
+    }
+    assert_eq!(
+        deaths, 3,
+        "the poison killed its worker once and on each of its 2 recoveries"
+    );
+    let latest = latest(&pg, "p");
+    assert_eq!(
+        latest["item-3"],
+        ("failed".to_string(), Some("lost".to_string())),
+        "{latest:?}"
+    );
+    for i in [0, 1, 2, 4, 5, 6, 7] {
+        assert_eq!(latest[&format!("item-{i}")].0, "succeeded", "{latest:?}");
+    }
+    let error = pg.query("SELECT error FROM runs WHERE item_id = 'item-3'");
+    assert!(
+        error[0]["error"]
+            .as_deref()
+            .unwrap()
+            .contains("--max-recoveries is 2"),
+        "{error:?}"
+    );
+}
+
+#[test]
+fn sigterm_drains_gives_back_what_is_held_and_exits_zero() {
+    const N: usize = 12;
+    let pg = Pg::new("drain");
+    let dir = TempDir::new("cluster-drain");
+    let fx = dir.path().join("effects");
+    let flow = dir.write("items.yaml", side_effect_flow(&fx, "0.6"));
+    write_input(&dir, N);
+    let url = pg.url("sy_drain");
+    assert_eq!(submit(&dir, &flow, &url, "d", &[]).code(), 0);
+    let mut w = spawn_worker(&dir, &url, "first", &["--concurrency", "3", "--grace", "200ms"]);
+    wait_for(Duration::from_secs(60), "the first runs", || {
+        pg.count("SELECT COUNT(*) FROM runs WHERE status = 'running'") > 0
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    signal(&w, "TERM");
+    let status = wait_exit(&mut w, Duration::from_secs(20), "the drained worker");
+    assert!(status.success(), "{}", log_of(&dir, "first"));
+    // Nothing is left held: what was not finished is free to claim at once.
+    assert_eq!(
+        pg.count("SELECT COUNT(*) FROM runs WHERE lease_owner IS NOT NULL AND status = 'running'"),
+        0
+    );
+    assert!(pg.count("SELECT COUNT(*) FROM runs WHERE status IN ('queued', 'running')") > 0);
+    let mut w = spawn_worker(&dir, &url, "second", &["--concurrency", "6", "--exit-when-idle"]);
+    assert!(wait_exit(&mut w, Duration::from_secs(60), "the second worker").success());
+    let latest = latest(&pg, "d");
+    assert_eq!(latest.len(), N);
+    // A paused call in flight may be in doubt; nothing is lost, nothing was taken over.
+    assert!(
+        latest
+            .values()
+            .all(|(s, k)| s == "succeeded" || k.as_deref() == Some("in_doubt")),
+        "{latest:?}"
+    );
+    assert_eq!(pg.count("SELECT COALESCE(MAX(recoveries), 0) FROM runs"), 0);
+}
+
+#[test]
+fn a_store_migrated_by_a_newer_switchyard_stops_the_worker() {
+    let pg = Pg::new("newer");
+    let dir = TempDir::new("cluster-newer");
+    let fx = dir.path().join("effects");
+    let flow = dir.write("items.yaml", side_effect_flow(&fx, "0.3"));
+    write_input(&dir, 30);
+    let url = pg.url("sy_newer");
+    assert_eq!(submit(&dir, &flow, &url, "n", &[]).code(), 0);
+    let mut w = spawn_worker(
+        &dir,
+        &url,
+        "w",
+        &["--concurrency", "2", "--heartbeat", "200ms", "--lease", "2s"],
+    );
+    wait_for(Duration::from_secs(60), "a first run", || {
+        pg.count("SELECT COUNT(*) FROM runs WHERE status = 'succeeded'") > 0
+    });
+    pg.query(
+        "INSERT INTO schema_version (version, applied_at, description) VALUES (99, 0, 'from the future')",
+    );
+    let before = pg.count("SELECT COUNT(*) FROM steps");
+    let status = wait_exit(&mut w, Duration::from_secs(30), "the worker");
+    assert_eq!(status.code(), Some(1), "{}", log_of(&dir, "w"));
+    let log = log_of(&dir, "w");
+    assert!(log.contains("written by a newer switchyard (schema 99"), "{log}");
+    // Nothing was written in the old shape after the migration was seen (a group already
+    // checked may have committed just before).
+    let after = pg.count("SELECT COUNT(*) FROM steps");
+    assert!(after - before <= 4, "{before} → {after}");
+}

@@ -342,7 +342,13 @@ fn a_changed_line_is_refused_and_a_bad_line_fails_at_submit() {
         "{failed:?}"
     );
     // The same input again is fine; a changed line is refused, naming it.
-    assert_eq!(submit(&dir, &flow, &url, "b", &[]).code(), 0);
+    let again = submit(&dir, &flow, &url, "b", &[]);
+    assert_eq!(again.code(), 0, "{}", again.stderr);
+    assert!(
+        again.stderr.contains("0 runs queued, 3 already submitted"),
+        "{}",
+        again.stderr
+    );
     dir.write(
         "in.jsonl",
         "{\"id\": \"a\", \"n\": 2}\nnot json\n{\"id\": \"c\", \"n\": \"x\"}\n",
@@ -350,7 +356,9 @@ fn a_changed_line_is_refused_and_a_bad_line_fails_at_submit() {
     let changed = submit(&dir, &flow, &url, "b", &[]);
     assert_eq!(changed.code(), 2, "{}", changed.stderr);
     assert!(
-        changed.stderr.contains("line 1: item `a` is not the input"),
+        changed
+            .stderr
+            .contains("line 1: item `a` is not the input its queued run"),
         "{}",
         changed.stderr
     );

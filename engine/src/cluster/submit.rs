@@ -67,6 +67,17 @@ pub enum SubmitError {
         recorded: String,
         now: String,
     },
+    #[error(
+        "{path} line {line}: item `{id}` is not the input its queued run `{run}` was submitted with: the input \
+         changed since it was submitted; restore the line, submit to another --batch, or pass --retry-failed if \
+         only failed items changed"
+    )]
+    LineChanged {
+        path: String,
+        line: u64,
+        id: String,
+        run: String,
+    },
     #[error("batch `{batch}` runs the flow `{recorded}`, not `{given}`: submit to another --batch")]
     OtherFlow {
         batch: String,
@@ -177,21 +188,21 @@ pub async fn submit(
             let retry =
                 options.retry_failed && matches!(prev.status, RunStatus::Failed | RunStatus::Cancelled);
             if !retry {
-                // A line recorded failed at submit has no input to compare; its line then
-                // was not JSON or did not match the schema, and still is what it was only if
-                // it still fails the same way: a line that parses now is a changed line.
-                let same = match &line.parsed {
-                    Ok(v) => *v == prev.input && !failed_at_submit(&prev),
-                    Err(_) => failed_at_submit(&prev),
+                // A line refused at submit for not being JSON has no input to compare: it is
+                // the same line only if it still is not JSON. One refused by the schema has
+                // its input recorded, like a queued one.
+                let same = match (&line.parsed, failed_at_submit(&prev)) {
+                    (Ok(v), None | Some(AT_SUBMIT_SCHEMA)) => *v == prev.input,
+                    (Err(_), Some(AT_SUBMIT_JSON)) => true,
+                    _ => false,
                 };
                 if !same {
-                    return Err(BatchError::InputContentChanged {
+                    return Err(SubmitError::LineChanged {
                         path,
                         line: line.index + 1,
                         id: line.id,
                         run: prev.id,
-                    }
-                    .into());
+                    });
                 }
                 progress.existing.fetch_add(1, Ordering::Relaxed);
                 continue;
@@ -199,23 +210,24 @@ pub async fn submit(
         }
         let parsed = std::mem::replace(&mut line.parsed, Ok(Value::Null));
         let rejected = match &parsed {
-            Err(e) => Some(e.clone()),
+            Err(e) => Some((e.clone(), AT_SUBMIT_JSON)),
             Ok(input) => root.input_schema.as_ref().and_then(|schema| {
                 schema.check(input).err().map(|v| {
-                    format!(
+                    let message = format!(
                         "line {}: the input does not match `input.schema` {v}",
                         line.index + 1
-                    )
+                    );
+                    (message, AT_SUBMIT_SCHEMA)
                 })
             }),
         };
         let mut run = queued_run(plan, options, &line.id, line.index, parsed.unwrap_or(Value::Null));
-        if let Some(message) = rejected {
+        if let Some((message, reason)) = rejected {
             run.status = RunStatus::Failed;
             run.finished_at = Some(run.started_at);
             run.error = Some(
                 StepError::new(ErrorKind::Mapping, message)
-                    .with_details(serde_json::json!({"at_submit": true})),
+                    .with_details(serde_json::json!({"at_submit": reason})),
             );
             progress.failed.fetch_add(1, Ordering::Relaxed);
         } else {
@@ -245,15 +257,22 @@ pub async fn submit(
     })
 }
 
-/// Whether run `r` is the record of a line refused at submit (not JSON, not the schema's).
-fn failed_at_submit(r: &RunRecord) -> bool {
-    r.steps == 0
-        && r.status == RunStatus::Failed
-        && r.error
-            .as_ref()
-            .and_then(|e| e.details.as_ref())
-            .and_then(|d| d.get("at_submit"))
-            .is_some()
+/// `error.details.at_submit` of a line refused at submit because it is not JSON.
+const AT_SUBMIT_JSON: &str = "json";
+/// ... because it does not match the flow's `input.schema`.
+const AT_SUBMIT_SCHEMA: &str = "schema";
+
+/// Why run `r` was refused at submit ([`AT_SUBMIT_JSON`], [`AT_SUBMIT_SCHEMA`]), when it is the
+/// record of such a line.
+fn failed_at_submit(r: &RunRecord) -> Option<&str> {
+    if r.steps != 0 || r.status != RunStatus::Failed {
+        return None;
+    }
+    r.error
+        .as_ref()
+        .and_then(|e| e.details.as_ref())
+        .and_then(|d| d.get("at_submit"))
+        .and_then(Value::as_str)
 }
 
 /// The queued run of one line.

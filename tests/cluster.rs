@@ -469,26 +469,129 @@ fn workers_that_die_freeze_or_lose_their_connections_lose_nothing_and_run_nothin
         "32",
     ]));
     assert_eq!(local.code(), 0, "{}", local.stderr);
-    let outputs: HashMap<String, Value> = pg
-        .query("SELECT item_id, output FROM runs WHERE batch = 'chaos' AND status = 'succeeded'")
-        .into_iter()
-        .map(|r| {
-            (
-                r["item_id"].clone().unwrap(),
-                serde_json::from_str(r["output"].as_deref().unwrap()).unwrap(),
-            )
-        })
-        .collect();
-    for line in std::fs::read_to_string(dir.path().join("local.jsonl"))
+    // `collect` writes every item once, in input order, as the local batch does.
+    let collected = run(switchyard(dir.path()).args([
+        "collect",
+        "--batch",
+        "chaos",
+        "--output",
+        "collected.jsonl",
+        "--store",
+        &pg.url("sy_chaos_collect"),
+    ]));
+    let expected_code = if in_doubt > 0 { 3 } else { 0 };
+    assert_eq!(collected.code(), expected_code, "{}", collected.stderr);
+    let lines = |name: &str| -> Vec<Value> {
+        std::fs::read_to_string(dir.path().join(name))
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    };
+    let (collected, local) = (lines("collected.jsonl"), lines("local.jsonl"));
+    assert_eq!(collected.len(), N);
+    assert_eq!(local.len(), N);
+    for (i, (c, l)) in collected.iter().zip(&local).enumerate() {
+        assert_eq!(c["id"], json!(format!("item-{i}")), "line {i}");
+        assert_eq!(c["id"], l["id"], "line {i}");
+        if c["status"] == "interrupted" {
+            assert_eq!(c["error"]["kind"], "in_doubt", "{c}");
+            continue;
+        }
+        assert_eq!(c["status"], l["status"], "{c} vs {l}");
+        assert_eq!(c["output"], l["output"], "{c} vs {l}");
+        assert!(c["run_id"].is_string(), "{c}");
+    }
+}
+
+#[test]
+fn collect_waits_or_writes_part_and_batches_shows_counts_and_workers() {
+    const N: usize = 12;
+    let pg = Pg::new("collect");
+    let dir = TempDir::new("cluster-collect");
+    let fx = dir.path().join("effects");
+    let flow = dir.write("items.yaml", side_effect_flow(&fx, "0.05"));
+    write_input(&dir, N);
+    let url = pg.url("sy_collect");
+    assert_eq!(submit(&dir, &flow, &url, "c", &[]).code(), 0);
+    let cmd = |args: &[&str]| run(switchyard(dir.path()).args(args).args(["--store", &url]));
+
+    // Nothing has run: a plain collect refuses and writes nothing; --partial writes no line.
+    let refused = cmd(&["collect", "--batch", "c", "--output", "out.jsonl"]);
+    assert_eq!(refused.code(), 3, "{}", refused.stderr);
+    assert!(
+        refused.stderr.contains("12 of its items have not finished"),
+        "{}",
+        refused.stderr
+    );
+    assert!(!dir.path().join("out.jsonl").exists());
+    let part = cmd(&["collect", "--batch", "c", "--output", "out.jsonl", "--partial"]);
+    assert_eq!(part.code(), 3, "{}", part.stderr);
+    assert_eq!(std::fs::read_to_string(dir.path().join("out.jsonl")).unwrap(), "");
+    let unknown = cmd(&["collect", "--batch", "nope", "--output", "x.jsonl"]);
+    assert_eq!(unknown.code(), 2, "{}", unknown.stderr);
+    assert!(
+        unknown
+            .stderr
+            .contains("no submitted batch `nope` (its batches: `c`)"),
+        "{}",
+        unknown.stderr
+    );
+
+    let shown = cmd(&["batches", "c"]);
+    assert_eq!(shown.code(), 0, "{}", shown.stderr);
+    assert!(shown.stdout.contains("0/12 done"), "{}", shown.stdout);
+    assert!(shown.stdout.contains("12 queued"), "{}", shown.stdout);
+    assert!(shown.stdout.contains("no live workers"), "{}", shown.stdout);
+    let queued = cmd(&["runs", "list", "--batch", "c", "--status", "queued", "--json"]);
+    assert_eq!(queued.code(), 0, "{}", queued.stderr);
+    assert_eq!(queued.stdout.lines().count(), N, "{}", queued.stdout);
+
+    // A worker that stays; collect --wait returns when every item has finished.
+    let mut w = spawn_worker(&dir, &url, "w", &["--concurrency", "3"]);
+    let waited = cmd(&[
+        "collect",
+        "--batch",
+        "c",
+        "--output",
+        "out.jsonl",
+        "--wait",
+        "--poll",
+        "0.2",
+    ]);
+    assert_eq!(waited.code(), 0, "{}\n{}", waited.stderr, log_of(&dir, "w"));
+    let lines: Vec<Value> = std::fs::read_to_string(dir.path().join("out.jsonl"))
         .unwrap()
         .lines()
-    {
-        let v: Value = serde_json::from_str(line).unwrap();
-        let id = v["id"].as_str().unwrap();
-        if let Some(o) = outputs.get(id) {
-            assert_eq!(o, &v["output"], "{id}");
-        }
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), N);
+    for (i, l) in lines.iter().enumerate() {
+        assert_eq!(l["id"], json!(format!("item-{i}")));
+        assert_eq!(l["status"], "succeeded");
+        assert_eq!(l["output"]["sum"], json!(4 * i + 2), "{l}");
     }
+    let shown = cmd(&["batches", "--json"]);
+    assert_eq!(shown.code(), 0, "{}", shown.stderr);
+    let rows: Vec<Value> = shown
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let batch = rows.iter().find(|r| r["batch"] == "c").expect("the batch row");
+    assert_eq!(batch["succeeded"], json!(N));
+    assert_eq!(batch["queued"], json!(0));
+    assert!(batch["per_second"].as_f64().unwrap() > 0.0, "{batch}");
+    assert!(
+        rows.iter().any(|r| r["worker"].is_string()),
+        "no live worker: {}",
+        shown.stdout
+    );
+    signal(&w, "TERM");
+    assert!(wait_exit(&mut w, Duration::from_secs(30), "the worker").success());
+    let shown = cmd(&["batches"]);
+    assert!(shown.stdout.contains("12/12 done"), "{}", shown.stdout);
+    assert!(shown.stdout.contains("no live workers"), "{}", shown.stdout);
 }
 
 #[test]
@@ -518,9 +621,10 @@ steps:
     let url = pg.url("sy_poison");
     let out = submit(&dir, &flow, &url, "p", &["--max-recoveries", "2"]);
     assert_eq!(out.code(), 0, "{}", out.stderr);
+    // Four at a time: the poison always has runs beside it, and they must not end `lost`.
     let args = [
         "--concurrency",
-        "2",
+        "4",
         "--lease",
         "1s",
         "--heartbeat",

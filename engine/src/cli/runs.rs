@@ -39,7 +39,7 @@ pub enum RunsCommand {
 
 #[derive(clap::Args, Debug)]
 pub struct ListArgs {
-    /// Only runs with this status: running, succeeded, failed, interrupted, cancelled.
+    /// Only runs with this status: queued, running, succeeded, failed, interrupted, cancelled.
     #[arg(long)]
     pub status: Option<String>,
     /// Only runs of the flow with this name.
@@ -48,8 +48,9 @@ pub struct ListArgs {
     /// At most this many runs.
     #[arg(long, default_value_t = 50)]
     pub limit: usize,
-    /// Only the runs of the batch that writes this output file (`batch ... --output OUT.jsonl`).
-    #[arg(long, value_name = "OUT.jsonl")]
+    /// Only the runs of a batch: a submitted batch's name (`submit --batch NAME`), or the
+    /// output file of a local one (`batch ... --output OUT.jsonl`).
+    #[arg(long, value_name = "NAME|OUT.jsonl")]
     pub batch: Option<PathBuf>,
     /// Child runs too (started by `flow` agents; `runs show` shows them under their parent).
     #[arg(long)]
@@ -155,7 +156,7 @@ fn list(args: ListArgs) -> u8 {
         Some((_, Some(s))) => Some(s),
         Some((s, None)) => {
             return fail(format!(
-                "--status: unknown status `{s}` (running, succeeded, failed, interrupted, cancelled)"
+                "--status: unknown status `{s}` (queued, running, succeeded, failed, interrupted, cancelled)"
             ));
         }
     };
@@ -181,7 +182,7 @@ fn list(args: ListArgs) -> u8 {
     }
     if runs.is_empty() {
         match &args.batch {
-            Some(b) => println!("no runs of a batch writing {}", b.display()),
+            Some(b) => println!("no runs of a batch named {} or writing it", b.display()),
             None => println!("no runs"),
         }
         return super::exit::OK;
@@ -214,13 +215,18 @@ fn list(args: ListArgs) -> u8 {
     super::exit::OK
 }
 
-/// The names the store may know the batch writing `output` by: the file's canonical path
+/// The names the store may know the batch `output` by: the name as given (a submitted batch),
+/// the file's canonical path
 /// (symlinks and `..` resolved) and, for batches named before names were canonical, its
 /// absolute path as given.
 fn batch_names(output: &std::path::Path) -> Vec<String> {
-    let mut names = Vec::new();
+    // A submitted batch goes by the name it was given.
+    let mut names = vec![output.display().to_string()];
     if let Ok(c) = std::fs::canonicalize(output) {
-        names.push(c.display().to_string());
+        let c = c.display().to_string();
+        if !names.contains(&c) {
+            names.push(c);
+        }
     }
     if let Ok(a) = std::path::absolute(output) {
         let a = a.display().to_string();

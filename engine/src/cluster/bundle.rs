@@ -247,8 +247,12 @@ impl Bundle {
                 executable: f.exec,
             });
         }
-        for (what, p) in [("top flow", top), ("command directory", encoded.cwd.as_str())] {
-            if !(p.is_empty() && what == "command directory") && !safe_relative(p) {
+        let cwd_ok = encoded.cwd.is_empty() || safe_relative(&encoded.cwd);
+        for (what, p, ok) in [
+            ("top flow", top, safe_relative(top)),
+            ("command directory", encoded.cwd.as_str(), cwd_ok),
+        ] {
+            if !ok {
                 return Err(format!(
                     "the flow bundle {hash} has a {what} `{p}` that leaves its directory"
                 ));

@@ -4,8 +4,10 @@
 //! - [`bundle`]: the flow and every file it reads, by content hash, stored with the batch so
 //!   workers need no flow files.
 //! - [`submit`]: the batch and one queued run per input line, streaming, idempotent per line.
+//! - [`collect`]: the results in input order, each item once.
 //! - [`worker`]: the claim loop, leases by heartbeat, takeovers, the drain.
 
 pub mod bundle;
+pub mod collect;
 pub mod submit;
 pub mod worker;

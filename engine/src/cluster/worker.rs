@@ -11,7 +11,10 @@
 //!   anyway) and counted as dropped.
 //! - **Recoveries**: a run claimed from a worker whose lease ran out more times than its
 //!   batch's `--max-recoveries` is replayed with [`ResumeOptions::lost`]: it fails with kind
-//!   `lost` where it would call (an attempt in doubt still stops it `in_doubt`).
+//!   `lost` where it would call (an attempt in doubt still stops it `in_doubt`). A run whose
+//!   workers died twice is a suspect: it is claimed only by a worker holding nothing, and runs
+//!   alone ([`Claim::Alone`]), so a poison item does not take the runs beside it down with it
+//!   to their own `lost`.
 //! - **Store failures** (a connection killed, the database restarting): the run stops where its
 //!   records end, and its lease is given back, so it resumes (here or elsewhere) once the
 //!   store answers.
@@ -36,7 +39,7 @@ use crate::runtime::resume::{ResumeError, ResumeOptions};
 use crate::store::any::AnyStore;
 use crate::store::sql::SqlStore;
 use crate::store::sql::batches::{SubmittedBatch, WorkerRow};
-use crate::store::sql::queue::Claimed;
+use crate::store::sql::queue::{Claim, Claimed};
 use crate::store::{StoreError, sql};
 
 /// The longest wait between claims while there is nothing to claim.
@@ -200,11 +203,13 @@ async fn work(
     let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Finished>();
     let pause = CancellationToken::new();
     let mut in_flight = 0usize;
+    let mut alone = false;
     let mut idle = IDLE_POLL_MIN;
     let mut draining: Option<Instant> = None;
     let store_down = Arc::new(AtomicBool::new(false));
     loop {
-        if let Some(e) = fatal.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        let failed = fatal.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(e) = failed {
             pause.cancel();
             stop_all.cancel();
             // Runs in flight stop where they are; their writes are refused from now on.
@@ -244,13 +249,45 @@ async fn work(
                 return Ok(());
             }
         }
-        let room = options.concurrency.saturating_sub(in_flight);
+        if in_flight == 0 {
+            alone = false;
+        }
+        // A suspect run (its workers died twice) runs alone: nothing else is claimed beside it.
+        let room = if alone {
+            0
+        } else {
+            options.concurrency.saturating_sub(in_flight)
+        };
         let mut claimed_now = 0usize;
         if draining.is_none() && room > 0 {
-            match sql
-                .claim(&options.id, options.batch.as_deref(), room, options.lease)
-                .await
-            {
+            let mut got = Ok(Vec::new());
+            if in_flight == 0 {
+                got = sql
+                    .claim(
+                        &options.id,
+                        options.batch.as_deref(),
+                        1,
+                        options.lease,
+                        Claim::Alone,
+                    )
+                    .await;
+                alone = got.as_ref().is_ok_and(|c| !c.is_empty());
+                if alone {
+                    tracing::info!(worker = %options.id, "taking over a run whose workers died twice: it runs alone");
+                }
+            }
+            if matches!(&got, Ok(c) if c.is_empty()) {
+                got = sql
+                    .claim(
+                        &options.id,
+                        options.batch.as_deref(),
+                        room,
+                        options.lease,
+                        Claim::Shared,
+                    )
+                    .await;
+            }
+            match got {
                 Ok(claimed) => {
                     store_down.store(false, Ordering::Relaxed);
                     claimed_now = claimed.len();

@@ -43,3 +43,159 @@ pub struct WorkerRow {
     /// Set when it stopped cleanly.
     pub stopped_at: Option<u64>,
 }
+
+/// What the runs of a submitted batch come to: each item counted once, by its latest run.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct BatchCounts {
+    pub queued: u64,
+    pub running: u64,
+    pub succeeded: u64,
+    pub failed: u64,
+    pub interrupted: u64,
+    pub cancelled: u64,
+    /// The cost of every run of the batch, retried ones included.
+    pub cost_usd: f64,
+    /// Items whose latest run finished in the last minute (the rate).
+    pub finished_last_minute: u64,
+}
+
+impl BatchCounts {
+    /// Items whose latest run is queued or running.
+    pub fn unfinished(&self) -> u64 {
+        self.queued + self.running
+    }
+
+    pub fn total(&self) -> u64 {
+        self.queued + self.running + self.succeeded + self.failed + self.interrupted + self.cancelled
+    }
+}
+
+impl super::SqlStore {
+    /// Every submitted batch, oldest first.
+    pub async fn submitted_batches(&self) -> Result<Vec<SubmittedBatch>, super::StoreError> {
+        const WHAT: &str = "reading the submitted batches";
+        let rows = sqlx::query(
+            "SELECT name, bundle, flow, flow_hash, input, id_field, context, max_recoveries, items, complete, \
+             submitted_at FROM batches ORDER BY submitted_at, name",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| self.ctx.error(WHAT, &e))?;
+        rows.iter()
+            .map(|r| {
+                super::queue::decode_batch(r).map_err(|m| super::StoreError::Database {
+                    store: self.ctx.store.to_string(),
+                    what: WHAT.to_string(),
+                    message: m,
+                })
+            })
+            .collect()
+    }
+
+    /// The counts of batch `name`'s items by their latest run; `now_ms` is the reader's clock
+    /// (runs record their end on their worker's).
+    pub async fn batch_counts(&self, name: &str, now_ms: u64) -> Result<BatchCounts, super::StoreError> {
+        use sqlx::Row as _;
+        let what = format!("counting the runs of batch `{name}`");
+        let err = |e: sqlx::Error| self.ctx.error(&what, &e);
+        let since = i64::try_from(now_ms.saturating_sub(60_000)).unwrap_or(i64::MAX);
+        let rows = sqlx::query(
+            "SELECT status, COUNT(*) AS n, \
+             SUM(CASE WHEN finished_at >= $2 THEN 1 ELSE 0 END) AS recent FROM ( \
+               SELECT status, finished_at, ROW_NUMBER() OVER ( \
+                 PARTITION BY item_index ORDER BY started_at DESC, id DESC) AS latest \
+               FROM runs WHERE batch = $1 AND parent_run IS NULL) items \
+             WHERE latest = 1 GROUP BY status",
+        )
+        .bind(name.to_string())
+        .bind(since)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(err)?;
+        let mut c = BatchCounts::default();
+        for r in &rows {
+            let status: String = r.try_get("status").map_err(err)?;
+            let n: i64 = r.try_get("n").map_err(err)?;
+            let recent: Option<i64> = r.try_get("recent").map_err(err)?;
+            let n = u64::try_from(n).unwrap_or(0);
+            match status.as_str() {
+                "queued" => c.queued += n,
+                "running" => c.running += n,
+                "succeeded" => c.succeeded += n,
+                "failed" => c.failed += n,
+                "interrupted" => c.interrupted += n,
+                _ => c.cancelled += n,
+            }
+            c.finished_last_minute += u64::try_from(recent.unwrap_or(0)).unwrap_or(0);
+        }
+        let cost: Option<f64> =
+            sqlx::query_scalar("SELECT SUM(cost_usd) FROM runs WHERE batch = $1 AND parent_run IS NULL")
+                .bind(name.to_string())
+                .fetch_one(&self.pool)
+                .await
+                .map_err(err)?;
+        c.cost_usd = cost.unwrap_or(0.0);
+        Ok(c)
+    }
+
+    /// The workers whose heartbeat is within their lease on the database's clock and that
+    /// have not stopped, with the database's clock now.
+    pub async fn live_workers(&self) -> Result<(Vec<WorkerRow>, u64), super::StoreError> {
+        use sqlx::Row as _;
+        const WHAT: &str = "reading the workers";
+        let err = |e: sqlx::Error| self.ctx.error(WHAT, &e);
+        let now = self.ctx.dialect.now_ms();
+        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT id, host, pid, batch, concurrency, lease_ms, started_at, heartbeat_at, stopped_at, \
+             {now} AS now_ms FROM workers WHERE stopped_at IS NULL AND heartbeat_at + lease_ms > {now} \
+             ORDER BY started_at, id"
+        )))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(err)?;
+        let mut db_now = 0;
+        let mut out = Vec::with_capacity(rows.len());
+        for r in &rows {
+            let int = |c: &str| -> Result<u64, sqlx::Error> {
+                let v: i64 = r.try_get(c)?;
+                Ok(u64::try_from(v).unwrap_or(0))
+            };
+            db_now = int("now_ms").map_err(err)?;
+            let stopped: Option<i64> = r.try_get("stopped_at").map_err(err)?;
+            out.push(WorkerRow {
+                id: r.try_get("id").map_err(err)?,
+                host: r.try_get("host").map_err(err)?,
+                pid: int("pid").map_err(err)?,
+                batch: r.try_get("batch").map_err(err)?,
+                concurrency: int("concurrency").map_err(err)?,
+                lease_ms: int("lease_ms").map_err(err)?,
+                started_at: int("started_at").map_err(err)?,
+                heartbeat_at: int("heartbeat_at").map_err(err)?,
+                stopped_at: stopped.and_then(|s| u64::try_from(s).ok()),
+            });
+        }
+        Ok((out, db_now))
+    }
+
+    /// How many runs each live worker holds now.
+    pub async fn held_by_worker(&self) -> Result<Vec<(String, u64)>, super::StoreError> {
+        use sqlx::Row as _;
+        const WHAT: &str = "counting the runs workers hold";
+        let err = |e: sqlx::Error| self.ctx.error(WHAT, &e);
+        let now = self.ctx.dialect.now_ms();
+        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT lease_owner, COUNT(*) AS n FROM runs WHERE lease_epoch IS NOT NULL AND status = 'running' \
+             AND lease_owner IS NOT NULL AND lease_until > {now} GROUP BY lease_owner"
+        )))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(err)?;
+        rows.iter()
+            .map(|r| {
+                let owner: String = r.try_get("lease_owner").map_err(err)?;
+                let n: i64 = r.try_get("n").map_err(err)?;
+                Ok((owner, u64::try_from(n).unwrap_or(0)))
+            })
+            .collect()
+    }
+}

@@ -24,6 +24,15 @@ use super::statements::RUN_COLUMNS;
 use super::{SqlStore, StoreError};
 use crate::runtime::record::RunRecord;
 
+/// Which runs a claim takes ([`SqlStore::claim`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Claim {
+    /// Queued runs, runs given back, runs taken over for the first time.
+    Shared,
+    /// One run whose workers died twice or more, for a worker holding nothing.
+    Alone,
+}
+
 /// A run a worker claimed.
 #[derive(Clone, Debug)]
 pub struct Claimed {
@@ -244,26 +253,46 @@ impl SqlStore {
         Ok(())
     }
 
-    /// Claims up to `n` runs for worker `worker` under a lease of `lease`: queued runs, and runs
-    /// whose lease ran out or was given back, of batch `batch` (any when `None`), in batch and
-    /// input order. One short transaction; rows another claimer holds are skipped.
+    /// Claims up to `n` runs for worker `worker` under a lease of `lease`, of batch `batch`
+    /// (any when `None`), in batch and input order. One short transaction; rows another
+    /// claimer holds are skipped.
+    ///
+    /// [`Claim::Shared`] takes queued runs, runs given back, and runs whose worker died while
+    /// holding them for the first time. A run whose workers died twice or more is a suspect —
+    /// it may be what kills them — and only [`Claim::Alone`] takes it, one at a time, for a
+    /// worker that holds nothing else: a poison item then takes no other run down with it.
     pub async fn claim(
         &self,
         worker: &str,
         batch: Option<&str>,
         n: usize,
         lease: Duration,
+        kind: Claim,
     ) -> Result<Vec<Claimed>, StoreError> {
         const WHAT: &str = "claiming queued runs";
         let now = self.ctx.dialect.now_ms();
         let only = if batch.is_some() { " AND batch = $4" } else { "" };
+        let (which, n) = match kind {
+            Claim::Shared => (
+                format!(
+                    "(status = 'queued' OR lease_owner IS NULL OR (lease_until < {now} AND COALESCE(recoveries, 0) = 0))"
+                ),
+                n,
+            ),
+            Claim::Alone => (
+                format!(
+                    "(status = 'running' AND lease_owner IS NOT NULL AND lease_until < {now} AND COALESCE(recoveries, 0) >= 1)"
+                ),
+                1,
+            ),
+        };
         let sql = format!(
             "UPDATE runs SET status = 'running', lease_owner = $1, lease_until = {now} + $2, \
              started_at = CASE WHEN lease_epoch = 0 THEN {now} ELSE started_at END, \
              recoveries = COALESCE(recoveries, 0) + CASE WHEN status = 'running' AND lease_owner IS NOT NULL THEN 1 ELSE 0 END, \
              lease_epoch = lease_epoch + 1 \
              WHERE id IN (SELECT id FROM runs WHERE lease_epoch IS NOT NULL AND status IN ('queued', 'running') \
-             AND (status = 'queued' OR lease_owner IS NULL OR lease_until < {now}){only} \
+             AND {which}{only} \
              ORDER BY batch, item_index LIMIT $3{lock}) \
              RETURNING {cols}, lease_epoch, recoveries",
             lock = self.ctx.dialect.claim_lock_clause(),
@@ -478,7 +507,7 @@ fn decode_claimed(row: &AnyRow) -> Result<Claimed, String> {
     })
 }
 
-fn decode_batch(r: &AnyRow) -> Result<SubmittedBatch, String> {
+pub(super) fn decode_batch(r: &AnyRow) -> Result<SubmittedBatch, String> {
     let get_i = |c: &str| -> Result<u64, String> {
         let v: i64 = r.try_get(c).map_err(|e| format!("column `{c}`: {e}"))?;
         u64::try_from(v).map_err(|_| format!("column `{c}` is negative"))

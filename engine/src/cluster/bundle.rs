@@ -399,6 +399,9 @@ fn safe_relative(path: &str) -> bool {
 fn hash(format: i64, top: &str, cwd: &str, files: &[BundleFile]) -> String {
     let mut h = Sha256::new();
     h.update(format!("switchyard bundle {format}\0{top}\0{cwd}\0").as_bytes());
+    // By path, whatever order they come in.
+    let mut files: Vec<&BundleFile> = files.iter().collect();
+    files.sort_by(|a, b| a.path.cmp(&b.path));
     for f in files {
         h.update(f.path.as_bytes());
         h.update([0, u8::from(f.executable)]);
@@ -480,7 +483,9 @@ mod tests {
             ("bin/tool", &[0xff, 0, 7], true),
         ]);
         let back = Bundle::decode(&b.hash, b.format, &b.top, &b.encode_files()).unwrap();
-        assert_eq!(back.files, b.files);
+        let mut want = b.files.clone();
+        want.sort_by(|x, y| x.path.cmp(&y.path));
+        assert_eq!(back.files, want);
         assert_eq!(back.hash, b.hash);
     }
 

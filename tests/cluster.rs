@@ -387,6 +387,136 @@ fn a_changed_line_is_refused_and_a_bad_line_fails_at_submit() {
 }
 
 #[test]
+fn workers_run_from_the_bundle_with_its_imports_called_flows_schemas_and_scripts() {
+    let pg = Pg::new("bundle");
+    let dir = TempDir::new("cluster-bundle");
+    dir.write(
+        "project/lib/agents.yaml",
+        "agents:\n  shout:\n    kind: transform\n    result: {loud: '=input.text + \"!\"'}\n",
+    );
+    dir.write(
+        "project/schemas/in.json",
+        r#"{"type": "object", "required": ["id", "text"], "properties": {"text": {"type": "string"}}}"#,
+    );
+    dir.write(
+        "project/flows/child.yaml",
+        "flow: child\nsteps:\n  twice:\n    set:\n      $.twice: =payload.text + payload.text\n",
+    );
+    // A script the command runs by a relative path, from the directory submit ran in.
+    let script = dir.write(
+        "project/tools/count.sh",
+        "#!/usr/bin/env python3\nimport json, sys\nprint(json.dumps({\"chars\": len(json.load(sys.stdin)[\"text\"])}))\n",
+    );
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+    let flow = dir.write(
+        "project/flows/main.yaml",
+        r#"flow: main
+input:
+  schema: ../schemas/in.json
+imports: [../lib/agents.yaml]
+agents:
+  child:
+    kind: flow
+    path: child.yaml
+  count:
+    kind: command
+    run: [./tools/count.sh]
+steps:
+  loud:
+    agent: shout
+    input: {$.text: $.text}
+    output: {$.loud: $.loud}
+    next: kid
+  kid:
+    agent: child
+    input: {$.text: $.text}
+    output: {$.twice: $.twice}
+    next: chars
+  chars:
+    agent: count
+    input: {$.text: $.text}
+    output: {$.chars: $.chars}
+"#,
+    );
+    dir.write(
+        "project/in.jsonl",
+        "{\"id\": \"a\", \"text\": \"hey\"}\n{\"id\": \"b\", \"text\": \"hello\"}\n",
+    );
+    let url = pg.url("sy_bundle");
+    let project = dir.path().join("project");
+    let out = run(switchyard(&project)
+        .arg("submit")
+        .arg(&flow)
+        .args([
+            "--input", "in.jsonl", "--batch", "bundled", "--store", &url, "--root",
+        ])
+        .arg(&project));
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    let files: Value = serde_json::from_str(
+        pg.query("SELECT files FROM bundles")[0]["files"]
+            .as_deref()
+            .expect("a bundle"),
+    )
+    .expect("bundle json");
+    let mut names: Vec<&str> = files["files"]
+        .as_object()
+        .expect("files")
+        .keys()
+        .map(String::as_str)
+        .collect();
+    names.sort_unstable();
+    assert_eq!(
+        names,
+        [
+            "flows/child.yaml",
+            "flows/main.yaml",
+            "lib/agents.yaml",
+            "schemas/in.json",
+            "tools/count.sh"
+        ]
+    );
+    assert_eq!(files["files"]["tools/count.sh"]["exec"], json!(true));
+    // The project is gone: the worker has only the store.
+    std::fs::remove_dir_all(&project).expect("remove the project");
+    let mut w = spawn_worker(&dir, &url, "w", &["--exit-when-idle"]);
+    assert!(
+        wait_exit(&mut w, Duration::from_secs(60), "the worker").success(),
+        "{}",
+        log_of(&dir, "w")
+    );
+    let outputs: HashMap<String, Value> = pg
+        .query("SELECT item_id, output FROM runs WHERE batch = 'bundled' AND parent_run IS NULL")
+        .into_iter()
+        .map(|r| {
+            (
+                r["item_id"].clone().unwrap(),
+                serde_json::from_str(r["output"].as_deref().expect("output")).unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        outputs["a"],
+        json!({"id": "a", "text": "hey", "loud": "hey!", "twice": "heyhey", "chars": 3})
+    );
+    assert_eq!(outputs["b"]["chars"], json!(5));
+    // A bundle changed in the store is refused, not run.
+    ));
+    pg.query("UPDATE bundles SET files = replace(files, '+ payload.text', '+ payload.text + payload.text')");
+    pg.query("UPDATE runs SET status = 'queued', lease_epoch = 0, lease_owner = NULL WHERE item_id = 'a'");
+    let mut w = spawn_worker(&dir, &url, "w2", &["--exit-when-idle"]);
+    let status = wait_exit(&mut w, Duration::from_secs(60), "the worker");
+    assert_eq!(status.code(), Some(2), "{}", log_of(&dir, "w2"));
+    assert!(
+        log_of(&dir, "w2").contains("does not have its hash"),
+        "{}",
+        log_of(&dir, "w2")
+    );
+}
+
+#[test]
 fn workers_that_die_freeze_or_lose_their_connections_lose_nothing_and_run_nothing_twice() {
     const N: usize = 600;
     let pg = Pg::new("chaos");

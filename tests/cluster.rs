@@ -503,7 +503,6 @@ steps:
     );
     assert_eq!(outputs["b"]["chars"], json!(5));
     // A bundle changed in the store is refused, not run.
-    ));
     pg.query("UPDATE bundles SET files = replace(files, '+ payload.text', '+ payload.text + payload.text')");
     pg.query("UPDATE runs SET status = 'queued', lease_epoch = 0, lease_owner = NULL WHERE item_id = 'a'");
     let mut w = spawn_worker(&dir, &url, "w2", &["--exit-when-idle"]);

@@ -205,6 +205,9 @@ async fn work(
     let mut in_flight = 0usize;
     let mut alone = false;
     let mut idle = IDLE_POLL_MIN;
+    let mut next_claim = Instant::now();
+    let mut last_claim_empty = false;
+    let mut claiming: Option<ClaimFuture<'_>> = None;
     let mut draining: Option<Instant> = None;
     let store_down = Arc::new(AtomicBool::new(false));
     loop {
@@ -230,7 +233,8 @@ async fn work(
             draining = Some(Instant::now());
         }
         if let Some(since) = draining {
-            if in_flight == 0 {
+            // A claim in flight is awaited first: what it took is given back.
+            if in_flight == 0 && claiming.is_none() {
                 return Ok(());
             }
             if since.elapsed() >= options.grace {
@@ -249,7 +253,7 @@ async fn work(
                 return Ok(());
             }
         }
-        if in_flight == 0 {
+        if in_flight == 0 && claiming.is_none() {
             alone = false;
         }
         // A suspect run (its workers died twice) runs alone: nothing else is claimed beside it.
@@ -258,88 +262,29 @@ async fn work(
         } else {
             options.concurrency.saturating_sub(in_flight)
         };
-        let mut claimed_now = 0usize;
-        if draining.is_none() && room > 0 {
-            let mut got = Ok(Vec::new());
-            if in_flight == 0 {
-                got = sql
-                    .claim(
-                        &options.id,
-                        options.batch.as_deref(),
-                        1,
-                        options.lease,
-                        Claim::Alone,
-                    )
-                    .await;
-                alone = got.as_ref().is_ok_and(|c| !c.is_empty());
-                if alone {
-                    tracing::info!(worker = %options.id, "taking over a run whose workers died twice: it runs alone");
-                }
-            }
-            if matches!(&got, Ok(c) if c.is_empty()) {
-                got = sql
-                    .claim(
-                        &options.id,
-                        options.batch.as_deref(),
-                        room,
-                        options.lease,
-                        Claim::Shared,
-                    )
-                    .await;
-            }
-            match got {
-                Ok(claimed) => {
-                    store_down.store(false, Ordering::Relaxed);
-                    claimed_now = claimed.len();
-                    for c in claimed {
-                        stats.claimed.fetch_add(1, Ordering::Relaxed);
-                        let batch = c.record.batch.clone().unwrap_or_default();
-                        if !known.contains_key(&batch) {
-                            match learn(sql, &batch, load).await {
-                                Ok(k) => {
-                                    known.insert(batch.clone(), k);
-                                }
-                                Err(e) => {
-                                    // This worker cannot run the batch: give the run back for
-                                    // a worker that can, and stop.
-                                    let _ = sql.release(&options.id, &[(c.record.id.clone(), c.epoch)]).await;
-                                    *fatal.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
-                                    break;
-                                }
-                            }
-                        }
-                        let k = &known[&batch];
-                        start(&engine, sql, k, c, &pause, held, &done_tx, stats);
-                        in_flight += 1;
-                    }
-                }
-                Err(e) => {
-                    if !store_down.swap(true, Ordering::Relaxed) {
-                        tracing::warn!(worker = %options.id, error = %e, "cannot claim runs; trying again");
-                    }
-                }
-            }
+        // Many runs per claim: a claim waits until a quarter of the places are free (or none
+        // is held), so that claims stay few next to the runs they start. A claim runs beside
+        // the loop: runs that end meanwhile are settled, and their places go to the next one.
+        let worth = in_flight == 0 || room >= options.concurrency.div_ceil(4);
+        if draining.is_none() && claiming.is_none() && room > 0 && worth && Instant::now() >= next_claim {
+            claiming = Some(Box::pin(claim_round(sql, options, in_flight == 0, room)));
         }
-        if claimed_now > 0 {
-            idle = IDLE_POLL_MIN;
-        }
-        // Idle: nothing held, nothing claimed, and nothing left unfinished that a lease
-        // running out would free.
+        // Idle: nothing held, nothing being claimed, the last claim found nothing, and nothing
+        // left unfinished that a lease running out would free.
         if options.exit_when_idle
             && in_flight == 0
-            && claimed_now == 0
+            && claiming.is_none()
+            && last_claim_empty
             && !store_down.load(Ordering::Relaxed)
             && sql.unfinished_submitted(options.batch.as_deref()).await.ok() == Some(0)
         {
             return Ok(());
         }
-        // Wait for a run to end (room to claim again), for the next poll, or for SIGTERM.
-        let wait = if room > claimed_now && draining.is_none() {
-            let w = idle;
-            if claimed_now == 0 {
-                idle = (idle * 2).min(IDLE_POLL_MAX);
-            }
-            w
+        // Wait for a run to end, a claim to return, the next poll, or SIGTERM.
+        let wait = if claiming.is_none() && room > 0 && draining.is_none() {
+            next_claim
+                .saturating_duration_since(Instant::now())
+                .max(Duration::from_millis(1))
         } else {
             IDLE_POLL_MAX
         };
@@ -355,11 +300,95 @@ async fn work(
                     }
                 }
             }
+            (kind, got) = async { claiming.as_mut().expect("a claim in flight").await }, if claiming.is_some() => {
+                claiming = None;
+                match got {
+                    Ok(claimed) => {
+                        store_down.store(false, Ordering::Relaxed);
+                        last_claim_empty = claimed.is_empty();
+                        if claimed.is_empty() {
+                            next_claim = Instant::now() + idle;
+                            idle = (idle * 2).min(IDLE_POLL_MAX);
+                        } else {
+                            idle = IDLE_POLL_MIN;
+                            next_claim = Instant::now();
+                        }
+                        if kind == Claim::Alone && !claimed.is_empty() {
+                            alone = true;
+                            tracing::info!(worker = %options.id, "taking over a run whose workers died twice: it runs alone");
+                        }
+                        if draining.is_some() {
+                            // Claimed as the drain began: given straight back.
+                            let back: Vec<(String, i64)> = claimed.iter().map(|c| (c.record.id.clone(), c.epoch)).collect();
+                            let _ = sql.release(&options.id, &back).await;
+                            continue;
+                        }
+                        for c in claimed {
+                            stats.claimed.fetch_add(1, Ordering::Relaxed);
+                            let batch = c.record.batch.clone().unwrap_or_default();
+                            if !known.contains_key(&batch) {
+                                match learn(sql, &batch, load).await {
+                                    Ok(k) => {
+                                        known.insert(batch.clone(), k);
+                                    }
+                                    Err(e) => {
+                                        // This worker cannot run the batch: give the run back for
+                                        // a worker that can, and stop.
+                                        let _ = sql.release(&options.id, &[(c.record.id.clone(), c.epoch)]).await;
+                                        *fatal.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+                                        break;
+                                    }
+                                }
+                            }
+                            let k = &known[&batch];
+                            start(&engine, sql, k, c, &pause, held, &done_tx, stats);
+                            in_flight += 1;
+                        }
+                    }
+                    Err(e) => {
+                        last_claim_empty = false;
+                        next_claim = Instant::now() + idle;
+                        idle = (idle * 2).min(IDLE_POLL_MAX);
+                        if !store_down.swap(true, Ordering::Relaxed) {
+                            tracing::warn!(worker = %options.id, error = %e, "cannot claim runs; trying again");
+                        }
+                    }
+                }
+            }
             _ = tokio::time::sleep(wait) => {}
             _ = stop.cancelled(), if draining.is_none() => {}
             _ = stop_all.cancelled() => {}
         }
     }
+}
+
+/// The future of one claim.
+type ClaimFuture<'a> =
+    std::pin::Pin<Box<dyn Future<Output = (Claim, Result<Vec<Claimed>, StoreError>)> + Send + 'a>>;
+
+/// One claim of up to `room` runs: with nothing held (`idle`), a suspect run to run alone
+/// first; else (or when there is none) the shared queue.
+async fn claim_round(
+    sql: &SqlStore,
+    options: &WorkerOptions,
+    idle: bool,
+    room: usize,
+) -> (Claim, Result<Vec<Claimed>, StoreError>) {
+    let batch = options.batch.as_deref();
+    if idle {
+        match sql
+            .claim(&options.id, batch, 1, options.lease, Claim::Alone)
+            .await
+        {
+            Ok(c) if c.is_empty() => {}
+            other => return (Claim::Alone, other),
+        }
+    }
+    (
+        Claim::Shared,
+        sql.claim(&options.id, batch, room, options.lease, Claim::Shared)
+            .await,
+    )
 }
 
 /// After the pause: waits up to `within` for the held runs to stop, settling each.

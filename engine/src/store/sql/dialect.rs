@@ -94,6 +94,18 @@ impl Dialect {
     /// that picks the next runs inside the claiming transaction. PostgreSQL lets many workers
     /// claim at once, each skipping the rows another holds; SQLite has one writer at a time
     /// (the claim's `BEGIN IMMEDIATE` serializes claimers), so it needs no row locks.
+    /// What makes a transaction's commit return before its WAL is flushed (PostgreSQL), for
+    /// claims: a claim lost in a crash of the database only undoes itself — the run's first
+    /// fenced write, which waits for the flush of everything before it, would find the epoch
+    /// it was claimed at missing and write nothing — and a claim no longer waits for a disk
+    /// flush of its own. `None`: the database has nothing of the kind (SQLite).
+    pub fn async_commit(self) -> Option<&'static str> {
+        match self {
+            Dialect::Sqlite => None,
+            Dialect::Postgres => Some("SET LOCAL synchronous_commit TO OFF"),
+        }
+    }
+
     pub fn claim_lock_clause(self) -> &'static str {
         match self {
             Dialect::Sqlite => "",

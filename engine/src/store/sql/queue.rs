@@ -187,6 +187,16 @@ impl SqlStore {
             .execute(&self.pool)
             .await
             .map_err(|e| self.ctx.error(&what, &e))?;
+        // The claim reads the queue in input order through `runs_claim`; without statistics
+        // of the rows just written, PostgreSQL's planner sorts the whole queue for every claim
+        // instead (tens of milliseconds at 20,000 runs, against a tenth of one). Autovacuum
+        // would analyze the table too, but only once a batch is well under way.
+        if self.ctx.dialect == super::Dialect::Postgres {
+            sqlx::query("ANALYZE runs")
+                .execute(&self.pool)
+                .await
+                .map_err(|e| self.ctx.error(&what, &e))?;
+        }
         Ok(())
     }
 
@@ -305,10 +315,18 @@ impl SqlStore {
         if let Some(b) = batch {
             q = q.bind(b.to_string());
         }
-        let rows = q
-            .fetch_all(&self.pool)
-            .await
-            .map_err(|e| self.ctx.error(WHAT, &e))?;
+        let err = |e: sqlx::Error| self.ctx.error(WHAT, &e);
+        let rows = match self.ctx.dialect.async_commit() {
+            None => q.fetch_all(&self.pool).await.map_err(err)?,
+            Some(set) => {
+                let mut conn = self.pool.acquire().await.map_err(err)?;
+                let mut tx = conn.begin().await.map_err(err)?;
+                sqlx::query(set).execute(&mut *tx).await.map_err(err)?;
+                let rows = q.fetch_all(&mut *tx).await.map_err(err)?;
+                tx.commit().await.map_err(err)?;
+                rows
+            }
+        };
         let mut claimed: Vec<Claimed> = rows
             .iter()
             .map(|r| decode_claimed(r).map_err(|m| self.corrupt(WHAT, m)))
@@ -345,7 +363,9 @@ impl SqlStore {
         for chunk in held.chunks(SUBMIT_CHUNK) {
             let params: Vec<String> = (3..chunk.len() + 3).map(|i| format!("${i}")).collect();
             let sql = format!(
-                "UPDATE runs SET lease_until = {now} + $2 WHERE lease_owner = $1 AND status = 'running' \
+                // A run that finished since the snapshot is still this worker's: its end is
+                // recorded under its lease, and extending a finished run's lease is harmless.
+                "UPDATE runs SET lease_until = {now} + $2 WHERE lease_owner = $1 \
                  AND id IN ({}) RETURNING id, lease_epoch",
                 params.join(", ")
             );

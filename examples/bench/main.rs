@@ -20,6 +20,7 @@ mod report;
 mod util;
 mod w10_long;
 mod w10w_while;
+mod w11_workers;
 mod w12_loops;
 mod w1_chain;
 mod w2_branch;
@@ -67,6 +68,7 @@ const WORKLOADS: &[(&str, RunFn)] = &[
     (w9_resume::ID, w9_resume::run),
     (w10_long::ID, w10_long::run),
     (w10w_while::ID, w10w_while::run),
+    (w11_workers::ID, w11_workers::run),
     (w12_loops::ID, w12_loops::run),
 ];
 

@@ -35,6 +35,10 @@ pub struct Profile {
     pub w10_sqlite_lines: usize,
     /// W12: agent loops of the batch, all in flight at once.
     pub w12_loops: usize,
+    /// W11: items of the latency-bound batch run by 1, 2 and 4 workers.
+    pub w11_items: usize,
+    /// W11: items of the zero-latency batch run by one worker.
+    pub w11_zero_items: usize,
 }
 
 impl Profile {
@@ -54,6 +58,8 @@ impl Profile {
         w10_memory_lines: 1_000_000,
         w10_sqlite_lines: 1_000_000,
         w12_loops: 20,
+        w11_items: 2000,
+        w11_zero_items: 20000,
     };
     /// W6, W8 and W5x (0.5 s of ideal wall) are cheap: the same sizes as `full`; the runtime
     /// workloads are smaller.
@@ -73,6 +79,8 @@ impl Profile {
         w10_memory_lines: 100_000,
         w10_sqlite_lines: 20_000,
         w12_loops: 20,
+        w11_items: 640,
+        w11_zero_items: 20000,
     };
 
     pub fn by_name(name: &str) -> Option<Profile> {

@@ -551,7 +551,7 @@ fn runs_list_shows_root_runs_and_filters_by_batch() {
         .args(STORE));
     assert_eq!(
         out.stdout.trim(),
-        "no runs of a batch writing in.jsonl",
+        "no runs of a batch named in.jsonl or writing it",
         "{out:?}"
     );
 

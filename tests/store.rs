@@ -840,7 +840,7 @@ async fn postgres_refuses_a_newer_schema() {
     );
 }
 
-/// A PostgreSQL store of schema 4 is brought up to schema 5 when opened: its runs read back
+/// A PostgreSQL store of schema 4 is brought up to date when opened: its runs read back
 /// without a `now`, and new runs record theirs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_upgrades_a_schema_4_store() {
@@ -854,8 +854,9 @@ async fn postgres_upgrades_a_schema_4_store() {
     store.close().await;
     let mut conn = AnyConnection::connect(&schema.url).await.expect("connect");
     let downgrade = format!(
-        "ALTER TABLE \"{0}\".runs DROP COLUMN now_us; DELETE FROM \"{0}\".schema_version WHERE version = 5",
-        schema.name
+        "SET search_path TO \"{0}\"; {1}",
+        schema.name,
+        SCHEMA_5_TO_4.join("; ")
     );
     sqlx::raw_sql(sqlx::AssertSqlSafe(downgrade))
         .execute(&mut conn)
@@ -1153,8 +1154,19 @@ async fn stored_version(conn: &mut AnyConnection) -> i64 {
         .expect("a version")
 }
 
-/// Undoes migration 5: runs without the `now` they saw.
+/// Undoes migrations 6 (submitted batches) and 5 (runs without the `now` they saw).
 pub(crate) const SCHEMA_5_TO_4: &[&str] = &[
+    "DROP TABLE provider_slots",
+    "DROP TABLE provider_pace",
+    "DROP TABLE workers",
+    "DROP TABLE batches",
+    "DROP TABLE bundles",
+    "DROP INDEX runs_claim",
+    "ALTER TABLE runs DROP COLUMN recoveries",
+    "ALTER TABLE runs DROP COLUMN lease_until",
+    "ALTER TABLE runs DROP COLUMN lease_owner",
+    "ALTER TABLE runs DROP COLUMN lease_epoch",
+    "DELETE FROM schema_version WHERE version = 6",
     "ALTER TABLE runs DROP COLUMN now_us",
     "DELETE FROM schema_version WHERE version = 5",
 ];

@@ -136,20 +136,9 @@ fn switchyard(bin: &Path, dir: &Path, args: &[&str], log: &Path) -> Result<(), S
     Ok(())
 }
 
-/// Submits `input` through `flow` as batch `b`, runs `workers` worker processes until the
-/// batch is done, collects and checks the output; returns the workers' wall.
-fn one(
-    bin: &Path,
-    dir: &Path,
-    schema: &Schema,
-    flow: &Path,
-    input: &Path,
-    n: usize,
-    workers: usize,
-) -> Result<f64, String> {
-    let url = schema.url();
-    let flow = flow.display().to_string();
-    let input = input.display().to_string();
+/// `submit FLOW --input INPUT --batch b --id-field i` to `url`.
+fn submit(bin: &Path, dir: &Path, url: &str, flow: &Path, input: &Path) -> Result<(), String> {
+    let (flow, input) = (flow.display().to_string(), input.display().to_string());
     switchyard(
         bin,
         dir,
@@ -163,10 +152,45 @@ fn one(
             "--id-field",
             "i",
             "--store",
-            &url,
+            url,
         ],
         &dir.join("submit.log"),
+    )
+}
+
+/// `collect --batch b` from `url`, checked to be the `n` items' results.
+fn collect_checked(bin: &Path, dir: &Path, url: &str, n: usize) -> Result<(), String> {
+    let out = dir.join("out.jsonl");
+    switchyard(
+        bin,
+        dir,
+        &[
+            "collect",
+            "--batch",
+            "b",
+            "--output",
+            &out.display().to_string(),
+            "--store",
+            url,
+        ],
+        &dir.join("collect.log"),
     )?;
+    batch_bin::check_output(&out, n)
+}
+
+/// Submits `input` through `flow` as batch `b`, runs `workers` worker processes until the
+/// batch is done, collects and checks the output; returns the workers' wall.
+fn one(
+    bin: &Path,
+    dir: &Path,
+    schema: &Schema,
+    flow: &Path,
+    input: &Path,
+    n: usize,
+    workers: usize,
+) -> Result<f64, String> {
+    let url = schema.url();
+    submit(bin, dir, &url, flow, input)?;
     let concurrency = CONCURRENCY.to_string();
     let t0 = Instant::now();
     let mut children = Vec::new();
@@ -199,22 +223,7 @@ fn one(
         }
     }
     let wall = t0.elapsed().as_secs_f64();
-    let out = dir.join("out.jsonl");
-    switchyard(
-        bin,
-        dir,
-        &[
-            "collect",
-            "--batch",
-            "b",
-            "--output",
-            &out.display().to_string(),
-            "--store",
-            &url,
-        ],
-        &dir.join("collect.log"),
-    )?;
-    batch_bin::check_output(&out, n)?;
+    collect_checked(bin, dir, &url, n)?;
     Ok(wall)
 }
 
@@ -304,24 +313,7 @@ pub fn run(profile: &Profile, opts: &Options) -> Result<Vec<Report>, String> {
     for r in 0..RUNS {
         let schema = Schema::new(&format!("z{r}"))?;
         let url = schema.url();
-        let (flow_s, input_s) = (w10.display().to_string(), input.display().to_string());
-        switchyard(
-            &bin,
-            dir,
-            &[
-                "submit",
-                &flow_s,
-                "--input",
-                &input_s,
-                "--batch",
-                "b",
-                "--id-field",
-                "i",
-                "--store",
-                &url,
-            ],
-            &dir.join("submit.log"),
-        )?;
+        submit(&bin, dir, &url, &w10, &input)?;
         let before = schema.commits()?;
         let t0 = Instant::now();
         switchyard(
@@ -343,22 +335,7 @@ pub fn run(profile: &Profile, opts: &Options) -> Result<Vec<Report>, String> {
         if steps != m as i64 {
             return Err(format!("W11 zero: {steps} step records for {m} items"));
         }
-        let out = dir.join("out.jsonl");
-        switchyard(
-            &bin,
-            dir,
-            &[
-                "collect",
-                "--batch",
-                "b",
-                "--output",
-                &out.display().to_string(),
-                "--store",
-                &url,
-            ],
-            &dir.join("collect.log"),
-        )?;
-        batch_bin::check_output(&out, m)?;
+        collect_checked(&bin, dir, &url, m)?;
         rate.push(m as f64 / wall);
         xacts.push((after - before) as f64 / m as f64);
     }

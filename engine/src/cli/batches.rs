@@ -1,8 +1,7 @@
 //! `switchyard batches [NAME]` (SPEC §12): each submitted batch's counts, cost, rate and ETA,
 //! and the live workers.
 
-use super::common::{self, StoreArg};
-use crate::store::any::AnyStore;
+use super::common::StoreArg;
 use crate::store::sql::SqlStore;
 
 #[derive(clap::Args, Debug)]
@@ -23,25 +22,10 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> u8 {
-    let rt = common::runtime();
-    let store = match rt.block_on(args.store.open_to_read()) {
-        Ok(s) => s,
-        Err(e) => {
-            super::stderr::error(e);
-            return args.store.open_failed();
-        }
-    };
-    let code = match &store {
-        AnyStore::Sql(sql) => rt.block_on(show(sql, &args)),
-        _ => {
-            super::stderr::error(
-                "batches reads a store that workers share (`--store postgres://...` or a SQLite file)",
-            );
-            super::exit::USAGE
-        }
-    };
-    rt.block_on(store.close());
-    code
+    let store = args.store.clone();
+    super::collect::shared_store(&store, "batches", move |sql| {
+        Box::pin(async move { show(sql, &args).await })
+    })
 }
 
 async fn show(sql: &SqlStore, args: &Args) -> u8 {

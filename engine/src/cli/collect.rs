@@ -47,24 +47,37 @@ pub fn run(args: Args) -> u8 {
         super::stderr::error("--poll: a number of seconds above 0");
         return super::exit::USAGE;
     }
+    let store = args.store.clone();
+    shared_store(&store, "collect", move |sql| {
+        Box::pin(async move { collect(sql, &args).await })
+    })
+}
+
+/// Opens the store to read, runs `f` on it when it is one that workers share, closes it; the
+/// exit status.
+pub(crate) fn shared_store(
+    store: &StoreArg,
+    command: &str,
+    f: impl for<'a> FnOnce(&'a SqlStore) -> std::pin::Pin<Box<dyn Future<Output = u8> + 'a>>,
+) -> u8 {
     let rt = common::runtime();
-    let store = match rt.block_on(args.store.open_to_read()) {
+    let opened = match rt.block_on(store.open_to_read()) {
         Ok(s) => s,
         Err(e) => {
             super::stderr::error(e);
-            return args.store.open_failed();
+            return store.open_failed();
         }
     };
-    let code = match &store {
-        AnyStore::Sql(sql) => rt.block_on(collect(sql, &args)),
+    let code = match &opened {
+        AnyStore::Sql(sql) => rt.block_on(f(sql)),
         _ => {
-            super::stderr::error(
-                "collect reads a store that workers share (`--store postgres://...` or a SQLite file)",
-            );
+            super::stderr::error(format!(
+                "{command} reads a store that workers share (`--store postgres://...` or a SQLite file)"
+            ));
             super::exit::USAGE
         }
     };
-    rt.block_on(store.close());
+    rt.block_on(opened.close());
     code
 }
 

@@ -5,7 +5,9 @@
 //!   workers need no flow files.
 //! - [`submit`]: the batch and one queued run per input line, streaming, idempotent per line.
 //! - [`worker`]: the claim loop, leases by heartbeat, takeovers, the drain.
+//! - [`limits`]: provider limits held with the other workers of the store.
 
 pub mod bundle;
+pub mod limits;
 pub mod submit;
 pub mod worker;

@@ -81,6 +81,8 @@ impl SharedLimits for WorkerLimits {
         let (sql, key) = (self.sql.clone(), key.to_string());
         let cost_us = i64::try_from(cost.as_micros()).unwrap_or(i64::MAX);
         Box::pin(async move {
+            // The database reads its clock as the statement returns (after any wait for the
+            // row), so waiting from the answer's arrival adds only the trip back.
             sql.pace(&key, cost_us, adjust_us)
                 .await
                 .map(|p| p.wait())

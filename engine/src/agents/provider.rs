@@ -37,9 +37,10 @@
 //!
 //! - **`max_concurrency`**: a slot of the provider's shared slots, leased to the worker
 //!   (renewed by its heartbeat, so a dead worker's slots come back after its `--lease`),
-//!   polled for with a short backoff ([`SLOT_POLL_MIN`] to [`SLOT_POLL_MAX`], jittered) while
-//!   all are held, and given back when the [`Admission`] is dropped (in the background; the
-//!   worker waits for those before it exits);
+//!   polled for (by one waiting request of the process at a time) with a short backoff
+//!   ([`SLOT_POLL_MIN`] to [`SLOT_POLL_MAX`], jittered) while all are held, and given back
+//!   when the [`Admission`] is dropped (in the background; the worker waits for those before
+//!   it exits);
 //! - **rates** (`requests_per_minute`, and `tokens_per_minute` under its own key): GCRA on the
 //!   database's clock. One statement reserves the next `60.5 s / rpm` (or `n × 60.5 s / tpm`,
 //!   the local limiter's unit) after the last reservation of any worker, and returns the
@@ -229,6 +230,9 @@ pub struct ProviderState {
     learned_form: Mutex<Option<StructuredOutput>>,
     /// Limits held with other processes, when the process shares them ([`Providers::share`]).
     shared: OnceLock<Arc<dyn SharedLimits>>,
+    /// Held by the caller asking for a shared slot: one claim of this provider's in flight
+    /// per process, whatever its `max_concurrency`, first come first served.
+    slot_gate: tokio::sync::Mutex<()>,
     /// The shared limits failed on the last try: the local limits alone hold.
     shared_down: AtomicBool,
     /// Token time settled since the last shared token reservation, in microseconds: what the
@@ -286,6 +290,7 @@ impl ProviderState {
             abandoned: AtomicU64::new(0),
             learned_form: Mutex::new(None),
             shared: OnceLock::new(),
+            slot_gate: tokio::sync::Mutex::new(()),
             shared_down: AtomicBool::new(false),
             shared_token_adjust: AtomicI64::new(0),
         }
@@ -362,9 +367,11 @@ impl ProviderState {
         }
     }
 
-    /// A shared concurrency slot: polled for while all are held. `None` when the shared
-    /// limits fail (the local permit alone holds).
+    /// A shared concurrency slot: polled for while all are held, by one caller at a time (a
+    /// process waiting with many requests asks the database no more often than with one).
+    /// `None` when the shared limits fail (the local permit alone holds).
     async fn shared_slot(&self, shared: &Arc<dyn SharedLimits>, max: u64) -> Option<SlotGuard> {
+        let _turn = self.slot_gate.lock().await;
         let mut pause = SLOT_POLL_MIN;
         loop {
             // The claim runs on a task of its own: when this future is dropped while the

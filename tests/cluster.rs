@@ -127,7 +127,8 @@ impl Drop for Pg {
 }
 
 /// A flow whose first step is a non-idempotent `command` that appends its input to `effects`
-/// (so every execution is counted) and sleeps `sleep` seconds; then pure steps.
+/// (so every execution is counted) and sleeps `sleep` seconds; then pure steps. A command
+/// whose worker was killed before it wrote the input reads nothing, and records nothing.
 pub fn side_effect_flow(effects: &Path, sleep: &str) -> String {
     format!(
         r#"flow: items
@@ -136,7 +137,7 @@ input:
 agents:
   side:
     kind: command
-    run: [sh, -c, 'read -r x; printf "%s\n" "$x" >> "{effects}"; sleep {sleep}; printf "%s" "$x"']
+    run: [sh, -c, 'read -r x; [ -n "$x" ] || exit 1; printf "%s\n" "$x" >> "{effects}"; sleep {sleep}; printf "%s" "$x"']
     idempotent: false
   double:
     kind: transform

@@ -18,6 +18,8 @@
 //!   flows, the question of an interrupt and how to answer it;
 //! - [`cluster`]: many machines on PostgreSQL: `submit`, `worker` processes killed, frozen
 //!   and cut off, a poison item, the drain, a store from a newer switchyard;
+//! - [`cluster_limits`]: a provider's rate limit and `max_concurrency` held by three workers
+//!   together;
 //! - [`time`]: `timestamp()`, `duration()` and the recorded `now` of a run tree.
 
 mod agent_loop;
@@ -26,6 +28,7 @@ mod agent_loop_tests;
 mod batch;
 mod cli;
 mod cluster;
+mod cluster_limits;
 mod corpus;
 mod engine;
 mod expressions;

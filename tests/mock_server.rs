@@ -93,6 +93,8 @@ pub struct LlmState {
     /// The status and body answered to a request asking for `response_format` of type
     /// `json_schema`, before the script is consulted (a server that refuses that form).
     refuse_json_schema: Mutex<Option<(u16, String)>>,
+    /// Requests being answered now, and the most there ever were at once.
+    in_flight: Mutex<(u64, u64)>,
 }
 
 /// What llama-cpp-python's server answers a `response_format` of type `json_schema`: a 500
@@ -188,6 +190,11 @@ impl Llm {
         self.state.hits.lock().unwrap().clone()
     }
 
+    /// The most requests the server was answering at once.
+    pub fn max_in_flight(&self) -> u64 {
+        self.state.in_flight.lock().unwrap().1
+    }
+
     /// The most requests received in any window of `period` (starting at a request).
     pub fn max_requests_in(&self, period: Duration) -> u64 {
         max_in(&self.hits().iter().map(|h| (h.at, 1)).collect::<Vec<_>>(), period)
@@ -232,6 +239,11 @@ async fn completion(State(s): State<Arc<LlmState>>, headers: HeaderMap, body: By
 
 async fn answer_request(s: Arc<LlmState>, headers: HeaderMap, body: Bytes) -> Response {
     let at = Instant::now();
+    {
+        let mut f = s.in_flight.lock().unwrap();
+        f.0 += 1;
+        f.1 = f.1.max(f.0);
+    }
     let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let refusal = s.refuse_json_schema.lock().unwrap().clone();
     let reply = match refusal {
@@ -317,6 +329,7 @@ async fn answer_request(s: Arc<LlmState>, headers: HeaderMap, body: Bytes) -> Re
         status,
         tokens,
     });
+    s.in_flight.lock().unwrap().0 -= 1;
     resp
 }
 

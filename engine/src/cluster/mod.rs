@@ -6,8 +6,10 @@
 //! - [`submit`]: the batch and one queued run per input line, streaming, idempotent per line.
 //! - [`collect`]: the results in input order, each item once.
 //! - [`worker`]: the claim loop, leases by heartbeat, takeovers, the drain.
+//! - [`limits`]: provider limits held with the other workers of the store.
 
 pub mod bundle;
 pub mod collect;
+pub mod limits;
 pub mod submit;
 pub mod worker;

@@ -22,6 +22,10 @@
 //!   their next recorded point, and every lease still held is given back.
 //! - A store migrated by a newer switchyard (found by the heartbeat, or refused by a fenced
 //!   write) stops the worker: it writes nothing in the old shape.
+//! - **Provider limits** are held with the other workers of the store ([`WorkerLimits`],
+//!   installed in the process's provider registry): the heartbeat renews this worker's
+//!   `max_concurrency` slots with its run leases, and the stop waits for slots being given
+//!   back, then gives back any still held.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -31,7 +35,9 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use super::limits::WorkerLimits;
 use crate::agents::AgentState;
+use crate::agents::provider::Providers;
 use crate::plan::Plan;
 use crate::runtime::engine::{Engine, RunControls, RunOptions, RunOutcome};
 use crate::runtime::record::RunStatus;
@@ -146,6 +152,16 @@ pub async fn run(
     })
     .await?;
     tracing::info!(worker = %options.id, "worker started");
+    let limits = Arc::new(WorkerLimits::new(sql.limits(), options.id.clone(), options.lease));
+    let limits = if Providers::global().share(limits.clone()) {
+        Some(limits)
+    } else {
+        tracing::warn!(
+            worker = %options.id,
+            "provider limits are shared by another worker of this process already: they stay its"
+        );
+        None
+    };
     let held: Arc<Mutex<HashMap<String, Held>>> = Arc::default();
     let fatal: Arc<Mutex<Option<WorkerError>>> = Arc::default();
     let stop_all = CancellationToken::new();
@@ -153,6 +169,7 @@ pub async fn run(
         store.clone(),
         options.clone(),
         held.clone(),
+        limits.clone(),
         fatal.clone(),
         stop_all.clone(),
     ));
@@ -177,6 +194,9 @@ pub async fn run(
         if let Err(e) = sql.release(&options.id, &rest).await {
             tracing::warn!(worker = %options.id, error = %e, "could not give back leases: they run out instead");
         }
+    }
+    if let Some(limits) = &limits {
+        limits.finish(Duration::from_secs(2)).await;
     }
     if let Err(e) = sql.stop_worker(&options.id).await {
         tracing::warn!(worker = %options.id, error = %e, "could not unregister the worker");
@@ -560,12 +580,14 @@ async fn settle(
     }
 }
 
-/// Renews the held runs' leases every `heartbeat`; cancels held runs whose lease is gone; stops
-/// the worker when the store was migrated by a newer switchyard.
+/// Renews the held runs' leases and this worker's provider slots every `heartbeat`; cancels
+/// held runs whose lease is gone; stops the worker when the store was migrated by a newer
+/// switchyard.
 async fn heartbeat(
     store: Arc<AnyStore>,
     options: WorkerOptions,
     held: Arc<Mutex<HashMap<String, Held>>>,
+    limits: Option<Arc<WorkerLimits>>,
     fatal: Arc<Mutex<Option<WorkerError>>>,
     stop: CancellationToken,
 ) {
@@ -585,6 +607,11 @@ async fn heartbeat(
             .filter(|(_, h)| !h.lost)
             .map(|(id, h)| (id.clone(), h.epoch))
             .collect();
+        if let Some(limits) = &limits
+            && let Err(e) = limits.renew().await
+        {
+            tracing::warn!(worker = %options.id, error = %e, "could not renew the provider slots");
+        }
         match sql.heartbeat(&options.id, &snapshot, options.lease).await {
             Ok(beat) => {
                 last_ok = Instant::now();

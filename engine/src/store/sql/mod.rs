@@ -38,6 +38,7 @@ use tokio::task::JoinHandle;
 
 pub use dialect::Dialect;
 use error::Ctx;
+pub use limits::{Paced, SqlLimits};
 use rows::{RunRow, StepRow, decode_run, decode_step};
 pub use schema::SCHEMA_VERSION;
 use url::{Access, Target};

@@ -248,7 +248,8 @@ impl Bundle {
             });
         }
         for (what, p) in [("top flow", top), ("command directory", encoded.cwd.as_str())] {
-            if !(p.is_empty() && what == "command directory") && !safe_relative(p) {
+            let allowed = p.is_empty() && what == "command directory";
+            if !allowed && !safe_relative(p) {
                 return Err(format!(
                     "the flow bundle {hash} has a {what} `{p}` that leaves its directory"
                 ));

@@ -224,7 +224,9 @@ async fn work(
     let mut draining: Option<Instant> = None;
     let store_down = Arc::new(AtomicBool::new(false));
     loop {
-        if let Some(e) = fatal.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        // Taken out first: the lock is not held while the held runs drain.
+        let failed = fatal.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(e) = failed {
             pause.cancel();
             stop_all.cancel();
             // Runs in flight stop where they are; their writes are refused from now on.

@@ -136,3 +136,36 @@ fn three_workers_together_keep_the_concurrency_limit() {
     assert!(max <= 2, "{max} requests at the server at once");
     assert_eq!(max, 2, "both slots were used");
 }
+
+/// On PostgreSQL a claim takes one slot however many are free (an `IN` subquery with
+/// `SKIP LOCKED` can be run again for each row the update scans, and then takes them all),
+/// and the next slot row is added only while fewer than the limit exist.
+#[test]
+fn a_slot_claim_takes_one_slot_on_postgres() {
+    use switchyard::store::sql::SqlStore;
+    let pg = Pg::new("claim");
+    let url = pg.url("sy_claim");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    rt.block_on(async {
+        let store = SqlStore::open(&url).await.expect("the store opens");
+        let l = store.limits();
+        let lease = Duration::from_secs(30);
+        for expect in 0..4 {
+            assert_eq!(l.claim_slot("k", 4, "w1", lease).await.unwrap(), Some(expect));
+        }
+        assert_eq!(l.claim_slot("k", 4, "w1", lease).await.unwrap(), None);
+        assert_eq!(l.release_slots("w1").await.unwrap(), 4);
+        assert_eq!(l.claim_slot("k", 4, "w2", lease).await.unwrap(), Some(0));
+        store.close().await;
+    });
+    assert_eq!(
+        pg.count("SELECT COUNT(*) FROM provider_slots WHERE worker IS NOT NULL"),
+        1,
+        "{:?}",
+        pg.query("SELECT slot, worker FROM provider_slots ORDER BY slot")
+    );
+    assert_eq!(pg.count("SELECT COUNT(*) FROM provider_slots"), 4);
+}

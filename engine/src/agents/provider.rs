@@ -37,10 +37,11 @@
 //!
 //! - **`max_concurrency`**: a slot of the provider's shared slots, leased to the worker
 //!   (renewed by its heartbeat, so a dead worker's slots come back after its `--lease`),
-//!   polled for (by one waiting request of the process at a time) with a short backoff
-//!   ([`SLOT_POLL_MIN`] to [`SLOT_POLL_MAX`], jittered) while all are held, and given back
-//!   when the [`Admission`] is dropped (in the background; the worker waits for those before
-//!   it exits);
+//!   asked for at once, then, while all are held, polled for by one waiting request of the
+//!   process at a time with a short backoff ([`SLOT_POLL_MIN`] to [`SLOT_POLL_MAX`],
+//!   jittered), and given back when the [`Admission`] is dropped (in the background; the worker waits for those before
+//!   it exits; the request's local permit is released only then, and a request of the same
+//!   process waiting for a slot asks at once);
 //! - **rates** (`requests_per_minute`, and `tokens_per_minute` under its own key): GCRA on the
 //!   database's clock. One statement reserves the next `60.5 s / rpm` (or `n × 60.5 s / tpm`,
 //!   the local limiter's unit) after the last reservation of any worker, and returns the
@@ -63,7 +64,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use tokio::sync::{Semaphore, SemaphorePermit};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use crate::model::StructuredOutput;
@@ -112,8 +113,9 @@ pub trait SharedLimits: Send + Sync {
     fn pace(&self, key: &str, cost: Duration, adjust_us: i64) -> SharedFuture<Duration>;
     /// Claims one of `key`'s `max` concurrency slots if one is free now.
     fn try_slot(&self, key: &str, max: u64) -> SharedFuture<Option<u64>>;
-    /// Gives slot `slot` of `key` back; returns at once, the work done in the background.
-    fn release_slot(&self, key: &str, slot: u64);
+    /// Gives slot `slot` of `key` back. The registry spawns the future (an admission is
+    /// dropped in sync code); the implementation may count it as on its way from this call.
+    fn release_slot(&self, key: &str, slot: u64) -> SharedFuture<()>;
 }
 
 /// The process-wide registry of providers.
@@ -212,7 +214,7 @@ pub struct ProviderStats {
 pub struct ProviderState {
     pub key: String,
     pub limits: Limits,
-    concurrency: Option<Semaphore>,
+    concurrency: Option<Arc<Semaphore>>,
     /// First come, first served: held by the caller waiting for rate capacity.
     gate: tokio::sync::Mutex<()>,
     rate: Mutex<Rate>,
@@ -230,9 +232,12 @@ pub struct ProviderState {
     learned_form: Mutex<Option<StructuredOutput>>,
     /// Limits held with other processes, when the process shares them ([`Providers::share`]).
     shared: OnceLock<Arc<dyn SharedLimits>>,
-    /// Held by the caller asking for a shared slot: one claim of this provider's in flight
-    /// per process, whatever its `max_concurrency`, first come first served.
+    /// Held by the request polling for a shared slot while all are held: one poller of this
+    /// provider per process, whatever its `max_concurrency`, first come first served.
     slot_gate: tokio::sync::Mutex<()>,
+    /// Told when a slot this process held was given back: its waiting request asks again at
+    /// once instead of at its next poll.
+    slot_freed: Arc<tokio::sync::Notify>,
     /// The shared limits failed on the last try: the local limits alone hold.
     shared_down: AtomicBool,
     /// Token time settled since the last shared token reservation, in microseconds: what the
@@ -242,8 +247,9 @@ pub struct ProviderState {
 
 /// A request's place: its concurrency permit (released when dropped), its shared slot (given
 /// back when dropped) and its token reservation (settled by [`ProviderState::settle`]).
-pub struct Admission<'a> {
-    _permit: Option<SemaphorePermit<'a>>,
+pub struct Admission {
+    /// The permit, when no shared slot holds it.
+    _permit: Option<OwnedSemaphorePermit>,
     _slot: Option<SlotGuard>,
     pub reserved_tokens: u64,
     id: u64,
@@ -254,11 +260,40 @@ struct SlotGuard {
     shared: Arc<dyn SharedLimits>,
     key: String,
     slot: u64,
+    freed: Arc<tokio::sync::Notify>,
+    /// The request's local permit, released only once the slot is back: a request of this
+    /// process taking the permit would otherwise find every slot held, this one included.
+    permit: Option<OwnedSemaphorePermit>,
 }
 
 impl Drop for SlotGuard {
     fn drop(&mut self) {
-        self.shared.release_slot(&self.key, self.slot);
+        give_back(
+            &self.shared,
+            &self.key,
+            self.slot,
+            self.freed.clone(),
+            self.permit.take(),
+        );
+    }
+}
+
+/// Gives a shared slot back in the background, then releases `permit` and tells this
+/// process's waiting request. Without a runtime to do it on, the slot's lease runs out instead.
+fn give_back(
+    shared: &Arc<dyn SharedLimits>,
+    key: &str,
+    slot: u64,
+    freed: Arc<tokio::sync::Notify>,
+    permit: Option<OwnedSemaphorePermit>,
+) {
+    let release = shared.release_slot(key, slot);
+    if let Ok(rt) = tokio::runtime::Handle::try_current() {
+        rt.spawn(async move {
+            let _ = release.await;
+            drop(permit);
+            freed.notify_waiters();
+        });
     }
 }
 
@@ -268,11 +303,11 @@ impl ProviderState {
         ProviderState {
             key,
             concurrency: limits.max_concurrency.filter(|n| *n > 0).map(|n| {
-                Semaphore::new(
+                Arc::new(Semaphore::new(
                     usize::try_from(n)
                         .unwrap_or(usize::MAX)
                         .min(Semaphore::MAX_PERMITS),
-                )
+                ))
             }),
             gate: tokio::sync::Mutex::new(()),
             rate: Mutex::new(Rate {
@@ -291,6 +326,7 @@ impl ProviderState {
             learned_form: Mutex::new(None),
             shared: OnceLock::new(),
             slot_gate: tokio::sync::Mutex::new(()),
+            slot_freed: Arc::default(),
             shared_down: AtomicBool::new(false),
             shared_token_adjust: AtomicI64::new(0),
         }
@@ -315,9 +351,14 @@ impl ProviderState {
     /// (estimated) tokens, in arrival order; with [`SharedLimits`], for a shared slot after the
     /// permit and for the shared pace after the local one. Dropping the future gives up the
     /// place.
-    pub async fn admit(&self, tokens: u64) -> Admission<'_> {
-        let permit = match &self.concurrency {
-            Some(s) => Some(s.acquire().await.expect("provider semaphores are never closed")),
+    pub async fn admit(&self, tokens: u64) -> Admission {
+        let mut permit = match &self.concurrency {
+            Some(s) => Some(
+                s.clone()
+                    .acquire_owned()
+                    .await
+                    .expect("provider semaphores are never closed"),
+            ),
             None => None,
         };
         let shared = self.shared.get();
@@ -325,18 +366,26 @@ impl ProviderState {
             (Some(shared), Some(max)) if max > 0 => self.shared_slot(shared, max).await,
             _ => None,
         };
-        let _turn = self.gate.lock().await;
-        let (id, reserved) = loop {
-            let now = Instant::now();
-            let wait = {
-                let mut rate = self.rate.lock().expect("provider rate lock");
-                match rate.wait(now, tokens) {
-                    None => break rate.admit(now, tokens),
-                    Some(at) => at,
-                }
-            };
-            tokio::time::sleep_until(wait).await;
+        let slot = slot.map(|mut g| {
+            g.permit = permit.take();
+            g
+        });
+        let (id, reserved) = {
+            let _turn = self.gate.lock().await;
+            loop {
+                let now = Instant::now();
+                let wait = {
+                    let mut rate = self.rate.lock().expect("provider rate lock");
+                    match rate.wait(now, tokens) {
+                        None => break rate.admit(now, tokens),
+                        Some(at) => at,
+                    }
+                };
+                tokio::time::sleep_until(wait).await;
+            }
         };
+        // Outside the local turn: the process's reservations go to the database side by side
+        // (the database orders them), not one round trip after another.
         if let Some(shared) = shared {
             self.shared_pace(shared, reserved).await;
         }
@@ -351,7 +400,7 @@ impl ProviderState {
 
     /// Settles a request's token reservation to what the provider reported (`None`: unknown,
     /// the estimate stands) and counts its usage.
-    pub fn settle(&self, admission: &Admission<'_>, actual: Option<u64>) {
+    pub fn settle(&self, admission: &Admission, actual: Option<u64>) {
         if let Some(actual) = actual {
             let mut rate = self.rate.lock().expect("provider rate lock");
             rate.settle(admission.id, admission.reserved_tokens, actual);
@@ -367,49 +416,67 @@ impl ProviderState {
         }
     }
 
-    /// A shared concurrency slot: polled for while all are held, by one caller at a time (a
-    /// process waiting with many requests asks the database no more often than with one).
-    /// `None` when the shared limits fail (the local permit alone holds).
+    /// A shared concurrency slot: asked for at once, then, while all are held, polled for by
+    /// one waiting request of the process at a time (a process waiting with many requests
+    /// asks the database no more often than with one). `None` when the shared limits fail
+    /// (the local permit alone holds).
     async fn shared_slot(&self, shared: &Arc<dyn SharedLimits>, max: u64) -> Option<SlotGuard> {
-        let _turn = self.slot_gate.lock().await;
+        let mut turn = None;
         let mut pause = SLOT_POLL_MIN;
         loop {
-            // The claim runs on a task of its own: when this future is dropped while the
-            // database claims a slot, the task gives it back instead of leaking it.
-            let (tx, rx) = tokio::sync::oneshot::channel();
-            let claim = shared.try_slot(&self.key, max);
-            let owner = shared.clone();
-            let key = self.key.clone();
-            tokio::spawn(async move {
-                let got = tokio::time::timeout(SHARED_TIMEOUT, claim).await;
-                if let Err(Ok(Ok(Some(slot)))) = tx.send(got) {
-                    owner.release_slot(&key, slot);
-                }
-            });
-            let got = match rx.await {
-                Ok(Ok(r)) => r,
-                Ok(Err(_)) => Err(format!("no answer within {SHARED_TIMEOUT:?}")),
-                Err(_) => Err("the claim's task ended".into()),
-            };
-            match got {
+            // Listening before asking: a slot given back while the claim is on its way wakes
+            // the wait after it.
+            let freed = self.slot_freed.notified();
+            tokio::pin!(freed);
+            freed.as_mut().enable();
+            match self.claim_slot(shared, max).await {
                 Ok(Some(slot)) => {
                     self.shared_up();
                     return Some(SlotGuard {
                         shared: shared.clone(),
                         key: self.key.clone(),
                         slot,
+                        freed: self.slot_freed.clone(),
+                        permit: None,
                     });
                 }
-                Ok(None) => {
+                Ok(None) if turn.is_none() => {
                     self.shared_up();
-                    tokio::time::sleep(jitter(pause)).await;
-                    pause = (pause * 2).min(SLOT_POLL_MAX);
+                    // Waits to be the one poller, then asks again at once.
+                    turn = Some(self.slot_gate.lock().await);
+                }
+                Ok(None) => {
+                    tokio::select! {
+                        _ = tokio::time::sleep(jitter(pause)) => {
+                            pause = (pause * 2).min(SLOT_POLL_MAX);
+                        }
+                        _ = freed => pause = SLOT_POLL_MIN,
+                    }
                 }
                 Err(e) => {
                     self.shared_failed(&e);
                     return None;
                 }
             }
+        }
+    }
+
+    /// One claim of a shared slot, on a task of its own: when the caller stops waiting while
+    /// the database claims a slot, the task gives it back instead of leaking it.
+    async fn claim_slot(&self, shared: &Arc<dyn SharedLimits>, max: u64) -> Result<Option<u64>, String> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let claim = shared.try_slot(&self.key, max);
+        let (owner, key, told) = (shared.clone(), self.key.clone(), self.slot_freed.clone());
+        tokio::spawn(async move {
+            let got = tokio::time::timeout(SHARED_TIMEOUT, claim).await;
+            if let Err(Ok(Ok(Some(slot)))) = tx.send(got) {
+                give_back(&owner, &key, slot, told, None);
+            }
+        });
+        match rx.await {
+            Ok(Ok(r)) => r,
+            Ok(Err(_)) => Err(format!("no answer within {SHARED_TIMEOUT:?}")),
+            Err(_) => Err("the claim's task ended".into()),
         }
     }
 
@@ -837,12 +904,13 @@ mod tests {
             })
         }
 
-        fn release_slot(&self, key: &str, slot: u64) {
+        fn release_slot(&self, key: &str, slot: u64) -> SharedFuture<()> {
             self.0
                 .held
                 .lock()
                 .unwrap()
                 .retain(|(k, s)| !(k == key && *s == slot));
+            Box::pin(async { Ok(()) })
         }
     }
 

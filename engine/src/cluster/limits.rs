@@ -3,7 +3,8 @@
 //! this worker's id and lease. What is limited, and when, is the registry's
 //! (`agents::provider`); the rows and statements are the store's (`store::sql::limits`).
 //!
-//! Slots are given back in the background (a request's admission is dropped in sync code).
+//! Slots are given back in the background (the registry spawns the giving back: a request's
+//! admission is dropped in sync code).
 //! The heartbeat renews every slot of the worker, so a slot whose giving back failed would be
 //! held for good: it is given back again before each renewal until that works.
 //! [`WorkerLimits::finish`] waits for those still on their way when the worker stops, then
@@ -99,15 +100,13 @@ impl SharedLimits for WorkerLimits {
         })
     }
 
-    fn release_slot(&self, key: &str, slot: u64) {
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            // No runtime to give it back on: the lease runs out instead.
-            return;
-        };
+    fn release_slot(&self, key: &str, slot: u64) -> SharedFuture<()> {
         let (sql, key, worker) = (self.sql.clone(), key.to_string(), self.worker.clone());
-        let (releasing, unreleased) = (self.releasing.clone(), self.unreleased.clone());
-        releasing.fetch_add(1, Ordering::AcqRel);
-        rt.spawn(async move {
+        // On its way from now: counted until the future ends, or is dropped unpolled.
+        let on_its_way = Releasing::new(&self.releasing);
+        let unreleased = self.unreleased.clone();
+        Box::pin(async move {
+            let _on_its_way = on_its_way;
             if let Err(e) = sql.release_slot(&key, slot, &worker).await {
                 tracing::warn!(
                     provider = %key, slot, error = %e,
@@ -118,7 +117,23 @@ impl SharedLimits for WorkerLimits {
                     .unwrap_or_else(|p| p.into_inner())
                     .push((key, slot));
             }
-            releasing.fetch_sub(1, Ordering::AcqRel);
-        });
+            Ok(())
+        })
+    }
+}
+
+/// One slot on its way back, counted in [`WorkerLimits::finish`]'s wait while it lives.
+struct Releasing(Arc<AtomicUsize>);
+
+impl Releasing {
+    fn new(count: &Arc<AtomicUsize>) -> Releasing {
+        count.fetch_add(1, Ordering::AcqRel);
+        Releasing(count.clone())
+    }
+}
+
+impl Drop for Releasing {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }

@@ -101,9 +101,13 @@ impl SqlLimits {
         let d = self.ctx.dialect;
         let now = d.now_ms();
         let free = format!("(worker IS NULL OR until_ms < {now})");
+        // `slot = (SELECT ...)`, not `slot IN (SELECT ...)`: PostgreSQL may run an `IN`
+        // subquery again for every row the update scans (a semi-join), and with `SKIP LOCKED`
+        // each run skips the row the last one locked, so one claim would take every free
+        // slot. A scalar subquery runs once.
         let claim = format!(
             "UPDATE provider_slots SET worker = $1, until_ms = {now} + $2 \
-             WHERE key = $3 AND {free} AND slot IN (SELECT slot FROM provider_slots \
+             WHERE key = $3 AND {free} AND slot = (SELECT slot FROM provider_slots \
              WHERE key = $3 AND slot < $4 AND {free} ORDER BY slot LIMIT 1{lock}) \
              RETURNING slot",
             lock = d.claim_lock_clause(),

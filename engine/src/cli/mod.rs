@@ -159,9 +159,11 @@ fn init_logging(format: LogFormat, verbose: u8) {
         std::sync::atomic::Ordering::Relaxed,
     );
     use tracing_subscriber::EnvFilter;
+    // sqlx's slow-statement warnings (a count over a million-run batch takes seconds) are
+    // for `-vv`, not for every command's stderr.
     let level = match verbose {
-        0 => "warn",
-        1 => "switchyard=info,warn",
+        0 => "warn,sqlx::query=error",
+        1 => "switchyard=info,warn,sqlx::query=error",
         2 => "switchyard=debug,info",
         _ => "trace",
     };

@@ -297,13 +297,16 @@ impl SqlStore {
             ),
         };
         let sql = format!(
-            "UPDATE runs SET status = 'running', lease_owner = $1, lease_until = {now} + $2, \
+            // The runs are picked once, in a materialized CTE: a `LIMIT` subquery under `IN`
+            // may be evaluated again per row, and then take more than `n` runs.
+            "WITH picked AS MATERIALIZED (SELECT id FROM runs WHERE lease_epoch IS NOT NULL \
+             AND status IN ('queued', 'running') AND {which}{only} \
+             ORDER BY batch, item_index LIMIT $3{lock}) \
+             UPDATE runs SET status = 'running', lease_owner = $1, lease_until = {now} + $2, \
              started_at = CASE WHEN lease_epoch = 0 THEN {now} ELSE started_at END, \
              recoveries = COALESCE(recoveries, 0) + CASE WHEN status = 'running' AND lease_owner IS NOT NULL THEN 1 ELSE 0 END, \
              lease_epoch = lease_epoch + 1 \
-             WHERE id IN (SELECT id FROM runs WHERE lease_epoch IS NOT NULL AND status IN ('queued', 'running') \
-             AND {which}{only} \
-             ORDER BY batch, item_index LIMIT $3{lock}) \
+             WHERE id IN (SELECT id FROM picked) \
              RETURNING {cols}, lease_epoch, recoveries",
             lock = self.ctx.dialect.claim_lock_clause(),
             cols = RUN_COLUMNS.join(", "),

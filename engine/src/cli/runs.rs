@@ -709,7 +709,7 @@ fn cancel(args: CancelArgs) -> u8 {
             let mut cancelled = Vec::new();
             // A submitted run: its lease epoch moves on with its end, so the worker holding
             // it (if one does) writes nothing more of it and drops it (SPEC §12).
-            if let crate::store::any::AnyStore::Sql(sql) = &**s
+            let mut queue: Vec<RunRecord> = if let crate::store::any::AnyStore::Sql(sql) = &**s
                 && sql.lease_of(&root.id).await.map_err(|e| e.to_string())?.is_some()
                 && root.id == run.id
             {
@@ -724,30 +724,16 @@ fn cancel(args: CancelArgs) -> u8 {
                     return Err(format!("run `{}` ended meanwhile: nothing to cancel", run.id));
                 }
                 cancelled.push(r.id.clone());
-                let mut queue: Vec<RunRecord> = s
-                    .children(&r.id)
+                // Its unfinished child runs end as a local run's do, below.
+                s.children(&r.id)
                     .await
                     .map_err(|e| e.to_string())?
                     .into_iter()
                     .filter(|c| crate::runtime::resume::resumable(c.status))
-                    .collect();
-                while let Some(mut c) = queue.pop() {
-                    queue.extend(
-                        s.children(&c.id)
-                            .await
-                            .map_err(|e| e.to_string())?
-                            .into_iter()
-                            .filter(|c| crate::runtime::resume::resumable(c.status)),
-                    );
-                    c.status = RunStatus::Cancelled;
-                    c.finished_at = Some(now_ms());
-                    c.error = r.error.clone();
-                    s.update_run(&c).await.map_err(|e| e.to_string())?;
-                    cancelled.push(c.id);
-                }
-                return Ok(cancelled);
-            }
-            let mut queue = vec![run];
+                    .collect()
+            } else {
+                vec![run]
+            };
             while let Some(mut r) = queue.pop() {
                 queue.extend(
                     s.children(&r.id)

@@ -862,3 +862,182 @@ fn a_store_migrated_by_a_newer_switchyard_stops_the_worker() {
     let after = pg.count("SELECT COUNT(*) FROM steps");
     assert!(after - before <= 4, "{before} → {after}");
 }
+
+/// Items 0..4 call a non-idempotent command that counts its executions in `effects` and sleeps;
+/// items 4..8 wait at an `interrupt` step.
+fn gates_flow(effects: &Path) -> String {
+    format!(
+        r#"flow: gates
+input:
+  schema: {{type: object, required: [id, n], properties: {{n: {{type: integer}}}}}}
+agents:
+  side:
+    kind: command
+    run: [sh, -c, 'read -r x; printf "%s\n" "$x" >> "{effects}"; sleep 3; printf "%s" "$x"']
+    idempotent: false
+steps:
+  route:
+    set: {{$.slow: "=payload.n < 4"}}
+    next:
+      - to: call
+        if: payload.slow
+      - to: approve
+  call:
+    agent: side
+    output: {{$.seen: $.n}}
+  approve:
+    interrupt:
+      prompt: "item {{{{ input.id }}}}?"
+      schema: {{type: object, required: [approved], properties: {{approved: {{type: boolean}}}}}}
+    input: {{$.id: $.id}}
+    output: {{$.approval: $}}
+"#,
+        effects = effects.display()
+    )
+}
+
+#[test]
+fn resume_batch_continues_the_stopped_runs_it_is_told_how_to() {
+    let pg = Pg::new("resume");
+    let dir = TempDir::new("cluster-resume");
+    let fx = dir.path().join("effects");
+    let flow = dir.write("gates.yaml", gates_flow(&fx));
+    write_input(&dir, 8);
+    let url = pg.url("sy_resume");
+    let out = submit(&dir, &flow, &url, "gates", &[]);
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    let cmd = |args: &[&str]| run(switchyard(dir.path()).args(args).args(["--store", &url]));
+    let interrupted =
+        || pg.count("SELECT COUNT(*) FROM runs WHERE batch = 'gates' AND status = 'interrupted'");
+    let lease = ["--concurrency", "8", "--lease", "2s", "--heartbeat", "400ms"];
+
+    // A worker stops the gated items at their interrupt and dies while the others are in
+    // their non-idempotent call.
+    let mut w1 = spawn_worker(&dir, &url, "w1", &lease);
+    wait_for(Duration::from_secs(60), "four calls and four waits", || {
+        effects(&fx).len() == 4 && interrupted() == 4
+    });
+    let _ = w1.kill();
+    let _ = w1.wait();
+
+    // Without a decision, the waiting runs are left and named; the others are not stopped.
+    let left = cmd(&["resume", "--batch", "gates"]);
+    assert_eq!(left.code(), 3, "{}\n{}", left.stdout, left.stderr);
+    assert_eq!(
+        left.stdout.matches("left: waits for a decision").count(),
+        4,
+        "{}",
+        left.stdout
+    );
+    assert!(
+        left.stderr
+            .contains("0 interrupted run(s) continued; left as they are: 4 waiting for a decision"),
+        "{}",
+        left.stderr
+    );
+
+    // Another worker finds the dead one's calls in doubt and stops those runs too.
+    let mut w2 = spawn_worker(&dir, &url, "w2", &lease);
+    wait_for(Duration::from_secs(60), "eight stopped runs", || {
+        interrupted() == 8
+    });
+    signal(&w2, "TERM");
+    assert!(wait_exit(&mut w2, Duration::from_secs(30), "worker 2").success());
+    let in_doubt = pg.count(
+        "SELECT COUNT(*) FROM runs WHERE batch = 'gates' AND status = 'interrupted' AND error LIKE '%in_doubt%'",
+    );
+    assert_eq!(in_doubt, 4, "{}", log_of(&dir, "w2"));
+
+    // A decision the question refuses resumes nothing; the runs in doubt wait for the flag.
+    let refused = cmd(&[
+        "resume",
+        "--batch",
+        "gates",
+        "--decision",
+        r#"{"approved": "yes"}"#,
+    ]);
+    assert_eq!(refused.code(), 2, "{}\n{}", refused.stdout, refused.stderr);
+    assert_eq!(
+        refused
+            .stdout
+            .matches("not resumed: the decision does not match")
+            .count(),
+        4,
+        "{}",
+        refused.stdout
+    );
+    assert_eq!(
+        refused.stdout.matches("left: in doubt").count(),
+        4,
+        "{}",
+        refused.stdout
+    );
+    assert_eq!(interrupted(), 8);
+
+    // One run, by its id: from the batch's bundle, under a lease of its own.
+    let one = pg.query(
+        "SELECT id FROM runs WHERE batch = 'gates' AND error LIKE '%in_doubt%' ORDER BY item_index LIMIT 1",
+    );
+    let one = one[0]["id"].clone().expect("a run in doubt");
+    let single = cmd(&["resume", &one, "--retry-in-doubt"]);
+    assert_eq!(single.code(), 0, "{}", single.stderr);
+    let output: Value = serde_json::from_str(&single.stdout).expect("the run's output");
+    assert_eq!(output["seen"], json!(0), "{output}");
+
+    let done = cmd(&[
+        "resume",
+        "--batch",
+        "gates",
+        "--retry-in-doubt",
+        "--decision",
+        r#"{"approved": true}"#,
+        "--concurrency",
+        "3",
+    ]);
+    assert_eq!(done.code(), 0, "{}\n{}", done.stdout, done.stderr);
+    assert_eq!(done.stdout.matches("  succeeded").count(), 7, "{}", done.stdout);
+    assert!(
+        done.stderr
+            .contains("7 interrupted run(s) continued: 7 succeeded"),
+        "{}",
+        done.stderr
+    );
+    // Each call in doubt was made again, once; nothing else ran twice.
+    let fx = effects(&fx);
+    assert_eq!(fx.len(), 4, "{fx:?}");
+    assert!(fx.values().all(|&n| n == 2), "{fx:?}");
+
+    let collected = cmd(&["collect", "--batch", "gates", "--output", "out.jsonl"]);
+    assert_eq!(collected.code(), 0, "{}", collected.stderr);
+    let lines: Vec<Value> = std::fs::read_to_string(dir.path().join("out.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 8);
+    for (i, l) in lines.iter().enumerate() {
+        assert_eq!(l["status"], "succeeded", "{l}");
+        if i < 4 {
+            assert_eq!(l["output"]["seen"], json!(i), "{l}");
+        } else {
+            assert_eq!(l["output"]["approval"], json!({"approved": true}), "{l}");
+        }
+    }
+    // Nothing stopped is left: a second resume has nothing to do.
+    let again = cmd(&["resume", "--batch", "gates"]);
+    assert_eq!(again.code(), 0, "{}", again.stderr);
+    assert!(
+        again.stderr.contains("0 interrupted run(s) continued"),
+        "{}",
+        again.stderr
+    );
+    let unknown = cmd(&["resume", "--batch", "nope"]);
+    assert_eq!(unknown.code(), 2);
+    assert!(
+        unknown.stderr.contains("no submitted batch `nope`"),
+        "{}",
+        unknown.stderr
+    );
+    let both = cmd(&["resume", "r1", "--batch", "gates"]);
+    assert_eq!(both.code(), 2, "{}", both.stderr);
+}

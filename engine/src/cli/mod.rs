@@ -8,6 +8,7 @@ mod common;
 mod explain;
 mod graph;
 mod lint;
+mod resume;
 mod run;
 mod runs;
 mod schema;
@@ -88,7 +89,7 @@ pub enum Command {
     /// Inspect and continue stored runs.
     Runs(runs::Args),
     /// Continue a stored run (the same as `runs resume`).
-    Resume(runs::ResumeArgs),
+    Resume(resume::ResumeArgs),
 }
 
 /// Parses the command line and runs the command.
@@ -117,7 +118,7 @@ pub fn main() -> ExitCode {
         Command::Collect(a) => collect::run(a),
         Command::Batches(a) => batches::run(a),
         Command::Runs(a) => runs::run(a),
-        Command::Resume(a) => runs::resume(a),
+        Command::Resume(a) => resume::resume(a),
     };
     ExitCode::from(code)
 }

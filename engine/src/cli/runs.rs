@@ -6,11 +6,8 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::common::{self, RunArgs, StoreArg};
-use crate::agents::AgentState;
-use crate::runtime::engine::{Engine, RunControls};
+use super::common::{self, StoreArg};
 use crate::runtime::record::{RunRecord, RunStatus, now_ms};
-use crate::runtime::resume::ResumeOptions;
 use crate::runtime::{ErrorKind, StepError};
 use crate::store::{RunFilter, Store};
 
@@ -28,7 +25,7 @@ pub enum RunsCommand {
     /// changes, violations and cost.
     Show(ShowArgs),
     /// Continue an interrupted run, or one a crash left running.
-    Resume(ResumeArgs),
+    Resume(super::resume::ResumeArgs),
     /// Mark a run that is not running anywhere (interrupted, or left running by a crash) as
     /// cancelled, with its unfinished child runs.
     Cancel(CancelArgs),
@@ -76,30 +73,6 @@ pub struct ShowArgs {
 }
 
 #[derive(clap::Args, Debug)]
-#[command(
-    after_help = "Exit status: 0 succeeded, 1 the run failed, 2 usage or the run cannot be resumed, 3 interrupted again."
-)]
-pub struct ResumeArgs {
-    pub run_id: String,
-    /// The answer to the `interrupt` step the run waits at, as JSON (checked against its schema).
-    #[arg(long)]
-    pub decision: Option<String>,
-    /// Call again attempts that started and never finished, even of steps that are not idempotent.
-    #[arg(long)]
-    pub retry_in_doubt: bool,
-    /// Resume even though the flow file, or a file it imports or calls, changed since the run started.
-    #[arg(long)]
-    pub allow_changed: bool,
-    /// The flow file, when it moved since the run started (default: the recorded path).
-    #[arg(long)]
-    pub flow: Option<PathBuf>,
-    #[command(flatten)]
-    pub common: RunArgs,
-    #[command(flatten)]
-    pub store: StoreArg,
-}
-
-#[derive(clap::Args, Debug)]
 pub struct CancelArgs {
     pub run_id: String,
     #[command(flatten)]
@@ -110,7 +83,7 @@ pub fn run(args: Args) -> u8 {
     match args.command {
         RunsCommand::List(a) => list(a),
         RunsCommand::Show(a) => show(a),
-        RunsCommand::Resume(a) => resume(a),
+        RunsCommand::Resume(a) => super::resume::resume(a),
         RunsCommand::Cancel(a) => cancel(a),
         RunsCommand::Export(a) => super::batch::export(a),
     }
@@ -145,7 +118,7 @@ fn with_store<T>(
     })
 }
 
-fn fail(e: impl std::fmt::Display) -> u8 {
+pub(super) fn fail(e: impl std::fmt::Display) -> u8 {
     super::stderr::error(e);
     super::exit::USAGE
 }
@@ -475,202 +448,8 @@ fn show(args: ShowArgs) -> u8 {
     }
 }
 
-pub fn resume(args: ResumeArgs) -> u8 {
-    let decision = match args.decision.as_deref().map(crate::json::from_str) {
-        None => None,
-        Some(Ok(v)) => Some(v),
-        Some(Err(e)) => {
-            return fail(format!(
-                "--decision is not valid JSON: {} (line {}, column {})",
-                e.cause(),
-                e.line(),
-                e.column()
-            ));
-        }
-    };
-    let rt = common::runtime();
-    let store = match rt.block_on(args.store.open_existing()) {
-        Ok(s) => Arc::new(s),
-        Err(e) => return fail(e),
-    };
-    let record = match rt.block_on(store.get_run(&args.run_id)) {
-        Ok(r) => r,
-        Err(e) => return fail(e),
-    };
-    let root = match rt.block_on(root_of(&*store, &record)) {
-        Ok(r) => r,
-        Err(e) => return fail(e),
-    };
-    if let Some(parent) = &record.parent_run {
-        return fail(format!(
-            "run `{}` is a child run (of `{parent}`): resume its root run `{}`, which resumes it",
-            record.id, root.id
-        ));
-    }
-    // Held to the end: a batch started meanwhile does not take the run too.
-    let _batch = match lock_batch(&root, &record.id, "resume") {
-        Ok(l) => l,
-        Err(e) => return fail(e),
-    };
-    // A submitted run (SPEC §12): its flow comes from the batch's stored bundle, and this
-    // process holds its lease while it runs, as a worker would.
-    let submitted = match &*store {
-        crate::store::any::AnyStore::Sql(sql) => match rt.block_on(sql.lease_of(&record.id)) {
-            Ok(l) => l.is_some(),
-            Err(e) => return fail(e),
-        },
-        _ => false,
-    };
-    if submitted && args.flow.is_none() {
-        return resume_submitted(&rt, store, record, decision, &args);
-    }
-    let flow = match (&args.flow, &record.flow_path) {
-        (Some(f), _) => f.clone(),
-        (None, Some(p)) => PathBuf::from(p),
-        (None, None) => {
-            return fail(format!(
-                "run `{}` has no recorded flow file (a child run? resume its root run); give it with --flow",
-                record.id
-            ));
-        }
-    };
-    let Some(plan) = super::graph::load_plan(&flow, args.common.root.clone()) else {
-        return super::exit::USAGE;
-    };
-    let options = match args.common.options(&plan) {
-        Ok((_, o)) => o,
-        Err(e) => return fail(e),
-    };
-    let engine = Engine::new(store.clone());
-    let resume = ResumeOptions {
-        retry_in_doubt: args.retry_in_doubt,
-        decision,
-        // Found by the engine: the stop the run waits at.
-        decision_for: None,
-        allow_changed: args.allow_changed,
-        lost: None,
-    };
-    let outcome = rt.block_on(engine.resume(
-        Arc::new(plan),
-        &args.run_id,
-        options,
-        resume,
-        Arc::new(AgentState::default()),
-        RunControls::default(),
-    ));
-    let waiting = match &outcome {
-        Ok(o) => super::run::waiting(&rt, &*store, o),
-        Err(_) => None,
-    };
-    drop(engine);
-    if let Ok(s) = Arc::try_unwrap(store) {
-        rt.block_on(s.close());
-    }
-    match outcome {
-        Ok(o) => super::run::report(o, waiting.as_ref(), &args.store),
-        Err(e) => fail(e),
-    }
-}
-
-/// `resume` of a submitted run: the plan from its batch's bundle, the lease taken for this
-/// process (refused while a worker holds it) and renewed while it runs, then given back.
-fn resume_submitted(
-    rt: &tokio::runtime::Runtime,
-    store: Arc<crate::store::any::AnyStore>,
-    record: RunRecord,
-    decision: Option<Value>,
-    args: &ResumeArgs,
-) -> u8 {
-    let crate::store::any::AnyStore::Sql(sql) = &*store else {
-        return fail("a submitted run lives in a SQL store");
-    };
-    let Some(name) = record.batch.clone() else {
-        return fail(format!("run `{}` is submitted but names no batch", record.id));
-    };
-    let batch = match rt.block_on(sql.submitted_batch(&name)) {
-        Ok(Some(b)) => b,
-        Ok(None) => return fail(format!("the store has no submitted batch `{name}`")),
-        Err(e) => return fail(e),
-    };
-    let plan = match rt.block_on((super::worker::loader())(sql, &batch)) {
-        Ok(p) => p,
-        Err(e) => return fail(format!("batch `{name}`: {e}")),
-    };
-    let options = match args.common.options(&plan) {
-        Ok((_, o)) => o,
-        Err(e) => return fail(e),
-    };
-    let holder = format!("resume-{}", crate::cluster::worker::new_worker_id());
-    let lease = std::time::Duration::from_secs(30);
-    let epoch = match rt.block_on(sql.take_over(&holder, &record.id, lease)) {
-        Ok(Some(e)) => e,
-        Ok(None) => {
-            return fail(format!(
-                "run `{}` is held by a worker right now (its lease is live): it runs there",
-                record.id
-            ));
-        }
-        Err(e) => return fail(e),
-    };
-    sql.hold(&record.id, epoch);
-    let resume = ResumeOptions {
-        retry_in_doubt: args.retry_in_doubt,
-        decision,
-        decision_for: None,
-        allow_changed: true,
-        lost: None,
-    };
-    let engine = Engine::new(store.clone());
-    let held = vec![(record.id.clone(), epoch)];
-    let id = record.id.clone();
-    let outcome = rt.block_on(async {
-        let renew = {
-            let store = store.clone();
-            let holder = holder.clone();
-            let held = held.clone();
-            tokio::spawn(async move {
-                if let crate::store::any::AnyStore::Sql(sql) = &*store {
-                    loop {
-                        tokio::time::sleep(lease / 3).await;
-                        let _ = sql.heartbeat(&holder, &held, lease).await;
-                    }
-                }
-            })
-        };
-        let out = engine
-            .resume(
-                plan,
-                &id,
-                options,
-                resume,
-                Arc::new(AgentState::default()),
-                RunControls::default(),
-            )
-            .await;
-        renew.abort();
-        out
-    });
-    sql.let_go(&record.id);
-    // Whatever the run's end, nothing holds it now: a paused run is free for a worker.
-    if let Err(e) = rt.block_on(sql.release(&holder, &held)) {
-        super::stderr::error(format!("could not give back the lease of run `{id}`: {e}"));
-    }
-    let waiting = match &outcome {
-        Ok(o) => super::run::waiting(rt, &*store, o),
-        Err(_) => None,
-    };
-    drop(engine);
-    if let Ok(s) = Arc::try_unwrap(store) {
-        rt.block_on(s.close());
-    }
-    match outcome {
-        Ok(o) => super::run::report(o, waiting.as_ref(), &args.store),
-        Err(e) => fail(e),
-    }
-}
-
 /// The root run of `run`'s tree (`run` itself for a root run).
-async fn root_of<S: Store>(store: &S, run: &RunRecord) -> Result<RunRecord, String> {
+pub(super) async fn root_of<S: Store>(store: &S, run: &RunRecord) -> Result<RunRecord, String> {
     let mut root = run.clone();
     while let Some(parent) = root.parent_run.clone() {
         root = store.get_run(&parent).await.map_err(|e| e.to_string())?;
@@ -681,7 +460,11 @@ async fn root_of<S: Store>(store: &S, run: &RunRecord) -> Result<RunRecord, Stri
 /// Locks the batch that `root` (the root of run `run_id`'s tree) belongs to, for as long as
 /// the lock is held: a `batch` process writing it works on its runs itself, and is refused
 /// while this command does. Refuses to `act` on the run while that batch runs.
-fn lock_batch(root: &RunRecord, run_id: &str, act: &str) -> Result<crate::batch::BatchLock, String> {
+pub(super) fn lock_batch(
+    root: &RunRecord,
+    run_id: &str,
+    act: &str,
+) -> Result<crate::batch::BatchLock, String> {
     crate::batch::lock_batch_of(root).map_err(|e| match e {
         crate::batch::BatchError::Busy { path } => format!(
             "run `{run_id}` is an item of the batch writing {path}, which a `switchyard batch` process is \

@@ -554,6 +554,10 @@ async fn settle(
             }
             RunStatus::Interrupted => {
                 stats.interrupted.fetch_add(1, Ordering::Relaxed);
+                // Free at once for a `resume` (its lease would otherwise run out first).
+                if let Err(e) = sql.release(&options.id, &[(f.id.clone(), f.epoch)]).await {
+                    tracing::warn!(run_id = %f.id, error = %e, "could not give the lease back: it runs out instead");
+                }
                 false
             }
             RunStatus::Running | RunStatus::Queued => true,

@@ -551,21 +551,26 @@ fn object_schema<'a>(s: &'a serde_json::Map<String, Value>, cx: &mut Refs<'a>, d
         .get("additionalProperties")
         .is_some_and(|a| a != &Value::Bool(false))
         || s.contains_key("patternProperties");
-    Ty::Object(Obj {
-        fields: props
-            .iter()
-            .map(|(k, v)| {
-                (
-                    k.clone(),
-                    Field {
-                        ty: from_schema(v, cx, depth + 1),
-                        always: required.contains(&k.as_str()),
-                    },
-                )
-            })
-            .collect(),
-        open,
-    })
+    let mut fields: IndexMap<String, Field> = props
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.clone(),
+                Field {
+                    ty: from_schema(v, cx, depth + 1),
+                    always: required.contains(&k.as_str()),
+                },
+            )
+        })
+        .collect();
+    // A required name the properties do not describe is there all the same, of any type.
+    for name in required {
+        fields.entry(name.to_owned()).or_insert(Field {
+            ty: Ty::Any,
+            always: true,
+        });
+    }
+    Ty::Object(Obj { fields, open })
 }
 
 #[cfg(test)]
@@ -777,6 +782,32 @@ mod tests {
         assert!(!Ty::Bool.can_equal(&Ty::Union(vec![Ty::String, Ty::Null])));
         assert!(Ty::Any.can_equal(&Ty::String));
         assert!(Ty::List(Box::new(Ty::Int)).can_equal(&Ty::List(Box::new(Ty::String))));
+    }
+
+    #[test]
+    fn a_required_field_without_properties_is_there_of_any_type() {
+        let t = Ty::from_schema(&json!({
+            "type": "object", "required": ["id", "n"], "properties": {"n": {"type": "integer"}}
+        }));
+        assert_eq!(
+            t.field("id"),
+            Lookup::Field {
+                ty: Ty::Any,
+                always: true
+            }
+        );
+        assert_eq!(
+            t.field("n"),
+            Lookup::Field {
+                ty: Ty::Int,
+                always: true
+            }
+        );
+        assert!(
+            matches!(t.field("other"), Lookup::Missing { .. }),
+            "{:?}",
+            t.field("other")
+        );
     }
 
     #[test]

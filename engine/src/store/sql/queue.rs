@@ -397,7 +397,8 @@ impl SqlStore {
     }
 
     /// Gives back the leases of `runs` (id, epoch) that worker `worker` still holds, so another
-    /// worker takes them at once, without counting a recovery. The epoch moves on: whatever
+    /// worker takes them at once, without counting a recovery (or, of a run stopped
+    /// `interrupted`, a `resume` at once). The epoch moves on: whatever
     /// this worker might still write of them is refused. Their records stay: a claim
     /// resumes them from their last recorded step.
     pub async fn release(&self, worker: &str, runs: &[(String, i64)]) -> Result<(), StoreError> {
@@ -411,7 +412,7 @@ impl SqlStore {
         for (id, epoch) in runs {
             sqlx::query(
                 "UPDATE runs SET lease_owner = NULL, lease_until = NULL, lease_epoch = lease_epoch + 1 \
-                 WHERE id = $1 AND lease_epoch = $2 AND lease_owner = $3 AND status = 'running'",
+                 WHERE id = $1 AND lease_epoch = $2 AND lease_owner = $3 AND status IN ('running', 'interrupted')",
             )
             .bind(id.clone())
             .bind(*epoch)
@@ -450,7 +451,8 @@ impl SqlStore {
     }
 
     /// Takes the lease of stopped submitted run `id` for `holder` (a `resume` of it): the run
-    /// must be `interrupted`, or `running` with no live lease. Its status is left as it is.
+    /// must be `interrupted` or `running`, with no live lease (the worker that stopped it gave
+    /// it back; two `resume`s do not both take it). Its status is left as it is.
     /// Returns the new epoch, or `None` when a worker holds it now.
     pub async fn take_over(
         &self,
@@ -463,7 +465,7 @@ impl SqlStore {
         let epoch: Option<i64> = sqlx::query_scalar(AssertSqlSafe(format!(
             "UPDATE runs SET lease_owner = $1, lease_until = {now} + $2, lease_epoch = lease_epoch + 1 \
              WHERE id = $3 AND lease_epoch IS NOT NULL AND status IN ('interrupted', 'running') \
-             AND (status = 'interrupted' OR lease_owner IS NULL OR lease_until < {now}) RETURNING lease_epoch"
+             AND (lease_owner IS NULL OR lease_until < {now}) RETURNING lease_epoch"
         )))
         .bind(holder.to_string())
         .bind(millis(lease))

@@ -342,6 +342,12 @@ fn a_changed_line_is_refused_and_a_bad_line_fails_at_submit() {
         failed[1]["error"].as_deref().unwrap().contains("input.schema"),
         "{failed:?}"
     );
+    // Lines refused at submit finished, but no worker ended them: no rate, no ETA from them.
+    let shown = run(switchyard(dir.path()).args(["batches", "b", "--json", "--store", &url]));
+    assert_eq!(shown.code(), 0, "{}", shown.stderr);
+    let row: Value = serde_json::from_str(shown.stdout.lines().next().expect("a row")).unwrap();
+    assert_eq!(row["failed"], json!(2), "{row}");
+    assert_eq!(row["per_second"], json!(0.0), "{row}");
     // The same input again is fine; a changed line is refused, naming it.
     let again = submit(&dir, &flow, &url, "b", &[]);
     assert_eq!(again.code(), 0, "{}", again.stderr);

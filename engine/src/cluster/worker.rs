@@ -27,7 +27,7 @@
 //!   `max_concurrency` slots with its run leases, and the stop waits for slots being given
 //!   back, then gives back any still held.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -118,6 +118,8 @@ struct Held {
     pause: CancellationToken,
     /// The heartbeat found its lease gone.
     lost: bool,
+    /// Why the run is given up as lost when it starts (taken over too many times).
+    given_up: Option<String>,
 }
 
 /// What a run's task hands back.
@@ -223,11 +225,22 @@ async fn work(
     let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Finished>();
     let pause = CancellationToken::new();
     let mut in_flight = 0usize;
+    // Runs claimed ahead, held (their leases renewed) and started as places free: a place
+    // is refilled without waiting for a claim's round trip.
+    let mut ready: VecDeque<Claimed> = VecDeque::new();
+    let ahead = options.concurrency.div_ceil(4);
     let mut alone = false;
     let mut idle = IDLE_POLL_MIN;
+    // With --exit-when-idle, the end of the work others hold is noticed within a short poll.
+    let max_idle = if options.exit_when_idle {
+        IDLE_POLL_MIN * 2
+    } else {
+        IDLE_POLL_MAX
+    };
     let mut next_claim = Instant::now();
     let mut last_claim_empty = false;
     let mut claiming: Option<ClaimFuture<'_>> = None;
+    let mut claim_started = Instant::now();
     let mut draining: Option<Instant> = None;
     let store_down = Arc::new(AtomicBool::new(false));
     loop {
@@ -251,6 +264,15 @@ async fn work(
         if stop.is_cancelled() && draining.is_none() {
             tracing::info!(worker = %options.id, held = in_flight, "draining: no more claims");
             draining = Some(Instant::now());
+            // What was claimed ahead and not started goes straight back.
+            give_back(
+                ready.drain(..).map(|c| c.record.id).collect(),
+                held,
+                sql,
+                options,
+                stats,
+            )
+            .await;
         }
         if let Some(since) = draining {
             // A claim in flight is awaited first: what it took is given back.
@@ -273,26 +295,37 @@ async fn work(
                 return Ok(());
             }
         }
-        if in_flight == 0 && claiming.is_none() {
+        if in_flight == 0 && ready.is_empty() && claiming.is_none() {
             alone = false;
         }
+        // Free places take runs claimed ahead (a suspect run, claimed alone, starts alone).
+        while in_flight < options.concurrency && (!alone || in_flight == 0) {
+            let Some(c) = ready.pop_front() else { break };
+            let batch = c.record.batch.clone().unwrap_or_default();
+            start(&engine, &known[&batch], c, held, &done_tx);
+            in_flight += 1;
+        }
+        let holding = in_flight + ready.len();
         // A suspect run (its workers died twice) runs alone: nothing else is claimed beside it.
         let room = if alone {
             0
         } else {
-            options.concurrency.saturating_sub(in_flight)
+            (options.concurrency + ahead).saturating_sub(holding)
         };
         // Many runs per claim: a claim waits until a quarter of the places are free (or none
         // is held), so that claims stay few next to the runs they start. A claim runs beside
-        // the loop: runs that end meanwhile are settled, and their places go to the next one.
-        let worth = in_flight == 0 || room >= options.concurrency.div_ceil(4);
+        // the loop: runs that end meanwhile are settled, and their places go to the runs
+        // claimed ahead.
+        let worth = holding == 0 || room >= ahead;
         if draining.is_none() && claiming.is_none() && room > 0 && worth && Instant::now() >= next_claim {
-            claiming = Some(Box::pin(claim_round(sql, options, in_flight == 0, room)));
+            claim_started = Instant::now();
+            claiming = Some(Box::pin(claim_round(sql, options, holding == 0, room)));
         }
         // Idle: nothing held, nothing being claimed, the last claim found nothing, and nothing
         // left unfinished that a lease running out would free.
         if options.exit_when_idle
             && in_flight == 0
+            && ready.is_empty()
             && claiming.is_none()
             && last_claim_empty
             && !store_down.load(Ordering::Relaxed)
@@ -322,13 +355,20 @@ async fn work(
             }
             (kind, got) = async { claiming.as_mut().expect("a claim in flight").await }, if claiming.is_some() => {
                 claiming = None;
+                tracing::debug!(
+                    worker = %options.id,
+                    claimed = got.as_ref().map_or(0, Vec::len),
+                    held = in_flight,
+                    ms = claim_started.elapsed().as_secs_f64() * 1000.0,
+                    "claim returned"
+                );
                 match got {
                     Ok(claimed) => {
                         store_down.store(false, Ordering::Relaxed);
                         last_claim_empty = claimed.is_empty();
                         if claimed.is_empty() {
                             next_claim = Instant::now() + idle;
-                            idle = (idle * 2).min(IDLE_POLL_MAX);
+                            idle = (idle * 2).min(max_idle);
                         } else {
                             idle = IDLE_POLL_MIN;
                             next_claim = Instant::now();
@@ -360,15 +400,14 @@ async fn work(
                                     }
                                 }
                             }
-                            let k = &known[&batch];
-                            start(&engine, sql, k, c, &pause, held, &done_tx, stats);
-                            in_flight += 1;
+                            take(sql, &known[&batch], &c, &pause, held, stats);
+                            ready.push_back(c);
                         }
                     }
                     Err(e) => {
                         last_claim_empty = false;
                         next_claim = Instant::now() + idle;
-                        idle = (idle * 2).min(IDLE_POLL_MAX);
+                        idle = (idle * 2).min(max_idle);
                         if !store_down.swap(true, Ordering::Relaxed) {
                             tracing::warn!(worker = %options.id, error = %e, "cannot claim runs; trying again");
                         }
@@ -452,30 +491,19 @@ async fn learn(sql: &SqlStore, name: &str, load: &PlanLoader) -> Result<Known, W
     })
 }
 
-/// Starts claimed run `c` on a task of its own.
-#[allow(clippy::too_many_arguments)]
-fn start(
-    engine: &Engine<AnyStore>,
+/// Holds claimed run `c` here: its writes fenced by the epoch it was claimed at, its lease
+/// renewed by the heartbeat, until it is started ([`start`]) or given back. A run taken over
+/// more times than the batch allows is marked to be given up as lost.
+fn take(
     sql: &SqlStore,
     k: &Known,
-    c: Claimed,
+    c: &Claimed,
     pause: &CancellationToken,
     held: &Arc<Mutex<HashMap<String, Held>>>,
-    done: &mpsc::UnboundedSender<Finished>,
     stats: &Arc<WorkerStats>,
 ) {
     let id = c.record.id.clone();
-    let own_pause = pause.child_token();
     sql.hold(&id, c.epoch);
-    held.lock().unwrap_or_else(|p| p.into_inner()).insert(
-        id.clone(),
-        Held {
-            epoch: c.epoch,
-            pause: own_pause.clone(),
-            lost: false,
-        },
-    );
-    stats.held.fetch_add(1, Ordering::Relaxed);
     let lost = (c.recoveries > k.max_recoveries).then(|| {
         format!(
             "the run was taken over from workers that stopped holding it {} times (the batch's --max-recoveries is {}): \
@@ -483,6 +511,34 @@ fn start(
             c.recoveries, k.max_recoveries
         )
     });
+    held.lock().unwrap_or_else(|p| p.into_inner()).insert(
+        id,
+        Held {
+            epoch: c.epoch,
+            pause: pause.child_token(),
+            lost: false,
+            given_up: lost,
+        },
+    );
+    stats.held.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Starts held run `c` on a task of its own.
+fn start(
+    engine: &Engine<AnyStore>,
+    k: &Known,
+    c: Claimed,
+    held: &Arc<Mutex<HashMap<String, Held>>>,
+    done: &mpsc::UnboundedSender<Finished>,
+) {
+    let id = c.record.id.clone();
+    let (own_pause, lost) = {
+        let mut held = held.lock().unwrap_or_else(|p| p.into_inner());
+        match held.get_mut(&id) {
+            Some(h) => (h.pause.clone(), h.given_up.take()),
+            None => (CancellationToken::new(), None),
+        }
+    };
     if lost.is_some() {
         tracing::warn!(run_id = %id, recoveries = c.recoveries, "giving the run up as lost");
     }
@@ -517,6 +573,33 @@ fn start(
         .await;
         let _ = done.send(Finished { id, epoch, outcome });
     });
+}
+
+/// Gives back held runs that were not started.
+async fn give_back(
+    ids: Vec<String>,
+    held: &Arc<Mutex<HashMap<String, Held>>>,
+    sql: &SqlStore,
+    options: &WorkerOptions,
+    stats: &Arc<WorkerStats>,
+) {
+    if ids.is_empty() {
+        return;
+    }
+    let back: Vec<(String, i64)> = {
+        let mut held = held.lock().unwrap_or_else(|p| p.into_inner());
+        ids.iter()
+            .filter_map(|id| held.remove(id).map(|h| (id.clone(), h.epoch)))
+            .collect()
+    };
+    for (id, _) in &back {
+        sql.let_go(id);
+    }
+    stats.held.fetch_sub(back.len() as u64, Ordering::Relaxed);
+    stats.released.fetch_add(back.len() as u64, Ordering::Relaxed);
+    if let Err(e) = sql.release(&options.id, &back).await {
+        tracing::warn!(worker = %options.id, error = %e, "could not give back leases: they run out instead");
+    }
 }
 
 /// Counts a run that ended here and lets go of it; gives back the lease of one that stopped

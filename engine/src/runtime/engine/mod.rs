@@ -275,6 +275,9 @@ struct Run<'e, S: Store> {
     started: Instant,
     /// Resuming: the run's records, replayed instead of calling again.
     replay: Option<Arc<Replay>>,
+    /// The store holds the run's starting record as it is already (a submitted run claimed
+    /// for the first time): its start is not written again.
+    start_recorded: bool,
 }
 impl<'e, S: Store> Run<'e, S> {
     fn vars<'a>(&'a self, locals: &'a [(&'a str, &'a Value)]) -> Vars<'a> {

@@ -185,6 +185,10 @@ impl<S: Store> Engine<S> {
             &state,
             Some((record, Arc::new(replay))),
         );
+        // A fresh claim's record is the queued run as `submit` stored it, now `running`: what
+        // its start would write, but its `now`, which is its claim's start to the
+        // millisecond either way ([`recorded_now`]).
+        run.start_recorded = fresh;
         Ok(run.execute().await)
     }
 
@@ -422,12 +426,15 @@ impl<'e, S: Store> Run<'e, S> {
             path: Vec::new(),
             started: Instant::now(),
             replay,
+            start_recorded: false,
         }
     }
 
     pub(super) async fn execute(&mut self) -> RunOutcome {
         // Queued: the run's first awaited write (a step, or its end) commits it too.
-        if let Err(e) = self.engine.store.queue_run(&self.record).await {
+        if !self.start_recorded
+            && let Err(e) = self.engine.store.queue_run(&self.record).await
+        {
             let e = self.store_error(&e);
             return self.finish(RunStatus::Failed, None, Some(e)).await;
         }

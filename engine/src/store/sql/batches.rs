@@ -55,7 +55,8 @@ pub struct BatchCounts {
     pub cancelled: u64,
     /// The cost of every run of the batch, retried ones included.
     pub cost_usd: f64,
-    /// Items whose latest run finished in the last minute (the rate).
+    /// Items whose latest run a worker (or `resume`) ended in the last minute (the rate): lines
+    /// refused at submit, never claimed, are not.
     pub finished_last_minute: u64,
 }
 
@@ -101,8 +102,8 @@ impl super::SqlStore {
         let since = i64::try_from(now_ms.saturating_sub(60_000)).unwrap_or(i64::MAX);
         let rows = sqlx::query(
             "SELECT status, COUNT(*) AS n, \
-             SUM(CASE WHEN finished_at >= $2 THEN 1 ELSE 0 END) AS recent FROM ( \
-               SELECT status, finished_at, ROW_NUMBER() OVER ( \
+             SUM(CASE WHEN finished_at >= $2 AND lease_epoch > 0 THEN 1 ELSE 0 END) AS recent FROM ( \
+               SELECT status, finished_at, lease_epoch, ROW_NUMBER() OVER ( \
                  PARTITION BY item_index ORDER BY started_at DESC, id DESC) AS latest \
                FROM runs WHERE batch = $1 AND parent_run IS NULL) items \
              WHERE latest = 1 GROUP BY status",

@@ -136,7 +136,14 @@ impl Writer {
             }
         }
         let reqs: Vec<&Request> = batch.iter().collect();
-        let outcomes = match self.transaction(&reqs).await {
+        let t0 = std::time::Instant::now();
+        let first = self.transaction(&reqs).await;
+        tracing::debug!(
+            writes = reqs.len(),
+            ms = t0.elapsed().as_secs_f64() * 1000.0,
+            "group commit"
+        );
+        let outcomes = match first {
             Ok(outcomes) => outcomes,
             Err((i, e)) if reqs.len() > 1 && !self.ctx.is_store_wide(&e) => {
                 tracing::debug!(

@@ -137,6 +137,59 @@ fn three_workers_together_keep_the_concurrency_limit() {
     assert_eq!(max, 2, "both slots were used");
 }
 
+/// A worker killed while it holds a provider's only slot does not keep it: once its lease has
+/// run out, the worker that takes its runs over takes the slot too, and the batch finishes
+/// with never two requests at the server at once.
+#[test]
+fn a_killed_workers_slot_comes_back_after_its_lease() {
+    const N: usize = 3;
+    let server = Llm::start();
+    server
+        .default_reply(Reply::Answer("ok".into()))
+        .latency(Duration::from_millis(1500));
+    let pg = Pg::new("slotkill");
+    let dir = TempDir::new("cluster-slotkill");
+    let flow = dir.write(
+        "limited.yaml",
+        llm_flow(&server.base_url(), "    max_concurrency: 1"),
+    );
+    write_input(&dir, N);
+    let url = pg.url("sy_slotkill");
+    let out = submit(&dir, &flow, &url, "b", &[]);
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    let lease = ["--concurrency", "4", "--lease", "2s", "--heartbeat", "400ms"];
+    let mut w1 = spawn_worker(&dir, &url, "w1", &lease);
+    crate::cluster::wait_for(Duration::from_secs(30), "a request at the server", || {
+        server.in_flight() == 1
+    });
+    let _ = w1.kill();
+    let _ = w1.wait();
+    assert_eq!(
+        pg.count("SELECT COUNT(*) FROM provider_slots WHERE worker IS NOT NULL"),
+        1,
+        "the dead worker's slot is still on record"
+    );
+    let mut args = lease.to_vec();
+    args.push("--exit-when-idle");
+    let mut w2 = spawn_worker(&dir, &url, "w2", &args);
+    let status = wait_exit(&mut w2, Duration::from_secs(60), "worker 2");
+    assert!(status.success(), "{}", log_of(&dir, "w2"));
+    assert_eq!(
+        pg.count(
+            "SELECT COUNT(*) FROM runs WHERE batch = 'b' AND status = 'succeeded' AND parent_run IS NULL"
+        ),
+        N as i64,
+        "{}",
+        log_of(&dir, "w2")
+    );
+    assert!(server.hits().len() >= N, "{} requests", server.hits().len());
+    assert_eq!(server.max_in_flight(), 1, "never two requests at once");
+    assert_eq!(
+        pg.count("SELECT COUNT(*) FROM provider_slots WHERE worker IS NOT NULL"),
+        0
+    );
+}
+
 /// On PostgreSQL a claim takes one slot however many are free (an `IN` subquery with
 /// `SKIP LOCKED` can be run again for each row the update scans, and then takes them all),
 /// and the next slot row is added only while fewer than the limit exist.

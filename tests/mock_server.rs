@@ -190,6 +190,11 @@ impl Llm {
         self.state.hits.lock().unwrap().clone()
     }
 
+    /// How many requests the server is answering now.
+    pub fn in_flight(&self) -> u64 {
+        self.state.in_flight.lock().unwrap().0
+    }
+
     /// The most requests the server was answering at once.
     pub fn max_in_flight(&self) -> u64 {
         self.state.in_flight.lock().unwrap().1

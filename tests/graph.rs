@@ -1,5 +1,6 @@
 //! `switchyard graph`: the compiled flow drawn as Mermaid and DOT, with every step, labelled
-//! edges, loops as self-loops with their bound and parallel branches inside their step.
+//! edges, loops as self-loops with their bound and parallel branches inside their step; and as
+//! SVG laid out by switchyard, with loops, `parallel` steps and called flows as boxes.
 
 use std::path::Path;
 
@@ -220,5 +221,275 @@ fn labels_are_escaped_to_render_as_written() {
     assert!(
         d.contains("[label=\"if payload.n == \\\"#1\\\" &amp;&amp;\\npayload.n < 2\"]"),
         "{d}"
+    );
+}
+
+/// A box of the SVG drawing: a node's rect (or ellipse), an edge label's rect, a group's rect.
+#[derive(Debug, Clone)]
+struct Rect {
+    what: String,
+    x: f64,
+    y: f64,
+    w: f64,
+    h: f64,
+}
+
+impl Rect {
+    fn overlaps(&self, o: &Rect) -> bool {
+        const SLACK: f64 = 0.5;
+        self.x + self.w - SLACK > o.x
+            && o.x + o.w - SLACK > self.x
+            && self.y + self.h - SLACK > o.y
+            && o.y + o.h - SLACK > self.y
+    }
+
+    fn contains(&self, o: &Rect) -> bool {
+        o.x >= self.x - 0.5
+            && o.y >= self.y - 0.5
+            && o.x + o.w <= self.x + self.w + 0.5
+            && o.y + o.h <= self.y + self.h + 0.5
+    }
+}
+
+fn attr(n: roxmltree::Node, name: &str) -> f64 {
+    n.attribute(name)
+        .unwrap_or_else(|| panic!("<{}> without {name}", n.tag_name().name()))
+        .parse()
+        .unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+fn shape_rect(n: roxmltree::Node, what: String) -> Option<Rect> {
+    let shape = n
+        .children()
+        .find(|c| c.is_element() && matches!(c.tag_name().name(), "rect" | "ellipse"))?;
+    Some(match shape.tag_name().name() {
+        "rect" => Rect {
+            what,
+            x: attr(shape, "x"),
+            y: attr(shape, "y"),
+            w: attr(shape, "width"),
+            h: attr(shape, "height"),
+        },
+        _ => {
+            let (cx, cy, rx, ry) = (
+                attr(shape, "cx"),
+                attr(shape, "cy"),
+                attr(shape, "rx"),
+                attr(shape, "ry"),
+            );
+            Rect {
+                what,
+                x: cx - rx,
+                y: cy - ry,
+                w: 2.0 * rx,
+                h: 2.0 * ry,
+            }
+        }
+    })
+}
+
+fn class_has(n: roxmltree::Node, class: &str) -> bool {
+    n.attribute("class")
+        .is_some_and(|c| c.split(' ').any(|p| p == class))
+}
+
+/// A group's box and the step it draws, if any.
+type Group = (Rect, Option<String>);
+
+/// The drawing's node boxes, edge-label boxes and group boxes (with their `data-step`).
+fn svg_boxes(doc: &roxmltree::Document) -> (Vec<Rect>, Vec<Rect>, Vec<Group>) {
+    let mut nodes = Vec::new();
+    let mut labels = Vec::new();
+    let mut groups = Vec::new();
+    for n in doc.descendants().filter(|n| n.has_tag_name("g")) {
+        let what = format!(
+            "{} {}{}",
+            n.attribute("class").unwrap_or(""),
+            n.attribute("data-flow").unwrap_or(""),
+            n.attribute("data-step").unwrap_or("")
+        );
+        if class_has(n, "node") {
+            if let Some(r) = shape_rect(n, what) {
+                nodes.push(r);
+            }
+        } else if class_has(n, "label") {
+            labels.push(shape_rect(n, what).expect("a label has its box"));
+        } else if class_has(n, "group") {
+            let step = n.attribute("data-step").map(str::to_string);
+            groups.push((shape_rect(n, what).expect("a group has its box"), step));
+        }
+    }
+    (nodes, labels, groups)
+}
+
+/// Every flow file under `flows/` and `examples/` (files of shared agents have no steps).
+fn flow_files() -> Vec<String> {
+    fn walk(dir: &Path, out: &mut Vec<String>) {
+        for e in std::fs::read_dir(dir).expect("a directory") {
+            let p = e.expect("an entry").path();
+            if p.is_dir() {
+                walk(&p, out);
+            } else if p.extension().is_some_and(|x| x == "yaml")
+                && std::fs::read_to_string(&p)
+                    .unwrap()
+                    .lines()
+                    .any(|l| l.starts_with("steps:"))
+            {
+                out.push(p.display().to_string());
+            }
+        }
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut out = Vec::new();
+    walk(&root.join("flows"), &mut out);
+    walk(&root.join("examples"), &mut out);
+    out.sort();
+    out
+}
+
+#[test]
+fn every_flow_renders_to_svg_that_parses_with_no_overlapping_boxes() {
+    let files = flow_files();
+    assert!(files.len() >= 20, "{files:?}");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for file in &files {
+        for nested in [false, true] {
+            let mut cmd = switchyard(root);
+            cmd.args(["graph", file, "--format", "svg"]);
+            if nested {
+                cmd.arg("--nested");
+            }
+            let out = run(&mut cmd);
+            assert_eq!(out.code(), 0, "{file}: {}", out.stderr);
+            let doc = roxmltree::Document::parse(&out.stdout)
+                .unwrap_or_else(|e| panic!("{file} (nested: {nested}): not XML: {e}\n{}", out.stdout));
+            let svg = doc.root_element();
+            assert_eq!(svg.tag_name().name(), "svg");
+            assert_eq!(svg.tag_name().namespace(), Some("http://www.w3.org/2000/svg"));
+            let (width, height) = (attr(svg, "width"), attr(svg, "height"));
+            let (nodes, labels, groups) = svg_boxes(&doc);
+            assert!(
+                nodes.iter().any(|n| n.what.starts_with("node step")),
+                "{file}: no steps"
+            );
+            let boxes: Vec<&Rect> = nodes.iter().chain(&labels).collect();
+            for (i, a) in boxes.iter().enumerate() {
+                assert!(
+                    a.x >= -0.5 && a.y >= -0.5 && a.x + a.w <= width + 0.5 && a.y + a.h <= height + 0.5,
+                    "{file}: {a:?} outside the {width}×{height} picture"
+                );
+                for b in &boxes[i + 1..] {
+                    assert!(!a.overlaps(b), "{file} (nested: {nested}): {a:?} overlaps {b:?}");
+                }
+            }
+            // A loop's or a `parallel` step's box holds what it draws of the step.
+            for (g, step) in &groups {
+                let Some(step) = step else { continue };
+                let inside: Vec<&Rect> = nodes
+                    .iter()
+                    .filter(|n| {
+                        n.what.ends_with(&format!(" {step}")) || n.what.ends_with(&format!("_{step}"))
+                    })
+                    .collect();
+                assert!(!inside.is_empty(), "{file}: nothing drawn in the box of `{step}`");
+                for n in inside {
+                    assert!(g.contains(n), "{file}: {n:?} is not inside {g:?}");
+                }
+            }
+            for e in doc
+                .descendants()
+                .filter(|n| n.has_tag_name("path") && n.parent().is_some_and(|p| class_has(p, "edge")))
+            {
+                let d = e.attribute("d").expect("a path");
+                assert!(d.starts_with('M') && d.contains('L'), "{file}: edge path `{d}`");
+            }
+        }
+    }
+}
+
+#[test]
+fn svg_draws_failure_edges_loops_parallel_steps_and_called_flows_distinctly() {
+    let parse = |flow: &str, nested: bool| {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut cmd = switchyard(root);
+        cmd.args(["graph", flow, "--format", "svg"]);
+        if nested {
+            cmd.arg("--nested");
+        }
+        let out = run(&mut cmd);
+        assert_eq!(out.code(), 0, "{}", out.stderr);
+        out.stdout
+    };
+    let t = parse("flows/ticket-triage.yaml", false);
+    let doc = roxmltree::Document::parse(&t).unwrap();
+    let failures: Vec<_> = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("g") && class_has(*n, "edge") && class_has(*n, "failure"))
+        .collect();
+    assert!(!failures.is_empty(), "{t}");
+    for f in &failures {
+        let path = f.children().find(|c| c.has_tag_name("path")).unwrap();
+        assert_eq!(path.attribute("marker-end"), Some("url(#arrow-failure)"));
+    }
+    let labels: Vec<String> = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("g") && class_has(*n, "label"))
+        .filter_map(|n| {
+            n.children()
+                .find(|c| c.has_tag_name("title"))
+                .and_then(|t| t.text())
+                .map(str::to_string)
+        })
+        .collect();
+    assert!(labels.iter().any(|l| l == "if payload.auto_reply"), "{labels:?}");
+    assert!(labels.iter().any(|l| l.starts_with("on failure")), "{labels:?}");
+    let d = parse("flows/document-extraction.yaml", false);
+    assert!(d.contains("<g class=\"group loop\""), "{d}");
+    assert!(d.contains("<g class=\"group parallel\""), "{d}");
+    assert!(d.contains("foreach "), "{d}");
+    let n = parse("examples/nested-flow.yaml", true);
+    let doc = roxmltree::Document::parse(&n).unwrap();
+    assert!(
+        doc.descendants()
+            .any(|n| n.has_tag_name("g") && class_has(n, "group") && class_has(n, "flow")),
+        "{n}"
+    );
+    assert!(
+        doc.descendants()
+            .any(|n| n.has_tag_name("g") && class_has(n, "edge") && class_has(n, "calls")),
+        "{n}"
+    );
+    // Without --nested, the called flow is not drawn.
+    let flat = parse("examples/nested-flow.yaml", false);
+    assert!(!flat.contains("group flow"), "{flat}");
+}
+
+#[test]
+fn svg_text_is_escaped_and_shown_as_written() {
+    let dir = crate::support::TempDir::new("graph-svg-labels");
+    dir.write(
+        "labels.yaml",
+        "flow: labels\nsteps:\n  first:\n    set: {\"$['R&D \\\"beta\\\" <#2>']\": {value: 1}}\n    next:\n      \
+         - to: second\n        if: \"payload.n == \\\"\\u0001'\\\" &&\\npayload.n < 2\"\n      - to: second\n  \
+         second:\n    succeed: {}\n",
+    );
+    let out = run(switchyard(dir.path()).args(["graph", "labels.yaml", "--format", "svg"]));
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    let doc = roxmltree::Document::parse(&out.stdout).unwrap_or_else(|e| panic!("{e}\n{}", out.stdout));
+    let titles: Vec<String> = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("title"))
+        .filter_map(|n| n.text().map(str::to_string))
+        .collect();
+    assert!(titles.iter().any(|t| t == "flow labels"), "{titles:?}");
+    assert!(
+        titles.iter().any(|t| t == "first\nset $['R&D \"beta\" <#2>']"),
+        "{titles:?}"
+    );
+    assert!(
+        titles
+            .iter()
+            .any(|t| t == "if payload.n == \"\u{2401}'\" &&\npayload.n < 2"),
+        "{titles:?}"
     );
 }

@@ -1,11 +1,12 @@
-//! `switchyard graph FLOW`: the compiled flow as a Mermaid or Graphviz picture.
+//! `switchyard graph FLOW`: the compiled flow as a Mermaid or Graphviz picture, or as SVG laid
+//! out here.
 
 use std::path::PathBuf;
 
 use clap::ValueEnum;
 
 use crate::diag::render;
-use crate::plan::{Plan, draw};
+use crate::plan::{Plan, draw, svg};
 use crate::project::Project;
 use crate::syntax::Limits;
 
@@ -15,15 +16,19 @@ pub enum Format {
     Mermaid,
     /// Graphviz DOT text (`switchyard graph f.yaml --format dot | dot -Tsvg > f.svg`).
     Dot,
+    /// An SVG picture, laid out by switchyard itself (no Graphviz needed).
+    Svg,
 }
 
 #[derive(clap::Args, Debug)]
 #[command(
     after_help = "Edges are labelled with their `on`, `if` and `errors`; failure edges are dashed.\n\
-                        `foreach` and `while` loops are self-loops with their bound; `parallel`\n\
-                        branches are drawn inside their step. With --nested, the flows that `flow`\n\
-                        agents call are drawn in the same diagram, each in a subgraph (a cluster in\n\
-                        DOT), with a dotted `calls` edge from each calling step."
+                        In Mermaid and DOT, `foreach` and `while` loops are self-loops with their\n\
+                        bound; in SVG, boxes titled with it. `parallel` branches are drawn inside\n\
+                        their step. With --nested, the flows that `flow` agents call are drawn in\n\
+                        the same diagram, each in a subgraph (a cluster in DOT, a box in SVG), with\n\
+                        a dotted `calls` edge from each calling step.\n\n\
+                        switchyard graph flow.yaml --format svg > flow.svg"
 )]
 pub struct Args {
     /// The flow file.
@@ -45,6 +50,13 @@ pub fn run(args: Args) -> u8 {
     match args.format {
         Format::Mermaid => print!("{}", draw::mermaid(&plan, args.nested)),
         Format::Dot => print!("{}", draw::dot(&plan, args.nested)),
+        Format::Svg => match svg::svg(&plan, args.nested) {
+            Ok(text) => print!("{text}"),
+            Err(e) => {
+                super::stderr::error(format!("{}: {e}", args.flow.display()));
+                return super::exit::FAILED;
+            }
+        },
     }
     super::exit::OK
 }

@@ -12,7 +12,7 @@ use petgraph::stable_graph::NodeIndex;
 use super::{AgentPlanSpec, CallPlan, FlowPlan, FlowRef, Plan, StepPlanKind};
 use crate::model::EdgeOn;
 
-fn call_label(c: &CallPlan) -> String {
+pub(super) fn call_label(c: &CallPlan) -> String {
     let kind = c.agent.kind().as_str();
     let name = &c.agent.name;
     match &c.agent.spec {
@@ -22,7 +22,7 @@ fn call_label(c: &CallPlan) -> String {
 }
 
 /// One-line description of what a step does, for node labels.
-fn describe(flow: &FlowPlan, n: NodeIndex) -> (String, &'static str) {
+pub(super) fn describe(flow: &FlowPlan, n: NodeIndex) -> (String, &'static str) {
     let Some(step) = flow.step(n) else {
         return ("end".into(), "end");
     };
@@ -73,7 +73,7 @@ fn mermaid_text(s: &str) -> String {
     out
 }
 
-fn node_id(flow: &FlowPlan, n: NodeIndex, prefix: &str) -> String {
+pub(super) fn node_id(flow: &FlowPlan, n: NodeIndex, prefix: &str) -> String {
     match flow.step(n) {
         Some(s) => format!("{prefix}s_{}", s.id),
         None => format!("{prefix}done"),
@@ -83,7 +83,7 @@ fn node_id(flow: &FlowPlan, n: NodeIndex, prefix: &str) -> String {
 /// The flows a drawing holds: the top flow, then (with `nested`) every flow that `flow`
 /// agents call, transitively, each once, in the order first called; each with the prefix of
 /// its node ids.
-fn drawn(plan: &Plan, nested: bool) -> Vec<(FlowRef, String)> {
+pub(super) fn drawn(plan: &Plan, nested: bool) -> Vec<(FlowRef, String)> {
     let mut flows = vec![plan.root];
     let mut i = 0;
     while nested && i < flows.len() {
@@ -103,7 +103,7 @@ fn drawn(plan: &Plan, nested: bool) -> Vec<(FlowRef, String)> {
 
 /// The steps of `flow` that call another flow, with the flow they call (a `parallel` step once
 /// per branch that does).
-fn calls(flow: &FlowPlan) -> Vec<(NodeIndex, FlowRef)> {
+pub(super) fn calls(flow: &FlowPlan) -> Vec<(NodeIndex, FlowRef)> {
     let mut out = Vec::new();
     for n in flow.steps.values() {
         let Some(step) = flow.step(*n) else { continue };
@@ -126,7 +126,7 @@ fn calls(flow: &FlowPlan) -> Vec<(NodeIndex, FlowRef)> {
 }
 
 /// The `calls` edges of a drawing: from each calling step to the start of the flow it calls.
-fn call_edges(plan: &Plan, flows: &[(FlowRef, String)]) -> Vec<(String, String)> {
+pub(super) fn call_edges(plan: &Plan, flows: &[(FlowRef, String)]) -> Vec<(String, String)> {
     let prefix_of = |r: FlowRef| flows.iter().find(|(f, _)| *f == r).map(|(_, p)| p.as_str());
     let mut out = Vec::new();
     for (r, prefix) in flows {
@@ -141,7 +141,7 @@ fn call_edges(plan: &Plan, flows: &[(FlowRef, String)]) -> Vec<(String, String)>
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Line {
+pub(super) enum Line {
     Solid,
     /// A `foreach`/`while` self-loop.
     Loop,
@@ -150,16 +150,16 @@ enum Line {
 }
 
 /// One drawn edge, the same for every output format.
-struct DrawEdge {
-    from: String,
-    to: String,
-    label: String,
-    line: Line,
+pub(super) struct DrawEdge {
+    pub from: String,
+    pub to: String,
+    pub label: String,
+    pub line: Line,
 }
 
 /// Every edge to draw — loops, routes, and the implicit ends (`done`, `failed`) — and whether
 /// any leads to `failed`.
-fn edges(flow: &FlowPlan, prefix: &str) -> (Vec<DrawEdge>, bool) {
+pub(super) fn edges(flow: &FlowPlan, prefix: &str) -> (Vec<DrawEdge>, bool) {
     let mut out = Vec::new();
     let mut failed = false;
     for n in flow.steps.values() {

@@ -590,3 +590,4 @@ pub struct MockPlan {
     pub seed: u64,
 }
 pub mod draw;
+pub mod svg;

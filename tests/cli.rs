@@ -589,3 +589,28 @@ fn the_flow_schema_rejects_what_lint_reports_in_agents_and_step_ids() {
         }
     }
 }
+
+/// A command that only prints stops quietly when its reader goes away (`… | head -1`): no
+/// panic about a broken pipe.
+#[test]
+fn a_closed_stdout_ends_a_printing_command_without_a_panic() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut child = support::switchyard(root)
+        .args(["graph", "flows/ticket-triage.yaml", "--format", "svg", "--nested"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("switchyard starts");
+    // The reader goes away before the picture is written.
+    drop(child.stdout.take());
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .expect("stderr")
+        .read_to_string(&mut stderr)
+        .expect("stderr reads");
+    let status = child.wait().expect("it exits");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(!status.success() || stderr.is_empty(), "{status:?}: {stderr}");
+}

@@ -42,6 +42,7 @@ mod logs;
 mod mock_server;
 mod payload_types;
 mod readme;
+mod report;
 mod resume;
 mod snapshots;
 mod store;

@@ -17,6 +17,7 @@ pub mod lint;
 pub mod model;
 pub mod plan;
 pub mod project;
+pub mod report;
 pub mod runtime;
 pub mod schema;
 pub mod source;

@@ -101,6 +101,31 @@ pub(crate) fn load_project_plan(flow: &std::path::Path, root: Option<PathBuf>) -
     Some((project, plan?))
 }
 
+/// Loads and compiles a flow without printing anything: the plan, or why there is none.
+pub(crate) fn quiet_plan(flow: &std::path::Path) -> Result<Plan, String> {
+    if !flow.exists() {
+        return Err(format!("the flow file {} is not there any more", flow.display()));
+    }
+    let root = flow
+        .parent()
+        .map(std::path::Path::to_path_buf)
+        .filter(|r| !r.as_os_str().is_empty())
+        .unwrap_or_else(|| PathBuf::from("."));
+    let root = root.canonicalize().unwrap_or(root);
+    let mut project = Project::default();
+    let id = project
+        .load_top(flow, root, &Limits::default())
+        .ok_or_else(|| format!("the flow file {} does not load", flow.display()))?;
+    let (plan, diags) = crate::compile::compile(&project, id);
+    plan.ok_or_else(|| {
+        format!(
+            "the flow file {} does not compile now ({} problems; `switchyard lint` shows them)",
+            flow.display(),
+            diags.len()
+        )
+    })
+}
+
 /// Prints a flow's diagnostics to stderr, rendered for a person or as JSON lines.
 fn print_diagnostics(diags: &[crate::diag::Diagnostic], project: &Project) {
     let opts = render::HumanOptions {

@@ -105,6 +105,28 @@ pub fn main() -> ExitCode {
         }
     };
     init_logging(cli.log_format, cli.verbose);
+    // Commands that only print (no agent runs, no child processes) stop quietly when their
+    // reader goes away (`switchyard runs list --json | head -1`), as other tools do, rather
+    // than panic on the broken pipe. Their sockets (a PostgreSQL store) write with
+    // MSG_NOSIGNAL, so the signal reaches only the standard streams.
+    let prints_only = match &cli.command {
+        Command::Lint(_)
+        | Command::Explain(_)
+        | Command::Graph(_)
+        | Command::Schema(_)
+        | Command::Batches(_) => true,
+        Command::Runs(r) => matches!(
+            r.command,
+            runs::RunsCommand::List(_) | runs::RunsCommand::Show(_) | runs::RunsCommand::Export(_)
+        ),
+        _ => false,
+    };
+    if prints_only {
+        // SAFETY: setting a signal's disposition to its default, before any thread starts.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
     let code = match cli.command {
         Command::Lint(a) => lint::run(a),
         Command::Explain(a) => explain::run(a),

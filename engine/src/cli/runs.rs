@@ -59,12 +59,29 @@ pub struct ListArgs {
     pub store: StoreArg,
 }
 
+/// How `runs show` writes a run.
+#[derive(Clone, Copy, Debug, clap::ValueEnum, PartialEq, Eq)]
+pub enum ShowFormat {
+    /// The record and the tree of its steps, for a terminal.
+    Text,
+    /// The run record, its steps and its child runs as JSON (the same as --json).
+    Json,
+    /// One self-contained HTML page: the route on the flow's drawing, a timeline of every
+    /// record, and each record's input, result and payload changes on click.
+    Html,
+}
+
 #[derive(clap::Args, Debug)]
+#[command(
+    after_help = "switchyard runs show RUN_ID --format html > report.html   # open it in a browser; it needs no network"
+)]
 pub struct ShowArgs {
     pub run_id: String,
-    /// The run record and its steps as JSON.
+    /// The run record and its steps as JSON (the same as --format json).
     #[arg(long)]
     pub json: bool,
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: ShowFormat,
     /// Print the transcript of each agent loop under its step, a line per message.
     #[arg(long)]
     pub transcript: bool,
@@ -186,6 +203,58 @@ fn list(args: ListArgs) -> u8 {
         );
     }
     super::exit::OK
+}
+
+/// `runs show --format html`: the run's page ([`crate::report`]), from its records, those of
+/// its child runs (the first [`crate::report::CHILDREN_SHOWN`]), and its flow's drawing (from
+/// its flow file, or a submitted batch's bundle).
+async fn html_report(s: &Arc<crate::store::any::AnyStore>, run: &RunRecord) -> Result<String, String> {
+    let steps = s.latest_steps(&run.id).await.map_err(|e| e.to_string())?;
+    let mut children = std::collections::HashMap::new();
+    let mut queue: std::collections::VecDeque<String> =
+        steps.iter().filter_map(|st| st.child_run.clone()).collect();
+    while let Some(id) = queue.pop_front() {
+        if children.len() >= crate::report::CHILDREN_SHOWN || children.contains_key(&id) {
+            continue;
+        }
+        let Ok(child) = s.get_run(&id).await else { continue };
+        let cs = s.latest_steps(&id).await.map_err(|e| e.to_string())?;
+        queue.extend(cs.iter().filter_map(|st| st.child_run.clone()));
+        children.insert(id, (child, cs));
+    }
+    // A submitted run's flow is its batch's bundle; any other run's, its flow file.
+    let submitted = match (&**s, &run.batch) {
+        (crate::store::any::AnyStore::Sql(sql), Some(b)) => match sql.submitted_batch(b).await {
+            Ok(Some(batch)) => Some((super::worker::loader())(sql, &batch).await),
+            _ => None,
+        },
+        _ => None,
+    };
+    let plan: Result<Arc<crate::plan::Plan>, String> = match submitted {
+        Some(p) => p,
+        None => match &run.flow_path {
+            Some(p) => super::graph::quiet_plan(std::path::Path::new(p)).map(Arc::new),
+            None => Err("the run records no flow file".to_string()),
+        },
+    };
+    let layout = plan.and_then(|p| {
+        if p.flow(p.root).name != run.flow {
+            return Err(format!(
+                "the flow file holds flow `{}`, not `{}`",
+                p.flow(p.root).name,
+                run.flow
+            ));
+        }
+        crate::plan::svg::layout(&p, false)
+    });
+    let report = crate::report::RunReport {
+        run,
+        steps: &steps,
+        children: &children,
+        layout,
+        now_ms: now_ms(),
+    };
+    Ok(crate::report::run_html(&report))
 }
 
 /// The names the store may know the batch `output` by: the name as given (a submitted batch),
@@ -337,7 +406,10 @@ fn show(args: ShowArgs) -> u8 {
     let color = super::color_stdout();
     let out = with_store(&args.store, Use::Read, async |s| -> Result<String, String> {
         let run = s.get_run(&args.run_id).await.map_err(|e| e.to_string())?;
-        if args.json {
+        if args.format == ShowFormat::Html {
+            return html_report(s, &run).await;
+        }
+        if args.json || args.format == ShowFormat::Json {
             let steps = s.latest_steps(&run.id).await.map_err(|e| e.to_string())?;
             let children = s.children(&run.id).await.map_err(|e| e.to_string())?;
             let doc = serde_json::json!({"run": run, "steps": steps, "children": children});

@@ -91,6 +91,18 @@ pub struct EdgeLine {
     pub label: Option<NodeBox>,
     pub from: String,
     pub to: String,
+    /// Of a route of the drawing's top flow: the step it leaves and the step it goes to
+    /// (`end` for the end), for marking the route a run took.
+    pub route: Option<(String, String)>,
+}
+
+/// What a run did, for colouring its flow's drawing: each top-level step's state (`ok`,
+/// `failed`, `interrupted`, `running`) and the routes it took (step, next step or `end`).
+/// Steps with no state were never reached.
+#[derive(Clone, Debug, Default)]
+pub struct Marks {
+    pub steps: HashMap<String, &'static str>,
+    pub routes: std::collections::HashSet<(String, String)>,
 }
 
 /// A laid-out drawing.
@@ -104,12 +116,23 @@ pub struct Layout {
     pub height: f64,
 }
 
+/// An edge given to the layout: its ends (layout keys), its name among parallel edges, its
+/// kind, its label, and the route it draws.
+struct PendingEdge {
+    from: String,
+    to: String,
+    name: String,
+    kind: &'static str,
+    label: Option<NodeBox>,
+    route: Option<(String, String)>,
+}
+
 /// What the layout is given, before `dagre` places it.
 struct Builder {
     graph: Graph<NodeLabel, EdgeLabel>,
     nodes: Vec<(String, NodeBox)>,
     groups: Vec<(String, GroupBox)>,
-    edges: Vec<(String, String, String, &'static str, Option<NodeBox>)>,
+    edges: Vec<PendingEdge>,
     /// The node an edge into (or out of) a drawn step's key goes to: a loop's inner step, a
     /// `parallel` step's fork (or join).
     into: HashMap<String, String>,
@@ -162,6 +185,21 @@ impl Builder {
         self.raw_edge(&from, &to, kind, label);
     }
 
+    /// A route of a flow: drawn as [`Builder::edge`], marked with its steps.
+    fn route(
+        &mut self,
+        from: &str,
+        to: &str,
+        kind: &'static str,
+        label: Option<NodeBox>,
+        route: (String, String),
+    ) {
+        self.edge(from, to, kind, label);
+        if let Some(e) = self.edges.last_mut() {
+            e.route = Some(route);
+        }
+    }
+
     fn raw_edge(&mut self, from: &str, to: &str, kind: &'static str, label: Option<NodeBox>) {
         let name = self.edges.len().to_string();
         let mut e = EdgeLabel::default();
@@ -174,8 +212,14 @@ impl Builder {
             e.weight = 4;
         }
         self.graph.set_edge(from, to, Some(e), Some(&name));
-        self.edges
-            .push((from.to_string(), to.to_string(), name, kind, label));
+        self.edges.push(PendingEdge {
+            from: from.to_string(),
+            to: to.to_string(),
+            name,
+            kind,
+            label,
+            route: None,
+        });
     }
 }
 
@@ -248,7 +292,15 @@ pub fn layout(plan: &Plan, nested: bool) -> Result<Layout, String> {
         (g.x, g.y, g.w, g.h) = (x, y, w, h);
         out.groups.push(g);
     }
-    for (from, to, name, kind, label) in b.edges {
+    for PendingEdge {
+        from,
+        to,
+        name,
+        kind,
+        label,
+        route,
+    } in b.edges
+    {
         if kind == "title" {
             continue;
         }
@@ -269,6 +321,7 @@ pub fn layout(plan: &Plan, nested: bool) -> Result<Layout, String> {
             label,
             from,
             to,
+            route,
         });
     }
     // The drawing's extent: everything placed, with the margin.
@@ -452,12 +505,18 @@ fn add_flow(b: &mut Builder, flow: &FlowPlan, prefix: &str, parent: Option<&str>
             }
         }
     }
-    b.edge(
-        &format!("{prefix}start"),
-        &draw::node_id(flow, flow.start, prefix),
-        "route",
-        None,
-    );
+
+    let step_of = |key: &str| -> String {
+        let key = &key[prefix.len()..];
+        match key.strip_prefix("s_") {
+            Some(id) => id.to_string(),
+            None if key == "done" => "end".to_string(),
+            None => key.to_string(),
+        }
+    };
+    let first = draw::node_id(flow, flow.start, prefix);
+    let into_first = ("start".to_string(), step_of(&first));
+    b.route(&format!("{prefix}start"), &first, "route", None, into_first);
     for DrawEdge {
         from,
         to,
@@ -472,7 +531,8 @@ fn add_flow(b: &mut Builder, flow: &FlowPlan, prefix: &str, parent: Option<&str>
             Line::Solid => "route",
         };
         let label = (!label.is_empty()).then(|| text_box(NodeKind::Title, &p, None, &label, WRAP_EDGE));
-        b.edge(&from, &to, kind, label);
+        let route = (step_of(&from), step_of(&to));
+        b.route(&from, &to, kind, label, route);
     }
 }
 
@@ -631,16 +691,22 @@ const STYLE: &str = "\
 .edge.branch path{stroke:#805ad5}\
 .edge .label rect{fill:#fff;fill-opacity:.9;stroke:none}\
 .edge .label text{fill:#2d3748;font-size:11px}\
-.edge.failure .label text{fill:#c53030}";
+.edge.failure .label text{fill:#c53030}\
+.node.ok rect{stroke:#2f855a;stroke-width:2.2;fill:#f0fff4}\
+.node.step.failed rect{stroke:#c53030;stroke-width:2.2;fill:#fff5f5}\
+.node.interrupted rect,.node.running rect{stroke:#b7791f;stroke-width:2.2;fill:#fffff0}\
+.node.unreached{opacity:.4}\
+.edge.taken path{stroke:#2b6cb0;stroke-width:2.6}";
 
 /// The drawing as an SVG document.
 pub fn svg(plan: &Plan, nested: bool) -> Result<String, String> {
     let l = layout(plan, nested)?;
-    Ok(render(&l))
+    Ok(render(&l, None))
 }
 
-/// Writes a laid-out drawing as one SVG document.
-pub fn render(l: &Layout) -> String {
+/// Writes a laid-out drawing as one SVG document; with `marks`, the top flow's steps carry
+/// their state as a class (`ok`, `failed`, ..., `unreached`) and the routes taken `taken`.
+pub fn render(l: &Layout, marks: Option<&Marks>) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,
@@ -654,8 +720,8 @@ pub fn render(l: &Layout) -> String {
     let _ = writeln!(
         o,
         "<defs>\
-         <marker id=\"arrow\" viewBox=\"0 0 10 10\" refX=\"9\" refY=\"5\" markerWidth=\"7\" markerHeight=\"7\" orient=\"auto-start-reverse\"><path d=\"M0,0L10,5L0,10z\" fill=\"#4a5568\"/></marker>\
-         <marker id=\"arrow-failure\" viewBox=\"0 0 10 10\" refX=\"9\" refY=\"5\" markerWidth=\"7\" markerHeight=\"7\" orient=\"auto-start-reverse\"><path d=\"M0,0L10,5L0,10z\" fill=\"#c53030\"/></marker>\
+         <marker id=\"arrow\" viewBox=\"0 0 10 10\" refX=\"9\" refY=\"5\" markerUnits=\"userSpaceOnUse\" markerWidth=\"9\" markerHeight=\"9\" orient=\"auto-start-reverse\"><path d=\"M0,0L10,5L0,10z\" fill=\"#4a5568\"/></marker>\
+         <marker id=\"arrow-failure\" viewBox=\"0 0 10 10\" refX=\"9\" refY=\"5\" markerUnits=\"userSpaceOnUse\" markerWidth=\"9\" markerHeight=\"9\" orient=\"auto-start-reverse\"><path d=\"M0,0L10,5L0,10z\" fill=\"#c53030\"/></marker>\
          </defs>"
     );
     // Boxes first, the outer ones under the inner ones (a box holds what is drawn after it).
@@ -693,7 +759,11 @@ pub fn render(l: &Layout) -> String {
             "branch" => "",
             _ => " marker-end=\"url(#arrow)\"",
         };
-        let _ = write!(o, "<g class=\"edge {}\"><path d=\"{d}\"{marker}/>", e.kind);
+        let taken = match (marks, &e.route) {
+            (Some(m), Some(r)) if m.routes.contains(r) => " taken",
+            _ => "",
+        };
+        let _ = write!(o, "<g class=\"edge {}{taken}\"><path d=\"{d}\"{marker}/>", e.kind);
         if let Some(lb) = &e.label {
             let _ = write!(
                 o,
@@ -720,7 +790,17 @@ pub fn render(l: &Layout) -> String {
             NodeKind::Join => "join".to_string(),
             NodeKind::Title => "title".to_string(),
         };
-        let _ = write!(o, "<g class=\"node {class}\" data-flow=\"{}\"", xml_text(&n.flow));
+        let state = match (marks, &n.step) {
+            (Some(m), Some(step)) if n.flow.is_empty() && n.kind != NodeKind::Title => {
+                format!(" {}", m.steps.get(step).copied().unwrap_or("unreached"))
+            }
+            _ => String::new(),
+        };
+        let _ = write!(
+            o,
+            "<g class=\"node {class}{state}\" data-flow=\"{}\"",
+            xml_text(&n.flow)
+        );
         if let Some(s) = &n.step {
             let _ = write!(o, " data-step=\"{}\"", xml_text(s));
         }

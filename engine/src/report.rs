@@ -1,0 +1,501 @@
+//! A run as one self-contained HTML page (`runs show RUN_ID --format html`, SPEC §13): no
+//! network, the style and the script inline. The page holds the run's record (status, time,
+//! tokens, cost, error), its flow drawn with the route the run took (steps that ran coloured by
+//! how they ended, steps never reached faded), and a timeline: a row per step record — child
+//! runs' and agent loops' records under the step that made them — with a bar on the run's
+//! clock, its tokens, cost and error kind; clicking a row shows its input, result, payload
+//! changes and error. Errors are counted by kind.
+//!
+//! Large runs stay light: of each step's iterations only the first [`ITERATIONS_SHOWN`] are
+//! rows (the rest are summed up in one), a child run's records are shown for the first
+//! [`CHILDREN_SHOWN`] child runs, and each value shown on click is cut at [`VALUE_BYTES`].
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+
+use serde_json::{Value, json};
+
+use crate::plan::svg::{self, Marks};
+use crate::runtime::record::{RunRecord, RunStatus, StepRecord, StepStatus, fmt_usd};
+
+/// Iteration records of one step shown as rows.
+pub const ITERATIONS_SHOWN: usize = 50;
+/// Child runs whose records are read and shown.
+pub const CHILDREN_SHOWN: usize = 100;
+/// The most of one value (input, result, changes) the page holds.
+pub const VALUE_BYTES: usize = 16 * 1024;
+
+/// What the page is made from.
+pub struct RunReport<'a> {
+    pub run: &'a RunRecord,
+    /// The run's records, latest attempt of each, in record order.
+    pub steps: &'a [StepRecord],
+    /// Child runs (of any depth) with their records, by id.
+    pub children: &'a HashMap<String, (RunRecord, Vec<StepRecord>)>,
+    /// The drawing of the run's flow, or why there is none.
+    pub layout: Result<svg::Layout, String>,
+    /// Unix milliseconds now (for the bar of what is still running).
+    pub now_ms: u64,
+}
+
+/// Escapes text for HTML character data and attribute values.
+pub fn html(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// JSON for a `<script type="application/json">` block: nothing in it closes the block or
+/// opens a comment.
+fn script_json(v: &Value) -> String {
+    serde_json::to_string(v)
+        .expect("JSON values serialize")
+        .replace('<', "\\u003c")
+        .replace('>', "\\u003e")
+        .replace('&', "\\u0026")
+        .replace('\u{2028}', "\\u2028")
+        .replace('\u{2029}', "\\u2029")
+}
+
+/// A value as shown on click: pretty JSON, cut at [`VALUE_BYTES`].
+fn shown(v: &Value) -> String {
+    let text = serde_json::to_string_pretty(v).expect("JSON values serialize");
+    if text.len() <= VALUE_BYTES {
+        return text;
+    }
+    let mut end = VALUE_BYTES;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!(
+        "{}\n… ({} bytes in all; `switchyard runs show --json` has the whole)",
+        &text[..end],
+        text.len()
+    )
+}
+
+fn state_of(s: StepStatus) -> &'static str {
+    match s {
+        StepStatus::Succeeded => "ok",
+        StepStatus::Failed => "failed",
+        StepStatus::Interrupted => "interrupted",
+        StepStatus::Started => "running",
+    }
+}
+
+fn ms(a: u64, b: Option<u64>) -> String {
+    match b {
+        Some(b) => {
+            let d = b.saturating_sub(a);
+            if d >= 10_000 {
+                format!("{:.1} s", d as f64 / 1000.0)
+            } else {
+                format!("{d} ms")
+            }
+        }
+        None => "–".to_string(),
+    }
+}
+
+/// The marks of the run's route on its flow's drawing: the state of each top-level step (its
+/// last record) and the routes taken; a run that ended well left its last step for the end.
+fn marks(run: &RunRecord, steps: &[StepRecord]) -> Marks {
+    let mut m = Marks::default();
+    let mut first = true;
+    let top: Vec<&StepRecord> = steps
+        .iter()
+        .filter(|s| !s.number.contains('.') && s.iteration.is_none())
+        .collect();
+    if run.status == RunStatus::Succeeded
+        && let Some(last) = top.last()
+        && last.route.is_none()
+    {
+        m.routes.insert((last.step.clone(), "end".to_string()));
+    }
+    for s in top {
+        m.steps.insert(s.step.clone(), state_of(s.status));
+        if first {
+            m.routes.insert(("start".to_string(), s.step.clone()));
+            first = false;
+        }
+        if let Some(next) = &s.route {
+            m.routes.insert((s.step.clone(), next.clone()));
+        }
+    }
+    m
+}
+
+/// One row of the timeline.
+struct Row<'a> {
+    depth: usize,
+    rec: Option<&'a StepRecord>,
+    /// For rows that are not a record: a child run's header, or iterations summed up.
+    text: String,
+    run: &'a str,
+}
+
+/// Rows for the records of run `run` (of the tree's `depth`), child runs under their step.
+fn rows<'a>(
+    out: &mut Vec<Row<'a>>,
+    run: &'a str,
+    steps: &'a [StepRecord],
+    children: &'a HashMap<String, (RunRecord, Vec<StepRecord>)>,
+    depth: usize,
+) {
+    let mut iterations: HashMap<(&str, u32), usize> = HashMap::new();
+    let mut hidden: BTreeMap<(String, u32), (usize, u64, u64)> = BTreeMap::new();
+    // A loop's iterations are recorded before the loop's own record: shown after it.
+    let mut ordered: Vec<&StepRecord> = Vec::with_capacity(steps.len());
+    let mut waiting: HashMap<&str, Vec<&StepRecord>> = HashMap::new();
+    for s in steps {
+        if s.iteration.is_some() && !s.number.contains('.') {
+            waiting.entry(s.number.as_str()).or_default().push(s);
+            continue;
+        }
+        ordered.push(s);
+        if s.iteration.is_none()
+            && let Some(its) = waiting.remove(s.number.as_str())
+        {
+            ordered.extend(its);
+        }
+    }
+    let mut rest: Vec<&StepRecord> = waiting.into_values().flatten().collect();
+    rest.sort_by_key(|s| s.started_at);
+    ordered.extend(rest);
+    let summary = |out: &mut Vec<Row<'a>>, n: &str, (count, total, max): (usize, u64, u64), level: usize| {
+        out.push(Row {
+            depth: level,
+            rec: None,
+            text: format!(
+                "… {count} more iterations of step {n} (mean {} ms, longest {max} ms)",
+                total / count.max(1) as u64
+            ),
+            run,
+        });
+    };
+    for s in ordered {
+        let level = depth + s.number.matches('.').count();
+        if s.iteration.is_some() {
+            let n = iterations.entry((s.number.as_str(), s.attempt)).or_default();
+            *n += 1;
+            if *n > ITERATIONS_SHOWN {
+                let h = hidden.entry((s.number.clone(), s.attempt)).or_insert((0, 0, 0));
+                let d = s.finished_at.map_or(0, |f| f.saturating_sub(s.started_at));
+                h.0 += 1;
+                h.1 += d;
+                h.2 = h.2.max(d);
+                continue;
+            }
+        } else {
+            // The iterations of the loops before this record are all seen.
+            for ((n, _), h) in std::mem::take(&mut hidden) {
+                summary(out, &n, h, depth + n.matches('.').count() + 1);
+            }
+        }
+        out.push(Row {
+            depth: level + usize::from(s.iteration.is_some()),
+            rec: Some(s),
+            text: String::new(),
+            run,
+        });
+        if let Some(child) = &s.child_run {
+            match children.get(child) {
+                Some((c, cs)) => {
+                    out.push(Row {
+                        depth: level + 1,
+                        rec: None,
+                        text: format!("child run {} · flow {} · {}", c.id, c.flow, c.status.as_str()),
+                        run: &c.id,
+                    });
+                    rows(out, &c.id, cs, children, level + 1);
+                }
+                None => out.push(Row {
+                    depth: level + 1,
+                    rec: None,
+                    text: format!("child run {child} (its records are not shown: too many child runs)"),
+                    run,
+                }),
+            }
+        }
+    }
+    for ((n, _), h) in hidden {
+        summary(out, &n, h, depth + n.matches('.').count() + 1);
+    }
+}
+
+const STYLE: &str = r#"
+*{box-sizing:border-box}body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0;color:#1a202c;background:#f7fafc}
+header{padding:16px 24px;background:#fff;border-bottom:1px solid #e2e8f0}h1{font-size:18px;margin:0 0 6px}
+.status{display:inline-block;padding:1px 8px;border-radius:10px;font-size:12px;font-weight:600;margin-left:8px;vertical-align:middle}
+.status.succeeded{background:#c6f6d5;color:#22543d}.status.failed{background:#fed7d7;color:#822727}
+.status.interrupted,.status.running,.status.queued{background:#fefcbf;color:#744210}.status.cancelled{background:#e2e8f0}
+dl{display:grid;grid-template-columns:max-content 1fr;gap:2px 16px;margin:8px 0 0}dt{color:#718096}dd{margin:0;font-family:ui-monospace,Menlo,Consolas,monospace;font-size:13px;word-break:break-all}
+section{margin:16px 24px;background:#fff;border:1px solid #e2e8f0;border-radius:6px;padding:12px 16px}h2{font-size:15px;margin:0 0 10px}
+.graph{overflow:auto;max-height:70vh}.graph svg{display:block}
+table{border-collapse:collapse;width:100%;font-size:13px}th{text-align:left;color:#718096;font-weight:500;border-bottom:1px solid #e2e8f0;padding:4px 6px}
+td{padding:3px 6px;border-bottom:1px solid #f0f4f8;white-space:nowrap}tr.rec{cursor:pointer}tr.rec:hover{background:#ebf8ff}tr.sel{background:#bee3f8}
+td.name{font-family:ui-monospace,Menlo,Consolas,monospace}td.bar{width:40%;min-width:200px}
+.track{position:relative;height:12px;background:#f7fafc;border-radius:2px}.bar-fill{position:absolute;top:0;height:12px;border-radius:2px;min-width:2px}
+.bar-fill.ok{background:#48bb78}.bar-fill.failed{background:#f56565}.bar-fill.interrupted,.bar-fill.running{background:#ecc94b}
+tr.note td{color:#718096;font-style:italic}.err{color:#c53030}
+#detail{white-space:pre-wrap}#detail h3{font-size:13px;margin:10px 0 4px;color:#4a5568}#detail pre{margin:0;padding:8px;background:#f7fafc;border:1px solid #e2e8f0;border-radius:4px;max-height:40vh;overflow:auto;font-size:12px}
+.muted{color:#718096}
+"#;
+
+const SCRIPT: &str = r#"
+(function(){
+  var data = JSON.parse(document.getElementById('records').textContent);
+  var detail = document.getElementById('detail');
+  function block(title, text){
+    var h = document.createElement('h3'); h.textContent = title;
+    var p = document.createElement('pre'); p.textContent = text;
+    detail.appendChild(h); detail.appendChild(p);
+  }
+  function show(i, row){
+    var r = data[i]; if (!r) return;
+    var sel = document.querySelector('tr.sel'); if (sel) sel.classList.remove('sel');
+    row.classList.add('sel');
+    detail.textContent = '';
+    var t = document.createElement('div'); t.className = 'muted';
+    t.textContent = 'step ' + r.step + ' · number ' + r.number + ' · ' + r.kind + ' · attempt ' + r.attempt + ' · ' + r.status + ' · run ' + r.run;
+    detail.appendChild(t);
+    if (r.error) block('error', r.error);
+    if (r.changes) block('payload changes', r.changes);
+    if (r.input) block('input', r.input);
+    if (r.result) block('result', r.result);
+    if (r.violations) block('violations', r.violations);
+    detail.scrollIntoView({block: 'nearest'});
+  }
+  document.querySelectorAll('tr.rec').forEach(function(row){
+    row.addEventListener('click', function(){ show(row.getAttribute('data-rec'), row); });
+  });
+  document.querySelectorAll('svg g.node[data-step]').forEach(function(n){
+    n.style.cursor = 'pointer';
+    n.addEventListener('click', function(){
+      var step = n.getAttribute('data-step'), flow = n.getAttribute('data-flow');
+      if (flow !== '') return;
+      var rows = document.querySelectorAll('tr.rec[data-top="1"]');
+      for (var k = 0; k < rows.length; k++) {
+        if (rows[k].getAttribute('data-step') === step) { show(rows[k].getAttribute('data-rec'), rows[k]); return; }
+      }
+    });
+  });
+})();
+"#;
+
+/// The page.
+pub fn run_html(r: &RunReport) -> String {
+    let run = r.run;
+    let mut o = String::with_capacity(64 * 1024);
+    let _ = write!(
+        o,
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+         <title>run {} · {}</title><style>{STYLE}</style></head><body>\n",
+        html(&run.id),
+        html(&run.flow)
+    );
+    let _ = write!(
+        o,
+        "<header><h1>run {}<span class=\"status {}\">{}</span></h1><dl>",
+        html(&run.id),
+        run.status.as_str(),
+        run.status.as_str()
+    );
+    let mut field = |k: &str, v: String| {
+        let _ = write!(o, "<dt>{k}</dt><dd>{}</dd>", html(&v));
+    };
+    field("flow", format!("{} ({})", run.flow, run.flow_hash));
+    if let Some(p) = &run.flow_path {
+        field("file", p.clone());
+    }
+    if let (Some(b), Some(i)) = (&run.batch, run.item_index) {
+        field(
+            "batch",
+            format!(
+                "{b}, line {} (id {})",
+                i + 1,
+                run.item_id.as_deref().unwrap_or("?")
+            ),
+        );
+    }
+    let started = i64::try_from(run.started_at)
+        .ok()
+        .and_then(|m| m.checked_mul(1000))
+        .and_then(crate::runtime::time::Timestamp::from_unix_micros)
+        .map_or_else(|| run.started_at.to_string(), |t| t.to_string());
+    field("started", started);
+    field(
+        "duration",
+        format!("{} · {} steps", ms(run.started_at, run.finished_at), run.steps),
+    );
+    field(
+        "tokens",
+        format!("{} in, {} out", run.usage.input_tokens, run.usage.output_tokens),
+    );
+    field("cost", fmt_usd(run.usage.cost_usd));
+    if let Some(e) = &run.error {
+        field("error", format!("[{}] {}", e.kind, e.message));
+    }
+    o.push_str("</dl></header>\n");
+
+    // The flow, with the route taken.
+    o.push_str("<section id=\"graph\"><h2>Route</h2><div class=\"graph\">");
+    match &r.layout {
+        Ok(l) => o.push_str(&svg::render(l, Some(&marks(run, r.steps)))),
+        Err(why) => {
+            let _ = write!(o, "<p class=\"muted\">The flow is not drawn: {}</p>", html(why));
+        }
+    }
+    o.push_str("</div></section>\n");
+
+    // Errors by kind, over the whole tree.
+    let mut kinds: BTreeMap<String, usize> = BTreeMap::new();
+    let all = r
+        .steps
+        .iter()
+        .chain(r.children.values().flat_map(|(_, s)| s.iter()));
+    for s in all {
+        if let Some(e) = &s.error {
+            *kinds.entry(e.kind.to_string()).or_default() += 1;
+        }
+    }
+    if !kinds.is_empty() {
+        o.push_str(
+            "<section id=\"errors\"><h2>Errors by kind</h2><table><tr><th>kind</th><th>records</th></tr>",
+        );
+        for (k, n) in &kinds {
+            let _ = write!(o, "<tr><td class=\"err\">{}</td><td>{n}</td></tr>", html(k));
+        }
+        o.push_str("</table></section>\n");
+    }
+
+    // The timeline.
+    let mut list = Vec::new();
+    rows(&mut list, &run.id, r.steps, r.children, 0);
+    let t0 = run.started_at;
+    let end = |s: &StepRecord| s.finished_at.unwrap_or(r.now_ms);
+    let t1 = list
+        .iter()
+        .filter_map(|row| row.rec.map(end))
+        .chain(run.finished_at)
+        .max()
+        .unwrap_or(t0)
+        .max(t0 + 1);
+    let span = (t1 - t0) as f64;
+    let _ = write!(
+        o,
+        "<section id=\"timeline\"><h2>Timeline <span class=\"muted\">({} records, {} on the run's clock; click a row for its \
+         input, result and payload changes)</span></h2><table><tr><th>number</th><th>step</th><th>kind</th><th>status</th>\
+         <th>time</th><th>tokens</th><th>cost</th><th>error</th><th></th></tr>",
+        list.iter().filter(|row| row.rec.is_some()).count(),
+        ms(t0, Some(t1))
+    );
+    let mut records = Vec::new();
+    for row in &list {
+        let indent = row.depth as f64 * 14.0 + 4.0;
+        let Some(s) = row.rec else {
+            let _ = write!(
+                o,
+                "<tr class=\"note\"><td colspan=\"9\" style=\"padding-left:{indent}px\">{}</td></tr>",
+                html(&row.text)
+            );
+            continue;
+        };
+        let state = state_of(s.status);
+        let left = (s.started_at.saturating_sub(t0)) as f64 / span * 100.0;
+        let width = ((end(s).saturating_sub(s.started_at)) as f64 / span * 100.0).max(0.2);
+        let number = match s.iteration {
+            Some(i) => format!("{}[{i}]", s.number),
+            None => s.number.clone(),
+        };
+        let error = s.error.as_ref().map(|e| e.kind.to_string()).unwrap_or_default();
+        let top = row.run == run.id && !s.number.contains('.') && s.iteration.is_none();
+        let _ = write!(
+            o,
+            "<tr class=\"rec\" data-rec=\"{}\" data-step=\"{}\" data-top=\"{}\"><td class=\"name\" style=\"padding-left:{indent}px\">{}</td>\
+             <td class=\"name\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"err\">{}</td>\
+             <td class=\"bar\"><div class=\"track\"><div class=\"bar-fill {state}\" style=\"left:{left:.3}%;width:{width:.3}%\"></div></div></td></tr>",
+            records.len(),
+            html(&s.step),
+            u8::from(top),
+            html(&number),
+            html(&s.step),
+            html(&s.kind),
+            s.status.as_str(),
+            ms(s.started_at, s.finished_at),
+            if s.usage.input_tokens + s.usage.output_tokens > 0 {
+                format!("{} / {}", s.usage.input_tokens, s.usage.output_tokens)
+            } else {
+                String::new()
+            },
+            if s.usage.cost_usd > 0.0 {
+                fmt_usd(s.usage.cost_usd)
+            } else {
+                String::new()
+            },
+            html(&error),
+        );
+        let changes = (!s.changes.is_empty()).then(|| {
+            serde_json::to_value(&s.changes)
+                .map(|v| shown(&v))
+                .unwrap_or_default()
+        });
+        let violations = (!s.violations.is_empty()).then(|| {
+            serde_json::to_value(&s.violations)
+                .map(|v| shown(&v))
+                .unwrap_or_default()
+        });
+        records.push(json!({
+            "run": row.run,
+            "step": s.step,
+            "number": number,
+            "kind": s.kind,
+            "attempt": s.attempt,
+            "status": s.status.as_str(),
+            "input": s.input.as_ref().map(shown),
+            "result": s.result.as_deref().map(shown),
+            "changes": changes,
+            "violations": violations,
+            "error": s.error.as_ref().map(|e| shown(&e.to_json())),
+        }));
+    }
+    o.push_str("</table></section>\n");
+    o.push_str("<section><h2>Selected record</h2><div id=\"detail\" class=\"muted\">Click a row of the timeline, or a step of the route.</div></section>\n");
+    let _ = write!(
+        o,
+        "<script type=\"application/json\" id=\"records\">{}</script>\n<script>{SCRIPT}</script>\n</body></html>\n",
+        script_json(&Value::Array(records))
+    );
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn script_json_cannot_close_its_block() {
+        let v = json!({"a": "</script><!-- & \u{2028}"});
+        let s = script_json(&v);
+        assert!(!s.contains('<') && !s.contains('>') && !s.contains('&'), "{s}");
+        assert_eq!(serde_json::from_str::<Value>(&s).unwrap(), v);
+    }
+
+    #[test]
+    fn long_values_are_cut_on_a_character_boundary() {
+        let v = Value::String("é".repeat(VALUE_BYTES));
+        let s = shown(&v);
+        assert!(s.len() < VALUE_BYTES + 200, "{}", s.len());
+        assert!(s.contains("bytes in all"));
+    }
+}

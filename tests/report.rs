@@ -1,0 +1,349 @@
+//! `runs show RUN_ID --format html` (SPEC §13): one self-contained page, loaded in real
+//! headless Chromium driven over WebDriver (Debian's `chromium` and `chromium-driver`, which
+//! `.ci/run` installs): no console errors, no network requests, the route's nodes and the
+//! timeline's bars there for the steps that ran, a click on a step's row showing its payload
+//! change, and a screenshot that is not blank.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::support::{TempDir, run, switchyard};
+
+const CHROMIUM: &str = "/usr/bin/chromium";
+const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+
+/// A chromedriver process on a loopback port, killed when dropped.
+struct Driver {
+    child: Child,
+    base: String,
+    client: reqwest::Client,
+    rt: tokio::runtime::Runtime,
+}
+
+impl Driver {
+    fn start() -> Driver {
+        for bin in [CHROMIUM, CHROMEDRIVER] {
+            assert!(
+                Path::new(bin).exists(),
+                "{bin} is missing: the browser tests need Debian's chromium and chromium-driver \
+                 (`apt-get install chromium chromium-driver`; .ci/run installs them)"
+            );
+        }
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let child = Command::new(CHROMEDRIVER)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("chromedriver starts");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        let d = Driver {
+            child,
+            base: format!("http://127.0.0.1:{port}"),
+            client: {
+                // Plain HTTP on loopback; reqwest still wants a TLS provider installed.
+                let _ = rustls::crypto::ring::default_provider().install_default();
+                reqwest::Client::new()
+            },
+            rt,
+        };
+        let t0 = Instant::now();
+        while d.try_call("GET", "/status", None).is_err() {
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "chromedriver did not answer"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        d
+    }
+
+    fn try_call(&self, method: &str, path: &str, body: Option<Value>) -> Result<Value, String> {
+        let url = format!("{}{path}", self.base);
+        self.rt.block_on(async {
+            let req = match method {
+                "GET" => self.client.get(&url),
+                "DELETE" => self.client.delete(&url),
+                _ => self
+                    .client
+                    .post(&url)
+                    .header("content-type", "application/json")
+                    .body(body.unwrap_or(json!({})).to_string()),
+            };
+            let res = req.send().await.map_err(|e| e.to_string())?;
+            let bytes = res.bytes().await.map_err(|e| e.to_string())?;
+            serde_json::from_slice::<Value>(&bytes).map_err(|e| e.to_string())
+        })
+    }
+
+    fn call(&self, method: &str, path: &str, body: Option<Value>) -> Value {
+        let v = self
+            .try_call(method, path, body)
+            .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+        if let Some(err) = v["value"].get("error") {
+            panic!("{method} {path}: {err}: {}", v["value"]["message"]);
+        }
+        v["value"].clone()
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A browser session of `d`, closed when dropped.
+struct Session<'a> {
+    d: &'a Driver,
+    id: String,
+}
+
+impl<'a> Session<'a> {
+    fn new(d: &'a Driver, profile: &Path) -> Session<'a> {
+        let caps = json!({"capabilities": {"alwaysMatch": {
+            "browserName": "chrome",
+            "goog:chromeOptions": {
+                "binary": CHROMIUM,
+                "args": [
+                    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                    "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic",
+                    "--window-size=1200,900", format!("--user-data-dir={}", profile.display()),
+                ],
+            },
+            "goog:loggingPrefs": {"browser": "ALL"},
+        }}});
+        let v = d.call("POST", "/session", Some(caps));
+        Session {
+            d,
+            id: v["sessionId"].as_str().expect("a session id").to_string(),
+        }
+    }
+
+    fn post(&self, path: &str, body: Value) -> Value {
+        self.d
+            .call("POST", &format!("/session/{}{path}", self.id), Some(body))
+    }
+
+    fn get(&self, path: &str) -> Value {
+        self.d.call("GET", &format!("/session/{}{path}", self.id), None)
+    }
+
+    fn script(&self, body: &str) -> Value {
+        self.post("/execute/sync", json!({"script": body, "args": []}))
+    }
+
+    /// Console messages of level SEVERE (errors), from chromedriver's browser log.
+    fn console_errors(&self) -> Vec<String> {
+        self.post("/se/log", json!({"type": "browser"}))
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .iter()
+            .filter(|e| e["level"] == "SEVERE")
+            .map(|e| e["message"].as_str().unwrap_or("").to_string())
+            .collect()
+    }
+}
+
+impl Drop for Session<'_> {
+    fn drop(&mut self) {
+        let _ = self.d.try_call("DELETE", &format!("/session/{}", self.id), None);
+    }
+}
+
+/// How many distinct colours a PNG's pixels take, sampled: a blank page has one or two.
+fn colours(png_bytes: &[u8]) -> usize {
+    let decoder = png::Decoder::new(std::io::Cursor::new(png_bytes));
+    let mut reader = decoder.read_info().expect("a PNG");
+    let mut buf = vec![0; reader.output_buffer_size().expect("a size")];
+    let info = reader.next_frame(&mut buf).expect("a frame");
+    let bytes = &buf[..info.buffer_size()];
+    let px = info.color_type.samples();
+    let mut seen = std::collections::HashSet::new();
+    for p in bytes.chunks(px).step_by(7) {
+        seen.insert(p.to_vec());
+    }
+    seen.len()
+}
+
+fn base64_decode(s: &str) -> Vec<u8> {
+    let table = |c: u8| -> Option<u32> {
+        Some(match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => return None,
+        } as u32)
+    };
+    let mut out = Vec::with_capacity(s.len() * 3 / 4);
+    let (mut acc, mut bits) = (0u32, 0);
+    for c in s.bytes().filter_map(table) {
+        acc = (acc << 6) | c;
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+        }
+    }
+    out
+}
+
+/// Runs `examples/foreach.yaml` into a SQLite store in `dir` and writes its page; returns the
+/// page's path.
+fn foreach_report(dir: &TempDir) -> std::path::PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let flow = root.join("examples/foreach.yaml");
+    let input = r#"{"order": {"lines": [{"sku": "MUG-1", "qty": 2, "unit_cents": 1250}, {"sku": "LAMP-3", "qty": 1, "unit_cents": 8900}]}}"#;
+    let out = run(switchyard(dir.path()).arg("run").arg(&flow).args([
+        "--input",
+        input,
+        "--store",
+        "sqlite:runs.db",
+    ]));
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    let list = run(switchyard(dir.path()).args(["runs", "list", "--json", "--store", "sqlite:runs.db"]));
+    let id = serde_json::from_str::<Value>(list.stdout.lines().next().expect("a run")).unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let page = run(switchyard(dir.path()).args([
+        "runs",
+        "show",
+        &id,
+        "--format",
+        "html",
+        "--store",
+        "sqlite:runs.db",
+    ]));
+    assert_eq!(page.code(), 0, "{}", page.stderr);
+    dir.write("report.html", page.stdout)
+}
+
+#[test]
+fn the_run_report_is_self_contained_and_shows_the_route_the_timeline_and_payload_changes() {
+    let dir = TempDir::new("report-run");
+    let page = foreach_report(&dir);
+    let text = std::fs::read_to_string(&page).unwrap();
+    // Self-contained: nothing is fetched from anywhere.
+    for needle in ["http://", "https://", "src=", "<link", "@import"] {
+        let outside_svg_ns = text.replace("http://www.w3.org/2000/svg", "");
+        assert!(!outside_svg_ns.contains(needle), "the page refers to `{needle}`");
+    }
+
+    let driver = Driver::start();
+    let profile = dir.path().join("profile");
+    let s = Session::new(&driver, &profile);
+    s.post("/url", json!({"url": format!("file://{}", page.display())}));
+    let state = s.script(
+        "return {
+           steps: Array.from(document.querySelectorAll('svg g.node.step')).map(n => [n.getAttribute('data-step'), n.getAttribute('class')]),
+           taken: document.querySelectorAll('svg g.edge.taken').length,
+           bars: document.querySelectorAll('#timeline .bar-fill').length,
+           rows: document.querySelectorAll('#timeline tr.rec').length,
+           resources: performance.getEntriesByType('resource').length,
+           title: document.title,
+         };",
+    );
+    let steps = state["steps"].as_array().expect("steps");
+    let class_of = |id: &str| {
+        steps
+            .iter()
+            .find(|s| s[0] == id)
+            .and_then(|s| s[1].as_str())
+            .unwrap_or_else(|| panic!("no node for step `{id}`: {state}"))
+            .to_string()
+    };
+    assert!(class_of("price_lines").split(' ').any(|c| c == "ok"), "{state}");
+    assert!(class_of("flag").split(' ').any(|c| c == "ok"), "{state}");
+    assert!(state["taken"].as_u64().unwrap() >= 3, "{state}");
+    // A bar for each record: the loop, its two iterations, and `flag`.
+    assert_eq!(state["rows"], json!(4), "{state}");
+    assert_eq!(state["bars"], json!(4), "{state}");
+    assert_eq!(state["resources"], json!(0), "{state}");
+
+    // A click on `flag`'s row shows what it changed in the payload.
+    let row = s.post(
+        "/element",
+        json!({"using": "css selector", "value": "#timeline tr.rec[data-step='flag']"}),
+    );
+    let eid = row
+        .as_object()
+        .and_then(|o| o.values().next())
+        .and_then(Value::as_str)
+        .expect("the row's element id")
+        .to_string();
+    s.post(&format!("/element/{eid}/click"), json!({}));
+    let detail = s.script("return document.getElementById('detail').textContent;");
+    let detail = detail.as_str().unwrap_or("");
+    assert!(detail.contains("payload changes"), "{detail}");
+    assert!(detail.contains("$.line_count"), "{detail}");
+    assert!(detail.contains("$.needs_approval"), "{detail}");
+
+    let errors = s.console_errors();
+    assert!(errors.is_empty(), "console errors: {errors:?}");
+    let shot = s.get("/screenshot");
+    let png = base64_decode(shot.as_str().expect("a screenshot"));
+    std::fs::write(dir.path().join("report.png"), &png).unwrap();
+    let n = colours(&png);
+    assert!(n > 20, "the screenshot looks blank ({n} colours)");
+}
+
+#[test]
+fn the_report_of_a_ten_thousand_iteration_loop_stays_small() {
+    let dir = TempDir::new("report-big");
+    dir.write(
+        "big.yaml",
+        "flow: bigloop\nagents:\n  double:\n    kind: transform\n    result: {v: =input * 2}\nsteps:\n  each:\n    \
+         foreach: $.items\n    agent: double\n    concurrency: 16\n    select: $.v\n    output: {$.doubled: $}\n",
+    );
+    let items: Vec<u64> = (0..9_990).collect();
+    dir.write("in.json", json!({"items": items}).to_string());
+    let out = run(switchyard(dir.path()).args([
+        "run",
+        "big.yaml",
+        "--input-file",
+        "in.json",
+        "--store",
+        "sqlite:runs.db",
+    ]));
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    let list = run(switchyard(dir.path()).args(["runs", "list", "--json", "--store", "sqlite:runs.db"]));
+    let id = serde_json::from_str::<Value>(list.stdout.lines().next().unwrap()).unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let page = run(switchyard(dir.path()).args([
+        "runs",
+        "show",
+        &id,
+        "--format",
+        "html",
+        "--store",
+        "sqlite:runs.db",
+    ]));
+    assert_eq!(page.code(), 0, "{}", page.stderr);
+    let html = page.stdout;
+    assert!(html.len() < 512 * 1024, "{} bytes", html.len());
+    assert_eq!(
+        html.matches("<tr class=\"rec\"").count(),
+        51,
+        "the loop and its first 50 iterations"
+    );
+    assert!(
+        html.contains("… 9940 more iterations of step 1"),
+        "the rest summed up"
+    );
+}

@@ -728,6 +728,23 @@ fn collect_waits_or_writes_part_and_batches_shows_counts_and_workers() {
     let shown = cmd(&["batches"]);
     assert!(shown.stdout.contains("12/12 done"), "{}", shown.stdout);
     assert!(shown.stdout.contains("no live workers"), "{}", shown.stdout);
+    // The batch's report, from the store: counts, and a page for each run it lists.
+    let report = cmd(&["report", "--batch", "c", "--output", "c.html"]);
+    assert_eq!(report.code(), 0, "{}", report.stderr);
+    let page = std::fs::read_to_string(dir.path().join("c.html")).expect("the page");
+    assert!(page.contains("12 items"), "{page}");
+    assert!(page.contains("12 succeeded"), "{page}");
+    let pages = std::fs::read_dir(dir.path().join("c.runs"))
+        .expect("run pages")
+        .count();
+    assert_eq!(pages, 12, "the slowest twenty are all twelve");
+    let unknown = cmd(&["report", "--batch", "nope"]);
+    assert_eq!(unknown.code(), 2);
+    assert!(
+        unknown.stderr.contains("no submitted batch `nope`"),
+        "{}",
+        unknown.stderr
+    );
 }
 
 #[test]

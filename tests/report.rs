@@ -347,3 +347,95 @@ fn the_report_of_a_ten_thousand_iteration_loop_stays_small() {
         "the rest summed up"
     );
 }
+
+#[test]
+fn the_batch_report_counts_items_lists_failures_by_kind_and_links_each_to_its_run() {
+    let dir = TempDir::new("report-batch");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut lines = String::new();
+    for i in 0..40 {
+        let amount = if i % 10 == 0 { 0 } else { 1000 + i * 37 };
+        let country = ["FR", "US", "BR", "DE"][i % 4];
+        lines.push_str(&json!({"id": format!("O-{i}"), "order": {"id": format!("O-{i}"), "amount_cents": amount, "country": country}}).to_string());
+        lines.push('\n');
+    }
+    dir.write("orders.jsonl", lines);
+    let out = run(switchyard(dir.path())
+        .arg("batch")
+        .arg(root.join("examples/branching.yaml"))
+        .args([
+            "--input",
+            "orders.jsonl",
+            "--output",
+            "out.jsonl",
+            "--store",
+            "sqlite:runs.db",
+        ]));
+    assert_eq!(out.code(), 1, "four items fail: {}", out.stderr);
+    let rep = run(switchyard(dir.path()).args(["report", "out.jsonl", "--store", "sqlite:runs.db"]));
+    assert_eq!(rep.code(), 0, "{}", rep.stderr);
+    assert!(
+        rep.stderr.contains("report: out.report.html (40 items;"),
+        "{}",
+        rep.stderr
+    );
+    let page = dir.path().join("out.report.html");
+    assert!(dir.path().join("out.report.runs").is_dir());
+
+    let driver = Driver::start();
+    let s = Session::new(&driver, &dir.path().join("profile"));
+    s.post("/url", json!({"url": format!("file://{}", page.display())}));
+    let state = s.script(
+        "return {
+           counts: Array.from(document.querySelectorAll('#counts span')).map(e => e.textContent),
+           kinds: Array.from(document.querySelectorAll('#failed details')).map(d => d.getAttribute('data-kind')),
+           failedLinks: document.querySelectorAll('#failed a').length,
+           slowest: document.querySelectorAll('#slowest tr').length - 1,
+           bars: document.querySelectorAll('#durations .hist div').length,
+           resources: performance.getEntriesByType('resource').length,
+         };",
+    );
+    assert_eq!(state["counts"], json!(["4 failed", "36 succeeded"]), "{state}");
+    assert_eq!(state["kinds"], json!(["invalid_order"]), "{state}");
+    assert_eq!(state["failedLinks"], json!(4), "{state}");
+    assert_eq!(state["slowest"], json!(20), "{state}");
+    assert_eq!(state["bars"], json!(20), "{state}");
+    assert_eq!(state["resources"], json!(0), "{state}");
+    assert!(s.console_errors().is_empty(), "{:?}", s.console_errors());
+
+    // A failed item's link opens its run's page, with the failed step marked.
+    let link = s.post("/element", json!({"using": "css selector", "value": "#failed a"}));
+    let eid = link
+        .as_object()
+        .and_then(|o| o.values().next())
+        .and_then(Value::as_str)
+        .unwrap()
+        .to_string();
+    s.post(&format!("/element/{eid}/click"), json!({}));
+    let run_page = s.script(
+        "return {
+           title: document.title,
+           failed: Array.from(document.querySelectorAll('svg g.node.step.failed')).map(n => n.getAttribute('data-step')),
+           status: document.querySelector('header .status').textContent,
+         };",
+    );
+    assert!(
+        run_page["title"].as_str().unwrap().starts_with("run r"),
+        "{run_page}"
+    );
+    assert_eq!(run_page["status"], "failed", "{run_page}");
+    assert_eq!(run_page["failed"], json!(["reject"]), "{run_page}");
+    assert!(s.console_errors().is_empty(), "{:?}", s.console_errors());
+    let png = base64_decode(s.get("/screenshot").as_str().expect("a screenshot"));
+    assert!(colours(&png) > 20, "the screenshot looks blank");
+
+    // A line that is not a batch's output is named.
+    dir.write("bad.jsonl", "{\"id\": 1, \"status\": \"succeeded\"}\nnot json\n");
+    let bad = run(switchyard(dir.path()).args(["report", "bad.jsonl", "--no-run-pages"]));
+    assert_eq!(bad.code(), 2);
+    assert!(
+        bad.stderr.contains("bad.jsonl: line 2: not JSON"),
+        "{}",
+        bad.stderr
+    );
+}

@@ -8,6 +8,7 @@ mod common;
 mod explain;
 mod graph;
 mod lint;
+mod report;
 mod resume;
 mod run;
 mod runs;
@@ -90,6 +91,9 @@ pub enum Command {
     Runs(runs::Args),
     /// Continue a stored run (the same as `runs resume`).
     Resume(resume::ResumeArgs),
+    /// Write a batch's report: one self-contained HTML page of its items (counts, cost, the
+    /// slowest and the failed ones by error kind), each linked to its run's page.
+    Report(report::Args),
 }
 
 /// Parses the command line and runs the command.
@@ -141,6 +145,7 @@ pub fn main() -> ExitCode {
         Command::Batches(a) => batches::run(a),
         Command::Runs(a) => runs::run(a),
         Command::Resume(a) => resume::resume(a),
+        Command::Report(a) => report::run(a),
     };
     ExitCode::from(code)
 }

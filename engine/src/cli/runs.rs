@@ -208,7 +208,10 @@ fn list(args: ListArgs) -> u8 {
 /// `runs show --format html`: the run's page ([`crate::report`]), from its records, those of
 /// its child runs (the first [`crate::report::CHILDREN_SHOWN`]), and its flow's drawing (from
 /// its flow file, or a submitted batch's bundle).
-async fn html_report(s: &Arc<crate::store::any::AnyStore>, run: &RunRecord) -> Result<String, String> {
+pub(super) async fn html_report(
+    s: &Arc<crate::store::any::AnyStore>,
+    run: &RunRecord,
+) -> Result<String, String> {
     let steps = s.latest_steps(&run.id).await.map_err(|e| e.to_string())?;
     let mut children = std::collections::HashMap::new();
     let mut queue: std::collections::VecDeque<String> =

@@ -214,10 +214,17 @@ fn foreach_report(dir: &TempDir) -> std::path::PathBuf {
         "sqlite:runs.db",
     ]));
     assert_eq!(out.code(), 0, "{}", out.stderr);
+    let page = latest_page(dir);
+    dir.write("report.html", page)
+}
+
+/// The page of the newest run in `dir`'s `runs.db`.
+fn latest_page(dir: &TempDir) -> String {
     let list = run(switchyard(dir.path()).args(["runs", "list", "--json", "--store", "sqlite:runs.db"]));
-    let id = serde_json::from_str::<Value>(list.stdout.lines().next().expect("a run")).unwrap()["id"]
+    let first = list.stdout.lines().next().expect("a run");
+    let id = serde_json::from_str::<Value>(first).unwrap()["id"]
         .as_str()
-        .unwrap()
+        .expect("a run id")
         .to_string();
     let page = run(switchyard(dir.path()).args([
         "runs",
@@ -229,7 +236,7 @@ fn foreach_report(dir: &TempDir) -> std::path::PathBuf {
         "sqlite:runs.db",
     ]));
     assert_eq!(page.code(), 0, "{}", page.stderr);
-    dir.write("report.html", page.stdout)
+    page.stdout
 }
 
 #[test]
@@ -320,22 +327,7 @@ fn the_report_of_a_ten_thousand_iteration_loop_stays_small() {
         "sqlite:runs.db",
     ]));
     assert_eq!(out.code(), 0, "{}", out.stderr);
-    let list = run(switchyard(dir.path()).args(["runs", "list", "--json", "--store", "sqlite:runs.db"]));
-    let id = serde_json::from_str::<Value>(list.stdout.lines().next().unwrap()).unwrap()["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let page = run(switchyard(dir.path()).args([
-        "runs",
-        "show",
-        &id,
-        "--format",
-        "html",
-        "--store",
-        "sqlite:runs.db",
-    ]));
-    assert_eq!(page.code(), 0, "{}", page.stderr);
-    let html = page.stdout;
+    let html = latest_page(&dir);
     assert!(html.len() < 512 * 1024, "{} bytes", html.len());
     assert_eq!(
         html.matches("<tr class=\"rec\"").count(),

@@ -155,11 +155,22 @@ fn resume_run(run_id: &str, decision: Option<Value>, args: &ResumeArgs) -> u8 {
         Arc::new(AgentState::default()),
         RunControls::default(),
     ));
+    drop(engine);
+    conclude(&rt, store, outcome.map_err(|e| e.to_string()), args)
+}
+
+/// Reports a resumed run's end (with the question it waits at, if it stopped at one) and
+/// closes the store.
+fn conclude(
+    rt: &tokio::runtime::Runtime,
+    store: Arc<AnyStore>,
+    outcome: Result<RunOutcome, String>,
+    args: &ResumeArgs,
+) -> u8 {
     let waiting = match &outcome {
-        Ok(o) => super::run::waiting(&rt, &*store, o),
+        Ok(o) => super::run::waiting(rt, &*store, o),
         Err(_) => None,
     };
-    drop(engine);
     if let Ok(s) = Arc::try_unwrap(store) {
         rt.block_on(s.close());
     }
@@ -209,22 +220,15 @@ fn resume_submitted(
     let outcome = rt.block_on(run_leased(
         &store, &engine, &holder, plan, &record.id, options, resume,
     ));
-    let waiting = match &outcome {
-        Ok(o) => super::run::waiting(rt, &*store, o),
-        Err(_) => None,
-    };
     drop(engine);
-    if let Ok(s) = Arc::try_unwrap(store) {
-        rt.block_on(s.close());
-    }
-    match outcome {
-        Ok(o) => super::run::report(o, waiting.as_ref(), &args.store),
-        Err(NotRun::Held) => fail(format!(
+    let outcome = outcome.map_err(|e| match e {
+        NotRun::Held => format!(
             "run `{}` is held by a worker right now (its lease is live): it runs there",
             record.id
-        )),
-        Err(NotRun::Failed(e)) => fail(e),
-    }
+        ),
+        NotRun::Failed(e) => e,
+    });
+    conclude(rt, store, outcome, args)
 }
 
 /// Why a submitted run was not continued here.

@@ -82,6 +82,21 @@ pub struct GroupBox {
     pub h: f64,
 }
 
+impl GroupBox {
+    /// A box not placed yet.
+    fn new(kind: &'static str, flow: &str, step: Option<String>) -> GroupBox {
+        GroupBox {
+            kind,
+            flow: flow.to_string(),
+            step,
+            x: 0.0,
+            y: 0.0,
+            w: 0.0,
+            h: 0.0,
+        }
+    }
+}
+
 /// A drawn edge: its path, and its label's box when it has one.
 #[derive(Clone, Debug)]
 pub struct EdgeLine {
@@ -233,19 +248,7 @@ pub fn layout(plan: &Plan, nested: bool) -> Result<Layout, String> {
             None
         } else {
             let key = format!("{prefix}flow");
-            b.group(
-                &key,
-                None,
-                GroupBox {
-                    kind: "flow",
-                    flow: prefix.clone(),
-                    step: None,
-                    x: 0.0,
-                    y: 0.0,
-                    w: 0.0,
-                    h: 0.0,
-                },
-            );
+            b.group(&key, None, GroupBox::new("flow", prefix, None));
             Some(key)
         };
         add_flow(&mut b, flow, prefix, parent.as_deref());
@@ -395,19 +398,7 @@ fn add_flow(b: &mut Builder, flow: &FlowPlan, prefix: &str, parent: Option<&str>
         match &step.kind {
             StepPlanKind::Parallel(pl) => {
                 let group = format!("{key}__box");
-                b.group(
-                    &group,
-                    parent,
-                    GroupBox {
-                        kind: "parallel",
-                        flow: p.clone(),
-                        step: id.clone(),
-                        x: 0.0,
-                        y: 0.0,
-                        w: 0.0,
-                        h: 0.0,
-                    },
-                );
+                b.group(&group, parent, GroupBox::new("parallel", &p, id.clone()));
                 let title = format!("{key}__title");
                 let text = format!("{}\nparallel ×{}", step.id, pl.branches.len());
                 b.node(
@@ -443,19 +434,7 @@ fn add_flow(b: &mut Builder, flow: &FlowPlan, prefix: &str, parent: Option<&str>
             }
             StepPlanKind::Foreach(_) | StepPlanKind::While(_) => {
                 let group = format!("{key}__box");
-                b.group(
-                    &group,
-                    parent,
-                    GroupBox {
-                        kind: "loop",
-                        flow: p.clone(),
-                        step: id.clone(),
-                        x: 0.0,
-                        y: 0.0,
-                        w: 0.0,
-                        h: 0.0,
-                    },
-                );
+                b.group(&group, parent, GroupBox::new("loop", &p, id.clone()));
                 let title = format!("{key}__title");
                 let text = match &step.kind {
                     StepPlanKind::Foreach(f) => {

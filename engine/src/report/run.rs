@@ -38,20 +38,10 @@ pub struct RunReport<'a> {
     pub now_ms: u64,
 }
 
-/// Escapes text for HTML character data and attribute values.
+/// Escapes text for HTML character data and attribute values (as for the SVG it holds:
+/// markup characters as entities, control characters shown as their pictures).
 pub fn html(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
+    svg::xml_text(s)
 }
 
 /// JSON for a `<script type="application/json">` block: nothing in it closes the block or

@@ -734,10 +734,15 @@ fn collect_waits_or_writes_part_and_batches_shows_counts_and_workers() {
     let page = std::fs::read_to_string(dir.path().join("c.html")).expect("the page");
     assert!(page.contains("12 items"), "{page}");
     assert!(page.contains("12 succeeded"), "{page}");
-    let pages = std::fs::read_dir(dir.path().join("c.runs"))
+    let pages: Vec<_> = std::fs::read_dir(dir.path().join("c.runs"))
         .expect("run pages")
-        .count();
-    assert_eq!(pages, 12, "the slowest twenty are all twelve");
+        .map(|e| e.expect("an entry").path())
+        .collect();
+    assert_eq!(pages.len(), 12, "the slowest twenty are all twelve");
+    // A submitted run's page draws its flow from the batch's bundle, with the route taken.
+    let one = std::fs::read_to_string(&pages[0]).expect("a run page");
+    assert!(one.contains("<g class=\"node step agent ok\""), "{one}");
+    assert!(one.contains("class=\"edge route taken\""), "{one}");
     let unknown = cmd(&["report", "--batch", "nope"]);
     assert_eq!(unknown.code(), 2);
     assert!(

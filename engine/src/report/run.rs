@@ -97,7 +97,7 @@ fn ms(a: u64, b: Option<u64>) -> String {
 }
 
 /// The marks of the run's route on its flow's drawing: the state of each top-level step (its
-/// last record) and the routes taken; a run that ended well left its last step for the end.
+/// last record) and the routes taken.
 fn marks(run: &RunRecord, steps: &[StepRecord]) -> Marks {
     let mut m = Marks::default();
     let mut first = true;
@@ -105,11 +105,20 @@ fn marks(run: &RunRecord, steps: &[StepRecord]) -> Marks {
         .iter()
         .filter(|s| !s.number.contains('.') && s.iteration.is_none())
         .collect();
-    if run.status == RunStatus::Succeeded
-        && let Some(last) = top.last()
+    // The last step's way out, when its record names none: to the end, or, from a `fail`
+    // step, to `failed`.
+    if let Some(last) = top.last()
         && last.route.is_none()
     {
-        m.routes.insert((last.step.clone(), "end".to_string()));
+        match run.status {
+            RunStatus::Succeeded => {
+                m.routes.insert((last.step.clone(), "end".to_string()));
+            }
+            RunStatus::Failed if last.kind == "fail" => {
+                m.routes.insert((last.step.clone(), "failed".to_string()));
+            }
+            _ => {}
+        }
     }
     for s in top {
         m.steps.insert(s.step.clone(), state_of(s.status));

@@ -40,6 +40,7 @@ mod lint_fixtures;
 mod llm;
 mod logs;
 mod mock_server;
+mod otel;
 mod payload_types;
 mod readme;
 mod report;

@@ -15,6 +15,7 @@ pub mod diag;
 pub mod json;
 pub mod lint;
 pub mod model;
+pub mod otel;
 pub mod plan;
 pub mod project;
 pub mod report;

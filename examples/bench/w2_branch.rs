@@ -51,16 +51,84 @@ pub fn run(profile: &Profile, opts: &Options) -> Result<Vec<Report>, String> {
         }
         util::store_share("W2", "µs per run", v, median(&bare));
     }
-    Ok(vec![Report::new(
+    // The same with every span exported over OTLP/HTTP to a collector on loopback.
+    let (url, _sink) = sink()?;
+    let exporter = switchyard::otel::Exporter::start(&url)?;
+    let observer: Arc<dyn switchyard::runtime::observe::Observer> = exporter.clone();
+    // Each traced repetition beside a plain one, so that the machine's noise falls on both.
+    let mut traced = Vec::with_capacity(RUNS);
+    let mut overhead = Vec::with_capacity(RUNS);
+    for _ in 0..RUNS {
+        let (plain, outcomes) = rt.block_on(batch::<MemoryStore>(&plan, runs));
+        check(&outcomes)?;
+        let (secs, outcomes) = rt.block_on(batch_observed(&plan, runs, Some(observer.clone())));
+        check(&outcomes)?;
+        traced.push(secs * 1e6 / runs as f64);
+        overhead.push((secs / plain - 1.0) * 100.0);
+    }
+    let (exported, dropped, why) = exporter.finish(std::time::Duration::from_secs(10));
+    let expected = (RUNS * runs * 4) as u64;
+    if exported + dropped != expected {
+        return Err(format!(
+            "W2 otlp: {exported} spans exported and {dropped} dropped, of {expected}"
+        ));
+    }
+    eprintln!(
+        "W2 otlp: median {:.3} µs per run with spans exported, {:+.1}% (target ≤ {TARGET_OVERHEAD_PCT}%); \
+         {exported} spans exported, {dropped} dropped{}",
+        median(&traced),
+        median(&overhead),
+        why.map(|w| format!(" ({w})")).unwrap_or_default()
+    );
+    let mut otlp = Report::new(
         ID,
-        "us_per_run",
+        "otlp_overhead_pct",
         runs as u64,
-        samples,
+        overhead,
         format!(
-            "{runs} sequential runs of a 3-step branching flow (`{FLOW}`: set, conditional edge, set, set), \
-             run k on {{i: k}}, memory store; wall / runs; target ≤ {TARGET_US} µs"
+            "the same runs with --otlp-endpoint's exporter watching the engine and posting every span \
+             (run + 3 steps) to an OTLP/HTTP collector on loopback; (wall with it / wall of the plain repetition run just before - 1) × 100; \
+             target ≤ {TARGET_OVERHEAD_PCT}%"
         ),
-    )])
+    );
+    otlp.variant = "otlp".to_string();
+    Ok(vec![
+        Report::new(
+            ID,
+            "us_per_run",
+            runs as u64,
+            samples,
+            format!(
+                "{runs} sequential runs of a 3-step branching flow (`{FLOW}`: set, conditional edge, set, set), \
+                 run k on {{i: k}}, memory store; wall / runs; target ≤ {TARGET_US} µs"
+            ),
+        ),
+        otlp,
+    ])
+}
+
+const TARGET_OVERHEAD_PCT: f64 = 5.0;
+
+/// A loopback OTLP/HTTP collector that takes every request (and keeps nothing), on a runtime
+/// of its own; its URL, and the runtime to keep alive.
+fn sink() -> Result<(String, tokio::runtime::Runtime), String> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let listener = rt
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .map_err(|e| e.to_string())?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    let app = axum::Router::new().route(
+        "/v1/traces",
+        axum::routing::post(|_: axum::body::Bytes| async { "" }),
+    );
+    rt.spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    Ok((format!("http://{addr}"), rt))
 }
 
 /// `--child w2-repeat RUNS REPEAT [discard]`: REPEAT checked batches of RUNS runs, for a
@@ -93,7 +161,25 @@ pub fn child_repeat(args: &[String]) -> Result<(), String> {
 
 /// `runs` runs in a row on a fresh engine and store; the seconds they took and their outcomes.
 async fn batch<S: Store + Default>(plan: &Arc<Plan>, runs: usize) -> (f64, Vec<RunOutcome>) {
-    let engine = Engine::new(Arc::new(S::default()));
+    batch_with::<S>(plan, runs, None).await
+}
+
+/// [`batch`] on the memory store with `observer` watching the engine.
+async fn batch_observed(
+    plan: &Arc<Plan>,
+    runs: usize,
+    observer: Option<Arc<dyn switchyard::runtime::observe::Observer>>,
+) -> (f64, Vec<RunOutcome>) {
+    batch_with::<MemoryStore>(plan, runs, observer).await
+}
+
+async fn batch_with<S: Store + Default>(
+    plan: &Arc<Plan>,
+    runs: usize,
+    observer: Option<Arc<dyn switchyard::runtime::observe::Observer>>,
+) -> (f64, Vec<RunOutcome>) {
+    let mut engine = Engine::new(Arc::new(S::default()));
+    engine.observer = observer;
     let inputs: Vec<Value> = (0..runs).map(|k| json!({"i": k})).collect();
     let context = json!({});
     let options = RunOptions::default();

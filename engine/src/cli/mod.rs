@@ -53,6 +53,12 @@ pub struct Cli {
     /// More logs: -v run events, -vv step events, -vvv everything.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
+    /// Export traces over OTLP/HTTP to this collector (`http://127.0.0.1:4318`; `/v1/traces`
+    /// is added when the URL names no path): a span per run, step, iteration, model turn and
+    /// tool call, one trace per root run. Never holds a run up: spans the collector does not
+    /// take are dropped and counted.
+    #[arg(long, global = true, env = "OTEL_EXPORTER_OTLP_ENDPOINT", value_name = "URL")]
+    pub otlp_endpoint: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, clap::ValueEnum, PartialEq, Eq)]
@@ -131,6 +137,19 @@ pub fn main() -> ExitCode {
             libc::signal(libc::SIGPIPE, libc::SIG_DFL);
         }
     }
+    let exporter = match cli.otlp_endpoint.as_deref().filter(|e| !e.trim().is_empty()) {
+        None => None,
+        Some(endpoint) => match crate::otel::Exporter::start(endpoint) {
+            Ok(e) => {
+                crate::runtime::observe::install(e.clone());
+                Some(e)
+            }
+            Err(e) => {
+                stderr::error(e);
+                return ExitCode::from(exit::USAGE);
+            }
+        },
+    };
     let code = match cli.command {
         Command::Lint(a) => lint::run(a),
         Command::Explain(a) => explain::run(a),
@@ -147,6 +166,21 @@ pub fn main() -> ExitCode {
         Command::Resume(a) => resume::resume(a),
         Command::Report(a) => report::run(a),
     };
+    if let Some(e) = exporter {
+        let (exported, dropped, why) = e.finish(std::time::Duration::from_secs(5));
+        if dropped > 0 {
+            stderr::say(
+                stderr::Level::Warn,
+                "otlp_dropped",
+                &format!(
+                    "otlp: {dropped} span(s) not exported to {} ({}); {exported} exported",
+                    e.url(),
+                    why.as_deref().unwrap_or("unknown")
+                ),
+                serde_json::json!({"exported": exported, "dropped": dropped, "url": e.url()}),
+            );
+        }
+    }
     ExitCode::from(code)
 }
 

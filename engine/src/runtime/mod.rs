@@ -9,6 +9,7 @@ pub mod data;
 pub mod engine;
 pub mod error;
 pub mod eval;
+pub mod observe;
 pub mod record;
 pub mod resume;
 pub mod steps;

@@ -103,12 +103,15 @@ pub struct RunOutcome {
 /// Runs plans against a store.
 pub struct Engine<S: Store> {
     pub store: Arc<S>,
+    /// Told of every run and step record as they are made (`crate::runtime::observe`).
+    pub observer: Option<Arc<dyn crate::runtime::observe::Observer>>,
 }
 
 impl<S: Store> Clone for Engine<S> {
     fn clone(&self) -> Self {
         Engine {
             store: self.store.clone(),
+            observer: self.observer.clone(),
         }
     }
 }

@@ -23,8 +23,13 @@ use crate::runtime::{ErrorKind, StepError};
 use crate::store::Store;
 
 impl<S: Store> Engine<S> {
+    /// An engine recording into `store`, watched by the process's observer if one is
+    /// installed ([`crate::runtime::observe::install`]).
     pub fn new(store: Arc<S>) -> Self {
-        Engine { store }
+        Engine {
+            store,
+            observer: crate::runtime::observe::installed(),
+        }
     }
 
     /// Runs the plan's root flow on `input` to completion.
@@ -438,6 +443,9 @@ impl<'e, S: Store> Run<'e, S> {
             let e = self.store_error(&e);
             return self.finish(RunStatus::Failed, None, Some(e)).await;
         }
+        if let Some(o) = &self.engine.observer {
+            o.run_started(&self.record);
+        }
         tracing::info!(run_id = %self.record.id, flow = %self.flow.name, depth = self.lineage.depth, "run started");
         // Every violation at once: a caller fixes its input in one go.
         if let Some(schema) = &self.flow.input_schema
@@ -537,6 +545,9 @@ impl<'e, S: Store> Run<'e, S> {
             tracing::error!(run_id = %self.record.id, error = %e, "could not record the end of the run");
             self.store_error(&e);
         }
+        if let Some(o) = &self.engine.observer {
+            o.run_ended(&self.record);
+        }
         let output = self.record.output.take();
         let error = self.record.error.take();
         tracing::info!(
@@ -573,16 +584,29 @@ impl<'e, S: Store> Run<'e, S> {
         queued: bool,
     ) -> Result<(), StepError> {
         let store = &self.engine.store;
+        let observer = self.engine.observer.as_deref();
         if !store.keeps_steps() {
+            if let Some(o) = observer {
+                let r = rec();
+                if r.status != StepStatus::Started {
+                    o.step(&r);
+                }
+            }
             return Ok(());
         }
         if let Some(why) = self.store_failed() {
             return Err(StepError::new(ErrorKind::Agent, format!("store: {why}")));
         }
+        let r = rec();
+        if let Some(o) = observer
+            && r.status != StepStatus::Started
+        {
+            o.step(&r);
+        }
         let written = if queued {
-            store.queue_step(rec()).await
+            store.queue_step(r).await
         } else {
-            store.record_step(rec()).await
+            store.record_step(r).await
         };
         written.map_err(|e| self.store_error(&e))
     }

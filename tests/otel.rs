@@ -1,0 +1,276 @@
+//! `--otlp-endpoint` (SPEC §13): traces received on a loopback OTLP/HTTP endpoint, decoded
+//! with the official protobuf definitions (`opentelemetry-proto`): the span tree of a run with a
+//! `foreach`, a child flow and a failure edge — parents, attributes, route events — one trace
+//! per batch item, and a run that goes on when the collector is down, its spans counted as
+//! dropped.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::any_value::Value as Av;
+use opentelemetry_proto::tonic::trace::v1::Span;
+use prost::Message as _;
+
+use crate::support::{TempDir, run, switchyard};
+
+/// A loopback OTLP/HTTP collector keeping every span it is sent.
+struct Collector {
+    url: String,
+    spans: Arc<Mutex<Vec<Span>>>,
+    _rt: tokio::runtime::Runtime,
+}
+
+impl Collector {
+    fn start() -> Collector {
+        use axum::routing::post;
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        let spans: Arc<Mutex<Vec<Span>>> = Arc::default();
+        let kept = spans.clone();
+        let listener = rt
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .expect("a port");
+        let addr = listener.local_addr().expect("an address");
+        let app = axum::Router::new().route(
+            "/v1/traces",
+            post(move |body: axum::body::Bytes| {
+                let kept = kept.clone();
+                async move {
+                    let req = ExportTraceServiceRequest::decode(body).expect("an OTLP trace request");
+                    for rs in req.resource_spans {
+                        for ss in rs.scope_spans {
+                            kept.lock().unwrap().extend(ss.spans);
+                        }
+                    }
+                    ""
+                }
+            }),
+        );
+        rt.spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Collector {
+            url: format!("http://{addr}"),
+            spans,
+            _rt: rt,
+        }
+    }
+
+    fn spans(&self) -> Vec<Span> {
+        self.spans.lock().unwrap().clone()
+    }
+}
+
+fn attr(s: &Span, key: &str) -> Option<String> {
+    s.attributes
+        .iter()
+        .find(|a| a.key == key)
+        .and_then(|a| a.value.as_ref())
+        .and_then(|v| v.value.as_ref())
+        .map(|v| match v {
+            Av::StringValue(s) => s.clone(),
+            Av::IntValue(i) => i.to_string(),
+            Av::DoubleValue(d) => d.to_string(),
+            Av::BoolValue(b) => b.to_string(),
+            other => format!("{other:?}"),
+        })
+}
+
+const FLOW: &str = r#"flow: traced
+agents:
+  double:
+    kind: transform
+    result: {v: =input * 2}
+  child:
+    kind: flow
+    steps:
+      inner:
+        set: {$.done: =true}
+  broken:
+    kind: command
+    run: [sh, -c, 'exit 3']
+steps:
+  each:
+    foreach: $.items
+    agent: double
+    select: $.v
+    output: {$.doubled: $}
+    next: call
+  call:
+    agent: child
+    output: {$.child: $}
+    next: try
+  try:
+    agent: broken
+    next:
+      - to: recover
+        on: failure
+  recover:
+    set: {$.recovered: =true}
+"#;
+
+#[test]
+fn a_runs_spans_nest_steps_iterations_and_child_runs_with_their_attributes_and_routes() {
+    let c = Collector::start();
+    let dir = TempDir::new("otel-run");
+    dir.write("traced.yaml", FLOW);
+    let out = run(switchyard(dir.path())
+        .args(["run", "traced.yaml", "--input", r#"{"items": [1, 2, 3]}"#])
+        .args(["--otlp-endpoint", &c.url]));
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    assert!(!out.stderr.contains("otlp:"), "{}", out.stderr);
+    let spans = c.spans();
+    let by_id: HashMap<Vec<u8>, &Span> = spans.iter().map(|s| (s.span_id.clone(), s)).collect();
+    let named = |name: &str| -> Vec<&Span> { spans.iter().filter(|s| s.name == name).collect() };
+    let one = |name: &str| -> &Span {
+        let v = named(name);
+        assert_eq!(
+            v.len(),
+            1,
+            "spans named `{name}`: {:?}",
+            spans.iter().map(|s| &s.name).collect::<Vec<_>>()
+        );
+        v[0]
+    };
+    let parent = |s: &Span| by_id.get(&s.parent_span_id).map(|p| p.name.clone());
+    // One trace.
+    assert!(
+        spans
+            .iter()
+            .all(|s| s.trace_id == spans[0].trace_id && s.trace_id.len() == 16)
+    );
+    let root = one("run traced");
+    assert!(root.parent_span_id.is_empty());
+    assert_eq!(attr(root, "switchyard.status").as_deref(), Some("succeeded"));
+    assert_eq!(attr(root, "switchyard.flow").as_deref(), Some("traced"));
+    // Steps under the run, iterations under their loop, the child run under its calling step.
+    for step in ["step each", "step call", "step try", "step recover"] {
+        assert_eq!(parent(one(step)).as_deref(), Some("run traced"), "{step}");
+    }
+    let iterations = named("iteration each [0]").len()
+        + named("iteration each [1]").len()
+        + named("iteration each [2]").len();
+    assert_eq!(iterations, 3);
+    for s in spans.iter().filter(|s| s.name.starts_with("iteration each")) {
+        assert_eq!(parent(s).as_deref(), Some("step each"));
+        assert!(attr(s, "switchyard.iteration").is_some());
+    }
+    let child = one("run child");
+    assert_eq!(parent(child).as_deref(), Some("step call"));
+    assert_eq!(parent(one("step inner")).as_deref(), Some("run child"));
+    // The failed step: its status, its error kind, its route to `recover` as an event.
+    let failed = one("step try");
+    assert_eq!(attr(failed, "switchyard.status").as_deref(), Some("failed"));
+    assert_eq!(attr(failed, "switchyard.error.kind").as_deref(), Some("agent"));
+    assert_eq!(attr(failed, "switchyard.kind").as_deref(), Some("agent"));
+    assert_eq!(attr(failed, "switchyard.attempt").as_deref(), Some("1"));
+    assert_eq!(failed.status.as_ref().map(|s| s.code), Some(2), "an error status");
+    let route = failed
+        .events
+        .iter()
+        .find(|e| e.name == "route")
+        .expect("a route event");
+    assert_eq!(
+        route.attributes[0].value.as_ref().and_then(|v| v.value.clone()),
+        Some(Av::StringValue("recover".into()))
+    );
+    // Times nest: every span within its parent.
+    for s in &spans {
+        if let Some(p) = by_id.get(&s.parent_span_id) {
+            assert!(
+                s.start_time_unix_nano >= p.start_time_unix_nano,
+                "{} starts before {}",
+                s.name,
+                p.name
+            );
+            assert!(
+                s.end_time_unix_nano <= p.end_time_unix_nano + 1_000_000,
+                "{} ends after {}",
+                s.name,
+                p.name
+            );
+        }
+        assert!(s.end_time_unix_nano >= s.start_time_unix_nano, "{}", s.name);
+    }
+}
+
+#[test]
+fn a_batch_is_one_trace_per_item_even_on_a_store_that_keeps_no_steps() {
+    let c = Collector::start();
+    let dir = TempDir::new("otel-batch");
+    dir.write("traced.yaml", FLOW);
+    dir.write(
+        "in.jsonl",
+        "{\"id\": \"a\", \"items\": [1]}\n{\"id\": \"b\", \"items\": [2, 3]}\n",
+    );
+    let out = run(switchyard(dir.path())
+        .args([
+            "batch",
+            "traced.yaml",
+            "--input",
+            "in.jsonl",
+            "--output",
+            "out.jsonl",
+            "--store",
+            "memory",
+        ])
+        .args(["--otlp-endpoint", &c.url]));
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    let spans = c.spans();
+    let roots: Vec<&Span> = spans.iter().filter(|s| s.name == "run traced").collect();
+    assert_eq!(roots.len(), 2);
+    assert_ne!(roots[0].trace_id, roots[1].trace_id);
+    let mut items: Vec<String> = roots
+        .iter()
+        .filter_map(|r| attr(r, "switchyard.item_id"))
+        .collect();
+    items.sort();
+    assert_eq!(items, ["a", "b"]);
+    for r in &roots {
+        let steps = spans
+            .iter()
+            .filter(|s| s.trace_id == r.trace_id && s.name.starts_with("step "))
+            .count();
+        assert_eq!(steps, 5, "each, call, inner, try, recover");
+    }
+}
+
+#[test]
+fn a_collector_that_is_down_holds_nothing_up_and_the_dropped_spans_are_told() {
+    // A port nothing listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dir = TempDir::new("otel-down");
+    dir.write("traced.yaml", FLOW);
+    let t0 = Instant::now();
+    let out = run(switchyard(dir.path())
+        .args(["run", "traced.yaml", "--input", r#"{"items": [1, 2]}"#])
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", format!("http://127.0.0.1:{port}")));
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    assert!(t0.elapsed() < Duration::from_secs(20), "{:?}", t0.elapsed());
+    assert!(out.stderr.contains("otlp: "), "{}", out.stderr);
+    assert!(out.stderr.contains("span(s) not exported"), "{}", out.stderr);
+    assert!(out.stdout.contains("\"recovered\": true"), "{}", out.stdout);
+    let bad = run(switchyard(dir.path()).args([
+        "run",
+        "traced.yaml",
+        "--input",
+        "{}",
+        "--otlp-endpoint",
+        "127.0.0.1:4318",
+    ]));
+    assert_eq!(bad.code(), 2);
+    assert!(
+        bad.stderr.contains("an http:// or https:// URL"),
+        "{}",
+        bad.stderr
+    );
+}

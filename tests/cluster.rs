@@ -288,10 +288,19 @@ fn two_workers_run_a_submitted_batch_once_each_item() {
         again.stderr
     );
 
-    // The workers run from the stored bundle: the flow file is gone.
+    // The workers run from the stored bundle: the flow file is gone. They export their runs'
+    // traces as well.
     std::fs::remove_file(&flow).expect("remove the flow");
-    let mut a = spawn_worker(&dir, &url, "a", &["--concurrency", "4", "--exit-when-idle"]);
-    let mut b = spawn_worker(&dir, &url, "b", &["--concurrency", "4", "--exit-when-idle"]);
+    let collector = crate::otel::Collector::start();
+    let args = [
+        "--concurrency",
+        "4",
+        "--exit-when-idle",
+        "--otlp-endpoint",
+        &collector.url,
+    ];
+    let mut a = spawn_worker(&dir, &url, "a", &args);
+    let mut b = spawn_worker(&dir, &url, "b", &args);
     let sa = wait_exit(&mut a, Duration::from_secs(120), "worker a");
     let sb = wait_exit(&mut b, Duration::from_secs(120), "worker b");
     assert!(sa.success(), "{}", log_of(&dir, "a"));
@@ -308,6 +317,19 @@ fn two_workers_run_a_submitted_batch_once_each_item() {
     let sum = pg.query("SELECT output FROM runs WHERE item_id = 'item-7'");
     let output: Value = serde_json::from_str(sum[0]["output"].as_deref().expect("output")).expect("json");
     assert_eq!(output["sum"], json!(2 * 7 + 2 * 8));
+    // One trace per item, from whichever worker ran it, each with its steps.
+    let spans = collector.spans();
+    let roots: Vec<_> = spans.iter().filter(|s| s.name == "run items").collect();
+    assert_eq!(roots.len(), N, "{} spans", spans.len());
+    let traces: std::collections::HashSet<_> = roots.iter().map(|r| r.trace_id.clone()).collect();
+    assert_eq!(traces.len(), N);
+    assert!(
+        roots
+            .iter()
+            .all(|r| crate::otel::attr(r, "switchyard.batch").as_deref() == Some("b1"))
+    );
+    let steps = spans.iter().filter(|s| s.name == "step call").count();
+    assert_eq!(steps, N);
 }
 
 #[test]

@@ -16,14 +16,14 @@ use prost::Message as _;
 use crate::support::{TempDir, run, switchyard};
 
 /// A loopback OTLP/HTTP collector keeping every span it is sent.
-struct Collector {
-    url: String,
+pub struct Collector {
+    pub url: String,
     spans: Arc<Mutex<Vec<Span>>>,
     _rt: tokio::runtime::Runtime,
 }
 
 impl Collector {
-    fn start() -> Collector {
+    pub fn start() -> Collector {
         use axum::routing::post;
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
@@ -61,12 +61,12 @@ impl Collector {
         }
     }
 
-    fn spans(&self) -> Vec<Span> {
+    pub fn spans(&self) -> Vec<Span> {
         self.spans.lock().unwrap().clone()
     }
 }
 
-fn attr(s: &Span, key: &str) -> Option<String> {
+pub fn attr(s: &Span, key: &str) -> Option<String> {
     s.attributes
         .iter()
         .find(|a| a.key == key)

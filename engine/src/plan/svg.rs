@@ -770,7 +770,9 @@ pub fn render(l: &Layout, marks: Option<&Marks>) -> String {
             NodeKind::Title => "title".to_string(),
         };
         let state = match (marks, &n.step) {
-            (Some(m), Some(step)) if n.flow.is_empty() && n.kind != NodeKind::Title => {
+            (Some(m), Some(step))
+                if n.flow.is_empty() && matches!(n.kind, NodeKind::Step(_) | NodeKind::Branch) =>
+            {
                 format!(" {}", m.steps.get(step).copied().unwrap_or("unreached"))
             }
             _ => String::new(),

@@ -74,7 +74,7 @@ pub enum Command {
     Lint(lint::Args),
     /// Explain a lint code (`SY201`) or rule name (`unknown-step`), with examples.
     Explain(explain::Args),
-    /// Draw a flow as a Mermaid or Graphviz diagram.
+    /// Draw a flow: Mermaid, Graphviz DOT, or an SVG picture laid out here.
     Graph(graph::Args),
     /// Print the JSON Schema of flow files.
     Schema(schema::Args),

@@ -69,13 +69,8 @@ pub(crate) fn load_plan(flow: &std::path::Path, root: Option<PathBuf>) -> Option
 
 /// [`load_plan`], with the project it loaded (the files read, for a bundle).
 pub(crate) fn load_project_plan(flow: &std::path::Path, root: Option<PathBuf>) -> Option<(Project, Plan)> {
-    let root = root
-        .or_else(|| flow.parent().map(std::path::Path::to_path_buf))
-        .filter(|r| !r.as_os_str().is_empty())
-        .unwrap_or_else(|| PathBuf::from("."));
-    let root = root.canonicalize().unwrap_or(root);
     let mut project = Project::default();
-    let id = project.load_top(flow, root, &Limits::default());
+    let id = project.load_top(flow, project_root(flow, root), &Limits::default());
     let Some(id) = id else {
         let diags = crate::lint::lint_project(&project);
         print_diagnostics(&diags, &project);
@@ -101,20 +96,23 @@ pub(crate) fn load_project_plan(flow: &std::path::Path, root: Option<PathBuf>) -
     Some((project, plan?))
 }
 
+/// The project root a flow is loaded under: `root` as given, else the flow's directory.
+fn project_root(flow: &std::path::Path, root: Option<PathBuf>) -> PathBuf {
+    let root = root
+        .or_else(|| flow.parent().map(std::path::Path::to_path_buf))
+        .filter(|r| !r.as_os_str().is_empty())
+        .unwrap_or_else(|| PathBuf::from("."));
+    root.canonicalize().unwrap_or(root)
+}
+
 /// Loads and compiles a flow without printing anything: the plan, or why there is none.
 pub(crate) fn quiet_plan(flow: &std::path::Path) -> Result<Plan, String> {
     if !flow.exists() {
         return Err(format!("the flow file {} is not there any more", flow.display()));
     }
-    let root = flow
-        .parent()
-        .map(std::path::Path::to_path_buf)
-        .filter(|r| !r.as_os_str().is_empty())
-        .unwrap_or_else(|| PathBuf::from("."));
-    let root = root.canonicalize().unwrap_or(root);
     let mut project = Project::default();
     let id = project
-        .load_top(flow, root, &Limits::default())
+        .load_top(flow, project_root(flow, None), &Limits::default())
         .ok_or_else(|| format!("the flow file {} does not load", flow.display()))?;
     let (plan, diags) = crate::compile::compile(&project, id);
     plan.ok_or_else(|| {

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::common::{self, StoreArg};
+use super::runs::fail;
 use crate::report::batch::{Item, Summary, batch_html};
 use crate::store::Store as _;
 use crate::store::any::AnyStore;
@@ -43,11 +44,6 @@ pub struct Args {
     pub no_run_pages: bool,
     #[command(flatten)]
     pub store: StoreArg,
-}
-
-fn fail(e: impl std::fmt::Display) -> u8 {
-    super::stderr::error(e);
-    super::exit::USAGE
 }
 
 pub fn run(args: Args) -> u8 {
@@ -163,44 +159,33 @@ fn read_results(path: &Path) -> Result<Summary, String> {
 /// The summary of a submitted batch, from the latest run of each of its items in the store.
 async fn read_submitted(store: &StoreArg, name: &str) -> Result<Summary, String> {
     let s = store.open_to_read().await.map_err(|e| e.to_string())?;
-    let mut summary = Summary::new(name);
     let result = async {
-        if let AnyStore::Sql(sql) = &s
-            && sql
-                .submitted_batch(name)
-                .await
-                .map_err(|e| e.to_string())?
-                .is_none()
+        let AnyStore::Sql(sql) = &s else {
+            return Err(
+                "--batch reads a store that workers share (`--store postgres://...` or a SQLite file)"
+                    .to_string(),
+            );
+        };
+        if sql
+            .submitted_batch(name)
+            .await
+            .map_err(|e| e.to_string())?
+            .is_none()
         {
             return Err(format!(
                 "the store has no submitted batch `{name}` (`switchyard batches` lists them)"
             ));
         }
-        let mut from = 0u64;
-        let mut pending: Option<crate::runtime::record::RunRecord> = None;
-        loop {
-            let runs = s.batch_runs(name, from, 1000).await.map_err(|e| e.to_string())?;
-            if runs.is_empty() {
-                break;
-            }
-            for r in runs {
-                let index = r.item_index.unwrap_or(0);
-                from = from.max(index + 1);
-                // Runs come by item, then start: the last of an item is its latest.
-                if let Some(p) = pending.take_if(|p| p.item_index != r.item_index) {
-                    summary.add(item_of(&p));
-                }
-                pending = Some(r);
-            }
+        let mut summary = Summary::new(name);
+        let mut pages = crate::cluster::collect::Pages::new(name);
+        while let Some(run) = pages.next_item(sql).await.map_err(|e| e.to_string())? {
+            summary.add(item_of(&run));
         }
-        if let Some(p) = pending {
-            summary.add(item_of(&p));
-        }
-        Ok(())
+        Ok(summary)
     }
     .await;
     s.close().await;
-    result.map(|()| summary)
+    result
 }
 
 fn item_of(r: &crate::runtime::record::RunRecord) -> Item {

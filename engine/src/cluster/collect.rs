@@ -166,7 +166,7 @@ fn temporary_beside(output: &Path) -> PathBuf {
 }
 
 /// A batch's root runs in input order, a page at a time, giving each item's latest run.
-struct Pages {
+pub struct Pages {
     batch: String,
     from: u64,
     buf: VecDeque<RunRecord>,
@@ -174,7 +174,7 @@ struct Pages {
 }
 
 impl Pages {
-    fn new(batch: &str) -> Pages {
+    pub fn new(batch: &str) -> Pages {
         Pages {
             batch: batch.to_string(),
             from: 0,
@@ -184,7 +184,7 @@ impl Pages {
     }
 
     /// The next item's latest run.
-    async fn next_item(&mut self, store: &SqlStore) -> Result<Option<RunRecord>, StoreError> {
+    pub async fn next_item(&mut self, store: &SqlStore) -> Result<Option<RunRecord>, StoreError> {
         loop {
             // An item is whole in the buffer when a later item follows it, or the reads ended.
             let first = self.buf.front().and_then(|r| r.item_index);

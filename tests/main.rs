@@ -30,6 +30,7 @@ mod cli;
 mod cluster;
 mod cluster_limits;
 mod corpus;
+mod embed;
 mod engine;
 mod expressions;
 mod fuzz;

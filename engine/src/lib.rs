@@ -4,9 +4,14 @@
 //! [`model`] (typed, unresolved flow) → [`lint`] (every problem, as [`diag`]nostics) →
 //! [`compile`] (names resolved, paths/expressions/templates parsed once) → [`plan`] (the
 //! petgraph graph the runtime executes). `cli` is the only module that prints.
+//!
+//! An application embedding Switchyard starts at [`api`], whose main types are re-exported
+//! here: [`Flow`] (load and lint), [`Switchyard`] (run, resume, batch, events, native
+//! agents).
 
 pub mod agents;
 pub mod alloc;
+pub mod api;
 pub mod batch;
 pub mod cli;
 pub mod cluster;
@@ -24,3 +29,8 @@ pub mod schema;
 pub mod source;
 pub mod store;
 pub mod syntax;
+
+pub use api::{
+    BatchOptions, BatchSummary, Error, ErrorKind, Event, Events, Flow, FlowError, NativeAgent, NativeCall,
+    Natives, RunConfig, RunOptions, RunOutcome, RunStatus, StepError, Switchyard,
+};

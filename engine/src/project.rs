@@ -1043,6 +1043,15 @@ fn collect_refs(flow: &Flow, flows: &mut Vec<Sp<String>>, schemas: &mut Vec<Sp<S
 }
 
 /// Removes `.` and resolves `..` lexically (without touching the disk).
+/// The project root a flow is loaded under: `root` as given, else the flow's directory.
+pub fn root_of(flow: &Path, root: Option<PathBuf>) -> PathBuf {
+    let root = root
+        .or_else(|| flow.parent().map(Path::to_path_buf))
+        .filter(|r| !r.as_os_str().is_empty())
+        .unwrap_or_else(|| PathBuf::from("."));
+    root.canonicalize().unwrap_or(root)
+}
+
 pub fn normalize(p: &Path) -> PathBuf {
     let mut out = PathBuf::new();
     for c in p.components() {

@@ -114,6 +114,7 @@ fn close_agents(root: &mut Value) {
             AgentKind::Flow => "FlowAgent",
             AgentKind::Transform => "TransformAgent",
             AgentKind::Mock => "MockAgent",
+            AgentKind::Native => "NativeAgent",
         };
         let own = defs.get(own_name).cloned().unwrap_or_default();
         let mut props = Map::new();

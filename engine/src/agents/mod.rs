@@ -10,6 +10,7 @@ pub mod command;
 pub mod http;
 pub mod llm;
 pub mod mock;
+pub mod native;
 pub mod net;
 pub mod provider;
 pub mod secrets;

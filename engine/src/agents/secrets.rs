@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::plan::{AgentPlan, AgentPlanSpec, CallPlan, Plan, PlanNode, StepPlanKind};
+use crate::plan::{AgentPlan, AgentPlanSpec, Plan};
 use crate::runtime::engine::AgentChanges;
 
 /// Variables named by secret references that are not set (or not UTF-8) in this process's
@@ -16,21 +16,15 @@ use crate::runtime::engine::AgentChanges;
 /// by name. Agents that `changes` replace or remove are not called and not checked.
 pub fn missing_env(plan: &Plan, changes: &AgentChanges) -> Vec<(String, Vec<String>)> {
     let mut needed: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for (i, flow) in plan.flows.iter().enumerate() {
-        let changed = changes.per_flow.get(&i);
-        let mut seen = std::collections::HashSet::new();
-        for node in flow.graph.node_weights() {
-            let PlanNode::Step(step) = node else { continue };
-            for call in calls(&step.kind) {
-                let agent = &call.agent;
-                if changed.is_some_and(|c| c.contains_key(&agent.name))
-                    || !seen.insert(std::sync::Arc::as_ptr(agent))
-                {
-                    continue;
-                }
-                refs_of(agent, &flow.name, &mut needed);
-            }
+    for (i, agent) in plan.agents() {
+        if changes
+            .per_flow
+            .get(&i)
+            .is_some_and(|c| c.contains_key(&agent.name))
+        {
+            continue;
         }
+        refs_of(agent, &plan.flows[i].name, &mut needed);
     }
     needed
         .into_iter()
@@ -40,17 +34,6 @@ pub fn missing_env(plan: &Plan, changes: &AgentChanges) -> Vec<(String, Vec<Stri
             (name, places)
         })
         .collect()
-}
-
-/// The agent calls of a step.
-fn calls(kind: &StepPlanKind) -> Vec<&CallPlan> {
-    match kind {
-        StepPlanKind::Call(c) => vec![c],
-        StepPlanKind::Foreach(f) => vec![&f.body],
-        StepPlanKind::While(w) => vec![&w.body],
-        StepPlanKind::Parallel(p) => p.branches.iter().map(|(_, c)| c).collect(),
-        _ => Vec::new(),
-    }
 }
 
 fn refs_of(agent: &AgentPlan, flow: &str, out: &mut BTreeMap<String, Vec<String>>) {
@@ -92,7 +75,10 @@ fn refs_of(agent: &AgentPlan, flow: &str, out: &mut BTreeMap<String, Vec<String>
                 add(v, format!("`env.{k}` of agent `{}` in flow `{flow}`", agent.name));
             }
         }
-        AgentPlanSpec::Flow(_) | AgentPlanSpec::Transform(_) | AgentPlanSpec::Mock(_) => {}
+        AgentPlanSpec::Flow(_)
+        | AgentPlanSpec::Transform(_)
+        | AgentPlanSpec::Mock(_)
+        | AgentPlanSpec::Native(_) => {}
     }
 }
 

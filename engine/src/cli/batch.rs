@@ -7,8 +7,9 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use super::common::{self, RunArgs, StoreArg};
+use crate::api::{RunConfig, Switchyard};
 use crate::batch::{self, BatchOptions, Progress, Summary};
-use crate::runtime::engine::{Engine, RunControls};
+use crate::runtime::engine::RunControls;
 use crate::store::any::AnyStore;
 
 #[derive(clap::Args, Debug)]
@@ -75,11 +76,11 @@ pub fn run(args: Args) -> u8 {
         eprintln!("error: --id-field `{field}`: a field name, or names joined by dots (`ticket.id`)");
         return super::exit::USAGE;
     }
-    let Some(mut plan) = super::graph::load_plan(&args.flow, args.common.root.clone()) else {
+    let Some(mut flow) = super::graph::load_flow(&args.flow, args.common.root.clone()) else {
         return super::exit::USAGE;
     };
-    args.common.narrow_limits(&mut plan);
-    let (context, run_options) = match args.common.options(&plan) {
+    args.common.narrow_limits(&mut flow);
+    let (context, run_options) = match args.common.options(flow.plan()) {
         Ok((context, mut run_options)) => {
             run_options.now = args.now;
             (context, run_options)
@@ -109,8 +110,7 @@ pub fn run(args: Args) -> u8 {
     };
     let progress = Arc::new(Progress::default());
     let controls = RunControls::default();
-    let engine = Engine::new(store.clone());
-    let plan = Arc::new(plan);
+    let switchyard = Switchyard::with_store(store.clone());
     let summary = rt.block_on(async {
         // Ctrl-C: stop starting items, let in-flight steps reach a recorded point. Again: now.
         let pause = controls.pause.clone();
@@ -137,21 +137,20 @@ pub fn run(args: Args) -> u8 {
         let ticker = tokio::spawn(show_progress(progress.clone(), args.progress_every));
         // On a worker thread, not this one: items' completions then wake the batch without
         // a thread switch whenever that worker is busy anyway.
-        let driver = tokio::spawn(batch::run(
-            engine,
-            plan,
-            options,
-            run_options,
-            context,
-            progress.clone(),
-            controls.clone(),
-        ));
+        let config = RunConfig {
+            context: Some(context),
+            options: run_options,
+            controls: controls.clone(),
+        };
+        let progress = progress.clone();
+        let driver =
+            tokio::spawn(async move { switchyard.batch(&flow, options, config, progress).await });
         let out = match driver.await {
             Ok(out) => out,
-            Err(e) => Err(batch::BatchError::Output {
+            Err(e) => Err(crate::api::Error::Batch(batch::BatchError::Output {
                 path: args.output.display().to_string(),
                 message: format!("the batch's task failed: {e}"),
-            }),
+            })),
         };
         ticker.abort();
         let _ = ticker.await;
@@ -440,7 +439,7 @@ pub struct ExportArgs {
 }
 
 pub fn export(args: ExportArgs) -> u8 {
-    let Some(plan) = super::graph::load_plan(&args.flow, args.root.clone()) else {
+    let Some(flow) = super::graph::load_flow(&args.flow, args.root.clone()) else {
         return super::exit::USAGE;
     };
     let rt = common::runtime();
@@ -463,8 +462,8 @@ pub fn export(args: ExportArgs) -> u8 {
     };
     let progress = Arc::new(Progress::default());
     let summary = rt.block_on(batch::run(
-        Engine::new(store.clone()),
-        Arc::new(plan),
+        Switchyard::with_store(store.clone()).engine(),
+        flow.plan().clone(),
         options,
         Default::default(),
         serde_json::Value::Null,

@@ -197,14 +197,17 @@ impl RunArgs {
     /// Narrows the plan's top flow by `--max-steps`, `--timeout`, `--max-depth` and
     /// `--max-payload-bytes`; warns of each flag that is looser than the flow, which it does
     /// not loosen.
-    pub fn narrow_limits(&self, plan: &mut Plan) {
+    pub fn narrow_limits(&self, flow: &mut crate::api::Flow) {
         let flags = crate::plan::NarrowLimits {
             max_steps: self.max_steps,
             max_depth: self.max_depth,
             timeout: self.timeout,
             max_payload_bytes: self.max_payload_bytes,
         };
-        for (flag, flow) in plan.narrow_limits(&flags) {
+        let looser = flow
+            .narrow_limits(&flags)
+            .expect("a flow just loaded is not shared");
+        for (flag, flow) in looser {
             let field = flag.trim_start_matches("--").replace('-', "_");
             tracing::warn!(
                 "{flag} is looser than the flow's limits.{field} ({flow}), which applies: the flag only narrows it"
@@ -227,7 +230,8 @@ impl RunArgs {
                     .filter(|k| !k.is_empty())
                     .map(|k| {
                         AgentKind::parse(k.trim()).ok_or_else(|| {
-                            format!("--allow: unknown agent kind `{k}` (kinds: llm, command, http, flow, transform, mock)")
+                            let kinds: Vec<&str> = AgentKind::ALL.iter().map(|k| k.as_str()).collect();
+                            format!("--allow: unknown agent kind `{k}` (kinds: {})", kinds.join(", "))
                         })
                     })
                     .collect::<Result<BTreeSet<_>, _>>()?,

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use clap::ValueEnum;
 
+use crate::api::Flow;
 use crate::diag::render;
 use crate::plan::{Plan, draw, svg};
 use crate::project::Project;
@@ -44,13 +45,14 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> u8 {
-    let Some(plan) = load_plan(&args.flow, args.root.clone()) else {
+    let Some(flow) = load_flow(&args.flow, args.root.clone()) else {
         return super::exit::USAGE;
     };
+    let plan = flow.plan();
     match args.format {
-        Format::Mermaid => print!("{}", draw::mermaid(&plan, args.nested)),
-        Format::Dot => print!("{}", draw::dot(&plan, args.nested)),
-        Format::Svg => match svg::svg(&plan, args.nested) {
+        Format::Mermaid => print!("{}", draw::mermaid(plan, args.nested)),
+        Format::Dot => print!("{}", draw::dot(plan, args.nested)),
+        Format::Svg => match svg::svg(plan, args.nested) {
             Ok(text) => print!("{text}"),
             Err(e) => {
                 super::stderr::error(format!("{}: {e}", args.flow.display()));
@@ -61,48 +63,41 @@ pub fn run(args: Args) -> u8 {
     super::exit::OK
 }
 
-/// Loads, lints and compiles a flow; prints its diagnostics to stderr when it does not lint
-/// clean (warnings alone are printed too, and compilation goes on).
-pub(crate) fn load_plan(flow: &std::path::Path, root: Option<PathBuf>) -> Option<Plan> {
-    load_project_plan(flow, root).map(|(_, plan)| plan)
-}
-
-/// [`load_plan`], with the project it loaded (the files read, for a bundle).
-pub(crate) fn load_project_plan(flow: &std::path::Path, root: Option<PathBuf>) -> Option<(Project, Plan)> {
-    let mut project = Project::default();
-    let id = project.load_top(flow, project_root(flow, root), &Limits::default());
-    let Some(id) = id else {
-        let diags = crate::lint::lint_project(&project);
-        print_diagnostics(&diags, &project);
-        if diags.is_empty() {
-            super::stderr::error(format!(
-                "`{}` is not a flow (it has no `flow:` or `steps:`)",
-                flow.display()
-            ));
+/// Loads, lints and compiles a flow ([`Flow::load_under`], as a library user does); prints
+/// its diagnostics to stderr when it does not lint clean (warnings alone are printed too, and
+/// the flow is loaded).
+pub(crate) fn load_flow(flow: &std::path::Path, root: Option<PathBuf>) -> Option<Flow> {
+    match Flow::load_under(flow, root) {
+        Ok(f) => {
+            if !f.warnings().is_empty() {
+                print_diagnostics(f.warnings(), f.project());
+                let summary = render::summary(f.warnings(), f.project().flows.len());
+                super::stderr::say(
+                    super::stderr::Level::Warn,
+                    "lint_summary",
+                    &summary,
+                    serde_json::Value::Null,
+                );
+            }
+            Some(f)
         }
-        return None;
-    };
-    let (plan, diags) = crate::compile::compile(&project, id);
-    if !diags.is_empty() {
-        print_diagnostics(&diags, &project);
-        let summary = render::summary(&diags, project.flows.len());
-        let level = if plan.is_some() {
-            super::stderr::Level::Warn
-        } else {
-            super::stderr::Level::Error
-        };
-        super::stderr::say(level, "lint_summary", &summary, serde_json::Value::Null);
+        Err(e) => {
+            if !e.diagnostics.is_empty() {
+                print_diagnostics(&e.diagnostics, e.project());
+                let summary = render::summary(&e.diagnostics, e.project().flows.len());
+                super::stderr::say(
+                    super::stderr::Level::Error,
+                    "lint_summary",
+                    &summary,
+                    serde_json::Value::Null,
+                );
+            }
+            if let Some(m) = e.message() {
+                super::stderr::error(m);
+            }
+            None
+        }
     }
-    Some((project, plan?))
-}
-
-/// The project root a flow is loaded under: `root` as given, else the flow's directory.
-fn project_root(flow: &std::path::Path, root: Option<PathBuf>) -> PathBuf {
-    let root = root
-        .or_else(|| flow.parent().map(std::path::Path::to_path_buf))
-        .filter(|r| !r.as_os_str().is_empty())
-        .unwrap_or_else(|| PathBuf::from("."));
-    root.canonicalize().unwrap_or(root)
 }
 
 /// Loads and compiles a flow without printing anything: the plan, or why there is none.
@@ -112,7 +107,7 @@ pub(crate) fn quiet_plan(flow: &std::path::Path) -> Result<Plan, String> {
     }
     let mut project = Project::default();
     let id = project
-        .load_top(flow, project_root(flow, None), &Limits::default())
+        .load_top(flow, crate::project::root_of(flow, None), &Limits::default())
         .ok_or_else(|| format!("the flow file {} does not load", flow.display()))?;
     let (plan, diags) = crate::compile::compile(&project, id);
     plan.ok_or_else(|| {

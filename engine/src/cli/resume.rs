@@ -12,6 +12,7 @@ use serde_json::Value;
 use super::common::{self, RunArgs, StoreArg};
 use super::runs::{fail, lock_batch, root_of};
 use crate::agents::AgentState;
+use crate::api::{RunConfig, Switchyard};
 use crate::plan::Plan;
 use crate::runtime::ErrorKind;
 use crate::runtime::engine::{Engine, RunControls, RunOptions, RunOutcome};
@@ -131,14 +132,14 @@ fn resume_run(run_id: &str, decision: Option<Value>, args: &ResumeArgs) -> u8 {
             ));
         }
     };
-    let Some(plan) = super::graph::load_plan(&flow, args.common.root.clone()) else {
+    let Some(flow) = super::graph::load_flow(&flow, args.common.root.clone()) else {
         return super::exit::USAGE;
     };
-    let options = match args.common.options(&plan) {
+    let options = match args.common.options(flow.plan()) {
         Ok((_, o)) => o,
         Err(e) => return fail(e),
     };
-    let engine = Engine::new(store.clone());
+    let switchyard = Switchyard::with_store(store.clone());
     let resume = ResumeOptions {
         retry_in_doubt: args.retry_in_doubt,
         decision,
@@ -147,15 +148,13 @@ fn resume_run(run_id: &str, decision: Option<Value>, args: &ResumeArgs) -> u8 {
         allow_changed: args.allow_changed,
         lost: None,
     };
-    let outcome = rt.block_on(engine.resume(
-        Arc::new(plan),
-        run_id,
+    let config = RunConfig {
+        context: None,
         options,
-        resume,
-        Arc::new(AgentState::default()),
-        RunControls::default(),
-    ));
-    drop(engine);
+        controls: RunControls::default(),
+    };
+    let outcome = rt.block_on(switchyard.resume(&flow, run_id, resume, config));
+    drop(switchyard);
     conclude(&rt, store, outcome.map_err(|e| e.to_string()), args)
 }
 

@@ -9,9 +9,9 @@ use std::fmt::Write as _;
 
 use super::common::{self, RunArgs, StoreArg};
 use super::stderr::{self, Level};
-use crate::agents::AgentState;
+use crate::api::{RunConfig, Switchyard};
 use crate::runtime::ErrorKind;
-use crate::runtime::engine::{Engine, RunControls, RunOutcome};
+use crate::runtime::engine::{RunControls, RunOutcome};
 use crate::runtime::record::RunStatus;
 use crate::runtime::resume::{self, Waiting};
 use crate::store::Store;
@@ -51,10 +51,10 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> u8 {
-    let Some(mut plan) = super::graph::load_plan(&args.flow, args.common.root.clone()) else {
+    let Some(mut flow) = super::graph::load_flow(&args.flow, args.common.root.clone()) else {
         return super::exit::USAGE;
     };
-    args.common.narrow_limits(&mut plan);
+    args.common.narrow_limits(&mut flow);
     let input = match common::read_input(args.input.as_deref(), args.input_file.as_deref()) {
         Ok(v) => v,
         Err(e) => {
@@ -62,7 +62,7 @@ pub fn run(args: Args) -> u8 {
             return super::exit::USAGE;
         }
     };
-    let (context, mut options) = match args.common.options(&plan) {
+    let (context, mut options) = match args.common.options(flow.plan()) {
         Ok(x) => x,
         Err(e) => {
             stderr::error(e);
@@ -79,7 +79,6 @@ pub fn run(args: Args) -> u8 {
         options.max_cost_usd = Some(v);
     }
     options.now = args.now;
-    let plan = Arc::new(plan);
     let rt = common::runtime();
     let store = match rt.block_on(args.store.open()) {
         Ok(s) => Arc::new(s),
@@ -88,7 +87,7 @@ pub fn run(args: Args) -> u8 {
             return args.store.open_failed();
         }
     };
-    let engine = Engine::new(store.clone());
+    let switchyard = Switchyard::with_store(store.clone());
     let controls = RunControls::default();
     let outcome = rt.block_on(async {
         // Ctrl-C: the run stops at its next recorded point, to be resumed. Again: now.
@@ -113,11 +112,20 @@ pub fn run(args: Args) -> u8 {
                 }
             }
         });
-        let state = Arc::new(AgentState::default());
-        engine
-            .run_item(plan, input, context, options, state, controls, None)
-            .await
+        let config = RunConfig {
+            context: Some(context),
+            options,
+            controls,
+        };
+        switchyard.run_with(&flow, input, config).await
     });
+    let outcome = match outcome {
+        Ok(o) => o,
+        Err(e) => {
+            stderr::error(e);
+            return super::exit::USAGE;
+        }
+    };
     if args.trace {
         let tree = rt.block_on(super::trace::render(
             &*store,
@@ -132,7 +140,7 @@ pub fn run(args: Args) -> u8 {
         );
     }
     let waiting = waiting(&rt, &*store, &outcome);
-    drop(engine);
+    drop(switchyard);
     if let Ok(store) = Arc::try_unwrap(store) {
         rt.block_on(store.close());
     }

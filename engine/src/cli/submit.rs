@@ -79,10 +79,16 @@ pub fn run(args: Args) -> u8 {
         },
         None => serde_json::Value::Object(Default::default()),
     };
-    let Some((project, plan)) = super::graph::load_project_plan(&args.flow, args.root.clone()) else {
+    let Some(flow) = super::graph::load_flow(&args.flow, args.root.clone()) else {
         return super::exit::USAGE;
     };
-    let bundle = match Bundle::gather(&args.flow, &project, &plan) {
+    let (project, plan) = (flow.project(), flow.plan());
+    // Workers are this binary, which registers no native agents.
+    if let Err(e) = crate::agents::native::Natives::new().check(plan) {
+        super::stderr::error(e);
+        return super::exit::USAGE;
+    }
+    let bundle = match Bundle::gather(&args.flow, project, plan) {
         Ok(b) => b,
         Err(e) => {
             super::stderr::error(e);
@@ -124,7 +130,7 @@ pub fn run(args: Args) -> u8 {
     let started = std::time::Instant::now();
     let out = rt.block_on(async {
         let ticker = tokio::spawn(show_progress(progress.clone()));
-        let out = crate::cluster::submit::submit(sql, &plan, stored, &options, progress.clone()).await;
+        let out = crate::cluster::submit::submit(sql, plan, stored, &options, progress.clone()).await;
         ticker.abort();
         out
     });

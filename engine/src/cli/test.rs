@@ -190,7 +190,7 @@ pub async fn run_test(plan: &Arc<Plan>, t: &FlowTest, text: &str) -> Result<(), 
 
 /// Why a test may not call an agent it did not mock.
 const NOT_MOCKED: &str =
-    "not mocked: a test may not call `llm`, `http` or `command` agents; add it under `mocks:`";
+    "not mocked: a test may not call `llm`, `http`, `command` or `native` agents; add it under `mocks:`";
 
 fn mocks(plan: &Plan, t: &FlowTest, text: &str) -> Result<AgentChanges, String> {
     let compile = |n: &crate::syntax::Node| -> Result<value::ValueTemplate, String> {
@@ -246,7 +246,10 @@ fn mocks(plan: &Plan, t: &FlowTest, text: &str) -> Result<AgentChanges, String> 
                 entry.insert(agent.name.clone(), Some(Arc::new(with_schema)));
             } else if matches!(
                 agent.spec,
-                AgentPlanSpec::Llm(_) | AgentPlanSpec::Http(_) | AgentPlanSpec::Command(_)
+                AgentPlanSpec::Llm(_)
+                    | AgentPlanSpec::Http(_)
+                    | AgentPlanSpec::Command(_)
+                    | AgentPlanSpec::Native(_)
             ) {
                 entry.insert(agent.name.clone(), None);
             }

@@ -100,6 +100,13 @@ struct Scope<'p> {
 }
 
 impl<'p> Compiler<'p> {
+    /// `file:line:col` of a span, for errors found only at run time.
+    fn at(&self, span: crate::source::Span) -> String {
+        let file = self.project.sources.get(span.file);
+        let (line, col) = file.line_col(span.start as usize);
+        format!("{}:{line}:{col}", file.name)
+    }
+
     fn flow_file(&mut self, id: FlowId) -> Option<FlowRef> {
         let loaded = self.project.flow(id);
         let hash = self.project.flow_hash(id, &mut self.hashes);
@@ -478,6 +485,13 @@ impl<'p> Compiler<'p> {
             }
             AgentSpec::Transform(t) => AgentPlanSpec::Transform(self.value_template(scope, &t.result.0)),
             AgentSpec::Mock(m) => AgentPlanSpec::Mock(self.mock(scope, m)),
+            AgentSpec::Native(n) => AgentPlanSpec::Native(NativePlan {
+                function: n
+                    .function
+                    .as_ref()
+                    .map_or_else(|| a.name.value.clone(), |f| f.value.clone()),
+                at: self.at(a.name.span),
+            }),
         };
         let plan = Arc::new(AgentPlan {
             name: a.name.value.clone(),

@@ -765,6 +765,7 @@ pub fn agent_keys(kind: AgentKind) -> &'static [&'static str] {
             "allow_hosts",
         ],
         AgentKind::Transform => &["result"],
+        AgentKind::Native => &["function"],
         AgentKind::Mock => &[
             "returns",
             "sequence",
@@ -971,6 +972,9 @@ pub fn agent(cx: &mut Cx, name: Sp<String>, node: &Node) -> Option<Agent> {
             }
         },
         AgentKind::Mock => AgentSpec::Mock(mock(cx, node, kind.span)?),
+        AgentKind::Native => AgentSpec::Native(NativeAgent {
+            function: node.get("function").and_then(|n| string(cx, n)),
+        }),
     };
     Some(Agent {
         name,

@@ -243,16 +243,18 @@ pub enum AgentKind {
     Flow,
     Transform,
     Mock,
+    Native,
 }
 
 impl AgentKind {
-    pub const ALL: [AgentKind; 6] = [
+    pub const ALL: [AgentKind; 7] = [
         AgentKind::Llm,
         AgentKind::Command,
         AgentKind::Http,
         AgentKind::Flow,
         AgentKind::Transform,
         AgentKind::Mock,
+        AgentKind::Native,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -263,6 +265,7 @@ impl AgentKind {
             AgentKind::Flow => "flow",
             AgentKind::Transform => "transform",
             AgentKind::Mock => "mock",
+            AgentKind::Native => "native",
         }
     }
 
@@ -271,8 +274,9 @@ impl AgentKind {
     }
 
     /// Whether steps calling this kind are idempotent unless they say otherwise (SPEC §3).
+    /// A `native` agent is the application's own code, which may have effects: not.
     pub fn idempotent_by_default(self) -> bool {
-        !matches!(self, AgentKind::Command | AgentKind::Http)
+        !matches!(self, AgentKind::Command | AgentKind::Http | AgentKind::Native)
     }
 }
 
@@ -319,6 +323,7 @@ pub enum AgentSpec {
     Flow(FlowAgent),
     Transform(TransformAgent),
     Mock(MockAgent),
+    Native(NativeAgent),
 }
 
 impl AgentSpec {
@@ -330,6 +335,7 @@ impl AgentSpec {
             AgentSpec::Flow(_) => AgentKind::Flow,
             AgentSpec::Transform(_) => AgentKind::Transform,
             AgentSpec::Mock(_) => AgentKind::Mock,
+            AgentSpec::Native(_) => AgentKind::Native,
         }
     }
 }
@@ -460,6 +466,14 @@ pub struct FlowAgent {
 pub struct TransformAgent {
     /// A value template over `input`: strings starting with `=` are expressions.
     pub result: Any,
+}
+
+/// An agent implemented in Rust by the application that embeds Switchyard, registered under
+/// a name (`switchyard::Natives::register`).
+#[derive(Clone, Debug, JsonSchema)]
+pub struct NativeAgent {
+    /// The name the application registered the agent under; default the agent's own name.
+    pub function: Option<Sp<String>>,
 }
 
 #[derive(Clone, Debug, JsonSchema)]

@@ -101,6 +101,41 @@ impl Plan {
     pub fn flow(&self, r: FlowRef) -> &Arc<FlowPlan> {
         &self.flows[r.0]
     }
+
+    /// Every agent the plan's steps can call — agent loops' tools and their tools too —
+    /// each once per flow, with the index of its flow in [`Plan::flows`].
+    pub fn agents(&self) -> Vec<(usize, &Arc<AgentPlan>)> {
+        fn add<'a>(
+            i: usize,
+            agent: &'a Arc<AgentPlan>,
+            seen: &mut std::collections::HashSet<(usize, *const AgentPlan)>,
+            out: &mut Vec<(usize, &'a Arc<AgentPlan>)>,
+        ) {
+            if !seen.insert((i, Arc::as_ptr(agent))) {
+                return;
+            }
+            out.push((i, agent));
+            if let AgentPlanSpec::Llm(LlmPlan {
+                agent_loop: Some(lp), ..
+            }) = &agent.spec
+            {
+                for tool in &lp.tools {
+                    add(i, &tool.call.agent, seen, out);
+                }
+            }
+        }
+        let mut seen = std::collections::HashSet::new();
+        let mut out = Vec::new();
+        for (i, flow) in self.flows.iter().enumerate() {
+            for node in flow.graph.node_weights() {
+                let PlanNode::Step(step) = node else { continue };
+                for call in step.kind.calls() {
+                    add(i, &call.agent, &mut seen, &mut out);
+                }
+            }
+        }
+        out
+    }
 }
 
 /// One compiled flow.
@@ -334,6 +369,17 @@ pub enum StepPlanKind {
 }
 
 impl StepPlanKind {
+    /// The agent calls of a step of this kind (a `parallel` step's: one per branch).
+    pub fn calls(&self) -> Vec<&CallPlan> {
+        match self {
+            StepPlanKind::Call(c) => vec![c],
+            StepPlanKind::Foreach(f) => vec![&f.body],
+            StepPlanKind::While(w) => vec![&w.body],
+            StepPlanKind::Parallel(p) => p.branches.iter().map(|(_, c)| c).collect(),
+            _ => Vec::new(),
+        }
+    }
+
     pub fn name(&self) -> &'static str {
         match self {
             StepPlanKind::Call(_) => "agent",
@@ -480,6 +526,7 @@ impl AgentPlan {
             AgentPlanSpec::Flow(_) => AgentKind::Flow,
             AgentPlanSpec::Transform(_) => AgentKind::Transform,
             AgentPlanSpec::Mock(_) => AgentKind::Mock,
+            AgentPlanSpec::Native(_) => AgentKind::Native,
         }
     }
 }
@@ -492,6 +539,18 @@ pub enum AgentPlanSpec {
     Flow(FlowRef),
     Transform(ValueTemplate),
     Mock(MockPlan),
+    Native(NativePlan),
+}
+
+/// A `native` agent: the application's own Rust code, looked up by name in the engine's
+/// [`crate::agents::native::Natives`] when a run starts.
+#[derive(Debug)]
+pub struct NativePlan {
+    /// The name it is registered under.
+    pub function: String,
+    /// Where the flow defines it (`flow.yaml:12:5`), for the error when nothing is registered
+    /// under that name.
+    pub at: String,
 }
 
 #[derive(Debug)]

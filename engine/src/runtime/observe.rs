@@ -27,3 +27,18 @@ pub fn install(observer: Arc<dyn Observer>) -> bool {
 pub fn installed() -> Option<Arc<dyn Observer>> {
     INSTALLED.get().cloned()
 }
+
+/// Tells each of several observers, in order.
+pub struct Fanout(pub Vec<Arc<dyn Observer>>);
+
+impl Observer for Fanout {
+    fn run_started(&self, run: &RunRecord) {
+        self.0.iter().for_each(|o| o.run_started(run));
+    }
+    fn step(&self, step: &StepRecord) {
+        self.0.iter().for_each(|o| o.step(step));
+    }
+    fn run_ended(&self, run: &RunRecord) {
+        self.0.iter().for_each(|o| o.run_ended(run));
+    }
+}

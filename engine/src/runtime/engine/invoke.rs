@@ -283,7 +283,7 @@ impl<'e, S: Store> Run<'e, S> {
         attempt: u32,
         part: &'static str,
     ) -> CallResult {
-        if has_effects(agent) {
+        if has_effects(agent, &self.engine.natives) {
             // SPEC §7.3: the attempt is on record before the call can have its effect.
             let rec = || StepRecord {
                 run_id: self.record.id.clone(),
@@ -408,6 +408,7 @@ impl<'e, S: Store> Run<'e, S> {
                 plain(Box::pin(agents::command::CommandAgent(c).call(input, cx)).await)
             }
             AgentPlanSpec::Flow(child) => self.child_run(*child, input.clone(), number).await,
+            AgentPlanSpec::Native(n) => plain(self.engine.natives.call(&n.function, input, cx).await),
             AgentPlanSpec::Llm(l) => {
                 let notes = std::sync::Mutex::new(None);
                 let llm = match self.llm_agent(agent, l, &notes) {
@@ -493,11 +494,12 @@ impl<'e, S: Store> Run<'e, S> {
 }
 /// Whether calls of `agent` can have effects outside the run (SPEC §7.3): each attempt is
 /// recorded as started before it is made.
-fn has_effects(agent: &AgentPlan) -> bool {
-    matches!(
-        agent.spec,
-        AgentPlanSpec::Command(_) | AgentPlanSpec::Http(_) | AgentPlanSpec::Llm(_)
-    )
+fn has_effects(agent: &AgentPlan, natives: &agents::native::Natives) -> bool {
+    match &agent.spec {
+        AgentPlanSpec::Command(_) | AgentPlanSpec::Http(_) | AgentPlanSpec::Llm(_) => true,
+        AgentPlanSpec::Native(n) => natives.has_effects(&n.function),
+        AgentPlanSpec::Flow(_) | AgentPlanSpec::Transform(_) | AgentPlanSpec::Mock(_) => false,
+    }
 }
 
 /// Whether calls of `agent` hold resources of their own that need a signal to be released

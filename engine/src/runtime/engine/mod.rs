@@ -105,6 +105,8 @@ pub struct Engine<S: Store> {
     pub store: Arc<S>,
     /// Told of every run and step record as they are made (`crate::runtime::observe`).
     pub observer: Option<Arc<dyn crate::runtime::observe::Observer>>,
+    /// The `native` agents flows may call, by name.
+    pub natives: Arc<crate::agents::native::Natives>,
 }
 
 impl<S: Store> Clone for Engine<S> {
@@ -112,6 +114,7 @@ impl<S: Store> Clone for Engine<S> {
         Engine {
             store: self.store.clone(),
             observer: self.observer.clone(),
+            natives: self.natives.clone(),
         }
     }
 }

@@ -29,7 +29,20 @@ impl<S: Store> Engine<S> {
         Engine {
             store,
             observer: crate::runtime::observe::installed(),
+            natives: Arc::default(),
         }
+    }
+
+    /// This engine, calling `natives` for the flows' `native` agents.
+    pub fn with_natives(mut self, natives: Arc<crate::agents::native::Natives>) -> Self {
+        self.natives = natives;
+        self
+    }
+
+    /// This engine, telling `observer` of its runs and steps instead of the process's.
+    pub fn with_observer(mut self, observer: Option<Arc<dyn crate::runtime::observe::Observer>>) -> Self {
+        self.observer = observer;
+        self
     }
 
     /// Runs the plan's root flow on `input` to completion.

@@ -1,0 +1,557 @@
+//! Switchyard as a library: what an application embedding it uses instead of the binary.
+//!
+//! ```no_run
+//! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+//! use switchyard::{Flow, NativeCall, Switchyard};
+//! let flow = Flow::load("flows/triage.yaml")?; // lints it: a FlowError holds the diagnostics
+//! let mut sy = Switchyard::open("sqlite:.switchyard/runs.db").await?;
+//! sy.register("score", |input: serde_json::Value, _call: NativeCall| async move {
+//!     Ok(serde_json::json!({"score": input["text"].as_str().map_or(0, str::len)}))
+//! });
+//! let mut events = sy.events();
+//! let outcome = sy.run(&flow, serde_json::json!({"text": "hello"})).await?;
+//! while let Some(event) = events.try_next() {
+//!     println!("{}", event.to_json());
+//! }
+//! println!("{:?} {:?}", outcome.status, outcome.output);
+//! # Ok(()) }
+//! ```
+//!
+//! The binary is built on the same calls: [`Flow::load_under`] is what `run`, `batch` and
+//! `resume` load flows with, and [`Switchyard`] is what they run them with, so a run started
+//! here has the same records, the same durability and the same `resume` as one started by
+//! `switchyard run`.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use crate::agents::AgentState;
+use crate::diag::{Diagnostic, render};
+use crate::plan::Plan;
+use crate::project::Project;
+use crate::runtime::observe::{Fanout, Observer};
+use crate::store::Store;
+use crate::store::any::AnyStore;
+
+pub use crate::agents::native::{NativeAgent, NativeCall, NativeFuture, Natives};
+pub use crate::batch::{BatchError, BatchOptions, Progress, Summary as BatchSummary};
+pub use crate::runtime::engine::{RunControls, RunOptions, RunOutcome};
+pub use crate::runtime::record::{RunRecord, RunStatus, StepRecord, StepStatus, Usage};
+pub use crate::runtime::resume::{ResumeError, ResumeOptions};
+pub use crate::runtime::{ErrorKind, StepError};
+
+/// A flow file loaded, linted and compiled: ready to run, as often as wanted.
+#[derive(Clone)]
+pub struct Flow {
+    plan: Arc<Plan>,
+    project: Arc<Project>,
+    warnings: Vec<Diagnostic>,
+}
+
+impl std::fmt::Debug for Flow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Flow")
+            .field("name", &self.name())
+            .field("warnings", &self.warnings.len())
+            .finish()
+    }
+}
+
+impl Flow {
+    /// Loads the flow file at `path` (with every file it imports or calls), lints it as
+    /// `switchyard lint` does and compiles it. Relative paths in it resolve from its
+    /// directory.
+    pub fn load(path: impl AsRef<Path>) -> Result<Flow, FlowError> {
+        Self::load_under(path.as_ref(), None)
+    }
+
+    /// [`Flow::load`] with the project root (`--root`): the directory the flow's imports and
+    /// called flows may not leave. Default: the flow file's directory.
+    pub fn load_under(path: &Path, root: Option<PathBuf>) -> Result<Flow, FlowError> {
+        let mut project = Project::default();
+        let root = crate::project::root_of(path, root);
+        let Some(id) = project.load_top(path, root, &crate::syntax::Limits::default()) else {
+            let diagnostics = crate::lint::lint_project(&project);
+            let fallback = (diagnostics.is_empty()).then(|| {
+                format!(
+                    "`{}` is not a flow (it has no `flow:` or `steps:`)",
+                    path.display()
+                )
+            });
+            return Err(FlowError {
+                diagnostics,
+                project: Arc::new(project),
+                message: fallback,
+            });
+        };
+        let (plan, diagnostics) = crate::compile::compile(&project, id);
+        let project = Arc::new(project);
+        match plan {
+            Some(plan) => Ok(Flow {
+                plan: Arc::new(plan),
+                project,
+                warnings: diagnostics,
+            }),
+            None => Err(FlowError {
+                diagnostics,
+                project,
+                message: None,
+            }),
+        }
+    }
+
+    /// The root flow's `flow:` name.
+    pub fn name(&self) -> &str {
+        &self.plan.root().name
+    }
+
+    /// What lint warned of (a flow with errors does not load).
+    pub fn warnings(&self) -> &[Diagnostic] {
+        &self.warnings
+    }
+
+    /// The warnings as `switchyard lint` prints them (no colour).
+    pub fn render_warnings(&self) -> String {
+        render::human(
+            &self.warnings,
+            &self.project.sources,
+            &render::HumanOptions::default(),
+        )
+    }
+
+    /// Narrows the root flow's limits (`--max-steps`, `--timeout`, `--max-depth`,
+    /// `--max-payload-bytes`): never loosens them. Returns each bound looser than the flow's
+    /// (which stays), with the flow's value. Only a flow not cloned yet can be narrowed: a
+    /// clone shares its plan with the original.
+    pub fn narrow_limits(
+        &mut self,
+        limits: &crate::plan::NarrowLimits,
+    ) -> Result<Vec<(&'static str, String)>, &'static str> {
+        let plan = Arc::get_mut(&mut self.plan)
+            .ok_or("the flow's plan is shared (cloned): narrow it before cloning")?;
+        if Arc::get_mut(&mut plan.flows[plan.root.0]).is_none() {
+            return Err("the flow's plan is shared (cloned): narrow it before cloning");
+        }
+        Ok(plan.narrow_limits(limits))
+    }
+
+    /// The compiled plan, for the lower-level [`crate::runtime::engine::Engine`].
+    pub fn plan(&self) -> &Arc<Plan> {
+        &self.plan
+    }
+
+    /// The files it was loaded from, with their text.
+    pub fn project(&self) -> &Project {
+        &self.project
+    }
+
+    /// The names of the `native` agents it can call (registered under these names), sorted.
+    pub fn natives(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = self
+            .plan
+            .agents()
+            .into_iter()
+            .filter_map(|(_, a)| match &a.spec {
+                crate::plan::AgentPlanSpec::Native(n) => Some(n.function.as_str()),
+                _ => None,
+            })
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        names
+    }
+}
+
+/// Why a flow did not load: its diagnostics, each naming the file, line and column.
+pub struct FlowError {
+    pub diagnostics: Vec<Diagnostic>,
+    project: Arc<Project>,
+    /// What went wrong when there is no diagnostic to say it.
+    message: Option<String>,
+}
+
+impl FlowError {
+    /// The diagnostics as `switchyard lint` prints them, coloured or not, at a width.
+    pub fn render(&self, color: bool, width: usize) -> String {
+        let mut text = render::human(
+            &self.diagnostics,
+            &self.project.sources,
+            &render::HumanOptions { color, width },
+        );
+        if let Some(m) = &self.message {
+            text.push_str(m);
+        }
+        text
+    }
+
+    /// The diagnostics as `switchyard lint --format json` gives them (a JSON array).
+    pub fn json(&self) -> String {
+        render::json(&self.diagnostics, &self.project.sources)
+    }
+
+    /// The files the flow was loaded from (for the summary of how many were checked).
+    pub fn project(&self) -> &Project {
+        &self.project
+    }
+
+    /// Text for a problem no diagnostic names (the file holds no flow).
+    pub fn message(&self) -> Option<&str> {
+        self.message.as_deref()
+    }
+}
+
+impl std::fmt::Debug for FlowError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.render(false, 100))
+    }
+}
+
+impl std::fmt::Display for FlowError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.render(false, 100).trim_end())
+    }
+}
+
+impl std::error::Error for FlowError {}
+
+/// Why a run or a batch did not start, or a resume could not go on.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The store could not be opened.
+    #[error("{0}")]
+    Store(String),
+    /// The flow calls a `native` agent registered under no name here (one line each).
+    #[error("{0}")]
+    Natives(String),
+    /// An `${env:NAME}` a flow's agents need is not set (one line each).
+    #[error("{0}")]
+    Secrets(String),
+    #[error(transparent)]
+    Resume(#[from] ResumeError),
+    #[error(transparent)]
+    Batch(#[from] BatchError),
+}
+
+/// How a run starts besides its input: the `--context`, the options of the run tree
+/// (`--allow`, `--max-cost-usd`, `--now`, ...), and how it is stopped.
+#[derive(Clone, Debug, Default)]
+pub struct RunConfig {
+    pub context: Option<Value>,
+    pub options: RunOptions,
+    pub controls: RunControls,
+}
+
+/// A store with the native agents and event subscribers that runs recorded in it use.
+pub struct Switchyard<S: Store = AnyStore> {
+    store: Arc<S>,
+    natives: Natives,
+    subscribers: Arc<Subscribers>,
+}
+
+impl Switchyard<AnyStore> {
+    /// Opens (creating) the store at `url`: `sqlite:PATH`, `postgres://...`, or `memory`
+    /// (kept by nothing), as `--store` takes it.
+    pub async fn open(url: &str) -> Result<Self, Error> {
+        let store = AnyStore::open(url)
+            .await
+            .map_err(|e| Error::Store(e.to_string()))?;
+        Ok(Self::with_store(Arc::new(store)))
+    }
+
+    /// [`Switchyard::open`] tuned for batches: SQLite writes one transaction per many runs.
+    pub async fn open_for_batch(url: &str) -> Result<Self, Error> {
+        let store = AnyStore::open_for_batch(url)
+            .await
+            .map_err(|e| Error::Store(e.to_string()))?;
+        Ok(Self::with_store(Arc::new(store)))
+    }
+
+    /// Waits for the store's queued writes and closes it; false when something else still
+    /// holds it (an [`crate::runtime::engine::Engine`] made by [`Switchyard::engine`]).
+    pub async fn close(self) -> bool {
+        match Arc::try_unwrap(self.store) {
+            Ok(s) => {
+                s.close().await;
+                true
+            }
+            Err(_) => false,
+        }
+    }
+}
+
+impl<S: Store> Switchyard<S> {
+    /// Runs recorded in `store`.
+    pub fn with_store(store: Arc<S>) -> Self {
+        Switchyard {
+            store,
+            natives: Natives::new(),
+            subscribers: Arc::default(),
+        }
+    }
+
+    pub fn store(&self) -> &Arc<S> {
+        &self.store
+    }
+
+    /// Registers a native agent under `name` (see [`Natives::register`]).
+    pub fn register(&mut self, name: impl Into<String>, agent: impl NativeAgent) -> &mut Self {
+        self.natives.register(name, agent);
+        self
+    }
+
+    /// Registers a native agent without effects outside the run ([`Natives::register_pure`]).
+    pub fn register_pure(&mut self, name: impl Into<String>, agent: impl NativeAgent) -> &mut Self {
+        self.natives.register_pure(name, agent);
+        self
+    }
+
+    /// The native agents registered so far.
+    pub fn natives(&self) -> &Natives {
+        &self.natives
+    }
+
+    /// A stream of what every run started from now on does: each run's start and end and
+    /// each finished step, as they happen (child runs' too). Events wait in the stream until
+    /// read: read them, or drop the stream.
+    pub fn events(&self) -> Events {
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.subscribers
+            .senders
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(tx);
+        Events(rx)
+    }
+
+    /// What a flow's run needs that is not here, before it starts: native agents nobody
+    /// registered, environment variables of secret references that are not set.
+    pub fn check(&self, flow: &Flow, options: &RunOptions) -> Result<(), Error> {
+        self.natives.check(&flow.plan).map_err(Error::Natives)?;
+        let missing = crate::agents::secrets::missing_env(&flow.plan, &options.agent_changes);
+        if !missing.is_empty() {
+            let lines: Vec<String> = missing
+                .iter()
+                .map(|(name, places)| {
+                    format!(
+                        "environment variable {name} is not set, needed by {}",
+                        places.join(" and by ")
+                    )
+                })
+                .collect();
+            return Err(Error::Secrets(lines.join("\nerror: ")));
+        }
+        Ok(())
+    }
+
+    /// The engine the runs of this Switchyard use: its store, natives and observers (the
+    /// process's installed one, `--otlp-endpoint`, and the event streams).
+    pub fn engine(&self) -> crate::runtime::engine::Engine<S> {
+        let mut observers: Vec<Arc<dyn Observer>> = Vec::new();
+        if let Some(o) = crate::runtime::observe::installed() {
+            observers.push(o);
+        }
+        if !self
+            .subscribers
+            .senders
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_empty()
+        {
+            observers.push(self.subscribers.clone());
+        }
+        let observer: Option<Arc<dyn Observer>> = match observers.len() {
+            0 => None,
+            1 => observers.pop(),
+            _ => Some(Arc::new(Fanout(observers))),
+        };
+        crate::runtime::engine::Engine::new(self.store.clone())
+            .with_natives(Arc::new(self.natives.clone()))
+            .with_observer(observer)
+    }
+
+    /// Runs the flow on `input` to its end, recorded in the store.
+    pub async fn run(&self, flow: &Flow, input: Value) -> Result<RunOutcome, Error> {
+        self.run_with(flow, input, RunConfig::default()).await
+    }
+
+    /// [`Switchyard::run`] with a context, run options and controls.
+    pub async fn run_with(&self, flow: &Flow, input: Value, config: RunConfig) -> Result<RunOutcome, Error> {
+        self.check(flow, &config.options)?;
+        let context = config.context.unwrap_or_else(|| json!({}));
+        Ok(self
+            .engine()
+            .run_item(
+                flow.plan.clone(),
+                input,
+                context,
+                config.options,
+                Arc::new(AgentState::default()),
+                config.controls,
+                None,
+            )
+            .await)
+    }
+
+    /// Continues the stored run `run_id` of `flow` (SPEC §3.6): what finished is replayed
+    /// from its records, the rest runs (`resume` has the decision of an interrupt and
+    /// whether to retry an attempt in doubt).
+    pub async fn resume(
+        &self,
+        flow: &Flow,
+        run_id: &str,
+        resume: ResumeOptions,
+        config: RunConfig,
+    ) -> Result<RunOutcome, Error> {
+        self.check(flow, &config.options)?;
+        Ok(self
+            .engine()
+            .resume(
+                flow.plan.clone(),
+                run_id,
+                config.options,
+                resume,
+                Arc::new(AgentState::default()),
+                config.controls,
+            )
+            .await?)
+    }
+
+    /// Runs the flow over a JSONL file, as `switchyard batch` does: one run per line, output
+    /// lines in input order, resumable by running the same batch again. `progress` counts as
+    /// it goes.
+    pub async fn batch(
+        &self,
+        flow: &Flow,
+        options: BatchOptions,
+        config: RunConfig,
+        progress: Arc<Progress>,
+    ) -> Result<BatchSummary, Error> {
+        self.check(flow, &config.options)?;
+        let context = config.context.unwrap_or_else(|| json!({}));
+        Ok(crate::batch::run(
+            self.engine(),
+            flow.plan.clone(),
+            options,
+            config.options,
+            context,
+            progress,
+            config.controls,
+        )
+        .await?)
+    }
+}
+
+impl BatchOptions {
+    /// A batch reading `input` and writing `output`, with the `switchyard batch` defaults:
+    /// ids in each line's `id` field, 16 items at once, failed items kept as they are.
+    pub fn new(input: impl Into<PathBuf>, output: impl Into<PathBuf>) -> Self {
+        BatchOptions {
+            input: input.into(),
+            output: output.into(),
+            concurrency: 16,
+            id_field: "id".into(),
+            id_field_given: false,
+            max_cost_usd: None,
+            retry_failed: false,
+            retry_in_doubt: false,
+            allow_changed: false,
+            fresh_store: false,
+            sync_output: true,
+            export_only: false,
+        }
+    }
+}
+
+/// What a run did, as it happens.
+#[derive(Clone, Debug)]
+pub enum Event {
+    /// A run (root or child) started, or was resumed.
+    RunStarted(RunRecord),
+    /// A step, iteration, branch, model turn or tool call finished (its record).
+    StepFinished(StepRecord),
+    /// A run ended (or stopped at a recorded point, still `running`, to be resumed).
+    RunFinished(RunRecord),
+}
+
+impl Event {
+    /// The event as one JSON object: `event` (`run_started`, `step_finished`,
+    /// `run_finished`) with the fields the `--log-format json` log line of the same name
+    /// has, and the whole `record`.
+    pub fn to_json(&self) -> Value {
+        match self {
+            Event::RunStarted(r) => json!({
+                "event": "run_started",
+                "run_id": r.id,
+                "flow": r.flow,
+                "depth": r.depth,
+                "parent_run": r.parent_run,
+                "record": r,
+            }),
+            Event::StepFinished(s) => json!({
+                "event": "step_finished",
+                "run_id": s.run_id,
+                "step": s.step,
+                "number": match s.iteration {
+                    Some(i) => format!("{}[{i}]", s.number),
+                    None => s.number.clone(),
+                },
+                "status": s.status.as_str(),
+                "duration_ms": s.finished_at.map(|f| f.saturating_sub(s.started_at)),
+                "route": s.route,
+                "record": s,
+            }),
+            Event::RunFinished(r) => json!({
+                "event": "run_finished",
+                "run_id": r.id,
+                "status": r.status.as_str(),
+                "duration_ms": r.finished_at.map(|f| f.saturating_sub(r.started_at)),
+                "error": r.error.as_ref().map(ToString::to_string).unwrap_or_default(),
+                "record": r,
+            }),
+        }
+    }
+}
+
+/// A stream of [`Event`]s ([`Switchyard::events`]).
+pub struct Events(mpsc::UnboundedReceiver<Event>);
+
+impl Events {
+    /// The next event; `None` once the [`Switchyard`] is gone and every event was read.
+    pub async fn next(&mut self) -> Option<Event> {
+        self.0.recv().await
+    }
+
+    /// The next event if one is waiting.
+    pub fn try_next(&mut self) -> Option<Event> {
+        self.0.try_recv().ok()
+    }
+}
+
+/// The event streams of one [`Switchyard`], as an observer of its engines.
+#[derive(Default)]
+struct Subscribers {
+    senders: Mutex<Vec<mpsc::UnboundedSender<Event>>>,
+}
+
+impl Subscribers {
+    fn send(&self, event: impl Fn() -> Event) {
+        let mut senders = self.senders.lock().unwrap_or_else(|e| e.into_inner());
+        // A dropped stream is let go.
+        senders.retain(|tx| tx.send(event()).is_ok());
+    }
+}
+
+impl Observer for Subscribers {
+    fn run_started(&self, run: &RunRecord) {
+        self.send(|| Event::RunStarted(run.clone()));
+    }
+    fn step(&self, step: &StepRecord) {
+        self.send(|| Event::StepFinished(step.clone()));
+    }
+    fn run_ended(&self, run: &RunRecord) {
+        self.send(|| Event::RunFinished(run.clone()));
+    }
+}

@@ -13,10 +13,11 @@ use crate::runtime::engine::AgentChanges;
 
 /// Variables named by secret references that are not set (or not UTF-8) in this process's
 /// environment, each with the places that name it (`the api_key of provider `local``), sorted
-/// by name. Agents that `changes` replace or remove are not called and not checked.
+/// by name. Agents that `changes` replace or remove are not called and not checked, nor are
+/// the tools of agent loops, which the model may never call: theirs fail at the call.
 pub fn missing_env(plan: &Plan, changes: &AgentChanges) -> Vec<(String, Vec<String>)> {
     let mut needed: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for (i, agent) in plan.agents() {
+    for (i, agent) in plan.step_agents() {
         if changes
             .per_flow
             .get(&i)

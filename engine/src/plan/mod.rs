@@ -105,9 +105,20 @@ impl Plan {
     /// Every agent the plan's steps can call — agent loops' tools and their tools too —
     /// each once per flow, with the index of its flow in [`Plan::flows`].
     pub fn agents(&self) -> Vec<(usize, &Arc<AgentPlan>)> {
+        self.agents_of(true)
+    }
+
+    /// The agents the plan's steps call themselves (not the tools of agent loops, which the
+    /// model may never call), each once per flow, with the index of its flow.
+    pub fn step_agents(&self) -> Vec<(usize, &Arc<AgentPlan>)> {
+        self.agents_of(false)
+    }
+
+    fn agents_of(&self, tools: bool) -> Vec<(usize, &Arc<AgentPlan>)> {
         fn add<'a>(
             i: usize,
             agent: &'a Arc<AgentPlan>,
+            tools: bool,
             seen: &mut std::collections::HashSet<(usize, *const AgentPlan)>,
             out: &mut Vec<(usize, &'a Arc<AgentPlan>)>,
         ) {
@@ -118,9 +129,10 @@ impl Plan {
             if let AgentPlanSpec::Llm(LlmPlan {
                 agent_loop: Some(lp), ..
             }) = &agent.spec
+                && tools
             {
                 for tool in &lp.tools {
-                    add(i, &tool.call.agent, seen, out);
+                    add(i, &tool.call.agent, tools, seen, out);
                 }
             }
         }
@@ -130,7 +142,7 @@ impl Plan {
             for node in flow.graph.node_weights() {
                 let PlanNode::Step(step) = node else { continue };
                 for call in step.kind.calls() {
-                    add(i, &call.agent, &mut seen, &mut out);
+                    add(i, &call.agent, tools, &mut seen, &mut out);
                 }
             }
         }

@@ -1,0 +1,858 @@
+//! OpenTelemetry export (`--otlp-endpoint URL`, or `OTEL_EXPORTER_OTLP_ENDPOINT`; SPEC §13):
+//! traces over OTLP/HTTP, as the official protobuf messages, written by [`wire`] straight from
+//! the records (the tests decode them with `opentelemetry-proto`).
+//!
+//! The exporter is the process's [`Observer`]: it gathers each run tree's records as the
+//! engine makes them — whatever the store keeps, the throwaway store of a batch included — and
+//! when a root run ends turns them into spans: one per run, step, iteration, model turn and tool
+//! call, with the flow, step id, number, kind, attempt, status, error kind, tokens and cost as
+//! attributes, and the route each step took as an event. A child run's span is a child of the
+//! record that called it (its step, or the iteration); a record numbered under another of its
+//! run (an agent loop's turn `3.t2`, a tool call `3.t2.1`) is that one's child. Each root run is
+//! a trace of its own (a batch is one trace per item), its id derived from the run's id, and
+//! span ids from the records' keys, so a run resumed later adds to the same trace.
+//!
+//! Nothing of it waits on the collector: finished trees go through a bounded queue to a thread
+//! of the exporter's own, woken once a request's worth waits (or after a quiet while), which
+//! writes their spans and posts them in batches; a full queue, a tree too big to hold, or a
+//! collector that does not answer drops spans, and [`Exporter::finish`] (called before the
+//! process exits, within a few seconds) says how many and why.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+mod wire;
+
+use wire::{Encoder, SpanIn, Val};
+
+use crate::runtime::observe::Observer;
+use crate::runtime::record::{RunRecord, RunStatus, StepRecord, StepStatus};
+
+/// Finished trees waiting for the exporter's thread, at most.
+const QUEUE: usize = 4096;
+/// How long finished trees wait for the exporter's thread when fewer than a request's worth
+/// of records are waiting.
+const LINGER: Duration = Duration::from_millis(200);
+/// The most records one run tree keeps for its spans; the rest are dropped (and counted).
+const TREE_RECORDS: usize = 50_000;
+/// Spans per request.
+const BATCH: usize = 2048;
+/// How long one request may take.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A run as its span needs it, read from its tree's buffer.
+#[derive(Clone, Copy, Debug)]
+struct RunPart<'a> {
+    id: &'a str,
+    flow: &'a str,
+    parent_run: Option<&'a str>,
+    status: &'a str,
+    /// Kind and message.
+    error: Option<(&'a str, &'a str)>,
+    started_at: u64,
+    finished_at: Option<u64>,
+    tokens: (u64, u64),
+    cost_usd: f64,
+    batch: Option<&'a str>,
+    item_id: Option<&'a str>,
+}
+
+/// A step record as its span needs it, read from its tree's buffer.
+#[derive(Clone, Copy, Debug)]
+struct StepPart<'a> {
+    run_id: &'a str,
+    number: &'a str,
+    step: &'a str,
+    kind: &'a str,
+    attempt: u32,
+    status: &'a str,
+    iteration: Option<u64>,
+    started_at: u64,
+    finished_at: Option<u64>,
+    tokens: (u64, u64),
+    cost_usd: f64,
+    error: Option<(&'a str, &'a str)>,
+    child_run: Option<&'a str>,
+    route: Option<&'a str>,
+}
+
+/// What a run tree's spans are made from: its runs' and records' fields, appended to two
+/// byte buffers as the engine makes them — a copy of a few bytes on the run's thread, no
+/// allocation per field — and read back on the exporter's thread ([`Parts`]).
+#[derive(Default)]
+struct Tree {
+    runs: Vec<u8>,
+    steps: Vec<u8>,
+    n_runs: usize,
+    n_steps: usize,
+    /// The child runs of the tree, whose entries in [`Trees::root_of`] go with it.
+    children: Vec<String>,
+}
+
+impl Tree {
+    fn push_run(&mut self, run: &RunRecord) {
+        let b = &mut self.runs;
+        put_str(b, &run.id);
+        put_str(b, &run.flow);
+        put_opt(b, run.parent_run.as_deref());
+        put_str(b, run.status.as_str());
+        put_error(b, run.error.as_ref());
+        put_u64(b, run.started_at);
+        put_opt_u64(b, run.finished_at);
+        put_u64(b, run.usage.input_tokens);
+        put_u64(b, run.usage.output_tokens);
+        put_u64(b, run.usage.cost_usd.to_bits());
+        put_opt(b, run.batch.as_deref());
+        put_opt(b, run.item_id.as_deref());
+        self.n_runs += 1;
+    }
+
+    fn push_step(&mut self, s: &StepRecord) {
+        let b = &mut self.steps;
+        put_str(b, &s.run_id);
+        put_str(b, &s.number);
+        put_str(b, &s.step);
+        put_str(b, &s.kind);
+        put_u64(b, u64::from(s.attempt));
+        put_str(b, s.status.as_str());
+        put_opt_u64(b, s.iteration);
+        put_u64(b, s.started_at);
+        put_opt_u64(b, s.finished_at);
+        put_u64(b, s.usage.input_tokens);
+        put_u64(b, s.usage.output_tokens);
+        put_u64(b, s.usage.cost_usd.to_bits());
+        put_error(b, s.error.as_ref());
+        put_opt(b, s.child_run.as_deref());
+        put_opt(b, s.route.as_deref());
+        self.n_steps += 1;
+    }
+
+    fn records(&self) -> usize {
+        self.n_runs + self.n_steps
+    }
+
+    fn runs(&self) -> Vec<RunPart<'_>> {
+        let mut r = Reader(&self.runs);
+        (0..self.n_runs)
+            .map(|_| RunPart {
+                id: r.str(),
+                flow: r.str(),
+                parent_run: r.opt(),
+                status: r.str(),
+                error: r.error(),
+                started_at: r.u64(),
+                finished_at: r.opt_u64(),
+                tokens: (r.u64(), r.u64()),
+                cost_usd: f64::from_bits(r.u64()),
+                batch: r.opt(),
+                item_id: r.opt(),
+            })
+            .collect()
+    }
+
+    fn steps(&self) -> Vec<StepPart<'_>> {
+        let mut r = Reader(&self.steps);
+        (0..self.n_steps)
+            .map(|_| StepPart {
+                run_id: r.str(),
+                number: r.str(),
+                step: r.str(),
+                kind: r.str(),
+                attempt: u32::try_from(r.u64()).unwrap_or(u32::MAX),
+                status: r.str(),
+                iteration: r.opt_u64(),
+                started_at: r.u64(),
+                finished_at: r.opt_u64(),
+                tokens: (r.u64(), r.u64()),
+                cost_usd: f64::from_bits(r.u64()),
+                error: r.error(),
+                child_run: r.opt(),
+                route: r.opt(),
+            })
+            .collect()
+    }
+}
+
+fn put_u64(b: &mut Vec<u8>, v: u64) {
+    b.extend_from_slice(&v.to_le_bytes());
+}
+
+fn put_str(b: &mut Vec<u8>, s: &str) {
+    put_u64(b, s.len() as u64);
+    b.extend_from_slice(s.as_bytes());
+}
+
+fn put_opt(b: &mut Vec<u8>, s: Option<&str>) {
+    match s {
+        Some(s) => {
+            b.push(1);
+            put_str(b, s);
+        }
+        None => b.push(0),
+    }
+}
+
+fn put_opt_u64(b: &mut Vec<u8>, v: Option<u64>) {
+    match v {
+        Some(v) => {
+            b.push(1);
+            put_u64(b, v);
+        }
+        None => b.push(0),
+    }
+}
+
+fn put_error(b: &mut Vec<u8>, e: Option<&crate::runtime::StepError>) {
+    match e {
+        Some(e) => {
+            b.push(1);
+            put_str(b, e.kind.as_str());
+            put_str(b, &e.message);
+        }
+        None => b.push(0),
+    }
+}
+
+/// Reads back what the `put_` functions wrote, in the same order. The buffers are only ever
+/// written by them, so a short read is a bug: it reads as empty rather than panicking.
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> &'a [u8] {
+        let n = n.min(self.0.len());
+        let (head, rest) = self.0.split_at(n);
+        self.0 = rest;
+        head
+    }
+
+    fn u64(&mut self) -> u64 {
+        let t = self.take(8);
+        let mut b = [0u8; 8];
+        b[..t.len()].copy_from_slice(t);
+        u64::from_le_bytes(b)
+    }
+
+    fn str(&mut self) -> &'a str {
+        let n = usize::try_from(self.u64()).unwrap_or(usize::MAX);
+        std::str::from_utf8(self.take(n)).unwrap_or("")
+    }
+
+    fn flag(&mut self) -> bool {
+        self.take(1).first() == Some(&1)
+    }
+
+    fn opt(&mut self) -> Option<&'a str> {
+        self.flag().then(|| self.str())
+    }
+
+    fn opt_u64(&mut self) -> Option<u64> {
+        self.flag().then(|| self.u64())
+    }
+
+    fn error(&mut self) -> Option<(&'a str, &'a str)> {
+        self.flag().then(|| (self.str(), self.str()))
+    }
+}
+
+#[derive(Default)]
+struct Trees {
+    /// The root run of each child run in `open`; a root run is its own tree's key.
+    root_of: HashMap<String, String>,
+    open: HashMap<String, Tree>,
+    /// Trees whose root ended, for the exporter's thread, which takes them all at once: it
+    /// is woken once a request's worth of records waits (or after [`LINGER`]), never per
+    /// run, so a run's end costs no thread wake-up.
+    finished: Vec<Tree>,
+    finished_records: usize,
+    /// No more trees come ([`Exporter::finish`]).
+    closed: bool,
+    /// Emptied trees the exporter's thread gives back, so that a new run's buffers are
+    /// reused, not grown again (and freed by another thread than the one that made them).
+    spare: Vec<Tree>,
+}
+
+/// Spare trees kept at most, and the largest buffer a spare keeps.
+const SPARE: usize = 256;
+const SPARE_BYTES: usize = 64 * 1024;
+
+impl Trees {
+    fn new_tree(&mut self) -> Tree {
+        self.spare.pop().unwrap_or_else(|| Tree {
+            runs: Vec::with_capacity(256),
+            steps: Vec::with_capacity(1024),
+            ..Tree::default()
+        })
+    }
+}
+
+impl Tree {
+    /// Emptied for reuse, or `None` when its buffers grew too big to keep.
+    fn recycled(mut self) -> Option<Tree> {
+        if self.runs.capacity() > SPARE_BYTES || self.steps.capacity() > SPARE_BYTES {
+            return None;
+        }
+        self.runs.clear();
+        self.steps.clear();
+        self.children.clear();
+        self.n_runs = 0;
+        self.n_steps = 0;
+        Some(self)
+    }
+}
+
+/// Counts of what the exporter did.
+#[derive(Debug, Default)]
+pub struct ExportStats {
+    pub exported: AtomicU64,
+    pub dropped: AtomicU64,
+    /// Why the last spans were dropped.
+    pub last_error: Mutex<Option<String>>,
+}
+
+/// The process's span exporter.
+pub struct Exporter {
+    url: String,
+    trees: Arc<Mutex<Trees>>,
+    /// Wakes the exporter's thread.
+    wake: Arc<std::sync::Condvar>,
+    stats: Arc<ExportStats>,
+    done: Mutex<Option<std::sync::mpsc::Receiver<()>>>,
+}
+
+/// The traces URL of an OTLP/HTTP endpoint: as given when it names a path, else with
+/// `/v1/traces` (what `OTEL_EXPORTER_OTLP_ENDPOINT` means).
+pub fn traces_url(endpoint: &str) -> Result<String, String> {
+    let e = endpoint.trim();
+    let rest = e
+        .strip_prefix("http://")
+        .or_else(|| e.strip_prefix("https://"))
+        .ok_or_else(|| {
+            format!("--otlp-endpoint `{endpoint}`: an http:// or https:// URL, such as http://127.0.0.1:4318")
+        })?;
+    if rest.is_empty() || rest.starts_with('/') {
+        return Err(format!("--otlp-endpoint `{endpoint}`: the URL names no host"));
+    }
+    Ok(match rest.find('/') {
+        Some(i) if rest[i..].trim_end_matches('/').len() > 1 => e.to_string(),
+        _ => format!("{}/v1/traces", e.trim_end_matches('/')),
+    })
+}
+
+impl Exporter {
+    /// Starts the exporter's thread, posting to `endpoint` ([`traces_url`]).
+    pub fn start(endpoint: &str) -> Result<Arc<Exporter>, String> {
+        let url = traces_url(endpoint)?;
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let stats = Arc::new(ExportStats::default());
+        let trees = Arc::new(Mutex::new(Trees::default()));
+        let wake = Arc::new(std::sync::Condvar::new());
+        let exporter = Arc::new(Exporter {
+            url: url.clone(),
+            trees: trees.clone(),
+            wake: wake.clone(),
+            stats: stats.clone(),
+            done: Mutex::new(Some(done_rx)),
+        });
+        std::thread::Builder::new()
+            .name("otlp-export".into())
+            .spawn(move || {
+                let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
+                    return;
+                };
+                let mut enc = Encoder::default();
+                loop {
+                    let (taken, closed) = {
+                        let mut t = trees.lock().unwrap_or_else(|p| p.into_inner());
+                        if !t.closed && t.finished_records < BATCH {
+                            t = wake.wait_timeout(t, LINGER).unwrap_or_else(|p| p.into_inner()).0;
+                        }
+                        t.finished_records = 0;
+                        (std::mem::take(&mut t.finished), t.closed)
+                    };
+                    // Spans are made here, off the runs' threads; a request goes as soon as it
+                    // is full, and once woken (a request's worth, or after a quiet while)
+                    // all the rest goes too.
+                    let mut full = |enc: &mut Encoder| rt.block_on(post(&url, enc.request(), &stats));
+                    for tree in &taken {
+                        encode_tree(tree, &mut enc, &mut full);
+                    }
+                    let mut t = trees.lock().unwrap_or_else(|p| p.into_inner());
+                    let room = SPARE.saturating_sub(t.spare.len());
+                    t.spare
+                        .extend(taken.into_iter().take(room).filter_map(Tree::recycled));
+                    drop(t);
+                    if enc.count() > 0 {
+                        full(&mut enc);
+                    }
+                    if closed {
+                        break;
+                    }
+                }
+                let _ = done_tx.send(());
+            })
+            .map_err(|e| format!("cannot start the OTLP exporter: {e}"))?;
+        Ok(exporter)
+    }
+
+    pub fn stats(&self) -> &ExportStats {
+        &self.stats
+    }
+
+    /// Where spans go.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Sends what is left, waiting at most `within` for the collector; the counts after.
+    pub fn finish(&self, within: Duration) -> (u64, u64, Option<String>) {
+        {
+            let mut t = self.trees.lock().unwrap_or_else(|p| p.into_inner());
+            if !t.closed {
+                // Trees whose root never ended here (a crash, a drain) go as they are.
+                t.root_of.clear();
+                let open: Vec<Tree> = t.open.drain().map(|(_, tree)| tree).collect();
+                for tree in open {
+                    Self::queue(&mut t, tree, &self.stats);
+                }
+                t.closed = true;
+            }
+        }
+        self.wake.notify_one();
+        if let Some(done) = self.done.lock().unwrap_or_else(|p| p.into_inner()).take()
+            && done.recv_timeout(within).is_err()
+        {
+            *self.stats.last_error.lock().unwrap_or_else(|p| p.into_inner()) =
+                Some(format!("the collector did not take everything within {within:?}"));
+        }
+        (
+            self.stats.exported.load(Ordering::Relaxed),
+            self.stats.dropped.load(Ordering::Relaxed),
+            self.stats
+                .last_error
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone(),
+        )
+    }
+
+    /// Hands a finished tree to the exporter's thread, or counts its records as dropped when
+    /// [`QUEUE`] trees wait already (or the exporter has finished); true when a request's
+    /// worth of records waits, and the thread should be woken.
+    fn queue(t: &mut Trees, tree: Tree, stats: &ExportStats) -> bool {
+        let n = tree.records();
+        if n == 0 {
+            return false;
+        }
+        if t.closed || t.finished.len() >= QUEUE {
+            stats.dropped.fetch_add(n as u64, Ordering::Relaxed);
+            *stats.last_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(if t.closed {
+                "the exporter had finished".into()
+            } else {
+                "the export queue was full".into()
+            });
+            return false;
+        }
+        t.finished.push(tree);
+        let before = t.finished_records;
+        t.finished_records += n;
+        // Once, as the count reaches a request's worth: the thread then takes them all.
+        before < BATCH && t.finished_records >= BATCH
+    }
+}
+
+/// Posts a request body of `n` spans ([`Encoder::request`]).
+async fn post(url: &str, (body, n): (Vec<u8>, usize), stats: &ExportStats) {
+    let n = n as u64;
+    let result = match crate::agents::net::client() {
+        Ok(client) => client
+            .post(url)
+            .header("content-type", "application/x-protobuf")
+            .timeout(REQUEST_TIMEOUT)
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| e.to_string())
+            .and_then(|r| {
+                if r.status().is_success() {
+                    Ok(())
+                } else {
+                    Err(format!("the collector answered {}", r.status()))
+                }
+            }),
+        Err(e) => Err(e.message),
+    };
+    match result {
+        Ok(()) => {
+            stats.exported.fetch_add(n, Ordering::Relaxed);
+        }
+        Err(e) => {
+            stats.dropped.fetch_add(n, Ordering::Relaxed);
+            *stats.last_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+        }
+    }
+}
+
+impl Observer for Exporter {
+    fn run_started(&self, run: &RunRecord) {
+        let mut t = self.trees.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(parent) = &run.parent_run else {
+            if !t.open.contains_key(&run.id) {
+                let tree = t.new_tree();
+                t.open.insert(run.id.clone(), tree);
+            }
+            return;
+        };
+        let root = match t.root_of.get(parent) {
+            Some(r) => r.clone(),
+            None => parent.clone(),
+        };
+        t.root_of.insert(run.id.clone(), root.clone());
+        if !t.open.contains_key(&root) {
+            let tree = t.new_tree();
+            t.open.insert(root.clone(), tree);
+        }
+        if let Some(tree) = t.open.get_mut(&root) {
+            tree.children.push(run.id.clone());
+        }
+    }
+
+    fn step(&self, s: &StepRecord) {
+        let mut t = self.trees.lock().unwrap_or_else(|p| p.into_inner());
+        let Trees { root_of, open, .. } = &mut *t;
+        let tree = match open.get_mut(&s.run_id) {
+            Some(tree) => tree,
+            None => match root_of.get(&s.run_id).and_then(|root| open.get_mut(root)) {
+                Some(tree) => tree,
+                None => return,
+            },
+        };
+        if tree.n_steps >= TREE_RECORDS {
+            self.stats.dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        tree.push_step(s);
+    }
+
+    fn run_ended(&self, run: &RunRecord) {
+        let wake = {
+            let mut t = self.trees.lock().unwrap_or_else(|p| p.into_inner());
+            let Trees { root_of, open, .. } = &mut *t;
+            if run.parent_run.is_some() {
+                if let Some(tree) = root_of.get(&run.id).and_then(|root| open.get_mut(root)) {
+                    tree.push_run(run);
+                }
+                return;
+            }
+            let Some(mut tree) = open.remove(&run.id) else {
+                return;
+            };
+            tree.push_run(run);
+            for child in &tree.children {
+                root_of.remove(child);
+            }
+            Self::queue(&mut t, tree, &self.stats)
+        };
+        if wake {
+            self.wake.notify_one();
+        }
+    }
+}
+
+/// A stable 64-bit hash of `parts` (FNV-1a over each part and a separator, then a
+/// SplitMix64 finalizer), seeded: span and trace ids derived from run ids and record keys, the
+/// same in every process and every build, so that a run resumed elsewhere joins its trace.
+/// Not a cryptographic hash: ids need to be distinct and well spread, not secret.
+fn hash(seed: u64, parts: &[&[u8]]) -> u64 {
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    let mut h = 0xcbf2_9ce4_8422_2325 ^ seed.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    for p in parts {
+        for &byte in *p {
+            h = (h ^ u64::from(byte)).wrapping_mul(PRIME);
+        }
+        h = (h ^ 0xff).wrapping_mul(PRIME);
+    }
+    h ^= h >> 30;
+    h = h.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    h ^= h >> 27;
+    h = h.wrapping_mul(0x94d0_49bb_1331_11eb);
+    h ^= h >> 31;
+    // An all-zero id is invalid in OTLP.
+    h.max(1)
+}
+
+/// The trace id of root run `root`.
+pub fn trace_id(root: &str) -> [u8; 16] {
+    let mut id = [0u8; 16];
+    id[..8].copy_from_slice(&hash(1, &[b"trace", root.as_bytes()]).to_be_bytes());
+    id[8..].copy_from_slice(&hash(2, &[b"trace", root.as_bytes()]).to_be_bytes());
+    id
+}
+
+fn run_span_id(run: &str) -> [u8; 8] {
+    hash(3, &[b"run", run.as_bytes()]).to_be_bytes()
+}
+
+fn step_span_id(s: &StepPart<'_>) -> [u8; 8] {
+    let iteration = s.iteration.map_or([0xff; 8], u64::to_le_bytes);
+    hash(
+        4,
+        &[
+            b"step",
+            s.run_id.as_bytes(),
+            s.number.as_bytes(),
+            &iteration,
+            &s.attempt.to_le_bytes(),
+        ],
+    )
+    .to_be_bytes()
+}
+
+fn nanos(ms: u64) -> u64 {
+    ms.saturating_mul(1_000_000)
+}
+
+/// Writes the spans of a finished run tree into `enc`, calling `full` whenever a request's
+/// worth ([`BATCH`]) is written.
+fn encode_tree(tree: &Tree, enc: &mut Encoder, full: &mut dyn FnMut(&mut Encoder)) {
+    let runs = tree.runs();
+    let steps = tree.steps();
+    let Some(root) = runs.iter().find(|r| r.parent_run.is_none()).or(runs.first()) else {
+        return;
+    };
+    let trace = trace_id(root.id);
+    // The record that called each child run.
+    let mut caller: HashMap<&str, &StepPart<'_>> = HashMap::new();
+    for s in &steps {
+        if let Some(c) = s.child_run {
+            // An iteration's record calls it, rather than its loop's.
+            let keep = caller.get(c).is_none_or(|prev| prev.iteration.is_none());
+            if keep {
+                caller.insert(c, s);
+            }
+        }
+    }
+    // Records by run and number (the loop's own record for iterations); only a tree with
+    // nested numbers (child runs, iterations, agent-loop turns) needs them.
+    let nested = runs.len() > 1
+        || steps
+            .iter()
+            .any(|s| s.iteration.is_some() || s.number.contains('.'));
+    let mut by_number: HashMap<(&str, &str), &StepPart<'_>> = HashMap::new();
+    if nested {
+        for s in steps.iter().filter(|s| s.iteration.is_none()) {
+            by_number.insert((s.run_id, s.number), s);
+        }
+    }
+    let mut attributes: Vec<(&str, Val<'_>)> = Vec::with_capacity(12);
+    for r in &runs {
+        let parent = caller.get(r.id).map(|s| step_span_id(s));
+        attributes.clear();
+        attributes.extend([
+            ("switchyard.run_id", r.id.into()),
+            ("switchyard.flow", r.flow.into()),
+            ("switchyard.status", r.status.into()),
+            ("gen_ai.usage.input_tokens", r.tokens.0.into()),
+            ("gen_ai.usage.output_tokens", r.tokens.1.into()),
+            ("switchyard.cost_usd", r.cost_usd.into()),
+        ]);
+        if let Some((kind, _)) = r.error {
+            attributes.push(("switchyard.error.kind", kind.into()));
+        }
+        if let Some(b) = r.batch {
+            attributes.push(("switchyard.batch", b.into()));
+        }
+        if let Some(i) = r.item_id {
+            attributes.push(("switchyard.item_id", i.into()));
+        }
+        wire::name(enc.name(), "run", r.flow, None);
+        enc.span(&SpanIn {
+            trace_id: &trace,
+            span_id: &run_span_id(r.id),
+            parent_span_id: parent.as_ref().map_or(&[][..], |p| &p[..]),
+            start_ns: nanos(r.started_at),
+            end_ns: nanos(r.finished_at.unwrap_or(r.started_at)),
+            attributes: &attributes,
+            route: None,
+            error: r.error.filter(|_| r.status == RunStatus::Failed.as_str()),
+        });
+        if enc.count() >= BATCH {
+            full(enc);
+        }
+    }
+    for s in &steps {
+        let parent = if s.iteration.is_some() {
+            by_number.get(&(s.run_id, s.number)).map(|p| step_span_id(p))
+        } else {
+            s.number
+                .rsplit_once('.')
+                .and_then(|(up, _)| by_number.get(&(s.run_id, up)))
+                .map(|p| step_span_id(p))
+        }
+        .unwrap_or_else(|| run_span_id(s.run_id));
+        match (s.kind, s.iteration) {
+            (_, Some(i)) => wire::name(enc.name(), "iteration", s.step, Some(i)),
+            ("turn", _) => wire::name(enc.name(), "turn", s.number, None),
+            ("tool", _) => wire::name(enc.name(), "tool", s.step, None),
+            _ => wire::name(enc.name(), "step", s.step, None),
+        }
+        attributes.clear();
+        attributes.extend([
+            ("switchyard.run_id", s.run_id.into()),
+            ("switchyard.step", s.step.into()),
+            ("switchyard.number", s.number.into()),
+            ("switchyard.kind", s.kind.into()),
+            ("switchyard.attempt", u64::from(s.attempt).into()),
+            ("switchyard.status", s.status.into()),
+            ("gen_ai.usage.input_tokens", s.tokens.0.into()),
+            ("gen_ai.usage.output_tokens", s.tokens.1.into()),
+            ("switchyard.cost_usd", s.cost_usd.into()),
+        ]);
+        if let Some(i) = s.iteration {
+            attributes.push(("switchyard.iteration", i.into()));
+        }
+        if let Some((kind, _)) = s.error {
+            attributes.push(("switchyard.error.kind", kind.into()));
+        }
+        let end = s.finished_at.unwrap_or(s.started_at);
+        enc.span(&SpanIn {
+            trace_id: &trace,
+            span_id: &step_span_id(s),
+            parent_span_id: &parent,
+            start_ns: nanos(s.started_at),
+            end_ns: nanos(end),
+            attributes: &attributes,
+            route: s.route,
+            error: s.error.filter(|_| s.status == StepStatus::Failed.as_str()),
+        });
+        if enc.count() >= BATCH {
+            full(enc);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_read_back_from_a_tree_as_written() {
+        let run = RunRecord {
+            id: "r1".into(),
+            flow: "f".into(),
+            flow_hash: "h".into(),
+            parent_run: None,
+            parent_step: None,
+            depth: 0,
+            status: RunStatus::Failed,
+            input: serde_json::Value::Null,
+            output: None,
+            error: Some(crate::runtime::StepError::new(
+                crate::runtime::ErrorKind::Agent,
+                "bad ünïcode",
+            )),
+            started_at: 10,
+            finished_at: Some(20),
+            usage: crate::runtime::record::Usage {
+                input_tokens: 3,
+                output_tokens: 4,
+                cost_usd: 0.25,
+            },
+            steps: 1,
+            flow_path: None,
+            context: serde_json::Value::Null,
+            messages: None,
+            batch: Some("b".into()),
+            item_id: None,
+            item_index: None,
+            now_us: None,
+        };
+        let step = StepRecord {
+            run_id: "r1".into(),
+            number: "1.2".into(),
+            step: "s".into(),
+            kind: "agent".into(),
+            attempt: 2,
+            status: StepStatus::Succeeded,
+            iteration: Some(7),
+            iterations: None,
+            input: None,
+            result: None,
+            changes: Vec::new(),
+            violations: Vec::new(),
+            error: None,
+            started_at: 11,
+            finished_at: None,
+            usage: Default::default(),
+            child_run: Some("r2".into()),
+            route: Some("next".into()),
+            answers: None,
+        };
+        let mut tree = Tree::default();
+        tree.push_step(&step);
+        tree.push_run(&run);
+        tree.push_step(&step);
+        let runs = tree.runs();
+        assert_eq!(runs.len(), 1);
+        let r = runs[0];
+        assert_eq!(
+            (r.id, r.flow, r.parent_run, r.status),
+            ("r1", "f", None, "failed")
+        );
+        assert_eq!(r.error, Some(("agent", "bad ünïcode")));
+        assert_eq!(
+            (r.started_at, r.finished_at, r.tokens, r.cost_usd),
+            (10, Some(20), (3, 4), 0.25)
+        );
+        assert_eq!((r.batch, r.item_id), (Some("b"), None));
+        let steps = tree.steps();
+        assert_eq!(steps.len(), 2);
+        for s in steps {
+            assert_eq!(
+                (s.run_id, s.number, s.step, s.kind, s.attempt),
+                ("r1", "1.2", "s", "agent", 2)
+            );
+            assert_eq!(
+                (s.status, s.iteration, s.started_at, s.finished_at),
+                ("succeeded", Some(7), 11, None)
+            );
+            assert_eq!((s.error, s.child_run, s.route), (None, Some("r2"), Some("next")));
+        }
+    }
+
+    #[test]
+    fn ids_are_stable_and_distinct() {
+        assert_eq!(trace_id("r1"), trace_id("r1"));
+        assert_eq!(trace_id("r1").len(), 16);
+        assert_ne!(trace_id("r1"), trace_id("r2"));
+        assert_ne!(run_span_id("r1"), run_span_id("r2"));
+        // Parts are separated: ("ab", "c") is not ("a", "bc").
+        assert_ne!(hash(0, &[b"ab", b"c"]), hash(0, &[b"a", b"bc"]));
+        let ids: std::collections::HashSet<[u8; 8]> =
+            (0..10_000).map(|i| run_span_id(&format!("r{i}"))).collect();
+        assert_eq!(ids.len(), 10_000);
+        // The same in every build (computed independently of this code): a run resumed by
+        // another version of switchyard joins the trace its first spans began.
+        assert_eq!(hash(0, &[b"run", b"r1"]), 0xdf68_7dcf_e46c_983b);
+    }
+
+    #[test]
+    fn the_endpoint_gets_the_traces_path_unless_it_names_one() {
+        assert_eq!(
+            traces_url("http://127.0.0.1:4318").unwrap(),
+            "http://127.0.0.1:4318/v1/traces"
+        );
+        assert_eq!(traces_url("http://c:4318/").unwrap(), "http://c:4318/v1/traces");
+        assert_eq!(
+            traces_url("https://c/otlp/v1/traces").unwrap(),
+            "https://c/otlp/v1/traces"
+        );
+        assert!(
+            traces_url("127.0.0.1:4318")
+                .unwrap_err()
+                .contains("http:// or https://")
+        );
+        assert!(traces_url("http://").is_err());
+    }
+}

@@ -330,19 +330,7 @@ impl<S: Store> Switchyard<S> {
     /// registered, environment variables of secret references that are not set.
     pub fn check(&self, flow: &Flow, options: &RunOptions) -> Result<(), Error> {
         self.natives.check(&flow.plan).map_err(Error::Natives)?;
-        let missing = crate::agents::secrets::missing_env(&flow.plan, &options.agent_changes);
-        if !missing.is_empty() {
-            let lines: Vec<String> = missing
-                .iter()
-                .map(|(name, places)| {
-                    format!(
-                        "environment variable {name} is not set, needed by {}",
-                        places.join(" and by ")
-                    )
-                })
-                .collect();
-            return Err(Error::Secrets(lines.join("\nerror: ")));
-        }
+        crate::agents::secrets::check_env(&flow.plan, &options.agent_changes).map_err(Error::Secrets)?;
         Ok(())
     }
 

@@ -83,6 +83,25 @@ fn refs_of(agent: &AgentPlan, flow: &str, out: &mut BTreeMap<String, Vec<String>
     }
 }
 
+/// [`missing_env`] as the error a run is refused with: a line per variable, naming what
+/// needs it; `Ok` when every variable is set.
+pub fn check_env(plan: &Plan, changes: &AgentChanges) -> Result<(), String> {
+    let missing = missing_env(plan, changes);
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let lines: Vec<String> = missing
+        .iter()
+        .map(|(name, places)| {
+            format!(
+                "environment variable {name} is not set, needed by {}",
+                places.join(" and by ")
+            )
+        })
+        .collect();
+    Err(lines.join("\nerror: "))
+}
+
 /// The `NAME`s of the well-formed `${env:NAME}` references in `text` (malformed ones fail at
 /// the call, with their own error).
 pub fn var_names(text: &str) -> Vec<&str> {

@@ -447,18 +447,11 @@ pub fn export(args: ExportArgs) -> u8 {
         return args.store.open_failed();
     };
     let options = BatchOptions {
-        input: args.input.clone(),
-        output: args.output.clone(),
         concurrency: 1,
         id_field: args.id_field.clone().unwrap_or_else(|| "id".to_string()),
         id_field_given: args.id_field.is_some(),
-        max_cost_usd: None,
-        retry_failed: false,
-        retry_in_doubt: false,
-        allow_changed: false,
-        fresh_store: false,
-        sync_output: true,
         export_only: true,
+        ..BatchOptions::new(&args.input, &args.output)
     };
     let progress = Arc::new(Progress::default());
     let summary = rt.block_on(batch::run(

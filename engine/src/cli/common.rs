@@ -248,19 +248,7 @@ impl RunArgs {
         };
         // Secrets are read at each call; a variable that is not set fails now, before any
         // step runs, rather than at the first call.
-        let missing = crate::agents::secrets::missing_env(plan, &agent_changes);
-        if !missing.is_empty() {
-            let lines: Vec<String> = missing
-                .iter()
-                .map(|(name, places)| {
-                    format!(
-                        "environment variable {name} is not set, needed by {}",
-                        places.join(" and by ")
-                    )
-                })
-                .collect();
-            return Err(lines.join("\nerror: "));
-        }
+        crate::agents::secrets::check_env(plan, &agent_changes)?;
         let messages = match &self.messages {
             Some(path) => {
                 let text = std::fs::read_to_string(path)

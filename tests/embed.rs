@@ -502,3 +502,71 @@ fn a_flow_that_does_not_lint_does_not_load_and_says_where() {
     let missing = Flow::load(dir.path().join("nope.yaml")).unwrap_err();
     assert!(missing.to_string().contains("nope.yaml"), "{missing}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_native_agent_is_a_tool_of_an_agent_loop_against_a_loopback_model() {
+    use crate::mock_server::{Llm, Reply};
+    let server = Llm::start();
+    server.script([
+        Reply::calls(1, &[("lookup", r#"{"id": 42}"#)]),
+        Reply::Answer(json!({"answer": "customer 42 is on pro"}).to_string()),
+    ]);
+    let dir = TempDir::new("embed-tool");
+    let path = dir.write(
+        "bot.yaml",
+        format!(
+            r#"
+flow: bot
+providers:
+  local: {{base_url: "{}"}}
+agents:
+  bot:
+    kind: llm
+    provider: local
+    model: m1
+    prompt: "who is 42?"
+    tools: [lookup]
+  lookup:
+    kind: native
+    function: crm
+    description: Looks a customer up.
+    input_schema:
+      type: object
+      required: [id]
+      properties: {{id: {{type: integer}}}}
+steps:
+  ask:
+    agent: bot
+    output: {{$.answer: $}}
+"#,
+            server.base_url()
+        ),
+    );
+    let flow = Flow::load(&path).unwrap();
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut sy = Switchyard::open("memory").await.unwrap();
+    let log = seen.clone();
+    sy.register("crm", move |input: Value, _call: NativeCall| {
+        log.lock().unwrap().push(input.clone());
+        async move { Ok(json!({"customer": input["id"], "plan": "pro"})) }
+    });
+    let outcome = sy.run(&flow, json!({})).await.unwrap();
+    assert_eq!(outcome.status, RunStatus::Succeeded, "{:?}", outcome.error);
+    // Without a `result_schema` the loop's answer is the model's text.
+    assert_eq!(
+        outcome.output.unwrap()["answer"]["text"],
+        json!({"answer": "customer 42 is on pro"}).to_string()
+    );
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert_eq!(
+        seen[0],
+        json!({"id": 42}),
+        "the model's arguments are the tool's input"
+    );
+    // The tool's result went back to the model in its second request.
+    let hits = server.hits();
+    assert_eq!(hits.len(), 2);
+    let messages = hits[1].body["messages"].to_string();
+    assert!(messages.contains(r#"\"plan\":\"pro\""#), "{messages}");
+}

@@ -274,3 +274,149 @@ fn a_collector_that_is_down_holds_nothing_up_and_the_dropped_spans_are_told() {
         bad.stderr
     );
 }
+
+/// Every exported span carries its run's flow (SPEC §13): steps, iterations and the steps of
+/// a child run (its own flow's name) as much as runs.
+#[test]
+fn every_span_names_the_flow_of_its_run() {
+    let c = Collector::start();
+    let dir = TempDir::new("otel-flow-attr");
+    dir.write("traced.yaml", FLOW);
+    let out = run(switchyard(dir.path())
+        .args(["run", "traced.yaml", "--input", r#"{"items": [1, 2]}"#])
+        .args(["--otlp-endpoint", &c.url]));
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    let spans = c.spans();
+    assert!(spans.len() >= 8, "{spans:?}");
+    let child_flow = spans
+        .iter()
+        .find(|s| s.name == "run child")
+        .and_then(|s| attr(s, "switchyard.flow"))
+        .expect("the child run's span names its flow");
+    for s in &spans {
+        let flow = attr(s, "switchyard.flow").unwrap_or_else(|| panic!("`{}` has no flow", s.name));
+        let expected = if s.name == "step inner" || s.name == "run child" {
+            child_flow.as_str()
+        } else {
+            "traced"
+        };
+        assert_eq!(flow, expected, "{}", s.name);
+    }
+}
+
+/// An agent loop whose tool `refund` needs approval; `lookup` does not. Both tools are mocks.
+fn approval_flow(base_url: &str) -> String {
+    format!(
+        r#"flow: refunds
+providers:
+  local:
+    base_url: {base_url}
+agents:
+  clerk:
+    kind: llm
+    provider: local
+    model: m1
+    prompt: "Ticket: {{{{ input.text }}}}"
+    tools:
+      refund: {{description: Refunds an amount.}}
+      lookup: {{}}
+    approve: [refund]
+  refund:
+    kind: mock
+    returns: {{refunded: true}}
+  lookup:
+    kind: mock
+    returns: {{order: 7, total: 100}}
+steps:
+  answer:
+    agent: clerk
+    input: {{$.text: $.text}}
+    output: {{$.reply: $}}
+"#
+    )
+}
+
+/// A loop stopped at an approval by one process and resumed with the decision by another,
+/// both exporting: each span is sent once, by the process that finished its record; the tool
+/// call made after the decision hangs off its turn as the one made before it does off its own;
+/// the two exports together are one tree with one root, the run's, sent by the process that
+/// ended the run.
+#[test]
+fn a_loop_resumed_after_an_approval_in_another_process_continues_its_trace_once() {
+    use crate::mock_server::{Llm, Reply};
+    let server = Llm::start();
+    server.script([
+        Reply::calls(1, &[("lookup", r#"{"order": 7}"#)]),
+        Reply::calls(2, &[("refund", r#"{"amount": 100}"#)]),
+        Reply::Answer("Refunded.".into()),
+    ]);
+    let c = Collector::start();
+    let dir = TempDir::new("otel-approval");
+    dir.write("refunds.yaml", approval_flow(&server.base_url()));
+    let store = ["--store", "sqlite:runs.db"];
+    let stopped = run(switchyard(dir.path())
+        .args(["run", "refunds.yaml", "--input", r#"{"text": "refund my order"}"#])
+        .args(store)
+        .args(["--otlp-endpoint", &c.url]));
+    assert_eq!(stopped.code(), 3, "{}", stopped.stderr);
+    let id = crate::support::run_id_from(&stopped.stderr);
+    let first = c.spans();
+    let resumed = run(switchyard(dir.path())
+        .args(["resume", &id, "--decision", r#"{"approve": true}"#])
+        .args(store)
+        .args(["--otlp-endpoint", &c.url]));
+    assert_eq!(resumed.code(), 0, "{}", resumed.stderr);
+    let all = c.spans();
+    let second = &all[first.len()..];
+    // A span by its record's number (`run` for the run's).
+    let key = |s: &Span| attr(s, "switchyard.number").unwrap_or_else(|| "run".into());
+    let keys = |spans: &[Span]| -> Vec<String> {
+        let mut v: Vec<String> = spans.iter().map(key).collect();
+        v.sort();
+        v
+    };
+    // What each process finished: the first, the two turns and the call before the stop; the
+    // second, the decision, the call after it, the last turn, the loop's step and the run.
+    assert_eq!(keys(&first), ["1.t1", "1.t1.1", "1.t2"], "{first:?}");
+    assert_eq!(
+        keys(second),
+        ["1", "1.t2.1", "1.t2.approval", "1.t3", "run"],
+        "{second:?}"
+    );
+    // No span id twice, one trace.
+    let mut ids: Vec<&Vec<u8>> = all.iter().map(|s| &s.span_id).collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), all.len(), "a span id sent twice: {all:?}");
+    assert!(all.iter().all(|s| s.trace_id == all[0].trace_id));
+    // One tree: one root, every other span's parent among the spans.
+    let by_id: HashMap<&Vec<u8>, &Span> = all.iter().map(|s| (&s.span_id, s)).collect();
+    let roots: Vec<&Span> = all.iter().filter(|s| s.parent_span_id.is_empty()).collect();
+    assert_eq!(roots.len(), 1, "{roots:?}");
+    assert_eq!(roots[0].name, "run refunds");
+    assert_eq!(attr(roots[0], "switchyard.status").as_deref(), Some("succeeded"));
+    let parent = |number: &str| -> String {
+        let s = all
+            .iter()
+            .find(|s| key(s) == number)
+            .unwrap_or_else(|| panic!("no `{number}`"));
+        key(by_id
+            .get(&s.parent_span_id)
+            .unwrap_or_else(|| panic!("the parent of `{number}` was never sent")))
+    };
+    assert_eq!(parent("1.t1.1"), "1.t1");
+    assert_eq!(parent("1.t2.1"), "1.t2");
+    assert_eq!(parent("1.t2.approval"), "1.t2");
+    for turn in ["1.t1", "1.t2", "1.t3"] {
+        assert_eq!(parent(turn), "1", "{turn}");
+    }
+    assert_eq!(parent("1"), "run");
+    for s in &all {
+        assert_eq!(
+            attr(s, "switchyard.flow").as_deref(),
+            Some("refunds"),
+            "{}",
+            s.name
+        );
+    }
+}

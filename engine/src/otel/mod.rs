@@ -48,6 +48,8 @@ struct RunPart<'a> {
     id: &'a str,
     flow: &'a str,
     parent_run: Option<&'a str>,
+    /// The number of the record that started it (`2`, `2[3]` for an iteration's).
+    parent_step: Option<&'a str>,
     status: &'a str,
     /// Kind and message.
     error: Option<(&'a str, &'a str)>,
@@ -74,21 +76,27 @@ struct StepPart<'a> {
     tokens: (u64, u64),
     cost_usd: f64,
     error: Option<(&'a str, &'a str)>,
-    child_run: Option<&'a str>,
     route: Option<&'a str>,
 }
 
-/// What a run tree's spans are made from: its runs' and records' fields, appended to two
-/// byte buffers as the engine makes them — a copy of a few bytes on the run's thread, no
-/// allocation per field — and read back on the exporter's thread ([`Parts`]).
+/// What a run tree's spans are made from: its runs' and records' fields, appended to byte
+/// buffers as the engine makes them — a copy of a few bytes on the run's thread, no
+/// allocation per field — and read back on the exporter's thread.
 #[derive(Default)]
 struct Tree {
+    /// The runs that ended here, for their spans.
     runs: Vec<u8>,
     steps: Vec<u8>,
+    /// Every run of the tree that started here, whether or not it ends here: its id, the
+    /// number its steps are numbered under, and its flow ([`Tree::lineage`]).
+    started: Vec<u8>,
     n_runs: usize,
     n_steps: usize,
+    n_started: usize,
     /// The child runs of the tree, whose entries in [`Trees::root_of`] go with it.
     children: Vec<String>,
+    /// The root run's id: the trace's.
+    root: String,
 }
 
 impl Tree {
@@ -97,6 +105,7 @@ impl Tree {
         put_str(b, &run.id);
         put_str(b, &run.flow);
         put_opt(b, run.parent_run.as_deref());
+        put_opt(b, run.parent_step.as_deref());
         put_str(b, run.status.as_str());
         put_error(b, run.error.as_ref());
         put_u64(b, run.started_at);
@@ -124,9 +133,16 @@ impl Tree {
         put_u64(b, s.usage.output_tokens);
         put_u64(b, s.usage.cost_usd.to_bits());
         put_error(b, s.error.as_ref());
-        put_opt(b, s.child_run.as_deref());
         put_opt(b, s.route.as_deref());
         self.n_steps += 1;
+    }
+
+    fn push_started(&mut self, run: &RunRecord) {
+        let b = &mut self.started;
+        put_str(b, &run.id);
+        put_str(b, run.parent_step.as_deref().unwrap_or(""));
+        put_str(b, &run.flow);
+        self.n_started += 1;
     }
 
     fn records(&self) -> usize {
@@ -140,6 +156,7 @@ impl Tree {
                 id: r.str(),
                 flow: r.str(),
                 parent_run: r.opt(),
+                parent_step: r.opt(),
                 status: r.str(),
                 error: r.error(),
                 started_at: r.u64(),
@@ -168,7 +185,6 @@ impl Tree {
                 tokens: (r.u64(), r.u64()),
                 cost_usd: f64::from_bits(r.u64()),
                 error: r.error(),
-                child_run: r.opt(),
                 route: r.opt(),
             })
             .collect()
@@ -278,26 +294,51 @@ const SPARE: usize = 256;
 const SPARE_BYTES: usize = 64 * 1024;
 
 impl Trees {
-    fn new_tree(&mut self) -> Tree {
-        self.spare.pop().unwrap_or_else(|| Tree {
+    /// Lets go of the tree of root run `root` without exporting it; its buffers are kept
+    /// for the next tree.
+    fn discard(&mut self, root: &str) {
+        let Some(tree) = self.open.remove(root) else {
+            return;
+        };
+        for child in &tree.children {
+            self.root_of.remove(child);
+        }
+        if self.spare.len() < SPARE
+            && let Some(tree) = tree.recycled()
+        {
+            self.spare.push(tree);
+        }
+    }
+
+    fn new_tree(&mut self, root: &str) -> Tree {
+        let mut tree = self.spare.pop().unwrap_or_else(|| Tree {
             runs: Vec::with_capacity(256),
             steps: Vec::with_capacity(1024),
+            started: Vec::with_capacity(128),
             ..Tree::default()
-        })
+        });
+        tree.root.push_str(root);
+        tree
     }
 }
 
 impl Tree {
     /// Emptied for reuse, or `None` when its buffers grew too big to keep.
     fn recycled(mut self) -> Option<Tree> {
-        if self.runs.capacity() > SPARE_BYTES || self.steps.capacity() > SPARE_BYTES {
+        if self.runs.capacity() > SPARE_BYTES
+            || self.steps.capacity() > SPARE_BYTES
+            || self.started.capacity() > SPARE_BYTES
+        {
             return None;
         }
         self.runs.clear();
         self.steps.clear();
+        self.started.clear();
         self.children.clear();
+        self.root.clear();
         self.n_runs = 0;
         self.n_steps = 0;
+        self.n_started = 0;
         Some(self)
     }
 }
@@ -410,12 +451,10 @@ impl Exporter {
         {
             let mut t = self.trees.lock().unwrap_or_else(|p| p.into_inner());
             if !t.closed {
-                // Trees whose root never ended here (a crash, a drain) go as they are.
+                // Trees whose root never ended here are left to the process that goes on
+                // with them: it ends their records, and is handed those made here.
                 t.root_of.clear();
-                let open: Vec<Tree> = t.open.drain().map(|(_, tree)| tree).collect();
-                for tree in open {
-                    Self::queue(&mut t, tree, &self.stats);
-                }
+                t.open.clear();
                 t.closed = true;
             }
         }
@@ -499,8 +538,11 @@ impl Observer for Exporter {
         let mut t = self.trees.lock().unwrap_or_else(|p| p.into_inner());
         let Some(parent) = &run.parent_run else {
             if !t.open.contains_key(&run.id) {
-                let tree = t.new_tree();
+                let tree = t.new_tree(&run.id);
                 t.open.insert(run.id.clone(), tree);
+            }
+            if let Some(tree) = t.open.get_mut(&run.id) {
+                tree.push_started(run);
             }
             return;
         };
@@ -510,15 +552,77 @@ impl Observer for Exporter {
         };
         t.root_of.insert(run.id.clone(), root.clone());
         if !t.open.contains_key(&root) {
-            let tree = t.new_tree();
+            let tree = t.new_tree(&root);
             t.open.insert(root.clone(), tree);
         }
         if let Some(tree) = t.open.get_mut(&root) {
             tree.children.push(run.id.clone());
+            tree.push_started(run);
         }
     }
 
     fn step(&self, s: &StepRecord) {
+        // An `interrupted` record is a stop, not an end: the process that resumes the part
+        // finishes its record, and its span.
+        if s.status != StepStatus::Interrupted {
+            self.push_step(s);
+        }
+    }
+
+    fn replayed(&self, s: &StepRecord) {
+        self.push_step(s);
+    }
+
+    fn run_ended(&self, run: &RunRecord) {
+        // Only an end finishes a run's record: a run stopped `interrupted` or paused is ended
+        // by whoever goes on with it.
+        let ended = matches!(
+            run.status,
+            RunStatus::Succeeded | RunStatus::Failed | RunStatus::Cancelled
+        );
+        let wake = {
+            let mut t = self.trees.lock().unwrap_or_else(|p| p.into_inner());
+            let Trees { root_of, open, .. } = &mut *t;
+            if run.parent_run.is_some() {
+                if ended && let Some(tree) = root_of.get(&run.id).and_then(|root| open.get_mut(root)) {
+                    tree.push_run(run);
+                }
+                return;
+            }
+            if run.status == RunStatus::Running {
+                // Paused: nothing of it was stopped on record, so the next holder is handed
+                // its records as they replay.
+                t.discard(&run.id);
+                return;
+            }
+            let Some(mut tree) = open.remove(&run.id) else {
+                return;
+            };
+            if ended {
+                tree.push_run(run);
+            }
+            for child in &tree.children {
+                root_of.remove(child);
+            }
+            Self::queue(&mut t, tree, &self.stats)
+        };
+        if wake {
+            self.wake.notify_one();
+        }
+    }
+
+    fn run_unrecorded(&self, run: &RunRecord) {
+        // Lost (its lease taken over) or cut off by the store: this process exports nothing
+        // of the tree; the next holder is handed what was recorded of it.
+        if run.parent_run.is_none() {
+            let mut t = self.trees.lock().unwrap_or_else(|p| p.into_inner());
+            t.discard(&run.id);
+        }
+    }
+}
+
+impl Exporter {
+    fn push_step(&self, s: &StepRecord) {
         let mut t = self.trees.lock().unwrap_or_else(|p| p.into_inner());
         let Trees { root_of, open, .. } = &mut *t;
         let tree = match open.get_mut(&s.run_id) {
@@ -533,30 +637,6 @@ impl Observer for Exporter {
             return;
         }
         tree.push_step(s);
-    }
-
-    fn run_ended(&self, run: &RunRecord) {
-        let wake = {
-            let mut t = self.trees.lock().unwrap_or_else(|p| p.into_inner());
-            let Trees { root_of, open, .. } = &mut *t;
-            if run.parent_run.is_some() {
-                if let Some(tree) = root_of.get(&run.id).and_then(|root| open.get_mut(root)) {
-                    tree.push_run(run);
-                }
-                return;
-            }
-            let Some(mut tree) = open.remove(&run.id) else {
-                return;
-            };
-            tree.push_run(run);
-            for child in &tree.children {
-                root_of.remove(child);
-            }
-            Self::queue(&mut t, tree, &self.stats)
-        };
-        if wake {
-            self.wake.notify_one();
-        }
     }
 }
 
@@ -594,19 +674,73 @@ fn run_span_id(run: &str) -> [u8; 8] {
     hash(3, &[b"run", run.as_bytes()]).to_be_bytes()
 }
 
-fn step_span_id(s: &StepPart<'_>) -> [u8; 8] {
-    let iteration = s.iteration.map_or([0xff; 8], u64::to_le_bytes);
-    hash(
-        4,
-        &[
-            b"step",
-            s.run_id.as_bytes(),
-            s.number.as_bytes(),
-            &iteration,
-            &s.attempt.to_le_bytes(),
-        ],
-    )
-    .to_be_bytes()
+/// The span id of the record of part `number` (an iteration of it, when given) of run `run`:
+/// the same whichever attempt, and whichever process, finishes the record.
+fn step_span_id(run: &str, number: &str, iteration: Option<u64>) -> [u8; 8] {
+    let iteration = iteration.map_or([0xff; 8], u64::to_le_bytes);
+    hash(4, &[b"step", run.as_bytes(), number.as_bytes(), &iteration]).to_be_bytes()
+}
+
+/// `2[3]` (what an iteration numbers its parts under) as `2` and iteration 3; `2` as itself.
+fn split_iteration(number: &str) -> (&str, Option<u64>) {
+    if let Some(head) = number.strip_suffix(']')
+        && let Some((n, i)) = head.rsplit_once('[')
+        && let Ok(i) = i.parse()
+    {
+        return (n, Some(i));
+    }
+    (number, None)
+}
+
+/// The span a record's span is a child of, from its key alone (so that it is the same in
+/// whichever process the parent's record finished, or will): an iteration's is its loop's
+/// record; a part numbered under another of its run (`3.t2` under `3`, `3.t2.1` under `3.t2`,
+/// `2[1].t1` under iteration 1 of `2`) is that one's; a step of the run (`3`, or `2.3` in a run
+/// whose steps are numbered under `2`) is the run's.
+fn parent_span_id(run: &str, prefix: &str, number: &str, iteration: Option<u64>) -> [u8; 8] {
+    if iteration.is_some() {
+        return step_span_id(run, number, None);
+    }
+    match number.rsplit_once('.') {
+        Some((up, _)) if up != prefix => {
+            let (n, i) = split_iteration(up);
+            step_span_id(run, n, i)
+        }
+        _ => run_span_id(run),
+    }
+}
+
+/// The runs that started in a tree's process: each one's step-number prefix and flow.
+struct Lineage<'a> {
+    all: Vec<(&'a str, (&'a str, &'a str))>,
+    /// For trees of many runs.
+    index: HashMap<&'a str, (&'a str, &'a str)>,
+}
+
+impl<'a> Lineage<'a> {
+    fn of(tree: &'a Tree) -> Lineage<'a> {
+        let mut r = Reader(&tree.started);
+        let all: Vec<_> = (0..tree.n_started)
+            .map(|_| (r.str(), (r.str(), r.str())))
+            .collect();
+        let index = if all.len() > 16 {
+            all.iter().copied().collect()
+        } else {
+            HashMap::new()
+        };
+        Lineage { all, index }
+    }
+
+    /// The prefix and flow of run `id` (empty if it did not start here, which the engine
+    /// never does).
+    fn get(&self, id: &str) -> (&'a str, &'a str) {
+        let found = if self.index.is_empty() {
+            self.all.iter().find(|(r, _)| *r == id).map(|(_, v)| *v)
+        } else {
+            self.index.get(id).copied()
+        };
+        found.unwrap_or(("", ""))
+    }
 }
 
 fn nanos(ms: u64) -> u64 {
@@ -618,36 +752,18 @@ fn nanos(ms: u64) -> u64 {
 fn encode_tree(tree: &Tree, enc: &mut Encoder, full: &mut dyn FnMut(&mut Encoder)) {
     let runs = tree.runs();
     let steps = tree.steps();
-    let Some(root) = runs.iter().find(|r| r.parent_run.is_none()).or(runs.first()) else {
-        return;
-    };
-    let trace = trace_id(root.id);
-    // The record that called each child run.
-    let mut caller: HashMap<&str, &StepPart<'_>> = HashMap::new();
-    for s in &steps {
-        if let Some(c) = s.child_run {
-            // An iteration's record calls it, rather than its loop's.
-            let keep = caller.get(c).is_none_or(|prev| prev.iteration.is_none());
-            if keep {
-                caller.insert(c, s);
-            }
-        }
-    }
-    // Records by run and number (the loop's own record for iterations); only a tree with
-    // nested numbers (child runs, iterations, agent-loop turns) needs them.
-    let nested = runs.len() > 1
-        || steps
-            .iter()
-            .any(|s| s.iteration.is_some() || s.number.contains('.'));
-    let mut by_number: HashMap<(&str, &str), &StepPart<'_>> = HashMap::new();
-    if nested {
-        for s in steps.iter().filter(|s| s.iteration.is_none()) {
-            by_number.insert((s.run_id, s.number), s);
-        }
-    }
+    let lineage = Lineage::of(tree);
+    let trace = trace_id(&tree.root);
     let mut attributes: Vec<(&str, Val<'_>)> = Vec::with_capacity(12);
     for r in &runs {
-        let parent = caller.get(r.id).map(|s| step_span_id(s));
+        // A child run's span is a child of the record that started it.
+        let parent = r.parent_run.map(|p| match r.parent_step {
+            Some(number) => {
+                let (n, i) = split_iteration(number);
+                step_span_id(p, n, i)
+            }
+            None => run_span_id(p),
+        });
         attributes.clear();
         attributes.extend([
             ("switchyard.run_id", r.id.into()),
@@ -682,24 +798,24 @@ fn encode_tree(tree: &Tree, enc: &mut Encoder, full: &mut dyn FnMut(&mut Encoder
         }
     }
     for s in &steps {
-        let parent = if s.iteration.is_some() {
-            by_number.get(&(s.run_id, s.number)).map(|p| step_span_id(p))
-        } else {
-            s.number
-                .rsplit_once('.')
-                .and_then(|(up, _)| by_number.get(&(s.run_id, up)))
-                .map(|p| step_span_id(p))
-        }
-        .unwrap_or_else(|| run_span_id(s.run_id));
+        let (prefix, flow) = lineage.get(s.run_id);
+        let parent = parent_span_id(s.run_id, prefix, s.number, s.iteration);
         match (s.kind, s.iteration) {
             (_, Some(i)) => wire::name(enc.name(), "iteration", s.step, Some(i)),
             ("turn", _) => wire::name(enc.name(), "turn", s.number, None),
             ("tool", _) => wire::name(enc.name(), "tool", s.step, None),
+            ("approval", _) => wire::name(
+                enc.name(),
+                "approval",
+                s.number.strip_suffix(".approval").unwrap_or(s.number),
+                None,
+            ),
             _ => wire::name(enc.name(), "step", s.step, None),
         }
         attributes.clear();
         attributes.extend([
             ("switchyard.run_id", s.run_id.into()),
+            ("switchyard.flow", flow.into()),
             ("switchyard.step", s.step.into()),
             ("switchyard.number", s.number.into()),
             ("switchyard.kind", s.kind.into()),
@@ -718,7 +834,7 @@ fn encode_tree(tree: &Tree, enc: &mut Encoder, full: &mut dyn FnMut(&mut Encoder
         let end = s.finished_at.unwrap_or(s.started_at);
         enc.span(&SpanIn {
             trace_id: &trace,
-            span_id: &step_span_id(s),
+            span_id: &step_span_id(s.run_id, s.number, s.iteration),
             parent_span_id: &parent,
             start_ns: nanos(s.started_at),
             end_ns: nanos(end),
@@ -817,8 +933,41 @@ mod tests {
                 (s.status, s.iteration, s.started_at, s.finished_at),
                 ("succeeded", Some(7), 11, None)
             );
-            assert_eq!((s.error, s.child_run, s.route), (None, Some("r2"), Some("next")));
+            assert_eq!((s.error, s.route), (None, Some("next")));
         }
+    }
+
+    #[test]
+    fn a_records_parent_follows_from_its_key_alone() {
+        // In root run `r`: a step, a loop's turn and its tool call, an iteration, a turn of
+        // an iteration's loop.
+        assert_eq!(parent_span_id("r", "", "3", None), run_span_id("r"));
+        assert_eq!(
+            parent_span_id("r", "", "3.t2", None),
+            step_span_id("r", "3", None)
+        );
+        assert_eq!(
+            parent_span_id("r", "", "3.t2.1", None),
+            step_span_id("r", "3.t2", None)
+        );
+        assert_eq!(
+            parent_span_id("r", "", "2", Some(4)),
+            step_span_id("r", "2", None)
+        );
+        assert_eq!(
+            parent_span_id("r", "", "2[4].t1", None),
+            step_span_id("r", "2", Some(4))
+        );
+        // In child run `c`, started by iteration 4 of step 2.
+        assert_eq!(parent_span_id("c", "2[4]", "2[4].1", None), run_span_id("c"));
+        assert_eq!(
+            parent_span_id("c", "2[4]", "2[4].1.t1", None),
+            step_span_id("c", "2[4].1", None)
+        );
+        assert_eq!(split_iteration("2[4]"), ("2", Some(4)));
+        assert_eq!(split_iteration("3.t2"), ("3.t2", None));
+        assert_ne!(step_span_id("r", "2", None), step_span_id("r", "2", Some(0)));
+        assert_ne!(step_span_id("r", "2", None), step_span_id("c", "2", None));
     }
 
     #[test]

@@ -73,9 +73,21 @@ impl Replay {
             .filter(|r| matches!(r.status, StepStatus::Succeeded | StepStatus::Failed))
     }
 
+    /// The latest records that finished (succeeded or failed), in no particular order.
+    pub fn finished_parts(&self) -> impl Iterator<Item = &StepRecord> {
+        self.parts
+            .values()
+            .filter(|r| matches!(r.status, StepStatus::Succeeded | StepStatus::Failed))
+    }
+
     /// The child run started by step `number` (`3`, or `3[2]` for an iteration).
     pub fn child(&self, number: &str) -> Option<&RunRecord> {
         self.children.get(number)
+    }
+
+    /// The child runs, in no particular order.
+    pub fn children(&self) -> impl Iterator<Item = &RunRecord> {
+        self.children.values()
     }
 
     /// The `interrupt` step the run stopped at: its latest record is `interrupted` and it is

@@ -33,6 +33,29 @@ impl<S: Store> Engine<S> {
     }
 }
 impl<'e, S: Store> Run<'e, S> {
+    /// A child run that ended under a holder that then stopped without recording a stop
+    /// ([`Tree::carry`]): its records and its descendants' go to the observer, which was told
+    /// nothing of them.
+    async fn carry_ended(&self, child: &RunRecord) {
+        let Some(o) = self.engine.observer.as_deref().filter(|_| self.tree.carry) else {
+            return;
+        };
+        let mut runs = vec![child.clone()];
+        while let Some(run) = runs.pop() {
+            let replay = match Replay::load(&*self.engine.store, &run.id).await {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::debug!(run_id = %run.id, error = %e, "the records of an ended child run could not be read for its spans");
+                    continue;
+                }
+            };
+            o.run_started(&run);
+            replay.finished_parts().for_each(|r| o.replayed(r));
+            runs.extend(replay.children().cloned());
+            o.run_ended(&run);
+        }
+    }
+
     /// A `flow` agent: a child run one level deeper, with its own payload.
     pub(super) async fn child_run(&self, child: FlowRef, input: Value, number: StepNumber<'_>) -> CallResult {
         let depth = self.lineage.depth;
@@ -54,20 +77,23 @@ impl<'e, S: Store> Run<'e, S> {
         // stands), instead of a new one.
         let earlier = self.replay.as_ref().and_then(|r| r.child(&prefix)).cloned();
         let out = match earlier {
-            Some(rec) if !crate::runtime::resume::resumable(rec.status) => RunOutcome {
-                run_id: rec.id,
-                status: rec.status,
-                output: rec.output,
-                error: rec.error,
-                path: Vec::new(),
-                usage: rec.usage,
-                steps: rec.steps,
-                duration_ms: rec
-                    .finished_at
-                    .unwrap_or(rec.started_at)
-                    .saturating_sub(rec.started_at),
-                store_failure: None,
-            },
+            Some(rec) if !crate::runtime::resume::resumable(rec.status) => {
+                self.carry_ended(&rec).await;
+                RunOutcome {
+                    run_id: rec.id,
+                    status: rec.status,
+                    output: rec.output,
+                    error: rec.error,
+                    path: Vec::new(),
+                    usage: rec.usage,
+                    steps: rec.steps,
+                    duration_ms: rec
+                        .finished_at
+                        .unwrap_or(rec.started_at)
+                        .saturating_sub(rec.started_at),
+                    store_failure: None,
+                }
+            }
             earlier => {
                 let replay = match &earlier {
                     Some(rec) => match Replay::load(&*self.engine.store, &rec.id).await {

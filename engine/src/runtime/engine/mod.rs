@@ -152,6 +152,11 @@ struct Tree {
     store_failure: std::sync::Mutex<Option<String>>,
     /// What the agent calls of the whole tree have cost so far, in 10⁻⁹ USD.
     spent_nano: AtomicU64,
+    /// Resumed from `running`: its last holder stopped without recording a stop, so the
+    /// records it finished are handed to the observer as they replay ([`Observer::replayed`]).
+    ///
+    /// [`Observer::replayed`]: crate::runtime::observe::Observer::replayed
+    carry: bool,
 }
 
 /// How a caller stops runs: `cancel` ends them `cancelled`; `pause` stops them at the next

@@ -96,7 +96,15 @@ impl<S: Store> Engine<S> {
         item: Option<BatchItem>,
     ) -> RunOutcome {
         let now = options.now.unwrap_or_else(Timestamp::now);
-        let (tree, lineage) = Self::tree(plan, context, now, options, controls, ResumeOptions::default());
+        let (tree, lineage) = Self::tree(
+            plan,
+            context,
+            now,
+            options,
+            controls,
+            ResumeOptions::default(),
+            false,
+        );
         let root = tree.plan.root;
         // The root run in place: only child runs need the boxed, recursive `run_flow`.
         let flow = tree.plan.flow(root).clone();
@@ -189,7 +197,9 @@ impl<S: Store> Engine<S> {
         }
         let context = record.context.clone();
         let now = recorded_now(&record);
-        let (tree, lineage) = Self::tree(plan, context, now, options, controls, resume);
+        // `running` on record: its holder died, lost it, or paused it, and ended nothing.
+        let carry = !fresh && record.status == RunStatus::Running;
+        let (tree, lineage) = Self::tree(plan, context, now, options, controls, resume, carry);
         let root = tree.plan.root;
         let flow = tree.plan.flow(root).clone();
         let input = record.input.clone();
@@ -307,6 +317,7 @@ impl<S: Store> Engine<S> {
         options: RunOptions,
         controls: RunControls,
         resume: ResumeOptions,
+        carry: bool,
     ) -> (Arc<Tree>, Lineage) {
         let max_depth = plan.root().limits.max_depth;
         let allow = intersect(options.allow.clone(), plan.root().allow.clone());
@@ -339,6 +350,7 @@ impl<S: Store> Engine<S> {
             resume,
             store_failure: std::sync::Mutex::new(None),
             spent_nano: AtomicU64::new(0),
+            carry,
         });
         let lineage = Lineage {
             parent_run: None,
@@ -458,6 +470,11 @@ impl<'e, S: Store> Run<'e, S> {
         }
         if let Some(o) = &self.engine.observer {
             o.run_started(&self.record);
+            if self.tree.carry
+                && let Some(replay) = &self.replay
+            {
+                replay.finished_parts().for_each(|r| o.replayed(r));
+            }
         }
         tracing::info!(run_id = %self.record.id, flow = %self.flow.name, depth = self.lineage.depth, "run started");
         // Every violation at once: a caller fixes its input in one go.
@@ -559,7 +576,11 @@ impl<'e, S: Store> Run<'e, S> {
             self.store_error(&e);
         }
         if let Some(o) = &self.engine.observer {
-            o.run_ended(&self.record);
+            if self.store_failed().is_some() {
+                o.run_unrecorded(&self.record);
+            } else {
+                o.run_ended(&self.record);
+            }
         }
         let output = self.record.output.take();
         let error = self.record.error.take();

@@ -420,3 +420,163 @@ fn a_loop_resumed_after_an_approval_in_another_process_continues_its_trace_once(
         );
     }
 }
+
+/// A submitted flow: a quick `set`, then a command that takes a second (idempotent, so a
+/// takeover calls it again), a `foreach` and a `set`.
+const SLOW_FLOW: &str = r#"flow: slow
+agents:
+  wait:
+    kind: command
+    run: [sh, -c, 'read -r x; sleep 1; printf "%s" "$x"']
+    idempotent: true
+  double:
+    kind: transform
+    result: {v: =input * 2}
+steps:
+  prepare:
+    set: {$.ready: =true}
+    next: call
+  call:
+    agent: wait
+    output: {$.seen: $.n}
+    next: spread
+  spread:
+    foreach: =[payload.n, payload.n + 1]
+    agent: double
+    select: $.v
+    output: {$.doubled: $}
+    next: total
+  total:
+    set:
+      $.sum: =payload.doubled[0] + payload.doubled[1]
+"#;
+
+/// A worker frozen (SIGSTOP) past its lease while its runs are taken over by another, each
+/// exporting to a collector of its own: after it thaws and the batch ends, each run's span is
+/// sent once, by the worker that ended the run, with its success; the frozen worker sends
+/// nothing of the runs it lost, and what it had finished of them before freezing is sent by
+/// the worker that took them over, so each run is one whole tree; no span id is sent twice.
+#[test]
+fn a_worker_frozen_past_its_lease_sends_nothing_of_the_runs_it_lost() {
+    use crate::cluster::{Pg, log_of, signal, spawn_worker, submit, wait_exit, wait_for, write_input};
+    const N: usize = 8;
+    let pg = Pg::new("otel");
+    let dir = TempDir::new("otel-cluster");
+    let flow = dir.write("slow.yaml", SLOW_FLOW);
+    write_input(&dir, N);
+    let out = submit(&dir, &flow, &pg.url("sy_otel_submit"), "traced", &[]);
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    let (c1, c2) = (Collector::start(), Collector::start());
+    let lease = [
+        "--concurrency",
+        "3",
+        "--lease",
+        "2s",
+        "--heartbeat",
+        "400ms",
+        "--grace",
+        "5s",
+    ];
+    let with = |c: &Collector| -> Vec<String> {
+        lease
+            .iter()
+            .map(|a| a.to_string())
+            .chain(["--otlp-endpoint".to_string(), c.url.clone()])
+            .collect()
+    };
+    let (a1, a2) = (with(&c1), with(&c2));
+    let (a1, a2): (Vec<&str>, Vec<&str>) = (
+        a1.iter().map(String::as_str).collect(),
+        a2.iter().map(String::as_str).collect(),
+    );
+    let mut w1 = spawn_worker(&dir, &pg.url("sy_otel_w1"), "w1", &a1);
+    let runs_in = |status: &str| {
+        pg.count(&format!(
+            "SELECT COUNT(*) FROM runs WHERE status = '{status}' AND parent_run IS NULL"
+        ))
+    };
+    // Freeze the first worker once it has ended a run and holds others mid-way.
+    wait_for(Duration::from_secs(60), "a first run to end", || {
+        runs_in("succeeded") >= 1
+    });
+    signal(&w1, "STOP");
+    let mut w2 = spawn_worker(&dir, &pg.url("sy_otel_w2"), "w2", &a2);
+    wait_for(Duration::from_secs(60), "a run taken over", || {
+        pg.count("SELECT COUNT(*) FROM runs WHERE recoveries > 0") >= 1
+    });
+    signal(&w1, "CONT");
+    wait_for(Duration::from_secs(120), "the batch to end", || {
+        runs_in("succeeded") == N as i64
+    });
+    signal(&w1, "TERM");
+    signal(&w2, "TERM");
+    assert!(
+        wait_exit(&mut w1, Duration::from_secs(30), "worker 1").success(),
+        "{}",
+        log_of(&dir, "w1")
+    );
+    assert!(
+        wait_exit(&mut w2, Duration::from_secs(30), "worker 2").success(),
+        "{}",
+        log_of(&dir, "w2")
+    );
+    // The runs the frozen worker found taken when it thawed.
+    let log1 = log_of(&dir, "w1");
+    let lost: std::collections::BTreeSet<String> = log1
+        .lines()
+        .filter(|l| l.contains("dropp"))
+        .filter_map(|l| l.split("run_id=").nth(1))
+        .filter_map(|r| r.split_whitespace().next())
+        .map(|r| r.trim_matches('"').to_string())
+        .collect();
+    assert!(!lost.is_empty(), "worker 1 lost no run: {log1}");
+
+    let (s1, s2) = (c1.spans(), c2.spans());
+    let all: Vec<&Span> = s1.iter().chain(&s2).collect();
+    let mut ids: Vec<&Vec<u8>> = all.iter().map(|s| &s.span_id).collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), all.len(), "a span id sent twice");
+    // Every run's span once, a success.
+    let roots: Vec<&&Span> = all.iter().filter(|s| s.parent_span_id.is_empty()).collect();
+    let mut items: Vec<String> = roots
+        .iter()
+        .filter_map(|r| attr(r, "switchyard.item_id"))
+        .collect();
+    items.sort();
+    let expected: Vec<String> = (0..N).map(|i| format!("item-{i}")).collect();
+    assert_eq!(items, expected, "one run span per item");
+    for r in &roots {
+        assert_eq!(r.name, "run slow");
+        assert_eq!(attr(r, "switchyard.status").as_deref(), Some("succeeded"));
+        assert!(r.status.as_ref().is_none_or(|s| s.code != 2), "{r:?}");
+        // One whole tree per run: its 4 steps and 2 iterations under it, whoever sent them.
+        let trace: Vec<&&Span> = all.iter().filter(|s| s.trace_id == r.trace_id).collect();
+        assert_eq!(
+            trace.len(),
+            7,
+            "{:?}",
+            trace.iter().map(|s| &s.name).collect::<Vec<_>>()
+        );
+        for s in &trace {
+            assert!(
+                s.parent_span_id.is_empty() || trace.iter().any(|p| p.span_id == s.parent_span_id),
+                "the parent of `{}` was never sent",
+                s.name
+            );
+        }
+    }
+    // Nothing of a lost run from the worker that lost it: its run span and every step came
+    // from the other.
+    for id in &lost {
+        let root = roots
+            .iter()
+            .find(|r| attr(r, "switchyard.run_id").as_deref() == Some(id.as_str()))
+            .unwrap_or_else(|| panic!("no span of run {id}"));
+        assert!(
+            !s1.iter().any(|s| s.trace_id == root.trace_id),
+            "worker 1 sent spans of run {id}, which it lost"
+        );
+    }
+    assert!(!s1.is_empty(), "worker 1 sent nothing of the runs it ended");
+}

@@ -580,3 +580,73 @@ fn a_worker_frozen_past_its_lease_sends_nothing_of_the_runs_it_lost() {
     }
     assert!(!s1.is_empty(), "worker 1 sent nothing of the runs it ended");
 }
+
+/// A loop stopped at an approval (first process), resumed with the decision by a second
+/// process killed during the approved call, and resumed again by a third: the third sends
+/// what the killed one had finished (the decision) and what it finishes itself, and nothing
+/// the first had sent already.
+#[test]
+fn a_run_resumed_after_its_resumer_died_sends_what_that_one_finished_and_no_more() {
+    use crate::mock_server::{Llm, Reply};
+    let server = Llm::start();
+    server.script([
+        Reply::calls(1, &[("lookup", r#"{"order": 7}"#)]),
+        Reply::calls(2, &[("refund", r#"{"amount": 100}"#)]),
+        Reply::Answer("Refunded.".into()),
+    ]);
+    let c = Collector::start();
+    let dir = TempDir::new("otel-approval-killed");
+    let marker = dir.path().join("refund-started");
+    // The first call of `refund` marks its start and hangs; the next one answers.
+    let flow = approval_flow(&server.base_url()).replace(
+        "  refund:\n    kind: mock\n    returns: {refunded: true}\n",
+        &format!(
+            "  refund:\n    kind: command\n    idempotent: true\n    run: [sh, -c, 'if [ -e \"{m}\" ]; then printf \"{{\\\"refunded\\\": true}}\"; else touch \"{m}\"; sleep 60; fi']\n",
+            m = marker.display()
+        ),
+    );
+    assert!(flow.contains("kind: command"), "{flow}");
+    dir.write("refunds.yaml", &flow);
+    let store = ["--store", "sqlite:runs.db"];
+    let otlp = ["--otlp-endpoint", &c.url];
+    let stopped = run(switchyard(dir.path())
+        .args(["run", "refunds.yaml", "--input", r#"{"text": "refund my order"}"#])
+        .args(store)
+        .args(otlp));
+    assert_eq!(stopped.code(), 3, "{}", stopped.stderr);
+    let id = crate::support::run_id_from(&stopped.stderr);
+    let sent_first = c.spans().len();
+    let mut resumer = switchyard(dir.path())
+        .args(["resume", &id, "--decision", r#"{"approve": true}"#])
+        .args(store)
+        .args(otlp)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("resume starts");
+    crate::cluster::wait_for(Duration::from_secs(30), "the approved call to start", || {
+        marker.exists()
+    });
+    resumer.kill().expect("kill -9");
+    resumer.wait().expect("the resumer exits");
+    assert_eq!(c.spans().len(), sent_first, "a killed process sent spans");
+    let again = run(switchyard(dir.path())
+        .args(["resume", &id])
+        .args(store)
+        .args(otlp));
+    assert_eq!(again.code(), 0, "{}", again.stderr);
+    let all = c.spans();
+    let key = |s: &Span| attr(s, "switchyard.number").unwrap_or_else(|| "run".into());
+    let mut third: Vec<String> = all[sent_first..].iter().map(key).collect();
+    third.sort();
+    assert_eq!(third, ["1", "1.t2.1", "1.t2.approval", "1.t3", "run"]);
+    let mut ids: Vec<&Vec<u8>> = all.iter().map(|s| &s.span_id).collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), all.len(), "a span id sent twice");
+    assert_eq!(all.len(), 8);
+    assert!(
+        all.iter()
+            .all(|s| s.parent_span_id.is_empty() || all.iter().any(|p| p.span_id == s.parent_span_id))
+    );
+}

@@ -73,11 +73,26 @@ impl Replay {
             .filter(|r| matches!(r.status, StepStatus::Succeeded | StepStatus::Failed))
     }
 
-    /// The latest records that finished (succeeded or failed), in no particular order.
-    pub fn finished_parts(&self) -> impl Iterator<Item = &StepRecord> {
+    /// When the latest decision given to the run was recorded (an `interrupt` or approval
+    /// part that succeeded, recorded as the resume that took it began); 0 without one.
+    pub fn decided_at(&self) -> u64 {
         self.parts
             .values()
-            .filter(|r| matches!(r.status, StepStatus::Succeeded | StepStatus::Failed))
+            .filter(|r| r.status == StepStatus::Succeeded && (r.kind == "interrupt" || r.kind == "approval"))
+            .map(|r| r.started_at)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// The latest records that finished (succeeded or failed) at or after `since` and the
+    /// latest decision ([`Replay::decided_at`]), in no particular order: what was made after
+    /// the run's last stop on record.
+    pub fn finished_since(&self, since: u64) -> impl Iterator<Item = &StepRecord> {
+        let since = since.max(self.decided_at());
+        self.parts.values().filter(move |r| {
+            matches!(r.status, StepStatus::Succeeded | StepStatus::Failed)
+                && r.finished_at.unwrap_or(r.started_at) >= since
+        })
     }
 
     /// The child run started by step `number` (`3`, or `3[2]` for an iteration).

@@ -37,7 +37,7 @@ impl<'e, S: Store> Run<'e, S> {
     /// ([`Tree::carry`]): its records and its descendants' go to the observer, which was told
     /// nothing of them.
     async fn carry_ended(&self, child: &RunRecord) {
-        let Some(o) = self.engine.observer.as_deref().filter(|_| self.tree.carry) else {
+        let (Some(o), Some(since)) = (self.engine.observer.as_deref(), self.tree.carry) else {
             return;
         };
         let mut runs = vec![child.clone()];
@@ -50,7 +50,7 @@ impl<'e, S: Store> Run<'e, S> {
                 }
             };
             o.run_started(&run);
-            replay.finished_parts().for_each(|r| o.replayed(r));
+            replay.finished_since(since).for_each(|r| o.replayed(r));
             runs.extend(replay.children().cloned());
             o.run_ended(&run);
         }

@@ -153,10 +153,11 @@ struct Tree {
     /// What the agent calls of the whole tree have cost so far, in 10⁻⁹ USD.
     spent_nano: AtomicU64,
     /// Resumed from `running`: its last holder stopped without recording a stop, so the
-    /// records it finished are handed to the observer as they replay ([`Observer::replayed`]).
+    /// records finished since the last stop on record (the latest decision given to the
+    /// root run, a time) are handed to the observer as they replay ([`Observer::replayed`]).
     ///
     /// [`Observer::replayed`]: crate::runtime::observe::Observer::replayed
-    carry: bool,
+    carry: Option<u64>,
 }
 
 /// How a caller stops runs: `cancel` ends them `cancelled`; `pause` stops them at the next

@@ -103,7 +103,7 @@ impl<S: Store> Engine<S> {
             options,
             controls,
             ResumeOptions::default(),
-            false,
+            None,
         );
         let root = tree.plan.root;
         // The root run in place: only child runs need the boxed, recursive `run_flow`.
@@ -198,7 +198,7 @@ impl<S: Store> Engine<S> {
         let context = record.context.clone();
         let now = recorded_now(&record);
         // `running` on record: its holder died, lost it, or paused it, and ended nothing.
-        let carry = !fresh && record.status == RunStatus::Running;
+        let carry = (!fresh && record.status == RunStatus::Running).then(|| replay.decided_at());
         let (tree, lineage) = Self::tree(plan, context, now, options, controls, resume, carry);
         let root = tree.plan.root;
         let flow = tree.plan.flow(root).clone();
@@ -317,7 +317,7 @@ impl<S: Store> Engine<S> {
         options: RunOptions,
         controls: RunControls,
         resume: ResumeOptions,
-        carry: bool,
+        carry: Option<u64>,
     ) -> (Arc<Tree>, Lineage) {
         let max_depth = plan.root().limits.max_depth;
         let allow = intersect(options.allow.clone(), plan.root().allow.clone());
@@ -470,10 +470,10 @@ impl<'e, S: Store> Run<'e, S> {
         }
         if let Some(o) = &self.engine.observer {
             o.run_started(&self.record);
-            if self.tree.carry
+            if let Some(since) = self.tree.carry
                 && let Some(replay) = &self.replay
             {
-                replay.finished_parts().for_each(|r| o.replayed(r));
+                replay.finished_since(since).for_each(|r| o.replayed(r));
             }
         }
         tracing::info!(run_id = %self.record.id, flow = %self.flow.name, depth = self.lineage.depth, "run started");

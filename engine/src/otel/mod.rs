@@ -10,7 +10,15 @@
 //! record that called it (its step, or the iteration); a record numbered under another of its
 //! run (an agent loop's turn `3.t2`, a tool call `3.t2.1`) is that one's child. Each root run is
 //! a trace of its own (a batch is one trace per item), its id derived from the run's id, and
-//! span ids from the records' keys, so a run resumed later adds to the same trace.
+//! span ids and parents from the records' keys alone, so a run resumed later, here or in
+//! another process, continues the same tree.
+//!
+//! Each span is sent once, by the process that finished its record: an `interrupted` record
+//! makes none (whoever goes on finishes it), a run's span is sent by the process that ends it
+//! (a root stopped `interrupted` sends its finished records without it), and a tree whose root
+//! paused, or whose end could not be recorded (its lease taken over, the store failing), is
+//! dropped whole: the process that takes it over is handed its finished records as they replay
+//! ([`Observer::replayed`]) and sends them.
 //!
 //! Nothing of it waits on the collector: finished trees go through a bounded queue to a thread
 //! of the exporter's own, woken once a request's worth waits (or after a quiet while), which

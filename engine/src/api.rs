@@ -33,8 +33,13 @@ use crate::diag::{Diagnostic, render};
 use crate::plan::Plan;
 use crate::project::Project;
 use crate::runtime::observe::{Fanout, Observer};
-use crate::store::Store;
 use crate::store::any::AnyStore;
+use crate::store::{Store, Writer};
+
+/// How long a `run` or `resume` holds its run without renewing (SPEC §7.3): what a process
+/// on another host waits, after the holder died, before it can take the run. On the holder's
+/// own host a dead holder frees the run at once.
+const WRITER_LEASE: std::time::Duration = std::time::Duration::from_secs(30);
 
 pub use crate::agents::native::{NativeAgent, NativeCall, NativeFuture, Natives};
 pub use crate::batch::{BatchError, BatchOptions, Progress, Summary as BatchSummary};
@@ -365,22 +370,34 @@ impl<S: Store> Switchyard<S> {
         self.run_with(flow, input, RunConfig::default()).await
     }
 
-    /// [`Switchyard::run`] with a context, run options and controls.
+    /// [`Switchyard::run`] with a context, run options and controls. The run is this
+    /// process's from before it starts to its end (SPEC §7.3, one writer per run): a `resume`
+    /// of it meanwhile is refused.
     pub async fn run_with(&self, flow: &Flow, input: Value, config: RunConfig) -> Result<RunOutcome, Error> {
         self.check(flow, &config.options)?;
         let context = config.context.unwrap_or_else(|| json!({}));
-        Ok(self
+        let id = crate::runtime::record::new_run_id();
+        let writer = Writer::this_process();
+        self.store
+            .take_run(&id, &writer, WRITER_LEASE)
+            .await
+            .map_err(|e| Error::Store(e.to_string()))?;
+        let renewing = self.renew(&id, &writer, &config.controls);
+        let outcome = self
             .engine()
-            .run_item(
+            .run_as(
+                id.clone(),
                 flow.plan.clone(),
                 input,
                 context,
                 config.options,
                 Arc::new(AgentState::default()),
                 config.controls,
-                None,
             )
-            .await)
+            .await;
+        renewing.abort();
+        self.give_back(&id, &writer).await;
+        Ok(outcome)
     }
 
     /// Continues the stored run `run_id` of `flow` (SPEC §3.6): what finished is replayed
@@ -394,17 +411,71 @@ impl<S: Store> Switchyard<S> {
         config: RunConfig,
     ) -> Result<RunOutcome, Error> {
         self.check(flow, &config.options)?;
-        Ok(self
-            .engine()
-            .resume(
-                flow.plan.clone(),
-                run_id,
-                config.options,
-                resume,
-                Arc::new(AgentState::default()),
-                config.controls,
-            )
-            .await?)
+        // The run as this process first sees it: if it is not the same once taken, another
+        // process continued it meanwhile, and what this resume was asked does not apply.
+        let seen = self.store.get_run(run_id).await.map_err(ResumeError::from)?;
+        let writer = Writer::this_process();
+        self.store
+            .take_run(run_id, &writer, WRITER_LEASE)
+            .await
+            .map_err(ResumeError::from)?;
+        let renewing = self.renew(run_id, &writer, &config.controls);
+        let outcome = match self.store.get_run(run_id).await {
+            Err(e) => Err(ResumeError::from(e)),
+            Ok(now) if now != seen => Err(ResumeError::MovedOn {
+                id: run_id.to_string(),
+                status: now.status.as_str(),
+            }),
+            Ok(_) => {
+                self.engine()
+                    .resume(
+                        flow.plan.clone(),
+                        run_id,
+                        config.options,
+                        resume,
+                        Arc::new(AgentState::default()),
+                        config.controls,
+                    )
+                    .await
+            }
+        };
+        renewing.abort();
+        self.give_back(run_id, &writer).await;
+        Ok(outcome?)
+    }
+
+    /// Renews `writer`'s lease on run `id` at a third of it until aborted. A lease found lost
+    /// (this process was stalled past it, and another took the run) pauses the run at its
+    /// next recorded point.
+    fn renew(&self, id: &str, writer: &Writer, controls: &RunControls) -> tokio::task::JoinHandle<()> {
+        let (store, id, writer, pause) = (
+            self.store.clone(),
+            id.to_string(),
+            writer.clone(),
+            controls.pause.clone(),
+        );
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(WRITER_LEASE / 3).await;
+                match store.renew_run(&id, &writer, WRITER_LEASE).await {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        tracing::warn!(run_id = %id, "another process took the run over: stopping it here");
+                        pause.cancel();
+                        return;
+                    }
+                    Err(e) => tracing::warn!(run_id = %id, "could not renew the lease on the run: {e}"),
+                }
+            }
+        })
+    }
+
+    /// Gives run `id` back after this process ran it.
+    async fn give_back(&self, id: &str, writer: &Writer) {
+        if let Err(e) = self.store.give_back_run(id, writer).await {
+            // The lease lapses, or the process is found gone: the run is free then.
+            tracing::warn!(run_id = %id, "could not give the run back: {e}");
+        }
     }
 
     /// Runs the flow over a JSONL file, as `switchyard batch` does: one run per line, output

@@ -221,13 +221,29 @@ fn resume_submitted(
     ));
     drop(engine);
     let outcome = outcome.map_err(|e| match e {
-        NotRun::Held => format!(
-            "run `{}` is held by a worker right now (its lease is live): it runs there",
-            record.id
-        ),
+        NotRun::Held => held_message(rt, sql, &record.id),
         NotRun::Failed(e) => e,
     });
     conclude(rt, store, outcome, args)
+}
+
+/// Why submitted run `id` is not this process's: the process and host of its lease's holder.
+fn held_message(rt: &tokio::runtime::Runtime, sql: &crate::store::sql::SqlStore, id: &str) -> String {
+    let holder = rt
+        .block_on(sql.lease_of(id))
+        .ok()
+        .flatten()
+        .and_then(|(_, owner, _)| owner)
+        .and_then(|o| crate::cluster::worker::holder_process(&o));
+    match holder {
+        Some((pid, host)) => crate::store::StoreError::Held {
+            run: id.to_string(),
+            pid,
+            host,
+        }
+        .to_string(),
+        None => format!("run `{id}` is being run by another process (a worker holds its lease)"),
+    }
 }
 
 /// Why a submitted run was not continued here.

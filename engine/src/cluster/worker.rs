@@ -744,12 +744,17 @@ async fn heartbeat(
 
 /// This machine's name, for `batches` to show.
 pub fn host_name() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .map(|h| h.trim().to_string())
-        .filter(|h| !h.is_empty())
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .unwrap_or_else(|| "localhost".to_string())
+    crate::store::writers::host_name()
+}
+
+/// The process and host a lease holder's id names ([`new_worker_id`], with a prefix such as
+/// `resume-` or without): the pid and host, when the id has that shape.
+pub fn holder_process(id: &str) -> Option<(u32, String)> {
+    let mut parts = id.rsplitn(3, '-');
+    let _random = parts.next()?;
+    let pid = parts.next()?.parse().ok()?;
+    let host = parts.next()?;
+    Some((pid, host.strip_prefix("resume-").unwrap_or(host).to_string()))
 }
 
 /// A new worker id: the host, the process and a random part.

@@ -1,0 +1,127 @@
+//! Who advances a run (SPEC §7.3, one writer per run): the [`Writer`] a process takes a run
+//! as, and how another process tells whether that writer is still alive.
+//!
+//! A writer names its host and process (pid and the process's start time, so that a pid
+//! reused by a later process is not taken for it) and carries a random token of its own,
+//! new for every take: a release or a renewal touches only its own holding. Stores keep the
+//! writer of each run a `run` or a `resume` advances ([`super::Store::take_run`]); a holding
+//! whose lease lapsed, or whose process is verifiably gone on this host, is free to take.
+
+use std::hash::{BuildHasher, Hasher};
+
+/// A process advancing a run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Writer {
+    /// Random, new for each take.
+    pub token: String,
+    /// The machine's name.
+    pub host: String,
+    pub pid: u32,
+    /// When the process started (clock ticks since boot, from `/proc/PID/stat`), when known.
+    pub started: Option<u64>,
+}
+
+impl Writer {
+    /// This process, with a new token.
+    pub fn this_process() -> Writer {
+        let pid = std::process::id();
+        Writer {
+            token: new_token(),
+            host: host_name(),
+            pid,
+            started: process_start(pid),
+        }
+    }
+
+    /// Whether the process this writer names is verifiably gone: it ran on this host, and no
+    /// process of its pid exists now, or the one that does started at another time. False
+    /// whenever that cannot be told (another host): then only its lease lapsing frees the run.
+    pub fn is_gone(&self) -> bool {
+        if self.host != host_name() {
+            return false;
+        }
+        let Ok(pid) = libc::pid_t::try_from(self.pid) else {
+            return false;
+        };
+        // SAFETY: signal 0 sends nothing; it only asks whether the process exists.
+        let exists = unsafe { libc::kill(pid, 0) } == 0
+            || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
+        if !exists {
+            return true;
+        }
+        match (self.started, process_start(self.pid)) {
+            (Some(then), Some(now)) => then != now,
+            _ => false,
+        }
+    }
+}
+
+/// This machine's name.
+pub fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "localhost".to_string())
+}
+
+/// The start time of process `pid` (field 22 of `/proc/PID/stat`, after the parenthesized
+/// command name, which may hold spaces and parentheses itself).
+fn process_start(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &stat[stat.rfind(')')? + 1..];
+    // Fields from the third (state) on: the start time is the 20th of them.
+    after.split_whitespace().nth(19)?.parse().ok()
+}
+
+fn new_token() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut h = std::hash::RandomState::new().build_hasher();
+    h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos(),
+    );
+    format!("{:016x}", h.finish())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_process_is_alive_and_a_finished_child_is_gone() {
+        let me = Writer::this_process();
+        assert!(!me.is_gone());
+        assert!(me.started.is_some(), "/proc gives the start time");
+        let mut child = std::process::Command::new("true").spawn().expect("spawn true");
+        let pid = child.id();
+        child.wait().expect("wait");
+        let gone = Writer {
+            pid,
+            started: Some(1),
+            ..Writer::this_process()
+        };
+        assert!(gone.is_gone());
+        let elsewhere = Writer {
+            host: format!("{}-elsewhere", host_name()),
+            ..gone
+        };
+        assert!(!elsewhere.is_gone(), "a process on another host cannot be told gone");
+    }
+
+    #[test]
+    fn a_reused_pid_is_not_the_writer() {
+        let me = Writer::this_process();
+        let earlier = Writer {
+            started: me.started.map(|s| s + 1),
+            ..me.clone()
+        };
+        assert!(earlier.is_gone());
+        assert_ne!(Writer::this_process().token, me.token);
+    }
+}

@@ -1,0 +1,271 @@
+//! One writer per run (SPEC §7.3): two `resume`s of one run started together, on SQLite and
+//! PostgreSQL, an `interrupt`'s decision and an agent loop's approval — the step after the
+//! decision has its effect once, one `resume` continues the run and the other is refused
+//! (exit 2) naming the process that runs it; a `resume` of a run a live `run` process is
+//! running is refused the same way, and succeeds at once after that process is killed.
+
+use std::path::Path;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::cluster::Pg;
+use crate::mock_server::{Llm, Reply};
+use crate::support::{HANG, TempDir, run, run_id_from, switchyard};
+
+/// How many times each race is run: each round is a fresh run raced by two `resume`s.
+const ROUNDS: usize = 4;
+
+/// A run stopped at an `interrupt`; its decision leads to `refund`, a command that is not
+/// idempotent and appends a line (its idempotency key and attempt) to `paid`, slowly enough
+/// that a second `resume` comes while the first one runs it.
+fn interrupt_flow(paid: &Path) -> String {
+    format!(
+        r#"flow: refund
+agents:
+  pay:
+    kind: command
+    run: [sh, -c, 'cat >/dev/null; echo "$SWITCHYARD_IDEMPOTENCY_KEY $SWITCHYARD_ATTEMPT" >> "{paid}"; sleep 0.3; echo "{{\"paid\": true}}"']
+    idempotent: false
+steps:
+  approve:
+    interrupt: {{prompt: "refund?", schema: {{type: object, required: [ok], properties: {{ok: {{type: boolean}}}}}}}}
+    output: {{$.ok: $.ok}}
+    next: refund
+  refund: {{agent: pay, output: {{$.paid: $.paid}}}}
+"#,
+        paid = paid.display()
+    )
+}
+
+/// An agent loop whose `refund` tool needs approval and appends its input to `paid`.
+fn approval_flow(base_url: &str, paid: &Path) -> String {
+    format!(
+        r#"flow: refunds
+providers:
+  local: {{base_url: {base_url}}}
+agents:
+  agent:
+    kind: llm
+    provider: local
+    model: m1
+    prompt: "Ticket: {{{{ input.text }}}}"
+    tools:
+      refund: {{description: Refunds an amount.}}
+    approve: [refund]
+  refund:
+    kind: command
+    run: [sh, -c, 'cat >> "{paid}"; printf "\n" >> "{paid}"; sleep 0.3; printf "{{\"refunded\": true}}"']
+    idempotent: false
+steps:
+  answer: {{agent: agent, input: {{$.text: $.text}}, output: {{$.reply: $}}}}
+"#,
+        paid = paid.display()
+    )
+}
+
+/// The model: a refund call until it is told the call's result, then an answer.
+fn refund_model(body: &Value) -> Reply {
+    let told = body["messages"]
+        .as_array()
+        .is_some_and(|m| m.iter().any(|m| m["role"] == "tool"));
+    if told {
+        Reply::Answer("Refunded.".into())
+    } else {
+        Reply::calls(1, &[("refund", r#"{"amount": 100}"#)])
+    }
+}
+
+fn lines(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Starts `switchyard resume ID --decision DECISION` in `dir` on `store`, piped.
+fn start_resume(dir: &Path, store: &str, id: &str, decision: &str) -> Child {
+    switchyard(dir)
+        .args(["resume", id, "--decision", decision, "--store", store])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start resume")
+}
+
+/// Waits for `child` (at most [`HANG`]): its exit code and stderr.
+fn finish(child: Child) -> (i32, String) {
+    let id = child.id();
+    let waiter = std::thread::spawn(move || child.wait_with_output().expect("wait"));
+    let deadline = Instant::now() + HANG;
+    while !waiter.is_finished() {
+        assert!(Instant::now() < deadline, "resume (pid {id}) hangs");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let out = waiter.join().expect("waiter");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Two `resume ID --decision D` of run `id` started together: exactly one continues the run
+/// (exit 0); the other is refused with exit 2, naming the process that runs it, or — when it
+/// came only after the first one ended — saying the run is no longer waiting.
+fn race_two_resumes(dir: &Path, store: &str, id: &str, decision: &str) {
+    let a = start_resume(dir, store, id, decision);
+    let b = start_resume(dir, store, id, decision);
+    let mut outs = [finish(a), finish(b)];
+    outs.sort_by_key(|(code, _)| *code);
+    let [(won, won_err), (lost, lost_err)] = outs;
+    assert_eq!((won, lost), (0, 2), "one resume continues, one is refused: {won_err}\n---\n{lost_err}");
+    let refused = lost_err.contains(&format!("run `{id}` is being run by another process (pid "))
+        && lost_err.contains(", host ")
+        || lost_err.contains(&format!("run `{id}` already ended succeeded"))
+        || lost_err.contains(&format!("run `{id}` was continued by another process meanwhile"));
+    assert!(refused, "the refusal says why: {lost_err}");
+}
+
+/// Runs the interrupt flow to its stop, races two `resume`s of it, and checks the refund was
+/// made once, at attempt 1 of its step.
+fn interrupt_rounds(dir: &TempDir, store: &str) {
+    let paid = dir.path().join("paid");
+    dir.write("refund.yaml", interrupt_flow(&paid));
+    for round in 0..ROUNDS {
+        let out = run(switchyard(dir.path())
+            .args(["run", "refund.yaml", "--input", "{}", "--store", store]));
+        assert_eq!(out.code(), 3, "{out:?}");
+        let id = run_id_from(&out.stderr);
+        race_two_resumes(dir.path(), store, &id, r#"{"ok": true}"#);
+        let made = lines(&paid);
+        assert_eq!(made.len(), round + 1, "round {round}: the refund is made once: {made:?}");
+        assert_eq!(made[round], format!("{id}:2 1"), "attempt 1 of the run's step 2");
+    }
+}
+
+#[test]
+fn two_resumes_of_an_interrupt_take_its_decision_once_on_sqlite() {
+    let dir = TempDir::new("one-writer-sqlite");
+    let store = format!("sqlite:{}", dir.path().join("runs.db").display());
+    interrupt_rounds(&dir, &store);
+}
+
+#[test]
+fn two_resumes_of_an_interrupt_take_its_decision_once_on_postgres() {
+    let pg = Pg::new("one_writer");
+    let dir = TempDir::new("one-writer-pg");
+    interrupt_rounds(&dir, &pg.url("one_writer"));
+}
+
+#[test]
+fn two_resumes_of_an_approval_take_its_decision_once() {
+    let server = Llm::start();
+    server.respond_with(refund_model);
+    let dir = TempDir::new("one-writer-approval");
+    let paid = dir.path().join("paid");
+    dir.write("refunds.yaml", approval_flow(&server.base_url(), &paid));
+    let store = format!("sqlite:{}", dir.path().join("runs.db").display());
+    for round in 0..ROUNDS {
+        let out = run(switchyard(dir.path()).args([
+            "run",
+            "refunds.yaml",
+            "--input",
+            r#"{"text": "refund my order"}"#,
+            "--store",
+            &store,
+        ]));
+        assert_eq!(out.code(), 3, "{out:?}");
+        let id = run_id_from(&out.stderr);
+        race_two_resumes(dir.path(), &store, &id, r#"{"approve": true}"#);
+        let made = lines(&paid);
+        assert_eq!(made.len(), round + 1, "round {round}: the refund is made once: {made:?}");
+        assert_eq!(serde_json::from_str::<Value>(&made[round]).expect("JSON"), json!({"amount": 100}));
+    }
+}
+
+/// A flow whose first step is a call that, the first time, hangs (a live `run` is inside it);
+/// called again (by a `resume --retry-in-doubt`) it answers at once. `then` is not idempotent.
+fn hanging_flow(calls: &Path, then: &Path) -> String {
+    format!(
+        r#"flow: hang
+agents:
+  slow:
+    kind: command
+    run: [sh, -c, 'cat >/dev/null; n=$(cat "{calls}" 2>/dev/null | wc -l); echo x >> "{calls}"; if [ "$n" -eq 0 ]; then sleep 60; fi; echo "{{\"ok\": true}}"']
+    idempotent: false
+  after:
+    kind: command
+    run: [sh, -c, 'cat >/dev/null; echo x >> "{then}"; echo "{{\"done\": true}}"']
+    idempotent: false
+steps:
+  first: {{agent: slow, output: {{$.ok: $.ok}}, next: second}}
+  second: {{agent: after, output: {{$.done: $.done}}}}
+"#,
+        calls = calls.display(),
+        then = then.display()
+    )
+}
+
+/// The id of the one run recorded in `store`.
+fn only_run(dir: &Path, store: &str) -> String {
+    let out = run(switchyard(dir).args(["runs", "list", "--json", "--store", store]));
+    assert_eq!(out.code(), 0, "{out:?}");
+    let runs: Vec<Value> = out
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSON"))
+        .collect();
+    assert_eq!(runs.len(), 1, "{}", out.stdout);
+    runs[0]["id"].as_str().expect("an id").to_string()
+}
+
+#[test]
+fn a_resume_of_a_run_a_live_process_runs_is_refused_until_that_process_dies() {
+    let dir = TempDir::new("one-writer-live");
+    let calls = dir.path().join("calls");
+    let then = dir.path().join("then");
+    dir.write("hang.yaml", hanging_flow(&calls, &then));
+    let store = format!("sqlite:{}", dir.path().join("runs.db").display());
+    let mut live: Child = switchyard(dir.path())
+        .args(["run", "hang.yaml", "--input", "{}", "--store", &store])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start run");
+    // The run is inside its first call once the call has left its line.
+    let deadline = Instant::now() + HANG;
+    while lines(&calls).is_empty() {
+        assert!(Instant::now() < deadline, "the first call never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let id = only_run(dir.path(), &store);
+    let resume = |dir: &Path| {
+        run(switchyard(dir).args(["resume", &id, "--retry-in-doubt", "--store", &store]))
+    };
+    let out = resume(dir.path());
+    assert_eq!(out.code(), 2, "{out:?}");
+    let host = switchyard::store::writers::host_name();
+    assert!(
+        out.stderr.contains(&format!(
+            "run `{id}` is being run by another process (pid {}, host {host})",
+            live.id()
+        )),
+        "{}",
+        out.stderr
+    );
+    assert!(lines(&then).is_empty(), "nothing ran past the live run's step");
+
+    live.kill().expect("kill -9 the run");
+    live.wait().expect("reaped");
+    // At once: the holder's process is gone, no lease has to lapse (it lasts 30 s; the
+    // command is killed after HANG, 20 s).
+    let out = resume(dir.path());
+    assert_eq!(out.code(), 0, "{out:?}");
+    let status = run(switchyard(dir.path()).args(["runs", "show", &id, "--json", "--store", &store]));
+    let doc: Value = serde_json::from_str(&status.stdout).expect("JSON");
+    assert_eq!(doc["run"]["status"], "succeeded", "{}", status.stdout);
+    assert_eq!(lines(&then).len(), 1);
+}

@@ -9,6 +9,11 @@ use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use switchyard::api::{ResumeError, ResumeOptions};
+use switchyard::store::memory::MemoryStore;
+use switchyard::store::sql::SqlStore;
+use switchyard::store::{Store, StoreError, Writer};
+use switchyard::{Error, Flow, RunConfig, RunStatus, Switchyard};
 
 use crate::cluster::Pg;
 use crate::mock_server::{Llm, Reply};
@@ -121,7 +126,11 @@ fn race_two_resumes(dir: &Path, store: &str, id: &str, decision: &str) {
     let mut outs = [finish(a), finish(b)];
     outs.sort_by_key(|(code, _)| *code);
     let [(won, won_err), (lost, lost_err)] = outs;
-    assert_eq!((won, lost), (0, 2), "one resume continues, one is refused: {won_err}\n---\n{lost_err}");
+    assert_eq!(
+        (won, lost),
+        (0, 2),
+        "one resume continues, one is refused: {won_err}\n---\n{lost_err}"
+    );
     let refused = lost_err.contains(&format!("run `{id}` is being run by another process (pid "))
         && lost_err.contains(", host ")
         || lost_err.contains(&format!("run `{id}` already ended succeeded"))
@@ -135,13 +144,16 @@ fn interrupt_rounds(dir: &TempDir, store: &str) {
     let paid = dir.path().join("paid");
     dir.write("refund.yaml", interrupt_flow(&paid));
     for round in 0..ROUNDS {
-        let out = run(switchyard(dir.path())
-            .args(["run", "refund.yaml", "--input", "{}", "--store", store]));
+        let out = run(switchyard(dir.path()).args(["run", "refund.yaml", "--input", "{}", "--store", store]));
         assert_eq!(out.code(), 3, "{out:?}");
         let id = run_id_from(&out.stderr);
         race_two_resumes(dir.path(), store, &id, r#"{"ok": true}"#);
         let made = lines(&paid);
-        assert_eq!(made.len(), round + 1, "round {round}: the refund is made once: {made:?}");
+        assert_eq!(
+            made.len(),
+            round + 1,
+            "round {round}: the refund is made once: {made:?}"
+        );
         assert_eq!(made[round], format!("{id}:2 1"), "attempt 1 of the run's step 2");
     }
 }
@@ -181,8 +193,15 @@ fn two_resumes_of_an_approval_take_its_decision_once() {
         let id = run_id_from(&out.stderr);
         race_two_resumes(dir.path(), &store, &id, r#"{"approve": true}"#);
         let made = lines(&paid);
-        assert_eq!(made.len(), round + 1, "round {round}: the refund is made once: {made:?}");
-        assert_eq!(serde_json::from_str::<Value>(&made[round]).expect("JSON"), json!({"amount": 100}));
+        assert_eq!(
+            made.len(),
+            round + 1,
+            "round {round}: the refund is made once: {made:?}"
+        );
+        assert_eq!(
+            serde_json::from_str::<Value>(&made[round]).expect("JSON"),
+            json!({"amount": 100})
+        );
     }
 }
 
@@ -242,9 +261,8 @@ fn a_resume_of_a_run_a_live_process_runs_is_refused_until_that_process_dies() {
         std::thread::sleep(Duration::from_millis(20));
     }
     let id = only_run(dir.path(), &store);
-    let resume = |dir: &Path| {
-        run(switchyard(dir).args(["resume", &id, "--retry-in-doubt", "--store", &store]))
-    };
+    let resume =
+        |dir: &Path| run(switchyard(dir).args(["resume", &id, "--retry-in-doubt", "--store", &store]));
     let out = resume(dir.path());
     assert_eq!(out.code(), 2, "{out:?}");
     let host = switchyard::store::writers::host_name();
@@ -268,4 +286,148 @@ fn a_resume_of_a_run_a_live_process_runs_is_refused_until_that_process_dies() {
     let doc: Value = serde_json::from_str(&status.stdout).expect("JSON");
     assert_eq!(doc["run"]["status"], "succeeded", "{}", status.stdout);
     assert_eq!(lines(&then).len(), 1);
+}
+
+// ------------------------------------------------------------------ the store's holdings
+
+/// A writer of this process's pid under a new token: alive, so never found gone.
+fn alive() -> Writer {
+    Writer::this_process()
+}
+
+/// A writer of a process that has exited, on this host.
+fn gone() -> Writer {
+    let mut child = std::process::Command::new("true").spawn().expect("spawn true");
+    let pid = child.id();
+    child.wait().expect("reaped");
+    Writer {
+        pid,
+        ..Writer::this_process()
+    }
+}
+
+/// What every store keeps: one writer per run, refused to another naming its holder, renewed
+/// and given back only by its own holder.
+async fn one_writer_at_a_time(store: &impl Store) {
+    let (first, second) = (alive(), alive());
+    let lease = Duration::from_secs(30);
+    store.take_run("a", &first, lease).await.expect("a free run");
+    let held = store.take_run("a", &second, lease).await.expect_err("held");
+    let StoreError::Held { run, pid, host } = &held else {
+        panic!("{held:?}")
+    };
+    assert_eq!(
+        (run.as_str(), *pid, host.as_str()),
+        ("a", first.pid, first.host.as_str())
+    );
+    assert_eq!(
+        held.to_string(),
+        format!(
+            "run `a` is being run by another process (pid {}, host {})",
+            first.pid, first.host
+        )
+    );
+    assert!(store.renew_run("a", &first, lease).await.expect("renew"));
+    assert!(!store.renew_run("a", &second, lease).await.expect("renew"));
+    store
+        .give_back_run("a", &second)
+        .await
+        .expect("not its own: nothing");
+    assert!(store.take_run("a", &second, lease).await.is_err());
+    store.give_back_run("a", &first).await.expect("give back");
+    store
+        .take_run("a", &second, lease)
+        .await
+        .expect("given back, free");
+}
+
+/// What a store shared by processes keeps besides: a holder whose process is gone, or whose
+/// lease lapsed, frees the run; the lapsed holder cannot renew it after.
+async fn a_dead_holder_frees_the_run(store: &impl Store) {
+    one_writer_at_a_time(store).await;
+    let lease = Duration::from_secs(30);
+    store.take_run("b", &gone(), lease).await.expect("a free run");
+    store
+        .take_run("b", &alive(), lease)
+        .await
+        .expect("its holder is gone");
+    // On another host, a holder cannot be told gone: only its lease lapsing frees the run.
+    let elsewhere = Writer {
+        host: "elsewhere.example".into(),
+        ..gone()
+    };
+    store
+        .take_run("c", &elsewhere, Duration::from_millis(1))
+        .await
+        .expect("a free run");
+    std::thread::sleep(Duration::from_millis(20));
+    let next = alive();
+    store.take_run("c", &next, lease).await.expect("the lease lapsed");
+    assert!(!store.renew_run("c", &elsewhere, lease).await.expect("renew"));
+    assert!(store.take_run("c", &elsewhere, lease).await.is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_store_holds_one_writer_per_run() {
+    one_writer_at_a_time(&MemoryStore::new()).await;
+    let dir = TempDir::new("one-writer-store");
+    let url = format!("sqlite:{}", dir.path().join("runs.db").display());
+    let sqlite = SqlStore::open(&url).await.expect("opens");
+    a_dead_holder_frees_the_run(&sqlite).await;
+    sqlite.close().await;
+    let pg = Pg::new("one_writer_store");
+    let postgres = SqlStore::open(&pg.url("one_writer_store")).await.expect("opens");
+    a_dead_holder_frees_the_run(&postgres).await;
+    postgres.close().await;
+}
+
+/// Through the library: a resume of a run another writer holds is refused with the typed
+/// error naming it, and runs nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_library_refuses_a_held_run_with_a_typed_error() {
+    let dir = TempDir::new("one-writer-library");
+    let paid = dir.path().join("paid");
+    let flow = Flow::load(dir.write("refund.yaml", interrupt_flow(&paid))).expect("loads");
+    let url = format!("sqlite:{}", dir.path().join("runs.db").display());
+    let sy = Switchyard::open(&url).await.expect("opens");
+    let stopped = sy.run(&flow, json!({})).await.expect("runs");
+    assert_eq!(stopped.status, RunStatus::Interrupted);
+    let holder = alive();
+    sy.store()
+        .take_run(&stopped.run_id, &holder, Duration::from_secs(30))
+        .await
+        .expect("taken");
+    let options = || ResumeOptions {
+        decision: Some(json!({"ok": true})),
+        ..ResumeOptions::default()
+    };
+    let err = sy
+        .resume(&flow, &stopped.run_id, options(), RunConfig::default())
+        .await
+        .expect_err("held");
+    assert!(
+        matches!(&err, Error::Resume(ResumeError::Store(StoreError::Held { pid, .. })) if *pid == holder.pid),
+        "{err:?}"
+    );
+    assert!(lines(&paid).is_empty());
+    sy.store()
+        .give_back_run(&stopped.run_id, &holder)
+        .await
+        .expect("given back");
+    let done = sy
+        .resume(&flow, &stopped.run_id, options(), RunConfig::default())
+        .await
+        .expect("resumes");
+    assert_eq!(done.status, RunStatus::Succeeded);
+    assert_eq!(lines(&paid).len(), 1);
+    // Given back at its end: the next resume is told the run ended, not that it is held.
+    let err = sy
+        .resume(&flow, &stopped.run_id, options(), RunConfig::default())
+        .await
+        .expect_err("ended");
+    assert!(
+        matches!(err, Error::Resume(ResumeError::Finished { .. })),
+        "{err:?}"
+    );
+    sy.close().await;
 }

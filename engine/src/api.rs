@@ -377,16 +377,13 @@ impl<S: Store> Switchyard<S> {
         self.check(flow, &config.options)?;
         let context = config.context.unwrap_or_else(|| json!({}));
         let id = crate::runtime::record::new_run_id();
-        let writer = Writer::this_process();
-        self.store
-            .take_run(&id, &writer, WRITER_LEASE)
+        let holding = Holding::take(&self.store, &id, &config.controls)
             .await
             .map_err(|e| Error::Store(e.to_string()))?;
-        let renewing = self.renew(&id, &writer, &config.controls);
         let outcome = self
             .engine()
             .run_as(
-                id.clone(),
+                id,
                 flow.plan.clone(),
                 input,
                 context,
@@ -395,8 +392,7 @@ impl<S: Store> Switchyard<S> {
                 config.controls,
             )
             .await;
-        renewing.abort();
-        self.give_back(&id, &writer).await;
+        holding.give_back().await;
         Ok(outcome)
     }
 
@@ -414,12 +410,9 @@ impl<S: Store> Switchyard<S> {
         // The run as this process first sees it: if it is not the same once taken, another
         // process continued it meanwhile, and what this resume was asked does not apply.
         let seen = self.store.get_run(run_id).await.map_err(ResumeError::from)?;
-        let writer = Writer::this_process();
-        self.store
-            .take_run(run_id, &writer, WRITER_LEASE)
+        let holding = Holding::take(&self.store, run_id, &config.controls)
             .await
             .map_err(ResumeError::from)?;
-        let renewing = self.renew(run_id, &writer, &config.controls);
         let outcome = match self.store.get_run(run_id).await {
             Err(e) => Err(ResumeError::from(e)),
             Ok(now) if now != seen => Err(ResumeError::MovedOn {
@@ -439,43 +432,8 @@ impl<S: Store> Switchyard<S> {
                     .await
             }
         };
-        renewing.abort();
-        self.give_back(run_id, &writer).await;
+        holding.give_back().await;
         Ok(outcome?)
-    }
-
-    /// Renews `writer`'s lease on run `id` at a third of it until aborted. A lease found lost
-    /// (this process was stalled past it, and another took the run) pauses the run at its
-    /// next recorded point.
-    fn renew(&self, id: &str, writer: &Writer, controls: &RunControls) -> tokio::task::JoinHandle<()> {
-        let (store, id, writer, pause) = (
-            self.store.clone(),
-            id.to_string(),
-            writer.clone(),
-            controls.pause.clone(),
-        );
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(WRITER_LEASE / 3).await;
-                match store.renew_run(&id, &writer, WRITER_LEASE).await {
-                    Ok(true) => {}
-                    Ok(false) => {
-                        tracing::warn!(run_id = %id, "another process took the run over: stopping it here");
-                        pause.cancel();
-                        return;
-                    }
-                    Err(e) => tracing::warn!(run_id = %id, "could not renew the lease on the run: {e}"),
-                }
-            }
-        })
-    }
-
-    /// Gives run `id` back after this process ran it.
-    async fn give_back(&self, id: &str, writer: &Writer) {
-        if let Err(e) = self.store.give_back_run(id, writer).await {
-            // The lease lapses, or the process is found gone: the run is free then.
-            tracing::warn!(run_id = %id, "could not give the run back: {e}");
-        }
     }
 
     /// Runs the flow over a JSONL file, as `switchyard batch` does: one run per line, output
@@ -570,6 +528,86 @@ impl Event {
                 "error": r.error.as_ref().map(ToString::to_string).unwrap_or_default(),
                 "record": r,
             }),
+        }
+    }
+}
+
+/// This process's holding of a run it advances (SPEC §7.3, one writer per run): its lease is
+/// renewed at a third of its length until the run is given back. Dropped without being given
+/// back (the run's future dropped mid-way), its writer is retired at once — a later take in
+/// this process finds it gone — and the run is given back in the store when the runtime can.
+struct Holding<S: Store> {
+    store: Arc<S>,
+    id: String,
+    writer: Writer,
+    renewing: tokio::task::JoinHandle<()>,
+    given_back: bool,
+}
+
+impl<S: Store> Holding<S> {
+    /// Takes run `id` in `store`. A lease found lost while it runs (this process stalled past
+    /// it, and another took the run) pauses the run at its next recorded point.
+    async fn take(
+        store: &Arc<S>,
+        id: &str,
+        controls: &RunControls,
+    ) -> Result<Self, crate::store::StoreError> {
+        let writer = Writer::this_process();
+        if let Err(e) = store.take_run(id, &writer, WRITER_LEASE).await {
+            writer.retire();
+            return Err(e);
+        }
+        let (s, run, w, pause) = (
+            store.clone(),
+            id.to_string(),
+            writer.clone(),
+            controls.pause.clone(),
+        );
+        let renewing = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(WRITER_LEASE / 3).await;
+                match s.renew_run(&run, &w, WRITER_LEASE).await {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        tracing::warn!(run_id = %run, "another process took the run over: stopping it here");
+                        pause.cancel();
+                        return;
+                    }
+                    Err(e) => tracing::warn!(run_id = %run, "could not renew the lease on the run: {e}"),
+                }
+            }
+        });
+        Ok(Holding {
+            store: store.clone(),
+            id: id.to_string(),
+            writer,
+            renewing,
+            given_back: false,
+        })
+    }
+
+    /// Gives the run back after this process ran it.
+    async fn give_back(mut self) {
+        self.renewing.abort();
+        if let Err(e) = self.store.give_back_run(&self.id, &self.writer).await {
+            // Its lease lapses, or the process is found gone: the run is free then.
+            tracing::warn!(run_id = %self.id, "could not give the run back: {e}");
+        }
+        self.given_back = true;
+    }
+}
+
+impl<S: Store> Drop for Holding<S> {
+    fn drop(&mut self) {
+        self.renewing.abort();
+        self.writer.retire();
+        if !self.given_back
+            && let Ok(rt) = tokio::runtime::Handle::try_current()
+        {
+            let (store, id, writer) = (self.store.clone(), self.id.clone(), self.writer.clone());
+            rt.spawn(async move {
+                let _ = store.give_back_run(&id, &writer).await;
+            });
         }
     }
 }

@@ -122,11 +122,21 @@ impl Store for AnyStore {
         delegate!(self, s => s.batch_runs(batch, from, limit))
     }
 
-    async fn take_run(&self, run_id: &str, writer: &Writer, lease: std::time::Duration) -> Result<(), StoreError> {
+    async fn take_run(
+        &self,
+        run_id: &str,
+        writer: &Writer,
+        lease: std::time::Duration,
+    ) -> Result<(), StoreError> {
         delegate!(self, s => s.take_run(run_id, writer, lease))
     }
 
-    async fn renew_run(&self, run_id: &str, writer: &Writer, lease: std::time::Duration) -> Result<bool, StoreError> {
+    async fn renew_run(
+        &self,
+        run_id: &str,
+        writer: &Writer,
+        lease: std::time::Duration,
+    ) -> Result<bool, StoreError> {
         delegate!(self, s => s.renew_run(run_id, writer, lease))
     }
 

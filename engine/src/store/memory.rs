@@ -325,10 +325,15 @@ impl Store for MemoryStore {
         Ok(out)
     }
 
-    async fn take_run(&self, run_id: &str, writer: &Writer, _lease: std::time::Duration) -> Result<(), StoreError> {
+    async fn take_run(
+        &self,
+        run_id: &str,
+        writer: &Writer,
+        _lease: std::time::Duration,
+    ) -> Result<(), StoreError> {
         let mut writers = self.writers.lock().unwrap_or_else(|p| p.into_inner());
         match writers.get(run_id) {
-            Some(w) if w.token != writer.token => Err(StoreError::Held {
+            Some(w) if w.token != writer.token && !w.is_gone() => Err(StoreError::Held {
                 run: run_id.to_string(),
                 pid: w.pid,
                 host: w.host.clone(),
@@ -340,7 +345,12 @@ impl Store for MemoryStore {
         }
     }
 
-    async fn renew_run(&self, run_id: &str, writer: &Writer, _lease: std::time::Duration) -> Result<bool, StoreError> {
+    async fn renew_run(
+        &self,
+        run_id: &str,
+        writer: &Writer,
+        _lease: std::time::Duration,
+    ) -> Result<bool, StoreError> {
         let writers = self.writers.lock().unwrap_or_else(|p| p.into_inner());
         Ok(writers.get(run_id).is_some_and(|w| w.token == writer.token))
     }

@@ -155,7 +155,11 @@ pub trait Store: Send + Sync + 'static {
         lease: Duration,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
     /// Gives `run_id` back, if `writer` holds it.
-    fn give_back_run(&self, run_id: &str, writer: &Writer) -> impl Future<Output = Result<(), StoreError>> + Send;
+    fn give_back_run(
+        &self,
+        run_id: &str,
+        writer: &Writer,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
 }
 
 /// Keeps the latest attempt of each (number, iteration) of records in record order.

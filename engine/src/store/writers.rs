@@ -7,7 +7,13 @@
 //! writer of each run a `run` or a `resume` advances ([`super::Store::take_run`]); a holding
 //! whose lease lapsed, or whose process is verifiably gone on this host, is free to take.
 
+use std::collections::HashSet;
 use std::hash::{BuildHasher, Hasher};
+use std::sync::{LazyLock, Mutex};
+
+/// The tokens of this process's writers that are not retired: within the process, a holding
+/// whose holder was dropped (a run's future dropped mid-way) is known gone without its pid.
+static LIVE: LazyLock<Mutex<HashSet<String>>> = LazyLock::new(Mutex::default);
 
 /// A process advancing a run.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -22,23 +28,34 @@ pub struct Writer {
 }
 
 impl Writer {
-    /// This process, with a new token.
+    /// This process, with a new token, live until [`Writer::retire`]d.
     pub fn this_process() -> Writer {
         let pid = std::process::id();
+        let token = new_token();
+        live().insert(token.clone());
         Writer {
-            token: new_token(),
+            token,
             host: host_name(),
             pid,
             started: process_start(pid),
         }
     }
 
-    /// Whether the process this writer names is verifiably gone: it ran on this host, and no
-    /// process of its pid exists now, or the one that does started at another time. False
-    /// whenever that cannot be told (another host): then only its lease lapsing frees the run.
+    /// Marks this writer of this process gone: what it still holds may be taken at once.
+    pub fn retire(&self) {
+        live().remove(&self.token);
+    }
+
+    /// Whether the writer is verifiably gone: it ran on this host, and no process of its pid
+    /// exists now, or the one that does started at another time — or it is this process's
+    /// and retired. False whenever that cannot be told (another host): then only its lease
+    /// lapsing frees the run.
     pub fn is_gone(&self) -> bool {
         if self.host != host_name() {
             return false;
+        }
+        if self.pid == std::process::id() && self.started == process_start(self.pid) {
+            return !live().contains(&self.token);
         }
         let Ok(pid) = libc::pid_t::try_from(self.pid) else {
             return false;
@@ -54,6 +71,10 @@ impl Writer {
             _ => false,
         }
     }
+}
+
+fn live() -> std::sync::MutexGuard<'static, HashSet<String>> {
+    LIVE.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// This machine's name.
@@ -111,7 +132,18 @@ mod tests {
             host: format!("{}-elsewhere", host_name()),
             ..gone
         };
-        assert!(!elsewhere.is_gone(), "a process on another host cannot be told gone");
+        assert!(
+            !elsewhere.is_gone(),
+            "a process on another host cannot be told gone"
+        );
+    }
+
+    #[test]
+    fn a_retired_writer_of_this_process_is_gone() {
+        let me = Writer::this_process();
+        let other = Writer::this_process();
+        me.retire();
+        assert!(me.is_gone() && !other.is_gone());
     }
 
     #[test]

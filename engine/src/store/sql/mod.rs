@@ -46,8 +46,8 @@ use url::{Access, Target};
 use writer::{Fence, Op, Request, Writer};
 
 use super::{RunFilter, Store, StoreError};
-use crate::store::Writer as RunWriter;
 use crate::runtime::record::{RunRecord, RunStatus, StepRecord};
+use crate::store::Writer as RunWriter;
 
 /// Where records go when no `--store` is given.
 pub const DEFAULT_URL: &str = "sqlite:.switchyard/runs.db";

@@ -17,7 +17,12 @@ use crate::store::Writer;
 
 impl SqlStore {
     /// [`crate::store::Store::take_run`].
-    pub(super) async fn take_writer(&self, run_id: &str, writer: &Writer, lease: Duration) -> Result<(), StoreError> {
+    pub(super) async fn take_writer(
+        &self,
+        run_id: &str,
+        writer: &Writer,
+        lease: Duration,
+    ) -> Result<(), StoreError> {
         let mut stale = String::new();
         // A holder that gives the run back between a refused take and the read of it leaves
         // no row: the take is tried again.
@@ -98,7 +103,12 @@ impl SqlStore {
     }
 
     /// [`crate::store::Store::renew_run`].
-    pub(super) async fn renew_writer(&self, run_id: &str, writer: &Writer, lease: Duration) -> Result<bool, StoreError> {
+    pub(super) async fn renew_writer(
+        &self,
+        run_id: &str,
+        writer: &Writer,
+        lease: Duration,
+    ) -> Result<bool, StoreError> {
         let what = format!("renewing the lease on run `{run_id}`");
         let now = self.ctx.dialect.now_ms();
         let done = sqlx::query(AssertSqlSafe(format!(

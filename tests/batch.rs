@@ -1435,10 +1435,13 @@ steps:
         let out = run(switchyard(dir.path())
             .args(&command)
             .args(["--store", "sqlite:runs.db"]));
-        assert_ne!(out.code(), 0, "{command:?}: {}", out.stderr);
+        assert_eq!(out.code(), 2, "{command:?}: {}", out.stderr);
         assert!(
             out.stderr.contains(&format!(
-                "run `{run_id}` is an item of the batch writing {}",
+                "run `{run_id}` is being run by another process (pid {}, host {}): it is an item of the batch \
+                 writing {}",
+                batch.id(),
+                switchyard::store::writers::host_name(),
                 dir.path().join("out.jsonl").display()
             )) && out.stderr.contains(&format!("before you {act} the run here")),
             "{command:?}: {}",

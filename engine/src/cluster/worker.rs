@@ -770,3 +770,19 @@ pub fn new_worker_id() -> String {
     );
     format!("{}-{}-{:08x}", host_name(), std::process::id(), h.finish() as u32)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_holder_id_names_its_process_and_host() {
+        let id = new_worker_id();
+        assert_eq!(holder_process(&id), Some((std::process::id(), host_name())));
+        assert_eq!(
+            holder_process("resume-db-2.example-4242-0badcafe"),
+            Some((4242, "db-2.example".to_string()))
+        );
+        assert_eq!(holder_process("w7"), None);
+    }
+}

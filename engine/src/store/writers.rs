@@ -87,6 +87,23 @@ pub fn host_name() -> String {
         .unwrap_or_else(|| "localhost".to_string())
 }
 
+/// The process holding the `flock` of `file` (a batch's output file), from `/proc/locks`,
+/// when this host tells it.
+pub fn lock_holder(file: &std::fs::File) -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    let inode = file.metadata().ok()?.ino();
+    let locks = std::fs::read_to_string("/proc/locks").ok()?;
+    locks.lines().find_map(|line| {
+        // `1: FLOCK  ADVISORY  WRITE 12345 fe:00:5497306 0 EOF`; a waiter's line has `->`.
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let [_, "FLOCK", _, _, pid, device, ..] = fields.as_slice() else {
+            return None;
+        };
+        let ino: u64 = device.rsplit(':').next()?.parse().ok()?;
+        (ino == inode).then(|| pid.parse().ok()).flatten()
+    })
+}
+
 /// The start time of process `pid` (field 22 of `/proc/PID/stat`, after the parenthesized
 /// command name, which may hold spaces and parentheses itself).
 fn process_start(pid: u32) -> Option<u64> {
@@ -136,6 +153,18 @@ mod tests {
             !elsewhere.is_gone(),
             "a process on another host cannot be told gone"
         );
+    }
+
+    #[test]
+    fn the_holder_of_a_files_lock_is_found() {
+        let path = std::env::temp_dir().join(format!("sy-lock-holder-{}", std::process::id()));
+        let held = std::fs::File::create(&path).expect("create");
+        assert_eq!(lock_holder(&held), None);
+        held.lock().expect("lock");
+        let other = std::fs::File::open(&path).expect("open");
+        assert_eq!(lock_holder(&other), Some(std::process::id()));
+        drop(held);
+        let _ = std::fs::remove_file(&path);
     }
 
     #[test]

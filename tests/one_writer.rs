@@ -6,13 +6,15 @@
 
 use std::path::Path;
 use std::process::{Child, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use switchyard::api::{ResumeError, ResumeOptions};
+use switchyard::runtime::record::{RunRecord, StepRecord};
 use switchyard::store::memory::MemoryStore;
 use switchyard::store::sql::SqlStore;
-use switchyard::store::{Store, StoreError, Writer};
+use switchyard::store::{RunFilter, Store, StoreError, Writer};
 use switchyard::{Error, Flow, RunConfig, RunStatus, Switchyard};
 
 use crate::cluster::Pg;
@@ -430,4 +432,103 @@ async fn the_library_refuses_a_held_run_with_a_typed_error() {
         "{err:?}"
     );
     sy.close().await;
+}
+
+/// A memory store in which another process continues a run right before this one takes it,
+/// once armed: the run's record changes between the resume's first look and its take.
+#[derive(Default)]
+struct ContinuedMeanwhile {
+    inner: MemoryStore,
+    armed: std::sync::atomic::AtomicBool,
+}
+
+impl Store for ContinuedMeanwhile {
+    async fn create_run(&self, run: &RunRecord) -> Result<(), StoreError> {
+        self.inner.create_run(run).await
+    }
+    async fn update_run(&self, run: &RunRecord) -> Result<(), StoreError> {
+        self.inner.update_run(run).await
+    }
+    async fn record_step(&self, step: StepRecord) -> Result<(), StoreError> {
+        self.inner.record_step(step).await
+    }
+    async fn get_run(&self, id: &str) -> Result<RunRecord, StoreError> {
+        self.inner.get_run(id).await
+    }
+    async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
+        self.inner.list_runs(filter).await
+    }
+    async fn unfinished_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
+        self.inner.unfinished_runs(filter).await
+    }
+    async fn steps(&self, run_id: &str) -> Result<Vec<StepRecord>, StoreError> {
+        self.inner.steps(run_id).await
+    }
+    async fn children(&self, run_id: &str) -> Result<Vec<RunRecord>, StoreError> {
+        self.inner.children(run_id).await
+    }
+    async fn batch_runs(&self, batch: &str, from: u64, limit: usize) -> Result<Vec<RunRecord>, StoreError> {
+        self.inner.batch_runs(batch, from, limit).await
+    }
+    async fn take_run(&self, run_id: &str, writer: &Writer, lease: Duration) -> Result<(), StoreError> {
+        if self.armed.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            // Another process took the decision, ran the run on, and it stopped again.
+            let mut record = self.inner.get_run(run_id).await?;
+            record.steps += 1;
+            record.finished_at = record.finished_at.map(|t| t + 1);
+            self.inner.update_run(&record).await?;
+        }
+        self.inner.take_run(run_id, writer, lease).await
+    }
+    async fn renew_run(&self, run_id: &str, writer: &Writer, lease: Duration) -> Result<bool, StoreError> {
+        self.inner.renew_run(run_id, writer, lease).await
+    }
+    async fn give_back_run(&self, run_id: &str, writer: &Writer) -> Result<(), StoreError> {
+        self.inner.give_back_run(run_id, writer).await
+    }
+}
+
+/// A resume whose run another process continued between its look and its take does nothing
+/// (the decision it carries answered a stop that is gone) and says so; a resume after it
+/// continues the run as it is then.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_whose_run_moved_on_meanwhile_takes_no_decision() {
+    let dir = TempDir::new("one-writer-moved-on");
+    let paid = dir.path().join("paid");
+    let flow = Flow::load(dir.write("refund.yaml", interrupt_flow(&paid))).expect("loads");
+    let store = Arc::new(ContinuedMeanwhile::default());
+    let sy = Switchyard::with_store(store.clone());
+    let stopped = sy.run(&flow, json!({})).await.expect("runs");
+    assert_eq!(stopped.status, RunStatus::Interrupted);
+    store.armed.store(true, std::sync::atomic::Ordering::SeqCst);
+    let decision = || ResumeOptions {
+        decision: Some(json!({"ok": true})),
+        ..ResumeOptions::default()
+    };
+    let err = sy
+        .resume(&flow, &stopped.run_id, decision(), RunConfig::default())
+        .await
+        .expect_err("moved on");
+    assert!(
+        matches!(&err, Error::Resume(ResumeError::MovedOn { .. })),
+        "{err:?}"
+    );
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "run `{0}` was continued by another process meanwhile (it is interrupted now): nothing was done \
+             here; `switchyard runs show {0}` shows where it is",
+            stopped.run_id
+        )
+    );
+    assert!(
+        lines(&paid).is_empty(),
+        "no refund from a decision for a stop that is gone"
+    );
+    let done = sy
+        .resume(&flow, &stopped.run_id, decision(), RunConfig::default())
+        .await
+        .expect("resumes");
+    assert_eq!(done.status, RunStatus::Succeeded);
+    assert_eq!(lines(&paid).len(), 1);
 }

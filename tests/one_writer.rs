@@ -532,3 +532,47 @@ async fn a_resume_whose_run_moved_on_meanwhile_takes_no_decision() {
     assert_eq!(done.status, RunStatus::Succeeded);
     assert_eq!(lines(&paid).len(), 1);
 }
+
+/// A submitted run (SPEC §12) is held by its lease: while a worker holds it, a resume of it
+/// through the library (or `resume --flow`) is refused naming the worker's process and host.
+#[test]
+fn a_submitted_run_a_worker_holds_is_not_resumed_elsewhere() {
+    use switchyard::store::sql::queue::Claim;
+    let pg = Pg::new("one_writer_leased");
+    let url = pg.url("one_writer_leased");
+    let dir = TempDir::new("one-writer-leased");
+    let paid = dir.path().join("paid");
+    let path = dir.write("refund.yaml", interrupt_flow(&paid));
+    dir.write("in.jsonl", "{\"id\": \"a\"}\n");
+    let out = crate::cluster::submit(&dir, &path, &url, "leased", &[]);
+    assert_eq!(out.code(), 0, "{out:?}");
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    rt.block_on(async {
+        let sql = SqlStore::open(&url).await.expect("opens");
+        let claimed = sql
+            .claim(
+                "db-2.example-4242-0badcafe",
+                None,
+                1,
+                Duration::from_secs(30),
+                Claim::Shared,
+            )
+            .await
+            .expect("claims");
+        let id = claimed[0].record.id.clone();
+        let store = Arc::new(sql);
+        let sy = Switchyard::with_store(store.clone());
+        let flow = Flow::load(&path).expect("loads");
+        let err = sy
+            .resume(&flow, &id, ResumeOptions::default(), RunConfig::default())
+            .await
+            .expect_err("leased");
+        assert_eq!(
+            err.to_string(),
+            format!("run `{id}` is being run by another process (pid 4242, host db-2.example)")
+        );
+        drop(sy);
+        Arc::try_unwrap(store).expect("the only holder").close().await;
+    });
+    assert!(lines(&paid).is_empty());
+}

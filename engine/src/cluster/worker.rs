@@ -750,11 +750,7 @@ pub fn host_name() -> String {
 /// The process and host a lease holder's id names ([`new_worker_id`], with a prefix such as
 /// `resume-` or without): the pid and host, when the id has that shape.
 pub fn holder_process(id: &str) -> Option<(u32, String)> {
-    let mut parts = id.rsplitn(3, '-');
-    let _random = parts.next()?;
-    let pid = parts.next()?.parse().ok()?;
-    let host = parts.next()?;
-    Some((pid, host.strip_prefix("resume-").unwrap_or(host).to_string()))
+    crate::store::writers::lease_holder_process(id)
 }
 
 /// A new worker id: the host, the process and a random part.

@@ -77,6 +77,16 @@ fn live() -> std::sync::MutexGuard<'static, HashSet<String>> {
     LIVE.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// The process and host a submitted run's lease holder's id names (a worker's id,
+/// `HOST-PID-RANDOM`, or a `resume`'s, `resume-HOST-PID-RANDOM`), when it has that shape.
+pub fn lease_holder_process(id: &str) -> Option<(u32, String)> {
+    let mut parts = id.rsplitn(3, '-');
+    let _random = parts.next()?;
+    let pid = parts.next()?.parse().ok()?;
+    let host = parts.next()?;
+    Some((pid, host.strip_prefix("resume-").unwrap_or(host).to_string()))
+}
+
 /// This machine's name.
 pub fn host_name() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")

@@ -6,7 +6,8 @@
 //! lease lapsed (or when it is the holding of a process found gone on this host, named by its
 //! token) — PostgreSQL's row lock and SQLite's single writer make two takes of one run come one
 //! after the other, so only one of them gets it. Submitted runs are held by their lease
-//! (`runs.lease_owner`, [`super::queue`]) instead; local batches by their output file's lock.
+//! (`runs.lease_owner`, [`super::queue`]): a take of one whose lease is live is refused too.
+//! Local batches hold their runs by their output file's lock.
 
 use std::time::Duration;
 
@@ -28,7 +29,7 @@ impl SqlStore {
         // no row: the take is tried again.
         for _ in 0..3 {
             if self.upsert_writer(run_id, writer, lease, &stale).await? {
-                return Ok(());
+                return self.not_leased(run_id, writer).await;
             }
             let Some(current) = self.writer_of(run_id).await? else {
                 continue;
@@ -46,6 +47,30 @@ impl SqlStore {
         Err(StoreError::Other(format!(
             "run `{run_id}`: its writer changed three times while this process tried to take it"
         )))
+    }
+
+    /// Gives `run_id` back to refuse it when it is a submitted run whose lease is live (a
+    /// worker, or a `resume` of it, runs it: [`super::queue`]).
+    async fn not_leased(&self, run_id: &str, writer: &Writer) -> Result<(), StoreError> {
+        let leased = match self.lease_of(run_id).await {
+            Ok(Some((_, Some(owner), true))) => owner,
+            Ok(_) | Err(StoreError::NotFound(_)) => return Ok(()),
+            Err(e) => {
+                self.give_back_writer(run_id, writer).await?;
+                return Err(e);
+            }
+        };
+        self.give_back_writer(run_id, writer).await?;
+        Err(match crate::store::writers::lease_holder_process(&leased) {
+            Some((pid, host)) => StoreError::Held {
+                run: run_id.to_string(),
+                pid,
+                host,
+            },
+            None => StoreError::Other(format!(
+                "run `{run_id}` is being run by another process (`{leased}` holds its lease)"
+            )),
+        })
     }
 
     /// Inserts `writer`'s row for `run_id`, or replaces one whose lease lapsed or whose token

@@ -362,7 +362,7 @@ async fn a_dead_holder_frees_the_run(store: &impl Store) {
         .take_run("c", &elsewhere, Duration::from_millis(1))
         .await
         .expect("a free run");
-    std::thread::sleep(Duration::from_millis(20));
+    tokio::time::sleep(Duration::from_millis(20)).await;
     let next = alive();
     store.take_run("c", &next, lease).await.expect("the lease lapsed");
     assert!(!store.renew_run("c", &elsewhere, lease).await.expect("renew"));

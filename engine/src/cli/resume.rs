@@ -32,7 +32,7 @@ process, --concurrency at a time, each under a lease of its own as a worker woul
 --decision (the same decision for each, checked against each run's question); the others are listed and left as \
 they are. Runs a worker holds right now are left to it.\n\n\
 Exit status: 0 succeeded (with --batch: every run continued succeeded and none was left), 1 a run failed, \
-2 usage or the run cannot be resumed, 3 interrupted again (or left interrupted)."
+2 usage, the run cannot be resumed, or another process runs it (named by pid and host), 3 interrupted again (or left interrupted)."
 )]
 pub struct ResumeArgs {
     /// The root run to continue.

@@ -1025,10 +1025,10 @@ fn a_failing_store_stops_the_batch(dir: &TempDir, store: &str, expect: &[&str]) 
 #[test]
 fn a_full_disk_stops_a_batch_clearly_and_the_same_command_continues() {
     let dir = TempDir::new("batch-full");
-    // The store may grow to 26 pages of 4 KiB: it fills up part-way through the batch.
+    // The store may grow to 28 pages of 4 KiB: it fills up part-way through the batch.
     a_failing_store_stops_the_batch(
         &dir,
-        "sqlite:runs.db?max_pages=26",
+        "sqlite:runs.db?max_pages=28",
         &["the store failed", "is full"],
     );
 }
@@ -1435,10 +1435,13 @@ steps:
         let out = run(switchyard(dir.path())
             .args(&command)
             .args(["--store", "sqlite:runs.db"]));
-        assert_ne!(out.code(), 0, "{command:?}: {}", out.stderr);
+        assert_eq!(out.code(), 2, "{command:?}: {}", out.stderr);
         assert!(
             out.stderr.contains(&format!(
-                "run `{run_id}` is an item of the batch writing {}",
+                "run `{run_id}` is being run by another process (pid {}, host {}): it is an item of the batch \
+                 writing {}",
+                batch.id(),
+                switchyard::store::writers::host_name(),
                 dir.path().join("out.jsonl").display()
             )) && out.stderr.contains(&format!("before you {act} the run here")),
             "{command:?}: {}",

@@ -20,6 +20,9 @@
 //!   and cut off, a poison item, the drain, a store from a newer switchyard;
 //! - [`cluster_limits`]: a provider's rate limit and `max_concurrency` held by three workers
 //!   together;
+//! - [`one_writer`]: one writer per run: two `resume`s of one run raced on SQLite and
+//!   PostgreSQL (an interrupt's decision, an agent loop's approval), a `resume` of a run a live
+//!   process runs;
 //! - [`time`]: `timestamp()`, `duration()` and the recorded `now` of a run tree.
 
 mod agent_loop;
@@ -41,6 +44,7 @@ mod lint_fixtures;
 mod llm;
 mod logs;
 mod mock_server;
+mod one_writer;
 mod otel;
 mod payload_types;
 mod readme;

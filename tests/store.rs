@@ -445,7 +445,7 @@ async fn a_store_from_a_newer_switchyard_is_refused_untouched() {
         .expect("create_run");
     store.close().await;
     let mut conn = raw(&path).await;
-    sqlx::query("INSERT INTO schema_version (version, applied_at, description) VALUES (7, 0, 'the future')")
+    sqlx::query("INSERT INTO schema_version (version, applied_at, description) VALUES (8, 0, 'the future')")
         .execute(&mut conn)
         .await
         .expect("bump the version");
@@ -457,7 +457,7 @@ async fn a_store_from_a_newer_switchyard_is_refused_untouched() {
         matches!(
             err,
             StoreError::NewerSchema {
-                found: 7,
+                found: 8,
                 supported: SCHEMA_VERSION,
                 ..
             }
@@ -467,7 +467,7 @@ async fn a_store_from_a_newer_switchyard_is_refused_untouched() {
     assert_eq!(
         err.to_string(),
         format!(
-            "the store at {} was written by a newer switchyard (schema 7; this one knows up to {SCHEMA_VERSION})",
+            "the store at {} was written by a newer switchyard (schema 8; this one knows up to {SCHEMA_VERSION})",
             path.display()
         )
     );
@@ -489,7 +489,7 @@ async fn a_store_from_a_newer_switchyard_is_refused_untouched() {
     );
     assert_eq!(out.code(), 1, "{}", out.stderr);
     assert!(
-        out.stderr.contains("was written by a newer switchyard (schema 7"),
+        out.stderr.contains("was written by a newer switchyard (schema 8"),
         "{}",
         out.stderr
     );
@@ -1154,8 +1154,11 @@ async fn stored_version(conn: &mut AnyConnection) -> i64 {
         .expect("a version")
 }
 
-/// Undoes migrations 6 (submitted batches) and 5 (runs without the `now` they saw).
+/// Undoes migrations 7 (run writers), 6 (submitted batches) and 5 (runs without the `now`
+/// they saw).
 pub(crate) const SCHEMA_5_TO_4: &[&str] = &[
+    "DROP TABLE run_writers",
+    "DELETE FROM schema_version WHERE version = 7",
     "DROP TABLE provider_slots",
     "DROP TABLE provider_pace",
     "DROP TABLE workers",

@@ -33,8 +33,13 @@ use crate::diag::{Diagnostic, render};
 use crate::plan::Plan;
 use crate::project::Project;
 use crate::runtime::observe::{Fanout, Observer};
-use crate::store::Store;
 use crate::store::any::AnyStore;
+use crate::store::{Store, Writer};
+
+/// How long a `run` or `resume` holds its run without renewing (SPEC §7.3): what a process
+/// on another host waits, after the holder died, before it can take the run. On the holder's
+/// own host a dead holder frees the run at once.
+const WRITER_LEASE: std::time::Duration = std::time::Duration::from_secs(30);
 
 pub use crate::agents::native::{NativeAgent, NativeCall, NativeFuture, Natives};
 pub use crate::batch::{BatchError, BatchOptions, Progress, Summary as BatchSummary};
@@ -365,22 +370,30 @@ impl<S: Store> Switchyard<S> {
         self.run_with(flow, input, RunConfig::default()).await
     }
 
-    /// [`Switchyard::run`] with a context, run options and controls.
+    /// [`Switchyard::run`] with a context, run options and controls. The run is this
+    /// process's from before it starts to its end (SPEC §7.3, one writer per run): a `resume`
+    /// of it meanwhile is refused.
     pub async fn run_with(&self, flow: &Flow, input: Value, config: RunConfig) -> Result<RunOutcome, Error> {
         self.check(flow, &config.options)?;
         let context = config.context.unwrap_or_else(|| json!({}));
-        Ok(self
+        let id = crate::runtime::record::new_run_id();
+        let holding = Holding::take(&self.store, &id, &config.controls)
+            .await
+            .map_err(|e| Error::Store(e.to_string()))?;
+        let outcome = self
             .engine()
-            .run_item(
+            .run_as(
+                id,
                 flow.plan.clone(),
                 input,
                 context,
                 config.options,
                 Arc::new(AgentState::default()),
                 config.controls,
-                None,
             )
-            .await)
+            .await;
+        holding.give_back().await;
+        Ok(outcome)
     }
 
     /// Continues the stored run `run_id` of `flow` (SPEC §3.6): what finished is replayed
@@ -394,17 +407,33 @@ impl<S: Store> Switchyard<S> {
         config: RunConfig,
     ) -> Result<RunOutcome, Error> {
         self.check(flow, &config.options)?;
-        Ok(self
-            .engine()
-            .resume(
-                flow.plan.clone(),
-                run_id,
-                config.options,
-                resume,
-                Arc::new(AgentState::default()),
-                config.controls,
-            )
-            .await?)
+        // The run as this process first sees it: if it is not the same once taken, another
+        // process continued it meanwhile, and what this resume was asked does not apply.
+        let seen = self.store.get_run(run_id).await.map_err(ResumeError::from)?;
+        let holding = Holding::take(&self.store, run_id, &config.controls)
+            .await
+            .map_err(ResumeError::from)?;
+        let outcome = match self.store.get_run(run_id).await {
+            Err(e) => Err(ResumeError::from(e)),
+            Ok(now) if now != seen => Err(ResumeError::MovedOn {
+                id: run_id.to_string(),
+                status: now.status.as_str(),
+            }),
+            Ok(_) => {
+                self.engine()
+                    .resume(
+                        flow.plan.clone(),
+                        run_id,
+                        config.options,
+                        resume,
+                        Arc::new(AgentState::default()),
+                        config.controls,
+                    )
+                    .await
+            }
+        };
+        holding.give_back().await;
+        Ok(outcome?)
     }
 
     /// Runs the flow over a JSONL file, as `switchyard batch` does: one run per line, output
@@ -499,6 +528,86 @@ impl Event {
                 "error": r.error.as_ref().map(ToString::to_string).unwrap_or_default(),
                 "record": r,
             }),
+        }
+    }
+}
+
+/// This process's holding of a run it advances (SPEC §7.3, one writer per run): its lease is
+/// renewed at a third of its length until the run is given back. Dropped without being given
+/// back (the run's future dropped mid-way), its writer is retired at once — a later take in
+/// this process finds it gone — and the run is given back in the store when the runtime can.
+struct Holding<S: Store> {
+    store: Arc<S>,
+    id: String,
+    writer: Writer,
+    renewing: tokio::task::JoinHandle<()>,
+    given_back: bool,
+}
+
+impl<S: Store> Holding<S> {
+    /// Takes run `id` in `store`. A lease found lost while it runs (this process stalled past
+    /// it, and another took the run) pauses the run at its next recorded point.
+    async fn take(
+        store: &Arc<S>,
+        id: &str,
+        controls: &RunControls,
+    ) -> Result<Self, crate::store::StoreError> {
+        let writer = Writer::this_process();
+        if let Err(e) = store.take_run(id, &writer, WRITER_LEASE).await {
+            writer.retire();
+            return Err(e);
+        }
+        let (s, run, w, pause) = (
+            store.clone(),
+            id.to_string(),
+            writer.clone(),
+            controls.pause.clone(),
+        );
+        let renewing = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(WRITER_LEASE / 3).await;
+                match s.renew_run(&run, &w, WRITER_LEASE).await {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        tracing::warn!(run_id = %run, "another process took the run over: stopping it here");
+                        pause.cancel();
+                        return;
+                    }
+                    Err(e) => tracing::warn!(run_id = %run, "could not renew the lease on the run: {e}"),
+                }
+            }
+        });
+        Ok(Holding {
+            store: store.clone(),
+            id: id.to_string(),
+            writer,
+            renewing,
+            given_back: false,
+        })
+    }
+
+    /// Gives the run back after this process ran it.
+    async fn give_back(mut self) {
+        self.renewing.abort();
+        if let Err(e) = self.store.give_back_run(&self.id, &self.writer).await {
+            // Its lease lapses, or the process is found gone: the run is free then.
+            tracing::warn!(run_id = %self.id, "could not give the run back: {e}");
+        }
+        self.given_back = true;
+    }
+}
+
+impl<S: Store> Drop for Holding<S> {
+    fn drop(&mut self) {
+        self.renewing.abort();
+        self.writer.retire();
+        if !self.given_back
+            && let Ok(rt) = tokio::runtime::Handle::try_current()
+        {
+            let (store, id, writer) = (self.store.clone(), self.id.clone(), self.writer.clone());
+            rt.spawn(async move {
+                let _ = store.give_back_run(&id, &writer).await;
+            });
         }
     }
 }

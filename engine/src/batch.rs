@@ -190,7 +190,11 @@ pub enum BatchError {
         "{path} is in use by another switchyard process right now (a `batch` writing it, or a `resume` or \
          `runs cancel` of one of its runs): one process per batch"
     )]
-    Busy { path: String },
+    Busy {
+        path: String,
+        /// The process holding it, when this host tells it.
+        holder: Option<u32>,
+    },
 }
 
 /// Holds the lock of a batch's output file while a run of that batch is resumed or cancelled
@@ -221,6 +225,7 @@ pub fn lock_batch_of(run: &RunRecord) -> Result<BatchLock, BatchError> {
         Ok(()) => Ok(BatchLock { _file: Some(file) }),
         Err(std::fs::TryLockError::WouldBlock) => Err(BatchError::Busy {
             path: path.to_string(),
+            holder: crate::store::writers::lock_holder(&file),
         }),
         Err(std::fs::TryLockError::Error(e)) => Err(BatchError::Output {
             path: path.to_string(),
@@ -731,6 +736,7 @@ pub async fn run<S: Store>(
         Err(std::fs::TryLockError::WouldBlock) => {
             return Err(BatchError::Busy {
                 path: out_path.clone(),
+                holder: crate::store::writers::lock_holder(&file),
             });
         }
         Err(std::fs::TryLockError::Error(e)) => return Err(out_err(e)),

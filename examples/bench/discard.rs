@@ -3,7 +3,7 @@
 //! under its lock) and how much the engine's. Never used for a reported number.
 
 use switchyard::runtime::record::{RunRecord, StepRecord};
-use switchyard::store::{RunFilter, Store, StoreError};
+use switchyard::store::{RunFilter, Store, StoreError, Writer};
 
 #[derive(Debug, Default)]
 pub struct DiscardStore;
@@ -48,5 +48,28 @@ impl Store for DiscardStore {
         _limit: usize,
     ) -> Result<Vec<RunRecord>, StoreError> {
         Ok(Vec::new())
+    }
+
+    // Nothing is kept, so nothing is held: every take succeeds.
+    async fn take_run(
+        &self,
+        _run_id: &str,
+        _writer: &Writer,
+        _lease: std::time::Duration,
+    ) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    async fn renew_run(
+        &self,
+        _run_id: &str,
+        _writer: &Writer,
+        _lease: std::time::Duration,
+    ) -> Result<bool, StoreError> {
+        Ok(true)
+    }
+
+    async fn give_back_run(&self, _run_id: &str, _writer: &Writer) -> Result<(), StoreError> {
+        Ok(())
     }
 }

@@ -32,7 +32,7 @@ process, --concurrency at a time, each under a lease of its own as a worker woul
 --decision (the same decision for each, checked against each run's question); the others are listed and left as \
 they are. Runs a worker holds right now are left to it.\n\n\
 Exit status: 0 succeeded (with --batch: every run continued succeeded and none was left), 1 a run failed, \
-2 usage or the run cannot be resumed, 3 interrupted again (or left interrupted)."
+2 usage, the run cannot be resumed, or another process runs it (named by pid and host), 3 interrupted again (or left interrupted)."
 )]
 pub struct ResumeArgs {
     /// The root run to continue.
@@ -221,13 +221,29 @@ fn resume_submitted(
     ));
     drop(engine);
     let outcome = outcome.map_err(|e| match e {
-        NotRun::Held => format!(
-            "run `{}` is held by a worker right now (its lease is live): it runs there",
-            record.id
-        ),
+        NotRun::Held => held_message(rt, sql, &record.id),
         NotRun::Failed(e) => e,
     });
     conclude(rt, store, outcome, args)
+}
+
+/// Why submitted run `id` is not this process's: the process and host of its lease's holder.
+fn held_message(rt: &tokio::runtime::Runtime, sql: &crate::store::sql::SqlStore, id: &str) -> String {
+    let holder = rt
+        .block_on(sql.lease_of(id))
+        .ok()
+        .flatten()
+        .and_then(|(_, owner, _)| owner)
+        .and_then(|o| crate::cluster::worker::holder_process(&o));
+    match holder {
+        Some((pid, host)) => crate::store::StoreError::Held {
+            run: id.to_string(),
+            pid,
+            host,
+        }
+        .to_string(),
+        None => format!("run `{id}` is being run by another process (a worker holds its lease)"),
+    }
 }
 
 /// Why a submitted run was not continued here.

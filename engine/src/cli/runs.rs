@@ -541,10 +541,19 @@ pub(super) fn lock_batch(
     act: &str,
 ) -> Result<crate::batch::BatchLock, String> {
     crate::batch::lock_batch_of(root).map_err(|e| match e {
-        crate::batch::BatchError::Busy { path } => format!(
-            "run `{run_id}` is an item of the batch writing {path}, which a `switchyard batch` process is \
-             running now and continues the run itself: stop that batch (Ctrl-C) before you {act} the run here"
-        ),
+        crate::batch::BatchError::Busy { path, holder } => {
+            let by = match holder {
+                Some(pid) => format!(
+                    "run `{run_id}` is being run by another process (pid {pid}, host {})",
+                    crate::store::writers::host_name()
+                ),
+                None => format!("run `{run_id}` is being run by another process"),
+            };
+            format!(
+                "{by}: it is an item of the batch writing {path}, which a `switchyard batch` process is \
+                 running now and continues the run itself: stop that batch (Ctrl-C) before you {act} the run here"
+            )
+        }
         other => other.to_string(),
     })
 }

@@ -744,12 +744,13 @@ async fn heartbeat(
 
 /// This machine's name, for `batches` to show.
 pub fn host_name() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .map(|h| h.trim().to_string())
-        .filter(|h| !h.is_empty())
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .unwrap_or_else(|| "localhost".to_string())
+    crate::store::writers::host_name()
+}
+
+/// The process and host a lease holder's id names ([`new_worker_id`], with a prefix such as
+/// `resume-` or without): the pid and host, when the id has that shape.
+pub fn holder_process(id: &str) -> Option<(u32, String)> {
+    crate::store::writers::lease_holder_process(id)
 }
 
 /// A new worker id: the host, the process and a random part.
@@ -764,4 +765,20 @@ pub fn new_worker_id() -> String {
             .as_nanos(),
     );
     format!("{}-{}-{:08x}", host_name(), std::process::id(), h.finish() as u32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_holder_id_names_its_process_and_host() {
+        let id = new_worker_id();
+        assert_eq!(holder_process(&id), Some((std::process::id(), host_name())));
+        assert_eq!(
+            holder_process("resume-db-2.example-4242-0badcafe"),
+            Some((4242, "db-2.example".to_string()))
+        );
+        assert_eq!(holder_process("w7"), None);
+    }
 }

@@ -210,6 +210,13 @@ pub enum ResumeError {
     BadApproval { step: String, reason: String },
     #[error("run `{id}` does not wait at an interrupt step: --decision has nothing to answer")]
     NoInterrupt { id: String },
+    /// Another process continued the run between this resume's look at it and its take of it
+    /// (SPEC §7.3): what this resume was asked to do answered a stop that is no more.
+    #[error(
+        "run `{id}` was continued by another process meanwhile (it is {status} now): nothing was done here; \
+         `switchyard runs show {id}` shows where it is"
+    )]
+    MovedOn { id: String, status: &'static str },
     #[error("the decision does not match the `schema` of interrupt step `{step}` {reason}")]
     BadDecision {
         step: String,

@@ -3,7 +3,7 @@
 
 use super::memory::MemoryStore;
 use super::sql::SqlStore;
-use super::{RunFilter, Store, StoreError};
+use super::{RunFilter, Store, StoreError, Writer};
 use crate::runtime::record::{RunRecord, StepRecord};
 
 /// The default store URL: a SQLite file under the working directory.
@@ -120,5 +120,27 @@ impl Store for AnyStore {
 
     async fn batch_runs(&self, batch: &str, from: u64, limit: usize) -> Result<Vec<RunRecord>, StoreError> {
         delegate!(self, s => s.batch_runs(batch, from, limit))
+    }
+
+    async fn take_run(
+        &self,
+        run_id: &str,
+        writer: &Writer,
+        lease: std::time::Duration,
+    ) -> Result<(), StoreError> {
+        delegate!(self, s => s.take_run(run_id, writer, lease))
+    }
+
+    async fn renew_run(
+        &self,
+        run_id: &str,
+        writer: &Writer,
+        lease: std::time::Duration,
+    ) -> Result<bool, StoreError> {
+        delegate!(self, s => s.renew_run(run_id, writer, lease))
+    }
+
+    async fn give_back_run(&self, run_id: &str, writer: &Writer) -> Result<(), StoreError> {
+        delegate!(self, s => s.give_back_run(run_id, writer))
     }
 }

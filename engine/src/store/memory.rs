@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde_json::Value;
 
-use super::{RunFilter, Store, StoreError};
+use super::{RunFilter, Store, StoreError, Writer};
 use crate::runtime::record::{RunRecord, RunStatus, StepRecord};
 
 /// Runs are spread over this many independently locked shards (by a hash of the run id), so
@@ -23,6 +23,9 @@ pub struct MemoryStore {
     /// Drop the records of runs that ended, and keep no steps (a batch on `--store memory`
     /// reads none back, and its memory must not grow with its input).
     forget_ended: bool,
+    /// The writer of each run a `run` or `resume` of this process advances: the store lives
+    /// in one process, so its holders need no lease.
+    writers: Mutex<HashMap<String, Writer>>,
 }
 
 #[derive(Default, Debug)]
@@ -132,6 +135,7 @@ impl Default for MemoryStore {
             hasher: RandomState::new(),
             next_seq: AtomicU64::new(0),
             forget_ended: false,
+            writers: Mutex::default(),
         }
     }
 }
@@ -319,6 +323,44 @@ impl Store for MemoryStore {
         out.sort_by_key(|r| r.item_index);
         out.truncate(limit);
         Ok(out)
+    }
+
+    async fn take_run(
+        &self,
+        run_id: &str,
+        writer: &Writer,
+        _lease: std::time::Duration,
+    ) -> Result<(), StoreError> {
+        let mut writers = self.writers.lock().unwrap_or_else(|p| p.into_inner());
+        match writers.get(run_id) {
+            Some(w) if w.token != writer.token && !w.is_gone() => Err(StoreError::Held {
+                run: run_id.to_string(),
+                pid: w.pid,
+                host: w.host.clone(),
+            }),
+            _ => {
+                writers.insert(run_id.to_string(), writer.clone());
+                Ok(())
+            }
+        }
+    }
+
+    async fn renew_run(
+        &self,
+        run_id: &str,
+        writer: &Writer,
+        _lease: std::time::Duration,
+    ) -> Result<bool, StoreError> {
+        let writers = self.writers.lock().unwrap_or_else(|p| p.into_inner());
+        Ok(writers.get(run_id).is_some_and(|w| w.token == writer.token))
+    }
+
+    async fn give_back_run(&self, run_id: &str, writer: &Writer) -> Result<(), StoreError> {
+        let mut writers = self.writers.lock().unwrap_or_else(|p| p.into_inner());
+        if writers.get(run_id).is_some_and(|w| w.token == writer.token) {
+            writers.remove(run_id);
+        }
+        Ok(())
     }
 }
 

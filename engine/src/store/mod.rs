@@ -5,10 +5,13 @@
 pub mod any;
 pub mod memory;
 pub mod sql;
+pub mod writers;
 
 use std::future::Future;
+use std::time::Duration;
 
 use crate::runtime::record::{RunRecord, RunStatus, StepRecord};
+pub use writers::Writer;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -58,6 +61,9 @@ pub enum StoreError {
          nothing more of it is written here"
     )]
     LeaseLost { run: String },
+    /// Another live process advances the run (SPEC §7.3, one writer per run).
+    #[error("run `{run}` is being run by another process (pid {pid}, host {host})")]
+    Held { run: String, pid: u32, host: String },
 }
 
 /// Filters for listing runs.
@@ -130,6 +136,30 @@ pub trait Store: Send + Sync + 'static {
         from: u64,
         limit: usize,
     ) -> impl Future<Output = Result<Vec<RunRecord>, StoreError>> + Send;
+    /// Takes run `run_id` for `writer` under a lease of `lease` (SPEC §7.3, one writer per
+    /// run): in one atomic step, the run is `writer`'s if no one holds it, its holder's lease
+    /// lapsed, or its holder's process is verifiably gone ([`Writer::is_gone`]); else
+    /// [`StoreError::Held`] names the holder. The run need not be recorded yet.
+    fn take_run(
+        &self,
+        run_id: &str,
+        writer: &Writer,
+        lease: Duration,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Extends `writer`'s lease on `run_id` to `lease` from now; false when the run is no
+    /// longer `writer`'s (its lease lapsed and another process took it).
+    fn renew_run(
+        &self,
+        run_id: &str,
+        writer: &Writer,
+        lease: Duration,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    /// Gives `run_id` back, if `writer` holds it.
+    fn give_back_run(
+        &self,
+        run_id: &str,
+        writer: &Writer,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
 }
 
 /// Keeps the latest attempt of each (number, iteration) of records in record order.

@@ -95,6 +95,39 @@ impl<S: Store> Engine<S> {
         controls: RunControls,
         item: Option<BatchItem>,
     ) -> RunOutcome {
+        self.run_root(plan, input, context, options, state, controls, item, None)
+            .await
+    }
+
+    /// A new root run of id `id` (not [`record::new_run_id`]'s): for a caller that takes the
+    /// run as its writer before it starts (SPEC §7.3, one writer per run).
+    #[allow(clippy::too_many_arguments)]
+    pub async fn run_as(
+        &self,
+        id: String,
+        plan: Arc<Plan>,
+        input: Value,
+        context: Value,
+        options: RunOptions,
+        state: Arc<AgentState>,
+        controls: RunControls,
+    ) -> RunOutcome {
+        self.run_root(plan, input, context, options, state, controls, None, Some(id))
+            .await
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn run_root(
+        &self,
+        plan: Arc<Plan>,
+        input: Value,
+        context: Value,
+        options: RunOptions,
+        state: Arc<AgentState>,
+        controls: RunControls,
+        item: Option<BatchItem>,
+        id: Option<String>,
+    ) -> RunOutcome {
         let now = options.now.unwrap_or_else(Timestamp::now);
         let (tree, lineage) = Self::tree(
             plan,
@@ -109,6 +142,9 @@ impl<S: Store> Engine<S> {
         // The root run in place: only child runs need the boxed, recursive `run_flow`.
         let flow = tree.plan.flow(root).clone();
         let mut run = Run::new(self, &tree, flow, root, input, lineage, &state, None);
+        if let Some(id) = id {
+            run.record.id = id;
+        }
         if let Some(item) = item {
             run.record.batch = Some(item.batch);
             run.record.item_id = Some(item.id);

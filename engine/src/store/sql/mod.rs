@@ -25,6 +25,7 @@ mod url;
 
 pub use url::{check_url, redact, sqlite_file};
 mod writer;
+mod writers;
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -46,6 +47,7 @@ use writer::{Fence, Op, Request, Writer};
 
 use super::{RunFilter, Store, StoreError};
 use crate::runtime::record::{RunRecord, RunStatus, StepRecord};
+use crate::store::Writer as RunWriter;
 
 /// Where records go when no `--store` is given.
 pub const DEFAULT_URL: &str = "sqlite:.switchyard/runs.db";
@@ -670,6 +672,18 @@ impl Store for SqlStore {
         rows.iter()
             .map(|r| decode_run(r).map_err(|m| self.corrupt(&what, m)))
             .collect()
+    }
+
+    async fn take_run(&self, run_id: &str, writer: &RunWriter, lease: Duration) -> Result<(), StoreError> {
+        self.take_writer(run_id, writer, lease).await
+    }
+
+    async fn renew_run(&self, run_id: &str, writer: &RunWriter, lease: Duration) -> Result<bool, StoreError> {
+        self.renew_writer(run_id, writer, lease).await
+    }
+
+    async fn give_back_run(&self, run_id: &str, writer: &RunWriter) -> Result<(), StoreError> {
+        self.give_back_writer(run_id, writer).await
     }
 }
 

@@ -18,7 +18,7 @@ use crate::runtime::record::now_ms;
 use crate::store::StoreError;
 
 /// The newest schema this build reads and writes.
-pub const SCHEMA_VERSION: i64 = 6;
+pub const SCHEMA_VERSION: i64 = 7;
 
 struct Migration {
     version: i64,
@@ -191,6 +191,25 @@ const MIGRATIONS: &[Migration] = &[
         )",
         ],
     },
+    Migration {
+        version: 7,
+        description: "the process that advances each run of `run` or `resume`",
+        statements: &[
+            // One writer per run (SPEC §7.3). `token` is the holder's, new for each take;
+            // `started` the holder process's start (to tell a reused pid); `until_ms` its lease
+            // on the database's clock. A row outlives a crashed holder, and is taken over once
+            // its lease lapses or its process is found gone.
+            "CREATE TABLE run_writers (
+            run_id TEXT PRIMARY KEY,
+            token TEXT NOT NULL,
+            host TEXT NOT NULL,
+            pid BIGINT NOT NULL,
+            started BIGINT,
+            since BIGINT NOT NULL,
+            until_ms BIGINT NOT NULL
+        )",
+        ],
+    },
 ];
 
 /// The store's schema version: 0 for an empty store. Reads only.
@@ -271,10 +290,10 @@ mod tests {
 
     #[test]
     fn newer_schema_names_both_versions() {
-        let err = check_not_newer(7, "/x/runs.db").expect_err("newer");
+        let err = check_not_newer(8, "/x/runs.db").expect_err("newer");
         assert_eq!(
             err.to_string(),
-            "the store at /x/runs.db was written by a newer switchyard (schema 7; this one knows up to 6)"
+            "the store at /x/runs.db was written by a newer switchyard (schema 8; this one knows up to 7)"
         );
         assert!(check_not_newer(1, "s").is_ok() && check_not_newer(0, "s").is_ok());
     }

@@ -11,6 +11,7 @@
 //! - [`expressions`]: property test of expressions: payload values compare as their literals;
 //! - [`llm`] and [`http_agent`]: `llm` and `http` agents against local servers
 //!   ([`mock_server`]): limits, retries, structured output, secrets;
+//! - [`redaction`]: secrets echoed back in other spellings reach no output, page or store;
 //! - [`payload_types`]: the payload's type through the graph on real and schema-less flows;
 //! - [`agent_loop_durable`]: agent loops through the binary and SQLite: a killed batch of loops,
 //!   approvals end to end, and how `runs show` and `--trace` show a loop;
@@ -44,6 +45,7 @@ mod mock_server;
 mod otel;
 mod payload_types;
 mod readme;
+mod redaction;
 mod report;
 mod resume;
 mod snapshots;

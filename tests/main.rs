@@ -19,6 +19,8 @@
 //!   flows, the question of an interrupt and how to answer it;
 //! - [`cluster`]: many machines on PostgreSQL: `submit`, `worker` processes killed, frozen
 //!   and cut off, a poison item, the drain, a store from a newer switchyard;
+//! - [`cluster_bundle`]: a command's sibling modules shipped by `bundle:` patterns, and the
+//!   warning when they are not;
 //! - [`cluster_limits`]: a provider's rate limit and `max_concurrency` held by three workers
 //!   together;
 //! - [`time`]: `timestamp()`, `duration()` and the recorded `now` of a run tree.
@@ -29,6 +31,7 @@ mod agent_loop_tests;
 mod batch;
 mod cli;
 mod cluster;
+mod cluster_bundle;
 mod cluster_limits;
 mod corpus;
 mod embed;

@@ -679,6 +679,8 @@ mod tests {
             env: Vec::new(),
             cwd: None,
             max_output: 16 << 20,
+            bundle: Vec::new(),
+            flow_dir: std::path::PathBuf::new(),
         }
     }
 

@@ -5,6 +5,7 @@
 //! - [`lint_agent_loops`]: agent loops that lint clean, the type of their answer, imported loops;
 //! - [`snapshots`]: rendered human output, snapshot-tested with insta;
 //! - [`cli`]: exit codes, output formats, `explain`, `--help`;
+//! - [`change_files`]: agent-change files checked like flows by `lint`, `run` and `batch`;
 //! - [`engine`]: runs and flow tests: every runtime semantic, through `run` and `test`;
 //! - [`corpus`]: hostile inputs (alias bombs, deep nesting, huge and binary files);
 //! - [`fuzz`]: property tests over generated and mutated flows;
@@ -29,6 +30,7 @@ mod agent_loop;
 mod agent_loop_durable;
 mod agent_loop_tests;
 mod batch;
+mod change_files;
 mod cli;
 mod cluster;
 mod cluster_bundle;

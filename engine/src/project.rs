@@ -856,8 +856,8 @@ impl PreparedFile {
                 Ok(changes) => Model::Changes {
                     changes: Some(changes),
                 },
-                Err(d) => {
-                    cx.diags.push(*d);
+                Err(ds) => {
+                    cx.diags.extend(ds);
                     Model::Changes { changes: None }
                 }
             },

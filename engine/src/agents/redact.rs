@@ -6,8 +6,9 @@
 //! with and without padding), and the base64 characters that stay the same wherever the value
 //! sits inside a longer encoded text (the three alignments). The matcher reads the text
 //! decoding as it goes, so any mix of literal and escaped characters matches: percent-escapes
-//! (`%2F`, `%2f`, or the `/` left literal as Python's `quote` leaves it), `+` for a space, and
-//! JSON string escapes (`\/`, `\"`, `\u002f`, surrogate pairs).
+//! (`%2F`, `%2f`, or the `/` left literal as Python's `quote` leaves it), `+` for a space (and
+//! a space for a `+` that a form decoding turned into one), and JSON string escapes (`\/`,
+//! `\"`, `\u002f`, surrogate pairs).
 //!
 //! It knows nothing of HTTP or of records: callers hand it text and values.
 
@@ -66,19 +67,21 @@ impl Matcher {
         if self.patterns.is_empty() {
             return None;
         }
-        for at in from..text.len() {
-            let b = text[at];
-            let escaped = matches!(b, b'%' | b'\\' | b'+');
-            let candidates: Box<dyn Iterator<Item = usize>> = if escaped {
-                Box::new(0..self.patterns.len())
-            } else if self.starts[usize::from(b)].is_empty() {
-                continue;
-            } else {
-                Box::new(self.starts[usize::from(b)].iter().copied())
-            };
-            let end = candidates
+        let longest = |at: usize, candidates: &mut dyn Iterator<Item = usize>| {
+            candidates
                 .filter_map(|i| match_at(text, at, &self.patterns[i]))
-                .max();
+                .max()
+        };
+        for (at, &b) in text.iter().enumerate().skip(from) {
+            let end = if matches!(b, b'%' | b'\\' | b'+') {
+                longest(at, &mut (0..self.patterns.len()))
+            } else {
+                let starting = &self.starts[usize::from(b)];
+                if starting.is_empty() {
+                    continue;
+                }
+                longest(at, &mut starting.iter().copied())
+            };
             if let Some(end) = end {
                 return Some((at, end));
             }
@@ -120,7 +123,9 @@ fn match_at(text: &[u8], at: usize, pattern: &[u8]) -> Option<usize> {
         return Some(end);
     }
     match c {
+        // A form encoding's `+` for a space, and a `+` a form decoding read as a space.
         b'+' if want == b' ' => match_at(text, at + 1, rest),
+        b' ' if want == b'+' => match_at(text, at + 1, rest),
         b'%' => {
             let byte = hex(text.get(at + 1..at + 3)?)?;
             (byte as u8 == want).then(|| match_at(text, at + 3, rest))?
@@ -270,6 +275,7 @@ mod tests {
         // Python's `quote` keeps `/`; `+` is encoded.
         let quoted = "Bearer%20sk-AbC/12%2Bxyz/9876%2BQrSt";
         assert_eq!(m.redact(quoted), "[redacted]");
+        assert_eq!(m.redact("key: sk-AbC/12 xyz/9876 QrSt"), "key: [redacted]");
         assert_eq!(m.redact("é sk-AbC/12+xyz/9876+QrSt é"), "é [redacted] é");
     }
 

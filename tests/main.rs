@@ -5,12 +5,14 @@
 //! - [`lint_agent_loops`]: agent loops that lint clean, the type of their answer, imported loops;
 //! - [`snapshots`]: rendered human output, snapshot-tested with insta;
 //! - [`cli`]: exit codes, output formats, `explain`, `--help`;
+//! - [`change_files`]: agent-change files checked like flows by `lint`, `run` and `batch`;
 //! - [`engine`]: runs and flow tests: every runtime semantic, through `run` and `test`;
 //! - [`corpus`]: hostile inputs (alias bombs, deep nesting, huge and binary files);
 //! - [`fuzz`]: property tests over generated and mutated flows;
 //! - [`expressions`]: property test of expressions: payload values compare as their literals;
 //! - [`llm`] and [`http_agent`]: `llm` and `http` agents against local servers
 //!   ([`mock_server`]): limits, retries, structured output, secrets;
+//! - [`redaction`]: secrets echoed back in other spellings reach no output, page or store;
 //! - [`payload_types`]: the payload's type through the graph on real and schema-less flows;
 //! - [`agent_loop_durable`]: agent loops through the binary and SQLite: a killed batch of loops,
 //!   approvals end to end, and how `runs show` and `--trace` show a loop;
@@ -18,6 +20,8 @@
 //!   flows, the question of an interrupt and how to answer it;
 //! - [`cluster`]: many machines on PostgreSQL: `submit`, `worker` processes killed, frozen
 //!   and cut off, a poison item, the drain, a store from a newer switchyard;
+//! - [`cluster_bundle`]: a command's sibling modules shipped by `bundle:` patterns, and the
+//!   warning when they are not;
 //! - [`cluster_limits`]: a provider's rate limit and `max_concurrency` held by three workers
 //!   together;
 //! - [`one_writer`]: one writer per run: two `resume`s of one run raced on SQLite and
@@ -29,8 +33,10 @@ mod agent_loop;
 mod agent_loop_durable;
 mod agent_loop_tests;
 mod batch;
+mod change_files;
 mod cli;
 mod cluster;
+mod cluster_bundle;
 mod cluster_limits;
 mod corpus;
 mod embed;
@@ -48,6 +54,7 @@ mod one_writer;
 mod otel;
 mod payload_types;
 mod readme;
+mod redaction;
 mod report;
 mod resume;
 mod snapshots;

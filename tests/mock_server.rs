@@ -38,6 +38,9 @@ pub enum Reply {
     Raw(String),
     /// 200 whose content is the request's `Authorization` header (a leaky echo server).
     EchoAuth,
+    /// 200 whose content is a JSON object of the `Authorization` header in many spellings
+    /// ([`auth_spellings`]).
+    EchoAuthSpelt,
     /// 200 with an assistant message that calls tools (`content: null`, `tool_calls`,
     /// `finish_reason: tool_calls`), as OpenAI's API writes it.
     Calls(Vec<Call>),
@@ -298,6 +301,14 @@ async fn answer_request(s: Arc<LlmState>, headers: HeaderMap, body: Bytes) -> Re
             let (t, r) = answer(format!("{{\"echo\": \"{auth}\"}}"));
             (200, t, r)
         }
+        Reply::EchoAuthSpelt => {
+            let auth = headers
+                .get(header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            let (t, r) = answer(auth_spellings(auth).to_string());
+            (200, t, r)
+        }
         Reply::Calls(calls) => {
             let prompt = prompt_tokens(&body);
             let written: Vec<Value> = calls
@@ -441,6 +452,13 @@ async fn service(
             }))
             .into_response()
         }
+        ["echo-auth"] => {
+            let auth = headers
+                .get(header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            axum::Json(auth_spellings(auth)).into_response()
+        }
         ["status", code] => {
             let code: u16 = code.parse().unwrap_or(500);
             let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
@@ -475,4 +493,61 @@ async fn service(
         }
         _ => (StatusCode::NOT_FOUND, "no such route").into_response(),
     }
+}
+
+/// A header value as leaky servers echo it: as it is, base64 of the whole value (standard,
+/// URL-safe without padding), base64 of `Authorization: <value>` and of `user:<key>` (Basic
+/// auth), fully percent-encoded in lower case, as Python's `quote` writes it (`/` kept), JSON
+/// text inside a string (`/` as `\/`), and every character as a `\uXXXX` escape.
+pub fn auth_spellings(auth: &str) -> Value {
+    let key = auth.strip_prefix("Bearer ").unwrap_or(auth);
+    let percent = |keep: &[u8], upper: bool| -> String {
+        auth.bytes()
+            .map(|b| {
+                if b.is_ascii_alphanumeric() || b"-._~".contains(&b) || keep.contains(&b) {
+                    char::from(b).to_string()
+                } else if upper {
+                    format!("%{b:02X}")
+                } else {
+                    format!("%{b:02x}")
+                }
+            })
+            .collect()
+    };
+    let escaped: String = auth.chars().map(|c| format!("\\u{:04x}", u32::from(c))).collect();
+    json!({
+        "raw": auth,
+        "base64": base64(auth.as_bytes(), false),
+        "base64url": base64(auth.as_bytes(), true).trim_end_matches('='),
+        "base64_header": base64(format!("Authorization: {auth}").as_bytes(), false),
+        "basic": base64(format!("user:{key}").as_bytes(), false),
+        "percent": percent(b"", false),
+        "quote": percent(b"/", true),
+        "json_text": format!("{{\"auth\":\"{}\"}}", auth.replace('/', "\\/")),
+        "unicode": escaped,
+    })
+}
+
+/// Base64 in the standard alphabet with padding, or the URL-safe one.
+pub fn base64(bytes: &[u8], url_safe: bool) -> String {
+    let alphabet: &[u8] = if url_safe {
+        b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+    } else {
+        b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+    };
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, &b)| n | u32::from(b) << (16 - 8 * i));
+        for i in 0..4 {
+            out.push(if i <= chunk.len() {
+                char::from(alphabet[(n >> (18 - 6 * i)) as usize & 63])
+            } else {
+                '='
+            });
+        }
+    }
+    out
 }

@@ -2,7 +2,8 @@
 //! headless Chromium driven over WebDriver (Debian's `chromium` and `chromium-driver`, which
 //! `.ci/run` installs): no console errors, no network requests, the route's nodes and the
 //! timeline's bars there for the steps that ran, a click on a step's row showing its payload
-//! change, and a screenshot that is not blank.
+//! change, and a screenshot that is not blank. A batch's page links each run by a relative,
+//! percent-encoded address, so an output file's name neither runs script nor breaks a link.
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -430,4 +431,80 @@ fn the_batch_report_counts_items_lists_failures_by_kind_and_links_each_to_its_ru
         "{}",
         bad.stderr
     );
+}
+
+/// `s` with each byte outside `A-Z a-z 0-9 - . _ ~ /` percent-encoded: a file URL of a path.
+fn file_url(path: &Path) -> String {
+    let mut out = String::from("file://");
+    for b in path.to_string_lossy().bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~/".contains(&b) {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+#[test]
+fn run_links_of_hostile_output_names_are_encoded_and_open_the_run_page_without_script() {
+    let dir = TempDir::new("report-hostile");
+    dir.write(
+        "f.yaml",
+        "flow: f\nagents:\n  m:\n    kind: mock\n    returns: {ok: true}\nsteps:\n  go:\n    agent: m\n    output: {$.ok: $.ok}\n",
+    );
+    dir.write("in.jsonl", "{\"id\": \"a\"}\n");
+    let driver = Driver::start();
+    let s = Session::new(&driver, &dir.path().join("profile"));
+    // A link that a browser would run as script (it sets the title), and one whose `:`, `#`,
+    // `?`, `%` and spaces would make it lead nowhere.
+    for (name, encoded) in [
+        (
+            "javascript:document.title='pwned';x",
+            "javascript%3Adocument.title%3D%27pwned%27%3Bx",
+        ),
+        ("a: b#c?d%41e f", "a%3A%20b%23c%3Fd%2541e%20f"),
+    ] {
+        let out = run(switchyard(dir.path())
+            .args([
+                "batch",
+                "f.yaml",
+                "--input",
+                "in.jsonl",
+                "--store",
+                "sqlite:runs.db",
+            ])
+            .arg("--output")
+            .arg(format!("{name}.jsonl")));
+        assert_eq!(out.code(), 0, "{out:?}");
+        let rep = run(switchyard(dir.path())
+            .arg("report")
+            .arg(format!("{name}.jsonl"))
+            .args(["--store", "sqlite:runs.db"]));
+        assert_eq!(rep.code(), 0, "{rep:?}");
+        let page = dir.path().join(format!("{name}.report.html"));
+        s.post("/url", json!({"url": file_url(&page)}));
+        let href = s.script("return document.querySelector('#slowest a').getAttribute('href');");
+        let href = href.as_str().expect("a link to the run");
+        let prefix = format!("./{encoded}.report.runs/r");
+        assert!(href.starts_with(&prefix) && href.ends_with(".html"), "{href}");
+        let link = s.post(
+            "/element",
+            json!({"using": "css selector", "value": "#slowest a"}),
+        );
+        let eid = link
+            .as_object()
+            .and_then(|o| o.values().next())
+            .and_then(Value::as_str)
+            .expect("an element id")
+            .to_string();
+        s.post(&format!("/element/{eid}/click"), json!({}));
+        let shown = s.script("return {title: document.title, url: location.href, status: document.querySelector('header .status')?.textContent};");
+        assert!(
+            shown["title"].as_str().unwrap_or("").starts_with("run r"),
+            "{name}: {shown}"
+        );
+        assert_eq!(shown["status"], "succeeded", "{name}: {shown}");
+        assert!(shown["url"].as_str().unwrap_or("").ends_with(".html"), "{shown}");
+    }
 }

@@ -17,6 +17,7 @@ pub mod cli;
 pub mod cluster;
 pub mod compile;
 pub mod diag;
+pub mod glob;
 pub mod json;
 pub mod lint;
 pub mod model;

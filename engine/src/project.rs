@@ -309,8 +309,14 @@ impl Project {
         // Flow agents by path, and schema files, in this flow and in its inline flows.
         let mut flow_paths = Vec::new();
         let mut schema_paths = Vec::new();
+        let mut bundle_patterns = Vec::new();
         if let Some(flow) = &self.flows[id.0].flow {
-            collect_refs(flow, &mut flow_paths, &mut schema_paths);
+            let mut refs = Refs {
+                flows: &mut flow_paths,
+                schemas: &mut schema_paths,
+                bundles: &mut bundle_patterns,
+            };
+            collect_refs(flow, &mut refs);
         }
         for spec in flow_paths {
             let callee = self.resolve(&dir, &spec).and_then(|p| {
@@ -324,7 +330,48 @@ impl Project {
                 self.load_schema(p, limits);
             }
         }
+        for spec in bundle_patterns {
+            self.check_bundle_pattern(&dir, &spec);
+        }
         Some(id)
+    }
+
+    /// A `command` agent's `bundle:` pattern must name files under the root: `SY210` when it
+    /// matches none, `SY209` when it leaves the root, `SY108` when it matches too many.
+    fn check_bundle_pattern(&mut self, dir: &Path, spec: &Sp<String>) {
+        let Err(e) = crate::glob::expand(&self.root, dir, &spec.value) else {
+            return;
+        };
+        let d = match e {
+            crate::glob::GlobError::LeavesRoot(_) => Diagnostic::new(
+                &codes::PATH_OUTSIDE_ROOT,
+                spec.span,
+                format!("`bundle` pattern `{}` {e}", spec.value),
+            )
+            .label("outside the root")
+            .help(format!(
+                "a bundle holds files under `{}` only",
+                self.root.display()
+            )),
+            crate::glob::GlobError::NoMatch => Diagnostic::new(
+                &codes::MISSING_FILE,
+                spec.span,
+                format!("`bundle` pattern `{}` matches no file", spec.value),
+            )
+            .label("no file")
+            .help(format!(
+                "patterns are relative to the file that names them (`{}`)",
+                self.display_relative(dir)
+            )),
+            crate::glob::GlobError::TooMany => Diagnostic::new(
+                &codes::INVALID_VALUE,
+                spec.span,
+                format!("`bundle` pattern `{}` {e}", spec.value),
+            )
+            .label("too many files")
+            .help("name the files the program needs, not a whole tree"),
+        };
+        self.diags.push(d);
     }
 
     /// Adds a prepared file to the source map and its problems (parse, then model) to the
@@ -809,8 +856,8 @@ impl PreparedFile {
                 Ok(changes) => Model::Changes {
                     changes: Some(changes),
                 },
-                Err(d) => {
-                    cx.diags.push(*d);
+                Err(ds) => {
+                    cx.diags.extend(ds);
                     Model::Changes { changes: None }
                 }
             },
@@ -999,42 +1046,53 @@ fn is_library(bytes: &[u8]) -> bool {
             .any(|k| *k == "agents" || *k == "providers" || *k == "imports")
 }
 
-fn collect_refs(flow: &Flow, flows: &mut Vec<Sp<String>>, schemas: &mut Vec<Sp<String>>) {
+/// What a flow names by path: called flows, schema files, `bundle:` patterns.
+struct Refs<'a> {
+    flows: &'a mut Vec<Sp<String>>,
+    schemas: &'a mut Vec<Sp<String>>,
+    bundles: &'a mut Vec<Sp<String>>,
+}
+
+fn collect_refs(flow: &Flow, refs: &mut Refs<'_>) {
     let schema = |s: &Option<SchemaRef>, out: &mut Vec<Sp<String>>| {
         if let Some(SchemaRef::Path(p)) = s {
             out.push(p.clone());
         }
     };
-    schema(&flow.input.as_ref().and_then(|i| i.schema.clone()), schemas);
-    schema(&flow.output.as_ref().and_then(|o| o.schema.clone()), schemas);
-    let agent = |a: &crate::model::Agent, flows: &mut Vec<Sp<String>>, schemas: &mut Vec<Sp<String>>| {
-        schema(&a.common.input_schema, schemas);
-        schema(&a.common.result_schema, schemas);
-        if let AgentSpec::Flow(f) = &a.spec {
-            if let Some(p) = &f.path {
-                flows.push(p.clone());
+    schema(&flow.input.as_ref().and_then(|i| i.schema.clone()), refs.schemas);
+    schema(&flow.output.as_ref().and_then(|o| o.schema.clone()), refs.schemas);
+    let agent = |a: &crate::model::Agent, refs: &mut Refs<'_>| {
+        schema(&a.common.input_schema, refs.schemas);
+        schema(&a.common.result_schema, refs.schemas);
+        match &a.spec {
+            AgentSpec::Flow(f) => {
+                if let Some(p) = &f.path {
+                    refs.flows.push(p.clone());
+                }
+                if let Some(inline) = &f.inline {
+                    collect_refs(inline, refs);
+                }
             }
-            if let Some(inline) = &f.inline {
-                collect_refs(inline, flows, schemas);
-            }
+            AgentSpec::Command(c) => refs.bundles.extend(c.bundle.iter().cloned()),
+            _ => {}
         }
     };
     for a in flow.agents.values() {
-        agent(a, flows, schemas);
+        agent(a, refs);
     }
     for step in flow.steps.values() {
         match &step.kind {
-            StepKind::Agent(AgentRef::Inline(a)) => agent(a, flows, schemas),
+            StepKind::Agent(AgentRef::Inline(a)) => agent(a, refs),
             StepKind::Parallel(branches) => {
                 for b in branches.values() {
                     if let AgentRef::Inline(a) = &b.agent {
-                        agent(a, flows, schemas);
+                        agent(a, refs);
                     }
                 }
             }
             StepKind::Interrupt(i) => {
                 if let Some(SchemaRef::Path(p)) = &i.schema {
-                    schemas.push(p.clone());
+                    refs.schemas.push(p.clone());
                 }
             }
             _ => {}

@@ -679,6 +679,8 @@ mod tests {
             env: Vec::new(),
             cwd: None,
             max_output: 16 << 20,
+            bundle: Vec::new(),
+            flow_dir: std::path::PathBuf::new(),
         }
     }
 
@@ -944,9 +946,9 @@ mod tests {
         let got = call(&p, json!({})).await.unwrap();
         let mut expected = json!({
             "GREETING": "hi ${not a ref} $HOME",
-            // The program got the value; what it prints has the value redacted (so `[redacted]`
-            // stands exactly where the value was).
-            "SECRET": "Bearer [redacted]!",
+            // The program got the value; what it prints has the whole value the secret was
+            // put in redacted.
+            "SECRET": "[redacted]",
             "PYTHONCOERCECLOCALE": "0",
             "SWITCHYARD_RUN_ID": "r1",
             "SWITCHYARD_STEP": "s",

@@ -13,6 +13,7 @@ pub mod mock;
 pub mod native;
 pub mod net;
 pub mod provider;
+pub mod redact;
 pub mod secrets;
 pub mod timer;
 pub mod transform;

@@ -13,6 +13,7 @@ use std::time::{Duration, SystemTime};
 use reqwest::header::HeaderMap;
 
 use super::command::resolve_secret_refs;
+use super::redact::Matcher;
 use crate::runtime::{ErrorKind, StepError};
 
 /// How much of a response body an error quotes.
@@ -70,14 +71,16 @@ fn build_client() -> Result<reqwest::Client, String> {
         .map_err(|e| format!("cannot set up the HTTP client: {e}"))
 }
 
-/// Secret values resolved for one call, so that nothing derived from them leaves the call.
+/// Secret values resolved for one call, so that nothing derived from them leaves the call:
+/// each value, and each whole text it was substituted into (a header value as sent, such as
+/// `Bearer <key>`), in every spelling [`Matcher`] knows.
 #[derive(Default)]
-pub struct Secrets(Vec<String>);
+pub struct Secrets(Matcher);
 
 impl Secrets {
     /// Resolves the `${env:NAME}` references in `text` (now, from this process's environment),
-    /// remembering every substituted value. `what` names the field for errors, which name the
-    /// variable and never a value.
+    /// remembering every substituted value and the resolved text as a whole. `what` names the
+    /// field for errors, which name the variable and never a value.
     pub fn resolve(&mut self, text: &str, what: &str) -> Result<String, StepError> {
         if !text.contains("${env:") {
             return Ok(text.to_owned());
@@ -96,46 +99,22 @@ impl Secrets {
             }
             rest = &after[end + 1..];
         }
+        self.remember(&resolved);
         Ok(resolved)
     }
 
-    /// Remembers a secret value in the forms it is commonly echoed in: as it is,
-    /// percent-encoded (a redirect's `Location`, a query string; `%2F` and `%2f` alike, and
-    /// `+` for a space), JSON-string-escaped, and base64 (standard and URL-safe, with and
-    /// without padding). Longer forms are replaced first, so no form is left half redacted.
+    /// Remembers a secret value (see [`Matcher::add`] for the spellings it is found in).
     pub fn remember(&mut self, value: &str) {
-        if value.is_empty() {
-            return;
-        }
-        let json = serde_json::to_string(value).expect("a string serializes");
-        let upper = percent_encode(value, true);
-        let forms = [
-            value.to_owned(),
-            upper.clone(),
-            percent_encode(value, false),
-            upper.replace("%20", "+"),
-            json[1..json.len() - 1].to_owned(),
-            base64(value.as_bytes(), false),
-            base64(value.as_bytes(), false).trim_end_matches('=').to_owned(),
-            base64(value.as_bytes(), true),
-        ];
-        for f in forms {
-            if !f.is_empty() && !self.0.contains(&f) {
-                self.0.push(f);
-            }
-        }
-        self.0.sort_by_key(|f| std::cmp::Reverse(f.len()));
+        self.0.add(value);
     }
 
     /// `text` with every secret value replaced by `[redacted]`.
     pub fn redact(&self, text: &str) -> String {
-        let mut out = text.to_owned();
-        for s in &self.0 {
-            if out.contains(s.as_str()) {
-                out = out.replace(s.as_str(), "[redacted]");
-            }
-        }
-        out
+        self.0.redact(text)
+    }
+
+    fn holds_secret(&self, text: &str) -> bool {
+        self.0.find(text).is_some()
     }
 
     /// Redacts every string (and object key) of a JSON value in place: a service that echoes
@@ -145,12 +124,12 @@ impl Secrets {
             return;
         }
         match v {
-            serde_json::Value::String(s) if self.0.iter().any(|x| s.contains(x.as_str())) => {
+            serde_json::Value::String(s) if self.holds_secret(s) => {
                 *s = self.redact(s);
             }
             serde_json::Value::Array(a) => a.iter_mut().for_each(|x| self.redact_value(x)),
             serde_json::Value::Object(m) => {
-                if m.keys().any(|k| self.0.iter().any(|x| k.contains(x.as_str()))) {
+                if m.keys().any(|k| self.holds_secret(k)) {
                     let old = std::mem::take(m);
                     for (k, mut x) in old {
                         self.redact_value(&mut x);
@@ -172,46 +151,6 @@ impl Secrets {
         }
         e
     }
-}
-
-/// `s` with every byte outside the URL-unreserved set (`A-Z a-z 0-9 - . _ ~`) as `%XX`, in
-/// upper- or lower-case hex.
-fn percent_encode(s: &str, upper: bool) -> String {
-    let mut out = String::with_capacity(s.len() * 3);
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(char::from(b));
-        } else if upper {
-            out.push_str(&format!("%{b:02X}"));
-        } else {
-            out.push_str(&format!("%{b:02x}"));
-        }
-    }
-    out
-}
-
-/// Base64 of `bytes`: the standard alphabet with padding, or the URL-safe one without.
-fn base64(bytes: &[u8], url_safe: bool) -> String {
-    let alphabet: &[u8; 64] = if url_safe {
-        b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
-    } else {
-        b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
-    };
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for chunk in bytes.chunks(3) {
-        let n = (u32::from(chunk[0]) << 16)
-            | (u32::from(chunk.get(1).copied().unwrap_or(0)) << 8)
-            | u32::from(chunk.get(2).copied().unwrap_or(0));
-        for i in 0..=chunk.len() {
-            out.push(char::from(alphabet[(n >> (18 - 6 * i)) as usize & 63]));
-        }
-        if !url_safe {
-            for _ in chunk.len()..3 {
-                out.push('=');
-            }
-        }
-    }
-    out
 }
 
 /// The `allow_hosts` lists in force for a call: the flow's, its callers' and `--allow-hosts`.
@@ -433,25 +372,6 @@ mod tests {
     }
 
     #[test]
-    fn secrets_are_redacted_in_their_common_encodings() {
-        let mut s = Secrets::default();
-        s.remember("a/b c\"d");
-        for echoed in [
-            "a/b c\"d",
-            "a%2Fb%20c%22d",
-            "a%2fb%20c%22d",
-            "a%2Fb+c%22d",
-            "a/b c\\\"d",
-            "YS9iIGMiZA==",
-            "YS9iIGMiZA",
-        ] {
-            assert_eq!(s.redact(&format!("<{echoed}>")), "<[redacted]>", "{echoed}");
-        }
-        assert_eq!(base64(b"hi?>", false), "aGk/Pg==");
-        assert_eq!(base64(b"hi?>", true), "aGk_Pg");
-    }
-
-    #[test]
     fn secrets_are_remembered_and_redacted() {
         // `PATH` is set in every test environment; setting a variable here would race with
         // the tests that start processes.
@@ -459,7 +379,8 @@ mod tests {
         let mut s = Secrets::default();
         let v = s.resolve("Bearer ${env:PATH}", "header `Authorization`").unwrap();
         assert_eq!(v, format!("Bearer {path}"));
-        assert_eq!(s.redact(&format!("echo: {v}!")), "echo: Bearer [redacted]!");
+        assert_eq!(s.redact(&format!("echo: {v}!")), "echo: [redacted]!");
+        assert_eq!(s.redact(&format!("echo: {path}!")), "echo: [redacted]!");
         let mut j = serde_json::json!({"a": [format!("x {path}")], path.clone(): 1});
         s.redact_value(&mut j);
         assert_eq!(j, serde_json::json!({"a": ["x [redacted]"], "[redacted]": 1}));

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::common::{self, StoreArg};
 use super::runs::fail;
-use crate::report::batch::{Item, Summary, batch_html};
+use crate::report::batch::{Item, Summary, batch_html, relative_link};
 use crate::store::Store as _;
 use crate::store::any::AnyStore;
 
@@ -113,7 +113,7 @@ pub fn run(args: Args) -> u8 {
         written
             .iter()
             .any(|w| w == id)
-            .then(|| format!("{runs_dir_name}/{id}.html"))
+            .then(|| relative_link(&[&runs_dir_name, &format!("{id}.html")]))
     };
     let page = batch_html(&summary, &link, note.as_deref());
     if let Err(e) = write_atomic(&out, page.as_bytes()) {

@@ -95,6 +95,23 @@ pub fn run(args: Args) -> u8 {
             return super::exit::USAGE;
         }
     };
+    for u in &bundle.unshipped {
+        super::stderr::say(
+            super::stderr::Level::Warn,
+            "bundle_lacks",
+            &format!(
+                "warning: agent `{}`: the bundle lacks {} beside what it runs; workers will not have them. \
+                 List what it needs under the agent's `bundle:` (e.g. `bundle: [tools/*.py]`)",
+                u.agent,
+                u.files
+                    .iter()
+                    .map(|f| format!("`{f}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            serde_json::json!({"agent": u.agent, "files": u.files}),
+        );
+    }
     let stored = StoredBundle {
         hash: bundle.hash.clone(),
         format: bundle.format,

@@ -2,8 +2,12 @@
 //! workers need no flow files of their own.
 //!
 //! A bundle holds every file the flow was loaded from (the top flow, the flows it calls, the
-//! files it imports, its schema files) and every file a `command` agent names by a literal
-//! argument (`run: [python3, tools/score.py]`), each by its path relative to the project root.
+//! files it imports, its schema files), every file a `command` agent names by a literal
+//! argument (`run: [python3, tools/score.py]`), and every file its `bundle:` patterns match
+//! (`bundle: [tools/*.py]`, relative to the flow file, under the project root, at most
+//! [`MAX_LISTED_BYTES`] per agent), each by its path relative to the project root. Files of
+//! a script's kind beside it or in the command's working directory that the bundle lacks are
+//! reported ([`Unshipped`]) so `submit` can warn before workers fail on them.
 //! Its hash covers the format, the top flow's path, the directory commands run in, and every
 //! file's path, mode and bytes, so the same files give the same bundle on any machine.
 //!
@@ -28,6 +32,12 @@ pub const BUNDLE_FORMAT: i64 = 1;
 /// `submit`, where the user can do something about it.
 const MAX_FILE_BYTES: u64 = 64 << 20;
 
+/// The most bytes the files of one agent's `bundle:` patterns may come to.
+const MAX_LISTED_BYTES: u64 = 64 << 20;
+
+/// The most files one warning names.
+const UNSHIPPED_NAMED: usize = 20;
+
 /// One file of a bundle.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BundleFile {
@@ -50,6 +60,19 @@ pub struct Bundle {
     pub cwd: String,
     /// By path.
     pub files: Vec<BundleFile>,
+    /// What [`Bundle::gather`] found missing: files beside a command's scripts, or in its
+    /// working directory, that the bundle lacks. Not stored.
+    pub unshipped: Vec<Unshipped>,
+}
+
+/// Files a command's directories hold that the bundle lacks: of the kind of the scripts it
+/// runs (the same extension), in their directories or the directory it runs in. A script's
+/// sibling module is the usual one (`from helpers import score`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unshipped {
+    pub agent: String,
+    /// Relative to the project root.
+    pub files: Vec<String>,
 }
 
 /// A bundle written out under a cache directory.
@@ -127,54 +150,37 @@ impl Bundle {
             .and_then(|d| d.canonicalize().ok())
             .unwrap_or_else(|| root.clone());
         let cwd = relative(&root, &here).unwrap_or_default();
+        let mut listed_bytes = 0u64;
+        let mut ran = Vec::new();
         for command in commands(plan) {
             let AgentPlanSpec::Command(c) = &command.spec else {
                 continue;
             };
             let base = c.cwd.clone().unwrap_or_else(|| here.clone());
-            for arg in c.run.iter().filter(|t| t.is_plain()).map(|t| t.text()) {
-                if arg.is_empty() || arg.starts_with('-') || Path::new(arg).is_absolute() {
-                    continue;
-                }
-                let candidate = base.join(arg);
-                let Ok(meta) = std::fs::metadata(&candidate) else {
-                    continue;
-                };
-                if !meta.is_file() {
-                    continue;
-                }
-                let canonical = candidate.canonicalize().unwrap_or(candidate.clone());
-                let Some(rel) = relative(&root, &canonical) else {
-                    return Err(format!(
-                        "agent `{}` runs `{arg}`, which is `{}`, outside the project root `{}`: workers could not \
-                         find it; pass `--root` with a directory that holds it",
-                        command.name,
-                        canonical.display(),
-                        root.display()
-                    ));
-                };
-                if files.contains_key(&rel) {
-                    continue;
-                }
-                if meta.len() > MAX_FILE_BYTES {
-                    return Err(format!(
-                        "agent `{}` runs `{arg}`, {} bytes: a bundle takes files of at most {MAX_FILE_BYTES} bytes",
-                        command.name,
-                        meta.len()
-                    ));
-                }
-                let bytes =
-                    std::fs::read(&canonical).map_err(|e| format!("`{}`: {e}", canonical.display()))?;
-                files.insert(
-                    rel.clone(),
-                    BundleFile {
-                        path: rel,
-                        bytes,
-                        executable: is_executable(&canonical),
-                    },
-                );
+            let scripts = named_files(&root, &command.name, c, &base)?;
+            for (rel, canonical) in &scripts {
+                add_file(&mut files, rel, canonical, &command.name)?;
             }
+            for pattern in &c.bundle {
+                let found = crate::glob::expand(&root, &c.flow_dir, pattern)
+                    .map_err(|e| format!("agent `{}`: `bundle` pattern `{pattern}` {e}", command.name))?;
+                for canonical in found {
+                    let Some(rel) = relative(&root, &canonical) else {
+                        continue;
+                    };
+                    listed_bytes += add_file(&mut files, &rel, &canonical, &command.name)?;
+                    if listed_bytes > MAX_LISTED_BYTES {
+                        return Err(format!(
+                            "agent `{}`: the files its `bundle` patterns name come to more than {MAX_LISTED_BYTES} bytes; \
+                             name the files the program needs",
+                            command.name
+                        ));
+                    }
+                }
+            }
+            ran.push((command.name.clone(), base, scripts));
         }
+        let unshipped = unshipped(&root, &ran, &files);
         let files: Vec<BundleFile> = files.into_values().collect();
         let hash = hash(BUNDLE_FORMAT, &top, &cwd, &files);
         Ok(Bundle {
@@ -183,6 +189,7 @@ impl Bundle {
             top,
             cwd,
             files,
+            unshipped,
         })
     }
 
@@ -275,6 +282,7 @@ impl Bundle {
             top: top.to_string(),
             cwd: encoded.cwd,
             files: out,
+            unshipped: Vec::new(),
         })
     }
 
@@ -327,6 +335,121 @@ impl Bundle {
         }
         Ok(done)
     }
+}
+
+/// The files a command names by a literal argument (`run: [python3, tools/score.py]`),
+/// relative to the directory it runs in: (path in the bundle, canonical path).
+fn named_files(
+    root: &Path,
+    agent: &str,
+    c: &crate::plan::CommandPlan,
+    base: &Path,
+) -> Result<Vec<(String, PathBuf)>, String> {
+    let mut out = Vec::new();
+    for arg in c.run.iter().filter(|t| t.is_plain()).map(|t| t.text()) {
+        if arg.is_empty() || arg.starts_with('-') || Path::new(arg).is_absolute() {
+            continue;
+        }
+        let candidate = base.join(arg);
+        if !std::fs::metadata(&candidate).is_ok_and(|m| m.is_file()) {
+            continue;
+        }
+        let canonical = candidate.canonicalize().unwrap_or(candidate.clone());
+        let Some(rel) = relative(root, &canonical) else {
+            return Err(format!(
+                "agent `{agent}` runs `{arg}`, which is `{}`, outside the project root `{}`: workers could not \
+                 find it; pass `--root` with a directory that holds it",
+                canonical.display(),
+                root.display()
+            ));
+        };
+        out.push((rel, canonical));
+    }
+    Ok(out)
+}
+
+/// Adds a file to the bundle unless it is there already; its size (0 when it was there).
+fn add_file(
+    files: &mut BTreeMap<String, BundleFile>,
+    rel: &str,
+    canonical: &Path,
+    agent: &str,
+) -> Result<u64, String> {
+    if files.contains_key(rel) {
+        return Ok(0);
+    }
+    let len = std::fs::metadata(canonical)
+        .map_err(|e| format!("`{}`: {e}", canonical.display()))?
+        .len();
+    if len > MAX_FILE_BYTES {
+        return Err(format!(
+            "agent `{agent}` needs `{rel}`, {len} bytes: a bundle takes files of at most {MAX_FILE_BYTES} bytes"
+        ));
+    }
+    let bytes = std::fs::read(canonical).map_err(|e| format!("`{}`: {e}", canonical.display()))?;
+    files.insert(
+        rel.to_owned(),
+        BundleFile {
+            path: rel.to_owned(),
+            bytes,
+            executable: is_executable(canonical),
+        },
+    );
+    Ok(len)
+}
+
+/// A command as `submit` saw it: its agent, the directory it runs in, the files it names
+/// (path in the bundle, canonical path).
+type Ran = (String, PathBuf, Vec<(String, PathBuf)>);
+
+/// For each command (agent, working directory, its scripts), the files of its scripts' kinds
+/// in their directories and in its working directory that the bundle lacks.
+fn unshipped(root: &Path, ran: &[Ran], files: &BTreeMap<String, BundleFile>) -> Vec<Unshipped> {
+    let mut out: Vec<Unshipped> = Vec::new();
+    for (agent, base, scripts) in ran {
+        let kinds: Vec<&std::ffi::OsStr> = scripts.iter().filter_map(|(_, p)| p.extension()).collect();
+        if kinds.is_empty() {
+            continue;
+        }
+        let mut dirs: Vec<PathBuf> = scripts
+            .iter()
+            .filter_map(|(_, p)| p.parent().map(Path::to_path_buf))
+            .collect();
+        dirs.push(base.canonicalize().unwrap_or_else(|_| base.clone()));
+        dirs.sort();
+        dirs.dedup();
+        let mut lacking = Vec::new();
+        for dir in dirs {
+            let Ok(read) = std::fs::read_dir(&dir) else {
+                continue;
+            };
+            for e in read.flatten() {
+                let path = e.path();
+                let hidden = e.file_name().to_string_lossy().starts_with('.');
+                if hidden || !e.file_type().is_ok_and(|t| t.is_file()) {
+                    continue;
+                }
+                if !path.extension().is_some_and(|x| kinds.contains(&x)) {
+                    continue;
+                }
+                if let Some(rel) = relative(root, &path)
+                    && !files.contains_key(&rel)
+                {
+                    lacking.push(rel);
+                }
+            }
+        }
+        lacking.sort();
+        lacking.dedup();
+        lacking.truncate(UNSHIPPED_NAMED);
+        if !lacking.is_empty() && !out.iter().any(|u| u.agent == *agent && u.files == lacking) {
+            out.push(Unshipped {
+                agent: agent.clone(),
+                files: lacking,
+            });
+        }
+    }
+    out
 }
 
 /// Where workers write bundles: `SWITCHYARD_BUNDLE_DIR`, else the user's cache directory
@@ -473,6 +596,7 @@ mod tests {
             top: "flow.yaml".into(),
             cwd: String::new(),
             files,
+            unshipped: Vec::new(),
         }
     }
 

@@ -408,25 +408,27 @@ impl<'p> Compiler<'p> {
                     agent_loop: self.agent_loop(a, l, scope),
                 })
             }
-            AgentSpec::Command(c) => AgentPlanSpec::Command(CommandPlan {
-                run: c.run.iter().filter_map(|arg| self.template(scope, arg)).collect(),
-                env: c.env.iter().map(|(k, v)| (k.clone(), v.value.clone())).collect(),
-                cwd: c
-                    .cwd
-                    .as_ref()
-                    .map(|d| {
-                        let base = self
-                            .project
-                            .flow(scope.id)
-                            .path
-                            .parent()
-                            .map(FsPath::to_path_buf)
-                            .unwrap_or_default();
-                        base.join(&d.value)
-                    })
-                    .or_else(|| self.project.command_dir.clone()),
-                max_output: c.max_output.as_ref().map_or(DEFAULT_MAX_OUTPUT, |m| m.value.0),
-            }),
+            AgentSpec::Command(c) => {
+                let flow_dir = self
+                    .project
+                    .flow(scope.id)
+                    .path
+                    .parent()
+                    .map(FsPath::to_path_buf)
+                    .unwrap_or_default();
+                AgentPlanSpec::Command(CommandPlan {
+                    run: c.run.iter().filter_map(|arg| self.template(scope, arg)).collect(),
+                    env: c.env.iter().map(|(k, v)| (k.clone(), v.value.clone())).collect(),
+                    cwd: c
+                        .cwd
+                        .as_ref()
+                        .map(|d| flow_dir.join(&d.value))
+                        .or_else(|| self.project.command_dir.clone()),
+                    max_output: c.max_output.as_ref().map_or(DEFAULT_MAX_OUTPUT, |m| m.value.0),
+                    bundle: c.bundle.iter().map(|p| p.value.clone()).collect(),
+                    flow_dir,
+                })
+            }
             AgentSpec::Http(h) => AgentPlanSpec::Http(HttpPlan {
                 url: h.url.value.clone(),
                 method: h

@@ -750,7 +750,7 @@ pub fn agent_keys(kind: AgentKind) -> &'static [&'static str] {
             "until_tool",
             "approve",
         ],
-        AgentKind::Command => &["run", "env", "cwd", "max_output"],
+        AgentKind::Command => &["run", "env", "cwd", "max_output", "bundle"],
         AgentKind::Http => &["url", "method", "headers", "max_response"],
         AgentKind::Flow => &[
             "path",
@@ -917,6 +917,7 @@ pub fn agent(cx: &mut Cx, name: Sp<String>, node: &Node) -> Option<Agent> {
                     .unwrap_or_default(),
                 cwd: node.get("cwd").and_then(|n| string(cx, n)),
                 max_output: node.get("max_output").and_then(|n| size(cx, n)),
+                bundle: node.get("bundle").map(|n| string_list(cx, n)).unwrap_or_default(),
             })
         }
         AgentKind::Http => {

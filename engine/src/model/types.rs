@@ -438,6 +438,11 @@ pub struct CommandAgent {
     pub cwd: Option<Sp<String>>,
     /// Largest stdout accepted; default 16MiB.
     pub max_output: Option<Sp<Size>>,
+    /// Files the program needs that it does not name by a literal argument (a script's sibling
+    /// modules, data), shipped to workers in the flow bundle: glob patterns relative to the
+    /// flow file (`tools/*.py`, `lib/**/*.py`; a directory ships all its files).
+    #[serde(default)]
+    pub bundle: Vec<Sp<String>>,
 }
 
 #[derive(Clone, Debug, JsonSchema)]

@@ -641,6 +641,10 @@ pub struct CommandPlan {
     pub env: Vec<(String, String)>,
     pub cwd: Option<PathBuf>,
     pub max_output: u64,
+    /// The `bundle:` patterns, relative to `flow_dir`; only `submit` reads them.
+    pub bundle: Vec<String>,
+    /// The directory of the flow file that defines the agent.
+    pub flow_dir: PathBuf,
 }
 
 #[derive(Debug)]

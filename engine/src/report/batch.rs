@@ -165,6 +165,24 @@ td{padding:3px 6px;border-bottom:1px solid #f0f4f8}td.mono{font-family:ui-monosp
 .muted{color:#718096}.err{color:#c53030}details summary{cursor:pointer}
 "#;
 
+/// A relative link to a file below the page's folder: `./` then each path segment
+/// percent-encoded (all but `A-Z a-z 0-9 - . _ ~`), so no name is read as a scheme
+/// (`javascript:`), a fragment, a query or an escape.
+pub fn relative_link(segments: &[&str]) -> String {
+    let mut out = String::from(".");
+    for seg in segments {
+        out.push('/');
+        for b in seg.bytes() {
+            if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+                out.push(char::from(b));
+            } else {
+                let _ = write!(out, "%{b:02X}");
+            }
+        }
+    }
+    out
+}
+
 /// The page. `link` gives the (relative) address of a run's page, when there is one.
 pub fn batch_html(s: &Summary, link: &dyn Fn(&str) -> Option<String>, note: Option<&str>) -> String {
     let mut sorted = s.durations.clone();
@@ -373,6 +391,10 @@ mod tests {
         assert_eq!(s.slowest[0].duration_ms, 999);
         assert!(s.slowest.windows(2).all(|w| w[0].duration_ms >= w[1].duration_ms));
         assert!((s.cost_usd - 500.0).abs() < 1e-9);
+        assert_eq!(
+            relative_link(&["javascript:alert(1)?é #%.runs", "r1.html"]),
+            "./javascript%3Aalert%281%29%3F%C3%A9%20%23%25.runs/r1.html"
+        );
         let page = batch_html(&s, &|id| Some(format!("runs/{id}.html")), None);
         assert!(page.contains("href=\"runs/r1.html\""));
         assert!(page.contains("data-kind=\"timeout\""));

@@ -67,8 +67,23 @@ pub fn parse(name: &str, text: &str) -> Result<Vec<Change>, String> {
         text.as_bytes(),
         &syntax::Limits::default(),
     )
-    .map_err(|d| at(name, text, &d.primary.span, &d.message))?;
-    from_node(&node, text).map_err(|d| at(name, text, &d.primary.span, &d.message))
+    .map_err(|d| located(name, text, &d))?;
+    from_node(&node, text).map_err(|ds| {
+        ds.iter()
+            .map(|d| located(name, text, d))
+            .collect::<Vec<_>>()
+            .join("\nerror: ")
+    })
+}
+
+/// `file:line:column: message (help) [code]`.
+fn located(name: &str, text: &str, d: &Diagnostic) -> String {
+    let help = d.help.as_ref().map(|h| format!(" ({h})")).unwrap_or_default();
+    format!(
+        "{}{help} [{}]",
+        at(name, text, &d.primary.span, &d.message),
+        d.code()
+    )
 }
 
 /// Whether a file's text is an agent-change file rather than a flow: its first line that is
@@ -94,13 +109,18 @@ pub fn is_change_file(text: &[u8]) -> bool {
         })
 }
 
+/// The problems of a change file that stop it from being read.
+pub type Problems = Vec<Diagnostic>;
+
 /// A problem of a change file, as a diagnostic of `rule` at `span`.
-fn bad(rule: &'static crate::diag::Rule, span: &Span, message: &str) -> Box<Diagnostic> {
-    Box::new(Diagnostic::new(rule, *span, message))
+fn bad(rule: &'static crate::diag::Rule, span: &Span, message: &str) -> Problems {
+    vec![Diagnostic::new(rule, *span, message)]
 }
 
-/// The changes of a parsed change file (`text` is its source), or its first problem.
-pub fn from_node(node: &Node, text: &str) -> Result<Vec<Change>, Box<Diagnostic>> {
+/// The changes of a parsed change file (`text` is its source), or its problems: the first
+/// problem of its structure, or every shape problem of its agent definitions (checked as a
+/// flow's agents are: unknown keys, wrong types).
+pub fn from_node(node: &Node, text: &str) -> Result<Vec<Change>, Problems> {
     let Y::Seq(items) = &node.value else {
         return Err(bad(
             &codes::INVALID_TYPE,
@@ -109,6 +129,7 @@ pub fn from_node(node: &Node, text: &str) -> Result<Vec<Change>, Box<Diagnostic>
         ));
     };
     let mut out = Vec::new();
+    let mut shape = Problems::new();
     for item in items {
         let Some(m) = item.as_map() else {
             return Err(bad(&codes::INVALID_TYPE, &item.span, "a change is a mapping"));
@@ -125,7 +146,7 @@ pub fn from_node(node: &Node, text: &str) -> Result<Vec<Change>, Box<Diagnostic>
                 ));
             }
         }
-        let str_of = |key: &str| -> Result<Option<(&str, &Node)>, Box<Diagnostic>> {
+        let str_of = |key: &str| -> Result<Option<(&str, &Node)>, Problems> {
             match item.get(key) {
                 None => Ok(None),
                 Some(n) => match n.as_str() {
@@ -223,13 +244,17 @@ pub fn from_node(node: &Node, text: &str) -> Result<Vec<Change>, Box<Diagnostic>
                     "`remove` takes a list of agent names",
                 ));
             }
-            (_, Y::Map(entries)) => entries
-                .iter()
-                .map(|(k, def)| {
+            (_, Y::Map(entries)) => {
+                let mut agents = Vec::new();
+                for (k, def) in entries {
                     agent_spans.push(k.span);
-                    replacement(text, &k.name, def).map(|a| (k.name.clone(), Some(a)))
-                })
-                .collect::<Result<Vec<_>, _>>()?,
+                    match replacement(text, &k.name, k.span, def) {
+                        Ok(a) => agents.push((k.name.clone(), Some(a))),
+                        Err(problems) => shape.extend(problems),
+                    }
+                }
+                agents
+            }
             _ => {
                 return Err(bad(
                     &codes::INVALID_TYPE,
@@ -246,6 +271,9 @@ pub fn from_node(node: &Node, text: &str) -> Result<Vec<Change>, Box<Diagnostic>
             flow_spans,
             agent_spans,
         });
+    }
+    if !shape.is_empty() {
+        return Err(shape);
     }
     Ok(out)
 }
@@ -375,7 +403,14 @@ pub fn load(name: &str, text: &str, plan: &Plan) -> Result<AgentChanges, String>
     if !unknown.is_empty() {
         return Err(unknown
             .iter()
-            .map(|u| format!("{} ({})", at(name, text, &u.span, &u.message), u.help))
+            .map(|u| {
+                format!(
+                    "{} ({}) [{}]",
+                    at(name, text, &u.span, &u.message),
+                    u.help,
+                    codes::UNKNOWN_CHANGE_TARGET.code
+                )
+            })
             .collect::<Vec<_>>()
             .join("\nerror: "));
     }
@@ -389,10 +424,17 @@ fn at(name: &str, text: &str, span: &crate::source::Span, message: &str) -> Stri
 }
 
 /// A replacement agent: `kind: mock` (`returns`, `sequence`, `latency`, `fail_times`,
-/// `fail_rate`, `seed`) or `kind: transform` (`result`).
-fn replacement(text: &str, agent: &str, def: &Node) -> Result<Arc<AgentPlan>, Box<Diagnostic>> {
+/// `fail_rate`, `seed`) or `kind: transform` (`result`). Its definition first goes through
+/// the shape checks of a flow's agents, whatever its kind.
+fn replacement(text: &str, agent: &str, at: Span, def: &Node) -> Result<Arc<AgentPlan>, Problems> {
+    let mut cx = crate::model::build::Cx::new(text);
+    crate::model::build::agent(&mut cx, crate::model::Sp::new(agent.to_owned(), at), def);
+    let shape: Problems = cx.diags.into_iter().filter(Diagnostic::is_error).collect();
+    if !shape.is_empty() {
+        return Err(shape);
+    }
     let kind = def.get("kind").and_then(Node::as_str).unwrap_or("");
-    let compile = |n: &Node| -> Result<value::ValueTemplate, Box<Diagnostic>> {
+    let compile = |n: &Node| -> Result<value::ValueTemplate, Problems> {
         let (t, errors) = value::compile(n, text);
         if let Some((span, e)) = errors.first() {
             return Err(bad(&codes::EXPRESSION_SYNTAX, span, &e.message));

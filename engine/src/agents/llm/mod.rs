@@ -241,11 +241,13 @@ impl LlmAgent<'_> {
         self.hosts.check(&url, &who)?;
         let mut headers = reqwest::header::HeaderMap::new();
         if let Some(key) = &p.api_key {
-            let key = secrets.resolve(key, &format!("the `api_key` of provider `{}`", p.name))?;
-            headers.insert(
-                reqwest::header::AUTHORIZATION,
-                header_value(&format!("Bearer {key}"))?,
-            );
+            // Resolved as the header it becomes, so the header value as sent is remembered
+            // for redaction as well as the key.
+            let auth = secrets.resolve(
+                &format!("Bearer {key}"),
+                &format!("the `api_key` of provider `{}`", p.name),
+            )?;
+            headers.insert(reqwest::header::AUTHORIZATION, header_value(&auth)?);
         }
         for (k, v) in &p.headers {
             let v = secrets.resolve(v, &format!("header `{k}` of provider `{}`", p.name))?;

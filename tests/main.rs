@@ -26,6 +26,7 @@ mod agent_loop;
 mod agent_loop_durable;
 mod agent_loop_tests;
 mod batch;
+mod budget;
 mod cli;
 mod cluster;
 mod cluster_limits;

@@ -758,6 +758,7 @@ mod tests {
                 input_tokens: 3,
                 output_tokens: 4,
                 cost_usd: 0.25,
+                cost_unknown_calls: 0,
             },
             steps: 1,
             flow_path: None,

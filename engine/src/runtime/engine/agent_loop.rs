@@ -220,7 +220,7 @@ impl<'e, S: Store> Run<'e, S> {
                 Some(rec) => {
                     self.state.next_call(name);
                     tally.usage.add(rec.usage);
-                    self.tree.spend(rec.usage.cost_usd);
+                    self.tree.spend(&rec.usage, true);
                     if let Some(n) = &rec.answers {
                         llm::merge_notes(&mut tally.notes, n.clone());
                     }
@@ -434,7 +434,7 @@ impl<'e, S: Store> Run<'e, S> {
                     (r.and_then(|v| mock_turn(v, num)), Usage::default(), None)
                 }
             };
-            self.tree.spend(used.cost_usd);
+            self.tree.spend(&used, false);
             usage.add(used);
             if let Some(n) = turn_notes {
                 llm::merge_notes(&mut notes, n);

@@ -333,3 +333,109 @@ fn a_batch_without_usage_says_its_cost_is_unknown() {
         html.stdout
     );
 }
+
+/// `submit --max-cost-usd 0.005` stores the batch's budget; two workers (two places each)
+/// run its loops, each turn $0.001, and check the batch's spend, theirs and the other's,
+/// before every call: together they spend at most the cap plus the calls in flight when it
+/// was reached (4 × $0.001), by the store's count and by the server's, and both share their
+/// spend through the store.
+#[test]
+fn workers_hold_a_submitted_batchs_cap_together() {
+    use crate::cluster::{Pg, log_of, signal, spawn_worker, submit, wait_exit, wait_for};
+    use std::time::Duration;
+    const PER_CALL: f64 = 0.001;
+    const CAP: f64 = 0.005;
+    let pg = Pg::new("budget");
+    let url = pg.url("sy_budget");
+    let server = Llm::start();
+    server.usage(UsageMode::Fixed(1000, 0));
+    server.latency(Duration::from_millis(20));
+    always_calls(&server);
+    let dir = TempDir::new("budget-workers");
+    let flow = dir.write(
+        "f.yaml",
+        loop_flow(&server.base_url(), "", "").replace("output_per_mtok: 2.0", "output_per_mtok: 1.0"),
+    );
+    let input: String = (0..12).map(|i| format!("{{\"id\": \"item-{i}\"}}\n")).collect();
+    dir.write("in.jsonl", input);
+    // Both workers wait for work before the batch exists, so both run it from the start.
+    let args = ["--concurrency", "2", "--heartbeat", "200ms"];
+    let mut a = spawn_worker(&dir, &url, "a", &args);
+    let mut b = spawn_worker(&dir, &url, "b", &args);
+    wait_for(Duration::from_secs(30), "both workers to start", || {
+        log_of(&dir, "a").contains("worker started") && log_of(&dir, "b").contains("worker started")
+    });
+    let out = submit(&dir, &flow, &url, "capped", &["--max-cost-usd", &CAP.to_string()]);
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    let unfinished = "SELECT COUNT(*) FROM runs WHERE batch = 'capped' AND status IN ('queued', 'running')";
+    let t0 = std::time::Instant::now();
+    while pg.count(unfinished) > 0 {
+        if t0.elapsed() > Duration::from_secs(60) {
+            let _ = (a.kill(), b.kill(), a.wait(), b.wait());
+            panic!(
+                "the batch did not end:\n{}\n{}",
+                log_of(&dir, "a"),
+                log_of(&dir, "b")
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    signal(&a, "TERM");
+    signal(&b, "TERM");
+    assert!(
+        wait_exit(&mut a, Duration::from_secs(30), "worker a").success(),
+        "{}",
+        log_of(&dir, "a")
+    );
+    assert!(
+        wait_exit(&mut b, Duration::from_secs(30), "worker b").success(),
+        "{}",
+        log_of(&dir, "b")
+    );
+
+    let bound = CAP + 4.0 * PER_CALL + 1e-12;
+    let asked = server.hits().len() as f64 * PER_CALL;
+    assert!(asked <= bound, "the server was asked {asked} USD worth");
+    assert_eq!(
+        pg.count("SELECT COUNT(DISTINCT lease_owner) FROM runs WHERE batch = 'capped'"),
+        2,
+        "both workers ran the batch"
+    );
+    assert_eq!(
+        pg.count("SELECT COUNT(*) FROM batch_spend WHERE batch = 'capped'"),
+        2
+    );
+    let collected = run(switchyard(dir.path()).args([
+        "collect",
+        "--batch",
+        "capped",
+        "--output",
+        "out.jsonl",
+        "--store",
+        &url,
+    ]));
+    assert_eq!(collected.code(), 1, "{}", collected.stderr);
+    let lines = output_lines(&dir);
+    assert_eq!(lines.len(), 12);
+    let recorded: f64 = lines.iter().map(|l| l["cost_usd"].as_f64().unwrap()).sum();
+    assert!(
+        (recorded - asked).abs() < 1e-9,
+        "recorded {recorded}, asked {asked}"
+    );
+    for l in &lines {
+        assert_eq!(l["error"]["kind"], "limit", "{l}");
+        assert!(
+            l["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("(submit --max-cost-usd 0.005)"),
+            "{l}"
+        );
+    }
+    let batches = run(switchyard(dir.path()).args(["batches", "capped", "--store", &url]));
+    assert!(
+        batches.stdout.contains("of --max-cost-usd 0.005"),
+        "{}",
+        batches.stdout
+    );
+}

@@ -26,7 +26,7 @@ use serde_json::Value;
 
 use crate::agents::AgentState;
 use crate::plan::Plan;
-use crate::runtime::budget::{CostCap, SharedBudget as _};
+use crate::runtime::budget::CostCap;
 use crate::runtime::engine::{BatchItem, Engine, Released, RunControls, RunOptions, RunOutcome};
 use crate::runtime::record::{RunRecord, RunStatus, Usage};
 use crate::runtime::resume::ResumeOptions;
@@ -826,7 +826,7 @@ pub async fn run<S: Store>(
             if let Some(cap) = &cap
                 && matches!(action, Action::Start(_) | Action::Resume(_))
                 && !options.export_only
-                && cap.check().is_err()
+                && cap.allows(&cap.spent()).is_err()
             {
                 let max = cap.limit;
                 slots[(seq - first_slot) as usize] = Slot::Unfinished;

@@ -37,8 +37,10 @@ pub struct Args {
     /// field named here that no line has is an error.
     #[arg(long, value_name = "FIELD")]
     pub id_field: Option<String>,
-    /// Stop starting items once the batch has cost this much (USD), earlier starts of it
-    /// included. Runs in flight finish, so the batch may end a little over it.
+    /// The batch's budget in USD, earlier starts of it included: checked before every agent
+    /// call of the items in flight (each model turn of an agent loop too), so the batch ends
+    /// over it by at most the calls in flight when it was reached; an item that could not
+    /// call fails with kind `limit`, and no new item starts.
     #[arg(long)]
     pub max_cost_usd: Option<f64>,
     /// Run the items that failed (or were cancelled) in an earlier start of this batch again,

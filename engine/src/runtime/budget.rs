@@ -4,16 +4,21 @@
 //! included) and tells [`SharedBudget::spend`] what each call used as it finishes, so a cap
 //! is overshot by at most the calls already in flight when it was reached.
 
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::record::{Usage, fmt_usd};
 use super::{ErrorKind, StepError};
 
+/// What [`SharedBudget::check`] returns.
+pub type CheckFuture<'a> = Pin<Box<dyn Future<Output = Result<(), StepError>> + Send + 'a>>;
+
 /// A cost budget shared by run trees.
 pub trait SharedBudget: Send + Sync + std::fmt::Debug {
     /// `Err` (kind `limit`) once no new call may start: the budget is spent, or a call whose
-    /// cost is unknown makes it impossible to tell.
-    fn check(&self) -> Result<(), StepError>;
+    /// cost is unknown makes it impossible to tell. A budget held with other processes may
+    /// ask them first.
+    fn check(&self) -> CheckFuture<'_>;
     /// What a finished call used. `replayed`: a call of an earlier start whose record stands
     /// in for it on resume (spent then, not now).
     fn spend(&self, usage: &Usage, replayed: bool);
@@ -69,8 +74,8 @@ impl CostCap {
 }
 
 impl SharedBudget for CostCap {
-    fn check(&self) -> Result<(), StepError> {
-        self.allows(&self.spent())
+    fn check(&self) -> CheckFuture<'_> {
+        Box::pin(std::future::ready(self.allows(&self.spent())))
     }
 
     fn spend(&self, usage: &Usage, _replayed: bool) {

@@ -234,7 +234,7 @@ impl<'e, S: Store> Run<'e, S> {
                     }
                 }
                 None => {
-                    if let Err(e) = self.check_budget() {
+                    if let Err(e) = self.check_budget().await {
                         return tally.close(StepOutcome::err(e), &transcript, turn_no - 1);
                     }
                     let (turn, used, turn_notes, attempts) = self
@@ -447,7 +447,7 @@ impl<'e, S: Store> Run<'e, S> {
                     let again = attempt < policy.attempts
                         && policy.on.iter().any(|k| k == e.kind.as_str())
                         && !self.tree.cancel.is_cancelled()
-                        && self.check_budget().is_ok();
+                        && self.check_budget().await.is_ok();
                     if !again {
                         return (Err(e), usage, notes(), attempt);
                     }

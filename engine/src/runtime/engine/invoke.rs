@@ -202,7 +202,7 @@ impl<'e, S: Store> Run<'e, S> {
         loop {
             attempt += 1;
             // A spent budget stops new calls, retries included.
-            if let Err(e) = self.check_budget() {
+            if let Err(e) = self.check_budget().await {
                 let mut o = StepOutcome::err(e);
                 o.usage = used;
                 o.attempts = attempt.saturating_sub(1).max(1);

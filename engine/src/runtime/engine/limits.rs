@@ -120,9 +120,9 @@ impl<'e, S: Store> Run<'e, S> {
     /// Fails with kind `limit` once the tree has spent its budget, once a call of unknown
     /// cost makes the budget impossible to check, and once the shared budget (a batch's)
     /// refuses: asked before every agent call.
-    pub(super) fn check_budget(&self) -> Result<(), StepError> {
+    pub(super) async fn check_budget(&self) -> Result<(), StepError> {
         if let Some(shared) = &self.tree.options.shared_budget {
-            shared.check()?;
+            shared.check().await?;
         }
         let Some(b) = self.lineage.budget else {
             return Ok(());

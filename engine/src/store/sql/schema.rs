@@ -201,6 +201,16 @@ const MIGRATIONS: &[Migration] = &[
             "ALTER TABLE steps ADD COLUMN cost_unknown_calls BIGINT",
             // `submit --max-cost-usd`: what the batch may spend, checked by workers.
             "ALTER TABLE batches ADD COLUMN max_cost_usd DOUBLE PRECISION",
+            // What each worker's own model calls of a batch have cost (replays of another
+            // worker's calls not counted again), as it last told: the batch's spend is
+            // their sum.
+            "CREATE TABLE batch_spend (
+            batch TEXT NOT NULL,
+            worker TEXT NOT NULL,
+            cost_usd DOUBLE PRECISION NOT NULL,
+            cost_unknown_calls BIGINT NOT NULL,
+            PRIMARY KEY (batch, worker)
+        )",
         ],
     },
 ];

@@ -126,6 +126,13 @@ fn a_budget_stops_a_loop_whose_model_reports_no_usage() {
         "{}",
         text.stdout
     );
+    let list = run(switchyard(dir.path()).args(["runs", "list"]).args(STORE));
+    assert!(
+        list.stdout
+            .contains("$0.0000  (cost unknown for 1 call)  [limit]"),
+        "{}",
+        list.stdout
+    );
     // The tree under it: the run and the loop's step, each with its count.
     let tree: Vec<&str> = text
         .stdout
@@ -139,6 +146,51 @@ fn a_budget_stops_a_loop_whose_model_reports_no_usage() {
         "{}",
         text.stdout
     );
+}
+
+/// A child run inherits its parent's budget (SPEC §8.2): the child's model reports no
+/// usage, so the child fails with kind `limit` before its second call, and the parent with
+/// it; the unknown count rolls up from the child's step to the parent run.
+#[test]
+fn a_child_run_stops_under_its_parents_budget_at_an_unknown_cost() {
+    let server = Llm::start();
+    server.usage(UsageMode::Omitted);
+    server.default_reply(Reply::Answer("fine".into()));
+    let dir = TempDir::new("budget-child");
+    dir.write(
+        "child.yaml",
+        format!(
+            r#"flow: child
+providers:
+  local: {{base_url: "{}"}}
+agents:
+  ask: {{kind: llm, provider: local, model: m1, prompt: "Say something"}}
+steps:
+  first: {{agent: ask, output: {{$.a: $}}, next: second}}
+  second: {{agent: ask, output: {{$.b: $}}}}
+"#,
+            server.base_url()
+        ),
+    );
+    let parent = dir.write(
+        "parent.yaml",
+        "flow: parent\nlimits: {max_cost_usd: 0.5}\nagents:\n  child: {kind: flow, path: child.yaml}\n\
+         steps:\n  delegate: {agent: child, output: {$.r: $}}\n",
+    );
+    let out = run(switchyard(dir.path()).arg("run").arg(&parent).args(STORE));
+    assert_eq!(out.code(), 1, "{}\n{}", out.stdout, out.stderr);
+    assert_eq!(server.hits().len(), 1, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("error[limit]")
+            && out
+                .stderr
+                .contains("cost limit cannot be checked (limits.max_cost_usd 0.5)"),
+        "{}",
+        out.stderr
+    );
+    let doc = show_json(&dir, &the_run(&dir));
+    assert_eq!(doc["run"]["usage"]["cost_unknown_calls"], 1, "{doc:#}");
+    assert_eq!(doc["children"][0]["usage"]["cost_unknown_calls"], 1, "{doc:#}");
 }
 
 /// With `assume_tokens_per_call`, a response without `usage` counts as that many tokens at

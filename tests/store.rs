@@ -1168,6 +1168,7 @@ async fn stored_version(conn: &mut AnyConnection) -> i64 {
 /// Undoes migrations 7 (calls of unknown cost, a batch's cost cap), 6 (submitted batches)
 /// and 5 (runs without the `now` they saw).
 pub(crate) const SCHEMA_5_TO_4: &[&str] = &[
+    "DROP TABLE batch_spend",
     "ALTER TABLE steps DROP COLUMN cost_unknown_calls",
     "ALTER TABLE runs DROP COLUMN cost_unknown_calls",
     "DELETE FROM schema_version WHERE version = 7",

@@ -88,10 +88,11 @@ fn a_budget_stops_a_loop_whose_model_reports_no_usage() {
         "f.yaml",
         loop_flow(&server.base_url(), "", "limits: {max_cost_usd: 0.001}"),
     );
+    let collector = crate::otel::Collector::start();
     let out = run(switchyard(dir.path())
         .arg("run")
         .arg(&flow)
-        .args(["--input", r#"{"id": "a"}"#])
+        .args(["--input", r#"{"id": "a"}"#, "--otlp-endpoint", &collector.url])
         .args(STORE));
     assert_eq!(out.code(), 1, "{}\n{}", out.stdout, out.stderr);
     assert_eq!(
@@ -99,6 +100,18 @@ fn a_budget_stops_a_loop_whose_model_reports_no_usage() {
         1,
         "the model was asked again: {}",
         out.stderr
+    );
+    // The run's span, its step's and its model turn's carry the count.
+    let unknown: Vec<String> = collector
+        .spans()
+        .iter()
+        .filter(|s| crate::otel::attr(s, "switchyard.cost_unknown_calls").as_deref() == Some("1"))
+        .map(|s| s.name.clone())
+        .collect();
+    assert_eq!(unknown.len(), 3, "{unknown:?}");
+    assert!(
+        unknown.iter().any(|n| n == "run spender") && unknown.iter().any(|n| n == "step work"),
+        "{unknown:?}"
     );
     assert!(
         out.stderr

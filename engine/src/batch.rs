@@ -26,7 +26,7 @@ use serde_json::Value;
 
 use crate::agents::AgentState;
 use crate::plan::Plan;
-use crate::runtime::budget::CostCap;
+use crate::runtime::budget::{CostCap, SharedBudget};
 use crate::runtime::engine::{BatchItem, Engine, Released, RunControls, RunOptions, RunOutcome};
 use crate::runtime::record::{RunRecord, RunStatus, Usage};
 use crate::runtime::resume::ResumeOptions;
@@ -778,9 +778,7 @@ pub async fn run<S: Store>(
         .max_cost_usd
         .map(|max| Arc::new(CostCap::new(max, "--max-cost-usd")));
     let mut run_options = run_options;
-    if let Some(cap) = &cap {
-        run_options.shared_budget = Some(cap.clone());
-    }
+    run_options.shared_budget = cap.clone().map(|c| c as Arc<dyn SharedBudget>);
     let resume_options = ResumeOptions {
         retry_in_doubt: options.retry_in_doubt,
         decision: None,
@@ -861,15 +859,7 @@ pub async fn run<S: Store>(
                 Action::Fail(message) => {
                     progress.failed.fetch_add(1, Ordering::Relaxed);
                     let e = StepError::new(ErrorKind::Mapping, message);
-                    let text = item_line(
-                        &line.id_value,
-                        "failed",
-                        None,
-                        Some(&e),
-                        None,
-                        Usage::default(),
-                        0,
-                    );
+                    let text = failed_line(&line.id_value, &e, 0);
                     slots[(seq - first_slot) as usize] = Slot::Line(text);
                 }
                 Action::Start(input) => {
@@ -1005,14 +995,7 @@ pub async fn run<S: Store>(
         && why.is_empty()
     {
         let unknown = progress.cost_unknown_calls.load(Ordering::Relaxed);
-        *why = if unknown > 0 {
-            crate::runtime::budget::unknown_cost("--max-cost-usd", max, unknown).message
-        } else {
-            format!(
-                "the cost limit was reached: the batch has spent {} of --max-cost-usd {max} (earlier starts included)",
-                crate::runtime::record::fmt_usd(progress.cost_usd())
-            )
-        };
+        *why = crate::runtime::budget::batch_stopped(max, progress.cost_usd(), unknown);
     }
     let succeeded = progress.succeeded.load(Ordering::Relaxed);
     let failed = progress.failed.load(Ordering::Relaxed);
@@ -1113,15 +1096,7 @@ fn settle(
             progress.failed.fetch_add(1, Ordering::Relaxed);
             let e = StepError::new(ErrorKind::Agent, format!("cannot resume: {e}"));
             let ms = t0.elapsed().as_millis() as u64;
-            Done::Line(item_line(
-                id,
-                "failed",
-                None,
-                Some(&e),
-                None,
-                Usage::default(),
-                ms,
-            ))
+            Done::Line(failed_line(id, &e, ms))
         }
     }
 }
@@ -1285,6 +1260,11 @@ fn outcome_line(id: &Value, o: &RunOutcome) -> String {
     )
 }
 
+/// The line of an item that failed without a run to show.
+fn failed_line(id: &Value, e: &StepError, ms: u64) -> String {
+    item_line(id, "failed", None, Some(e), None, Usage::default(), ms)
+}
+
 fn item_line(
     id: &Value,
     status: &str,
@@ -1304,12 +1284,9 @@ fn item_line(
         run_id: Option<&'a str>,
         cost_usd: f64,
         /// Calls whose cost is unknown: written only when there are some.
-        #[serde(skip_serializing_if = "is_zero")]
+        #[serde(skip_serializing_if = "crate::runtime::record::is_zero")]
         cost_unknown_calls: u64,
         duration_ms: u64,
-    }
-    fn is_zero(n: &u64) -> bool {
-        *n == 0
     }
     /// As [`StepError::to_json`]: `details` is always there.
     #[derive(serde::Serialize)]

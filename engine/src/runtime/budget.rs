@@ -102,6 +102,18 @@ pub fn batch_check(limit: f64, by: &str, spent: &Usage) -> Result<(), StepError>
     .with_details(serde_json::json!({"spent_usd": spent.cost_usd, "limit_usd": limit})))
 }
 
+/// Why a batch with `--max-cost-usd` `max` stopped starting items, having spent `usd` with
+/// `unknown` calls of unknown cost (earlier starts included).
+pub fn batch_stopped(max: f64, usd: f64, unknown: u64) -> String {
+    if unknown > 0 {
+        return unknown_cost("--max-cost-usd", max, unknown).message;
+    }
+    format!(
+        "the cost limit was reached: the batch has spent {} of --max-cost-usd {max} (earlier starts included)",
+        fmt_usd(usd)
+    )
+}
+
 /// The error of a budget that cannot be checked: `unknown` calls reported no usage.
 pub fn unknown_cost(by: &str, limit: f64, unknown: u64) -> StepError {
     let calls = if unknown == 1 {

@@ -78,7 +78,7 @@ pub struct Usage {
     pub cost_unknown_calls: u64,
 }
 
-fn is_zero(n: &u64) -> bool {
+pub(crate) fn is_zero(n: &u64) -> bool {
     *n == 0
 }
 

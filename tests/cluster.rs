@@ -234,7 +234,7 @@ pub fn wait_for(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) {
     }
 }
 
-pub fn signal(child: &Child, sig: &str) {
+fn signal(child: &Child, sig: &str) {
     let status = std::process::Command::new("kill")
         .args([&format!("-{sig}"), &child.id().to_string()])
         .status()

@@ -33,6 +33,7 @@ mod agent_loop;
 mod agent_loop_durable;
 mod agent_loop_tests;
 mod batch;
+mod budget;
 mod change_files;
 mod cli;
 mod cluster;

@@ -98,6 +98,20 @@ pub struct LlmState {
     refuse_json_schema: Mutex<Option<(u16, String)>>,
     /// Requests being answered now, and the most there ever were at once.
     in_flight: Mutex<(u64, u64)>,
+    /// What answers report as `usage`.
+    usage: Mutex<UsageMode>,
+}
+
+/// What a 200 answer says of its tokens.
+#[derive(Clone, Copy, Debug, Default)]
+pub enum UsageMode {
+    /// `usage` with tokens counted from the request and the answer.
+    #[default]
+    Counted,
+    /// No `usage` at all (a server that does not report it).
+    Omitted,
+    /// `usage` with these prompt and completion tokens, whatever was asked.
+    Fixed(u64, u64),
 }
 
 /// What llama-cpp-python's server answers a `response_format` of type `json_schema`: a 500
@@ -181,6 +195,12 @@ impl Llm {
     /// Answers `status` with `body` to every request asking for the `json_schema` form.
     pub fn refuse_json_schema(&self, status: u16, body: &str) -> &Self {
         *self.state.refuse_json_schema.lock().unwrap() = Some((status, body.to_owned()));
+        self
+    }
+
+    /// What answers report as `usage` from now on.
+    pub fn usage(&self, mode: UsageMode) -> &Self {
+        *self.state.usage.lock().unwrap() = mode;
         self
     }
 
@@ -272,15 +292,26 @@ async fn answer_request(s: Arc<LlmState>, headers: HeaderMap, body: Bytes) -> Re
     if !latency.is_zero() {
         tokio::time::sleep(latency).await;
     }
+    let mode = *s.usage.lock().unwrap();
+    // The tokens of an answer as `mode` reports them, written into `resp`.
+    let report = |resp: &mut Value, prompt: u64, completion: u64| {
+        let (prompt, completion) = match mode {
+            UsageMode::Counted => (prompt, completion),
+            UsageMode::Fixed(p, c) => (p, c),
+            UsageMode::Omitted => return 0,
+        };
+        resp["usage"] = json!({"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion});
+        prompt + completion
+    };
     let answer = |content: String| {
         let prompt = prompt_tokens(&body);
         let completion = (content.len() as u64).div_ceil(4).max(1);
-        let resp = json!({
+        let mut resp = json!({
             "id": "chatcmpl-test", "object": "chat.completion",
             "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion},
         });
-        (prompt + completion, axum::Json(resp).into_response())
+        let tokens = report(&mut resp, prompt, completion);
+        (tokens, axum::Json(resp).into_response())
     };
     let (status, tokens, resp) = match reply {
         Reply::Answer(c) => {
@@ -316,12 +347,12 @@ async fn answer_request(s: Arc<LlmState>, headers: HeaderMap, body: Bytes) -> Re
                 .map(|c| json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}))
                 .collect();
             let completion = (Value::Array(written.clone()).to_string().len() as u64).div_ceil(4);
-            let resp = json!({
+            let mut resp = json!({
                 "id": "chatcmpl-test", "object": "chat.completion",
                 "choices": [{"index": 0, "message": {"role": "assistant", "content": null, "tool_calls": written}, "finish_reason": "tool_calls"}],
-                "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion},
             });
-            (200, prompt + completion, axum::Json(resp).into_response())
+            let tokens = report(&mut resp, prompt, completion);
+            (200, tokens, axum::Json(resp).into_response())
         }
         Reply::Raw(text) => (
             200,

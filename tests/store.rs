@@ -44,6 +44,7 @@ fn run(id: &str, flow: &str, started_at: u64, status: RunStatus, full: bool) -> 
             input_tokens: 1_000_000,
             output_tokens: 7,
             cost_usd: 0.1 + 0.2,
+            cost_unknown_calls: u64::from(full) * 3,
         },
         steps: 9,
         context: if full {
@@ -96,6 +97,7 @@ fn step(run_id: &str, number: &str, attempt: u32, status: StepStatus, full: bool
             input_tokens: 3,
             output_tokens: 4,
             cost_usd: 1e-9,
+            cost_unknown_calls: u64::from(full) * 2,
         },
         child_run: full.then(|| "child".into()),
         route: full.then(|| "end".into()),
@@ -445,7 +447,7 @@ async fn a_store_from_a_newer_switchyard_is_refused_untouched() {
         .expect("create_run");
     store.close().await;
     let mut conn = raw(&path).await;
-    sqlx::query("INSERT INTO schema_version (version, applied_at, description) VALUES (8, 0, 'the future')")
+    sqlx::query("INSERT INTO schema_version (version, applied_at, description) VALUES (99, 0, 'the future')")
         .execute(&mut conn)
         .await
         .expect("bump the version");
@@ -457,7 +459,7 @@ async fn a_store_from_a_newer_switchyard_is_refused_untouched() {
         matches!(
             err,
             StoreError::NewerSchema {
-                found: 8,
+                found: 99,
                 supported: SCHEMA_VERSION,
                 ..
             }
@@ -467,7 +469,7 @@ async fn a_store_from_a_newer_switchyard_is_refused_untouched() {
     assert_eq!(
         err.to_string(),
         format!(
-            "the store at {} was written by a newer switchyard (schema 8; this one knows up to {SCHEMA_VERSION})",
+            "the store at {} was written by a newer switchyard (schema 99; this one knows up to {SCHEMA_VERSION})",
             path.display()
         )
     );
@@ -489,7 +491,8 @@ async fn a_store_from_a_newer_switchyard_is_refused_untouched() {
     );
     assert_eq!(out.code(), 1, "{}", out.stderr);
     assert!(
-        out.stderr.contains("was written by a newer switchyard (schema 8"),
+        out.stderr
+            .contains("was written by a newer switchyard (schema 99"),
         "{}",
         out.stderr
     );
@@ -865,6 +868,14 @@ async fn postgres_upgrades_a_schema_4_store() {
     conn.close().await.expect("close");
 
     let store = schema.open().await;
+    // Counted before the store knew calls of unknown cost: none, read as 0.
+    let old = RunRecord {
+        usage: Usage {
+            cost_unknown_calls: 0,
+            ..old.usage
+        },
+        ..old
+    };
     assert_eq!(store.get_run("old").await.expect("the old run"), old);
     let new = run("new", "f", 2_000, RunStatus::Running, true);
     assert!(new.now_us.is_some());
@@ -1154,9 +1165,13 @@ async fn stored_version(conn: &mut AnyConnection) -> i64 {
         .expect("a version")
 }
 
-/// Undoes migrations 7 (run writers), 6 (submitted batches) and 5 (runs without the `now`
-/// they saw).
+/// Undoes migrations 8 (calls of unknown cost, a batch's cost cap), 7 (run writers),
+/// 6 (submitted batches) and 5 (runs without the `now` they saw).
 pub(crate) const SCHEMA_5_TO_4: &[&str] = &[
+    "DROP TABLE batch_spend",
+    "ALTER TABLE steps DROP COLUMN cost_unknown_calls",
+    "ALTER TABLE runs DROP COLUMN cost_unknown_calls",
+    "DELETE FROM schema_version WHERE version = 8",
     "DROP TABLE run_writers",
     "DELETE FROM schema_version WHERE version = 7",
     "DROP TABLE provider_slots",

@@ -26,8 +26,9 @@ use serde_json::Value;
 
 use crate::agents::AgentState;
 use crate::plan::Plan;
+use crate::runtime::budget::{CostCap, SharedBudget};
 use crate::runtime::engine::{BatchItem, Engine, Released, RunControls, RunOptions, RunOutcome};
-use crate::runtime::record::{RunRecord, RunStatus};
+use crate::runtime::record::{RunRecord, RunStatus, Usage};
 use crate::runtime::resume::ResumeOptions;
 use crate::runtime::{ErrorKind, StepError};
 use crate::store::Store;
@@ -49,7 +50,8 @@ pub struct BatchOptions {
     /// The id field was named (`--id-field`), not the default: an input in which no line
     /// has it is refused.
     pub id_field_given: bool,
-    /// Stop starting items once the batch's cost reaches this.
+    /// The batch's budget: checked before every agent call of its items in flight, and no
+    /// item starts once it is spent.
     pub max_cost_usd: Option<f64>,
     /// Run failed items again (a new run each).
     pub retry_failed: bool,
@@ -82,6 +84,8 @@ pub struct Progress {
     /// Cost in nano-dollars, the unit providers count in: an item of a cheap local model
     /// costs well under a micro-dollar.
     pub cost_nanos: AtomicU64,
+    /// Model calls whose cost is unknown (no `usage` reported), not in `cost_nanos`.
+    pub cost_unknown_calls: AtomicU64,
 }
 
 impl Progress {
@@ -95,11 +99,11 @@ impl Progress {
         self.cost_nanos.load(Ordering::Relaxed) as f64 / 1e9
     }
 
-    fn add_cost(&self, usd: f64) {
-        if usd > 0.0 {
-            self.cost_nanos
-                .fetch_add((usd * 1e9).round() as u64, Ordering::Relaxed);
-        }
+    fn add_cost(&self, usage: &Usage) {
+        self.cost_nanos
+            .fetch_add(crate::runtime::budget::nano(usage.cost_usd), Ordering::Relaxed);
+        self.cost_unknown_calls
+            .fetch_add(usage.cost_unknown_calls, Ordering::Relaxed);
     }
 }
 
@@ -114,6 +118,8 @@ pub struct Summary {
     pub unfinished: u64,
     pub reused: u64,
     pub cost_usd: f64,
+    /// Model calls of the batch (earlier starts included) whose cost is unknown.
+    pub cost_unknown_calls: u64,
     /// LLM requests of this start abandoned past their timeout (or cancelled), whose tokens
     /// are unknown: `cost_usd` is then a lower bound.
     pub abandoned_requests: u64,
@@ -772,6 +778,13 @@ pub async fn run<S: Store>(
     let mut blocked = false; // an unfinished slot: nothing more is written
     let mut store_failed = false;
     let mut cost_limit = None;
+    // The batch's budget, shared by its items' runs: every agent call checks it first and
+    // counts against it as it finishes.
+    let cap = options
+        .max_cost_usd
+        .map(|max| Arc::new(CostCap::new(max, "--max-cost-usd")));
+    let mut run_options = run_options;
+    run_options.shared_budget = cap.clone().map(|c| c as Arc<dyn SharedBudget>);
     let resume_options = ResumeOptions {
         retry_in_doubt: options.retry_in_doubt,
         decision: None,
@@ -814,11 +827,12 @@ pub async fn run<S: Store>(
                 });
             }
             // The budget stops only what would spend: items written from the store still are.
-            if let Some(max) = options.max_cost_usd
+            if let Some(cap) = &cap
                 && matches!(action, Action::Start(_) | Action::Resume(_))
                 && !options.export_only
-                && progress.cost_usd() >= max
+                && cap.allows(&cap.spent()).is_err()
             {
+                let max = cap.limit;
                 slots[(seq - first_slot) as usize] = Slot::Unfinished;
                 // Said once the runs in flight have finished (and added their cost): the
                 // batch's total, the summary's.
@@ -837,18 +851,21 @@ pub async fn run<S: Store>(
                 break;
             }
             match action {
-                Action::Write(status, text, cost) => {
+                Action::Write(status, text, usage) => {
                     count(&progress, status);
                     // The batch's cost is all of it, earlier starts included: the summary says
                     // so, and `--max-cost-usd` bounds the batch, not one start of it.
-                    progress.add_cost(cost);
+                    progress.add_cost(&usage);
+                    if let Some(cap) = &cap {
+                        cap.add(&usage);
+                    }
                     progress.reused.fetch_add(1, Ordering::Relaxed);
                     slots[(seq - first_slot) as usize] = Slot::Line(text);
                 }
                 Action::Fail(message) => {
                     progress.failed.fetch_add(1, Ordering::Relaxed);
                     let e = StepError::new(ErrorKind::Mapping, message);
-                    let text = item_line(&line.id_value, "failed", None, Some(&e), None, 0.0, 0);
+                    let text = failed_line(&line.id_value, &e, 0);
                     slots[(seq - first_slot) as usize] = Slot::Line(text);
                 }
                 Action::Start(input) => {
@@ -983,10 +1000,8 @@ pub async fn run<S: Store>(
     if let (Some(max), Some(why)) = (cost_limit, &mut stopped)
         && why.is_empty()
     {
-        *why = format!(
-            "the cost limit was reached: the batch has spent {} of --max-cost-usd {max} (earlier starts included)",
-            crate::runtime::record::fmt_usd(progress.cost_usd())
-        );
+        let unknown = progress.cost_unknown_calls.load(Ordering::Relaxed);
+        *why = crate::runtime::budget::batch_stopped(max, progress.cost_usd(), unknown);
     }
     let succeeded = progress.succeeded.load(Ordering::Relaxed);
     let failed = progress.failed.load(Ordering::Relaxed);
@@ -999,6 +1014,7 @@ pub async fn run<S: Store>(
         unfinished: total.saturating_sub(succeeded + failed + interrupted),
         reused: progress.reused.load(Ordering::Relaxed),
         cost_usd: progress.cost_usd(),
+        cost_unknown_calls: progress.cost_unknown_calls.load(Ordering::Relaxed),
         abandoned_requests: crate::agents::provider::Providers::global()
             .totals()
             .abandoned
@@ -1078,7 +1094,7 @@ fn settle(
         }) => Done::StoreFailed(why),
         Ok(o) if o.status == RunStatus::Running => Done::Unfinished,
         Ok(o) => {
-            progress.add_cost(o.usage.cost_usd);
+            progress.add_cost(&o.usage);
             count(progress, o.status);
             Done::Line(outcome_line(id, &o))
         }
@@ -1086,7 +1102,7 @@ fn settle(
             progress.failed.fetch_add(1, Ordering::Relaxed);
             let e = StepError::new(ErrorKind::Agent, format!("cannot resume: {e}"));
             let ms = t0.elapsed().as_millis() as u64;
-            Done::Line(item_line(id, "failed", None, Some(&e), None, 0.0, ms))
+            Done::Line(failed_line(id, &e, ms))
         }
     }
 }
@@ -1101,8 +1117,8 @@ fn count(progress: &Progress, status: RunStatus) {
 }
 
 enum Action {
-    /// Written from the store: (its status, the line, its cost).
-    Write(RunStatus, String, f64),
+    /// Written from the store: (its status, the line, its tokens and cost).
+    Write(RunStatus, String, Usage),
     /// A failed item without a run (not JSON, not matching `input.schema`).
     Fail(String),
     Start(Value),
@@ -1203,7 +1219,7 @@ fn decide(
             RunStatus::Interrupted if in_doubt && options.retry_in_doubt => return Action::Resume(prev.id),
             status => {
                 let text = record_line(&prev, &line.id_value);
-                return Action::Write(status, text, prev.usage.cost_usd);
+                return Action::Write(status, text, prev.usage);
             }
         }
     }
@@ -1233,7 +1249,7 @@ pub(crate) fn record_line(r: &RunRecord, id: &Value) -> String {
         r.output.as_ref(),
         r.error.as_ref(),
         Some(&r.id),
-        r.usage.cost_usd,
+        r.usage,
         ms,
     )
 }
@@ -1245,9 +1261,14 @@ fn outcome_line(id: &Value, o: &RunOutcome) -> String {
         o.output.as_ref(),
         o.error.as_ref(),
         Some(&o.run_id),
-        o.usage.cost_usd,
+        o.usage,
         o.duration_ms,
     )
+}
+
+/// The line of an item that failed without a run to show.
+fn failed_line(id: &Value, e: &StepError, ms: u64) -> String {
+    item_line(id, "failed", None, Some(e), None, Usage::default(), ms)
 }
 
 fn item_line(
@@ -1256,7 +1277,7 @@ fn item_line(
     output: Option<&Value>,
     error: Option<&StepError>,
     run_id: Option<&str>,
-    cost_usd: f64,
+    usage: Usage,
     duration_ms: u64,
 ) -> String {
     /// The line, serialized straight from borrowed parts (no intermediate JSON value).
@@ -1268,6 +1289,9 @@ fn item_line(
         error: Option<ErrorLine<'a>>,
         run_id: Option<&'a str>,
         cost_usd: f64,
+        /// Calls whose cost is unknown: written only when there are some.
+        #[serde(skip_serializing_if = "crate::runtime::record::is_zero")]
+        cost_unknown_calls: u64,
         duration_ms: u64,
     }
     /// As [`StepError::to_json`]: `details` is always there.
@@ -1287,7 +1311,8 @@ fn item_line(
             details: &e.details,
         }),
         run_id,
-        cost_usd,
+        cost_usd: usage.cost_usd,
+        cost_unknown_calls: usage.cost_unknown_calls,
         duration_ms,
     };
     serde_json::to_string(&line).expect("JSON values serialize")

@@ -224,6 +224,8 @@ pub struct ProviderState {
     output_tokens: AtomicU64,
     /// Cost in units of 10⁻⁹ USD.
     cost_nano: AtomicU64,
+    /// Responses without `usage`: their cost is unknown, not in `cost_nano`.
+    cost_unknown: AtomicU64,
     /// Requests given up on while the server may still answer them (past their timeout,
     /// or cancelled): their tokens are unknown, so the cost counted is a lower bound.
     abandoned: AtomicU64,
@@ -322,6 +324,7 @@ impl ProviderState {
             input_tokens: AtomicU64::new(0),
             output_tokens: AtomicU64::new(0),
             cost_nano: AtomicU64::new(0),
+            cost_unknown: AtomicU64::new(0),
             abandoned: AtomicU64::new(0),
             learned_form: Mutex::new(None),
             shared: OnceLock::new(),
@@ -540,6 +543,8 @@ impl ProviderState {
         if nano.is_finite() && nano > 0.0 {
             self.cost_nano.fetch_add(nano as u64, Ordering::Relaxed);
         }
+        self.cost_unknown
+            .fetch_add(usage.cost_unknown_calls, Ordering::Relaxed);
     }
 
     /// A 429: no request is admitted before `wait` has passed.
@@ -560,6 +565,7 @@ impl ProviderState {
                 input_tokens: self.input_tokens.load(Ordering::Relaxed),
                 output_tokens: self.output_tokens.load(Ordering::Relaxed),
                 cost_usd: self.cost_nano.load(Ordering::Relaxed) as f64 / 1e9,
+                cost_unknown_calls: self.cost_unknown.load(Ordering::Relaxed),
             },
             abandoned: self.abandoned.load(Ordering::Relaxed),
         }
@@ -572,6 +578,37 @@ pub fn cost_usd(plan: &ProviderPlan, model: &str, input: u64, output: u64) -> f6
     plan.prices
         .get(model)
         .map_or(0.0, |(i, o)| (input as f64 * i + output as f64 * o) / 1e6)
+}
+
+/// The usage of one response that reported `input` and `output` tokens (`None`: not
+/// reported). A response without both counts is a call of unknown cost (SPEC §6.1), unless
+/// the provider sets `assume_tokens_per_call`: the call then counts as that many output
+/// tokens priced at the dearer of the model's two prices, so that the assumption bounds the
+/// cost from above rather than guessing it.
+pub fn response_usage(plan: &ProviderPlan, model: &str, input: Option<u64>, output: Option<u64>) -> Usage {
+    match (input, output, plan.assume_tokens_per_call) {
+        (Some(i), Some(o), _) => Usage {
+            input_tokens: i,
+            output_tokens: o,
+            cost_usd: cost_usd(plan, model, i, o),
+            cost_unknown_calls: 0,
+        },
+        (_, _, Some(n)) => Usage {
+            input_tokens: 0,
+            output_tokens: n,
+            cost_usd: plan
+                .prices
+                .get(model)
+                .map_or(0.0, |(i, o)| n as f64 * i.max(*o) / 1e6),
+            cost_unknown_calls: 0,
+        },
+        (i, o, None) => Usage {
+            input_tokens: i.unwrap_or(0),
+            output_tokens: o.unwrap_or(0),
+            cost_usd: cost_usd(plan, model, i.unwrap_or(0), o.unwrap_or(0)),
+            cost_unknown_calls: 1,
+        },
+    }
 }
 
 /// The time one unit of a per-minute limit costs: the local window's unit, `(60 s + MARGIN) /
@@ -737,6 +774,7 @@ mod tests {
             api_key: None,
             headers: Vec::new(),
             max_concurrency: None,
+            assume_tokens_per_call: None,
             requests_per_minute: rpm,
             tokens_per_minute: tpm,
             prices: [("m".to_string(), (0.5, 2.0))].into_iter().collect(),
@@ -1035,6 +1073,7 @@ mod tests {
             input_tokens: 10,
             output_tokens: 5,
             cost_usd: 0.000_015,
+            cost_unknown_calls: 2,
         });
         assert_eq!(reg.totals().usage.input_tokens, 10);
         let stats = reg.stats();
@@ -1043,5 +1082,27 @@ mod tests {
         assert_eq!(key, "p http://127.0.0.1:9/v1");
         assert_eq!((s.usage.input_tokens, s.usage.output_tokens), (10, 5));
         assert!((s.usage.cost_usd - 0.000_015).abs() < 1e-12);
+        assert_eq!(s.usage.cost_unknown_calls, 2);
+    }
+
+    #[test]
+    fn a_response_without_usage_has_an_unknown_cost_unless_tokens_are_assumed() {
+        let mut p = plan("p", None, None);
+        let known = response_usage(&p, "m", Some(1_000_000), Some(500_000));
+        assert!((known.cost_usd - 1.5).abs() < 1e-12 && known.cost_unknown_calls == 0);
+        for (i, o) in [(None, None), (Some(10), None), (None, Some(10))] {
+            let u = response_usage(&p, "m", i, o);
+            assert_eq!(u.cost_unknown_calls, 1, "{i:?} {o:?}");
+        }
+        p.assume_tokens_per_call = Some(1_000_000);
+        let assumed = response_usage(&p, "m", None, None);
+        // Priced at the dearer of the two prices ($0.5 and $2 per million).
+        assert_eq!(
+            (assumed.output_tokens, assumed.cost_unknown_calls),
+            (1_000_000, 0)
+        );
+        assert!((assumed.cost_usd - 2.0).abs() < 1e-12);
+        // Reported usage wins over the assumption.
+        assert_eq!(response_usage(&p, "m", Some(1), Some(2)).output_tokens, 2);
     }
 }

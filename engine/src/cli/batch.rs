@@ -37,8 +37,10 @@ pub struct Args {
     /// field named here that no line has is an error.
     #[arg(long, value_name = "FIELD")]
     pub id_field: Option<String>,
-    /// Stop starting items once the batch has cost this much (USD), earlier starts of it
-    /// included. Runs in flight finish, so the batch may end a little over it.
+    /// The batch's budget in USD, earlier starts of it included: checked before every agent
+    /// call of the items in flight (each model turn of an agent loop too), so the batch ends
+    /// over it by at most the calls in flight when it was reached; an item that could not
+    /// call fails with kind `limit`, and no new item starts.
     #[arg(long)]
     pub max_cost_usd: Option<f64>,
     /// Run the items that failed (or were cancelled) in an earlier start of this batch again,
@@ -205,7 +207,7 @@ fn report(args: &Args, s: &Summary, paused: bool) -> u8 {
     let mut msg = String::new();
     let _ = writeln!(
         msg,
-        "batch: {} items: {} succeeded, {} failed, {} interrupted{}{} in {}{}, {}{}",
+        "batch: {} items: {} succeeded, {} failed, {} interrupted{}{} in {}{}, {}{}{}",
         s.total,
         s.succeeded,
         s.failed,
@@ -223,7 +225,8 @@ fn report(args: &Args, s: &Summary, paused: bool) -> u8 {
         crate::runtime::engine::fmt_duration(Duration::from_millis(s.elapsed.as_millis() as u64)),
         rate,
         if s.abandoned_requests > 0 { "at least " } else { "" },
-        crate::runtime::record::fmt_usd(s.cost_usd)
+        crate::runtime::record::fmt_usd(s.cost_usd),
+        crate::runtime::record::fmt_unknown(s.cost_unknown_calls)
     );
     if s.abandoned_requests > 0 {
         let _ = writeln!(
@@ -240,6 +243,12 @@ fn report(args: &Args, s: &Summary, paused: bool) -> u8 {
             let _ = writeln!(
                 msg,
                 "with `--store memory` nothing of this batch was kept: the same command starts it over"
+            );
+        } else if s.cost_limit.is_some() && s.cost_unknown_calls > 0 {
+            let _ = writeln!(
+                msg,
+                "to continue, set `assume_tokens_per_call` on the provider whose model reports no usage, \
+                 then run the same command again"
             );
         } else if let Some(max) = s.cost_limit {
             // The same command would stop again at once: the budget is the whole batch's.
@@ -282,6 +291,7 @@ fn report(args: &Args, s: &Summary, paused: bool) -> u8 {
             "elapsed_ms": u64::try_from(s.elapsed.as_millis()).unwrap_or(u64::MAX),
             "cost_usd": s.cost_usd,
             "cost_is_lower_bound": s.abandoned_requests > 0,
+            "cost_unknown_calls": s.cost_unknown_calls,
             "abandoned_requests": s.abandoned_requests,
             "output": args.output.display().to_string(),
             "stopped": s.stopped,
@@ -348,6 +358,7 @@ async fn show_progress(p: Arc<Progress>, every: u64) {
             "items_per_s": (rate * 10.0).round() / 10.0,
             "eta_s": eta,
             "cost_usd": p.cost_usd(),
+            "cost_unknown_calls": p.cost_unknown_calls.load(Ordering::Relaxed),
         })
     };
     let line = |p: &Progress, elapsed: f64| {
@@ -357,11 +368,12 @@ async fn show_progress(p: Arc<Progress>, every: u64) {
             |s| crate::runtime::engine::fmt_duration(Duration::from_secs(s)),
         );
         format!(
-            "{done}/{total} done · {} failed · {} interrupted · {} in flight · {rate:.1}/s · ETA {eta} · {}",
+            "{done}/{total} done · {} failed · {} interrupted · {} in flight · {rate:.1}/s · ETA {eta} · {}{}",
             p.failed.load(Ordering::Relaxed),
             p.interrupted.load(Ordering::Relaxed),
             p.in_flight.load(Ordering::Relaxed),
-            crate::runtime::record::fmt_usd(p.cost_usd())
+            crate::runtime::record::fmt_usd(p.cost_usd()),
+            crate::runtime::record::fmt_unknown(p.cost_unknown_calls.load(Ordering::Relaxed))
         )
     };
     let start = std::time::Instant::now();

@@ -82,6 +82,7 @@ async fn show(sql: &SqlStore, args: &Args) -> u8 {
                     "batch": b.name, "flow": b.flow, "items": b.items, "submit_complete": b.complete,
                     "queued": c.queued, "running": c.running, "succeeded": c.succeeded, "failed": c.failed,
                     "interrupted": c.interrupted, "cancelled": c.cancelled, "cost_usd": c.cost_usd,
+                    "cost_unknown_calls": c.cost_unknown_calls, "max_cost_usd": b.max_cost_usd,
                     "per_second": c.finished_last_minute as f64 / 60.0,
                     "submitted_at": super::stderr::utc_seconds(b.submitted_at),
                 })

@@ -97,7 +97,7 @@ async fn collect(sql: &SqlStore, args: &Args) -> u8 {
     match cluster_collect::collect(sql, &batch, &args.output, args.partial).await {
         Ok(c) => {
             let mut text = format!(
-                "collect: {} of {} items written: {} succeeded, {} failed, {} interrupted, {} cancelled · {}\noutput: {}",
+                "collect: {} of {} items written: {} succeeded, {} failed, {} interrupted, {} cancelled · {}{}\noutput: {}",
                 c.written,
                 batch.items,
                 c.succeeded,
@@ -105,6 +105,7 @@ async fn collect(sql: &SqlStore, args: &Args) -> u8 {
                 c.interrupted,
                 c.cancelled,
                 crate::runtime::record::fmt_usd(c.cost_usd),
+                crate::runtime::record::fmt_unknown(c.cost_unknown_calls),
                 args.output.display()
             );
             if c.unfinished > 0 {
@@ -121,6 +122,7 @@ async fn collect(sql: &SqlStore, args: &Args) -> u8 {
                     "batch": batch.name, "items": batch.items, "written": c.written,
                     "succeeded": c.succeeded, "failed": c.failed, "interrupted": c.interrupted,
                     "cancelled": c.cancelled, "unfinished": c.unfinished, "cost_usd": c.cost_usd,
+                    "cost_unknown_calls": c.cost_unknown_calls,
                     "output": args.output.display().to_string(),
                 }),
             );
@@ -255,13 +257,17 @@ pub(crate) fn progress_line(batch: &SubmittedBatch, c: &BatchCounts) -> String {
         "?".to_string()
     };
     format!(
-        "{done}/{} done · {} failed · {} interrupted · {} queued · {} running · {rate:.1}/s · ETA {eta} · {}",
+        "{done}/{} done · {} failed · {} interrupted · {} queued · {} running · {rate:.1}/s · ETA {eta} · {}{}{}",
         batch.items,
         c.failed + c.cancelled,
         c.interrupted,
         c.queued,
         c.running,
-        crate::runtime::record::fmt_usd(c.cost_usd)
+        crate::runtime::record::fmt_usd(c.cost_usd),
+        crate::runtime::record::fmt_unknown(c.cost_unknown_calls),
+        batch
+            .max_cost_usd
+            .map_or_else(String::new, |max| format!(" of --max-cost-usd {max}"))
     )
 }
 

@@ -281,6 +281,7 @@ impl RunArgs {
                 messages: Arc::new(messages),
                 allow_hosts,
                 max_cost_usd: None,
+                shared_budget: None,
                 now: None,
             },
         ))

@@ -198,6 +198,7 @@ fn item_of(r: &crate::runtime::record::RunRecord) -> Item {
         error_message: r.error.as_ref().map(|e| e.message.clone()),
         run_id: Some(r.id.clone()),
         cost_usd: r.usage.cost_usd,
+        cost_unknown_calls: r.usage.cost_unknown_calls,
         duration_ms: r.finished_at.map_or(0, |f| f.saturating_sub(r.started_at)),
     }
 }

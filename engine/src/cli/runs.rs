@@ -187,6 +187,14 @@ fn list(args: ListArgs) -> u8 {
             .as_ref()
             .map(|e| format!("[{}] {}", e.kind, first_line(&e.message, 60)))
             .unwrap_or_default();
+        // A cost that leaves calls out says so before the error.
+        let error = match r.usage.cost_unknown_calls {
+            0 => error,
+            _ => format!(
+                "{}  {error}",
+                crate::runtime::record::fmt_unknown(r.usage.cost_unknown_calls).trim_start()
+            ),
+        };
         println!(
             "{:<28} {:<19} {:<20} {:<12} {:>9} {:>6} {:>10}  {error}",
             r.id,
@@ -283,7 +291,7 @@ fn batch_names(output: &std::path::Path) -> Vec<String> {
 }
 
 fn summary_json(r: &RunRecord) -> Value {
-    serde_json::json!({
+    let mut v = serde_json::json!({
         "id": r.id,
         "flow": r.flow,
         "status": r.status.as_str(),
@@ -295,7 +303,11 @@ fn summary_json(r: &RunRecord) -> Value {
         "steps": r.steps,
         "cost_usd": r.usage.cost_usd,
         "error": r.error.as_ref().map(StepError::to_json),
-    })
+    });
+    if r.usage.cost_unknown_calls > 0 {
+        v["cost_unknown_calls"] = r.usage.cost_unknown_calls.into();
+    }
+    v
 }
 
 fn first_line(s: &str, max: usize) -> String {
@@ -457,8 +469,9 @@ fn show(args: ShowArgs) -> u8 {
         };
         let _ = writeln!(
             out,
-            "cost      {} · tokens {} in, {} out{lower_bound}",
+            "cost      {}{} · tokens {} in, {} out{lower_bound}",
             crate::runtime::record::fmt_usd(run.usage.cost_usd),
+            crate::runtime::record::fmt_unknown(run.usage.cost_unknown_calls),
             run.usage.input_tokens,
             run.usage.output_tokens
         );

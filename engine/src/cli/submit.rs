@@ -42,6 +42,11 @@ pub struct Args {
     /// fails with kind `lost`.
     #[arg(long, default_value_t = 3, value_name = "N")]
     pub max_recoveries: u64,
+    /// The batch's budget in USD, stored with it: workers check the batch's spend (every
+    /// worker's calls) before every model call, and a run that cannot call fails with kind
+    /// `limit`. Given again for a submitted batch, it replaces the stored one.
+    #[arg(long, value_name = "USD")]
+    pub max_cost_usd: Option<f64>,
     /// Queue a new run for each item whose latest run failed or was cancelled.
     #[arg(long)]
     pub retry_failed: bool,
@@ -57,6 +62,14 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> u8 {
+    if let Some(max) = args.max_cost_usd
+        && !(max.is_finite() && max >= 0.0)
+    {
+        super::stderr::error(format!(
+            "--max-cost-usd {max}: a budget is a number of USD, 0 or more"
+        ));
+        return super::exit::USAGE;
+    }
     if let Some(field) = &args.id_field
         && field.split('.').any(str::is_empty)
     {
@@ -140,6 +153,7 @@ pub fn run(args: Args) -> u8 {
         id_field_given: args.id_field.is_some(),
         context,
         max_recoveries: args.max_recoveries,
+        max_cost_usd: args.max_cost_usd,
         retry_failed: args.retry_failed,
         allow_changed: args.allow_changed,
     };

@@ -30,6 +30,8 @@ pub struct Collected {
     /// Items left out because their latest run has not finished (`--partial`).
     pub unfinished: u64,
     pub cost_usd: f64,
+    /// Model calls of the written items whose cost is unknown.
+    pub cost_unknown_calls: u64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -132,6 +134,7 @@ async fn write_all(
             RunStatus::Cancelled => c.cancelled += 1,
         }
         c.cost_usd += run.usage.cost_usd;
+        c.cost_unknown_calls += run.usage.cost_unknown_calls;
         let id = id_value(&run, &id_path);
         let line = crate::batch::record_line(&run, &id);
         out.write_all(line.as_bytes()).map_err(out_err)?;

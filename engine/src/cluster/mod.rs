@@ -7,7 +7,9 @@
 //! - [`collect`]: the results in input order, each item once.
 //! - [`worker`]: the claim loop, leases by heartbeat, takeovers, the drain.
 //! - [`limits`]: provider limits held with the other workers of the store.
+//! - [`budget`]: a batch's `--max-cost-usd` held by its workers together.
 
+pub mod budget;
 pub mod bundle;
 pub mod collect;
 pub mod limits;

@@ -31,6 +31,8 @@ pub struct SubmitOptions {
     pub id_field_given: bool,
     pub context: Value,
     pub max_recoveries: u64,
+    /// `--max-cost-usd`: the batch's budget, stored with it (replacing a stored one).
+    pub max_cost_usd: Option<f64>,
     /// Queue a new run for items whose latest run failed or was cancelled.
     pub retry_failed: bool,
     /// Accept a flow that changed since the batch was first submitted: runs claimed from now
@@ -133,6 +135,7 @@ pub async fn submit(
         id_field: options.id_field.clone(),
         context: options.context.clone(),
         max_recoveries: options.max_recoveries,
+        max_cost_usd: options.max_cost_usd,
         items: total,
         complete: false,
         submitted_at: record::now_ms(),
@@ -164,6 +167,12 @@ pub async fn submit(
         store
             .set_batch_bundle(&stored.name, &wanted.bundle, &wanted.flow_hash)
             .await?;
+    }
+
+    if let Some(max) = options.max_cost_usd
+        && stored.max_cost_usd != Some(max)
+    {
+        store.set_batch_cap(&stored.name, max).await?;
     }
 
     let path = options.input.display().to_string();
@@ -253,6 +262,7 @@ pub async fn submit(
     Ok(SubmittedBatch {
         complete: true,
         items: total,
+        max_cost_usd: options.max_cost_usd.or(stored.max_cost_usd),
         ..stored
     })
 }

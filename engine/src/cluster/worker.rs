@@ -26,6 +26,9 @@
 //!   installed in the process's provider registry): the heartbeat renews this worker's
 //!   `max_concurrency` slots with its run leases, and the stop waits for slots being given
 //!   back, then gives back any still held.
+//! - **A batch's budget** (`submit --max-cost-usd`) is held with the other workers too
+//!   ([`WorkerBudgets`]): every run's calls check the batch's spend, this worker's exact and
+//!   the others' as of the last refresh, before they are sent.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -35,6 +38,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use super::budget::{BatchSpend, WorkerBudgets};
 use super::limits::WorkerLimits;
 use crate::agents::AgentState;
 use crate::agents::provider::Providers;
@@ -108,6 +112,8 @@ pub type PlanFuture<'a> = std::pin::Pin<Box<dyn Future<Output = Result<Arc<Plan>
 struct Known {
     plan: Arc<Plan>,
     max_recoveries: u64,
+    /// The batch's spend against its cap, shared with the other workers.
+    spend: Arc<BatchSpend>,
 }
 
 /// A run held here.
@@ -167,6 +173,11 @@ pub async fn run(
     let held: Arc<Mutex<HashMap<String, Held>>> = Arc::default();
     let fatal: Arc<Mutex<Option<WorkerError>>> = Arc::default();
     let stop_all = CancellationToken::new();
+    let budgets = Arc::new(WorkerBudgets::new(options.id.clone(), store.clone()));
+    let fresh = tokio::spawn({
+        let (budgets, stop) = (budgets.clone(), stop_all.clone());
+        async move { budgets.keep_fresh(stop).await }
+    });
     let heart = tokio::spawn(heartbeat(
         store.clone(),
         options.clone(),
@@ -176,11 +187,12 @@ pub async fn run(
         stop_all.clone(),
     ));
     let outcome = work(
-        &store, sql, &options, &load, &stop, &stop_all, &held, &fatal, &stats,
+        &store, sql, &options, &load, &stop, &stop_all, &held, &fatal, &stats, &budgets,
     )
     .await;
     stop_all.cancel();
     let _ = heart.await;
+    let _ = fresh.await;
     // Whatever is still held is given back (runs paused at the drain, or stopped by a failure).
     let rest: Vec<(String, i64)> = held
         .lock()
@@ -219,6 +231,7 @@ async fn work(
     held: &Arc<Mutex<HashMap<String, Held>>>,
     fatal: &Arc<Mutex<Option<WorkerError>>>,
     stats: &Arc<WorkerStats>,
+    budgets: &WorkerBudgets,
 ) -> Result<(), WorkerError> {
     let engine = Engine::new(store.clone());
     let mut known: HashMap<String, Known> = HashMap::new();
@@ -387,7 +400,7 @@ async fn work(
                             stats.claimed.fetch_add(1, Ordering::Relaxed);
                             let batch = c.record.batch.clone().unwrap_or_default();
                             if !known.contains_key(&batch) {
-                                match learn(sql, &batch, load).await {
+                                match learn(sql, &batch, load, budgets).await {
                                     Ok(k) => {
                                         known.insert(batch.clone(), k);
                                     }
@@ -473,7 +486,12 @@ async fn drain_rest(
 }
 
 /// Reads batch `name` and loads its plan.
-async fn learn(sql: &SqlStore, name: &str, load: &PlanLoader) -> Result<Known, WorkerError> {
+async fn learn(
+    sql: &SqlStore,
+    name: &str,
+    load: &PlanLoader,
+    budgets: &WorkerBudgets,
+) -> Result<Known, WorkerError> {
     let batch = sql
         .submitted_batch(name)
         .await?
@@ -488,6 +506,7 @@ async fn learn(sql: &SqlStore, name: &str, load: &PlanLoader) -> Result<Known, W
     Ok(Known {
         plan,
         max_recoveries: batch.max_recoveries,
+        spend: budgets.of(name).await?,
     })
 }
 
@@ -556,21 +575,17 @@ fn start(
     };
     let engine = engine.clone();
     let plan = k.plan.clone();
+    let options = RunOptions {
+        shared_budget: Some(k.spend.clone()),
+        ..RunOptions::default()
+    };
     let done = done.clone();
     let fresh = c.is_fresh();
     let epoch = c.epoch;
     tokio::spawn(async move {
         let state = Arc::new(AgentState::default());
-        let outcome = Box::pin(engine.resume_record(
-            plan,
-            c.record,
-            fresh,
-            RunOptions::default(),
-            resume,
-            state,
-            controls,
-        ))
-        .await;
+        let outcome =
+            Box::pin(engine.resume_record(plan, c.record, fresh, options, resume, state, controls)).await;
         let _ = done.send(Finished { id, epoch, outcome });
     });
 }

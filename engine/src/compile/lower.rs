@@ -386,6 +386,7 @@ impl<'p> Compiler<'p> {
                         api_key: None,
                         headers: Vec::new(),
                         max_concurrency: None,
+                        assume_tokens_per_call: None,
                         requests_per_minute: None,
                         tokens_per_minute: None,
                         prices: IndexMap::new(),
@@ -795,6 +796,7 @@ fn provider_plan(p: &Provider) -> ProviderPlan {
             .map(|(k, v)| (k.clone(), v.value.clone()))
             .collect(),
         max_concurrency: p.max_concurrency.as_ref().map(|m| m.value),
+        assume_tokens_per_call: p.assume_tokens_per_call.as_ref().map(|m| m.value),
         requests_per_minute: p
             .rate_limit
             .as_ref()

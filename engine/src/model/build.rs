@@ -608,6 +608,7 @@ const PROVIDER_KEYS: &[&str] = &[
     "prices",
     "timeout",
     "structured_output",
+    "assume_tokens_per_call",
 ];
 
 fn provider(cx: &mut Cx, key: &Key, node: &Node) -> Option<Provider> {
@@ -636,6 +637,7 @@ fn provider(cx: &mut Cx, key: &Key, node: &Node) -> Option<Provider> {
             .map(|n| string_map(cx, n, "`headers`"))
             .unwrap_or_default(),
         max_concurrency: node.get("max_concurrency").and_then(|n| u64_(cx, n)),
+        assume_tokens_per_call: node.get("assume_tokens_per_call").and_then(|n| u64_(cx, n)),
         rate_limit: node.get("rate_limit").and_then(|n| {
             let m = map(cx, n, "`rate_limit`")?;
             check_keys(

@@ -185,6 +185,9 @@ pub struct Provider {
     #[serde(default)]
     pub headers: IndexMap<String, Sp<String>>,
     pub max_concurrency: Option<Sp<u64>>,
+    /// The tokens a response without `usage` is counted as, priced with `prices`. Unset,
+    /// such a response's cost is unknown, and a run with a cost budget stops at it.
+    pub assume_tokens_per_call: Option<Sp<u64>>,
     pub rate_limit: Option<RateLimit>,
     /// Model name → prices in USD per million tokens.
     #[serde(default)]

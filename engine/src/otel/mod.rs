@@ -65,6 +65,8 @@ struct RunPart<'a> {
     finished_at: Option<u64>,
     tokens: (u64, u64),
     cost_usd: f64,
+    /// Model calls whose cost is unknown (no `usage` reported).
+    cost_unknown_calls: u64,
     batch: Option<&'a str>,
     item_id: Option<&'a str>,
 }
@@ -83,6 +85,8 @@ struct StepPart<'a> {
     finished_at: Option<u64>,
     tokens: (u64, u64),
     cost_usd: f64,
+    /// Model calls whose cost is unknown (no `usage` reported).
+    cost_unknown_calls: u64,
     error: Option<(&'a str, &'a str)>,
     route: Option<&'a str>,
 }
@@ -121,6 +125,7 @@ impl Tree {
         put_u64(b, run.usage.input_tokens);
         put_u64(b, run.usage.output_tokens);
         put_u64(b, run.usage.cost_usd.to_bits());
+        put_u64(b, run.usage.cost_unknown_calls);
         put_opt(b, run.batch.as_deref());
         put_opt(b, run.item_id.as_deref());
         self.n_runs += 1;
@@ -140,6 +145,7 @@ impl Tree {
         put_u64(b, s.usage.input_tokens);
         put_u64(b, s.usage.output_tokens);
         put_u64(b, s.usage.cost_usd.to_bits());
+        put_u64(b, s.usage.cost_unknown_calls);
         put_error(b, s.error.as_ref());
         put_opt(b, s.route.as_deref());
         self.n_steps += 1;
@@ -171,6 +177,7 @@ impl Tree {
                 finished_at: r.opt_u64(),
                 tokens: (r.u64(), r.u64()),
                 cost_usd: f64::from_bits(r.u64()),
+                cost_unknown_calls: r.u64(),
                 batch: r.opt(),
                 item_id: r.opt(),
             })
@@ -192,6 +199,7 @@ impl Tree {
                 finished_at: r.opt_u64(),
                 tokens: (r.u64(), r.u64()),
                 cost_usd: f64::from_bits(r.u64()),
+                cost_unknown_calls: r.u64(),
                 error: r.error(),
                 route: r.opt(),
             })
@@ -781,6 +789,9 @@ fn encode_tree(tree: &Tree, enc: &mut Encoder, full: &mut dyn FnMut(&mut Encoder
             ("gen_ai.usage.output_tokens", r.tokens.1.into()),
             ("switchyard.cost_usd", r.cost_usd.into()),
         ]);
+        if r.cost_unknown_calls > 0 {
+            attributes.push(("switchyard.cost_unknown_calls", r.cost_unknown_calls.into()));
+        }
         if let Some((kind, _)) = r.error {
             attributes.push(("switchyard.error.kind", kind.into()));
         }
@@ -833,6 +844,9 @@ fn encode_tree(tree: &Tree, enc: &mut Encoder, full: &mut dyn FnMut(&mut Encoder
             ("gen_ai.usage.output_tokens", s.tokens.1.into()),
             ("switchyard.cost_usd", s.cost_usd.into()),
         ]);
+        if s.cost_unknown_calls > 0 {
+            attributes.push(("switchyard.cost_unknown_calls", s.cost_unknown_calls.into()));
+        }
         if let Some(i) = s.iteration {
             attributes.push(("switchyard.iteration", i.into()));
         }
@@ -882,6 +896,7 @@ mod tests {
                 input_tokens: 3,
                 output_tokens: 4,
                 cost_usd: 0.25,
+                cost_unknown_calls: 0,
             },
             steps: 1,
             flow_path: None,

@@ -573,6 +573,8 @@ pub struct ProviderPlan {
     pub api_key: Option<String>,
     pub headers: Vec<(String, String)>,
     pub max_concurrency: Option<u64>,
+    /// The tokens a response without `usage` is counted as (`assume_tokens_per_call`).
+    pub assume_tokens_per_call: Option<u64>,
     pub requests_per_minute: Option<u64>,
     pub tokens_per_minute: Option<u64>,
     /// Model → (input, output) USD per million tokens.

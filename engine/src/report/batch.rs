@@ -13,7 +13,7 @@ use std::fmt::Write as _;
 use serde_json::Value;
 
 use super::run::html;
-use crate::runtime::record::fmt_usd;
+use crate::runtime::record::{fmt_unknown, fmt_usd};
 
 /// The slowest items listed.
 pub const SLOWEST: usize = 20;
@@ -32,6 +32,8 @@ pub struct Item {
     pub error_message: Option<String>,
     pub run_id: Option<String>,
     pub cost_usd: f64,
+    /// Model calls whose cost is unknown (no `usage` reported).
+    pub cost_unknown_calls: u64,
     pub duration_ms: u64,
 }
 
@@ -62,6 +64,7 @@ impl Item {
             error_message: error.and_then(|e| e["message"].as_str()).map(str::to_string),
             run_id: o.get("run_id").and_then(Value::as_str).map(str::to_string),
             cost_usd: o.get("cost_usd").and_then(Value::as_f64).unwrap_or(0.0),
+            cost_unknown_calls: o.get("cost_unknown_calls").and_then(Value::as_u64).unwrap_or(0),
             duration_ms: o.get("duration_ms").and_then(Value::as_u64).unwrap_or(0),
         })
     }
@@ -74,6 +77,7 @@ pub struct Summary {
     pub items: u64,
     pub by_status: BTreeMap<String, u64>,
     pub cost_usd: f64,
+    pub cost_unknown_calls: u64,
     durations: Vec<u32>,
     /// The slowest items, slowest first.
     pub slowest: Vec<Item>,
@@ -95,6 +99,7 @@ impl Summary {
         self.items += 1;
         *self.by_status.entry(item.status.clone()).or_default() += 1;
         self.cost_usd += item.cost_usd;
+        self.cost_unknown_calls += item.cost_unknown_calls;
         self.durations
             .push(u32::try_from(item.duration_ms).unwrap_or(u32::MAX));
         match item.status.as_str() {
@@ -198,9 +203,10 @@ pub fn batch_html(s: &Summary, link: &dyn Fn(&str) -> Option<String>, note: Opti
     );
     let _ = write!(
         o,
-        "<div>{} items · cost {} · median {} ms · 90% within {} ms · longest {} ms</div>",
+        "<div>{} items · cost {}{} · median {} ms · 90% within {} ms · longest {} ms</div>",
         s.items,
         fmt_usd(s.cost_usd),
+        fmt_unknown(s.cost_unknown_calls),
         Summary::quantile(&sorted, 0.5),
         Summary::quantile(&sorted, 0.9),
         sorted.last().copied().unwrap_or(0)
@@ -285,7 +291,7 @@ pub fn batch_html(s: &Summary, link: &dyn Fn(&str) -> Option<String>, note: Opti
             html(&i.id),
             html(&i.status),
             i.duration_ms,
-            fmt_usd(i.cost_usd)
+            fmt_usd(i.cost_usd) + &fmt_unknown(i.cost_unknown_calls)
         );
         if with_error {
             let _ = write!(
@@ -366,6 +372,7 @@ mod tests {
             error_message: kind.map(|k| format!("{k} happened")),
             run_id: Some(format!("r{line}")),
             cost_usd: 0.5,
+            cost_unknown_calls: 0,
             duration_ms: ms,
         }
     }

@@ -341,7 +341,10 @@ pub fn run_html(r: &RunReport) -> String {
         "tokens",
         format!("{} in, {} out", run.usage.input_tokens, run.usage.output_tokens),
     );
-    field("cost", fmt_usd(run.usage.cost_usd));
+    field(
+        "cost",
+        fmt_usd(run.usage.cost_usd) + &crate::runtime::record::fmt_unknown(run.usage.cost_unknown_calls),
+    );
     if let Some(e) = &run.error {
         field("error", format!("[{}] {}", e.kind, e.message));
     }
@@ -437,8 +440,8 @@ pub fn run_html(r: &RunReport) -> String {
             } else {
                 String::new()
             },
-            if s.usage.cost_usd > 0.0 {
-                fmt_usd(s.usage.cost_usd)
+            if s.usage.cost_usd > 0.0 || s.usage.cost_unknown_calls > 0 {
+                fmt_usd(s.usage.cost_usd) + &crate::runtime::record::fmt_unknown(s.usage.cost_unknown_calls)
             } else {
                 String::new()
             },

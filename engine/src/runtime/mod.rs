@@ -4,6 +4,7 @@
 //! [`eval`] evaluates CEL expressions over shared JSON values without converting whole
 //! payloads (with the strings extension of [`strings`]); [`data`] builds agent input documents and applies outputs (SPEC §5.2–5.4).
 
+pub mod budget;
 pub mod changes;
 pub mod data;
 pub mod engine;

@@ -72,6 +72,14 @@ pub struct Usage {
     pub input_tokens: u64,
     pub output_tokens: u64,
     pub cost_usd: f64,
+    /// Model calls whose response reported no usage (SPEC §6.1): their cost is unknown, not
+    /// in `cost_usd`. Written only when there are some.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cost_unknown_calls: u64,
+}
+
+pub(crate) fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl Usage {
@@ -79,6 +87,17 @@ impl Usage {
         self.input_tokens += other.input_tokens;
         self.output_tokens += other.output_tokens;
         self.cost_usd += other.cost_usd;
+        self.cost_unknown_calls += other.cost_unknown_calls;
+    }
+}
+
+/// What people read beside a cost whose `unknown` calls reported no usage: `""`, or
+/// ` (cost unknown for N calls)`.
+pub fn fmt_unknown(unknown: u64) -> String {
+    match unknown {
+        0 => String::new(),
+        1 => " (cost unknown for 1 call)".to_string(),
+        n => format!(" (cost unknown for {n} calls)"),
     }
 }
 

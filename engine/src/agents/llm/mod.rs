@@ -425,16 +425,7 @@ impl LlmAgent<'_> {
                         state.settle(&admission, Some(0));
                         StepError::new(ErrorKind::Agent, format!("{who}: {m}"))
                     })?;
-                    let used = Usage {
-                        input_tokens: answer.input_tokens.unwrap_or(0),
-                        output_tokens: answer.output_tokens.unwrap_or(0),
-                        cost_usd: provider::cost_usd(
-                            p,
-                            model,
-                            answer.input_tokens.unwrap_or(0),
-                            answer.output_tokens.unwrap_or(0),
-                        ),
-                    };
+                    let used = provider::response_usage(p, model, answer.input_tokens, answer.output_tokens);
                     let reported = answer.input_tokens.zip(answer.output_tokens).map(|(i, o)| i + o);
                     state.settle(&admission, reported);
                     state.count(used);

@@ -164,6 +164,9 @@ pub fn check(cx: &FlowCx, out: &mut Vec<Diagnostic>) {
         if let Some(m) = &p.max_concurrency {
             range(out, m, "max_concurrency", 1, 100_000);
         }
+        if let Some(t) = &p.assume_tokens_per_call {
+            range(out, t, "assume_tokens_per_call", 1, u64::MAX);
+        }
         if let Some(r) = &p.rate_limit {
             for v in [&r.requests_per_minute, &r.tokens_per_minute]
                 .into_iter()

@@ -220,7 +220,7 @@ impl<'e, S: Store> Run<'e, S> {
                 Some(rec) => {
                     self.state.next_call(name);
                     tally.usage.add(rec.usage);
-                    self.tree.spend(rec.usage.cost_usd);
+                    self.tree.spend(&rec.usage, true);
                     if let Some(n) = &rec.answers {
                         llm::merge_notes(&mut tally.notes, n.clone());
                     }
@@ -234,7 +234,7 @@ impl<'e, S: Store> Run<'e, S> {
                     }
                 }
                 None => {
-                    if let Err(e) = self.check_budget() {
+                    if let Err(e) = self.check_budget().await {
                         return tally.close(StepOutcome::err(e), &transcript, turn_no - 1);
                     }
                     let (turn, used, turn_notes, attempts) = self
@@ -434,7 +434,7 @@ impl<'e, S: Store> Run<'e, S> {
                     (r.and_then(|v| mock_turn(v, num)), Usage::default(), None)
                 }
             };
-            self.tree.spend(used.cost_usd);
+            self.tree.spend(&used, false);
             usage.add(used);
             if let Some(n) = turn_notes {
                 llm::merge_notes(&mut notes, n);
@@ -447,7 +447,7 @@ impl<'e, S: Store> Run<'e, S> {
                     let again = attempt < policy.attempts
                         && policy.on.iter().any(|k| k == e.kind.as_str())
                         && !self.tree.cancel.is_cancelled()
-                        && self.check_budget().is_ok();
+                        && self.check_budget().await.is_ok();
                     if !again {
                         return (Err(e), usage, notes(), attempt);
                     }

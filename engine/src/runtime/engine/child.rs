@@ -120,6 +120,7 @@ impl<'e, S: Store> Run<'e, S> {
                         self.lineage.budget,
                         child_flow.limits.max_cost_usd.map(|limit| Budget {
                             base: self.tree.spent(),
+                            unknown_base: self.tree.unknown_calls(),
                             limit,
                             by: "limits.max_cost_usd",
                         }),

@@ -87,7 +87,7 @@ impl<'e, S: Store> Run<'e, S> {
         };
         o.attempts = rec.attempt;
         o.usage = rec.usage;
-        self.tree.spend(rec.usage.cost_usd);
+        self.tree.spend(&rec.usage, true);
         o.child_run = rec.child_run.clone();
         o.replayed = true;
         o
@@ -202,7 +202,7 @@ impl<'e, S: Store> Run<'e, S> {
         loop {
             attempt += 1;
             // A spent budget stops new calls, retries included.
-            if let Err(e) = self.check_budget() {
+            if let Err(e) = self.check_budget().await {
                 let mut o = StepOutcome::err(e);
                 o.usage = used;
                 o.attempts = attempt.saturating_sub(1).max(1);
@@ -364,7 +364,7 @@ impl<'e, S: Store> Run<'e, S> {
             let usage = match &out {
                 Ok((_, u, _)) | Err((_, u, _, _)) => u,
             };
-            self.tree.spend(usage.cost_usd);
+            self.tree.spend(usage, false);
         }
         let (value, usage, child) = out?;
         if let Some(schema) = &agent.result_schema

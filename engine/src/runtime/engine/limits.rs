@@ -7,7 +7,9 @@ use std::sync::atomic::Ordering;
 use serde_json::Value;
 
 use super::{Run, Tree};
+use crate::runtime::budget;
 use crate::runtime::data::Change;
+use crate::runtime::record::Usage;
 use crate::runtime::{ErrorKind, StepError};
 use crate::store::Store;
 
@@ -16,19 +18,30 @@ impl Tree {
         self.spent_nano.load(Ordering::Relaxed) as f64 / 1e9
     }
 
-    pub(super) fn spend(&self, cost_usd: f64) {
-        let nano = (cost_usd * 1e9).round();
-        if nano.is_finite() && nano > 0.0 {
-            self.spent_nano.fetch_add(nano as u64, Ordering::Relaxed);
+    pub(super) fn unknown_calls(&self) -> u64 {
+        self.unknown_calls.load(Ordering::Relaxed)
+    }
+
+    /// Counts what a finished call used against the tree's budgets and the shared one.
+    /// `replayed`: the record of a call of an earlier start, standing in for it.
+    pub(super) fn spend(&self, usage: &Usage, replayed: bool) {
+        self.spent_nano
+            .fetch_add(budget::nano(usage.cost_usd), Ordering::Relaxed);
+        self.unknown_calls
+            .fetch_add(usage.cost_unknown_calls, Ordering::Relaxed);
+        if let Some(shared) = &self.options.shared_budget {
+            shared.spend(usage, replayed);
         }
     }
 }
 
 /// A cost budget (SPEC §9 `max_cost_usd`): `limit` USD from the tree's spending at `base`
-/// (a child flow's own limit counts from when it starts). Reached, it stops new agent calls.
+/// (a child flow's own limit counts from when it starts), and the calls of unknown cost from
+/// `unknown_base` on. Reached, or a call's cost unknown, it stops new agent calls.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Budget {
     pub(super) base: f64,
+    pub(super) unknown_base: u64,
     pub(super) limit: f64,
     pub(super) by: &'static str,
 }
@@ -38,10 +51,18 @@ impl Budget {
         self.base + self.limit
     }
 
-    /// The tighter of two budgets.
+    /// The tighter of two budgets; calls of unknown cost count from the earlier start of
+    /// the two, since both budgets hold.
     pub(super) fn min(a: Option<Budget>, b: Option<Budget>) -> Option<Budget> {
         match (a, b) {
-            (Some(a), Some(b)) => Some(if b.ceiling() < a.ceiling() { b } else { a }),
+            (Some(a), Some(b)) => {
+                let unknown_base = a.unknown_base.min(b.unknown_base);
+                let tighter = if b.ceiling() < a.ceiling() { b } else { a };
+                Some(Budget {
+                    unknown_base,
+                    ..tighter
+                })
+            }
             (a, b) => a.or(b),
         }
     }
@@ -96,11 +117,20 @@ impl<'e, S: Store> Run<'e, S> {
         self.measure_payload()
     }
 
-    /// Fails with kind `limit` once the tree has spent its budget.
-    pub(super) fn check_budget(&self) -> Result<(), StepError> {
+    /// Fails with kind `limit` once the tree has spent its budget, once a call of unknown
+    /// cost makes the budget impossible to check, and once the shared budget (a batch's)
+    /// refuses: asked before every agent call.
+    pub(super) async fn check_budget(&self) -> Result<(), StepError> {
+        if let Some(shared) = &self.tree.options.shared_budget {
+            shared.check().await?;
+        }
         let Some(b) = self.lineage.budget else {
             return Ok(());
         };
+        let unknown = self.tree.unknown_calls().saturating_sub(b.unknown_base);
+        if unknown > 0 {
+            return Err(budget::unknown_cost(b.by, b.limit, unknown));
+        }
         let spent = self.tree.spent();
         // `max_cost_usd: 0` allows calls until one costs something.
         if spent < b.ceiling() || spent <= b.base {

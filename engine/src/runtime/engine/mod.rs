@@ -64,6 +64,9 @@ pub struct RunOptions {
     pub allow_hosts: Option<Vec<String>>,
     /// `--max-cost-usd`: the run tree's budget, on top of the flows' `limits.max_cost_usd`.
     pub max_cost_usd: Option<f64>,
+    /// A budget shared with other run trees (a batch's `--max-cost-usd`), checked before
+    /// every agent call and told what each one used.
+    pub shared_budget: Option<Arc<dyn crate::runtime::budget::SharedBudget>>,
     /// `--now` or a flow test's `now:`: the `now` of every new run tree started with these
     /// options (default: the time it starts). A resumed run keeps the `now` it recorded.
     pub now: Option<crate::runtime::time::Timestamp>,
@@ -158,6 +161,8 @@ struct Tree {
     ///
     /// [`Observer::replayed`]: crate::runtime::observe::Observer::replayed
     carry: Option<u64>,
+    /// Model calls of the whole tree whose cost is unknown (no `usage` reported).
+    unknown_calls: AtomicU64,
 }
 
 /// How a caller stops runs: `cancel` ends them `cancelled`; `pause` stops them at the next

@@ -366,11 +366,13 @@ impl<S: Store> Engine<S> {
         let budget = Budget::min(
             options.max_cost_usd.map(|limit| Budget {
                 base: 0.0,
+                unknown_base: 0,
                 limit,
                 by: "--max-cost-usd",
             }),
             plan.root().limits.max_cost_usd.map(|limit| Budget {
                 base: 0.0,
+                unknown_base: 0,
                 limit,
                 by: "limits.max_cost_usd",
             }),
@@ -387,6 +389,7 @@ impl<S: Store> Engine<S> {
             store_failure: std::sync::Mutex::new(None),
             spent_nano: AtomicU64::new(0),
             carry,
+            unknown_calls: AtomicU64::new(0),
         });
         let lineage = Lineage {
             parent_run: None,

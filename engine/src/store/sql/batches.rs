@@ -19,6 +19,9 @@ pub struct SubmittedBatch {
     pub context: Value,
     /// Takeovers from dead workers a run may have before it fails with kind `lost`.
     pub max_recoveries: u64,
+    /// `submit --max-cost-usd`: what the batch may spend, checked by workers before every
+    /// model call.
+    pub max_cost_usd: Option<f64>,
     /// Lines of the input (blank ones included, as item indices count them).
     pub items: u64,
     /// Every line has its run: `submit` finished.
@@ -55,6 +58,8 @@ pub struct BatchCounts {
     pub cancelled: u64,
     /// The cost of every run of the batch, retried ones included.
     pub cost_usd: f64,
+    /// Model calls of those runs whose cost is unknown (no `usage` reported).
+    pub cost_unknown_calls: u64,
     /// Items whose latest run a worker (or `resume`) ended in the last minute (the rate): lines
     /// refused at submit, never claimed, are not.
     pub finished_last_minute: u64,
@@ -77,7 +82,7 @@ impl super::SqlStore {
         const WHAT: &str = "reading the submitted batches";
         let rows = sqlx::query(
             "SELECT name, bundle, flow, flow_hash, input, id_field, context, max_recoveries, items, complete, \
-             submitted_at FROM batches ORDER BY submitted_at, name",
+             submitted_at, max_cost_usd FROM batches ORDER BY submitted_at, name",
         )
         .fetch_all(&self.pool)
         .await
@@ -129,13 +134,19 @@ impl super::SqlStore {
             }
             c.finished_last_minute += u64::try_from(recent.unwrap_or(0)).unwrap_or(0);
         }
-        let cost: Option<f64> =
-            sqlx::query_scalar("SELECT SUM(cost_usd) FROM runs WHERE batch = $1 AND parent_run IS NULL")
-                .bind(name.to_string())
-                .fetch_one(&self.pool)
-                .await
-                .map_err(err)?;
-        c.cost_usd = cost.unwrap_or(0.0);
+        let cost = sqlx::query(
+            // PostgreSQL sums BIGINTs as NUMERIC, which the Any driver does not read.
+            "SELECT SUM(cost_usd) AS cost, CAST(SUM(COALESCE(cost_unknown_calls, 0)) AS BIGINT) AS unknown \
+             FROM runs WHERE batch = $1 AND parent_run IS NULL",
+        )
+        .bind(name.to_string())
+        .fetch_one(&self.pool)
+        .await
+        .map_err(err)?;
+        let spent: Option<f64> = cost.try_get("cost").map_err(err)?;
+        let unknown: Option<i64> = cost.try_get("unknown").map_err(err)?;
+        c.cost_usd = spent.unwrap_or(0.0);
+        c.cost_unknown_calls = u64::try_from(unknown.unwrap_or(0)).unwrap_or(0);
         Ok(c)
     }
 

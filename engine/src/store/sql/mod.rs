@@ -55,14 +55,14 @@ pub const DEFAULT_URL: &str = "sqlite:.switchyard/runs.db";
 macro_rules! run_columns {
     () => {
         "id, flow, flow_hash, parent_run, parent_step, depth, status, input, output, error, started_at, \
-         finished_at, input_tokens, output_tokens, cost_usd, steps, context, batch, item_id, item_index, flow_path, messages, now_us"
+         finished_at, input_tokens, output_tokens, cost_usd, steps, context, batch, item_id, item_index, flow_path, messages, now_us, cost_unknown_calls"
     };
 }
 
 macro_rules! step_columns {
     () => {
         "run_id, number, attempt, iteration, step, kind, status, iterations, input, result, changes, \
-         violations, error, started_at, finished_at, input_tokens, output_tokens, cost_usd, child_run, route, answers"
+         violations, error, started_at, finished_at, input_tokens, output_tokens, cost_usd, child_run, route, answers, cost_unknown_calls"
     };
 }
 

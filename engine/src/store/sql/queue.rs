@@ -118,7 +118,8 @@ impl SqlStore {
         let context = serde_json::to_string(&b.context).map_err(|e| StoreError::Other(e.to_string()))?;
         sqlx::query(
             "INSERT INTO batches (name, bundle, flow, flow_hash, input, id_field, context, max_recoveries, items, \
-             complete, submitted_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) ON CONFLICT (name) DO NOTHING",
+             complete, submitted_at, max_cost_usd) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
+             ON CONFLICT (name) DO NOTHING",
         )
         .bind(b.name.clone())
         .bind(b.bundle.clone())
@@ -131,6 +132,7 @@ impl SqlStore {
         .bind(int(b.items))
         .bind(i64::from(b.complete))
         .bind(int(b.submitted_at))
+        .bind(b.max_cost_usd)
         .execute(&self.pool)
         .await
         .map_err(|e| self.ctx.error(&what, &e))?;
@@ -144,7 +146,7 @@ impl SqlStore {
         let what = format!("reading batch `{name}`");
         let row = sqlx::query(
             "SELECT name, bundle, flow, flow_hash, input, id_field, context, max_recoveries, items, complete, \
-             submitted_at FROM batches WHERE name = $1",
+             submitted_at, max_cost_usd FROM batches WHERE name = $1",
         )
         .bind(name.to_string())
         .fetch_optional(&self.pool)
@@ -176,6 +178,65 @@ impl SqlStore {
             .await
             .map_err(|e| self.ctx.error(&what, &e))?;
         Ok(())
+    }
+
+    /// Sets batch `name`'s cost cap (`submit --max-cost-usd` given again): workers read it at
+    /// their next refresh of the batch's spend.
+    pub async fn set_batch_cap(&self, name: &str, max_cost_usd: f64) -> Result<(), StoreError> {
+        let what = format!("updating batch `{name}`");
+        sqlx::query("UPDATE batches SET max_cost_usd = $1 WHERE name = $2")
+            .bind(max_cost_usd)
+            .bind(name.to_string())
+            .execute(&self.pool)
+            .await
+            .map_err(|e| self.ctx.error(&what, &e))?;
+        Ok(())
+    }
+
+    /// Records what worker `worker`'s own calls of batch `batch` have cost so far (`usd`, and
+    /// `unknown` calls of unknown cost), and returns the batch's cap and what every other
+    /// worker recorded, added up: one short transaction.
+    pub async fn share_spend(
+        &self,
+        batch: &str,
+        worker: &str,
+        usd: f64,
+        unknown: u64,
+    ) -> Result<(Option<f64>, f64, u64), StoreError> {
+        let what = format!("sharing the spend of batch `{batch}`");
+        let err = |e: sqlx::Error| self.ctx.error(&what, &e);
+        let mut tx = self.pool.begin().await.map_err(err)?;
+        sqlx::query(
+            "INSERT INTO batch_spend (batch, worker, cost_usd, cost_unknown_calls) VALUES ($1, $2, $3, $4) \
+             ON CONFLICT (batch, worker) DO UPDATE SET cost_usd = excluded.cost_usd, \
+             cost_unknown_calls = excluded.cost_unknown_calls",
+        )
+        .bind(batch.to_string())
+        .bind(worker.to_string())
+        .bind(usd)
+        .bind(int(unknown))
+        .execute(&mut *tx)
+        .await
+        .map_err(err)?;
+        let row = sqlx::query(
+            "SELECT (SELECT max_cost_usd FROM batches WHERE name = $1) AS cap, \
+             SUM(cost_usd) AS usd, CAST(SUM(cost_unknown_calls) AS BIGINT) AS unknown \
+             FROM batch_spend WHERE batch = $1 AND worker <> $2",
+        )
+        .bind(batch.to_string())
+        .bind(worker.to_string())
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(err)?;
+        tx.commit().await.map_err(err)?;
+        let cap: Option<f64> = row.try_get("cap").map_err(err)?;
+        let usd: Option<f64> = row.try_get("usd").map_err(err)?;
+        let unknown: Option<i64> = row.try_get("unknown").map_err(err)?;
+        Ok((
+            cap,
+            usd.unwrap_or(0.0),
+            u64::try_from(unknown.unwrap_or(0)).unwrap_or(0),
+        ))
     }
 
     /// Marks batch `name` complete: every one of its `items` lines has its run.
@@ -552,6 +613,9 @@ pub(super) fn decode_batch(r: &AnyRow) -> Result<SubmittedBatch, String> {
         items: get_i("items")?,
         complete: get_i("complete")? != 0,
         submitted_at: get_i("submitted_at")?,
+        max_cost_usd: r
+            .try_get("max_cost_usd")
+            .map_err(|e| format!("column `max_cost_usd`: {e}"))?,
     })
 }
 

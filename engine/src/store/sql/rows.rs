@@ -42,6 +42,7 @@ pub(crate) struct RunRow {
     flow_path: Option<String>,
     messages: Option<String>,
     now_us: Option<i64>,
+    cost_unknown_calls: i64,
 }
 
 impl RunRow {
@@ -70,6 +71,7 @@ impl RunRow {
             flow_path: r.flow_path.clone(),
             messages: r.messages.as_ref().map(json).transpose()?,
             now_us: r.now_us,
+            cost_unknown_calls: int(r.usage.cost_unknown_calls, "cost_unknown_calls")?,
         })
     }
 
@@ -98,6 +100,7 @@ impl RunRow {
             .bind(self.flow_path.clone())
             .bind(self.messages.clone())
             .bind(self.now_us)
+            .bind(self.cost_unknown_calls)
     }
 }
 
@@ -125,6 +128,7 @@ pub(crate) struct StepRow {
     child_run: Option<String>,
     route: Option<String>,
     answers: Option<String>,
+    cost_unknown_calls: i64,
 }
 
 impl StepRow {
@@ -151,6 +155,7 @@ impl StepRow {
             child_run: s.child_run.clone(),
             route: s.route.clone(),
             answers: s.answers.as_ref().map(json).transpose()?,
+            cost_unknown_calls: int(s.usage.cost_unknown_calls, "cost_unknown_calls")?,
         })
     }
 
@@ -179,6 +184,7 @@ impl StepRow {
             .bind(self.child_run.clone())
             .bind(self.route.clone())
             .bind(self.answers.clone())
+            .bind(self.cost_unknown_calls)
     }
 }
 
@@ -261,10 +267,12 @@ fn step_status(s: &str) -> Option<StepStatus> {
 }
 
 fn usage(row: &AnyRow) -> Result<Usage, String> {
+    let unknown: Option<i64> = get(row, "cost_unknown_calls")?;
     Ok(Usage {
         input_tokens: uint(get(row, "input_tokens")?, "input_tokens")?,
         output_tokens: uint(get(row, "output_tokens")?, "output_tokens")?,
         cost_usd: get(row, "cost_usd")?,
+        cost_unknown_calls: uint(unknown.unwrap_or(0), "cost_unknown_calls")?,
     })
 }
 

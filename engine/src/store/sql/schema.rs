@@ -18,7 +18,7 @@ use crate::runtime::record::now_ms;
 use crate::store::StoreError;
 
 /// The newest schema this build reads and writes.
-pub const SCHEMA_VERSION: i64 = 7;
+pub const SCHEMA_VERSION: i64 = 8;
 
 struct Migration {
     version: i64,
@@ -210,6 +210,28 @@ const MIGRATIONS: &[Migration] = &[
         )",
         ],
     },
+    Migration {
+        version: 8,
+        description: "calls of unknown cost; a submitted batch's cost cap",
+        statements: &[
+            // Model calls whose response reported no usage (SPEC §6.1); NULL on records
+            // written before, which had none counted.
+            "ALTER TABLE runs ADD COLUMN cost_unknown_calls BIGINT",
+            "ALTER TABLE steps ADD COLUMN cost_unknown_calls BIGINT",
+            // `submit --max-cost-usd`: what the batch may spend, checked by workers.
+            "ALTER TABLE batches ADD COLUMN max_cost_usd DOUBLE PRECISION",
+            // What each worker's own model calls of a batch have cost (replays of another
+            // worker's calls not counted again), as it last told: the batch's spend is
+            // their sum.
+            "CREATE TABLE batch_spend (
+            batch TEXT NOT NULL,
+            worker TEXT NOT NULL,
+            cost_usd DOUBLE PRECISION NOT NULL,
+            cost_unknown_calls BIGINT NOT NULL,
+            PRIMARY KEY (batch, worker)
+        )",
+        ],
+    },
 ];
 
 /// The store's schema version: 0 for an empty store. Reads only.
@@ -290,10 +312,10 @@ mod tests {
 
     #[test]
     fn newer_schema_names_both_versions() {
-        let err = check_not_newer(8, "/x/runs.db").expect_err("newer");
+        let err = check_not_newer(9, "/x/runs.db").expect_err("newer");
         assert_eq!(
             err.to_string(),
-            "the store at /x/runs.db was written by a newer switchyard (schema 8; this one knows up to 7)"
+            "the store at /x/runs.db was written by a newer switchyard (schema 9; this one knows up to 8)"
         );
         assert!(check_not_newer(1, "s").is_ok() && check_not_newer(0, "s").is_ok());
     }

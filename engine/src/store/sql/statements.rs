@@ -20,7 +20,7 @@ const SHAPES: usize = MAX_ROWS.trailing_zeros() as usize + 1;
 type Cache = [[OnceLock<String>; SHAPES]; 2];
 
 /// The columns of `runs` a run record fills, in bind order (`id` first).
-pub(crate) const RUN_COLUMNS: [&str; 23] = [
+pub(crate) const RUN_COLUMNS: [&str; 24] = [
     "id",
     "flow",
     "flow_hash",
@@ -44,11 +44,12 @@ pub(crate) const RUN_COLUMNS: [&str; 23] = [
     "flow_path",
     "messages",
     "now_us",
+    "cost_unknown_calls",
 ];
 
 /// The columns of `steps` a step record fills, in bind order: the key, `seq` (its place in
 /// the statement, see [`upsert_steps`]), the rest.
-pub(crate) const STEP_COLUMNS: [&str; 22] = [
+pub(crate) const STEP_COLUMNS: [&str; 23] = [
     "run_id",
     "number",
     "attempt",
@@ -71,6 +72,7 @@ pub(crate) const STEP_COLUMNS: [&str; 22] = [
     "child_run",
     "route",
     "answers",
+    "cost_unknown_calls",
 ];
 
 const STEP_KEY: usize = 4;
@@ -220,7 +222,10 @@ mod tests {
             sql.contains("v.column4, (SELECT COALESCE(MAX(s.seq), 0) FROM steps s) + v.column5, v.column6")
         );
         assert!(
-            sql.contains("($23, $24,") && sql.ends_with("answers = excluded.answers"),
+            sql.contains("$23), ($24, $25,")
+                && sql.ends_with(
+                    "answers = excluded.answers, cost_unknown_calls = excluded.cost_unknown_calls"
+                ),
             "{sql}"
         );
         assert!(

@@ -1358,6 +1358,40 @@ steps:
     assert_eq!(std::fs::read_to_string(&fx).unwrap().lines().count(), 1);
 }
 
+/// A resumed run is replayed with the context it started with: `resume --context` is refused,
+/// not taken and ignored, and the run is left as it was.
+#[test]
+fn resume_refuses_a_context_and_keeps_the_run_s_own() {
+    let dir = TempDir::new("resume-context");
+    dir.write(
+        "ctx.yaml",
+        "flow: ctx\nsteps:\n  ask:\n    interrupt:\n      prompt: go?\n    next: done\n  done:\n    set:\n      $.who: =context.who\n",
+    );
+    let store = ["--store", "sqlite:runs.db"];
+    let out = run(switchyard(dir.path())
+        .args(["run", "ctx.yaml", "--input", "{}", "--context", r#"{"who": "first"}"#])
+        .args(store));
+    assert_eq!(out.code(), 3, "{}", out.stderr);
+    let id = run_id_from(&out.stderr);
+    let refused = run(switchyard(dir.path())
+        .args(["resume", &id, "--decision", "{}", "--context", r#"{"who": "second"}"#])
+        .args(store));
+    assert_eq!(refused.code(), 2, "{}", refused.stderr);
+    assert!(
+        refused
+            .stderr
+            .contains("--context is not taken by resume: a resumed run is replayed with the context it started with"),
+        "{}",
+        refused.stderr
+    );
+    let ok = run(switchyard(dir.path())
+        .args(["resume", &id, "--decision", "{}"])
+        .args(store));
+    assert_eq!(ok.code(), 0, "the run still waited: {}", ok.stderr);
+    let output: Value = serde_json::from_str(&ok.stdout).expect("output JSON");
+    assert_eq!(output["who"], json!("first"));
+}
+
 /// A batch refuses what would lose or misreport data: an output that is its own input (under
 /// any name), and an input line that is no longer what its recorded run started from.
 #[test]

@@ -1369,18 +1369,32 @@ fn resume_refuses_a_context_and_keeps_the_run_s_own() {
     );
     let store = ["--store", "sqlite:runs.db"];
     let out = run(switchyard(dir.path())
-        .args(["run", "ctx.yaml", "--input", "{}", "--context", r#"{"who": "first"}"#])
+        .args([
+            "run",
+            "ctx.yaml",
+            "--input",
+            "{}",
+            "--context",
+            r#"{"who": "first"}"#,
+        ])
         .args(store));
     assert_eq!(out.code(), 3, "{}", out.stderr);
     let id = run_id_from(&out.stderr);
     let refused = run(switchyard(dir.path())
-        .args(["resume", &id, "--decision", "{}", "--context", r#"{"who": "second"}"#])
+        .args([
+            "resume",
+            &id,
+            "--decision",
+            "{}",
+            "--context",
+            r#"{"who": "second"}"#,
+        ])
         .args(store));
     assert_eq!(refused.code(), 2, "{}", refused.stderr);
     assert!(
-        refused
-            .stderr
-            .contains("--context is not taken by resume: a resumed run is replayed with the context it started with"),
+        refused.stderr.contains(
+            "--context is not taken by resume: a resumed run is replayed with the context it started with"
+        ),
         "{}",
         refused.stderr
     );

@@ -18,6 +18,8 @@
 //!   flows, the question of an interrupt and how to answer it;
 //! - [`cluster`]: many machines on PostgreSQL: `submit`, `worker` processes killed, frozen
 //!   and cut off, a poison item, the drain, a store from a newer switchyard;
+//! - [`cluster_worker`]: a worker's heartbeat from its lease, and the runs it gives back when
+//!   it cannot run their bundle;
 //! - [`cluster_limits`]: a provider's rate limit and `max_concurrency` held by three workers
 //!   together;
 //! - [`time`]: `timestamp()`, `duration()` and the recorded `now` of a run tree.
@@ -29,6 +31,7 @@ mod batch;
 mod cli;
 mod cluster;
 mod cluster_limits;
+mod cluster_worker;
 mod corpus;
 mod embed;
 mod engine;

@@ -1,6 +1,6 @@
 //! Reading JSON texts that enter the engine (`--input`, `--context`, batch lines, decisions,
 //! what `command`, `http` and `llm` agents return): [`from_str`] and [`from_slice`] are
-//! serde_json's, except that a number never silently changes.
+//! serde_json's, except that a number never silently changes and a key is never given twice.
 //!
 //! serde_json keeps integers that fit 64 bits (`i64`, or `u64` above it) exactly and reads a
 //! larger one as the nearest double: `18446744073709551617` would come out as
@@ -12,6 +12,11 @@
 //!
 //! The check costs one pass over the bytes looking for a run of 19 digits; only a text that
 //! has one is walked again to find where its numbers are.
+//!
+//! An object with a key given twice is refused too (serde_json would keep the last value, and
+//! YAML refuses it): the error names the key and its JSON pointer. Values are built by a
+//! visitor of ours that checks each key as it inserts it; only a text found to have a
+//! duplicate is walked again, to name where.
 
 use serde_json::Value;
 
@@ -71,7 +76,10 @@ pub fn from_str(text: &str) -> Result<Value, JsonError> {
 
 /// [`from_str`] of bytes.
 pub fn from_slice(bytes: &[u8]) -> Result<Value, JsonError> {
-    let value: Value = serde_json::from_slice(bytes)?;
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let value = serde::de::DeserializeSeed::deserialize(Strict, &mut de)
+        .and_then(|v| de.end().map(|()| v))
+        .map_err(|e| duplicate_named(bytes, e))?;
     if has_long_digit_run(bytes)
         && let Some((pointer, at)) = Scan::new(bytes).value()
     {
@@ -89,6 +97,102 @@ pub fn from_slice(bytes: &[u8]) -> Result<Value, JsonError> {
         });
     }
     Ok(value)
+}
+
+/// The marker of the error [`Strict`] raises for a key given twice, which [`duplicate_named`]
+/// replaces with the key's JSON pointer.
+const DUPLICATE: &str = "duplicate key";
+
+/// serde_json's error, or for a duplicate key, an error naming the key and its JSON pointer
+/// (found by a second walk, made only then), at the key.
+fn duplicate_named(bytes: &[u8], e: serde_json::Error) -> JsonError {
+    if !e.to_string().starts_with(DUPLICATE) {
+        return e.into();
+    }
+    let Some((pointer, key, at)) = Scan::new(bytes).duplicate() else {
+        return e.into();
+    };
+    let before = &bytes[..at];
+    JsonError {
+        cause: format!("duplicate key `{key}` at `{pointer}` (a key may appear once in an object)"),
+        line: before.iter().filter(|b| **b == b'\n').count() + 1,
+        column: at - before.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1) + 1,
+    }
+}
+
+/// Reads a JSON value as serde_json's `Value` does, refusing an object with a key given twice
+/// (serde_json would keep the last value silently).
+struct Strict;
+
+impl<'de> serde::de::DeserializeSeed<'de> for Strict {
+    type Value = Value;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Strict {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+        while let Some(v) = seq.next_element_seed(Strict)? {
+            items.push(v);
+        }
+        Ok(Value::Array(items))
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut m = serde_json::Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            match m.entry(key) {
+                serde_json::map::Entry::Vacant(slot) => {
+                    slot.insert(map.next_value_seed(Strict)?);
+                }
+                serde_json::map::Entry::Occupied(_) => {
+                    return Err(serde::de::Error::custom(DUPLICATE));
+                }
+            }
+        }
+        Ok(Value::Object(m))
+    }
 }
 
 /// Whether `bytes` has 19 ASCII digits in a row: an integer of fewer always fits `i64`.
@@ -225,6 +329,76 @@ impl<'a> Scan<'a> {
         }
     }
 
+    /// The first key given twice in an object, in document order: the JSON pointer of its
+    /// second place, the key, and where that second key starts.
+    fn duplicate(&mut self) -> Option<(String, String, usize)> {
+        self.ws();
+        match self.peek() {
+            b'{' => {
+                self.i += 1;
+                let mut keys: std::collections::HashSet<String> = std::collections::HashSet::new();
+                loop {
+                    self.ws();
+                    if self.peek() != b'"' {
+                        self.i += 1;
+                        return None;
+                    }
+                    let start = self.i;
+                    self.string();
+                    let key: String = serde_json::from_slice(&self.b[start..self.i]).unwrap_or_default();
+                    self.path.push(Step::Key(start, self.i));
+                    if !keys.insert(key.clone()) {
+                        return Some((self.pointer(), key, start));
+                    }
+                    self.ws();
+                    self.i += 1; // `:`
+                    if let Some(found) = self.duplicate() {
+                        return Some(found);
+                    }
+                    self.path.pop();
+                    self.ws();
+                    if self.peek() == b',' {
+                        self.i += 1;
+                    }
+                }
+            }
+            b'[' => {
+                self.i += 1;
+                let mut index = 0;
+                loop {
+                    self.ws();
+                    if self.peek() == b']' {
+                        self.i += 1;
+                        return None;
+                    }
+                    self.path.push(Step::Index(index));
+                    if let Some(found) = self.duplicate() {
+                        return Some(found);
+                    }
+                    self.path.pop();
+                    index += 1;
+                    self.ws();
+                    if self.peek() == b',' {
+                        self.i += 1;
+                    }
+                }
+            }
+            b'"' => {
+                self.string();
+                None
+            }
+            _ => {
+                // A number, `true`, `false` or `null`.
+                while matches!(self.peek(), b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E')
+                    || self.peek().is_ascii_alphabetic()
+                {
+                    self.i += 1;
+                }
+                None
+            }
+        }
+    }
+
     /// Past a string token (at its opening quote).
     fn string(&mut self) {
         self.i += 1;
@@ -297,6 +471,25 @@ mod tests {
         let e = refused(r#"{"k\"/~": [[], {}, 100000000000000000000]}"#);
         assert!(e.contains("at `/k\"~1~0/2`"), "{e}");
         assert!(refused("100000000000000000000").contains("at ``"));
+    }
+
+    #[test]
+    fn a_key_given_twice_is_an_error_naming_it_and_its_pointer() {
+        let e = from_str("{\"a\": 1,\n \"b\": [0, {\"c\": 1, \"c\": 2}], \"a\": 3}").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "duplicate key `c` at `/b/1/c` (a key may appear once in an object) at line 2 column 20"
+        );
+        // Keys are compared as decoded: an escape spells the same key.
+        let e = from_str(r#"{"k/~": 1, "k\u002f~": 2}"#).unwrap_err();
+        assert!(e.cause().starts_with("duplicate key `k/~` at `/k~1~0`"), "{e}");
+        // The same key in different objects is fine, and values are as serde_json reads them.
+        let text = r#"{"a": {"x": 1}, "b": {"x": [1.5, -2, 18446744073709551615, null, true, "s"]}}"#;
+        assert_eq!(
+            from_str(text).unwrap(),
+            serde_json::from_str::<Value>(text).unwrap()
+        );
+        assert!(from_str("{\"a\": 1} x").is_err());
     }
 
     #[test]

@@ -79,7 +79,7 @@ pub fn from_slice(bytes: &[u8]) -> Result<Value, JsonError> {
     let mut de = serde_json::Deserializer::from_slice(bytes);
     let value = serde::de::DeserializeSeed::deserialize(Strict, &mut de)
         .and_then(|v| de.end().map(|()| v))
-        .map_err(|e| duplicate_named(bytes, e))?;
+        .map_err(|e| explained(bytes, e))?;
     if has_long_digit_run(bytes)
         && let Some((pointer, at)) = Scan::new(bytes).value()
     {
@@ -99,6 +99,77 @@ pub fn from_slice(bytes: &[u8]) -> Result<Value, JsonError> {
     Ok(value)
 }
 
+/// The text of bytes read from a file or a stream, or an error naming where they stop being
+/// UTF-8: "invalid UTF-8 at byte N" (1-based), at its line and column.
+pub fn text_of(bytes: &[u8]) -> Result<&str, JsonError> {
+    std::str::from_utf8(bytes).map_err(|e| {
+        let at = e.valid_up_to();
+        let (line, column) = line_column(bytes, at);
+        JsonError {
+            cause: format!("invalid UTF-8 at byte {}", at + 1),
+            line,
+            column,
+        }
+    })
+}
+
+/// The 1-based line and column (in bytes) of byte offset `at`.
+fn line_column(bytes: &[u8], at: usize) -> (usize, usize) {
+    let before = &bytes[..at.min(bytes.len())];
+    let line = before.iter().filter(|b| **b == b'\n').count() + 1;
+    let column = before.len() - before.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1) + 1;
+    (line, column)
+}
+
+/// serde_json's error made to say what it means where its words do not: bytes that are not
+/// UTF-8, a lone surrogate escape, a key given twice.
+fn explained(bytes: &[u8], e: serde_json::Error) -> JsonError {
+    if let Err(not_text) = text_of(bytes) {
+        return not_text;
+    }
+    let text = e.to_string();
+    if text.contains("hex escape") || text.contains("surrogate") {
+        if let Some(found) = lone_surrogate(bytes, e.line(), e.column()) {
+            return found;
+        }
+    }
+    duplicate_named(bytes, e)
+}
+
+/// The `\uD800`–`\uDFFF` escape just before serde_json's error at `line`:`column` (it stops
+/// past the escape, looking for the other half of the pair): the error at the escape.
+fn lone_surrogate(bytes: &[u8], line: usize, column: usize) -> Option<JsonError> {
+    let line_start = if line <= 1 {
+        0
+    } else {
+        bytes
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| **b == b'\n')
+            .nth(line - 2)
+            .map(|(i, _)| i + 1)?
+    };
+    let end = (line_start + column).min(bytes.len());
+    let from = end.saturating_sub(13);
+    let start = (from..end).rev().find(|&i| {
+        bytes[i..].starts_with(b"\\u")
+            && bytes
+                .get(i + 2..i + 6)
+                .and_then(|h| std::str::from_utf8(h).ok())
+                .and_then(|h| u16::from_str_radix(h, 16).ok())
+                .is_some_and(|u| (0xD800..=0xDFFF).contains(&u))
+    })?;
+    let escape = String::from_utf8_lossy(&bytes[start..start + 6]).into_owned();
+    let (line, column) = line_column(bytes, start);
+    Some(JsonError {
+        cause: format!(
+            "lone surrogate `{escape}` (half of a UTF-16 pair, without the other half: no character)"
+        ),
+        line,
+        column,
+    })
+}
+
 /// The marker of the error [`Strict`] raises for a key given twice, which [`duplicate_named`]
 /// replaces with the key's JSON pointer.
 const DUPLICATE: &str = "duplicate key";
@@ -112,11 +183,11 @@ fn duplicate_named(bytes: &[u8], e: serde_json::Error) -> JsonError {
     let Some((pointer, key, at)) = Scan::new(bytes).duplicate() else {
         return e.into();
     };
-    let before = &bytes[..at];
+    let (line, column) = line_column(bytes, at);
     JsonError {
         cause: format!("duplicate key `{key}` at `{pointer}` (a key may appear once in an object)"),
-        line: before.iter().filter(|b| **b == b'\n').count() + 1,
-        column: at - before.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1) + 1,
+        line,
+        column,
     }
 }
 
@@ -490,6 +561,30 @@ mod tests {
             serde_json::from_str::<Value>(text).unwrap()
         );
         assert!(from_str("{\"a\": 1} x").is_err());
+    }
+
+    #[test]
+    fn bytes_that_are_not_utf8_and_lone_surrogates_are_named_where_they_are() {
+        let e = from_slice(b"{\"a\": 1,\n \"s\": \"x\xffy\"}").unwrap_err();
+        assert_eq!(e.to_string(), "invalid UTF-8 at byte 18 at line 2 column 9");
+        let e = text_of(b"ok\n\xc3").unwrap_err();
+        assert_eq!(
+            (e.cause(), e.line(), e.column()),
+            ("invalid UTF-8 at byte 4", 2, 1)
+        );
+        assert_eq!(text_of("été".as_bytes()).unwrap(), "été");
+        for (text, column) in [
+            (r#"{"s": "\ud800"}"#, 8),
+            (r#"{"s": "ab\uD800x"}"#, 10),
+            (r#"["\udc00"]"#, 3),
+            (r#"{"s": "\ud800\u0041"}"#, 8),
+        ] {
+            let e = from_str(text).unwrap_err();
+            assert!(e.cause().starts_with("lone surrogate `\\u"), "{text}: {e}");
+            assert_eq!((e.line(), e.column()), (1, column), "{text}: {e}");
+        }
+        // A pair is one character.
+        assert_eq!(from_str(r#""\ud83d\ude00""#).unwrap(), json!("😀"));
     }
 
     #[test]

@@ -22,6 +22,7 @@
 //!   it cannot run their bundle;
 //! - [`cluster_limits`]: a provider's rate limit and `max_concurrency` held by three workers
 //!   together;
+//! - [`memory_store`]: the peak memory of long loops on `--store memory`;
 //! - [`time`]: `timestamp()`, `duration()` and the recorded `now` of a run tree.
 
 mod agent_loop;
@@ -43,6 +44,7 @@ mod lint_agent_loops;
 mod lint_fixtures;
 mod llm;
 mod logs;
+mod memory_store;
 mod mock_server;
 mod otel;
 mod payload_types;

@@ -128,10 +128,10 @@ fn explained(bytes: &[u8], e: serde_json::Error) -> JsonError {
         return not_text;
     }
     let text = e.to_string();
-    if text.contains("hex escape") || text.contains("surrogate") {
-        if let Some(found) = lone_surrogate(bytes, e.line(), e.column()) {
-            return found;
-        }
+    if (text.contains("hex escape") || text.contains("surrogate"))
+        && let Some(found) = lone_surrogate(bytes, e.line(), e.column())
+    {
+        return found;
     }
     duplicate_named(bytes, e)
 }

@@ -260,6 +260,50 @@ async fn bad_calls_become_tool_messages() {
     assert_eq!(step.answers.as_ref().unwrap()["tool_failures"], 4);
 }
 
+/// A call whose `function.name` is null is answered with a `tool` message saying so, like an
+/// unknown tool, and the calls beside it run: the step does not fail.
+#[tokio::test]
+async fn a_call_without_a_name_becomes_a_tool_message() {
+    let server = Llm::spawn().await;
+    let turn = json!({
+        "choices": [{
+            "message": {"role": "assistant", "content": null, "tool_calls": [
+                {"id": "call_a", "type": "function", "function": {"name": null, "arguments": "{}"}},
+                {"id": "call_b", "type": "function", "function": {"name": "kb_search", "arguments": "{\"q\": \"x\"}"}}
+            ]},
+            "finish_reason": "tool_calls"
+        }],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 5}
+    });
+    server.script([Reply::Raw(turn.to_string()), Reply::Answer("done".into())]);
+    let dir = TempDir::new("loop-nameless-call");
+    let path = dir.write("f.yaml", loop_flow(&server.base_url(), "", "0ms"));
+    let engine = engine();
+    let out = run(&engine, &path, json!({"text": "hi"})).await;
+    assert_eq!(out.status, RunStatus::Succeeded, "{:?}", out.error);
+    let tools = tool_messages(&server.hits()[1].body);
+    assert_eq!(
+        tools,
+        [
+            (
+                "call_a".to_owned(),
+                "the call names no tool (its `function.name` is missing or not a string); the tools are: \
+                 kb_search, crm_lookup, broken"
+                    .to_owned()
+            ),
+            ("call_b".to_owned(), r#"{"articles":["x"]}"#.to_owned()),
+        ]
+    );
+    let steps = engine.store.steps(&out.run_id).await.unwrap();
+    let nameless = steps
+        .iter()
+        .find(|s| s.number == "1.t1.1")
+        .expect("1.t1.1 recorded");
+    assert_eq!(nameless.status.as_str(), "failed");
+    let step = steps.iter().find(|s| s.number == "1").unwrap();
+    assert_eq!(step.answers.as_ref().unwrap()["tool_failures"], 1);
+}
+
 /// At 70% of `max_iterations` the model is told once to answer; a model that goes on calling
 /// tools fails the step with kind `limit` at the bound.
 #[tokio::test]

@@ -154,6 +154,33 @@ steps:
     assert!(most >= 2, "calls never overlapped: the batch ran them one by one");
 }
 
+/// A line that is not JSON is named `line:N`, never `N`: with numeric ids, its line number
+/// could be another line's id, and the batch would be refused for a duplicate.
+#[test]
+fn a_broken_line_among_numeric_ids_is_a_failed_item_not_a_duplicate() {
+    let dir = TempDir::new("batch-broken-numeric");
+    let flow = dir.write(
+        "echo.yaml",
+        "flow: echo\nsteps:\n  copy:\n    set:\n      $.seen: =payload.id\n",
+    );
+    dir.write("in.jsonl", "{\"id\": 1}\n{\"id\": 2}\n{\"id\": 3\n{\"id\": 3}\n");
+    let out = run(&mut batch_cmd(&dir, &flow, &[]));
+    assert_eq!(out.code(), 1, "the broken line fails its item: {}", out.stderr);
+    assert!(
+        out.stderr.contains("4 items: 3 succeeded, 1 failed"),
+        "{}",
+        out.stderr
+    );
+    let lines = read_lines(&dir.path().join("out.jsonl"));
+    let ids: Vec<&Value> = lines.iter().map(|l| &l["id"]).collect();
+    assert_eq!(ids, [&json!(1), &json!(2), &json!("line:3"), &json!(3)]);
+    assert_eq!(lines[2]["status"], "failed");
+    assert_eq!(lines[2]["error"]["kind"], "mapping");
+    let message = lines[2]["error"]["message"].as_str().unwrap();
+    assert!(message.starts_with("line 3 is not JSON: "), "{message}");
+    assert_eq!(lines[3]["output"]["seen"], json!(3));
+}
+
 #[test]
 fn a_batch_writes_every_line_in_input_order_with_bad_lines_as_failed_items() {
     let dir = TempDir::new("batch-order");
@@ -182,7 +209,7 @@ fn a_batch_writes_every_line_in_input_order_with_bad_lines_as_failed_items() {
     let lines = read_lines(&dir.path().join("out.jsonl"));
     let ids: Vec<&str> = lines.iter().map(|l| l["id"].as_str().unwrap()).collect();
     let mut expected: Vec<String> = (0..=10).map(|i| format!("item-{i}")).collect();
-    expected.push("12".into()); // the line that is not JSON: identified by its line number
+    expected.push("line:12".into()); // the line that is not JSON: identified by its position
     expected.extend((11..=20).map(|i| format!("item-{i}")));
     expected.push("wrong".into());
     expected.extend((21..30).map(|i| format!("item-{i}")));
@@ -1329,6 +1356,54 @@ steps:
     assert_eq!(output["approved"], json!(true));
     // The step before the child ran once.
     assert_eq!(std::fs::read_to_string(&fx).unwrap().lines().count(), 1);
+}
+
+/// A resumed run is replayed with the context it started with: `resume --context` is refused,
+/// not taken and ignored, and the run is left as it was.
+#[test]
+fn resume_refuses_a_context_and_keeps_the_run_s_own() {
+    let dir = TempDir::new("resume-context");
+    dir.write(
+        "ctx.yaml",
+        "flow: ctx\nsteps:\n  ask:\n    interrupt:\n      prompt: go?\n    next: done\n  done:\n    set:\n      $.who: =context.who\n",
+    );
+    let store = ["--store", "sqlite:runs.db"];
+    let out = run(switchyard(dir.path())
+        .args([
+            "run",
+            "ctx.yaml",
+            "--input",
+            "{}",
+            "--context",
+            r#"{"who": "first"}"#,
+        ])
+        .args(store));
+    assert_eq!(out.code(), 3, "{}", out.stderr);
+    let id = run_id_from(&out.stderr);
+    let refused = run(switchyard(dir.path())
+        .args([
+            "resume",
+            &id,
+            "--decision",
+            "{}",
+            "--context",
+            r#"{"who": "second"}"#,
+        ])
+        .args(store));
+    assert_eq!(refused.code(), 2, "{}", refused.stderr);
+    assert!(
+        refused.stderr.contains(
+            "--context is not taken by resume: a resumed run is replayed with the context it started with"
+        ),
+        "{}",
+        refused.stderr
+    );
+    let ok = run(switchyard(dir.path())
+        .args(["resume", &id, "--decision", "{}"])
+        .args(store));
+    assert_eq!(ok.code(), 0, "the run still waited: {}", ok.stderr);
+    let output: Value = serde_json::from_str(&ok.stdout).expect("output JSON");
+    assert_eq!(output["who"], json!("first"));
 }
 
 /// A batch refuses what would lose or misreport data: an output that is its own input (under

@@ -1242,6 +1242,134 @@ steps:
     assert!(all.contains("tested.yaml:7:16"), "{all}");
 }
 
+/// A key given twice in a JSON text that enters the engine is refused, naming the key and its
+/// JSON pointer (serde_json alone keeps the last value): `--input`, `--input-file`, `--context`
+/// and a batch line, which fails its item.
+#[test]
+fn a_key_given_twice_in_json_is_refused_by_pointer() {
+    let dir = support::TempDir::new("duplicate-keys");
+    dir.write(
+        "echo.yaml",
+        "flow: echo\nsteps:\n  copy:\n    set: {$.seen: =payload.n}\n",
+    );
+    let run = |args: &[&str]| {
+        support::run(
+            support::switchyard(dir.path())
+                .args(["run", "echo.yaml", "--store", "memory"])
+                .args(args),
+        )
+    };
+    let out = run(&["--input", r#"{"n": 1, "m": {"k": 1, "k": 2}}"#]);
+    assert_eq!(out.code(), 2, "{out:?}");
+    assert!(
+        out.stderr.contains(
+            "--input is not valid JSON: duplicate key `k` at `/m/k` (a key may appear once in an object)"
+        ),
+        "{}",
+        out.stderr
+    );
+    dir.write("input.json", "{\"n\": 1,\n \"n\": 2}\n");
+    let out = run(&["--input-file", "input.json"]);
+    assert_eq!(out.code(), 2, "{out:?}");
+    assert!(out.stderr.contains("duplicate key `n` at `/n`"), "{}", out.stderr);
+    let out = run(&[
+        "--input",
+        "{\"n\": 1}",
+        "--context",
+        r#"{"a": [{"x": 1, "x": 1}]}"#,
+    ]);
+    assert_eq!(out.code(), 2, "{out:?}");
+    assert!(
+        out.stderr.contains("duplicate key `x` at `/a/0/x`"),
+        "{}",
+        out.stderr
+    );
+
+    dir.write(
+        "in.jsonl",
+        "{\"id\": \"a\", \"n\": 1}\n{\"id\": \"b\", \"n\": 1, \"n\": 2}\n",
+    );
+    let out = support::run(support::switchyard(dir.path()).args([
+        "batch",
+        "echo.yaml",
+        "--input",
+        "in.jsonl",
+        "--output",
+        "out.jsonl",
+        "--store",
+        "memory",
+    ]));
+    assert_eq!(out.code(), 1, "{out:?}");
+    let lines: Vec<Value> = std::fs::read_to_string(dir.path().join("out.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines[0]["status"], "succeeded", "{lines:?}");
+    assert_eq!(lines[1]["id"], "b", "{lines:?}");
+    assert_eq!(lines[1]["status"], "failed", "{lines:?}");
+    let message = lines[1]["error"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("line 2 is not JSON: duplicate key `n` at `/n`"),
+        "{message}"
+    );
+}
+
+/// Text that is not UTF-8 (`--input-file`, `--agent-change`) and a lone surrogate escape are
+/// named as such, where they are: not "stream did not contain valid UTF-8" or "unexpected end of
+/// hex escape".
+#[test]
+fn invalid_utf8_and_lone_surrogates_are_named_where_they_are() {
+    let dir = support::TempDir::new("invalid-text");
+    dir.write(
+        "echo.yaml",
+        "flow: echo\nagents:\n  a: {kind: mock, returns: {}}\nsteps:\n  copy:\n    set: {$.seen: =payload.n}\n",
+    );
+    let run = |args: &[&str]| {
+        support::run(
+            support::switchyard(dir.path())
+                .args(["run", "echo.yaml", "--store", "memory"])
+                .args(args),
+        )
+    };
+    std::fs::write(
+        dir.path().join("input.json"),
+        b"{\"n\": 1,\n \"s\": \"x\xffy\"}\n",
+    )
+    .unwrap();
+    let out = run(&["--input-file", "input.json"]);
+    assert_eq!(out.code(), 2, "{out:?}");
+    assert!(
+        out.stderr
+            .contains("`input.json` is not valid JSON: invalid UTF-8 at byte 18 (line 2, column 9)"),
+        "{}",
+        out.stderr
+    );
+    let out = run(&["--input", r#"{"n": 1, "s": "a\ud800"}"#]);
+    assert_eq!(out.code(), 2, "{out:?}");
+    assert!(
+        out.stderr
+            .contains("--input is not valid JSON: lone surrogate `\\ud800` (half of a UTF-16 pair"),
+        "{}",
+        out.stderr
+    );
+    assert!(out.stderr.contains("(line 1, column 17)"), "{}", out.stderr);
+    std::fs::write(
+        dir.path().join("change.yaml"),
+        b"- replace: a\n  with: {kind: mock, returns: {v: \"\xfe\"}}\n",
+    )
+    .unwrap();
+    let out = run(&["--input", "{\"n\": 1}", "--agent-change", "change.yaml"]);
+    assert_eq!(out.code(), 2, "{out:?}");
+    assert!(
+        out.stderr.contains(
+            "--agent-change `change.yaml` is not UTF-8 text: invalid UTF-8 at byte 49 (line 2, column 36)"
+        ),
+        "{}",
+        out.stderr
+    );
+}
+
 #[test]
 fn allow_narrows_the_capability_set() {
     let out = capability_run(&["--allow", "flow,transform,mock"]);

@@ -224,6 +224,34 @@ fn labels_are_escaped_to_render_as_written() {
     );
 }
 
+/// A backslash written in a condition (`"a\nb"` in a CEL string) is shown as written: not a
+/// line break in Mermaid, an escaped backslash in DOT.
+#[test]
+fn a_backslash_in_a_label_is_not_a_line_break() {
+    let dir = crate::support::TempDir::new("graph-backslash");
+    dir.write(
+        "slash.yaml",
+        "flow: slash\nsteps:\n  first:\n    set: {$.s: {value: x}}\n    next:\n      \
+         - to: second\n        if: 'payload.s == \"a\\nb\"'\n      - to: second\n  \
+         second:\n    succeed: {}\n",
+    );
+    let m = run(switchyard(dir.path()).args(["graph", "slash.yaml"]));
+    assert_eq!(m.code(), 0, "{}", m.stderr);
+    assert!(
+        m.stdout.contains("|\"if payload.s == #quot;a#92;nb#quot;\"|"),
+        "{}",
+        m.stdout
+    );
+    assert!(!m.stdout.contains('\\'), "{}", m.stdout);
+    let d = run(switchyard(dir.path()).args(["graph", "slash.yaml", "--format", "dot"]));
+    assert_eq!(d.code(), 0, "{}", d.stderr);
+    assert!(
+        d.stdout.contains("[label=\"if payload.s == \\\"a\\\\nb\\\"\"]"),
+        "{}",
+        d.stdout
+    );
+}
+
 /// A box of the SVG drawing: a node's rect (or ellipse), an edge label's rect, a group's rect.
 #[derive(Debug, Clone)]
 struct Rect {

@@ -22,11 +22,14 @@
 //!   and cut off, a poison item, the drain, a store from a newer switchyard;
 //! - [`cluster_bundle`]: a command's sibling modules shipped by `bundle:` patterns, and the
 //!   warning when they are not;
+//! - [`cluster_worker`]: a worker's heartbeat from its lease, and the runs it gives back when
+//!   it cannot run their bundle;
 //! - [`cluster_limits`]: a provider's rate limit and `max_concurrency` held by three workers
 //!   together;
 //! - [`one_writer`]: one writer per run: two `resume`s of one run raced on SQLite and
 //!   PostgreSQL (an interrupt's decision, an agent loop's approval), a `resume` of a run a live
 //!   process runs;
+//! - [`memory_store`]: the peak memory of long loops on `--store memory`;
 //! - [`time`]: `timestamp()`, `duration()` and the recorded `now` of a run tree.
 
 mod agent_loop;
@@ -39,6 +42,7 @@ mod cli;
 mod cluster;
 mod cluster_bundle;
 mod cluster_limits;
+mod cluster_worker;
 mod corpus;
 mod embed;
 mod engine;
@@ -50,6 +54,7 @@ mod lint_agent_loops;
 mod lint_fixtures;
 mod llm;
 mod logs;
+mod memory_store;
 mod mock_server;
 mod one_writer;
 mod otel;

@@ -288,10 +288,11 @@ impl Lines {
         let text = match text {
             Ok(()) => self.text(),
             Err(message) => {
+                let (id, id_value) = broken_line_id(index);
                 return Ok(Some(Line {
                     index,
-                    id: line_no.to_string(),
-                    id_value: Value::String(line_no.to_string()),
+                    id,
+                    id_value,
                     parsed: Err(message),
                 }));
             }
@@ -304,13 +305,18 @@ impl Lines {
                 e.column()
             )
         });
-        let id = match &parsed {
-            Ok(v) => self.checked(index, id_at(v, &self.id_path))?,
-            Err(_) => None,
+        // A line refused for what it holds rather than how it is written is named as the
+        // ids alone name it ([`Lines::next_id`]).
+        let at = match &parsed {
+            Ok(v) => Some(id_at(v, &self.id_path)),
+            Err(_) => self.id_of_text(),
         };
-        let (id, id_value) = match id {
-            Some(v) => (id_text(&v), v),
-            None => (line_no.to_string(), Value::String(line_no.to_string())),
+        let (id, id_value) = match at {
+            None => broken_line_id(index),
+            Some(at) => match self.checked(index, at)? {
+                Some(v) => (id_text(&v), v),
+                None => (line_no.to_string(), Value::String(line_no.to_string())),
+            },
         };
         Ok(Some(Line {
             index,
@@ -336,27 +342,39 @@ impl Lines {
     }
 
     /// The index and id of the next non-blank line, as [`Lines::next_line`] names it, and
-    /// whether the line has the id field, without building the line's value: the id field
-    /// is read, the rest only checked.
-    fn next_id(&mut self) -> Result<Option<(u64, String, bool)>, BatchError> {
+    /// whether the line has the id field (`None`: it is not JSON, and can be no duplicate),
+    /// without building the line's value: the id field is read, the rest only checked.
+    fn next_id(&mut self) -> Result<Option<(u64, String, Option<bool>)>, BatchError> {
         let Some((index, text)) = self.next_text()? else {
             return Ok(None);
         };
         let at = match text {
-            // Only an object has an id field; anything else is named by its line number,
-            // valid JSON or not.
-            Ok(()) if self.text().starts_with('{') => {
-                let mut de = serde_json::Deserializer::from_str(self.text());
-                serde::de::DeserializeSeed::deserialize(IdOf(&self.id_path), &mut de)
-                    .and_then(|id| de.end().map(|()| id))
-                    .unwrap_or(IdAt::Missing)
-            }
-            _ => IdAt::Missing,
+            Ok(()) => self.id_of_text(),
+            Err(_) => None,
+        };
+        let Some(at) = at else {
+            return Ok(Some((index, broken_line_id(index).0, None)));
         };
         Ok(Some(match self.checked(index, at)? {
-            Some(v) => (index, id_text(&v), true),
-            None => (index, (index + 1).to_string(), false),
+            Some(v) => (index, id_text(&v), Some(true)),
+            None => (index, (index + 1).to_string(), Some(false)),
         }))
+    }
+
+    /// What the line [`Lines::next_text`] read holds at its id field, reading nothing else
+    /// into values; `None` if it is not JSON at all.
+    fn id_of_text(&self) -> Option<IdAt> {
+        let text = self.text();
+        // Only an object has an id field; any other JSON value is named by its line number.
+        if !text.starts_with('{') {
+            return serde_json::from_str::<serde::de::IgnoredAny>(text)
+                .ok()
+                .map(|_| IdAt::Missing);
+        }
+        let mut de = serde_json::Deserializer::from_str(text);
+        serde::de::DeserializeSeed::deserialize(IdOf(&self.id_path), &mut de)
+            .and_then(|id| de.end().map(|()| id))
+            .ok()
     }
 
     /// The line [`Lines::next_text`] read, trimmed.
@@ -426,6 +444,13 @@ impl Lines {
             }
         }
     }
+}
+
+/// The id of a line that is not JSON (or not text): `line:N`, which names no other line, as
+/// the number `N` would name a line without the id field or one whose id is `N`.
+fn broken_line_id(index: u64) -> (String, Value) {
+    let id = format!("line:{}", index + 1);
+    (id.clone(), Value::String(id))
 }
 
 /// Whether a line read is text ([`Lines::text`]), or why not.
@@ -551,6 +576,10 @@ pub(crate) fn scan(options: &BatchOptions) -> Result<u64, BatchError> {
     let mut any_has = false;
     while let Some((_, id, has)) = lines.next_id()? {
         count += 1;
+        let Some(has) = has else {
+            // A line that is not JSON is named by its position: it can repeat no id.
+            continue;
+        };
         any_has |= has;
         if !seen.insert(id_hash(&id)) {
             dups.insert(id);
@@ -568,8 +597,8 @@ pub(crate) fn scan(options: &BatchOptions) -> Result<u64, BatchError> {
     // Second look, only for the duplicated ids: where they are.
     let mut at: Vec<(String, Vec<u64>)> = Vec::new();
     let mut lines = Lines::open(&options.input, &options.id_field)?;
-    while let Some((index, id, _)) = lines.next_id()? {
-        if dups.contains(&id) {
+    while let Some((index, id, has)) = lines.next_id()? {
+        if has.is_some() && dups.contains(&id) {
             match at.iter_mut().find(|(seen, _)| *seen == id) {
                 Some((_, l)) => l.push(index + 1),
                 None => at.push((id, vec![index + 1])),
@@ -1439,13 +1468,13 @@ mod tests {
                 "12",
                 "13",
                 "14",
-                "15",
-                "16",
-                "17",
-                "18",
+                "line:15",
+                "line:16",
+                "line:17",
+                "line:18",
                 "padded",
                 "été",
-                "21",
+                "line:21",
                 "last line, no newline"
             ]
         );
@@ -1474,7 +1503,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(full, ids);
-        assert_eq!(ids, [(0, "a".to_string()), (1, "2".to_string())]);
+        assert_eq!(ids, [(0, "a".to_string()), (1, "line:2".to_string())]);
         // An id field that holds no string or number is an error naming its line, the same
         // from both readers.
         for (line, what) in [

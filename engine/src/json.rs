@@ -1,6 +1,6 @@
 //! Reading JSON texts that enter the engine (`--input`, `--context`, batch lines, decisions,
 //! what `command`, `http` and `llm` agents return): [`from_str`] and [`from_slice`] are
-//! serde_json's, except that a number never silently changes.
+//! serde_json's, except that a number never silently changes and a key is never given twice.
 //!
 //! serde_json keeps integers that fit 64 bits (`i64`, or `u64` above it) exactly and reads a
 //! larger one as the nearest double: `18446744073709551617` would come out as
@@ -12,6 +12,11 @@
 //!
 //! The check costs one pass over the bytes looking for a run of 19 digits; only a text that
 //! has one is walked again to find where its numbers are.
+//!
+//! An object with a key given twice is refused too (serde_json would keep the last value, and
+//! YAML refuses it): the error names the key and its JSON pointer. Values are built by a
+//! visitor of ours that checks each key as it inserts it; only a text found to have a
+//! duplicate is walked again, to name where.
 
 use serde_json::Value;
 
@@ -71,7 +76,10 @@ pub fn from_str(text: &str) -> Result<Value, JsonError> {
 
 /// [`from_str`] of bytes.
 pub fn from_slice(bytes: &[u8]) -> Result<Value, JsonError> {
-    let value: Value = serde_json::from_slice(bytes)?;
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let value = serde::de::DeserializeSeed::deserialize(Strict, &mut de)
+        .and_then(|v| de.end().map(|()| v))
+        .map_err(|e| explained(bytes, e))?;
     if has_long_digit_run(bytes)
         && let Some((pointer, at)) = Scan::new(bytes).value()
     {
@@ -89,6 +97,173 @@ pub fn from_slice(bytes: &[u8]) -> Result<Value, JsonError> {
         });
     }
     Ok(value)
+}
+
+/// The text of bytes read from a file or a stream, or an error naming where they stop being
+/// UTF-8: "invalid UTF-8 at byte N" (1-based), at its line and column.
+pub fn text_of(bytes: &[u8]) -> Result<&str, JsonError> {
+    std::str::from_utf8(bytes).map_err(|e| {
+        let at = e.valid_up_to();
+        let (line, column) = line_column(bytes, at);
+        JsonError {
+            cause: format!("invalid UTF-8 at byte {}", at + 1),
+            line,
+            column,
+        }
+    })
+}
+
+/// The 1-based line and column (in bytes) of byte offset `at`.
+fn line_column(bytes: &[u8], at: usize) -> (usize, usize) {
+    let before = &bytes[..at.min(bytes.len())];
+    let line = before.iter().filter(|b| **b == b'\n').count() + 1;
+    let column = before.len() - before.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1) + 1;
+    (line, column)
+}
+
+/// serde_json's error made to say what it means where its words do not: bytes that are not
+/// UTF-8, a lone surrogate escape, a key given twice.
+fn explained(bytes: &[u8], e: serde_json::Error) -> JsonError {
+    if let Err(not_text) = text_of(bytes) {
+        return not_text;
+    }
+    let text = e.to_string();
+    if (text.contains("hex escape") || text.contains("surrogate"))
+        && let Some(found) = lone_surrogate(bytes, e.line(), e.column())
+    {
+        return found;
+    }
+    duplicate_named(bytes, e)
+}
+
+/// The `\uD800`–`\uDFFF` escape just before serde_json's error at `line`:`column` (it stops
+/// past the escape, looking for the other half of the pair): the error at the escape.
+fn lone_surrogate(bytes: &[u8], line: usize, column: usize) -> Option<JsonError> {
+    let line_start = if line <= 1 {
+        0
+    } else {
+        bytes
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| **b == b'\n')
+            .nth(line - 2)
+            .map(|(i, _)| i + 1)?
+    };
+    let end = (line_start + column).min(bytes.len());
+    let from = end.saturating_sub(13);
+    let start = (from..end).rev().find(|&i| {
+        bytes[i..].starts_with(b"\\u")
+            && bytes
+                .get(i + 2..i + 6)
+                .and_then(|h| std::str::from_utf8(h).ok())
+                .and_then(|h| u16::from_str_radix(h, 16).ok())
+                .is_some_and(|u| (0xD800..=0xDFFF).contains(&u))
+    })?;
+    let escape = String::from_utf8_lossy(&bytes[start..start + 6]).into_owned();
+    let (line, column) = line_column(bytes, start);
+    Some(JsonError {
+        cause: format!(
+            "lone surrogate `{escape}` (half of a UTF-16 pair, without the other half: no character)"
+        ),
+        line,
+        column,
+    })
+}
+
+/// The marker of the error [`Strict`] raises for a key given twice, which [`duplicate_named`]
+/// replaces with the key's JSON pointer.
+const DUPLICATE: &str = "duplicate key";
+
+/// serde_json's error, or for a duplicate key, an error naming the key and its JSON pointer
+/// (found by a second walk, made only then), at the key.
+fn duplicate_named(bytes: &[u8], e: serde_json::Error) -> JsonError {
+    if !e.to_string().starts_with(DUPLICATE) {
+        return e.into();
+    }
+    let Some((pointer, key, at)) = Scan::new(bytes).duplicate() else {
+        return e.into();
+    };
+    let (line, column) = line_column(bytes, at);
+    JsonError {
+        cause: format!("duplicate key `{key}` at `{pointer}` (a key may appear once in an object)"),
+        line,
+        column,
+    }
+}
+
+/// Reads a JSON value as serde_json's `Value` does, refusing an object with a key given twice
+/// (serde_json would keep the last value silently).
+struct Strict;
+
+impl<'de> serde::de::DeserializeSeed<'de> for Strict {
+    type Value = Value;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Strict {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+        while let Some(v) = seq.next_element_seed(Strict)? {
+            items.push(v);
+        }
+        Ok(Value::Array(items))
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut m = serde_json::Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            match m.entry(key) {
+                serde_json::map::Entry::Vacant(slot) => {
+                    slot.insert(map.next_value_seed(Strict)?);
+                }
+                serde_json::map::Entry::Occupied(_) => {
+                    return Err(serde::de::Error::custom(DUPLICATE));
+                }
+            }
+        }
+        Ok(Value::Object(m))
+    }
 }
 
 /// Whether `bytes` has 19 ASCII digits in a row: an integer of fewer always fits `i64`.
@@ -225,6 +400,76 @@ impl<'a> Scan<'a> {
         }
     }
 
+    /// The first key given twice in an object, in document order: the JSON pointer of its
+    /// second place, the key, and where that second key starts.
+    fn duplicate(&mut self) -> Option<(String, String, usize)> {
+        self.ws();
+        match self.peek() {
+            b'{' => {
+                self.i += 1;
+                let mut keys: std::collections::HashSet<String> = std::collections::HashSet::new();
+                loop {
+                    self.ws();
+                    if self.peek() != b'"' {
+                        self.i += 1;
+                        return None;
+                    }
+                    let start = self.i;
+                    self.string();
+                    let key: String = serde_json::from_slice(&self.b[start..self.i]).unwrap_or_default();
+                    self.path.push(Step::Key(start, self.i));
+                    if !keys.insert(key.clone()) {
+                        return Some((self.pointer(), key, start));
+                    }
+                    self.ws();
+                    self.i += 1; // `:`
+                    if let Some(found) = self.duplicate() {
+                        return Some(found);
+                    }
+                    self.path.pop();
+                    self.ws();
+                    if self.peek() == b',' {
+                        self.i += 1;
+                    }
+                }
+            }
+            b'[' => {
+                self.i += 1;
+                let mut index = 0;
+                loop {
+                    self.ws();
+                    if self.peek() == b']' {
+                        self.i += 1;
+                        return None;
+                    }
+                    self.path.push(Step::Index(index));
+                    if let Some(found) = self.duplicate() {
+                        return Some(found);
+                    }
+                    self.path.pop();
+                    index += 1;
+                    self.ws();
+                    if self.peek() == b',' {
+                        self.i += 1;
+                    }
+                }
+            }
+            b'"' => {
+                self.string();
+                None
+            }
+            _ => {
+                // A number, `true`, `false` or `null`.
+                while matches!(self.peek(), b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E')
+                    || self.peek().is_ascii_alphabetic()
+                {
+                    self.i += 1;
+                }
+                None
+            }
+        }
+    }
+
     /// Past a string token (at its opening quote).
     fn string(&mut self) {
         self.i += 1;
@@ -297,6 +542,49 @@ mod tests {
         let e = refused(r#"{"k\"/~": [[], {}, 100000000000000000000]}"#);
         assert!(e.contains("at `/k\"~1~0/2`"), "{e}");
         assert!(refused("100000000000000000000").contains("at ``"));
+    }
+
+    #[test]
+    fn a_key_given_twice_is_an_error_naming_it_and_its_pointer() {
+        let e = from_str("{\"a\": 1,\n \"b\": [0, {\"c\": 1, \"c\": 2}], \"a\": 3}").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "duplicate key `c` at `/b/1/c` (a key may appear once in an object) at line 2 column 20"
+        );
+        // Keys are compared as decoded: an escape spells the same key.
+        let e = from_str(r#"{"k/~": 1, "k\u002f~": 2}"#).unwrap_err();
+        assert!(e.cause().starts_with("duplicate key `k/~` at `/k~1~0`"), "{e}");
+        // The same key in different objects is fine, and values are as serde_json reads them.
+        let text = r#"{"a": {"x": 1}, "b": {"x": [1.5, -2, 18446744073709551615, null, true, "s"]}}"#;
+        assert_eq!(
+            from_str(text).unwrap(),
+            serde_json::from_str::<Value>(text).unwrap()
+        );
+        assert!(from_str("{\"a\": 1} x").is_err());
+    }
+
+    #[test]
+    fn bytes_that_are_not_utf8_and_lone_surrogates_are_named_where_they_are() {
+        let e = from_slice(b"{\"a\": 1,\n \"s\": \"x\xffy\"}").unwrap_err();
+        assert_eq!(e.to_string(), "invalid UTF-8 at byte 18 at line 2 column 9");
+        let e = text_of(b"ok\n\xc3").unwrap_err();
+        assert_eq!(
+            (e.cause(), e.line(), e.column()),
+            ("invalid UTF-8 at byte 4", 2, 1)
+        );
+        assert_eq!(text_of("été".as_bytes()).unwrap(), "été");
+        for (text, column) in [
+            (r#"{"s": "\ud800"}"#, 8),
+            (r#"{"s": "ab\uD800x"}"#, 10),
+            (r#"["\udc00"]"#, 3),
+            (r#"{"s": "\ud800\u0041"}"#, 8),
+        ] {
+            let e = from_str(text).unwrap_err();
+            assert!(e.cause().starts_with("lone surrogate `\\u"), "{text}: {e}");
+            assert_eq!((e.line(), e.column()), (1, column), "{text}: {e}");
+        }
+        // A pair is one character.
+        assert_eq!(from_str(r#""\ud83d\ude00""#).unwrap(), json!("😀"));
     }
 
     #[test]

@@ -33,8 +33,8 @@ pub struct Args {
     #[arg(long, default_value_t = 16)]
     pub concurrency: usize,
     /// The field of each input object that holds its id: a name or a dotted path such as
-    /// `ticket.id` (default `id`). Lines without one are identified by their line number; a
-    /// field named here that no line has is an error.
+    /// `ticket.id` (default `id`). Lines without one are identified by their line number, lines
+    /// that are not JSON by `line:N`; a field named here that no line has is an error.
     #[arg(long, value_name = "FIELD")]
     pub id_field: Option<String>,
     /// The batch's budget in USD, earlier starts of it included: checked before every agent

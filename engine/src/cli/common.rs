@@ -240,9 +240,18 @@ impl RunArgs {
         };
         let agent_changes = match &self.agent_change {
             Some(path) => {
-                let text = std::fs::read_to_string(path)
+                let bytes = std::fs::read(path)
                     .map_err(|e| format!("cannot read --agent-change `{}`: {e}", path.display()))?;
-                crate::runtime::changes::load(&path.display().to_string(), &text, plan)?
+                let text = crate::json::text_of(&bytes).map_err(|e| {
+                    format!(
+                        "--agent-change `{}` is not UTF-8 text: {} (line {}, column {})",
+                        path.display(),
+                        e.cause(),
+                        e.line(),
+                        e.column()
+                    )
+                })?;
+                crate::runtime::changes::load(&path.display().to_string(), text, plan)?
             }
             None => Default::default(),
         };
@@ -251,9 +260,9 @@ impl RunArgs {
         crate::agents::secrets::check_env(plan, &agent_changes)?;
         let messages = match &self.messages {
             Some(path) => {
-                let text = std::fs::read_to_string(path)
+                let bytes = std::fs::read(path)
                     .map_err(|e| format!("cannot read --messages `{}`: {e}", path.display()))?;
-                let v: Value = crate::json::from_str(&text).map_err(|e| {
+                let v: Value = crate::json::from_slice(&bytes).map_err(|e| {
                     format!(
                         "--messages `{}` is not valid JSON: {e} (line {}, column {})",
                         path.display(),
@@ -290,21 +299,22 @@ impl RunArgs {
 
 /// The run input from `--input` or `--input-file` (`-`: stdin); `{}` when neither is given.
 pub fn read_input(input: Option<&str>, file: Option<&Path>) -> Result<Value, String> {
-    let (text, what) = match (input, file) {
-        (Some(t), _) => (t.to_string(), "--input".to_string()),
+    // Read as bytes: text that is not UTF-8 is an error naming where, as a JSON error is.
+    let (bytes, what) = match (input, file) {
+        (Some(t), _) => (t.as_bytes().to_vec(), "--input".to_string()),
         (None, Some(p)) if p == Path::new("-") => {
-            let mut s = String::new();
-            std::io::Read::read_to_string(&mut std::io::stdin(), &mut s)
+            let mut b = Vec::new();
+            std::io::Read::read_to_end(&mut std::io::stdin(), &mut b)
                 .map_err(|e| format!("cannot read stdin: {e}"))?;
-            (s, "stdin".to_string())
+            (b, "stdin".to_string())
         }
         (None, Some(p)) => (
-            std::fs::read_to_string(p).map_err(|e| format!("cannot read `{}`: {e}", p.display()))?,
+            std::fs::read(p).map_err(|e| format!("cannot read `{}`: {e}", p.display()))?,
             format!("`{}`", p.display()),
         ),
         (None, None) => return Ok(Value::Object(Default::default())),
     };
-    crate::json::from_str(&text).map_err(|e| {
+    crate::json::from_slice(&bytes).map_err(|e| {
         format!(
             "{what} is not valid JSON: {} (line {}, column {})",
             e.cause(),

@@ -31,9 +31,11 @@ process, --concurrency at a time, each under a lease of its own as a worker woul
 `in_doubt` only with --retry-in-doubt, a run waiting at an `interrupt` step or an agent loop's approval only with \
 --decision (the same decision for each, checked against each run's question); the others are listed and left as \
 they are. Runs a worker holds right now are left to it.\n\n\
+A resumed run keeps the context it started with: --context is refused.\n\n\
 Exit status: 0 succeeded (with --batch: every run continued succeeded and none was left), 1 a run failed, \
 2 usage, the run cannot be resumed, or another process runs it (named by pid and host), 3 interrupted again (or left interrupted)."
 )]
+#[command(mut_arg("context", |a| a.hide(true)))]
 pub struct ResumeArgs {
     /// The root run to continue.
     #[arg(required_unless_present = "batch", conflicts_with = "batch")]
@@ -65,6 +67,11 @@ pub struct ResumeArgs {
 }
 
 pub fn resume(args: ResumeArgs) -> u8 {
+    if args.common.context.is_some() {
+        return fail(
+            "--context is not taken by resume: a resumed run is replayed with the context it started with",
+        );
+    }
     let decision = match args.decision.as_deref().map(crate::json::from_str) {
         None => None,
         Some(Ok(v)) => Some(v),

@@ -35,9 +35,9 @@ pub struct Args {
     /// How long a claimed run stays this worker's without a heartbeat (`30s`, `2m`, `500ms`).
     #[arg(long, default_value = "30s", value_parser = parse_duration, value_name = "DURATION")]
     pub lease: Duration,
-    /// How often the leases are renewed; well under --lease.
-    #[arg(long, default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
-    pub heartbeat: Duration,
+    /// How often the leases are renewed; well under --lease (default a third of it).
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub heartbeat: Option<Duration>,
     /// After SIGTERM, how long held runs may take to finish before they are paused and given back.
     #[arg(long, default_value = "30s", value_parser = parse_duration, value_name = "DURATION")]
     pub grace: Duration,
@@ -62,10 +62,13 @@ pub fn run(args: Args) -> u8 {
         super::stderr::error("--concurrency must be at least 1");
         return super::exit::USAGE;
     }
-    if args.heartbeat >= args.lease {
+    let heartbeat = args
+        .heartbeat
+        .unwrap_or((args.lease / 3).max(Duration::from_millis(1)));
+    if heartbeat >= args.lease {
         super::stderr::error(format!(
-            "--heartbeat ({:?}) must be shorter than --lease ({:?}): leases would run out between heartbeats",
-            args.heartbeat, args.lease
+            "--heartbeat ({heartbeat:?}) must be shorter than --lease ({:?}): leases would run out between heartbeats",
+            args.lease
         ));
         return super::exit::USAGE;
     }
@@ -82,7 +85,7 @@ pub fn run(args: Args) -> u8 {
         batch: args.batch.clone(),
         concurrency: args.concurrency,
         lease: args.lease,
-        heartbeat: args.heartbeat,
+        heartbeat,
         grace: args.grace,
         exit_when_idle: args.exit_when_idle,
     };

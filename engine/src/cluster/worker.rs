@@ -396,7 +396,8 @@ async fn work(
                             let _ = sql.release(&options.id, &back).await;
                             continue;
                         }
-                        for c in claimed {
+                        let mut claimed = claimed.into_iter();
+                        while let Some(c) = claimed.next() {
                             stats.claimed.fetch_add(1, Ordering::Relaxed);
                             let batch = c.record.batch.clone().unwrap_or_default();
                             if !known.contains_key(&batch) {
@@ -405,9 +406,16 @@ async fn work(
                                         known.insert(batch.clone(), k);
                                     }
                                     Err(e) => {
-                                        // This worker cannot run the batch: give the run back for
-                                        // a worker that can, and stop.
-                                        let _ = sql.release(&options.id, &[(c.record.id.clone(), c.epoch)]).await;
+                                        // This worker cannot run the batch: give the run back,
+                                        // and the rest of this claim with it, for a worker that
+                                        // can, and stop.
+                                        let back: Vec<(String, i64)> = std::iter::once(c)
+                                            .chain(claimed.by_ref())
+                                            .map(|c| (c.record.id.clone(), c.epoch))
+                                            .collect();
+                                        if let Err(e) = sql.release(&options.id, &back).await {
+                                            tracing::warn!(worker = %options.id, error = %e, "could not give back leases: they run out instead");
+                                        }
                                         *fatal.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
                                         break;
                                     }

@@ -56,6 +56,7 @@ rules! {
     MISSING_FALLBACK = "SY211", "missing-fallback", Warning, "conditional edges with no unconditional fallback for the outcome";
     UNKNOWN_BRANCH = "SY212", "unknown-branch", Error, "a reference to a `parallel` branch that does not exist";
     UNKNOWN_CHANGE_TARGET = "SY213", "unknown-change-target", Error, "an agent-change file names an agent or flow that the flows it is checked with do not have";
+    ERROR_KIND_NEVER_RAISED = "SY214", "error-kind-never-raised", Error, "a failure edge's `errors:` names a kind its step never fails with (a `foreach` fails with `limit`, `mapping` or `expression`)";
     WHILE_WITHOUT_BOUND = "SY301", "while-without-bound", Error, "a `while` loop without `max_iterations`";
     LIMIT_OUT_OF_RANGE = "SY302", "limit-out-of-range", Error, "a limit, count or bound outside its allowed range";
     JSONPATH_SYNTAX = "SY401", "jsonpath-syntax", Error, "a JSONPath that does not parse";

@@ -415,6 +415,7 @@ pub fn lint_flow(cx: &FlowCx, out: &mut Vec<Diagnostic>, parsed: &mut ParseCache
     rules::reachability::check(cx, out);
     rules::cycles::check(cx, out);
     rules::fallback::check(cx, out);
+    rules::error_kind_never_raised::check(cx, out);
     rules::bounds::check(cx, out);
     rules::capability::check(cx, out);
     for a in cx.defined_agents() {

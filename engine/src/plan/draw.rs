@@ -53,7 +53,8 @@ pub(super) fn describe(flow: &FlowPlan, n: NodeIndex) -> (String, &'static str) 
 
 /// Text inside a quoted Mermaid label: `#` first (it starts Mermaid's entity codes), then the
 /// characters Mermaid or the HTML it renders to would read (`&`, `"`, `<`, `>`, a backtick
-/// that would start a Markdown string); line breaks become `<br/>`.
+/// that would start a Markdown string, a backslash, which Mermaid would read with the `n` after
+/// it as a line break); line breaks become `<br/>`.
 fn mermaid_text(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     let mut chars = s.chars().peekable();
@@ -65,6 +66,7 @@ fn mermaid_text(s: &str) -> String {
             '<' => out.push_str("#lt;"),
             '>' => out.push_str("#gt;"),
             '`' => out.push_str("#96;"),
+            '\\' => out.push_str("#92;"),
             '\r' if chars.peek() == Some(&'\n') => {}
             '\n' | '\r' => out.push_str("<br/>"),
             c => out.push(c),

@@ -2,8 +2,8 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
 
@@ -35,7 +35,128 @@ struct Shard {
     /// records (a `foreach` over 20,000 items keeps 20,001; measured, W3's cost per item then
     /// stays flat as N doubles).
     #[allow(clippy::vec_box)]
-    steps: HashMap<String, Vec<Box<StepRecord>>>,
+    steps: HashMap<String, Vec<Box<KeptStep>>>,
+}
+
+/// A step record as kept: its values (input, result, the values of its payload changes) as
+/// compact JSON text, like a run's input and output. A value tree costs ten to twenty times
+/// its text, and a loop's iterations each keep theirs: a `while` that appends to a list keeps
+/// a list as long as the loop has run in every iteration's input, result and change.
+#[derive(Debug)]
+struct KeptStep {
+    /// `input` and `result` are `None` and `changes` empty here: see the fields below.
+    rec: StepRecord,
+    input: Option<Kept>,
+    result: Option<Kept>,
+    /// Each change's path and value.
+    changes: Vec<(String, Kept)>,
+}
+
+impl KeptStep {
+    fn new(mut rec: StepRecord) -> KeptStep {
+        let input = rec.input.take().map(|v| Kept::of(Arc::new(v)));
+        let result = rec.result.take().map(Kept::of);
+        let changes = std::mem::take(&mut rec.changes)
+            .into_iter()
+            .map(|c| (c.path, Kept::of(c.value)))
+            .collect();
+        KeptStep {
+            rec,
+            input,
+            result,
+            changes,
+        }
+    }
+
+    /// The record as it was given.
+    fn record(&self) -> StepRecord {
+        StepRecord {
+            input: self.input.as_ref().map(|k| Arc::unwrap_or_clone(k.value())),
+            result: self.result.as_ref().map(Kept::value),
+            changes: self
+                .changes
+                .iter()
+                .map(|(path, k)| crate::runtime::data::Change {
+                    path: path.clone(),
+                    value: k.value(),
+                })
+                .collect(),
+            ..self.rec.clone()
+        }
+    }
+}
+
+/// A value of a kept step, as compact JSON text; `Deep` when it nests deeper than serde_json
+/// reads back on an ordinary stack (its depth said).
+#[derive(Debug)]
+enum Kept {
+    Text(Box<str>),
+    Deep(Box<str>, usize),
+}
+
+/// The nesting up to which a kept value is read back on the calling thread.
+const SHALLOW: usize = 100;
+
+impl Kept {
+    fn of(v: Arc<Value>) -> Kept {
+        let t = text(&v);
+        match nesting(&t) {
+            n if n <= SHALLOW => Kept::Text(t),
+            n => Kept::Deep(t, n),
+        }
+    }
+
+    fn value(&self) -> Arc<Value> {
+        match self {
+            Kept::Text(t) => Arc::new(value(t)),
+            Kept::Deep(t, depth) => Arc::new(deep_value(t, *depth)),
+        }
+    }
+}
+
+/// [`value`] of a text nested `depth` deep: without serde_json's recursion limit, on a thread
+/// whose stack fits the recursion.
+fn deep_value(text: &str, depth: usize) -> Value {
+    use serde::Deserialize as _;
+    let stack = (8 << 20).max((depth + 64) * (16 << 10));
+    std::thread::scope(|s| {
+        std::thread::Builder::new()
+            .stack_size(stack)
+            .spawn_scoped(s, || {
+                let mut de = serde_json::Deserializer::from_str(text);
+                de.disable_recursion_limit();
+                Value::deserialize(&mut de).expect("the memory store's own JSON parses")
+            })
+            .expect("a thread to read a deep value on")
+            .join()
+            .expect("reading a value the store wrote does not panic")
+    })
+}
+
+/// The deepest nesting of arrays and objects in a JSON text.
+fn nesting(text: &str) -> usize {
+    let (mut depth, mut most, mut in_string, mut escaped) = (0usize, 0usize, false, false);
+    for b in text.bytes() {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                most = most.max(depth);
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    most
 }
 
 /// A run as kept: the record without its input and output, which are kept as compact JSON
@@ -257,16 +378,15 @@ impl Store for MemoryStore {
         };
         // Replace the record of the same (number, attempt, iteration) — an attempt's
         // "started" record is superseded by its outcome.
-        let replaced =
-            match steps.iter_mut().rev().take(8).find(|s| {
-                s.number == step.number && s.attempt == step.attempt && s.iteration == step.iteration
-            }) {
-                Some(last) => Some(std::mem::replace(last, Box::new(step))),
-                None => {
-                    steps.push(Box::new(step));
-                    None
-                }
-            };
+        let replaced = match steps.iter_mut().rev().take(8).find(|s| {
+            s.rec.number == step.number && s.rec.attempt == step.attempt && s.rec.iteration == step.iteration
+        }) {
+            Some(last) => Some(std::mem::replace(last, Box::new(KeptStep::new(step)))),
+            None => {
+                steps.push(Box::new(KeptStep::new(step)));
+                None
+            }
+        };
         drop(g);
         drop(replaced);
         Ok(())
@@ -308,7 +428,7 @@ impl Store for MemoryStore {
         let g = self.shard(run_id);
         Ok(g.steps
             .get(run_id)
-            .map(|kept| kept.iter().map(|s| StepRecord::clone(s)).collect())
+            .map(|kept| kept.iter().map(|s| s.record()).collect())
             .unwrap_or_default())
     }
 
@@ -450,5 +570,30 @@ mod tests {
         assert_eq!(keeping.steps("a").await.unwrap().len(), 1);
         keeping.update_run(&run("a", RunStatus::Succeeded)).await.unwrap();
         assert_eq!(keeping.get_run("a").await.unwrap().status, RunStatus::Succeeded);
+    }
+
+    /// Values kept as text come back as they were, however deep.
+    #[tokio::test]
+    async fn step_values_come_back_as_written_however_deep() {
+        let store = MemoryStore::new();
+        let mut deep = serde_json::json!(1);
+        for _ in 0..300 {
+            deep = serde_json::json!({"inner": deep});
+        }
+        let shallow = serde_json::json!({"a": [1, 2.5, "x\"y", null], "b": {"c": true}});
+        let mut rec = step("r");
+        rec.input = Some(shallow.clone());
+        rec.result = Some(Arc::new(deep.clone()));
+        rec.changes = vec![crate::runtime::data::Change {
+            path: "$.v".into(),
+            value: Arc::new(deep.clone()),
+        }];
+        store.record_step(rec).await.unwrap();
+        let back = store.steps("r").await.unwrap();
+        assert_eq!(back[0].input.as_ref(), Some(&shallow));
+        assert_eq!(back[0].result.as_deref(), Some(&deep));
+        assert_eq!(back[0].changes[0].path, "$.v");
+        assert_eq!(*back[0].changes[0].value, deep);
+        assert_eq!(nesting(r#"{"a": "[[[{", "b": [[1]]}"#), 3);
     }
 }

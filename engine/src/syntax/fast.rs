@@ -417,8 +417,9 @@ impl Fast<'_> {
                     return Ok(None);
                 }
                 let name = self.text[i..scan.end].to_owned();
-                if name == "<<" {
-                    // A merge key: the full parser merges.
+                if name == "<<" || too_large_integer(&name) {
+                    // A merge key: the full parser merges. An integer key beyond 64 bits:
+                    // the full parser reports it, as it does such a value.
                     return Err(Bail);
                 }
                 (name, scan.end, scan.stop)
@@ -600,7 +601,7 @@ impl Fast<'_> {
                         self.plain_start(j)?;
                         let scan = self.scan_plain(j, Ctx::Flow);
                         let name = self.text[j..scan.end].to_owned();
-                        if name == "<<" {
+                        if name == "<<" || too_large_integer(&name) {
                             return Err(Bail);
                         }
                         (name, scan.end, scan.stop)
@@ -758,6 +759,9 @@ mod tests {
         "a: {\"b\":1}\n",
         "a: @x\n",
         "a: `x\n",
+        "9223372036854775808: v\n",
+        "a: {9223372036854775808: v}\n",
+        "9223372036854775807: v\n-9223372036854775808: w\n",
     ];
 
     #[test]
@@ -785,6 +789,8 @@ mod tests {
             "a:\tb\n",
             "\u{FEFF}a: 1\n",
             "a: \"x\\ny\"\n",
+            "9223372036854775808: v\n",
+            "a: {-9223372036854775809: v}\n",
         ] {
             assert!(parse(F, src, &Limits::default()).is_none(), "{src:?}");
         }

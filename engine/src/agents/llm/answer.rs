@@ -31,8 +31,8 @@ pub struct ToolCall {
     pub arguments: String,
 }
 
-/// The `tool_calls` of a completion's message: each with `function.name` and
-/// `function.arguments`.
+/// The `tool_calls` of a completion's message: each with `function.name` (empty when the
+/// model wrote none) and `function.arguments`.
 fn tool_calls(message: Option<&Value>) -> Result<Vec<ToolCall>, String> {
     let Some(calls) = message.and_then(|m| m.get("tool_calls")) else {
         return Ok(Vec::new());
@@ -52,10 +52,12 @@ fn tool_calls(message: Option<&Value>) -> Result<Vec<ToolCall>, String> {
         .enumerate()
         .map(|(i, c)| {
             let f = c.get("function");
+            // A call without a name (missing, null, not a string) is kept with an empty one:
+            // the loop answers it with a `tool` message, as it does an unknown tool.
             let name = f
                 .and_then(|f| f.get("name"))
                 .and_then(Value::as_str)
-                .ok_or_else(|| format!("tool call {} has no `function.name`", i + 1))?;
+                .unwrap_or("");
             let arguments = match f.and_then(|f| f.get("arguments")) {
                 Some(Value::String(a)) => a.clone(),
                 None | Some(Value::Null) => String::new(),
@@ -304,9 +306,12 @@ mod tests {
                 },
             ]
         );
-        let e =
-            parse_completion(br#"{"choices":[{"message":{"tool_calls":[{"function":{}}]}}]}"#).unwrap_err();
-        assert_eq!(e, "tool call 1 has no `function.name`");
+        let a = parse_completion(
+            br#"{"choices":[{"message":{"tool_calls":[{"function":{}},{"function":{"name":null}}]}}]}"#,
+        )
+        .unwrap();
+        let names: Vec<&str> = a.tool_calls.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["", ""]);
         let e =
             parse_completion(br#"{"choices":[{"message":{"content":null,"refusal":"no"}}]}"#).unwrap_err();
         assert_eq!(e, "the answer has the model refused: no");

@@ -123,6 +123,23 @@ struct Checker<'a, 'p> {
     item_ty: Ty,
 }
 
+/// The error kinds of SPEC §9 (a `fail` step may name others).
+pub(crate) const KINDS: &[&str] = &[
+    "agent",
+    "timeout",
+    "rate_limited",
+    "invalid_output",
+    "mapping",
+    "expression",
+    "limit",
+    "depth",
+    "capability",
+    "no_route",
+    "in_doubt",
+    "cancelled",
+    "lost",
+];
+
 pub fn check(cx: &FlowCx, out: &mut Vec<Diagnostic>, parsed: &mut ParseCache) {
     let start = cx.start().and_then(|s| cx.flow.steps.get_index_of(s));
     let input_schema = cx
@@ -421,21 +438,6 @@ impl<'p> Checker<'_, 'p> {
     }
 
     fn error_kind(&mut self, k: &Sp<String>) {
-        const KINDS: &[&str] = &[
-            "agent",
-            "timeout",
-            "rate_limited",
-            "invalid_output",
-            "mapping",
-            "expression",
-            "limit",
-            "depth",
-            "capability",
-            "no_route",
-            "in_doubt",
-            "cancelled",
-            "lost",
-        ];
         if KINDS.contains(&k.value.as_str()) {
             return;
         }

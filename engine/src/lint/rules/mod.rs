@@ -5,6 +5,7 @@ pub mod capability;
 pub mod change_targets;
 pub mod cycles;
 pub mod data;
+pub mod error_kind_never_raised;
 pub mod expression_types;
 pub mod fallback;
 pub mod files;

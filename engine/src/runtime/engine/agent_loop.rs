@@ -614,6 +614,10 @@ impl<'e, S: Store> Run<'e, S> {
         };
         let Some((tool, _)) = offered.iter().find(|(t, _)| t.name == c.name) else {
             let why = match refused.iter().find(|(t, _)| t.name == c.name) {
+                _ if c.name.is_empty() => format!(
+                    "the call names no tool (its `function.name` is missing or not a string); the tools are: {}",
+                    tool_names(offered)
+                ),
                 Some((t, why)) => {
                     // Called after all: a refusal on record (a flow test's unmocked agent).
                     let _ = self.agent_for(&t.call, true);
@@ -622,15 +626,7 @@ impl<'e, S: Store> Run<'e, S> {
                 None => format!(
                     "unknown tool `{}`; the tools are: {}",
                     c.name,
-                    if offered.is_empty() {
-                        "none".to_string()
-                    } else {
-                        offered
-                            .iter()
-                            .map(|(t, _)| t.name.as_str())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    }
+                    tool_names(offered)
                 ),
             };
             self.record_refusal(step, &num, &c.arguments, &why, started_at)
@@ -924,6 +920,18 @@ fn kept_transcript(messages: &[Value]) -> Value {
     out.push(json!({"role": "note", "content": format!("{} messages not kept", messages.len() - 2 * half)}));
     out.extend(messages[messages.len() - half..].iter().map(cap));
     Value::Array(out)
+}
+
+/// The names of the tools offered, for the model: `kb_search, crm`, or `none`.
+fn tool_names(offered: &[(&ToolPlan, Arc<AgentPlan>)]) -> String {
+    if offered.is_empty() {
+        return "none".to_string();
+    }
+    offered
+        .iter()
+        .map(|(t, _)| t.name.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 #[cfg(test)]

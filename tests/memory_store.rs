@@ -75,7 +75,9 @@ steps:
     assert_eq!(code, 0, "{output}");
     let output: Value = serde_json::from_str(&output).unwrap_or_else(|e| panic!("{e}: {output}"));
     assert_eq!(output["items"].as_array().map(Vec::len), Some(2000));
-    assert!(mib < 150, "a list grown 2,000 times peaked at {mib} MiB");
+    // Measured at 57 MiB alone and once at 185 MiB inside a loaded full test run (freed memory
+    // the allocator kept); value trees kept per iteration took 584 MiB.
+    assert!(mib < 300, "a list grown 2,000 times peaked at {mib} MiB");
 
     dir.write(
         "nest.yaml",
@@ -103,5 +105,5 @@ steps:
         &output[..200]
     );
     assert_eq!(output.matches("\"inner\"").count(), 1000);
-    assert!(mib < 150, "a value nested 1,000 deep peaked at {mib} MiB");
+    assert!(mib < 300, "a value nested 1,000 deep peaked at {mib} MiB");
 }

@@ -81,7 +81,7 @@ pub fn from_slice(bytes: &[u8]) -> Result<Value, JsonError> {
         .and_then(|v| de.end().map(|()| v))
         .map_err(|e| explained(bytes, e))?;
     if has_long_digit_run(bytes)
-        && let Some((pointer, at)) = Scan::new(bytes).value()
+        && let Some(Found { pointer, at, .. }) = Scan::new(bytes).find(Want::BigInteger)
     {
         let number = number_at(bytes, at);
         let before = &bytes[..at];
@@ -180,7 +180,7 @@ fn duplicate_named(bytes: &[u8], e: serde_json::Error) -> JsonError {
     if !e.to_string().starts_with(DUPLICATE) {
         return e.into();
     }
-    let Some((pointer, key, at)) = Scan::new(bytes).duplicate() else {
+    let Some(Found { pointer, at, key }) = Scan::new(bytes).find(Want::DuplicateKey) else {
         return e.into();
     };
     let (line, column) = line_column(bytes, at);
@@ -298,8 +298,26 @@ enum Step {
     Index(usize),
 }
 
-/// A walk over a text that serde_json accepted (so well formed, and nested at most 128 deep),
-/// looking for the first integer that does not fit 64 bits.
+/// What a [`Scan`] looks for.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Want {
+    /// An integer that does not fit 64 bits.
+    BigInteger,
+    /// A key given twice in one object.
+    DuplicateKey,
+}
+
+/// Where a [`Scan`] found what it looked for.
+struct Found {
+    pointer: String,
+    /// Where its token starts.
+    at: usize,
+    /// The key given twice (empty for a number).
+    key: String,
+}
+
+/// A walk over a text that serde_json has read up to an error or to its end (well formed that
+/// far, and nested at most 128 deep), looking for the first place of one kind.
 struct Scan<'a> {
     b: &'a [u8],
     i: usize,
@@ -325,13 +343,14 @@ impl<'a> Scan<'a> {
         }
     }
 
-    /// The JSON pointer of where the scan is, and where the number there starts: the first
-    /// integer too large, if any.
-    fn value(&mut self) -> Option<(String, usize)> {
+    /// The first place, in document order, where `want` is found: its JSON pointer, where its
+    /// token starts, and for a duplicate key, the key.
+    fn find(&mut self, want: Want) -> Option<Found> {
         self.ws();
         match self.peek() {
             b'{' => {
                 self.i += 1;
+                let mut keys = std::collections::HashSet::new();
                 loop {
                     self.ws();
                     if self.peek() != b'"' {
@@ -342,9 +361,19 @@ impl<'a> Scan<'a> {
                     let start = self.i;
                     self.string();
                     self.path.push(Step::Key(start, self.i));
+                    if want == Want::DuplicateKey {
+                        let key: String = serde_json::from_slice(&self.b[start..self.i]).unwrap_or_default();
+                        if !keys.insert(key.clone()) {
+                            return Some(Found {
+                                pointer: self.pointer(),
+                                at: start,
+                                key,
+                            });
+                        }
+                    }
                     self.ws();
                     self.i += 1; // `:`
-                    if let Some(found) = self.value() {
+                    if let Some(found) = self.find(want) {
                         return Some(found);
                     }
                     self.path.pop();
@@ -359,12 +388,15 @@ impl<'a> Scan<'a> {
                 let mut index = 0;
                 loop {
                     self.ws();
+                    if self.i >= self.b.len() {
+                        return None;
+                    }
                     if self.peek() == b']' {
                         self.i += 1;
                         return None;
                     }
                     self.path.push(Step::Index(index));
-                    if let Some(found) = self.value() {
+                    if let Some(found) = self.find(want) {
                         return Some(found);
                     }
                     self.path.pop();
@@ -388,81 +420,15 @@ impl<'a> Scan<'a> {
                 }
                 let text = std::str::from_utf8(&self.b[start..self.i]).unwrap_or("");
                 let fits = text.parse::<i64>().is_ok() || text.parse::<u64>().is_ok();
-                (integer && !fits).then(|| (self.pointer(), start))
+                (want == Want::BigInteger && integer && !fits).then(|| Found {
+                    pointer: self.pointer(),
+                    at: start,
+                    key: String::new(),
+                })
             }
             _ => {
                 // `true`, `false`, `null`.
                 while self.peek().is_ascii_alphabetic() {
-                    self.i += 1;
-                }
-                None
-            }
-        }
-    }
-
-    /// The first key given twice in an object, in document order: the JSON pointer of its
-    /// second place, the key, and where that second key starts.
-    fn duplicate(&mut self) -> Option<(String, String, usize)> {
-        self.ws();
-        match self.peek() {
-            b'{' => {
-                self.i += 1;
-                let mut keys: std::collections::HashSet<String> = std::collections::HashSet::new();
-                loop {
-                    self.ws();
-                    if self.peek() != b'"' {
-                        self.i += 1;
-                        return None;
-                    }
-                    let start = self.i;
-                    self.string();
-                    let key: String = serde_json::from_slice(&self.b[start..self.i]).unwrap_or_default();
-                    self.path.push(Step::Key(start, self.i));
-                    if !keys.insert(key.clone()) {
-                        return Some((self.pointer(), key, start));
-                    }
-                    self.ws();
-                    self.i += 1; // `:`
-                    if let Some(found) = self.duplicate() {
-                        return Some(found);
-                    }
-                    self.path.pop();
-                    self.ws();
-                    if self.peek() == b',' {
-                        self.i += 1;
-                    }
-                }
-            }
-            b'[' => {
-                self.i += 1;
-                let mut index = 0;
-                loop {
-                    self.ws();
-                    if self.peek() == b']' {
-                        self.i += 1;
-                        return None;
-                    }
-                    self.path.push(Step::Index(index));
-                    if let Some(found) = self.duplicate() {
-                        return Some(found);
-                    }
-                    self.path.pop();
-                    index += 1;
-                    self.ws();
-                    if self.peek() == b',' {
-                        self.i += 1;
-                    }
-                }
-            }
-            b'"' => {
-                self.string();
-                None
-            }
-            _ => {
-                // A number, `true`, `false` or `null`.
-                while matches!(self.peek(), b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E')
-                    || self.peek().is_ascii_alphabetic()
-                {
                     self.i += 1;
                 }
                 None

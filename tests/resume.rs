@@ -597,9 +597,9 @@ fn runs_show_shows_a_child_run_whose_calling_step_never_finished() {
     assert!(out.stdout.contains("child run of step 1"), "{}", out.stdout);
     assert!(out.stdout.contains("1.1 first [set]"), "{}", out.stdout);
     assert!(
-        out.stdout.contains(
-            "status    running, stopped by a crash, unless a `switchyard run` process still runs it"
-        ),
+        out.stdout
+            .contains("status    running, stopped by a crash: the process that ran it (pid ")
+            && out.stdout.contains(") is gone"),
         "{}",
         out.stdout
     );

@@ -308,30 +308,100 @@ fn first_line(s: &str, max: usize) -> String {
     out
 }
 
+/// Who runs a `running` run now, as `runs show` says it: the words, whether nothing runs it
+/// (it stopped), and what else than `resume` continues it.
+async fn holder_state(s: &crate::store::any::AnyStore, root: &RunRecord) -> (String, bool, &'static str) {
+    use crate::store::any::AnyStore;
+    const BATCH: &str = "the same `switchyard batch` command continues it, or ";
+    const WORKER: &str = "a `switchyard worker` takes it over, or ";
+    if root.paused() {
+        return ("paused (Ctrl-C): nothing runs it".into(), true, "");
+    }
+    let sql = match s {
+        AnyStore::Sql(sql) => Some(sql),
+        _ => None,
+    };
+    // A submitted run is held by its lease.
+    if let Some(sql) = sql
+        && let Ok(Some((_, owner, live))) = sql.lease_of(&root.id).await
+    {
+        let who = |o: &str| {
+            let what = if o.starts_with("resume-") {
+                "a `switchyard resume --batch` process"
+            } else {
+                "a `switchyard worker`"
+            };
+            match crate::store::writers::lease_holder_process(o) {
+                Some((pid, host)) => format!("{what} runs it now (pid {pid}, host {host})"),
+                None => format!("{what} runs it now (`{o}`)"),
+            }
+        };
+        return match owner.filter(|_| live) {
+            Some(o) => (who(&o), false, ""),
+            None => (
+                "stopped: the lease of the worker that ran it lapsed (a crash?)".into(),
+                true,
+                WORKER,
+            ),
+        };
+    }
+    if root.batch.is_some() {
+        return match crate::batch::lock_batch_of(root) {
+            Err(crate::batch::BatchError::Busy { .. }) => {
+                ("a `switchyard batch` process runs it now".into(), false, "")
+            }
+            _ => (
+                "stopped (a crash?): no `switchyard batch` process runs it".into(),
+                true,
+                BATCH,
+            ),
+        };
+    }
+    // A run of `run` or `resume` is held by its writer (SPEC §7.3).
+    let held = match sql {
+        Some(sql) => sql.holder_of(&root.id).await.ok(),
+        None => None,
+    };
+    let state = match held {
+        Some(Some((w, live))) if live && !w.is_gone() => {
+            return (
+                format!(
+                    "a `switchyard run` or `resume` process runs it now (pid {}, host {})",
+                    w.pid, w.host
+                ),
+                false,
+                "",
+            );
+        }
+        Some(Some((w, _))) if w.is_gone() => {
+            format!(
+                "stopped by a crash: the process that ran it (pid {}, host {}) is gone",
+                w.pid, w.host
+            )
+        }
+        Some(Some((w, _))) => format!(
+            "stopped (a crash?): the process that ran it (pid {}, host {}) no longer renews its hold",
+            w.pid, w.host
+        ),
+        Some(None) => "stopped by a crash: no process holds it".into(),
+        None => "stopped by a crash, unless a `switchyard run` process still runs it (not detected)".into(),
+    };
+    (state, true, "")
+}
+
 /// The status and duration lines of a run that is `running` with no end on record: what
 /// finished of it, since when nothing was recorded, whether anything runs it and the command
 /// that continues it.
-fn unfinished(
+async fn unfinished(
     out: &mut String,
+    s: &crate::store::any::AnyStore,
     run: &RunRecord,
     root: &RunRecord,
     steps: &[crate::runtime::record::StepRecord],
     store: &StoreArg,
 ) {
     use crate::runtime::record::StepStatus;
-    let (state, stopped) = if root.paused() {
-        ("paused (Ctrl-C): nothing runs it", true)
-    } else if root.batch.is_some() {
-        match crate::batch::lock_batch_of(root) {
-            Err(crate::batch::BatchError::Busy { .. }) => ("a `switchyard batch` process runs it now", false),
-            _ => ("stopped (a crash?): no `switchyard batch` process runs it", true),
-        }
-    } else {
-        (
-            "stopped by a crash, unless a `switchyard run` process still runs it (not detected)",
-            true,
-        )
-    };
+    let (state, stopped, how) = holder_state(s, root).await;
     let _ = writeln!(out, "status    running, {state}");
     let is_part = |s: &&crate::runtime::record::StepRecord| s.kind == "iteration" || s.kind == "branch";
     let finished = steps
@@ -365,11 +435,6 @@ fn unfinished(
         super::stderr::utc_seconds(last)
     );
     if stopped {
-        let how = if root.batch.is_some() {
-            "the same `switchyard batch` command continues it, or "
-        } else {
-            ""
-        };
         let _ = writeln!(
             out,
             "continue  {how}`switchyard resume {}{}`",
@@ -445,7 +510,7 @@ fn show(args: ShowArgs) -> u8 {
             let _ = writeln!(out, "duration  {} · {} steps", duration(&run), run.steps);
         } else {
             let steps = s.latest_steps(&run.id).await.map_err(|e| e.to_string())?;
-            unfinished(&mut out, &run, &root, &steps, &args.store);
+            unfinished(&mut out, s, &run, &root, &steps, &args.store).await;
         }
         let abandoned = abandoned_in_tree(&**s, &run.id).await?;
         let lower_bound = if abandoned > 0 {

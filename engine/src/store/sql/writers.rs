@@ -144,7 +144,7 @@ impl SqlStore {
         .fetch_optional(&self.pool)
         .await
         .map_err(|e| self.ctx.error(&what, &e))?
-        .map(|row| row.try_get::<i64, _>("live").map_or(false, |l| l == 1));
+        .map(|row| row.try_get::<i64, _>("live").is_ok_and(|l| l == 1));
         Ok(live.map(|live| (writer, live)))
     }
 

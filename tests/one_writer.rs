@@ -662,3 +662,45 @@ fn runs_show_of_a_submitted_run_a_worker_holds_names_the_worker() {
         "status    running, a `switchyard worker` runs it now (pid 4242, host db-2.example)"
     );
 }
+
+#[test]
+fn a_cancel_of_a_run_a_live_process_runs_is_refused_until_that_process_dies() {
+    let dir = TempDir::new("one-writer-cancel");
+    let calls = dir.path().join("calls");
+    let then = dir.path().join("then");
+    dir.write("hang.yaml", hanging_flow(&calls, &then));
+    let store = format!("sqlite:{}", dir.path().join("runs.db").display());
+    let mut live: Child = switchyard(dir.path())
+        .args(["run", "hang.yaml", "--input", "{}", "--store", &store])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start run");
+    let deadline = Instant::now() + HANG;
+    while lines(&calls).is_empty() {
+        assert!(Instant::now() < deadline, "the first call never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let id = only_run(dir.path(), &store);
+    let cancel = |dir: &Path| run(switchyard(dir).args(["runs", "cancel", &id, "--store", &store]));
+    let out = cancel(dir.path());
+    assert_eq!(out.code(), 2, "{out:?}");
+    let host = switchyard::store::writers::host_name();
+    assert!(
+        out.stderr.contains(&format!(
+            "run `{id}` is being run by another process (pid {}, host {host})",
+            live.id()
+        )),
+        "{}",
+        out.stderr
+    );
+    assert!(shown_status(dir.path(), &store, &id).starts_with("status    running"));
+
+    live.kill().expect("kill -9 the run");
+    live.wait().expect("reaped");
+    let out = cancel(dir.path());
+    assert_eq!(out.code(), 0, "{out:?}");
+    assert_eq!(out.stdout.trim(), format!("cancelled {id}"));
+    assert_eq!(shown_status(dir.path(), &store, &id), "status    cancelled");
+    assert!(lines(&then).is_empty(), "nothing ran past the killed run's step");
+}

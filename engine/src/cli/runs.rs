@@ -638,52 +638,44 @@ fn cancel(args: CancelArgs) -> u8 {
             }
             let root = root_of(&**s, &run).await?;
             let _batch = lock_batch(&root, &run.id, "cancel")?;
-            let mut cancelled = Vec::new();
-            // A submitted run: its lease epoch moves on with its end, so the worker holding
-            // it (if one does) writes nothing more of it and drops it (SPEC §12).
-            let mut queue: Vec<RunRecord> = if let crate::store::any::AnyStore::Sql(sql) = &**s
-                && sql.lease_of(&root.id).await.map_err(|e| e.to_string())?.is_some()
-                && root.id == run.id
-            {
-                let mut r = run.clone();
-                r.status = RunStatus::Cancelled;
-                r.finished_at = Some(now_ms());
-                r.error = Some(StepError::new(
-                    ErrorKind::Cancelled,
-                    "cancelled with `switchyard runs cancel`",
-                ));
-                if !sql.end_submitted(&r).await.map_err(|e| e.to_string())? {
-                    return Err(format!("run `{}` ended meanwhile: nothing to cancel", run.id));
+            let submitted = match &**s {
+                crate::store::any::AnyStore::Sql(sql) => {
+                    sql.lease_of(&root.id).await.map_err(|e| e.to_string())?.is_some()
                 }
-                cancelled.push(r.id.clone());
-                // Its unfinished child runs end as a local run's do, below.
-                s.children(&r.id)
-                    .await
-                    .map_err(|e| e.to_string())?
-                    .into_iter()
-                    .filter(|c| crate::runtime::resume::resumable(c.status))
-                    .collect()
-            } else {
-                vec![run]
+                _ => false,
             };
-            while let Some(mut r) = queue.pop() {
-                queue.extend(
-                    s.children(&r.id)
-                        .await
-                        .map_err(|e| e.to_string())?
-                        .into_iter()
-                        .filter(|c| crate::runtime::resume::resumable(c.status)),
-                );
-                r.status = RunStatus::Cancelled;
-                r.finished_at = Some(now_ms());
-                r.error = Some(StepError::new(
-                    ErrorKind::Cancelled,
-                    "cancelled with `switchyard runs cancel`",
-                ));
-                s.update_run(&r).await.map_err(|e| e.to_string())?;
-                cancelled.push(r.id);
+            if submitted {
+                return cancel_tree(s, run, &root, true).await;
             }
-            Ok(cancelled)
+            // A run of `run` or `resume` is its writer's (SPEC §7.3): cancelled only once taken,
+            // so a live process is not told it ended while it goes on.
+            let writer = crate::store::Writer::this_process();
+            if let Err(e) = s.take_run(&root.id, &writer, CANCEL_LEASE).await {
+                writer.retire();
+                return Err(match e {
+                    crate::store::StoreError::Held { .. } => {
+                        format!("{e}: stop it (Ctrl-C) before you cancel the run here")
+                    }
+                    e => e.to_string(),
+                });
+            }
+            // Read again once held: the process that held it may have ended it meanwhile.
+            let out = match s.get_run(&run.id).await {
+                Ok(run) if crate::runtime::resume::resumable(run.status) => {
+                    cancel_tree(s, run, &root, false).await
+                }
+                Ok(run) => Err(format!(
+                    "run `{}` ended {} meanwhile: nothing to cancel",
+                    run.id,
+                    run.status.as_str()
+                )),
+                Err(e) => Err(e.to_string()),
+            };
+            if let Err(e) = s.give_back_run(&root.id, &writer).await {
+                tracing::warn!(run_id = %root.id, "could not give the run back: {e}");
+            }
+            writer.retire();
+            out
         },
     );
     match out {
@@ -696,4 +688,60 @@ fn cancel(args: CancelArgs) -> u8 {
         Ok(Err(e)) => fail(e),
         Err(e) => fail(e),
     }
+}
+
+/// How long `runs cancel` holds a run it cancels (it gives it back at once after).
+const CANCEL_LEASE: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Ends `run` and its unfinished child runs as `cancelled`; a submitted root run through its
+/// lease's epoch, so the worker holding it (if one does) writes nothing more of it and drops
+/// it (SPEC §12). The ids it cancelled.
+async fn cancel_tree(
+    s: &crate::store::any::AnyStore,
+    run: RunRecord,
+    root: &RunRecord,
+    submitted: bool,
+) -> Result<Vec<String>, String> {
+    let cancelled_now = |r: &mut RunRecord| {
+        r.status = RunStatus::Cancelled;
+        r.finished_at = Some(now_ms());
+        r.error = Some(StepError::new(
+            ErrorKind::Cancelled,
+            "cancelled with `switchyard runs cancel`",
+        ));
+    };
+    let mut cancelled = Vec::new();
+    let mut queue: Vec<RunRecord> = if let crate::store::any::AnyStore::Sql(sql) = s
+        && submitted
+        && root.id == run.id
+    {
+        let mut r = run.clone();
+        cancelled_now(&mut r);
+        if !sql.end_submitted(&r).await.map_err(|e| e.to_string())? {
+            return Err(format!("run `{}` ended meanwhile: nothing to cancel", run.id));
+        }
+        cancelled.push(r.id.clone());
+        // Its unfinished child runs end as a local run's do, below.
+        s.children(&r.id)
+            .await
+            .map_err(|e| e.to_string())?
+            .into_iter()
+            .filter(|c| crate::runtime::resume::resumable(c.status))
+            .collect()
+    } else {
+        vec![run]
+    };
+    while let Some(mut r) = queue.pop() {
+        queue.extend(
+            s.children(&r.id)
+                .await
+                .map_err(|e| e.to_string())?
+                .into_iter()
+                .filter(|c| crate::runtime::resume::resumable(c.status)),
+        );
+        cancelled_now(&mut r);
+        s.update_run(&r).await.map_err(|e| e.to_string())?;
+        cancelled.push(r.id);
+    }
+    Ok(cancelled)
 }

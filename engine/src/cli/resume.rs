@@ -153,7 +153,10 @@ fn resume_run(run_id: &str, decision: Option<Value>, args: &ResumeArgs) -> u8 {
         options,
         controls: RunControls::default(),
     };
-    let outcome = rt.block_on(switchyard.resume(&flow, run_id, resume, config));
+    let outcome = rt.block_on(async {
+        super::run::pause_on_ctrl_c(&config.controls);
+        switchyard.resume(&flow, run_id, resume, config).await
+    });
     drop(switchyard);
     conclude(&rt, store, outcome.map_err(|e| e.to_string()), args)
 }

@@ -345,6 +345,24 @@ async fn holder_state(s: &crate::store::any::AnyStore, root: &RunRecord) -> (Str
             ),
         };
     }
+    // A run of `run` or `resume` (a batch's item too, when a `resume` continues it) is held
+    // by its writer (SPEC §7.3).
+    let held = match sql {
+        Some(sql) => sql.holder_of(&root.id).await.ok(),
+        None => None,
+    };
+    if let Some(Some((w, true))) = &held
+        && !w.is_gone()
+    {
+        return (
+            format!(
+                "a `switchyard run` or `resume` process runs it now (pid {}, host {})",
+                w.pid, w.host
+            ),
+            false,
+            "",
+        );
+    }
     if root.batch.is_some() {
         return match crate::batch::lock_batch_of(root) {
             Err(crate::batch::BatchError::Busy { .. }) => {
@@ -357,22 +375,7 @@ async fn holder_state(s: &crate::store::any::AnyStore, root: &RunRecord) -> (Str
             ),
         };
     }
-    // A run of `run` or `resume` is held by its writer (SPEC §7.3).
-    let held = match sql {
-        Some(sql) => sql.holder_of(&root.id).await.ok(),
-        None => None,
-    };
     let state = match held {
-        Some(Some((w, live))) if live && !w.is_gone() => {
-            return (
-                format!(
-                    "a `switchyard run` or `resume` process runs it now (pid {}, host {})",
-                    w.pid, w.host
-                ),
-                false,
-                "",
-            );
-        }
         Some(Some((w, _))) if w.is_gone() => {
             format!(
                 "stopped by a crash: the process that ran it (pid {}, host {}) is gone",

@@ -704,3 +704,60 @@ fn a_cancel_of_a_run_a_live_process_runs_is_refused_until_that_process_dies() {
     assert_eq!(shown_status(dir.path(), &store, &id), "status    cancelled");
     assert!(lines(&then).is_empty(), "nothing ran past the killed run's step");
 }
+
+#[test]
+fn runs_show_names_the_resume_that_continues_a_batch_item() {
+    let dir = TempDir::new("one-writer-shown-item");
+    let calls = dir.path().join("calls");
+    dir.write(
+        "wait.yaml",
+        format!(
+            "flow: wait\nagents:\n  slow:\n    kind: command\n    run: [sh, -c, 'cat >/dev/null; echo x >> \"{}\"; sleep 60; echo \"{{}}\"']\nsteps:\n  only: {{agent: slow, output: {{}}}}\n",
+            calls.display()
+        ),
+    );
+    dir.write("in.jsonl", "{\"id\": \"a\"}\n");
+    let store = format!("sqlite:{}", dir.path().join("runs.db").display());
+    let wait_for_calls = |n: usize| {
+        let deadline = Instant::now() + HANG;
+        while lines(&calls).len() < n {
+            assert!(Instant::now() < deadline, "call {n} never started");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    let spawn = |args: &[&str]| -> Child {
+        switchyard(dir.path())
+            .args(args)
+            .args(["--store", &store])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("starts")
+    };
+    let mut batch = spawn(&[
+        "batch",
+        "wait.yaml",
+        "--input",
+        "in.jsonl",
+        "--output",
+        "out.jsonl",
+    ]);
+    wait_for_calls(1);
+    batch.kill().expect("kill -9 the batch");
+    batch.wait().expect("reaped");
+    let id = only_run(dir.path(), &store);
+
+    let mut resume = spawn(&["resume", &id, "--retry-in-doubt"]);
+    wait_for_calls(2);
+    let host = switchyard::store::writers::host_name();
+    let status = shown_status(dir.path(), &store, &id);
+    let pid = resume.id();
+    resume.kill().expect("kill -9 the resume");
+    resume.wait().expect("reaped");
+    assert_eq!(
+        status,
+        format!(
+            "status    running, a `switchyard run` or `resume` process runs it now (pid {pid}, host {host})"
+        )
+    );
+}

@@ -1091,3 +1091,94 @@ fn resume_batch_continues_the_stopped_runs_it_is_told_how_to() {
     let both = cmd(&["resume", "r1", "--batch", "gates"]);
     assert_eq!(both.code(), 2, "{}", both.stderr);
 }
+
+/// Ctrl-C stops `resume --batch` as it stops `batch`: no more runs start, the one in its call
+/// finishes it and is recorded, the process exits 130, and the next `resume --batch` continues
+/// the rest — every call made once, none in doubt.
+#[test]
+fn ctrl_c_stops_resume_batch_at_a_recorded_point() {
+    let pg = Pg::new("resume_ctrl_c");
+    let dir = TempDir::new("cluster-resume-ctrl-c");
+    let fx = dir.path().join("effects");
+    let flow = dir.write(
+        "asked.yaml",
+        format!(
+            r#"flow: asked
+agents:
+  side:
+    kind: command
+    run: [sh, -c, 'read -r x; printf "%s\n" "$x" >> "{effects}"; sleep 1; printf "%s" "$x"']
+    idempotent: false
+steps:
+  approve:
+    interrupt:
+      prompt: "item {{{{ input.id }}}}?"
+      schema: {{type: object, required: [approved], properties: {{approved: {{type: boolean}}}}}}
+    input: {{$.id: $.id}}
+    output: {{$.approval: $}}
+    next: call
+  call:
+    agent: side
+    output: {{$.seen: $.n}}
+"#,
+            effects = fx.display()
+        ),
+    );
+    write_input(&dir, 4);
+    let url = pg.url("sy_resume_ctrl_c");
+    let out = submit(&dir, &flow, &url, "asked", &[]);
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    let mut w = spawn_worker(&dir, &url, "w", &["--exit-when-idle"]);
+    assert!(wait_exit(&mut w, Duration::from_secs(60), "the worker").success());
+    let resume = || {
+        switchyard(dir.path())
+            .args([
+                "resume",
+                "--batch",
+                "asked",
+                "--concurrency",
+                "1",
+                "--store",
+                &url,
+            ])
+            .args(["--decision", r#"{"approved": true}"#])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("resume starts")
+    };
+    let first = resume();
+    wait_for(Duration::from_secs(60), "the first call", || {
+        !effects(&fx).is_empty()
+    });
+    signal(&first, "INT");
+    let out = first.wait_with_output().expect("exits");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(130), "{stdout}\n{stderr}");
+    assert_eq!(
+        stdout.matches("left: not started (Ctrl-C)").count(),
+        3,
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains("left as they are: 3 not started (Ctrl-C)"),
+        "{stderr}"
+    );
+    let in_doubt = || pg.count("SELECT COUNT(*) FROM runs WHERE batch = 'asked' AND error LIKE '%in_doubt%'");
+    assert_eq!(in_doubt(), 0);
+
+    let rest = resume().wait_with_output().expect("exits");
+    assert_eq!(
+        rest.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&rest.stderr)
+    );
+    let seen = effects(&fx);
+    assert_eq!(seen.len(), 4, "{seen:?}");
+    assert!(seen.values().all(|&n| n == 1), "{seen:?}");
+    assert_eq!(in_doubt(), 0);
+}

@@ -202,3 +202,32 @@ fn with_json_logs_a_ctrl_c_stop_is_told_in_json() {
         "{stderr}"
     );
 }
+
+/// A command line that does not parse is a usage error in JSON too when it asks for JSON logs,
+/// however the flag is spelt; without it, clap's text as before.
+#[test]
+fn with_json_logs_a_usage_error_is_json() {
+    let dir = TempDir::new("logs-usage");
+    for args in [
+        &["--log-format", "json", "runs", "cancel"][..],
+        &["run", "f.yaml", "--timeout", "0s", "--log-format", "json"][..],
+        &["--log-format=json", "batch", "f.yaml", "--concurrency", "many"][..],
+    ] {
+        let out = run(switchyard(dir.path()).args(args));
+        assert_eq!(out.code(), 2, "{args:?}: {out:?}");
+        let events = json_lines(&out.stderr);
+        assert_eq!(events.len(), 1, "{args:?}: {}", out.stderr);
+        assert_eq!(events[0]["level"], "ERROR", "{args:?}: {}", out.stderr);
+        assert_eq!(events[0]["event"], "error", "{args:?}: {}", out.stderr);
+        let message = events[0]["message"].as_str().unwrap_or_default();
+        assert!(!message.is_empty() && !message.starts_with("error:"), "{message}");
+    }
+    let text = run(switchyard(dir.path()).args(["runs", "cancel"]));
+    assert_eq!(text.code(), 2, "{text:?}");
+    assert!(
+        text.stderr
+            .starts_with("error: the following required arguments were not provided"),
+        "{}",
+        text.stderr
+    );
+}

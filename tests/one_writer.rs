@@ -2,7 +2,8 @@
 //! PostgreSQL, an `interrupt`'s decision and an agent loop's approval — the step after the
 //! decision has its effect once, one `resume` continues the run and the other is refused
 //! (exit 2) naming the process that runs it; a `resume` of a run a live `run` process is
-//! running is refused the same way, and succeeds at once after that process is killed.
+//! running is refused the same way, and succeeds at once after that process is killed;
+//! `runs show` names the process that runs a run (a `run`, a worker), or says it is gone.
 
 use std::path::Path;
 use std::process::{Child, Stdio};
@@ -575,4 +576,188 @@ fn a_submitted_run_a_worker_holds_is_not_resumed_elsewhere() {
         Arc::try_unwrap(store).expect("the only holder").close().await;
     });
     assert!(lines(&paid).is_empty());
+}
+
+/// The `status` line `runs show` prints for `id`.
+fn shown_status(dir: &Path, store: &str, id: &str) -> String {
+    let out = run(switchyard(dir).args(["runs", "show", id, "--store", store]));
+    assert_eq!(out.code(), 0, "{out:?}");
+    out.stdout
+        .lines()
+        .find(|l| l.starts_with("status "))
+        .unwrap_or_else(|| panic!("no status line: {}", out.stdout))
+        .to_string()
+}
+
+#[test]
+fn runs_show_names_the_live_process_of_a_run_and_says_when_it_is_gone() {
+    let dir = TempDir::new("one-writer-shown");
+    let calls = dir.path().join("calls");
+    let then = dir.path().join("then");
+    dir.write("hang.yaml", hanging_flow(&calls, &then));
+    let store = format!("sqlite:{}", dir.path().join("runs.db").display());
+    let mut live: Child = switchyard(dir.path())
+        .args(["run", "hang.yaml", "--input", "{}", "--store", &store])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start run");
+    let deadline = Instant::now() + HANG;
+    while lines(&calls).is_empty() {
+        assert!(Instant::now() < deadline, "the first call never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let id = only_run(dir.path(), &store);
+    let host = switchyard::store::writers::host_name();
+    let pid = live.id();
+    let status = shown_status(dir.path(), &store, &id);
+    assert_eq!(
+        status,
+        format!(
+            "status    running, a `switchyard run` or `resume` process runs it now (pid {pid}, host {host})"
+        )
+    );
+    live.kill().expect("kill -9 the run");
+    live.wait().expect("reaped");
+    let status = shown_status(dir.path(), &store, &id);
+    assert_eq!(
+        status,
+        format!(
+            "status    running, stopped by a crash: the process that ran it (pid {pid}, host {host}) is gone"
+        )
+    );
+}
+
+#[test]
+fn runs_show_of_a_submitted_run_a_worker_holds_names_the_worker() {
+    use switchyard::store::sql::queue::Claim;
+    let pg = Pg::new("one_writer_shown");
+    let url = pg.url("one_writer_shown");
+    let dir = TempDir::new("one-writer-shown-leased");
+    let paid = dir.path().join("paid");
+    let path = dir.write("refund.yaml", interrupt_flow(&paid));
+    dir.write("in.jsonl", "{\"id\": \"a\"}\n");
+    let out = crate::cluster::submit(&dir, &path, &url, "shown", &[]);
+    assert_eq!(out.code(), 0, "{out:?}");
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let id = rt.block_on(async {
+        let sql = SqlStore::open(&url).await.expect("opens");
+        let claimed = sql
+            .claim(
+                "db-2.example-4242-0badcafe",
+                None,
+                1,
+                Duration::from_secs(30),
+                Claim::Shared,
+            )
+            .await
+            .expect("claims");
+        let id = claimed[0].record.id.clone();
+        sql.close().await;
+        id
+    });
+    let status = shown_status(dir.path(), &url, &id);
+    assert_eq!(
+        status,
+        "status    running, a `switchyard worker` runs it now (pid 4242, host db-2.example)"
+    );
+}
+
+#[test]
+fn a_cancel_of_a_run_a_live_process_runs_is_refused_until_that_process_dies() {
+    let dir = TempDir::new("one-writer-cancel");
+    let calls = dir.path().join("calls");
+    let then = dir.path().join("then");
+    dir.write("hang.yaml", hanging_flow(&calls, &then));
+    let store = format!("sqlite:{}", dir.path().join("runs.db").display());
+    let mut live: Child = switchyard(dir.path())
+        .args(["run", "hang.yaml", "--input", "{}", "--store", &store])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start run");
+    let deadline = Instant::now() + HANG;
+    while lines(&calls).is_empty() {
+        assert!(Instant::now() < deadline, "the first call never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let id = only_run(dir.path(), &store);
+    let cancel = |dir: &Path| run(switchyard(dir).args(["runs", "cancel", &id, "--store", &store]));
+    let out = cancel(dir.path());
+    assert_eq!(out.code(), 2, "{out:?}");
+    let host = switchyard::store::writers::host_name();
+    assert!(
+        out.stderr.contains(&format!(
+            "run `{id}` is being run by another process (pid {}, host {host})",
+            live.id()
+        )),
+        "{}",
+        out.stderr
+    );
+    assert!(shown_status(dir.path(), &store, &id).starts_with("status    running"));
+
+    live.kill().expect("kill -9 the run");
+    live.wait().expect("reaped");
+    let out = cancel(dir.path());
+    assert_eq!(out.code(), 0, "{out:?}");
+    assert_eq!(out.stdout.trim(), format!("cancelled {id}"));
+    assert_eq!(shown_status(dir.path(), &store, &id), "status    cancelled");
+    assert!(lines(&then).is_empty(), "nothing ran past the killed run's step");
+}
+
+#[test]
+fn runs_show_names_the_resume_that_continues_a_batch_item() {
+    let dir = TempDir::new("one-writer-shown-item");
+    let calls = dir.path().join("calls");
+    dir.write(
+        "wait.yaml",
+        format!(
+            "flow: wait\nagents:\n  slow:\n    kind: command\n    run: [sh, -c, 'cat >/dev/null; echo x >> \"{}\"; sleep 60; echo \"{{}}\"']\nsteps:\n  only: {{agent: slow, output: {{}}}}\n",
+            calls.display()
+        ),
+    );
+    dir.write("in.jsonl", "{\"id\": \"a\"}\n");
+    let store = format!("sqlite:{}", dir.path().join("runs.db").display());
+    let wait_for_calls = |n: usize| {
+        let deadline = Instant::now() + HANG;
+        while lines(&calls).len() < n {
+            assert!(Instant::now() < deadline, "call {n} never started");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    let spawn = |args: &[&str]| -> Child {
+        switchyard(dir.path())
+            .args(args)
+            .args(["--store", &store])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("starts")
+    };
+    let mut batch = spawn(&[
+        "batch",
+        "wait.yaml",
+        "--input",
+        "in.jsonl",
+        "--output",
+        "out.jsonl",
+    ]);
+    wait_for_calls(1);
+    batch.kill().expect("kill -9 the batch");
+    batch.wait().expect("reaped");
+    let id = only_run(dir.path(), &store);
+
+    let mut resume = spawn(&["resume", &id, "--retry-in-doubt"]);
+    wait_for_calls(2);
+    let host = switchyard::store::writers::host_name();
+    let status = shown_status(dir.path(), &store, &id);
+    let pid = resume.id();
+    resume.kill().expect("kill -9 the resume");
+    resume.wait().expect("reaped");
+    assert_eq!(
+        status,
+        format!(
+            "status    running, a `switchyard run` or `resume` process runs it now (pid {pid}, host {host})"
+        )
+    );
 }

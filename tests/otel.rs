@@ -650,3 +650,45 @@ fn a_run_resumed_after_its_resumer_died_sends_what_that_one_finished_and_no_more
             .all(|s| s.parent_span_id.is_empty() || all.iter().any(|p| p.span_id == s.parent_span_id))
     );
 }
+
+/// A collector that takes the connection and never answers: the process still ends within its
+/// bounded wait, and every span it could not hand over is told as not exported, none as sent.
+#[test]
+fn a_collector_that_never_answers_leaves_every_span_told_as_not_exported() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+    let port = listener.local_addr().expect("an address").port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for conn in listener.incoming() {
+            match conn {
+                Ok(c) => held.push(c),
+                Err(_) => break,
+            }
+        }
+    });
+    let dir = TempDir::new("otel-mute");
+    dir.write(
+        "mute.yaml",
+        "flow: mute\nsteps:\n  one:\n    set: {$.a: '=1'}\n    next: two\n  two:\n    set: {$.b: '=2'}\n",
+    );
+    let t0 = Instant::now();
+    let out = run(switchyard(dir.path()).args([
+        "run",
+        "mute.yaml",
+        "--input",
+        "{}",
+        "--store",
+        "memory",
+        "--otlp-endpoint",
+        &format!("http://127.0.0.1:{port}"),
+    ]));
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    assert!(t0.elapsed() < Duration::from_secs(30), "{:?}", t0.elapsed());
+    // The run's span and its two steps'.
+    assert!(
+        out.stderr.contains("otlp: 3 span(s) not exported"),
+        "{}",
+        out.stderr
+    );
+    assert!(out.stderr.contains("; 0 exported"), "{}", out.stderr);
+}

@@ -597,9 +597,9 @@ fn runs_show_shows_a_child_run_whose_calling_step_never_finished() {
     assert!(out.stdout.contains("child run of step 1"), "{}", out.stdout);
     assert!(out.stdout.contains("1.1 first [set]"), "{}", out.stdout);
     assert!(
-        out.stdout.contains(
-            "status    running, stopped by a crash, unless a `switchyard run` process still runs it"
-        ),
+        out.stdout
+            .contains("status    running, stopped by a crash: the process that ran it (pid ")
+            && out.stdout.contains(") is gone"),
         "{}",
         out.stdout
     );
@@ -754,4 +754,56 @@ steps:
         .collect();
     oks.sort();
     assert_eq!(oks, [false, true], "{output}");
+}
+
+/// Ctrl-C stops a `resume` as it stops a `run`: the step in flight finishes and is recorded,
+/// the process exits 130 naming the command that continues, and the next `resume` finds
+/// nothing in doubt — every step's call made once.
+#[test]
+fn ctrl_c_pauses_a_resume_as_it_pauses_a_run() {
+    let dir = TempDir::new("resume-ctrl-c");
+    let calls = dir.path().join("calls");
+    dir.write(
+        "slow.yaml",
+        crate::support::slow_steps_flow(&calls, &["a", "b", "c", "d"]),
+    );
+    let count = || std::fs::read_to_string(&calls).map_or(0, |c| c.lines().count());
+    let wait_for_calls = |n: usize| {
+        let started = std::time::Instant::now();
+        while count() < n {
+            assert!(started.elapsed() < crate::support::HANG, "call {n} never started");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
+    let spawn = |args: &[&str]| {
+        switchyard(dir.path())
+            .args(args)
+            .args(STORE)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("starts")
+    };
+    let child = spawn(&["run", "slow.yaml"]);
+    wait_for_calls(1);
+    let (code, stderr) = crate::support::interrupt(child);
+    assert_eq!(code, Some(130), "{stderr}");
+    let id = run_id_from(&stderr);
+    let done = count();
+
+    let child = spawn(&["resume", &id]);
+    wait_for_calls(done + 1);
+    let (code, stderr) = crate::support::interrupt(child);
+    assert_eq!(code, Some(130), "{stderr}");
+    assert!(
+        stderr.contains("stopping: the steps in flight finish"),
+        "{stderr}"
+    );
+    assert_eq!(run_id_from(&stderr), id, "{stderr}");
+
+    let out = run(switchyard(dir.path()).args(["resume", &id]).args(STORE));
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    let output: Value = serde_json::from_str(&out.stdout).expect("JSON");
+    assert_eq!(output, json!({"a": true, "b": true, "c": true, "d": true}));
+    assert_eq!(count(), 4, "each step's call made once");
 }

@@ -109,9 +109,18 @@ pub fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
-            let code = if e.use_stderr() { exit::USAGE } else { exit::OK };
-            let _ = e.print();
-            return ExitCode::from(code);
+            if !e.use_stderr() {
+                let _ = e.print();
+                return ExitCode::from(exit::OK);
+            }
+            if asks_for_json_logs(std::env::args_os().skip(1)) {
+                JSON_LOGS.store(true, std::sync::atomic::Ordering::Relaxed);
+                let text = e.render().to_string();
+                stderr::error(text.strip_prefix("error: ").unwrap_or(&text));
+            } else {
+                let _ = e.print();
+            }
+            return ExitCode::from(exit::USAGE);
         }
     };
     init_logging(cli.log_format, cli.verbose);
@@ -213,6 +222,27 @@ static JSON_LOGS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool:
 /// Whether stderr carries JSON lines (`--log-format json`).
 pub(crate) fn json_logs() -> bool {
     JSON_LOGS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Whether a command line that did not parse asked for `--log-format json`: its usage error
+/// is then a JSON line too.
+fn asks_for_json_logs(args: impl Iterator<Item = std::ffi::OsString>) -> bool {
+    let mut json = false;
+    let mut value_next = false;
+    for a in args {
+        let a = a.to_string_lossy();
+        if value_next {
+            json = a == "json";
+            value_next = false;
+        } else if a == "--" {
+            break;
+        } else if a == "--log-format" {
+            value_next = true;
+        } else if let Some(v) = a.strip_prefix("--log-format=") {
+            json = v == "json";
+        }
+    }
+    json
 }
 
 fn init_logging(format: LogFormat, verbose: u8) {

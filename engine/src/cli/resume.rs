@@ -160,7 +160,10 @@ fn resume_run(run_id: &str, decision: Option<Value>, args: &ResumeArgs) -> u8 {
         options,
         controls: RunControls::default(),
     };
-    let outcome = rt.block_on(switchyard.resume(&flow, run_id, resume, config));
+    let outcome = rt.block_on(async {
+        super::run::pause_on_ctrl_c(&config.controls);
+        switchyard.resume(&flow, run_id, resume, config).await
+    });
     drop(switchyard);
     conclude(&rt, store, outcome.map_err(|e| e.to_string()), args)
 }
@@ -223,9 +226,20 @@ fn resume_submitted(
     };
     let engine = Engine::new(store.clone());
     let holder = format!("resume-{}", crate::cluster::worker::new_worker_id());
-    let outcome = rt.block_on(run_leased(
-        &store, &engine, &holder, plan, &record.id, options, resume,
-    ));
+    let outcome = rt.block_on(async {
+        let controls = RunControls::default();
+        super::run::pause_on_ctrl_c(&controls);
+        run_leased(
+            &store,
+            &engine,
+            &holder,
+            plan,
+            &record.id,
+            options,
+            (resume, controls),
+        )
+        .await
+    });
     drop(engine);
     let outcome = outcome.map_err(|e| match e {
         NotRun::Held => held_message(rt, sql, &record.id),
@@ -271,7 +285,7 @@ async fn run_leased(
     plan: Arc<Plan>,
     id: &str,
     options: RunOptions,
-    resume: ResumeOptions,
+    (resume, controls): (ResumeOptions, RunControls),
 ) -> Result<RunOutcome, NotRun> {
     let AnyStore::Sql(sql) = &**store else {
         return Err(NotRun::Failed("a submitted run lives in a SQL store".into()));
@@ -303,7 +317,7 @@ async fn run_leased(
             options,
             resume,
             Arc::new(AgentState::default()),
-            RunControls::default(),
+            controls,
         )
         .await;
     renew.abort();
@@ -340,6 +354,9 @@ struct Tally {
     in_doubt: usize,
     waiting: usize,
     held: usize,
+    /// Stopped by Ctrl-C at a recorded point, and not started because of it.
+    paused: usize,
+    unstarted: usize,
 }
 
 async fn continue_batch(store: &Arc<AnyStore>, name: &str, decision: Option<Value>, args: &ResumeArgs) -> u8 {
@@ -421,10 +438,19 @@ async fn continue_batch(store: &Arc<AnyStore>, name: &str, decision: Option<Valu
     ));
     let mut running = tokio::task::JoinSet::new();
     let total = todo.len();
+    // Ctrl-C: no more runs start, and those running stop at their next recorded point.
+    let controls = RunControls::default();
+    super::run::pause_on_ctrl_c(&controls);
     for (r, resume) in todo {
         let Ok(place) = places.clone().acquire_owned().await else {
             break;
         };
+        if controls.pause.is_cancelled() {
+            tally.unstarted += 1;
+            println!("{}  {}  left: not started (Ctrl-C)", r.id, item_of(&r));
+            continue;
+        }
+        let controls = controls.clone();
         let (store, engine, holder, plan, options) = (
             store.clone(),
             engine.clone(),
@@ -433,7 +459,7 @@ async fn continue_batch(store: &Arc<AnyStore>, name: &str, decision: Option<Valu
             options.clone(),
         );
         running.spawn(async move {
-            let out = run_leased(&store, &engine, &holder, plan, &r.id, options, resume).await;
+            let out = run_leased(&store, &engine, &holder, plan, &r.id, options, (resume, controls)).await;
             drop(place);
             (r, out)
         });
@@ -450,7 +476,8 @@ async fn continue_batch(store: &Arc<AnyStore>, name: &str, decision: Option<Valu
                     .unwrap_or_default();
                 match o.status {
                     RunStatus::Succeeded => tally.succeeded += 1,
-                    RunStatus::Interrupted | RunStatus::Running => tally.interrupted += 1,
+                    RunStatus::Interrupted => tally.interrupted += 1,
+                    RunStatus::Running => tally.paused += 1,
                     _ => tally.failed += 1,
                 }
                 let status = match o.status {
@@ -470,7 +497,7 @@ async fn continue_batch(store: &Arc<AnyStore>, name: &str, decision: Option<Valu
             }
         }
     }
-    let left = tally.in_doubt + tally.waiting + tally.held;
+    let left = tally.in_doubt + tally.waiting + tally.held + tally.unstarted;
     let counts = |parts: &[(usize, &str)]| -> String {
         let named: Vec<String> = parts
             .iter()
@@ -479,11 +506,15 @@ async fn continue_batch(store: &Arc<AnyStore>, name: &str, decision: Option<Valu
             .collect();
         named.join(", ")
     };
-    let mut text = format!("batch `{name}`: {total} interrupted run(s) continued");
+    let mut text = format!(
+        "batch `{name}`: {} interrupted run(s) continued",
+        total - tally.unstarted
+    );
     let ends = counts(&[
         (tally.succeeded, "succeeded"),
         (tally.failed, "failed"),
         (tally.interrupted, "interrupted again"),
+        (tally.paused, "paused (Ctrl-C)"),
         (tally.refused, "not resumed"),
     ]);
     if !ends.is_empty() {
@@ -494,6 +525,7 @@ async fn continue_batch(store: &Arc<AnyStore>, name: &str, decision: Option<Valu
             (tally.in_doubt, "in doubt (--retry-in-doubt)"),
             (tally.waiting, "waiting for a decision (--decision JSON)"),
             (tally.held, "held by a worker"),
+            (tally.unstarted, "not started (Ctrl-C)"),
         ]);
         text.push_str(&format!("; left as they are: {kept}"));
     }
@@ -509,10 +541,13 @@ async fn continue_batch(store: &Arc<AnyStore>, name: &str, decision: Option<Valu
         serde_json::json!({
             "batch": name, "continued": total, "succeeded": tally.succeeded, "failed": tally.failed,
             "interrupted": tally.interrupted, "not_resumed": tally.refused, "in_doubt": tally.in_doubt,
-            "waiting": tally.waiting, "held": tally.held,
+            "waiting": tally.waiting, "held": tally.held, "paused": tally.paused, "not_started": tally.unstarted,
         }),
     );
-    if tally.failed > 0 {
+    if tally.paused + tally.unstarted > 0 {
+        // Stopped by Ctrl-C, as `run` and `batch` say it.
+        130
+    } else if tally.failed > 0 {
         super::exit::FAILED
     } else if tally.refused > 0 {
         super::exit::USAGE

@@ -90,28 +90,7 @@ pub fn run(args: Args) -> u8 {
     let switchyard = Switchyard::with_store(store.clone());
     let controls = RunControls::default();
     let outcome = rt.block_on(async {
-        // Ctrl-C: the run stops at its next recorded point, to be resumed. Again: now.
-        let pause = controls.pause.clone();
-        tokio::spawn(async move {
-            if tokio::signal::ctrl_c().await.is_ok() {
-                stderr::say(
-                    Level::Warn,
-                    "stopping",
-                    "\nstopping: the steps in flight finish and are recorded (Ctrl-C again to quit now)",
-                    Value::Null,
-                );
-                pause.cancel();
-                if tokio::signal::ctrl_c().await.is_ok() {
-                    stderr::say(
-                        Level::Warn,
-                        "quit",
-                        "quit: `switchyard resume RUN_ID` continues the run (`switchyard runs list` names it)",
-                        Value::Null,
-                    );
-                    std::process::exit(130);
-                }
-            }
-        });
+        pause_on_ctrl_c(&controls);
         let config = RunConfig {
             context: Some(context),
             options,
@@ -222,6 +201,32 @@ fn approval_wait(text: &mut String, id: &str, w: &Waiting, child: &str) -> std::
 /// interrupted run is told how to continue: with a decision when it `waits` at an interrupt
 /// (its own or a child run's), with `--retry-in-doubt` when an attempt is in doubt, and with
 /// the `store` it is recorded in.
+/// Ctrl-C: the run stops at its next recorded point, to be resumed. Again: now. Called
+/// within the runtime that runs the run.
+pub(super) fn pause_on_ctrl_c(controls: &RunControls) {
+    let pause = controls.pause.clone();
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            stderr::say(
+                Level::Warn,
+                "stopping",
+                "\nstopping: the steps in flight finish and are recorded (Ctrl-C again to quit now)",
+                Value::Null,
+            );
+            pause.cancel();
+            if tokio::signal::ctrl_c().await.is_ok() {
+                stderr::say(
+                    Level::Warn,
+                    "quit",
+                    "quit: `switchyard resume RUN_ID` continues the run (`switchyard runs list` names it)",
+                    Value::Null,
+                );
+                std::process::exit(130);
+            }
+        }
+    });
+}
+
 pub(crate) fn report(outcome: RunOutcome, waiting: Option<&Waiting>, store: &StoreArg) -> u8 {
     let id = &outcome.run_id;
     let fields = |status: &str| {

@@ -320,30 +320,103 @@ fn first_line(s: &str, max: usize) -> String {
     out
 }
 
+/// Who runs a `running` run now, as `runs show` says it: the words, whether nothing runs it
+/// (it stopped), and what else than `resume` continues it.
+async fn holder_state(s: &crate::store::any::AnyStore, root: &RunRecord) -> (String, bool, &'static str) {
+    use crate::store::any::AnyStore;
+    const BATCH: &str = "the same `switchyard batch` command continues it, or ";
+    const WORKER: &str = "a `switchyard worker` takes it over, or ";
+    if root.paused() {
+        return ("paused (Ctrl-C): nothing runs it".into(), true, "");
+    }
+    let sql = match s {
+        AnyStore::Sql(sql) => Some(sql),
+        _ => None,
+    };
+    // A submitted run is held by its lease.
+    if let Some(sql) = sql
+        && let Ok(Some((_, owner, live))) = sql.lease_of(&root.id).await
+    {
+        let who = |o: &str| {
+            let what = if o.starts_with("resume-") {
+                "a `switchyard resume --batch` process"
+            } else {
+                "a `switchyard worker`"
+            };
+            match crate::store::writers::lease_holder_process(o) {
+                Some((pid, host)) => format!("{what} runs it now (pid {pid}, host {host})"),
+                None => format!("{what} runs it now (`{o}`)"),
+            }
+        };
+        return match owner.filter(|_| live) {
+            Some(o) => (who(&o), false, ""),
+            None => (
+                "stopped: the lease of the worker that ran it lapsed (a crash?)".into(),
+                true,
+                WORKER,
+            ),
+        };
+    }
+    // A run of `run` or `resume` (a batch's item too, when a `resume` continues it) is held
+    // by its writer (SPEC §7.3).
+    let held = match sql {
+        Some(sql) => sql.holder_of(&root.id).await.ok(),
+        None => None,
+    };
+    if let Some(Some((w, true))) = &held
+        && !w.is_gone()
+    {
+        return (
+            format!(
+                "a `switchyard run` or `resume` process runs it now (pid {}, host {})",
+                w.pid, w.host
+            ),
+            false,
+            "",
+        );
+    }
+    if root.batch.is_some() {
+        return match crate::batch::lock_batch_of(root) {
+            Err(crate::batch::BatchError::Busy { .. }) => {
+                ("a `switchyard batch` process runs it now".into(), false, "")
+            }
+            _ => (
+                "stopped (a crash?): no `switchyard batch` process runs it".into(),
+                true,
+                BATCH,
+            ),
+        };
+    }
+    let state = match held {
+        Some(Some((w, _))) if w.is_gone() => {
+            format!(
+                "stopped by a crash: the process that ran it (pid {}, host {}) is gone",
+                w.pid, w.host
+            )
+        }
+        Some(Some((w, _))) => format!(
+            "stopped (a crash?): the process that ran it (pid {}, host {}) no longer renews its hold",
+            w.pid, w.host
+        ),
+        Some(None) => "stopped by a crash: no process holds it".into(),
+        None => "stopped by a crash, unless a `switchyard run` process still runs it (not detected)".into(),
+    };
+    (state, true, "")
+}
+
 /// The status and duration lines of a run that is `running` with no end on record: what
 /// finished of it, since when nothing was recorded, whether anything runs it and the command
 /// that continues it.
-fn unfinished(
+async fn unfinished(
     out: &mut String,
+    s: &crate::store::any::AnyStore,
     run: &RunRecord,
     root: &RunRecord,
     steps: &[crate::runtime::record::StepRecord],
     store: &StoreArg,
 ) {
     use crate::runtime::record::StepStatus;
-    let (state, stopped) = if root.paused() {
-        ("paused (Ctrl-C): nothing runs it", true)
-    } else if root.batch.is_some() {
-        match crate::batch::lock_batch_of(root) {
-            Err(crate::batch::BatchError::Busy { .. }) => ("a `switchyard batch` process runs it now", false),
-            _ => ("stopped (a crash?): no `switchyard batch` process runs it", true),
-        }
-    } else {
-        (
-            "stopped by a crash, unless a `switchyard run` process still runs it (not detected)",
-            true,
-        )
-    };
+    let (state, stopped, how) = holder_state(s, root).await;
     let _ = writeln!(out, "status    running, {state}");
     let is_part = |s: &&crate::runtime::record::StepRecord| s.kind == "iteration" || s.kind == "branch";
     let finished = steps
@@ -377,11 +450,6 @@ fn unfinished(
         super::stderr::utc_seconds(last)
     );
     if stopped {
-        let how = if root.batch.is_some() {
-            "the same `switchyard batch` command continues it, or "
-        } else {
-            ""
-        };
         let _ = writeln!(
             out,
             "continue  {how}`switchyard resume {}{}`",
@@ -457,7 +525,7 @@ fn show(args: ShowArgs) -> u8 {
             let _ = writeln!(out, "duration  {} · {} steps", duration(&run), run.steps);
         } else {
             let steps = s.latest_steps(&run.id).await.map_err(|e| e.to_string())?;
-            unfinished(&mut out, &run, &root, &steps, &args.store);
+            unfinished(&mut out, s, &run, &root, &steps, &args.store).await;
         }
         let abandoned = abandoned_in_tree(&**s, &run.id).await?;
         let lower_bound = if abandoned > 0 {
@@ -586,52 +654,44 @@ fn cancel(args: CancelArgs) -> u8 {
             }
             let root = root_of(&**s, &run).await?;
             let _batch = lock_batch(&root, &run.id, "cancel")?;
-            let mut cancelled = Vec::new();
-            // A submitted run: its lease epoch moves on with its end, so the worker holding
-            // it (if one does) writes nothing more of it and drops it (SPEC §12).
-            let mut queue: Vec<RunRecord> = if let crate::store::any::AnyStore::Sql(sql) = &**s
-                && sql.lease_of(&root.id).await.map_err(|e| e.to_string())?.is_some()
-                && root.id == run.id
-            {
-                let mut r = run.clone();
-                r.status = RunStatus::Cancelled;
-                r.finished_at = Some(now_ms());
-                r.error = Some(StepError::new(
-                    ErrorKind::Cancelled,
-                    "cancelled with `switchyard runs cancel`",
-                ));
-                if !sql.end_submitted(&r).await.map_err(|e| e.to_string())? {
-                    return Err(format!("run `{}` ended meanwhile: nothing to cancel", run.id));
+            let submitted = match &**s {
+                crate::store::any::AnyStore::Sql(sql) => {
+                    sql.lease_of(&root.id).await.map_err(|e| e.to_string())?.is_some()
                 }
-                cancelled.push(r.id.clone());
-                // Its unfinished child runs end as a local run's do, below.
-                s.children(&r.id)
-                    .await
-                    .map_err(|e| e.to_string())?
-                    .into_iter()
-                    .filter(|c| crate::runtime::resume::resumable(c.status))
-                    .collect()
-            } else {
-                vec![run]
+                _ => false,
             };
-            while let Some(mut r) = queue.pop() {
-                queue.extend(
-                    s.children(&r.id)
-                        .await
-                        .map_err(|e| e.to_string())?
-                        .into_iter()
-                        .filter(|c| crate::runtime::resume::resumable(c.status)),
-                );
-                r.status = RunStatus::Cancelled;
-                r.finished_at = Some(now_ms());
-                r.error = Some(StepError::new(
-                    ErrorKind::Cancelled,
-                    "cancelled with `switchyard runs cancel`",
-                ));
-                s.update_run(&r).await.map_err(|e| e.to_string())?;
-                cancelled.push(r.id);
+            if submitted {
+                return cancel_tree(s, run, &root, true).await;
             }
-            Ok(cancelled)
+            // A run of `run` or `resume` is its writer's (SPEC §7.3): cancelled only once taken,
+            // so a live process is not told it ended while it goes on.
+            let writer = crate::store::Writer::this_process();
+            if let Err(e) = s.take_run(&root.id, &writer, CANCEL_LEASE).await {
+                writer.retire();
+                return Err(match e {
+                    crate::store::StoreError::Held { .. } => {
+                        format!("{e}: stop it (Ctrl-C) before you cancel the run here")
+                    }
+                    e => e.to_string(),
+                });
+            }
+            // Read again once held: the process that held it may have ended it meanwhile.
+            let out = match s.get_run(&run.id).await {
+                Ok(run) if crate::runtime::resume::resumable(run.status) => {
+                    cancel_tree(s, run, &root, false).await
+                }
+                Ok(run) => Err(format!(
+                    "run `{}` ended {} meanwhile: nothing to cancel",
+                    run.id,
+                    run.status.as_str()
+                )),
+                Err(e) => Err(e.to_string()),
+            };
+            if let Err(e) = s.give_back_run(&root.id, &writer).await {
+                tracing::warn!(run_id = %root.id, "could not give the run back: {e}");
+            }
+            writer.retire();
+            out
         },
     );
     match out {
@@ -644,4 +704,60 @@ fn cancel(args: CancelArgs) -> u8 {
         Ok(Err(e)) => fail(e),
         Err(e) => fail(e),
     }
+}
+
+/// How long `runs cancel` holds a run it cancels (it gives it back at once after).
+const CANCEL_LEASE: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Ends `run` and its unfinished child runs as `cancelled`; a submitted root run through its
+/// lease's epoch, so the worker holding it (if one does) writes nothing more of it and drops
+/// it (SPEC §12). The ids it cancelled.
+async fn cancel_tree(
+    s: &crate::store::any::AnyStore,
+    run: RunRecord,
+    root: &RunRecord,
+    submitted: bool,
+) -> Result<Vec<String>, String> {
+    let cancelled_now = |r: &mut RunRecord| {
+        r.status = RunStatus::Cancelled;
+        r.finished_at = Some(now_ms());
+        r.error = Some(StepError::new(
+            ErrorKind::Cancelled,
+            "cancelled with `switchyard runs cancel`",
+        ));
+    };
+    let mut cancelled = Vec::new();
+    let mut queue: Vec<RunRecord> = if let crate::store::any::AnyStore::Sql(sql) = s
+        && submitted
+        && root.id == run.id
+    {
+        let mut r = run.clone();
+        cancelled_now(&mut r);
+        if !sql.end_submitted(&r).await.map_err(|e| e.to_string())? {
+            return Err(format!("run `{}` ended meanwhile: nothing to cancel", run.id));
+        }
+        cancelled.push(r.id.clone());
+        // Its unfinished child runs end as a local run's do, below.
+        s.children(&r.id)
+            .await
+            .map_err(|e| e.to_string())?
+            .into_iter()
+            .filter(|c| crate::runtime::resume::resumable(c.status))
+            .collect()
+    } else {
+        vec![run]
+    };
+    while let Some(mut r) = queue.pop() {
+        queue.extend(
+            s.children(&r.id)
+                .await
+                .map_err(|e| e.to_string())?
+                .into_iter()
+                .filter(|c| crate::runtime::resume::resumable(c.status)),
+        );
+        cancelled_now(&mut r);
+        s.update_run(&r).await.map_err(|e| e.to_string())?;
+        cancelled.push(r.id);
+    }
+    Ok(cancelled)
 }

@@ -364,6 +364,10 @@ impl Tree {
 pub struct ExportStats {
     pub exported: AtomicU64,
     pub dropped: AtomicU64,
+    /// Spans handed to the exporter's thread.
+    pub handed: AtomicU64,
+    /// Spans of those whose request ended, taken or not.
+    pub settled: AtomicU64,
     /// Why the last spans were dropped.
     pub last_error: Mutex<Option<String>>,
 }
@@ -481,9 +485,13 @@ impl Exporter {
             *self.stats.last_error.lock().unwrap_or_else(|p| p.into_inner()) =
                 Some(format!("the collector did not take everything within {within:?}"));
         }
+        // Spans still queued or in a request the collector has not answered are not exported
+        // either: they are counted with the dropped ones.
+        let settled = self.stats.settled.load(Ordering::Relaxed);
+        let unsent = self.stats.handed.load(Ordering::Relaxed).saturating_sub(settled);
         (
             self.stats.exported.load(Ordering::Relaxed),
-            self.stats.dropped.load(Ordering::Relaxed),
+            self.stats.dropped.load(Ordering::Relaxed) + unsent,
             self.stats
                 .last_error
                 .lock()
@@ -509,6 +517,7 @@ impl Exporter {
             });
             return false;
         }
+        stats.handed.fetch_add(n as u64, Ordering::Relaxed);
         t.finished.push(tree);
         let before = t.finished_records;
         t.finished_records += n;
@@ -547,6 +556,7 @@ async fn post(url: &str, (body, n): (Vec<u8>, usize), stats: &ExportStats) {
             *stats.last_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
         }
     }
+    stats.settled.fetch_add(n, Ordering::Relaxed);
 }
 
 impl Observer for Exporter {

@@ -1035,6 +1035,17 @@ impl<'p> Checker<'_, 'p> {
                     .label("not a valid schema")
                     .help("schemas follow JSON Schema (draft 2020-12 unless `$schema` says otherwise)"),
             );
+        } else if let Err(e) = crate::plan::Schema::new(value) {
+            // Valid in form, yet not one a run can build: a `$ref` to a resource it does not
+            // hold (nothing is ever fetched).
+            self.out.push(
+                Diagnostic::new(&codes::INVALID_SCHEMA, span, format!("invalid JSON Schema: {e}"))
+                    .label("not a valid schema")
+                    .help(
+                        "a `$ref` may point only inside its schema (`#/$defs/NAME`): nothing is fetched; \
+                         give a schema file as the field's value (`schema: schemas/in.json`) instead",
+                    ),
+            );
         }
     }
 

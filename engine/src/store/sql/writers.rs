@@ -127,6 +127,27 @@ impl SqlStore {
         }))
     }
 
+    /// The writer holding `run_id` for a `run` or a `resume`, if a row names one, and whether
+    /// its lease is live on the database's clock.
+    pub async fn holder_of(&self, run_id: &str) -> Result<Option<(Writer, bool)>, StoreError> {
+        let Some(writer) = self.writer_of(run_id).await? else {
+            return Ok(None);
+        };
+        let what = format!("reading the lease on run `{run_id}`");
+        let now = self.ctx.dialect.now_ms();
+        let live = sqlx::query(AssertSqlSafe(format!(
+            "SELECT CASE WHEN until_ms > {now} THEN 1 ELSE 0 END AS live FROM run_writers \
+             WHERE run_id = $1 AND token = $2"
+        )))
+        .bind(run_id.to_string())
+        .bind(writer.token.clone())
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(|e| self.ctx.error(&what, &e))?
+        .map(|row| row.try_get::<i64, _>("live").is_ok_and(|l| l == 1));
+        Ok(live.map(|live| (writer, live)))
+    }
+
     /// [`crate::store::Store::renew_run`].
     pub(super) async fn renew_writer(
         &self,

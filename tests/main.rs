@@ -18,6 +18,8 @@
 //!   approvals end to end, and how `runs show` and `--trace` show a loop;
 //! - [`resume`]: what a stopped run records and tells: the flow hash over imports and called
 //!   flows, the question of an interrupt and how to answer it;
+//! - [`resume_changes`]: a stopped or killed run resumes under the agent changes it started
+//!   with, and other changes are refused;
 //! - [`cluster`]: many machines on PostgreSQL: `submit`, `worker` processes killed, frozen
 //!   and cut off, a poison item, the drain, a store from a newer switchyard;
 //! - [`cluster_bundle`]: a command's sibling modules shipped by `bundle:` patterns, and the
@@ -63,6 +65,7 @@ mod readme;
 mod redaction;
 mod report;
 mod resume;
+mod resume_changes;
 mod snapshots;
 mod store;
 mod support;

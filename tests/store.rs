@@ -58,6 +58,7 @@ fn run(id: &str, flow: &str, started_at: u64, status: RunStatus, full: bool) -> 
         flow_path: full.then(|| "/data/flows/triage.yaml".into()),
         messages: full.then(|| json!([{"role": "user", "content": "hi"}])),
         now_us: full.then_some(1_764_633_600_123_456),
+        agent_changes: full.then(|| json!([{"scope": "root", "mode": "remove", "agents": ["refund"]}])),
     }
 }
 
@@ -619,6 +620,8 @@ async fn a_full_disk_fails_clearly_and_keeps_what_was_recorded() {
 /// keep their order, the last of two writes for one key wins in the place of the first, and
 /// an update of a missing run fails alone.
 async fn writes_sent_together(store: &SqlStore) {
+    // Records as the engine hands them over, not boxed.
+    #[allow(clippy::large_enum_variant)]
     enum W {
         Step(StepRecord),
         Update(RunRecord),
@@ -821,8 +824,9 @@ async fn postgres_refuses_a_newer_schema() {
     schema.open().await.close().await;
     let mut conn = AnyConnection::connect(&schema.url).await.expect("connect");
     let bump = format!(
-        "INSERT INTO \"{}\".schema_version VALUES (9, 0, 'the future')",
-        schema.name
+        "INSERT INTO \"{}\".schema_version VALUES ({}, 0, 'the future')",
+        schema.name,
+        SCHEMA_VERSION + 1
     );
     sqlx::raw_sql(sqlx::AssertSqlSafe(bump))
         .execute(&mut conn)
@@ -836,7 +840,10 @@ async fn postgres_refuses_a_newer_schema() {
     let err = SqlStore::open_with(&schema.url, options)
         .await
         .expect_err("newer");
-    assert!(matches!(err, StoreError::NewerSchema { found: 9, .. }), "{err:?}");
+    assert!(
+        matches!(err, StoreError::NewerSchema { found, .. } if found == SCHEMA_VERSION + 1),
+        "{err:?}"
+    );
     assert!(
         err.to_string().contains(&format!("?schema={}", schema.name)),
         "{err}"
@@ -851,6 +858,7 @@ async fn postgres_upgrades_a_schema_4_store() {
     let store = schema.open().await;
     let old = RunRecord {
         now_us: None,
+        agent_changes: None,
         ..run("old", "f", 1_000, RunStatus::Interrupted, true)
     };
     store.create_run(&old).await.expect("create_run");
@@ -1165,9 +1173,12 @@ async fn stored_version(conn: &mut AnyConnection) -> i64 {
         .expect("a version")
 }
 
-/// Undoes migrations 8 (calls of unknown cost, a batch's cost cap), 7 (run writers),
-/// 6 (submitted batches) and 5 (runs without the `now` they saw).
+/// Undoes migrations 9 (the agent changes a run started with), 8 (calls of unknown cost, a
+/// batch's cost cap), 7 (run writers), 6 (submitted batches) and 5 (runs without the `now`
+/// they saw).
 pub(crate) const SCHEMA_5_TO_4: &[&str] = &[
+    "ALTER TABLE runs DROP COLUMN agent_changes",
+    "DELETE FROM schema_version WHERE version = 9",
     "DROP TABLE batch_spend",
     "ALTER TABLE steps DROP COLUMN cost_unknown_calls",
     "ALTER TABLE runs DROP COLUMN cost_unknown_calls",

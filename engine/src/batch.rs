@@ -186,6 +186,12 @@ pub enum BatchError {
         flow: String,
         first: String,
     },
+    #[error(
+        "{count} unfinished run(s) of this batch started under other agent changes than this --agent-change \
+         (first: `{first}`): give the --agent-change the batch started with, or pass --allow-changed to resume \
+         them under these"
+    )]
+    OtherAgentChanges { count: usize, first: String },
     #[error("store: {0}")]
     Store(#[from] crate::store::StoreError),
     #[error(
@@ -730,17 +736,27 @@ pub async fn run<S: Store>(
             flow: Some(root.name.clone()),
             ..Default::default()
         };
-        let changed: Vec<RunRecord> = engine
+        let unfinished: Vec<RunRecord> = engine
             .store
             .unfinished_runs(&filter)
             .await?
             .into_iter()
-            .filter(|r| r.batch.as_deref() == Some(&batch) && r.flow_hash != root.hash)
+            .filter(|r| r.batch.as_deref() == Some(&batch))
             .collect();
+        let changed: Vec<&RunRecord> = unfinished.iter().filter(|r| r.flow_hash != root.hash).collect();
         if let Some(first) = changed.first() {
             return Err(BatchError::FlowChanged {
                 count: changed.len(),
                 flow: root.name.clone(),
+                first: first.id.clone(),
+            });
+        }
+        // Resumed under other agent changes, a run could call an agent it started without.
+        let source = &run_options.agent_changes.source;
+        let other: Vec<&RunRecord> = unfinished.iter().filter(|r| r.agent_changes != *source).collect();
+        if let Some(first) = other.first() {
+            return Err(BatchError::OtherAgentChanges {
+                count: other.len(),
                 first: first.id.clone(),
             });
         }

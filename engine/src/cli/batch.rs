@@ -50,7 +50,8 @@ pub struct Args {
     /// Call again attempts that started and never finished, even of non-idempotent steps.
     #[arg(long)]
     pub retry_in_doubt: bool,
-    /// Resume runs that started from another version of the flow.
+    /// Resume runs that started from another version of the flow, or under other agent
+    /// changes than this --agent-change (they go on under this one).
     #[arg(long)]
     pub allow_changed: bool,
     /// Seconds between progress lines when stderr is not a terminal (with

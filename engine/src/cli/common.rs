@@ -9,6 +9,8 @@ use serde_json::Value;
 use crate::model::AgentKind;
 use crate::plan::Plan;
 use crate::runtime::engine::RunOptions;
+use crate::runtime::record::RunRecord;
+use crate::runtime::resume::ResumeError;
 
 /// `--store URL`.
 #[derive(clap::Args, Debug, Clone)]
@@ -217,6 +219,16 @@ impl RunArgs {
 
     /// The context value and run options, validated.
     pub fn options(&self, plan: &Plan) -> Result<(Value, RunOptions), String> {
+        self.options_for(plan, None)
+    }
+
+    /// The run options of a resume of `run` (SPEC §8.4): the agent changes it started with
+    /// apply again without --agent-change; an --agent-change other than those is refused.
+    pub fn resume_options(&self, plan: &Plan, run: &RunRecord) -> Result<RunOptions, String> {
+        self.options_for(plan, Some(run)).map(|(_, o)| o)
+    }
+
+    fn options_for(&self, plan: &Plan, resumed: Option<&RunRecord>) -> Result<(Value, RunOptions), String> {
         let context = match &self.context {
             Some(text) => {
                 crate::json::from_str(text).map_err(|e| format!("--context is not valid JSON: {e}"))?
@@ -238,8 +250,8 @@ impl RunArgs {
             ),
             None => None,
         };
-        let agent_changes = match &self.agent_change {
-            Some(path) => {
+        let given = match &self.agent_change {
+            Some(path) => Some({
                 let bytes = std::fs::read(path)
                     .map_err(|e| format!("cannot read --agent-change `{}`: {e}", path.display()))?;
                 let text = crate::json::text_of(&bytes).map_err(|e| {
@@ -252,8 +264,31 @@ impl RunArgs {
                     )
                 })?;
                 crate::runtime::changes::load(&path.display().to_string(), text, plan)?
+            }),
+            None => None,
+        };
+        let agent_changes = match (resumed, given) {
+            (None, given) => given.unwrap_or_default(),
+            (Some(run), Some(given)) if given.source == run.agent_changes => given,
+            (Some(run), Some(_)) => {
+                return Err(ResumeError::OtherChanges {
+                    id: run.id.clone(),
+                    recorded: run.agent_changes.is_some(),
+                }
+                .to_string());
             }
-            None => Default::default(),
+            (Some(run), None) => match &run.agent_changes {
+                Some(recorded) => {
+                    crate::runtime::changes::load_recorded(&run.id, recorded, plan).map_err(|message| {
+                        ResumeError::RecordedChanges {
+                            id: run.id.clone(),
+                            message,
+                        }
+                        .to_string()
+                    })?
+                }
+                None => Default::default(),
+            },
         };
         // Secrets are read at each call; a variable that is not set fails now, before any
         // step runs, rather than at the first call.

@@ -31,7 +31,9 @@ process, --concurrency at a time, each under a lease of its own as a worker woul
 `in_doubt` only with --retry-in-doubt, a run waiting at an `interrupt` step or an agent loop's approval only with \
 --decision (the same decision for each, checked against each run's question); the others are listed and left as \
 they are. Runs a worker holds right now are left to it.\n\n\
-A resumed run keeps the context it started with: --context is refused.\n\n\
+A resumed run keeps the context it started with: --context is refused. It keeps the agent changes it \
+started with too (--agent-change, recorded with the run): they apply again without the flag, and an \
+--agent-change other than those is refused (exit 2).\n\n\
 Exit status: 0 succeeded (with --batch: every run continued succeeded and none was left), 1 a run failed, \
 2 usage, the run cannot be resumed, or another process runs it (named by pid and host), 3 interrupted again (or left interrupted)."
 )]
@@ -142,8 +144,8 @@ fn resume_run(run_id: &str, decision: Option<Value>, args: &ResumeArgs) -> u8 {
     let Some(flow) = super::graph::load_flow(&flow, args.common.root.clone()) else {
         return super::exit::USAGE;
     };
-    let options = match args.common.options(flow.plan()) {
-        Ok((_, o)) => o,
+    let options = match args.common.resume_options(flow.plan(), &record) {
+        Ok(o) => o,
         Err(e) => return fail(e),
     };
     let switchyard = Switchyard::with_store(store.clone());
@@ -213,8 +215,8 @@ fn resume_submitted(
         Ok(p) => p,
         Err(e) => return fail(format!("batch `{name}`: {e}")),
     };
-    let options = match args.common.options(&plan) {
-        Ok((_, o)) => o,
+    let options = match args.common.resume_options(&plan, &record) {
+        Ok(o) => o,
         Err(e) => return fail(e),
     };
     let resume = ResumeOptions {

@@ -260,6 +260,7 @@ fn mocks(plan: &Plan, t: &FlowTest, text: &str) -> Result<AgentChanges, String> 
         per_flow,
         removed_reason: Some(NOT_MOCKED.into()),
         stand_ins: true,
+        source: None,
     })
 }
 

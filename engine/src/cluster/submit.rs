@@ -310,5 +310,6 @@ fn queued_run(plan: &Plan, options: &SubmitOptions, id: &str, index: u64, input:
         item_id: Some(id.to_string()),
         item_index: Some(index),
         now_us: None,
+        agent_changes: None,
     }
 }

@@ -916,6 +916,7 @@ mod tests {
             item_id: None,
             item_index: None,
             now_us: None,
+            agent_changes: None,
         };
         let step = StepRecord {
             run_id: "r1".into(),

@@ -62,18 +62,24 @@ pub struct UnknownName {
 /// Parses an agent-change file. Replacement agents may be `mock` or `transform` agents
 /// (self-contained); errors name the file, line and column.
 pub fn parse(name: &str, text: &str) -> Result<Vec<Change>, String> {
+    parse_with_source(name, text).map(|(changes, _)| changes)
+}
+
+/// [`parse`], and the file as canonical JSON ([`AgentChanges::source`]).
+fn parse_with_source(name: &str, text: &str) -> Result<(Vec<Change>, Value), String> {
     let node = syntax::parse(
         crate::source::FileId(0),
         text.as_bytes(),
         &syntax::Limits::default(),
     )
     .map_err(|d| located(name, text, &d))?;
-    from_node(&node, text).map_err(|ds| {
+    let changes = from_node(&node, text).map_err(|ds| {
         ds.iter()
             .map(|d| located(name, text, d))
             .collect::<Vec<_>>()
             .join("\nerror: ")
-    })
+    })?;
+    Ok((changes, node.to_json()))
 }
 
 /// `file:line:column: message (help) [code]`.
@@ -398,7 +404,7 @@ fn flow_agent_names(flow: &crate::plan::FlowPlan) -> Vec<&str> {
 /// Parses a change file and checks its names against the run's tree: the resolved changes, or
 /// every problem, each as `file:line:column: message` with its help.
 pub fn load(name: &str, text: &str, plan: &Plan) -> Result<AgentChanges, String> {
-    let changes = parse(name, text)?;
+    let (changes, source) = parse_with_source(name, text)?;
     let unknown = unknown_names(&changes, &plan_tree(plan));
     if !unknown.is_empty() {
         return Err(unknown
@@ -414,7 +420,22 @@ pub fn load(name: &str, text: &str, plan: &Plan) -> Result<AgentChanges, String>
             .collect::<Vec<_>>()
             .join("\nerror: "));
     }
-    Ok(resolve(&changes, plan))
+    Ok(AgentChanges {
+        source: Some(source),
+        ..resolve(&changes, plan)
+    })
+}
+
+/// The agent changes run `run_id` recorded ([`AgentChanges::source`]), resolved against
+/// `plan` as when it started. Its names are checked again: the flow may have changed since.
+pub fn load_recorded(run_id: &str, recorded: &Value, plan: &Plan) -> Result<AgentChanges, String> {
+    // JSON is YAML: the recorded form reads as a change file.
+    let text = recorded.to_string();
+    load(
+        &format!("agent changes recorded with run `{run_id}`"),
+        &text,
+        plan,
+    )
 }
 
 fn at(name: &str, text: &str, span: &crate::source::Span, message: &str) -> String {
@@ -539,6 +560,7 @@ pub fn resolve(changes: &[Change], plan: &Plan) -> AgentChanges {
         per_flow,
         removed_reason: None,
         stand_ins: false,
+        source: None,
     }
 }
 

@@ -142,6 +142,11 @@ pub struct RunRecord {
     /// recorded before schema 5 (a resume takes `started_at` then).
     #[serde(default)]
     pub now_us: Option<i64>,
+    /// The agent changes a root run started with (`--agent-change`, SPEC §8.4), as the
+    /// canonical JSON of the change file, so that a resumed run applies them again without the
+    /// file. `None`: no changes (and every run recorded before schema 9).
+    #[serde(default)]
+    pub agent_changes: Option<Value>,
 }
 
 impl RunRecord {

@@ -192,6 +192,14 @@ pub enum ResumeError {
         recorded: String,
         now: String,
     },
+    #[error(
+        "run `{id}` started {}: a resumed run keeps the agent changes it started with; resume it without \
+         --agent-change, which applies them again",
+        if *recorded { "with other agent changes than the --agent-change given" } else { "without agent changes, and --agent-change gives some" }
+    )]
+    OtherChanges { id: String, recorded: bool },
+    #[error("the agent changes run `{id}` started with no longer fit its flow: {message}")]
+    RecordedChanges { id: String, message: String },
     #[error("run `{id}` was started from flow `{recorded}`, not `{given}`")]
     OtherFlow {
         id: String,

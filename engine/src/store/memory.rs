@@ -196,6 +196,7 @@ impl Stored {
             item_id,
             item_index,
             now_us,
+            agent_changes,
         } = run;
         Stored {
             seq,
@@ -221,6 +222,7 @@ impl Stored {
                 item_id: item_id.clone(),
                 item_index: *item_index,
                 now_us: *now_us,
+                agent_changes: agent_changes.clone(),
             },
             input: text(input),
             output: output.as_ref().map(text),
@@ -519,6 +521,7 @@ mod tests {
             flow_path: None,
             messages: None,
             now_us: None,
+            agent_changes: None,
         }
     }
 

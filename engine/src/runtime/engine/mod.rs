@@ -83,6 +83,9 @@ pub struct AgentChanges {
     /// check uses the replaced agent's kind, so mocking an agent never changes what a flow
     /// may call. Otherwise (`--agent-change`) the replacement is checked as itself.
     pub stand_ins: bool,
+    /// The change file these come from, as canonical JSON: what a root run records, so that
+    /// a resume applies the same changes without the file. `None` when there is no file.
+    pub source: Option<Value>,
 }
 
 /// What a finished run returns.

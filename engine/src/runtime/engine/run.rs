@@ -11,7 +11,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::limits::Budget;
 use super::{
-    BatchItem, Engine, Lineage, Run, RunControls, RunOptions, RunOutcome, StepOutcome, Tree, intersect,
+    AgentChanges, BatchItem, Engine, Lineage, Run, RunControls, RunOptions, RunOutcome, StepOutcome, Tree,
+    intersect,
 };
 use crate::agents::AgentState;
 use crate::plan::*;
@@ -224,8 +225,9 @@ impl<S: Store> Engine<S> {
         };
         let mut resume = resume;
         resume.decision_for = waiting;
-        // The conversation the run started with, unless the caller gives one.
         let mut options = options;
+        options.agent_changes = recorded_changes(&plan, &record, &options, &resume)?;
+        // The conversation the run started with, unless the caller gives one.
         if options.messages.is_empty()
             && let Some(Value::Array(m)) = &record.messages
         {
@@ -403,6 +405,33 @@ impl<S: Store> Engine<S> {
         (tree, lineage)
     }
 }
+/// The agent changes a resumed run goes on under (SPEC §8.4): those it recorded when none are
+/// given, the given ones when they are the same. Other changes than the recorded ones are
+/// refused unless the caller allows a changed run (`batch --allow-changed`): a change that
+/// takes an agent away must not be dropped or swapped by a resume.
+fn recorded_changes(
+    plan: &Plan,
+    record: &RunRecord,
+    options: &RunOptions,
+    resume: &ResumeOptions,
+) -> Result<Arc<AgentChanges>, ResumeError> {
+    let given = options.agent_changes.source.as_ref();
+    match (&record.agent_changes, given) {
+        (recorded, given) if recorded.as_ref() == given => Ok(options.agent_changes.clone()),
+        (Some(recorded), None) => crate::runtime::changes::load_recorded(&record.id, recorded, plan)
+            .map(Arc::new)
+            .map_err(|message| ResumeError::RecordedChanges {
+                id: record.id.clone(),
+                message,
+            }),
+        _ if resume.allow_changed => Ok(options.agent_changes.clone()),
+        (recorded, _) => Err(ResumeError::OtherChanges {
+            id: record.id.clone(),
+            recorded: recorded.is_some(),
+        }),
+    }
+}
+
 /// The `now` a run tree recorded at its first start; a run recorded before `now` was (schema
 /// 4 and older) takes its start, to the millisecond.
 fn recorded_now(record: &RunRecord) -> Timestamp {
@@ -442,6 +471,13 @@ impl<'e, S: Store> Run<'e, S> {
                 steps: 0,
                 // A run from before schema 5 records the `now` it is resumed with.
                 now_us: Some(tree.now.unix_micros()),
+                // The changes it runs under now: the recorded ones, or those that replaced
+                // them (`batch --allow-changed`).
+                agent_changes: if lineage.depth == 0 {
+                    tree.options.agent_changes.source.clone()
+                } else {
+                    None
+                },
                 ..earlier
             },
             None => RunRecord {
@@ -472,6 +508,12 @@ impl<'e, S: Store> Run<'e, S> {
                     .then(|| Value::Array((*tree.options.messages).clone())),
                 flow_path: if lineage.depth == 0 {
                     flow.path.as_ref().map(|p| p.display().to_string())
+                } else {
+                    None
+                },
+                // The tree's changes, kept with its root: a resume applies them again.
+                agent_changes: if lineage.depth == 0 {
+                    tree.options.agent_changes.source.clone()
                 } else {
                     None
                 },

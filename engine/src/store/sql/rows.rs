@@ -43,6 +43,7 @@ pub(crate) struct RunRow {
     messages: Option<String>,
     now_us: Option<i64>,
     cost_unknown_calls: i64,
+    agent_changes: Option<String>,
 }
 
 impl RunRow {
@@ -72,6 +73,7 @@ impl RunRow {
             messages: r.messages.as_ref().map(json).transpose()?,
             now_us: r.now_us,
             cost_unknown_calls: int(r.usage.cost_unknown_calls, "cost_unknown_calls")?,
+            agent_changes: r.agent_changes.as_ref().map(json).transpose()?,
         })
     }
 
@@ -101,6 +103,7 @@ impl RunRow {
             .bind(self.messages.clone())
             .bind(self.now_us)
             .bind(self.cost_unknown_calls)
+            .bind(self.agent_changes.clone())
     }
 }
 
@@ -217,6 +220,7 @@ pub(crate) fn decode_run(row: &AnyRow) -> Result<RunRecord, String> {
         flow_path: get(row, "flow_path")?,
         messages: opt_json(row, "messages")?,
         now_us: get(row, "now_us")?,
+        agent_changes: opt_json(row, "agent_changes")?,
     })
 }
 

@@ -18,7 +18,7 @@ use crate::runtime::record::now_ms;
 use crate::store::StoreError;
 
 /// The newest schema this build reads and writes.
-pub const SCHEMA_VERSION: i64 = 8;
+pub const SCHEMA_VERSION: i64 = 9;
 
 struct Migration {
     version: i64,
@@ -232,6 +232,13 @@ const MIGRATIONS: &[Migration] = &[
         )",
         ],
     },
+    Migration {
+        version: 9,
+        description: "the agent changes a run started with, for resume",
+        // The canonical JSON of the run's `--agent-change` file (SPEC §8.4); NULL: none, as
+        // on every run recorded before.
+        statements: &["ALTER TABLE runs ADD COLUMN agent_changes TEXT"],
+    },
 ];
 
 /// The store's schema version: 0 for an empty store. Reads only.
@@ -312,10 +319,10 @@ mod tests {
 
     #[test]
     fn newer_schema_names_both_versions() {
-        let err = check_not_newer(9, "/x/runs.db").expect_err("newer");
+        let err = check_not_newer(10, "/x/runs.db").expect_err("newer");
         assert_eq!(
             err.to_string(),
-            "the store at /x/runs.db was written by a newer switchyard (schema 9; this one knows up to 8)"
+            "the store at /x/runs.db was written by a newer switchyard (schema 10; this one knows up to 9)"
         );
         assert!(check_not_newer(1, "s").is_ok() && check_not_newer(0, "s").is_ok());
     }

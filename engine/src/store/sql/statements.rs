@@ -20,7 +20,7 @@ const SHAPES: usize = MAX_ROWS.trailing_zeros() as usize + 1;
 type Cache = [[OnceLock<String>; SHAPES]; 2];
 
 /// The columns of `runs` a run record fills, in bind order (`id` first).
-pub(crate) const RUN_COLUMNS: [&str; 24] = [
+pub(crate) const RUN_COLUMNS: [&str; 25] = [
     "id",
     "flow",
     "flow_hash",
@@ -45,6 +45,7 @@ pub(crate) const RUN_COLUMNS: [&str; 24] = [
     "messages",
     "now_us",
     "cost_unknown_calls",
+    "agent_changes",
 ];
 
 /// The columns of `steps` a step record fills, in bind order: the key, `seq` (its place in

@@ -233,7 +233,7 @@ fn a_batch_started_again_under_other_agent_changes_is_refused_without_allow_chan
     assert_eq!(out.code(), 2, "{}", out.stderr);
     assert!(
         out.stderr.contains(
-            "1 unfinished run(s) of this batch started under other agent changes than this --agent-change"
+            "1 unfinished run(s) of this batch started under other agent changes than this command's --agent-change"
         ) && out.stderr.contains("--allow-changed"),
         "{}",
         out.stderr

@@ -187,9 +187,9 @@ pub enum BatchError {
         first: String,
     },
     #[error(
-        "{count} unfinished run(s) of this batch started under other agent changes than this --agent-change \
-         (first: `{first}`): give the --agent-change the batch started with, or pass --allow-changed to resume \
-         them under these"
+        "{count} unfinished run(s) of this batch started under other agent changes than this command's \
+         --agent-change (first: `{first}`): give the --agent-change the batch started with, or pass \
+         --allow-changed to resume them anyway"
     )]
     OtherAgentChanges { count: usize, first: String },
     #[error("store: {0}")]

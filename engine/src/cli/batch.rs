@@ -51,7 +51,8 @@ pub struct Args {
     #[arg(long)]
     pub retry_in_doubt: bool,
     /// Resume runs that started from another version of the flow, or under other agent
-    /// changes than this --agent-change (they go on under this one).
+    /// changes than this --agent-change (they go on under this one; without --agent-change,
+    /// under those they started with).
     #[arg(long)]
     pub allow_changed: bool,
     /// Seconds between progress lines when stderr is not a terminal (with

@@ -700,6 +700,44 @@ impl Earlier {
     }
 }
 
+/// Refuses to continue a batch whose unfinished runs started from another version of the flow,
+/// or under other agent changes than `run_options`' (a run resumed under other changes could
+/// call an agent it started without); `--allow-changed` skips this.
+async fn refuse_changed<S: Store>(
+    store: &S,
+    batch: &str,
+    root: &crate::plan::FlowPlan,
+    run_options: &RunOptions,
+) -> Result<(), BatchError> {
+    let filter = crate::store::RunFilter {
+        flow: Some(root.name.clone()),
+        ..Default::default()
+    };
+    let unfinished: Vec<RunRecord> = store
+        .unfinished_runs(&filter)
+        .await?
+        .into_iter()
+        .filter(|r| r.batch.as_deref() == Some(batch))
+        .collect();
+    let changed: Vec<&RunRecord> = unfinished.iter().filter(|r| r.flow_hash != root.hash).collect();
+    if let Some(first) = changed.first() {
+        return Err(BatchError::FlowChanged {
+            count: changed.len(),
+            flow: root.name.clone(),
+            first: first.id.clone(),
+        });
+    }
+    let source = &run_options.agent_changes.source;
+    let other: Vec<&RunRecord> = unfinished.iter().filter(|r| r.agent_changes != *source).collect();
+    if let Some(first) = other.first() {
+        return Err(BatchError::OtherAgentChanges {
+            count: other.len(),
+            first: first.id.clone(),
+        });
+    }
+    Ok(())
+}
+
 /// What one line becomes.
 enum Slot {
     Waiting,
@@ -732,34 +770,7 @@ pub async fn run<S: Store>(
     let batch = batch_name(&*engine.store, &options).await?;
     let root = plan.root().clone();
     if !options.fresh_store && !options.allow_changed && !options.export_only {
-        let filter = crate::store::RunFilter {
-            flow: Some(root.name.clone()),
-            ..Default::default()
-        };
-        let unfinished: Vec<RunRecord> = engine
-            .store
-            .unfinished_runs(&filter)
-            .await?
-            .into_iter()
-            .filter(|r| r.batch.as_deref() == Some(&batch))
-            .collect();
-        let changed: Vec<&RunRecord> = unfinished.iter().filter(|r| r.flow_hash != root.hash).collect();
-        if let Some(first) = changed.first() {
-            return Err(BatchError::FlowChanged {
-                count: changed.len(),
-                flow: root.name.clone(),
-                first: first.id.clone(),
-            });
-        }
-        // Resumed under other agent changes, a run could call an agent it started without.
-        let source = &run_options.agent_changes.source;
-        let other: Vec<&RunRecord> = unfinished.iter().filter(|r| r.agent_changes != *source).collect();
-        if let Some(first) = other.first() {
-            return Err(BatchError::OtherAgentChanges {
-                count: other.len(),
-                first: first.id.clone(),
-            });
-        }
+        refuse_changed(&*engine.store, &batch, &root, &run_options).await?;
     }
     let out_path = options.output.display().to_string();
     // An export from a store that never saw this batch (another folder's, a mistyped one)

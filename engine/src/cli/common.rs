@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use crate::model::AgentKind;
 use crate::plan::Plan;
-use crate::runtime::engine::RunOptions;
+use crate::runtime::engine::{AgentChanges, RunOptions};
 use crate::runtime::record::RunRecord;
 use crate::runtime::resume::ResumeError;
 
@@ -228,6 +228,52 @@ impl RunArgs {
         self.options_for(plan, Some(run)).map(|(_, o)| o)
     }
 
+    /// The agent changes of a run: --agent-change's; for a resume of `resumed`, those it
+    /// recorded, which an --agent-change must repeat (SPEC §8.4: a resume never swaps or
+    /// drops them).
+    fn agent_changes(&self, plan: &Plan, resumed: Option<&RunRecord>) -> Result<AgentChanges, String> {
+        let given = match &self.agent_change {
+            Some(path) => Some({
+                let bytes = std::fs::read(path)
+                    .map_err(|e| format!("cannot read --agent-change `{}`: {e}", path.display()))?;
+                let text = crate::json::text_of(&bytes).map_err(|e| {
+                    format!(
+                        "--agent-change `{}` is not UTF-8 text: {} (line {}, column {})",
+                        path.display(),
+                        e.cause(),
+                        e.line(),
+                        e.column()
+                    )
+                })?;
+                crate::runtime::changes::load(&path.display().to_string(), text, plan)?
+            }),
+            None => None,
+        };
+        Ok(match (resumed, given) {
+            (None, given) => given.unwrap_or_default(),
+            (Some(run), Some(given)) if given.source == run.agent_changes => given,
+            (Some(run), Some(_)) => {
+                return Err(ResumeError::OtherChanges {
+                    id: run.id.clone(),
+                    recorded: run.agent_changes.is_some(),
+                }
+                .to_string());
+            }
+            (Some(run), None) => match &run.agent_changes {
+                Some(recorded) => {
+                    crate::runtime::changes::load_recorded(&run.id, recorded, plan).map_err(|message| {
+                        ResumeError::RecordedChanges {
+                            id: run.id.clone(),
+                            message,
+                        }
+                        .to_string()
+                    })?
+                }
+                None => Default::default(),
+            },
+        })
+    }
+
     fn options_for(&self, plan: &Plan, resumed: Option<&RunRecord>) -> Result<(Value, RunOptions), String> {
         let context = match &self.context {
             Some(text) => {
@@ -250,46 +296,7 @@ impl RunArgs {
             ),
             None => None,
         };
-        let given = match &self.agent_change {
-            Some(path) => Some({
-                let bytes = std::fs::read(path)
-                    .map_err(|e| format!("cannot read --agent-change `{}`: {e}", path.display()))?;
-                let text = crate::json::text_of(&bytes).map_err(|e| {
-                    format!(
-                        "--agent-change `{}` is not UTF-8 text: {} (line {}, column {})",
-                        path.display(),
-                        e.cause(),
-                        e.line(),
-                        e.column()
-                    )
-                })?;
-                crate::runtime::changes::load(&path.display().to_string(), text, plan)?
-            }),
-            None => None,
-        };
-        let agent_changes = match (resumed, given) {
-            (None, given) => given.unwrap_or_default(),
-            (Some(run), Some(given)) if given.source == run.agent_changes => given,
-            (Some(run), Some(_)) => {
-                return Err(ResumeError::OtherChanges {
-                    id: run.id.clone(),
-                    recorded: run.agent_changes.is_some(),
-                }
-                .to_string());
-            }
-            (Some(run), None) => match &run.agent_changes {
-                Some(recorded) => {
-                    crate::runtime::changes::load_recorded(&run.id, recorded, plan).map_err(|message| {
-                        ResumeError::RecordedChanges {
-                            id: run.id.clone(),
-                            message,
-                        }
-                        .to_string()
-                    })?
-                }
-                None => Default::default(),
-            },
-        };
+        let agent_changes = self.agent_changes(plan, resumed)?;
         // Secrets are read at each call; a variable that is not set fails now, before any
         // step runs, rather than at the first call.
         crate::agents::secrets::check_env(plan, &agent_changes)?;

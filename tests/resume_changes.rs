@@ -78,19 +78,33 @@ fn output(out: &crate::support::Output) -> Value {
 
 #[test]
 fn a_run_stopped_at_an_interrupt_resumes_under_its_agent_changes_without_the_file() {
-    let dir = TempDir::new("resume-changes-interrupt");
-    interrupting(&dir);
-    let id = start_interrupted(&dir);
-    // The file is gone by the time someone answers.
-    std::fs::remove_file(dir.path().join("no-refunds.yaml")).expect("remove the change file");
+    // Each scope that reaches the child flow means the same after the resume.
+    for scope in [
+        "scope: all_subagents",
+        "scope: global",
+        "scope: specific\n  flows: [payer]",
+    ] {
+        let dir = TempDir::new("resume-changes-interrupt");
+        interrupting(&dir);
+        dir.write(
+            "no-refunds.yaml",
+            format!(
+                "- {scope}\n  mode: replace\n  agents: {{refund: {{kind: mock, returns: {{refunded: false, mocked: true}}}}}}\n"
+            ),
+        );
+        let id = start_interrupted(&dir);
+        // The file is gone by the time someone answers.
+        std::fs::remove_file(dir.path().join("no-refunds.yaml")).expect("remove the change file");
 
-    let out = resume(&dir, &id, &[]);
-    assert_eq!(out.code(), 0, "{}", out.stderr);
-    assert_eq!(refunds(&dir), None, "the removed refund ran");
-    assert_eq!(
-        output(&out),
-        json!({"amount": 5, "refunded": false, "mocked": true})
-    );
+        let out = resume(&dir, &id, &[]);
+        assert_eq!(out.code(), 0, "{scope}: {}", out.stderr);
+        assert_eq!(refunds(&dir), None, "{scope}: the removed refund ran");
+        assert_eq!(
+            output(&out),
+            json!({"amount": 5, "refunded": false, "mocked": true}),
+            "{scope}"
+        );
+    }
 }
 
 #[test]
@@ -292,4 +306,50 @@ async fn a_schema_8_store_is_upgraded_by_resume() {
     sqlx::Connection::close(conn).await.expect("close");
     let recorded: Value = serde_json::from_str(&recorded.expect("recorded changes")).expect("JSON");
     assert_eq!(recorded[0]["agents"]["refund"]["kind"], "mock", "{recorded}");
+}
+
+/// Through the library, a resume given no agent changes takes the run's recorded ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_resumed_through_the_library_keeps_its_agent_changes() {
+    use std::sync::Arc;
+    use switchyard::api::ResumeOptions;
+    use switchyard::runtime::engine::RunOptions;
+    use switchyard::{Flow, RunConfig, RunStatus, Switchyard};
+
+    let dir = TempDir::new("resume-changes-library");
+    interrupting(&dir);
+    let flow = Flow::load(dir.path().join("refunds.yaml")).expect("the flow");
+    let text = std::fs::read_to_string(dir.path().join("no-refunds.yaml")).expect("the changes");
+    let changes =
+        switchyard::runtime::changes::load("no-refunds.yaml", &text, flow.plan()).expect("valid changes");
+    let url = format!("sqlite:{}", dir.path().join("runs.db").display());
+    let sy = Switchyard::open(&url).await.expect("the store");
+    let config = RunConfig {
+        options: RunOptions {
+            agent_changes: Arc::new(changes),
+            ..RunOptions::default()
+        },
+        ..RunConfig::default()
+    };
+    let stopped = sy
+        .run_with(&flow, json!({"amount": 5}), config)
+        .await
+        .expect("a run");
+    assert_eq!(stopped.status, RunStatus::Interrupted);
+
+    let resume = ResumeOptions {
+        decision: Some(json!({})),
+        ..ResumeOptions::default()
+    };
+    let done = sy
+        .resume(&flow, &stopped.run_id, resume, RunConfig::default())
+        .await
+        .expect("resumed");
+    assert_eq!(done.status, RunStatus::Succeeded, "{:?}", done.error);
+    assert_eq!(refunds(&dir), None, "the removed refund ran");
+    assert_eq!(
+        done.output,
+        Some(json!({"amount": 5, "refunded": false, "mocked": true}))
+    );
+    sy.close().await;
 }

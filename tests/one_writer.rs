@@ -5,7 +5,7 @@
 //! running is refused the same way, and succeeds at once after that process is killed;
 //! `runs show` names the process that runs a run (a `run`, a worker), or says it is gone.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -244,14 +244,21 @@ fn only_run(dir: &Path, store: &str) -> String {
     runs[0]["id"].as_str().expect("an id").to_string()
 }
 
-#[test]
-fn a_resume_of_a_run_a_live_process_runs_is_refused_until_that_process_dies() {
-    let dir = TempDir::new("one-writer-live");
+/// A `run` of [`hanging_flow`] in `dir`, on a SQLite store there, once it is inside its first
+/// call: the process, its run's id, the store's URL and the file the step after it writes.
+struct Live {
+    live: Child,
+    id: String,
+    store: String,
+    then: PathBuf,
+}
+
+fn start_hanging_run(dir: &TempDir) -> Live {
     let calls = dir.path().join("calls");
     let then = dir.path().join("then");
     dir.write("hang.yaml", hanging_flow(&calls, &then));
     let store = format!("sqlite:{}", dir.path().join("runs.db").display());
-    let mut live: Child = switchyard(dir.path())
+    let live: Child = switchyard(dir.path())
         .args(["run", "hang.yaml", "--input", "{}", "--store", &store])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -264,6 +271,23 @@ fn a_resume_of_a_run_a_live_process_runs_is_refused_until_that_process_dies() {
         std::thread::sleep(Duration::from_millis(20));
     }
     let id = only_run(dir.path(), &store);
+    Live {
+        live,
+        id,
+        store,
+        then,
+    }
+}
+
+#[test]
+fn a_resume_of_a_run_a_live_process_runs_is_refused_until_that_process_dies() {
+    let dir = TempDir::new("one-writer-live");
+    let Live {
+        mut live,
+        id,
+        store,
+        then,
+    } = start_hanging_run(&dir);
     let resume =
         |dir: &Path| run(switchyard(dir).args(["resume", &id, "--retry-in-doubt", "--store", &store]));
     let out = resume(dir.path());
@@ -592,22 +616,9 @@ fn shown_status(dir: &Path, store: &str, id: &str) -> String {
 #[test]
 fn runs_show_names_the_live_process_of_a_run_and_says_when_it_is_gone() {
     let dir = TempDir::new("one-writer-shown");
-    let calls = dir.path().join("calls");
-    let then = dir.path().join("then");
-    dir.write("hang.yaml", hanging_flow(&calls, &then));
-    let store = format!("sqlite:{}", dir.path().join("runs.db").display());
-    let mut live: Child = switchyard(dir.path())
-        .args(["run", "hang.yaml", "--input", "{}", "--store", &store])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start run");
-    let deadline = Instant::now() + HANG;
-    while lines(&calls).is_empty() {
-        assert!(Instant::now() < deadline, "the first call never started");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let id = only_run(dir.path(), &store);
+    let Live {
+        mut live, id, store, ..
+    } = start_hanging_run(&dir);
     let host = switchyard::store::writers::host_name();
     let pid = live.id();
     let status = shown_status(dir.path(), &store, &id);
@@ -666,22 +677,12 @@ fn runs_show_of_a_submitted_run_a_worker_holds_names_the_worker() {
 #[test]
 fn a_cancel_of_a_run_a_live_process_runs_is_refused_until_that_process_dies() {
     let dir = TempDir::new("one-writer-cancel");
-    let calls = dir.path().join("calls");
-    let then = dir.path().join("then");
-    dir.write("hang.yaml", hanging_flow(&calls, &then));
-    let store = format!("sqlite:{}", dir.path().join("runs.db").display());
-    let mut live: Child = switchyard(dir.path())
-        .args(["run", "hang.yaml", "--input", "{}", "--store", &store])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start run");
-    let deadline = Instant::now() + HANG;
-    while lines(&calls).is_empty() {
-        assert!(Instant::now() < deadline, "the first call never started");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let id = only_run(dir.path(), &store);
+    let Live {
+        mut live,
+        id,
+        store,
+        then,
+    } = start_hanging_run(&dir);
     let cancel = |dir: &Path| run(switchyard(dir).args(["runs", "cancel", &id, "--store", &store]));
     let out = cancel(dir.path());
     assert_eq!(out.code(), 2, "{out:?}");

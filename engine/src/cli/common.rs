@@ -10,7 +10,6 @@ use crate::model::AgentKind;
 use crate::plan::Plan;
 use crate::runtime::engine::{AgentChanges, RunOptions};
 use crate::runtime::record::RunRecord;
-use crate::runtime::resume::ResumeError;
 
 /// `--store URL`.
 #[derive(clap::Args, Debug, Clone)]
@@ -231,9 +230,9 @@ impl RunArgs {
     /// The agent changes of a run: --agent-change's; for a resume of `resumed`, those it
     /// recorded, which an --agent-change must repeat (SPEC §8.4: a resume never swaps or
     /// drops them).
-    fn agent_changes(&self, plan: &Plan, resumed: Option<&RunRecord>) -> Result<AgentChanges, String> {
+    fn agent_changes(&self, plan: &Plan, resumed: Option<&RunRecord>) -> Result<Arc<AgentChanges>, String> {
         let given = match &self.agent_change {
-            Some(path) => Some({
+            Some(path) => {
                 let bytes = std::fs::read(path)
                     .map_err(|e| format!("cannot read --agent-change `{}`: {e}", path.display()))?;
                 let text = crate::json::text_of(&bytes).map_err(|e| {
@@ -246,32 +245,16 @@ impl RunArgs {
                     )
                 })?;
                 crate::runtime::changes::load(&path.display().to_string(), text, plan)?
-            }),
-            None => None,
-        };
-        Ok(match (resumed, given) {
-            (None, given) => given.unwrap_or_default(),
-            (Some(run), Some(given)) if given.source == run.agent_changes => given,
-            (Some(run), Some(_)) => {
-                return Err(ResumeError::OtherChanges {
-                    id: run.id.clone(),
-                    recorded: run.agent_changes.is_some(),
-                }
-                .to_string());
             }
-            (Some(run), None) => match &run.agent_changes {
-                Some(recorded) => {
-                    crate::runtime::changes::load_recorded(&run.id, recorded, plan).map_err(|message| {
-                        ResumeError::RecordedChanges {
-                            id: run.id.clone(),
-                            message,
-                        }
-                        .to_string()
-                    })?
-                }
-                None => Default::default(),
-            },
-        })
+            None => AgentChanges::default(),
+        };
+        let given = Arc::new(given);
+        match resumed {
+            None => Ok(given),
+            Some(run) => {
+                crate::runtime::changes::for_resume(plan, run, given, false).map_err(|e| e.to_string())
+            }
+        }
     }
 
     fn options_for(&self, plan: &Plan, resumed: Option<&RunRecord>) -> Result<(Value, RunOptions), String> {
@@ -328,7 +311,7 @@ impl RunArgs {
             context,
             RunOptions {
                 allow,
-                agent_changes: Arc::new(agent_changes),
+                agent_changes,
                 messages: Arc::new(messages),
                 allow_hosts,
                 max_cost_usd: None,

@@ -601,3 +601,32 @@ pub fn calls(flow: &crate::plan::FlowPlan) -> Vec<Arc<AgentPlan>> {
     }
     out
 }
+
+/// The agent changes a resumed run goes on under (SPEC §8.4): those it recorded when none are
+/// `given`, the given ones when they are the same. Other changes than the recorded ones are
+/// refused unless the caller allows a changed run (`batch --allow-changed`): a change that
+/// takes an agent away must not be dropped or swapped by a resume.
+pub fn for_resume(
+    plan: &Plan,
+    record: &crate::runtime::record::RunRecord,
+    given: Arc<AgentChanges>,
+    allow_changed: bool,
+) -> Result<Arc<AgentChanges>, crate::runtime::resume::ResumeError> {
+    use crate::runtime::resume::ResumeError;
+    match (&record.agent_changes, given.source.as_ref()) {
+        (recorded, source) if recorded.as_ref() == source => Ok(given),
+        (Some(recorded), None) => {
+            load_recorded(&record.id, recorded, plan)
+                .map(Arc::new)
+                .map_err(|message| ResumeError::RecordedChanges {
+                    id: record.id.clone(),
+                    message,
+                })
+        }
+        _ if allow_changed => Ok(given),
+        (recorded, _) => Err(ResumeError::OtherChanges {
+            id: record.id.clone(),
+            recorded: recorded.is_some(),
+        }),
+    }
+}

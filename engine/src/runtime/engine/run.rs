@@ -11,8 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::limits::Budget;
 use super::{
-    AgentChanges, BatchItem, Engine, Lineage, Run, RunControls, RunOptions, RunOutcome, StepOutcome, Tree,
-    intersect,
+    BatchItem, Engine, Lineage, Run, RunControls, RunOptions, RunOutcome, StepOutcome, Tree, intersect,
 };
 use crate::agents::AgentState;
 use crate::plan::*;
@@ -226,7 +225,12 @@ impl<S: Store> Engine<S> {
         let mut resume = resume;
         resume.decision_for = waiting;
         let mut options = options;
-        options.agent_changes = recorded_changes(&plan, &record, &options, &resume)?;
+        options.agent_changes = crate::runtime::changes::for_resume(
+            &plan,
+            &record,
+            options.agent_changes.clone(),
+            resume.allow_changed,
+        )?;
         // The conversation the run started with, unless the caller gives one.
         if options.messages.is_empty()
             && let Some(Value::Array(m)) = &record.messages
@@ -403,32 +407,6 @@ impl<S: Store> Engine<S> {
             budget,
         };
         (tree, lineage)
-    }
-}
-/// The agent changes a resumed run goes on under (SPEC §8.4): those it recorded when none are
-/// given, the given ones when they are the same. Other changes than the recorded ones are
-/// refused unless the caller allows a changed run (`batch --allow-changed`): a change that
-/// takes an agent away must not be dropped or swapped by a resume.
-fn recorded_changes(
-    plan: &Plan,
-    record: &RunRecord,
-    options: &RunOptions,
-    resume: &ResumeOptions,
-) -> Result<Arc<AgentChanges>, ResumeError> {
-    let given = options.agent_changes.source.as_ref();
-    match (&record.agent_changes, given) {
-        (recorded, given) if recorded.as_ref() == given => Ok(options.agent_changes.clone()),
-        (Some(recorded), None) => crate::runtime::changes::load_recorded(&record.id, recorded, plan)
-            .map(Arc::new)
-            .map_err(|message| ResumeError::RecordedChanges {
-                id: record.id.clone(),
-                message,
-            }),
-        _ if resume.allow_changed => Ok(options.agent_changes.clone()),
-        (recorded, _) => Err(ResumeError::OtherChanges {
-            id: record.id.clone(),
-            recorded: recorded.is_some(),
-        }),
     }
 }
 

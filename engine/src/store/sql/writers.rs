@@ -31,7 +31,7 @@ impl SqlStore {
             if self.upsert_writer(run_id, writer, lease, &stale).await? {
                 return self.not_leased(run_id, writer).await;
             }
-            let Some(current) = self.writer_of(run_id).await? else {
+            let Some((current, _)) = self.holder_of(run_id).await? else {
                 continue;
             };
             if current.token != stale && current.is_gone() {
@@ -105,47 +105,33 @@ impl SqlStore {
         Ok(row.is_some())
     }
 
-    /// The writer holding `run_id`, if a row names one (its lease may have lapsed).
-    async fn writer_of(&self, run_id: &str) -> Result<Option<Writer>, StoreError> {
+    /// The writer holding `run_id` for a `run` or a `resume`, if a row names one, and whether
+    /// its lease is live on the database's clock.
+    pub async fn holder_of(&self, run_id: &str) -> Result<Option<(Writer, bool)>, StoreError> {
         let what = format!("reading who runs run `{run_id}`");
         let err = |e: sqlx::Error| self.ctx.error(&what, &e);
-        let row = sqlx::query("SELECT token, host, pid, started FROM run_writers WHERE run_id = $1")
-            .bind(run_id.to_string())
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(err)?;
+        let now = self.ctx.dialect.now_ms();
+        let row = sqlx::query(AssertSqlSafe(format!(
+            "SELECT token, host, pid, started, CAST(CASE WHEN until_ms > {now} THEN 1 ELSE 0 END AS BIGINT) AS live \
+             FROM run_writers WHERE run_id = $1"
+        )))
+        .bind(run_id.to_string())
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(err)?;
         let Some(row) = row else {
             return Ok(None);
         };
         let pid: i64 = row.try_get("pid").map_err(err)?;
         let started: Option<i64> = row.try_get("started").map_err(err)?;
-        Ok(Some(Writer {
+        let live: i64 = row.try_get("live").map_err(err)?;
+        let writer = Writer {
             token: row.try_get("token").map_err(err)?,
             host: row.try_get("host").map_err(err)?,
             pid: u32::try_from(pid).unwrap_or(0),
             started: started.and_then(|s| u64::try_from(s).ok()),
-        }))
-    }
-
-    /// The writer holding `run_id` for a `run` or a `resume`, if a row names one, and whether
-    /// its lease is live on the database's clock.
-    pub async fn holder_of(&self, run_id: &str) -> Result<Option<(Writer, bool)>, StoreError> {
-        let Some(writer) = self.writer_of(run_id).await? else {
-            return Ok(None);
         };
-        let what = format!("reading the lease on run `{run_id}`");
-        let now = self.ctx.dialect.now_ms();
-        let live = sqlx::query(AssertSqlSafe(format!(
-            "SELECT CASE WHEN until_ms > {now} THEN 1 ELSE 0 END AS live FROM run_writers \
-             WHERE run_id = $1 AND token = $2"
-        )))
-        .bind(run_id.to_string())
-        .bind(writer.token.clone())
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(|e| self.ctx.error(&what, &e))?
-        .map(|row| row.try_get::<i64, _>("live").is_ok_and(|l| l == 1));
-        Ok(live.map(|live| (writer, live)))
+        Ok(Some((writer, live == 1)))
     }
 
     /// [`crate::store::Store::renew_run`].

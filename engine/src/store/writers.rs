@@ -101,16 +101,19 @@ pub fn host_name() -> String {
 /// when this host tells it.
 pub fn lock_holder(file: &std::fs::File) -> Option<u32> {
     use std::os::unix::fs::MetadataExt;
-    let inode = file.metadata().ok()?.ino();
+    let meta = file.metadata().ok()?;
+    // The file as `/proc/locks` names it: its device's major and minor numbers in hex, and
+    // its inode.
+    let dev = meta.dev();
+    let file_id = format!("{:02x}:{:02x}:{}", libc::major(dev), libc::minor(dev), meta.ino());
     let locks = std::fs::read_to_string("/proc/locks").ok()?;
     locks.lines().find_map(|line| {
         // `1: FLOCK  ADVISORY  WRITE 12345 fe:00:5497306 0 EOF`; a waiter's line has `->`.
         let fields: Vec<&str> = line.split_whitespace().collect();
-        let [_, "FLOCK", _, _, pid, device, ..] = fields.as_slice() else {
+        let [_, "FLOCK", _, _, pid, id, ..] = fields.as_slice() else {
             return None;
         };
-        let ino: u64 = device.rsplit(':').next()?.parse().ok()?;
-        (ino == inode).then(|| pid.parse().ok()).flatten()
+        (*id == file_id).then(|| pid.parse().ok()).flatten()
     })
 }
 

@@ -189,7 +189,7 @@ pub fn name_matches(pattern: &str, name: &str) -> bool {
 }
 
 /// `path` with `.` and `..` resolved lexically.
-fn normalize(path: &Path) -> PathBuf {
+pub fn normalize(path: &Path) -> PathBuf {
     let mut out = PathBuf::new();
     for c in path.components() {
         match c {

@@ -12,12 +12,13 @@
 //! second in order on the calling thread, with the same result as loading them one by one.
 
 use std::collections::{HashMap, HashSet};
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 
 use crate::diag::{Diagnostic, codes};
+use crate::glob::normalize;
 use crate::model::build::{self, Cx, Library};
 use crate::model::{AgentRef, AgentSpec, Flow, SchemaRef, Sp, StepKind};
 use crate::source::{FileId, SourceFile, SourceMap, Span};
@@ -1108,20 +1109,6 @@ pub fn root_of(flow: &Path, root: Option<PathBuf>) -> PathBuf {
         .filter(|r| !r.as_os_str().is_empty())
         .unwrap_or_else(|| PathBuf::from("."));
     root.canonicalize().unwrap_or(root)
-}
-
-pub fn normalize(p: &Path) -> PathBuf {
-    let mut out = PathBuf::new();
-    for c in p.components() {
-        match c {
-            Component::CurDir => {}
-            Component::ParentDir => {
-                out.pop();
-            }
-            other => out.push(other),
-        }
-    }
-    out
 }
 
 /// A path for messages: relative to the working directory when under it.

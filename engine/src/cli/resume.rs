@@ -257,7 +257,7 @@ fn held_message(rt: &tokio::runtime::Runtime, sql: &crate::store::sql::SqlStore,
         .ok()
         .flatten()
         .and_then(|(_, owner, _)| owner)
-        .and_then(|o| crate::cluster::worker::holder_process(&o));
+        .and_then(|o| crate::store::writers::lease_holder_process(&o));
     match holder {
         Some((pid, host)) => crate::store::StoreError::Held {
             run: id.to_string(),

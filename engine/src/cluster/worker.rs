@@ -50,6 +50,7 @@ use crate::store::any::AnyStore;
 use crate::store::sql::SqlStore;
 use crate::store::sql::batches::{SubmittedBatch, WorkerRow};
 use crate::store::sql::queue::{Claim, Claimed};
+use crate::store::writers::host_name;
 use crate::store::{StoreError, sql};
 
 /// The longest wait between claims while there is nothing to claim.
@@ -765,17 +766,6 @@ async fn heartbeat(
     }
 }
 
-/// This machine's name, for `batches` to show.
-pub fn host_name() -> String {
-    crate::store::writers::host_name()
-}
-
-/// The process and host a lease holder's id names ([`new_worker_id`], with a prefix such as
-/// `resume-` or without): the pid and host, when the id has that shape.
-pub fn holder_process(id: &str) -> Option<(u32, String)> {
-    crate::store::writers::lease_holder_process(id)
-}
-
 /// A new worker id: the host, the process and a random part.
 pub fn new_worker_id() -> String {
     use std::hash::{BuildHasher, Hasher};
@@ -793,7 +783,9 @@ pub fn new_worker_id() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::writers::lease_holder_process as holder_process;
 
+    /// [`new_worker_id`]'s shape is what `lease_holder_process` reads back.
     #[test]
     fn a_holder_id_names_its_process_and_host() {
         let id = new_worker_id();

@@ -796,7 +796,7 @@ fn runs_show_and_trace_print_a_loops_turns_calls_and_transcript() {
     let transcript: Vec<&str> = full
         .stdout
         .lines()
-        .skip_while(|l| !l.contains("transcript (8 messages):"))
+        .skip_while(|l| !l.contains("transcript of 1 answer (8 messages):"))
         .skip(1)
         .take(8)
         .map(str::trim)

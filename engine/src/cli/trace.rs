@@ -4,7 +4,9 @@ use std::fmt::Write as _;
 
 use serde_json::Value;
 
-use crate::runtime::record::{StepRecord, StepStatus, Usage, fmt_unknown, fmt_usd};
+use crate::runtime::record::{
+    StepRecord, StepStatus, Usage, fmt_unknown, fmt_usd, loop_order, loop_owner, loop_split,
+};
 use crate::runtime::resume::Waiting;
 use crate::store::Store;
 
@@ -63,11 +65,11 @@ fn walk<'a, S: Store>(
         // Iterations and branches are recorded as they finish, before their step's own
         // record; show them under it. So are an agent loop's turns, tool calls and approvals:
         // under the step (or iteration, or branch) whose loop they are, in the loop's order.
-        let is_group = |s: &StepRecord| s.kind == "iteration" || s.kind == "branch";
+        let is_group = StepRecord::is_group;
+        let is_loop_part = StepRecord::is_loop_part;
         let is_part = |s: &StepRecord| is_group(s) || is_loop_part(s);
-        let part_of = |p: &StepRecord, number: &str| {
-            p.number == number || p.number.strip_prefix(number).is_some_and(|r| r.starts_with('.'))
-        };
+        let part_of = |p: &StepRecord, number: &str| p.is_group_of(number);
+        let key = StepRecord::key;
         for s in steps.iter().filter(|s| !is_part(s)) {
             print_one(store, s, None, depth, color, detail, out).await;
             loop_parts(store, &steps, &s.number, depth + 1, color, detail, out).await;
@@ -136,53 +138,6 @@ fn walk<'a, S: Store>(
     })
 }
 
-/// A turn, tool call or approval of an agent loop.
-fn is_loop_part(s: &StepRecord) -> bool {
-    matches!(s.kind.as_str(), "turn" | "tool" | "approval")
-}
-
-/// The number a step part's owner goes by: an iteration's `3[2]`, any other's own number.
-fn key(s: &StepRecord) -> String {
-    match (s.kind.as_str(), s.iteration) {
-        ("iteration", Some(i)) => format!("{}[{i}]", s.number),
-        _ => s.number.clone(),
-    }
-}
-
-/// Where a loop part's number splits: `(owner, turn, rest)` for `3.t2.1` is
-/// `("3", 2, ".1")`; the last `.t<k>` segment is the loop's (a flow tool's child run numbers
-/// its own steps, and their loops, below it).
-fn loop_split(number: &str) -> Option<(&str, u64, &str)> {
-    let mut at = number.len();
-    while let Some(i) = number[..at].rfind(".t") {
-        let tail = &number[i + 2..];
-        let digits = tail.find(|c: char| !c.is_ascii_digit()).unwrap_or(tail.len());
-        if digits > 0
-            && (digits == tail.len() || tail[digits..].starts_with('.'))
-            && let Ok(k) = tail[..digits].parse()
-        {
-            return Some((&number[..i], k, &tail[digits..]));
-        }
-        at = i;
-    }
-    None
-}
-
-fn loop_owner(number: &str) -> &str {
-    loop_split(number).map_or(number, |(o, ..)| o)
-}
-
-/// A loop part's place in its loop: turn by turn, the turn, its approval, then its calls
-/// in the model's order.
-fn loop_order(number: &str) -> (u64, u64) {
-    match loop_split(number) {
-        Some((_, k, "")) => (k, 0),
-        Some((_, k, ".approval")) => (k, 1),
-        Some((_, k, rest)) => (k, 2 + rest.trim_start_matches('.').parse::<u64>().unwrap_or(0)),
-        None => (0, 0),
-    }
-}
-
 /// The turns, tool calls and approvals of the loop of step `owner`, in the loop's order; a
 /// call is named by its tool, as the turn that made it says.
 fn loop_parts<'a, S: Store>(
@@ -197,7 +152,7 @@ fn loop_parts<'a, S: Store>(
     Box::pin(async move {
         let mut parts: Vec<&StepRecord> = steps
             .iter()
-            .filter(|p| is_loop_part(p) && loop_owner(&p.number) == owner)
+            .filter(|p| p.is_loop_part() && loop_owner(&p.number) == owner)
             .collect();
         parts.sort_by_key(|p| loop_order(&p.number));
         for p in parts {
@@ -393,16 +348,21 @@ fn proposed(calls: Option<&Value>, pad: &str, out: &mut String) {
     }
 }
 
-/// The transcript an agent loop's step keeps, with `runs show --transcript`: one line per
-/// message, each capped; otherwise a line saying how to see it.
-fn transcript(s: &StepRecord, detail: &Detail<'_>, pad: &str, out: &mut String) {
-    let Some(messages) = s
-        .answers
+/// The messages of the agent loop a record ran: a step's, or an iteration's or a branch's
+/// (whose loops keep their transcripts on their own records).
+pub fn loop_transcript(s: &StepRecord) -> Option<&Vec<Value>> {
+    s.answers
         .as_ref()
-        .filter(|_| s.kind == "agent")
+        .filter(|_| matches!(s.kind.as_str(), "agent" | "iteration" | "branch"))
         .and_then(|a| a.get("transcript"))
         .and_then(Value::as_array)
-    else {
+}
+
+/// The transcript an agent loop's step, iteration or branch keeps, with `runs show
+/// --transcript`: headed by the record's number and step, one line per message, each
+/// capped; otherwise a line saying how to see it.
+fn transcript(s: &StepRecord, detail: &Detail<'_>, pad: &str, out: &mut String) {
+    let Some(messages) = loop_transcript(s) else {
         return;
     };
     if !detail.transcript {
@@ -413,7 +373,13 @@ fn transcript(s: &StepRecord, detail: &Detail<'_>, pad: &str, out: &mut String) 
         );
         return;
     }
-    let _ = writeln!(out, "{pad}transcript ({} messages):", messages.len());
+    let _ = writeln!(
+        out,
+        "{pad}transcript of {} {} ({} messages):",
+        s.key(),
+        s.step,
+        messages.len()
+    );
     for m in messages {
         let role = m["role"].as_str().unwrap_or("?");
         let mut text = match &m["content"] {
@@ -527,7 +493,10 @@ fn line(s: &StepRecord, tool: Option<&str>, color: bool) -> String {
     if let Some(n) = s.iterations {
         let _ = write!(l, " · {n} iterations");
     }
-    if let Some(a) = s.answers.as_ref().filter(|_| s.kind == "agent")
+    if let Some(a) = s
+        .answers
+        .as_ref()
+        .filter(|_| matches!(s.kind.as_str(), "agent" | "iteration" | "branch"))
         && let Some(turns) = a.get("turns").and_then(Value::as_u64)
     {
         let calls = a.get("tool_calls").and_then(Value::as_u64).unwrap_or(0);
@@ -611,22 +580,7 @@ fn usage(u: &Usage) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{loop_order, loop_owner, loop_split, span};
-
-    #[test]
-    fn loop_parts_split_at_their_last_turn_segment() {
-        assert_eq!(loop_split("3.t2.1"), Some(("3", 2, ".1")));
-        assert_eq!(loop_split("3.t12"), Some(("3", 12, "")));
-        assert_eq!(loop_split("3[2].t1.approval"), Some(("3[2]", 1, ".approval")));
-        // A loop in a `flow` tool's child run: its own turn segment is the last one.
-        assert_eq!(loop_split("1.t1.2.1.t3.1"), Some(("1.t1.2.1", 3, ".1")));
-        assert_eq!(loop_split("4.2"), None);
-        assert_eq!(loop_split("1.tx"), None);
-        assert_eq!(loop_owner("5"), "5");
-        let mut parts = ["1.t2", "1.t1.10", "1.t1.2", "1.t1.approval", "1.t1"];
-        parts.sort_by_key(|p| loop_order(p));
-        assert_eq!(parts, ["1.t1", "1.t1.approval", "1.t1.2", "1.t1.10", "1.t2"]);
-    }
+    use super::span;
 
     #[test]
     fn spans_keep_their_two_largest_units() {

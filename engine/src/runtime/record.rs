@@ -198,6 +198,73 @@ pub struct StepRecord {
     pub answers: Option<Value>,
 }
 
+/// Where a step's parts hang, read from their records: a `foreach` or `while` iteration and a
+/// `parallel` branch under their step, and an agent loop's turns, tool calls and approvals
+/// (SPEC §6.3, numbered `3.t2`, `3.t2.1`, `3.t2.approval`) under the step, iteration or
+/// branch whose loop they are. `runs show`, `--trace` and the run page order records by it.
+impl StepRecord {
+    /// An iteration or a branch.
+    pub fn is_group(&self) -> bool {
+        self.kind == "iteration" || self.kind == "branch"
+    }
+
+    /// A turn, tool call or approval of an agent loop.
+    pub fn is_loop_part(&self) -> bool {
+        matches!(self.kind.as_str(), "turn" | "tool" | "approval")
+    }
+
+    /// The number the record goes by, and its loop's parts are numbered under: an
+    /// iteration's `3[2]`, any other's own number.
+    pub fn key(&self) -> String {
+        match (self.kind.as_str(), self.iteration) {
+            ("iteration", Some(i)) => format!("{}[{i}]", self.number),
+            _ => self.number.clone(),
+        }
+    }
+
+    /// Whether this iteration or branch belongs to the step numbered `number`.
+    pub fn is_group_of(&self, number: &str) -> bool {
+        self.is_group()
+            && (self.number == number
+                || self.number.strip_prefix(number).is_some_and(|r| r.starts_with('.')))
+    }
+}
+
+/// Where a loop part's number splits: `(owner, turn, rest)` for `3.t2.1` is
+/// `("3", 2, ".1")`; the last `.t<k>` segment is the loop's (a flow tool's child run numbers
+/// its own steps, and their loops, below it).
+pub fn loop_split(number: &str) -> Option<(&str, u64, &str)> {
+    let mut at = number.len();
+    while let Some(i) = number[..at].rfind(".t") {
+        let tail = &number[i + 2..];
+        let digits = tail.find(|c: char| !c.is_ascii_digit()).unwrap_or(tail.len());
+        if digits > 0
+            && (digits == tail.len() || tail[digits..].starts_with('.'))
+            && let Ok(k) = tail[..digits].parse()
+        {
+            return Some((&number[..i], k, &tail[digits..]));
+        }
+        at = i;
+    }
+    None
+}
+
+/// The key of the step, iteration or branch a loop part's loop is (`3[2]` for `3[2].t1.1`).
+pub fn loop_owner(number: &str) -> &str {
+    loop_split(number).map_or(number, |(o, ..)| o)
+}
+
+/// A loop part's place in its loop: turn by turn, the turn, its approval, then its calls
+/// in the model's order.
+pub fn loop_order(number: &str) -> (u64, u64) {
+    match loop_split(number) {
+        Some((_, k, "")) => (k, 0),
+        Some((_, k, ".approval")) => (k, 1),
+        Some((_, k, rest)) => (k, 2 + rest.trim_start_matches('.').parse::<u64>().unwrap_or(0)),
+        None => (0, 0),
+    }
+}
+
 /// Unix milliseconds now.
 pub fn now_ms() -> u64 {
     std::time::SystemTime::now()
@@ -255,6 +322,21 @@ mod tests {
             push_hex(&mut s, v, w);
             assert_eq!(s, format!("{v:0w$x}"), "{v} {w}");
         }
+    }
+
+    #[test]
+    fn loop_parts_split_at_their_last_turn_segment() {
+        assert_eq!(loop_split("3.t2.1"), Some(("3", 2, ".1")));
+        assert_eq!(loop_split("3.t12"), Some(("3", 12, "")));
+        assert_eq!(loop_split("3[2].t1.approval"), Some(("3[2]", 1, ".approval")));
+        // A loop in a `flow` tool's child run: its own turn segment is the last one.
+        assert_eq!(loop_split("1.t1.2.1.t3.1"), Some(("1.t1.2.1", 3, ".1")));
+        assert_eq!(loop_split("4.2"), None);
+        assert_eq!(loop_split("1.tx"), None);
+        assert_eq!(loop_owner("5"), "5");
+        let mut parts = ["1.t2", "1.t1.10", "1.t1.2", "1.t1.approval", "1.t1"];
+        parts.sort_by_key(|p| loop_order(p));
+        assert_eq!(parts, ["1.t1", "1.t1.approval", "1.t1.2", "1.t1.10", "1.t2"]);
     }
 
     #[test]

@@ -219,7 +219,7 @@ async fn run_pages(store: &StoreArg, summary: &Summary, dir: &Path) -> Result<(V
             missing += 1;
             continue;
         };
-        let page = super::runs::html_report(&s, &run).await?;
+        let page = super::runs::html_report(&s, &run, store).await?;
         write_atomic(&dir.join(format!("{id}.html")), page.as_bytes())
             .map_err(|e| format!("cannot write in {}: {e}", dir.display()))?;
         written.push(id);

@@ -82,7 +82,8 @@ pub struct ShowArgs {
     pub json: bool,
     #[arg(long, value_enum, default_value = "text")]
     pub format: ShowFormat,
-    /// Print the transcript of each agent loop under its step, a line per message.
+    /// Print the transcript of each agent loop (of a step, an iteration, a branch, a child
+    /// run) under its record, a line per message; with --json, a `transcripts` list of them.
     #[arg(long)]
     pub transcript: bool,
     #[command(flatten)]
@@ -219,6 +220,7 @@ fn list(args: ListArgs) -> u8 {
 pub(super) async fn html_report(
     s: &Arc<crate::store::any::AnyStore>,
     run: &RunRecord,
+    store: &StoreArg,
 ) -> Result<String, String> {
     let steps = s.latest_steps(&run.id).await.map_err(|e| e.to_string())?;
     let mut children = std::collections::HashMap::new();
@@ -258,12 +260,15 @@ pub(super) async fn html_report(
         }
         crate::plan::svg::layout(&p, false)
     });
+    let root = root_of(&**s, run).await?;
+    let waiting = waiting_in(s, &root).await?;
     let report = crate::report::RunReport {
         run,
         steps: &steps,
         children: &children,
         layout,
         now_ms: now_ms(),
+        waiting: waiting.as_ref().map(|w| (w, answer_command(&root, store))),
     };
     Ok(crate::report::run_html(&report))
 }
@@ -477,6 +482,35 @@ async fn abandoned_in_tree<S: crate::store::Store + ?Sized>(s: &S, run: &str) ->
     Ok(total)
 }
 
+/// `runs show --json --transcript`: the transcript of every agent loop in a run and its child
+/// runs (the ones the text prints), each with its run, record number and step:
+/// `{run, number, step, messages}`, a run's loops in record order, then its child runs'.
+async fn transcripts_in_tree<S: crate::store::Store + ?Sized>(s: &S, run: &str) -> Result<Vec<Value>, String> {
+    let mut out = Vec::new();
+    let mut todo = std::collections::VecDeque::from([run.to_string()]);
+    while let Some(id) = todo.pop_front() {
+        let steps = s.latest_steps(&id).await.map_err(|e| e.to_string())?;
+        for st in &steps {
+            if let Some(messages) = super::trace::loop_transcript(st) {
+                out.push(serde_json::json!({
+                    "run": id,
+                    "number": st.key(),
+                    "step": st.step,
+                    "messages": messages,
+                }));
+            }
+        }
+        todo.extend(
+            s.children(&id)
+                .await
+                .map_err(|e| e.to_string())?
+                .into_iter()
+                .map(|c| c.id),
+        );
+    }
+    Ok(out)
+}
+
 fn duration(r: &RunRecord) -> String {
     if r.finished_at.is_none() && r.status == RunStatus::Running {
         return "-".to_string();
@@ -490,12 +524,15 @@ fn show(args: ShowArgs) -> u8 {
     let out = with_store(&args.store, Use::Read, async |s| -> Result<String, String> {
         let run = s.get_run(&args.run_id).await.map_err(|e| e.to_string())?;
         if args.format == ShowFormat::Html {
-            return html_report(s, &run).await;
+            return html_report(s, &run, &args.store).await;
         }
         if args.json || args.format == ShowFormat::Json {
             let steps = s.latest_steps(&run.id).await.map_err(|e| e.to_string())?;
             let children = s.children(&run.id).await.map_err(|e| e.to_string())?;
-            let doc = serde_json::json!({"run": run, "steps": steps, "children": children});
+            let mut doc = serde_json::json!({"run": run, "steps": steps, "children": children});
+            if args.transcript {
+                doc["transcripts"] = transcripts_in_tree(&**s, &run.id).await?.into();
+            }
             return Ok(serde_json::to_string_pretty(&doc).expect("JSON values serialize") + "\n");
         }
         let mut out = String::new();
@@ -551,23 +588,9 @@ fn show(args: ShowArgs) -> u8 {
             let _ = writeln!(out, "error     [{}] {}", e.kind, e.message);
         }
         out.push('\n');
-        // A decision is given to the root run, whichever run of the tree asks for it.
-        let waiting = if root.status == RunStatus::Interrupted {
-            crate::runtime::resume::waiting_at(&**s, &root.id)
-                .await
-                .map_err(|e| e.to_string())?
-        } else {
-            None
-        };
+        let waiting = waiting_in(s, &root).await?;
         let detail = super::trace::Detail {
-            answer: waiting.as_ref().map(|w| {
-                let command = format!(
-                    "switchyard resume {} --decision JSON{}",
-                    root.id,
-                    args.store.hint()
-                );
-                (w, command)
-            }),
+            answer: waiting.as_ref().map(|w| (w, answer_command(&root, &args.store))),
             now_ms: now_ms(),
             transcript: args.transcript,
             message_cap: 400,
@@ -602,6 +625,25 @@ fn show(args: ShowArgs) -> u8 {
         Ok(Err(e)) => fail(e),
         Err(e) => fail(e),
     }
+}
+
+/// The `interrupt` step or approval the tree of `root` waits at, if it is interrupted on one.
+async fn waiting_in(
+    s: &crate::store::any::AnyStore,
+    root: &RunRecord,
+) -> Result<Option<crate::runtime::resume::Waiting>, String> {
+    if root.status != RunStatus::Interrupted {
+        return Ok(None);
+    }
+    crate::runtime::resume::waiting_at(s, &root.id)
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// The command that answers what a run tree waits at: a decision is given to the root run,
+/// whichever run of the tree asks for it.
+fn answer_command(root: &RunRecord, store: &StoreArg) -> String {
+    format!("switchyard resume {} --decision JSON{}", root.id, store.hint())
 }
 
 /// The root run of `run`'s tree (`run` itself for a root run).

@@ -4,6 +4,7 @@ use std::fmt::Write as _;
 
 use serde_json::Value;
 
+use crate::report::question::{self, capped};
 use crate::runtime::record::{
     StepRecord, StepStatus, Usage, fmt_unknown, fmt_usd, loop_order, loop_owner, loop_split,
 };
@@ -193,7 +194,7 @@ fn print_one<'a, S: Store>(
             approval(s, detail, &"  ".repeat(depth + 1), out);
         }
         if let Some(detail) = detail {
-            if (s.kind == "interrupt" || s.kind == "approval") && s.status == StepStatus::Interrupted {
+            if question::asks(s) {
                 question(s, detail, &"  ".repeat(depth + 1), out);
             }
             transcript(s, detail, &"  ".repeat(depth + 1), out);
@@ -270,51 +271,25 @@ fn print_one<'a, S: Store>(
     })
 }
 
-/// The question of an `interrupt` step that stopped its run, under it: the prompt, the schema
-/// the decision must match, the expiry, and (for the interrupt the tree waits at) the command
-/// that answers it. Records of versions that kept only the prompt show only the prompt.
+/// The question of an `interrupt` step or an approval that stopped its run, under it
+/// ([`question::question`]): and, for the one the tree waits at, the command that answers it.
 fn question(s: &StepRecord, detail: &Detail<'_>, pad: &str, out: &mut String) {
-    let result = s.result.as_deref();
-    let field = |k: &str| result.and_then(|r| r.get(k));
-    if let Some(prompt) = field("prompt").and_then(Value::as_str) {
-        let text = prompt.trim_end().replace('\n', &format!("\n{pad}        "));
-        let _ = writeln!(out, "{pad}prompt: {text}");
-    }
-    // An agent loop's approval: the calls it proposed, in the model's order.
-    if let Some(calls) = field("calls") {
-        proposed(Some(calls), pad, out);
-    }
-    if let Some(schema) = field("schema") {
-        let _ = writeln!(out, "{pad}decision schema: {schema}");
-    }
-    if let Some(at) = field("expires_at").and_then(Value::as_u64) {
-        let when = httpdate::fmt_http_date(std::time::UNIX_EPOCH + std::time::Duration::from_millis(at));
-        if at >= detail.now_ms {
-            let _ = writeln!(out, "{pad}expires: {when} (in {})", span(at - detail.now_ms));
+    let command = match &detail.answer {
+        Some((w, command)) if w.run_id == s.run_id && w.step.number == s.number => Some(command.as_str()),
+        _ => None,
+    };
+    print_lines(&question::question(s, detail.now_ms, command), pad, out);
+}
+
+/// `label: text` lines, a text's later lines under its first, a command in backticks.
+fn print_lines(lines: &[question::Line], pad: &str, out: &mut String) {
+    for l in lines {
+        let under = format!("\n{pad}{}", " ".repeat(l.label.chars().count() + 2));
+        let text = l.text.replace('\n', &under);
+        if l.command {
+            let _ = writeln!(out, "{pad}{}: `{text}`", l.label);
         } else {
-            let _ = writeln!(
-                out,
-                "{pad}expired: {when} ({} ago): a decision now fails the step with kind `timeout`",
-                span(detail.now_ms - at)
-            );
-        }
-    }
-    if let Some((w, command)) = &detail.answer
-        && w.run_id == s.run_id
-        && w.step.number == s.number
-    {
-        let _ = writeln!(out, "{pad}answer: `{command}`");
-        if s.kind == "approval" {
-            let n = field("calls").and_then(Value::as_array).map_or(0, Vec::len);
-            let forms = r#"{"approve": true} | {"edit": {<arguments>}} | {"reject": "why"}"#;
-            if n > 1 {
-                let _ = writeln!(
-                    out,
-                    "{pad}decision: a list of {n} decisions, in order, each {forms}"
-                );
-            } else {
-                let _ = writeln!(out, "{pad}decision: {forms}");
-            }
+            let _ = writeln!(out, "{pad}{}: {text}", l.label);
         }
     }
 }
@@ -337,15 +312,7 @@ fn approval(s: &StepRecord, detail: Option<&Detail<'_>>, pad: &str, out: &mut St
 
 /// `call 1: refund {"amount":100}`, one line per call an approval holds.
 fn proposed(calls: Option<&Value>, pad: &str, out: &mut String) {
-    for (i, c) in calls.and_then(Value::as_array).into_iter().flatten().enumerate() {
-        let _ = writeln!(
-            out,
-            "{pad}call {}: {} {}",
-            i + 1,
-            c["tool"].as_str().unwrap_or("?"),
-            capped(&c["arguments"].to_string(), 300)
-        );
-    }
+    print_lines(&question::calls(calls), pad, out);
 }
 
 /// The messages of the agent loop a record ran: a step's, or an iteration's or a branch's
@@ -413,17 +380,6 @@ fn transcript(s: &StepRecord, detail: &Detail<'_>, pad: &str, out: &mut String) 
     }
 }
 
-/// `text` on one line, at most `max` characters of it.
-fn capped(text: &str, max: usize) -> String {
-    let one = text.replace('\n', " ⏎ ");
-    if one.chars().count() <= max {
-        return one;
-    }
-    let mut out: String = one.chars().take(max.saturating_sub(1)).collect();
-    out.push('…');
-    out
-}
-
 /// What a model said in a call that failed on its answer (`details` of its error): each answer
 /// a repair was asked for, with the request, then the last answer.
 fn answers(details: &Value, pad: &str, out: &mut String) {
@@ -452,17 +408,6 @@ fn answers(details: &Value, pad: &str, out: &mut String) {
             "answer".into()
         };
         block(&label, a, out);
-    }
-}
-
-/// A duration in whole units, the two largest: `71h 59m`, `4m 10s`, `12s`.
-fn span(ms: u64) -> String {
-    let s = ms / 1000;
-    let (h, m, s) = (s / 3600, s / 60 % 60, s % 60);
-    match (h, m) {
-        (0, 0) => format!("{s}s"),
-        (0, _) => format!("{m}m {s}s"),
-        _ => format!("{h}h {m}m"),
     }
 }
 
@@ -576,18 +521,4 @@ fn usage(u: &Usage) -> String {
         fmt_usd(u.cost_usd),
         fmt_unknown(u.cost_unknown_calls)
     )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::span;
-
-    #[test]
-    fn spans_keep_their_two_largest_units() {
-        assert_eq!(span(999), "0s");
-        assert_eq!(span(12_000), "12s");
-        assert_eq!(span(250_000), "4m 10s");
-        assert_eq!(span(72 * 3_600_000 - 60_000), "71h 59m");
-        assert_eq!(span(3_600_000), "1h 0m");
-    }
 }

@@ -16,7 +16,10 @@ use std::fmt::Write as _;
 use serde_json::{Value, json};
 
 use crate::plan::svg::{self, Marks};
-use crate::runtime::record::{RunRecord, RunStatus, StepRecord, StepStatus, fmt_usd};
+use crate::runtime::resume::Waiting;
+use crate::runtime::record::{
+    RunRecord, RunStatus, StepRecord, StepStatus, fmt_usd, loop_order, loop_owner,
+};
 
 /// Iteration records of one step shown as rows.
 pub const ITERATIONS_SHOWN: usize = 50;
@@ -34,8 +37,11 @@ pub struct RunReport<'a> {
     pub children: &'a HashMap<String, (RunRecord, Vec<StepRecord>)>,
     /// The drawing of the run's flow, or why there is none.
     pub layout: Result<svg::Layout, String>,
-    /// Unix milliseconds now (for the bar of what is still running).
+    /// Unix milliseconds now (for the bar of what is still running, and expiries).
     pub now_ms: u64,
+    /// The `interrupt` step or agent loop approval the run's tree waits at, and the command
+    /// that answers it.
+    pub waiting: Option<(&'a Waiting, String)>,
 }
 
 /// Escapes text for HTML character data and attribute values (as for the SVG it holds:
@@ -142,7 +148,13 @@ struct Row<'a> {
     run: &'a str,
 }
 
-/// Rows for the records of run `run` (of the tree's `depth`), child runs under their step.
+/// Rows for the records of run `run` (of the tree's `depth`), each under what made it: a
+/// step's row, then its agent loop's turns and tool calls in the loop's order, then its
+/// iterations or branches, each followed by its own loop's parts; child runs under the
+/// record that started them. Records are written as they finish (a loop's turns and a
+/// `foreach`'s iterations before the step's own record): the rows are ordered by their
+/// numbers, not by that. What finished of a step with no record yet (the run stopped, or
+/// runs, while it did) comes last, under a line for the step.
 fn rows<'a>(
     out: &mut Vec<Row<'a>>,
     run: &'a str,
@@ -150,84 +162,177 @@ fn rows<'a>(
     children: &'a HashMap<String, (RunRecord, Vec<StepRecord>)>,
     depth: usize,
 ) {
-    let mut iterations: HashMap<(&str, u32), usize> = HashMap::new();
-    let mut hidden: BTreeMap<(String, u32), (usize, u64, u64)> = BTreeMap::new();
-    // A loop's iterations are recorded before the loop's own record: shown after it.
-    let mut ordered: Vec<&StepRecord> = Vec::with_capacity(steps.len());
-    let mut waiting: HashMap<&str, Vec<&StepRecord>> = HashMap::new();
+    // Iterations and branches by their step's number; loop parts by their loop's owner.
+    let mut groups: HashMap<&str, Vec<&StepRecord>> = HashMap::new();
+    let mut parts: HashMap<&str, Vec<&StepRecord>> = HashMap::new();
+    let mut tops: Vec<&StepRecord> = Vec::new();
     for s in steps {
-        if s.iteration.is_some() && !s.number.contains('.') {
-            waiting.entry(s.number.as_str()).or_default().push(s);
-            continue;
-        }
-        ordered.push(s);
-        if s.iteration.is_none()
-            && let Some(its) = waiting.remove(s.number.as_str())
-        {
-            ordered.extend(its);
+        if s.is_loop_part() {
+            parts.entry(loop_owner(&s.number)).or_default().push(s);
+        } else if s.kind == "branch" {
+            let owner = s.number.rsplit_once('.').map_or(s.number.as_str(), |(n, _)| n);
+            groups.entry(owner).or_default().push(s);
+        } else if s.is_group() {
+            groups.entry(s.number.as_str()).or_default().push(s);
+        } else {
+            tops.push(s);
         }
     }
-    let mut rest: Vec<&StepRecord> = waiting.into_values().flatten().collect();
-    rest.sort_by_key(|s| s.started_at);
-    ordered.extend(rest);
-    let summary = |out: &mut Vec<Row<'a>>, n: &str, (count, total, max): (usize, u64, u64), level: usize| {
+    for p in parts.values_mut() {
+        p.sort_by_key(|p| loop_order(&p.number));
+    }
+    // Iterations in item order, whatever order they finished in.
+    for g in groups.values_mut() {
+        g.sort_by_key(|g| g.iteration);
+    }
+    let tree = Tree { run, children, groups, parts };
+    for s in &tops {
+        tree.record(out, s, depth);
+        tree.loop_parts(out, &s.number, depth + 1);
+        tree.groups(out, &s.number, depth + 1);
+    }
+    // The parts of steps with no record of their own.
+    let has_record: std::collections::HashSet<String> = tops.iter().map(|s| s.number.clone()).collect();
+    let keyed: std::collections::HashSet<String> = steps
+        .iter()
+        .filter(|s| !s.is_loop_part())
+        .map(StepRecord::key)
+        .collect();
+    let mut open: Vec<(u64, &str, &str)> = Vec::new();
+    for (number, g) in &tree.groups {
+        if !has_record.contains(*number) {
+            let first = g.iter().map(|s| s.started_at).min().unwrap_or(0);
+            open.push((first, number, &g[0].step));
+        }
+    }
+    for (owner, p) in &tree.parts {
+        if !keyed.contains(*owner) && !tree.groups.contains_key(owner) {
+            let first = p.iter().map(|s| s.started_at).min().unwrap_or(0);
+            open.push((first, owner, &p[0].step));
+        }
+    }
+    open.sort();
+    for (_, number, step) in open {
         out.push(Row {
-            depth: level,
+            depth,
             rec: None,
-            text: format!(
-                "… {count} more iterations of step {n} (mean {} ms, longest {max} ms)",
-                total / count.max(1) as u64
-            ),
+            text: format!("{number} {step} · not finished: what finished of it"),
             run,
         });
+        tree.loop_parts(out, number, depth + 1);
+        tree.groups(out, number, depth + 1);
+    }
+}
+
+/// What the run waits for: the question ([`question`](super::question::question): the prompt
+/// or the proposed calls, the decision's schema and forms) and the command that answers it.
+fn waiting(o: &mut String, run: &RunRecord, w: &Waiting, command: &str, now_ms: u64) {
+    let what = if w.step.kind == "approval" {
+        "approval of the calls an agent loop proposed"
+    } else {
+        "a decision"
     };
-    for s in ordered {
-        let level = depth + s.number.matches('.').count();
-        if s.iteration.is_some() {
-            let n = iterations.entry((s.number.as_str(), s.attempt)).or_default();
-            *n += 1;
-            if *n > ITERATIONS_SHOWN {
-                let h = hidden.entry((s.number.clone(), s.attempt)).or_insert((0, 0, 0));
-                let d = s.finished_at.map_or(0, |f| f.saturating_sub(s.started_at));
-                h.0 += 1;
-                h.1 += d;
-                h.2 = h.2.max(d);
-                continue;
-            }
+    let number = w.step.number.as_str();
+    let whose = if w.run_id == run.id {
+        String::new()
+    } else {
+        format!(" of child run {} (flow {})", w.run_id, w.flow)
+    };
+    let _ = write!(
+        o,
+        "<section id=\"waiting\"><h2>Waiting for {what} <span class=\"muted\">(step {} · number {}{})</span></h2><dl>",
+        html(&w.step.step),
+        html(number),
+        html(&whose)
+    );
+    for l in super::question::question(&w.step, now_ms, Some(command)) {
+        let text = if l.command {
+            format!("<code>{}</code>", html(&l.text))
         } else {
-            // The iterations of the loops before this record are all seen.
-            for ((n, _), h) in std::mem::take(&mut hidden) {
-                summary(out, &n, h, depth + n.matches('.').count() + 1);
-            }
-        }
+            html(&l.text)
+        };
+        let _ = write!(o, "<dt>{}</dt><dd>{text}</dd>", html(&l.label));
+    }
+    o.push_str("</dl></section>\n");
+}
+
+/// A run's records, indexed for [`rows`].
+struct Tree<'a> {
+    run: &'a str,
+    children: &'a HashMap<String, (RunRecord, Vec<StepRecord>)>,
+    groups: HashMap<&'a str, Vec<&'a StepRecord>>,
+    parts: HashMap<&'a str, Vec<&'a StepRecord>>,
+}
+
+impl<'a> Tree<'a> {
+    /// The row of record `s`, and under it the child run it started.
+    fn record(&self, out: &mut Vec<Row<'a>>, s: &'a StepRecord, depth: usize) {
         out.push(Row {
-            depth: level + usize::from(s.iteration.is_some()),
+            depth,
             rec: Some(s),
             text: String::new(),
-            run,
+            run: self.run,
         });
         if let Some(child) = &s.child_run {
-            match children.get(child) {
+            match self.children.get(child) {
                 Some((c, cs)) => {
                     out.push(Row {
-                        depth: level + 1,
+                        depth: depth + 1,
                         rec: None,
                         text: format!("child run {} · flow {} · {}", c.id, c.flow, c.status.as_str()),
                         run: &c.id,
                     });
-                    rows(out, &c.id, cs, children, level + 1);
+                    rows(out, &c.id, cs, self.children, depth + 2);
                 }
                 None => out.push(Row {
-                    depth: level + 1,
+                    depth: depth + 1,
                     rec: None,
                     text: format!("child run {child} (its records are not shown: too many child runs)"),
-                    run,
+                    run: self.run,
                 }),
             }
         }
     }
-    for ((n, _), h) in hidden {
-        summary(out, &n, h, depth + n.matches('.').count() + 1);
+
+    /// The turns, tool calls and approvals of the loop of `owner`, in the loop's order.
+    fn loop_parts(&self, out: &mut Vec<Row<'a>>, owner: &str, depth: usize) {
+        for p in self.parts.get(owner).into_iter().flatten() {
+            self.record(out, p, depth);
+        }
+    }
+
+    /// The iterations (the first [`ITERATIONS_SHOWN`] of each attempt; the rest summed up in
+    /// one row) or branches of step `number`, each with its loop's parts.
+    fn groups(&self, out: &mut Vec<Row<'a>>, number: &str, depth: usize) {
+        let mut shown: HashMap<u32, usize> = HashMap::new();
+        let mut hidden: BTreeMap<u32, (usize, u64, u64)> = BTreeMap::new();
+        for g in self.groups.get(number).into_iter().flatten() {
+            if g.iteration.is_some() {
+                let n = shown.entry(g.attempt).or_default();
+                *n += 1;
+                if *n > ITERATIONS_SHOWN {
+                    let h = hidden.entry(g.attempt).or_insert((0, 0, 0));
+                    let d = g.finished_at.map_or(0, |f| f.saturating_sub(g.started_at));
+                    h.0 += 1;
+                    h.1 += d;
+                    h.2 = h.2.max(d);
+                    continue;
+                }
+            }
+            self.record(out, g, depth);
+            self.loop_parts(out, &g.key(), depth + 1);
+        }
+        for (count, total, max) in hidden.into_values() {
+            out.push(Row {
+                depth,
+                rec: None,
+                text: format!(
+                    "… {count} more iterations of step {number} (mean {} ms, longest {max} ms)",
+                    total / count.max(1) as u64
+                ),
+                run: self.run,
+            });
+        }
     }
 }
 
@@ -247,7 +352,7 @@ td.name{font-family:ui-monospace,Menlo,Consolas,monospace}td.bar{width:40%;min-w
 .bar-fill.ok{background:#48bb78}.bar-fill.failed{background:#f56565}.bar-fill.interrupted,.bar-fill.running{background:#ecc94b}
 tr.note td{color:#718096;font-style:italic}.err{color:#c53030}
 #detail{white-space:pre-wrap}#detail h3{font-size:13px;margin:10px 0 4px;color:#4a5568}#detail pre{margin:0;padding:8px;background:#f7fafc;border:1px solid #e2e8f0;border-radius:4px;max-height:40vh;overflow:auto;font-size:12px}
-.muted{color:#718096}
+.muted{color:#718096}#waiting{border-color:#ecc94b}#waiting dd{white-space:pre-wrap}
 "#;
 
 const SCRIPT: &str = r#"
@@ -349,6 +454,10 @@ pub fn run_html(r: &RunReport) -> String {
         field("error", format!("[{}] {}", e.kind, e.message));
     }
     o.push_str("</dl></header>\n");
+
+    if let Some((w, command)) = &r.waiting {
+        waiting(&mut o, run, w, command, r.now_ms);
+    }
 
     // The flow, with the route taken.
     o.push_str("<section id=\"graph\"><h2>Route</h2><div class=\"graph\">");

@@ -1,0 +1,146 @@
+//! The question a run stopped for a human asks, in one wording for every place that shows it:
+//! an `interrupt` step's prompt, decision schema and expiry (SPEC §3.6), an agent loop's
+//! proposed tool calls (SPEC §6.3), and, for the one the run tree waits at, the command that
+//! answers it and the decision's shape. `runs show` prints the lines under the step; the run
+//! page shows them at its top. It says what to show, not how: no printing here.
+
+use serde_json::Value;
+
+use crate::runtime::record::{StepRecord, StepStatus};
+
+/// One labelled line of a question: `prompt`, `call 1`, `decision schema`, `expires`, …
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Line {
+    pub label: String,
+    pub text: String,
+    /// The text is a command to type (the page shows it as code, the terminal in backticks).
+    pub command: bool,
+}
+
+impl Line {
+    fn new(label: impl Into<String>, text: impl Into<String>) -> Line {
+        Line {
+            label: label.into(),
+            text: text.into(),
+            command: false,
+        }
+    }
+}
+
+/// Whether record `s` stopped its run for a human: an `interrupt` step or an agent loop's
+/// approval, `interrupted`.
+pub fn asks(s: &StepRecord) -> bool {
+    (s.kind == "interrupt" || s.kind == "approval") && s.status == StepStatus::Interrupted
+}
+
+/// The question of record `s` (see [`asks`]), from its result: the prompt, the proposed calls,
+/// the schema the decision must match and the expiry (told relative to `now_ms`, Unix ms);
+/// then, when `command` is given (the run tree waits at this record), the command that
+/// answers it and, for an approval, the decision's forms. Records of versions that kept only
+/// the prompt give only the prompt.
+pub fn question(s: &StepRecord, now_ms: u64, command: Option<&str>) -> Vec<Line> {
+    let mut out = Vec::new();
+    let result = s.result.as_deref();
+    let field = |k: &str| result.and_then(|r| r.get(k));
+    if let Some(prompt) = field("prompt").and_then(Value::as_str) {
+        out.push(Line::new("prompt", prompt.trim_end()));
+    }
+    // An agent loop's approval: the calls it proposed, in the model's order.
+    if let Some(c) = field("calls") {
+        out.extend(calls(Some(c)));
+    }
+    if let Some(schema) = field("schema") {
+        out.push(Line::new("decision schema", schema.to_string()));
+    }
+    if let Some(at) = field("expires_at").and_then(Value::as_u64) {
+        let when = httpdate::fmt_http_date(std::time::UNIX_EPOCH + std::time::Duration::from_millis(at));
+        if at >= now_ms {
+            out.push(Line::new("expires", format!("{when} (in {})", span(at - now_ms))));
+        } else {
+            out.push(Line::new(
+                "expired",
+                format!(
+                    "{when} ({} ago): a decision now fails the step with kind `timeout`",
+                    span(now_ms - at)
+                ),
+            ));
+        }
+    }
+    if let Some(command) = command {
+        out.push(Line {
+            label: "answer".into(),
+            text: command.into(),
+            command: true,
+        });
+        if s.kind == "approval" {
+            let n = field("calls").and_then(Value::as_array).map_or(0, Vec::len);
+            let forms = r#"{"approve": true} | {"edit": {<arguments>}} | {"reject": "why"}"#;
+            if n > 1 {
+                out.push(Line::new(
+                    "decision",
+                    format!("a list of {n} decisions, in order, each {forms}"),
+                ));
+            } else {
+                out.push(Line::new("decision", forms));
+            }
+        }
+    }
+    out
+}
+
+/// `call 1` · `refund {"amount":100}`: a line per call an approval holds (a list of
+/// `{tool, arguments}`), the arguments cut at 300 characters.
+pub fn calls(calls: Option<&Value>) -> Vec<Line> {
+    calls
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+        .map(|(i, c)| {
+            Line::new(
+                format!("call {}", i + 1),
+                format!(
+                    "{} {}",
+                    c["tool"].as_str().unwrap_or("?"),
+                    capped(&c["arguments"].to_string(), 300)
+                ),
+            )
+        })
+        .collect()
+}
+
+/// `text` on one line, at most `max` characters of it.
+pub fn capped(text: &str, max: usize) -> String {
+    let one = text.replace('\n', " ⏎ ");
+    if one.chars().count() <= max {
+        return one;
+    }
+    let mut out: String = one.chars().take(max.saturating_sub(1)).collect();
+    out.push('…');
+    out
+}
+
+/// A duration in whole units, the two largest: `71h 59m`, `4m 10s`, `12s`.
+pub fn span(ms: u64) -> String {
+    let s = ms / 1000;
+    let (h, m, s) = (s / 3600, s / 60 % 60, s % 60);
+    match (h, m) {
+        (0, 0) => format!("{s}s"),
+        (0, _) => format!("{m}m {s}s"),
+        _ => format!("{h}h {m}m"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::span;
+
+    #[test]
+    fn spans_keep_their_two_largest_units() {
+        assert_eq!(span(999), "0s");
+        assert_eq!(span(12_000), "12s");
+        assert_eq!(span(250_000), "4m 10s");
+        assert_eq!(span(72 * 3_600_000 - 60_000), "71h 59m");
+        assert_eq!(span(3_600_000), "1h 0m");
+    }
+}

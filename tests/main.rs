@@ -70,3 +70,4 @@ mod snapshots;
 mod store;
 mod support;
 mod time;
+mod transcripts;

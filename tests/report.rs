@@ -17,7 +17,7 @@ const CHROMIUM: &str = "/usr/bin/chromium";
 const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
 
 /// A chromedriver process on a loopback port, killed when dropped.
-struct Driver {
+pub(crate) struct Driver {
     child: Child,
     base: String,
     client: reqwest::Client,
@@ -25,7 +25,7 @@ struct Driver {
 }
 
 impl Driver {
-    fn start() -> Driver {
+    pub(crate) fn start() -> Driver {
         for bin in [CHROMIUM, CHROMEDRIVER] {
             assert!(
                 Path::new(bin).exists(),
@@ -105,13 +105,13 @@ impl Drop for Driver {
 }
 
 /// A browser session of `d`, closed when dropped.
-struct Session<'a> {
+pub(crate) struct Session<'a> {
     d: &'a Driver,
     id: String,
 }
 
 impl<'a> Session<'a> {
-    fn new(d: &'a Driver, profile: &Path) -> Session<'a> {
+    pub(crate) fn new(d: &'a Driver, profile: &Path) -> Session<'a> {
         let caps = json!({"capabilities": {"alwaysMatch": {
             "browserName": "chrome",
             "goog:chromeOptions": {
@@ -131,7 +131,7 @@ impl<'a> Session<'a> {
         }
     }
 
-    fn post(&self, path: &str, body: Value) -> Value {
+    pub(crate) fn post(&self, path: &str, body: Value) -> Value {
         self.d
             .call("POST", &format!("/session/{}{path}", self.id), Some(body))
     }
@@ -140,12 +140,12 @@ impl<'a> Session<'a> {
         self.d.call("GET", &format!("/session/{}{path}", self.id), None)
     }
 
-    fn script(&self, body: &str) -> Value {
+    pub(crate) fn script(&self, body: &str) -> Value {
         self.post("/execute/sync", json!({"script": body, "args": []}))
     }
 
     /// Console messages of level SEVERE (errors), from chromedriver's browser log.
-    fn console_errors(&self) -> Vec<String> {
+    pub(crate) fn console_errors(&self) -> Vec<String> {
         self.post("/se/log", json!({"type": "browser"}))
             .as_array()
             .cloned()

@@ -50,10 +50,11 @@ pub fn run(args: Args) -> u8 {
     let rt = common::runtime();
     let (summary, out) = match (&args.results, &args.batch) {
         (Some(path), None) => {
-            let summary = match read_results(path) {
+            let mut summary = match read_results(path) {
                 Ok(s) => s,
                 Err(e) => return fail(e),
             };
+            rt.block_on(flow_and_start(&args.store, &mut summary));
             let out = args.output.clone().unwrap_or_else(|| {
                 let stem = path
                     .file_stem()
@@ -166,17 +167,14 @@ async fn read_submitted(store: &StoreArg, name: &str) -> Result<Summary, String>
                     .to_string(),
             );
         };
-        if sql
-            .submitted_batch(name)
-            .await
-            .map_err(|e| e.to_string())?
-            .is_none()
-        {
+        let Some(batch) = sql.submitted_batch(name).await.map_err(|e| e.to_string())? else {
             return Err(format!(
                 "the store has no submitted batch `{name}` (`switchyard batches` lists them)"
             ));
-        }
+        };
         let mut summary = Summary::new(name);
+        summary.flow = Some(batch.flow);
+        summary.started_at = Some(batch.submitted_at);
         let mut pages = crate::cluster::collect::Pages::new(name);
         while let Some(run) = pages.next_item(sql).await.map_err(|e| e.to_string())? {
             summary.add(item_of(&run));
@@ -186,6 +184,23 @@ async fn read_submitted(store: &StoreArg, name: &str) -> Result<Summary, String>
     .await;
     s.close().await;
     result
+}
+
+/// The flow and the start of a batch read from its output file, from the record of its run
+/// that started first; left unknown when the store read does not have it (a batch run with
+/// `--store memory`, another store).
+async fn flow_and_start(store: &StoreArg, summary: &mut Summary) {
+    let Some(first) = summary.first_run().map(str::to_owned) else {
+        return;
+    };
+    let Ok(s) = store.open_to_read().await else {
+        return;
+    };
+    if let Ok(run) = s.get_run(&first).await {
+        summary.flow = Some(run.flow);
+        summary.started_at = Some(run.started_at);
+    }
+    s.close().await;
 }
 
 fn item_of(r: &crate::runtime::record::RunRecord) -> Item {

@@ -485,7 +485,10 @@ async fn abandoned_in_tree<S: crate::store::Store + ?Sized>(s: &S, run: &str) ->
 /// `runs show --json --transcript`: the transcript of every agent loop in a run and its child
 /// runs (the ones the text prints), each with its run, record number and step:
 /// `{run, number, step, messages}`, a run's loops in record order, then its child runs'.
-async fn transcripts_in_tree<S: crate::store::Store + ?Sized>(s: &S, run: &str) -> Result<Vec<Value>, String> {
+async fn transcripts_in_tree<S: crate::store::Store + ?Sized>(
+    s: &S,
+    run: &str,
+) -> Result<Vec<Value>, String> {
     let mut out = Vec::new();
     let mut todo = std::collections::VecDeque::from([run.to_string()]);
     while let Some(id) = todo.pop_front() {

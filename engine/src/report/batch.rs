@@ -74,6 +74,13 @@ impl Item {
 #[derive(Debug, Default)]
 pub struct Summary {
     pub name: String,
+    /// The flow the batch ran, when the store read knows it.
+    pub flow: Option<String>,
+    /// When the batch started (Unix ms): its first run's start, or a submitted batch's
+    /// submission; when the store read knows it.
+    pub started_at: Option<u64>,
+    /// The run of the batch that started first: the smallest run id (ids are time-ordered).
+    first_run: Option<String>,
     pub items: u64,
     pub by_status: BTreeMap<String, u64>,
     pub cost_usd: f64,
@@ -97,6 +104,11 @@ impl Summary {
 
     pub fn add(&mut self, item: Item) {
         self.items += 1;
+        if let Some(id) = &item.run_id
+            && self.first_run.as_ref().is_none_or(|f| id < f)
+        {
+            self.first_run = Some(id.clone());
+        }
         *self.by_status.entry(item.status.clone()).or_default() += 1;
         self.cost_usd += item.cost_usd;
         self.cost_unknown_calls += item.cost_unknown_calls;
@@ -131,6 +143,12 @@ impl Summary {
             self.slowest.insert(at, item);
             self.slowest.truncate(SLOWEST);
         }
+    }
+
+    /// The id of the batch's run that started first (run ids are time-ordered), whose record
+    /// tells the flow and the batch's start.
+    pub fn first_run(&self) -> Option<&str> {
+        self.first_run.as_deref()
     }
 
     /// The run ids the page links to: the slowest, failed and interrupted items listed.
@@ -197,10 +215,26 @@ pub fn batch_html(s: &Summary, link: &dyn Fn(&str) -> Option<String>, note: Opti
         o,
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
-         <title>batch {}</title><style>{STYLE}</style></head><body>\n<header><h1>batch {}</h1>",
+         <title>batch {}{}</title><style>{STYLE}</style></head><body>\n<header><h1>batch {}</h1>",
         html(&s.name),
+        s.flow
+            .as_ref()
+            .map(|f| format!(" · {}", html(f)))
+            .unwrap_or_default(),
         html(&s.name)
     );
+    // Which flow, and when: what the store knows of the batch.
+    let flow = match &s.flow {
+        Some(f) => format!("flow <b>{}</b>", html(f)),
+        None => "<span class=\"muted\">flow unknown: the store read holds none of its runs</span>".into(),
+    };
+    let started = s
+        .started_at
+        .and_then(|ms| i64::try_from(ms / 1000).ok())
+        .and_then(|secs| crate::runtime::time::Timestamp::from_unix_secs(secs).ok())
+        .map(|t| format!(" · started <time>{t}</time> (UTC)"))
+        .unwrap_or_default();
+    let _ = write!(o, "<div id=\"batch-of\">{flow}{started}</div>");
     let _ = write!(
         o,
         "<div>{} items · cost {}{} · median {} ms · 90% within {} ms · longest {} ms</div>",

@@ -16,10 +16,8 @@ use std::fmt::Write as _;
 use serde_json::{Value, json};
 
 use crate::plan::svg::{self, Marks};
+use crate::runtime::record::{RunRecord, RunStatus, StepRecord, StepStatus, fmt_usd, loop_order, loop_owner};
 use crate::runtime::resume::Waiting;
-use crate::runtime::record::{
-    RunRecord, RunStatus, StepRecord, StepStatus, fmt_usd, loop_order, loop_owner,
-};
 
 /// Iteration records of one step shown as rows.
 pub const ITERATIONS_SHOWN: usize = 50;
@@ -185,7 +183,12 @@ fn rows<'a>(
     for g in groups.values_mut() {
         g.sort_by_key(|g| g.iteration);
     }
-    let tree = Tree { run, children, groups, parts };
+    let tree = Tree {
+        run,
+        children,
+        groups,
+        parts,
+    };
     for s in &tops {
         tree.record(out, s, depth);
         tree.loop_parts(out, &s.number, depth + 1);

@@ -226,7 +226,10 @@ impl StepRecord {
     pub fn is_group_of(&self, number: &str) -> bool {
         self.is_group()
             && (self.number == number
-                || self.number.strip_prefix(number).is_some_and(|r| r.starts_with('.')))
+                || self
+                    .number
+                    .strip_prefix(number)
+                    .is_some_and(|r| r.starts_with('.')))
     }
 }
 

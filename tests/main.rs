@@ -32,7 +32,10 @@
 //!   PostgreSQL (an interrupt's decision, an agent loop's approval), a `resume` of a run a live
 //!   process runs;
 //! - [`memory_store`]: the peak memory of long loops on `--store memory`;
-//! - [`time`]: `timestamp()`, `duration()` and the recorded `now` of a run tree.
+//! - [`time`]: `timestamp()`, `duration()` and the recorded `now` of a run tree;
+//! - [`transcripts`]: agent loops seen wherever they run: transcripts of iterations, branches
+//!   and child runs, the run page's timeline order and a waiting run's question, a batch page's
+//!   flow and start.
 
 mod agent_loop;
 mod agent_loop_durable;

@@ -913,3 +913,46 @@ fn model_turns_and_tool_calls_follow_the_gen_ai_conventions() {
         assert_eq!(resource_attr(r, "switchyard.worker.id"), None);
     }
 }
+
+/// A worker's spans say which worker sent them: the resource names its id, the one the
+/// store knows it by, beside the service, its version and the host.
+#[test]
+fn a_workers_spans_name_the_worker() {
+    use crate::cluster::{Pg, log_of, spawn_worker, submit, wait_exit, write_input};
+    let pg = Pg::new("otel_worker");
+    let dir = TempDir::new("otel-worker");
+    let flow = dir.write(
+        "quick.yaml",
+        "flow: quick\nsteps:\n  one:\n    set: {$.seen: =true}\n",
+    );
+    write_input(&dir, 2);
+    let out = submit(&dir, &flow, &pg.url("sy_otel_wsubmit"), "quick", &[]);
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    let c = Collector::start();
+    let mut w = spawn_worker(
+        &dir,
+        &pg.url("sy_otel_worker"),
+        "w",
+        &["--exit-when-idle", "--otlp-endpoint", &c.url],
+    );
+    assert!(
+        wait_exit(&mut w, Duration::from_secs(60), "the worker").success(),
+        "{}",
+        log_of(&dir, "w")
+    );
+    let workers = pg.query("SELECT id FROM workers");
+    assert_eq!(workers.len(), 1, "{workers:?}");
+    let id = workers[0]["id"].clone().expect("a worker id");
+    assert_eq!(
+        c.spans().iter().filter(|s| s.name == "run quick").count(),
+        2
+    );
+    let resources = c.resources();
+    assert!(!resources.is_empty());
+    for r in &resources {
+        assert_eq!(resource_attr(r, "switchyard.worker.id").as_deref(), Some(id.as_str()));
+        assert_eq!(resource_attr(r, "service.instance.id").as_deref(), Some(id.as_str()));
+        assert_eq!(resource_attr(r, "service.name").as_deref(), Some("switchyard"));
+        assert!(resource_attr(r, "host.name").is_some_and(|h| id.starts_with(&h)));
+    }
+}

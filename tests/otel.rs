@@ -675,6 +675,22 @@ fn a_run_resumed_after_its_resumer_died_sends_what_that_one_finished_and_no_more
     ids.dedup();
     assert_eq!(ids.len(), all.len(), "a span id sent twice");
     assert_eq!(all.len(), 8);
+    // Named from their own records, whichever process sent them.
+    let mut names: Vec<&str> = all.iter().map(|s| s.name.as_str()).collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "approval 1.t2",
+            "chat m1",
+            "chat m1",
+            "chat m1",
+            "execute_tool lookup",
+            "execute_tool refund",
+            "run refunds",
+            "step answer"
+        ]
+    );
     assert!(
         all.iter()
             .all(|s| s.parent_span_id.is_empty() || all.iter().any(|p| p.span_id == s.parent_span_id))
@@ -776,7 +792,10 @@ fn model_turns_and_tool_calls_follow_the_gen_ai_conventions() {
     let server = Llm::start();
     server
         .script([
-            Reply::calls(1, &[("lookup", r#"{"order": 7}"#), ("calc", r#"{"a": 100, "b": 7}"#)]),
+            Reply::calls(
+                1,
+                &[("lookup", r#"{"order": 7}"#), ("calc", r#"{"a": 100, "b": 7}"#)],
+            ),
             Reply::Answer("The total is 107.".into()),
             Reply::Answer("107.".into()),
         ])
@@ -819,10 +838,7 @@ fn model_turns_and_tool_calls_follow_the_gen_ai_conventions() {
         assert_eq!(attr(t, "gen_ai.provider.name").as_deref(), Some("openai"));
         assert_eq!(attr(t, "gen_ai.system").as_deref(), Some("openai"));
         assert_eq!(attr(t, "gen_ai.request.model").as_deref(), Some("m1"));
-        assert_eq!(
-            attr(t, "gen_ai.response.model").as_deref(),
-            Some("m1-2026-01-01")
-        );
+        assert_eq!(attr(t, "gen_ai.response.model").as_deref(), Some("m1-2026-01-01"));
         for k in ["gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens"] {
             let n: u64 = attr(t, k).and_then(|v| v.parse().ok()).unwrap_or(0);
             assert!(n > 0, "{k} of {}: {n}", number(t));
@@ -843,7 +859,10 @@ fn model_turns_and_tool_calls_follow_the_gen_ai_conventions() {
     assert_eq!(parent(chat).as_deref(), Some("step sum_up"));
     assert_eq!(attr(chat, "gen_ai.operation.name").as_deref(), Some("chat"));
     assert_eq!(attr(chat, "gen_ai.request.model").as_deref(), Some("m2"));
-    assert_eq!(attr(chat, "gen_ai.response.model").as_deref(), Some("m2-2026-01-01"));
+    assert_eq!(
+        attr(chat, "gen_ai.response.model").as_deref(),
+        Some("m2-2026-01-01")
+    );
     assert_eq!(attr(chat, "switchyard.flow").as_deref(), Some("helper"));
     assert_eq!(
         attr(chat, "gen_ai.usage.input_tokens"),
@@ -943,15 +962,18 @@ fn a_workers_spans_name_the_worker() {
     let workers = pg.query("SELECT id FROM workers");
     assert_eq!(workers.len(), 1, "{workers:?}");
     let id = workers[0]["id"].clone().expect("a worker id");
-    assert_eq!(
-        c.spans().iter().filter(|s| s.name == "run quick").count(),
-        2
-    );
+    assert_eq!(c.spans().iter().filter(|s| s.name == "run quick").count(), 2);
     let resources = c.resources();
     assert!(!resources.is_empty());
     for r in &resources {
-        assert_eq!(resource_attr(r, "switchyard.worker.id").as_deref(), Some(id.as_str()));
-        assert_eq!(resource_attr(r, "service.instance.id").as_deref(), Some(id.as_str()));
+        assert_eq!(
+            resource_attr(r, "switchyard.worker.id").as_deref(),
+            Some(id.as_str())
+        );
+        assert_eq!(
+            resource_attr(r, "service.instance.id").as_deref(),
+            Some(id.as_str())
+        );
         assert_eq!(resource_attr(r, "service.name").as_deref(), Some("switchyard"));
         assert!(resource_attr(r, "host.name").is_some_and(|h| id.starts_with(&h)));
     }

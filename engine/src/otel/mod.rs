@@ -6,7 +6,12 @@
 //! engine makes them — whatever the store keeps, the throwaway store of a batch included — and
 //! when a root run ends turns them into spans: one per run, step, iteration, model turn and tool
 //! call, with the flow, step id, number, kind, attempt, status, error kind, tokens and cost as
-//! attributes, and the route each step took as an event. A child run's span is a child of the
+//! attributes, and the route each step took as an event. Model calls and tool calls follow
+//! OpenTelemetry's GenAI conventions ([`encode_step`]): a turn is `chat {model}`, a tool call
+//! `execute_tool {tool}`, an `llm` step's call a `chat {model}` span under the step's. Times
+//! are the records' nanoseconds when the engine made them here, else their milliseconds
+//! ([`record::nanos`]). The resource names the service and its version, the host, the process
+//! and a worker's id ([`Exporter::set_worker`]). A child run's span is a child of the
 //! record that called it (its step, or the iteration); a record numbered under another of its
 //! run (an agent loop's turn `3.t2`, a tool call `3.t2.1`) is that one's child. Each root run is
 //! a trace of its own (a batch is one trace per item), its id derived from the run's id, and

@@ -277,7 +277,10 @@ mod tests {
         let res = rs.resource.as_ref().unwrap();
         assert_eq!(res.attributes[0].key, "service.name");
         assert_eq!(
-            (res.attributes[1].key.as_str(), res.attributes[1].value.clone().and_then(|v| v.value)),
+            (
+                res.attributes[1].key.as_str(),
+                res.attributes[1].value.clone().and_then(|v| v.value)
+            ),
             ("process.pid", Some(Value::IntValue(42)))
         );
         let scope = &rs.scope_spans[0];

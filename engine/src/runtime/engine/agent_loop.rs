@@ -633,15 +633,13 @@ impl<'e, S: Store> Run<'e, S> {
                     tool_names(offered)
                 ),
             };
-            self.record_refusal(step, &num, c, &why, started)
-                .await;
+            self.record_refusal(step, &num, c, &why, started).await;
             return failure(why);
         };
         let arguments = match decision {
             Some(Decision::Reject(why)) => {
                 let text = format!("the call of `{}` was rejected: {why}", c.name);
-                self.record_refusal(step, &num, c, &text, started)
-                    .await;
+                self.record_refusal(step, &num, c, &text, started).await;
                 return failure(text);
             }
             Some(Decision::Edit(args)) => Ok(args.clone()),
@@ -652,8 +650,7 @@ impl<'e, S: Store> Run<'e, S> {
             Ok(a) => a,
             Err(e) => {
                 let text = format!("the arguments of `{}` are not valid JSON: {e}", c.name);
-                self.record_refusal(step, &num, c, &text, started)
-                    .await;
+                self.record_refusal(step, &num, c, &text, started).await;
                 return failure(text);
             }
         };
@@ -661,8 +658,7 @@ impl<'e, S: Store> Run<'e, S> {
             && let Err(v) = schema.check(&arguments)
         {
             let text = format!("the arguments of `{}` do not match its parameters {v}", c.name);
-            self.record_refusal(step, &num, c, &text, started)
-                .await;
+            self.record_refusal(step, &num, c, &text, started).await;
             return failure(text);
         }
         let mut o =
@@ -725,16 +721,8 @@ impl<'e, S: Store> Run<'e, S> {
             failed = end.failed, replayed = o.replayed, "tool call"
         );
         if !interrupted {
-            self.record_part(
-                step,
-                num.clone(),
-                "tool",
-                None,
-                Some(arguments),
-                &mut o,
-                started,
-            )
-            .await;
+            self.record_part(step, num.clone(), "tool", None, Some(arguments), &mut o, started)
+                .await;
         }
         // A store write that failed (this record's, or another's in the tree) fails the loop.
         if let Some(failure) = self.store_failed() {
@@ -748,7 +736,14 @@ impl<'e, S: Store> Run<'e, S> {
 
     /// The record of a call that never reached its tool (unknown, refused, bad arguments,
     /// rejected): failed, with what the model was told. Replayed runs have it already.
-    async fn record_refusal(&self, step: &StepPlan, num: &str, c: &ToolCall, why: &str, started: record::Stamp) {
+    async fn record_refusal(
+        &self,
+        step: &StepPlan,
+        num: &str,
+        c: &ToolCall,
+        why: &str,
+        started: record::Stamp,
+    ) {
         if self.replay.as_ref().and_then(|r| r.finished(num, None)).is_some() {
             return;
         }
@@ -757,16 +752,8 @@ impl<'e, S: Store> Run<'e, S> {
         named(&mut o, c);
         let arguments = &c.arguments;
         let input = crate::json::from_str(arguments).unwrap_or_else(|_| Value::String(arguments.to_string()));
-        self.record_part(
-            step,
-            num.to_string(),
-            "tool",
-            None,
-            Some(input),
-            &mut o,
-            started,
-        )
-        .await;
+        self.record_part(step, num.to_string(), "tool", None, Some(input), &mut o, started)
+            .await;
     }
 }
 

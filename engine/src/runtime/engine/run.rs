@@ -437,6 +437,8 @@ impl<'e, S: Store> Run<'e, S> {
         let steps = StepsVar::new(flow.clone());
         let payload = input.clone();
         let (earlier, replay) = resumed.unzip();
+        // A new run's start (a resumed one keeps its own).
+        let started = record::Stamp::now();
         let record = match earlier {
             // Resumed: the same run, running again; usage and steps are counted anew as the
             // records replay.
@@ -459,9 +461,7 @@ impl<'e, S: Store> Run<'e, S> {
                 },
                 ..earlier
             },
-            None => {
-            let started = record::Stamp::now();
-            RunRecord {
+            None => RunRecord {
                 id: record::new_run_id(),
                 flow: flow.name.clone(),
                 flow_hash: flow.hash.clone(),
@@ -500,8 +500,7 @@ impl<'e, S: Store> Run<'e, S> {
                 } else {
                     None
                 },
-            }
-            }
+            },
         };
         Run {
             engine,

@@ -942,8 +942,10 @@ fn encode_step<'a>(
         (_, Some(i)) => wire::name(out, "iteration", s.step, Some(i)),
         _ if turn => chat_name(out, s.model),
         _ if tool => {
+            // A call that names no tool (the model left it out) is `execute_tool` alone.
+            let name = s.tool.filter(|t| !t.is_empty());
             out.push_str("execute_tool");
-            if let Some(name) = s.tool.filter(|t| !t.is_empty()) {
+            if let Some(name) = name {
                 out.push(' ');
                 out.push_str(name);
             }
@@ -951,7 +953,7 @@ fn encode_step<'a>(
                 ("gen_ai.operation.name", "execute_tool".into()),
                 ("gen_ai.tool.type", "function".into()),
             ]);
-            if let Some(name) = s.tool {
+            if let Some(name) = name {
                 attributes.push(("gen_ai.tool.name", name.into()));
             }
             if let Some(id) = s.call_id {
@@ -1194,7 +1196,70 @@ mod tests {
         assert_eq!(split_iteration("2[4]"), ("2", Some(4)));
         assert_eq!(split_iteration("3.t2"), ("3.t2", None));
         assert_ne!(step_span_id("r", "2", None), step_span_id("r", "2", Some(0)));
+        // A model call's `chat` span is not its record's.
+        assert_ne!(chat_span_id("r", "2", None), step_span_id("r", "2", None));
+        assert_ne!(chat_span_id("r", "2", None), chat_span_id("r", "2", Some(0)));
         assert_ne!(step_span_id("r", "2", None), step_span_id("c", "2", None));
+    }
+
+    /// A turn whose model is not known (a flow test's mock) is `chat`; a tool call that is
+    /// itself a model call (an `llm` agent as a tool) has its `chat` span under its own.
+    #[test]
+    fn model_calls_are_chat_spans_and_tool_calls_execute_tool_spans() {
+        use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+        use prost::Message as _;
+        let part = |number: &str, kind: &str, answers: serde_json::Value| StepRecord {
+            kind: kind.into(),
+            answers: Some(answers),
+            started_at: 5,
+            finished_at: Some(6),
+            started_ns: Some(5_000_001),
+            finished_ns: Some(6_000_002),
+            ..crate::store::tests::step(number, 1, None, StepStatus::Succeeded)
+        };
+        let mut tree = Tree::default();
+        tree.root.push_str("r");
+        tree.push_step(&StepRecord {
+            run_id: "r".into(),
+            ..part("1.t1", "turn", serde_json::json!({}))
+        });
+        tree.push_step(&StepRecord {
+            run_id: "r".into(),
+            ..part(
+                "1.t1.1",
+                "tool",
+                serde_json::json!({"tool": "ask", "call_id": "c9", "model": "m1", "response_model": "m1-x"}),
+            )
+        });
+        let mut enc = Encoder::default();
+        encode_tree(&tree, &mut enc, &mut |_| panic!("not a request's worth"));
+        let (body, n) = enc.request(&[]);
+        assert_eq!(n, 3);
+        let req = ExportTraceServiceRequest::decode(body.as_slice()).expect("decodes");
+        let spans = &req.resource_spans[0].scope_spans[0].spans;
+        let names: Vec<&str> = spans.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["chat", "execute_tool ask", "chat m1"]);
+        let attr = |i: usize, k: &str| {
+            spans[i]
+                .attributes
+                .iter()
+                .find(|a| a.key == k)
+                .and_then(|a| a.value.clone())
+                .and_then(|v| v.value)
+        };
+        use opentelemetry_proto::tonic::common::v1::any_value::Value as V;
+        assert_eq!(attr(0, "gen_ai.request.model"), None);
+        assert_eq!(attr(1, "gen_ai.tool.call.id"), Some(V::StringValue("c9".into())));
+        assert_eq!(attr(1, "gen_ai.request.model"), None);
+        assert_eq!(
+            attr(2, "gen_ai.response.model"),
+            Some(V::StringValue("m1-x".into()))
+        );
+        assert_eq!(spans[2].parent_span_id, spans[1].span_id);
+        assert_eq!(
+            (spans[2].start_time_unix_nano, spans[2].end_time_unix_nano),
+            (5_000_001, 6_000_002)
+        );
     }
 
     #[test]

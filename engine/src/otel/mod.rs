@@ -1218,7 +1218,7 @@ mod tests {
             ..crate::store::tests::step(number, 1, None, StepStatus::Succeeded)
         };
         let mut tree = Tree::default();
-        tree.root.push_str("r");
+        tree.root.push('r');
         tree.push_step(&StepRecord {
             run_id: "r".into(),
             ..part("1.t1", "turn", serde_json::json!({}))

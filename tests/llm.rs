@@ -1458,7 +1458,7 @@ async fn a_server_that_refuses_json_schema_is_asked_with_json_object_and_remembe
     assert_eq!(hits[2].body["response_format"]["type"], "json_object");
     let steps = engine.store.steps(&out.run_id).await.unwrap();
     let notes = steps.last().unwrap().answers.clone().expect("the call's notes");
-    assert_eq!(notes, json!({"structured_output": "json_object"}));
+    assert_eq!(notes, json!({"model": "m1", "structured_output": "json_object"}));
 }
 
 /// Other servers refuse the form with a 400 (a gateway whose backend lacks it) or a 422 (a

@@ -100,7 +100,12 @@ pub struct LlmState {
     in_flight: Mutex<(u64, u64)>,
     /// What answers report as `usage`.
     usage: Mutex<UsageMode>,
+    /// The `model` answers name, from the request's: none when `None` (as some servers).
+    response_model: Mutex<Option<ModelNaming>>,
 }
+
+/// How an answer names its model (`model`) from the one the request asked for.
+pub type ModelNaming = Arc<dyn Fn(&str) -> String + Send + Sync>;
 
 /// What a 200 answer says of its tokens.
 #[derive(Clone, Copy, Debug, Default)]
@@ -204,6 +209,13 @@ impl Llm {
         self
     }
 
+    /// Answers name their model from now on, as `f` says from the request's (OpenAI answers
+    /// `gpt-4o` with `gpt-4o-2024-08-06`).
+    pub fn name_model(&self, f: impl Fn(&str) -> String + Send + Sync + 'static) -> &Self {
+        *self.state.response_model.lock().unwrap() = Some(Arc::new(f));
+        self
+    }
+
     pub fn latency(&self, d: Duration) -> &Self {
         *self.state.latency.lock().unwrap() = d;
         self
@@ -293,8 +305,13 @@ async fn answer_request(s: Arc<LlmState>, headers: HeaderMap, body: Bytes) -> Re
         tokio::time::sleep(latency).await;
     }
     let mode = *s.usage.lock().unwrap();
-    // The tokens of an answer as `mode` reports them, written into `resp`.
+    let naming = s.response_model.lock().unwrap().clone();
+    // The tokens of an answer as `mode` reports them, and the model as `naming` names it,
+    // written into `resp`.
     let report = |resp: &mut Value, prompt: u64, completion: u64| {
+        if let Some(f) = &naming {
+            resp["model"] = Value::String(f(body["model"].as_str().unwrap_or("")));
+        }
         let (prompt, completion) = match mode {
             UsageMode::Counted => (prompt, completion),
             UsageMode::Fixed(p, c) => (p, c),

@@ -10,15 +10,18 @@ use std::time::{Duration, Instant};
 
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value as Av;
+use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::Span;
 use prost::Message as _;
 
 use crate::support::{TempDir, run, switchyard};
 
-/// A loopback OTLP/HTTP collector keeping every span it is sent.
+/// A loopback OTLP/HTTP collector keeping every span it is sent, and the resource of every
+/// request.
 pub struct Collector {
     pub url: String,
     spans: Arc<Mutex<Vec<Span>>>,
+    resources: Arc<Mutex<Vec<Resource>>>,
     _rt: tokio::runtime::Runtime,
 }
 
@@ -31,7 +34,9 @@ impl Collector {
             .build()
             .expect("a runtime");
         let spans: Arc<Mutex<Vec<Span>>> = Arc::default();
+        let resources: Arc<Mutex<Vec<Resource>>> = Arc::default();
         let kept = spans.clone();
+        let kept_resources = resources.clone();
         let listener = rt
             .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
             .expect("a port");
@@ -40,9 +45,14 @@ impl Collector {
             "/v1/traces",
             post(move |body: axum::body::Bytes| {
                 let kept = kept.clone();
+                let kept_resources = kept_resources.clone();
                 async move {
                     let req = ExportTraceServiceRequest::decode(body).expect("an OTLP trace request");
                     for rs in req.resource_spans {
+                        kept_resources
+                            .lock()
+                            .unwrap()
+                            .push(rs.resource.unwrap_or_default());
                         for ss in rs.scope_spans {
                             kept.lock().unwrap().extend(ss.spans);
                         }
@@ -57,6 +67,7 @@ impl Collector {
         Collector {
             url: format!("http://{addr}"),
             spans,
+            resources,
             _rt: rt,
         }
     }
@@ -64,6 +75,25 @@ impl Collector {
     pub fn spans(&self) -> Vec<Span> {
         self.spans.lock().unwrap().clone()
     }
+
+    /// The resource of each request received, in order.
+    pub fn resources(&self) -> Vec<Resource> {
+        self.resources.lock().unwrap().clone()
+    }
+}
+
+/// The value of attribute `key` of a resource, as text.
+pub fn resource_attr(r: &Resource, key: &str) -> Option<String> {
+    r.attributes
+        .iter()
+        .find(|a| a.key == key)
+        .and_then(|a| a.value.as_ref())
+        .and_then(|v| v.value.as_ref())
+        .map(|v| match v {
+            Av::StringValue(s) => s.clone(),
+            Av::IntValue(i) => i.to_string(),
+            other => format!("{other:?}"),
+        })
 }
 
 pub fn attr(s: &Span, key: &str) -> Option<String> {
@@ -645,6 +675,22 @@ fn a_run_resumed_after_its_resumer_died_sends_what_that_one_finished_and_no_more
     ids.dedup();
     assert_eq!(ids.len(), all.len(), "a span id sent twice");
     assert_eq!(all.len(), 8);
+    // Named from their own records, whichever process sent them.
+    let mut names: Vec<&str> = all.iter().map(|s| s.name.as_str()).collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "approval 1.t2",
+            "chat m1",
+            "chat m1",
+            "chat m1",
+            "execute_tool lookup",
+            "execute_tool refund",
+            "run refunds",
+            "step answer"
+        ]
+    );
     assert!(
         all.iter()
             .all(|s| s.parent_span_id.is_empty() || all.iter().any(|p| p.span_id == s.parent_span_id))
@@ -691,4 +737,244 @@ fn a_collector_that_never_answers_leaves_every_span_told_as_not_exported() {
         out.stderr
     );
     assert!(out.stderr.contains("; 0 exported"), "{}", out.stderr);
+}
+
+/// An agent loop whose model calls two tools in one turn, then answers; then a plain `llm`
+/// step summarizes. The server names a more precise model than the one asked for.
+fn helper_flow(base_url: &str) -> String {
+    format!(
+        r#"flow: helper
+providers:
+  local:
+    base_url: {base_url}
+agents:
+  clerk:
+    kind: llm
+    provider: local
+    model: m1
+    prompt: "Question: {{{{ input.q }}}}"
+    tools:
+      lookup: {{description: Finds an order.}}
+      calc: {{description: Adds numbers.}}
+  lookup:
+    kind: mock
+    returns: {{order: 7, total: 100}}
+  calc:
+    kind: mock
+    returns: {{sum: 107}}
+  writer:
+    kind: llm
+    provider: local
+    model: m2
+    prompt: "Summarize: {{{{ input.text }}}}"
+steps:
+  answer:
+    agent: clerk
+    input: {{$.q: $.q}}
+    output: {{$.reply: $.text}}
+    next: sum_up
+  sum_up:
+    agent: writer
+    input: {{$.text: $.reply}}
+    output: {{$.summary: $.text}}
+"#
+    )
+}
+
+/// OpenTelemetry's GenAI conventions (SPEC §13): each model turn is `chat {model}` and each
+/// tool call `execute_tool {tool}` with the `gen_ai.*` attributes — the tool's name and the id
+/// the model gave the call, the models asked for and answered with, the tokens — a plain `llm`
+/// step has a `chat` span of its own, tokens are counted once per trace, the resource names the
+/// service, its version and the host, and spans have their lengths in nanoseconds.
+#[test]
+fn model_turns_and_tool_calls_follow_the_gen_ai_conventions() {
+    use crate::mock_server::{Llm, Reply};
+    let server = Llm::start();
+    server
+        .script([
+            Reply::calls(
+                1,
+                &[("lookup", r#"{"order": 7}"#), ("calc", r#"{"a": 100, "b": 7}"#)],
+            ),
+            Reply::Answer("The total is 107.".into()),
+            Reply::Answer("107.".into()),
+        ])
+        .name_model(|m| format!("{m}-2026-01-01"));
+    let c = Collector::start();
+    let dir = TempDir::new("otel-gen-ai");
+    dir.write("helper.yaml", helper_flow(&server.base_url()));
+    let out = run(switchyard(dir.path())
+        .args(["run", "helper.yaml", "--input", r#"{"q": "what is my total?"}"#])
+        .args(["--otlp-endpoint", &c.url]));
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    let spans = c.spans();
+    let names: Vec<&str> = spans.iter().map(|s| s.name.as_str()).collect();
+    let one = |name: &str| -> &Span {
+        let v: Vec<&Span> = spans.iter().filter(|s| s.name == name).collect();
+        assert_eq!(v.len(), 1, "spans named `{name}`: {names:?}");
+        v[0]
+    };
+    let by_id: HashMap<&Vec<u8>, &Span> = spans.iter().map(|s| (&s.span_id, s)).collect();
+    let parent = |s: &Span| by_id.get(&s.parent_span_id).map(|p| p.name.clone());
+    let number = |s: &Span| attr(s, "switchyard.number").unwrap_or_default();
+
+    // The tool calls, under the turn that made them.
+    for (tool, id, n) in [("lookup", "call_1_1", "1.t1.1"), ("calc", "call_1_2", "1.t1.2")] {
+        let s = one(&format!("execute_tool {tool}"));
+        assert_eq!(attr(s, "gen_ai.operation.name").as_deref(), Some("execute_tool"));
+        assert_eq!(attr(s, "gen_ai.tool.name").as_deref(), Some(tool));
+        assert_eq!(attr(s, "gen_ai.tool.call.id").as_deref(), Some(id));
+        assert_eq!(attr(s, "gen_ai.tool.type").as_deref(), Some("function"));
+        assert_eq!(number(s), n);
+        let turn = by_id.get(&s.parent_span_id).expect("the turn's span");
+        assert_eq!(number(turn), "1.t1");
+    }
+    // The turns: `chat m1`, under the loop's step.
+    let turns: Vec<&Span> = spans.iter().filter(|s| s.name == "chat m1").collect();
+    assert_eq!(turns.len(), 2, "{names:?}");
+    for t in &turns {
+        assert_eq!(parent(t).as_deref(), Some("step answer"));
+        assert_eq!(attr(t, "gen_ai.operation.name").as_deref(), Some("chat"));
+        assert_eq!(attr(t, "gen_ai.provider.name").as_deref(), Some("openai"));
+        assert_eq!(attr(t, "gen_ai.system").as_deref(), Some("openai"));
+        assert_eq!(attr(t, "gen_ai.request.model").as_deref(), Some("m1"));
+        assert_eq!(attr(t, "gen_ai.response.model").as_deref(), Some("m1-2026-01-01"));
+        for k in ["gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens"] {
+            let n: u64 = attr(t, k).and_then(|v| v.parse().ok()).unwrap_or(0);
+            assert!(n > 0, "{k} of {}: {n}", number(t));
+        }
+    }
+    // The loop's step is not a model call of its own: its calls are its turns.
+    let looped = one("step answer");
+    let mut under: Vec<String> = spans
+        .iter()
+        .filter(|s| s.parent_span_id == looped.span_id)
+        .map(number)
+        .collect();
+    under.sort();
+    assert_eq!(under, ["1.t1", "1.t2"], "{names:?}");
+    // A plain `llm` step: its span, and the call's `chat` span under it with the same tokens.
+    let step = one("step sum_up");
+    let chat = one("chat m2");
+    assert_eq!(parent(chat).as_deref(), Some("step sum_up"));
+    assert_eq!(attr(chat, "gen_ai.operation.name").as_deref(), Some("chat"));
+    assert_eq!(attr(chat, "gen_ai.request.model").as_deref(), Some("m2"));
+    assert_eq!(
+        attr(chat, "gen_ai.response.model").as_deref(),
+        Some("m2-2026-01-01")
+    );
+    assert_eq!(attr(chat, "switchyard.flow").as_deref(), Some("helper"));
+    assert_eq!(
+        attr(chat, "gen_ai.usage.input_tokens"),
+        attr(step, "switchyard.usage.input_tokens")
+    );
+    assert!(attr(step, "gen_ai.usage.input_tokens").is_none());
+    // Tokens once per trace: `gen_ai.usage` only on the model calls, which add up to the
+    // run's total.
+    let sum = |k: &str| -> u64 {
+        spans
+            .iter()
+            .filter_map(|s| attr(s, k))
+            .map(|v| v.parse::<u64>().expect("a count"))
+            .sum()
+    };
+    let root = one("run helper");
+    let total = |k: &str| -> u64 { attr(root, k).and_then(|v| v.parse().ok()).expect("a count") };
+    assert!(total("switchyard.usage.input_tokens") > 0);
+    assert_eq!(
+        sum("gen_ai.usage.input_tokens"),
+        total("switchyard.usage.input_tokens")
+    );
+    assert_eq!(
+        sum("gen_ai.usage.output_tokens"),
+        total("switchyard.usage.output_tokens")
+    );
+    // Every span once, within its parent (a tool call hangs off the turn that asked for it,
+    // and starts once that turn has its answer); times to the nanosecond, not whole
+    // milliseconds.
+    let mut ids: Vec<&Vec<u8>> = spans.iter().map(|s| &s.span_id).collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), spans.len(), "{names:?}");
+    assert_eq!(spans.len(), 8, "{names:?}");
+    for s in &spans {
+        assert!(s.end_time_unix_nano >= s.start_time_unix_nano, "{}", s.name);
+        if let Some(p) = by_id.get(&s.parent_span_id)
+            && s.name.starts_with("execute_tool")
+        {
+            assert!(s.start_time_unix_nano >= p.end_time_unix_nano, "{}", s.name);
+        } else if let Some(p) = by_id.get(&s.parent_span_id) {
+            assert!(
+                s.start_time_unix_nano >= p.start_time_unix_nano
+                    && s.end_time_unix_nano <= p.end_time_unix_nano,
+                "{} is not within {}",
+                s.name,
+                p.name
+            );
+        }
+    }
+    assert!(
+        spans.iter().any(|s| s.end_time_unix_nano > s.start_time_unix_nano
+            && (s.start_time_unix_nano % 1_000_000 != 0 || s.end_time_unix_nano % 1_000_000 != 0)),
+        "every span in whole milliseconds"
+    );
+    // The resource: the service, its version, the host and the process; no worker.
+    let resources = c.resources();
+    assert!(!resources.is_empty());
+    for r in &resources {
+        assert_eq!(resource_attr(r, "service.name").as_deref(), Some("switchyard"));
+        assert_eq!(
+            resource_attr(r, "service.version").as_deref(),
+            Some(env!("CARGO_PKG_VERSION"))
+        );
+        assert!(resource_attr(r, "host.name").is_some_and(|h| !h.is_empty()));
+        assert!(resource_attr(r, "process.pid").is_some());
+        assert_eq!(resource_attr(r, "switchyard.worker.id"), None);
+    }
+}
+
+/// A worker's spans say which worker sent them: the resource names its id, the one the
+/// store knows it by, beside the service, its version and the host.
+#[test]
+fn a_workers_spans_name_the_worker() {
+    use crate::cluster::{Pg, log_of, spawn_worker, submit, wait_exit, write_input};
+    let pg = Pg::new("otel_worker");
+    let dir = TempDir::new("otel-worker");
+    let flow = dir.write(
+        "quick.yaml",
+        "flow: quick\nsteps:\n  one:\n    set: {$.seen: =true}\n",
+    );
+    write_input(&dir, 2);
+    let out = submit(&dir, &flow, &pg.url("sy_otel_wsubmit"), "quick", &[]);
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    let c = Collector::start();
+    let mut w = spawn_worker(
+        &dir,
+        &pg.url("sy_otel_worker"),
+        "w",
+        &["--exit-when-idle", "--otlp-endpoint", &c.url],
+    );
+    assert!(
+        wait_exit(&mut w, Duration::from_secs(60), "the worker").success(),
+        "{}",
+        log_of(&dir, "w")
+    );
+    let workers = pg.query("SELECT id FROM workers");
+    assert_eq!(workers.len(), 1, "{workers:?}");
+    let id = workers[0]["id"].clone().expect("a worker id");
+    assert_eq!(c.spans().iter().filter(|s| s.name == "run quick").count(), 2);
+    let resources = c.resources();
+    assert!(!resources.is_empty());
+    for r in &resources {
+        assert_eq!(
+            resource_attr(r, "switchyard.worker.id").as_deref(),
+            Some(id.as_str())
+        );
+        assert_eq!(
+            resource_attr(r, "service.instance.id").as_deref(),
+            Some(id.as_str())
+        );
+        assert_eq!(resource_attr(r, "service.name").as_deref(), Some("switchyard"));
+        assert!(resource_attr(r, "host.name").is_some_and(|h| id.starts_with(&h)));
+    }
 }

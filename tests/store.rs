@@ -40,6 +40,8 @@ fn run(id: &str, flow: &str, started_at: u64, status: RunStatus, full: bool) -> 
         }),
         started_at,
         finished_at: full.then_some(started_at + 1234),
+        started_ns: None,
+        finished_ns: None,
         usage: Usage {
             input_tokens: 1_000_000,
             output_tokens: 7,
@@ -94,6 +96,8 @@ fn step(run_id: &str, number: &str, attempt: u32, status: StepStatus, full: bool
         error: full.then(|| StepError::new(ErrorKind::Timeout, "timed out after 30ms")),
         started_at: 1_700_000_000_000,
         finished_at: full.then_some(1_700_000_000_050),
+        started_ns: None,
+        finished_ns: None,
         usage: Usage {
             input_tokens: 3,
             output_tokens: 4,

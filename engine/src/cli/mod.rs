@@ -168,7 +168,7 @@ pub fn main() -> ExitCode {
         Command::Test(a) => test::run(a),
         Command::Batch(a) => batch::run(a),
         Command::Submit(a) => submit::run(a),
-        Command::Worker(a) => worker::run(a),
+        Command::Worker(a) => worker::run(a, exporter.as_deref()),
         Command::Collect(a) => collect::run(a),
         Command::Batches(a) => batches::run(a),
         Command::Runs(a) => runs::run(a),

@@ -57,7 +57,8 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
         .ok_or_else(|| format!("`{s}` is not a duration (`30s`, `2m`, `500ms`)"))
 }
 
-pub fn run(args: Args) -> u8 {
+/// `exporter`: the process's `--otlp-endpoint`, told the worker's id for the resource of its spans.
+pub fn run(args: Args, exporter: Option<&crate::otel::Exporter>) -> u8 {
     if args.concurrency == 0 {
         super::stderr::error("--concurrency must be at least 1");
         return super::exit::USAGE;
@@ -89,6 +90,9 @@ pub fn run(args: Args) -> u8 {
         grace: args.grace,
         exit_when_idle: args.exit_when_idle,
     };
+    if let Some(e) = exporter {
+        e.set_worker(&options.id);
+    }
     let stats = Arc::new(WorkerStats::default());
     let stop = CancellationToken::new();
     let id = options.id.clone();

@@ -301,6 +301,8 @@ fn queued_run(plan: &Plan, options: &SubmitOptions, id: &str, index: u64, input:
         error: None,
         started_at: record::now_ms(),
         finished_at: None,
+        started_ns: None,
+        finished_ns: None,
         usage: Usage::default(),
         steps: 0,
         flow_path: None,

@@ -6,7 +6,12 @@
 //! engine makes them — whatever the store keeps, the throwaway store of a batch included — and
 //! when a root run ends turns them into spans: one per run, step, iteration, model turn and tool
 //! call, with the flow, step id, number, kind, attempt, status, error kind, tokens and cost as
-//! attributes, and the route each step took as an event. A child run's span is a child of the
+//! attributes, and the route each step took as an event. Model calls and tool calls follow
+//! OpenTelemetry's GenAI conventions ([`encode_step`]): a turn is `chat {model}`, a tool call
+//! `execute_tool {tool}`, an `llm` step's call a `chat {model}` span under the step's. Times
+//! are the records' nanoseconds when the engine made them here, else their milliseconds
+//! ([`record::nanos`]). The resource names the service and its version, the host, the process
+//! and a worker's id ([`Exporter::set_worker`]). A child run's span is a child of the
 //! record that called it (its step, or the iteration); a record numbered under another of its
 //! run (an agent loop's turn `3.t2`, a tool call `3.t2.1`) is that one's child. Each root run is
 //! a trace of its own (a batch is one trace per item), its id derived from the run's id, and
@@ -36,7 +41,7 @@ mod wire;
 use wire::{Encoder, SpanIn, Val};
 
 use crate::runtime::observe::Observer;
-use crate::runtime::record::{RunRecord, RunStatus, StepRecord, StepStatus};
+use crate::runtime::record::{self, RunRecord, RunStatus, StepRecord, StepStatus};
 
 /// Finished trees waiting for the exporter's thread, at most.
 const QUEUE: usize = 4096;
@@ -61,8 +66,9 @@ struct RunPart<'a> {
     status: &'a str,
     /// Kind and message.
     error: Option<(&'a str, &'a str)>,
-    started_at: u64,
-    finished_at: Option<u64>,
+    /// Unix nanoseconds ([`record::nanos`]).
+    start_ns: u64,
+    end_ns: Option<u64>,
     tokens: (u64, u64),
     cost_usd: f64,
     /// Model calls whose cost is unknown (no `usage` reported).
@@ -81,14 +87,22 @@ struct StepPart<'a> {
     attempt: u32,
     status: &'a str,
     iteration: Option<u64>,
-    started_at: u64,
-    finished_at: Option<u64>,
+    /// Unix nanoseconds ([`record::nanos`]).
+    start_ns: u64,
+    end_ns: Option<u64>,
     tokens: (u64, u64),
     cost_usd: f64,
     /// Model calls whose cost is unknown (no `usage` reported).
     cost_unknown_calls: u64,
     error: Option<(&'a str, &'a str)>,
     route: Option<&'a str>,
+    /// Of a tool call, the tool the model named and the id it gave the call.
+    tool: Option<&'a str>,
+    call_id: Option<&'a str>,
+    /// Of a model call (an `llm` agent's, a loop's turn), the model asked for and the one the
+    /// response named.
+    model: Option<&'a str>,
+    response_model: Option<&'a str>,
 }
 
 /// What a run tree's spans are made from: its runs' and records' fields, appended to byte
@@ -120,8 +134,8 @@ impl Tree {
         put_opt(b, run.parent_step.as_deref());
         put_str(b, run.status.as_str());
         put_error(b, run.error.as_ref());
-        put_u64(b, run.started_at);
-        put_opt_u64(b, run.finished_at);
+        put_u64(b, record::nanos(run.started_at, run.started_ns));
+        put_opt_u64(b, run.finished_at.map(|at| record::nanos(at, run.finished_ns)));
         put_u64(b, run.usage.input_tokens);
         put_u64(b, run.usage.output_tokens);
         put_u64(b, run.usage.cost_usd.to_bits());
@@ -140,14 +154,25 @@ impl Tree {
         put_u64(b, u64::from(s.attempt));
         put_str(b, s.status.as_str());
         put_opt_u64(b, s.iteration);
-        put_u64(b, s.started_at);
-        put_opt_u64(b, s.finished_at);
+        put_u64(b, record::nanos(s.started_at, s.started_ns));
+        put_opt_u64(b, s.finished_at.map(|at| record::nanos(at, s.finished_ns)));
         put_u64(b, s.usage.input_tokens);
         put_u64(b, s.usage.output_tokens);
         put_u64(b, s.usage.cost_usd.to_bits());
         put_u64(b, s.usage.cost_unknown_calls);
         put_error(b, s.error.as_ref());
         put_opt(b, s.route.as_deref());
+        // What the record's notes say of its call (the agent loop's `named`, an `llm`
+        // call's `Notes`).
+        let note = |k: &str| {
+            s.answers
+                .as_ref()
+                .and_then(|a| a.get(k))
+                .and_then(serde_json::Value::as_str)
+        };
+        for k in ["tool", "call_id", "model", "response_model"] {
+            put_opt(b, note(k));
+        }
         self.n_steps += 1;
     }
 
@@ -173,8 +198,8 @@ impl Tree {
                 parent_step: r.opt(),
                 status: r.str(),
                 error: r.error(),
-                started_at: r.u64(),
-                finished_at: r.opt_u64(),
+                start_ns: r.u64(),
+                end_ns: r.opt_u64(),
                 tokens: (r.u64(), r.u64()),
                 cost_usd: f64::from_bits(r.u64()),
                 cost_unknown_calls: r.u64(),
@@ -195,13 +220,17 @@ impl Tree {
                 attempt: u32::try_from(r.u64()).unwrap_or(u32::MAX),
                 status: r.str(),
                 iteration: r.opt_u64(),
-                started_at: r.u64(),
-                finished_at: r.opt_u64(),
+                start_ns: r.u64(),
+                end_ns: r.opt_u64(),
                 tokens: (r.u64(), r.u64()),
                 cost_usd: f64::from_bits(r.u64()),
                 cost_unknown_calls: r.u64(),
                 error: r.error(),
                 route: r.opt(),
+                tool: r.opt(),
+                call_id: r.opt(),
+                model: r.opt(),
+                response_model: r.opt(),
             })
             .collect()
     }
@@ -372,9 +401,37 @@ pub struct ExportStats {
     pub last_error: Mutex<Option<String>>,
 }
 
+/// What every request says of the process that sends its spans (the OTLP resource): the
+/// service and its version, the host, the process and, on a `worker`, the worker's id.
+struct Resource {
+    host: String,
+    pid: u64,
+    /// Set once by [`Exporter::set_worker`].
+    worker: std::sync::OnceLock<String>,
+}
+
+impl Resource {
+    fn attributes(&self) -> Vec<(&str, Val<'_>)> {
+        let mut a = vec![
+            ("service.name", Val::S("switchyard")),
+            ("service.version", Val::S(env!("CARGO_PKG_VERSION"))),
+            ("host.name", Val::S(&self.host)),
+            ("process.pid", Val::I(self.pid)),
+        ];
+        if let Some(w) = self.worker.get() {
+            a.extend([
+                ("service.instance.id", Val::S(w)),
+                ("switchyard.worker.id", Val::S(w)),
+            ]);
+        }
+        a
+    }
+}
+
 /// The process's span exporter.
 pub struct Exporter {
     url: String,
+    resource: Arc<Resource>,
     trees: Arc<Mutex<Trees>>,
     /// Wakes the exporter's thread.
     wake: Arc<std::sync::Condvar>,
@@ -409,8 +466,14 @@ impl Exporter {
         let stats = Arc::new(ExportStats::default());
         let trees = Arc::new(Mutex::new(Trees::default()));
         let wake = Arc::new(std::sync::Condvar::new());
+        let resource = Arc::new(Resource {
+            host: crate::store::writers::host_name(),
+            pid: u64::from(std::process::id()),
+            worker: std::sync::OnceLock::new(),
+        });
         let exporter = Arc::new(Exporter {
             url: url.clone(),
+            resource: resource.clone(),
             trees: trees.clone(),
             wake: wake.clone(),
             stats: stats.clone(),
@@ -435,7 +498,9 @@ impl Exporter {
                     // Spans are made here, off the runs' threads; a request goes as soon as it
                     // is full, and once woken (a request's worth, or after a quiet while)
                     // all the rest goes too.
-                    let mut full = |enc: &mut Encoder| rt.block_on(post(&url, enc.request(), &stats));
+                    let mut full = |enc: &mut Encoder| {
+                        rt.block_on(post(&url, enc.request(&resource.attributes()), &stats))
+                    };
                     for tree in &taken {
                         encode_tree(tree, &mut enc, &mut full);
                     }
@@ -459,6 +524,12 @@ impl Exporter {
 
     pub fn stats(&self) -> &ExportStats {
         &self.stats
+    }
+
+    /// Names the worker this process is (`switchyard worker`) in every request from now on,
+    /// as `service.instance.id` and `switchyard.worker.id`; once, before its first run.
+    pub fn set_worker(&self, id: &str) {
+        let _ = self.resource.worker.set(id.to_string());
     }
 
     /// Where spans go.
@@ -769,8 +840,17 @@ impl<'a> Lineage<'a> {
     }
 }
 
-fn nanos(ms: u64) -> u64 {
-    ms.saturating_mul(1_000_000)
+/// What OpenTelemetry's GenAI conventions call the provider of every model call: the `llm`
+/// agent speaks OpenAI's chat-completions protocol to whatever server its provider names, and
+/// the conventions name the protocol's system when the client cannot know the server behind it
+/// (a gateway, vLLM, llama.cpp's server).
+const GEN_AI_PROVIDER: &str = "openai";
+
+/// The span id of the `chat` span under the record of a model call that is not a loop's turn
+/// (an `llm` step, iteration, branch or tool): made from the same record, so sent with it.
+fn chat_span_id(run: &str, number: &str, iteration: Option<u64>) -> [u8; 8] {
+    let iteration = iteration.map_or([0xff; 8], u64::to_le_bytes);
+    hash(5, &[b"chat", run.as_bytes(), number.as_bytes(), &iteration]).to_be_bytes()
 }
 
 /// Writes the spans of a finished run tree into `enc`, calling `full` whenever a request's
@@ -780,7 +860,7 @@ fn encode_tree(tree: &Tree, enc: &mut Encoder, full: &mut dyn FnMut(&mut Encoder
     let steps = tree.steps();
     let lineage = Lineage::of(tree);
     let trace = trace_id(&tree.root);
-    let mut attributes: Vec<(&str, Val<'_>)> = Vec::with_capacity(12);
+    let mut attributes: Vec<(&str, Val<'_>)> = Vec::with_capacity(16);
     for r in &runs {
         // A child run's span is a child of the record that started it.
         let parent = r.parent_run.map(|p| match r.parent_step {
@@ -795,8 +875,8 @@ fn encode_tree(tree: &Tree, enc: &mut Encoder, full: &mut dyn FnMut(&mut Encoder
             ("switchyard.run_id", r.id.into()),
             ("switchyard.flow", r.flow.into()),
             ("switchyard.status", r.status.into()),
-            ("gen_ai.usage.input_tokens", r.tokens.0.into()),
-            ("gen_ai.usage.output_tokens", r.tokens.1.into()),
+            ("switchyard.usage.input_tokens", r.tokens.0.into()),
+            ("switchyard.usage.output_tokens", r.tokens.1.into()),
             ("switchyard.cost_usd", r.cost_usd.into()),
         ]);
         if r.cost_unknown_calls > 0 {
@@ -816,8 +896,8 @@ fn encode_tree(tree: &Tree, enc: &mut Encoder, full: &mut dyn FnMut(&mut Encoder
             trace_id: &trace,
             span_id: &run_span_id(r.id),
             parent_span_id: parent.as_ref().map_or(&[][..], |p| &p[..]),
-            start_ns: nanos(r.started_at),
-            end_ns: nanos(r.finished_at.unwrap_or(r.started_at)),
+            start_ns: r.start_ns,
+            end_ns: r.end_ns.unwrap_or(r.start_ns).max(r.start_ns),
             attributes: &attributes,
             route: None,
             error: r.error.filter(|_| r.status == RunStatus::Failed.as_str()),
@@ -828,55 +908,162 @@ fn encode_tree(tree: &Tree, enc: &mut Encoder, full: &mut dyn FnMut(&mut Encoder
     }
     for s in &steps {
         let (prefix, flow) = lineage.get(s.run_id);
-        let parent = parent_span_id(s.run_id, prefix, s.number, s.iteration);
-        match (s.kind, s.iteration) {
-            (_, Some(i)) => wire::name(enc.name(), "iteration", s.step, Some(i)),
-            ("turn", _) => wire::name(enc.name(), "turn", s.number, None),
-            ("tool", _) => wire::name(enc.name(), "tool", s.step, None),
-            ("approval", _) => wire::name(
-                enc.name(),
-                "approval",
-                s.number.strip_suffix(".approval").unwrap_or(s.number),
-                None,
-            ),
-            _ => wire::name(enc.name(), "step", s.step, None),
-        }
-        attributes.clear();
-        attributes.extend([
-            ("switchyard.run_id", s.run_id.into()),
-            ("switchyard.flow", flow.into()),
-            ("switchyard.step", s.step.into()),
-            ("switchyard.number", s.number.into()),
-            ("switchyard.kind", s.kind.into()),
-            ("switchyard.attempt", u64::from(s.attempt).into()),
-            ("switchyard.status", s.status.into()),
-            ("gen_ai.usage.input_tokens", s.tokens.0.into()),
-            ("gen_ai.usage.output_tokens", s.tokens.1.into()),
-            ("switchyard.cost_usd", s.cost_usd.into()),
-        ]);
-        if s.cost_unknown_calls > 0 {
-            attributes.push(("switchyard.cost_unknown_calls", s.cost_unknown_calls.into()));
-        }
-        if let Some(i) = s.iteration {
-            attributes.push(("switchyard.iteration", i.into()));
-        }
-        if let Some((kind, _)) = s.error {
-            attributes.push(("switchyard.error.kind", kind.into()));
-        }
-        let end = s.finished_at.unwrap_or(s.started_at);
-        enc.span(&SpanIn {
-            trace_id: &trace,
-            span_id: &step_span_id(s.run_id, s.number, s.iteration),
-            parent_span_id: &parent,
-            start_ns: nanos(s.started_at),
-            end_ns: nanos(end),
-            attributes: &attributes,
-            route: s.route,
-            error: s.error.filter(|_| s.status == StepStatus::Failed.as_str()),
-        });
+        encode_step(s, prefix, flow, &trace, enc, &mut attributes);
         if enc.count() >= BATCH {
             full(enc);
         }
+    }
+}
+
+/// The span of step record `s` (of a run whose steps are numbered under `prefix`, of flow
+/// `flow`) and, when it is a model call that is not a loop's turn, its `chat` span.
+///
+/// Names and attributes follow OpenTelemetry's GenAI conventions where they apply: a loop's
+/// turn is `chat {model}` and a tool call `execute_tool {tool}`, with the `gen_ai.*`
+/// attributes; other records are `step {id}`, `iteration {id} [i]` or `approval {number}`.
+/// `gen_ai.usage.*` is only on model calls' spans, so that a backend that adds them up per
+/// trace counts each call once; the spans that roll tokens up (runs, steps, iterations, tool
+/// calls) have `switchyard.usage.*`.
+fn encode_step<'a>(
+    s: &StepPart<'a>,
+    prefix: &str,
+    flow: &'a str,
+    trace: &[u8; 16],
+    enc: &mut Encoder,
+    attributes: &mut Vec<(&'a str, Val<'a>)>,
+) {
+    let parent = parent_span_id(s.run_id, prefix, s.number, s.iteration);
+    let span_id = step_span_id(s.run_id, s.number, s.iteration);
+    let turn = s.kind == "turn" && s.iteration.is_none();
+    let tool = s.kind == "tool" && s.iteration.is_none();
+    attributes.clear();
+    let out = enc.name();
+    match (s.kind, s.iteration) {
+        (_, Some(i)) => wire::name(out, "iteration", s.step, Some(i)),
+        _ if turn => chat_name(out, s.model),
+        _ if tool => {
+            // A call that names no tool (the model left it out) is `execute_tool` alone.
+            let name = s.tool.filter(|t| !t.is_empty());
+            out.push_str("execute_tool");
+            if let Some(name) = name {
+                out.push(' ');
+                out.push_str(name);
+            }
+            attributes.extend([
+                ("gen_ai.operation.name", "execute_tool".into()),
+                ("gen_ai.tool.type", "function".into()),
+            ]);
+            if let Some(name) = name {
+                attributes.push(("gen_ai.tool.name", name.into()));
+            }
+            if let Some(id) = s.call_id {
+                attributes.push(("gen_ai.tool.call.id", id.into()));
+            }
+        }
+        ("approval", _) => wire::name(
+            out,
+            "approval",
+            s.number.strip_suffix(".approval").unwrap_or(s.number),
+            None,
+        ),
+        _ => wire::name(out, "step", s.step, None),
+    }
+    if turn {
+        chat_attributes(s, attributes);
+    }
+    attributes.extend([
+        ("switchyard.run_id", s.run_id.into()),
+        ("switchyard.flow", flow.into()),
+        ("switchyard.step", s.step.into()),
+        ("switchyard.number", s.number.into()),
+        ("switchyard.kind", s.kind.into()),
+        ("switchyard.attempt", u64::from(s.attempt).into()),
+        ("switchyard.status", s.status.into()),
+    ]);
+    if !turn {
+        attributes.extend([
+            ("switchyard.usage.input_tokens", s.tokens.0.into()),
+            ("switchyard.usage.output_tokens", s.tokens.1.into()),
+        ]);
+    }
+    attributes.push(("switchyard.cost_usd", s.cost_usd.into()));
+    if s.cost_unknown_calls > 0 {
+        attributes.push(("switchyard.cost_unknown_calls", s.cost_unknown_calls.into()));
+    }
+    if let Some(i) = s.iteration {
+        attributes.push(("switchyard.iteration", i.into()));
+    }
+    let failed = s.error.filter(|_| s.status == StepStatus::Failed.as_str());
+    if let Some((kind, _)) = s.error {
+        attributes.push(("switchyard.error.kind", kind.into()));
+    }
+    if let Some((kind, _)) = failed.filter(|_| turn || tool) {
+        attributes.push(("error.type", kind.into()));
+    }
+    let end_ns = s.end_ns.unwrap_or(s.start_ns).max(s.start_ns);
+    enc.span(&SpanIn {
+        trace_id: trace,
+        span_id: &span_id,
+        parent_span_id: &parent,
+        start_ns: s.start_ns,
+        end_ns,
+        attributes,
+        route: s.route,
+        error: failed,
+    });
+    // A model call that is not a turn: its `chat` span under the record's, at the record's
+    // times (its requests, retries and repairs included, are the call).
+    if turn || s.model.is_none() {
+        return;
+    }
+    attributes.clear();
+    chat_name(enc.name(), s.model);
+    chat_attributes(s, attributes);
+    attributes.extend([
+        ("switchyard.run_id", s.run_id.into()),
+        ("switchyard.flow", flow.into()),
+        ("switchyard.step", s.step.into()),
+    ]);
+    // An output that could not be mapped fails the step, not the call.
+    let failed = failed.filter(|(kind, _)| *kind != "mapping");
+    if let Some((kind, _)) = failed {
+        attributes.push(("error.type", kind.into()));
+    }
+    enc.span(&SpanIn {
+        trace_id: trace,
+        span_id: &chat_span_id(s.run_id, s.number, s.iteration),
+        parent_span_id: &span_id,
+        start_ns: s.start_ns,
+        end_ns,
+        attributes,
+        route: None,
+        error: failed,
+    });
+}
+
+/// `chat {model}`, or `chat` when the model is not known (a flow test's mock).
+fn chat_name(out: &mut String, model: Option<&str>) {
+    out.push_str("chat");
+    if let Some(m) = model.filter(|m| !m.is_empty()) {
+        out.push(' ');
+        out.push_str(m);
+    }
+}
+
+/// The GenAI attributes of a model call's span.
+fn chat_attributes<'a>(s: &StepPart<'a>, attributes: &mut Vec<(&'a str, Val<'a>)>) {
+    attributes.extend([
+        ("gen_ai.operation.name", "chat".into()),
+        ("gen_ai.provider.name", GEN_AI_PROVIDER.into()),
+        ("gen_ai.system", GEN_AI_PROVIDER.into()),
+        ("gen_ai.usage.input_tokens", s.tokens.0.into()),
+        ("gen_ai.usage.output_tokens", s.tokens.1.into()),
+    ]);
+    if let Some(m) = s.model {
+        attributes.push(("gen_ai.request.model", m.into()));
+    }
+    if let Some(m) = s.response_model {
+        attributes.push(("gen_ai.response.model", m.into()));
     }
 }
 
@@ -902,6 +1089,8 @@ mod tests {
             )),
             started_at: 10,
             finished_at: Some(20),
+            started_ns: None,
+            finished_ns: None,
             usage: crate::runtime::record::Usage {
                 input_tokens: 3,
                 output_tokens: 4,
@@ -934,10 +1123,12 @@ mod tests {
             error: None,
             started_at: 11,
             finished_at: None,
+            started_ns: Some(11_000_123),
+            finished_ns: None,
             usage: Default::default(),
             child_run: Some("r2".into()),
             route: Some("next".into()),
-            answers: None,
+            answers: Some(serde_json::json!({"tool": "lookup", "call_id": "call_1", "told": "x"})),
         };
         let mut tree = Tree::default();
         tree.push_step(&step);
@@ -952,8 +1143,8 @@ mod tests {
         );
         assert_eq!(r.error, Some(("agent", "bad ünïcode")));
         assert_eq!(
-            (r.started_at, r.finished_at, r.tokens, r.cost_usd),
-            (10, Some(20), (3, 4), 0.25)
+            (r.start_ns, r.end_ns, r.tokens, r.cost_usd),
+            (10_000_000, Some(20_000_000), (3, 4), 0.25)
         );
         assert_eq!((r.batch, r.item_id), (Some("b"), None));
         let steps = tree.steps();
@@ -964,10 +1155,14 @@ mod tests {
                 ("r1", "1.2", "s", "agent", 2)
             );
             assert_eq!(
-                (s.status, s.iteration, s.started_at, s.finished_at),
-                ("succeeded", Some(7), 11, None)
+                (s.status, s.iteration, s.start_ns, s.end_ns),
+                ("succeeded", Some(7), 11_000_123, None)
             );
             assert_eq!((s.error, s.route), (None, Some("next")));
+            assert_eq!(
+                (s.tool, s.call_id, s.model, s.response_model),
+                (Some("lookup"), Some("call_1"), None, None)
+            );
         }
     }
 
@@ -1001,7 +1196,70 @@ mod tests {
         assert_eq!(split_iteration("2[4]"), ("2", Some(4)));
         assert_eq!(split_iteration("3.t2"), ("3.t2", None));
         assert_ne!(step_span_id("r", "2", None), step_span_id("r", "2", Some(0)));
+        // A model call's `chat` span is not its record's.
+        assert_ne!(chat_span_id("r", "2", None), step_span_id("r", "2", None));
+        assert_ne!(chat_span_id("r", "2", None), chat_span_id("r", "2", Some(0)));
         assert_ne!(step_span_id("r", "2", None), step_span_id("c", "2", None));
+    }
+
+    /// A turn whose model is not known (a flow test's mock) is `chat`; a tool call that is
+    /// itself a model call (an `llm` agent as a tool) has its `chat` span under its own.
+    #[test]
+    fn model_calls_are_chat_spans_and_tool_calls_execute_tool_spans() {
+        use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+        use prost::Message as _;
+        let part = |number: &str, kind: &str, answers: serde_json::Value| StepRecord {
+            kind: kind.into(),
+            answers: Some(answers),
+            started_at: 5,
+            finished_at: Some(6),
+            started_ns: Some(5_000_001),
+            finished_ns: Some(6_000_002),
+            ..crate::store::tests::step(number, 1, None, StepStatus::Succeeded)
+        };
+        let mut tree = Tree::default();
+        tree.root.push('r');
+        tree.push_step(&StepRecord {
+            run_id: "r".into(),
+            ..part("1.t1", "turn", serde_json::json!({}))
+        });
+        tree.push_step(&StepRecord {
+            run_id: "r".into(),
+            ..part(
+                "1.t1.1",
+                "tool",
+                serde_json::json!({"tool": "ask", "call_id": "c9", "model": "m1", "response_model": "m1-x"}),
+            )
+        });
+        let mut enc = Encoder::default();
+        encode_tree(&tree, &mut enc, &mut |_| panic!("not a request's worth"));
+        let (body, n) = enc.request(&[]);
+        assert_eq!(n, 3);
+        let req = ExportTraceServiceRequest::decode(body.as_slice()).expect("decodes");
+        let spans = &req.resource_spans[0].scope_spans[0].spans;
+        let names: Vec<&str> = spans.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["chat", "execute_tool ask", "chat m1"]);
+        let attr = |i: usize, k: &str| {
+            spans[i]
+                .attributes
+                .iter()
+                .find(|a| a.key == k)
+                .and_then(|a| a.value.clone())
+                .and_then(|v| v.value)
+        };
+        use opentelemetry_proto::tonic::common::v1::any_value::Value as V;
+        assert_eq!(attr(0, "gen_ai.request.model"), None);
+        assert_eq!(attr(1, "gen_ai.tool.call.id"), Some(V::StringValue("c9".into())));
+        assert_eq!(attr(1, "gen_ai.request.model"), None);
+        assert_eq!(
+            attr(2, "gen_ai.response.model"),
+            Some(V::StringValue("m1-x".into()))
+        );
+        assert_eq!(spans[2].parent_span_id, spans[1].span_id);
+        assert_eq!(
+            (spans[2].start_time_unix_nano, spans[2].end_time_unix_nano),
+            (5_000_001, 6_000_002)
+        );
     }
 
     #[test]

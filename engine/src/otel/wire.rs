@@ -193,17 +193,20 @@ impl Encoder {
     }
 
     /// The request body of the spans written so far (`ExportTraceServiceRequest`, one
-    /// resource and one scope), and their count; the encoder starts over.
-    pub fn request(&mut self) -> (Vec<u8>, usize) {
+    /// resource with `resource`'s attributes and one scope), and their count; the encoder
+    /// starts over.
+    pub fn request(&mut self, resource: &[(&str, Val<'_>)]) -> (Vec<u8>, usize) {
         let version = env!("CARGO_PKG_VERSION");
-        let resource = field_len(kv_len("service.name", Val::S("switchyard")));
+        let attributes: usize = resource.iter().map(|(k, v)| field_len(kv_len(k, *v))).sum();
         let scope = field_len("switchyard".len()) + field_len(version.len());
         let scope_spans = field_len(scope) + self.spans.len();
-        let resource_spans = field_len(resource) + field_len(scope_spans);
+        let resource_spans = field_len(attributes) + field_len(scope_spans);
         let mut b = Vec::with_capacity(field_len(resource_spans));
         len_key(&mut b, 1, resource_spans);
-        len_key(&mut b, 1, resource);
-        kv(&mut b, 1, "service.name", Val::S("switchyard"));
+        len_key(&mut b, 1, attributes);
+        for (k, v) in resource {
+            kv(&mut b, 1, k, *v);
+        }
         len_key(&mut b, 2, scope_spans);
         len_key(&mut b, 1, scope);
         bytes(&mut b, 1, b"switchyard");
@@ -264,12 +267,22 @@ mod tests {
             });
         }
         assert_eq!(enc.count(), 2);
-        let (body, n) = enc.request();
+        let (body, n) = enc.request(&[
+            ("service.name", Val::S("switchyard")),
+            ("process.pid", Val::I(42)),
+        ]);
         assert_eq!((n, enc.count()), (2, 0));
         let req = ExportTraceServiceRequest::decode(body.as_slice()).expect("decodes");
         let rs = &req.resource_spans[0];
         let res = rs.resource.as_ref().unwrap();
         assert_eq!(res.attributes[0].key, "service.name");
+        assert_eq!(
+            (
+                res.attributes[1].key.as_str(),
+                res.attributes[1].value.clone().and_then(|v| v.value)
+            ),
+            ("process.pid", Some(Value::IntValue(42)))
+        );
         let scope = &rs.scope_spans[0];
         assert_eq!(scope.scope.as_ref().unwrap().name, "switchyard");
         assert_eq!(scope.scope.as_ref().unwrap().version, env!("CARGO_PKG_VERSION"));

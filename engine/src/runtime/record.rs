@@ -118,6 +118,13 @@ pub struct RunRecord {
     /// Unix milliseconds.
     pub started_at: u64,
     pub finished_at: Option<u64>,
+    /// `started_at` and `finished_at` to the nanosecond, as the engine took them ([`Stamp`]),
+    /// on the records it hands its observer (OpenTelemetry spans, SPEC §13). Not written to a
+    /// SQL store, which keeps milliseconds: a record read back from one has none.
+    #[serde(skip)]
+    pub started_ns: Option<u64>,
+    #[serde(skip)]
+    pub finished_ns: Option<u64>,
     pub usage: Usage,
     /// Steps executed (iterations included).
     pub steps: u64,
@@ -182,8 +189,14 @@ pub struct StepRecord {
     pub changes: Vec<Change>,
     pub violations: Vec<Violation>,
     pub error: Option<StepError>,
+    /// Unix milliseconds.
     pub started_at: u64,
     pub finished_at: Option<u64>,
+    /// `started_at` and `finished_at` to the nanosecond, as [`RunRecord::started_ns`].
+    #[serde(skip)]
+    pub started_ns: Option<u64>,
+    #[serde(skip)]
+    pub finished_ns: Option<u64>,
     pub usage: Usage,
     pub child_run: Option<String>,
     /// The step the run went to next (`end` for the end), when routed.
@@ -275,6 +288,43 @@ pub fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
+/// An instant a record tells, as the engine took it: Unix nanoseconds. A record keeps its
+/// milliseconds ([`Stamp::ms`], what [`now_ms`] would have read) and, for the observer, the
+/// nanoseconds ([`StepRecord::started_ns`]), so that a span of a quick step has a length.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stamp(u64);
+
+impl Stamp {
+    pub fn now() -> Stamp {
+        Stamp(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
+        )
+    }
+
+    /// Unix milliseconds, rounded down.
+    pub fn ms(self) -> u64 {
+        self.0 / 1_000_000
+    }
+
+    /// Unix nanoseconds.
+    pub fn ns(self) -> u64 {
+        self.0
+    }
+}
+
+/// The Unix nanoseconds of a time a record tells in milliseconds (`ms`) and, when the engine
+/// made the record, in nanoseconds too (`ns`): those when they agree with the milliseconds
+/// (a record whose time was set from another, read back from the store, has only its
+/// milliseconds), else the millisecond's start.
+pub fn nanos(ms: u64, ns: Option<u64>) -> u64 {
+    match ns {
+        Some(ns) if ns / 1_000_000 == ms => ns,
+        _ => ms.saturating_mul(1_000_000),
+    }
+}
+
 /// A new run id: time-ordered and unique within a process and across processes:
 /// `r`, then in hex the Unix milliseconds (11 digits), the process id (5), the low bits of the
 /// nanoseconds (4) and a per-process counter (as many digits as it needs).
@@ -340,6 +390,17 @@ mod tests {
         let mut parts = ["1.t2", "1.t1.10", "1.t1.2", "1.t1.approval", "1.t1"];
         parts.sort_by_key(|p| loop_order(p));
         assert_eq!(parts, ["1.t1", "1.t1.approval", "1.t1.2", "1.t1.10", "1.t2"]);
+    }
+
+    #[test]
+    fn a_stamp_keeps_its_millisecond_and_nanos_trust_only_what_agrees_with_it() {
+        let s = Stamp::now();
+        assert_eq!(s.ms(), s.ns() / 1_000_000);
+        assert!(s.ms().abs_diff(now_ms()) < 60_000);
+        assert_eq!(nanos(5, Some(5_123_456)), 5_123_456);
+        // Times read back from a store, or a millisecond set from elsewhere: the millisecond.
+        assert_eq!(nanos(5, None), 5_000_000);
+        assert_eq!(nanos(6, Some(5_123_456)), 6_000_000);
     }
 
     #[test]

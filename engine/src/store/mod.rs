@@ -205,6 +205,8 @@ pub(crate) mod tests {
             error: None,
             started_at: 1,
             finished_at: None,
+            started_ns: None,
+            finished_ns: None,
             usage: Usage::default(),
             child_run: None,
             route: None,

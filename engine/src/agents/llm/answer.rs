@@ -17,7 +17,13 @@ pub struct Answer {
     pub output_tokens: Option<u64>,
     /// The tools the model called (the OpenAI protocol's `message.tool_calls`), in its order.
     pub tool_calls: Vec<ToolCall>,
+    /// The model the response named (`model`), which may be more precise than the one asked
+    /// for (`gpt-4o` answered by `gpt-4o-2024-08-06`); at most [`KEPT_MODEL`] bytes of it.
+    pub model: Option<String>,
 }
+
+/// The most of a response's `model` an answer keeps.
+const KEPT_MODEL: usize = 256;
 
 /// One call of a tool, as the model wrote it.
 #[derive(Clone, Debug, PartialEq)]
@@ -112,6 +118,11 @@ pub fn parse_completion(body: &[u8]) -> Result<Answer, String> {
         input_tokens: tokens("prompt_tokens"),
         output_tokens: tokens("completion_tokens"),
         tool_calls,
+        model: v
+            .get("model")
+            .and_then(Value::as_str)
+            .filter(|m| !m.is_empty())
+            .map(|m| kept_within(m, KEPT_MODEL)),
     })
 }
 
@@ -237,6 +248,7 @@ mod tests {
             input_tokens: None,
             output_tokens: None,
             tool_calls: Vec::new(),
+            model: None,
         };
         let p = Problem::Json(parse_answer(&cut.content).unwrap_err());
         assert_eq!(
@@ -280,6 +292,7 @@ mod tests {
                 input_tokens: Some(12),
                 output_tokens: Some(3),
                 tool_calls: Vec::new(),
+                model: None,
             }
         );
         // Tool calls: the content may be null; arguments are a JSON text (an object some

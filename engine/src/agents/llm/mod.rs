@@ -368,6 +368,9 @@ impl LlmAgent<'_> {
         let p = &self.plan.provider;
         let who = format!("agent `{}`: provider `{}`", self.name, p.name);
         let client = net::client()?;
+        if notes.model.as_deref() != Some(model) {
+            notes.model = Some(model.to_owned());
+        }
         let estimate = (body.len() as u64).div_ceil(3) + self.plan.max_tokens.unwrap_or(COMPLETION_ESTIMATE);
         let timeout = p.timeout.map_or(cx.timeout, |t| t.min(cx.timeout));
         let started = tokio::time::Instant::now();
@@ -430,6 +433,9 @@ impl LlmAgent<'_> {
                     state.settle(&admission, reported);
                     state.count(used);
                     usage.add(used);
+                    if answer.model.is_some() {
+                        notes.response_model.clone_from(&answer.model);
+                    }
                     return Ok(answer);
                 }
                 Ok((status, retry_after, bytes)) => {
@@ -602,13 +608,17 @@ impl From<StepError> for RequestError {
 }
 
 /// What an `llm` call puts on its step's record (`StepRecord::answers`), as one JSON object:
+/// `model` (the model its requests asked for) and `response_model` (the one the last
+/// response that named one named), which OpenTelemetry's `chat` spans read (SPEC §13);
 /// `structured_output` (the form used), `refused` (the form the server refused in this call,
 /// with its status and message), `repairs` (of a call that succeeded after repairs: each
 /// answer that could not be used and the repair request that followed it) and
 /// `abandoned_requests` (requests given up on, past their timeout or cancelled, whose tokens
-/// are unknown). Only what happened is written; a call with nothing to say writes nothing.
+/// are unknown). Only what happened is written; a call that sent no request writes nothing.
 #[derive(Default)]
 struct Notes {
+    model: Option<String>,
+    response_model: Option<String>,
     form: Option<StructuredOutput>,
     refused: Option<Value>,
     repairs: Vec<Value>,
@@ -618,6 +628,12 @@ struct Notes {
 impl Notes {
     fn into_value(self) -> Option<Value> {
         let mut m = Map::new();
+        if let Some(model) = self.model {
+            m.insert("model".into(), Value::String(model));
+        }
+        if let Some(model) = self.response_model {
+            m.insert("response_model".into(), Value::String(model));
+        }
         if let Some(f) = self.form {
             m.insert("structured_output".into(), Value::String(f.as_str().into()));
         }

@@ -217,6 +217,7 @@ pub fn final_answer(
         input_tokens: None,
         output_tokens: None,
         tool_calls: Vec::new(),
+        model: None,
     };
     let request = problem.repair_request(&answer);
     Err((request, problem.into_error(who, requests, &answer, Vec::new())))

@@ -72,6 +72,10 @@ impl Tally {
             Value::Object(m) => m,
             _ => Map::new(),
         };
+        // The loop's model calls are its turns, each with its own record: the loop's is not
+        // one of them.
+        m.remove("model");
+        m.remove("response_model");
         m.insert("turns".into(), json!(turns));
         m.insert("tool_calls".into(), json!(self.tool_calls));
         if self.tool_failures > 0 {
@@ -213,7 +217,7 @@ impl<'e, S: Store> Run<'e, S> {
                 }));
             }
             let num = format!("{base}.t{turn_no}");
-            let started_at = record::now_ms();
+            let started = record::Stamp::now();
             // The turn: recorded before, or asked now.
             let recorded = self.replay.as_ref().and_then(|r| r.finished(&num, None));
             let turn = match recorded {
@@ -258,7 +262,7 @@ impl<'e, S: Store> Run<'e, S> {
                         input_tokens = used.input_tokens, output_tokens = used.output_tokens,
                         "model turn"
                     );
-                    self.record_part(step, num.clone(), "turn", None, None, &mut o, started_at)
+                    self.record_part(step, num.clone(), "turn", None, None, &mut o, started)
                         .await;
                     if let Some(e) = o.error.filter(|_| turn.is_ok()) {
                         // The turn's record could not be written.
@@ -554,8 +558,8 @@ impl<'e, S: Store> Run<'e, S> {
                 "calls": proposed,
             })));
             o.stop = Some(RunStatus::Interrupted);
-            let started_at = record::now_ms();
-            self.record_part(step, part, "approval", None, None, &mut o, started_at)
+            let started = record::Stamp::now();
+            self.record_part(step, part, "approval", None, None, &mut o, started)
                 .await;
             o.result = None;
             if o.error.is_none() {
@@ -570,7 +574,7 @@ impl<'e, S: Store> Run<'e, S> {
         if earlier.is_some_and(|r| r.status == StepStatus::Interrupted) {
             // The decision is on record before any call it allows is made.
             let mut o = StepOutcome::ok(Some(given.clone()));
-            let started_at = record::now_ms();
+            let started = record::Stamp::now();
             self.record_part(
                 step,
                 part,
@@ -578,7 +582,7 @@ impl<'e, S: Store> Run<'e, S> {
                 None,
                 Some(Value::Array(proposed)),
                 &mut o,
-                started_at,
+                started,
             )
             .await;
             if let Some(e) = o.error {
@@ -604,7 +608,7 @@ impl<'e, S: Store> Run<'e, S> {
         num: String,
         decision: Option<&Decision>,
     ) -> CallEnd {
-        let started_at = record::now_ms();
+        let started = record::Stamp::now();
         let failure = |content: String| CallEnd {
             content,
             result: None,
@@ -629,15 +633,13 @@ impl<'e, S: Store> Run<'e, S> {
                     tool_names(offered)
                 ),
             };
-            self.record_refusal(step, &num, &c.arguments, &why, started_at)
-                .await;
+            self.record_refusal(step, &num, c, &why, started).await;
             return failure(why);
         };
         let arguments = match decision {
             Some(Decision::Reject(why)) => {
                 let text = format!("the call of `{}` was rejected: {why}", c.name);
-                self.record_refusal(step, &num, &c.arguments, &text, started_at)
-                    .await;
+                self.record_refusal(step, &num, c, &text, started).await;
                 return failure(text);
             }
             Some(Decision::Edit(args)) => Ok(args.clone()),
@@ -648,8 +650,7 @@ impl<'e, S: Store> Run<'e, S> {
             Ok(a) => a,
             Err(e) => {
                 let text = format!("the arguments of `{}` are not valid JSON: {e}", c.name);
-                self.record_refusal(step, &num, &c.arguments, &text, started_at)
-                    .await;
+                self.record_refusal(step, &num, c, &text, started).await;
                 return failure(text);
             }
         };
@@ -657,8 +658,7 @@ impl<'e, S: Store> Run<'e, S> {
             && let Err(v) = schema.check(&arguments)
         {
             let text = format!("the arguments of `{}` do not match its parameters {v}", c.name);
-            self.record_refusal(step, &num, &c.arguments, &text, started_at)
-                .await;
+            self.record_refusal(step, &num, c, &text, started).await;
             return failure(text);
         }
         let mut o =
@@ -715,21 +715,14 @@ impl<'e, S: Store> Run<'e, S> {
             // The failed call's record keeps what the model was told (`runs show` prints it).
             told(&mut o, &end.content);
         }
+        named(&mut o, c);
         tracing::debug!(
             run_id = %self.record.id, step = %step.id, number = %num, tool = %c.name,
             failed = end.failed, replayed = o.replayed, "tool call"
         );
         if !interrupted {
-            self.record_part(
-                step,
-                num.clone(),
-                "tool",
-                None,
-                Some(arguments),
-                &mut o,
-                started_at,
-            )
-            .await;
+            self.record_part(step, num.clone(), "tool", None, Some(arguments), &mut o, started)
+                .await;
         }
         // A store write that failed (this record's, or another's in the tree) fails the loop.
         if let Some(failure) = self.store_failed() {
@@ -743,23 +736,24 @@ impl<'e, S: Store> Run<'e, S> {
 
     /// The record of a call that never reached its tool (unknown, refused, bad arguments,
     /// rejected): failed, with what the model was told. Replayed runs have it already.
-    async fn record_refusal(&self, step: &StepPlan, num: &str, arguments: &str, why: &str, started_at: u64) {
+    async fn record_refusal(
+        &self,
+        step: &StepPlan,
+        num: &str,
+        c: &ToolCall,
+        why: &str,
+        started: record::Stamp,
+    ) {
         if self.replay.as_ref().and_then(|r| r.finished(num, None)).is_some() {
             return;
         }
         let mut o = StepOutcome::err(StepError::new(ErrorKind::Agent, why.to_string()));
         told(&mut o, why);
+        named(&mut o, c);
+        let arguments = &c.arguments;
         let input = crate::json::from_str(arguments).unwrap_or_else(|_| Value::String(arguments.to_string()));
-        self.record_part(
-            step,
-            num.to_string(),
-            "tool",
-            None,
-            Some(input),
-            &mut o,
-            started_at,
-        )
-        .await;
+        self.record_part(step, num.to_string(), "tool", None, Some(input), &mut o, started)
+            .await;
     }
 }
 
@@ -770,6 +764,19 @@ fn told(o: &mut StepOutcome, content: &str) {
         _ => Map::new(),
     };
     notes.insert("told".into(), Value::String(content.to_string()));
+    o.answers = Some(Value::Object(notes));
+}
+
+/// Notes on a call's record the tool the model named and the id it gave the call, as
+/// `answers.tool` and `answers.call_id`: the record is the call's own, whichever process reads
+/// it (its OpenTelemetry span is `execute_tool {tool}`, SPEC §13), without the turn's.
+fn named(o: &mut StepOutcome, c: &ToolCall) {
+    let mut notes = match o.answers.take() {
+        Some(Value::Object(m)) => m,
+        _ => Map::new(),
+    };
+    notes.insert("tool".into(), Value::String(c.name.clone()));
+    notes.insert("call_id".into(), Value::String(c.id.clone()));
     o.answers = Some(Value::Object(notes));
 }
 

@@ -248,7 +248,7 @@ impl<'e, S: Store> Run<'e, S> {
         {
             return self.replayed(call, rec);
         }
-        let started_at = record::now_ms();
+        let started = record::Stamp::now();
         let mut o = self
             .invoke(step, call, &input, message.as_deref(), iter_number, "iteration")
             .await;
@@ -278,7 +278,7 @@ impl<'e, S: Store> Run<'e, S> {
             Some(index as u64),
             self.recorded_input(input),
             &mut o,
-            started_at,
+            started,
         )
         .await;
         o

@@ -301,6 +301,8 @@ impl<'e, S: Store> Run<'e, S> {
                 error: None,
                 started_at: record::now_ms(),
                 finished_at: None,
+                started_ns: None,
+                finished_ns: None,
                 usage: Usage::default(),
                 child_run: None,
                 route: None,

@@ -59,7 +59,7 @@ impl<'e, S: Store> Run<'e, S> {
                     let ff = fail_fast.clone();
                     in_flight.push(async move {
                         let branch_number = format!("{number}.{name}");
-                        let started_at = record::now_ms();
+                        let started = record::Stamp::now();
                         let mut o = tokio::select! {
                             o = this.invoke(step, call, input, message.as_deref(), StepNumber::of(&branch_number), "branch") => o,
                             _ = ff.cancelled() => StepOutcome::err(StepError::new(
@@ -67,7 +67,7 @@ impl<'e, S: Store> Run<'e, S> {
                                 "cancelled: another branch failed (fail_fast)",
                             )),
                         };
-                        this.record_part(step, branch_number, "branch", None, Some(input.clone()), &mut o, started_at).await;
+                        this.record_part(step, branch_number, "branch", None, Some(input.clone()), &mut o, started).await;
                         (i, o)
                     });
                 }

@@ -437,6 +437,8 @@ impl<'e, S: Store> Run<'e, S> {
         let steps = StepsVar::new(flow.clone());
         let payload = input.clone();
         let (earlier, replay) = resumed.unzip();
+        // A new run's start (a resumed one keeps its own).
+        let started = record::Stamp::now();
         let record = match earlier {
             // Resumed: the same run, running again; usage and steps are counted anew as the
             // records replay.
@@ -445,6 +447,7 @@ impl<'e, S: Store> Run<'e, S> {
                 output: None,
                 error: None,
                 finished_at: None,
+                finished_ns: None,
                 usage: Usage::default(),
                 steps: 0,
                 // A run from before schema 5 records the `now` it is resumed with.
@@ -469,8 +472,10 @@ impl<'e, S: Store> Run<'e, S> {
                 input,
                 output: None,
                 error: None,
-                started_at: record::now_ms(),
+                started_at: started.ms(),
                 finished_at: None,
+                started_ns: Some(started.ns()),
+                finished_ns: None,
                 usage: Usage::default(),
                 steps: 0,
                 context: if lineage.depth == 0 {
@@ -614,7 +619,9 @@ impl<'e, S: Store> Run<'e, S> {
         // paused, so `runs show` can tell that nothing runs it (a resume clears it).
         let paused = status == RunStatus::Running;
         self.record.error = error;
-        self.record.finished_at = (!paused).then(record::now_ms);
+        let end = record::Stamp::now();
+        self.record.finished_at = (!paused).then_some(end.ms());
+        self.record.finished_ns = (!paused).then_some(end.ns());
         self.record.steps = if paused {
             self.finished.load(Ordering::Relaxed)
         } else {
@@ -756,7 +763,7 @@ impl<'e, S: Store> Run<'e, S> {
         iteration: Option<u64>,
         input: Option<Value>,
         o: &mut StepOutcome,
-        started_at: u64,
+        started: record::Stamp,
     ) {
         if o.stop != Some(RunStatus::Running) {
             self.finished.fetch_add(1, Ordering::Relaxed);
@@ -764,6 +771,7 @@ impl<'e, S: Store> Run<'e, S> {
         if o.replayed {
             return;
         }
+        let end = record::Stamp::now();
         let rec = || StepRecord {
             run_id: self.record.id.clone(),
             number,
@@ -783,8 +791,10 @@ impl<'e, S: Store> Run<'e, S> {
             changes: std::mem::take(&mut o.changes),
             violations: o.violations.clone(),
             error: o.error.clone(),
-            started_at,
-            finished_at: Some(record::now_ms()),
+            started_at: started.ms(),
+            finished_at: Some(end.ms()),
+            started_ns: Some(started.ns()),
+            finished_ns: Some(end.ns()),
             usage: o.usage,
             child_run: o.child_run.clone(),
             route: None,

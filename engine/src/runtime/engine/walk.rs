@@ -33,7 +33,7 @@ impl<'e, S: Store> Run<'e, S> {
             self.count_step().map_err(|e| (RunStatus::Failed, e))?;
             self.path.push(step.id.clone());
             let number = self.number();
-            let started_at = record::now_ms();
+            let started = record::Stamp::now();
             let t0 = Instant::now();
             tracing::debug!(run_id = %self.record.id, step = %step.id, number = %number, kind = step.kind.name(), "step started");
             // `limits.timeout` bounds the whole run; the step running when it passes is
@@ -111,6 +111,7 @@ impl<'e, S: Store> Run<'e, S> {
             );
             self.finished.fetch_add(1, Ordering::Relaxed);
             if !recorded {
+                let end = record::Stamp::now();
                 let rec = || StepRecord {
                     run_id: self.record.id.clone(),
                     number,
@@ -126,8 +127,10 @@ impl<'e, S: Store> Run<'e, S> {
                     changes: outcome.changes,
                     violations: outcome.violations,
                     error: outcome.error.clone(),
-                    started_at,
-                    finished_at: Some(record::now_ms()),
+                    started_at: started.ms(),
+                    finished_at: Some(end.ms()),
+                    started_ns: Some(started.ns()),
+                    finished_ns: Some(end.ns()),
                     usage: outcome.usage,
                     child_run: outcome.child_run,
                     route: route_name,

@@ -90,7 +90,7 @@ impl<'e, S: Store> Run<'e, S> {
                 step: number,
                 iteration: Some(iterations),
             };
-            let started_at = record::now_ms();
+            let started = record::Stamp::now();
             let mut r = self
                 .invoke(step, call, &input, message.as_deref(), iter_number, "iteration")
                 .await;
@@ -109,7 +109,7 @@ impl<'e, S: Store> Run<'e, S> {
                 Some(iterations),
                 input,
                 &mut r,
-                started_at,
+                started,
             )
             .await;
             o.usage.add(r.usage);

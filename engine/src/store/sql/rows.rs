@@ -209,6 +209,8 @@ pub(crate) fn decode_run(row: &AnyRow) -> Result<RunRecord, String> {
         finished_at: get::<Option<i64>>(row, "finished_at")?
             .map(|t| uint(t, "finished_at"))
             .transpose()?,
+        started_ns: None,
+        finished_ns: None,
         usage: usage(row)?,
         steps: uint(get(row, "steps")?, "steps")?,
         context: opt_json(row, "context")?.unwrap_or(serde_json::Value::Null),
@@ -253,6 +255,8 @@ pub(crate) fn decode_step(row: &AnyRow) -> Result<StepRecord, String> {
         finished_at: get::<Option<i64>>(row, "finished_at")?
             .map(|t| uint(t, "finished_at"))
             .transpose()?,
+        started_ns: None,
+        finished_ns: None,
         usage: usage(row)?,
         child_run: get(row, "child_run")?,
         route: get(row, "route")?,

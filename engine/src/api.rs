@@ -29,7 +29,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use crate::agents::AgentState;
-use crate::diag::{Diagnostic, render};
+use crate::diag::render;
 use crate::plan::Plan;
 use crate::project::Project;
 use crate::runtime::observe::{Fanout, Observer};
@@ -43,10 +43,18 @@ const WRITER_LEASE: std::time::Duration = std::time::Duration::from_secs(30);
 
 pub use crate::agents::native::{NativeAgent, NativeCall, NativeFuture, Natives};
 pub use crate::batch::{BatchError, BatchOptions, Progress, Summary as BatchSummary};
+pub use crate::diag::{Diagnostic, Label, Rule, Severity};
+pub use crate::model::AgentKind;
+pub use crate::runtime::data::{Change, Violation};
 pub use crate::runtime::engine::{RunControls, RunOptions, RunOutcome};
 pub use crate::runtime::record::{RunRecord, RunStatus, StepRecord, StepStatus, Usage};
-pub use crate::runtime::resume::{ResumeError, ResumeOptions};
+pub use crate::runtime::resume::{
+    Approval, Interrupt, PendingCall, Question, ResumeError, ResumeOptions, WaitingFor,
+};
 pub use crate::runtime::{ErrorKind, StepError};
+pub use crate::source::{FileId, Span};
+pub use crate::store::StoreError;
+pub use tokio_util::sync::CancellationToken;
 
 /// A flow file loaded, linted and compiled: ready to run, as often as wanted.
 #[derive(Clone)]
@@ -131,7 +139,7 @@ impl Flow {
     /// `--max-payload-bytes`): never loosens them. Returns each bound looser than the flow's
     /// (which stays), with the flow's value. Only a flow not cloned yet can be narrowed: a
     /// clone shares its plan with the original.
-    pub fn narrow_limits(
+    pub(crate) fn narrow_limits(
         &mut self,
         limits: &crate::plan::NarrowLimits,
     ) -> Result<Vec<(&'static str, String)>, &'static str> {
@@ -143,13 +151,13 @@ impl Flow {
         Ok(plan.narrow_limits(limits))
     }
 
-    /// The compiled plan, for the lower-level [`crate::runtime::engine::Engine`].
-    pub fn plan(&self) -> &Arc<Plan> {
+    /// The compiled plan, for the engine.
+    pub(crate) fn plan(&self) -> &Arc<Plan> {
         &self.plan
     }
 
     /// The files it was loaded from, with their text.
-    pub fn project(&self) -> &Project {
+    pub(crate) fn project(&self) -> &Project {
         &self.project
     }
 
@@ -198,7 +206,7 @@ impl FlowError {
     }
 
     /// The files the flow was loaded from (for the summary of how many were checked).
-    pub fn project(&self) -> &Project {
+    pub(crate) fn project(&self) -> &Project {
         &self.project
     }
 
@@ -275,7 +283,7 @@ impl Switchyard<AnyStore> {
     }
 
     /// Waits for the store's queued writes and closes it; false when something else still
-    /// holds it (an [`crate::runtime::engine::Engine`] made by [`Switchyard::engine`]).
+    /// holds it (an engine the binary made from this Switchyard).
     pub async fn close(self) -> bool {
         match Arc::try_unwrap(self.store) {
             Ok(s) => {
@@ -289,7 +297,7 @@ impl Switchyard<AnyStore> {
 
 impl<S: Store> Switchyard<S> {
     /// Runs recorded in `store`.
-    pub fn with_store(store: Arc<S>) -> Self {
+    pub(crate) fn with_store(store: Arc<S>) -> Self {
         Switchyard {
             store,
             natives: Natives::new(),
@@ -297,7 +305,7 @@ impl<S: Store> Switchyard<S> {
         }
     }
 
-    pub fn store(&self) -> &Arc<S> {
+    pub(crate) fn store(&self) -> &Arc<S> {
         &self.store
     }
 
@@ -341,7 +349,7 @@ impl<S: Store> Switchyard<S> {
 
     /// The engine the runs of this Switchyard use: its store, natives and observers (the
     /// process's installed one, `--otlp-endpoint`, and the event streams).
-    pub fn engine(&self) -> crate::runtime::engine::Engine<S> {
+    pub(crate) fn engine(&self) -> crate::runtime::engine::Engine<S> {
         let mut observers: Vec<Arc<dyn Observer>> = Vec::new();
         if let Some(o) = crate::runtime::observe::installed() {
             observers.push(o);

@@ -153,7 +153,7 @@ impl Natives {
     /// Every `native` agent `plan` can call, looked up: one line per agent registered under
     /// no name here, naming the agent, the flow file and line that define it, and what is
     /// registered.
-    pub fn check(&self, plan: &Plan) -> Result<(), String> {
+    pub(crate) fn check(&self, plan: &Plan) -> Result<(), String> {
         let mut missing: Vec<String> = Vec::new();
         for (_, agent) in plan.agents() {
             let AgentPlanSpec::Native(n) = &agent.spec else {

@@ -178,15 +178,11 @@ fn conclude(
     outcome: Result<RunOutcome, String>,
     args: &ResumeArgs,
 ) -> u8 {
-    let waiting = match &outcome {
-        Ok(o) => super::run::waiting(rt, &*store, o),
-        Err(_) => None,
-    };
     if let Ok(s) = Arc::try_unwrap(store) {
         rt.block_on(s.close());
     }
     match outcome {
-        Ok(o) => super::run::report(o, waiting.as_ref(), &args.store),
+        Ok(o) => super::run::report(o, &args.store),
         Err(e) => fail(e),
     }
 }

@@ -149,8 +149,24 @@ impl<S: Store> Engine<S> {
             run.record.batch = Some(item.batch);
             run.record.item_id = Some(item.id);
             run.record.item_index = Some(item.index);
+            // A batch reads what its items wait for when it resumes them.
+            return run.execute().await;
         }
-        run.execute().await
+        let outcome = run.execute().await;
+        self.with_waiting(outcome).await
+    }
+
+    /// A root run's outcome with what it waits for ([`RunOutcome::waiting`]), read back
+    /// from the store as `resume` reads it to check a decision: one reading of a stop.
+    async fn with_waiting(&self, mut outcome: RunOutcome) -> RunOutcome {
+        if outcome.status != RunStatus::Interrupted || !self.store.keeps_steps() {
+            return outcome;
+        }
+        match crate::runtime::resume::waiting_at(&*self.store, &outcome.run_id).await {
+            Ok(w) => outcome.waiting = w.as_ref().map(crate::runtime::resume::Waiting::waiting_for),
+            Err(e) => tracing::warn!(run_id = %outcome.run_id, "could not read what the run waits for: {e}"),
+        }
+        outcome
     }
 
     /// Continues the stored root run `run_id` of `plan`'s root flow (SPEC §3.6, §7.3): what
@@ -259,7 +275,8 @@ impl<S: Store> Engine<S> {
         // its start would write, but its `now`, which is its claim's start to the
         // millisecond either way ([`recorded_now`]).
         run.start_recorded = fresh;
-        Ok(run.execute().await)
+        let outcome = run.execute().await;
+        Ok(self.with_waiting(outcome).await)
     }
 
     /// A run waiting at an `interrupt` (its own or a descendant's) needs a decision that
@@ -664,6 +681,7 @@ impl<'e, S: Store> Run<'e, S> {
                 .unwrap_or_else(record::now_ms)
                 .saturating_sub(self.record.started_at),
             store_failure: self.store_failed(),
+            waiting: None,
         }
     }
 

@@ -326,9 +326,12 @@ impl<S: Store> Switchyard<S> {
         &self.natives
     }
 
-    /// A stream of what every run started from now on does: each run's start and end and
-    /// each finished step, as they happen (child runs' too). Events wait in the stream until
-    /// read: read them, or drop the stream.
+    /// A stream of what the next call of this Switchyard that runs something does (the
+    /// next [`Switchyard::run`], [`Switchyard::resume`] or [`Switchyard::batch`] past its
+    /// checks): each run's start and end and each finished step, as they happen (child
+    /// runs' too, every item of a batch). It ends with that call: once the call returned and
+    /// every event was read, [`Events::next`] gives `None`. Take a stream before each call to
+    /// watch. Events wait in the stream until read: read them, or drop the stream.
     pub fn events(&self) -> Events {
         let (tx, rx) = mpsc::unbounded_channel();
         self.subscribers
@@ -347,21 +350,32 @@ impl<S: Store> Switchyard<S> {
         Ok(())
     }
 
-    /// The engine the runs of this Switchyard use: its store, natives and observers (the
-    /// process's installed one, `--otlp-endpoint`, and the event streams).
+    /// The engine the runs of this Switchyard use: its store, natives and the process's
+    /// installed observer (`--otlp-endpoint`); no event stream.
     pub(crate) fn engine(&self) -> crate::runtime::engine::Engine<S> {
+        self.engine_with(None)
+    }
+
+    /// The event streams taken so far, for the call about to run: they end with it
+    /// ([`close`]), and later streams wait for the next call.
+    fn streams(&self) -> Option<Arc<Subscribers>> {
+        let senders =
+            std::mem::take(&mut *self.subscribers.senders.lock().unwrap_or_else(|e| e.into_inner()));
+        (!senders.is_empty()).then(|| {
+            Arc::new(Subscribers {
+                senders: Mutex::new(senders),
+            })
+        })
+    }
+
+    /// [`Switchyard::engine`] telling `streams` too.
+    fn engine_with(&self, streams: Option<Arc<Subscribers>>) -> crate::runtime::engine::Engine<S> {
         let mut observers: Vec<Arc<dyn Observer>> = Vec::new();
         if let Some(o) = crate::runtime::observe::installed() {
             observers.push(o);
         }
-        if !self
-            .subscribers
-            .senders
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_empty()
-        {
-            observers.push(self.subscribers.clone());
+        if let Some(s) = streams {
+            observers.push(s);
         }
         let observer: Option<Arc<dyn Observer>> = match observers.len() {
             0 => None,
@@ -388,8 +402,9 @@ impl<S: Store> Switchyard<S> {
         let holding = Holding::take(&self.store, &id, &config.controls)
             .await
             .map_err(|e| Error::Store(e.to_string()))?;
+        let streams = self.streams();
         let outcome = self
-            .engine()
+            .engine_with(streams.clone())
             .run_as(
                 id,
                 flow.plan.clone(),
@@ -401,6 +416,7 @@ impl<S: Store> Switchyard<S> {
             )
             .await;
         holding.give_back().await;
+        close(streams);
         Ok(outcome)
     }
 
@@ -421,6 +437,7 @@ impl<S: Store> Switchyard<S> {
         let holding = Holding::take(&self.store, run_id, &config.controls)
             .await
             .map_err(ResumeError::from)?;
+        let streams = self.streams();
         let outcome = match self.store.get_run(run_id).await {
             Err(e) => Err(ResumeError::from(e)),
             Ok(now) if now != seen => Err(ResumeError::MovedOn {
@@ -428,7 +445,7 @@ impl<S: Store> Switchyard<S> {
                 status: now.status.as_str(),
             }),
             Ok(_) => {
-                self.engine()
+                self.engine_with(streams.clone())
                     .resume(
                         flow.plan.clone(),
                         run_id,
@@ -441,6 +458,7 @@ impl<S: Store> Switchyard<S> {
             }
         };
         holding.give_back().await;
+        close(streams);
         Ok(outcome?)
     }
 
@@ -456,8 +474,9 @@ impl<S: Store> Switchyard<S> {
     ) -> Result<BatchSummary, Error> {
         self.check(flow, &config.options)?;
         let context = config.context.unwrap_or_else(|| json!({}));
-        Ok(crate::batch::run(
-            self.engine(),
+        let streams = self.streams();
+        let summary = crate::batch::run(
+            self.engine_with(streams.clone()),
             flow.plan.clone(),
             options,
             config.options,
@@ -465,7 +484,9 @@ impl<S: Store> Switchyard<S> {
             progress,
             config.controls,
         )
-        .await?)
+        .await;
+        close(streams);
+        Ok(summary?)
     }
 }
 
@@ -624,7 +645,8 @@ impl<S: Store> Drop for Holding<S> {
 pub struct Events(mpsc::UnboundedReceiver<Event>);
 
 impl Events {
-    /// The next event; `None` once the [`Switchyard`] is gone and every event was read.
+    /// The next event; `None` once the call the stream watched returned (or the
+    /// [`Switchyard`] is gone) and every event was read.
     pub async fn next(&mut self) -> Option<Event> {
         self.0.recv().await
     }
@@ -635,10 +657,19 @@ impl Events {
     }
 }
 
-/// The event streams of one [`Switchyard`], as an observer of its engines.
+/// Event streams: those a [`Switchyard`] holds for its next call, or those one call tells,
+/// as an observer of its engine.
 #[derive(Default)]
 struct Subscribers {
     senders: Mutex<Vec<mpsc::UnboundedSender<Event>>>,
+}
+
+/// Ends the streams of a call that returned: each gives what it holds, then `None`. The
+/// engine may still hold the observer (a task it left behind): the senders go all the same.
+fn close(streams: Option<Arc<Subscribers>>) {
+    if let Some(s) = streams {
+        s.senders.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    }
 }
 
 impl Subscribers {

@@ -32,7 +32,9 @@
 //!   PostgreSQL (an interrupt's decision, an agent loop's approval), a `resume` of a run a live
 //!   process runs;
 //! - [`memory_store`]: the peak memory of long loops on `--store memory`;
-//! - [`time`]: `timestamp()`, `duration()` and the recorded `now` of a run tree.
+//! - [`time`]: `timestamp()`, `duration()` and the recorded `now` of a run tree;
+//! - [`library`]: the crate root as an application uses it: `examples/approve.rs` run to its
+//!   question and resumed, an approval's pending calls in the outcome, event streams that end.
 
 mod agent_loop;
 mod agent_loop_durable;
@@ -52,6 +54,7 @@ mod expressions;
 mod fuzz;
 mod graph;
 mod http_agent;
+mod library;
 mod lint_agent_loops;
 mod lint_fixtures;
 mod llm;

@@ -691,3 +691,35 @@ impl Observer for Subscribers {
         self.send(|| Event::RunFinished(run.clone()));
     }
 }
+
+/// OpenTelemetry export for an application, as `--otlp-endpoint` does for the binary (SPEC
+/// §13): a span per run, step, iteration, model turn and tool call, posted over OTLP/HTTP
+/// from a thread of its own.
+pub struct Otlp(Arc<crate::otel::Exporter>);
+
+impl Otlp {
+    /// Starts exporting to `endpoint` (`http://127.0.0.1:4318`, or a URL naming its path)
+    /// and installs the exporter as the process's observer: the runs of every
+    /// [`Switchyard`] started from now on are exported. Refused when the URL is not an
+    /// http(s) URL with a host, or when the process has an observer installed already.
+    pub fn install(endpoint: &str) -> Result<Otlp, String> {
+        let exporter = crate::otel::Exporter::start(endpoint)?;
+        if !crate::runtime::observe::install(exporter.clone()) {
+            exporter.finish(std::time::Duration::ZERO);
+            return Err("an exporter is installed in this process already".into());
+        }
+        Ok(Otlp(exporter))
+    }
+
+    /// Where spans go: the traces URL.
+    pub fn url(&self) -> &str {
+        self.0.url()
+    }
+
+    /// Sends what is left, waiting at most `within` for the collector, and stops: spans
+    /// exported, spans dropped, and why the last were dropped. Call it before the process
+    /// exits.
+    pub fn finish(&self, within: std::time::Duration) -> (u64, u64, Option<String>) {
+        self.0.finish(within)
+    }
+}

@@ -403,8 +403,8 @@ impl<S: Store> Switchyard<S> {
             .await
             .map_err(|e| Error::Store(e.to_string()))?;
         let streams = self.streams();
-        let outcome = self
-            .engine_with(streams.clone())
+        let engine = self.engine_with(streams.clone());
+        let outcome = engine
             .run_as(
                 id,
                 flow.plan.clone(),
@@ -415,6 +415,7 @@ impl<S: Store> Switchyard<S> {
                 config.controls,
             )
             .await;
+        let outcome = engine.with_waiting(outcome).await;
         holding.give_back().await;
         close(streams);
         Ok(outcome)
@@ -445,7 +446,8 @@ impl<S: Store> Switchyard<S> {
                 status: now.status.as_str(),
             }),
             Ok(_) => {
-                self.engine_with(streams.clone())
+                let engine = self.engine_with(streams.clone());
+                match engine
                     .resume(
                         flow.plan.clone(),
                         run_id,
@@ -455,6 +457,10 @@ impl<S: Store> Switchyard<S> {
                         config.controls,
                     )
                     .await
+                {
+                    Ok(outcome) => Ok(engine.with_waiting(outcome).await),
+                    Err(e) => Err(e),
+                }
             }
         };
         holding.give_back().await;

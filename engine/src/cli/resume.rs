@@ -227,7 +227,7 @@ fn resume_submitted(
     let outcome = rt.block_on(async {
         let controls = RunControls::default();
         super::run::pause_on_ctrl_c(&controls);
-        run_leased(
+        match run_leased(
             &store,
             &engine,
             &holder,
@@ -237,6 +237,10 @@ fn resume_submitted(
             (resume, controls),
         )
         .await
+        {
+            Ok(outcome) => Ok(engine.with_waiting(outcome).await),
+            Err(e) => Err(e),
+        }
     });
     drop(engine);
     let outcome = outcome.map_err(|e| match e {

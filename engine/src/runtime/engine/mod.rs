@@ -146,8 +146,8 @@ pub struct RunOutcome {
     pub store_failure: Option<String>,
     /// Stopped `interrupted` at an `interrupt` step or an agent loop's approval (its own or
     /// a child run's): the question the decision given to the resume answers. `None` for a
-    /// run that stopped for another reason (an attempt in doubt: `error` says so), a batch's
-    /// item, or when the store could not be read back (logged).
+    /// run that stopped for another reason (an attempt in doubt: `error` says so), or when
+    /// the store could not be read back (logged).
     pub waiting: Option<WaitingFor>,
 }
 

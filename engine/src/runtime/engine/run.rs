@@ -149,16 +149,15 @@ impl<S: Store> Engine<S> {
             run.record.batch = Some(item.batch);
             run.record.item_id = Some(item.id);
             run.record.item_index = Some(item.index);
-            // A batch reads what its items wait for when it resumes them.
-            return run.execute().await;
         }
-        let outcome = run.execute().await;
-        self.with_waiting(outcome).await
+        run.execute().await
     }
 
     /// A root run's outcome with what it waits for ([`RunOutcome::waiting`]), read back
-    /// from the store as `resume` reads it to check a decision: one reading of a stop.
-    async fn with_waiting(&self, mut outcome: RunOutcome) -> RunOutcome {
+    /// from the store as `resume` reads it to check a decision: one reading of a stop. Asked
+    /// by the callers that tell it (the library's `run` and `resume`, the `resume` of a
+    /// submitted run), not by batches and workers, which would pay reads for every item.
+    pub async fn with_waiting(&self, mut outcome: RunOutcome) -> RunOutcome {
         if outcome.status != RunStatus::Interrupted || !self.store.keeps_steps() {
             return outcome;
         }
@@ -275,8 +274,7 @@ impl<S: Store> Engine<S> {
         // its start would write, but its `now`, which is its claim's start to the
         // millisecond either way ([`recorded_now`]).
         run.start_recorded = fresh;
-        let outcome = run.execute().await;
-        Ok(self.with_waiting(outcome).await)
+        Ok(run.execute().await)
     }
 
     /// A run waiting at an `interrupt` (its own or a descendant's) needs a decision that

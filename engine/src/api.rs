@@ -258,6 +258,9 @@ pub struct RunConfig {
 }
 
 /// A store with the native agents and event subscribers that runs recorded in it use.
+///
+/// `S` is the store: an application keeps the default, the stores [`Switchyard::open`] opens
+/// (`sqlite:`, `postgres://`, `memory`); other stores are the engine's own (its tests').
 pub struct Switchyard<S: Store = AnyStore> {
     store: Arc<S>,
     natives: Natives,

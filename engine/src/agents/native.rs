@@ -3,7 +3,7 @@
 //! retries, timeout, `result_schema` and records.
 //!
 //! A flow names the registration (`kind: native`, `function: NAME`, default the agent's own
-//! name). The engine looks every one up before a run starts ([`Natives::check`]): a flow
+//! name). The engine looks every one up before a run starts (`Natives::check`): a flow
 //! that needs a native agent this program does not register fails to start, naming the agent
 //! and where the flow defines it, instead of failing at its first call.
 

@@ -8,7 +8,7 @@
 //! `step.rs` (one step by its kind), `invoke.rs` (attempts, retries, timeouts), `child.rs`
 //! (child runs), `foreach.rs`, `while_.rs`, `parallel.rs` and `limits.rs` (steps, payload
 //! size, cost). Building inputs and applying outputs is [`super::data`]; evaluating
-//! expressions is [`super::eval`]; calling sub-agents is [`crate::agents`].
+//! expressions is [`super::eval`]; calling sub-agents is `crate::agents`.
 
 mod agent_loop;
 mod child;

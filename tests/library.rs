@@ -275,3 +275,99 @@ async fn an_event_stream_ends_after_the_last_event_of_the_run_it_watches() {
     );
     drop(sy);
 }
+
+/// Each type a public signature names, named from the crate root: each function pointer,
+/// closure and function below only compiles when the signature's type is the root's. A bad `now` is an
+/// error, not a panic.
+#[test]
+fn every_type_a_public_signature_names_is_exported_at_the_root() {
+    use std::path::{Path, PathBuf};
+    use switchyard::{
+        AgentKind, BatchError, BatchOptions, BatchSummary, CancellationToken, Change, Diagnostic, Error,
+        ErrorKind, Events, FileId, FlowError, Interrupt, Label, NativeFuture, Natives, Otlp, PendingCall,
+        Progress, ResumeError, Rule, RunControls, RunOptions, RunOutcome, RunRecord, Severity, Span,
+        StepError, StepRecord, StepStatus, StoreError, Usage, Violation,
+    };
+
+    let _: fn(&Path, Option<PathBuf>) -> Result<Flow, FlowError> = Flow::load_under;
+    let _: fn(&Flow) -> &[Diagnostic] = Flow::warnings;
+    fn _diagnostic(d: &Diagnostic) -> (&'static Rule, Severity, &Label, Span, FileId) {
+        (
+            d.rule,
+            d.severity,
+            &d.primary,
+            d.primary.span,
+            d.primary.span.file,
+        )
+    }
+    let _: fn(&Switchyard) -> Events = Switchyard::events;
+    let _: fn(&Switchyard) -> &Natives = Switchyard::natives;
+    let _: fn(&Switchyard, &Flow, &RunOptions) -> Result<(), Error> = Switchyard::check;
+    let _ = |e: Error| -> Option<ResumeError> {
+        match e {
+            Error::Resume(r) => Some(r),
+            Error::Batch(b) => {
+                let _: BatchError = b;
+                None
+            }
+            _ => None,
+        }
+    };
+    let _ = |e: ResumeError| -> Option<StoreError> {
+        match e {
+            ResumeError::Store(s) => Some(s),
+            _ => None,
+        }
+    };
+    fn _outcome(o: &RunOutcome) -> (&Option<WaitingFor>, &Usage, &Option<StepError>) {
+        (&o.waiting, &o.usage, &o.error)
+    }
+    fn _question(w: &WaitingFor) -> Option<(&Interrupt, Option<&PendingCall>)> {
+        match &w.question {
+            Question::Interrupt(i) => Some((i, None)),
+            Question::Approval(a) => {
+                let _ = a.calls.first();
+                None
+            }
+            _ => None,
+        }
+    }
+    fn _run_record(r: &RunRecord) -> (RunStatus, &Option<StepError>) {
+        (r.status, &r.error)
+    }
+    fn _step_record(s: &StepRecord) -> (StepStatus, &[Change], &[Violation]) {
+        (s.status, &s.changes, &s.violations)
+    }
+    fn _native_call(c: &NativeCall) -> &CancellationToken {
+        &c.cancel
+    }
+    fn _step_error(e: &StepError) -> &ErrorKind {
+        &e.kind
+    }
+    let _: fn(&BatchSummary) -> u64 = |s| s.total;
+    let _: fn(&Progress) -> u64 = Progress::done;
+    let _: fn(&str) -> Result<Otlp, String> = Otlp::install;
+    let _: Option<NativeFuture> = None;
+    let _: BatchOptions = BatchOptions::new("in.jsonl", "out.jsonl");
+
+    let _: RunOptions = RunOptions::default()
+        .allow([AgentKind::Native, AgentKind::Transform])
+        .allow_hosts(["api.example.com"])
+        .max_cost_usd(0.5)
+        .messages(vec![json!({"role": "user", "content": "hi"})])
+        .now("2026-01-02T03:04:05Z")
+        .expect("RFC 3339");
+    let bad = RunOptions::default().now("yesterday").unwrap_err();
+    assert!(bad.contains("yesterday"), "{bad}");
+    let controls = RunControls::with_cancel(CancellationToken::new());
+    let theirs = controls.clone();
+    controls.pause();
+    assert!(
+        theirs.is_paused() && !theirs.is_cancelled(),
+        "clones share their state"
+    );
+    let _: ResumeOptions = ResumeOptions::default()
+        .decision(json!({"approved": true}))
+        .retry_in_doubt(true)
+        .allow_changed(false);
+}

@@ -109,9 +109,9 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    // Dropping the Switchyard ends the event stream once its events are read.
-    switchyard.close().await;
+    // The stream ends with the run: the printer stops after its last event.
     let _ = printer.await;
+    switchyard.close().await;
 
     match outcome.status {
         RunStatus::Succeeded => {

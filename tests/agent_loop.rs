@@ -7,10 +7,10 @@
 use std::sync::Arc;
 
 use serde_json::{Value, json};
-use switchyard::runtime::engine::Engine;
-use switchyard::runtime::record::RunStatus;
-use switchyard::store::Store;
-use switchyard::store::memory::MemoryStore;
+use switchyard::__private::runtime::engine::Engine;
+use switchyard::__private::runtime::record::RunStatus;
+use switchyard::__private::store::Store;
+use switchyard::__private::store::memory::MemoryStore;
 
 use crate::llm::plan_of;
 use crate::mock_server::{Llm, Reply};
@@ -73,7 +73,7 @@ async fn run(
     engine: &Engine<MemoryStore>,
     path: &std::path::Path,
     input: Value,
-) -> switchyard::runtime::engine::RunOutcome {
+) -> switchyard::__private::runtime::engine::RunOutcome {
     engine
         .run(plan_of(path), input, json!({}), Default::default())
         .await
@@ -440,16 +440,13 @@ async fn tools_outside_the_ceiling_are_not_offered() {
     let text = loop_flow(&server.base_url(), "", "0ms");
     let path = dir.write("f.yaml", &text);
     let plan = plan_of(&path);
-    let changes = switchyard::runtime::changes::load(
+    let changes = switchyard::__private::runtime::changes::load(
         "change.yaml",
         "- scope: global\n  mode: remove\n  agents: [kb_search]\n",
         &plan,
     )
     .expect("a change");
-    let options = switchyard::runtime::engine::RunOptions {
-        agent_changes: Arc::new(changes),
-        ..Default::default()
-    };
+    let options = switchyard::__private::with_agent_changes(switchyard::RunOptions::default(), changes);
     let engine = engine();
     let out = engine.run(plan, json!({"text": "hi"}), json!({}), options).await;
     assert_eq!(out.status, RunStatus::Succeeded, "{:?}", out.error);
@@ -499,10 +496,8 @@ async fn context_and_conversation_reach_the_loop() {
     let extra = "    context_paths: [$.account]\n    message_mode: all";
     let path = dir.write("f.yaml", loop_flow(&server.base_url(), extra, "0ms"));
     let engine = engine();
-    let options = switchyard::runtime::engine::RunOptions {
-        messages: Arc::new(vec![json!({"role": "user", "content": "earlier"})]),
-        ..Default::default()
-    };
+    let options =
+        switchyard::RunOptions::default().messages(vec![json!({"role": "user", "content": "earlier"})]);
     let out = engine
         .run(
             plan_of(&path),

@@ -10,7 +10,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use switchyard::store::Store;
+use switchyard::__private::store::Store;
 
 use crate::agent_loop::tool_messages;
 use crate::mock_server::{Llm, Reply};
@@ -115,8 +115,10 @@ fn recorded_turns(db: &Path) -> HashSet<(u64, u32)> {
         .expect("a runtime");
     rt.block_on(async {
         let url = format!("sqlite:{}", db.display());
-        let store = switchyard::store::sql::SqlStore::open(&url).await.expect("opens");
-        let filter = switchyard::store::RunFilter {
+        let store = switchyard::__private::store::sql::SqlStore::open(&url)
+            .await
+            .expect("opens");
+        let filter = switchyard::__private::store::RunFilter {
             limit: Some(1000),
             ..Default::default()
         };
@@ -358,8 +360,10 @@ fn run_items(db: &Path) -> HashMap<String, String> {
         .expect("a runtime");
     rt.block_on(async {
         let url = format!("sqlite:{}", db.display());
-        let store = switchyard::store::sql::SqlStore::open(&url).await.expect("opens");
-        let filter = switchyard::store::RunFilter {
+        let store = switchyard::__private::store::sql::SqlStore::open(&url)
+            .await
+            .expect("opens");
+        let filter = switchyard::__private::store::RunFilter {
             limit: Some(1000),
             ..Default::default()
         };

@@ -1516,7 +1516,7 @@ steps:
                 "run `{run_id}` is being run by another process (pid {}, host {}): it is an item of the batch \
                  writing {}",
                 batch.id(),
-                switchyard::store::writers::host_name(),
+                switchyard::__private::store::writers::host_name(),
                 dir.path().join("out.jsonl").display()
             )) && out.stderr.contains(&format!("before you {act} the run here")),
             "{command:?}: {}",

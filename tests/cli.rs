@@ -556,10 +556,10 @@ fn the_flow_schema_rejects_what_lint_reports_in_agents_and_step_ids() {
         (inline_flow.to_owned(), None),
     ];
     for (text, code) in cases {
-        let node = switchyard::syntax::parse(
-            switchyard::source::FileId(0),
+        let node = switchyard::__private::syntax::parse(
+            switchyard::__private::source::FileId(0),
             text.as_bytes(),
-            &switchyard::syntax::Limits::default(),
+            &switchyard::__private::syntax::Limits::default(),
         )
         .expect("the case is YAML");
         let errors: Vec<String> = validator

@@ -195,7 +195,7 @@ fn a_killed_workers_slot_comes_back_after_its_lease() {
 /// and the next slot row is added only while fewer than the limit exist.
 #[test]
 fn a_slot_claim_takes_one_slot_on_postgres() {
-    use switchyard::store::sql::SqlStore;
+    use switchyard::__private::store::sql::SqlStore;
     let pg = Pg::new("claim");
     let url = pg.url("sy_claim");
     let rt = tokio::runtime::Builder::new_current_thread()

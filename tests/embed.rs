@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use switchyard::api::{BatchOptions, Progress, ResumeOptions, StepStatus};
-use switchyard::store::Store;
+use switchyard::__private::store::Store;
+use switchyard::{BatchOptions, Progress, ResumeOptions, StepStatus};
 use switchyard::{ErrorKind, Event, Flow, NativeCall, RunConfig, RunStatus, StepError, Switchyard};
 
 use crate::support::{self, TempDir};
@@ -300,12 +300,15 @@ steps:
     let cut = tokio::time::timeout(Duration::from_millis(500), sy.run(&flow, json!({}))).await;
     assert!(cut.is_err(), "the call hangs");
     assert_eq!(charges.load(Ordering::SeqCst), 1);
-    let runs = sy.store().list_runs(&Default::default()).await.unwrap();
+    let runs = switchyard::__private::store_of(&sy)
+        .list_runs(&Default::default())
+        .await
+        .unwrap();
     let run_id = runs[0].id.clone();
     assert_eq!(runs[0].status, RunStatus::Running);
     // An agent with effects has its attempt on record before the call is made; the pure
     // one before it has only its end.
-    let steps = sy.store().steps(&run_id).await.unwrap();
+    let steps = switchyard::__private::store_of(&sy).steps(&run_id).await.unwrap();
     let recorded: Vec<(&str, u32, StepStatus)> = steps
         .iter()
         .map(|s| (s.step.as_str(), s.attempt, s.status))
@@ -335,10 +338,7 @@ steps:
         "not called again without --retry-in-doubt"
     );
 
-    let resume = ResumeOptions {
-        retry_in_doubt: true,
-        ..ResumeOptions::default()
-    };
+    let resume = ResumeOptions::default().retry_in_doubt(true);
     let done = sy
         .resume(&flow, &run_id, resume, RunConfig::default())
         .await

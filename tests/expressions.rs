@@ -15,8 +15,8 @@
 use proptest::prelude::*;
 use proptest::sample::select;
 use serde_json::{Map, Value, json};
-use switchyard::compile::expr;
-use switchyard::runtime::eval::{Vars, eval, eval_bool};
+use switchyard::__private::compile::expr;
+use switchyard::__private::runtime::eval::{Vars, eval, eval_bool};
 
 // ----- values --------------------------------------------------------------------------------
 

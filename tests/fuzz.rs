@@ -17,10 +17,10 @@ use std::sync::mpsc;
 use proptest::prelude::*;
 use proptest::sample::select;
 use proptest::test_runner::TestRunner;
-use switchyard::diag::{Diagnostic, RULES, render};
-use switchyard::lint::lint_project;
-use switchyard::project::Project;
-use switchyard::syntax::Limits;
+use switchyard::__private::diag::{Diagnostic, RULES, render};
+use switchyard::__private::lint::lint_project;
+use switchyard::__private::project::Project;
+use switchyard::__private::syntax::Limits;
 
 use crate::support::{self, TempDir};
 

@@ -6,9 +6,9 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use switchyard::runtime::engine::{Engine, RunOptions, RunOutcome};
-use switchyard::runtime::record::RunStatus;
-use switchyard::store::memory::MemoryStore;
+use switchyard::__private::runtime::engine::{Engine, RunOptions, RunOutcome};
+use switchyard::__private::runtime::record::RunStatus;
+use switchyard::__private::store::memory::MemoryStore;
 
 use crate::llm::plan_of;
 use crate::mock_server::Service;

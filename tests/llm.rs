@@ -9,13 +9,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use switchyard::compile;
-use switchyard::plan::Plan;
-use switchyard::project::Project;
-use switchyard::runtime::engine::{Engine, RunOptions, RunOutcome};
-use switchyard::runtime::record::RunStatus;
-use switchyard::store::Store;
-use switchyard::store::memory::MemoryStore;
+use switchyard::__private::compile;
+use switchyard::__private::plan::Plan;
+use switchyard::__private::project::Project;
+use switchyard::__private::runtime::engine::{Engine, RunOptions, RunOutcome};
+use switchyard::__private::runtime::record::RunStatus;
+use switchyard::__private::store::Store;
+use switchyard::__private::store::memory::MemoryStore;
 
 use crate::mock_server::{self, Llm, Reply, classification};
 use crate::support::{self, TempDir};
@@ -65,7 +65,7 @@ pub fn plan_of(path: &Path) -> Arc<Plan> {
     let mut project = Project::default();
     let root = path.parent().expect("a parent").to_path_buf();
     let id = project
-        .load_top(path, root, &switchyard::syntax::Limits::default())
+        .load_top(path, root, &switchyard::__private::syntax::Limits::default())
         .expect("a flow");
     let (plan, diags) = compile::compile(&project, id);
     Arc::new(plan.unwrap_or_else(|| {
@@ -735,7 +735,9 @@ fn secrets_child() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
         let url = format!("sqlite:{}", dir.join("runs.db").display());
-        let store = switchyard::store::sql::SqlStore::open(&url).await.expect("opens");
+        let store = switchyard::__private::store::sql::SqlStore::open(&url)
+            .await
+            .expect("opens");
         let engine = Engine::new(Arc::new(store));
         let plan = plan_of(&dir.join("f.yaml"));
         let ok = engine
@@ -979,13 +981,10 @@ async fn a_child_flow_sees_the_conversation() {
         "parent.yaml",
         "flow: parent\nagents:\n  child:\n    kind: flow\n    path: child.yaml\nsteps:\n  go:\n    agent: child\n",
     );
-    let options = RunOptions {
-        messages: Arc::new(vec![
-            json!({"role": "user", "content": "first"}),
-            json!({"role": "assistant", "content": "last"}),
-        ]),
-        ..RunOptions::default()
-    };
+    let options = RunOptions::default().messages(vec![
+        json!({"role": "user", "content": "first"}),
+        json!({"role": "assistant", "content": "last"}),
+    ]);
     let out = memory_engine()
         .run(plan_of(&parent), json!({"text": "hi"}), json!({}), options)
         .await;
@@ -1142,8 +1141,8 @@ fn a_batch_records_each_items_cost_and_stops_at_its_budget() {
 /// than 600 requests in any minute, and no item fails.
 #[tokio::test(start_paused = true)]
 async fn a_batch_of_two_thousand_items_takes_the_time_its_rate_limit_dictates() {
-    use switchyard::batch::{self, BatchOptions, Progress};
-    use switchyard::runtime::engine::RunControls;
+    use switchyard::__private::batch::{self, BatchOptions, Progress};
+    use switchyard::__private::runtime::engine::RunControls;
     const N: usize = 2000;
     let server = Llm::spawn().await;
     server
@@ -1169,20 +1168,11 @@ async fn a_batch_of_two_thousand_items_takes_the_time_its_rate_limit_dictates() 
         })
         .collect();
     dir.write("in.jsonl", input);
-    let options = BatchOptions {
-        input: dir.path().join("in.jsonl"),
-        output: dir.path().join("out.jsonl"),
-        concurrency: 500,
-        id_field: "id".into(),
-        id_field_given: false,
-        max_cost_usd: None,
-        retry_failed: false,
-        retry_in_doubt: false,
-        allow_changed: false,
-        fresh_store: true,
-        sync_output: false,
-        export_only: false,
-    };
+    let mut options = switchyard::__private::on_fresh_store(BatchOptions::new(
+        dir.path().join("in.jsonl"),
+        dir.path().join("out.jsonl"),
+    ));
+    options.concurrency = 500;
     let t0 = tokio::time::Instant::now();
     let summary = batch::run(
         Engine::new(Arc::new(MemoryStore::forgetting_ended())),

@@ -36,6 +36,8 @@
 //! - [`transcripts`]: agent loops seen wherever they run: transcripts of iterations, branches
 //!   and child runs, the run page's timeline order and a waiting run's question, a batch page's
 //!   flow and start.
+//! - [`library`]: the crate root as an application uses it: `examples/approve.rs` run to its
+//!   question and resumed, an approval's pending calls in the outcome, event streams that end.
 
 mod agent_loop;
 mod agent_loop_durable;
@@ -55,6 +57,7 @@ mod expressions;
 mod fuzz;
 mod graph;
 mod http_agent;
+mod library;
 mod lint_agent_loops;
 mod lint_fixtures;
 mod llm;

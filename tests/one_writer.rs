@@ -11,12 +11,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use switchyard::api::{ResumeError, ResumeOptions};
-use switchyard::runtime::record::{RunRecord, StepRecord};
-use switchyard::store::memory::MemoryStore;
-use switchyard::store::sql::SqlStore;
-use switchyard::store::{RunFilter, Store, StoreError, Writer};
+use switchyard::__private::runtime::record::{RunRecord, StepRecord};
+use switchyard::__private::store::memory::MemoryStore;
+use switchyard::__private::store::sql::SqlStore;
+use switchyard::__private::store::{RunFilter, Store, StoreError, Writer};
 use switchyard::{Error, Flow, RunConfig, RunStatus, Switchyard};
+use switchyard::{ResumeError, ResumeOptions};
 
 use crate::cluster::Pg;
 use crate::mock_server::{Llm, Reply};
@@ -292,7 +292,7 @@ fn a_resume_of_a_run_a_live_process_runs_is_refused_until_that_process_dies() {
         |dir: &Path| run(switchyard(dir).args(["resume", &id, "--retry-in-doubt", "--store", &store]));
     let out = resume(dir.path());
     assert_eq!(out.code(), 2, "{out:?}");
-    let host = switchyard::store::writers::host_name();
+    let host = switchyard::__private::store::writers::host_name();
     assert!(
         out.stderr.contains(&format!(
             "run `{id}` is being run by another process (pid {}, host {host})",
@@ -420,14 +420,11 @@ async fn the_library_refuses_a_held_run_with_a_typed_error() {
     let stopped = sy.run(&flow, json!({})).await.expect("runs");
     assert_eq!(stopped.status, RunStatus::Interrupted);
     let holder = alive();
-    sy.store()
+    switchyard::__private::store_of(&sy)
         .take_run(&stopped.run_id, &holder, Duration::from_secs(30))
         .await
         .expect("taken");
-    let options = || ResumeOptions {
-        decision: Some(json!({"ok": true})),
-        ..ResumeOptions::default()
-    };
+    let options = || ResumeOptions::default().decision(json!({"ok": true}));
     let err = sy
         .resume(&flow, &stopped.run_id, options(), RunConfig::default())
         .await
@@ -437,7 +434,7 @@ async fn the_library_refuses_a_held_run_with_a_typed_error() {
         "{err:?}"
     );
     assert!(lines(&paid).is_empty());
-    sy.store()
+    switchyard::__private::store_of(&sy)
         .give_back_run(&stopped.run_id, &holder)
         .await
         .expect("given back");
@@ -522,14 +519,11 @@ async fn a_resume_whose_run_moved_on_meanwhile_takes_no_decision() {
     let paid = dir.path().join("paid");
     let flow = Flow::load(dir.write("refund.yaml", interrupt_flow(&paid))).expect("loads");
     let store = Arc::new(ContinuedMeanwhile::default());
-    let sy = Switchyard::with_store(store.clone());
+    let sy = switchyard::__private::with_store(store.clone());
     let stopped = sy.run(&flow, json!({})).await.expect("runs");
     assert_eq!(stopped.status, RunStatus::Interrupted);
     store.armed.store(true, std::sync::atomic::Ordering::SeqCst);
-    let decision = || ResumeOptions {
-        decision: Some(json!({"ok": true})),
-        ..ResumeOptions::default()
-    };
+    let decision = || ResumeOptions::default().decision(json!({"ok": true}));
     let err = sy
         .resume(&flow, &stopped.run_id, decision(), RunConfig::default())
         .await
@@ -562,7 +556,7 @@ async fn a_resume_whose_run_moved_on_meanwhile_takes_no_decision() {
 /// through the library (or `resume --flow`) is refused naming the worker's process and host.
 #[test]
 fn a_submitted_run_a_worker_holds_is_not_resumed_elsewhere() {
-    use switchyard::store::sql::queue::Claim;
+    use switchyard::__private::store::sql::queue::Claim;
     let pg = Pg::new("one_writer_leased");
     let url = pg.url("one_writer_leased");
     let dir = TempDir::new("one-writer-leased");
@@ -586,7 +580,7 @@ fn a_submitted_run_a_worker_holds_is_not_resumed_elsewhere() {
             .expect("claims");
         let id = claimed[0].record.id.clone();
         let store = Arc::new(sql);
-        let sy = Switchyard::with_store(store.clone());
+        let sy = switchyard::__private::with_store(store.clone());
         let flow = Flow::load(&path).expect("loads");
         let err = sy
             .resume(&flow, &id, ResumeOptions::default(), RunConfig::default())
@@ -619,7 +613,7 @@ fn runs_show_names_the_live_process_of_a_run_and_says_when_it_is_gone() {
     let Live {
         mut live, id, store, ..
     } = start_hanging_run(&dir);
-    let host = switchyard::store::writers::host_name();
+    let host = switchyard::__private::store::writers::host_name();
     let pid = live.id();
     let status = shown_status(dir.path(), &store, &id);
     assert_eq!(
@@ -641,7 +635,7 @@ fn runs_show_names_the_live_process_of_a_run_and_says_when_it_is_gone() {
 
 #[test]
 fn runs_show_of_a_submitted_run_a_worker_holds_names_the_worker() {
-    use switchyard::store::sql::queue::Claim;
+    use switchyard::__private::store::sql::queue::Claim;
     let pg = Pg::new("one_writer_shown");
     let url = pg.url("one_writer_shown");
     let dir = TempDir::new("one-writer-shown-leased");
@@ -686,7 +680,7 @@ fn a_cancel_of_a_run_a_live_process_runs_is_refused_until_that_process_dies() {
     let cancel = |dir: &Path| run(switchyard(dir).args(["runs", "cancel", &id, "--store", &store]));
     let out = cancel(dir.path());
     assert_eq!(out.code(), 2, "{out:?}");
-    let host = switchyard::store::writers::host_name();
+    let host = switchyard::__private::store::writers::host_name();
     assert!(
         out.stderr.contains(&format!(
             "run `{id}` is being run by another process (pid {}, host {host})",
@@ -750,7 +744,7 @@ fn runs_show_names_the_resume_that_continues_a_batch_item() {
 
     let mut resume = spawn(&["resume", &id, "--retry-in-doubt"]);
     wait_for_calls(2);
-    let host = switchyard::store::writers::host_name();
+    let host = switchyard::__private::store::writers::host_name();
     let status = shown_status(dir.path(), &store, &id);
     let pid = resume.id();
     resume.kill().expect("kill -9 the resume");

@@ -297,7 +297,7 @@ async fn a_schema_8_store_is_upgraded_by_resume() {
         .fetch_one(&mut conn)
         .await
         .expect("a version");
-    assert_eq!(version, switchyard::store::sql::SCHEMA_VERSION);
+    assert_eq!(version, switchyard::__private::store::sql::SCHEMA_VERSION);
     let recorded: Option<String> = sqlx::query_scalar("SELECT agent_changes FROM runs WHERE id = $1")
         .bind(&id)
         .fetch_one(&mut conn)
@@ -311,24 +311,24 @@ async fn a_schema_8_store_is_upgraded_by_resume() {
 /// Through the library, a resume given no agent changes takes the run's recorded ones.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_resumed_through_the_library_keeps_its_agent_changes() {
-    use std::sync::Arc;
-    use switchyard::api::ResumeOptions;
-    use switchyard::runtime::engine::RunOptions;
+    use switchyard::__private::runtime::engine::RunOptions;
+    use switchyard::ResumeOptions;
     use switchyard::{Flow, RunConfig, RunStatus, Switchyard};
 
     let dir = TempDir::new("resume-changes-library");
     interrupting(&dir);
     let flow = Flow::load(dir.path().join("refunds.yaml")).expect("the flow");
     let text = std::fs::read_to_string(dir.path().join("no-refunds.yaml")).expect("the changes");
-    let changes =
-        switchyard::runtime::changes::load("no-refunds.yaml", &text, flow.plan()).expect("valid changes");
+    let changes = switchyard::__private::runtime::changes::load(
+        "no-refunds.yaml",
+        &text,
+        switchyard::__private::plan_of(&flow),
+    )
+    .expect("valid changes");
     let url = format!("sqlite:{}", dir.path().join("runs.db").display());
     let sy = Switchyard::open(&url).await.expect("the store");
     let config = RunConfig {
-        options: RunOptions {
-            agent_changes: Arc::new(changes),
-            ..RunOptions::default()
-        },
+        options: switchyard::__private::with_agent_changes(RunOptions::default(), changes),
         ..RunConfig::default()
     };
     let stopped = sy
@@ -337,10 +337,7 @@ async fn a_run_resumed_through_the_library_keeps_its_agent_changes() {
         .expect("a run");
     assert_eq!(stopped.status, RunStatus::Interrupted);
 
-    let resume = ResumeOptions {
-        decision: Some(json!({})),
-        ..ResumeOptions::default()
-    };
+    let resume = ResumeOptions::default().decision(json!({}));
     let done = sy
         .resume(&flow, &stopped.run_id, resume, RunConfig::default())
         .await

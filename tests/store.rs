@@ -11,12 +11,12 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use sqlx::{AnyConnection, Connection};
-use switchyard::runtime::data::{Change, Violation};
-use switchyard::runtime::record::{RunRecord, RunStatus, StepRecord, StepStatus, Usage};
-use switchyard::runtime::{ErrorKind, StepError};
-use switchyard::store::memory::MemoryStore;
-use switchyard::store::sql::{SCHEMA_VERSION, SqlOptions, SqlStore};
-use switchyard::store::{RunFilter, Store, StoreError};
+use switchyard::__private::runtime::data::{Change, Violation};
+use switchyard::__private::runtime::record::{RunRecord, RunStatus, StepRecord, StepStatus, Usage};
+use switchyard::__private::runtime::{ErrorKind, StepError};
+use switchyard::__private::store::memory::MemoryStore;
+use switchyard::__private::store::sql::{SCHEMA_VERSION, SqlOptions, SqlStore};
+use switchyard::__private::store::{RunFilter, Store, StoreError};
 
 use crate::support::TempDir;
 

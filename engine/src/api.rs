@@ -29,7 +29,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use crate::agents::AgentState;
-use crate::diag::{Diagnostic, render};
+use crate::diag::render;
 use crate::plan::Plan;
 use crate::project::Project;
 use crate::runtime::observe::{Fanout, Observer};
@@ -43,10 +43,18 @@ const WRITER_LEASE: std::time::Duration = std::time::Duration::from_secs(30);
 
 pub use crate::agents::native::{NativeAgent, NativeCall, NativeFuture, Natives};
 pub use crate::batch::{BatchError, BatchOptions, Progress, Summary as BatchSummary};
+pub use crate::diag::{Diagnostic, Label, Rule, Severity};
+pub use crate::model::AgentKind;
+pub use crate::runtime::data::{Change, Violation};
 pub use crate::runtime::engine::{RunControls, RunOptions, RunOutcome};
 pub use crate::runtime::record::{RunRecord, RunStatus, StepRecord, StepStatus, Usage};
-pub use crate::runtime::resume::{ResumeError, ResumeOptions};
+pub use crate::runtime::resume::{
+    Approval, Interrupt, PendingCall, Question, ResumeError, ResumeOptions, WaitingFor,
+};
 pub use crate::runtime::{ErrorKind, StepError};
+pub use crate::source::{FileId, Span};
+pub use crate::store::StoreError;
+pub use tokio_util::sync::CancellationToken;
 
 /// A flow file loaded, linted and compiled: ready to run, as often as wanted.
 #[derive(Clone)]
@@ -131,7 +139,7 @@ impl Flow {
     /// `--max-payload-bytes`): never loosens them. Returns each bound looser than the flow's
     /// (which stays), with the flow's value. Only a flow not cloned yet can be narrowed: a
     /// clone shares its plan with the original.
-    pub fn narrow_limits(
+    pub(crate) fn narrow_limits(
         &mut self,
         limits: &crate::plan::NarrowLimits,
     ) -> Result<Vec<(&'static str, String)>, &'static str> {
@@ -143,13 +151,13 @@ impl Flow {
         Ok(plan.narrow_limits(limits))
     }
 
-    /// The compiled plan, for the lower-level [`crate::runtime::engine::Engine`].
-    pub fn plan(&self) -> &Arc<Plan> {
+    /// The compiled plan, for the engine.
+    pub(crate) fn plan(&self) -> &Arc<Plan> {
         &self.plan
     }
 
     /// The files it was loaded from, with their text.
-    pub fn project(&self) -> &Project {
+    pub(crate) fn project(&self) -> &Project {
         &self.project
     }
 
@@ -198,7 +206,7 @@ impl FlowError {
     }
 
     /// The files the flow was loaded from (for the summary of how many were checked).
-    pub fn project(&self) -> &Project {
+    pub(crate) fn project(&self) -> &Project {
         &self.project
     }
 
@@ -250,6 +258,9 @@ pub struct RunConfig {
 }
 
 /// A store with the native agents and event subscribers that runs recorded in it use.
+///
+/// `S` is the store: an application keeps the default, the stores [`Switchyard::open`] opens
+/// (`sqlite:`, `postgres://`, `memory`); other stores are the engine's own (its tests').
 pub struct Switchyard<S: Store = AnyStore> {
     store: Arc<S>,
     natives: Natives,
@@ -275,7 +286,7 @@ impl Switchyard<AnyStore> {
     }
 
     /// Waits for the store's queued writes and closes it; false when something else still
-    /// holds it (an [`crate::runtime::engine::Engine`] made by [`Switchyard::engine`]).
+    /// holds it (an engine the binary made from this Switchyard).
     pub async fn close(self) -> bool {
         match Arc::try_unwrap(self.store) {
             Ok(s) => {
@@ -289,7 +300,7 @@ impl Switchyard<AnyStore> {
 
 impl<S: Store> Switchyard<S> {
     /// Runs recorded in `store`.
-    pub fn with_store(store: Arc<S>) -> Self {
+    pub(crate) fn with_store(store: Arc<S>) -> Self {
         Switchyard {
             store,
             natives: Natives::new(),
@@ -297,7 +308,7 @@ impl<S: Store> Switchyard<S> {
         }
     }
 
-    pub fn store(&self) -> &Arc<S> {
+    pub(crate) fn store(&self) -> &Arc<S> {
         &self.store
     }
 
@@ -318,9 +329,12 @@ impl<S: Store> Switchyard<S> {
         &self.natives
     }
 
-    /// A stream of what every run started from now on does: each run's start and end and
-    /// each finished step, as they happen (child runs' too). Events wait in the stream until
-    /// read: read them, or drop the stream.
+    /// A stream of what the next call of this Switchyard that runs something does (the
+    /// next [`Switchyard::run`], [`Switchyard::resume`] or [`Switchyard::batch`] past its
+    /// checks): each run's start and end and each finished step, as they happen (child
+    /// runs' too, every item of a batch). It ends with that call: once the call returned and
+    /// every event was read, [`Events::next`] gives `None`. Take a stream before each call to
+    /// watch. Events wait in the stream until read: read them, or drop the stream.
     pub fn events(&self) -> Events {
         let (tx, rx) = mpsc::unbounded_channel();
         self.subscribers
@@ -339,21 +353,32 @@ impl<S: Store> Switchyard<S> {
         Ok(())
     }
 
-    /// The engine the runs of this Switchyard use: its store, natives and observers (the
-    /// process's installed one, `--otlp-endpoint`, and the event streams).
-    pub fn engine(&self) -> crate::runtime::engine::Engine<S> {
+    /// The engine the runs of this Switchyard use: its store, natives and the process's
+    /// installed observer (`--otlp-endpoint`); no event stream.
+    pub(crate) fn engine(&self) -> crate::runtime::engine::Engine<S> {
+        self.engine_with(None)
+    }
+
+    /// The event streams taken so far, for the call about to run: they end with it
+    /// ([`close`]), and later streams wait for the next call.
+    fn streams(&self) -> Option<Arc<Subscribers>> {
+        let senders =
+            std::mem::take(&mut *self.subscribers.senders.lock().unwrap_or_else(|e| e.into_inner()));
+        (!senders.is_empty()).then(|| {
+            Arc::new(Subscribers {
+                senders: Mutex::new(senders),
+            })
+        })
+    }
+
+    /// [`Switchyard::engine`] telling `streams` too.
+    fn engine_with(&self, streams: Option<Arc<Subscribers>>) -> crate::runtime::engine::Engine<S> {
         let mut observers: Vec<Arc<dyn Observer>> = Vec::new();
         if let Some(o) = crate::runtime::observe::installed() {
             observers.push(o);
         }
-        if !self
-            .subscribers
-            .senders
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_empty()
-        {
-            observers.push(self.subscribers.clone());
+        if let Some(s) = streams {
+            observers.push(s);
         }
         let observer: Option<Arc<dyn Observer>> = match observers.len() {
             0 => None,
@@ -380,8 +405,9 @@ impl<S: Store> Switchyard<S> {
         let holding = Holding::take(&self.store, &id, &config.controls)
             .await
             .map_err(|e| Error::Store(e.to_string()))?;
-        let outcome = self
-            .engine()
+        let streams = self.streams();
+        let engine = self.engine_with(streams.clone());
+        let outcome = engine
             .run_as(
                 id,
                 flow.plan.clone(),
@@ -392,7 +418,9 @@ impl<S: Store> Switchyard<S> {
                 config.controls,
             )
             .await;
+        let outcome = engine.with_waiting(outcome).await;
         holding.give_back().await;
+        close(streams);
         Ok(outcome)
     }
 
@@ -413,6 +441,7 @@ impl<S: Store> Switchyard<S> {
         let holding = Holding::take(&self.store, run_id, &config.controls)
             .await
             .map_err(ResumeError::from)?;
+        let streams = self.streams();
         let outcome = match self.store.get_run(run_id).await {
             Err(e) => Err(ResumeError::from(e)),
             Ok(now) if now != seen => Err(ResumeError::MovedOn {
@@ -420,7 +449,8 @@ impl<S: Store> Switchyard<S> {
                 status: now.status.as_str(),
             }),
             Ok(_) => {
-                self.engine()
+                let engine = self.engine_with(streams.clone());
+                match engine
                     .resume(
                         flow.plan.clone(),
                         run_id,
@@ -430,9 +460,14 @@ impl<S: Store> Switchyard<S> {
                         config.controls,
                     )
                     .await
+                {
+                    Ok(outcome) => Ok(engine.with_waiting(outcome).await),
+                    Err(e) => Err(e),
+                }
             }
         };
         holding.give_back().await;
+        close(streams);
         Ok(outcome?)
     }
 
@@ -448,8 +483,9 @@ impl<S: Store> Switchyard<S> {
     ) -> Result<BatchSummary, Error> {
         self.check(flow, &config.options)?;
         let context = config.context.unwrap_or_else(|| json!({}));
-        Ok(crate::batch::run(
-            self.engine(),
+        let streams = self.streams();
+        let summary = crate::batch::run(
+            self.engine_with(streams.clone()),
             flow.plan.clone(),
             options,
             config.options,
@@ -457,7 +493,9 @@ impl<S: Store> Switchyard<S> {
             progress,
             config.controls,
         )
-        .await?)
+        .await;
+        close(streams);
+        Ok(summary?)
     }
 }
 
@@ -616,7 +654,8 @@ impl<S: Store> Drop for Holding<S> {
 pub struct Events(mpsc::UnboundedReceiver<Event>);
 
 impl Events {
-    /// The next event; `None` once the [`Switchyard`] is gone and every event was read.
+    /// The next event; `None` once the call the stream watched returned (or the
+    /// [`Switchyard`] is gone) and every event was read.
     pub async fn next(&mut self) -> Option<Event> {
         self.0.recv().await
     }
@@ -627,10 +666,19 @@ impl Events {
     }
 }
 
-/// The event streams of one [`Switchyard`], as an observer of its engines.
+/// Event streams: those a [`Switchyard`] holds for its next call, or those one call tells,
+/// as an observer of its engine.
 #[derive(Default)]
 struct Subscribers {
     senders: Mutex<Vec<mpsc::UnboundedSender<Event>>>,
+}
+
+/// Ends the streams of a call that returned: each gives what it holds, then `None`. The
+/// engine may still hold the observer (a task it left behind): the senders go all the same.
+fn close(streams: Option<Arc<Subscribers>>) {
+    if let Some(s) = streams {
+        s.senders.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    }
 }
 
 impl Subscribers {
@@ -650,5 +698,37 @@ impl Observer for Subscribers {
     }
     fn run_ended(&self, run: &RunRecord) {
         self.send(|| Event::RunFinished(run.clone()));
+    }
+}
+
+/// OpenTelemetry export for an application, as `--otlp-endpoint` does for the binary (SPEC
+/// §13): a span per run, step, iteration, model turn and tool call, posted over OTLP/HTTP
+/// from a thread of its own.
+pub struct Otlp(Arc<crate::otel::Exporter>);
+
+impl Otlp {
+    /// Starts exporting to `endpoint` (`http://127.0.0.1:4318`, or a URL naming its path)
+    /// and installs the exporter as the process's observer: the runs of every
+    /// [`Switchyard`] started from now on are exported. Refused when the URL is not an
+    /// http(s) URL with a host, or when the process has an observer installed already.
+    pub fn install(endpoint: &str) -> Result<Otlp, String> {
+        let exporter = crate::otel::Exporter::start(endpoint)?;
+        if !crate::runtime::observe::install(exporter.clone()) {
+            exporter.finish(std::time::Duration::ZERO);
+            return Err("an exporter is installed in this process already".into());
+        }
+        Ok(Otlp(exporter))
+    }
+
+    /// Where spans go: the traces URL.
+    pub fn url(&self) -> &str {
+        self.0.url()
+    }
+
+    /// Sends what is left, waiting at most `within` for the collector, and stops: spans
+    /// exported, spans dropped, and why the last were dropped. Call it before the process
+    /// exits.
+    pub fn finish(&self, within: std::time::Duration) -> (u64, u64, Option<String>) {
+        self.0.finish(within)
     }
 }

@@ -39,6 +39,8 @@ pub const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
 /// How many runs are read from the store at a time.
 const CHUNK: usize = 1024;
 
+/// What a batch reads and writes and how it runs its items: [`BatchOptions::new`] gives
+/// `switchyard batch`'s defaults, and the public fields are its flags.
 #[derive(Clone, Debug)]
 pub struct BatchOptions {
     pub input: PathBuf,
@@ -49,7 +51,7 @@ pub struct BatchOptions {
     pub id_field: String,
     /// The id field was named (`--id-field`), not the default: an input in which no line
     /// has it is refused.
-    pub id_field_given: bool,
+    pub(crate) id_field_given: bool,
     /// The batch's budget: checked before every agent call of its items in flight, and no
     /// item starts once it is spent.
     pub max_cost_usd: Option<f64>,
@@ -58,14 +60,14 @@ pub struct BatchOptions {
     pub retry_in_doubt: bool,
     pub allow_changed: bool,
     /// The store holds nothing of earlier batches (`--store memory`): nothing to look up.
-    pub fresh_store: bool,
+    pub(crate) fresh_store: bool,
     /// Sync OUT.jsonl to disk before returning. Worth it only when the store is durable too:
     /// with `--store memory` a crash or power loss leaves nothing to continue from anyway, so
     /// its output is left to the operating system like any other file a tool writes.
-    pub sync_output: bool,
+    pub(crate) sync_output: bool,
     /// Run nothing: write OUT.jsonl from the store (`runs export`), in input order, up to the
     /// first item that has not finished.
-    pub export_only: bool,
+    pub(crate) export_only: bool,
 }
 
 /// Counters the caller shows while the batch runs.

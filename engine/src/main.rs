@@ -1,5 +1,5 @@
 //! The `switchyard` binary: everything lives in the library's `cli` module.
 
 fn main() -> std::process::ExitCode {
-    switchyard::cli::main()
+    switchyard::__private::cli::main()
 }

@@ -109,8 +109,8 @@ struct Args {
 }
 
 fn main() -> ExitCode {
-    // The engine as the `switchyard` binary runs it (see `switchyard::alloc`).
-    let _ = switchyard::alloc::keep_freed_memory();
+    // The engine as the `switchyard` binary runs it (see `switchyard::__private::alloc`).
+    let _ = switchyard::__private::alloc::keep_freed_memory();
     let argv: Vec<String> = std::env::args().skip(1).collect();
     if argv.first().map(String::as_str) == Some(util::CHILD_ARG) {
         return child(&argv[1..]);

@@ -166,9 +166,9 @@ pub fn ms(d: Duration) -> f64 {
 /// A flow of this folder (`examples/bench/NAME`), loaded, linted and compiled the way every
 /// command does it (`Project::load_top`, `compile::compile`). Any diagnostic, a warning
 /// included, fails the benchmark: the bench flows lint clean.
-pub fn load_plan(name: &str) -> Result<std::sync::Arc<switchyard::plan::Plan>, String> {
-    use switchyard::project::Project;
-    use switchyard::syntax::Limits;
+pub fn load_plan(name: &str) -> Result<std::sync::Arc<switchyard::__private::plan::Plan>, String> {
+    use switchyard::__private::project::Project;
+    use switchyard::__private::syntax::Limits;
     let file = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("examples/bench")
         .join(name);
@@ -191,7 +191,7 @@ pub fn load_plan(name: &str) -> Result<std::sync::Arc<switchyard::plan::Plan>, S
             text.join("; ")
         ));
     };
-    let (plan, diags) = switchyard::compile::compile(&project, id);
+    let (plan, diags) = switchyard::__private::compile::compile(&project, id);
     if !diags.is_empty() {
         let text: Vec<String> = diags
             .iter()

@@ -16,10 +16,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use serde_json::{Value, json};
-use switchyard::runtime::engine::{Engine, RunOptions};
-use switchyard::runtime::record::RunStatus;
-use switchyard::store::Store;
-use switchyard::store::memory::MemoryStore;
+use switchyard::__private::runtime::engine::{Engine, RunOptions};
+use switchyard::__private::runtime::record::RunStatus;
+use switchyard::__private::store::Store;
+use switchyard::__private::store::memory::MemoryStore;
 
 use crate::Options;
 use crate::profile::{Profile, RUNS};

@@ -5,7 +5,7 @@
 //!
 //! The model is this harness's own: a loopback OpenAI-compatible server ([`ModelServer`], on a
 //! thread of its own) that answers every request 50 ms after it arrived, on the wall-clock
-//! timer a `mock`'s `latency` uses (`switchyard::agents::timer`). It tells which turn a request
+//! timer a `mock`'s `latency` uses (`switchyard::__private::agents::timer`). It tells which turn a request
 //! is by counting its `tool` messages (turn = tool messages / tools per turn + 1), and checks
 //! every one of them (its call id, in the model's order, and the tool's result for the
 //! arguments it was given) before answering: turns 1 … T−1 call `lookup` and `score` (the
@@ -184,7 +184,7 @@ async fn completion(
     let due = arrived + MODEL_LATENCY;
     let now = Instant::now();
     if due > now {
-        switchyard::agents::timer::sleep(due - now).await;
+        switchyard::__private::agents::timer::sleep(due - now).await;
     }
     let answered = Instant::now();
     s.hits.lock().expect("not poisoned").push(Hit {
@@ -502,9 +502,9 @@ fn timer_floor(n: usize, shape: Shape) -> Result<f64, String> {
             .map(|_| {
                 tokio::spawn(async move {
                     for t in 1..=shape.turns {
-                        switchyard::agents::timer::sleep(MODEL_LATENCY).await;
+                        switchyard::__private::agents::timer::sleep(MODEL_LATENCY).await;
                         if t < shape.turns {
-                            switchyard::agents::timer::sleep(TOOL_LATENCY).await;
+                            switchyard::__private::agents::timer::sleep(TOOL_LATENCY).await;
                         }
                     }
                 })

@@ -11,11 +11,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use serde_json::{Value, json};
-use switchyard::plan::Plan;
-use switchyard::runtime::engine::{Engine, RunOptions, RunOutcome};
-use switchyard::runtime::record::RunStatus;
-use switchyard::store::Store;
-use switchyard::store::memory::MemoryStore;
+use switchyard::__private::plan::Plan;
+use switchyard::__private::runtime::engine::{Engine, RunOptions, RunOutcome};
+use switchyard::__private::runtime::record::RunStatus;
+use switchyard::__private::store::Store;
+use switchyard::__private::store::memory::MemoryStore;
 
 use crate::Options;
 use crate::discard::DiscardStore;

@@ -10,11 +10,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use serde_json::{Value, json};
-use switchyard::plan::Plan;
-use switchyard::runtime::engine::{Engine, RunOptions, RunOutcome};
-use switchyard::runtime::record::RunStatus;
-use switchyard::store::Store;
-use switchyard::store::memory::MemoryStore;
+use switchyard::__private::plan::Plan;
+use switchyard::__private::runtime::engine::{Engine, RunOptions, RunOutcome};
+use switchyard::__private::runtime::record::RunStatus;
+use switchyard::__private::store::Store;
+use switchyard::__private::store::memory::MemoryStore;
 
 use crate::Options;
 use crate::discard::DiscardStore;
@@ -53,8 +53,8 @@ pub fn run(profile: &Profile, opts: &Options) -> Result<Vec<Report>, String> {
     }
     // The same with every span exported over OTLP/HTTP to a collector on loopback.
     let (url, _sink) = sink()?;
-    let exporter = switchyard::otel::Exporter::start(&url)?;
-    let observer: Arc<dyn switchyard::runtime::observe::Observer> = exporter.clone();
+    let exporter = switchyard::__private::otel::Exporter::start(&url)?;
+    let observer: Arc<dyn switchyard::__private::runtime::observe::Observer> = exporter.clone();
     // Each traced repetition beside a plain one, so that the machine's noise falls on both,
     // in alternating order (plain first, then traced first): whichever of two back-to-back
     // repetitions comes second is slower by itself (the allocator tidies up what the first
@@ -179,7 +179,7 @@ async fn batch<S: Store + Default>(plan: &Arc<Plan>, runs: usize) -> (f64, Vec<R
 async fn batch_observed(
     plan: &Arc<Plan>,
     runs: usize,
-    observer: Option<Arc<dyn switchyard::runtime::observe::Observer>>,
+    observer: Option<Arc<dyn switchyard::__private::runtime::observe::Observer>>,
 ) -> (f64, Vec<RunOutcome>) {
     batch_with::<MemoryStore>(plan, runs, observer).await
 }
@@ -187,7 +187,7 @@ async fn batch_observed(
 async fn batch_with<S: Store + Default>(
     plan: &Arc<Plan>,
     runs: usize,
-    observer: Option<Arc<dyn switchyard::runtime::observe::Observer>>,
+    observer: Option<Arc<dyn switchyard::__private::runtime::observe::Observer>>,
 ) -> (f64, Vec<RunOutcome>) {
     let mut engine = Engine::new(Arc::new(S::default()));
     engine.observer = observer;

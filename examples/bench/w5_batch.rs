@@ -23,10 +23,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use serde_json::{Value, json};
-use switchyard::plan::Plan;
-use switchyard::runtime::engine::{Engine, RunOptions, RunOutcome};
-use switchyard::runtime::record::RunStatus;
-use switchyard::store::memory::MemoryStore;
+use switchyard::__private::plan::Plan;
+use switchyard::__private::runtime::engine::{Engine, RunOptions, RunOutcome};
+use switchyard::__private::runtime::record::RunStatus;
+use switchyard::__private::store::memory::MemoryStore;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
@@ -145,7 +145,7 @@ pub fn run(profile: &Profile, _opts: &Options) -> Result<Vec<Report>, String> {
         timer_floor_eff,
         format!(
             "not the engine: the same batch ({n} tasks, {CONCURRENCY} in flight, driver task, semaphore) of bare \
-             50 ms sleeps on the timer the mock agent's `latency` uses (`switchyard::agents::timer`), the ceiling \
+             50 ms sleeps on the timer the mock agent's `latency` uses (`switchyard::__private::agents::timer`), the ceiling \
              of the engine on this workload; (N × 0.05 s / {CONCURRENCY}) / wall"
         ),
     );
@@ -169,7 +169,7 @@ async fn floor(runs: usize, mock_timer: bool) -> Result<f64, String> {
         tasks.spawn(async move {
             let latency = std::time::Duration::from_secs_f64(LATENCY_S);
             if mock_timer {
-                switchyard::agents::timer::sleep(latency).await;
+                switchyard::__private::agents::timer::sleep(latency).await;
             } else {
                 tokio::time::sleep(latency).await;
             }

@@ -14,14 +14,14 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use switchyard::compile::compile;
-use switchyard::diag::Diagnostic;
-use switchyard::lint::lint_project;
-use switchyard::model::build::{self, Cx};
-use switchyard::plan::StepPlanKind;
-use switchyard::project::Project;
-use switchyard::source::FileId;
-use switchyard::syntax::{self, Limits};
+use switchyard::__private::compile::compile;
+use switchyard::__private::diag::Diagnostic;
+use switchyard::__private::lint::lint_project;
+use switchyard::__private::model::build::{self, Cx};
+use switchyard::__private::plan::StepPlanKind;
+use switchyard::__private::project::Project;
+use switchyard::__private::source::FileId;
+use switchyard::__private::syntax::{self, Limits};
 
 use crate::Options;
 use crate::profile::{Profile, RUNS};
@@ -250,7 +250,7 @@ fn root_of(file: &Path) -> Result<PathBuf, String> {
 
 /// The answer W6 must produce: a plan, no errors, and exactly the generated chain.
 fn check_plan(
-    plan: Option<&switchyard::plan::Plan>,
+    plan: Option<&switchyard::__private::plan::Plan>,
     diags: &[Diagnostic],
     steps: usize,
 ) -> Result<(), String> {

@@ -17,12 +17,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use switchyard::diag::render;
-use switchyard::lint::lint_project;
-use switchyard::model::build::{self, Cx};
-use switchyard::project::Project;
-use switchyard::source::FileId;
-use switchyard::syntax::{self, Limits};
+use switchyard::__private::diag::render;
+use switchyard::__private::lint::lint_project;
+use switchyard::__private::model::build::{self, Cx};
+use switchyard::__private::project::Project;
+use switchyard::__private::source::FileId;
+use switchyard::__private::syntax::{self, Limits};
 
 use crate::Options;
 use crate::profile::{Profile, RUNS};

@@ -3,7 +3,7 @@
 //! retries, timeout, `result_schema` and records.
 //!
 //! A flow names the registration (`kind: native`, `function: NAME`, default the agent's own
-//! name). The engine looks every one up before a run starts ([`Natives::check`]): a flow
+//! name). The engine looks every one up before a run starts (`Natives::check`): a flow
 //! that needs a native agent this program does not register fails to start, naming the agent
 //! and where the flow defines it, instead of failing at its first call.
 
@@ -153,7 +153,7 @@ impl Natives {
     /// Every `native` agent `plan` can call, looked up: one line per agent registered under
     /// no name here, naming the agent, the flow file and line that define it, and what is
     /// registered.
-    pub fn check(&self, plan: &Plan) -> Result<(), String> {
+    pub(crate) fn check(&self, plan: &Plan) -> Result<(), String> {
         let mut missing: Vec<String> = Vec::new();
         for (_, agent) in plan.agents() {
             let AgentPlanSpec::Native(n) = &agent.spec else {

@@ -178,15 +178,11 @@ fn conclude(
     outcome: Result<RunOutcome, String>,
     args: &ResumeArgs,
 ) -> u8 {
-    let waiting = match &outcome {
-        Ok(o) => super::run::waiting(rt, &*store, o),
-        Err(_) => None,
-    };
     if let Ok(s) = Arc::try_unwrap(store) {
         rt.block_on(s.close());
     }
     match outcome {
-        Ok(o) => super::run::report(o, waiting.as_ref(), &args.store),
+        Ok(o) => super::run::report(o, &args.store),
         Err(e) => fail(e),
     }
 }
@@ -231,7 +227,7 @@ fn resume_submitted(
     let outcome = rt.block_on(async {
         let controls = RunControls::default();
         super::run::pause_on_ctrl_c(&controls);
-        run_leased(
+        match run_leased(
             &store,
             &engine,
             &holder,
@@ -241,6 +237,10 @@ fn resume_submitted(
             (resume, controls),
         )
         .await
+        {
+            Ok(outcome) => Ok(engine.with_waiting(outcome).await),
+            Err(e) => Err(e),
+        }
     });
     drop(engine);
     let outcome = outcome.map_err(|e| match e {

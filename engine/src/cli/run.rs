@@ -13,8 +13,7 @@ use crate::api::{RunConfig, Switchyard};
 use crate::runtime::ErrorKind;
 use crate::runtime::engine::{RunControls, RunOutcome};
 use crate::runtime::record::RunStatus;
-use crate::runtime::resume::{self, Waiting};
-use crate::store::Store;
+use crate::runtime::resume::{Approval, Question, WaitingFor};
 
 #[derive(clap::Args, Debug)]
 #[command(
@@ -118,40 +117,18 @@ pub fn run(args: Args) -> u8 {
             serde_json::json!({"run_id": outcome.run_id}),
         );
     }
-    let waiting = waiting(&rt, &*store, &outcome);
     drop(switchyard);
     if let Ok(store) = Arc::try_unwrap(store) {
         rt.block_on(store.close());
     }
-    report(outcome, waiting.as_ref(), &args.store)
-}
-
-/// The `interrupt` a run that stopped `interrupted` waits at (its own or a child run's), as
-/// the store has it; `None` for any other run, or when the store cannot tell.
-pub(crate) fn waiting<S: Store>(
-    rt: &tokio::runtime::Runtime,
-    store: &S,
-    outcome: &RunOutcome,
-) -> Option<Waiting> {
-    if outcome.status != RunStatus::Interrupted {
-        return None;
-    }
-    rt.block_on(resume::waiting_at(store, &outcome.run_id))
-        .ok()
-        .flatten()
+    report(outcome, &args.store)
 }
 
 /// What a run stopped at an agent loop's approval waits for: the tools the loop wants to
 /// call, each call (tool and arguments), and the decision's shape.
-fn approval_wait(text: &mut String, id: &str, w: &Waiting, child: &str) -> std::fmt::Result {
-    let calls: &[Value] = w
-        .step
-        .result
-        .as_deref()
-        .and_then(|r| r.get("calls"))
-        .and_then(Value::as_array)
-        .map_or(&[], Vec::as_slice);
-    let mut tools: Vec<&str> = calls.iter().filter_map(|c| c["tool"].as_str()).collect();
+fn approval_wait(text: &mut String, id: &str, w: &WaitingFor, a: &Approval, child: &str) -> std::fmt::Result {
+    let calls = &a.calls;
+    let mut tools: Vec<&str> = calls.iter().map(|c| c.tool.as_str()).collect();
     tools.dedup();
     let tools = tools
         .iter()
@@ -163,27 +140,19 @@ fn approval_wait(text: &mut String, id: &str, w: &Waiting, child: &str) -> std::
     } else {
         format!("{} calls of {tools}", calls.len())
     };
-    let agent = w
-        .step
-        .result
-        .as_deref()
-        .and_then(|r| r.get("agent"))
-        .and_then(Value::as_str)
-        .map(|a| format!(" by agent loop `{a}`"))
-        .unwrap_or_default();
+    let agent = if a.agent.is_empty() {
+        String::new()
+    } else {
+        format!(" by agent loop `{}`", a.agent)
+    };
     writeln!(
         text,
         "interrupted: run `{id}` waits for approval of {what}{agent} at step `{}`{child}",
-        w.step.step
+        w.step
     )?;
     for (i, c) in calls.iter().enumerate() {
-        writeln!(
-            text,
-            "  call {}: {} {}",
-            i + 1,
-            c["tool"].as_str().unwrap_or("?"),
-            c["arguments"]
-        )?;
+        let tool = if c.tool.is_empty() { "?" } else { &c.tool };
+        writeln!(text, "  call {}: {} {}", i + 1, tool, c.arguments)?;
     }
     let forms = r#"{"approve": true}, {"edit": {<arguments>}} or {"reject": "why"}"#;
     if calls.len() > 1 {
@@ -227,8 +196,9 @@ pub(super) fn pause_on_ctrl_c(controls: &RunControls) {
     });
 }
 
-pub(crate) fn report(outcome: RunOutcome, waiting: Option<&Waiting>, store: &StoreArg) -> u8 {
+pub(crate) fn report(outcome: RunOutcome, store: &StoreArg) -> u8 {
     let id = &outcome.run_id;
+    let waiting = outcome.waiting.as_ref();
     let fields = |status: &str| {
         serde_json::json!({
             "run_id": id,
@@ -260,14 +230,13 @@ pub(crate) fn report(outcome: RunOutcome, waiting: Option<&Waiting>, store: &Sto
                     } else {
                         format!(" of child run `{}` (flow `{}`)", w.run_id, w.flow)
                     };
-                    if w.step.kind == "approval" {
-                        approval_wait(&mut text, id, w, &child)
-                    } else {
-                        writeln!(
+                    match &w.question {
+                        Question::Approval(a) => approval_wait(&mut text, id, w, a, &child),
+                        _ => writeln!(
                             text,
                             "interrupted: run `{id}` waits for a decision at interrupt step `{}`{child}",
-                            w.step.step
-                        )
+                            w.step
+                        ),
                     }
                 }
                 (Some(e), None) => writeln!(text, "interrupted[{}]: {}", e.kind, e.message),
@@ -291,7 +260,10 @@ pub(crate) fn report(outcome: RunOutcome, waiting: Option<&Waiting>, store: &Sto
                 flags.push_str(&store.hint());
                 let _ = writeln!(text, "  continue it with `switchyard resume {id}{flags}`");
                 match waiting {
-                    Some(w) if w.step.kind == "approval" => {
+                    Some(WaitingFor {
+                        question: Question::Approval(_),
+                        ..
+                    }) => {
                         let _ = writeln!(
                             text,
                             "  `switchyard runs show {id}{}` shows the proposed calls",

@@ -10,7 +10,7 @@
 //!   the heartbeat no longer finds this worker's is paused here (its writes are refused
 //!   anyway) and counted as dropped.
 //! - **Recoveries**: a run claimed from a worker whose lease ran out more times than its
-//!   batch's `--max-recoveries` is replayed with [`ResumeOptions::lost`]: it fails with kind
+//!   batch's `--max-recoveries` is replayed with `ResumeOptions::lost`: it fails with kind
 //!   `lost` where it would call (an attempt in doubt still stops it `in_doubt`). A run whose
 //!   workers died twice is a suspect: it is claimed only by a worker holding nothing, and runs
 //!   alone ([`Claim::Alone`]), so a poison item does not take the runs beside it down with it

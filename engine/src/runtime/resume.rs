@@ -16,23 +16,48 @@ use serde_json::Value;
 use super::record::{RunRecord, RunStatus, StepRecord, StepStatus};
 use crate::store::{Store, StoreError};
 
-/// What the caller of a resume decided.
+/// What the caller of a resume decided: built from `Default` with the methods below.
 #[derive(Clone, Debug, Default)]
 pub struct ResumeOptions {
     /// Call again attempts that started and never finished, even of non-idempotent steps.
-    pub retry_in_doubt: bool,
+    pub(crate) retry_in_doubt: bool,
     /// The answer to the `interrupt` step the run waits at.
-    pub decision: Option<Value>,
+    pub(crate) decision: Option<Value>,
     /// Which stop `decision` answers: the run (of the tree) and the number and iteration of
     /// its waiting part, as `resume` found it. Set by the engine; a decision answers that
     /// stop and no other, whichever runs of the tree wait too.
-    pub decision_for: Option<(String, String, Option<u64>)>,
+    pub(crate) decision_for: Option<(String, String, Option<u64>)>,
     /// Resume even though the flow (or a file it imports or calls) changed since the run started.
-    pub allow_changed: bool,
+    pub(crate) allow_changed: bool,
     /// A submitted run taken over from dead workers more times than its batch allows (SPEC
     /// §12): replay what is recorded, and fail with kind `lost`, saying this, where the run would
     /// make a call (an attempt in doubt still stops it `in_doubt` first).
-    pub lost: Option<String>,
+    pub(crate) lost: Option<String>,
+}
+
+impl ResumeOptions {
+    /// `--decision`: the answer to what the run waits for ([`WaitingFor`]): for an
+    /// `interrupt` step, a value its `schema` accepts; for an agent loop's approval,
+    /// `{"approve": true}`, `{"edit": {<arguments>}}` or `{"reject": "why"}`, or a list of
+    /// them, one per pending call in order. Checked before anything runs.
+    pub fn decision(mut self, decision: Value) -> Self {
+        self.decision = Some(decision);
+        self
+    }
+
+    /// `--retry-in-doubt`: call again attempts that started and never finished, even of
+    /// steps that are not `idempotent`.
+    pub fn retry_in_doubt(mut self, yes: bool) -> Self {
+        self.retry_in_doubt = yes;
+        self
+    }
+
+    /// `--allow-changed`: resume even though the flow (or a file it imports or calls)
+    /// changed since the run started.
+    pub fn allow_changed(mut self, yes: bool) -> Self {
+        self.allow_changed = yes;
+        self
+    }
 }
 
 /// The records of one run, as a resume reads them.
@@ -170,6 +195,124 @@ pub async fn waiting_at<S: Store>(store: &S, run_id: &str) -> Result<Option<Wait
     let record = store.get_run(run_id).await?;
     let replay = Replay::load(store, run_id).await?;
     waiting_interrupt(store, &record, &replay).await
+}
+
+impl Waiting {
+    /// What the stop asks, typed: the one reading of a waiting step's record, for the
+    /// [`RunOutcome`](crate::runtime::engine::RunOutcome) and for what `run` and `resume`
+    /// print.
+    pub fn waiting_for(&self) -> WaitingFor {
+        let result = self.step.result.as_deref();
+        let text = |key: &str| {
+            result
+                .and_then(|r| r.get(key))
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        };
+        let question = if self.step.kind == "approval" {
+            let calls = result
+                .and_then(|r| r.get("calls"))
+                .and_then(Value::as_array)
+                .map_or(&[][..], Vec::as_slice)
+                .iter()
+                .map(|c| PendingCall {
+                    id: c
+                        .get("id")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_string(),
+                    tool: c
+                        .get("tool")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_string(),
+                    arguments: c.get("arguments").cloned().unwrap_or(Value::Null),
+                })
+                .collect();
+            Question::Approval(Approval {
+                agent: text("agent").unwrap_or_default(),
+                prompt: text("prompt").unwrap_or_default(),
+                calls,
+            })
+        } else {
+            Question::Interrupt(Interrupt {
+                prompt: text("prompt"),
+                schema: result.and_then(|r| r.get("schema")).cloned(),
+                expires_at: result.and_then(|r| r.get("expires_at")).and_then(Value::as_u64),
+            })
+        };
+        WaitingFor {
+            run_id: self.run_id.clone(),
+            flow: self.flow.clone(),
+            step: self.step.step.clone(),
+            number: self.step.number.clone(),
+            question,
+        }
+    }
+}
+
+/// What a run stopped `interrupted` waits for: a decision, given to
+/// [`Switchyard::resume`](crate::Switchyard::resume) of the root run with
+/// [`ResumeOptions::decision`], whichever run of the tree asks.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct WaitingFor {
+    /// The run whose step waits: the run itself, or one of its child runs (`flow` agents).
+    pub run_id: String,
+    /// That run's flow (`flow:` name).
+    pub flow: String,
+    /// The waiting step's id.
+    pub step: String,
+    /// The waiting part's number (`2`, `3.1`, `4.t1.approval`).
+    pub number: String,
+    pub question: Question,
+}
+
+/// What the decision answers.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum Question {
+    /// An `interrupt` step.
+    Interrupt(Interrupt),
+    /// An agent loop's tool calls that need approval (`approve:`).
+    Approval(Approval),
+}
+
+/// An `interrupt` step's question.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct Interrupt {
+    /// The step's `prompt`, rendered.
+    pub prompt: Option<String>,
+    /// The JSON Schema the decision must match, if the step has one.
+    pub schema: Option<Value>,
+    /// When the question expires (`expires`), Unix milliseconds.
+    pub expires_at: Option<u64>,
+}
+
+/// The tool calls an agent loop proposed that need approval.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct Approval {
+    /// The agent loop's name.
+    pub agent: String,
+    /// What is asked, in words (the tools it wants to call).
+    pub prompt: String,
+    /// The calls, in the model's order: the decision is one object for one call, else a
+    /// list with one decision per call in this order.
+    pub calls: Vec<PendingCall>,
+}
+
+/// One tool call waiting for approval.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct PendingCall {
+    /// The model's id of the call.
+    pub id: String,
+    /// The tool it calls.
+    pub tool: String,
+    /// The arguments the model gave (its text, as a string, when they are not JSON).
+    pub arguments: Value,
 }
 
 /// Why a run cannot be resumed.

@@ -92,6 +92,7 @@ impl<'e, S: Store> Run<'e, S> {
                         .unwrap_or(rec.started_at)
                         .saturating_sub(rec.started_at),
                     store_failure: None,
+                    waiting: None,
                 }
             }
             earlier => {

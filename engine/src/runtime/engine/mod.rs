@@ -8,7 +8,7 @@
 //! `step.rs` (one step by its kind), `invoke.rs` (attempts, retries, timeouts), `child.rs`
 //! (child runs), `foreach.rs`, `while_.rs`, `parallel.rs` and `limits.rs` (steps, payload
 //! size, cost). Building inputs and applying outputs is [`super::data`]; evaluating
-//! expressions is [`super::eval`]; calling sub-agents is [`crate::agents`].
+//! expressions is [`super::eval`]; calling sub-agents is `crate::agents`.
 
 mod agent_loop;
 mod child;
@@ -38,7 +38,7 @@ use super::StepError;
 use super::data::{Change, Violation};
 use super::eval::Vars;
 use super::record::{RunRecord, RunStatus, Usage};
-use super::resume::{Replay, ResumeOptions};
+use super::resume::{Replay, ResumeOptions, WaitingFor};
 use super::steps::StepsVar;
 use super::time::Timestamp;
 use crate::agents::AgentState;
@@ -49,27 +49,65 @@ use limits::Budget;
 
 type NodeIdx = petgraph::stable_graph::NodeIndex;
 
-/// Options of one run tree, from the command line.
+/// Options of one run tree: what `switchyard run`'s flags set. Built from `Default` with the
+/// methods below; the rest is the engine's.
 #[derive(Clone, Debug, Default)]
 pub struct RunOptions {
     /// `--allow`: agent kinds the whole tree may use (intersected with every flow's `allow`).
-    pub allow: Option<BTreeSet<AgentKind>>,
+    pub(crate) allow: Option<BTreeSet<AgentKind>>,
     /// Agents replaced or removed per flow (`--agent-change`), resolved against the plan.
-    pub agent_changes: Arc<AgentChanges>,
+    pub(crate) agent_changes: Arc<AgentChanges>,
     /// The run's conversation (`--messages`), passed on to nested flows; `llm` agents pick
     /// from it by `message_mode`.
-    pub messages: Arc<Vec<Value>>,
+    pub(crate) messages: Arc<Vec<Value>>,
     /// `--allow-hosts`: the hosts `http` and `llm` agents may reach, on top of every flow's
     /// `allow_hosts`.
-    pub allow_hosts: Option<Vec<String>>,
+    pub(crate) allow_hosts: Option<Vec<String>>,
     /// `--max-cost-usd`: the run tree's budget, on top of the flows' `limits.max_cost_usd`.
-    pub max_cost_usd: Option<f64>,
+    pub(crate) max_cost_usd: Option<f64>,
     /// A budget shared with other run trees (a batch's `--max-cost-usd`), checked before
     /// every agent call and told what each one used.
-    pub shared_budget: Option<Arc<dyn crate::runtime::budget::SharedBudget>>,
+    pub(crate) shared_budget: Option<Arc<dyn crate::runtime::budget::SharedBudget>>,
     /// `--now` or a flow test's `now:`: the `now` of every new run tree started with these
     /// options (default: the time it starts). A resumed run keeps the `now` it recorded.
-    pub now: Option<crate::runtime::time::Timestamp>,
+    pub(crate) now: Option<crate::runtime::time::Timestamp>,
+}
+
+impl RunOptions {
+    /// `--allow`: the agent kinds the whole run tree may use, intersected with every flow's
+    /// `allow` (never wider than a flow says).
+    pub fn allow(mut self, kinds: impl IntoIterator<Item = AgentKind>) -> Self {
+        self.allow = Some(kinds.into_iter().collect());
+        self
+    }
+
+    /// `--allow-hosts`: hosts `http` and `llm` agents may reach, on top of every flow's
+    /// `allow_hosts` (a host must be in each list).
+    pub fn allow_hosts(mut self, hosts: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.allow_hosts = Some(hosts.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// `--max-cost-usd`: the run tree's budget, on top of the flows' `limits.max_cost_usd`.
+    pub fn max_cost_usd(mut self, usd: f64) -> Self {
+        self.max_cost_usd = Some(usd);
+        self
+    }
+
+    /// `--messages`: the run's conversation (chat messages), passed on to nested flows;
+    /// `llm` agents pick from it by their `message_mode`.
+    pub fn messages(mut self, messages: Vec<Value>) -> Self {
+        self.messages = Arc::new(messages);
+        self
+    }
+
+    /// `--now`: the `now` of new run trees started with these options, RFC 3339 to the
+    /// microsecond at most (a resumed run keeps the `now` it recorded). An error names what
+    /// is wrong with the text.
+    pub fn now(mut self, rfc3339: &str) -> Result<Self, String> {
+        self.now = Some(crate::model::build::parse_now(rfc3339)?);
+        Ok(self)
+    }
 }
 
 /// Agent changes resolved against a plan: for each flow (by index into `Plan::flows`),
@@ -88,8 +126,10 @@ pub struct AgentChanges {
     pub source: Option<Value>,
 }
 
-/// What a finished run returns.
+/// What a finished run returns: how it ended, its output or error, and, stopped
+/// `interrupted` at a question, what it waits for.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct RunOutcome {
     pub run_id: String,
     pub status: RunStatus,
@@ -104,6 +144,11 @@ pub struct RunOutcome {
     /// A store write failed (disk full, locked): what happened is not all on record, and
     /// the run should be resumed once the store works again rather than reported.
     pub store_failure: Option<String>,
+    /// Stopped `interrupted` at an `interrupt` step or an agent loop's approval (its own or
+    /// a child run's): the question the decision given to the resume answers. `None` for a
+    /// run that stopped for another reason (an attempt in doubt: `error` says so), or when
+    /// the store could not be read back (logged).
+    pub waiting: Option<WaitingFor>,
 }
 
 /// Runs plans against a store.
@@ -168,19 +213,55 @@ struct Tree {
     unknown_calls: AtomicU64,
 }
 
-/// How a caller stops runs: `cancel` ends them `cancelled`; `pause` stops them at the next
-/// recorded point (between steps, between loop iterations) and leaves them `running` in the
-/// store, to be resumed.
+/// How a caller stops runs: [`RunControls::cancel`] ends them `cancelled`;
+/// [`RunControls::pause`] stops them at the next recorded point (between steps, between loop
+/// iterations) and leaves them `running` in the store, to be resumed. Clones share their
+/// state: keep one, give one to the run.
 #[derive(Clone, Debug, Default)]
 pub struct RunControls {
-    pub cancel: CancellationToken,
-    pub pause: CancellationToken,
+    pub(crate) cancel: CancellationToken,
+    pub(crate) pause: CancellationToken,
     /// Called once the root run's work is done and its end handed to the store, before the
     /// commit is waited for: a batch then starts its next item while the end commits.
-    pub released: Option<Released>,
+    pub(crate) released: Option<Released>,
 }
 
-/// A callback for [`RunControls::released`].
+impl RunControls {
+    /// Controls that stop nothing until told to.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Controls that cancel when `token` is cancelled (and pause on their own).
+    pub fn with_cancel(token: CancellationToken) -> Self {
+        RunControls {
+            cancel: token,
+            ..Self::default()
+        }
+    }
+
+    /// Ends the runs these controls were given to, `cancelled`.
+    pub fn cancel(&self) {
+        self.cancel.cancel();
+    }
+
+    /// Stops the runs at their next recorded point, `running` in the store, to be resumed.
+    pub fn pause(&self) {
+        self.pause.cancel();
+    }
+
+    /// Whether [`RunControls::cancel`] was called.
+    pub fn is_cancelled(&self) -> bool {
+        self.cancel.is_cancelled()
+    }
+
+    /// Whether [`RunControls::pause`] was called.
+    pub fn is_paused(&self) -> bool {
+        self.pause.is_cancelled()
+    }
+}
+
+/// A callback for `RunControls::released`.
 #[derive(Clone)]
 pub struct Released(pub Arc<dyn Fn() + Send + Sync>);
 

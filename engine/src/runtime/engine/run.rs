@@ -153,6 +153,21 @@ impl<S: Store> Engine<S> {
         run.execute().await
     }
 
+    /// A root run's outcome with what it waits for ([`RunOutcome::waiting`]), read back
+    /// from the store as `resume` reads it to check a decision: one reading of a stop. Asked
+    /// by the callers that tell it (the library's `run` and `resume`, the `resume` of a
+    /// submitted run), not by batches and workers, which would pay reads for every item.
+    pub async fn with_waiting(&self, mut outcome: RunOutcome) -> RunOutcome {
+        if outcome.status != RunStatus::Interrupted || !self.store.keeps_steps() {
+            return outcome;
+        }
+        match crate::runtime::resume::waiting_at(&*self.store, &outcome.run_id).await {
+            Ok(w) => outcome.waiting = w.as_ref().map(crate::runtime::resume::Waiting::waiting_for),
+            Err(e) => tracing::warn!(run_id = %outcome.run_id, "could not read what the run waits for: {e}"),
+        }
+        outcome
+    }
+
     /// Continues the stored root run `run_id` of `plan`'s root flow (SPEC §3.6, §7.3): what
     /// finished is replayed from its records, the rest runs.
     pub async fn resume(
@@ -671,6 +686,7 @@ impl<'e, S: Store> Run<'e, S> {
                 .unwrap_or_else(record::now_ms)
                 .saturating_sub(self.record.started_at),
             store_failure: self.store_failed(),
+            waiting: None,
         }
     }
 

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use sqlx::{AnyConnection, Connection};
+use switchyard::runtime::cost::Cost;
 use switchyard::runtime::data::{Change, Violation};
 use switchyard::runtime::record::{RunRecord, RunStatus, StepRecord, StepStatus, Usage};
 use switchyard::runtime::{ErrorKind, StepError};
@@ -43,7 +44,7 @@ fn run(id: &str, flow: &str, started_at: u64, status: RunStatus, full: bool) -> 
         usage: Usage {
             input_tokens: 1_000_000,
             output_tokens: 7,
-            cost_usd: 0.1 + 0.2,
+            cost_usd: Cost::from_usd(0.1 + 0.2).unwrap(),
             cost_unknown_calls: u64::from(full) * 3,
         },
         steps: 9,
@@ -97,7 +98,7 @@ fn step(run_id: &str, number: &str, attempt: u32, status: StepStatus, full: bool
         usage: Usage {
             input_tokens: 3,
             output_tokens: 4,
-            cost_usd: 1e-9,
+            cost_usd: Cost::from_nanos(1),
             cost_unknown_calls: u64::from(full) * 2,
         },
         child_run: full.then(|| "child".into()),

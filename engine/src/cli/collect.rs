@@ -104,7 +104,7 @@ async fn collect(sql: &SqlStore, args: &Args) -> u8 {
                 c.failed,
                 c.interrupted,
                 c.cancelled,
-                crate::runtime::record::fmt_usd(c.cost_usd),
+                c.cost_usd,
                 crate::runtime::record::fmt_unknown(c.cost_unknown_calls),
                 args.output.display()
             );
@@ -263,7 +263,7 @@ pub(crate) fn progress_line(batch: &SubmittedBatch, c: &BatchCounts) -> String {
         c.interrupted,
         c.queued,
         c.running,
-        crate::runtime::record::fmt_usd(c.cost_usd),
+        c.cost_usd,
         crate::runtime::record::fmt_unknown(c.cost_unknown_calls),
         batch
             .max_cost_usd

@@ -16,7 +16,7 @@ use std::fmt::Write as _;
 use serde_json::{Value, json};
 
 use crate::plan::svg::{self, Marks};
-use crate::runtime::record::{RunRecord, RunStatus, StepRecord, StepStatus, fmt_usd};
+use crate::runtime::record::{RunRecord, RunStatus, StepRecord, StepStatus};
 
 /// Iteration records of one step shown as rows.
 pub const ITERATIONS_SHOWN: usize = 50;
@@ -343,7 +343,7 @@ pub fn run_html(r: &RunReport) -> String {
     );
     field(
         "cost",
-        fmt_usd(run.usage.cost_usd) + &crate::runtime::record::fmt_unknown(run.usage.cost_unknown_calls),
+        run.usage.cost_usd.to_string() + &crate::runtime::record::fmt_unknown(run.usage.cost_unknown_calls),
     );
     if let Some(e) = &run.error {
         field("error", format!("[{}] {}", e.kind, e.message));
@@ -440,8 +440,8 @@ pub fn run_html(r: &RunReport) -> String {
             } else {
                 String::new()
             },
-            if s.usage.cost_usd > 0.0 || s.usage.cost_unknown_calls > 0 {
-                fmt_usd(s.usage.cost_usd) + &crate::runtime::record::fmt_unknown(s.usage.cost_unknown_calls)
+            if !s.usage.cost_usd.is_zero() || s.usage.cost_unknown_calls > 0 {
+                s.usage.cost_usd.to_string() + &crate::runtime::record::fmt_unknown(s.usage.cost_unknown_calls)
             } else {
                 String::new()
             },

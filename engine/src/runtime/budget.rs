@@ -7,7 +7,8 @@
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::record::{Usage, fmt_usd};
+use super::cost::Cost;
+use super::record::Usage;
 use super::{ErrorKind, StepError};
 
 /// What [`SharedBudget::check`] returns.
@@ -24,16 +25,11 @@ pub trait SharedBudget: Send + Sync + std::fmt::Debug {
     fn spend(&self, usage: &Usage, replayed: bool);
 }
 
-/// Nano-dollars of `usd`, the unit budgets add in.
-pub fn nano(usd: f64) -> u64 {
-    let n = (usd * 1e9).round();
-    if n.is_finite() && n > 0.0 { n as u64 } else { 0 }
-}
-
 /// A budget counted in one process: `limit` USD (named `by`, e.g. `--max-cost-usd`) against
-/// what was counted so far.
+/// what was counted so far, in nano-dollars.
 #[derive(Debug)]
 pub struct CostCap {
+    /// As written, for messages; compared as [`Cost::budget`].
     pub limit: f64,
     pub by: &'static str,
     spent_nano: AtomicU64,
@@ -53,7 +49,8 @@ impl CostCap {
     /// Counts what was spent outside the calls this process makes (items of an earlier
     /// start, other workers).
     pub fn add(&self, usage: &Usage) {
-        self.spent_nano.fetch_add(nano(usage.cost_usd), Ordering::Relaxed);
+        self.spent_nano
+            .fetch_add(usage.cost_usd.nanos(), Ordering::Relaxed);
         self.unknown
             .fetch_add(usage.cost_unknown_calls, Ordering::Relaxed);
     }
@@ -61,7 +58,7 @@ impl CostCap {
     /// What was counted so far.
     pub fn spent(&self) -> Usage {
         Usage {
-            cost_usd: self.spent_nano.load(Ordering::Relaxed) as f64 / 1e9,
+            cost_usd: Cost::from_nanos(self.spent_nano.load(Ordering::Relaxed)),
             cost_unknown_calls: self.unknown.load(Ordering::Relaxed),
             ..Usage::default()
         }
@@ -83,34 +80,39 @@ impl SharedBudget for CostCap {
     }
 }
 
+/// Whether `spent` is still under the budget `limit` USD, compared in whole nano-dollars
+/// ([`Cost::budget`]): `0` allows calls until one costs something.
+pub fn under(spent: Cost, limit: f64) -> bool {
+    spent.is_zero() || Cost::budget(limit).is_none_or(|cap| spent < cap)
+}
+
 /// Whether a batch that has `spent` leaves room for another call under `limit` USD (named
 /// `by`): a call of unknown cost leaves none, and `0` allows calls until one costs something.
 pub fn batch_check(limit: f64, by: &str, spent: &Usage) -> Result<(), StepError> {
     if spent.cost_unknown_calls > 0 {
         return Err(unknown_cost(by, limit, spent.cost_unknown_calls));
     }
-    if spent.cost_usd < limit || spent.cost_usd <= 0.0 {
+    if under(spent.cost_usd, limit) {
         return Ok(());
     }
     Err(StepError::new(
         ErrorKind::Limit,
         format!(
             "cost limit reached: the batch has spent {} ({by} {limit})",
-            fmt_usd(spent.cost_usd)
+            spent.cost_usd
         ),
     )
     .with_details(serde_json::json!({"spent_usd": spent.cost_usd, "limit_usd": limit})))
 }
 
-/// Why a batch with `--max-cost-usd` `max` stopped starting items, having spent `usd` with
+/// Why a batch with `--max-cost-usd` `max` stopped starting items, having spent `cost` with
 /// `unknown` calls of unknown cost (earlier starts included).
-pub fn batch_stopped(max: f64, usd: f64, unknown: u64) -> String {
+pub fn batch_stopped(max: f64, cost: Cost, unknown: u64) -> String {
     if unknown > 0 {
         return unknown_cost("--max-cost-usd", max, unknown).message;
     }
     format!(
-        "the cost limit was reached: the batch has spent {} of --max-cost-usd {max} (earlier starts included)",
-        fmt_usd(usd)
+        "the cost limit was reached: the batch has spent {cost} of --max-cost-usd {max} (earlier starts included)"
     )
 }
 

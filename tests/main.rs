@@ -32,6 +32,8 @@
 //!   PostgreSQL (an interrupt's decision, an agent loop's approval), a `resume` of a run a live
 //!   process runs;
 //! - [`memory_store`]: the peak memory of long loops on `--store memory`;
+//! - [`money`]: costs priced so that float sums drift, exact in every JSON output and shown
+//!   with four decimals in every text, on SQLite and PostgreSQL;
 //! - [`time`]: `timestamp()`, `duration()` and the recorded `now` of a run tree.
 
 mod agent_loop;
@@ -58,6 +60,7 @@ mod llm;
 mod logs;
 mod memory_store;
 mod mock_server;
+mod money;
 mod one_writer;
 mod otel;
 mod payload_types;

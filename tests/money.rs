@@ -265,3 +265,50 @@ fn a_submitted_batchs_cost_is_summed_exactly_by_the_store() {
         assert_eq!(num(&l["cost_usd"]), "0.00099", "{l}");
     }
 }
+
+/// A child flow's budget that begins after its parent spent $0.1 ends at $0.3 exactly: with
+/// $0.1 calls its third call is refused, not let through because `0.1 + 0.2` is a hair more
+/// than `0.3` in floats.
+#[test]
+fn a_budget_that_begins_late_is_not_overrun_by_float_drift() {
+    let server = server(1000, 0);
+    let dir = TempDir::new("money-budget");
+    // $100 per million tokens in: 1,000 tokens are $0.1.
+    let priced = |text: String| {
+        text.replace(
+            "input_per_mtok: 1.1, output_per_mtok: 2.2",
+            "input_per_mtok: 100, output_per_mtok: 100",
+        )
+    };
+    dir.write(
+        "child.yaml",
+        priced(three_calls(&server.base_url()))
+            .replace("flow: priced\n", "flow: child\nlimits: {max_cost_usd: 0.2}\n"),
+    );
+    let parent = priced(three_calls(&server.base_url()))
+        .replace("flow: priced\n", "flow: parent\n")
+        .replace("agents:\n", "agents:\n  child: {kind: flow, path: child.yaml}\n")
+        .replace(
+            "  second:\n    agent: classifier\n",
+            "  second:\n    agent: child\n",
+        )
+        .replace("    output: {$.b: $.category}\n    next: third\n", "")
+        .split("  third:")
+        .next()
+        .expect("the steps before `third`")
+        .to_owned();
+    let parent = dir.write("parent.yaml", parent);
+    let out = run(switchyard(dir.path())
+        .arg("run")
+        .arg(&parent)
+        .args(["--input", r#"{"text": "x"}"#])
+        .args(STORE));
+    assert_eq!(out.code(), 1, "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("cost limit reached: $0.2000 spent (limits.max_cost_usd 0.2)"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(server.hits().len(), 3, "the parent's call and two of the child's");
+}

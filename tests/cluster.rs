@@ -873,7 +873,11 @@ fn sigterm_drains_gives_back_what_is_held_and_exits_zero() {
         "SELECT COUNT(*) FROM runs WHERE batch = 'd' AND parent_run IS NULL AND status = 'running' \
          AND lease_owner IS NULL",
     );
-    assert!(given_back > 0, "the drain gave nothing back: {}", log_of(&dir, "first"));
+    assert!(
+        given_back > 0,
+        "the drain gave nothing back: {}",
+        log_of(&dir, "first")
+    );
     let queued = pg.count("SELECT COUNT(*) FROM runs WHERE batch = 'd' AND status = 'queued'") + given_back;
     let batches = |json: bool| {
         let out = run(switchyard(dir.path())
@@ -882,8 +886,8 @@ fn sigterm_drains_gives_back_what_is_held_and_exits_zero() {
         assert_eq!(out.code(), 0, "{}", out.stderr);
         out.stdout
     };
-    let row: Value = serde_json::from_str(batches(true).lines().next().expect("the batch's line"))
-        .expect("a JSON line");
+    let row: Value =
+        serde_json::from_str(batches(true).lines().next().expect("the batch's line")).expect("a JSON line");
     assert_eq!(
         (&row["queued"], &row["given_back"], &row["running"]),
         (&json!(queued), &json!(given_back), &json!(0)),
@@ -891,8 +895,9 @@ fn sigterm_drains_gives_back_what_is_held_and_exits_zero() {
     );
     let text = batches(false);
     assert!(
-        text.contains(&format!(" · {queued} queued ({given_back} given back) · 0 running · "))
-            && text.contains("no live workers"),
+        text.contains(&format!(
+            " · {queued} queued ({given_back} given back) · 0 running · "
+        )) && text.contains("no live workers"),
         "{text}"
     );
     let mut w = spawn_worker(&dir, &url, "second", &["--concurrency", "6", "--exit-when-idle"]);

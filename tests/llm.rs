@@ -893,7 +893,8 @@ async fn a_spent_budget_stops_new_calls() {
     let e = out.error.unwrap();
     assert_eq!(e.kind.as_str(), "limit");
     assert!(
-        e.message.starts_with("step `again`: cost limit reached: $0.0001 spent"),
+        e.message
+            .starts_with("step `again`: cost limit reached: $0.0001 spent"),
         "{}",
         e.message
     );

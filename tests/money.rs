@@ -71,7 +71,9 @@ fn json_lines(text: &str) -> Vec<Value> {
 
 /// The id of the one run in the store.
 fn the_run(dir: &TempDir) -> String {
-    let list = run(switchyard(dir.path()).args(["runs", "list", "--json"]).args(STORE));
+    let list = run(switchyard(dir.path())
+        .args(["runs", "list", "--json"])
+        .args(STORE));
     let rows = json_lines(&list.stdout);
     assert_eq!(rows.len(), 1, "{}", list.stdout);
     rows[0]["id"].as_str().expect("an id").to_owned()
@@ -96,7 +98,9 @@ fn a_runs_cost_is_exact_in_json_and_four_decimals_in_text() {
     assert_eq!(server.hits().len(), 3);
     // The trace: each step's call, then the run's total.
     assert_eq!(
-        out.stderr.matches(" · 200 tokens (100 in, 100 out) · $0.0003").count(),
+        out.stderr
+            .matches(" · 200 tokens (100 in, 100 out) · $0.0003")
+            .count(),
         3,
         "{}",
         out.stderr
@@ -106,7 +110,11 @@ fn a_runs_cost_is_exact_in_json_and_four_decimals_in_text() {
         "{}",
         out.stderr
     );
-    assert!(!out.stderr.contains("$0.00033") && !out.stderr.contains("$0.00099"), "{}", out.stderr);
+    assert!(
+        !out.stderr.contains("$0.00033") && !out.stderr.contains("$0.00099"),
+        "{}",
+        out.stderr
+    );
 
     let id = the_run(&dir);
     let show = run(switchyard(dir.path())
@@ -122,9 +130,15 @@ fn a_runs_cost_is_exact_in_json_and_four_decimals_in_text() {
     }
 
     let text = run(switchyard(dir.path()).args(["runs", "show", &id]).args(STORE));
-    assert!(text.stdout.contains("cost      $0.0010 · tokens 300 in, 300 out"), "{}", text.stdout);
+    assert!(
+        text.stdout.contains("cost      $0.0010 · tokens 300 in, 300 out"),
+        "{}",
+        text.stdout
+    );
 
-    let list = run(switchyard(dir.path()).args(["runs", "list", "--json"]).args(STORE));
+    let list = run(switchyard(dir.path())
+        .args(["runs", "list", "--json"])
+        .args(STORE));
     let rows = json_lines(&list.stdout);
     assert_eq!(rows.len(), 1, "{}", list.stdout);
     assert_eq!(num(&rows[0]["cost_usd"]), "0.00099");
@@ -135,8 +149,14 @@ fn a_runs_cost_is_exact_in_json_and_four_decimals_in_text() {
         .args(["runs", "show", &id, "--format", "html"])
         .args(STORE));
     assert_eq!(html.code(), 0, "{}", html.stderr);
-    assert!(html.stdout.contains("$0.0010") && html.stdout.contains("$0.0003"), "the page");
-    assert!(!html.stdout.contains("$0.00099") && !html.stdout.contains("$0.00033"), "the page");
+    assert!(
+        html.stdout.contains("$0.0010") && html.stdout.contains("$0.0003"),
+        "the page"
+    );
+    assert!(
+        !html.stdout.contains("$0.00099") && !html.stdout.contains("$0.00033"),
+        "the page"
+    );
 
     // The run's span and each step's.
     let spans = collector.spans();
@@ -167,7 +187,14 @@ fn a_batchs_cost_is_exact_in_its_lines_summary_and_report() {
             .args(json.then_some(["--log-format", "json"]).into_iter().flatten())
             .arg("batch")
             .arg(&flow)
-            .args(["--input", "in.jsonl", "--output", "out.jsonl", "--concurrency", "1"])
+            .args([
+                "--input",
+                "in.jsonl",
+                "--output",
+                "out.jsonl",
+                "--concurrency",
+                "1",
+            ])
             .args(STORE))
     };
     let out = batch(false);
@@ -188,7 +215,9 @@ fn a_batchs_cost_is_exact_in_its_lines_summary_and_report() {
     assert_eq!(num(&summary["cost_usd"]), "0.00297", "{summary}");
     assert_eq!(server.hits().len(), 9, "the second start ran nothing");
 
-    let report = run(switchyard(dir.path()).args(["report", "out.jsonl", "--output", "r.html"]).args(STORE));
+    let report = run(switchyard(dir.path())
+        .args(["report", "out.jsonl", "--output", "r.html"])
+        .args(STORE));
     assert_eq!(report.code(), 0, "{}", report.stderr);
     let page = std::fs::read_to_string(dir.path().join("r.html")).expect("the page");
     assert!(page.contains("cost $0.0030"), "{page}");
@@ -209,7 +238,11 @@ fn a_cost_too_small_for_four_decimals_shows_two_significant_digits() {
         .args(STORE));
     assert_eq!(out.code(), 0, "{}", out.stderr);
     assert_eq!(out.stderr.matches(" · $0.000011").count(), 3, "{}", out.stderr);
-    assert!(out.stderr.contains(" · 30 tokens (30 in, 0 out) · $0.000033\n"), "{}", out.stderr);
+    assert!(
+        out.stderr.contains(" · 30 tokens (30 in, 0 out) · $0.000033\n"),
+        "{}",
+        out.stderr
+    );
     let id = the_run(&dir);
     let doc: Value = serde_json::from_str(
         &run(switchyard(dir.path())
@@ -250,9 +283,21 @@ fn a_submitted_batchs_cost_is_summed_exactly_by_the_store() {
     let row = &json_lines(&shown.stdout)[0];
     assert_eq!(num(&row["cost_usd"]), "0.00297", "{row}");
     let shown = cmd(&["batches", "m"]);
-    assert!(shown.stdout.contains("3/3 done") && shown.stdout.contains(" · $0.0030"), "{}", shown.stdout);
+    assert!(
+        shown.stdout.contains("3/3 done") && shown.stdout.contains(" · $0.0030"),
+        "{}",
+        shown.stdout
+    );
 
-    let collected = cmd(&["--log-format", "json", "collect", "--batch", "m", "--output", "out.jsonl"]);
+    let collected = cmd(&[
+        "--log-format",
+        "json",
+        "collect",
+        "--batch",
+        "m",
+        "--output",
+        "out.jsonl",
+    ]);
     assert_eq!(collected.code(), 0, "{}", collected.stderr);
     let summary = json_lines(&collected.stderr)
         .into_iter()

@@ -43,8 +43,8 @@ const WRITER_LEASE: std::time::Duration = std::time::Duration::from_secs(30);
 
 pub use crate::agents::native::{NativeAgent, NativeCall, NativeFuture, Natives};
 pub use crate::batch::{BatchError, BatchOptions, Progress, Summary as BatchSummary};
-pub use crate::runtime::engine::{RunControls, RunOptions, RunOutcome};
 pub use crate::runtime::cost::Cost;
+pub use crate::runtime::engine::{RunControls, RunOptions, RunOutcome};
 pub use crate::runtime::record::{RunRecord, RunStatus, StepRecord, StepStatus, Usage};
 pub use crate::runtime::resume::{ResumeError, ResumeOptions};
 pub use crate::runtime::{ErrorKind, StepError};

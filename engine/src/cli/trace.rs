@@ -594,7 +594,7 @@ pub fn abandoned_requests(s: &StepRecord) -> u64 {
         .unwrap_or(0)
 }
 
-/// ` · 120 tokens (100 in, 20 out) · $0.00014`, or nothing when no tokens were used.
+/// ` · 120 tokens (100 in, 20 out) · $0.0001`, or nothing when no tokens were used.
 fn usage(u: &Usage) -> String {
     if u.input_tokens + u.output_tokens == 0 && u.cost_usd.is_zero() && u.cost_unknown_calls == 0 {
         return String::new();

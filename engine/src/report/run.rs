@@ -441,7 +441,8 @@ pub fn run_html(r: &RunReport) -> String {
                 String::new()
             },
             if !s.usage.cost_usd.is_zero() || s.usage.cost_unknown_calls > 0 {
-                s.usage.cost_usd.to_string() + &crate::runtime::record::fmt_unknown(s.usage.cost_unknown_calls)
+                s.usage.cost_usd.to_string()
+                    + &crate::runtime::record::fmt_unknown(s.usage.cost_unknown_calls)
             } else {
                 String::new()
             },

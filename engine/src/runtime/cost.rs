@@ -164,7 +164,10 @@ mod tests {
         assert_eq!(usd(0.00015), "$0.0002");
         assert_eq!(usd(0.99995), "$1.0000");
         assert_eq!(usd(1234.56789), "$1234.5679");
-        assert_eq!(format!("{:>9}|{:<8}|", Cost::ZERO, Cost::from_nanos(1)), "  $0.0000|$0.000000001|");
+        assert_eq!(
+            format!("{:>9}|{:<8}|", Cost::ZERO, Cost::from_nanos(1)),
+            "  $0.0000|$0.000000001|"
+        );
     }
 
     #[test]
@@ -205,7 +208,10 @@ mod tests {
         assert_eq!(Cost::budget(0.005), Some(Cost::from_nanos(5_000_000)));
         assert_eq!(Cost::budget(0.0029), Some(Cost::from_nanos(2_900_000)));
         assert_eq!(Cost::budget(0.3), Some(Cost::from_nanos(300_000_000)));
-        assert_eq!(Cost::budget(1e9), Some(Cost::from_nanos(1_000_000_000_000_000_000)));
+        assert_eq!(
+            Cost::budget(1e9),
+            Some(Cost::from_nanos(1_000_000_000_000_000_000))
+        );
         // Finer than a nano-dollar: rounded up, so 1 nano-dollar is under 1.5 and 2 is not.
         assert_eq!(Cost::budget(1.5e-9), Some(Cost::from_nanos(2)));
         assert_eq!(Cost::budget(0.0), Some(Cost::ZERO));

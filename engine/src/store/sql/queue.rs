@@ -235,11 +235,7 @@ impl SqlStore {
         let nanos: Option<i64> = row.try_get("nanos").map_err(err)?;
         let others = summed(nanos, "cost_usd").map_err(|m| self.corrupt(&what, m))?;
         let unknown: Option<i64> = row.try_get("unknown").map_err(err)?;
-        Ok((
-            cap,
-            others,
-            u64::try_from(unknown.unwrap_or(0)).unwrap_or(0),
-        ))
+        Ok((cap, others, u64::try_from(unknown.unwrap_or(0)).unwrap_or(0)))
     }
 
     /// Marks batch `name` complete: every one of its `items` lines has its run.

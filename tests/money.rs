@@ -197,6 +197,27 @@ fn a_batchs_cost_is_exact_in_its_lines_summary_and_report() {
             ])
             .args(STORE))
     };
+    // A budget that is no amount is refused before anything runs.
+    let refused = run(switchyard(dir.path())
+        .arg("batch")
+        .arg(&flow)
+        .args([
+            "--input",
+            "in.jsonl",
+            "--output",
+            "out.jsonl",
+            "--max-cost-usd=NaN",
+        ])
+        .args(STORE));
+    assert_eq!(refused.code(), 2, "{}", refused.stderr);
+    assert!(
+        refused
+            .stderr
+            .contains("--max-cost-usd NaN: a budget is a number of USD, 0 or more"),
+        "{}",
+        refused.stderr
+    );
+    assert!(server.hits().is_empty());
     let out = batch(false);
     assert_eq!(out.code(), 0, "{}", out.stderr);
     assert!(out.stderr.contains("), $0.0030\n"), "{}", out.stderr);

@@ -74,6 +74,14 @@ pub fn run(args: Args) -> u8 {
         super::stderr::error("--concurrency must be at least 1");
         return super::exit::USAGE;
     }
+    if let Some(max) = args.max_cost_usd
+        && !(max.is_finite() && max >= 0.0)
+    {
+        super::stderr::error(format!(
+            "--max-cost-usd {max}: a budget is a number of USD, 0 or more"
+        ));
+        return super::exit::USAGE;
+    }
     if let Some(field) = &args.id_field
         && field.split('.').any(str::is_empty)
     {

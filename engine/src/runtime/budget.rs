@@ -81,9 +81,15 @@ impl SharedBudget for CostCap {
 }
 
 /// Whether `spent` is still under the budget `limit` USD, compared in whole nano-dollars
-/// ([`Cost::budget`]): `0` allows calls until one costs something.
+/// ([`Cost::budget`]): `0` allows calls until one costs something. A limit past what a count
+/// can reach never is; one that is no amount (negative, not a number: refused where it is
+/// read) is taken as `0`.
 pub fn under(spent: Cost, limit: f64) -> bool {
-    spent.is_zero() || Cost::budget(limit).is_none_or(|cap| spent < cap)
+    spent.is_zero()
+        || match Cost::budget(limit) {
+            Some(cap) => spent < cap,
+            None => limit.is_finite() && limit > 0.0 || limit == f64::INFINITY,
+        }
 }
 
 /// Whether a batch that has `spent` leaves room for another call under `limit` USD (named
@@ -131,4 +137,30 @@ pub fn unknown_cost(by: &str, limit: f64, unknown: u64) -> StepError {
         ),
     )
     .with_details(serde_json::json!({"cost_unknown_calls": unknown, "limit_usd": limit}))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_budget_is_compared_in_whole_nano_dollars() {
+        let usd = |x: f64| Cost::from_usd(x).expect("a cost");
+        // Anything goes until something is spent; then the limit itself is too much.
+        assert!(under(Cost::ZERO, 0.0) && !under(Cost::from_nanos(1), 0.0));
+        assert!(under(usd(0.2999999), 0.3) && !under(usd(0.1) + usd(0.2), 0.3));
+        assert!(under(usd(1e9), f64::INFINITY) && under(usd(1e9), 1e20));
+        // No amount: as 0.
+        assert!(!under(Cost::from_nanos(1), -1.0) && !under(Cost::from_nanos(1), f64::NAN));
+        let spent = Usage {
+            cost_usd: usd(0.005),
+            ..Usage::default()
+        };
+        let e = batch_check(0.005, "--max-cost-usd", &spent).expect_err("spent");
+        assert_eq!(
+            e.message,
+            "cost limit reached: the batch has spent $0.0050 (--max-cost-usd 0.005)"
+        );
+        assert!(batch_check(0.0050000001, "--max-cost-usd", &spent).is_ok());
+    }
 }

@@ -116,8 +116,8 @@ impl super::SqlStore {
         // A `running` run without a lease owner was given back (`release`): it waits for a
         // claim like a queued one, and no worker runs it.
         let rows = sqlx::query(
-            "SELECT CASE WHEN status = 'running' AND lease_owner IS NULL THEN 'given_back' ELSE status END \
-             AS status, COUNT(*) AS n, \
+            "SELECT CASE WHEN status = 'running' AND lease_epoch IS NOT NULL AND lease_owner IS NULL \
+             THEN 'given_back' ELSE status END AS status, COUNT(*) AS n, \
              SUM(CASE WHEN finished_at >= $2 AND lease_epoch > 0 THEN 1 ELSE 0 END) AS recent FROM ( \
                SELECT status, finished_at, lease_epoch, lease_owner, ROW_NUMBER() OVER ( \
                  PARTITION BY item_index ORDER BY started_at DESC, id DESC) AS latest \

@@ -435,5 +435,17 @@ mod tests {
                 .unwrap_err()
                 .contains("line 5: no `status`")
         );
+        // A cost written by a float sum reads as the amount it meant; no amount is an error.
+        let drifted = r#"{"status": "succeeded", "cost_usd": 0.0009900000000000002}"#;
+        assert_eq!(
+            Item::from_line(1, drifted).unwrap().cost_usd,
+            Cost::from_nanos(990_000)
+        );
+        assert_eq!(
+            Item::from_line(4, r#"{"status": "succeeded", "cost_usd": -1}"#)
+                .err()
+                .as_deref(),
+            Some("line 4: `cost_usd` is -1, not a cost in USD")
+        );
     }
 }

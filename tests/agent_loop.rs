@@ -484,7 +484,7 @@ async fn a_spent_budget_stops_the_loop() {
     assert!(e.message.contains("cost limit reached"), "{}", e.message);
     let turns = server.hits().len();
     assert!((2..30).contains(&turns), "{turns} turns");
-    assert!(out.usage.cost_usd >= 0.0002, "{:?}", out.usage);
+    assert!(out.usage.cost_usd.usd() >= 0.0002, "{:?}", out.usage);
 }
 
 /// `context_paths` and the run's conversation reach the first request as for a single call.

@@ -867,6 +867,39 @@ fn sigterm_drains_gives_back_what_is_held_and_exits_zero() {
         0
     );
     assert!(pg.count("SELECT COUNT(*) FROM runs WHERE status IN ('queued', 'running')") > 0);
+    // `batches` counts the runs the drain gave back (still `running` on record, no lease) as
+    // queued for the next worker, not as running with no live worker to run them.
+    let given_back = pg.count(
+        "SELECT COUNT(*) FROM runs WHERE batch = 'd' AND parent_run IS NULL AND status = 'running' \
+         AND lease_owner IS NULL",
+    );
+    assert!(
+        given_back > 0,
+        "the drain gave nothing back: {}",
+        log_of(&dir, "first")
+    );
+    let queued = pg.count("SELECT COUNT(*) FROM runs WHERE batch = 'd' AND status = 'queued'") + given_back;
+    let batches = |json: bool| {
+        let out = run(switchyard(dir.path())
+            .args(["batches", "d", "--store", &url])
+            .args(json.then_some("--json")));
+        assert_eq!(out.code(), 0, "{}", out.stderr);
+        out.stdout
+    };
+    let row: Value =
+        serde_json::from_str(batches(true).lines().next().expect("the batch's line")).expect("a JSON line");
+    assert_eq!(
+        (&row["queued"], &row["given_back"], &row["running"]),
+        (&json!(queued), &json!(given_back), &json!(0)),
+        "{row}"
+    );
+    let text = batches(false);
+    assert!(
+        text.contains(&format!(
+            " · {queued} queued ({given_back} given back) · 0 running · "
+        )) && text.contains("no live workers"),
+        "{text}"
+    );
     let mut w = spawn_worker(&dir, &url, "second", &["--concurrency", "6", "--exit-when-idle"]);
     assert!(wait_exit(&mut w, Duration::from_secs(60), "the second worker").success());
     let latest = latest(&pg, "d");

@@ -283,10 +283,10 @@ async fn an_event_stream_ends_after_the_last_event_of_the_run_it_watches() {
 fn every_type_a_public_signature_names_is_exported_at_the_root() {
     use std::path::{Path, PathBuf};
     use switchyard::{
-        AgentKind, BatchError, BatchOptions, BatchSummary, CancellationToken, Change, Diagnostic, Error,
-        ErrorKind, Events, FileId, FlowError, Interrupt, Label, NativeFuture, Natives, Otlp, PendingCall,
-        Progress, ResumeError, Rule, RunControls, RunOptions, RunOutcome, RunRecord, Severity, Span,
-        StepError, StepRecord, StepStatus, StoreError, Usage, Violation,
+        AgentKind, BatchError, BatchOptions, BatchSummary, CancellationToken, Change, Cost, Diagnostic,
+        Error, ErrorKind, Events, FileId, FlowError, Interrupt, Label, NativeFuture, Natives, Otlp,
+        PendingCall, Progress, ResumeError, Rule, RunControls, RunOptions, RunOutcome, RunRecord, Severity,
+        Span, StepError, StepRecord, StepStatus, StoreError, Usage, Violation,
     };
 
     let _: fn(&Path, Option<PathBuf>) -> Result<Flow, FlowError> = Flow::load_under;
@@ -321,6 +321,9 @@ fn every_type_a_public_signature_names_is_exported_at_the_root() {
     };
     fn _outcome(o: &RunOutcome) -> (&Option<WaitingFor>, &Usage, &Option<StepError>) {
         (&o.waiting, &o.usage, &o.error)
+    }
+    fn _cost(u: &Usage) -> Cost {
+        u.cost_usd
     }
     fn _question(w: &WaitingFor) -> Option<(&Interrupt, Option<&PendingCall>)> {
         match &w.question {

@@ -33,6 +33,8 @@
 //!   process runs;
 //! - [`memory_store`]: the peak memory of long loops on `--store memory`;
 //! - [`time`]: `timestamp()`, `duration()` and the recorded `now` of a run tree;
+//! - [`money`]: costs priced so that float sums drift, exact in every JSON output and shown
+//!   with four decimals in every text, on SQLite and PostgreSQL;
 //! - [`transcripts`]: agent loops seen wherever they run: transcripts of iterations, branches
 //!   and child runs, the run page's timeline order and a waiting run's question, a batch page's
 //!   flow and start.
@@ -64,6 +66,7 @@ mod llm;
 mod logs;
 mod memory_store;
 mod mock_server;
+mod money;
 mod one_writer;
 mod otel;
 mod payload_types;

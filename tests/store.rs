@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use sqlx::{AnyConnection, Connection};
+use switchyard::__private::runtime::cost::Cost;
 use switchyard::__private::runtime::data::{Change, Violation};
 use switchyard::__private::runtime::record::{RunRecord, RunStatus, StepRecord, StepStatus, Usage};
 use switchyard::__private::runtime::{ErrorKind, StepError};
@@ -45,7 +46,7 @@ fn run(id: &str, flow: &str, started_at: u64, status: RunStatus, full: bool) -> 
         usage: Usage {
             input_tokens: 1_000_000,
             output_tokens: 7,
-            cost_usd: 0.1 + 0.2,
+            cost_usd: Cost::from_usd(0.1 + 0.2).unwrap(),
             cost_unknown_calls: u64::from(full) * 3,
         },
         steps: 9,
@@ -101,7 +102,7 @@ fn step(run_id: &str, number: &str, attempt: u32, status: StepStatus, full: bool
         usage: Usage {
             input_tokens: 3,
             output_tokens: 4,
-            cost_usd: 1e-9,
+            cost_usd: Cost::from_nanos(1),
             cost_unknown_calls: u64::from(full) * 2,
         },
         child_run: full.then(|| "child".into()),

@@ -45,6 +45,7 @@ pub use crate::agents::native::{NativeAgent, NativeCall, NativeFuture, Natives};
 pub use crate::batch::{BatchError, BatchOptions, Progress, Summary as BatchSummary};
 pub use crate::diag::{Diagnostic, Label, Rule, Severity};
 pub use crate::model::AgentKind;
+pub use crate::runtime::cost::Cost;
 pub use crate::runtime::data::{Change, Violation};
 pub use crate::runtime::engine::{RunControls, RunOptions, RunOutcome};
 pub use crate::runtime::record::{RunRecord, RunStatus, StepRecord, StepStatus, Usage};

@@ -27,6 +27,7 @@ use serde_json::Value;
 use crate::agents::AgentState;
 use crate::plan::Plan;
 use crate::runtime::budget::{CostCap, SharedBudget};
+use crate::runtime::cost::Cost;
 use crate::runtime::engine::{BatchItem, Engine, Released, RunControls, RunOptions, RunOutcome};
 use crate::runtime::record::{RunRecord, RunStatus, Usage};
 use crate::runtime::resume::ResumeOptions;
@@ -97,13 +98,13 @@ impl Progress {
             + self.interrupted.load(Ordering::Relaxed)
     }
 
-    pub fn cost_usd(&self) -> f64 {
-        self.cost_nanos.load(Ordering::Relaxed) as f64 / 1e9
+    pub fn cost_usd(&self) -> Cost {
+        Cost::from_nanos(self.cost_nanos.load(Ordering::Relaxed))
     }
 
     fn add_cost(&self, usage: &Usage) {
         self.cost_nanos
-            .fetch_add(crate::runtime::budget::nano(usage.cost_usd), Ordering::Relaxed);
+            .fetch_add(usage.cost_usd.nanos(), Ordering::Relaxed);
         self.cost_unknown_calls
             .fetch_add(usage.cost_unknown_calls, Ordering::Relaxed);
     }
@@ -119,7 +120,7 @@ pub struct Summary {
     /// Items not finished: stopped by Ctrl-C or the cost limit, or never started.
     pub unfinished: u64,
     pub reused: u64,
-    pub cost_usd: f64,
+    pub cost_usd: Cost,
     /// Model calls of the batch (earlier starts included) whose cost is unknown.
     pub cost_unknown_calls: u64,
     /// LLM requests of this start abandoned past their timeout (or cancelled), whose tokens
@@ -1346,7 +1347,7 @@ fn item_line(
         output: Option<&'a Value>,
         error: Option<ErrorLine<'a>>,
         run_id: Option<&'a str>,
-        cost_usd: f64,
+        cost_usd: Cost,
         /// Calls whose cost is unknown: written only when there are some.
         #[serde(skip_serializing_if = "crate::runtime::record::is_zero")]
         cost_unknown_calls: u64,

@@ -69,6 +69,7 @@ use tokio::time::Instant;
 
 use crate::model::StructuredOutput;
 use crate::plan::ProviderPlan;
+use crate::runtime::cost::Cost;
 use crate::runtime::record::Usage;
 
 /// Slack added to each limit's minute: a request admitted at `t` may reach the provider a
@@ -539,10 +540,8 @@ impl ProviderState {
         self.input_tokens.fetch_add(usage.input_tokens, Ordering::Relaxed);
         self.output_tokens
             .fetch_add(usage.output_tokens, Ordering::Relaxed);
-        let nano = (usage.cost_usd * 1e9).round();
-        if nano.is_finite() && nano > 0.0 {
-            self.cost_nano.fetch_add(nano as u64, Ordering::Relaxed);
-        }
+        self.cost_nano
+            .fetch_add(usage.cost_usd.nanos(), Ordering::Relaxed);
         self.cost_unknown
             .fetch_add(usage.cost_unknown_calls, Ordering::Relaxed);
     }
@@ -564,7 +563,7 @@ impl ProviderState {
             usage: Usage {
                 input_tokens: self.input_tokens.load(Ordering::Relaxed),
                 output_tokens: self.output_tokens.load(Ordering::Relaxed),
-                cost_usd: self.cost_nano.load(Ordering::Relaxed) as f64 / 1e9,
+                cost_usd: Cost::from_nanos(self.cost_nano.load(Ordering::Relaxed)),
                 cost_unknown_calls: self.cost_unknown.load(Ordering::Relaxed),
             },
             abandoned: self.abandoned.load(Ordering::Relaxed),
@@ -573,11 +572,12 @@ impl ProviderState {
 }
 
 /// The cost of `input` and `output` tokens of `model` at `plan`'s `prices` (USD per million
-/// tokens); 0 for a model without a price.
-pub fn cost_usd(plan: &ProviderPlan, model: &str, input: u64, output: u64) -> f64 {
-    plan.prices
-        .get(model)
-        .map_or(0.0, |(i, o)| (input as f64 * i + output as f64 * o) / 1e6)
+/// tokens, so a token costs `price × 1000` nano-dollars), rounded to the nano-dollar once per
+/// call; 0 for a model without a price (or a negative one, which lint refuses).
+pub fn cost_usd(plan: &ProviderPlan, model: &str, input: u64, output: u64) -> Cost {
+    plan.prices.get(model).map_or(Cost::ZERO, |(i, o)| {
+        Cost::from_nanos_f64((input as f64 * i + output as f64 * o) * 1e3).unwrap_or(Cost::ZERO)
+    })
 }
 
 /// The usage of one response that reported `input` and `output` tokens (`None`: not
@@ -596,10 +596,9 @@ pub fn response_usage(plan: &ProviderPlan, model: &str, input: Option<u64>, outp
         (_, _, Some(n)) => Usage {
             input_tokens: 0,
             output_tokens: n,
-            cost_usd: plan
-                .prices
-                .get(model)
-                .map_or(0.0, |(i, o)| n as f64 * i.max(*o) / 1e6),
+            cost_usd: plan.prices.get(model).map_or(Cost::ZERO, |(i, o)| {
+                Cost::from_nanos_f64(n as f64 * i.max(*o) * 1e3).unwrap_or(Cost::ZERO)
+            }),
             cost_unknown_calls: 0,
         },
         (i, o, None) => Usage {
@@ -1067,12 +1066,12 @@ mod tests {
         assert!(!Arc::ptr_eq(&a, &c));
         let p = plan("p", None, None);
         let cost = cost_usd(&p, "m", 1_000_000, 500_000);
-        assert!((cost - 1.5).abs() < 1e-12);
-        assert_eq!(cost_usd(&p, "unpriced", 1000, 1000), 0.0);
+        assert_eq!(cost, Cost::from_usd(1.5).unwrap());
+        assert_eq!(cost_usd(&p, "unpriced", 1000, 1000), Cost::ZERO);
         a.count(Usage {
             input_tokens: 10,
             output_tokens: 5,
-            cost_usd: 0.000_015,
+            cost_usd: Cost::from_nanos(15_000),
             cost_unknown_calls: 2,
         });
         assert_eq!(reg.totals().usage.input_tokens, 10);
@@ -1081,7 +1080,7 @@ mod tests {
         let (key, s) = &stats[1];
         assert_eq!(key, "p http://127.0.0.1:9/v1");
         assert_eq!((s.usage.input_tokens, s.usage.output_tokens), (10, 5));
-        assert!((s.usage.cost_usd - 0.000_015).abs() < 1e-12);
+        assert_eq!(s.usage.cost_usd, Cost::from_nanos(15_000));
         assert_eq!(s.usage.cost_unknown_calls, 2);
     }
 
@@ -1089,7 +1088,7 @@ mod tests {
     fn a_response_without_usage_has_an_unknown_cost_unless_tokens_are_assumed() {
         let mut p = plan("p", None, None);
         let known = response_usage(&p, "m", Some(1_000_000), Some(500_000));
-        assert!((known.cost_usd - 1.5).abs() < 1e-12 && known.cost_unknown_calls == 0);
+        assert!(known.cost_usd == Cost::from_usd(1.5).unwrap() && known.cost_unknown_calls == 0);
         for (i, o) in [(None, None), (Some(10), None), (None, Some(10))] {
             let u = response_usage(&p, "m", i, o);
             assert_eq!(u.cost_unknown_calls, 1, "{i:?} {o:?}");
@@ -1101,7 +1100,7 @@ mod tests {
             (assumed.output_tokens, assumed.cost_unknown_calls),
             (1_000_000, 0)
         );
-        assert!((assumed.cost_usd - 2.0).abs() < 1e-12);
+        assert_eq!(assumed.cost_usd, Cost::from_usd(2.0).unwrap());
         // Reported usage wins over the assumption.
         assert_eq!(response_usage(&p, "m", Some(1), Some(2)).output_tokens, 2);
     }

@@ -74,6 +74,14 @@ pub fn run(args: Args) -> u8 {
         super::stderr::error("--concurrency must be at least 1");
         return super::exit::USAGE;
     }
+    if let Some(max) = args.max_cost_usd
+        && !(max.is_finite() && max >= 0.0)
+    {
+        super::stderr::error(format!(
+            "--max-cost-usd {max}: a budget is a number of USD, 0 or more"
+        ));
+        return super::exit::USAGE;
+    }
     if let Some(field) = &args.id_field
         && field.split('.').any(str::is_empty)
     {
@@ -227,7 +235,7 @@ fn report(args: &Args, s: &Summary, paused: bool) -> u8 {
         crate::runtime::engine::fmt_duration(Duration::from_millis(s.elapsed.as_millis() as u64)),
         rate,
         if s.abandoned_requests > 0 { "at least " } else { "" },
-        crate::runtime::record::fmt_usd(s.cost_usd),
+        s.cost_usd,
         crate::runtime::record::fmt_unknown(s.cost_unknown_calls)
     );
     if s.abandoned_requests > 0 {
@@ -374,7 +382,7 @@ async fn show_progress(p: Arc<Progress>, every: u64) {
             p.failed.load(Ordering::Relaxed),
             p.interrupted.load(Ordering::Relaxed),
             p.in_flight.load(Ordering::Relaxed),
-            crate::runtime::record::fmt_usd(p.cost_usd()),
+            p.cost_usd(),
             crate::runtime::record::fmt_unknown(p.cost_unknown_calls.load(Ordering::Relaxed))
         )
     };

@@ -6,7 +6,8 @@ use crate::store::sql::SqlStore;
 
 #[derive(clap::Args, Debug)]
 #[command(
-    after_help = "Counts are of items, each by its latest run (a retried item counts once). The rate is of \
+    after_help = "Counts are of items, each by its latest run (a retried item counts once). Runs a worker \
+gave back unfinished (its drain at SIGTERM) count as queued, \"given back\": the next claim resumes them. The rate is of \
 items finished in the last minute; the ETA is what is left at that rate. A worker is live while its \
 heartbeat is within its lease on the database's clock.\n\n\
 Exit status: 0 shown, 1 the store failed, 2 usage or no such batch."
@@ -80,7 +81,7 @@ async fn show(sql: &SqlStore, args: &Args) -> u8 {
                 "{}",
                 serde_json::json!({
                     "batch": b.name, "flow": b.flow, "items": b.items, "submit_complete": b.complete,
-                    "queued": c.queued, "running": c.running, "succeeded": c.succeeded, "failed": c.failed,
+                    "queued": c.queued, "given_back": c.given_back, "running": c.running, "succeeded": c.succeeded, "failed": c.failed,
                     "interrupted": c.interrupted, "cancelled": c.cancelled, "cost_usd": c.cost_usd,
                     "cost_unknown_calls": c.cost_unknown_calls, "max_cost_usd": b.max_cost_usd,
                     "per_second": c.finished_last_minute as f64 / 60.0,

@@ -104,7 +104,7 @@ async fn collect(sql: &SqlStore, args: &Args) -> u8 {
                 c.failed,
                 c.interrupted,
                 c.cancelled,
-                crate::runtime::record::fmt_usd(c.cost_usd),
+                c.cost_usd,
                 crate::runtime::record::fmt_unknown(c.cost_unknown_calls),
                 args.output.display()
             );
@@ -244,7 +244,8 @@ async fn wait(sql: &SqlStore, mut batch: SubmittedBatch, every: Duration) -> Res
     }
 }
 
-/// `412/600 done · 3 failed · 180 queued · 8 running · 12.0/s · ETA 16s · $0.0123`
+/// `412/600 done · 3 failed · 0 interrupted · 180 queued (8 given back) · 8 running · 12.0/s ·
+/// ETA 16s · $0.0123`: runs a worker gave back (its drain) wait with the queued ones.
 pub(crate) fn progress_line(batch: &SubmittedBatch, c: &BatchCounts) -> String {
     let done = c.total() - c.unfinished();
     let rate = c.finished_last_minute as f64 / 60.0;
@@ -257,13 +258,17 @@ pub(crate) fn progress_line(batch: &SubmittedBatch, c: &BatchCounts) -> String {
         "?".to_string()
     };
     format!(
-        "{done}/{} done · {} failed · {} interrupted · {} queued · {} running · {rate:.1}/s · ETA {eta} · {}{}{}",
+        "{done}/{} done · {} failed · {} interrupted · {} queued{} · {} running · {rate:.1}/s · ETA {eta} · {}{}{}",
         batch.items,
         c.failed + c.cancelled,
         c.interrupted,
         c.queued,
+        match c.given_back {
+            0 => String::new(),
+            n => format!(" ({n} given back)"),
+        },
         c.running,
-        crate::runtime::record::fmt_usd(c.cost_usd),
+        c.cost_usd,
         crate::runtime::record::fmt_unknown(c.cost_unknown_calls),
         batch
             .max_cost_usd

@@ -208,7 +208,7 @@ fn list(args: ListArgs) -> u8 {
             } else {
                 r.steps.to_string()
             },
-            crate::runtime::record::fmt_usd(r.usage.cost_usd),
+            r.usage.cost_usd,
         );
     }
     super::exit::OK
@@ -578,7 +578,7 @@ fn show(args: ShowArgs) -> u8 {
         let _ = writeln!(
             out,
             "cost      {}{} · tokens {} in, {} out{lower_bound}",
-            crate::runtime::record::fmt_usd(run.usage.cost_usd),
+            run.usage.cost_usd,
             crate::runtime::record::fmt_unknown(run.usage.cost_unknown_calls),
             run.usage.input_tokens,
             run.usage.output_tokens

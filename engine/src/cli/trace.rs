@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use crate::report::question::{self, capped};
 use crate::runtime::record::{
-    StepRecord, StepStatus, Usage, fmt_unknown, fmt_usd, loop_order, loop_owner, loop_split,
+    StepRecord, StepStatus, Usage, fmt_unknown, loop_order, loop_owner, loop_split,
 };
 use crate::runtime::resume::Waiting;
 use crate::store::Store;
@@ -224,7 +224,7 @@ fn print_one<'a, S: Store>(
             }
             // A turn's line has its tokens and cost already.
             if s.kind != "turn"
-                && (s.usage.cost_usd > 0.0 || s.usage.input_tokens > 0 || s.usage.cost_unknown_calls > 0)
+                && (!s.usage.cost_usd.is_zero() || s.usage.input_tokens > 0 || s.usage.cost_unknown_calls > 0)
             {
                 let _ = writeln!(
                     out,
@@ -232,7 +232,7 @@ fn print_one<'a, S: Store>(
                     "  ".repeat(depth),
                     s.usage.input_tokens,
                     s.usage.output_tokens,
-                    fmt_usd(s.usage.cost_usd),
+                    s.usage.cost_usd,
                     fmt_unknown(s.usage.cost_unknown_calls)
                 );
             }
@@ -508,9 +508,9 @@ pub fn abandoned_requests(s: &StepRecord) -> u64 {
         .unwrap_or(0)
 }
 
-/// ` · 120 tokens (100 in, 20 out) · $0.00014`, or nothing when no tokens were used.
+/// ` · 120 tokens (100 in, 20 out) · $0.0001`, or nothing when no tokens were used.
 fn usage(u: &Usage) -> String {
-    if u.input_tokens + u.output_tokens == 0 && u.cost_usd == 0.0 && u.cost_unknown_calls == 0 {
+    if u.input_tokens + u.output_tokens == 0 && u.cost_usd.is_zero() && u.cost_unknown_calls == 0 {
         return String::new();
     }
     format!(
@@ -518,7 +518,7 @@ fn usage(u: &Usage) -> String {
         u.input_tokens + u.output_tokens,
         u.input_tokens,
         u.output_tokens,
-        fmt_usd(u.cost_usd),
+        u.cost_usd,
         fmt_unknown(u.cost_unknown_calls)
     )
 }

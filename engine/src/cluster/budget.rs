@@ -23,7 +23,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::runtime::StepError;
-use crate::runtime::budget::{CheckFuture, SharedBudget, batch_check, nano};
+use crate::runtime::budget::{CheckFuture, SharedBudget, batch_check};
+use crate::runtime::cost::Cost;
 use crate::runtime::record::Usage;
 use crate::store::StoreError;
 use crate::store::any::AnyStore;
@@ -73,11 +74,11 @@ impl BatchSpend {
         let AnyStore::Sql(sql) = &*self.store else {
             return Ok(());
         };
-        let mine = self.mine_nano.load(Ordering::Relaxed) as f64 / 1e9;
+        let mine = Cost::from_nanos(self.mine_nano.load(Ordering::Relaxed));
         let unknown = self.mine_unknown.load(Ordering::Relaxed);
         let (cap, others, others_unknown) = sql.share_spend(&self.batch, &self.worker, mine, unknown).await?;
         *self.cap.lock().unwrap_or_else(|p| p.into_inner()) = cap;
-        self.others_nano.store(nano(others), Ordering::Relaxed);
+        self.others_nano.store(others.nanos(), Ordering::Relaxed);
         self.others_unknown.store(others_unknown, Ordering::Relaxed);
         Ok(())
     }
@@ -102,7 +103,7 @@ impl BatchSpend {
         };
         let spent_nano = self.mine_nano.load(Ordering::Relaxed) + self.others_nano.load(Ordering::Relaxed);
         let spent = Usage {
-            cost_usd: spent_nano as f64 / 1e9,
+            cost_usd: Cost::from_nanos(spent_nano),
             cost_unknown_calls: self.mine_unknown.load(Ordering::Relaxed)
                 + self.others_unknown.load(Ordering::Relaxed),
             ..Usage::default()
@@ -126,7 +127,8 @@ impl SharedBudget for BatchSpend {
         if replayed {
             return;
         }
-        self.mine_nano.fetch_add(nano(usage.cost_usd), Ordering::Relaxed);
+        self.mine_nano
+            .fetch_add(usage.cost_usd.nanos(), Ordering::Relaxed);
         self.mine_unknown
             .fetch_add(usage.cost_unknown_calls, Ordering::Relaxed);
         self.spent.notify_one();

@@ -29,7 +29,7 @@ pub struct Collected {
     pub cancelled: u64,
     /// Items left out because their latest run has not finished (`--partial`).
     pub unfinished: u64,
-    pub cost_usd: f64,
+    pub cost_usd: crate::runtime::cost::Cost,
     /// Model calls of the written items whose cost is unknown.
     pub cost_unknown_calls: u64,
 }

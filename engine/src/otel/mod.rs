@@ -138,7 +138,7 @@ impl Tree {
         put_opt_u64(b, run.finished_at.map(|at| record::nanos(at, run.finished_ns)));
         put_u64(b, run.usage.input_tokens);
         put_u64(b, run.usage.output_tokens);
-        put_u64(b, run.usage.cost_usd.to_bits());
+        put_u64(b, run.usage.cost_usd.usd().to_bits());
         put_u64(b, run.usage.cost_unknown_calls);
         put_opt(b, run.batch.as_deref());
         put_opt(b, run.item_id.as_deref());
@@ -158,7 +158,7 @@ impl Tree {
         put_opt_u64(b, s.finished_at.map(|at| record::nanos(at, s.finished_ns)));
         put_u64(b, s.usage.input_tokens);
         put_u64(b, s.usage.output_tokens);
-        put_u64(b, s.usage.cost_usd.to_bits());
+        put_u64(b, s.usage.cost_usd.usd().to_bits());
         put_u64(b, s.usage.cost_unknown_calls);
         put_error(b, s.error.as_ref());
         put_opt(b, s.route.as_deref());
@@ -1094,7 +1094,7 @@ mod tests {
             usage: crate::runtime::record::Usage {
                 input_tokens: 3,
                 output_tokens: 4,
-                cost_usd: 0.25,
+                cost_usd: crate::runtime::cost::Cost::from_nanos(250_000_000),
                 cost_unknown_calls: 0,
             },
             steps: 1,

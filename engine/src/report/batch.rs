@@ -13,7 +13,8 @@ use std::fmt::Write as _;
 use serde_json::Value;
 
 use super::run::html;
-use crate::runtime::record::{fmt_unknown, fmt_usd};
+use crate::runtime::cost::Cost;
+use crate::runtime::record::fmt_unknown;
 
 /// The slowest items listed.
 pub const SLOWEST: usize = 20;
@@ -31,7 +32,7 @@ pub struct Item {
     pub error_kind: Option<String>,
     pub error_message: Option<String>,
     pub run_id: Option<String>,
-    pub cost_usd: f64,
+    pub cost_usd: Cost,
     /// Model calls whose cost is unknown (no `usage` reported).
     pub cost_unknown_calls: u64,
     pub duration_ms: u64,
@@ -63,7 +64,13 @@ impl Item {
             error_kind: error.and_then(|e| e["kind"].as_str()).map(str::to_string),
             error_message: error.and_then(|e| e["message"].as_str()).map(str::to_string),
             run_id: o.get("run_id").and_then(Value::as_str).map(str::to_string),
-            cost_usd: o.get("cost_usd").and_then(Value::as_f64).unwrap_or(0.0),
+            cost_usd: match o.get("cost_usd") {
+                None | Some(Value::Null) => Cost::ZERO,
+                Some(v) => v
+                    .as_f64()
+                    .and_then(Cost::from_usd)
+                    .ok_or_else(|| format!("line {line}: `cost_usd` is {v}, not a cost in USD"))?,
+            },
             cost_unknown_calls: o.get("cost_unknown_calls").and_then(Value::as_u64).unwrap_or(0),
             duration_ms: o.get("duration_ms").and_then(Value::as_u64).unwrap_or(0),
         })
@@ -83,7 +90,7 @@ pub struct Summary {
     first_run: Option<String>,
     pub items: u64,
     pub by_status: BTreeMap<String, u64>,
-    pub cost_usd: f64,
+    pub cost_usd: Cost,
     pub cost_unknown_calls: u64,
     durations: Vec<u32>,
     /// The slowest items, slowest first.
@@ -239,7 +246,7 @@ pub fn batch_html(s: &Summary, link: &dyn Fn(&str) -> Option<String>, note: Opti
         o,
         "<div>{} items · cost {}{} · median {} ms · 90% within {} ms · longest {} ms</div>",
         s.items,
-        fmt_usd(s.cost_usd),
+        s.cost_usd,
         fmt_unknown(s.cost_unknown_calls),
         Summary::quantile(&sorted, 0.5),
         Summary::quantile(&sorted, 0.9),
@@ -325,7 +332,7 @@ pub fn batch_html(s: &Summary, link: &dyn Fn(&str) -> Option<String>, note: Opti
             html(&i.id),
             html(&i.status),
             i.duration_ms,
-            fmt_usd(i.cost_usd) + &fmt_unknown(i.cost_unknown_calls)
+            i.cost_usd.to_string() + &fmt_unknown(i.cost_unknown_calls)
         );
         if with_error {
             let _ = write!(
@@ -405,7 +412,7 @@ mod tests {
             error_kind: kind.map(str::to_string),
             error_message: kind.map(|k| format!("{k} happened")),
             run_id: Some(format!("r{line}")),
-            cost_usd: 0.5,
+            cost_usd: Cost::from_nanos(500_000_000),
             cost_unknown_calls: 0,
             duration_ms: ms,
         }
@@ -431,7 +438,7 @@ mod tests {
         assert_eq!(s.slowest.len(), SLOWEST);
         assert_eq!(s.slowest[0].duration_ms, 999);
         assert!(s.slowest.windows(2).all(|w| w[0].duration_ms >= w[1].duration_ms));
-        assert!((s.cost_usd - 500.0).abs() < 1e-9);
+        assert_eq!(s.cost_usd, Cost::from_nanos(500_000_000_000));
         assert_eq!(
             relative_link(&["javascript:alert(1)?é #%.runs", "r1.html"]),
             "./javascript%3Aalert%281%29%3F%C3%A9%20%23%25.runs/r1.html"
@@ -461,6 +468,18 @@ mod tests {
             Item::from_line(5, "{\"a\": 1}")
                 .unwrap_err()
                 .contains("line 5: no `status`")
+        );
+        // A cost written by a float sum reads as the amount it meant; no amount is an error.
+        let drifted = r#"{"status": "succeeded", "cost_usd": 0.0009900000000000002}"#;
+        assert_eq!(
+            Item::from_line(1, drifted).unwrap().cost_usd,
+            Cost::from_nanos(990_000)
+        );
+        assert_eq!(
+            Item::from_line(4, r#"{"status": "succeeded", "cost_usd": -1}"#)
+                .err()
+                .as_deref(),
+            Some("line 4: `cost_usd` is -1, not a cost in USD")
         );
     }
 }

@@ -16,7 +16,7 @@ use std::fmt::Write as _;
 use serde_json::{Value, json};
 
 use crate::plan::svg::{self, Marks};
-use crate::runtime::record::{RunRecord, RunStatus, StepRecord, StepStatus, fmt_usd, loop_order, loop_owner};
+use crate::runtime::record::{RunRecord, RunStatus, StepRecord, StepStatus, loop_order, loop_owner};
 use crate::runtime::resume::Waiting;
 
 /// Iteration records of one step shown as rows.
@@ -451,7 +451,7 @@ pub fn run_html(r: &RunReport) -> String {
     );
     field(
         "cost",
-        fmt_usd(run.usage.cost_usd) + &crate::runtime::record::fmt_unknown(run.usage.cost_unknown_calls),
+        run.usage.cost_usd.to_string() + &crate::runtime::record::fmt_unknown(run.usage.cost_unknown_calls),
     );
     if let Some(e) = &run.error {
         field("error", format!("[{}] {}", e.kind, e.message));
@@ -552,8 +552,9 @@ pub fn run_html(r: &RunReport) -> String {
             } else {
                 String::new()
             },
-            if s.usage.cost_usd > 0.0 || s.usage.cost_unknown_calls > 0 {
-                fmt_usd(s.usage.cost_usd) + &crate::runtime::record::fmt_unknown(s.usage.cost_unknown_calls)
+            if !s.usage.cost_usd.is_zero() || s.usage.cost_unknown_calls > 0 {
+                s.usage.cost_usd.to_string()
+                    + &crate::runtime::record::fmt_unknown(s.usage.cost_unknown_calls)
             } else {
                 String::new()
             },

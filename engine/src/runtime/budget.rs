@@ -7,7 +7,8 @@
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::record::{Usage, fmt_usd};
+use super::cost::Cost;
+use super::record::Usage;
 use super::{ErrorKind, StepError};
 
 /// What [`SharedBudget::check`] returns.
@@ -24,16 +25,11 @@ pub trait SharedBudget: Send + Sync + std::fmt::Debug {
     fn spend(&self, usage: &Usage, replayed: bool);
 }
 
-/// Nano-dollars of `usd`, the unit budgets add in.
-pub fn nano(usd: f64) -> u64 {
-    let n = (usd * 1e9).round();
-    if n.is_finite() && n > 0.0 { n as u64 } else { 0 }
-}
-
 /// A budget counted in one process: `limit` USD (named `by`, e.g. `--max-cost-usd`) against
-/// what was counted so far.
+/// what was counted so far, in nano-dollars.
 #[derive(Debug)]
 pub struct CostCap {
+    /// As written, for messages; compared as [`Cost::budget`].
     pub limit: f64,
     pub by: &'static str,
     spent_nano: AtomicU64,
@@ -53,7 +49,8 @@ impl CostCap {
     /// Counts what was spent outside the calls this process makes (items of an earlier
     /// start, other workers).
     pub fn add(&self, usage: &Usage) {
-        self.spent_nano.fetch_add(nano(usage.cost_usd), Ordering::Relaxed);
+        self.spent_nano
+            .fetch_add(usage.cost_usd.nanos(), Ordering::Relaxed);
         self.unknown
             .fetch_add(usage.cost_unknown_calls, Ordering::Relaxed);
     }
@@ -61,7 +58,7 @@ impl CostCap {
     /// What was counted so far.
     pub fn spent(&self) -> Usage {
         Usage {
-            cost_usd: self.spent_nano.load(Ordering::Relaxed) as f64 / 1e9,
+            cost_usd: Cost::from_nanos(self.spent_nano.load(Ordering::Relaxed)),
             cost_unknown_calls: self.unknown.load(Ordering::Relaxed),
             ..Usage::default()
         }
@@ -83,34 +80,45 @@ impl SharedBudget for CostCap {
     }
 }
 
+/// Whether `spent` is still under the budget `limit` USD, compared in whole nano-dollars
+/// ([`Cost::budget`]): `0` allows calls until one costs something. A limit past what a count
+/// can reach never is; one that is no amount (negative, not a number: refused where it is
+/// read) is taken as `0`.
+pub fn under(spent: Cost, limit: f64) -> bool {
+    spent.is_zero()
+        || match Cost::budget(limit) {
+            Some(cap) => spent < cap,
+            None => limit.is_finite() && limit > 0.0 || limit == f64::INFINITY,
+        }
+}
+
 /// Whether a batch that has `spent` leaves room for another call under `limit` USD (named
 /// `by`): a call of unknown cost leaves none, and `0` allows calls until one costs something.
 pub fn batch_check(limit: f64, by: &str, spent: &Usage) -> Result<(), StepError> {
     if spent.cost_unknown_calls > 0 {
         return Err(unknown_cost(by, limit, spent.cost_unknown_calls));
     }
-    if spent.cost_usd < limit || spent.cost_usd <= 0.0 {
+    if under(spent.cost_usd, limit) {
         return Ok(());
     }
     Err(StepError::new(
         ErrorKind::Limit,
         format!(
             "cost limit reached: the batch has spent {} ({by} {limit})",
-            fmt_usd(spent.cost_usd)
+            spent.cost_usd
         ),
     )
     .with_details(serde_json::json!({"spent_usd": spent.cost_usd, "limit_usd": limit})))
 }
 
-/// Why a batch with `--max-cost-usd` `max` stopped starting items, having spent `usd` with
+/// Why a batch with `--max-cost-usd` `max` stopped starting items, having spent `cost` with
 /// `unknown` calls of unknown cost (earlier starts included).
-pub fn batch_stopped(max: f64, usd: f64, unknown: u64) -> String {
+pub fn batch_stopped(max: f64, cost: Cost, unknown: u64) -> String {
     if unknown > 0 {
         return unknown_cost("--max-cost-usd", max, unknown).message;
     }
     format!(
-        "the cost limit was reached: the batch has spent {} of --max-cost-usd {max} (earlier starts included)",
-        fmt_usd(usd)
+        "the cost limit was reached: the batch has spent {cost} of --max-cost-usd {max} (earlier starts included)"
     )
 }
 
@@ -129,4 +137,30 @@ pub fn unknown_cost(by: &str, limit: f64, unknown: u64) -> StepError {
         ),
     )
     .with_details(serde_json::json!({"cost_unknown_calls": unknown, "limit_usd": limit}))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_budget_is_compared_in_whole_nano_dollars() {
+        let usd = |x: f64| Cost::from_usd(x).expect("a cost");
+        // Anything goes until something is spent; then the limit itself is too much.
+        assert!(under(Cost::ZERO, 0.0) && !under(Cost::from_nanos(1), 0.0));
+        assert!(under(usd(0.2999999), 0.3) && !under(usd(0.1) + usd(0.2), 0.3));
+        assert!(under(usd(1e9), f64::INFINITY) && under(usd(1e9), 1e20));
+        // No amount: as 0.
+        assert!(!under(Cost::from_nanos(1), -1.0) && !under(Cost::from_nanos(1), f64::NAN));
+        let spent = Usage {
+            cost_usd: usd(0.005),
+            ..Usage::default()
+        };
+        let e = batch_check(0.005, "--max-cost-usd", &spent).expect_err("spent");
+        assert_eq!(
+            e.message,
+            "cost limit reached: the batch has spent $0.0050 (--max-cost-usd 0.005)"
+        );
+        assert!(batch_check(0.0050000001, "--max-cost-usd", &spent).is_ok());
+    }
 }

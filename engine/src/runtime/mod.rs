@@ -6,6 +6,7 @@
 
 pub mod budget;
 pub mod changes;
+pub mod cost;
 pub mod data;
 pub mod engine;
 pub mod error;

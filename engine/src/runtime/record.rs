@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::StepError;
+use super::cost::Cost;
 use super::data::{Change, Violation};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -71,7 +72,8 @@ impl StepStatus {
 pub struct Usage {
     pub input_tokens: u64,
     pub output_tokens: u64,
-    pub cost_usd: f64,
+    /// Written as USD (`cost_usd` in JSON and the store), counted in nano-dollars.
+    pub cost_usd: Cost,
     /// Model calls whose response reported no usage (SPEC §6.1): their cost is unknown, not
     /// in `cost_usd`. Written only when there are some.
     #[serde(default, skip_serializing_if = "is_zero")]
@@ -410,35 +412,5 @@ mod tests {
         assert_ne!(a, b);
         assert!(a.starts_with('r') && a.len() >= 22, "{a}");
         assert!(a[1..].chars().all(|c| c.is_ascii_hexdigit()), "{a}");
-    }
-}
-
-/// A cost in USD for people: at least 4 decimals, and as many more as show its first two
-/// significant digits, up to the nano-dollar the engine counts in (`$0.0123`, `$0.000013`,
-/// `$0.0000`, `$12.5000`).
-pub fn fmt_usd(usd: f64) -> String {
-    let nine = format!("{:.9}", usd.abs());
-    let decimals = nine
-        .split_once('.')
-        .filter(|(int, _)| int.bytes().all(|b| b == b'0'))
-        .and_then(|(_, frac)| frac.bytes().position(|b| b != b'0'))
-        .map_or(4, |first| (first + 2).clamp(4, 9));
-    format!("${usd:.decimals$}")
-}
-
-#[cfg(test)]
-mod usd_tests {
-    use super::fmt_usd;
-
-    #[test]
-    fn costs_keep_two_significant_digits() {
-        assert_eq!(fmt_usd(0.0), "$0.0000");
-        assert_eq!(fmt_usd(0.000013), "$0.000013");
-        assert_eq!(fmt_usd(0.00001234), "$0.000012");
-        assert_eq!(fmt_usd(0.0123), "$0.0123");
-        assert_eq!(fmt_usd(0.0001), "$0.00010");
-        assert_eq!(fmt_usd(0.000000001), "$0.000000001");
-        assert_eq!(fmt_usd(12.5), "$12.5000");
-        assert_eq!(fmt_usd(1e-12), "$0.0000");
     }
 }

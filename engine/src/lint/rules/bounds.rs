@@ -164,6 +164,11 @@ pub fn check(cx: &FlowCx, out: &mut Vec<Diagnostic>) {
         if let Some(m) = &p.max_concurrency {
             range(out, m, "max_concurrency", 1, 100_000);
         }
+        // A negative price would count calls as paying back.
+        for price in p.prices.values() {
+            range_f(out, &price.input_per_mtok, "input_per_mtok", 0.0, 1e6);
+            range_f(out, &price.output_per_mtok, "output_per_mtok", 0.0, 1e6);
+        }
         if let Some(t) = &p.assume_tokens_per_call {
             range(out, t, "assume_tokens_per_call", 1, u64::MAX);
         }

@@ -8,14 +8,15 @@ use serde_json::Value;
 
 use super::{Run, Tree};
 use crate::runtime::budget;
+use crate::runtime::cost::Cost;
 use crate::runtime::data::Change;
 use crate::runtime::record::Usage;
 use crate::runtime::{ErrorKind, StepError};
 use crate::store::Store;
 
 impl Tree {
-    pub(super) fn spent(&self) -> f64 {
-        self.spent_nano.load(Ordering::Relaxed) as f64 / 1e9
+    pub(super) fn spent(&self) -> Cost {
+        Cost::from_nanos(self.spent_nano.load(Ordering::Relaxed))
     }
 
     pub(super) fn unknown_calls(&self) -> u64 {
@@ -26,7 +27,7 @@ impl Tree {
     /// `replayed`: the record of a call of an earlier start, standing in for it.
     pub(super) fn spend(&self, usage: &Usage, replayed: bool) {
         self.spent_nano
-            .fetch_add(budget::nano(usage.cost_usd), Ordering::Relaxed);
+            .fetch_add(usage.cost_usd.nanos(), Ordering::Relaxed);
         self.unknown_calls
             .fetch_add(usage.cost_unknown_calls, Ordering::Relaxed);
         if let Some(shared) = &self.options.shared_budget {
@@ -40,15 +41,18 @@ impl Tree {
 /// `unknown_base` on. Reached, or a call's cost unknown, it stops new agent calls.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Budget {
-    pub(super) base: f64,
+    pub(super) base: Cost,
     pub(super) unknown_base: u64,
+    /// As written; compared in whole nano-dollars ([`Cost::budget`]).
     pub(super) limit: f64,
     pub(super) by: &'static str,
 }
 
 impl Budget {
-    fn ceiling(&self) -> f64 {
-        self.base + self.limit
+    /// The tree's spending at which this budget is spent: exact, so a child's budget that
+    /// begins at `$0.1` with `0.2` to spend ends at `$0.3`, not a float's hair past it.
+    fn ceiling(&self) -> Option<Cost> {
+        Cost::budget(self.limit).map(|limit| self.base + limit)
     }
 
     /// The tighter of two budgets; calls of unknown cost count from the earlier start of
@@ -57,7 +61,12 @@ impl Budget {
         match (a, b) {
             (Some(a), Some(b)) => {
                 let unknown_base = a.unknown_base.min(b.unknown_base);
-                let tighter = if b.ceiling() < a.ceiling() { b } else { a };
+                // `None` (no ceiling a count can reach) is the loosest.
+                let tighter = match (a.ceiling(), b.ceiling()) {
+                    (Some(x), Some(y)) if y < x => b,
+                    (None, Some(_)) => b,
+                    _ => a,
+                };
                 Some(Budget {
                     unknown_base,
                     ..tighter
@@ -131,21 +140,16 @@ impl<'e, S: Store> Run<'e, S> {
         if unknown > 0 {
             return Err(budget::unknown_cost(b.by, b.limit, unknown));
         }
-        let spent = self.tree.spent();
-        // `max_cost_usd: 0` allows calls until one costs something.
-        if spent < b.ceiling() || spent <= b.base {
+        // Since this budget began; `max_cost_usd: 0` allows calls until one costs something.
+        let spent = self.tree.spent().saturating_sub(b.base);
+        if budget::under(spent, b.limit) {
             return Ok(());
         }
         Err(StepError::new(
             ErrorKind::Limit,
-            format!(
-                "cost limit reached: ${:.6} spent ({} {})",
-                spent - b.base,
-                b.by,
-                b.limit
-            ),
+            format!("cost limit reached: {spent} spent ({} {})", b.by, b.limit),
         )
-        .with_details(serde_json::json!({"spent_usd": spent - b.base, "limit_usd": b.limit})))
+        .with_details(serde_json::json!({"spent_usd": spent, "limit_usd": b.limit})))
     }
 }
 fn payload_limit(name: &str, max: u64) -> StepError {

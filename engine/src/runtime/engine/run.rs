@@ -15,6 +15,7 @@ use super::{
 };
 use crate::agents::AgentState;
 use crate::plan::*;
+use crate::runtime::cost::Cost;
 use crate::runtime::record::{self, RunRecord, RunStatus, StepRecord, StepStatus, Usage};
 use crate::runtime::resume::{Replay, ResumeError, ResumeOptions};
 use crate::runtime::steps::StepsVar;
@@ -386,13 +387,13 @@ impl<S: Store> Engine<S> {
             .collect();
         let budget = Budget::min(
             options.max_cost_usd.map(|limit| Budget {
-                base: 0.0,
+                base: Cost::ZERO,
                 unknown_base: 0,
                 limit,
                 by: "--max-cost-usd",
             }),
             plan.root().limits.max_cost_usd.map(|limit| Budget {
-                base: 0.0,
+                base: Cost::ZERO,
                 unknown_base: 0,
                 limit,
                 by: "limits.max_cost_usd",

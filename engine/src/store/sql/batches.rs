@@ -3,6 +3,9 @@
 
 use serde_json::Value;
 
+use super::rows::{sum_nanos, summed};
+use crate::runtime::cost::Cost;
+
 /// A batch as `submit` recorded it (a row of `batches`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct SubmittedBatch {
@@ -50,14 +53,19 @@ pub struct WorkerRow {
 /// What the runs of a submitted batch come to: each item counted once, by its latest run.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct BatchCounts {
+    /// Waiting for a worker: never claimed, or given back unfinished (`given_back`).
     pub queued: u64,
+    /// Of `queued`, runs a worker started and gave back (its drain, a store failure): still
+    /// `running` on record, with no lease, for the next claim to resume.
+    pub given_back: u64,
+    /// Held by a worker (its lease may have run out, if the worker died).
     pub running: u64,
     pub succeeded: u64,
     pub failed: u64,
     pub interrupted: u64,
     pub cancelled: u64,
     /// The cost of every run of the batch, retried ones included.
-    pub cost_usd: f64,
+    pub cost_usd: Cost,
     /// Model calls of those runs whose cost is unknown (no `usage` reported).
     pub cost_unknown_calls: u64,
     /// Items whose latest run a worker (or `resume`) ended in the last minute (the rate): lines
@@ -105,13 +113,16 @@ impl super::SqlStore {
         let what = format!("counting the runs of batch `{name}`");
         let err = |e: sqlx::Error| self.ctx.error(&what, &e);
         let since = i64::try_from(now_ms.saturating_sub(60_000)).unwrap_or(i64::MAX);
+        // A `running` run without a lease owner was given back (`release`): it waits for a
+        // claim like a queued one, and no worker runs it.
         let rows = sqlx::query(
-            "SELECT status, COUNT(*) AS n, \
+            "SELECT CASE WHEN status = 'running' AND lease_epoch IS NOT NULL AND lease_owner IS NULL \
+             THEN 'given_back' ELSE status END AS status, COUNT(*) AS n, \
              SUM(CASE WHEN finished_at >= $2 AND lease_epoch > 0 THEN 1 ELSE 0 END) AS recent FROM ( \
-               SELECT status, finished_at, lease_epoch, ROW_NUMBER() OVER ( \
+               SELECT status, finished_at, lease_epoch, lease_owner, ROW_NUMBER() OVER ( \
                  PARTITION BY item_index ORDER BY started_at DESC, id DESC) AS latest \
                FROM runs WHERE batch = $1 AND parent_run IS NULL) items \
-             WHERE latest = 1 GROUP BY status",
+             WHERE latest = 1 GROUP BY 1",
         )
         .bind(name.to_string())
         .bind(since)
@@ -126,6 +137,10 @@ impl super::SqlStore {
             let n = u64::try_from(n).unwrap_or(0);
             match status.as_str() {
                 "queued" => c.queued += n,
+                "given_back" => {
+                    c.queued += n;
+                    c.given_back += n;
+                }
                 "running" => c.running += n,
                 "succeeded" => c.succeeded += n,
                 "failed" => c.failed += n,
@@ -134,18 +149,23 @@ impl super::SqlStore {
             }
             c.finished_last_minute += u64::try_from(recent.unwrap_or(0)).unwrap_or(0);
         }
-        let cost = sqlx::query(
+        let cost = sqlx::query(sqlx::AssertSqlSafe(format!(
             // PostgreSQL sums BIGINTs as NUMERIC, which the Any driver does not read.
-            "SELECT SUM(cost_usd) AS cost, CAST(SUM(COALESCE(cost_unknown_calls, 0)) AS BIGINT) AS unknown \
+            "SELECT {} AS cost, CAST(SUM(COALESCE(cost_unknown_calls, 0)) AS BIGINT) AS unknown \
              FROM runs WHERE batch = $1 AND parent_run IS NULL",
-        )
+            sum_nanos("cost_usd")
+        )))
         .bind(name.to_string())
         .fetch_one(&self.pool)
         .await
         .map_err(err)?;
-        let spent: Option<f64> = cost.try_get("cost").map_err(err)?;
+        let spent: Option<i64> = cost.try_get("cost").map_err(err)?;
         let unknown: Option<i64> = cost.try_get("unknown").map_err(err)?;
-        c.cost_usd = spent.unwrap_or(0.0);
+        c.cost_usd = summed(spent, "cost_usd").map_err(|m| super::StoreError::Database {
+            store: self.ctx.store.to_string(),
+            what: what.clone(),
+            message: m,
+        })?;
         c.cost_unknown_calls = u64::try_from(unknown.unwrap_or(0)).unwrap_or(0);
         Ok(c)
     }

@@ -19,9 +19,10 @@ use sqlx::any::AnyRow;
 use sqlx::{AssertSqlSafe, Connection, Row};
 
 use super::batches::{SubmittedBatch, WorkerRow};
-use super::rows::{RunRow, decode_run};
+use super::rows::{RunRow, decode_run, sum_nanos, summed};
 use super::statements::RUN_COLUMNS;
 use super::{SqlStore, StoreError};
+use crate::runtime::cost::Cost;
 use crate::runtime::record::RunRecord;
 
 /// Which runs a claim takes ([`SqlStore::claim`]).
@@ -193,16 +194,16 @@ impl SqlStore {
         Ok(())
     }
 
-    /// Records what worker `worker`'s own calls of batch `batch` have cost so far (`usd`, and
-    /// `unknown` calls of unknown cost), and returns the batch's cap and what every other
-    /// worker recorded, added up: one short transaction.
+    /// Records what worker `worker`'s own calls of batch `batch` have cost so far (`spent`,
+    /// and `unknown` calls of unknown cost), and returns the batch's cap and what every other
+    /// worker recorded, added up in whole nano-dollars: one short transaction.
     pub async fn share_spend(
         &self,
         batch: &str,
         worker: &str,
-        usd: f64,
+        spent: Cost,
         unknown: u64,
-    ) -> Result<(Option<f64>, f64, u64), StoreError> {
+    ) -> Result<(Option<f64>, Cost, u64), StoreError> {
         let what = format!("sharing the spend of batch `{batch}`");
         let err = |e: sqlx::Error| self.ctx.error(&what, &e);
         let mut tx = self.pool.begin().await.map_err(err)?;
@@ -213,16 +214,17 @@ impl SqlStore {
         )
         .bind(batch.to_string())
         .bind(worker.to_string())
-        .bind(usd)
+        .bind(spent.usd())
         .bind(int(unknown))
         .execute(&mut *tx)
         .await
         .map_err(err)?;
-        let row = sqlx::query(
+        let row = sqlx::query(AssertSqlSafe(format!(
             "SELECT (SELECT max_cost_usd FROM batches WHERE name = $1) AS cap, \
-             SUM(cost_usd) AS usd, CAST(SUM(cost_unknown_calls) AS BIGINT) AS unknown \
+             {} AS nanos, CAST(SUM(cost_unknown_calls) AS BIGINT) AS unknown \
              FROM batch_spend WHERE batch = $1 AND worker <> $2",
-        )
+            sum_nanos("cost_usd")
+        )))
         .bind(batch.to_string())
         .bind(worker.to_string())
         .fetch_one(&mut *tx)
@@ -230,13 +232,10 @@ impl SqlStore {
         .map_err(err)?;
         tx.commit().await.map_err(err)?;
         let cap: Option<f64> = row.try_get("cap").map_err(err)?;
-        let usd: Option<f64> = row.try_get("usd").map_err(err)?;
+        let nanos: Option<i64> = row.try_get("nanos").map_err(err)?;
+        let others = summed(nanos, "cost_usd").map_err(|m| self.corrupt(&what, m))?;
         let unknown: Option<i64> = row.try_get("unknown").map_err(err)?;
-        Ok((
-            cap,
-            usd.unwrap_or(0.0),
-            u64::try_from(unknown.unwrap_or(0)).unwrap_or(0),
-        ))
+        Ok((cap, others, u64::try_from(unknown.unwrap_or(0)).unwrap_or(0)))
     }
 
     /// Marks batch `name` complete: every one of its `items` lines has its run.

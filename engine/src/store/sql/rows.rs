@@ -8,6 +8,7 @@ use sqlx::any::{AnyArguments, AnyRow};
 use sqlx::query::Query;
 use sqlx::{Any, Row};
 
+use crate::runtime::cost::Cost;
 use crate::runtime::record::{RunRecord, RunStatus, StepRecord, StepStatus, Usage};
 use crate::store::StoreError;
 
@@ -63,7 +64,7 @@ impl RunRow {
             finished_at: r.finished_at.map(|t| int(t, "finished_at")).transpose()?,
             input_tokens: int(r.usage.input_tokens, "input_tokens")?,
             output_tokens: int(r.usage.output_tokens, "output_tokens")?,
-            cost_usd: r.usage.cost_usd,
+            cost_usd: r.usage.cost_usd.usd(),
             steps: int(r.steps, "steps")?,
             context: (!r.context.is_null()).then(|| json(&r.context)).transpose()?,
             batch: r.batch.clone(),
@@ -154,7 +155,7 @@ impl StepRow {
             finished_at: s.finished_at.map(|t| int(t, "finished_at")).transpose()?,
             input_tokens: int(s.usage.input_tokens, "input_tokens")?,
             output_tokens: int(s.usage.output_tokens, "output_tokens")?,
-            cost_usd: s.usage.cost_usd,
+            cost_usd: s.usage.cost_usd.usd(),
             child_run: s.child_run.clone(),
             route: s.route.clone(),
             answers: s.answers.as_ref().map(json).transpose()?,
@@ -279,9 +280,29 @@ fn usage(row: &AnyRow) -> Result<Usage, String> {
     Ok(Usage {
         input_tokens: uint(get(row, "input_tokens")?, "input_tokens")?,
         output_tokens: uint(get(row, "output_tokens")?, "output_tokens")?,
-        cost_usd: get(row, "cost_usd")?,
+        cost_usd: cost(get(row, "cost_usd")?, "cost_usd")?,
         cost_unknown_calls: uint(unknown.unwrap_or(0), "cost_unknown_calls")?,
     })
+}
+
+/// A `cost_usd` column (USD, `DOUBLE PRECISION`, written as [`Cost::usd`]) read back in
+/// whole nano-dollars: rounding gives back the amount written, and mends the float drift of
+/// sums recorded before costs were counted in nano-dollars.
+pub(crate) fn cost(usd: f64, col: &str) -> Result<Cost, String> {
+    Cost::from_usd(usd).ok_or_else(|| format!("column `{col}`: {usd} is not a cost in USD"))
+}
+
+/// The SQL of the sum of a `cost_usd` column in whole nano-dollars (`BIGINT`; NULL over no
+/// rows): each row is rounded to the nano-dollar before they are added, as integers, so the
+/// sum of a million rows is exact where a sum of doubles drifts. PostgreSQL sums `BIGINT`s
+/// as `NUMERIC`, which the Any driver does not read: cast back.
+pub(crate) fn sum_nanos(column: &str) -> String {
+    format!("CAST(SUM(CAST(ROUND({column} * 1000000000) AS BIGINT)) AS BIGINT)")
+}
+
+/// A [`sum_nanos`] as read.
+pub(crate) fn summed(nanos: Option<i64>, col: &str) -> Result<Cost, String> {
+    uint(nanos.unwrap_or(0), col).map(Cost::from_nanos)
 }
 
 fn get<'r, T>(row: &'r AnyRow, col: &str) -> Result<T, String>

@@ -1,6 +1,8 @@
 //! `switchyard graph`: the compiled flow drawn as Mermaid and DOT, with every step, labelled
-//! edges, loops as self-loops with their bound and parallel branches inside their step; and as
-//! SVG laid out by switchyard, with loops, `parallel` steps and called flows as boxes.
+//! edges (rival edges numbered in the order tried, the fallback `else`), loops as self-loops
+//! with their bound, parallel branches inside their step and an agent loop's tools as nodes
+//! of their own; and as SVG laid out by switchyard, with loops, `parallel` steps and called
+//! flows as boxes. The run page draws a loop's tools with what the run did with them.
 
 use std::path::Path;
 
@@ -27,11 +29,11 @@ fn mermaid_shows_steps_conditions_failures_and_the_end() {
         assert!(m.contains(&format!("  {step}")), "{step} missing:\n{m}");
     }
     assert!(
-        m.contains("s_classify -->|\"if result.category == #quot;other#quot;\"| s_park"),
+        m.contains("s_classify -->|\"2: if result.category == #quot;other#quot;\"| s_park"),
         "{m}"
     );
     assert!(
-        m.contains("s_classify -.->|\"on failure; errors: timeout, rate_limited\"| s_manual_queue"),
+        m.contains("s_classify -.->|\"4: on failure; errors: timeout, rate_limited\"| s_manual_queue"),
         "{m}"
     );
     assert!(m.contains("s_escalate --> failed"), "{m}");
@@ -60,7 +62,7 @@ fn dot_is_a_digraph_with_the_same_edges() {
     assert!(d.starts_with("digraph \"ticket-triage\" {"), "{d}");
     assert!(d.trim_end().ends_with('}'), "{d}");
     assert!(
-        d.contains("s_classify -> s_park [label=\"if result.category == \\\"other\\\"\"]"),
+        d.contains("s_classify -> s_park [label=\"2: if result.category == \\\"other\\\"\"]"),
         "{d}"
     );
     assert!(
@@ -78,7 +80,7 @@ fn declared_ids(text: &str) -> Vec<String> {
         .skip(1)
         .map(str::trim)
         .filter(|l| {
-            let edge = [" -> ", "-->", "-.->"].iter().any(|a| l.contains(a));
+            let edge = [" -> ", "-->", "-.-"].iter().any(|a| l.contains(a));
             let other = ["subgraph", "rankdir", "node [", "edge [", "label="]
                 .iter()
                 .any(|p| l.starts_with(p));
@@ -153,7 +155,13 @@ fn nested_flows_are_clusters_of_one_dot_graph() {
         d.contains("  s_quote -> f1_start [label=\"calls\", style=dotted];\n"),
         "{d}"
     );
-    // The braces outside quoted strings balance, closing the graph on the last line.
+    assert_closes_once(&d);
+    assert_unique(&declared_ids(&d), &d);
+}
+
+/// The braces of a DOT text outside quoted strings balance, closing the graph on the last
+/// line.
+fn assert_closes_once(d: &str) {
     let (mut depth, mut quoted, mut escaped) = (0i32, false, false);
     for (i, c) in d.char_indices() {
         match c {
@@ -172,7 +180,6 @@ fn nested_flows_are_clusters_of_one_dot_graph() {
         }
     }
     assert_eq!(depth, 0, "{d}");
-    assert_unique(&declared_ids(&d), &d);
 }
 
 #[test]
@@ -189,7 +196,7 @@ fn labels_are_escaped_to_render_as_written() {
     let m = m.stdout;
     assert!(m.contains("set $['R#amp;D #quot;beta#quot; #35;2']\"/]\n"), "{m}");
     assert!(
-        m.contains("|\"if payload.n == #quot;#35;1#quot; #amp;#amp;<br/>payload.n #lt; 2\"|"),
+        m.contains("|\"1: if payload.n == #quot;#35;1#quot; #amp;#amp;<br/>payload.n #lt; 2\"|"),
         "{m}"
     );
     // No raw `&`, `"` or `#` is left inside a label, nor a line break.
@@ -219,7 +226,7 @@ fn labels_are_escaped_to_render_as_written() {
     let d = d.stdout;
     assert!(d.contains("set $['R&amp;D \\\"beta\\\" #2']\"];\n"), "{d}");
     assert!(
-        d.contains("[label=\"if payload.n == \\\"#1\\\" &amp;&amp;\\npayload.n < 2\"]"),
+        d.contains("[label=\"1: if payload.n == \\\"#1\\\" &amp;&amp;\\npayload.n < 2\"]"),
         "{d}"
     );
 }
@@ -238,7 +245,7 @@ fn a_backslash_in_a_label_is_not_a_line_break() {
     let m = run(switchyard(dir.path()).args(["graph", "slash.yaml"]));
     assert_eq!(m.code(), 0, "{}", m.stderr);
     assert!(
-        m.stdout.contains("|\"if payload.s == #quot;a#92;nb#quot;\"|"),
+        m.stdout.contains("|\"1: if payload.s == #quot;a#92;nb#quot;\"|"),
         "{}",
         m.stdout
     );
@@ -246,7 +253,8 @@ fn a_backslash_in_a_label_is_not_a_line_break() {
     let d = run(switchyard(dir.path()).args(["graph", "slash.yaml", "--format", "dot"]));
     assert_eq!(d.code(), 0, "{}", d.stderr);
     assert!(
-        d.stdout.contains("[label=\"if payload.s == \\\"a\\\\nb\\\"\"]"),
+        d.stdout
+            .contains("[label=\"1: if payload.s == \\\"a\\\\nb\\\"\"]"),
         "{}",
         d.stdout
     );
@@ -469,7 +477,11 @@ fn svg_draws_failure_edges_loops_parallel_steps_and_called_flows_distinctly() {
                 .map(str::to_string)
         })
         .collect();
-    assert!(labels.iter().any(|l| l == "if payload.auto_reply"), "{labels:?}");
+    assert!(
+        labels.iter().any(|l| l == "1: if payload.auto_reply"),
+        "{labels:?}"
+    );
+    assert!(labels.iter().any(|l| l == "2: else"), "{labels:?}");
     assert!(labels.iter().any(|l| l.starts_with("on failure")), "{labels:?}");
     let d = parse("flows/document-extraction.yaml", false);
     assert!(d.contains("<g class=\"group loop\""), "{d}");
@@ -517,7 +529,360 @@ fn svg_text_is_escaped_and_shown_as_written() {
     assert!(
         titles
             .iter()
-            .any(|t| t == "if payload.n == \"\u{2401}'\" &&\npayload.n < 2"),
+            .any(|t| t == "1: if payload.n == \"\u{2401}'\" &&\npayload.n < 2"),
         "{titles:?}"
+    );
+}
+
+/// `graph FLOW --nested --format FORMAT`.
+fn graph_nested(flow: &str, format: &str) -> String {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = run(switchyard(root).args(["graph", flow, "--nested", "--format", format]));
+    assert_eq!(out.code(), 0, "{}{}", out.stdout, out.stderr);
+    out.stdout
+}
+
+/// The tools of `support-triage-agent`'s loop, with the kind of their agents.
+const TRIAGE_TOOLS: [(&str, &str); 4] = [
+    ("search_kb", "command"),
+    ("lookup_customer", "command"),
+    ("write_reply", "flow"),
+    ("refund", "http"),
+];
+
+/// An agent loop's tools are nodes joined to the loop's step by a dashed `tool` edge without
+/// an arrowhead, and a tool that is a `flow` agent calls its flow, drawn in the same Mermaid
+/// document.
+#[test]
+fn mermaid_draws_an_agent_loops_tools_and_the_flow_a_tool_runs() {
+    let m = graph_nested("flows/support-triage-agent.yaml", "mermaid");
+    assert_eq!(m.matches("flowchart").count(), 1, "one document:\n{m}");
+    for (tool, kind) in TRIAGE_TOOLS {
+        let id = format!("t_investigate__{tool}");
+        assert!(
+            m.contains(&format!("  {id}(\"{tool}<br/>{kind}")),
+            "{tool} is no node:\n{m}"
+        );
+        assert!(
+            m.contains(&format!("  s_investigate -.-|\"tool\"| {id}\n")),
+            "{tool} is not joined to its loop:\n{m}"
+        );
+    }
+    assert!(
+        m.contains("t_investigate__refund(\"refund<br/>http<br/>waits for approval\")"),
+        "{m}"
+    );
+    // The reply flow, run by the `write_reply` tool, is a subgraph it calls.
+    assert!(m.contains("  subgraph f1_flow [\"flow support-reply\"]\n"), "{m}");
+    assert!(
+        m.contains("  t_investigate__write_reply -.->|\"calls\"| f1_start\n"),
+        "{m}"
+    );
+    assert!(m.contains("    f1_s_draft[\"draft<br/>llm writer"), "{m}");
+    let ids = declared_ids(&m);
+    assert!(ids.iter().any(|i| i == "t_investigate__refund"), "{ids:?}");
+    assert_unique(&ids, &m);
+    // Without --nested the tools are drawn, the flow one of them runs is not.
+    let flat = graph("flows/support-triage-agent.yaml", "mermaid");
+    assert!(
+        flat.contains("  s_investigate -.-|\"tool\"| t_investigate__write_reply\n"),
+        "{flat}"
+    );
+    assert!(!flat.contains("subgraph") && !flat.contains("calls"), "{flat}");
+}
+
+#[test]
+fn dot_draws_an_agent_loops_tools_and_the_flow_a_tool_runs() {
+    let d = graph_nested("flows/support-triage-agent.yaml", "dot");
+    assert!(d.starts_with("digraph \"support-triage-agent\" {\n"), "{d}");
+    for (tool, kind) in TRIAGE_TOOLS {
+        let id = format!("t_investigate__{tool}");
+        assert!(
+            d.contains(&format!(
+                "  {id} [shape=box, style=\"rounded,dashed\", label=\"{tool}\\n{kind}"
+            )),
+            "{tool} is no node:\n{d}"
+        );
+        assert!(
+            d.contains(&format!(
+                "  s_investigate -> {id} [label=\"tool\", style=dashed, arrowhead=none, "
+            )),
+            "{tool} is not joined to its loop:\n{d}"
+        );
+    }
+    assert!(
+        d.contains("  subgraph cluster_f1_flow {\n    label=\"flow support-reply\";"),
+        "{d}"
+    );
+    assert!(
+        d.contains("  t_investigate__write_reply -> f1_start [label=\"calls\", style=dotted];\n"),
+        "{d}"
+    );
+    assert_closes_once(&d);
+    assert_unique(&declared_ids(&d), &d);
+}
+
+#[test]
+fn svg_draws_an_agent_loops_tools_and_the_flow_a_tool_runs() {
+    let s = graph_nested("flows/support-triage-agent.yaml", "svg");
+    let doc = roxmltree::Document::parse(&s).unwrap_or_else(|e| panic!("not XML: {e}\n{s}"));
+    let tools: Vec<roxmltree::Node> = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("g") && class_has(*n, "node") && class_has(*n, "tool"))
+        .collect();
+    let named: Vec<(Option<&str>, Option<&str>)> = tools
+        .iter()
+        .map(|n| (n.attribute("data-step"), n.attribute("data-tool")))
+        .collect();
+    assert_eq!(
+        named,
+        TRIAGE_TOOLS
+            .iter()
+            .map(|(t, _)| (Some("investigate"), Some(*t)))
+            .collect::<Vec<_>>(),
+        "{s}"
+    );
+    let refund = tools[3]
+        .children()
+        .find(|c| c.has_tag_name("title"))
+        .and_then(|t| t.text());
+    assert_eq!(refund, Some("refund\nhttp\nwaits for approval"));
+    // One `tool` edge per tool, labelled, without an arrowhead.
+    let edges: Vec<roxmltree::Node> = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("g") && class_has(*n, "edge") && class_has(*n, "tool"))
+        .collect();
+    assert_eq!(edges.len(), 4, "{s}");
+    for e in &edges {
+        let path = e.children().find(|c| c.has_tag_name("path")).expect("a path");
+        assert_eq!(path.attribute("marker-end"), None, "{s}");
+        let label = e
+            .descendants()
+            .find(|c| c.has_tag_name("title"))
+            .and_then(|t| t.text());
+        assert_eq!(label, Some("tool"));
+    }
+    // The reply flow is a box of its own, called from the tool's node.
+    assert!(
+        doc.descendants().any(|n| n.has_tag_name("g")
+            && class_has(n, "group")
+            && class_has(n, "flow")
+            && n.attribute("data-flow") == Some("f1_")),
+        "{s}"
+    );
+    assert!(
+        doc.descendants().any(|n| n.has_tag_name("g")
+            && class_has(n, "node")
+            && n.attribute("data-flow") == Some("f1_")
+            && n.attribute("data-step") == Some("draft")),
+        "{s}"
+    );
+    assert_eq!(
+        doc.descendants()
+            .filter(|n| n.has_tag_name("g") && class_has(*n, "edge") && class_has(*n, "calls"))
+            .count(),
+        1,
+        "{s}"
+    );
+    // No box overlaps another, tools and the flow's box included.
+    let (nodes, labels, groups) = svg_boxes(&doc);
+    let boxes: Vec<&Rect> = nodes.iter().chain(&labels).collect();
+    for (i, a) in boxes.iter().enumerate() {
+        for b in &boxes[i + 1..] {
+            assert!(!a.overlaps(b), "{a:?} overlaps {b:?}");
+        }
+    }
+    let flow_box = groups
+        .iter()
+        .find(|(g, _)| g.what.contains("flow f1_"))
+        .expect("the flow's box");
+    for n in nodes.iter().filter(|n| !flow_box.0.contains(n)) {
+        assert!(
+            !n.overlaps(&flow_box.0),
+            "{n:?} overlaps the flow's box {:?}",
+            flow_box.0
+        );
+    }
+}
+
+/// A step's edges are tried in order and the first that matches wins (SPEC §4): where an
+/// outcome has rival edges, every edge of the step is numbered with its place in `next`,
+/// failure edges too, and the unconditional fallback is `else`; a step without rivals keeps
+/// its plain arrows and labels.
+#[test]
+fn rival_edges_are_numbered_in_the_order_tried_and_the_fallback_is_else() {
+    let dir = crate::support::TempDir::new("graph-order");
+    dir.write(
+        "order.yaml",
+        "flow: order\nsteps:\n  pick:\n    set: {$.n: {value: 1}}\n    next:\n      \
+         - to: high\n        if: 'payload.n > 10'\n      \
+         - to: low\n        on: failure\n        errors: [timeout]\n      \
+         - to: mid\n        if: 'payload.n > 5'\n      \
+         - to: low\n      \
+         - to: low\n        on: failure\n  \
+         high:\n    set: {$.x: {value: 1}}\n    next:\n      - to: low\n  \
+         mid:\n    set: {$.x: {value: 2}}\n    next:\n      - to: low\n      - to: high\n        on: failure\n  \
+         low:\n    succeed: {}\n",
+    );
+    let m = run(switchyard(dir.path()).args(["graph", "order.yaml"]));
+    assert_eq!(m.code(), 0, "{}", m.stderr);
+    let m = m.stdout;
+    for line in [
+        "  s_pick -->|\"1: if payload.n #gt; 10\"| s_high\n",
+        "  s_pick -.->|\"2: on failure; errors: timeout\"| s_low\n",
+        "  s_pick -->|\"3: if payload.n #gt; 5\"| s_mid\n",
+        "  s_pick -->|\"4: else\"| s_low\n",
+        "  s_pick -.->|\"5: on failure; else\"| s_low\n",
+        // One edge: a plain arrow. One edge per outcome: no rivals, no numbers.
+        "  s_high --> s_low\n",
+        "  s_mid --> s_low\n",
+        "  s_mid -.->|\"on failure\"| s_high\n",
+    ] {
+        assert!(m.contains(line), "no `{}`:\n{m}", line.trim());
+    }
+    let d = run(switchyard(dir.path()).args(["graph", "order.yaml", "--format", "dot"]));
+    assert_eq!(d.code(), 0, "{}", d.stderr);
+    let d = d.stdout;
+    for line in [
+        "  s_pick -> s_high [label=\"1: if payload.n > 10\"];\n",
+        "  s_pick -> s_low [label=\"4: else\"];\n",
+        "  s_pick -> s_low [label=\"5: on failure; else\", style=dashed, color=firebrick];\n",
+        "  s_high -> s_low;\n",
+    ] {
+        assert!(d.contains(line), "no `{}`:\n{d}", line.trim());
+    }
+    let s = run(switchyard(dir.path()).args(["graph", "order.yaml", "--format", "svg"]));
+    assert_eq!(s.code(), 0, "{}", s.stderr);
+    let doc = roxmltree::Document::parse(&s.stdout).unwrap_or_else(|e| panic!("{e}\n{}", s.stdout));
+    let labels: Vec<&str> = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("g") && class_has(*n, "label"))
+        .filter_map(|n| {
+            n.children()
+                .find(|c| c.has_tag_name("title"))
+                .and_then(|t| t.text())
+        })
+        .collect();
+    assert_eq!(
+        labels,
+        [
+            "1: if payload.n > 10",
+            "2: on failure; errors: timeout",
+            "3: if payload.n > 5",
+            "4: else",
+            "5: on failure; else",
+            "on failure",
+        ],
+        "{}",
+        s.stdout
+    );
+}
+
+/// A flow whose step `answer` is an agent loop with tools `lookup` (a mock), `broken` (a mock
+/// that always fails) and `spare` (never called).
+fn loop_flow(base_url: &str) -> String {
+    format!(
+        r#"flow: looped
+providers:
+  local:
+    base_url: {base_url}
+agents:
+  agent:
+    kind: llm
+    provider: local
+    model: m1
+    prompt: "Question: {{{{ input.text }}}}"
+    tools: [lookup, broken, spare]
+  lookup:
+    kind: mock
+    returns: {{order: 7}}
+  broken:
+    kind: mock
+    fail_times: 100
+    returns: {{}}
+  spare:
+    kind: mock
+    returns: {{}}
+steps:
+  answer:
+    agent: agent
+    input: {{$.text: $.text}}
+    output: {{$.reply: $}}
+"#
+    )
+}
+
+/// The run page draws the loop's tools, each marked by what the run did with it, and the
+/// route is coloured as before.
+#[test]
+fn the_run_page_marks_the_tools_a_loop_called() {
+    use crate::mock_server::{Llm, Reply};
+    let server = Llm::start();
+    server.script([
+        Reply::calls(1, &[("lookup", "{}")]),
+        Reply::calls(2, &[("broken", "{}")]),
+        Reply::Answer("Order 7 is on its way.".into()),
+    ]);
+    let dir = crate::support::TempDir::new("graph-run-page");
+    dir.write("looped.yaml", loop_flow(&server.base_url()));
+    let store = ["--store", "sqlite:runs.db"];
+    let out = run(switchyard(dir.path())
+        .args([
+            "run",
+            "looped.yaml",
+            "--input",
+            r#"{"text": "where is my order"}"#,
+        ])
+        .args(store));
+    assert_eq!(out.code(), 0, "{}{}", out.stdout, out.stderr);
+    let list = run(switchyard(dir.path())
+        .args(["runs", "list", "--json"])
+        .args(store));
+    let first = list.stdout.lines().next().expect("a run");
+    let id = serde_json::from_str::<serde_json::Value>(first).unwrap()["id"]
+        .as_str()
+        .expect("a run id")
+        .to_owned();
+    let page = run(switchyard(dir.path())
+        .args(["runs", "show", &id, "--format", "html"])
+        .args(store));
+    assert_eq!(page.code(), 0, "{}", page.stderr);
+    let html = page.stdout;
+    let svg = &html[html.find("<svg").expect("a drawing")..];
+    let svg = &svg[..svg.find("</svg>").expect("the drawing's end") + "</svg>".len()];
+    let doc = roxmltree::Document::parse(svg).unwrap_or_else(|e| panic!("{e}\n{svg}"));
+    let class_of = |pred: &dyn Fn(roxmltree::Node) -> bool| -> String {
+        doc.descendants()
+            .find(|n| n.has_tag_name("g") && pred(*n))
+            .and_then(|n| n.attribute("class"))
+            .unwrap_or_else(|| panic!("not drawn:\n{svg}"))
+            .to_owned()
+    };
+    let tool = |name: &'static str| {
+        move |n: roxmltree::Node| class_has(n, "tool") && n.attribute("data-tool") == Some(name)
+    };
+    assert_eq!(class_of(&tool("lookup")), "node tool ok");
+    assert_eq!(class_of(&tool("broken")), "node tool failed");
+    assert_eq!(class_of(&tool("spare")), "node tool unreached");
+    assert_eq!(
+        class_of(&|n| class_has(n, "step") && n.attribute("data-step") == Some("answer")),
+        "node step agent ok"
+    );
+    // The route taken (start → answer → end) and the two tools called are marked taken.
+    let mut taken: Vec<String> = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("g") && class_has(*n, "edge") && class_has(*n, "taken"))
+        .map(|n| n.attribute("class").unwrap_or("").to_owned())
+        .collect();
+    taken.sort();
+    assert_eq!(
+        taken,
+        [
+            "edge route taken",
+            "edge route taken",
+            "edge tool taken",
+            "edge tool taken"
+        ],
+        "{svg}"
     );
 }

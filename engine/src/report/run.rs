@@ -130,7 +130,43 @@ fn marks(run: &RunRecord, steps: &[StepRecord]) -> Marks {
             m.routes.insert((s.step.clone(), next.clone()));
         }
     }
+    m.tools = tools_called(steps);
     m
+}
+
+/// The tools the run's own agent loops called, by step and tool name, each with how its
+/// calls ended: `ok` when one of them succeeded, else how the last one ended. A call's record
+/// (`3.t2.1`, the first call of turn 2 of the loop of step number 3) is named by its tool as
+/// the turn that made it says (`tool_calls[0].function.name`).
+fn tools_called(steps: &[StepRecord]) -> HashMap<(String, String), &'static str> {
+    let mut out: HashMap<(String, String), &'static str> = HashMap::new();
+    for s in steps.iter().filter(|s| s.kind == "tool") {
+        // `<step number>.t<turn>.<call>`, of a top-level step's loop only.
+        let mut parts = s.number.split('.');
+        let (Some(owner), Some(turn), Some(call), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            continue;
+        };
+        let (Some(k), Ok(i)) = (turn.strip_prefix('t'), call.parse::<usize>()) else {
+            continue;
+        };
+        let turn_number = format!("{owner}.t{k}");
+        let name = steps
+            .iter()
+            .find(|t| t.kind == "turn" && t.number == turn_number && t.iteration == s.iteration)
+            .and_then(|t| t.result.as_deref())
+            .and_then(|m| m.get("tool_calls"))
+            .and_then(|c| c.get(i.checked_sub(1)?))
+            .and_then(|c| c.pointer("/function/name"))
+            .and_then(Value::as_str);
+        let Some(name) = name else { continue };
+        let state = out.entry((s.step.clone(), name.to_string())).or_insert("");
+        if *state != "ok" {
+            *state = state_of(s.status);
+        }
+    }
+    out
 }
 
 /// One row of the timeline.

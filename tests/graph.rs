@@ -397,49 +397,53 @@ fn every_flow_renders_to_svg_that_parses_with_no_overlapping_boxes() {
             }
             let out = run(&mut cmd);
             assert_eq!(out.code(), 0, "{file}: {}", out.stderr);
-            let doc = roxmltree::Document::parse(&out.stdout)
-                .unwrap_or_else(|e| panic!("{file} (nested: {nested}): not XML: {e}\n{}", out.stdout));
-            let svg = doc.root_element();
-            assert_eq!(svg.tag_name().name(), "svg");
-            assert_eq!(svg.tag_name().namespace(), Some("http://www.w3.org/2000/svg"));
-            let (width, height) = (attr(svg, "width"), attr(svg, "height"));
-            let (nodes, labels, groups) = svg_boxes(&doc);
-            assert!(
-                nodes.iter().any(|n| n.what.starts_with("node step")),
-                "{file}: no steps"
-            );
-            let boxes: Vec<&Rect> = nodes.iter().chain(&labels).collect();
-            for (i, a) in boxes.iter().enumerate() {
-                assert!(
-                    a.x >= -0.5 && a.y >= -0.5 && a.x + a.w <= width + 0.5 && a.y + a.h <= height + 0.5,
-                    "{file}: {a:?} outside the {width}×{height} picture"
-                );
-                for b in &boxes[i + 1..] {
-                    assert!(!a.overlaps(b), "{file} (nested: {nested}): {a:?} overlaps {b:?}");
-                }
-            }
-            // A loop's or a `parallel` step's box holds what it draws of the step.
-            for (g, step) in &groups {
-                let Some(step) = step else { continue };
-                let inside: Vec<&Rect> = nodes
-                    .iter()
-                    .filter(|n| {
-                        n.what.ends_with(&format!(" {step}")) || n.what.ends_with(&format!("_{step}"))
-                    })
-                    .collect();
-                assert!(!inside.is_empty(), "{file}: nothing drawn in the box of `{step}`");
-                for n in inside {
-                    assert!(g.contains(n), "{file}: {n:?} is not inside {g:?}");
-                }
-            }
-            for e in doc
-                .descendants()
-                .filter(|n| n.has_tag_name("path") && n.parent().is_some_and(|p| class_has(p, "edge")))
-            {
-                let d = e.attribute("d").expect("a path");
-                assert!(d.starts_with('M') && d.contains('L'), "{file}: edge path `{d}`");
-            }
+            assert_svg_drawing(&format!("{file} (nested: {nested})"), &out.stdout);
         }
+    }
+}
+
+/// An SVG drawing parses as XML, holds steps, keeps every box inside the picture and apart
+/// from every other, each loop's or `parallel` step's box around what it draws of the step
+/// (its tools too), and draws every edge as a path.
+fn assert_svg_drawing(file: &str, text: &str) {
+    let doc = roxmltree::Document::parse(text).unwrap_or_else(|e| panic!("{file}: not XML: {e}\n{text}"));
+    let svg = doc.root_element();
+    assert_eq!(svg.tag_name().name(), "svg");
+    assert_eq!(svg.tag_name().namespace(), Some("http://www.w3.org/2000/svg"));
+    let (width, height) = (attr(svg, "width"), attr(svg, "height"));
+    let (nodes, labels, groups) = svg_boxes(&doc);
+    assert!(
+        nodes.iter().any(|n| n.what.starts_with("node step")),
+        "{file}: no steps"
+    );
+    let boxes: Vec<&Rect> = nodes.iter().chain(&labels).collect();
+    for (i, a) in boxes.iter().enumerate() {
+        assert!(
+            a.x >= -0.5 && a.y >= -0.5 && a.x + a.w <= width + 0.5 && a.y + a.h <= height + 0.5,
+            "{file}: {a:?} outside the {width}×{height} picture"
+        );
+        for b in &boxes[i + 1..] {
+            assert!(!a.overlaps(b), "{file}: {a:?} overlaps {b:?}");
+        }
+    }
+    // A loop's or a `parallel` step's box holds what it draws of the step.
+    for (g, step) in &groups {
+        let Some(step) = step else { continue };
+        let inside: Vec<&Rect> = nodes
+            .iter()
+            .filter(|n| n.what.ends_with(&format!(" {step}")) || n.what.ends_with(&format!("_{step}")))
+            .collect();
+        assert!(!inside.is_empty(), "{file}: nothing drawn in the box of `{step}`");
+        for n in inside {
+            assert!(g.contains(n), "{file}: {n:?} is not inside {g:?}");
+        }
+    }
+    for e in doc
+        .descendants()
+        .filter(|n| n.has_tag_name("path") && n.parent().is_some_and(|p| class_has(p, "edge")))
+    {
+        let d = e.attribute("d").expect("a path");
+        assert!(d.starts_with('M') && d.contains('L'), "{file}: edge path `{d}`");
     }
 }
 
@@ -885,4 +889,144 @@ fn the_run_page_marks_the_tools_a_loop_called() {
         ],
         "{svg}"
     );
+}
+
+/// A flow whose agent loops are a `foreach` body, a `parallel` branch and a `while` body,
+/// one of whose tools is itself a loop with a tool, and one a `flow` agent whose flow has a
+/// loop of its own.
+const LOOPS_WITH_TOOLS: &str = r#"flow: loops-with-tools
+providers:
+  local:
+    base_url: http://127.0.0.1:9/v1
+agents:
+  outer:
+    kind: llm
+    provider: local
+    model: m1
+    prompt: "{{ input }}"
+    tools: [helper, search, sub]
+    until_tool: search
+  helper:
+    kind: llm
+    provider: local
+    model: m1
+    description: a helper with a tool of its own
+    prompt: "{{ input }}"
+    tools: [search]
+  search:
+    kind: mock
+    returns: {hits: []}
+  plain:
+    kind: mock
+    returns: {ok: true}
+  sub:
+    kind: flow
+    agents:
+      inner:
+        kind: llm
+        provider: local
+        model: m1
+        prompt: "{{ input }}"
+        tools: [look]
+      look:
+        kind: mock
+        returns: {seen: true}
+    steps:
+      think:
+        agent: inner
+        output: {}
+steps:
+  each:
+    foreach: $.items
+    as: item
+    agent: outer
+    output: {$.results: $}
+    next:
+      - to: fan
+  fan:
+    parallel:
+      a: {agent: outer}
+      b: {agent: plain}
+    next:
+      - to: again
+  again:
+    while: '=size(payload.results) < 3'
+    max_iterations: 2
+    agent: helper
+    output: {}
+"#;
+
+/// Tools of loops inside a `foreach`, a `parallel` branch and a `while`, and tools of tools,
+/// are drawn in every format: unique ids, valid documents, and in SVG inside their step's
+/// box, overlapping nothing.
+#[test]
+fn tools_of_loops_in_boxes_and_tools_of_tools_are_drawn_in_every_format() {
+    let dir = crate::support::TempDir::new("graph-loop-tools");
+    dir.write("lt.yaml", LOOPS_WITH_TOOLS);
+    let draw = |format: &str, nested: bool| {
+        let mut cmd = switchyard(dir.path());
+        cmd.args(["graph", "lt.yaml", "--format", format]);
+        if nested {
+            cmd.arg("--nested");
+        }
+        let out = run(&mut cmd);
+        assert_eq!(out.code(), 0, "{}", out.stderr);
+        out.stdout
+    };
+    let m = draw("mermaid", true);
+    for line in [
+        "  s_each -.-|\"tool\"| t_each__helper\n",
+        "  t_each__helper -.-|\"tool\"| t_each__helper__search\n",
+        "  t_each__search(\"search<br/>mock<br/>ends the loop\")\n",
+        "  s_fan__a -.-|\"tool\"| t_fan__a__sub\n",
+        "  s_again -.-|\"tool\"| t_again__search\n",
+        // The flow the `sub` tool runs, with its own loop's tool, called from both tools.
+        "    f1_s_think -.-|\"tool\"| f1_t_think__look\n",
+        "  t_each__sub -.->|\"calls\"| f1_start\n",
+        "  t_fan__a__sub -.->|\"calls\"| f1_start\n",
+    ] {
+        assert!(m.contains(line), "no `{}`:\n{m}", line.trim());
+    }
+    assert!(!m.contains("s_fan__b -.-"), "a plain branch has no tools:\n{m}");
+    assert_unique(&declared_ids(&m), &m);
+    let d = draw("dot", true);
+    assert!(
+        d.contains(
+            "  t_each__helper -> t_each__helper__search [label=\"tool\", style=dashed, arrowhead=none"
+        ),
+        "{d}"
+    );
+    assert_closes_once(&d);
+    assert_unique(&declared_ids(&d), &d);
+    for nested in [false, true] {
+        let s = draw("svg", nested);
+        assert_svg_drawing(&format!("lt.yaml (nested: {nested})"), &s);
+        let doc = roxmltree::Document::parse(&s).expect("XML");
+        let tools: Vec<(&str, &str)> = doc
+            .descendants()
+            .filter(|n| n.has_tag_name("g") && class_has(*n, "tool") && class_has(*n, "node"))
+            .filter(|n| n.attribute("data-flow") == Some(""))
+            .map(|n| {
+                (
+                    n.attribute("data-step").unwrap_or(""),
+                    n.attribute("data-tool").unwrap_or(""),
+                )
+            })
+            .collect();
+        assert_eq!(
+            tools,
+            [
+                ("each", "helper"),
+                ("each", "helper.search"),
+                ("each", "search"),
+                ("each", "sub"),
+                ("fan", "helper"),
+                ("fan", "helper.search"),
+                ("fan", "search"),
+                ("fan", "sub"),
+                ("again", "search"),
+            ],
+            "{s}"
+        );
+    }
 }

@@ -182,15 +182,38 @@ fn assert_closes_once(d: &str) {
     assert_eq!(depth, 0, "{d}");
 }
 
+/// A flow whose labels hold the characters Mermaid, DOT and HTML read: `&`, quotes, `#`, `<`
+/// and a line break.
+const LABELS_FLOW: &str = "flow: labels\nsteps:\n  first:\n    set: {\"$['R&D \\\"beta\\\" #2']\": {value: 1}}\n    next:\n      \
+         - to: second\n        if: \"payload.n == \\\"#1\\\" &&\\npayload.n < 2\"\n      - to: second\n  \
+         second:\n    succeed: {}\n";
+
+/// A flow with a backslash in a condition (`"a\nb"` in a CEL string).
+const SLASH_FLOW: &str = "flow: slash\nsteps:\n  first:\n    set: {$.s: {value: x}}\n    next:\n      \
+         - to: second\n        if: 'payload.s == \"a\\nb\"'\n      - to: second\n  \
+         second:\n    succeed: {}\n";
+
+/// A flow whose labels hold XML's markup characters and a control character.
+const SVG_LABELS_FLOW: &str = "flow: labels\nsteps:\n  first:\n    set: {\"$['R&D \\\"beta\\\" <#2>']\": {value: 1}}\n    next:\n      \
+         - to: second\n        if: \"payload.n == \\\"\\u0001'\\\" &&\\npayload.n < 2\"\n      - to: second\n  \
+         second:\n    succeed: {}\n";
+
+/// A flow whose step `pick` has rival edges for both outcomes, with a fallback for each; `high`
+/// has one edge, `mid` one per outcome.
+const ORDER_FLOW: &str = "flow: order\nsteps:\n  pick:\n    set: {$.n: {value: 1}}\n    next:\n      \
+         - to: high\n        if: 'payload.n > 10'\n      \
+         - to: low\n        on: failure\n        errors: [timeout]\n      \
+         - to: mid\n        if: 'payload.n > 5'\n      \
+         - to: low\n      \
+         - to: low\n        on: failure\n  \
+         high:\n    set: {$.x: {value: 1}}\n    next:\n      - to: low\n  \
+         mid:\n    set: {$.x: {value: 2}}\n    next:\n      - to: low\n      - to: high\n        on: failure\n  \
+         low:\n    succeed: {}\n";
+
 #[test]
 fn labels_are_escaped_to_render_as_written() {
     let dir = crate::support::TempDir::new("graph-labels");
-    dir.write(
-        "labels.yaml",
-        "flow: labels\nsteps:\n  first:\n    set: {\"$['R&D \\\"beta\\\" #2']\": {value: 1}}\n    next:\n      \
-         - to: second\n        if: \"payload.n == \\\"#1\\\" &&\\npayload.n < 2\"\n      - to: second\n  \
-         second:\n    succeed: {}\n",
-    );
+    dir.write("labels.yaml", LABELS_FLOW);
     let m = run(switchyard(dir.path()).args(["graph", "labels.yaml"]));
     assert_eq!(m.code(), 0, "{}", m.stderr);
     let m = m.stdout;
@@ -236,12 +259,7 @@ fn labels_are_escaped_to_render_as_written() {
 #[test]
 fn a_backslash_in_a_label_is_not_a_line_break() {
     let dir = crate::support::TempDir::new("graph-backslash");
-    dir.write(
-        "slash.yaml",
-        "flow: slash\nsteps:\n  first:\n    set: {$.s: {value: x}}\n    next:\n      \
-         - to: second\n        if: 'payload.s == \"a\\nb\"'\n      - to: second\n  \
-         second:\n    succeed: {}\n",
-    );
+    dir.write("slash.yaml", SLASH_FLOW);
     let m = run(switchyard(dir.path()).args(["graph", "slash.yaml"]));
     assert_eq!(m.code(), 0, "{}", m.stderr);
     assert!(
@@ -511,12 +529,7 @@ fn svg_draws_failure_edges_loops_parallel_steps_and_called_flows_distinctly() {
 #[test]
 fn svg_text_is_escaped_and_shown_as_written() {
     let dir = crate::support::TempDir::new("graph-svg-labels");
-    dir.write(
-        "labels.yaml",
-        "flow: labels\nsteps:\n  first:\n    set: {\"$['R&D \\\"beta\\\" <#2>']\": {value: 1}}\n    next:\n      \
-         - to: second\n        if: \"payload.n == \\\"\\u0001'\\\" &&\\npayload.n < 2\"\n      - to: second\n  \
-         second:\n    succeed: {}\n",
-    );
+    dir.write("labels.yaml", SVG_LABELS_FLOW);
     let out = run(switchyard(dir.path()).args(["graph", "labels.yaml", "--format", "svg"]));
     assert_eq!(out.code(), 0, "{}", out.stderr);
     let doc = roxmltree::Document::parse(&out.stdout).unwrap_or_else(|e| panic!("{e}\n{}", out.stdout));
@@ -716,18 +729,7 @@ fn svg_draws_an_agent_loops_tools_and_the_flow_a_tool_runs() {
 #[test]
 fn rival_edges_are_numbered_in_the_order_tried_and_the_fallback_is_else() {
     let dir = crate::support::TempDir::new("graph-order");
-    dir.write(
-        "order.yaml",
-        "flow: order\nsteps:\n  pick:\n    set: {$.n: {value: 1}}\n    next:\n      \
-         - to: high\n        if: 'payload.n > 10'\n      \
-         - to: low\n        on: failure\n        errors: [timeout]\n      \
-         - to: mid\n        if: 'payload.n > 5'\n      \
-         - to: low\n      \
-         - to: low\n        on: failure\n  \
-         high:\n    set: {$.x: {value: 1}}\n    next:\n      - to: low\n  \
-         mid:\n    set: {$.x: {value: 2}}\n    next:\n      - to: low\n      - to: high\n        on: failure\n  \
-         low:\n    succeed: {}\n",
-    );
+    dir.write("order.yaml", ORDER_FLOW);
     let m = run(switchyard(dir.path()).args(["graph", "order.yaml"]));
     assert_eq!(m.code(), 0, "{}", m.stderr);
     let m = m.stdout;
@@ -1028,5 +1030,173 @@ fn tools_of_loops_in_boxes_and_tools_of_tools_are_drawn_in_every_format() {
             ],
             "{s}"
         );
+    }
+}
+
+// ------------------------------------------------------------------ the real renderers
+
+/// Graphviz's `dot`, from Debian's `graphviz` (`.ci/run` installs it).
+const GRAPHVIZ: &str = "/usr/bin/dot";
+/// Debian's Chromium, as the run page's tests use it.
+const CHROMIUM: &str = "/usr/bin/chromium";
+/// Mermaid's browser bundle, from the npm registry (`.ci/run` installs it here).
+const MERMAID: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/target/test-tools/node_modules/mermaid/dist/mermaid.min.js"
+);
+
+/// Every drawing in `format`: of every flow file, flat and `--nested`, and of this file's
+/// flows written to show escapes, numbered edges and tools; each with a name saying which.
+fn every_drawing(format: &str) -> Vec<(String, String)> {
+    let dir = crate::support::TempDir::new("graph-every");
+    let mut files: Vec<(std::path::PathBuf, String)> = flow_files()
+        .into_iter()
+        .map(|f| (Path::new(env!("CARGO_MANIFEST_DIR")).to_path_buf(), f))
+        .collect();
+    for (name, text) in [
+        ("labels.yaml", LABELS_FLOW),
+        ("slash.yaml", SLASH_FLOW),
+        ("svg-labels.yaml", SVG_LABELS_FLOW),
+        ("order.yaml", ORDER_FLOW),
+        ("loops-with-tools.yaml", LOOPS_WITH_TOOLS),
+    ] {
+        dir.write(name, text);
+        files.push((dir.path().to_path_buf(), name.to_string()));
+    }
+    let mut out = Vec::new();
+    for (root, file) in &files {
+        for nested in [false, true] {
+            let mut cmd = switchyard(root);
+            cmd.args(["graph", file, "--format", format]);
+            if nested {
+                cmd.arg("--nested");
+            }
+            let o = run(&mut cmd);
+            assert_eq!(o.code(), 0, "{file}: {}", o.stderr);
+            out.push((format!("{file} (nested: {nested})"), o.stdout));
+        }
+    }
+    out
+}
+
+/// Graphviz reads every DOT drawing without an error or a warning (and refuses a broken one,
+/// so the check can fail).
+#[test]
+fn graphviz_reads_every_dot_drawing() {
+    assert!(
+        Path::new(GRAPHVIZ).exists(),
+        "{GRAPHVIZ} is missing: this test needs Debian's graphviz (`apt-get install graphviz`; \
+         .ci/run installs it)"
+    );
+    let dot = |text: &str| {
+        use std::io::Write as _;
+        let mut child = std::process::Command::new(GRAPHVIZ)
+            .arg("-Tsvg")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("dot starts");
+        child
+            .stdin
+            .take()
+            .expect("a stdin")
+            .write_all(text.as_bytes())
+            .expect("dot reads its input");
+        let o = child.wait_with_output().expect("dot ends");
+        (
+            o.status.success(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    let (ok, _) = dot("digraph g { a -> [label=\"x\"]; }\n");
+    assert!(!ok, "Graphviz took a broken graph");
+    for (name, text) in every_drawing("dot") {
+        let (ok, stderr) = dot(&text);
+        assert!(ok && stderr.is_empty(), "{name}: {stderr}\n{text}");
+    }
+}
+
+/// Mermaid, in headless Chromium, renders every Mermaid drawing (and refuses a broken one, so
+/// the check can fail).
+#[test]
+fn mermaid_in_chromium_renders_every_drawing() {
+    for (what, path) in [("Chromium", CHROMIUM), ("Mermaid", MERMAID)] {
+        assert!(
+            Path::new(path).exists(),
+            "{what} is missing at {path}: this test needs Debian's chromium and the npm package \
+             mermaid (`npm install --prefix target/test-tools mermaid@11.17.2`; .ci/run installs both)"
+        );
+    }
+    let mut drawings = every_drawing("mermaid");
+    drawings.push(("a broken drawing".into(), "flowchart TD\n  a --> b(\n".into()));
+    let sources: Vec<&str> = drawings.iter().map(|(_, t)| t.as_str()).collect();
+    // Nothing in the JSON closes the script block it sits in.
+    let sources = serde_json::to_string(&sources)
+        .expect("JSON")
+        .replace('<', "\\u003c");
+    let dir = crate::support::TempDir::new("graph-mermaid");
+    let page = dir.write(
+        "page.html",
+        format!(
+            "<!DOCTYPE html><html><head><meta charset=\"utf-8\"></head><body>\n\
+             <script src=\"file://{MERMAID}\"></script>\n\
+             <script>\n\
+             mermaid.initialize({{startOnLoad: false}});\n\
+             (async function () {{\n\
+               var sources = {sources}, out = [];\n\
+               for (var i = 0; i < sources.length; i++) {{\n\
+                 try {{ await mermaid.render('d' + i, sources[i]); out.push('ok'); }}\n\
+                 catch (e) {{ out.push(String((e && e.message) || e)); }}\n\
+               }}\n\
+               var pre = document.createElement('pre');\n\
+               pre.id = 'results';\n\
+               pre.textContent = JSON.stringify(out);\n\
+               document.body.appendChild(pre);\n\
+             }})();\n\
+             </script></body></html>\n"
+        ),
+    );
+    let out = std::process::Command::new("timeout")
+        .arg("300")
+        .arg(CHROMIUM)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--allow-file-access-from-files",
+            "--virtual-time-budget=600000",
+            "--dump-dom",
+        ])
+        .arg(format!(
+            "--user-data-dir={}",
+            dir.path().join("profile").display()
+        ))
+        .arg(format!("file://{}", page.display()))
+        .output()
+        .expect("chromium starts");
+    let dom = String::from_utf8_lossy(&out.stdout);
+    let results = dom
+        .split_once("<pre id=\"results\">")
+        .and_then(|(_, r)| r.split_once("</pre>"))
+        .map(|(r, _)| r.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&"))
+        .unwrap_or_else(|| {
+            panic!(
+                "Mermaid left no results: {}\n{dom}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+    let results: Vec<String> = serde_json::from_str(&results).expect("the results' JSON");
+    assert_eq!(results.len(), drawings.len(), "{results:?}");
+    let (broken, drawings) = drawings.split_last().expect("drawings");
+    let (refused, results) = results.split_last().expect("results");
+    assert_ne!(refused, "ok", "Mermaid took {}", broken.0);
+    for ((name, text), result) in drawings.iter().zip(results) {
+        assert_eq!(result, "ok", "{name}:\n{text}");
     }
 }

@@ -785,7 +785,8 @@ fn rival_edges_are_numbered_in_the_order_tried_and_the_fallback_is_else() {
 }
 
 /// A flow whose step `answer` is an agent loop with tools `lookup` (a mock), `broken` (a mock
-/// that always fails) and `spare` (never called).
+/// that always fails), `spare` (never called) and `helper`, a loop with tools `lookup` and
+/// `spare` of its own; then a `parallel` step whose branch `a` is the helper's loop.
 fn loop_flow(base_url: &str) -> String {
     format!(
         r#"flow: looped
@@ -798,7 +799,13 @@ agents:
     provider: local
     model: m1
     prompt: "Question: {{{{ input.text }}}}"
-    tools: [lookup, broken, spare]
+    tools: [lookup, broken, spare, helper]
+  helper:
+    kind: llm
+    provider: local
+    model: m1
+    prompt: "Help with {{{{ input }}}}"
+    tools: [lookup, spare]
   lookup:
     kind: mock
     returns: {{order: 7}}
@@ -814,6 +821,12 @@ steps:
     agent: agent
     input: {{$.text: $.text}}
     output: {{$.reply: $}}
+    next:
+      - to: fan
+  fan:
+    parallel:
+      a: {{agent: helper, output: {{$.a: $}}}}
+      b: {{agent: spare, output: {{}}}}
 "#
     )
 }
@@ -827,7 +840,14 @@ fn the_run_page_marks_the_tools_a_loop_called() {
     server.script([
         Reply::calls(1, &[("lookup", "{}")]),
         Reply::calls(2, &[("broken", "{}")]),
+        Reply::calls(3, &[("helper", "{}")]),
+        // The helper's own loop: a call, then its answer.
+        Reply::calls(1, &[("lookup", "{}")]),
+        Reply::Answer("{\"found\": true}".into()),
         Reply::Answer("Order 7 is on its way.".into()),
+        // Branch `a`: the helper's loop again.
+        Reply::calls(1, &[("lookup", "{}")]),
+        Reply::Answer("{\"found\": true}".into()),
     ]);
     let dir = crate::support::TempDir::new("graph-run-page");
     dir.write("looped.yaml", loop_flow(&server.base_url()));
@@ -870,11 +890,17 @@ fn the_run_page_marks_the_tools_a_loop_called() {
     assert_eq!(class_of(&tool("lookup")), "node tool ok");
     assert_eq!(class_of(&tool("broken")), "node tool failed");
     assert_eq!(class_of(&tool("spare")), "node tool unreached");
+    assert_eq!(class_of(&tool("helper")), "node tool ok");
+    assert_eq!(class_of(&tool("helper.lookup")), "node tool ok");
+    assert_eq!(class_of(&tool("helper.spare")), "node tool unreached");
+    assert_eq!(class_of(&tool("a/lookup")), "node tool ok");
+    assert_eq!(class_of(&tool("a/spare")), "node tool unreached");
     assert_eq!(
         class_of(&|n| class_has(n, "step") && n.attribute("data-step") == Some("answer")),
         "node step agent ok"
     );
-    // The route taken (start → answer → end) and the two tools called are marked taken.
+    // The route taken (start → answer → fan → end) and the five tools called are marked
+    // taken.
     let mut taken: Vec<String> = doc
         .descendants()
         .filter(|n| n.has_tag_name("g") && class_has(*n, "edge") && class_has(*n, "taken"))
@@ -886,8 +912,12 @@ fn the_run_page_marks_the_tools_a_loop_called() {
         [
             "edge route taken",
             "edge route taken",
+            "edge route taken",
             "edge tool taken",
-            "edge tool taken"
+            "edge tool taken",
+            "edge tool taken",
+            "edge tool taken",
+            "edge tool taken",
         ],
         "{svg}"
     );
@@ -1022,10 +1052,10 @@ fn tools_of_loops_in_boxes_and_tools_of_tools_are_drawn_in_every_format() {
                 ("each", "helper.search"),
                 ("each", "search"),
                 ("each", "sub"),
-                ("fan", "helper"),
-                ("fan", "helper.search"),
-                ("fan", "search"),
-                ("fan", "sub"),
+                ("fan", "a/helper"),
+                ("fan", "a/helper.search"),
+                ("fan", "a/search"),
+                ("fan", "a/sub"),
                 ("again", "search"),
             ],
             "{s}"

@@ -198,7 +198,8 @@ pub(super) struct ToolNode<'a> {
     pub from: String,
     /// The id of the step it belongs to.
     pub step: &'a str,
-    /// Its name, after the names of the tools it is reached through (`helper.search`).
+    /// Its name, after the `parallel` branch whose loop it is a tool of (`a/search`) and
+    /// the tools it is reached through (`helper.search`): how the run page names it.
     pub path: String,
     /// The tool's name (its agent's), then its agent's kind (`command`; `llm (model)`), and a
     /// line more when its calls wait for approval or its result ends the loop.
@@ -234,8 +235,8 @@ pub(super) fn tools<'a>(flow: &'a FlowPlan, prefix: &str) -> Vec<ToolNode<'a>> {
                 id = format!("{base}__{}_{k}", t.name);
                 k += 1;
             }
-            let path = if path.is_empty() {
-                t.name.clone()
+            let path = if path.is_empty() || path.ends_with('/') {
+                format!("{path}{}", t.name)
             } else {
                 format!("{path}.{}", t.name)
             };
@@ -272,7 +273,8 @@ pub(super) fn tools<'a>(flow: &'a FlowPlan, prefix: &str) -> Vec<ToolNode<'a>> {
                 Some(branch) => format!("{prefix}t_{}__{branch}", step.id),
                 None => format!("{prefix}t_{}", step.id),
             };
-            add(lp, &c.node, &base, &step.id, "", &mut out);
+            let path = c.branch.map_or_else(String::new, |b| format!("{b}/"));
+            add(lp, &c.node, &base, &step.id, &path, &mut out);
         }
     }
     out

@@ -16,8 +16,8 @@
 //! Text is escaped for XML and shown as written: control characters as their Unicode
 //! pictures, long lines wrapped (the whole text is the element's `<title>`, the tooltip).
 //! Every node is a `<g class="node …">` holding one `<rect>` (or `<ellipse>`) with its box, and
-//! `data-flow`/`data-step` naming it (a tool node `data-tool` too: its name, after the tools
-//! it is reached through), for the tests and for pages that colour a run's route.
+//! `data-flow`/`data-step` naming it (a tool node `data-tool` too: its name, after the branch
+//! and the tools it is reached through), for the tests and for pages that colour a run's route.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -66,8 +66,8 @@ pub struct NodeBox {
     /// The step it draws (for steps, branches, forks and joins), or whose loop may call it
     /// (for tools).
     pub step: Option<String>,
-    /// Of a tool: its name, after the names of the tools it is reached through
-    /// (`helper.search`).
+    /// Of a tool: its name, after the `parallel` branch whose loop it is a tool of
+    /// (`a/search`) and the tools it is reached through (`helper.search`).
     pub tool: Option<String>,
     pub lines: Vec<String>,
     /// The whole text, unwrapped.
@@ -828,14 +828,10 @@ pub fn render(l: &Layout, marks: Option<&Marks>) -> String {
             {
                 format!(" {}", m.steps.get(step).copied().unwrap_or("unreached"))
             }
-            // A tool the run called, by how its calls ended; one of a step's loop that it
-            // never called, faded. Tools of tools are not told apart in the records.
+            // A tool the run called, by how its calls ended; one it never called, faded.
             (Some(m), Some(step), Some(tool)) if n.flow.is_empty() => {
-                match m.tools.get(&(step.clone(), tool.clone())) {
-                    Some(state) => format!(" {state}"),
-                    None if !tool.contains('.') => " unreached".to_string(),
-                    None => String::new(),
-                }
+                let state = m.tools.get(&(step.clone(), tool.clone()));
+                format!(" {}", state.copied().unwrap_or("unreached"))
             }
             _ => String::new(),
         };

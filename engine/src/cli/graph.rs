@@ -24,11 +24,15 @@ pub enum Format {
 #[derive(clap::Args, Debug)]
 #[command(
     after_help = "Edges are labelled with their `on`, `if` and `errors`; failure edges are dashed.\n\
-                        In Mermaid and DOT, `foreach` and `while` loops are self-loops with their\n\
-                        bound; in SVG, boxes titled with it. `parallel` branches are drawn inside\n\
-                        their step. With --nested, the flows that `flow` agents call are drawn in\n\
+                        Where a step has rival edges (two or more for one outcome), each edge is\n\
+                        numbered with its place in `next`, the order they are tried in, and an\n\
+                        unconditional fallback reads `else`. In Mermaid and DOT, `foreach` and\n\
+                        `while` loops are self-loops with their bound; in SVG, boxes titled with it.\n\
+                        `parallel` branches are drawn inside their step. An agent loop's tools are\n\
+                        nodes joined to its step by a dashed `tool` edge without an arrowhead. With\n\
+                        --nested, the flows that `flow` agents (steps' or tools') call are drawn in\n\
                         the same diagram, each in a subgraph (a cluster in DOT, a box in SVG), with\n\
-                        a dotted `calls` edge from each calling step.\n\n\
+                        a dotted `calls` edge from each calling step or tool.\n\n\
                         switchyard graph flow.yaml --format svg > flow.svg"
 )]
 pub struct Args {
@@ -36,7 +40,8 @@ pub struct Args {
     pub flow: PathBuf,
     #[arg(long, value_enum, default_value = "mermaid")]
     pub format: Format,
-    /// Also draw every flow that `flow` agents call, each as a subgraph of the one diagram.
+    /// Also draw every flow that `flow` agents call (as steps or as tools), each as a subgraph
+    /// of the one diagram.
     #[arg(long)]
     pub nested: bool,
     /// The project root that file paths may not leave; default the flow's directory.

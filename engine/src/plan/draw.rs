@@ -1,15 +1,22 @@
 //! Drawing a flow plan as Mermaid or Graphviz DOT text: edges labelled with their `on`, `if`
 //! and `errors`; `foreach` and `while` loops drawn as self-loops with their bound; `parallel`
-//! branches inside a box of their own. With the flows that `flow` agents call, the drawing is
-//! still one document: each called flow (drawn once, however many steps call it) is a Mermaid
-//! `subgraph` or a DOT `cluster`, its node ids prefixed `f<N>_`, and a dotted `calls` edge
-//! joins each calling step to its start. Labels are escaped so that they render as written.
+//! branches inside a box of their own. Where a step has rival edges (more than one that could
+//! be taken on the same outcome), every edge of the step is numbered with its place in `next`,
+//! the order they are tried in (SPEC §4), and an unconditional edge after rivals is `else`.
+//!
+//! An agent loop's tools (SPEC §6.3) are nodes of their own, joined to the step (or `parallel`
+//! branch) whose agent is the loop by a dashed edge labelled `tool` with no arrowhead; a tool
+//! that is itself a loop has its tools joined to it the same way. With the flows that `flow`
+//! agents call, the drawing is still one document: each called flow (drawn once, however many
+//! steps or tools call it) is a Mermaid `subgraph` or a DOT `cluster`, its node ids prefixed
+//! `f<N>_`, and a dotted `calls` edge joins each calling step or tool to its start. Labels are
+//! escaped so that they render as written.
 
 use std::fmt::Write as _;
 
 use petgraph::stable_graph::NodeIndex;
 
-use super::{AgentPlanSpec, CallPlan, FlowPlan, FlowRef, Plan, StepPlanKind};
+use super::{AgentPlanSpec, CallPlan, FlowPlan, FlowRef, LlmPlan, LoopPlan, Plan, RouteEdge, StepPlanKind};
 use crate::model::EdgeOn;
 
 pub(super) fn call_label(c: &CallPlan) -> String {
@@ -83,13 +90,13 @@ pub(super) fn node_id(flow: &FlowPlan, n: NodeIndex, prefix: &str) -> String {
 }
 
 /// The flows a drawing holds: the top flow, then (with `nested`) every flow that `flow`
-/// agents call, transitively, each once, in the order first called; each with the prefix of
-/// its node ids.
+/// agents call, steps' and tools' alike, transitively, each once, in the order first called;
+/// each with the prefix of its node ids.
 pub(super) fn drawn(plan: &Plan, nested: bool) -> Vec<(FlowRef, String)> {
     let mut flows = vec![plan.root];
     let mut i = 0;
     while nested && i < flows.len() {
-        for (_, child) in calls(plan.flow(flows[i])) {
+        for (_, child) in calls(plan.flow(flows[i]), "") {
             if !flows.contains(&child) {
                 flows.push(child);
             }
@@ -103,40 +110,171 @@ pub(super) fn drawn(plan: &Plan, nested: bool) -> Vec<(FlowRef, String)> {
         .collect()
 }
 
-/// The steps of `flow` that call another flow, with the flow they call (a `parallel` step once
-/// per branch that does).
-pub(super) fn calls(flow: &FlowPlan) -> Vec<(NodeIndex, FlowRef)> {
-    let mut out = Vec::new();
+/// One agent call a step makes, with the node that draws it (the step's own node, or a
+/// `parallel` step's branch) and the branch's name.
+struct StepCall<'a> {
+    node: String,
+    branch: Option<&'a str>,
+    call: &'a CallPlan,
+}
+
+/// The agent calls a step makes, each with the node that draws it.
+fn step_calls<'a>(flow: &'a FlowPlan, n: NodeIndex, prefix: &str) -> Vec<StepCall<'a>> {
+    let Some(step) = flow.step(n) else {
+        return Vec::new();
+    };
+    let id = node_id(flow, n, prefix);
+    match &step.kind {
+        StepPlanKind::Parallel(p) => p
+            .branches
+            .iter()
+            .map(|(name, c)| StepCall {
+                node: format!("{id}__{name}"),
+                branch: Some(name),
+                call: c,
+            })
+            .collect(),
+        kind => kind
+            .calls()
+            .into_iter()
+            .map(|c| StepCall {
+                node: id.clone(),
+                branch: None,
+                call: c,
+            })
+            .collect(),
+    }
+}
+
+/// The nodes of `flow`'s drawing that call another flow, with the flow they call, each pair
+/// once: a step whose agent is a `flow` agent (a `parallel` step once per branch that calls
+/// one, from the step), and a tool node whose agent is.
+pub(super) fn calls(flow: &FlowPlan, prefix: &str) -> Vec<(String, FlowRef)> {
+    let mut out: Vec<(String, FlowRef)> = Vec::new();
+    let mut push = |from: String, child: FlowRef| {
+        if !out.iter().any(|(f, c)| *f == from && *c == child) {
+            out.push((from, child));
+        }
+    };
+    let tools = tools(flow, prefix);
     for n in flow.steps.values() {
-        let Some(step) = flow.step(*n) else { continue };
-        let bodies: Vec<&CallPlan> = match &step.kind {
-            StepPlanKind::Call(c) => vec![c],
-            StepPlanKind::Foreach(f) => vec![&f.body],
-            StepPlanKind::While(w) => vec![&w.body],
-            StepPlanKind::Parallel(p) => p.branches.iter().map(|(_, c)| c).collect(),
-            _ => Vec::new(),
-        };
-        for c in bodies {
-            if let AgentPlanSpec::Flow(child) = &c.agent.spec
-                && !out.contains(&(*n, *child))
-            {
-                out.push((*n, *child));
+        for c in step_calls(flow, *n, prefix) {
+            if let AgentPlanSpec::Flow(child) = &c.call.agent.spec {
+                push(node_id(flow, *n, prefix), *child);
+            }
+        }
+        let step = flow.step(*n).map(|s| s.id.as_str());
+        for t in tools.iter().filter(|t| Some(t.step) == step) {
+            if let AgentPlanSpec::Flow(child) = &t.call.agent.spec {
+                push(t.id.clone(), *child);
             }
         }
     }
     out
 }
 
-/// The `calls` edges of a drawing: from each calling step to the start of the flow it calls.
+/// The `calls` edges of a drawing: from each calling step or tool to the start of the flow
+/// it calls.
 pub(super) fn call_edges(plan: &Plan, flows: &[(FlowRef, String)]) -> Vec<(String, String)> {
     let prefix_of = |r: FlowRef| flows.iter().find(|(f, _)| *f == r).map(|(_, p)| p.as_str());
     let mut out = Vec::new();
     for (r, prefix) in flows {
-        let flow = plan.flow(*r);
-        for (n, child) in calls(flow) {
+        for (from, child) in calls(plan.flow(*r), prefix) {
             if let Some(child_prefix) = prefix_of(child) {
-                out.push((node_id(flow, n, prefix), format!("{child_prefix}start")));
+                out.push((from, format!("{child_prefix}start")));
             }
+        }
+    }
+    out
+}
+
+/// A tool of an agent loop, drawn as a node of its own.
+pub(super) struct ToolNode<'a> {
+    /// Its node id: `t_<step>__<tool>` (`t_<step>__<branch>__<tool>` for a `parallel`
+    /// branch's loop, `<outer tool's id>__<tool>` for a tool of a tool), prefixed with the
+    /// flow's prefix; made unique with a number where two would be alike.
+    pub id: String,
+    /// The node of the loop that may call it: a step, a branch, or the tool it is a tool of.
+    pub from: String,
+    /// The id of the step it belongs to.
+    pub step: &'a str,
+    /// Its name, after the `parallel` branch whose loop it is a tool of (`a/search`) and
+    /// the tools it is reached through (`helper.search`): how the run page names it.
+    pub path: String,
+    /// The tool's name (its agent's), then its agent's kind (`command`; `llm (model)`), and a
+    /// line more when its calls wait for approval or its result ends the loop.
+    pub label: String,
+    pub call: &'a CallPlan,
+}
+
+/// The agent loop an agent is, if any.
+fn loop_of(c: &CallPlan) -> Option<&LoopPlan> {
+    match &c.agent.spec {
+        AgentPlanSpec::Llm(LlmPlan {
+            agent_loop: Some(l), ..
+        }) => Some(l),
+        _ => None,
+    }
+}
+
+/// Every tool node of `flow`'s drawing, step by step in the order written, each loop's tools
+/// in the order written, a tool's own tools after it.
+pub(super) fn tools<'a>(flow: &'a FlowPlan, prefix: &str) -> Vec<ToolNode<'a>> {
+    fn add<'a>(
+        lp: &'a LoopPlan,
+        from: &str,
+        base: &str,
+        step: &'a str,
+        path: &str,
+        out: &mut Vec<ToolNode<'a>>,
+    ) {
+        for t in &lp.tools {
+            let mut id = format!("{base}__{}", t.name);
+            let mut k = 2;
+            while out.iter().any(|o| o.id == id) {
+                id = format!("{base}__{}_{k}", t.name);
+                k += 1;
+            }
+            let path = if path.is_empty() || path.ends_with('/') {
+                format!("{path}{}", t.name)
+            } else {
+                format!("{path}.{}", t.name)
+            };
+            let agent = &t.call.agent;
+            let mut label = match &agent.spec {
+                AgentPlanSpec::Llm(l) => format!("{}\nllm ({})", t.name, l.model),
+                _ => format!("{}\n{}", t.name, agent.kind().as_str()),
+            };
+            if lp.approve.contains(&t.name) {
+                label.push_str("\nwaits for approval");
+            }
+            if lp.until_tool.as_deref() == Some(t.name.as_str()) {
+                label.push_str("\nends the loop");
+            }
+            out.push(ToolNode {
+                id: id.clone(),
+                from: from.to_string(),
+                step,
+                path: path.clone(),
+                label,
+                call: &t.call,
+            });
+            if let Some(inner) = loop_of(&t.call) {
+                add(inner, &id, &id, step, &path, out);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for n in flow.steps.values() {
+        let Some(step) = flow.step(*n) else { continue };
+        for c in step_calls(flow, *n, prefix) {
+            let Some(lp) = loop_of(c.call) else { continue };
+            let base = match c.branch {
+                Some(branch) => format!("{prefix}t_{}__{branch}", step.id),
+                None => format!("{prefix}t_{}", step.id),
+            };
+            let path = c.branch.map_or_else(String::new, |b| format!("{b}/"));
+            add(lp, &c.node, &base, &step.id, &path, &mut out);
         }
     }
     out
@@ -157,6 +295,42 @@ pub(super) struct DrawEdge {
     pub to: String,
     pub label: String,
     pub line: Line,
+}
+
+/// The labels of a step's routes, in the order written: each route's `on`, `errors` and
+/// `if`. Where some outcome has rivals (two routes or more that it could take), every route
+/// is numbered with its place in `next`, the order routes are tried in (failure routes
+/// too: they are tried in the same order), and a route with neither `if` nor `errors` after
+/// a rival of its outcome is the fallback, `else`. A step without rivals keeps plain labels
+/// (a lone unconditional route: none).
+pub(super) fn route_labels<'r>(routes: impl IntoIterator<Item = &'r RouteEdge>) -> Vec<String> {
+    let routes: Vec<&RouteEdge> = routes.into_iter().collect();
+    let on_success = |r: &RouteEdge| r.on != EdgeOn::Failure;
+    let on_failure = |r: &RouteEdge| r.on != EdgeOn::Success;
+    let rivals =
+        |r: &RouteEdge, o: &RouteEdge| (on_success(r) && on_success(o)) || (on_failure(r) && on_failure(o));
+    let numbered = routes.iter().filter(|r| on_success(r)).count() > 1
+        || routes.iter().filter(|r| on_failure(r)).count() > 1;
+    routes
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let mut label = r.label();
+            let fallback = r.cond.is_none() && r.errors.is_none() && routes[..i].iter().any(|o| rivals(r, o));
+            if fallback {
+                label = if label.is_empty() {
+                    "else".to_string()
+                } else {
+                    format!("{label}; else")
+                };
+            }
+            match (numbered, label.is_empty()) {
+                (false, _) => label,
+                (true, true) => format!("{}", i + 1),
+                (true, false) => format!("{}: {label}", i + 1),
+            }
+        })
+        .collect()
 }
 
 /// Every edge to draw — loops, routes, and the implicit ends (`done`, `failed`) — and whether
@@ -195,13 +369,14 @@ pub(super) fn edges(flow: &FlowPlan, prefix: &str) -> (Vec<DrawEdge>, bool) {
         } else if !step.has_next {
             out.push(edge(format!("{prefix}done"), String::new(), Line::Solid));
         } else {
-            for (route, to) in flow.routes(step) {
+            let labels = route_labels(flow.routes(step).map(|(r, _)| r));
+            for ((route, to), label) in flow.routes(step).zip(labels) {
                 let line = if route.on == EdgeOn::Failure {
                     Line::Failure
                 } else {
                     Line::Solid
                 };
-                out.push(edge(node_id(flow, to, prefix), route.label(), line));
+                out.push(edge(node_id(flow, to, prefix), label, line));
             }
         }
     }
@@ -292,6 +467,10 @@ fn mermaid_flow(out: &mut String, flow: &FlowPlan, prefix: &str, ind: &str) {
                 e.to
             );
         }
+    }
+    for t in tools(flow, prefix) {
+        let _ = writeln!(out, "{ind}{}(\"{}\")", t.id, mermaid_text(&t.label));
+        let _ = writeln!(out, "{ind}{} -.-|\"tool\"| {}", t.from, t.id);
     }
     if failed {
         let _ = writeln!(out, "{ind}{prefix}failed((\"failed\"))");
@@ -405,6 +584,19 @@ fn dot_flow(out: &mut String, flow: &FlowPlan, prefix: &str, ind: &str) {
                 dot_text(&e.label)
             );
         }
+    }
+    for t in tools(flow, prefix) {
+        let _ = writeln!(
+            out,
+            "{ind}{} [shape=box, style=\"rounded,dashed\", label=\"{}\"];",
+            t.id,
+            dot_text(&t.label)
+        );
+        let _ = writeln!(
+            out,
+            "{ind}{} -> {} [label=\"tool\", style=dashed, arrowhead=none, color=slategray, fontcolor=slategray];",
+            t.from, t.id
+        );
     }
     if failed {
         let _ = writeln!(

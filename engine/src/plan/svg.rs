@@ -5,16 +5,19 @@
 //!
 //! What is drawn: a box per step (its id, then what it does), the flow's start, its end and,
 //! when a `fail` step leads there, `failed`; an edge per route, labelled with its `on`, `if`
-//! and `errors`, failure edges red and dashed. A `foreach` or `while` step is a box around the
-//! step, titled with what it iterates and its bound; a `parallel` step a box holding a fork,
-//! its branches side by side and a join. With `nested`, each flow that `flow` agents call
-//! (drawn once) is a box of its own titled `flow NAME`, and a dotted `calls` edge joins each
-//! calling step to its start.
+//! and `errors` (numbered, with `else`, where a step has rival edges: `draw::route_labels`),
+//! failure edges red and dashed. A `foreach` or `while` step is a box around the step, titled
+//! with what it iterates and its bound; a `parallel` step a box holding a fork, its branches
+//! side by side and a join. An agent loop's tools are nodes below the step (inside its box,
+//! if it has one), each joined to it by a dashed `tool` edge without an arrowhead. With
+//! `nested`, each flow that `flow` agents call (drawn once) is a box of its own titled
+//! `flow NAME`, and a dotted `calls` edge joins each calling step or tool to its start.
 //!
 //! Text is escaped for XML and shown as written: control characters as their Unicode
 //! pictures, long lines wrapped (the whole text is the element's `<title>`, the tooltip).
 //! Every node is a `<g class="node …">` holding one `<rect>` (or `<ellipse>`) with its box, and
-//! `data-flow`/`data-step` naming it, for the tests and for pages that colour a run's route.
+//! `data-flow`/`data-step` naming it (a tool node `data-tool` too: its name, after the branch
+//! and the tools it is reached through), for the tests and for pages that colour a run's route.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -50,6 +53,8 @@ pub enum NodeKind {
     Join,
     /// The title line of a box (a loop, a `parallel` step, a called flow).
     Title,
+    /// A tool of an agent loop.
+    Tool,
 }
 
 /// A node of the drawing, with its box (top-left corner and size).
@@ -58,8 +63,12 @@ pub struct NodeBox {
     pub kind: NodeKind,
     /// The flow's place in the drawing: `` for the top flow, `f1_`, `f2_`... for called ones.
     pub flow: String,
-    /// The step it draws (for steps, branches, forks and joins).
+    /// The step it draws (for steps, branches, forks and joins), or whose loop may call it
+    /// (for tools).
     pub step: Option<String>,
+    /// Of a tool: its name, after the `parallel` branch whose loop it is a tool of
+    /// (`a/search`) and the tools it is reached through (`helper.search`).
+    pub tool: Option<String>,
     pub lines: Vec<String>,
     /// The whole text, unwrapped.
     pub text: String,
@@ -100,7 +109,8 @@ impl GroupBox {
 /// A drawn edge: its path, and its label's box when it has one.
 #[derive(Clone, Debug)]
 pub struct EdgeLine {
-    /// `route`, `failure` or `calls`; `branch` for a `parallel` step's fork and join.
+    /// `route`, `failure` or `calls`; `branch` for a `parallel` step's fork and join; `tool`
+    /// from an agent loop to one of its tools.
     pub kind: &'static str,
     pub points: Vec<(f64, f64)>,
     pub label: Option<NodeBox>,
@@ -109,15 +119,20 @@ pub struct EdgeLine {
     /// Of a route of the drawing's top flow: the step it leaves and the step it goes to
     /// (`end` for the end), for marking the route a run took.
     pub route: Option<(String, String)>,
+    /// Of an edge to a tool of the top flow: the step and the tool (as [`NodeBox::tool`]).
+    pub tool: Option<(String, String)>,
 }
 
 /// What a run did, for colouring its flow's drawing: each top-level step's state (`ok`,
-/// `failed`, `interrupted`, `running`) and the routes it took (step, next step or `end`).
-/// Steps with no state were never reached.
+/// `failed`, `interrupted`, `running`), the routes it took (step, next step or `end`) and the
+/// state of the tools its steps' agent loops called (step, tool name: `ok` when a call of it
+/// succeeded, else how its last call ended). Steps with no state were never reached; a
+/// loop's tools with none were never called.
 #[derive(Clone, Debug, Default)]
 pub struct Marks {
     pub steps: HashMap<String, &'static str>,
     pub routes: std::collections::HashSet<(String, String)>,
+    pub tools: HashMap<(String, String), &'static str>,
 }
 
 /// A laid-out drawing.
@@ -140,6 +155,7 @@ struct PendingEdge {
     kind: &'static str,
     label: Option<NodeBox>,
     route: Option<(String, String)>,
+    tool: Option<(String, String)>,
 }
 
 /// What the layout is given, before `dagre` places it.
@@ -234,6 +250,7 @@ impl Builder {
             kind,
             label,
             route: None,
+            tool: None,
         });
     }
 }
@@ -302,6 +319,7 @@ pub fn layout(plan: &Plan, nested: bool) -> Result<Layout, String> {
         kind,
         label,
         route,
+        tool,
     } in b.edges
     {
         if kind == "title" {
@@ -325,6 +343,7 @@ pub fn layout(plan: &Plan, nested: bool) -> Result<Layout, String> {
             from,
             to,
             route,
+            tool,
         });
     }
     // The drawing's extent: everything placed, with the margin.
@@ -485,6 +504,32 @@ fn add_flow(b: &mut Builder, flow: &FlowPlan, prefix: &str, parent: Option<&str>
         }
     }
 
+    // An agent loop's tools, below the node of the step or branch whose loop calls them, in
+    // the step's box when it has one.
+    for t in draw::tools(flow, prefix) {
+        let boxed = flow
+            .steps
+            .get(t.step)
+            .and_then(|n| flow.step(*n))
+            .is_some_and(|s| {
+                matches!(
+                    s.kind,
+                    StepPlanKind::Foreach(_) | StepPlanKind::While(_) | StepPlanKind::Parallel(_)
+                )
+            });
+        let group = boxed.then(|| format!("{}__box", draw::node_id(flow, flow.steps[t.step], prefix)));
+        let mut node = text_box(NodeKind::Tool, &p, Some(t.step.to_string()), &t.label, WRAP_NODE);
+        node.tool = Some(t.path.clone());
+        b.node(&t.id, group.as_deref().or(parent), node);
+        let label = text_box(NodeKind::Title, &p, None, "tool", WRAP_EDGE);
+        b.raw_edge(&t.from, &t.id, "tool", Some(label));
+        if let Some(e) = b.edges.last_mut()
+            && prefix.is_empty()
+        {
+            e.tool = Some((t.step.to_string(), t.path));
+        }
+    }
+
     let step_of = |key: &str| -> String {
         let key = &key[prefix.len()..];
         match key.strip_prefix("s_") {
@@ -531,6 +576,7 @@ fn text_box(kind: NodeKind, flow: &str, step: Option<String>, text: &str, wrap: 
         kind,
         flow: flow.to_string(),
         step,
+        tool: None,
         lines,
         text: text.to_string(),
         x: 0.0,
@@ -546,6 +592,7 @@ fn bar(kind: NodeKind, flow: &str, step: Option<String>, branches: usize) -> Nod
         kind,
         flow: flow.to_string(),
         step,
+        tool: None,
         lines: Vec::new(),
         text: String::new(),
         x: 0.0,
@@ -659,6 +706,7 @@ const STYLE: &str = "\
 .node.interrupt rect{fill:#fffaf0;stroke:#b7791f}\
 .node.set rect{fill:#f7fafc;stroke-dasharray:4 2}\
 .node.fork rect,.node.join rect{fill:#4a5568;stroke:none}\
+.node.tool rect{fill:#e6fffa;stroke:#319795;stroke-dasharray:4 2}\
 .node text,.group text{fill:#1a202c}\
 .node text .id{font-weight:bold}\
 .group rect{fill:none;stroke:#a0aec0;stroke-width:1;stroke-dasharray:5 3}\
@@ -668,14 +716,17 @@ const STYLE: &str = "\
 .edge.failure path{stroke:#c53030;stroke-dasharray:6 3}\
 .edge.calls path{stroke:#718096;stroke-dasharray:2 3}\
 .edge.branch path{stroke:#805ad5}\
+.edge.tool path{stroke:#319795;stroke-dasharray:4 3}\
+.edge.tool .label text{fill:#2c7a7b}\
 .edge .label rect{fill:#fff;fill-opacity:.9;stroke:none}\
 .edge .label text{fill:#2d3748;font-size:11px}\
 .edge.failure .label text{fill:#c53030}\
 .node.ok rect{stroke:#2f855a;stroke-width:2.2;fill:#f0fff4}\
-.node.step.failed rect{stroke:#c53030;stroke-width:2.2;fill:#fff5f5}\
+.node.step.failed rect,.node.tool.failed rect{stroke:#c53030;stroke-width:2.2;fill:#fff5f5}\
 .node.interrupted rect,.node.running rect{stroke:#b7791f;stroke-width:2.2;fill:#fffff0}\
 .node.unreached{opacity:.4}\
-.edge.taken path{stroke:#2b6cb0;stroke-width:2.6}";
+.edge.taken path{stroke:#2b6cb0;stroke-width:2.6}\
+.edge.tool.taken path{stroke:#319795;stroke-width:2.2}";
 
 /// The drawing as an SVG document.
 pub fn svg(plan: &Plan, nested: bool) -> Result<String, String> {
@@ -735,11 +786,12 @@ pub fn render(l: &Layout, marks: Option<&Marks>) -> String {
         }
         let marker = match e.kind {
             "failure" => " marker-end=\"url(#arrow-failure)\"",
-            "branch" => "",
+            "branch" | "tool" => "",
             _ => " marker-end=\"url(#arrow)\"",
         };
-        let taken = match (marks, &e.route) {
-            (Some(m), Some(r)) if m.routes.contains(r) => " taken",
+        let taken = match (marks, &e.route, &e.tool) {
+            (Some(m), Some(r), _) if m.routes.contains(r) => " taken",
+            (Some(m), _, Some(t)) if m.tools.contains_key(t) => " taken",
             _ => "",
         };
         let _ = write!(o, "<g class=\"edge {}{taken}\"><path d=\"{d}\"{marker}/>", e.kind);
@@ -768,12 +820,18 @@ pub fn render(l: &Layout, marks: Option<&Marks>) -> String {
             NodeKind::Fork => "fork".to_string(),
             NodeKind::Join => "join".to_string(),
             NodeKind::Title => "title".to_string(),
+            NodeKind::Tool => "tool".to_string(),
         };
-        let state = match (marks, &n.step) {
-            (Some(m), Some(step))
+        let state = match (marks, &n.step, &n.tool) {
+            (Some(m), Some(step), None)
                 if n.flow.is_empty() && matches!(n.kind, NodeKind::Step(_) | NodeKind::Branch) =>
             {
                 format!(" {}", m.steps.get(step).copied().unwrap_or("unreached"))
+            }
+            // A tool the run called, by how its calls ended; one it never called, faded.
+            (Some(m), Some(step), Some(tool)) if n.flow.is_empty() => {
+                let state = m.tools.get(&(step.clone(), tool.clone()));
+                format!(" {}", state.copied().unwrap_or("unreached"))
             }
             _ => String::new(),
         };
@@ -784,6 +842,9 @@ pub fn render(l: &Layout, marks: Option<&Marks>) -> String {
         );
         if let Some(s) = &n.step {
             let _ = write!(o, " data-step=\"{}\"", xml_text(s));
+        }
+        if let Some(t) = &n.tool {
+            let _ = write!(o, " data-tool=\"{}\"", xml_text(t));
         }
         o.push('>');
         if !n.text.is_empty() {
@@ -805,6 +866,7 @@ pub fn render(l: &Layout, marks: Option<&Marks>) -> String {
                 let rx = match n.kind {
                     NodeKind::Step("fail") | NodeKind::Step("succeed") => 14.0,
                     NodeKind::Fork | NodeKind::Join => 3.0,
+                    NodeKind::Tool => 10.0,
                     _ => 4.0,
                 };
                 let _ = write!(
@@ -818,7 +880,7 @@ pub fn render(l: &Layout, marks: Option<&Marks>) -> String {
                 );
             }
         }
-        let first_bold = matches!(n.kind, NodeKind::Step(_) | NodeKind::Branch);
+        let first_bold = matches!(n.kind, NodeKind::Step(_) | NodeKind::Branch | NodeKind::Tool);
         text_lines(&mut o, n, first_bold);
         o.push_str("</g>\n");
     }

@@ -86,6 +86,64 @@ fn state_of(s: StepStatus) -> &'static str {
     }
 }
 
+/// The tools the run's agent loops called, by step and tool (as the drawing names them:
+/// `search`, `a/search` for branch `a`'s loop, `helper.search` for a tool of tool `helper`),
+/// each with how its calls ended: `ok` when one of them succeeded, else how the last one
+/// ended.
+fn tools_called(steps: &[StepRecord]) -> HashMap<(String, String), &'static str> {
+    let mut out: HashMap<(String, String), &'static str> = HashMap::new();
+    for s in steps.iter().filter(|s| s.kind == "tool") {
+        let Some(path) = tool_path(steps, &s.number) else {
+            continue;
+        };
+        let state = out.entry((s.step.clone(), path)).or_insert("");
+        if *state != "ok" {
+            *state = state_of(s.status);
+        }
+    }
+    out
+}
+
+/// The tool a call's record (`3.t2.1`: the first call of turn 2 of the loop of step number
+/// 3) is of, named by the turn that made it (`tool_calls[0].function.name`), after the branch
+/// or the tools its loop is reached through; `None` for a call of a child run's loop or one
+/// no turn names.
+fn tool_path(steps: &[StepRecord], number: &str) -> Option<String> {
+    let (turn, call) = number.rsplit_once('.')?;
+    let (owner, k) = turn.rsplit_once(".t")?;
+    let i: usize = call.parse().ok()?;
+    if k.is_empty() || !k.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let name = steps
+        .iter()
+        .find(|t| t.kind == "turn" && t.number == turn)
+        .and_then(|t| t.result.as_deref())
+        .and_then(|m| m.get("tool_calls"))
+        .and_then(|c| c.get(i.checked_sub(1)?))
+        .and_then(|c| c.pointer("/function/name"))
+        .and_then(Value::as_str)?;
+    // The loop's owner: a step (`3`), an iteration (`3[2]`), a branch (`3.a`), or a call of
+    // a tool that is a loop itself (`3.t1.2`).
+    let top = |n: &str| {
+        let n = n
+            .split_once('[')
+            .map_or(n, |(n, rest)| if rest.ends_with(']') { n } else { "" });
+        !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())
+    };
+    if top(owner) {
+        return Some(name.to_string());
+    }
+    let (head, last) = owner.rsplit_once('.')?;
+    if last.bytes().all(|b| b.is_ascii_digit()) {
+        Some(format!("{}.{name}", tool_path(steps, owner)?))
+    } else if top(head) {
+        Some(format!("{last}/{name}"))
+    } else {
+        None
+    }
+}
+
 fn ms(a: u64, b: Option<u64>) -> String {
     match b {
         Some(b) => {
@@ -134,6 +192,7 @@ fn marks(run: &RunRecord, steps: &[StepRecord]) -> Marks {
             m.routes.insert((s.step.clone(), next.clone()));
         }
     }
+    m.tools = tools_called(steps);
     m
 }
 

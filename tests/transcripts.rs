@@ -523,3 +523,79 @@ fn now_ms() -> u64 {
         .unwrap()
         .as_millis() as u64
 }
+
+/// Branches are shown in the order they are written, whatever order they finished in: branch
+/// `slow`, written first, finishes after `fast`. `runs show` and the run page list `slow`
+/// first; a tool call's row on the page names its tool.
+#[test]
+fn branches_are_shown_as_written_and_tool_rows_name_their_tool() {
+    let server = Llm::start();
+    server.respond_with(model);
+    let dir = TempDir::new("tx-branch-order");
+    dir.write(
+        "order.yaml",
+        format!(
+            r#"flow: order
+providers:
+  local:
+    base_url: {}
+agents:
+  helper:
+    kind: llm
+    provider: local
+    model: m1
+    prompt: "Task: {{{{ input.task }}}}"
+    tools: [lookup]
+  lookup:
+    kind: mock
+    returns: {{found: "=input.q"}}
+  slow:
+    kind: mock
+    latency: 400ms
+    returns: {{v: 1}}
+  fast:
+    kind: mock
+    returns: {{v: 2}}
+steps:
+  both:
+    parallel:
+      zslow: {{agent: slow, output: {{$.s: $.v}}}}
+      fast: {{agent: fast, output: {{$.f: $.v}}}}
+      mid: {{agent: helper, input: {{$.task: "=\"m\""}}, output: {{$.m: $}}}}
+"#,
+            server.base_url()
+        ),
+    );
+    let out = run(switchyard(dir.path())
+        .args(["run", "order.yaml", "--input", "{}"])
+        .args(STORE));
+    assert_eq!(out.code(), 0, "{out:?}");
+    let id = newest_run(&dir);
+
+    // Recorded as they finished: `fast` before `zslow`.
+    let json: Value = serde_json::from_str(&show(&dir, &[&id, "--json"]).stdout).unwrap();
+    let recorded: Vec<&str> = json["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["kind"] == "branch")
+        .map(|s| s["number"].as_str().unwrap())
+        .collect();
+    let at = |list: &[&str], n: &str| list.iter().position(|x| *x == n).unwrap();
+    assert!(at(&recorded, "1.fast") < at(&recorded, "1.zslow"), "{recorded:?}");
+
+    let text = show(&dir, &[&id]).stdout;
+    let pos = |n: &str| {
+        text.find(&format!("{n} branch"))
+            .unwrap_or_else(|| panic!("{n} in {text}"))
+    };
+    assert!(
+        pos("1.zslow") < pos("1.fast") && pos("1.fast") < pos("1.mid"),
+        "{text}"
+    );
+
+    let html = show(&dir, &[&id, "--format", "html"]).stdout;
+    let row = |n: &str| html.find(&format!(">{n}</td>")).unwrap_or_else(|| panic!("{n}"));
+    assert!(row("1.zslow") < row("1.fast") && row("1.fast") < row("1.mid"));
+    assert!(html.contains("<td>tool lookup</td>"), "no row names the tool");
+}

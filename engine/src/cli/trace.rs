@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use crate::report::question::{self, capped};
 use crate::runtime::record::{
-    StepRecord, StepStatus, Usage, fmt_unknown, loop_order, loop_owner, loop_split,
+    StepRecord, StepStatus, Usage, fmt_unknown, group_order, loop_order, loop_owner, loop_split,
 };
 use crate::runtime::resume::Waiting;
 use crate::store::Store;
@@ -74,7 +74,12 @@ fn walk<'a, S: Store>(
         for s in steps.iter().filter(|s| !is_part(s)) {
             print_one(store, s, None, depth, color, detail, out).await;
             loop_parts(store, &steps, &s.number, depth + 1, color, detail, out).await;
-            for p in steps.iter().filter(|p| is_group(p) && part_of(p, &s.number)) {
+            let mut groups: Vec<&StepRecord> = steps
+                .iter()
+                .filter(|p| is_group(p) && part_of(p, &s.number))
+                .collect();
+            group_order(&mut groups, Some(s));
+            for p in groups {
                 print_one(store, p, None, depth + 1, color, detail, out).await;
                 loop_parts(store, &steps, &key(p), depth + 2, color, detail, out).await;
             }
@@ -131,7 +136,12 @@ fn walk<'a, S: Store>(
                 "{}… {number} {step} · not finished · {done} {parts} finished",
                 "  ".repeat(depth)
             );
-            for p in steps.iter().filter(|p| is_group(p) && part_of(p, &number)) {
+            let mut groups: Vec<&StepRecord> = steps
+                .iter()
+                .filter(|p| is_group(p) && part_of(p, &number))
+                .collect();
+            group_order(&mut groups, None);
+            for p in groups {
                 print_one(store, p, None, depth + 1, color, detail, out).await;
                 loop_parts(store, &steps, &key(p), depth + 2, color, detail, out).await;
             }

@@ -16,7 +16,9 @@ use std::fmt::Write as _;
 use serde_json::{Value, json};
 
 use crate::plan::svg::{self, Marks};
-use crate::runtime::record::{RunRecord, RunStatus, StepRecord, StepStatus, loop_order, loop_owner};
+use crate::runtime::record::{
+    RunRecord, RunStatus, StepRecord, StepStatus, group_order, loop_order, loop_owner,
+};
 use crate::runtime::resume::Waiting;
 
 /// Iteration records of one step shown as rows.
@@ -238,9 +240,9 @@ fn rows<'a>(
     for p in parts.values_mut() {
         p.sort_by_key(|p| loop_order(&p.number));
     }
-    // Iterations in item order, whatever order they finished in.
-    for g in groups.values_mut() {
-        g.sort_by_key(|g| g.iteration);
+    // Iterations in item order and branches as written, whatever order they finished in.
+    for (number, g) in groups.iter_mut() {
+        group_order(g, tops.iter().copied().find(|s| s.number == *number));
     }
     let tree = Tree {
         run,
@@ -592,6 +594,14 @@ pub fn run_html(r: &RunReport) -> String {
             None => s.number.clone(),
         };
         let error = s.error.as_ref().map(|e| e.kind.to_string()).unwrap_or_default();
+        // A tool call's row names its tool, as the record keeps it (`answers.tool`).
+        let tool = (s.kind == "tool")
+            .then(|| s.answers.as_ref()?.get("tool")?.as_str())
+            .flatten();
+        let kind = match tool {
+            Some(t) => format!("tool {t}"),
+            None => s.kind.clone(),
+        };
         let top = row.run == run.id && !s.number.contains('.') && s.iteration.is_none();
         let _ = write!(
             o,
@@ -603,7 +613,7 @@ pub fn run_html(r: &RunReport) -> String {
             u8::from(top),
             html(&number),
             html(&s.step),
-            html(&s.kind),
+            html(&kind),
             s.status.as_str(),
             ms(s.started_at, s.finished_at),
             if s.usage.input_tokens + s.usage.output_tokens > 0 {

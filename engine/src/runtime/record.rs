@@ -283,6 +283,26 @@ pub fn loop_order(number: &str) -> (u64, u64) {
     }
 }
 
+/// Puts the iterations and branches of one step in the order a reader expects, whatever order
+/// they finished (and were recorded) in: iterations by item, branches as they are written in
+/// the flow. A finished `parallel` step's result names its branches in that order; before it
+/// has one (`owner` is `None`: the run stopped while the step ran), branches go in the order
+/// they started.
+pub fn group_order(parts: &mut [&StepRecord], owner: Option<&StepRecord>) {
+    let written = owner
+        .and_then(|o| o.result.as_deref())
+        .and_then(serde_json::Value::as_object);
+    parts.sort_by_key(|p| {
+        let branch = p.number.rsplit_once('.').map(|(_, b)| b);
+        let place = match (p.iteration, written, branch) {
+            (Some(i), ..) => i as usize,
+            (None, Some(w), Some(b)) => w.keys().position(|k| k == b).unwrap_or(usize::MAX),
+            _ => usize::MAX,
+        };
+        (place, p.started_at)
+    });
+}
+
 /// Unix milliseconds now.
 pub fn now_ms() -> u64 {
     std::time::SystemTime::now()

@@ -464,22 +464,31 @@ async fn unfinished(
     }
 }
 
+/// A run and its child runs, all the way down, each with its records (the latest attempt of
+/// each step): the run first, then its children's trees in the order they started.
+async fn tree_steps<S: crate::store::Store + ?Sized>(
+    s: &S,
+    run: &str,
+) -> Result<Vec<(String, Vec<crate::runtime::record::StepRecord>)>, String> {
+    let mut out = Vec::new();
+    let mut todo = std::collections::VecDeque::from([run.to_string()]);
+    while let Some(id) = todo.pop_front() {
+        let steps = s.latest_steps(&id).await.map_err(|e| e.to_string())?;
+        let children = s.children(&id).await.map_err(|e| e.to_string())?;
+        todo.extend(children.into_iter().map(|c| c.id));
+        out.push((id, steps));
+    }
+    Ok(out)
+}
+
 /// The `llm` requests abandoned with their tokens unknown in a run and its child runs.
 async fn abandoned_in_tree<S: crate::store::Store + ?Sized>(s: &S, run: &str) -> Result<u64, String> {
-    let mut total = 0;
-    let mut todo = vec![run.to_string()];
-    while let Some(id) = todo.pop() {
-        let steps = s.latest_steps(&id).await.map_err(|e| e.to_string())?;
-        total += steps.iter().map(super::trace::abandoned_requests).sum::<u64>();
-        todo.extend(
-            s.children(&id)
-                .await
-                .map_err(|e| e.to_string())?
-                .into_iter()
-                .map(|c| c.id),
-        );
-    }
-    Ok(total)
+    let tree = tree_steps(s, run).await?;
+    Ok(tree
+        .iter()
+        .flat_map(|(_, steps)| steps)
+        .map(super::trace::abandoned_requests)
+        .sum())
 }
 
 /// `runs show --json --transcript`: the transcript of every agent loop in a run and its child
@@ -490,9 +499,7 @@ async fn transcripts_in_tree<S: crate::store::Store + ?Sized>(
     run: &str,
 ) -> Result<Vec<Value>, String> {
     let mut out = Vec::new();
-    let mut todo = std::collections::VecDeque::from([run.to_string()]);
-    while let Some(id) = todo.pop_front() {
-        let steps = s.latest_steps(&id).await.map_err(|e| e.to_string())?;
+    for (id, steps) in tree_steps(s, run).await? {
         for st in &steps {
             if let Some(messages) = super::trace::loop_transcript(st) {
                 out.push(serde_json::json!({
@@ -503,13 +510,6 @@ async fn transcripts_in_tree<S: crate::store::Store + ?Sized>(
                 }));
             }
         }
-        todo.extend(
-            s.children(&id)
-                .await
-                .map_err(|e| e.to_string())?
-                .into_iter()
-                .map(|c| c.id),
-        );
     }
     Ok(out)
 }

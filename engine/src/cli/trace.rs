@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use crate::report::question::{self, capped};
 use crate::runtime::record::{
-    StepRecord, StepStatus, Usage, fmt_unknown, group_order, loop_order, loop_owner, loop_split,
+    StepRecord, StepStatus, Usage, fmt_unknown, group_order, loop_order, loop_owner, tool_name,
 };
 use crate::runtime::resume::Waiting;
 use crate::store::Store;
@@ -167,23 +167,8 @@ fn loop_parts<'a, S: Store>(
             .collect();
         parts.sort_by_key(|p| loop_order(&p.number));
         for p in parts {
-            let tool = match loop_split(&p.number) {
-                Some((_, k, rest)) if p.kind == "tool" => {
-                    let i: usize = rest.trim_start_matches('.').parse().unwrap_or(0);
-                    let turn = format!("{owner}.t{k}");
-                    steps
-                        .iter()
-                        .find(|t| t.kind == "turn" && t.number == turn)
-                        .and_then(|t| t.result.as_deref())
-                        .and_then(|m| m.get("tool_calls"))
-                        .and_then(|c| c.get(i.checked_sub(1)?))
-                        .and_then(|c| c.pointer("/function/name"))
-                        .and_then(Value::as_str)
-                        .map(str::to_owned)
-                }
-                _ => None,
-            };
-            print_one(store, p, tool.as_deref(), depth, color, detail, out).await;
+            let tool = (p.kind == "tool").then(|| tool_name(&p.number, steps)).flatten();
+            print_one(store, p, tool, depth, color, detail, out).await;
         }
     })
 }

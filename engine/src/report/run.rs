@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 
 use crate::plan::svg::{self, Marks};
 use crate::runtime::record::{
-    RunRecord, RunStatus, StepRecord, StepStatus, group_order, loop_order, loop_owner,
+    RunRecord, RunStatus, StepRecord, StepStatus, group_order, loop_order, loop_owner, tool_name,
 };
 use crate::runtime::resume::Waiting;
 
@@ -111,20 +111,12 @@ fn tools_called(steps: &[StepRecord]) -> HashMap<(String, String), &'static str>
 /// or the tools its loop is reached through; `None` for a call of a child run's loop or one
 /// no turn names.
 fn tool_path(steps: &[StepRecord], number: &str) -> Option<String> {
-    let (turn, call) = number.rsplit_once('.')?;
+    let (turn, _) = number.rsplit_once('.')?;
     let (owner, k) = turn.rsplit_once(".t")?;
-    let i: usize = call.parse().ok()?;
     if k.is_empty() || !k.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    let name = steps
-        .iter()
-        .find(|t| t.kind == "turn" && t.number == turn)
-        .and_then(|t| t.result.as_deref())
-        .and_then(|m| m.get("tool_calls"))
-        .and_then(|c| c.get(i.checked_sub(1)?))
-        .and_then(|c| c.pointer("/function/name"))
-        .and_then(Value::as_str)?;
+    let name = tool_name(number, steps)?;
     // The loop's owner: a step (`3`), an iteration (`3[2]`), a branch (`3.a`), or a call of
     // a tool that is a loop itself (`3.t1.2`).
     let top = |n: &str| {
@@ -595,10 +587,12 @@ pub fn run_html(r: &RunReport) -> String {
         };
         let error = s.error.as_ref().map(|e| e.kind.to_string()).unwrap_or_default();
         // A tool call's row names its tool, as the record keeps it (`answers.tool`).
-        let tool = (s.kind == "tool")
-            .then(|| s.answers.as_ref()?.get("tool")?.as_str())
-            .flatten();
-        let kind = match tool {
+        let of_run: &[StepRecord] = if row.run == run.id {
+            r.steps
+        } else {
+            r.children.get(row.run).map_or(&[], |(_, s)| s)
+        };
+        let kind = match (s.kind == "tool").then(|| tool_name(&s.number, of_run)).flatten() {
             Some(t) => format!("tool {t}"),
             None => s.kind.clone(),
         };

@@ -283,6 +283,29 @@ pub fn loop_order(number: &str) -> (u64, u64) {
     }
 }
 
+/// The tool agent loop call `number` (`3.t2.1`: the first call of turn 2 of the loop keyed
+/// `3`) among `steps` called: the name its record keeps (`answers.tool`), or, for a call with
+/// no record yet or one written before records kept it, the name in the turn's `tool_calls`.
+pub fn tool_name<'a>(number: &str, steps: &'a [StepRecord]) -> Option<&'a str> {
+    let kept = steps
+        .iter()
+        .filter(|s| s.kind == "tool" && s.number == number)
+        .find_map(|s| s.answers.as_ref()?.get("tool")?.as_str());
+    if kept.is_some() {
+        return kept;
+    }
+    let (turn, i) = number.rsplit_once('.')?;
+    let i: usize = i.parse().ok()?;
+    steps
+        .iter()
+        .find(|t| t.kind == "turn" && t.number == turn)
+        .and_then(|t| t.result.as_deref())
+        .and_then(|m| m.get("tool_calls"))
+        .and_then(|c| c.get(i.checked_sub(1)?))
+        .and_then(|c| c.pointer("/function/name"))
+        .and_then(serde_json::Value::as_str)
+}
+
 /// Puts the iterations and branches of one step in the order a reader expects, whatever order
 /// they finished (and were recorded) in: iterations by item, branches as they are written in
 /// the flow. A finished `parallel` step's result names its branches in that order; before it

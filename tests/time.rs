@@ -308,3 +308,66 @@ fn batch_now_pins_the_now_of_every_item() {
         assert_eq!(l["output"]["at"], "2026-03-01T08:00:00Z", "{l}");
     }
 }
+
+/// Reads `now` in named zones and fixed offsets: the calendar and the zones of the database
+/// bundled into the binary, whatever the machine's own (`TZDIR` points nowhere here, `TZ`
+/// names another zone).
+const ZONES: &str = r#"flow: zones
+steps:
+  read:
+    set:
+      $.new_york: "=now.getHours('America/New_York')"
+      $.paris: "=now.getHours('Europe/Paris')"
+      $.kolkata: "=now.getMinutes('Asia/Kolkata')"
+      $.sydney: "=[now.getDate('Australia/Sydney'), now.getDayOfWeek('Australia/Sydney')]"
+      $.fixed: "=now.getHours('+05:30')"
+      $.utc: "=[now.getFullYear(), now.getDayOfYear(), now.getHours()]"
+      $.east: "=[now.getFullYear('+01:00'), now.getMonth('+01:00'), now.getDayOfWeek('+01:00')]"
+"#;
+
+fn read_zones(dir: &TempDir, now: &str) -> Value {
+    let out = run(switchyard(dir.path())
+        .args(["run", "zones.yaml", "--input", "{}", "--now", now])
+        .env("TZDIR", dir.path())
+        .env("TZ", "Asia/Tokyo"));
+    assert_eq!(out.code(), 0, "{out:?}");
+    stdout_json(&out)
+}
+
+#[test]
+fn now_reads_in_time_zones_across_a_change_of_clocks() {
+    let dir = TempDir::new("time-zones");
+    dir.write("zones.yaml", ZONES);
+    // New York moves its clocks from 02:00 EST to 03:00 EDT on 8 March 2026, 07:00 UTC.
+    let before = read_zones(&dir, "2026-03-08T06:59:59Z");
+    assert_eq!(
+        before,
+        json!({
+            "new_york": 1, "paris": 7, "kolkata": 29, "sydney": [8, 0], "fixed": 12,
+            "utc": [2026, 66, 6], "east": [2026, 2, 0]
+        })
+    );
+    let after = read_zones(&dir, "2026-03-08T07:00:00Z");
+    assert_eq!(after["new_york"], 3, "{after}");
+    assert_eq!(after["kolkata"], 30, "{after}");
+    // CEL's last hour is, an hour east of UTC, the first of the year 10000 (a Saturday).
+    let last = read_zones(&dir, "9999-12-31T23:00:00Z");
+    assert_eq!(last["utc"], json!([9999, 364, 23]), "{last}");
+    assert_eq!(last["east"], json!([10000, 0, 6]), "{last}");
+    assert_eq!(last["paris"], 0, "{last}");
+
+    // A zone the database does not have, or spelt otherwise, fails the step, naming it.
+    for zone in ["Mars/Olympus", "america/new_york"] {
+        dir.write(
+            "bad.yaml",
+            format!("flow: bad\nsteps:\n  read:\n    set: {{$.h: \"=now.getHours('{zone}')\"}}\n"),
+        );
+        let out = run(switchyard(dir.path()).args(["run", "bad.yaml", "--input", "{}"]));
+        assert_eq!(out.code(), 1, "{out:?}");
+        assert!(
+            out.stderr.contains(&format!("unknown time zone `{zone}`")),
+            "{}",
+            out.stderr
+        );
+    }
+}

@@ -17,6 +17,5 @@ pub mod resume;
 pub mod steps;
 pub mod strings;
 pub mod time;
-pub mod zone;
 
 pub use error::{ErrorKind, StepError};

@@ -4,14 +4,18 @@
 //!
 //! This module owns the time values expressions see and nothing else: it knows nothing of
 //! runs, payloads or the store (the engine decides what `now` is and hands it over as a
-//! [`Timestamp`]). The calendar arithmetic is done here, over Unix seconds; a named time zone's
-//! offset at an instant comes from [`zone`](super::zone), over the bundled IANA database, so
-//! every machine routes alike whatever its own `/usr/share/zoneinfo` holds.
+//! [`Timestamp`]). The calendar and the time zones are `jiff`'s: a date's fields, its weekday
+//! and day of the year, and a named zone's offset at an instant, read from the IANA database
+//! that `jiff` bundles (`TimeZoneDatabase::bundled`, never the machine's
+//! `/usr/share/zoneinfo`), so every machine routes alike. What is CEL's stays here: the
+//! ranges, the text of both types (cel-go's, which is Go's) and their errors.
 //!
 //! **Ranges, as CEL has them.** A timestamp lies between `0001-01-01T00:00:00Z` and
 //! `9999-12-31T23:59:59.999999999Z`; a duration is a signed 64-bit count of nanoseconds (about
 //! ±292 years, cel-go's range). Parsing, converting or computing past either is an error
-//! naming the range, never a wrapped or clamped value.
+//! naming the range, never a wrapped or clamped value. (`jiff::Timestamp` stops 26 hours short
+//! of CEL's last instant, so that any offset still gives a civil time; a timestamp here is a
+//! `jiff::SignedDuration` since the Unix epoch, read on `jiff`'s civil calendar.)
 //!
 //! **Text.** `string(t)` is RFC 3339 in UTC with the fraction trimmed of trailing zeros
 //! (`2009-02-13T23:31:30Z`, `…:30.5Z`); `string(d)` is seconds with the fraction trimmed
@@ -25,6 +29,9 @@ use cel::common::traits::{Adder, Comparer, Negator, Subtractor, Zeroer};
 use cel::common::types::{self as cel_types, CelInt, CelString, Kind, Type};
 use cel::common::value::{CowVal, StaticVal, Val};
 use cel::{Env, ExecutionError};
+use jiff::SignedDuration;
+use jiff::civil::DateTime;
+use jiff::tz::{Offset, TimeZone, TimeZoneDatabase};
 
 /// `google.protobuf.Timestamp`, the type of [`Timestamp`] values.
 pub const TIMESTAMP_TYPE: Type = Type::simple_type(Kind::Timestamp, "google.protobuf.Timestamp");
@@ -35,16 +42,19 @@ static TIMESTAMP_TYPE_REF: Type = TIMESTAMP_TYPE;
 static DURATION_TYPE_REF: Type = DURATION_TYPE;
 
 const NANOS_PER_SEC: i64 = 1_000_000_000;
-/// `0001-01-01T00:00:00Z` in Unix seconds.
-const MIN_SECS: i64 = -62_135_596_800;
-/// `9999-12-31T23:59:59Z` in Unix seconds.
-const MAX_SECS: i64 = 253_402_300_799;
+/// `0001-01-01T00:00:00Z`, the first instant in CEL's range, since the Unix epoch.
+const MIN: SignedDuration = SignedDuration::from_secs(-62_135_596_800);
+/// `9999-12-31T23:59:59.999999999Z`, the last.
+const MAX: SignedDuration = SignedDuration::new(253_402_300_799, 999_999_999);
+/// The civil time Unix seconds count from.
+const EPOCH: DateTime = DateTime::constant(1970, 1, 1, 0, 0, 0, 0);
+/// 400 Gregorian years: 146,097 days, whole weeks, after which the calendar repeats exactly.
+const GREGORIAN_CYCLE: SignedDuration = SignedDuration::from_hours(146_097 * 24);
 
-/// An instant in UTC: whole Unix seconds (floored) and the nanoseconds past them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+/// An instant in UTC, within CEL's range.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Timestamp {
-    secs: i64,
-    nanos: u32,
+    since_epoch: SignedDuration,
 }
 
 /// A signed span of time in nanoseconds.
@@ -79,47 +89,48 @@ impl Timestamp {
     /// The instant `secs` seconds and `nanos` nanoseconds after the Unix epoch, if it is in
     /// CEL's range.
     pub fn new(secs: i64, nanos: u32) -> Option<Self> {
-        (nanos < 1_000_000_000 && (MIN_SECS..=MAX_SECS).contains(&secs)).then_some(Timestamp { secs, nanos })
+        let nanos = i32::try_from(nanos).ok().filter(|n| *n < 1_000_000_000)?;
+        Self::since_epoch(SignedDuration::new(secs, nanos))
+    }
+
+    /// The instant `d` after the Unix epoch (before it if negative), if it is in CEL's range.
+    fn since_epoch(d: SignedDuration) -> Option<Self> {
+        (MIN..=MAX).contains(&d).then_some(Timestamp { since_epoch: d })
     }
 
     /// The current time, to the microsecond (what a store records).
     pub fn now() -> Self {
-        let micros = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX));
-        Self::from_unix_micros(micros).unwrap_or(Timestamp { secs: 0, nanos: 0 })
+        Self::from_unix_micros(jiff::Timestamp::now().as_microsecond()).unwrap_or(Timestamp {
+            since_epoch: SignedDuration::ZERO,
+        })
     }
 
     /// The instant `micros` microseconds after the Unix epoch, if it is in CEL's range.
     pub fn from_unix_micros(micros: i64) -> Option<Self> {
-        let secs = micros.div_euclid(1_000_000);
-        let nanos = u32::try_from(micros.rem_euclid(1_000_000) * 1000).ok()?;
-        Self::new(secs, nanos)
+        Self::since_epoch(SignedDuration::from_micros(micros))
     }
 
-    /// Unix microseconds, the fraction below a microsecond dropped.
+    /// Unix microseconds, floored: the fraction below a microsecond dropped.
     pub fn unix_micros(&self) -> i64 {
-        self.secs * 1_000_000 + i64::from(self.nanos / 1000)
+        self.floored(1_000)
     }
 
     /// Unix seconds, floored (`int(t)`).
     pub fn unix_secs(&self) -> i64 {
-        self.secs
+        self.floored(1_000_000_000)
     }
 
-    fn total_nanos(&self) -> i128 {
-        i128::from(self.secs) * i128::from(NANOS_PER_SEC) + i128::from(self.nanos)
-    }
-
-    fn from_total_nanos(n: i128) -> Option<Self> {
-        let secs = i64::try_from(n.div_euclid(i128::from(NANOS_PER_SEC))).ok()?;
-        let nanos = u32::try_from(n.rem_euclid(i128::from(NANOS_PER_SEC))).ok()?;
-        Self::new(secs, nanos)
+    /// Whole units of `unit` nanoseconds since the epoch, floored; every instant in range
+    /// counts in an `i64` of microseconds.
+    fn floored(&self, unit: i128) -> i64 {
+        let n = self.since_epoch.as_nanos().div_euclid(unit);
+        i64::try_from(n).expect("an instant in CEL's range counts in 64 bits")
     }
 
     /// Parses RFC 3339 as cel-go does (Go's `time.RFC3339` layout):
     /// `YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM)`, with an upper-case `T` and `Z`, at most nine
-    /// fraction digits, and no leap second.
+    /// fraction digits, and no leap second. The layout is read here; the date and time are
+    /// checked on `jiff`'s calendar.
     pub fn parse(text: &str) -> Result<Self, TimeError> {
         let bad = || {
             TimeError(format!(
@@ -138,29 +149,28 @@ impl Timestamp {
                 .all(u8::is_ascii_digit)
                 .then(|| s.iter().fold(0i64, |n, d| n * 10 + i64::from(d - b'0')))
         };
+        // Two digits, which always fit an `i8`.
+        let two = |from: usize| num(from, 2).and_then(|n| i8::try_from(n).ok());
         let at = |i: usize, c: u8| b.get(i) == Some(&c);
         if !(at(4, b'-') && at(7, b'-') && at(10, b'T') && at(13, b':') && at(16, b':')) {
             return Err(bad());
         }
-        let (year, month, day) = (
-            num(0, 4).ok_or_else(bad)?,
-            num(5, 2).ok_or_else(bad)?,
-            num(8, 2).ok_or_else(bad)?,
-        );
+        let year = num(0, 4).and_then(|n| i16::try_from(n).ok()).ok_or_else(bad)?;
+        let (month, day) = (two(5).ok_or_else(bad)?, two(8).ok_or_else(bad)?);
         let (hour, minute, second) = (
-            num(11, 2).ok_or_else(bad)?,
-            num(14, 2).ok_or_else(bad)?,
-            num(17, 2).ok_or_else(bad)?,
+            two(11).ok_or_else(bad)?,
+            two(14).ok_or_else(bad)?,
+            two(17).ok_or_else(bad)?,
         );
         let mut i = 19;
-        let mut nanos = 0u32;
+        let mut nanos = 0i32;
         if at(i, b'.') {
             let digits = b[i + 1..].iter().take_while(|c| c.is_ascii_digit()).count();
             if digits == 0 || digits > 9 {
                 return Err(bad());
             }
             let frac = num(i + 1, digits).ok_or_else(bad)?;
-            nanos = u32::try_from(frac * 10i64.pow(9 - digits as u32)).map_err(|_| bad())?;
+            nanos = i32::try_from(frac * 10i64.pow(9 - digits as u32)).map_err(|_| bad())?;
             i += 1 + digits;
         }
         let offset = match b.get(i) {
@@ -175,17 +185,11 @@ impl Timestamp {
             }
             _ => return Err(bad()),
         };
-        if !(1..=12).contains(&month)
-            || day < 1
-            || day > days_in_month(year, month)
-            || hour > 23
-            || minute > 59
-            || second > 59
-        {
-            return Err(bad());
-        }
-        let secs = days_from_civil(year, month, day) * 86_400 + hour * 3600 + minute * 60 + second - offset;
-        Self::new(secs, nanos).ok_or_else(|| range_error(&format!("`{text}`")))
+        // `jiff` refuses a day past its month's end, the 29th of February out of a leap
+        // year, hour 24 and second 60.
+        let local = DateTime::new(year, month, day, hour, minute, second, nanos).map_err(|_| bad())?;
+        let since_epoch = local.duration_since(EPOCH) - SignedDuration::from_secs(offset);
+        Self::since_epoch(since_epoch).ok_or_else(|| range_error(&format!("`{text}`")))
     }
 
     /// `timestamp(int)`: Unix seconds.
@@ -195,62 +199,90 @@ impl Timestamp {
 
     /// `self + d`, in range.
     pub fn checked_add(&self, d: Duration) -> Result<Self, TimeError> {
-        Self::from_total_nanos(self.total_nanos() + i128::from(d.nanos))
+        self.since_epoch
+            .checked_add(d.to_jiff())
+            .and_then(Self::since_epoch)
             .ok_or_else(|| range_error(&format!("`{self} + {d}`")))
     }
 
     /// `self - d`, in range.
     pub fn checked_sub(&self, d: Duration) -> Result<Self, TimeError> {
-        Self::from_total_nanos(self.total_nanos() - i128::from(d.nanos))
+        self.since_epoch
+            .checked_sub(d.to_jiff())
+            .and_then(Self::since_epoch)
             .ok_or_else(|| range_error(&format!("`{self} - {d}`")))
     }
 
     /// `self - other`, as a duration in range.
     pub fn since(&self, other: &Timestamp) -> Result<Duration, TimeError> {
-        i64::try_from(self.total_nanos() - other.total_nanos())
+        // Two instants in range are at most 10,000 years apart: no overflow in jiff's seconds.
+        let nanos = (self.since_epoch - other.since_epoch).as_nanos();
+        i64::try_from(nanos)
             .map(|nanos| Duration { nanos })
             .map_err(|_| duration_range_error(&format!("`{self} - {other}`")))
     }
 
     /// The calendar fields of this instant in `zone` (UTC when `None`).
     pub fn civil(&self, zone: Option<&str>) -> Result<Civil, TimeError> {
+        let (at, years) = self.to_jiff();
         let offset = match zone {
-            None => 0,
-            Some(z) => zone_offset(z, self)?,
+            None => Offset::UTC,
+            Some(z) => zone_offset(z, at)?,
         };
-        let local = self.secs + offset;
-        let days = local.div_euclid(86_400);
-        let secs_of_day = local.rem_euclid(86_400);
-        let (year, month, day) = civil_from_days(days);
+        let dt = offset.to_datetime(at);
         Ok(Civil {
-            year,
-            month,
-            day,
-            day_of_year: days - days_from_civil(year, 1, 1),
-            // 1970-01-01 was a Thursday; Sunday is 0.
-            day_of_week: (days + 4).rem_euclid(7),
-            hours: secs_of_day / 3600,
-            minutes: secs_of_day % 3600 / 60,
-            seconds: secs_of_day % 60,
-            millis: i64::from(self.nanos / 1_000_000),
+            year: i64::from(dt.year()) + years,
+            month: i64::from(dt.month()),
+            day: i64::from(dt.day()),
+            day_of_year: i64::from(dt.day_of_year()) - 1,
+            day_of_week: i64::from(dt.weekday().to_sunday_zero_offset()),
+            hours: i64::from(dt.hour()),
+            minutes: i64::from(dt.minute()),
+            seconds: i64::from(dt.second()),
+            millis: i64::from(dt.millisecond()),
         })
+    }
+
+    /// This instant as a `jiff::Timestamp`, and the years to add to the dates `jiff` reads of
+    /// it: none, but for CEL's last 26 hours, past `jiff::Timestamp::MAX` (which leaves room
+    /// for any offset east of UTC within the year 9999). Those are read 400 years earlier,
+    /// where the calendar is the same, weekdays and all, and every zone keeps the last rule
+    /// the database gives it, as in 9999.
+    fn to_jiff(self) -> (jiff::Timestamp, i64) {
+        if let Ok(at) = jiff::Timestamp::from_duration(self.since_epoch) {
+            return (at, 0);
+        }
+        let earlier = jiff::Timestamp::from_duration(self.since_epoch - GREGORIAN_CYCLE);
+        (
+            earlier.expect("400 years before an instant in CEL's range is in jiff's"),
+            400,
+        )
     }
 }
 
 /// RFC 3339 in UTC, the fraction trimmed of trailing zeros (cel-go's `string(timestamp)`).
 impl fmt::Display for Timestamp {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let (year, month, day) = civil_from_days(self.secs.div_euclid(86_400));
-        let sod = self.secs.rem_euclid(86_400);
+        let (at, years) = self.to_jiff();
+        let dt = Offset::UTC.to_datetime(at);
         write!(
             f,
-            "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}",
-            sod / 3600,
-            sod % 3600 / 60,
-            sod % 60
+            "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}",
+            i64::from(dt.year()) + years,
+            dt.month(),
+            dt.day(),
+            dt.hour(),
+            dt.minute(),
+            dt.second()
         )?;
-        write_fraction(f, self.nanos)?;
+        write_fraction(f, dt.subsec_nanosecond().unsigned_abs())?;
         f.write_str("Z")
+    }
+}
+
+impl fmt::Debug for Timestamp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Timestamp({self})")
     }
 }
 
@@ -281,6 +313,9 @@ impl Duration {
         self.nanos
     }
 
+    fn to_jiff(self) -> SignedDuration {
+        SignedDuration::from_nanos(self.nanos)
+    }
     /// Parses a duration as cel-go does (Go's `time.ParseDuration`): an optional sign, then
     /// one or more decimal numbers each with a unit — `ns`, `us` (or `µs`), `ms`, `s`, `m`,
     /// `h` — as in `"24h"`, `"1.5s"`, `"1h30m"`, `"-300ms"`; `"0"` alone needs no unit.
@@ -415,70 +450,19 @@ fn write_fraction(f: &mut fmt::Formatter<'_>, nanos: u32) -> fmt::Result {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The calendar (proleptic Gregorian)
-
-pub(crate) fn is_leap(year: i64) -> bool {
-    year % 4 == 0 && (year % 100 != 0 || year % 400 == 0)
-}
-
-pub(crate) fn days_in_month(year: i64, month: i64) -> i64 {
-    match month {
-        2 if is_leap(year) => 29,
-        2 => 28,
-        4 | 6 | 9 | 11 => 30,
-        _ => 31,
-    }
-}
-
-/// Days from 1970-01-01 to the given date. Years are counted from March, so that the leap day
-/// ends a year; eras of 400 years repeat exactly.
-pub(crate) fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let year_of_era = y.rem_euclid(400);
-    let month_from_march = (month + 9) % 12;
-    let day_of_year = (153 * month_from_march + 2) / 5 + day - 1;
-    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
-    era * 146_097 + day_of_era - 719_468
-}
-
-/// The year of the date `days` after 1970-01-01.
-pub(crate) fn civil_year(days: i64) -> i64 {
-    civil_from_days(days).0
-}
-
-/// The date `days` after 1970-01-01: the inverse of [`days_from_civil`].
-fn civil_from_days(days: i64) -> (i64, i64, i64) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let day_of_era = z.rem_euclid(146_097);
-    let year_of_era = (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let month_from_march = (5 * day_of_year + 2) / 153;
-    let day = day_of_year - (153 * month_from_march + 2) / 5 + 1;
-    let month = if month_from_march < 10 {
-        month_from_march + 3
-    } else {
-        month_from_march - 9
-    };
-    let year = year_of_era + era * 400 + i64::from(month <= 2);
-    (year, month, day)
-}
-
-// ---------------------------------------------------------------------------------------------
 // Time zones
 
-/// The offset from UTC, in seconds, of `zone` at `at`: a fixed `[+|-]HH:MM` (cel-go reads
-/// any text with a colon so, the sign optional), else an IANA name (`Europe/Paris`, `UTC`,
-/// `US/Central`); the empty name is UTC.
-fn zone_offset(zone: &str, at: &Timestamp) -> Result<i64, TimeError> {
+/// The offset from UTC of `zone` at `at`: a fixed `[+|-]HH:MM` (cel-go reads any text with a
+/// colon so, the sign optional), else an IANA name (`Europe/Paris`, `UTC`, `US/Central`); the
+/// empty name is UTC.
+fn zone_offset(zone: &str, at: jiff::Timestamp) -> Result<Offset, TimeError> {
     let unknown = || {
         TimeError(format!(
             "unknown time zone `{zone}` (write an IANA name like `Europe/Paris` or an offset like `+05:30`)"
         ))
     };
     if zone.is_empty() {
-        return Ok(0);
+        return Ok(Offset::UTC);
     }
     if let Some((h, m)) = zone.split_once(':') {
         let (negative, digits) = match h.as_bytes().first() {
@@ -488,7 +472,7 @@ fn zone_offset(zone: &str, at: &Timestamp) -> Result<i64, TimeError> {
         };
         let two_digits = |s: &str| {
             (s.len() == 2 && s.bytes().all(|c| c.is_ascii_digit()))
-                .then(|| s.parse::<i64>().ok())
+                .then(|| s.parse::<i32>().ok())
                 .flatten()
         };
         let (Some(hours), Some(minutes)) = (two_digits(digits), two_digits(m)) else {
@@ -500,9 +484,17 @@ fn zone_offset(zone: &str, at: &Timestamp) -> Result<i64, TimeError> {
             )));
         }
         let secs = hours * 3600 + minutes * 60;
-        return Ok(if negative { -secs } else { secs });
+        return Offset::from_seconds(if negative { -secs } else { secs }).map_err(|_| unknown());
     }
-    super::zone::offset_at(zone, at.secs).ok_or_else(unknown)
+    Ok(named_zone(zone).ok_or_else(unknown)?.to_offset(at))
+}
+
+/// The IANA zone `name`, from the database `jiff` bundles, spelled exactly as the database
+/// spells it (`jiff` would also take `europe/paris`; cel-go, reading zone files by name, does
+/// not). `Etc/Unknown`, `jiff`'s name for a zone it could not find, is no zone.
+fn named_zone(name: &str) -> Option<TimeZone> {
+    let tz = TimeZoneDatabase::bundled().get(name).ok()?;
+    (tz.iana_name() == Some(name) && !tz.is_unknown()).then_some(tz)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -657,7 +649,7 @@ impl Comparer for Timestamp {
 
 impl Zeroer for Timestamp {
     fn is_zero_value(&self) -> bool {
-        self.secs == 0 && self.nanos == 0
+        self.since_epoch.is_zero()
     }
 }
 
@@ -886,15 +878,98 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_calendar_round_trips() {
-        for days in [-719_162, -1, 0, 1, 10_956, 11_016, 2_932_896] {
-            let (y, m, d) = civil_from_days(days);
-            assert_eq!(days_from_civil(y, m, d), days, "{y}-{m}-{d}");
+    fn the_range_ends_on_jiffs_calendar() {
+        let first = Timestamp::parse("0001-01-01T00:00:00Z").unwrap();
+        assert_eq!(first.unix_secs(), -62_135_596_800);
+        let last = Timestamp::parse("9999-12-31T23:59:59.999999999Z").unwrap();
+        assert_eq!(last.unix_secs(), 253_402_300_799);
+        let fields = |c: Civil| {
+            (
+                c.year,
+                c.month,
+                c.day,
+                c.day_of_year,
+                c.day_of_week,
+                c.hours,
+                c.millis,
+            )
+        };
+        // Past `jiff::Timestamp::MAX`, in UTC: a Friday.
+        assert_eq!(fields(last.civil(None).unwrap()), (9999, 12, 31, 364, 5, 23, 999));
+        // East of UTC on CEL's last day, the year 10000 (as Go reads it), a Saturday.
+        assert_eq!(
+            fields(last.civil(Some("+01:00")).unwrap()),
+            (10000, 1, 1, 0, 6, 0, 999)
+        );
+        assert_eq!(
+            fields(last.civil(Some("Asia/Tokyo")).unwrap()),
+            (10000, 1, 1, 0, 6, 8, 999)
+        );
+        // West of UTC on its first day, the year 0 (a leap year), a Sunday.
+        assert_eq!(
+            fields(first.civil(Some("-01:00")).unwrap()),
+            (0, 12, 31, 365, 0, 23, 0)
+        );
+    }
+
+    fn hours(zone: &str, text: &str) -> f64 {
+        let (at, _) = Timestamp::parse(text).expect("valid").to_jiff();
+        let offset = zone_offset(zone, at).unwrap_or_else(|e| panic!("{zone}: {e}"));
+        f64::from(offset.seconds()) / 3600.0
+    }
+
+    #[test]
+    fn zones_with_and_without_daylight_saving() {
+        assert_eq!(hours("UTC", "2026-07-01T00:00:00Z"), 0.0);
+        assert_eq!(hours("Asia/Kathmandu", "2009-02-13T23:31:30Z"), 5.75);
+        assert_eq!(hours("Asia/Kolkata", "2030-01-01T00:00:00Z"), 5.5);
+        // The United States, 2026: CDT from 8 March 08:00 UTC to 1 November 07:00 UTC.
+        assert_eq!(hours("US/Central", "2026-03-08T07:59:59Z"), -6.0);
+        assert_eq!(hours("US/Central", "2026-03-08T08:00:00Z"), -5.0);
+        assert_eq!(hours("America/Chicago", "2026-11-01T06:59:59Z"), -5.0);
+        assert_eq!(hours("America/Chicago", "2026-11-01T07:00:00Z"), -6.0);
+        // The European Union, 2026: summer time from 29 March to 25 October, 01:00 UTC.
+        assert_eq!(hours("Europe/Paris", "2026-03-29T00:59:59Z"), 1.0);
+        assert_eq!(hours("Europe/Paris", "2026-03-29T01:00:00Z"), 2.0);
+        assert_eq!(hours("Europe/Paris", "2026-10-25T00:59:59Z"), 2.0);
+        assert_eq!(hours("Europe/Paris", "2026-10-25T01:00:00Z"), 1.0);
+        // The south: Sydney's summer spans the new year (ends 5 April, starts 4 October 2026).
+        assert_eq!(hours("Australia/Sydney", "2026-01-15T00:00:00Z"), 11.0);
+        assert_eq!(hours("Australia/Sydney", "2026-04-04T15:59:59Z"), 11.0);
+        assert_eq!(hours("Australia/Sydney", "2026-04-04T16:00:00Z"), 10.0);
+        assert_eq!(hours("Australia/Sydney", "2026-10-03T15:59:59Z"), 10.0);
+        assert_eq!(hours("Australia/Sydney", "2026-10-03T16:00:00Z"), 11.0);
+        // Half-hour offsets with daylight saving; from the recorded transitions (2009).
+        assert_eq!(hours("America/St_Johns", "2009-02-13T02:00:00Z"), -3.5);
+        assert_eq!(hours("America/St_Johns", "2031-07-01T12:00:00Z"), -2.5);
+        assert_eq!(hours("Australia/Sydney", "2009-02-13T23:31:30Z"), 11.0);
+        // Far future (past `jiff::Timestamp::MAX` too) and far past (local mean time).
+        assert_eq!(hours("Europe/Paris", "9999-07-01T00:00:00Z"), 2.0);
+        assert_eq!(hours("Europe/Paris", "9999-12-31T23:59:59Z"), 1.0);
+        assert_eq!(hours("Australia/Sydney", "9999-12-31T23:59:59Z"), 11.0);
+        assert_eq!(
+            hours("America/New_York", "0001-01-01T00:00:00Z") * 3600.0,
+            -17_762.0
+        );
+    }
+
+    #[test]
+    fn unknown_zones_and_spellings() {
+        let (t, _) = Timestamp::parse("2026-07-01T00:00:00Z").expect("valid").to_jiff();
+        for bad in [
+            "Mars/Olympus",
+            "europe/paris",
+            "utc",
+            "Etc/Unknown",
+            "/",
+            "Europe/",
+        ] {
+            let e = zone_offset(bad, t).expect_err(bad);
+            assert!(e.0.contains(&format!("unknown time zone `{bad}`")), "{bad}: {e}");
         }
-        assert_eq!(civil_from_days(0), (1970, 1, 1));
-        assert_eq!(days_from_civil(2000, 3, 1), 11_017);
-        assert_eq!(days_from_civil(1, 1, 1) * 86_400, MIN_SECS);
-        assert_eq!(days_from_civil(9999, 12, 31) * 86_400 + 86_399, MAX_SECS);
+        assert_eq!(zone_offset("", t), Ok(Offset::UTC));
+        let e = zone_offset("+24:00", t).expect_err("+24:00");
+        assert!(e.0.contains("is out of range (hours 00 to 23"), "{e}");
     }
 
     #[test]

@@ -88,41 +88,21 @@ pub(crate) fn diagnostics(json: &str, human: &str) {
 
 /// Now as RFC 3339 UTC with microseconds, as the log lines have it.
 fn timestamp() -> String {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    let (date, time) = date_time(now.as_secs());
-    format!("{date}T{time}.{:06}Z", now.subsec_micros())
+    jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%S%.6fZ")
+        .to_string()
 }
 
-/// A time in Unix milliseconds as `YYYY-MM-DD HH:MM:SS` (UTC).
+/// A time in Unix milliseconds as `YYYY-MM-DD HH:MM:SS` (UTC); one past the year 9999 as its
+/// number.
 pub(crate) fn utc_seconds(ms: u64) -> String {
-    let (date, time) = date_time(ms / 1000);
-    format!("{date} {time}")
-}
-
-/// `YYYY-MM-DD` and `HH:MM:SS` (UTC) of a time in Unix seconds.
-fn date_time(secs: u64) -> (String, String) {
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    let (y, m, d) = civil_from_days(days as i64);
-    (
-        format!("{y:04}-{m:02}-{d:02}"),
-        format!("{:02}:{:02}:{:02}", rem / 3600, rem % 3600 / 60, rem % 60),
-    )
-}
-
-/// The proleptic Gregorian date of a day count since 1970-01-01 (Howard Hinnant's algorithm).
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
+    i64::try_from(ms)
+        .ok()
+        .and_then(|ms| jiff::Timestamp::from_millisecond(ms).ok())
+        .map_or_else(
+            || format!("{ms} ms after 1970"),
+            |at| at.strftime("%Y-%m-%d %H:%M:%S").to_string(),
+        )
 }
 
 #[cfg(test)]
@@ -130,11 +110,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn dates_from_days() {
-        assert_eq!(civil_from_days(0), (1970, 1, 1));
-        assert_eq!(civil_from_days(19_723), (2024, 1, 1));
-        assert_eq!(civil_from_days(20_513), (2026, 3, 1));
+    fn times_in_utc() {
+        assert_eq!(utc_seconds(0), "1970-01-01 00:00:00");
+        assert_eq!(utc_seconds(1_704_067_200_000), "2024-01-01 00:00:00");
+        assert_eq!(utc_seconds(1_772_323_199_999), "2026-02-28 23:59:59");
         assert_eq!(utc_seconds(1_700_000_000_123), "2023-11-14 22:13:20");
+        assert_eq!(utc_seconds(u64::MAX), "18446744073709551615 ms after 1970");
+        let now = timestamp();
+        assert_eq!(
+            (now.len(), &now[10..11], &now[19..20], &now[26..]),
+            (27, "T", ".", "Z"),
+            "{now}"
+        );
     }
 
     #[test]

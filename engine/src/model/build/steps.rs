@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use indexmap::IndexMap;
 
-use super::*;
+use crate::model::*;
 use crate::diag::{Diagnostic, article, codes, did_you_mean};
 use crate::source::Span;
 use crate::syntax::{Key, Node, Value};

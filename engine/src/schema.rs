@@ -95,7 +95,7 @@ fn lift_variant_properties(o: &mut Map<String, Value>) {
 /// kind's own fields and the common ones, nothing else (`additionalProperties: false`), so an
 /// editor flags a key lint reports as unknown. serde's flattened, tagged layout gives an open
 /// object instead; an inline `flow` agent's keys (`steps`, `agents`, ...) are not in the model's
-/// schema at all and are taken from the flow file's. The keys are lint's lists (`build.rs`).
+/// schema at all and are taken from the flow file's. The keys are lint's lists (`model/build/agents.rs`).
 fn close_agents(root: &mut Value) {
     let flow_props = root["properties"].clone();
     let defs = root["definitions"]

@@ -1,6 +1,6 @@
 //! YAML text → spanned nodes, under hard budgets. No flow semantics live here.
 //!
-//! [`parse`] turns the bytes of one file into a tree of [`Node`]s, each carrying the byte
+//! [`parse()`] turns the bytes of one file into a tree of [`Node`]s, each carrying the byte
 //! [`Span`] of its text. YAML 1.2 core schema: only `true`/`false` are booleans (`yes`, `NO`,
 //! `on` are strings), numbers with leading zeros stay strings, duplicate keys are errors.
 //! Indentation follows YAML 1.2 too (continuation lines indented past their block, no tab
@@ -12,12 +12,17 @@
 //! overflow the caller's.
 
 mod fast;
+mod limits;
+mod parse;
+mod scalar;
+mod text;
 mod yaml;
 
 use crate::source::{FileId, Span};
 
-pub use yaml::{Limits, parse, parse_collecting, too_large};
-pub(crate) use yaml::{parse_collecting_here, parse_collecting_with, stack_bytes};
+pub use limits::{Limits, too_large};
+pub use parse::{parse, parse_collecting};
+pub(crate) use parse::{parse_collecting_here, parse_collecting_with, stack_bytes};
 
 /// A YAML node with the span of its text in the source file.
 #[derive(Clone, Debug, PartialEq)]

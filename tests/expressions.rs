@@ -1,5 +1,5 @@
-//! Property test of expressions over JSON through the library (`compile::expr::parse` +
-//! `runtime::eval`, what `set`, mappings and `if:` edges run): a value read from the payload
+//! Property test of expressions over JSON through the library (`expr::parse` +
+//! `expr::eval`, what `set`, mappings and `if:` edges run): a value read from the payload
 //! and the same value written as a CEL literal give the same answer (SPEC §5.1).
 //!
 //! For random JSON values and random expression shapes — `==`, `!=` and `in`, nested in list
@@ -15,8 +15,8 @@
 use proptest::prelude::*;
 use proptest::sample::select;
 use serde_json::{Map, Value, json};
-use switchyard::__private::compile::expr;
-use switchyard::__private::runtime::eval::{Vars, eval, eval_bool};
+use switchyard::__private::expr;
+use switchyard::__private::expr::eval::{Vars, eval, eval_bool};
 
 // ----- values --------------------------------------------------------------------------------
 

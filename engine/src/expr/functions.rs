@@ -4,7 +4,7 @@
 //! variables.
 //!
 //! The table covers CEL's standard library as the `cel` crate implements it (its macros and
-//! the `optional` library included), the strings extension (`runtime::strings`) and the time
+//! the `optional` library included), the strings extension (`expr::strings`) and the time
 //! functions with their accessors, by CEL's language definition. Lint checks each call against
 //! it ([`check`]); nothing here evaluates.
 
@@ -300,7 +300,7 @@ mod tests {
     /// fails with "no matching overload" at worst, never "unknown function").
     #[test]
     fn the_table_matches_the_runtime() {
-        use crate::runtime::eval::{Vars, eval};
+        use crate::expr::eval::{Vars, eval};
         let pending = [
             "timestamp",
             "duration",
@@ -327,7 +327,7 @@ mod tests {
                 } else {
                     format!("{}({args})", f.name)
                 };
-                let e = crate::compile::expr::parse(&text).expect("parses");
+                let e = crate::expr::parse(&text).expect("parses");
                 if let Err(err) = eval(&e, &Vars::default()) {
                     assert!(
                         !err.message.contains("undeclared") && !err.message.contains("unknown"),

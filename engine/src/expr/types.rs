@@ -13,8 +13,8 @@ use cel::common::ast::{EntryExpr, Expr as Node, LiteralValue};
 use cel::parser::Expression;
 use indexmap::IndexMap;
 
-use super::ty::{Field, Lookup, Obj, Ty};
-use crate::compile::expr::{Expr, Macro, macro_of};
+use crate::expr::{Expr, Macro, macro_of};
+use crate::lint::ty::{Field, Lookup, Obj, Ty};
 
 /// The types of the variables an expression may read.
 pub trait Scope {
@@ -684,7 +684,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::compile::expr::parse;
+    use crate::expr::parse;
 
     fn input() -> Ty {
         Ty::from_schema(&json!({

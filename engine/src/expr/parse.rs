@@ -27,7 +27,7 @@ pub struct Expr {
     derived: OnceLock<Derived>,
 }
 
-/// What the evaluator (`runtime::eval`) derives from an expression's AST: computed by it on
+/// What the evaluator (`expr::eval`) derives from an expression's AST: computed by it on
 /// the first evaluation and kept with the expression, so that later evaluations do not walk
 /// or copy the tree again.
 #[derive(Clone, Debug)]

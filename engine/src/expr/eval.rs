@@ -188,10 +188,18 @@ fn evaluate<R>(
 /// `ast` as it must run when cel's own evaluation of it could give a wrong answer or one that
 /// depends on chance: with its `+` mixed where a list of cel's could take a map
 /// ([`mixed::list_add_may_take_a_map`]), and with a comprehension over a map cel built
-/// iterating its keys in order ([`order::unordered`]). `None` when neither can happen.
+/// iterating its keys in order ([`order::unordered`]); and with its two-variable
+/// comprehensions lowered to what cel runs ([`two_var::lower`]). `None` when none of these
+/// apply.
 fn exact(ast: &Expression) -> Option<Expression> {
     use cel::common::ast::Expr as Node;
     // One walk over the tree, once per expression (kept in its `Derived`).
+    let lowered = two_var::any(ast).then(|| {
+        let mut t = ast.clone();
+        two_var::lower(&mut t);
+        t
+    });
+    let ast = lowered.as_ref().unwrap_or(ast);
     let (mut add, mut unordered) = (false, false);
     visit(ast, &mut |e| match &e.expr {
         Node::Call(call) => add |= mixed::list_add_may_take_a_map(call),
@@ -199,7 +207,7 @@ fn exact(ast: &Expression) -> Option<Expression> {
         _ => {}
     });
     if !add && !unordered {
-        return None;
+        return lowered;
     }
     // The mixed operators do what cel's do unless numbers mix: they can always take their place.
     let mut out = mixed::rewrite(ast).unwrap_or_else(|| ast.clone());
@@ -368,6 +376,7 @@ fn root_env() -> Env {
     time::register(&mut env);
     mixed::register(&mut env);
     order::register(&mut env);
+    two_var::register(&mut env);
     env
 }
 
@@ -490,7 +499,7 @@ fn stand_ins(ast: &Expression) -> bool {
 }
 
 /// Calls `f` on `e` and every expression inside it.
-fn visit(e: &Expression, f: &mut impl FnMut(&Expression)) {
+pub(super) fn visit(e: &Expression, f: &mut impl FnMut(&Expression)) {
     use cel::common::ast::{EntryExpr, Expr as Node};
     f(e);
     match &e.expr {
@@ -530,7 +539,7 @@ fn visit(e: &Expression, f: &mut impl FnMut(&Expression)) {
 }
 
 /// Calls `f` on every expression inside `e` (not `e` itself), outermost first.
-fn visit_mut(e: &mut Expression, f: &mut impl FnMut(&mut Expression)) {
+pub(super) fn visit_mut(e: &mut Expression, f: &mut impl FnMut(&mut Expression)) {
     use cel::common::ast::{EntryExpr, Expr as Node};
     let mut each = |child: &mut Expression| {
         f(child);
@@ -594,6 +603,9 @@ mod mixed;
 /// map read from the payload is visited in too (whatever the order of its document), so that
 /// a map gives the same answer read from the payload or written as a literal.
 mod order;
+
+/// Two-variable comprehensions, lowered to the one-variable comprehensions cel runs.
+mod two_var;
 
 // ---------------------------------------------------------------------------------------------
 // The lazy view of a JSON array or object

@@ -9,5 +9,6 @@ pub mod functions;
 mod parse;
 pub mod strings;
 pub mod types;
+mod two_var;
 
 pub use parse::{Call, Derived, Expr, ExprError, Macro, Reference, macro_of, parse};

@@ -235,9 +235,15 @@ impl Typer<'_> {
             }
             Node::Comprehension(c) => {
                 let range = self.ty(&c.iter_range);
-                let elem = element_of(&range);
                 let Some(m) = macro_of(c) else { return Ty::Any };
-                self.bound.push((c.iter_var.clone(), elem.clone()));
+                let depth = self.bound.len();
+                match &c.iter_var2 {
+                    None => self.bound.push((c.iter_var.clone(), element_of(&range))),
+                    Some(v) => {
+                        self.bound.push((c.iter_var.clone(), key_of(&range)));
+                        self.bound.push((v.clone(), value_of(&range)));
+                    }
+                }
                 let out = match m {
                     Macro::All(p) | Macro::Exists(p) | Macro::ExistsOne(p) => {
                         self.ty(p);
@@ -249,8 +255,17 @@ impl Typer<'_> {
                         }
                         Ty::List(Box::new(self.ty(transform)))
                     }
+                    // A map whose keys may not be strings (a list's indexes, or whatever
+                    // entries the transform makes) has no `Ty`: nothing is said of it.
+                    Macro::TransformMap { filter, transform, .. } => {
+                        if let Some(f) = filter {
+                            self.ty(f);
+                        }
+                        self.ty(transform);
+                        Ty::Any
+                    }
                 };
-                self.bound.pop();
+                self.bound.truncate(depth);
                 out
             }
             Node::Call(call) => {
@@ -566,6 +581,26 @@ pub fn element_of(t: &Ty) -> Ty {
     members_joined(t, |m| match m {
         Ty::List(e) => Some((**e).clone()),
         Ty::Object(_) => Some(Ty::String),
+        _ => None,
+    })
+}
+
+/// The first variable of a two-variable comprehension over a value of type `t`: a list's
+/// index, a map's key.
+fn key_of(t: &Ty) -> Ty {
+    members_joined(t, |m| match m {
+        Ty::List(_) => Some(Ty::Int),
+        Ty::Object(_) => Some(Ty::String),
+        _ => None,
+    })
+}
+
+/// The second variable of a two-variable comprehension over a value of type `t`: a list's
+/// element, a map's value (the join of its fields' types, when no other field may exist).
+fn value_of(t: &Ty) -> Ty {
+    members_joined(t, |m| match m {
+        Ty::List(e) => Some((**e).clone()),
+        Ty::Object(o) if !o.open => o.fields.values().map(|f| f.ty.clone()).reduce(|a, b| a.join(&b)),
         _ => None,
     })
 }

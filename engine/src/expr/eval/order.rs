@@ -34,7 +34,7 @@ pub fn register(env: &mut Env) {
 }
 
 /// Map keys in order: `bool`, then `int` and `uint` by value, then `string`.
-fn compare(a: &dyn Val, b: &dyn Val) -> Ordering {
+pub fn compare(a: &dyn Val, b: &dyn Val) -> Ordering {
     fn rank(v: &dyn Val) -> (u8, i128, &str) {
         if let Some(b) = v.downcast_ref::<CelBool>() {
             (0, i128::from(*b.inner()), "")

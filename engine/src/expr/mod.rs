@@ -8,7 +8,7 @@ pub mod eval;
 pub mod functions;
 mod parse;
 pub mod strings;
-pub mod types;
 mod two_var;
+pub mod types;
 
 pub use parse::{Call, Derived, Expr, ExprError, Macro, Reference, macro_of, parse};

@@ -333,7 +333,9 @@ fn call_span(ast: &Expression, text: &str, id: u64) -> (usize, usize) {
     walker.expr(ast);
     let tokens = lex(text);
     let calls: Vec<usize> = (0..tokens.len())
-        .filter(|&i| is_ident(tokens[i].kind) && tokens.get(i + 1).map(|t| t.kind) == Some(TokenKind::TokLeftParen))
+        .filter(|&i| {
+            is_ident(tokens[i].kind) && tokens.get(i + 1).map(|t| t.kind) == Some(TokenKind::TokLeftParen)
+        })
         .collect();
     let positions = pair_in_order(&mut walker.calls, &calls, &tokens, text);
     match lookup(&positions, id) {
@@ -474,11 +476,14 @@ pub fn macro_of<'a>(c: &'a ComprehensionExpr) -> Option<Macro<'a>> {
         Node::Map(m) if m.entries.is_empty() => {
             // `@transform_map(accu, f)` or `@transform_map_entry(accu, f)`: the transform `f`.
             let insert = |e: &'a Expression| {
-                [(two_var::TRANSFORM_MAP, false), (two_var::TRANSFORM_MAP_ENTRY, true)]
-                    .into_iter()
-                    .find_map(|(name, entry)| call(e, name, 2).map(|a| (a, entry)))
-                    .filter(|(a, _)| is_accu(&a[0]))
-                    .map(|(a, entry)| (&a[1], entry))
+                [
+                    (two_var::TRANSFORM_MAP, false),
+                    (two_var::TRANSFORM_MAP_ENTRY, true),
+                ]
+                .into_iter()
+                .find_map(|(name, entry)| call(e, name, 2).map(|a| (a, entry)))
+                .filter(|(a, _)| is_accu(&a[0]))
+                .map(|(a, entry)| (&a[1], entry))
             };
             let (filter, (transform, entry)) = match insert(step) {
                 Some(found) => (None, found),
@@ -560,7 +565,12 @@ fn written_nodes<'a>(e: &'a Expression, ops: &mut Vec<(u64, &'a str)>, fields: &
             written_nodes(&c.iter_range, ops, fields);
             match macro_of(c) {
                 Some(Macro::All(p) | Macro::Exists(p) | Macro::ExistsOne(p)) => written_nodes(p, ops, fields),
-                Some(Macro::Map { filter, transform } | Macro::TransformMap { filter, transform, .. }) => {
+                Some(
+                    Macro::Map { filter, transform }
+                    | Macro::TransformMap {
+                        filter, transform, ..
+                    },
+                ) => {
                     if let Some(f) = filter {
                         written_nodes(f, ops, fields);
                     }

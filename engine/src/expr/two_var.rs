@@ -11,7 +11,9 @@
 //! interpreter iterates one variable only: the evaluator lowers these comprehensions before it
 //! runs them (`eval/two_var.rs`).
 
-use cel::common::ast::{CallExpr, ComprehensionExpr, Expr as Node, ListExpr, LiteralValue, MapExpr, operators};
+use cel::common::ast::{
+    CallExpr, ComprehensionExpr, Expr as Node, ListExpr, LiteralValue, MapExpr, operators,
+};
 use cel::parser::Expression;
 
 /// The step of `transformMap`: `@transform_map(@result, value)` adds `key: value`.
@@ -136,18 +138,29 @@ fn expand_one(e: &mut Expression, next_id: &mut u64) {
         }))
     };
     let accu = |node: &mut dyn FnMut(Node) -> Expression| node(Node::Ident(ACCU.to_owned()));
-    let boolean = |node: &mut dyn FnMut(Node) -> Expression, b: bool| node(Node::Literal(LiteralValue::Boolean(b.into())));
-    let int = |node: &mut dyn FnMut(Node) -> Expression, i: i64| node(Node::Literal(LiteralValue::Int(i.into())));
+    let boolean = |node: &mut dyn FnMut(Node) -> Expression, b: bool| {
+        node(Node::Literal(LiteralValue::Boolean(b.into())))
+    };
+    let int =
+        |node: &mut dyn FnMut(Node) -> Expression, i: i64| node(Node::Literal(LiteralValue::Int(i.into())));
     let node: &mut dyn FnMut(Node) -> Expression = &mut node;
     let (init, cond, step, result) = match kind {
         Kind::All | Kind::Exists => {
             let all = kind == Kind::All;
             let init = boolean(node, all);
             let a = accu(node);
-            let cond_arg = if all { a } else { call_node(node, operators::LOGICAL_NOT, vec![a]) };
+            let cond_arg = if all {
+                a
+            } else {
+                call_node(node, operators::LOGICAL_NOT, vec![a])
+            };
             let cond = call_node(node, operators::NOT_STRICTLY_FALSE, vec![cond_arg]);
             let a = accu(node);
-            let op = if all { operators::LOGICAL_AND } else { operators::LOGICAL_OR };
+            let op = if all {
+                operators::LOGICAL_AND
+            } else {
+                operators::LOGICAL_OR
+            };
             let step = call_node(node, op, vec![a, f]);
             (init, cond, step, accu(node))
         }
@@ -200,4 +213,122 @@ fn expand_one(e: &mut Expression, next_id: &mut u64) {
         loop_step: step,
         result,
     }));
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::expr::{Macro, macro_of, parse};
+    use cel::common::ast::Expr as Node;
+
+    fn refs(text: &str) -> Vec<(String, &str)> {
+        let e = parse(text).unwrap_or_else(|e| panic!("{text}: {e}"));
+        e.references()
+            .into_iter()
+            .map(|r| (r.root, &text[r.start..r.end]))
+            .collect()
+    }
+
+    #[test]
+    fn the_two_variables_are_bound_and_the_rest_is_read() {
+        assert_eq!(
+            refs("payload.m.all(k, v, k == payload.key && v > x)"),
+            [
+                ("payload".to_owned(), "payload.m"),
+                ("payload".to_owned(), "payload.key"),
+                ("x".to_owned(), "x"),
+            ]
+        );
+        // The same names are read again after the macro, and in its range.
+        assert_eq!(
+            refs("k.transformMap(k, v, v) == v"),
+            [("k".to_owned(), "k"), ("v".to_owned(), "v")]
+        );
+        let text = "l.transformList(i, v, i > 0, v) + [i]";
+        let got = refs(text);
+        assert_eq!(got.last().map(|r| r.1), Some("i"));
+        assert_eq!(
+            parse(text).unwrap().references().last().map(|r| r.start),
+            Some(35)
+        );
+    }
+
+    #[test]
+    fn each_macro_becomes_its_comprehension() {
+        for (text, want) in [
+            ("m.all(k, v, v)", "all"),
+            ("m.exists(k, v, v)", "exists"),
+            ("m.existsOne(k, v, v)", "existsOne"),
+            ("m.exists_one(k, v, v)", "existsOne"),
+            ("m.transformList(k, v, v)", "map"),
+            ("m.transformList(k, v, k > 0, v)", "map filter"),
+            ("m.transformMap(k, v, v)", "transformMap"),
+            ("m.transformMap(k, v, k > 0, v)", "transformMap filter"),
+            ("m.transformMapEntry(k, v, {v: k})", "transformMapEntry"),
+            (
+                "m.transformMapEntry(k, v, k > 0, {v: k})",
+                "transformMapEntry filter",
+            ),
+        ] {
+            let e = parse(text).unwrap();
+            let Node::Comprehension(c) = &e.ast().expr else {
+                panic!("{text}: not expanded")
+            };
+            assert_eq!(
+                (c.iter_var.as_str(), c.iter_var2.as_deref()),
+                ("k", Some("v")),
+                "{text}"
+            );
+            let got = match macro_of(c) {
+                Some(Macro::All(_)) => "all",
+                Some(Macro::Exists(_)) => "exists",
+                Some(Macro::ExistsOne(_)) => "existsOne",
+                Some(Macro::Map { filter: None, .. }) => "map",
+                Some(Macro::Map { filter: Some(_), .. }) => "map filter",
+                Some(Macro::TransformMap {
+                    filter, entry: false, ..
+                }) => ["transformMap", "transformMap filter"][usize::from(filter.is_some())],
+                Some(Macro::TransformMap {
+                    filter, entry: true, ..
+                }) => ["transformMapEntry", "transformMapEntry filter"][usize::from(filter.is_some())],
+                None => "none",
+            };
+            assert_eq!(got, want, "{text}");
+            // Nothing of the expansion is a call a user wrote.
+            assert_eq!(e.calls(), [], "{text}");
+        }
+    }
+
+    #[test]
+    fn other_arities_stay_calls() {
+        for text in [
+            "m.transformList(k, v)",
+            "m.all(a, b, c, d)",
+            "transformMap(k, v, v)",
+        ] {
+            let e = parse(text).unwrap();
+            assert!(matches!(e.ast().expr, Node::Call(_)), "{text}");
+            assert_eq!(e.calls().len(), 1, "{text}");
+        }
+    }
+
+    #[test]
+    fn variables_must_be_two_simple_names() {
+        for (text, message, at) in [
+            ("m.all(k, k, true)", "`all` declares `k` twice", "all"),
+            (
+                "[1].transformList(a.b, v, v)",
+                "the first two arguments of `transformList` must be simple names",
+                "transformList",
+            ),
+            (
+                "x + m.exists(1, v, true)",
+                "the first two arguments of `exists` must be simple names",
+                "exists",
+            ),
+        ] {
+            let err = parse(text).err().unwrap_or_else(|| panic!("{text}: parses"));
+            assert_eq!(err.message, message, "{text}");
+            assert_eq!(&text[err.start..err.end], at, "{text}");
+        }
+    }
 }

@@ -191,8 +191,9 @@ impl Typer<'_> {
                 let mut fields = IndexMap::new();
                 let mut open = false;
                 // A map whose keys are not (known to be) strings is no JSON object: `Ty` has
-                // no type for it (`1 in {1: 'a'}` is true), so nothing is said of it.
-                let mut other_keys = false;
+                // no type for it (`1 in {1: 'a'}` is true), so nothing is said of it. Nor are
+                // the keys of an empty map known (`7 in {}` is false, not a type error).
+                let mut other_keys = m.entries.is_empty();
                 for entry in &m.entries {
                     match &entry.expr {
                         EntryExpr::MapEntry(me) => {
@@ -257,7 +258,9 @@ impl Typer<'_> {
                     }
                     // A map whose keys may not be strings (a list's indexes, or whatever
                     // entries the transform makes) has no `Ty`: nothing is said of it.
-                    Macro::TransformMap { filter, transform, .. } => {
+                    Macro::TransformMap {
+                        filter, transform, ..
+                    } => {
                         if let Some(f) = filter {
                             self.ty(f);
                         }
@@ -838,6 +841,42 @@ mod tests {
         assert_eq!(ty("input.flag ? 1 : 2"), Ty::Int);
         assert_eq!(ty("input.flag ? 1 : 'a'"), Ty::Union(vec![Ty::Int, Ty::String]));
         assert_eq!(ty("input.flag ? 1 : payload.x"), Ty::Any);
+    }
+
+    #[test]
+    fn two_variable_comprehensions() {
+        assert_eq!(ty("input.items.all(i, x, i > 0 && x.id > 0)"), Ty::Bool);
+        assert_eq!(ty("input.tags.existsOne(i, t, t == 'a')"), Ty::Bool);
+        assert_eq!(ty("input.tags.transformList(i, t, i)"), list(Ty::Int));
+        assert_eq!(
+            ty("input.items.transformList(i, x, x.id > 1, x.label)"),
+            list(Ty::String)
+        );
+        assert_eq!(ty("{'a': 1, 'b': 2}.transformList(k, v, v)"), list(Ty::Int));
+        assert_eq!(ty("{'a': 1, 'b': 2}.transformList(k, v, k)"), list(Ty::String));
+        assert_eq!(ty("input.tags.transformMap(i, t, t)"), Ty::Any);
+        assert_eq!(ty("input.tags.transformMapEntry(i, t, {t: i})"), Ty::Any);
+        // The variables end with the macro.
+        assert_eq!(ty("[input.tags.all(i, t, true), i][1]"), Ty::Any);
+        let never = |t| problems(t).into_iter().map(|p| p.1).collect::<Vec<_>>();
+        assert_eq!(
+            never("input.tags.all(i, t, i == 'a' || t == 1)"),
+            [
+                "`==` between integer and string is never true",
+                "`==` between string and integer is never true"
+            ]
+        );
+        assert_eq!(
+            never("input.items.transformList(i, x, x.idd)"),
+            ["`x` has no field `idd`"]
+        );
+    }
+
+    #[test]
+    fn an_empty_map_may_hold_keys_of_any_type() {
+        assert_eq!(ty("{}"), Ty::Any);
+        assert_eq!(problems("7 in {}"), []);
+        assert_eq!(problems("input.count in {}"), []);
     }
 
     #[test]

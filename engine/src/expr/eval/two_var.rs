@@ -79,7 +79,9 @@ fn entries<'v>(range: &(dyn Val + 'v)) -> Result<CelList<'v>, ExecutionError> {
     };
     let items = range.as_iterable().ok_or_else(not_iterable)?;
     let mut out: Vec<Box<dyn Val + 'v>> = Vec::new();
-    let pair = |k: Box<dyn Val + 'v>, v: Box<dyn Val + 'v>| -> Box<dyn Val + 'v> { Box::new(CelList::from(vec![k, v])) };
+    let pair = |k: Box<dyn Val + 'v>, v: Box<dyn Val + 'v>| -> Box<dyn Val + 'v> {
+        Box::new(CelList::from(vec![k, v]))
+    };
     match ty.kind() {
         Kind::List => {
             let mut it = items.iter();
@@ -124,13 +126,12 @@ fn insert<'v>(
     function: &str,
 ) -> Result<(), ExecutionError> {
     let shown = super::key_text_of(&*key);
-    let key = CelMapKey::try_from(key).map_err(|_| {
-        ExecutionError::function_error(function, format!("{shown} cannot be a map key"))
-    })?;
+    let key = CelMapKey::try_from(key)
+        .map_err(|_| ExecutionError::function_error(function, format!("{shown} cannot be a map key")))?;
     if map.contains_key(&key) {
         return Err(ExecutionError::function_error(
             function,
-            format!("insert failed: key `{shown}` already exists"),
+            format!("insert failed: key {shown} already exists"),
         ));
     }
     map.insert(key, value);
@@ -324,7 +325,11 @@ mod tests {
             assert_eq!(ev(&literal, &json!({})).as_ref(), Ok(want), "`{literal}`");
             let r: Value = serde_json::from_str(&range.replace('\'', "\"")).expect("JSON");
             let read = format!("payload.r.{rest}");
-            assert_eq!(ev(&read, &json!({ "r": r })).as_ref(), Ok(want), "`{read}` over {range}");
+            assert_eq!(
+                ev(&read, &json!({ "r": r })).as_ref(),
+                Ok(want),
+                "`{read}` over {range}"
+            );
         }
     }
 
@@ -343,7 +348,11 @@ mod tests {
             ("[]", "all(i, v, false)", json!(true)),
             ("[5, 6, 7]", "exists(i, v, i == 2 && v == 7)", json!(true)),
             ("[5, 6, 7]", "exists(i, v, i == v)", json!(false)),
-            ("{'a': 1, 'b': 2}", "exists(k, v, k == 'b' && v == 2)", json!(true)),
+            (
+                "{'a': 1, 'b': 2}",
+                "exists(k, v, k == 'b' && v == 2)",
+                json!(true),
+            ),
             ("{'a': 1, 'b': 2}", "all(k, v, k == 'a' || v > 1)", json!(true)),
             ("[4, 9, 4]", "existsOne(i, v, v == 4)", json!(false)),
             ("[4, 9, 4]", "existsOne(i, v, v == 4 && i > 0)", json!(true)),
@@ -354,7 +363,10 @@ mod tests {
     #[test]
     fn quantifiers_keep_cels_errors() {
         // A later `false` absorbs an earlier error in `all`, a later `true` in `exists`.
-        assert_eq!(ev("[0, 1, 2].all(i, v, 6 / v > 0 && i > 1)", &json!({})), Ok(json!(false)));
+        assert_eq!(
+            ev("[0, 1, 2].all(i, v, 6 / v > 0 && i > 1)", &json!({})),
+            Ok(json!(false))
+        );
         assert_eq!(ev("[0, 1].exists(i, v, 1 / v == 1)", &json!({})), Ok(json!(true)));
         fails("[1, 2, 3].all(i, v, v / i > 0)", "division by zero");
         // `existsOne` evaluates every element.
@@ -364,10 +376,22 @@ mod tests {
     #[test]
     fn transform_list_in_order_with_or_without_a_filter() {
         same(&[
-            ("[2, 4, 6]", "transformList(i, v, v * 10 + i)", json!([20, 41, 62])),
-            ("[2, 4, 6]", "transformList(i, v, i != 1, v * 10 + i)", json!([20, 62])),
+            (
+                "[2, 4, 6]",
+                "transformList(i, v, v * 10 + i)",
+                json!([20, 41, 62]),
+            ),
+            (
+                "[2, 4, 6]",
+                "transformList(i, v, i != 1, v * 10 + i)",
+                json!([20, 62]),
+            ),
             ("[]", "transformList(i, v, i)", json!([])),
-            ("{'b': 2, 'a': 1}", "transformList(k, v, k + string(v))", json!(["a1", "b2"])),
+            (
+                "{'b': 2, 'a': 1}",
+                "transformList(k, v, k + string(v))",
+                json!(["a1", "b2"]),
+            ),
             ("{'b': 2, 'a': 1}", "transformList(k, v, v > 1, k)", json!(["b"])),
         ]);
         fails("[2, 1, 0].transformList(i, v, v / i)", "division by zero");
@@ -377,32 +401,64 @@ mod tests {
     #[test]
     fn transform_map_keeps_the_keys() {
         same(&[
-            ("{'a': 'x', 'b': 'y'}", "transformMap(k, v, k + v)", json!({"a": "ax", "b": "by"})),
-            ("{'a': 'x', 'b': 'y'}", "transformMap(k, v, k != 'a', v)", json!({"b": "y"})),
+            (
+                "{'a': 'x', 'b': 'y'}",
+                "transformMap(k, v, k + v)",
+                json!({"a": "ax", "b": "by"}),
+            ),
+            (
+                "{'a': 'x', 'b': 'y'}",
+                "transformMap(k, v, k != 'a', v)",
+                json!({"b": "y"}),
+            ),
             ("{}", "transformMap(k, v, v)", json!({})),
             // Over a list, the keys are the indexes.
             ("[10, 20]", "transformMap(i, v, v + i)", json!({"0": 10, "1": 21})),
         ]);
         fails("{'a': 1, 'b': 0}.transformMap(k, v, 4 / v)", "division by zero");
-        fails("{'a': 1, 'b': 0}.transformMap(k, v, 4 / v > 0, v)", "division by zero");
+        fails(
+            "{'a': 1, 'b': 0}.transformMap(k, v, 4 / v > 0, v)",
+            "division by zero",
+        );
     }
 
     #[test]
     fn transform_map_entry_merges_the_entries_it_makes() {
         same(&[
-            ("{'a': 'x', 'b': 'y'}", "transformMapEntry(k, v, {v: k})", json!({"x": "a", "y": "b"})),
-            ("['p', 'q']", "transformMapEntry(i, v, {v: i, v + v: i})", json!({"p": 0, "pp": 0, "q": 1, "qq": 1})),
-            ("['p', 'q']", "transformMapEntry(i, v, i > 0, {v: i})", json!({"q": 1})),
+            (
+                "{'a': 'x', 'b': 'y'}",
+                "transformMapEntry(k, v, {v: k})",
+                json!({"x": "a", "y": "b"}),
+            ),
+            (
+                "['p', 'q']",
+                "transformMapEntry(i, v, {v: i, v + v: i})",
+                json!({"p": 0, "pp": 0, "q": 1, "qq": 1}),
+            ),
+            (
+                "['p', 'q']",
+                "transformMapEntry(i, v, i > 0, {v: i})",
+                json!({"q": 1}),
+            ),
             ("[]", "transformMapEntry(i, v, {v: i})", json!({})),
         ]);
-        fails("{'a': 1, 'b': 1}.transformMapEntry(k, v, {v: k})", "insert failed: key `1` already exists");
-        fails("[1, 2].transformMapEntry(i, v, v)", "the value must be a map, got int");
+        fails(
+            "{'a': 1, 'b': 1}.transformMapEntry(k, v, {v: k})",
+            "insert failed: key 1 already exists",
+        );
+        fails(
+            "[1, 2].transformMapEntry(i, v, v)",
+            "the value must be a map, got int",
+        );
     }
 
     #[test]
     fn nested_and_shadowing_comprehensions() {
         assert_eq!(
-            ev("[[1, 2], [3]].transformList(i, l, l.transformList(j, v, [i, j, v]))", &json!({})),
+            ev(
+                "[[1, 2], [3]].transformList(i, l, l.transformList(j, v, [i, j, v]))",
+                &json!({})
+            ),
             Ok(json!([[[0, 0, 1], [0, 1, 2]], [[1, 0, 3]]]))
         );
         // `k` inside the one-variable `map` is that macro's own.
@@ -411,7 +467,10 @@ mod tests {
             Ok(json!([[2, 4]]))
         );
         assert_eq!(
-            ev("payload.m.all(k, v, payload.m[k] == v)", &json!({"m": {"x": [1], "y": {"z": null}}})),
+            ev(
+                "payload.m.all(k, v, payload.m[k] == v)",
+                &json!({"m": {"x": [1], "y": {"z": null}}})
+            ),
             Ok(json!(true))
         );
     }
@@ -419,6 +478,9 @@ mod tests {
     #[test]
     fn ranges_that_are_neither_lists_nor_maps_fail() {
         fails("'abc'.all(k, v, true)", "expected list or map, got string");
-        assert!(ev("payload.n.transformList(k, v, v)", &json!({"n": 1})).is_err_and(|e| e.contains("expected list or map, got int")));
+        assert!(
+            ev("payload.n.transformList(k, v, v)", &json!({"n": 1}))
+                .is_err_and(|e| e.contains("expected list or map, got int"))
+        );
     }
 }

@@ -206,8 +206,8 @@ fn exact(ast: &Expression) -> Option<Expression> {
         Node::Comprehension(c) => unordered |= order::unordered(c),
         _ => {}
     });
-    if !add && !unordered {
-        return lowered;
+    if lowered.is_none() && !add && !unordered {
+        return None;
     }
     // The mixed operators do what cel's do unless numbers mix: they can always take their place.
     let mut out = mixed::rewrite(ast).unwrap_or_else(|| ast.clone());
@@ -243,6 +243,9 @@ pub fn appended(expr: &Expr, fields: &[&str], vars: &Vars) -> Option<Vec<Value>>
         return None;
     }
     let operand = &call.args[1];
+    if two_var::any(operand) {
+        return None; // it runs lowered, with the whole expression
+    }
     let value = |ast: &Expression| {
         with_scope(vars, stand_ins(ast), |ctx| {
             let v = cel::Value::resolve_val(ast, ctx).ok()?;

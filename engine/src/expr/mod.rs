@@ -1,5 +1,5 @@
 //! The expression language (CEL, SPEC §5.1) in one place: parsing and macro expansion
-//! (`parse.rs`), the table of functions and macros an expression may call (`functions.rs`),
+//! (`parse.rs`, and cel-go's two-variable comprehensions in `two_var.rs`), the table of functions and macros an expression may call (`functions.rs`),
 //! static types for lint (`types.rs`), evaluation over the run's JSON (`eval.rs` and the
 //! files under `eval/`), and cel-go's strings extension (`strings.rs`). Compile, lint and the
 //! runtime call into it; it does no I/O.

@@ -476,6 +476,25 @@ mod tests {
     }
 
     #[test]
+    fn appending_to_the_payload_runs_the_comprehension_lowered() {
+        let payload = json!({"log": ["a"], "l": ["x", "y"]});
+        let text = "payload.log + payload.l.transformList(i, v, i)";
+        let e = crate::expr::parse(text).unwrap();
+        let vars = Vars {
+            payload: Some(&payload),
+            ..Vars::default()
+        };
+        assert_eq!(crate::expr::eval::appended(&e, &["log"], &vars), None);
+        assert_eq!(ev(text, &payload), Ok(json!(["a", 0, 1])));
+        // Mixed numbers, with nothing else to rewrite.
+        assert_eq!(
+            ev("[2].transformList(i, v, v * 1.5)", &json!({})),
+            Ok(json!([3.0]))
+        );
+        assert_eq!(ev("payload.l.all(i, v, i * 1.5 < 2)", &payload), Ok(json!(true)));
+    }
+
+    #[test]
     fn ranges_that_are_neither_lists_nor_maps_fail() {
         fails("'abc'.all(k, v, true)", "expected list or map, got string");
         assert!(

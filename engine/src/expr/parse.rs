@@ -1,7 +1,8 @@
 //! CEL expressions, parsed once and inspected for the variables they read.
 //!
 //! This module owns [`Expr`] (the expression text and its AST, parsed with cel's Pratt parser,
-//! which expands the standard macros `has`, `all`, `exists`, `exists_one`, `map`, `filter`),
+//! which expands the standard macros `has`, `all`, `exists`, `exists_one`, `map`, `filter`;
+//! cel-go's two-variable comprehensions are expanded after it, by `two_var.rs`),
 //! [`ExprError`] (a terse message on a byte range of the text) and [`Reference`]s (each free
 //! variable read, with its static field chain and byte range). It does not evaluate, and it does
 //! not know which variable names a flow allows: that is lint's business.
@@ -401,7 +402,7 @@ impl Expr {
     }
 }
 
-/// The parts of an expanded standard macro that were written in the text.
+/// The parts of an expanded macro that were written in the text.
 #[derive(Clone, Copy, Debug)]
 pub enum Macro<'a> {
     /// `r.all(x, pred)`
@@ -424,8 +425,8 @@ pub enum Macro<'a> {
     },
 }
 
-/// Which standard macro a comprehension is the expansion of, by the shape cel gives each.
-/// `None` for a shape none of them has.
+/// Which macro a comprehension is the expansion of, by the shape cel (or `two_var.rs`, with
+/// its `iter_var2`) gives each. `None` for a shape none of them has.
 pub fn macro_of<'a>(c: &'a ComprehensionExpr) -> Option<Macro<'a>> {
     fn call<'e>(e: &'e Expression, name: &str, n: usize) -> Option<&'e [Expression]> {
         match &e.expr {

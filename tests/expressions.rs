@@ -1,5 +1,5 @@
-//! Property test of expressions over JSON through the library (`compile::expr::parse` +
-//! `runtime::eval`, what `set`, mappings and `if:` edges run): a value read from the payload
+//! Property test of expressions over JSON through the library (`expr::parse` +
+//! `expr::eval`, what `set`, mappings and `if:` edges run): a value read from the payload
 //! and the same value written as a CEL literal give the same answer (SPEC §5.1).
 //!
 //! For random JSON values and random expression shapes — `==`, `!=` and `in`, nested in list
@@ -15,8 +15,10 @@
 use proptest::prelude::*;
 use proptest::sample::select;
 use serde_json::{Map, Value, json};
-use switchyard::__private::compile::expr;
-use switchyard::__private::runtime::eval::{Vars, eval, eval_bool};
+use switchyard::__private::expr;
+use switchyard::__private::expr::eval::{Vars, eval, eval_bool};
+
+use crate::support::{TempDir, lint_json, run, switchyard};
 
 // ----- values --------------------------------------------------------------------------------
 
@@ -282,4 +284,140 @@ fn the_examples_of_the_differential_check() {
     ] {
         assert_eq!(answer(read, &payload), answer(literal, &payload), "`{read}`");
     }
+}
+
+/// cel-go's two-variable comprehensions through the binary: `set` mappings and `if:` edges
+/// over the payload (lazy views) and over literals (SPEC §5.1).
+const TWO_VARIABLES: &str = r#"flow: two-variables
+steps:
+  shape:
+    set:
+      $.priced: "=payload.items.transformList(i, item, {'line': i + 1, 'total': item.qty * item.price})"
+      $.cheap: "=payload.items.transformList(i, item, item.price < 2.0, item.name)"
+      $.by_name: "=payload.items.transformMapEntry(i, item, {item.name: i})"
+      $.stock: "=payload.stock.transformMap(name, n, n > 0, n * 10)"
+      $.first_two: "={'x': 1, 'y': 2, 'z': 3}.transformMap(k, v, v < 3, k + string(v))"
+    next:
+      - to: ordered
+        if: payload.items.all(i, item, item.qty > 0) && input.stock.existsOne(name, n, n == 0)
+      - to: unordered
+  ordered:
+    set: {$.route: {value: ordered}}
+    next:
+      - to: found
+        if: payload.stock.exists(name, n, name == 'pen' && n == 30)
+      - to: end
+  unordered:
+    set: {$.route: {value: unordered}}
+  found:
+    set: {$.found: {value: true}}
+"#;
+
+#[test]
+fn two_variable_comprehensions_run_in_mappings_and_edges() {
+    let dir = TempDir::new("two-var");
+    dir.write("flow.yaml", TWO_VARIABLES);
+    let lint = lint_json(dir.path(), &["flow.yaml"]);
+    assert_eq!(lint.code(), 0, "{lint:?}");
+    let input = json!({
+        "items": [
+            {"name": "pen", "qty": 2, "price": 1.5},
+            {"name": "pad", "qty": 1, "price": 4.0},
+        ],
+        "stock": {"pen": 3, "pad": 0, "ink": 5},
+    });
+    let out = run(switchyard(dir.path()).args(["run", "flow.yaml", "--input", &input.to_string()]));
+    assert_eq!(out.code(), 0, "{out:?}");
+    let payload: Value = serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out:?}"));
+    assert_eq!(
+        payload["priced"],
+        json!([{"line": 1, "total": 3.0}, {"line": 2, "total": 4.0}])
+    );
+    assert_eq!(payload["cheap"], json!(["pen"]));
+    assert_eq!(payload["by_name"], json!({"pen": 0, "pad": 1}));
+    assert_eq!(payload["stock"], json!({"pen": 30, "ink": 50}));
+    assert_eq!(payload["first_two"], json!({"x": "x1", "y": "y2"}));
+    assert_eq!(payload["route"], json!("ordered"));
+    assert_eq!(payload["found"], json!(true));
+}
+
+#[test]
+fn a_key_made_twice_by_transform_map_entry_fails_the_step() {
+    let dir = TempDir::new("two-var-dup");
+    dir.write(
+        "flow.yaml",
+        "flow: dup\nsteps:\n  index:\n    set: {$.by_tag: \"=payload.items.transformMapEntry(i, t, {t: i})\"}\n",
+    );
+    let out =
+        run(switchyard(dir.path()).args(["run", "flow.yaml", "--input", r#"{"items": ["a", "b", "a"]}"#]));
+    assert_ne!(out.code(), 0, "{out:?}");
+    assert!(
+        out.stderr
+            .contains("`transformMapEntry`: insert failed: key \"a\" already exists"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn lint_checks_two_variable_comprehensions() {
+    let dir = TempDir::new("two-var-lint");
+    dir.write(
+        "flow.yaml",
+        r#"flow: checks
+input:
+  schema:
+    type: object
+    required: [tags, counts]
+    properties:
+      tags: {type: array, items: {type: string}}
+      counts: {type: object, properties: {a: {type: integer}}, additionalProperties: false}
+steps:
+  check:
+    set:
+      $.a: "=input.tags.transformList(i, t)"
+      $.b: "=input.tags.all(i, t, t == 1)"
+      $.c: "=input.tags.exists(i, t, i == 'first')"
+      $.d: "=input.counts.exists(k, n, n == 'x')"
+      $.e: "=input.tags.all(i, i, true)"
+      $.f: "=input.tags.existsOne(i.x, t, true)"
+"#,
+    );
+    let diags = lint_json(dir.path(), &["flow.yaml"]).diagnostics();
+    let got: Vec<(&str, &str)> = diags
+        .iter()
+        .map(|d| (d.code.as_str(), d.message.as_str()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("SY411", "`transformList` takes 3 or 4 arguments, not 2 arguments"),
+            ("SY404", "unknown variable `i` in expression"),
+            ("SY404", "unknown variable `t` in expression"),
+            ("SY415", "`==` between string and integer is never true"),
+            ("SY415", "`==` between integer and string is never true"),
+            ("SY415", "`==` between integer and string is never true"),
+            ("SY403", "invalid expression: `all` declares `i` twice"),
+            (
+                "SY403",
+                "invalid expression: the first two arguments of `existsOne` must be simple names"
+            ),
+        ],
+        "{diags:#?}"
+    );
+}
+
+#[test]
+fn an_empty_map_literal_may_hold_any_key() {
+    let dir = TempDir::new("empty-map");
+    dir.write(
+        "flow.yaml",
+        "flow: empty\nsteps:\n  check:\n    set: {$.in_empty: \"=7 in {}\", $.in_ints: \"=7 in {7: 'a'}\"}\n",
+    );
+    let lint = lint_json(dir.path(), &["flow.yaml"]);
+    assert_eq!(lint.diagnostics(), [], "{lint:?}");
+    let out = run(switchyard(dir.path()).args(["run", "flow.yaml", "--input", "{}"]));
+    assert_eq!(out.code(), 0, "{out:?}");
+    let payload: Value = serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out:?}"));
+    assert_eq!(payload, json!({"in_empty": false, "in_ints": true}));
 }

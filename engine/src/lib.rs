@@ -22,6 +22,7 @@ mod cli;
 mod cluster;
 mod compile;
 mod diag;
+mod expr;
 mod glob;
 mod json;
 mod lint;
@@ -69,6 +70,9 @@ pub mod __private {
     }
     pub mod diag {
         pub use crate::diag::*;
+    }
+    pub mod expr {
+        pub use crate::expr::*;
     }
     pub mod glob {
         pub use crate::glob::*;

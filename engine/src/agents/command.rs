@@ -40,8 +40,8 @@ use tokio::process::{ChildStdin, Command};
 
 use super::transform::agent_vars;
 use super::{Agent, CallContext};
+use crate::expr::eval;
 use crate::plan::CommandPlan;
-use crate::runtime::eval;
 use crate::runtime::{ErrorKind, StepError};
 
 /// How much of the end of stderr an error carries (cut on a UTF-8 character boundary).

@@ -10,8 +10,8 @@ use serde_json::Value;
 
 use super::{Agent, CallContext};
 use crate::compile::value::ValueTemplate;
+use crate::expr::eval::{self, Vars};
 use crate::runtime::StepError;
-use crate::runtime::eval::{self, Vars};
 
 /// A `transform` agent, borrowing its compiled `result:` template from the plan (the engine holds
 /// the plan in an `Arc` for the whole run, so building one per call costs nothing).
@@ -62,7 +62,7 @@ pub(crate) mod tests {
     use tokio_util::sync::CancellationToken;
 
     use super::*;
-    use crate::compile::expr;
+    use crate::expr;
     use crate::runtime::ErrorKind;
 
     /// A call context for tests: run `r1`, step `s`, attempt 1, the given call index.

@@ -10,9 +10,9 @@
 
 use std::sync::Arc;
 
-use super::expr::{self, Call, Expr, ExprError, Reference};
 use super::path::{self, Path, PathError};
 use super::template::{self, Template, TemplateError, TemplateInfo};
+use crate::expr::{self, Call, Expr, ExprError, Reference};
 use crate::source::FastMap;
 
 /// A parsed expression and the free variables it reads.

@@ -11,11 +11,11 @@ use petgraph::stable_graph::StableDiGraph;
 use serde_json::Value;
 
 use super::cache::ParseCache;
-use super::expr::{self, Expr};
 use super::path::Path;
 use super::template::Template;
 use super::value;
 use crate::diag::{Diagnostic, codes};
+use crate::expr::{self, Expr};
 use crate::lint;
 use crate::model::{
     Agent, AgentRef, AgentSpec, EdgeOn, Flow, InputSpec, Jitter, MessageMode, OutputSpec, Provider, Retry,

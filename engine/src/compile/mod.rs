@@ -7,8 +7,6 @@
 //! that what lint parsed is what lowering compiles.
 
 pub mod cache;
-pub mod expr;
-pub mod functions;
 pub mod path;
 pub mod template;
 pub mod value;

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 
 use super::cache::ParseCache;
-use super::expr::{self, Expr, ExprError};
+use crate::expr::{self, Expr, ExprError};
 use crate::source::Span;
 use crate::syntax::{self, Node};
 

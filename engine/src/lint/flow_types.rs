@@ -25,10 +25,10 @@ use std::collections::{BTreeSet, HashMap};
 use serde_json::Value;
 
 use crate::compile::cache::ParseCache;
-use crate::compile::expr::Expr;
 use crate::compile::path::Seg;
+use crate::expr::Expr;
+use crate::expr::types::Scope;
 use crate::lint::FlowCx;
-use crate::lint::expr_type::Scope;
 use crate::lint::ty::{Field, Lookup, Obj, Ty};
 use crate::model::{
     Agent, AgentRef, AgentSpec, Branch, Edge, EdgeOn, InputSpec, Next, OutputSpec, SchemaRef, Source, Step,
@@ -1099,10 +1099,10 @@ impl Scope for Env<'_> {
     }
 }
 
-/// The static type of an expression, by lint's typer ([`crate::lint::expr_type`]) with
+/// The static type of an expression, by lint's typer ([`crate::expr::types`]) with
 /// `payload` and `result` typed as `env` says and every other variable unknown.
 fn expr_type(e: &Expr, env: &Env) -> Ty {
-    crate::lint::expr_type::expr_type(e, env)
+    crate::expr::types::expr_type(e, env)
 }
 
 /// The type of what a value template (a `transform`'s `result`, a `mock`'s `returns`) gives:
@@ -1118,7 +1118,7 @@ fn template_type(node: &YNode) -> Ty {
         Y::Float(_) => Ty::Double,
         Y::Str(s) => match classify(s) {
             StrValue::Literal(_) => Ty::String,
-            StrValue::Expr(text) => match crate::compile::expr::parse(text) {
+            StrValue::Expr(text) => match crate::expr::parse(text) {
                 Ok(e) => expr_type(
                     &e,
                     &Env {
@@ -1181,7 +1181,7 @@ mod tests {
     use super::*;
 
     fn expr(text: &str, payload: &Ty) -> Ty {
-        let e = crate::compile::expr::parse(text).expect("valid");
+        let e = crate::expr::parse(text).expect("valid");
         expr_type(
             &e,
             &Env {

@@ -4,7 +4,6 @@
 //! reads the model through a [`FlowCx`]: one flow (a file's, or an inline `flow` agent's) with
 //! the agents and providers visible to it. Rules never read files and never stop early.
 
-pub mod expr_type;
 pub mod flow_types;
 pub mod rules;
 pub mod ty;

@@ -22,8 +22,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use super::error::StepError;
-use super::eval::{self, Vars};
 use crate::compile::path::{Path, Seg, format_path, nearest_key};
+use crate::expr::eval::{self, Vars};
 use crate::plan::{InputPlan, OutputPlan, SourcePlan};
 
 /// Something an agent returned outside its output allowlist, dropped (SPEC §5.3). `path` is a
@@ -878,7 +878,8 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::compile::{expr, path};
+    use crate::compile::path;
+    use crate::expr;
     use crate::runtime::ErrorKind;
 
     fn p(text: &str) -> Path {

@@ -10,12 +10,10 @@ pub mod cost;
 pub mod data;
 pub mod engine;
 pub mod error;
-pub mod eval;
 pub mod observe;
 pub mod record;
 pub mod resume;
 pub mod steps;
-pub mod strings;
 pub mod time;
 
 pub use error::{ErrorKind, StepError};

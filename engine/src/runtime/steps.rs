@@ -21,8 +21,8 @@ use petgraph::stable_graph::NodeIndex;
 use serde_json::{Map, Value};
 
 use super::StepError;
-use super::eval::VarSource;
 use super::record::StepStatus;
+use crate::expr::eval::VarSource;
 use crate::plan::{FlowPlan, StepPlan};
 
 /// What `step` says about one finished step execution, besides its result.

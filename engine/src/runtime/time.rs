@@ -1152,8 +1152,8 @@ mod tests {
     /// Evaluates `text` as the engine does, with a payload holding a lazy JSON string and
     /// `now` at 2026-12-02T00:00:00Z.
     fn cel(text: &str) -> Result<serde_json::Value, String> {
-        use crate::runtime::eval::{self, Vars};
-        let expr = crate::compile::expr::parse(text).expect("the expression parses");
+        use crate::expr::eval::{self, Vars};
+        let expr = crate::expr::parse(text).expect("the expression parses");
         let payload = serde_json::json!({"ticket": {"created_at": "2026-11-30T09:00:00+01:00"}, "n": 3});
         let vars = Vars {
             payload: Some(&payload),
@@ -1341,7 +1341,7 @@ mod tests {
 
     #[test]
     fn templates_see_now_as_text() {
-        use crate::runtime::eval::{self, Vars};
+        use crate::expr::eval::{self, Vars};
         let t = crate::compile::template::compile("at {{ now }}").expect("the template parses");
         let vars = Vars {
             now: Some(Timestamp::parse("2026-12-02T00:00:00.25Z").expect("valid")),

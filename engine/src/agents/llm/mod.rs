@@ -53,9 +53,9 @@ use super::CallContext;
 use super::net::{self, Hosts, ReadError, Secrets};
 use super::provider::{self, ProviderState, Providers};
 use super::transform::agent_vars;
+use crate::expr::eval;
 use crate::model::StructuredOutput;
 use crate::plan::{LlmPlan, Schema};
-use crate::runtime::eval;
 use crate::runtime::record::Usage;
 use crate::runtime::{ErrorKind, StepError};
 

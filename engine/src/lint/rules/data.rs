@@ -16,10 +16,11 @@ use std::collections::HashSet;
 use serde_json::Value;
 
 use crate::compile::cache::ParseCache;
-use crate::compile::{functions, path};
+use crate::compile::path;
 use crate::diag::{Diagnostic, codes, did_you_mean};
+use crate::expr::functions;
+use crate::expr::types::{self, Scope};
 use crate::lint::FlowCx;
-use crate::lint::expr_type::{self, Scope};
 use crate::lint::flow_types::schema_value;
 use crate::lint::rules::expression_types;
 use crate::lint::ty::{Field, Lookup, Obj, Ty};
@@ -294,7 +295,7 @@ impl<'p> Checker<'_, 'p> {
             self.item_ty = match f.value.strip_prefix('=') {
                 Some(e) => self
                     .expr(f.span, &f.value, e, 1, &base)
-                    .map_or(Ty::Any, |t| expr_type::element_of(&t)),
+                    .map_or(Ty::Any, |t| types::element_of(&t)),
                 None => {
                     self.path(f, Role::Read);
                     Ty::Any

@@ -4,12 +4,12 @@
 //! known value cannot have past an index, a call or on a macro's variable (SY405, as for the
 //! static field chains of variables).
 //!
-//! The types come from [`crate::lint::expr_type`]; the types of the variables from the
+//! The types come from [`crate::expr::types`]; the types of the variables from the
 //! caller's [`Scope`]. Where a type is unknown nothing is reported.
 
-use crate::compile::expr::Expr;
 use crate::diag::{Diagnostic, codes};
-use crate::lint::expr_type::{self, ProblemKind, Scope};
+use crate::expr::Expr;
+use crate::expr::types::{self, ProblemKind, Scope};
 use crate::lint::ty::Ty;
 use crate::source::Span;
 
@@ -21,7 +21,7 @@ pub fn check(
     span_of: &dyn Fn(usize, usize) -> Span,
     out: &mut Vec<Diagnostic>,
 ) -> Ty {
-    let (ty, problems) = expr_type::check(expr, scope);
+    let (ty, problems) = types::check(expr, scope);
     for p in problems {
         let rule = match p.kind {
             ProblemKind::NeverTrue => &codes::COMPARISON_NEVER_TRUE,
@@ -44,7 +44,7 @@ pub fn condition(key: &str, ty: &Ty, span: Span, out: &mut Vec<Diagnostic>) {
     if ty.is_any() || ty.members().contains(&Ty::Bool) {
         return;
     }
-    let help = expr_type::bool_help(ty);
+    let help = types::bool_help(ty);
     out.push(
         Diagnostic::new(
             &codes::CONDITION_NOT_BOOL,

@@ -21,8 +21,8 @@ use cel::parser::Expression;
 use crate::compile::cache::ParseCache;
 
 use crate::diag::{Diagnostic, closest, codes};
+use crate::expr::types::Scope;
 use crate::lint::FlowCx;
-use crate::lint::expr_type::Scope;
 use crate::lint::flow_types::{self, After, Before, FieldOf, PSeg, Visit};
 use crate::lint::rules::data::inner_span;
 use crate::lint::rules::expression_types;
@@ -201,12 +201,12 @@ impl Checker<'_, '_> {
         }
         let list = match source.strip_prefix('=') {
             Some(e) => match &self.parsed.expr(e).expr {
-                Ok(e) => crate::lint::expr_type::expr_type(e, &PayloadScope(entry, None)),
+                Ok(e) => crate::expr::types::expr_type(e, &PayloadScope(entry, None)),
                 Err(_) => Ty::Any,
             },
             None => flow_types::path_type(entry, source, self.parsed),
         };
-        crate::lint::expr_type::element_of(&list)
+        crate::expr::types::element_of(&list)
     }
 
     /// The part of the payload a `scope` narrows the agent to (unknown when the scope path
@@ -647,7 +647,7 @@ mod tests {
 
     #[test]
     fn has_guards_are_the_chains_tested() {
-        let e = crate::compile::expr::parse("has(payload.a.b) && payload.a.b.c > 0 || has(input.x)").unwrap();
+        let e = crate::expr::parse("has(payload.a.b) && payload.a.b.c > 0 || has(input.x)").unwrap();
         let mut g = Vec::new();
         has_guards(e.ast(), &mut g);
         assert_eq!(
@@ -657,7 +657,7 @@ mod tests {
                 field: 1
             }]
         );
-        let e = crate::compile::expr::parse("null != payload.a.m && payload.a.m.x > 0").unwrap();
+        let e = crate::expr::parse("null != payload.a.m && payload.a.m.x > 0").unwrap();
         let mut g = Vec::new();
         has_guards(e.ast(), &mut g);
         assert_eq!(

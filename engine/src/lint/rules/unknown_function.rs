@@ -1,11 +1,11 @@
 //! Calls of functions and macros that do not exist, or not the way they are called (SY410),
 //! and calls with an argument count the function does not take (SY411), checked against the
-//! table of `compile::functions`. The data rules hand over each expression's calls and how
+//! table of `expr::functions`. The data rules hand over each expression's calls and how
 //! to place a byte range of the expression in the file; the diagnostic is on the name.
 
-use crate::compile::expr::Call;
-use crate::compile::functions::{self, Problem};
 use crate::diag::{Diagnostic, codes};
+use crate::expr::Call;
+use crate::expr::functions::{self, Problem};
 use crate::source::Span;
 
 /// Reports the calls of `calls` that the table does not have; `span_of` places a byte range

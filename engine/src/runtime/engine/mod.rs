@@ -36,12 +36,12 @@ use tokio_util::sync::CancellationToken;
 
 use super::StepError;
 use super::data::{Change, Violation};
-use super::eval::Vars;
 use super::record::{RunRecord, RunStatus, Usage};
 use super::resume::{Replay, ResumeOptions, WaitingFor};
 use super::steps::StepsVar;
 use super::time::Timestamp;
 use crate::agents::AgentState;
+use crate::expr::eval::Vars;
 use crate::model::AgentKind;
 use crate::plan::*;
 use crate::store::Store;

@@ -9,9 +9,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Run, StepOutcome};
 use crate::agents::StepNumber;
+use crate::expr::eval::Vars;
 use crate::plan::*;
 use crate::runtime::data;
-use crate::runtime::eval::Vars;
 use crate::runtime::record::{self, RunStatus};
 use crate::runtime::{ErrorKind, StepError};
 use crate::store::Store;

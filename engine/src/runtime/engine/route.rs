@@ -4,9 +4,9 @@
 use serde_json::Value;
 
 use super::{NodeIdx, Run, StepOutcome};
+use crate::expr::eval::{self, Vars};
 use crate::model::EdgeOn;
 use crate::plan::*;
-use crate::runtime::eval::{self, Vars};
 use crate::runtime::steps::StepVar;
 use crate::runtime::{ErrorKind, StepError};
 use crate::store::Store;

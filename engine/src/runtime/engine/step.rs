@@ -8,9 +8,9 @@ use serde_json::{Map, Value};
 
 use super::{Run, StepOutcome, fmt_duration};
 use crate::agents::StepNumber;
+use crate::expr::eval::{self, Vars};
 use crate::plan::*;
 use crate::runtime::data;
-use crate::runtime::eval::{self, Vars};
 use crate::runtime::record::{self, RunStatus, StepStatus};
 use crate::runtime::{ErrorKind, StepError};
 use crate::store::Store;

@@ -7,9 +7,9 @@ use serde_json::Value;
 
 use super::{Run, StepOutcome};
 use crate::agents::StepNumber;
+use crate::expr::eval::{self, Vars};
 use crate::plan::*;
 use crate::runtime::data;
-use crate::runtime::eval::{self, Vars};
 use crate::runtime::record::{self, RunStatus};
 use crate::runtime::{ErrorKind, StepError};
 use crate::store::Store;

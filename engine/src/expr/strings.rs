@@ -385,7 +385,7 @@ mod tests {
     }
 
     pub(super) fn eval(text: &str) -> Result<cel::Value, String> {
-        let e = crate::compile::expr::parse(text).unwrap_or_else(|e| panic!("{text}: {e}"));
+        let e = crate::expr::parse(text).unwrap_or_else(|e| panic!("{text}: {e}"));
         cel::Value::resolve(e.ast(), ctx()).map_err(|e| match e {
             cel::ExecutionError::FunctionError { message, .. } => message,
             other => other.to_string(),

@@ -4,7 +4,7 @@
 //! variables.
 //!
 //! The table covers CEL's standard library as the `cel` crate implements it (its macros and
-//! the `optional` library included), the strings extension (`runtime::strings`) and the time
+//! the `optional` library included), the strings extension (`expr::strings`) and the time
 //! functions with their accessors, by CEL's language definition. Lint checks each call against
 //! it ([`check`]); nothing here evaluates.
 
@@ -43,16 +43,54 @@ const fn member(name: &'static str, min: usize, max: usize, usage: &'static str)
 pub static FUNCTIONS: &[Function] = &[
     // Macros.
     global("has", 1, 1, "`has(m.field)`"),
-    member("all", 2, 2, "`list.all(x, predicate)`"),
-    member("exists", 2, 2, "`list.exists(x, predicate)`"),
-    member("exists_one", 2, 2, "`list.exists_one(x, predicate)`"),
-    member("existsOne", 2, 2, "`list.existsOne(x, predicate)`"),
+    member(
+        "all",
+        2,
+        3,
+        "`list.all(x, predicate)` or `m.all(k, v, predicate)`",
+    ),
+    member(
+        "exists",
+        2,
+        3,
+        "`list.exists(x, predicate)` or `m.exists(k, v, predicate)`",
+    ),
+    member(
+        "exists_one",
+        2,
+        3,
+        "`list.exists_one(x, predicate)` or `m.exists_one(k, v, predicate)`",
+    ),
+    member(
+        "existsOne",
+        2,
+        3,
+        "`list.existsOne(x, predicate)` or `m.existsOne(k, v, predicate)`",
+    ),
     member("filter", 2, 2, "`list.filter(x, predicate)`"),
     member(
         "map",
         2,
         3,
         "`list.map(x, value)` or `list.map(x, predicate, value)`",
+    ),
+    member(
+        "transformList",
+        3,
+        4,
+        "`m.transformList(k, v, value)` or `m.transformList(k, v, predicate, value)`",
+    ),
+    member(
+        "transformMap",
+        3,
+        4,
+        "`m.transformMap(k, v, value)` or `m.transformMap(k, v, predicate, value)`",
+    ),
+    member(
+        "transformMapEntry",
+        3,
+        4,
+        "`m.transformMapEntry(k, v, {key: value})` or `m.transformMapEntry(k, v, predicate, {key: value})`",
     ),
     // Conversions and the standard library.
     global("bool", 1, 1, "`bool(x)`"),
@@ -293,6 +331,7 @@ mod tests {
         assert_eq!(arity(f("charAt", true)), "1 argument");
         assert_eq!(arity(f("split", true)), "1 or 2 arguments");
         assert_eq!(arity(f("map", true)), "2 or 3 arguments");
+        assert_eq!(arity(f("transformMap", true)), "3 or 4 arguments");
     }
 
     /// Every function of the table that the runtime implements can be called with every
@@ -300,7 +339,7 @@ mod tests {
     /// fails with "no matching overload" at worst, never "unknown function").
     #[test]
     fn the_table_matches_the_runtime() {
-        use crate::runtime::eval::{Vars, eval};
+        use crate::expr::eval::{Vars, eval};
         let pending = [
             "timestamp",
             "duration",
@@ -315,7 +354,18 @@ mod tests {
             "getMonth",
             "getSeconds",
         ];
-        let macros = ["has", "all", "exists", "exists_one", "existsOne", "filter", "map"];
+        let macros = [
+            "has",
+            "all",
+            "exists",
+            "exists_one",
+            "existsOne",
+            "filter",
+            "map",
+            "transformList",
+            "transformMap",
+            "transformMapEntry",
+        ];
         for f in FUNCTIONS {
             if pending.contains(&f.name) || macros.contains(&f.name) {
                 continue;
@@ -327,7 +377,7 @@ mod tests {
                 } else {
                     format!("{}({args})", f.name)
                 };
-                let e = crate::compile::expr::parse(&text).expect("parses");
+                let e = crate::expr::parse(&text).expect("parses");
                 if let Err(err) = eval(&e, &Vars::default()) {
                     assert!(
                         !err.message.contains("undeclared") && !err.message.contains("unknown"),

@@ -1,7 +1,8 @@
 //! CEL expressions, parsed once and inspected for the variables they read.
 //!
 //! This module owns [`Expr`] (the expression text and its AST, parsed with cel's Pratt parser,
-//! which expands the standard macros `has`, `all`, `exists`, `exists_one`, `map`, `filter`),
+//! which expands the standard macros `has`, `all`, `exists`, `exists_one`, `map`, `filter`;
+//! cel-go's two-variable comprehensions are expanded after it, by `two_var.rs`),
 //! [`ExprError`] (a terse message on a byte range of the text) and [`Reference`]s (each free
 //! variable read, with its static field chain and byte range). It does not evaluate, and it does
 //! not know which variable names a flow allows: that is lint's business.
@@ -17,6 +18,7 @@ use cel::parser::{Expression, ParseErrors, PrattParser};
 use std::sync::OnceLock;
 
 use super::functions::NAMESPACES;
+use super::two_var;
 
 /// A parsed CEL expression. `Send + Sync`, so it can be shared behind an `Arc`.
 #[derive(Clone, Debug)]
@@ -27,7 +29,7 @@ pub struct Expr {
     derived: OnceLock<Derived>,
 }
 
-/// What the evaluator (`runtime::eval`) derives from an expression's AST: computed by it on
+/// What the evaluator (`expr::eval`) derives from an expression's AST: computed by it on
 /// the first evaluation and kept with the expression, so that later evaluations do not walk
 /// or copy the tree again.
 #[derive(Clone, Debug)]
@@ -88,6 +90,21 @@ pub fn parse(text: &str) -> Result<Expr, ExprError> {
         Ok(mut ast) => {
             if text.contains('`') {
                 dotted_fields_as_indexes(&mut ast);
+            }
+            match two_var::check(&ast) {
+                Ok(false) => {}
+                Ok(true) => {
+                    let mut next_id = max_id(&ast);
+                    two_var::expand(&mut ast, &mut next_id);
+                }
+                Err(refused) => {
+                    let (start, end) = call_span(&ast, text, refused.id);
+                    return Err(ExprError {
+                        start,
+                        end,
+                        message: refused.message,
+                    });
+                }
             }
             Ok(Expr {
                 text: text.to_owned(),
@@ -311,6 +328,23 @@ fn max_id(e: &Expression) -> u64 {
     inner.max(e.id)
 }
 
+/// The byte range of the name of the call `id` in `text`, or the whole text.
+fn call_span(ast: &Expression, text: &str, id: u64) -> (usize, usize) {
+    let mut walker = Walker::default();
+    walker.expr(ast);
+    let tokens = lex(text);
+    let calls: Vec<usize> = (0..tokens.len())
+        .filter(|&i| {
+            is_ident(tokens[i].kind) && tokens.get(i + 1).map(|t| t.kind) == Some(TokenKind::TokLeftParen)
+        })
+        .collect();
+    let positions = pair_in_order(&mut walker.calls, &calls, &tokens, text);
+    match lookup(&positions, id) {
+        Some(t) => (tokens[t].start, tokens[t].end),
+        None => (0, text.len()),
+    }
+}
+
 impl Expr {
     /// The byte ranges, by AST id, of what lint reports type problems at: the operator of each
     /// binary operator written in the text (`==`, `in`, `+`, ...; not `&&`, `||`, `?:` or
@@ -368,7 +402,7 @@ impl Expr {
     }
 }
 
-/// The parts of an expanded standard macro that were written in the text.
+/// The parts of an expanded macro that were written in the text.
 #[derive(Clone, Copy, Debug)]
 pub enum Macro<'a> {
     /// `r.all(x, pred)`
@@ -377,16 +411,23 @@ pub enum Macro<'a> {
     Exists(&'a Expression),
     /// `r.exists_one(x, pred)`
     ExistsOne(&'a Expression),
-    /// `r.map(x, f)`, `r.map(x, pred, f)`, and `r.filter(x, pred)` (whose `f` is `x` itself).
+    /// `r.map(x, f)`, `r.map(x, pred, f)`, and `r.filter(x, pred)` (whose `f` is `x` itself);
+    /// `r.transformList(k, v, [pred,] f)`.
     Map {
         filter: Option<&'a Expression>,
         transform: &'a Expression,
     },
+    /// `r.transformMap(k, v, [pred,] f)`, or with `entry` `r.transformMapEntry(k, v, [pred,] f)`.
+    TransformMap {
+        filter: Option<&'a Expression>,
+        transform: &'a Expression,
+        entry: bool,
+    },
 }
 
-/// Which standard macro a comprehension is the expansion of, by the shape cel gives each.
-/// `None` for a shape none of them has.
-pub fn macro_of(c: &ComprehensionExpr) -> Option<Macro<'_>> {
+/// Which macro a comprehension is the expansion of, by the shape cel (or `two_var.rs`, with
+/// its `iter_var2`) gives each. `None` for a shape none of them has.
+pub fn macro_of<'a>(c: &'a ComprehensionExpr) -> Option<Macro<'a>> {
     fn call<'e>(e: &'e Expression, name: &str, n: usize) -> Option<&'e [Expression]> {
         match &e.expr {
             Node::Call(k) if k.func_name == name && k.target.is_none() && k.args.len() == n => Some(&k.args),
@@ -431,6 +472,31 @@ pub fn macro_of(c: &ComprehensionExpr) -> Option<Macro<'_>> {
             Some(Macro::Map {
                 filter: Some(&a[0]),
                 transform: append(&a[1], &c.accu_var)?,
+            })
+        }
+        Node::Map(m) if m.entries.is_empty() => {
+            // `@transform_map(accu, f)` or `@transform_map_entry(accu, f)`: the transform `f`.
+            let insert = |e: &'a Expression| {
+                [
+                    (two_var::TRANSFORM_MAP, false),
+                    (two_var::TRANSFORM_MAP_ENTRY, true),
+                ]
+                .into_iter()
+                .find_map(|(name, entry)| call(e, name, 2).map(|a| (a, entry)))
+                .filter(|(a, _)| is_accu(&a[0]))
+                .map(|(a, entry)| (&a[1], entry))
+            };
+            let (filter, (transform, entry)) = match insert(step) {
+                Some(found) => (None, found),
+                None => {
+                    let a = call(step, "_?_:_", 3)?;
+                    (Some(&a[0]), insert(&a[1])?)
+                }
+            };
+            Some(Macro::TransformMap {
+                filter,
+                transform,
+                entry,
             })
         }
         _ => None,
@@ -500,7 +566,12 @@ fn written_nodes<'a>(e: &'a Expression, ops: &mut Vec<(u64, &'a str)>, fields: &
             written_nodes(&c.iter_range, ops, fields);
             match macro_of(c) {
                 Some(Macro::All(p) | Macro::Exists(p) | Macro::ExistsOne(p)) => written_nodes(p, ops, fields),
-                Some(Macro::Map { filter, transform }) => {
+                Some(
+                    Macro::Map { filter, transform }
+                    | Macro::TransformMap {
+                        filter, transform, ..
+                    },
+                ) => {
                     if let Some(f) = filter {
                         written_nodes(f, ops, fields);
                     }
@@ -690,7 +761,17 @@ fn root_idents(tokens: &[Token], text: &str) -> Vec<usize> {
                 "map" => args == 2 || args == 3,
                 _ => false,
             };
-            !expands
+            !expands && !two_var::is_two_var(name(i - 2), args)
+        })
+        // The second variable of a two-variable macro (`v` in `m.all(k, v, p)`).
+        .filter(|&i| {
+            let declares = i >= 5
+                && kind(i - 1) == Some(TokenKind::TokComma)
+                && kind(i - 2) == Some(TokenKind::TokIdent)
+                && kind(i - 3) == Some(TokenKind::TokLeftParen)
+                && kind(i - 5) == Some(TokenKind::TokDot)
+                && kind(i + 1) == Some(TokenKind::TokComma);
+            !(declares && two_var::is_two_var(name(i - 4), count_args(tokens, i - 3)))
         })
         .collect()
 }

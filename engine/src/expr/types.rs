@@ -13,8 +13,8 @@ use cel::common::ast::{EntryExpr, Expr as Node, LiteralValue};
 use cel::parser::Expression;
 use indexmap::IndexMap;
 
-use super::ty::{Field, Lookup, Obj, Ty};
-use crate::compile::expr::{Expr, Macro, macro_of};
+use crate::expr::{Expr, Macro, macro_of};
+use crate::lint::ty::{Field, Lookup, Obj, Ty};
 
 /// The types of the variables an expression may read.
 pub trait Scope {
@@ -191,8 +191,9 @@ impl Typer<'_> {
                 let mut fields = IndexMap::new();
                 let mut open = false;
                 // A map whose keys are not (known to be) strings is no JSON object: `Ty` has
-                // no type for it (`1 in {1: 'a'}` is true), so nothing is said of it.
-                let mut other_keys = false;
+                // no type for it (`1 in {1: 'a'}` is true), so nothing is said of it. Nor are
+                // the keys of an empty map known (`7 in {}` is false, not a type error).
+                let mut other_keys = m.entries.is_empty();
                 for entry in &m.entries {
                     match &entry.expr {
                         EntryExpr::MapEntry(me) => {
@@ -235,9 +236,15 @@ impl Typer<'_> {
             }
             Node::Comprehension(c) => {
                 let range = self.ty(&c.iter_range);
-                let elem = element_of(&range);
                 let Some(m) = macro_of(c) else { return Ty::Any };
-                self.bound.push((c.iter_var.clone(), elem.clone()));
+                let depth = self.bound.len();
+                match &c.iter_var2 {
+                    None => self.bound.push((c.iter_var.clone(), element_of(&range))),
+                    Some(v) => {
+                        self.bound.push((c.iter_var.clone(), key_of(&range)));
+                        self.bound.push((v.clone(), value_of(&range)));
+                    }
+                }
                 let out = match m {
                     Macro::All(p) | Macro::Exists(p) | Macro::ExistsOne(p) => {
                         self.ty(p);
@@ -249,8 +256,19 @@ impl Typer<'_> {
                         }
                         Ty::List(Box::new(self.ty(transform)))
                     }
+                    // A map whose keys may not be strings (a list's indexes, or whatever
+                    // entries the transform makes) has no `Ty`: nothing is said of it.
+                    Macro::TransformMap {
+                        filter, transform, ..
+                    } => {
+                        if let Some(f) = filter {
+                            self.ty(f);
+                        }
+                        self.ty(transform);
+                        Ty::Any
+                    }
                 };
-                self.bound.pop();
+                self.bound.truncate(depth);
                 out
             }
             Node::Call(call) => {
@@ -570,6 +588,26 @@ pub fn element_of(t: &Ty) -> Ty {
     })
 }
 
+/// The first variable of a two-variable comprehension over a value of type `t`: a list's
+/// index, a map's key.
+fn key_of(t: &Ty) -> Ty {
+    members_joined(t, |m| match m {
+        Ty::List(_) => Some(Ty::Int),
+        Ty::Object(_) => Some(Ty::String),
+        _ => None,
+    })
+}
+
+/// The second variable of a two-variable comprehension over a value of type `t`: a list's
+/// element, a map's value (the join of its fields' types, when no other field may exist).
+fn value_of(t: &Ty) -> Ty {
+    members_joined(t, |m| match m {
+        Ty::List(e) => Some((**e).clone()),
+        Ty::Object(o) if !o.open => o.fields.values().map(|f| f.ty.clone()).reduce(|a, b| a.join(&b)),
+        _ => None,
+    })
+}
+
 /// `c[i]`: a list's element (a map's value by key is not followed).
 fn index(c: &Ty, _i: &Ty) -> Ty {
     members_joined(c, |m| match m {
@@ -684,7 +722,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::compile::expr::parse;
+    use crate::expr::parse;
 
     fn input() -> Ty {
         Ty::from_schema(&json!({
@@ -803,6 +841,42 @@ mod tests {
         assert_eq!(ty("input.flag ? 1 : 2"), Ty::Int);
         assert_eq!(ty("input.flag ? 1 : 'a'"), Ty::Union(vec![Ty::Int, Ty::String]));
         assert_eq!(ty("input.flag ? 1 : payload.x"), Ty::Any);
+    }
+
+    #[test]
+    fn two_variable_comprehensions() {
+        assert_eq!(ty("input.items.all(i, x, i > 0 && x.id > 0)"), Ty::Bool);
+        assert_eq!(ty("input.tags.existsOne(i, t, t == 'a')"), Ty::Bool);
+        assert_eq!(ty("input.tags.transformList(i, t, i)"), list(Ty::Int));
+        assert_eq!(
+            ty("input.items.transformList(i, x, x.id > 1, x.label)"),
+            list(Ty::String)
+        );
+        assert_eq!(ty("{'a': 1, 'b': 2}.transformList(k, v, v)"), list(Ty::Int));
+        assert_eq!(ty("{'a': 1, 'b': 2}.transformList(k, v, k)"), list(Ty::String));
+        assert_eq!(ty("input.tags.transformMap(i, t, t)"), Ty::Any);
+        assert_eq!(ty("input.tags.transformMapEntry(i, t, {t: i})"), Ty::Any);
+        // The variables end with the macro.
+        assert_eq!(ty("[input.tags.all(i, t, true), i][1]"), Ty::Any);
+        let never = |t| problems(t).into_iter().map(|p| p.1).collect::<Vec<_>>();
+        assert_eq!(
+            never("input.tags.all(i, t, i == 'a' || t == 1)"),
+            [
+                "`==` between integer and string is never true",
+                "`==` between string and integer is never true"
+            ]
+        );
+        assert_eq!(
+            never("input.items.transformList(i, x, x.idd)"),
+            ["`x` has no field `idd`"]
+        );
+    }
+
+    #[test]
+    fn an_empty_map_may_hold_keys_of_any_type() {
+        assert_eq!(ty("{}"), Ty::Any);
+        assert_eq!(problems("7 in {}"), []);
+        assert_eq!(problems("input.count in {}"), []);
     }
 
     #[test]

@@ -1,0 +1,14 @@
+//! The expression language (CEL, SPEC §5.1) in one place: parsing and macro expansion
+//! (`parse.rs`, and cel-go's two-variable comprehensions in `two_var.rs`), the table of functions and macros an expression may call (`functions.rs`),
+//! static types for lint (`types.rs`), evaluation over the run's JSON (`eval.rs` and the
+//! files under `eval/`), and cel-go's strings extension (`strings.rs`). Compile, lint and the
+//! runtime call into it; it does no I/O.
+
+pub mod eval;
+pub mod functions;
+mod parse;
+pub mod strings;
+mod two_var;
+pub mod types;
+
+pub use parse::{Call, Derived, Expr, ExprError, Macro, Reference, macro_of, parse};

@@ -12,8 +12,8 @@ use serde_json::{Value, json};
 use switchyard::__private::compile;
 use switchyard::__private::plan::Plan;
 use switchyard::__private::project::Project;
+use switchyard::__private::record::RunStatus;
 use switchyard::__private::runtime::engine::{Engine, RunOptions, RunOutcome};
-use switchyard::__private::runtime::record::RunStatus;
 use switchyard::__private::store::Store;
 use switchyard::__private::store::memory::MemoryStore;
 

@@ -29,6 +29,7 @@ mod model;
 mod otel;
 mod plan;
 mod project;
+mod record;
 mod report;
 mod runtime;
 mod schema;
@@ -90,6 +91,9 @@ pub mod __private {
     }
     pub mod project {
         pub use crate::project::*;
+    }
+    pub mod record {
+        pub use crate::record::*;
     }
     pub mod report {
         pub use crate::report::*;

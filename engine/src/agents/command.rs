@@ -41,8 +41,8 @@ use tokio::process::{ChildStdin, Command};
 use super::transform::agent_vars;
 use super::{Agent, CallContext};
 use crate::plan::CommandPlan;
+use crate::record::{ErrorKind, StepError};
 use crate::runtime::eval;
-use crate::runtime::{ErrorKind, StepError};
 
 /// How much of the end of stderr an error carries (cut on a UTF-8 character boundary).
 pub const STDERR_TAIL: usize = 2048;

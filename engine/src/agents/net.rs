@@ -14,7 +14,7 @@ use reqwest::header::HeaderMap;
 
 use super::command::resolve_secret_refs;
 use super::redact::Matcher;
-use crate::runtime::{ErrorKind, StepError};
+use crate::record::{ErrorKind, StepError};
 
 /// How much of a response body an error quotes.
 pub const BODY_HEAD: usize = 200;

@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use super::{Agent, CallContext};
 use crate::compile::value::ValueTemplate;
-use crate::runtime::StepError;
+use crate::record::StepError;
 use crate::runtime::eval::{self, Vars};
 
 /// A `transform` agent, borrowing its compiled `result:` template from the plan (the engine holds
@@ -63,7 +63,7 @@ pub(crate) mod tests {
 
     use super::*;
     use crate::compile::expr;
-    use crate::runtime::ErrorKind;
+    use crate::record::ErrorKind;
 
     /// A call context for tests: run `r1`, step `s`, attempt 1, the given call index.
     pub(crate) fn test_cx<'a>(

@@ -236,7 +236,7 @@ fn report(args: &Args, s: &Summary, paused: bool) -> u8 {
         rate,
         if s.abandoned_requests > 0 { "at least " } else { "" },
         s.cost_usd,
-        crate::runtime::record::fmt_unknown(s.cost_unknown_calls)
+        crate::record::fmt_unknown(s.cost_unknown_calls)
     );
     if s.abandoned_requests > 0 {
         let _ = writeln!(
@@ -383,7 +383,7 @@ async fn show_progress(p: Arc<Progress>, every: u64) {
             p.interrupted.load(Ordering::Relaxed),
             p.in_flight.load(Ordering::Relaxed),
             p.cost_usd(),
-            crate::runtime::record::fmt_unknown(p.cost_unknown_calls.load(Ordering::Relaxed))
+            crate::record::fmt_unknown(p.cost_unknown_calls.load(Ordering::Relaxed))
         )
     };
     let start = std::time::Instant::now();

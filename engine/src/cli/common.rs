@@ -8,8 +8,8 @@ use serde_json::Value;
 
 use crate::model::AgentKind;
 use crate::plan::Plan;
+use crate::record::RunRecord;
 use crate::runtime::engine::{AgentChanges, RunOptions};
-use crate::runtime::record::RunRecord;
 
 /// `--store URL`.
 #[derive(clap::Args, Debug, Clone)]

@@ -203,7 +203,7 @@ async fn flow_and_start(store: &StoreArg, summary: &mut Summary) {
     s.close().await;
 }
 
-fn item_of(r: &crate::runtime::record::RunRecord) -> Item {
+fn item_of(r: &crate::record::RunRecord) -> Item {
     let line = r.item_index.unwrap_or(0) + 1;
     Item {
         line,

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::common::{self, StoreArg};
-use crate::runtime::record::{RunRecord, RunStatus, now_ms};
-use crate::runtime::{ErrorKind, StepError};
+use crate::record::{ErrorKind, StepError};
+use crate::record::{RunRecord, RunStatus, now_ms};
 use crate::store::{RunFilter, Store};
 
 #[derive(clap::Args, Debug)]
@@ -193,7 +193,7 @@ fn list(args: ListArgs) -> u8 {
             0 => error,
             _ => format!(
                 "{}  {error}",
-                crate::runtime::record::fmt_unknown(r.usage.cost_unknown_calls).trim_start()
+                crate::record::fmt_unknown(r.usage.cost_unknown_calls).trim_start()
             ),
         };
         println!(
@@ -417,13 +417,13 @@ async fn unfinished(
     s: &crate::store::any::AnyStore,
     run: &RunRecord,
     root: &RunRecord,
-    steps: &[crate::runtime::record::StepRecord],
+    steps: &[crate::record::StepRecord],
     store: &StoreArg,
 ) {
-    use crate::runtime::record::StepStatus;
+    use crate::record::StepStatus;
     let (state, stopped, how) = holder_state(s, root).await;
     let _ = writeln!(out, "status    running, {state}");
-    let is_part = |s: &&crate::runtime::record::StepRecord| s.kind == "iteration" || s.kind == "branch";
+    let is_part = |s: &&crate::record::StepRecord| s.kind == "iteration" || s.kind == "branch";
     let finished = steps
         .iter()
         .filter(|s| !is_part(s) && s.status != StepStatus::Started)
@@ -469,7 +469,7 @@ async fn unfinished(
 async fn tree_steps<S: crate::store::Store + ?Sized>(
     s: &S,
     run: &str,
-) -> Result<Vec<(String, Vec<crate::runtime::record::StepRecord>)>, String> {
+) -> Result<Vec<(String, Vec<crate::record::StepRecord>)>, String> {
     let mut out = Vec::new();
     let mut todo = std::collections::VecDeque::from([run.to_string()]);
     while let Some(id) = todo.pop_front() {
@@ -579,7 +579,7 @@ fn show(args: ShowArgs) -> u8 {
             out,
             "cost      {}{} · tokens {} in, {} out{lower_bound}",
             run.usage.cost_usd,
-            crate::runtime::record::fmt_unknown(run.usage.cost_unknown_calls),
+            crate::record::fmt_unknown(run.usage.cost_unknown_calls),
             run.usage.input_tokens,
             run.usage.output_tokens
         );

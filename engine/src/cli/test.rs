@@ -10,9 +10,9 @@ use crate::compile::value;
 use crate::model::{FlowTest, RunStatusExpect};
 use crate::plan::{AgentPlan, AgentPlanSpec, Plan};
 use crate::project::Project;
+use crate::record::RunStatus;
 use crate::runtime::changes;
 use crate::runtime::engine::{AgentChanges, Engine, RunOptions, RunOutcome};
-use crate::runtime::record::RunStatus;
 use crate::store::memory::MemoryStore;
 use crate::syntax::Limits;
 

@@ -608,7 +608,7 @@ pub fn calls(flow: &crate::plan::FlowPlan) -> Vec<Arc<AgentPlan>> {
 /// takes an agent away must not be dropped or swapped by a resume.
 pub fn for_resume(
     plan: &Plan,
-    record: &crate::runtime::record::RunRecord,
+    record: &crate::record::RunRecord,
     given: Arc<AgentChanges>,
     allow_changed: bool,
 ) -> Result<Arc<AgentChanges>, crate::runtime::resume::ResumeError> {

@@ -55,9 +55,9 @@ use super::provider::{self, ProviderState, Providers};
 use super::transform::agent_vars;
 use crate::model::StructuredOutput;
 use crate::plan::{LlmPlan, Schema};
+use crate::record::Usage;
+use crate::record::{ErrorKind, StepError};
 use crate::runtime::eval;
-use crate::runtime::record::Usage;
-use crate::runtime::{ErrorKind, StepError};
 
 /// How long 429s and 5xx are retried after a call's first request.
 pub const RETRY_DEADLINE: Duration = Duration::from_secs(120);

@@ -34,16 +34,16 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use super::StepError;
 use super::data::{Change, Violation};
 use super::eval::Vars;
-use super::record::{RunRecord, RunStatus, Usage};
 use super::resume::{Replay, ResumeOptions, WaitingFor};
 use super::steps::StepsVar;
 use super::time::Timestamp;
 use crate::agents::AgentState;
 use crate::model::AgentKind;
 use crate::plan::*;
+use crate::record::StepError;
+use crate::record::{RunRecord, RunStatus, Usage};
 use crate::store::Store;
 use limits::Budget;
 

@@ -6,9 +6,9 @@ use serde_json::Value;
 use super::{NodeIdx, Run, StepOutcome};
 use crate::model::EdgeOn;
 use crate::plan::*;
+use crate::record::{ErrorKind, StepError};
 use crate::runtime::eval::{self, Vars};
 use crate::runtime::steps::StepVar;
-use crate::runtime::{ErrorKind, StepError};
 use crate::store::Store;
 
 impl<'e, S: Store> Run<'e, S> {

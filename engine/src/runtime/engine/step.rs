@@ -9,10 +9,10 @@ use serde_json::{Map, Value};
 use super::{Run, StepOutcome, fmt_duration};
 use crate::agents::StepNumber;
 use crate::plan::*;
+use crate::record::{self, RunStatus, StepStatus};
+use crate::record::{ErrorKind, StepError};
 use crate::runtime::data;
 use crate::runtime::eval::{self, Vars};
-use crate::runtime::record::{self, RunStatus, StepStatus};
-use crate::runtime::{ErrorKind, StepError};
 use crate::store::Store;
 
 impl<'e, S: Store> Run<'e, S> {

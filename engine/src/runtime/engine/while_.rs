@@ -8,10 +8,10 @@ use serde_json::Value;
 use super::{Run, StepOutcome};
 use crate::agents::StepNumber;
 use crate::plan::*;
+use crate::record::{self, RunStatus};
+use crate::record::{ErrorKind, StepError};
 use crate::runtime::data;
 use crate::runtime::eval::{self, Vars};
-use crate::runtime::record::{self, RunStatus};
-use crate::runtime::{ErrorKind, StepError};
 use crate::store::Store;
 
 impl<'e, S: Store> Run<'e, S> {

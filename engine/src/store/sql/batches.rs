@@ -4,7 +4,7 @@
 use serde_json::Value;
 
 use super::rows::{sum_nanos, summed};
-use crate::runtime::cost::Cost;
+use crate::record::cost::Cost;
 
 /// A batch as `submit` recorded it (a row of `batches`).
 #[derive(Clone, Debug, PartialEq)]

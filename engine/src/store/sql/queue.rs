@@ -22,8 +22,8 @@ use super::batches::{SubmittedBatch, WorkerRow};
 use super::rows::{RunRow, decode_run, sum_nanos, summed};
 use super::statements::RUN_COLUMNS;
 use super::{SqlStore, StoreError};
-use crate::runtime::cost::Cost;
-use crate::runtime::record::RunRecord;
+use crate::record::RunRecord;
+use crate::record::cost::Cost;
 
 /// Which runs a claim takes ([`SqlStore::claim`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -627,5 +627,5 @@ fn millis(d: Duration) -> i64 {
 }
 
 fn now_i64() -> i64 {
-    int(crate::runtime::record::now_ms())
+    int(crate::record::now_ms())
 }

@@ -101,7 +101,7 @@ impl Flow {
                 message: fallback,
             });
         };
-        let (plan, diagnostics) = crate::compile::compile(&project, id);
+        let (plan, diagnostics) = crate::lint::lint_and_compile(&project, id);
         let project = Arc::new(project);
         match plan {
             Some(plan) => Ok(Flow {

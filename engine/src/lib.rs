@@ -146,7 +146,7 @@ pub mod __private {
     /// Run options with agent changes (`--agent-change`) resolved against a plan.
     pub fn with_agent_changes(
         mut options: crate::RunOptions,
-        changes: crate::runtime::engine::AgentChanges,
+        changes: crate::plan::AgentChanges,
     ) -> crate::RunOptions {
         options.agent_changes = Arc::new(changes);
         options

@@ -8,8 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::plan::{AgentPlan, AgentPlanSpec, Plan};
-use crate::runtime::engine::AgentChanges;
+use crate::plan::{AgentChanges, AgentPlan, AgentPlanSpec, Plan};
 
 /// Variables named by secret references that are not set (or not UTF-8) in this process's
 /// environment, each with the places that name it (`the api_key of provider `local``), sorted

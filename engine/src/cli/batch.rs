@@ -232,7 +232,7 @@ fn report(args: &Args, s: &Summary, paused: bool) -> u8 {
         } else {
             String::new()
         },
-        crate::runtime::engine::fmt_duration(Duration::from_millis(s.elapsed.as_millis() as u64)),
+        crate::model::fmt_duration(Duration::from_millis(s.elapsed.as_millis() as u64)),
         rate,
         if s.abandoned_requests > 0 { "at least " } else { "" },
         s.cost_usd,
@@ -375,7 +375,7 @@ async fn show_progress(p: Arc<Progress>, every: u64) {
         let (done, total, rate, eta) = snapshot(p, elapsed);
         let eta = eta.map_or_else(
             || "?".to_string(),
-            |s| crate::runtime::engine::fmt_duration(Duration::from_secs(s)),
+            |s| crate::model::fmt_duration(Duration::from_secs(s)),
         );
         format!(
             "{done}/{total} done · {} failed · {} interrupted · {} in flight · {rate:.1}/s · ETA {eta} · {}{}",

@@ -7,9 +7,10 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use crate::model::AgentKind;
+use crate::plan::AgentChanges;
 use crate::plan::Plan;
 use crate::record::RunRecord;
-use crate::runtime::engine::{AgentChanges, RunOptions};
+use crate::runtime::engine::RunOptions;
 
 /// `--store URL`.
 #[derive(clap::Args, Debug, Clone)]

@@ -441,7 +441,7 @@ async fn unfinished(
         .max()
         .unwrap_or(run.started_at)
         .max(run.started_at);
-    let since = crate::runtime::engine::fmt_duration(std::time::Duration::from_millis(last - run.started_at));
+    let since = crate::model::fmt_duration(std::time::Duration::from_millis(last - run.started_at));
     let mut parts = String::new();
     if iterations > 0 {
         let _ = write!(parts, ", {iterations} iterations");
@@ -519,7 +519,7 @@ fn duration(r: &RunRecord) -> String {
         return "-".to_string();
     }
     let end = r.finished_at.unwrap_or_else(now_ms);
-    crate::runtime::engine::fmt_duration(std::time::Duration::from_millis(end.saturating_sub(r.started_at)))
+    crate::model::fmt_duration(std::time::Duration::from_millis(end.saturating_sub(r.started_at)))
 }
 
 fn show(args: ShowArgs) -> u8 {

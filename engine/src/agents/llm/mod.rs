@@ -786,7 +786,7 @@ fn backoff(tries: u32) -> Duration {
 }
 
 fn fmt_secs(d: Duration) -> String {
-    crate::runtime::engine::fmt_duration(Duration::from_millis(d.as_millis() as u64))
+    crate::model::fmt_duration(Duration::from_millis(d.as_millis() as u64))
 }
 
 fn header_value(v: &str) -> Result<reqwest::header::HeaderValue, StepError> {

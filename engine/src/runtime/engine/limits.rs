@@ -257,7 +257,7 @@ mod tests {
         let id = project
             .load_top(&file, dir.canonicalize().expect("canonical"), &Limits::default())
             .expect("the flow loads");
-        let (plan, diags) = crate::compile::compile(&project, id);
+        let (plan, diags) = crate::lint::lint_and_compile(&project, id);
         let plan = plan.unwrap_or_else(|| panic!("the flow compiles: {diags:?}"));
         let _ = std::fs::remove_dir_all(&dir);
         let engine = Engine::new(Arc::new(crate::store::memory::MemoryStore::new()));

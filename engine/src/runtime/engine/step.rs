@@ -6,8 +6,9 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
-use super::{Run, StepOutcome, fmt_duration};
+use super::{Run, StepOutcome};
 use crate::agents::StepNumber;
+use crate::model::fmt_duration;
 use crate::plan::*;
 use crate::record::{self, RunStatus, StepStatus};
 use crate::record::{ErrorKind, StepError};

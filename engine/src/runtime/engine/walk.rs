@@ -4,7 +4,8 @@
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use super::{NodeIdx, Run, StepOutcome, fmt_duration};
+use super::{NodeIdx, Run, StepOutcome};
+use crate::model::fmt_duration;
 use crate::plan::*;
 use crate::record::{self, RunStatus, StepRecord, StepStatus};
 use crate::record::{ErrorKind, StepError};

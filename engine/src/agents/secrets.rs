@@ -3,7 +3,7 @@
 //! instead of failing at the first call an hour in. `lint` never reads the environment.
 //!
 //! References are resolved again at each call ([`super::net::Secrets`],
-//! [`super::command::resolve_secret_refs`]); this module only reads whether each variable is
+//! [`super::net::resolve_secret_refs`]); this module only reads whether each variable is
 //! set, and never holds or prints a value.
 
 use std::collections::BTreeMap;

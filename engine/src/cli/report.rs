@@ -5,8 +5,7 @@ use std::io::BufRead as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::common::{self, StoreArg};
-use super::runs::fail;
+use super::common::{self, StoreArg, fail};
 use crate::report::batch::{Item, Summary, batch_html, relative_link};
 use crate::store::Store as _;
 use crate::store::any::AnyStore;

@@ -9,8 +9,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::common::{self, RunArgs, StoreArg};
-use super::runs::{fail, lock_batch, root_of};
+use super::common::{self, RunArgs, StoreArg, fail, lock_batch, root_of};
 use crate::agents::AgentState;
 use crate::api::{RunConfig, Switchyard};
 use crate::plan::Plan;

@@ -18,7 +18,8 @@
 
 use std::hash::BuildHasher as _;
 
-use super::yaml::{Limits, resolve_plain, too_large_integer};
+use super::limits::{Limits, MAX_IMPLICIT_KEY_CHARS};
+use super::scalar::{resolve_plain, too_large_integer};
 use super::{Key, Node, Value};
 use crate::source::{FastState, FileId, Span};
 
@@ -29,7 +30,7 @@ pub(super) const MAX_DEPTH: usize = 64;
 /// and the spaces between it and its `:`, "at most 1024 characters altogether"), counted here
 /// in bytes, which is stricter: a key the count refuses goes to the full parser, which counts
 /// characters.
-const MAX_KEY_BYTES: usize = super::yaml::MAX_IMPLICIT_KEY_CHARS;
+const MAX_KEY_BYTES: usize = MAX_IMPLICIT_KEY_CHARS;
 
 /// Mappings of up to this many keys are checked for duplicates by scanning.
 const SCAN_KEYS: usize = 16;

@@ -12,11 +12,14 @@
 //! overflow the caller's.
 
 mod fast;
+mod limits;
+mod scalar;
 mod yaml;
 
 use crate::source::{FileId, Span};
 
-pub use yaml::{Limits, parse, parse_collecting, too_large};
+pub use limits::Limits;
+pub use yaml::{parse, parse_collecting, too_large};
 pub(crate) use yaml::{parse_collecting_here, parse_collecting_with, stack_bytes};
 
 /// A YAML node with the span of its text in the source file.

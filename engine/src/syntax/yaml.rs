@@ -38,39 +38,12 @@ use serde_saphyr::granit_parser::{
     ErrorKind, Event, Marker, Options, Parser, ScalarStyle, ScanError, StructureStyle, Tag,
 };
 
+use super::limits::{Limits, MAX_IMPLICIT_KEY_CHARS};
+use super::scalar::{parse_bool, parse_float, parse_int, resolve_plain, too_large_integer};
 use super::{Key, Node, Value};
 use crate::diag::Diagnostic;
 use crate::diag::codes::{DUPLICATE_KEY, YAML_BUDGET, YAML_SYNTAX};
 use crate::source::{FileId, Span};
-
-/// Hard limits on one file. Every limit names itself and its value when it is crossed.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Limits {
-    /// Largest file accepted, in bytes, checked before parsing. Default: 8 MiB.
-    pub max_bytes: usize,
-    /// Deepest nesting of mappings and lists; the top-level mapping is level 1. Default: 128,
-    /// room for JSON Schemas nested dozens of levels deep inside a flow. The parse itself never
-    /// recurses; code that walks or drops a tree recurses once per level, so raise this far
-    /// (beyond a few thousand) only where that code runs on a big enough stack.
-    pub max_depth: usize,
-    /// Most nodes (scalars, mappings, lists and keys), counting the copies that aliases make
-    /// and the copy kept of each anchored node. Default: 1,000,000.
-    pub max_nodes: usize,
-    /// Most nodes that aliases may copy into the tree in one file, which stops "billion laughs"
-    /// alias bombs. Default: 100,000.
-    pub max_alias_expansions: usize,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Limits {
-            max_bytes: 8 << 20,
-            max_depth: 128,
-            max_nodes: 1_000_000,
-            max_alias_expansions: 100_000,
-        }
-    }
-}
 
 /// Stack of the parsing thread, before the per-level allowance.
 const BASE_STACK_BYTES: usize = 4 << 20;
@@ -279,10 +252,6 @@ struct At {
     end: usize,
     tag: Option<(usize, usize)>,
 }
-
-/// The longest implicit key, with the spaces before its `:` (YAML 1.2 production [154]); the
-/// parser's `simple_key_max_lookahead` keeps this bound, in block and flow mappings alike.
-pub(super) const MAX_IMPLICIT_KEY_CHARS: usize = 1024;
 
 /// Duplicate keys reported per file at most; further ones are still dropped from the tree.
 const MAX_DUPLICATES: usize = 1_000;
@@ -874,131 +843,6 @@ fn scalar_value(text: &str, style: ScalarStyle, tag: Option<&Tag>) -> Result<Opt
             tag.original()
         ))),
     }
-}
-
-/// Whether a plain scalar is a decimal integer outside `i64`: an error, never a rounded float.
-pub(super) fn too_large_integer(text: &str) -> bool {
-    is_decimal(text) && !has_leading_zero(text) && text.parse::<i64>().is_err()
-}
-
-/// A plain scalar's value under the YAML 1.2 core schema; `None` when it is a string.
-pub(super) fn resolve_plain(text: &str) -> Option<Value> {
-    match text {
-        "" | "~" | "null" | "Null" | "NULL" => return Some(Value::Null),
-        _ => {}
-    }
-    if let Some(b) = parse_bool(text) {
-        return Some(Value::Bool(b));
-    }
-    let first = text.as_bytes()[0];
-    if !(first.is_ascii_digit() || matches!(first, b'-' | b'+' | b'.')) {
-        return None;
-    }
-    if is_decimal(text) {
-        if has_leading_zero(text) {
-            return None;
-        }
-        // An integer too large for i64 is a float, as a JSON number would be.
-        return match text.parse::<i64>() {
-            Ok(i) => Some(Value::Int(i)),
-            Err(_) => text.parse::<f64>().ok().map(Value::Float),
-        };
-    }
-    parse_int(text)
-        .map(Value::Int)
-        .or_else(|| parse_float(text).map(Value::Float))
-}
-
-fn parse_bool(text: &str) -> Option<bool> {
-    match text {
-        "true" | "True" | "TRUE" => Some(true),
-        "false" | "False" | "FALSE" => Some(false),
-        _ => None,
-    }
-}
-
-/// `[-+]?[0-9]+` without redundant leading zeros, `0o[0-7]+`, `0x[0-9a-fA-F]+`, within i64.
-fn parse_int(text: &str) -> Option<i64> {
-    if let Some(hex) = text.strip_prefix("0x") {
-        return hex
-            .bytes()
-            .all(|b| b.is_ascii_hexdigit())
-            .then(|| i64::from_str_radix(hex, 16).ok())?;
-    }
-    if let Some(oct) = text.strip_prefix("0o") {
-        return oct
-            .bytes()
-            .all(|b| matches!(b, b'0'..=b'7'))
-            .then(|| i64::from_str_radix(oct, 8).ok())?;
-    }
-    if is_decimal(text) && !has_leading_zero(text) {
-        text.parse().ok()
-    } else {
-        None
-    }
-}
-
-/// `[-+]?[0-9]+`.
-fn is_decimal(text: &str) -> bool {
-    let digits = text.strip_prefix(['-', '+']).unwrap_or(text);
-    !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())
-}
-
-/// `007`, `-01`, `+00`: kept as strings (zip codes, file modes, version parts).
-fn has_leading_zero(text: &str) -> bool {
-    let digits = text.strip_prefix(['-', '+']).unwrap_or(text);
-    digits.len() > 1 && digits.starts_with('0')
-}
-
-/// `[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?`, `[-+]?.inf`, `.nan` (in the three
-/// cases the core schema allows).
-fn parse_float(text: &str) -> Option<f64> {
-    let unsigned = text.strip_prefix(['-', '+']).unwrap_or(text);
-    let negative = text.starts_with('-');
-    match unsigned {
-        ".inf" | ".Inf" | ".INF" => {
-            return Some(if negative {
-                f64::NEG_INFINITY
-            } else {
-                f64::INFINITY
-            });
-        }
-        ".nan" | ".NaN" | ".NAN" if unsigned.len() == text.len() => return Some(f64::NAN),
-        _ => {}
-    }
-    let b = unsigned.as_bytes();
-    let digits = |mut i: usize| {
-        while b.get(i).is_some_and(u8::is_ascii_digit) {
-            i += 1;
-        }
-        i
-    };
-    let int_end = digits(0);
-    let mut i = int_end;
-    let mut frac = 0;
-    if b.get(i) == Some(&b'.') {
-        let frac_end = digits(i + 1);
-        frac = frac_end - (i + 1);
-        i = frac_end;
-    }
-    if int_end == 0 && frac == 0 {
-        return None;
-    }
-    if matches!(b.get(i), Some(b'e' | b'E')) {
-        let mut j = i + 1;
-        if matches!(b.get(j), Some(b'-' | b'+')) {
-            j += 1;
-        }
-        let exp_end = digits(j);
-        if exp_end == j {
-            return None;
-        }
-        i = exp_end;
-    }
-    if i != b.len() {
-        return None;
-    }
-    text.parse().ok()
 }
 
 // ---------------------------------------------------------------------------------------------

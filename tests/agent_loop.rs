@@ -7,8 +7,8 @@
 use std::sync::Arc;
 
 use serde_json::{Value, json};
+use switchyard::__private::record::RunStatus;
 use switchyard::__private::runtime::engine::Engine;
-use switchyard::__private::runtime::record::RunStatus;
 use switchyard::__private::store::Store;
 use switchyard::__private::store::memory::MemoryStore;
 

@@ -6,8 +6,8 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use switchyard::__private::record::RunStatus;
 use switchyard::__private::runtime::engine::{Engine, RunOptions, RunOutcome};
-use switchyard::__private::runtime::record::RunStatus;
 use switchyard::__private::store::memory::MemoryStore;
 
 use crate::llm::plan_of;

@@ -9,11 +9,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use switchyard::__private::compile;
+use switchyard::__private::lint;
 use switchyard::__private::plan::Plan;
 use switchyard::__private::project::Project;
+use switchyard::__private::record::RunStatus;
 use switchyard::__private::runtime::engine::{Engine, RunOptions, RunOutcome};
-use switchyard::__private::runtime::record::RunStatus;
 use switchyard::__private::store::Store;
 use switchyard::__private::store::memory::MemoryStore;
 
@@ -67,7 +67,7 @@ pub fn plan_of(path: &Path) -> Arc<Plan> {
     let id = project
         .load_top(path, root, &switchyard::__private::syntax::Limits::default())
         .expect("a flow");
-    let (plan, diags) = compile::compile(&project, id);
+    let (plan, diags) = lint::lint_and_compile(&project, id);
     Arc::new(plan.unwrap_or_else(|| {
         panic!(
             "{}",

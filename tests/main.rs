@@ -38,6 +38,8 @@
 //! - [`transcripts`]: agent loops seen wherever they run: transcripts of iterations, branches
 //!   and child runs, the run page's timeline order and a waiting run's question, a batch page's
 //!   flow and start.
+//! - [`layers`]: `engine/src`'s modules use only the layers below their own, and no files
+//!   import each other;
 //! - [`library`]: the crate root as an application uses it: `examples/approve.rs` run to its
 //!   question and resumed, an approval's pending calls in the outcome, event streams that end.
 
@@ -59,6 +61,7 @@ mod expressions;
 mod fuzz;
 mod graph;
 mod http_agent;
+mod layers;
 mod library;
 mod lint_agent_loops;
 mod lint_fixtures;

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use switchyard::__private::runtime::record::{RunRecord, StepRecord};
+use switchyard::__private::record::{RunRecord, StepRecord};
 use switchyard::__private::store::memory::MemoryStore;
 use switchyard::__private::store::sql::SqlStore;
 use switchyard::__private::store::{RunFilter, Store, StoreError, Writer};

@@ -11,10 +11,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use sqlx::{AnyConnection, Connection};
-use switchyard::__private::runtime::cost::Cost;
+use switchyard::__private::record::cost::Cost;
+use switchyard::__private::record::{ErrorKind, StepError};
+use switchyard::__private::record::{RunRecord, RunStatus, StepRecord, StepStatus, Usage};
 use switchyard::__private::runtime::data::{Change, Violation};
-use switchyard::__private::runtime::record::{RunRecord, RunStatus, StepRecord, StepStatus, Usage};
-use switchyard::__private::runtime::{ErrorKind, StepError};
 use switchyard::__private::store::memory::MemoryStore;
 use switchyard::__private::store::sql::{SCHEMA_VERSION, SqlOptions, SqlStore};
 use switchyard::__private::store::{RunFilter, Store, StoreError};

@@ -45,14 +45,14 @@ pub use crate::agents::native::{NativeAgent, NativeCall, NativeFuture, Natives};
 pub use crate::batch::{BatchError, BatchOptions, Progress, Summary as BatchSummary};
 pub use crate::diag::{Diagnostic, Label, Rule, Severity};
 pub use crate::model::AgentKind;
-pub use crate::runtime::cost::Cost;
-pub use crate::runtime::data::{Change, Violation};
+pub use crate::record::cost::Cost;
+pub use crate::record::{Change, Violation};
+pub use crate::record::{ErrorKind, StepError};
+pub use crate::record::{RunRecord, RunStatus, StepRecord, StepStatus, Usage};
 pub use crate::runtime::engine::{RunControls, RunOptions, RunOutcome};
-pub use crate::runtime::record::{RunRecord, RunStatus, StepRecord, StepStatus, Usage};
 pub use crate::runtime::resume::{
     Approval, Interrupt, PendingCall, Question, ResumeError, ResumeOptions, WaitingFor,
 };
-pub use crate::runtime::{ErrorKind, StepError};
 pub use crate::source::{FileId, Span};
 pub use crate::store::StoreError;
 pub use tokio_util::sync::CancellationToken;
@@ -101,7 +101,7 @@ impl Flow {
                 message: fallback,
             });
         };
-        let (plan, diagnostics) = crate::compile::compile(&project, id);
+        let (plan, diagnostics) = crate::lint::lint_and_compile(&project, id);
         let project = Arc::new(project);
         match plan {
             Some(plan) => Ok(Flow {
@@ -402,7 +402,7 @@ impl<S: Store> Switchyard<S> {
     pub async fn run_with(&self, flow: &Flow, input: Value, config: RunConfig) -> Result<RunOutcome, Error> {
         self.check(flow, &config.options)?;
         let context = config.context.unwrap_or_else(|| json!({}));
-        let id = crate::runtime::record::new_run_id();
+        let id = crate::record::new_run_id();
         let holding = Holding::take(&self.store, &id, &config.controls)
             .await
             .map_err(|e| Error::Store(e.to_string()))?;

@@ -30,6 +30,7 @@ mod model;
 mod otel;
 mod plan;
 mod project;
+mod record;
 mod report;
 mod runtime;
 mod schema;
@@ -95,6 +96,9 @@ pub mod __private {
     pub mod project {
         pub use crate::project::*;
     }
+    pub mod record {
+        pub use crate::record::*;
+    }
     pub mod report {
         pub use crate::report::*;
     }
@@ -146,7 +150,7 @@ pub mod __private {
     /// Run options with agent changes (`--agent-change`) resolved against a plan.
     pub fn with_agent_changes(
         mut options: crate::RunOptions,
-        changes: crate::runtime::engine::AgentChanges,
+        changes: crate::plan::AgentChanges,
     ) -> crate::RunOptions {
         options.agent_changes = Arc::new(changes);
         options

@@ -15,12 +15,13 @@ use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use indexmap::IndexMap;
 use sha2::{Digest, Sha256};
 
 use crate::diag::{Diagnostic, codes};
 use crate::glob::normalize;
 use crate::model::build::{self, Cx, Library};
-use crate::model::{AgentRef, AgentSpec, Flow, SchemaRef, Sp, StepKind};
+use crate::model::{Agent, AgentRef, AgentSpec, Flow, Provider, SchemaRef, Sp, StepKind};
 use crate::source::{FileId, SourceFile, SourceMap, Span};
 use crate::syntax::{self, Limits, Node};
 
@@ -61,12 +62,14 @@ pub struct LoadedLibrary {
     pub imports: Vec<(Sp<String>, Option<LibId>)>,
 }
 
-/// An agent-change file named on the command line: its changes when they could be read (its
-/// problems are in the project's diagnostics).
+/// An agent-change file named on the command line: its YAML tree when it parsed (its syntax
+/// problems are in the project's diagnostics). `lint` reads the changes from it and reports
+/// what stops them from being read (`runtime::changes::from_node`): replacement agents are
+/// plan parts, made above this module.
 #[derive(Debug)]
 pub struct LoadedChanges {
     pub file: FileId,
-    pub changes: Option<Vec<crate::runtime::changes::Change>>,
+    pub node: Option<Node>,
 }
 
 /// A JSON Schema file named by a flow.
@@ -187,12 +190,8 @@ impl Project {
             }
             Prepared::Changes(file) => {
                 let file = file.renumbered(self.sources.next_id(), limits);
-                let Added { file, model, .. } = self.add_file(file);
-                let changes = match model {
-                    Model::Changes { changes } => changes,
-                    _ => None,
-                };
-                self.changes.push(LoadedChanges { file, changes });
+                let Added { file, node, .. } = self.add_file(file);
+                self.changes.push(LoadedChanges { file, node });
                 None
             }
         }
@@ -555,6 +554,61 @@ impl Project {
         display_relative(p)
     }
 
+    /// Fills `agents` and `providers` with the flow's own definitions and those of every file it
+    /// imports (transitively), reporting names defined twice with both places (SY204). `lint`
+    /// and `compile` see the same names through it.
+    pub fn visible_definitions<'p>(
+        &'p self,
+        id: FlowId,
+        agents: &mut IndexMap<&'p str, &'p Agent>,
+        providers: &mut IndexMap<&'p str, &'p Provider>,
+        out: &mut Vec<Diagnostic>,
+    ) {
+        let loaded = self.flow(id);
+        let Some(flow) = &loaded.flow else { return };
+        let mut agent_at: IndexMap<&str, Span> = IndexMap::new();
+        let mut provider_at: IndexMap<&str, Span> = IndexMap::new();
+        for (name, a) in &flow.agents {
+            agents.insert(name, a);
+            agent_at.insert(name, a.name.span);
+        }
+        for (name, p) in &flow.providers {
+            providers.insert(name, p);
+            provider_at.insert(name, p.name.span);
+        }
+        let mut seen = Vec::new();
+        let mut stack: Vec<LibId> = loaded.imports.iter().filter_map(|(_, l)| *l).collect();
+        stack.reverse();
+        while let Some(lib) = stack.pop() {
+            if seen.contains(&lib) {
+                continue;
+            }
+            seen.push(lib);
+            let l = &self.libraries[lib.0];
+            for (name, a) in &l.library.agents {
+                if let Some(first) = agent_at.get(name.as_str()) {
+                    out.push(duplicate("agent", name, a.name.span, *first));
+                } else {
+                    agents.insert(name, a);
+                    agent_at.insert(name, a.name.span);
+                }
+            }
+            for (name, p) in &l.library.providers {
+                if let Some(first) = provider_at.get(name.as_str()) {
+                    out.push(duplicate("provider", name, p.name.span, *first));
+                } else {
+                    providers.insert(name, p);
+                    provider_at.insert(name, p.name.span);
+                }
+            }
+            for (_, inner) in l.imports.iter().rev() {
+                if let Some(inner) = inner {
+                    stack.push(*inner);
+                }
+            }
+        }
+    }
+
     /// The flow with this id.
     pub fn flow(&self, id: FlowId) -> &LoadedFlow {
         &self.flows[id.0]
@@ -720,9 +774,6 @@ enum Model {
     Library {
         library: Library,
     },
-    Changes {
-        changes: Option<Vec<crate::runtime::changes::Change>>,
-    },
 }
 
 /// A file read, hashed (flows and imported files), parsed and lowered into the model as file `file` of a
@@ -852,19 +903,10 @@ impl PreparedFile {
             Kind::Library => Model::Library {
                 library: build::library(&mut cx, &node),
             },
-            Kind::Schema => Model::None,
-            Kind::Changes => match crate::runtime::changes::from_node(&node, &self.source.text) {
-                Ok(changes) => Model::Changes {
-                    changes: Some(changes),
-                },
-                Err(ds) => {
-                    cx.diags.extend(ds);
-                    Model::Changes { changes: None }
-                }
-            },
+            Kind::Schema | Kind::Changes => Model::None,
         };
         self.model_diags = cx.diags;
-        if self.kind == Kind::Schema {
+        if matches!(self.kind, Kind::Schema | Kind::Changes) {
             self.node = Some(node);
         }
     }
@@ -925,17 +967,15 @@ fn prepare_top(path: &Path, file: FileId, limits: &Limits, parse: Parse) -> Prep
     };
     let prepared = match read_limited(&canonical, limits.max_bytes) {
         Err(e) => Prepared::Failed(e),
-        Ok(Ok(bytes)) if crate::runtime::changes::is_change_file(&bytes) => {
-            Prepared::Changes(PreparedFile::new(
-                file,
-                display(path),
-                canonical.clone(),
-                Ok(bytes),
-                limits,
-                Kind::Changes,
-                parse,
-            ))
-        }
+        Ok(Ok(bytes)) if is_change_file(&bytes) => Prepared::Changes(PreparedFile::new(
+            file,
+            display(path),
+            canonical.clone(),
+            Ok(bytes),
+            limits,
+            Kind::Changes,
+            parse,
+        )),
         Ok(Ok(bytes)) if is_library(&bytes) => Prepared::Library(PreparedFile::new(
             file,
             display_relative(&canonical),
@@ -1028,6 +1068,41 @@ impl Project {
             ids
         })
     }
+}
+
+/// SY204: a name defined twice, with both places.
+fn duplicate(what: &str, name: &str, second: Span, first: Span) -> Diagnostic {
+    Diagnostic::new(
+        &codes::DUPLICATE_DEFINITION,
+        second,
+        format!("{what} `{name}` is defined twice"),
+    )
+    .label("defined again here")
+    .with_secondary(first, "first defined here")
+    .help(format!("rename one of them, or keep one definition of `{name}`"))
+}
+
+/// Whether a file's text is an agent-change file rather than a flow: its first line that is
+/// not blank, a comment or a document start is a list item that starts with a key of a change
+/// (`- scope:`, `- mode:`, `- agents:`, `- flows:`) or a flow mapping (`- {`). Any other list
+/// is a broken flow, and reported as one.
+fn is_change_file(text: &[u8]) -> bool {
+    let Some(first) = text
+        .split(|b| *b == b'\n')
+        .map(<[u8]>::trim_ascii)
+        .find(|l| !l.is_empty() && !l.starts_with(b"#") && *l != b"---")
+    else {
+        return false;
+    };
+    let Some(item) = first.strip_prefix(b"-") else {
+        return false;
+    };
+    let item = item.trim_ascii_start();
+    item.starts_with(b"{")
+        || ["scope", "mode", "agents", "flows"].iter().any(|k| {
+            item.strip_prefix(k.as_bytes())
+                .is_some_and(|rest| rest.trim_ascii_start().starts_with(b":"))
+        })
 }
 
 /// Whether a YAML file is a file of shared agents rather than a flow: a top-level mapping
@@ -1244,7 +1319,7 @@ mod tests {
             .map(|s| s.id.value.as_str())
             .collect();
         assert_eq!(malformed, ["b", "c"]);
-        let (plan, diags) = crate::compile::compile(&project, id);
+        let (plan, diags) = crate::lint::lint_and_compile(&project, id);
         assert!(plan.is_none(), "a flow with malformed steps never compiles");
         let codes: Vec<&str> = diags.iter().map(Diagnostic::code).collect();
         assert_eq!(codes, ["SY109", "SY108"], "{diags:#?}");
@@ -1257,7 +1332,7 @@ mod tests {
             .load_top(path, dir.0.clone(), &Limits::default())
             .expect("a flow");
         let hash = project.flow_hash(id, &mut HashMap::new());
-        let (plan, diags) = crate::compile::compile(&project, id);
+        let (plan, diags) = crate::lint::lint_and_compile(&project, id);
         let plan = plan.unwrap_or_else(|| panic!("the flow compiles: {diags:#?}"));
         (hash, plan.root().hash.clone())
     }

@@ -436,7 +436,7 @@ pub fn ideal_s(n: usize, concurrency: usize) -> f64 {
 /// every item has exactly one run, and it succeeded. Returns the number of runs. A second run of
 /// an item (a finished item run again after a crash) or a missing one fails the benchmark.
 pub fn check_store(url: &str, output: &Path, n: usize) -> Result<usize, String> {
-    use switchyard::__private::runtime::record::RunStatus;
+    use switchyard::__private::record::RunStatus;
     use switchyard::__private::store::Store;
     use switchyard::__private::store::any::AnyStore;
     // The batch is named by its output's canonical path.

@@ -2,7 +2,7 @@
 //! against the memory store shows how much of the time is the store's (copying each record
 //! under its lock) and how much the engine's. Never used for a reported number.
 
-use switchyard::__private::runtime::record::{RunRecord, StepRecord};
+use switchyard::__private::record::{RunRecord, StepRecord};
 use switchyard::__private::store::{RunFilter, Store, StoreError, Writer};
 
 #[derive(Debug, Default)]

@@ -164,7 +164,7 @@ pub fn ms(d: Duration) -> f64 {
 }
 
 /// A flow of this folder (`examples/bench/NAME`), loaded, linted and compiled the way every
-/// command does it (`Project::load_top`, `compile::compile`). Any diagnostic, a warning
+/// command does it (`Project::load_top`, `lint::lint_and_compile`). Any diagnostic, a warning
 /// included, fails the benchmark: the bench flows lint clean.
 pub fn load_plan(name: &str) -> Result<std::sync::Arc<switchyard::__private::plan::Plan>, String> {
     use switchyard::__private::project::Project;
@@ -191,7 +191,7 @@ pub fn load_plan(name: &str) -> Result<std::sync::Arc<switchyard::__private::pla
             text.join("; ")
         ));
     };
-    let (plan, diags) = switchyard::__private::compile::compile(&project, id);
+    let (plan, diags) = switchyard::__private::lint::lint_and_compile(&project, id);
     if !diags.is_empty() {
         let text: Vec<String> = diags
             .iter()

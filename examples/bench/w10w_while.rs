@@ -16,8 +16,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use serde_json::{Value, json};
+use switchyard::__private::record::RunStatus;
 use switchyard::__private::runtime::engine::{Engine, RunOptions};
-use switchyard::__private::runtime::record::RunStatus;
 use switchyard::__private::store::Store;
 use switchyard::__private::store::memory::MemoryStore;
 

@@ -24,8 +24,8 @@ use std::time::Instant;
 
 use serde_json::{Value, json};
 use switchyard::__private::plan::Plan;
+use switchyard::__private::record::RunStatus;
 use switchyard::__private::runtime::engine::{Engine, RunOptions, RunOutcome};
-use switchyard::__private::runtime::record::RunStatus;
 use switchyard::__private::store::memory::MemoryStore;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;

@@ -3,7 +3,7 @@
 //!
 //! The parent writes the flow to `generated/w6/`, then runs the harness itself as
 //! `--child w6 FILE STEPS` once as a warm-up and [`RUNS`] times measured. The child loads the
-//! file through the library (`Project::load_top`), compiles it (`compile::compile`, which lints
+//! file through the library (`Project::load_top`), compiles it (`lint::lint_and_compile`, which lints
 //! first), checks the plan, and prints `ms=… rss_kib=…`: the time from just before the file
 //! is read to the plan being built, and its peak RSS (`VmHWM`). A plan that is missing, has
 //! errors, or is not the expected chain fails the benchmark.
@@ -14,8 +14,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use switchyard::__private::compile::compile;
 use switchyard::__private::diag::Diagnostic;
+use switchyard::__private::lint::lint_and_compile;
 use switchyard::__private::lint::lint_project;
 use switchyard::__private::model::build::{self, Cx};
 use switchyard::__private::plan::StepPlanKind;
@@ -82,7 +82,7 @@ pub fn run(profile: &Profile, opts: &Options) -> Result<Vec<Report>, String> {
         breakdown(&args[1..])?;
     }
     let notes = format!(
-        "{n}-step linear flow of W1 steps; Project::load_top + compile::compile (parse, model, lint, lower) in a fresh process, nothing run"
+        "{n}-step linear flow of W1 steps; Project::load_top + lint_and_compile (parse, model, lint, lower) in a fresh process, nothing run"
     );
     Ok(vec![
         Report::new(
@@ -129,7 +129,7 @@ const PHASES: [(&str, &str); 10] = [
         "Project::load_top: read + hash + yaml + model (the real path)",
     ),
     ("lint", "lint::lint_project on the loaded project"),
-    ("compile", "compile::compile: lint again + lower into the plan"),
+    ("compile", "lint_and_compile: lint again + lower into the plan"),
     (
         "lower",
         "compile - lint: lowering alone (approx.; noise while lint dominates)",
@@ -158,7 +158,7 @@ pub fn child(args: &[String]) -> Result<(), String> {
             errors(&project.diags)
         )
     })?;
-    let (plan, diags) = compile(&project, id);
+    let (plan, diags) = lint_and_compile(&project, id);
     let elapsed = t0.elapsed();
     let rss = util::peak_rss_kib()?;
 
@@ -208,7 +208,7 @@ pub fn child_phases(args: &[String]) -> Result<(), String> {
     let lint = t.elapsed();
     drop(lint_diags);
     let t = Instant::now();
-    let (plan, diags) = compile(&project, id);
+    let (plan, diags) = lint_and_compile(&project, id);
     let compile_t = t.elapsed();
     check_plan(plan.as_ref(), &diags, steps)?;
     let t = Instant::now();

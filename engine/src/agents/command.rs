@@ -5,7 +5,7 @@
 //! owns the child's argv (each `run` argument a template rendered with `input`, `message` and
 //! `context`; the results are argv entries, never re-parsed), its environment (cleared; then
 //! `PATH` inherited from this process, the `env:` entries — which may replace `PATH` — with
-//! their `${env:NAME}` secret references resolved at the call ([`resolve_secret_refs`]), then
+//! their `${env:NAME}` secret references resolved at the call ([`super::net::resolve_secret_refs`]), then
 //! `SWITCHYARD_RUN_ID`, `SWITCHYARD_STEP`, `SWITCHYARD_ATTEMPT`, `SWITCHYARD_IDEMPOTENCY_KEY`,
 //! which `env:` cannot override), its own process group, and the reading of its output: stdin is
 //! written while stdout and stderr are read, concurrently, so a child that writes much to stderr
@@ -42,7 +42,7 @@ use super::transform::agent_vars;
 use super::{Agent, CallContext};
 use crate::expr::eval;
 use crate::plan::CommandPlan;
-use crate::runtime::{ErrorKind, StepError};
+use crate::record::{ErrorKind, StepError};
 
 /// How much of the end of stderr an error carries (cut on a UTF-8 character boundary).
 pub const STDERR_TAIL: usize = 2048;
@@ -77,60 +77,6 @@ impl Agent for CommandAgent<'_> {
             Err(e) => Err(secrets.redact_error(e)),
         }
     }
-}
-
-/// Replaces every secret reference `${env:NAME}` in `s` with the value of `NAME` in this
-/// process's environment, read now. Other text, including a `$` or `${...}` that is not a secret
-/// reference, is kept as is; substituted values are not scanned again.
-///
-/// Errors (kind `agent`) name the variable, never a value: a variable that is not set or not
-/// valid UTF-8, an unterminated reference, or a name that is not letters, digits and `_`.
-pub fn resolve_secret_refs(s: &str) -> Result<String, StepError> {
-    const OPEN: &str = "${env:";
-    let mut out = String::with_capacity(s.len());
-    let mut rest = s;
-    while let Some(at) = rest.find(OPEN) {
-        out.push_str(&rest[..at]);
-        let after = &rest[at + OPEN.len()..];
-        let Some(end) = after.find('}') else {
-            return Err(StepError::new(
-                ErrorKind::Agent,
-                "unterminated secret reference: `${env:` without a closing `}`",
-            ));
-        };
-        let name = &after[..end];
-        if !is_var_name(name) {
-            // The text may be a secret pasted in by mistake: do not quote it.
-            return Err(StepError::new(
-                ErrorKind::Agent,
-                "invalid secret reference: write `${env:NAME}` with NAME made of letters, digits and `_`",
-            ));
-        }
-        match std::env::var(name) {
-            Ok(value) => out.push_str(&value),
-            Err(std::env::VarError::NotPresent) => {
-                return Err(StepError::new(
-                    ErrorKind::Agent,
-                    format!("environment variable {name} is not set"),
-                ));
-            }
-            Err(std::env::VarError::NotUnicode(_)) => {
-                return Err(StepError::new(
-                    ErrorKind::Agent,
-                    format!("environment variable {name} is not valid UTF-8"),
-                ));
-            }
-        }
-        rest = &after[end + 1..];
-    }
-    out.push_str(rest);
-    Ok(out)
-}
-
-fn is_var_name(name: &str) -> bool {
-    let mut chars = name.chars();
-    chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 /// Renders each `run` argument; plain text (no template tags) is taken as is.
@@ -913,7 +859,12 @@ mod tests {
     /// A variable of this process's environment (not PATH), with its value.
     fn some_outside_var() -> (String, String) {
         std::env::vars()
-            .find(|(k, v)| k != "PATH" && !k.starts_with("SWITCHYARD_") && is_var_name(k) && !v.is_empty())
+            .find(|(k, v)| {
+                k != "PATH"
+                    && !k.starts_with("SWITCHYARD_")
+                    && crate::agents::net::is_var_name(k)
+                    && !v.is_empty()
+            })
             .expect("the test process has some environment variable besides PATH")
     }
 
@@ -981,6 +932,7 @@ mod tests {
 
     #[test]
     fn secret_references_are_resolved() {
+        use crate::agents::net::resolve_secret_refs;
         let (name, value) = some_outside_var();
         assert_eq!(resolve_secret_refs("plain").unwrap(), "plain");
         assert_eq!(resolve_secret_refs(&format!("${{env:{name}}}")).unwrap(), value);

@@ -26,7 +26,7 @@ use serde_json::{Value, json};
 use super::net::{self, Hosts, MAX_REDIRECTS, ReadError, Secrets};
 use super::{Agent, CallContext};
 use crate::plan::HttpPlan;
-use crate::runtime::{ErrorKind, StepError};
+use crate::record::{ErrorKind, StepError};
 
 /// One `http` agent call's view of the world.
 pub struct HttpAgent<'a> {

@@ -23,7 +23,7 @@ use super::transform::eval_value_template;
 use super::{Agent, CallContext};
 use crate::compile::value::ValueTemplate;
 use crate::plan::MockPlan;
-use crate::runtime::{ErrorKind, StepError};
+use crate::record::{ErrorKind, StepError};
 
 /// A `mock` agent, borrowing its plan (the engine holds the plan in an `Arc` for the run).
 #[derive(Clone, Copy, Debug)]

@@ -25,7 +25,7 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::runtime::StepError;
+use crate::record::StepError;
 
 /// What an agent call knows besides its input document.
 #[derive(Clone, Copy)]

@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::CallContext;
 use crate::plan::{AgentPlanSpec, Plan};
-use crate::runtime::StepError;
+use crate::record::StepError;
 
 /// What a native agent's call returns.
 pub type NativeFuture = Pin<Box<dyn Future<Output = Result<Value, StepError>> + Send>>;
@@ -194,7 +194,7 @@ impl Natives {
     ) -> Result<Value, StepError> {
         let Some(r) = self.by_name.get(name) else {
             return Err(StepError::new(
-                crate::runtime::ErrorKind::Agent,
+                crate::record::ErrorKind::Agent,
                 format!("no native agent is registered as `{name}`"),
             ));
         };
@@ -205,7 +205,7 @@ impl Natives {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::ErrorKind;
+    use crate::record::ErrorKind;
 
     #[tokio::test]
     async fn closures_are_agents_and_unknown_names_are_errors() {

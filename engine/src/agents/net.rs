@@ -12,9 +12,8 @@ use std::time::{Duration, SystemTime};
 
 use reqwest::header::HeaderMap;
 
-use super::command::resolve_secret_refs;
 use super::redact::Matcher;
-use crate::runtime::{ErrorKind, StepError};
+use crate::record::{ErrorKind, StepError};
 
 /// How much of a response body an error quotes.
 pub const BODY_HEAD: usize = 200;
@@ -69,6 +68,60 @@ fn build_client() -> Result<reqwest::Client, String> {
         .user_agent(concat!("switchyard/", env!("CARGO_PKG_VERSION")))
         .build()
         .map_err(|e| format!("cannot set up the HTTP client: {e}"))
+}
+
+/// Replaces every secret reference `${env:NAME}` in `s` with the value of `NAME` in this
+/// process's environment, read now. Other text, including a `$` or `${...}` that is not a secret
+/// reference, is kept as is; substituted values are not scanned again.
+///
+/// Errors (kind `agent`) name the variable, never a value: a variable that is not set or not
+/// valid UTF-8, an unterminated reference, or a name that is not letters, digits and `_`.
+pub fn resolve_secret_refs(s: &str) -> Result<String, StepError> {
+    const OPEN: &str = "${env:";
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(at) = rest.find(OPEN) {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + OPEN.len()..];
+        let Some(end) = after.find('}') else {
+            return Err(StepError::new(
+                ErrorKind::Agent,
+                "unterminated secret reference: `${env:` without a closing `}`",
+            ));
+        };
+        let name = &after[..end];
+        if !is_var_name(name) {
+            // The text may be a secret pasted in by mistake: do not quote it.
+            return Err(StepError::new(
+                ErrorKind::Agent,
+                "invalid secret reference: write `${env:NAME}` with NAME made of letters, digits and `_`",
+            ));
+        }
+        match std::env::var(name) {
+            Ok(value) => out.push_str(&value),
+            Err(std::env::VarError::NotPresent) => {
+                return Err(StepError::new(
+                    ErrorKind::Agent,
+                    format!("environment variable {name} is not set"),
+                ));
+            }
+            Err(std::env::VarError::NotUnicode(_)) => {
+                return Err(StepError::new(
+                    ErrorKind::Agent,
+                    format!("environment variable {name} is not valid UTF-8"),
+                ));
+            }
+        }
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+pub(crate) fn is_var_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 /// Secret values resolved for one call, so that nothing derived from them leaves the call:

@@ -69,8 +69,8 @@ use tokio::time::Instant;
 
 use crate::model::StructuredOutput;
 use crate::plan::ProviderPlan;
-use crate::runtime::cost::Cost;
-use crate::runtime::record::Usage;
+use crate::record::Usage;
+use crate::record::cost::Cost;
 
 /// Slack added to each limit's minute: a request admitted at `t` may reach the provider a
 /// little later than the one admitted after it, and the provider counts arrivals.

@@ -3,13 +3,12 @@
 //! instead of failing at the first call an hour in. `lint` never reads the environment.
 //!
 //! References are resolved again at each call ([`super::net::Secrets`],
-//! [`super::command::resolve_secret_refs`]); this module only reads whether each variable is
+//! [`super::net::resolve_secret_refs`]); this module only reads whether each variable is
 //! set, and never holds or prints a value.
 
 use std::collections::BTreeMap;
 
-use crate::plan::{AgentPlan, AgentPlanSpec, Plan};
-use crate::runtime::engine::AgentChanges;
+use crate::plan::{AgentChanges, AgentPlan, AgentPlanSpec, Plan};
 
 /// Variables named by secret references that are not set (or not UTF-8) in this process's
 /// environment, each with the places that name it (`the api_key of provider `local``), sorted

@@ -11,7 +11,7 @@ use serde_json::Value;
 use super::{Agent, CallContext};
 use crate::compile::value::ValueTemplate;
 use crate::expr::eval::{self, Vars};
-use crate::runtime::StepError;
+use crate::record::StepError;
 
 /// A `transform` agent, borrowing its compiled `result:` template from the plan (the engine holds
 /// the plan in an `Arc` for the whole run, so building one per call costs nothing).
@@ -63,7 +63,7 @@ pub(crate) mod tests {
 
     use super::*;
     use crate::expr;
-    use crate::runtime::ErrorKind;
+    use crate::record::ErrorKind;
 
     /// A call context for tests: run `r1`, step `s`, attempt 1, the given call index.
     pub(crate) fn test_cx<'a>(

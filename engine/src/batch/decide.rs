@@ -11,9 +11,9 @@ use serde_json::Value;
 use super::input::Line;
 use super::output::record_line;
 use super::{BatchError, BatchOptions};
-use crate::runtime::ErrorKind;
+use crate::record::ErrorKind;
+use crate::record::{RunRecord, RunStatus, Usage};
 use crate::runtime::engine::RunOptions;
-use crate::runtime::record::{RunRecord, RunStatus, Usage};
 use crate::store::Store;
 
 /// How many runs are read from the store at a time.

@@ -17,7 +17,7 @@ use super::output::{Output, failed_line};
 use super::reorder::{Reorder, Slot};
 use super::{BatchError, BatchOptions};
 use crate::plan::FlowPlan;
-use crate::runtime::{ErrorKind, StepError};
+use crate::record::{ErrorKind, StepError};
 use crate::store::Store;
 
 /// Where the loop ended, for the summary.

@@ -13,11 +13,11 @@ use super::output::{failed_line, outcome_line};
 use super::{BatchOptions, Progress};
 use crate::agents::AgentState;
 use crate::plan::Plan;
+use crate::record::RunStatus;
+use crate::record::{ErrorKind, StepError};
 use crate::runtime::budget::{CostCap, SharedBudget};
 use crate::runtime::engine::{BatchItem, Engine, Released, RunControls, RunOptions, RunOutcome};
-use crate::runtime::record::RunStatus;
 use crate::runtime::resume::ResumeOptions;
-use crate::runtime::{ErrorKind, StepError};
 use crate::store::Store;
 
 /// How many items' runs are working, and a wake-up when one lets go of its place.

@@ -50,9 +50,9 @@ use self::drive::Driver;
 use self::items::Items;
 use self::output::{Output, batch_name, same_file};
 use crate::plan::Plan;
-use crate::runtime::cost::Cost;
+use crate::record::Usage;
+use crate::record::cost::Cost;
 use crate::runtime::engine::{Engine, RunControls, RunOptions};
-use crate::runtime::record::Usage;
 use crate::store::Store;
 
 /// What a batch reads and writes and how it runs its items: [`BatchOptions::new`] gives

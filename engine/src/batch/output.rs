@@ -8,10 +8,10 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use super::{BatchError, BatchOptions};
-use crate::runtime::StepError;
-use crate::runtime::cost::Cost;
+use crate::record::StepError;
+use crate::record::cost::Cost;
+use crate::record::{RunRecord, Usage};
 use crate::runtime::engine::RunOutcome;
-use crate::runtime::record::{RunRecord, Usage};
 use crate::store::Store;
 
 /// Holds the lock of a batch's output file while a run of that batch is resumed or cancelled
@@ -255,7 +255,7 @@ fn item_line(
         run_id: Option<&'a str>,
         cost_usd: Cost,
         /// Calls whose cost is unknown: written only when there are some.
-        #[serde(skip_serializing_if = "crate::runtime::record::is_zero")]
+        #[serde(skip_serializing_if = "crate::record::is_zero")]
         cost_unknown_calls: u64,
         duration_ms: u64,
     }

@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use super::drive::Ended;
 use super::{BatchOptions, Progress};
-use crate::runtime::cost::Cost;
+use crate::record::cost::Cost;
 
 /// How a batch ended.
 #[derive(Debug, Default)]

@@ -232,11 +232,11 @@ fn report(args: &Args, s: &Summary, paused: bool) -> u8 {
         } else {
             String::new()
         },
-        crate::runtime::engine::fmt_duration(Duration::from_millis(s.elapsed.as_millis() as u64)),
+        crate::model::fmt_duration(Duration::from_millis(s.elapsed.as_millis() as u64)),
         rate,
         if s.abandoned_requests > 0 { "at least " } else { "" },
         s.cost_usd,
-        crate::runtime::record::fmt_unknown(s.cost_unknown_calls)
+        crate::record::fmt_unknown(s.cost_unknown_calls)
     );
     if s.abandoned_requests > 0 {
         let _ = writeln!(
@@ -375,7 +375,7 @@ async fn show_progress(p: Arc<Progress>, every: u64) {
         let (done, total, rate, eta) = snapshot(p, elapsed);
         let eta = eta.map_or_else(
             || "?".to_string(),
-            |s| crate::runtime::engine::fmt_duration(Duration::from_secs(s)),
+            |s| crate::model::fmt_duration(Duration::from_secs(s)),
         );
         format!(
             "{done}/{total} done · {} failed · {} interrupted · {} in flight · {rate:.1}/s · ETA {eta} · {}{}",
@@ -383,7 +383,7 @@ async fn show_progress(p: Arc<Progress>, every: u64) {
             p.interrupted.load(Ordering::Relaxed),
             p.in_flight.load(Ordering::Relaxed),
             p.cost_usd(),
-            crate::runtime::record::fmt_unknown(p.cost_unknown_calls.load(Ordering::Relaxed))
+            crate::record::fmt_unknown(p.cost_unknown_calls.load(Ordering::Relaxed))
         )
     };
     let start = std::time::Instant::now();

@@ -43,7 +43,7 @@ async fn show(sql: &SqlStore, args: &Args) -> u8 {
             }
         },
     };
-    let now = crate::runtime::record::now_ms();
+    let now = crate::record::now_ms();
     let mut rows = Vec::with_capacity(batches.len());
     for b in &batches {
         match sql.batch_counts(&b.name, now).await {

@@ -105,7 +105,7 @@ async fn collect(sql: &SqlStore, args: &Args) -> u8 {
                 c.interrupted,
                 c.cancelled,
                 c.cost_usd,
-                crate::runtime::record::fmt_unknown(c.cost_unknown_calls),
+                crate::record::fmt_unknown(c.cost_unknown_calls),
                 args.output.display()
             );
             if c.unfinished > 0 {
@@ -193,10 +193,7 @@ async fn wait(sql: &SqlStore, mut batch: SubmittedBatch, every: Duration) -> Res
     });
     let mut last_line = std::time::Instant::now();
     loop {
-        let counts = match sql
-            .batch_counts(&batch.name, crate::runtime::record::now_ms())
-            .await
-        {
+        let counts = match sql.batch_counts(&batch.name, crate::record::now_ms()).await {
             Ok(c) => c,
             Err(e) => {
                 if let Some(b) = &bar {
@@ -269,7 +266,7 @@ pub(crate) fn progress_line(batch: &SubmittedBatch, c: &BatchCounts) -> String {
         },
         c.running,
         c.cost_usd,
-        crate::runtime::record::fmt_unknown(c.cost_unknown_calls),
+        crate::record::fmt_unknown(c.cost_unknown_calls),
         batch
             .max_cost_usd
             .map_or_else(String::new, |max| format!(" of --max-cost-usd {max}"))

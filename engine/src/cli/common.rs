@@ -7,9 +7,11 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use crate::model::AgentKind;
+use crate::plan::AgentChanges;
 use crate::plan::Plan;
-use crate::runtime::engine::{AgentChanges, RunOptions};
-use crate::runtime::record::RunRecord;
+use crate::record::RunRecord;
+use crate::runtime::engine::RunOptions;
+use crate::store::Store;
 
 /// `--store URL`.
 #[derive(clap::Args, Debug, Clone)]
@@ -355,4 +357,45 @@ pub fn runtime() -> tokio::runtime::Runtime {
         .enable_all()
         .build()
         .expect("a tokio runtime starts")
+}
+
+/// Says what is wrong on stderr: a usage error (exit 2).
+pub(super) fn fail(e: impl std::fmt::Display) -> u8 {
+    super::stderr::error(e);
+    super::exit::USAGE
+}
+
+/// The root run of `run`'s tree (`run` itself for a root run).
+pub(super) async fn root_of<S: Store>(store: &S, run: &RunRecord) -> Result<RunRecord, String> {
+    let mut root = run.clone();
+    while let Some(parent) = root.parent_run.clone() {
+        root = store.get_run(&parent).await.map_err(|e| e.to_string())?;
+    }
+    Ok(root)
+}
+
+/// Locks the batch that `root` (the root of run `run_id`'s tree) belongs to, for as long as
+/// the lock is held: a `batch` process writing it works on its runs itself, and is refused
+/// while this command does. Refuses to `act` on the run while that batch runs.
+pub(super) fn lock_batch(
+    root: &RunRecord,
+    run_id: &str,
+    act: &str,
+) -> Result<crate::batch::BatchLock, String> {
+    crate::batch::lock_batch_of(root).map_err(|e| match e {
+        crate::batch::BatchError::Busy { path, holder } => {
+            let by = match holder {
+                Some(pid) => format!(
+                    "run `{run_id}` is being run by another process (pid {pid}, host {})",
+                    crate::store::writers::host_name()
+                ),
+                None => format!("run `{run_id}` is being run by another process"),
+            };
+            format!(
+                "{by}: it is an item of the batch writing {path}, which a `switchyard batch` process is \
+                 running now and continues the run itself: stop that batch (Ctrl-C) before you {act} the run here"
+            )
+        }
+        other => other.to_string(),
+    })
 }

@@ -114,7 +114,7 @@ pub(crate) fn quiet_plan(flow: &std::path::Path) -> Result<Plan, String> {
     let id = project
         .load_top(flow, crate::project::root_of(flow, None), &Limits::default())
         .ok_or_else(|| format!("the flow file {} does not load", flow.display()))?;
-    let (plan, diags) = crate::compile::compile(&project, id);
+    let (plan, diags) = crate::lint::lint_and_compile(&project, id);
     plan.ok_or_else(|| {
         format!(
             "the flow file {} does not compile now ({} problems; `switchyard lint` shows them)",

@@ -5,8 +5,7 @@ use std::io::BufRead as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::common::{self, StoreArg};
-use super::runs::fail;
+use super::common::{self, StoreArg, fail};
 use crate::report::batch::{Item, Summary, batch_html, relative_link};
 use crate::store::Store as _;
 use crate::store::any::AnyStore;
@@ -203,7 +202,7 @@ async fn flow_and_start(store: &StoreArg, summary: &mut Summary) {
     s.close().await;
 }
 
-fn item_of(r: &crate::runtime::record::RunRecord) -> Item {
+fn item_of(r: &crate::record::RunRecord) -> Item {
     let line = r.item_index.unwrap_or(0) + 1;
     Item {
         line,

@@ -9,14 +9,13 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::common::{self, RunArgs, StoreArg};
-use super::runs::{fail, lock_batch, root_of};
+use super::common::{self, RunArgs, StoreArg, fail, lock_batch, root_of};
 use crate::agents::AgentState;
 use crate::api::{RunConfig, Switchyard};
 use crate::plan::Plan;
-use crate::runtime::ErrorKind;
+use crate::record::ErrorKind;
+use crate::record::{RunRecord, RunStatus};
 use crate::runtime::engine::{Engine, RunControls, RunOptions, RunOutcome};
-use crate::runtime::record::{RunRecord, RunStatus};
 use crate::runtime::resume::ResumeOptions;
 use crate::store::any::AnyStore;
 use crate::store::{RunFilter, Store};

@@ -10,9 +10,9 @@ use std::fmt::Write as _;
 use super::common::{self, RunArgs, StoreArg};
 use super::stderr::{self, Level};
 use crate::api::{RunConfig, Switchyard};
-use crate::runtime::ErrorKind;
+use crate::record::ErrorKind;
+use crate::record::RunStatus;
 use crate::runtime::engine::{RunControls, RunOutcome};
-use crate::runtime::record::RunStatus;
 use crate::runtime::resume::{Approval, Question, WaitingFor};
 
 #[derive(clap::Args, Debug)]
@@ -204,7 +204,7 @@ pub(crate) fn report(outcome: RunOutcome, store: &StoreArg) -> u8 {
             "run_id": id,
             "status": status,
             "steps": outcome.steps,
-            "error": outcome.error.as_ref().map(crate::runtime::StepError::to_json),
+            "error": outcome.error.as_ref().map(crate::record::StepError::to_json),
         })
     };
     match outcome.status {

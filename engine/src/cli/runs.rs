@@ -6,9 +6,9 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::common::{self, StoreArg};
-use crate::runtime::record::{RunRecord, RunStatus, now_ms};
-use crate::runtime::{ErrorKind, StepError};
+use super::common::{self, StoreArg, fail, lock_batch, root_of};
+use crate::record::{ErrorKind, StepError};
+use crate::record::{RunRecord, RunStatus, now_ms};
 use crate::store::{RunFilter, Store};
 
 #[derive(clap::Args, Debug)]
@@ -136,11 +136,6 @@ fn with_store<T>(
     })
 }
 
-pub(super) fn fail(e: impl std::fmt::Display) -> u8 {
-    super::stderr::error(e);
-    super::exit::USAGE
-}
-
 fn list(args: ListArgs) -> u8 {
     let status = match args.status.as_deref().map(|s| (s, RunStatus::parse(s))) {
         None => None,
@@ -193,7 +188,7 @@ fn list(args: ListArgs) -> u8 {
             0 => error,
             _ => format!(
                 "{}  {error}",
-                crate::runtime::record::fmt_unknown(r.usage.cost_unknown_calls).trim_start()
+                crate::record::fmt_unknown(r.usage.cost_unknown_calls).trim_start()
             ),
         };
         println!(
@@ -417,13 +412,13 @@ async fn unfinished(
     s: &crate::store::any::AnyStore,
     run: &RunRecord,
     root: &RunRecord,
-    steps: &[crate::runtime::record::StepRecord],
+    steps: &[crate::record::StepRecord],
     store: &StoreArg,
 ) {
-    use crate::runtime::record::StepStatus;
+    use crate::record::StepStatus;
     let (state, stopped, how) = holder_state(s, root).await;
     let _ = writeln!(out, "status    running, {state}");
-    let is_part = |s: &&crate::runtime::record::StepRecord| s.kind == "iteration" || s.kind == "branch";
+    let is_part = |s: &&crate::record::StepRecord| s.kind == "iteration" || s.kind == "branch";
     let finished = steps
         .iter()
         .filter(|s| !is_part(s) && s.status != StepStatus::Started)
@@ -441,7 +436,7 @@ async fn unfinished(
         .max()
         .unwrap_or(run.started_at)
         .max(run.started_at);
-    let since = crate::runtime::engine::fmt_duration(std::time::Duration::from_millis(last - run.started_at));
+    let since = crate::model::fmt_duration(std::time::Duration::from_millis(last - run.started_at));
     let mut parts = String::new();
     if iterations > 0 {
         let _ = write!(parts, ", {iterations} iterations");
@@ -469,7 +464,7 @@ async fn unfinished(
 async fn tree_steps<S: crate::store::Store + ?Sized>(
     s: &S,
     run: &str,
-) -> Result<Vec<(String, Vec<crate::runtime::record::StepRecord>)>, String> {
+) -> Result<Vec<(String, Vec<crate::record::StepRecord>)>, String> {
     let mut out = Vec::new();
     let mut todo = std::collections::VecDeque::from([run.to_string()]);
     while let Some(id) = todo.pop_front() {
@@ -519,7 +514,7 @@ fn duration(r: &RunRecord) -> String {
         return "-".to_string();
     }
     let end = r.finished_at.unwrap_or_else(now_ms);
-    crate::runtime::engine::fmt_duration(std::time::Duration::from_millis(end.saturating_sub(r.started_at)))
+    crate::model::fmt_duration(std::time::Duration::from_millis(end.saturating_sub(r.started_at)))
 }
 
 fn show(args: ShowArgs) -> u8 {
@@ -579,7 +574,7 @@ fn show(args: ShowArgs) -> u8 {
             out,
             "cost      {}{} · tokens {} in, {} out{lower_bound}",
             run.usage.cost_usd,
-            crate::runtime::record::fmt_unknown(run.usage.cost_unknown_calls),
+            crate::record::fmt_unknown(run.usage.cost_unknown_calls),
             run.usage.input_tokens,
             run.usage.output_tokens
         );
@@ -647,41 +642,6 @@ async fn waiting_in(
 /// whichever run of the tree asks for it.
 fn answer_command(root: &RunRecord, store: &StoreArg) -> String {
     format!("switchyard resume {} --decision JSON{}", root.id, store.hint())
-}
-
-/// The root run of `run`'s tree (`run` itself for a root run).
-pub(super) async fn root_of<S: Store>(store: &S, run: &RunRecord) -> Result<RunRecord, String> {
-    let mut root = run.clone();
-    while let Some(parent) = root.parent_run.clone() {
-        root = store.get_run(&parent).await.map_err(|e| e.to_string())?;
-    }
-    Ok(root)
-}
-
-/// Locks the batch that `root` (the root of run `run_id`'s tree) belongs to, for as long as
-/// the lock is held: a `batch` process writing it works on its runs itself, and is refused
-/// while this command does. Refuses to `act` on the run while that batch runs.
-pub(super) fn lock_batch(
-    root: &RunRecord,
-    run_id: &str,
-    act: &str,
-) -> Result<crate::batch::BatchLock, String> {
-    crate::batch::lock_batch_of(root).map_err(|e| match e {
-        crate::batch::BatchError::Busy { path, holder } => {
-            let by = match holder {
-                Some(pid) => format!(
-                    "run `{run_id}` is being run by another process (pid {pid}, host {})",
-                    crate::store::writers::host_name()
-                ),
-                None => format!("run `{run_id}` is being run by another process"),
-            };
-            format!(
-                "{by}: it is an item of the batch writing {path}, which a `switchyard batch` process is \
-                 running now and continues the run itself: stop that batch (Ctrl-C) before you {act} the run here"
-            )
-        }
-        other => other.to_string(),
-    })
 }
 
 fn cancel(args: CancelArgs) -> u8 {

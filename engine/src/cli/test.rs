@@ -8,11 +8,12 @@ use serde_json::Value;
 use crate::agents::AgentState;
 use crate::compile::value;
 use crate::model::{FlowTest, RunStatusExpect};
+use crate::plan::AgentChanges;
 use crate::plan::{AgentPlan, AgentPlanSpec, Plan};
 use crate::project::Project;
+use crate::record::RunStatus;
 use crate::runtime::changes;
-use crate::runtime::engine::{AgentChanges, Engine, RunOptions, RunOutcome};
-use crate::runtime::record::RunStatus;
+use crate::runtime::engine::{Engine, RunOptions, RunOutcome};
 use crate::store::memory::MemoryStore;
 use crate::syntax::Limits;
 
@@ -67,7 +68,7 @@ pub fn run(args: Args) -> u8 {
         if tests.is_empty() {
             continue;
         }
-        let (plan, diags) = crate::compile::compile(&project, id);
+        let (plan, diags) = crate::lint::lint_and_compile(&project, id);
         let Some(plan) = plan else {
             let opts = crate::diag::render::HumanOptions {
                 color: super::color_stderr(),

@@ -4,10 +4,10 @@ use std::fmt::Write as _;
 
 use serde_json::Value;
 
-use crate::report::question::{self, capped};
-use crate::runtime::record::{
+use crate::record::{
     StepRecord, StepStatus, Usage, fmt_unknown, group_order, loop_order, loop_owner, tool_name,
 };
+use crate::report::question::{self, capped};
 use crate::runtime::resume::Waiting;
 use crate::store::Store;
 

@@ -185,7 +185,7 @@ fn compile_quiet(files: &crate::cluster::bundle::Materialized) -> Result<Plan, S
     let Some(id) = project.load_top(&files.top, files.root.clone(), &crate::syntax::Limits::default()) else {
         return Err(format!("`{}` is not a flow", files.top.display()));
     };
-    let (plan, diags) = crate::compile::compile(&project, id);
+    let (plan, diags) = crate::lint::lint_and_compile(&project, id);
     plan.ok_or_else(|| {
         let opts = crate::diag::render::HumanOptions {
             color: false,

@@ -22,10 +22,10 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::runtime::StepError;
+use crate::record::StepError;
+use crate::record::Usage;
+use crate::record::cost::Cost;
 use crate::runtime::budget::{CheckFuture, SharedBudget, batch_check};
-use crate::runtime::cost::Cost;
-use crate::runtime::record::Usage;
 use crate::store::StoreError;
 use crate::store::any::AnyStore;
 

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use crate::runtime::record::{RunRecord, RunStatus};
+use crate::record::{RunRecord, RunStatus};
 use crate::store::Store as _;
 use crate::store::StoreError;
 use crate::store::sql::SqlStore;
@@ -29,7 +29,7 @@ pub struct Collected {
     pub cancelled: u64,
     /// Items left out because their latest run has not finished (`--partial`).
     pub unfinished: u64,
-    pub cost_usd: crate::runtime::cost::Cost,
+    pub cost_usd: crate::record::cost::Cost,
     /// Model calls of the written items whose cost is unknown.
     pub cost_unknown_calls: u64,
 }

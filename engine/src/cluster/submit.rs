@@ -16,8 +16,8 @@ use serde_json::Value;
 
 use crate::batch::{BatchError, BatchOptions, Earlier, Lines};
 use crate::plan::Plan;
-use crate::runtime::record::{self, RunRecord, RunStatus, Usage};
-use crate::runtime::{ErrorKind, StepError};
+use crate::record::{self, RunRecord, RunStatus, Usage};
+use crate::record::{ErrorKind, StepError};
 use crate::store::StoreError;
 use crate::store::sql::SqlStore;
 use crate::store::sql::batches::SubmittedBatch;

@@ -16,7 +16,6 @@ use super::template::Template;
 use super::value;
 use crate::diag::{Diagnostic, codes};
 use crate::expr::{self, Expr};
-use crate::lint;
 use crate::model::{
     Agent, AgentRef, AgentSpec, EdgeOn, Flow, InputSpec, Jitter, MessageMode, OutputSpec, Provider, Retry,
     SchemaRef, Source, Sp, Step, StepKind, Tolerate,
@@ -32,16 +31,18 @@ pub const DEFAULT_MAX_OUTPUT: u64 = 16 << 20;
 /// Default `foreach` `max_items`.
 pub const DEFAULT_MAX_ITEMS: u64 = 10_000;
 
-/// Lints the project and, when it has no errors, compiles flow `id` and everything it calls.
-/// Returns every diagnostic (warnings included) either way.
+/// Compiles flow `id` of a project that lint found without errors, and everything it calls;
+/// `diags` are lint's (warnings), returned with the plan, or with the problems lint should
+/// have caught. Commands compile through `lint::lint_and_compile`, which lints first.
 ///
-/// Lowering takes every path, expression and template from what lint parsed, so each is
-/// parsed once per command.
-pub fn compile(project: &Project, id: FlowId) -> (Option<Plan>, Vec<Diagnostic>) {
-    let (diags, parsed) = lint::lint_project_parsed(project);
-    if diags.iter().any(Diagnostic::is_error) {
-        return (None, diags);
-    }
+/// Lowering takes every path, expression and template from what lint parsed (`parsed`), so
+/// each is parsed once per command.
+pub fn compile(
+    project: &Project,
+    id: FlowId,
+    diags: Vec<Diagnostic>,
+    parsed: ParseCache,
+) -> (Option<Plan>, Vec<Diagnostic>) {
     let mut c = Compiler {
         project,
         flows: Vec::new(),
@@ -117,7 +118,8 @@ impl<'p> Compiler<'p> {
         let mut agents = IndexMap::new();
         let mut providers = IndexMap::new();
         let mut ignored = Vec::new();
-        lint::rules::files::visible_definitions(self.project, id, &mut agents, &mut providers, &mut ignored);
+        self.project
+            .visible_definitions(id, &mut agents, &mut providers, &mut ignored);
         let scope = Scope {
             id,
             file: loaded.file,

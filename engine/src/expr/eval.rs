@@ -54,7 +54,7 @@ use serde_json::{Map, Number, Value};
 
 use crate::compile::template::Template;
 use crate::expr::{Derived, Expr};
-use crate::runtime::error::StepError;
+use crate::record::error::StepError;
 use crate::runtime::time::{self, Duration, Timestamp};
 
 /// The variables an expression or template sees (SPEC §5.1), all borrowed.

@@ -15,6 +15,7 @@ use indexmap::IndexMap;
 use crate::compile::cache::ParseCache;
 use crate::diag::{self, Diagnostic};
 use crate::model::{Agent, AgentKind, AgentRef, AgentSpec, Flow, Provider, SchemaRef, Step, StepKind, Tool};
+use crate::plan::Plan;
 use crate::project::{FlowId, Project};
 use crate::source::FileId;
 
@@ -239,6 +240,17 @@ pub fn lint_project_parsed(project: &Project) -> (Vec<Diagnostic>, ParseCache) {
     lint(project, true)
 }
 
+/// Lints the project and, when it has no errors, compiles flow `id` and everything it calls
+/// ([`crate::compile::compile`], from what lint parsed). Returns every diagnostic (warnings
+/// included) either way: how every command gets its plan.
+pub fn lint_and_compile(project: &Project, id: FlowId) -> (Option<Plan>, Vec<Diagnostic>) {
+    let (diags, parsed) = lint_project_parsed(project);
+    if diags.iter().any(Diagnostic::is_error) {
+        return (None, diags);
+    }
+    crate::compile::compile(project, id, diags, parsed)
+}
+
 /// Projects of at least this many flows are linted on several threads.
 const PARALLEL_FLOWS: usize = 8;
 
@@ -348,7 +360,7 @@ fn lint_file_flow(
     let Some(flow) = &loaded.flow else { return };
     let mut agents = IndexMap::new();
     let mut providers = IndexMap::new();
-    rules::files::visible_definitions(project, id, &mut agents, &mut providers, out);
+    project.visible_definitions(id, &mut agents, &mut providers, out);
     let own_allow = flow
         .allow
         .as_ref()

@@ -74,6 +74,21 @@ impl JsonSchema for Dur {
     }
 }
 
+/// A duration as a flow writes it: `250ms`, `20s`, `5m`, `2h` (whole milliseconds), for
+/// messages that name a flow's timeouts.
+pub fn fmt_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms > 0 && ms.is_multiple_of(3_600_000) {
+        format!("{}h", ms / 3_600_000)
+    } else if ms > 0 && ms.is_multiple_of(60_000) {
+        format!("{}m", ms / 60_000)
+    } else if ms.is_multiple_of(1000) {
+        format!("{}s", ms / 1000)
+    } else {
+        format!("{ms}ms")
+    }
+}
+
 /// A size in bytes written `512KiB`, `8MiB`, or a plain integer.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Size(pub u64);
@@ -860,4 +875,17 @@ pub enum RunStatusExpect {
     Succeeded,
     Failed,
     Interrupted,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_print_in_flow_units() {
+        assert_eq!(fmt_duration(Duration::from_millis(250)), "250ms");
+        assert_eq!(fmt_duration(Duration::from_secs(20)), "20s");
+        assert_eq!(fmt_duration(Duration::from_secs(300)), "5m");
+        assert_eq!(fmt_duration(Duration::from_secs(7200)), "2h");
+    }
 }

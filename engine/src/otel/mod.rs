@@ -40,8 +40,8 @@ mod wire;
 
 use wire::{Encoder, SpanIn, Val};
 
+use crate::record::{self, RunRecord, RunStatus, StepRecord, StepStatus};
 use crate::runtime::observe::Observer;
-use crate::runtime::record::{self, RunRecord, RunStatus, StepRecord, StepStatus};
 
 /// Finished trees waiting for the exporter's thread, at most.
 const QUEUE: usize = 4096;
@@ -265,7 +265,7 @@ fn put_opt_u64(b: &mut Vec<u8>, v: Option<u64>) {
     }
 }
 
-fn put_error(b: &mut Vec<u8>, e: Option<&crate::runtime::StepError>) {
+fn put_error(b: &mut Vec<u8>, e: Option<&crate::record::StepError>) {
     match e {
         Some(e) => {
             b.push(1);
@@ -1083,18 +1083,18 @@ mod tests {
             status: RunStatus::Failed,
             input: serde_json::Value::Null,
             output: None,
-            error: Some(crate::runtime::StepError::new(
-                crate::runtime::ErrorKind::Agent,
+            error: Some(crate::record::StepError::new(
+                crate::record::ErrorKind::Agent,
                 "bad ünïcode",
             )),
             started_at: 10,
             finished_at: Some(20),
             started_ns: None,
             finished_ns: None,
-            usage: crate::runtime::record::Usage {
+            usage: crate::record::Usage {
                 input_tokens: 3,
                 output_tokens: 4,
-                cost_usd: crate::runtime::cost::Cost::from_nanos(250_000_000),
+                cost_usd: crate::record::cost::Cost::from_nanos(250_000_000),
                 cost_unknown_calls: 0,
             },
             steps: 1,

@@ -7,7 +7,7 @@
 //! written. Loop bodies (`foreach`, `while`) and `parallel` branches are [`CallPlan`]s inside
 //! their node: sub-plans of one agent call each.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -666,5 +666,23 @@ pub struct MockPlan {
     pub fail_rate: f64,
     pub seed: u64,
 }
+/// Agent changes resolved against a plan: for each flow (by index into `Plan::flows`),
+/// agent name → what to use instead (`None`: removed). Made from a change file
+/// (`--agent-change`, `runtime::changes`) or a flow test's mocks; the runtime calls agents
+/// through them, and `agents::secrets` leaves out of its check the agents they take away.
+#[derive(Debug, Default)]
+pub struct AgentChanges {
+    pub per_flow: HashMap<usize, HashMap<String, Option<Arc<AgentPlan>>>>,
+    /// Why removed agents are gone, for the error (flow tests: "not mocked").
+    pub removed_reason: Option<String>,
+    /// Replacements stand in for the agents they replace (flow test mocks): the capability
+    /// check uses the replaced agent's kind, so mocking an agent never changes what a flow
+    /// may call. Otherwise (`--agent-change`) the replacement is checked as itself.
+    pub stand_ins: bool,
+    /// The change file these come from, as canonical JSON: what a root run records, so that
+    /// a resume applies the same changes without the file. `None` when there is no file.
+    pub source: Option<Value>,
+}
+
 pub mod draw;
 pub mod svg;

@@ -13,8 +13,8 @@ use std::fmt::Write as _;
 use serde_json::Value;
 
 use super::run::html;
-use crate::runtime::cost::Cost;
-use crate::runtime::record::fmt_unknown;
+use crate::record::cost::Cost;
+use crate::record::fmt_unknown;
 
 /// The slowest items listed.
 pub const SLOWEST: usize = 20;

@@ -6,7 +6,7 @@
 
 use serde_json::Value;
 
-use crate::runtime::record::{StepRecord, StepStatus};
+use crate::record::{StepRecord, StepStatus};
 
 /// One labelled line of a question: `prompt`, `call 1`, `decision schema`, `expires`, …
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -16,7 +16,7 @@ use std::fmt::Write as _;
 use serde_json::{Value, json};
 
 use crate::plan::svg::{self, Marks};
-use crate::runtime::record::{
+use crate::record::{
     RunRecord, RunStatus, StepRecord, StepStatus, group_order, loop_order, loop_owner, tool_name,
 };
 use crate::runtime::resume::Waiting;
@@ -504,7 +504,7 @@ pub fn run_html(r: &RunReport) -> String {
     );
     field(
         "cost",
-        run.usage.cost_usd.to_string() + &crate::runtime::record::fmt_unknown(run.usage.cost_unknown_calls),
+        run.usage.cost_usd.to_string() + &crate::record::fmt_unknown(run.usage.cost_unknown_calls),
     );
     if let Some(e) = &run.error {
         field("error", format!("[{}] {}", e.kind, e.message));
@@ -616,8 +616,7 @@ pub fn run_html(r: &RunReport) -> String {
                 String::new()
             },
             if !s.usage.cost_usd.is_zero() || s.usage.cost_unknown_calls > 0 {
-                s.usage.cost_usd.to_string()
-                    + &crate::runtime::record::fmt_unknown(s.usage.cost_unknown_calls)
+                s.usage.cost_usd.to_string() + &crate::record::fmt_unknown(s.usage.cost_unknown_calls)
             } else {
                 String::new()
             },

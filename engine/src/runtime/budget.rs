@@ -7,9 +7,9 @@
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::cost::Cost;
-use super::record::Usage;
-use super::{ErrorKind, StepError};
+use crate::record::Cost;
+use crate::record::Usage;
+use crate::record::{ErrorKind, StepError};
 
 /// What [`SharedBudget::check`] returns.
 pub type CheckFuture<'a> = Pin<Box<dyn Future<Output = Result<(), StepError>> + Send + 'a>>;

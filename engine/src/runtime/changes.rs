@@ -6,10 +6,9 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::engine::AgentChanges;
 use crate::compile::value;
 use crate::diag::{Diagnostic, codes};
-use crate::plan::{AgentPlan, AgentPlanSpec, MockPlan, Plan};
+use crate::plan::{AgentChanges, AgentPlan, AgentPlanSpec, MockPlan, Plan};
 use crate::source::Span;
 use crate::syntax::{self, Node, Value as Y};
 
@@ -90,29 +89,6 @@ fn located(name: &str, text: &str, d: &Diagnostic) -> String {
         at(name, text, &d.primary.span, &d.message),
         d.code()
     )
-}
-
-/// Whether a file's text is an agent-change file rather than a flow: its first line that is
-/// not blank, a comment or a document start is a list item that starts with a key of a change
-/// (`- scope:`, `- mode:`, `- agents:`, `- flows:`) or a flow mapping (`- {`). Any other list
-/// is a broken flow, and reported as one.
-pub fn is_change_file(text: &[u8]) -> bool {
-    let Some(first) = text
-        .split(|b| *b == b'\n')
-        .map(<[u8]>::trim_ascii)
-        .find(|l| !l.is_empty() && !l.starts_with(b"#") && *l != b"---")
-    else {
-        return false;
-    };
-    let Some(item) = first.strip_prefix(b"-") else {
-        return false;
-    };
-    let item = item.trim_ascii_start();
-    item.starts_with(b"{")
-        || ["scope", "mode", "agents", "flows"].iter().any(|k| {
-            item.strip_prefix(k.as_bytes())
-                .is_some_and(|rest| rest.trim_ascii_start().starts_with(b":"))
-        })
 }
 
 /// The problems of a change file that stop it from being read.
@@ -608,7 +584,7 @@ pub fn calls(flow: &crate::plan::FlowPlan) -> Vec<Arc<AgentPlan>> {
 /// takes an agent away must not be dropped or swapped by a resume.
 pub fn for_resume(
     plan: &Plan,
-    record: &crate::runtime::record::RunRecord,
+    record: &crate::record::RunRecord,
     given: Arc<AgentChanges>,
     allow_changed: bool,
 ) -> Result<Arc<AgentChanges>, crate::runtime::resume::ResumeError> {

@@ -18,34 +18,13 @@
 
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
-use super::error::StepError;
 use crate::compile::path::{Path, Seg, format_path, nearest_key};
 use crate::expr::eval::{self, Vars};
 use crate::plan::{InputPlan, OutputPlan, SourcePlan};
-
-/// Something an agent returned outside its output allowlist, dropped (SPEC §5.3). `path` is a
-/// path in the result.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Violation {
-    pub path: String,
-    pub reason: String,
-}
-
-/// One write to the payload, for records. `path` is the destination in the payload (with the
-/// scope, if any, in front). A write replaces the value at `path` with `value`, except for the
-/// deep merges of `output: "*"` and output allowlists, where `value` is what was merged at
-/// `path` (objects merge recursively, everything else replaces: [`deep_merge`]).
-///
-/// A write of a whole result (`output: "*"`, or a map from `$`) shares `value` with the step's
-/// result rather than copying it again.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Change {
-    pub path: String,
-    pub value: Arc<Value>,
-}
+use crate::record::StepError;
+pub use crate::record::{Change, Violation};
 
 /// The reason recorded for what an output allowlist drops.
 pub const NOT_ALLOWED: &str = "not in the output allowlist";
@@ -575,7 +554,7 @@ pub fn replay_changes(root: &mut Value, changes: &[Change]) -> Result<(), StepEr
     for c in changes {
         let p = crate::compile::path::parse(&c.path).map_err(|e| {
             StepError::new(
-                crate::runtime::ErrorKind::Mapping,
+                crate::record::ErrorKind::Mapping,
                 format!("the recorded destination `{}` does not parse: {e}", c.path),
             )
         })?;
@@ -850,7 +829,7 @@ fn for_dest(mut e: StepError, dest: &Path) -> StepError {
 /// Says that a path was read under a scope.
 fn with_scope(mut e: StepError, scope: Option<&Path>) -> StepError {
     if let Some(s) = scope
-        && e.kind == super::ErrorKind::Mapping
+        && e.kind == crate::record::ErrorKind::Mapping
     {
         e.message = format!("under scope `{}`: {}", s.text(), e.message);
         if let Some(Value::Object(m)) = &mut e.details {
@@ -880,7 +859,7 @@ mod tests {
     use super::*;
     use crate::compile::path;
     use crate::expr;
-    use crate::runtime::ErrorKind;
+    use crate::record::ErrorKind;
 
     fn p(text: &str) -> Path {
         path::parse(text).expect("valid path")

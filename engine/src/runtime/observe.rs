@@ -9,7 +9,7 @@
 
 use std::sync::{Arc, OnceLock};
 
-use super::record::{RunRecord, StepRecord};
+use crate::record::{RunRecord, StepRecord};
 
 pub trait Observer: Send + Sync {
     /// A run (root or child) started, or was resumed.

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 
 use serde_json::Value;
 
-use super::record::{RunRecord, RunStatus, StepRecord, StepStatus};
+use crate::record::{RunRecord, RunStatus, StepRecord, StepStatus};
 use crate::store::{Store, StoreError};
 
 /// What the caller of a resume decided: built from `Default` with the methods below.

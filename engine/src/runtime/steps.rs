@@ -20,10 +20,10 @@ use std::sync::{Arc, Mutex, OnceLock};
 use petgraph::stable_graph::NodeIndex;
 use serde_json::{Map, Value};
 
-use super::StepError;
-use super::record::StepStatus;
 use crate::expr::eval::VarSource;
 use crate::plan::{FlowPlan, StepPlan};
+use crate::record::StepError;
+use crate::record::StepStatus;
 
 /// What `step` says about one finished step execution, besides its result.
 #[derive(Debug)]
@@ -93,7 +93,7 @@ pub struct Entry {
     node: NodeIndex,
     pub facts: StepFacts,
     /// `None` for steps without a result (`set`, ...): `null` in `steps`. Shared with the
-    /// step's record ([`StepRecord::result`](super::record::StepRecord::result)).
+    /// step's record ([`StepRecord::result`](crate::record::StepRecord::result)).
     pub result: Option<Arc<Value>>,
     /// Changed since `steps` was last built.
     dirty: bool,

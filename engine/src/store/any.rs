@@ -4,7 +4,7 @@
 use super::memory::MemoryStore;
 use super::sql::SqlStore;
 use super::{RunFilter, Store, StoreError, Writer};
-use crate::runtime::record::{RunRecord, StepRecord};
+use crate::record::{RunRecord, StepRecord};
 
 /// The default store URL: a SQLite file under the working directory.
 pub const DEFAULT_STORE: &str = "sqlite:.switchyard/runs.db";

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use serde_json::Value;
 
 use super::{RunFilter, Store, StoreError, Writer};
-use crate::runtime::record::{RunRecord, RunStatus, StepRecord};
+use crate::record::{RunRecord, RunStatus, StepRecord};
 
 /// Runs are spread over this many independently locked shards (by a hash of the run id), so
 /// concurrent runs on different worker threads seldom wait for each other.
@@ -76,7 +76,7 @@ impl KeptStep {
             changes: self
                 .changes
                 .iter()
-                .map(|(path, k)| crate::runtime::data::Change {
+                .map(|(path, k)| crate::record::Change {
                     path: path.clone(),
                     value: k.value(),
                 })
@@ -493,7 +493,7 @@ impl Store for MemoryStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::record::{StepStatus, Usage};
+    use crate::record::{StepStatus, Usage};
 
     fn step(run_id: &str) -> StepRecord {
         StepRecord {
@@ -593,7 +593,7 @@ mod tests {
         let mut rec = step("r");
         rec.input = Some(shallow.clone());
         rec.result = Some(Arc::new(deep.clone()));
-        rec.changes = vec![crate::runtime::data::Change {
+        rec.changes = vec![crate::record::Change {
             path: "$.v".into(),
             value: Arc::new(deep.clone()),
         }];

@@ -10,7 +10,7 @@ pub mod writers;
 use std::future::Future;
 use std::time::Duration;
 
-use crate::runtime::record::{RunRecord, RunStatus, StepRecord};
+use crate::record::{RunRecord, RunStatus, StepRecord};
 pub use writers::Writer;
 
 #[derive(Debug, thiserror::Error)]
@@ -185,7 +185,7 @@ pub fn latest_attempts(steps: Vec<StepRecord>) -> Vec<StepRecord> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::runtime::record::{StepStatus, Usage};
+    use crate::record::{StepStatus, Usage};
 
     /// A step record of run `r` (tests of the stores).
     pub(crate) fn step(number: &str, attempt: u32, iteration: Option<u64>, status: StepStatus) -> StepRecord {

@@ -5,7 +5,7 @@
 use serde_json::{Value, json};
 
 use crate::agents::net;
-use crate::runtime::{ErrorKind, StepError};
+use crate::record::{ErrorKind, StepError};
 
 /// What a completion said.
 #[derive(Debug, PartialEq)]

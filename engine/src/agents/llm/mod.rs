@@ -56,8 +56,8 @@ use super::transform::agent_vars;
 use crate::expr::eval;
 use crate::model::StructuredOutput;
 use crate::plan::{LlmPlan, Schema};
-use crate::runtime::record::Usage;
-use crate::runtime::{ErrorKind, StepError};
+use crate::record::Usage;
+use crate::record::{ErrorKind, StepError};
 
 /// How long 429s and 5xx are retried after a call's first request.
 pub const RETRY_DEADLINE: Duration = Duration::from_secs(120);
@@ -786,7 +786,7 @@ fn backoff(tries: u32) -> Duration {
 }
 
 fn fmt_secs(d: Duration) -> String {
-    crate::runtime::engine::fmt_duration(Duration::from_millis(d.as_millis() as u64))
+    crate::model::fmt_duration(Duration::from_millis(d.as_millis() as u64))
 }
 
 fn header_value(v: &str) -> Result<reqwest::header::HeaderValue, StepError> {

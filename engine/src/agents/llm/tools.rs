@@ -15,8 +15,8 @@ use super::answer::ToolCall;
 use super::{LlmAgent, Notes};
 use crate::agents::CallContext;
 use crate::agents::net::Secrets;
-use crate::runtime::StepError;
-use crate::runtime::record::Usage;
+use crate::record::StepError;
+use crate::record::Usage;
 
 /// What one model turn said.
 #[derive(Clone, Debug)]
@@ -164,7 +164,7 @@ impl LlmAgent<'_> {
                 .map_err(|e| match e {
                     super::RequestError::Step(e) => e,
                     super::RequestError::FormRefused { message, .. } => {
-                        StepError::new(crate::runtime::ErrorKind::Agent, message)
+                        StepError::new(crate::record::ErrorKind::Agent, message)
                     }
                 })?;
             Ok(Turn::new(answer.content, answer.tool_calls, answer.finish_reason))

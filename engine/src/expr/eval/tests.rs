@@ -3,7 +3,7 @@ use serde_json::json;
 use super::*;
 use crate::compile::template;
 use crate::expr;
-use crate::runtime::ErrorKind;
+use crate::record::ErrorKind;
 
 fn ev(text: &str, payload: &Value) -> Result<Value, StepError> {
     let e = expr::parse(text).expect("valid expression");

@@ -6,17 +6,28 @@
 //! against the flows of the same command (`lint flow.yaml changes.yaml`, or a directory holding
 //! both): each flow named on the command line is a top flow, the flows they call are nested.
 //! A change file linted without any flow is checked for its shape only; `run` and `batch`
-//! check its names against the run's tree exactly.
+//! check its names against the run's tree exactly. What stops a change file from being read
+//! (its shape, its replacement agents' definitions) is reported here too: `project` keeps the
+//! file's tree, and the changes are read from it here.
 
 use std::collections::HashSet;
 
 use crate::diag::{Diagnostic, codes};
 use crate::model::{AgentRef, StepKind};
 use crate::project::Project;
-use crate::runtime::changes::{TreeFlow, unknown_names};
+use crate::runtime::changes::{TreeFlow, from_node, unknown_names};
 
 pub fn check(project: &Project, out: &mut Vec<Diagnostic>) {
-    if project.changes.is_empty() || project.flows.is_empty() {
+    let mut read = Vec::new();
+    for loaded in &project.changes {
+        let Some(node) = &loaded.node else { continue };
+        match from_node(node, &project.sources.get(loaded.file).text) {
+            Ok(changes) => read.push((loaded.file, changes)),
+            // What stops the file from being read: its shape, its replacement agents.
+            Err(problems) => out.extend(problems),
+        }
+    }
+    if read.is_empty() || project.flows.is_empty() {
         return;
     }
     let called: HashSet<usize> = project
@@ -51,11 +62,10 @@ pub fn check(project: &Project, out: &mut Vec<Diagnostic>) {
             })
         })
         .collect();
-    for loaded in &project.changes {
-        let Some(changes) = &loaded.changes else { continue };
+    for (file, changes) in &read {
         for u in unknown_names(changes, &tree) {
             let mut span = u.span;
-            span.file = loaded.file;
+            span.file = *file;
             out.push(
                 Diagnostic::new(&codes::UNKNOWN_CHANGE_TARGET, span, u.message)
                     .label("matches nothing")

@@ -1,82 +1,13 @@
 //! Cross-file rules: definitions duplicated across imports (SY204), import cycles (SY208) and
-//! flows that call each other in a cycle (SY207). Also computes which agents and providers a
-//! flow can see.
-
-use indexmap::IndexMap;
+//! flows that call each other in a cycle (SY207). Which agents and providers a flow can see,
+//! and the duplicates among them, are the project's ([`Project::visible_definitions`]).
 
 use crate::diag::{Diagnostic, codes};
-use crate::model::{Agent, Provider};
 use crate::project::{FlowId, LibId, Project};
-use crate::source::Span;
 
 pub fn check(project: &Project, out: &mut Vec<Diagnostic>) {
     import_cycles(project, out);
     call_cycles(project, out);
-}
-
-/// Fills `agents` and `providers` with the flow's own definitions and those of every file it
-/// imports (transitively), reporting names defined twice with both places.
-pub fn visible_definitions<'p>(
-    project: &'p Project,
-    id: FlowId,
-    agents: &mut IndexMap<&'p str, &'p Agent>,
-    providers: &mut IndexMap<&'p str, &'p Provider>,
-    out: &mut Vec<Diagnostic>,
-) {
-    let loaded = project.flow(id);
-    let Some(flow) = &loaded.flow else { return };
-    let mut agent_at: IndexMap<&str, Span> = IndexMap::new();
-    let mut provider_at: IndexMap<&str, Span> = IndexMap::new();
-    for (name, a) in &flow.agents {
-        agents.insert(name, a);
-        agent_at.insert(name, a.name.span);
-    }
-    for (name, p) in &flow.providers {
-        providers.insert(name, p);
-        provider_at.insert(name, p.name.span);
-    }
-    let mut seen = Vec::new();
-    let mut stack: Vec<LibId> = loaded.imports.iter().filter_map(|(_, l)| *l).collect();
-    stack.reverse();
-    while let Some(lib) = stack.pop() {
-        if seen.contains(&lib) {
-            continue;
-        }
-        seen.push(lib);
-        let l = &project.libraries[lib.0];
-        for (name, a) in &l.library.agents {
-            if let Some(first) = agent_at.get(name.as_str()) {
-                out.push(duplicate("agent", name, a.name.span, *first));
-            } else {
-                agents.insert(name, a);
-                agent_at.insert(name, a.name.span);
-            }
-        }
-        for (name, p) in &l.library.providers {
-            if let Some(first) = provider_at.get(name.as_str()) {
-                out.push(duplicate("provider", name, p.name.span, *first));
-            } else {
-                providers.insert(name, p);
-                provider_at.insert(name, p.name.span);
-            }
-        }
-        for (_, inner) in l.imports.iter().rev() {
-            if let Some(inner) = inner {
-                stack.push(*inner);
-            }
-        }
-    }
-}
-
-fn duplicate(what: &str, name: &str, second: Span, first: Span) -> Diagnostic {
-    Diagnostic::new(
-        &codes::DUPLICATE_DEFINITION,
-        second,
-        format!("{what} `{name}` is defined twice"),
-    )
-    .label("defined again here")
-    .with_secondary(first, "first defined here")
-    .help(format!("rename one of them, or keep one definition of `{name}`"))
 }
 
 fn import_cycles(project: &Project, out: &mut Vec<Diagnostic>) {

@@ -24,8 +24,8 @@ use super::{Run, StepOutcome, backoff};
 use crate::agents::llm::{self, ToolCall, Turn};
 use crate::agents::{self, CallContext, StepNumber};
 use crate::plan::*;
-use crate::runtime::record::{self, RunStatus, StepStatus, Usage};
-use crate::runtime::{ErrorKind, StepError};
+use crate::record::{self, RunStatus, StepStatus, Usage};
+use crate::record::{ErrorKind, StepError};
 use crate::store::Store;
 
 /// The most of a message's text, or a call's arguments, the transcript on a step's record

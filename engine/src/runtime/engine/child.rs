@@ -10,9 +10,9 @@ use super::limits::Budget;
 use super::{CallResult, Engine, Lineage, Run, RunOutcome, Tree, intersect};
 use crate::agents::{AgentState, StepNumber};
 use crate::plan::*;
-use crate::runtime::record::{RunRecord, RunStatus, Usage};
+use crate::record::{ErrorKind, StepError};
+use crate::record::{RunRecord, RunStatus, Usage};
 use crate::runtime::resume::Replay;
-use crate::runtime::{ErrorKind, StepError};
 use crate::store::Store;
 
 impl<S: Store> Engine<S> {

@@ -11,9 +11,9 @@ use super::{Run, StepOutcome};
 use crate::agents::StepNumber;
 use crate::compile::path::type_name;
 use crate::plan::*;
+use crate::record::{self, RunStatus, Usage};
+use crate::record::{ErrorKind, StepError};
 use crate::runtime::data;
-use crate::runtime::record::{self, RunStatus, Usage};
-use crate::runtime::{ErrorKind, StepError};
 use crate::store::Store;
 
 impl<'e, S: Store> Run<'e, S> {

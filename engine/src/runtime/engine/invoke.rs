@@ -7,11 +7,12 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::{CallResult, Run, StepOutcome, fmt_duration};
+use super::{CallResult, Run, StepOutcome};
 use crate::agents::{self, CallContext, StepNumber};
+use crate::model::fmt_duration;
 use crate::plan::*;
-use crate::runtime::record::{self, RunStatus, StepRecord, StepStatus, Usage};
-use crate::runtime::{ErrorKind, StepError};
+use crate::record::{self, RunStatus, StepRecord, StepStatus, Usage};
+use crate::record::{ErrorKind, StepError};
 use crate::store::Store;
 
 impl<'e, S: Store> Run<'e, S> {

@@ -7,11 +7,11 @@ use std::sync::atomic::Ordering;
 use serde_json::Value;
 
 use super::{Run, Tree};
+use crate::record::Change;
+use crate::record::Usage;
+use crate::record::cost::Cost;
+use crate::record::{ErrorKind, StepError};
 use crate::runtime::budget;
-use crate::runtime::cost::Cost;
-use crate::runtime::data::Change;
-use crate::runtime::record::Usage;
-use crate::runtime::{ErrorKind, StepError};
 use crate::store::Store;
 
 impl Tree {
@@ -226,9 +226,9 @@ fn number_len(n: &serde_json::Number) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::ErrorKind;
+    use crate::record::ErrorKind;
+    use crate::record::{self, RunStatus};
     use crate::runtime::engine::{Engine, RunOptions, RunOutcome};
-    use crate::runtime::record::{self, RunStatus};
     use std::sync::Arc;
 
     #[test]
@@ -257,7 +257,7 @@ mod tests {
         let id = project
             .load_top(&file, dir.canonicalize().expect("canonical"), &Limits::default())
             .expect("the flow loads");
-        let (plan, diags) = crate::compile::compile(&project, id);
+        let (plan, diags) = crate::lint::lint_and_compile(&project, id);
         let plan = plan.unwrap_or_else(|| panic!("the flow compiles: {diags:?}"));
         let _ = std::fs::remove_dir_all(&dir);
         let engine = Engine::new(Arc::new(crate::store::memory::MemoryStore::new()));

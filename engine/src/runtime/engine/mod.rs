@@ -26,17 +26,15 @@ pub use invoke::backoff;
 pub use limits::json_size;
 pub use walk::PAUSED;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use super::StepError;
 use super::data::{Change, Violation};
-use super::record::{RunRecord, RunStatus, Usage};
 use super::resume::{Replay, ResumeOptions, WaitingFor};
 use super::steps::StepsVar;
 use super::time::Timestamp;
@@ -44,6 +42,8 @@ use crate::agents::AgentState;
 use crate::expr::eval::Vars;
 use crate::model::AgentKind;
 use crate::plan::*;
+use crate::record::StepError;
+use crate::record::{RunRecord, RunStatus, Usage};
 use crate::store::Store;
 use limits::Budget;
 
@@ -108,22 +108,6 @@ impl RunOptions {
         self.now = Some(crate::model::build::parse_now(rfc3339)?);
         Ok(self)
     }
-}
-
-/// Agent changes resolved against a plan: for each flow (by index into `Plan::flows`),
-/// agent name → what to use instead (`None`: removed).
-#[derive(Debug, Default)]
-pub struct AgentChanges {
-    pub per_flow: HashMap<usize, HashMap<String, Option<Arc<AgentPlan>>>>,
-    /// Why removed agents are gone, for the error (flow tests: "not mocked").
-    pub removed_reason: Option<String>,
-    /// Replacements stand in for the agents they replace (flow test mocks): the capability
-    /// check uses the replaced agent's kind, so mocking an agent never changes what a flow
-    /// may call. Otherwise (`--agent-change`) the replacement is checked as itself.
-    pub stand_ins: bool,
-    /// The change file these come from, as canonical JSON: what a root run records, so that
-    /// a resume applies the same changes without the file. `None` when there is no file.
-    pub source: Option<Value>,
 }
 
 /// What a finished run returns: how it ended, its output or error, and, stopped
@@ -393,31 +377,5 @@ impl<'e, S: Store> Run<'e, S> {
             locals,
             now: Some(self.tree.now),
         }
-    }
-}
-/// `250ms`, `20s`, `5m`, `2h`.
-pub fn fmt_duration(d: Duration) -> String {
-    let ms = d.as_millis();
-    if ms > 0 && ms.is_multiple_of(3_600_000) {
-        format!("{}h", ms / 3_600_000)
-    } else if ms > 0 && ms.is_multiple_of(60_000) {
-        format!("{}m", ms / 60_000)
-    } else if ms.is_multiple_of(1000) {
-        format!("{}s", ms / 1000)
-    } else {
-        format!("{ms}ms")
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn durations_print_in_flow_units() {
-        assert_eq!(fmt_duration(Duration::from_millis(250)), "250ms");
-        assert_eq!(fmt_duration(Duration::from_secs(20)), "20s");
-        assert_eq!(fmt_duration(Duration::from_secs(300)), "5m");
-        assert_eq!(fmt_duration(Duration::from_secs(7200)), "2h");
     }
 }

@@ -7,8 +7,8 @@ use super::{NodeIdx, Run, StepOutcome};
 use crate::expr::eval::{self, Vars};
 use crate::model::EdgeOn;
 use crate::plan::*;
+use crate::record::{ErrorKind, StepError};
 use crate::runtime::steps::StepVar;
-use crate::runtime::{ErrorKind, StepError};
 use crate::store::Store;
 
 impl<'e, S: Store> Run<'e, S> {

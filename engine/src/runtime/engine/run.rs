@@ -15,12 +15,12 @@ use super::{
 };
 use crate::agents::AgentState;
 use crate::plan::*;
-use crate::runtime::cost::Cost;
-use crate::runtime::record::{self, RunRecord, RunStatus, StepRecord, StepStatus, Usage};
+use crate::record::cost::Cost;
+use crate::record::{self, RunRecord, RunStatus, StepRecord, StepStatus, Usage};
+use crate::record::{ErrorKind, StepError};
 use crate::runtime::resume::{Replay, ResumeError, ResumeOptions};
 use crate::runtime::steps::StepsVar;
 use crate::runtime::time::Timestamp;
-use crate::runtime::{ErrorKind, StepError};
 use crate::store::Store;
 
 impl<S: Store> Engine<S> {
@@ -838,7 +838,7 @@ fn push_decimal(s: &mut String, mut n: u64) {
 }
 
 /// The calls an agent loop's approval part holds (its `result.calls`).
-fn approval_calls(approval: &crate::runtime::record::StepRecord) -> usize {
+fn approval_calls(approval: &crate::record::StepRecord) -> usize {
     approval
         .result
         .as_ref()

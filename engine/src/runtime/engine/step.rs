@@ -6,13 +6,14 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
-use super::{Run, StepOutcome, fmt_duration};
+use super::{Run, StepOutcome};
 use crate::agents::StepNumber;
 use crate::expr::eval::{self, Vars};
+use crate::model::fmt_duration;
 use crate::plan::*;
+use crate::record::{self, RunStatus, StepStatus};
+use crate::record::{ErrorKind, StepError};
 use crate::runtime::data;
-use crate::runtime::record::{self, RunStatus, StepStatus};
-use crate::runtime::{ErrorKind, StepError};
 use crate::store::Store;
 
 impl<'e, S: Store> Run<'e, S> {

@@ -4,11 +4,12 @@
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use super::{NodeIdx, Run, StepOutcome, fmt_duration};
+use super::{NodeIdx, Run, StepOutcome};
+use crate::model::fmt_duration;
 use crate::plan::*;
-use crate::runtime::record::{self, RunStatus, StepRecord, StepStatus};
+use crate::record::{self, RunStatus, StepRecord, StepStatus};
+use crate::record::{ErrorKind, StepError};
 use crate::runtime::steps::StepFacts;
-use crate::runtime::{ErrorKind, StepError};
 use crate::store::Store;
 
 impl<'e, S: Store> Run<'e, S> {

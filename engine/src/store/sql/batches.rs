@@ -2,9 +2,11 @@
 //! `runs list --batch` read them (SPEC §12).
 
 use serde_json::Value;
+use sqlx::Row;
+use sqlx::any::AnyRow;
 
 use super::rows::{sum_nanos, summed};
-use crate::runtime::cost::Cost;
+use crate::record::cost::Cost;
 
 /// A batch as `submit` recorded it (a row of `batches`).
 #[derive(Clone, Debug, PartialEq)]
@@ -97,7 +99,7 @@ impl super::SqlStore {
         .map_err(|e| self.ctx.error(WHAT, &e))?;
         rows.iter()
             .map(|r| {
-                super::queue::decode_batch(r).map_err(|m| super::StoreError::Database {
+                decode_batch(r).map_err(|m| super::StoreError::Database {
                     store: self.ctx.store.to_string(),
                     what: WHAT.to_string(),
                     message: m,
@@ -230,4 +232,31 @@ impl super::SqlStore {
             })
             .collect()
     }
+}
+
+/// A row of `batches` read back.
+pub(super) fn decode_batch(r: &AnyRow) -> Result<SubmittedBatch, String> {
+    let get_i = |c: &str| -> Result<u64, String> {
+        let v: i64 = r.try_get(c).map_err(|e| format!("column `{c}`: {e}"))?;
+        u64::try_from(v).map_err(|_| format!("column `{c}` is negative"))
+    };
+    let get_s =
+        |c: &str| -> Result<String, String> { r.try_get(c).map_err(|e| format!("column `{c}`: {e}")) };
+    let context: String = get_s("context")?;
+    Ok(SubmittedBatch {
+        name: get_s("name")?,
+        bundle: get_s("bundle")?,
+        flow: get_s("flow")?,
+        flow_hash: get_s("flow_hash")?,
+        input: get_s("input")?,
+        id_field: get_s("id_field")?,
+        context: serde_json::from_str(&context).map_err(|e| format!("column `context`: {e}"))?,
+        max_recoveries: get_i("max_recoveries")?,
+        items: get_i("items")?,
+        complete: get_i("complete")? != 0,
+        submitted_at: get_i("submitted_at")?,
+        max_cost_usd: r
+            .try_get("max_cost_usd")
+            .map_err(|e| format!("column `max_cost_usd`: {e}"))?,
+    })
 }

@@ -46,7 +46,7 @@ use url::{Access, Target};
 use writer::{Fence, Op, Request, Writer};
 
 use super::{RunFilter, Store, StoreError};
-use crate::runtime::record::{RunRecord, RunStatus, StepRecord};
+use crate::record::{RunRecord, RunStatus, StepRecord};
 use crate::store::Writer as RunWriter;
 
 /// Where records go when no `--store` is given.

@@ -18,12 +18,12 @@ use std::time::Duration;
 use sqlx::any::AnyRow;
 use sqlx::{AssertSqlSafe, Connection, Row};
 
-use super::batches::{SubmittedBatch, WorkerRow};
+use super::batches::{SubmittedBatch, WorkerRow, decode_batch};
 use super::rows::{RunRow, decode_run, sum_nanos, summed};
 use super::statements::RUN_COLUMNS;
 use super::{SqlStore, StoreError};
-use crate::runtime::cost::Cost;
-use crate::runtime::record::RunRecord;
+use crate::record::RunRecord;
+use crate::record::cost::Cost;
 
 /// Which runs a claim takes ([`SqlStore::claim`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -592,32 +592,6 @@ fn decode_claimed(row: &AnyRow) -> Result<Claimed, String> {
     })
 }
 
-pub(super) fn decode_batch(r: &AnyRow) -> Result<SubmittedBatch, String> {
-    let get_i = |c: &str| -> Result<u64, String> {
-        let v: i64 = r.try_get(c).map_err(|e| format!("column `{c}`: {e}"))?;
-        u64::try_from(v).map_err(|_| format!("column `{c}` is negative"))
-    };
-    let get_s =
-        |c: &str| -> Result<String, String> { r.try_get(c).map_err(|e| format!("column `{c}`: {e}")) };
-    let context: String = get_s("context")?;
-    Ok(SubmittedBatch {
-        name: get_s("name")?,
-        bundle: get_s("bundle")?,
-        flow: get_s("flow")?,
-        flow_hash: get_s("flow_hash")?,
-        input: get_s("input")?,
-        id_field: get_s("id_field")?,
-        context: serde_json::from_str(&context).map_err(|e| format!("column `context`: {e}"))?,
-        max_recoveries: get_i("max_recoveries")?,
-        items: get_i("items")?,
-        complete: get_i("complete")? != 0,
-        submitted_at: get_i("submitted_at")?,
-        max_cost_usd: r
-            .try_get("max_cost_usd")
-            .map_err(|e| format!("column `max_cost_usd`: {e}"))?,
-    })
-}
-
 fn int(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
@@ -627,5 +601,5 @@ fn millis(d: Duration) -> i64 {
 }
 
 fn now_i64() -> i64 {
-    int(crate::runtime::record::now_ms())
+    int(crate::record::now_ms())
 }

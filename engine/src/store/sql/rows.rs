@@ -8,8 +8,8 @@ use sqlx::any::{AnyArguments, AnyRow};
 use sqlx::query::Query;
 use sqlx::{Any, Row};
 
-use crate::runtime::cost::Cost;
-use crate::runtime::record::{RunRecord, RunStatus, StepRecord, StepStatus, Usage};
+use crate::record::cost::Cost;
+use crate::record::{RunRecord, RunStatus, StepRecord, StepStatus, Usage};
 use crate::store::StoreError;
 
 /// The `iteration` key of a record that is not an iteration.

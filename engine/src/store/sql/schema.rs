@@ -14,7 +14,7 @@ use sqlx::{Acquire, AnyConnection, Connection};
 
 use super::Dialect;
 use super::error::Ctx;
-use crate::runtime::record::now_ms;
+use crate::record::now_ms;
 use crate::store::StoreError;
 
 /// The newest schema this build reads and writes.

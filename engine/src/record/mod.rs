@@ -1,13 +1,41 @@
-//! Run and step records (SPEC §7.1): what the store keeps of every run and every step.
+//! Run and step records (SPEC §7.1): what the store keeps of every run and every step, and
+//! the types every layer above shares through them: a step's error and its kind ([`error`]),
+//! token usage and money ([`Usage`], [`cost`]), the payload changes and allowlist violations a
+//! step records. Data only: it uses no other module of the crate, so the store, the agents,
+//! the model and the project read and write records without knowing the runtime that makes
+//! them.
 
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::StepError;
-use super::cost::Cost;
-use super::data::{Change, Violation};
+pub mod cost;
+pub mod error;
+
+pub use cost::Cost;
+pub use error::{ErrorKind, StepError};
+
+/// Something an agent returned outside its output allowlist, dropped (SPEC §5.3). `path` is a
+/// path in the result.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Violation {
+    pub path: String,
+    pub reason: String,
+}
+
+/// One write to the payload, for records. `path` is the destination in the payload (with the
+/// scope, if any, in front). A write replaces the value at `path` with `value`, except for the
+/// deep merges of `output: "*"` and output allowlists, where `value` is what was merged at
+/// `path` (objects merge recursively, everything else replaces).
+///
+/// A write of a whole result (`output: "*"`, or a map from `$`) shares `value` with the step's
+/// result rather than copying it again.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Change {
+    pub path: String,
+    pub value: Arc<Value>,
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -166,7 +194,7 @@ impl RunRecord {
             && self
                 .error
                 .as_ref()
-                .is_some_and(|e| e.kind == crate::runtime::ErrorKind::Cancelled)
+                .is_some_and(|e| e.kind == ErrorKind::Cancelled)
     }
 }
 

@@ -3,7 +3,7 @@
 //! the same when it is resumed later.
 
 use serde_json::{Value, json};
-use switchyard::__private::runtime::time::{Duration, Timestamp};
+use switchyard::__private::expr::time::{Duration, Timestamp};
 
 use crate::support::{TempDir, run, run_id_from, switchyard};
 

@@ -512,7 +512,7 @@ fn a_batch_report_names_its_flow_and_when_it_started() {
 
 /// Unix milliseconds as the page writes them: RFC 3339 in UTC, to the second.
 fn utc(ms: u64) -> String {
-    switchyard::__private::runtime::time::Timestamp::from_unix_secs((ms / 1000) as i64)
+    switchyard::__private::expr::time::Timestamp::from_unix_secs((ms / 1000) as i64)
         .unwrap()
         .to_string()
 }

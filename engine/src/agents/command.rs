@@ -612,7 +612,7 @@ mod tests {
 
     use super::*;
     use crate::agents::transform::tests::test_cx;
-    use crate::compile::template;
+    use crate::expr::template;
 
     const ECHO: &str = "import json,sys; d=json.load(sys.stdin); print(json.dumps({'got': d}))";
 

@@ -21,7 +21,7 @@ use serde_json::{Map, Value};
 
 use super::transform::eval_value_template;
 use super::{Agent, CallContext};
-use crate::compile::value::ValueTemplate;
+use crate::expr::value::ValueTemplate;
 use crate::plan::MockPlan;
 use crate::record::{ErrorKind, StepError};
 

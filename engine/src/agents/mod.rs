@@ -50,7 +50,7 @@ pub struct CallContext<'a> {
     /// included), counted by the engine through [`AgentState::next_call`].
     pub call_index: u64,
     /// The run tree's `now`, for the templates of agent definitions.
-    pub now: Option<crate::runtime::time::Timestamp>,
+    pub now: Option<crate::expr::time::Timestamp>,
 }
 
 /// A step's hierarchical number as agents see it: the step's (`1.3`, a `parallel` branch

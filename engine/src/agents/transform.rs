@@ -9,8 +9,8 @@
 use serde_json::Value;
 
 use super::{Agent, CallContext};
-use crate::compile::value::ValueTemplate;
 use crate::expr::eval::{self, Vars};
+use crate::expr::value::ValueTemplate;
 use crate::record::StepError;
 
 /// A `transform` agent, borrowing its compiled `result:` template from the plan (the engine holds

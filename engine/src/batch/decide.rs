@@ -8,9 +8,10 @@ use std::collections::VecDeque;
 
 use serde_json::Value;
 
+use super::error::BatchError;
 use super::input::Line;
+use super::options::BatchOptions;
 use super::output::record_line;
-use super::{BatchError, BatchOptions};
 use crate::record::ErrorKind;
 use crate::record::{RunRecord, RunStatus, Usage};
 use crate::runtime::engine::RunOptions;

@@ -11,11 +11,12 @@ use futures_util::FutureExt;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 
 use super::decide::{Action, Earlier, decide};
+use super::error::BatchError;
 use super::input::{Line, Lines};
 use super::items::{Done, Items, Task, count};
+use super::options::BatchOptions;
 use super::output::{Output, failed_line};
 use super::reorder::{Reorder, Slot};
-use super::{BatchError, BatchOptions};
 use crate::plan::FlowPlan;
 use crate::record::{ErrorKind, StepError};
 use crate::store::Store;

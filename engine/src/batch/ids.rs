@@ -5,8 +5,9 @@
 use std::collections::HashSet;
 use std::hash::{BuildHasher, Hasher};
 
+use super::error::BatchError;
 use super::input::Lines;
-use super::{BatchError, BatchOptions};
+use super::options::BatchOptions;
 
 fn id_hash(id: &str) -> u128 {
     // Two independent 64-bit hashes: a false duplicate needs both to collide.

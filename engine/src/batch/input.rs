@@ -8,7 +8,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use super::BatchError;
+use super::error::BatchError;
 
 /// The longest input line read (SPEC §9 engine-wide caps): longer lines are failed items.
 pub const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;

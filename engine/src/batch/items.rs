@@ -9,8 +9,8 @@ use std::time::Instant;
 use serde_json::Value;
 
 use super::input::Line;
+use super::options::{BatchOptions, Progress};
 use super::output::{failed_line, outcome_line};
-use super::{BatchOptions, Progress};
 use crate::agents::AgentState;
 use crate::plan::Plan;
 use crate::record::RunStatus;

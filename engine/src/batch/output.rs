@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use super::{BatchError, BatchOptions};
+use super::error::BatchError;
+use super::options::BatchOptions;
 use crate::record::StepError;
 use crate::record::cost::Cost;
 use crate::record::{RunRecord, Usage};

@@ -5,7 +5,7 @@
 
 use std::collections::VecDeque;
 
-use super::BatchError;
+use super::error::BatchError;
 
 /// What one line becomes.
 pub(super) enum Slot {

@@ -4,7 +4,7 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use super::drive::Ended;
-use super::{BatchOptions, Progress};
+use super::options::{BatchOptions, Progress};
 use crate::record::cost::Cost;
 
 /// How a batch ended.

@@ -62,7 +62,7 @@ pub struct Args {
     /// The `now` of every item's run (RFC 3339: `2026-03-01T09:00:00Z`), recorded with it;
     /// default the time each item starts. Items resumed from an earlier start keep theirs.
     #[arg(long, value_name = "TIMESTAMP", value_parser = common::parse_now)]
-    pub now: Option<crate::runtime::time::Timestamp>,
+    pub now: Option<crate::expr::time::Timestamp>,
     #[command(flatten)]
     pub common: RunArgs,
     #[command(flatten)]

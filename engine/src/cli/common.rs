@@ -176,7 +176,7 @@ pub struct RunArgs {
 }
 
 /// `--now`: RFC 3339, to the microsecond at most.
-pub fn parse_now(s: &str) -> Result<crate::runtime::time::Timestamp, String> {
+pub fn parse_now(s: &str) -> Result<crate::expr::time::Timestamp, String> {
     crate::model::build::parse_now(s)
 }
 

@@ -42,7 +42,7 @@ pub struct Args {
     /// The run's `now` for expressions (RFC 3339: `2026-03-01T09:00:00Z`), recorded with the
     /// run; default the time it starts. For replaying what a run did at a given time.
     #[arg(long, value_name = "TIMESTAMP", value_parser = common::parse_now)]
-    pub now: Option<crate::runtime::time::Timestamp>,
+    pub now: Option<crate::expr::time::Timestamp>,
     #[command(flatten)]
     pub common: RunArgs,
     #[command(flatten)]

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use crate::agents::AgentState;
-use crate::compile::value;
+use crate::expr::value;
 use crate::model::{FlowTest, RunStatusExpect};
 use crate::plan::AgentChanges;
 use crate::plan::{AgentPlan, AgentPlanSpec, Plan};

@@ -10,11 +10,11 @@ use indexmap::IndexMap;
 use petgraph::stable_graph::StableDiGraph;
 use serde_json::Value;
 
-use super::cache::ParseCache;
-use super::path::Path;
-use super::template::Template;
-use super::value;
 use crate::diag::{Diagnostic, codes};
+use crate::expr::cache::ParseCache;
+use crate::expr::path::Path;
+use crate::expr::template::Template;
+use crate::expr::value;
 use crate::expr::{self, Expr};
 use crate::model::{
     Agent, AgentRef, AgentSpec, EdgeOn, Flow, InputSpec, Jitter, MessageMode, OutputSpec, Provider, Retry,

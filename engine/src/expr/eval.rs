@@ -52,10 +52,10 @@ use cel::parser::Expression;
 use cel::{Context, Env, ExecutionError};
 use serde_json::{Map, Number, Value};
 
-use crate::compile::template::Template;
+use crate::expr::template::Template;
+use crate::expr::time::{self, Duration, Timestamp};
 use crate::expr::{Derived, Expr};
 use crate::record::error::StepError;
-use crate::runtime::time::{self, Duration, Timestamp};
 
 /// The variables an expression or template sees (SPEC §5.1), all borrowed.
 ///

@@ -4,11 +4,17 @@
 //! files under `eval/`), and cel-go's strings extension (`strings.rs`). Compile, lint and the
 //! runtime call into it; it does no I/O.
 
+pub mod cache;
 pub mod eval;
 pub mod functions;
 mod parse;
+pub mod path;
 pub mod strings;
+pub mod template;
+pub mod time;
 mod two_var;
+pub mod ty;
 pub mod types;
+pub mod value;
 
 pub use parse::{Call, Derived, Expr, ExprError, Macro, Reference, macro_of, parse};

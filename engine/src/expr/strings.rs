@@ -378,7 +378,7 @@ mod tests {
         static CTX: LazyLock<Context<'static, 'static>> = LazyLock::new(|| {
             let mut env = Env::stdlib();
             super::register(&mut env).expect("registers once");
-            crate::runtime::time::register(&mut env);
+            crate::expr::time::register(&mut env);
             Context::with_env(Arc::new(env))
         });
         &CTX

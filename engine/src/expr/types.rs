@@ -13,8 +13,8 @@ use cel::common::ast::{EntryExpr, Expr as Node, LiteralValue};
 use cel::parser::Expression;
 use indexmap::IndexMap;
 
+use crate::expr::ty::{Field, Lookup, Obj, Ty};
 use crate::expr::{Expr, Macro, macro_of};
-use crate::lint::ty::{Field, Lookup, Obj, Ty};
 
 /// The types of the variables an expression may read.
 pub trait Scope {

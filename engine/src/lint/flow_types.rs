@@ -24,12 +24,12 @@ use std::collections::{BTreeSet, HashMap};
 
 use serde_json::Value;
 
-use crate::compile::cache::ParseCache;
-use crate::compile::path::Seg;
 use crate::expr::Expr;
+use crate::expr::cache::ParseCache;
+use crate::expr::path::Seg;
+use crate::expr::ty::{Field, Lookup, Obj, Ty};
 use crate::expr::types::Scope;
 use crate::lint::FlowCx;
-use crate::lint::ty::{Field, Lookup, Obj, Ty};
 use crate::model::{
     Agent, AgentRef, AgentSpec, Branch, Edge, EdgeOn, InputSpec, Next, OutputSpec, SchemaRef, Source, Step,
     StepKind,
@@ -1109,7 +1109,7 @@ fn expr_type(e: &Expr, env: &Env) -> Ty {
 /// its structure as written; a string `=expr` is typed by [`expr_type`], knowing nothing of
 /// the variables.
 fn template_type(node: &YNode) -> Ty {
-    use crate::compile::value::{StrValue, classify};
+    use crate::expr::value::{StrValue, classify};
     use crate::syntax::Value as Y;
     match &node.value {
         Y::Null => Ty::Null,

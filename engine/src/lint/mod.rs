@@ -6,14 +6,13 @@
 
 pub mod flow_types;
 pub mod rules;
-pub mod ty;
 
 use std::collections::BTreeSet;
 
 use indexmap::IndexMap;
 
-use crate::compile::cache::ParseCache;
 use crate::diag::{self, Diagnostic};
+use crate::expr::cache::ParseCache;
 use crate::model::{Agent, AgentKind, AgentRef, AgentSpec, Flow, Provider, SchemaRef, Step, StepKind, Tool};
 use crate::plan::Plan;
 use crate::project::{FlowId, Project};

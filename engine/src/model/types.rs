@@ -845,7 +845,7 @@ pub struct FlowTest {
     /// The run's `now` (RFC 3339, at most microseconds: `2026-03-01T09:00:00Z`); default the
     /// time the test starts.
     #[schemars(with = "Option<String>", extend("format" = "date-time"))]
-    pub now: Option<Sp<crate::runtime::time::Timestamp>>,
+    pub now: Option<Sp<crate::expr::time::Timestamp>>,
     /// Agent name → mock fields (`returns`, `sequence`, `latency`, `fail_times`).
     #[serde(default)]
     pub mocks: IndexMap<String, MockAgent>,

@@ -16,10 +16,10 @@ use indexmap::IndexMap;
 use petgraph::stable_graph::{EdgeIndex, NodeIndex, StableDiGraph};
 use serde_json::Value;
 
-use crate::compile::path::Path;
-use crate::compile::template::Template;
-use crate::compile::value::ValueTemplate;
 use crate::expr::Expr;
+use crate::expr::path::Path;
+use crate::expr::template::Template;
+use crate::expr::value::ValueTemplate;
 use crate::model::{AgentKind, EdgeOn, MessageMode};
 
 /// A JSON Schema with its validator, built once at compile time.

@@ -238,7 +238,7 @@ pub fn batch_html(s: &Summary, link: &dyn Fn(&str) -> Option<String>, note: Opti
     let started = s
         .started_at
         .and_then(|ms| i64::try_from(ms / 1000).ok())
-        .and_then(|secs| crate::runtime::time::Timestamp::from_unix_secs(secs).ok())
+        .and_then(|secs| crate::expr::time::Timestamp::from_unix_secs(secs).ok())
         .map(|t| format!(" · started <time>{t}</time> (UTC)"))
         .unwrap_or_default();
     let _ = write!(o, "<div id=\"batch-of\">{flow}{started}</div>");

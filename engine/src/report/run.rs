@@ -491,7 +491,7 @@ pub fn run_html(r: &RunReport) -> String {
     let started = i64::try_from(run.started_at)
         .ok()
         .and_then(|m| m.checked_mul(1000))
-        .and_then(crate::runtime::time::Timestamp::from_unix_micros)
+        .and_then(crate::expr::time::Timestamp::from_unix_micros)
         .map_or_else(|| run.started_at.to_string(), |t| t.to_string());
     field("started", started);
     field(

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use crate::compile::value;
 use crate::diag::{Diagnostic, codes};
+use crate::expr::value;
 use crate::plan::{AgentChanges, AgentPlan, AgentPlanSpec, MockPlan, Plan};
 use crate::source::Span;
 use crate::syntax::{self, Node, Value as Y};

@@ -20,8 +20,8 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 
-use crate::compile::path::{Path, Seg, format_path, nearest_key};
 use crate::expr::eval::{self, Vars};
+use crate::expr::path::{Path, Seg, format_path, nearest_key};
 use crate::plan::{InputPlan, OutputPlan, SourcePlan};
 use crate::record::StepError;
 pub use crate::record::{Change, Violation};
@@ -376,7 +376,7 @@ fn walk_mut<'v>(mut v: &'v mut Value, segs: &[Seg]) -> Option<&'v mut Value> {
 
 /// The position of index `n` in an array of `len`; negative counts from the end.
 fn index(n: i64, len: usize) -> Option<usize> {
-    crate::compile::path::resolve_index(n, len)
+    crate::expr::path::resolve_index(n, len)
 }
 
 /// Copies the value at `segs` of `src` to the same place in `out`, creating containers (and
@@ -552,7 +552,7 @@ fn locate(root: &Value, p: &Path, shown: &str) -> Result<Point, StepError> {
 /// how a resumed run replays a finished step without evaluating it again.
 pub fn replay_changes(root: &mut Value, changes: &[Change]) -> Result<(), StepError> {
     for c in changes {
-        let p = crate::compile::path::parse(&c.path).map_err(|e| {
+        let p = crate::expr::path::parse(&c.path).map_err(|e| {
             StepError::new(
                 crate::record::ErrorKind::Mapping,
                 format!("the recorded destination `{}` does not parse: {e}", c.path),
@@ -857,8 +857,8 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::compile::path;
     use crate::expr;
+    use crate::expr::path;
     use crate::record::ErrorKind;
 
     fn p(text: &str) -> Path {

@@ -11,4 +11,3 @@ pub mod engine;
 pub mod observe;
 pub mod resume;
 pub mod steps;
-pub mod time;

@@ -1,8 +1,8 @@
 use serde_json::json;
 
 use super::*;
-use crate::compile::template;
 use crate::expr;
+use crate::expr::template;
 use crate::record::ErrorKind;
 
 fn ev(text: &str, payload: &Value) -> Result<Value, StepError> {

@@ -8,7 +8,7 @@ use cel::common::traits::Indexer;
 use cel::common::types::{CelBool, CelBytes, CelDouble, CelInt, CelString, CelType, CelUInt, Kind};
 use cel::common::value::Val;
 
-use crate::runtime::time::{Duration, Timestamp};
+use crate::expr::time::{Duration, Timestamp};
 
 use super::{Args, MAX_STRING_BYTES, Out, fail, string_arg, string_out, unexpected};
 

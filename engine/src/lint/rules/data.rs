@@ -15,15 +15,15 @@ use std::collections::HashSet;
 
 use serde_json::Value;
 
-use crate::compile::cache::ParseCache;
-use crate::compile::path;
 use crate::diag::{Diagnostic, codes, did_you_mean};
+use crate::expr::cache::ParseCache;
 use crate::expr::functions;
+use crate::expr::path;
+use crate::expr::ty::{Field, Lookup, Obj, Ty};
 use crate::expr::types::{self, Scope};
 use crate::lint::FlowCx;
 use crate::lint::flow_types::schema_value;
 use crate::lint::rules::expression_types;
-use crate::lint::ty::{Field, Lookup, Obj, Ty};
 use crate::model::{
     Agent, AgentRef, AgentSpec, InputSpec, Next, OutputSpec, SchemaRef, Source, Sp, Step, StepKind,
 };

@@ -9,8 +9,8 @@
 
 use crate::diag::{Diagnostic, codes};
 use crate::expr::Expr;
+use crate::expr::ty::Ty;
 use crate::expr::types::{self, ProblemKind, Scope};
-use crate::lint::ty::Ty;
 use crate::source::Span;
 
 /// Checks the types in `expr`, reporting at `span_of(start, end)` (bytes of the expression

@@ -18,15 +18,15 @@ use std::borrow::Cow;
 use cel::common::ast::{EntryExpr, Expr as Node, LiteralValue};
 use cel::parser::Expression;
 
-use crate::compile::cache::ParseCache;
+use crate::expr::cache::ParseCache;
 
 use crate::diag::{Diagnostic, closest, codes};
+use crate::expr::ty::Ty;
 use crate::expr::types::Scope;
 use crate::lint::FlowCx;
 use crate::lint::flow_types::{self, After, Before, FieldOf, PSeg, Visit};
 use crate::lint::rules::data::inner_span;
 use crate::lint::rules::expression_types;
-use crate::lint::ty::Ty;
 use crate::model::{InputSpec, Next, OutputSpec, Source, Sp, StepKind};
 use crate::source::Span;
 use crate::syntax::str_sub_span;

@@ -4,16 +4,31 @@
 
 use indexmap::IndexMap;
 
+use super::cx::Cx;
 use super::limits::retry;
 use super::read::{
     any, bool_, check_ident, duration, enum_, f64_, list, map, named, schema_ref, size, string, string_list,
     string_map, u64_, unknown_key,
 };
-use super::{Cx, INLINE_FLOW_KEYS, flow_body};
 use crate::diag::{Diagnostic, article, codes};
 use crate::model::*;
 use crate::source::Span;
 use crate::syntax::{Node, Value};
+
+/// The keys of a flow an agent holds inline: a flow file's, but for its name and what
+/// only a file declares.
+pub(super) const INLINE_FLOW_KEYS: &[&str] = &[
+    "description",
+    "input",
+    "output",
+    "agents",
+    "defaults",
+    "limits",
+    "allow",
+    "allow_hosts",
+    "start",
+    "steps",
+];
 
 /// The `agents:` of a flow or library node: those that could be lowered, and the names of
 /// those that could not (each with its error).
@@ -283,7 +298,7 @@ pub fn agent(cx: &mut Cx, name: Sp<String>, node: &Node) -> Option<Agent> {
                         unknown_key(cx, k, "an inline flow", INLINE_FLOW_KEYS);
                     }
                 }
-                Box::new(flow_body(cx, node, Sp::new(name.value.clone(), name.span), false))
+                Box::new((cx.inline_flow)(cx, node, Sp::new(name.value.clone(), name.span)))
             });
             AgentSpec::Flow(FlowAgent { path, inline })
         }

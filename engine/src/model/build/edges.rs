@@ -1,6 +1,6 @@
 //! A step's `next`: one step id, or a list of edges with `to`, `on`, `if` and `errors`.
 
-use super::Cx;
+use super::cx::Cx;
 use super::read::{check_keys, enum_, map, string, string_list, type_error};
 use crate::diag::{Diagnostic, codes};
 use crate::model::*;

@@ -1,7 +1,7 @@
 //! A flow's `tests:`: input, context, a pinned `now`, mocks and what the run must do.
 
-use super::Cx;
 use super::agents::{MOCK_KEYS, mock};
+use super::cx::Cx;
 use super::read::{any, check_keys, enum_, map, named, string, string_list, u64_};
 use crate::diag::{Diagnostic, codes};
 use crate::model::*;
@@ -61,7 +61,7 @@ pub(super) fn flow_test(cx: &mut Cx, node: &Node) -> Option<FlowTest> {
 }
 
 /// A test's `now`: an RFC 3339 timestamp the store can record as it is (to the microsecond).
-fn now(cx: &mut Cx, node: &Node) -> Option<Sp<crate::runtime::time::Timestamp>> {
+fn now(cx: &mut Cx, node: &Node) -> Option<Sp<crate::expr::time::Timestamp>> {
     let text = string(cx, node)?;
     match parse_now(&text.value) {
         Ok(t) => Some(Sp::new(t, text.span)),
@@ -79,8 +79,8 @@ fn now(cx: &mut Cx, node: &Node) -> Option<Sp<crate::runtime::time::Timestamp>> 
 /// Parses a pinned `now` (a test's `now:`, `--now`): RFC 3339 as CEL's `timestamp()` takes
 /// it, with no digit past the microsecond, since the run records `now` to the microsecond and
 /// a resumed run must see what the first start saw.
-pub fn parse_now(text: &str) -> Result<crate::runtime::time::Timestamp, String> {
-    use crate::runtime::time::Timestamp;
+pub fn parse_now(text: &str) -> Result<crate::expr::time::Timestamp, String> {
+    use crate::expr::time::Timestamp;
     let t = Timestamp::parse(text).map_err(|e| e.to_string())?;
     if Timestamp::from_unix_micros(t.unix_micros()) != Some(t) {
         return Err(format!(

@@ -1,7 +1,7 @@
 //! A flow's `defaults` and `limits`, and the `retry` policy of a flow, an agent, a step or a
 //! branch.
 
-use super::Cx;
+use super::cx::Cx;
 use super::read::{bool_, check_keys, duration, f64_, map, size, string_list, type_error, u64_};
 use crate::model::*;
 use crate::syntax::{Node, Value};

@@ -1,7 +1,7 @@
 //! Mappings (SPEC §5): a step's `input` and `output` (`"*"`, a list of paths, or a map) and
 //! `set`, each entry's source a JSONPath, an expression, `{path, default}` or `{value}`.
 
-use super::Cx;
+use super::cx::Cx;
 use super::read::{any, check_keys, map, string, string_list};
 use crate::diag::{Diagnostic, codes};
 use crate::model::*;

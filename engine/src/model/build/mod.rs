@@ -11,6 +11,7 @@
 //! keys, identifiers).
 
 mod agents;
+mod cx;
 mod edges;
 mod flow_tests;
 mod limits;
@@ -20,6 +21,7 @@ mod read;
 mod steps;
 
 pub use agents::{AGENT_COMMON_KEYS, agent, agent_keys};
+pub use cx::Cx;
 pub use flow_tests::parse_now;
 pub use read::{IDENT_PATTERN, is_ident, parse_duration, parse_size};
 pub use steps::placeholder_kind;
@@ -47,29 +49,14 @@ pub struct Library {
     pub unreadable_agents: Vec<String>,
 }
 
-/// The state of one lowering: the source text (for spans inside strings), the diagnostics, and
-/// the steps kept with a placeholder kind.
-pub struct Cx<'a> {
-    pub source: &'a str,
-    pub diags: Vec<Diagnostic>,
-    /// The id spans of steps whose kind could not be read (no kind key, an agent that could
-    /// not be lowered, not a mapping at all). Each has an error in `diags` saying why; the
-    /// step stays in the model with [`placeholder_kind`], so that edges to it resolve and the
-    /// steps after it stay reachable. Lint skips its kind-specific rules.
-    pub malformed_steps: Vec<Span>,
-}
-
 impl<'a> Cx<'a> {
     pub fn new(source: &'a str) -> Self {
         Cx {
             source,
             diags: Vec::new(),
             malformed_steps: Vec::new(),
+            inline_flow: |cx, node, name| flow_body(cx, node, name, false),
         }
-    }
-
-    fn push(&mut self, d: Diagnostic) {
-        self.diags.push(d);
     }
 }
 
@@ -88,18 +75,6 @@ const FLOW_KEYS: &[&str] = &[
     "start",
     "steps",
     "tests",
-];
-pub(super) const INLINE_FLOW_KEYS: &[&str] = &[
-    "description",
-    "input",
-    "output",
-    "agents",
-    "defaults",
-    "limits",
-    "allow",
-    "allow_hosts",
-    "start",
-    "steps",
 ];
 const LIBRARY_KEYS: &[&str] = &["description", "imports", "providers", "agents"];
 
@@ -133,7 +108,7 @@ pub fn flow(cx: &mut Cx, node: &Node) -> Option<Flow> {
 }
 
 /// Lowers the body of a flow: everything but `flow:`. Shared by files and inline `flow` agents.
-pub(super) fn flow_body(cx: &mut Cx, node: &Node, name: Sp<String>, top: bool) -> Flow {
+fn flow_body(cx: &mut Cx, node: &Node, name: Sp<String>, top: bool) -> Flow {
     let steps = match node.get("steps") {
         Some(n) => steps(cx, n),
         None => {

@@ -2,7 +2,7 @@
 
 use indexmap::IndexMap;
 
-use super::Cx;
+use super::cx::Cx;
 use super::read::{check_ident, check_keys, duration, enum_, f64_, map, named, string, string_map, u64_};
 use crate::diag::{Diagnostic, codes};
 use crate::model::*;

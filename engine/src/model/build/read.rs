@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use indexmap::IndexMap;
 
-use super::Cx;
+use super::cx::Cx;
 use crate::diag::{Diagnostic, codes, did_you_mean};
 use crate::model::*;
 use crate::syntax::{Key, Node, Value};

@@ -5,8 +5,8 @@
 
 use indexmap::IndexMap;
 
-use super::Cx;
 use super::agents::agent;
+use super::cx::Cx;
 use super::edges::next;
 use super::limits::retry;
 use super::mappings::{input_spec, mappings, output_spec};

@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use super::{Run, StepOutcome};
 use crate::agents::StepNumber;
-use crate::compile::path::type_name;
+use crate::expr::path::type_name;
 use crate::plan::*;
 use crate::record::{self, RunStatus, Usage};
 use crate::record::{ErrorKind, StepError};

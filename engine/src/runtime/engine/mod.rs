@@ -37,9 +37,9 @@ use tokio_util::sync::CancellationToken;
 use super::data::{Change, Violation};
 use super::resume::{Replay, ResumeOptions, WaitingFor};
 use super::steps::StepsVar;
-use super::time::Timestamp;
 use crate::agents::AgentState;
 use crate::expr::eval::Vars;
+use crate::expr::time::Timestamp;
 use crate::model::AgentKind;
 use crate::plan::*;
 use crate::record::StepError;
@@ -70,7 +70,7 @@ pub struct RunOptions {
     pub(crate) shared_budget: Option<Arc<dyn crate::runtime::budget::SharedBudget>>,
     /// `--now` or a flow test's `now:`: the `now` of every new run tree started with these
     /// options (default: the time it starts). A resumed run keeps the `now` it recorded.
-    pub(crate) now: Option<crate::runtime::time::Timestamp>,
+    pub(crate) now: Option<crate::expr::time::Timestamp>,
 }
 
 impl RunOptions {

@@ -14,13 +14,13 @@ use super::{
     BatchItem, Engine, Lineage, Run, RunControls, RunOptions, RunOutcome, StepOutcome, Tree, intersect,
 };
 use crate::agents::AgentState;
+use crate::expr::time::Timestamp;
 use crate::plan::*;
 use crate::record::cost::Cost;
 use crate::record::{self, RunRecord, RunStatus, StepRecord, StepStatus, Usage};
 use crate::record::{ErrorKind, StepError};
 use crate::runtime::resume::{Replay, ResumeError, ResumeOptions};
 use crate::runtime::steps::StepsVar;
-use crate::runtime::time::Timestamp;
 use crate::store::Store;
 
 impl<S: Store> Engine<S> {

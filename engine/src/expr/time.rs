@@ -1342,7 +1342,7 @@ mod tests {
     #[test]
     fn templates_see_now_as_text() {
         use crate::expr::eval::{self, Vars};
-        let t = crate::compile::template::compile("at {{ now }}").expect("the template parses");
+        let t = crate::expr::template::compile("at {{ now }}").expect("the template parses");
         let vars = Vars {
             now: Some(Timestamp::parse("2026-12-02T00:00:00.25Z").expect("valid")),
             ..Vars::default()

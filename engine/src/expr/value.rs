@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
-use super::cache::ParseCache;
+use crate::expr::cache::ParseCache;
 use crate::expr::{self, Expr, ExprError};
 use crate::source::Span;
 use crate::syntax::{self, Node};

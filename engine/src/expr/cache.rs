@@ -10,8 +10,8 @@
 
 use std::sync::Arc;
 
-use super::path::{self, Path, PathError};
-use super::template::{self, Template, TemplateError, TemplateInfo};
+use crate::expr::path::{self, Path, PathError};
+use crate::expr::template::{self, Template, TemplateError, TemplateInfo};
 use crate::expr::{self, Call, Expr, ExprError, Reference};
 use crate::source::FastMap;
 

@@ -1,7 +1,8 @@
 //! The rooms of `engine/src` are used one way (ARCHITECTURE.md, "Layers"): a module may use
 //! only the modules of the layers below its own, and no files import each other, directly or
 //! round a longer cycle. Read from the code itself: every `crate::`, `super::` and `self::`
-//! path outside comments and `#[cfg(test)]` code (tests may use anything).
+//! path outside comments and `#[cfg(test)]` code (tests may use anything). And no source
+//! file is over 1,500 lines.
 //!
 //! Paths relative to a module (`child::f()` in a `mod.rs`) are not read: a module's parent
 //! owns its children. An arrow that must run up for a while may be allowlisted below; an
@@ -408,6 +409,30 @@ fn no_files_import_each_other() {
             panic!("files import each other: {cycle}; move what they share to where it belongs");
         }
     }
+}
+
+/// The most lines a source file may have: past it, a file holds more than one concept and is
+/// split by concept (as `runtime/engine/`, `model/build/` and `batch/` were).
+const MAX_LINES: usize = 1_500;
+
+/// No source file of the engine, its tests or its examples is over [`MAX_LINES`] lines.
+#[test]
+fn no_file_is_over_the_line_bound() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    for dir in ["engine/src", "tests", "examples"] {
+        walk(&root.join(dir), &mut files);
+    }
+    assert!(files.len() > 100, "the walk found the sources: {}", files.len());
+    let mut long: Vec<String> = files
+        .iter()
+        .filter_map(|p| {
+            let n = std::fs::read_to_string(p).expect("a source file reads").lines().count();
+            (n > MAX_LINES).then(|| format!("{} ({n} lines)", p.strip_prefix(root).unwrap().display()))
+        })
+        .collect();
+    long.sort();
+    assert!(long.is_empty(), "files over {MAX_LINES} lines, to split by concept: {long:?}");
 }
 
 /// The reader itself: the paths it finds, and what it skips.

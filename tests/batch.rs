@@ -8,11 +8,11 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::support::{TempDir, interrupt, run, run_id_from, switchyard};
+use crate::support::{TempDir, interrupt, run, switchyard};
 
 /// A flow whose first step is a non-idempotent command that appends the item's id to a
 /// side-effect file (one line per execution), then a foreach over a transform, then a set.
-fn items_flow(effects: &Path) -> String {
+pub(crate) fn items_flow(effects: &Path) -> String {
     format!(
         r#"flow: items
 input:
@@ -46,7 +46,7 @@ steps:
     )
 }
 
-fn write_input(dir: &TempDir, n: usize) -> std::path::PathBuf {
+pub(crate) fn write_input(dir: &TempDir, n: usize) -> std::path::PathBuf {
     let mut text = String::new();
     for i in 0..n {
         text.push_str(&json!({"id": format!("item-{i}"), "n": i}).to_string());
@@ -55,7 +55,7 @@ fn write_input(dir: &TempDir, n: usize) -> std::path::PathBuf {
     dir.write("in.jsonl", text)
 }
 
-fn read_lines(path: &Path) -> Vec<Value> {
+pub(crate) fn read_lines(path: &Path) -> Vec<Value> {
     std::fs::read_to_string(path)
         .unwrap_or_default()
         .lines()
@@ -64,7 +64,7 @@ fn read_lines(path: &Path) -> Vec<Value> {
 }
 
 /// Executions per id recorded in the side-effect file.
-fn effects(path: &Path) -> HashMap<String, usize> {
+pub(crate) fn effects(path: &Path) -> HashMap<String, usize> {
     let mut out = HashMap::new();
     for line in std::fs::read_to_string(path).unwrap_or_default().lines() {
         let v: Value = serde_json::from_str(line).expect("effects lines are the command's input");
@@ -75,7 +75,7 @@ fn effects(path: &Path) -> HashMap<String, usize> {
 }
 
 /// A batch started in the background, its output discarded.
-fn spawn_batch(dir: &TempDir, flow: &Path) -> std::process::Child {
+pub(crate) fn spawn_batch(dir: &TempDir, flow: &Path) -> std::process::Child {
     batch_cmd(dir, flow, &[])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -83,7 +83,7 @@ fn spawn_batch(dir: &TempDir, flow: &Path) -> std::process::Child {
         .expect("starts")
 }
 
-fn batch_cmd(dir: &TempDir, flow: &Path, extra: &[&str]) -> Command {
+pub(crate) fn batch_cmd(dir: &TempDir, flow: &Path, extra: &[&str]) -> Command {
     let mut cmd = switchyard(dir.path());
     cmd.arg("batch")
         .arg(flow)
@@ -467,166 +467,6 @@ steps:
     );
 }
 
-const REFUND: &str = r#"flow: refund
-agents:
-  pay:
-    kind: transform
-    result: {paid: =input.amount}
-steps:
-  approve:
-    interrupt:
-      prompt: "Refund {{ input.amount }}?"
-      schema: {type: object, required: [approved], properties: {approved: {type: boolean}}}
-      expires: EXPIRES
-    input: [$.amount]
-    output: {$.approval: $}
-    next:
-      - to: refund
-        if: payload.approval.approved
-      - to: end
-  refund:
-    agent: pay
-    input: [$.amount]
-    output: {$.paid: $.paid}
-"#;
-
-fn interrupted_run(dir: &TempDir, expires: &str) -> String {
-    dir.write("refund.yaml", REFUND.replace("EXPIRES", expires));
-    let out = run(switchyard(dir.path()).args([
-        "run",
-        "refund.yaml",
-        "--store",
-        "sqlite:runs.db",
-        "--input",
-        r#"{"amount": 40}"#,
-    ]));
-    assert_eq!(out.code(), 3, "{}", out.stderr);
-    run_id_from(&out.stderr)
-}
-
-#[test]
-fn an_interrupt_waits_for_a_decision_checked_against_its_schema() {
-    let dir = TempDir::new("interrupt");
-    let id = interrupted_run(&dir, "72h");
-    let store = ["--store", "sqlite:runs.db"];
-    let list = run(switchyard(dir.path())
-        .args(["runs", "list", "--status", "interrupted"])
-        .args(store));
-    assert!(list.stdout.contains(&id), "{}", list.stdout);
-
-    let no_decision = run(switchyard(dir.path()).args(["resume", &id]).args(store));
-    assert_eq!(no_decision.code(), 2);
-    assert!(
-        no_decision.stderr.contains("waits at interrupt step `approve`"),
-        "{}",
-        no_decision.stderr
-    );
-    let bad = run(switchyard(dir.path())
-        .args(["resume", &id, "--decision", r#"{"approved": "yes"}"#])
-        .args(store));
-    assert_eq!(bad.code(), 2);
-    assert!(
-        bad.stderr
-            .contains("does not match the `schema` of interrupt step `approve` at `/approved`"),
-        "{}",
-        bad.stderr
-    );
-    let not_json = run(switchyard(dir.path())
-        .args(["resume", &id, "--decision", "{"])
-        .args(store));
-    assert_eq!(not_json.code(), 2);
-    assert!(
-        not_json
-            .stderr
-            .contains("--decision is not valid JSON: EOF while parsing an object (line 1, column 1)\n"),
-        "{}",
-        not_json.stderr
-    );
-
-    let ok = run(switchyard(dir.path())
-        .args(["resume", &id, "--decision", r#"{"approved": true}"#])
-        .args(store));
-    assert_eq!(ok.code(), 0, "{}", ok.stderr);
-    let output: Value = serde_json::from_str(&ok.stdout).unwrap();
-    assert_eq!(
-        output,
-        json!({"amount": 40, "approval": {"approved": true}, "paid": 40})
-    );
-    let show = run(switchyard(dir.path()).args(["runs", "show", &id]).args(store));
-    assert!(show.stdout.contains("✓ 1 approve [interrupt]"), "{}", show.stdout);
-    assert!(show.stdout.contains("✓ 2 refund [agent]"), "{}", show.stdout);
-}
-
-#[test]
-fn a_late_decision_fails_the_step_and_a_changed_flow_is_refused() {
-    let dir = TempDir::new("interrupt-late");
-    let id = interrupted_run(&dir, "50ms");
-    std::thread::sleep(Duration::from_millis(120));
-    let store = ["--store", "sqlite:runs.db"];
-
-    // Changing the flow file: refused, unless --allow-changed.
-    let text = std::fs::read_to_string(dir.path().join("refund.yaml")).unwrap();
-    dir.write(
-        "refund.yaml",
-        text.replace("paid: =input.amount", "paid: =input.amount + 0"),
-    );
-    let changed = run(switchyard(dir.path())
-        .args(["resume", &id, "--decision", r#"{"approved": true}"#])
-        .args(store));
-    assert_eq!(changed.code(), 2);
-    assert!(
-        changed.stderr.contains("changed since run") && changed.stderr.contains("--allow-changed"),
-        "{}",
-        changed.stderr
-    );
-    let late = run(switchyard(dir.path())
-        .args([
-            "resume",
-            &id,
-            "--decision",
-            r#"{"approved": true}"#,
-            "--allow-changed",
-        ])
-        .args(store));
-    assert_eq!(late.code(), 1, "{}", late.stderr);
-    assert!(
-        late.stderr.contains("error[timeout]") && late.stderr.contains("after it expired"),
-        "{}",
-        late.stderr
-    );
-}
-
-#[test]
-fn runs_cancel_ends_an_interrupted_run() {
-    let dir = TempDir::new("cancel");
-    let id = interrupted_run(&dir, "72h");
-    let store = ["--store", "sqlite:runs.db"];
-    let out = run(switchyard(dir.path()).args(["runs", "cancel", &id]).args(store));
-    assert_eq!(out.code(), 0, "{}", out.stderr);
-    assert!(out.stdout.contains(&format!("cancelled {id}")));
-    let show = run(switchyard(dir.path())
-        .args(["runs", "show", &id, "--json"])
-        .args(store));
-    let doc: Value = serde_json::from_str(&show.stdout).unwrap();
-    assert_eq!(doc["run"]["status"], "cancelled");
-    let again = run(switchyard(dir.path()).args(["runs", "cancel", &id]).args(store));
-    assert_eq!(again.code(), 2);
-    assert!(
-        again.stderr.contains("already ended cancelled"),
-        "{}",
-        again.stderr
-    );
-    let missing = run(switchyard(dir.path())
-        .args(["runs", "show", "r-nope"])
-        .args(store));
-    assert_eq!(missing.code(), 2);
-    assert!(
-        missing.stderr.contains("run `r-nope` not found"),
-        "{}",
-        missing.stderr
-    );
-}
-
 /// From the summary line `batch: N items: S succeeded, F failed, I interrupted… in T
 /// (R items/s)`: S + F + I, T in seconds (printed as `…ms` or whole `…s`), and R.
 fn summary_rate(stderr: &str) -> (f64, f64, f64) {
@@ -728,387 +568,6 @@ fn ctrl_c_stops_a_batch_at_a_recorded_point_and_the_same_command_continues() {
             && !stderr.contains("to continue"),
         "{stderr}"
     );
-}
-
-#[test]
-fn interrupted_items_are_written_as_such_and_updated_once_resumed() {
-    let dir = TempDir::new("batch-interrupt");
-    dir.write(
-        "approve.yaml",
-        r#"flow: approve
-steps:
-  gate:
-    interrupt:
-      prompt: "Approve {{ input.id }}?"
-      schema: {type: object, required: [ok], properties: {ok: {type: boolean}}}
-    input: [$.id]
-    output: {$.ok: $.ok}
-    next:
-      - to: end
-        if: payload.ok
-      - to: no
-  no:
-    fail: {kind: rejected, message: "not approved"}
-"#,
-    );
-    dir.write("in.jsonl", "{\"id\": \"a\"}\n{\"id\": \"b\"}\n");
-    // `batch` or `runs export` of this flow and input.
-    let over = |command: &[&str], output: &str, store: &str| {
-        run(switchyard(dir.path()).args(command).args([
-            "approve.yaml",
-            "--input",
-            "in.jsonl",
-            "--output",
-            output,
-            "--store",
-            store,
-        ]))
-    };
-    let batch = || over(&["batch"], "out.jsonl", "sqlite:runs.db");
-    let export = || over(&["runs", "export"], "out.jsonl", "sqlite:runs.db");
-    // On a throwaway store the summary does not send anyone to resume what is gone.
-    let throwaway = over(&["batch"], "memory-out.jsonl", "memory");
-    assert_eq!(throwaway.code(), 3, "{}", throwaway.stderr);
-    assert!(
-        throwaway.stderr.contains("nothing of them outlives this process"),
-        "{}",
-        throwaway.stderr
-    );
-    let out = batch();
-    assert_eq!(out.code(), 3, "{}", out.stderr);
-    assert!(out.stderr.contains("2 item(s) interrupted"), "{}", out.stderr);
-    // The commands it gives name the batch's store.
-    for hint in [
-        "`switchyard runs list --status interrupted --store sqlite:runs.db`",
-        "`switchyard resume RUN_ID --decision JSON --store sqlite:runs.db`",
-    ] {
-        assert!(out.stderr.contains(hint), "{hint} in {}", out.stderr);
-    }
-    let lines = read_lines(&dir.path().join("out.jsonl"));
-    assert!(lines.iter().all(|l| l["status"] == "interrupted"), "{lines:?}");
-    let a = lines[0]["run_id"].as_str().unwrap().to_string();
-    let b = lines[1]["run_id"].as_str().unwrap().to_string();
-    let store = ["--store", "sqlite:runs.db"];
-    let yes = run(switchyard(dir.path())
-        .args(["resume", &a, "--decision", r#"{"ok": true}"#])
-        .args(store));
-    assert_eq!(yes.code(), 0, "{}", yes.stderr);
-    // `runs export` writes the output again from the store, running nothing.
-    let runs = |dir: &TempDir| {
-        run(switchyard(dir.path())
-            .args(["runs", "list", "--json"])
-            .args(store))
-        .stdout
-        .lines()
-        .count()
-    };
-    let before = runs(&dir);
-    let out = export();
-    assert_eq!(out.code(), 3, "b is still interrupted: {}", out.stderr);
-    assert!(
-        out.stderr
-            .contains("2 of 2 items written: 1 succeeded, 0 failed, 1 interrupted"),
-        "{}",
-        out.stderr
-    );
-    let lines = read_lines(&dir.path().join("out.jsonl"));
-    assert_eq!(lines[0]["status"], "succeeded");
-    assert_eq!(lines[0]["output"], json!({"id": "a", "ok": true}));
-    assert_eq!(lines[1]["status"], "interrupted");
-    assert_eq!(runs(&dir), before, "export started a run");
-    let no = run(switchyard(dir.path())
-        .args(["resume", &b, "--decision", r#"{"ok": false}"#])
-        .args(store));
-    assert_eq!(no.code(), 1, "{}", no.stderr);
-    // The next start of the batch writes their new lines, running nothing.
-    let out = batch();
-    assert_eq!(out.code(), 1, "{}", out.stderr);
-    let lines = read_lines(&dir.path().join("out.jsonl"));
-    assert_eq!(lines[0]["status"], "succeeded");
-    assert_eq!(lines[0]["output"], json!({"id": "a", "ok": true}));
-    assert_eq!(lines[1]["status"], "failed");
-    assert_eq!(lines[1]["error"]["kind"], "rejected");
-    // An item never run ends the export: the lines before it are written, and it says so.
-    dir.write("in.jsonl", "{\"id\": \"a\"}\n{\"id\": \"b\"}\n{\"id\": \"c\"}\n");
-    let out = export();
-    assert_eq!(out.code(), 1, "{}", out.stderr);
-    assert!(
-        out.stderr.contains("item `c` (line 3) has not finished"),
-        "{}",
-        out.stderr
-    );
-    assert_eq!(read_lines(&dir.path().join("out.jsonl")).len(), 2);
-    assert_eq!(runs(&dir), before, "export started a run");
-    // A store that never saw the batch is refused, and the output is left as it was.
-    for other in ["sqlite:other.db", "memory"] {
-        let wrong = over(&["runs", "export"], "out.jsonl", other);
-        assert_eq!(wrong.code(), 2, "{other}: {}", wrong.stderr);
-        assert!(
-            wrong.stderr.contains("holds no runs of the batch"),
-            "{other}: {}",
-            wrong.stderr
-        );
-    }
-    assert_eq!(read_lines(&dir.path().join("out.jsonl")).len(), 2);
-}
-
-#[test]
-fn a_batch_on_postgres_survives_a_kill_like_on_sqlite() {
-    const N: usize = 40;
-    let base = std::env::var("SWITCHYARD_TEST_DATABASE_URL").unwrap_or_else(|_| {
-        panic!(
-            "SWITCHYARD_TEST_DATABASE_URL is not set: the PostgreSQL tests need a database and do not skip. \
-             Run them with e.g. `export SWITCHYARD_TEST_DATABASE_URL=postgres://postgres@127.0.0.1:5432/test`"
-        )
-    });
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
-    // A fresh schema, created by the store; dropped below.
-    let schema = format!("sy_batch_{}_{nanos}", std::process::id());
-    let sep = if base.contains('?') { '&' } else { '?' };
-    let url = format!("{base}{sep}schema={schema}");
-    let dir = TempDir::new("batch-postgres");
-    let fx = dir.path().join("effects");
-    let flow = dir.write("items.yaml", items_flow(&fx));
-    write_input(&dir, N);
-    let cmd = |extra: &[&str]| {
-        let mut c = switchyard(dir.path());
-        c.arg("batch")
-            .arg(&flow)
-            .args([
-                "--input",
-                "in.jsonl",
-                "--output",
-                "out.jsonl",
-                "--concurrency",
-                "8",
-            ])
-            .args(["--store", &url])
-            .args(extra);
-        c
-    };
-    let mut child = cmd(&[])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("starts");
-    std::thread::sleep(Duration::from_millis(250));
-    let _ = child.kill();
-    let _ = child.wait();
-    let out = run(&mut cmd(&["--retry-in-doubt"]));
-    let _drop = DropSchema(base.clone(), schema.clone());
-    assert_eq!(out.code(), 0, "{}", out.stderr);
-    let lines = read_lines(&dir.path().join("out.jsonl"));
-    let ids: Vec<String> = lines
-        .iter()
-        .map(|l| l["id"].as_str().unwrap().to_string())
-        .collect();
-    let expected: Vec<String> = (0..N).map(|i| format!("item-{i}")).collect();
-    assert_eq!(ids, expected);
-    assert!(lines.iter().all(|l| l["status"] == "succeeded"), "{lines:?}");
-    assert_eq!(effects(&fx).len(), N);
-    // The runs are in PostgreSQL: `runs list` reads them there.
-    let list =
-        run(switchyard(dir.path()).args(["runs", "list", "--json", "--limit", "1000", "--store", &url]));
-    assert_eq!(list.stdout.lines().count(), N, "{}", list.stderr);
-}
-
-/// Drops a PostgreSQL schema (url, name) a test created, when it goes out of scope.
-struct DropSchema(String, String);
-
-impl Drop for DropSchema {
-    fn drop(&mut self) {
-        drop_schema(&self.0, &self.1);
-    }
-}
-
-fn drop_schema(url: &str, schema: &str) {
-    use sqlx::Connection;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    rt.block_on(async {
-        sqlx::any::install_default_drivers();
-        let mut conn = sqlx::AnyConnection::connect(url).await.expect("connect");
-        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-            "DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"
-        )))
-        .execute(&mut conn)
-        .await
-        .expect("drop the test schema");
-        conn.close().await.expect("close");
-    });
-}
-
-#[test]
-fn a_batch_with_the_memory_store_keeps_nothing_and_runs_everything_again() {
-    let dir = TempDir::new("batch-memory");
-    let fx = dir.path().join("effects");
-    let flow = dir.write("items.yaml", items_flow(&fx));
-    write_input(&dir, 12);
-    for round in 1..=2 {
-        let out = run(switchyard(dir.path()).arg("batch").arg(&flow).args([
-            "--input",
-            "in.jsonl",
-            "--output",
-            "out.jsonl",
-            "--store",
-            "memory",
-            "--concurrency",
-            "3",
-        ]));
-        assert_eq!(out.code(), 0, "{}", out.stderr);
-        let lines = read_lines(&dir.path().join("out.jsonl"));
-        assert_eq!(lines.len(), 12);
-        assert_eq!(lines[11]["output"]["sum"], json!(2 * (11 + 12 + 13)));
-        assert!(effects(&fx).values().all(|n| *n == round));
-    }
-    assert!(
-        !dir.path().join(".switchyard").exists(),
-        "nothing written to the default store"
-    );
-}
-
-#[test]
-fn a_second_batch_on_the_same_output_is_refused_while_the_first_runs() {
-    let dir = TempDir::new("batch-busy");
-    let fx = dir.path().join("effects");
-    let flow = dir.write("items.yaml", items_flow(&fx));
-    write_input(&dir, 40);
-    let mut first = spawn_batch(&dir, &flow);
-    // Until the first holds the lock (it has written a line).
-    let out_file = dir.path().join("out.jsonl");
-    let waited = std::time::Instant::now();
-    while std::fs::metadata(&out_file).map_or(0, |m| m.len()) == 0 {
-        assert!(
-            waited.elapsed() < Duration::from_secs(15),
-            "the first batch never wrote"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let second = run(&mut batch_cmd(&dir, &flow, &[]));
-    assert_eq!(second.code(), 2, "{}", second.stderr);
-    assert!(
-        second
-            .stderr
-            .contains("is in use by another switchyard process right now"),
-        "{}",
-        second.stderr
-    );
-    assert!(first.wait().expect("waits").success());
-    let counts = effects(&fx);
-    assert_eq!(counts.len(), 40);
-    assert!(counts.values().all(|n| *n == 1));
-    assert_eq!(read_lines(&out_file).len(), 40);
-}
-
-/// Runs a batch into a store that fails part-way (`store`), then again with a working one:
-/// the first stops with a clear error and no wrong line; the second finishes every item once.
-fn a_failing_store_stops_the_batch(dir: &TempDir, store: &str, expect: &[&str]) {
-    const N: usize = 60;
-    let fx = dir.path().join("effects");
-    let flow = dir.write("items.yaml", items_flow(&fx));
-    write_input(dir, N);
-    let mut cmd = switchyard(dir.path());
-    cmd.arg("batch")
-        .arg(&flow)
-        .args([
-            "--input",
-            "in.jsonl",
-            "--output",
-            "out.jsonl",
-            "--concurrency",
-            "8",
-        ])
-        .args(["--store", store]);
-    let out = run(&mut cmd);
-    assert_eq!(out.code(), 1, "{}", out.stderr);
-    for e in expect {
-        assert!(out.stderr.contains(e), "`{e}` not in: {}", out.stderr);
-    }
-    assert!(
-        out.stderr.contains("the same command continues"),
-        "{}",
-        out.stderr
-    );
-    let partial = read_lines(&dir.path().join("out.jsonl"));
-    assert!(partial.len() < N, "stopped part-way: {} lines", partial.len());
-    // No item was written as failed because of the store.
-    assert!(partial.iter().all(|l| l["status"] == "succeeded"), "{partial:?}");
-
-    let out = run(&mut batch_cmd(dir, &flow, &["--retry-in-doubt"]));
-    let lines = read_lines(&dir.path().join("out.jsonl"));
-    let failed: Vec<&Value> = lines.iter().filter(|l| l["status"] != "succeeded").collect();
-    assert_eq!(out.code(), 0, "{}\n{failed:?}", out.stderr);
-    let ids: Vec<&str> = lines.iter().map(|l| l["id"].as_str().unwrap()).collect();
-    let expected: Vec<String> = (0..N).map(|i| format!("item-{i}")).collect();
-    assert_eq!(ids, expected);
-    assert!(lines.iter().all(|l| l["status"] == "succeeded"));
-    assert_eq!(effects(&fx).len(), N);
-}
-
-#[test]
-fn a_full_disk_stops_a_batch_clearly_and_the_same_command_continues() {
-    let dir = TempDir::new("batch-full");
-    // The store may grow to 32 pages of 4 KiB: it fills up part-way through the batch.
-    a_failing_store_stops_the_batch(
-        &dir,
-        "sqlite:runs.db?max_pages=32",
-        &["the store failed", "is full"],
-    );
-}
-
-#[test]
-fn a_store_locked_by_another_process_stops_a_batch_clearly() {
-    use sqlx::Connection;
-    let dir = TempDir::new("batch-locked");
-    let db = dir.path().join("runs.db");
-    // Create the store, then hold its write lock from another connection.
-    dir.write("init.yaml", "flow: init\nsteps:\n  s: {set: {$.x: {value: 1}}}\n");
-    let init =
-        run(switchyard(dir.path()).args(["run", "init.yaml", "--input", "{}", "--store", "sqlite:runs.db"]));
-    assert_eq!(init.code(), 0, "{}", init.stderr);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    sqlx::any::install_default_drivers();
-    let mut conn = rt
-        .block_on(sqlx::AnyConnection::connect(&format!(
-            "sqlite://{}",
-            db.display()
-        )))
-        .expect("connect");
-    rt.block_on(sqlx::raw_sql("BEGIN IMMEDIATE").execute(&mut conn))
-        .expect("take the write lock");
-    let fx = dir.path().join("effects");
-    let flow = dir.write("items.yaml", items_flow(&fx));
-    write_input(&dir, 5);
-    let out = run(switchyard(dir.path()).arg("batch").arg(&flow).args([
-        "--input",
-        "in.jsonl",
-        "--output",
-        "out.jsonl",
-        "--store",
-        "sqlite:runs.db?busy_timeout_ms=200",
-    ]));
-    assert_eq!(out.code(), 1, "{}", out.stderr);
-    assert!(
-        out.stderr.contains("the store failed") && out.stderr.contains("is locked by another process"),
-        "{}",
-        out.stderr
-    );
-    assert!(read_lines(&dir.path().join("out.jsonl")).is_empty());
-    assert!(!fx.exists(), "no call was made without its record");
-    // Once the lock is gone, the same command runs the batch.
-    rt.block_on(sqlx::raw_sql("ROLLBACK").execute(&mut conn))
-        .expect("release");
-    rt.block_on(conn.close()).expect("close");
-    let out = run(&mut batch_cmd(&dir, &flow, &[]));
-    assert_eq!(out.code(), 0, "{}", out.stderr);
-    assert_eq!(read_lines(&dir.path().join("out.jsonl")).len(), 5);
 }
 
 #[test]
@@ -1299,111 +758,6 @@ fn without_a_terminal_a_batch_prints_plain_progress_lines_and_a_summary() {
         (&summary[0]["succeeded"], &summary[0]["total"]),
         (&json!(8), &json!(8))
     );
-}
-
-#[test]
-fn an_interrupt_inside_a_child_flow_interrupts_the_parent_and_its_decision_continues_both() {
-    let dir = TempDir::new("interrupt-nested");
-    let fx = dir.path().join("effects");
-    dir.write(
-        "parent.yaml",
-        format!(
-            r#"flow: parent
-agents:
-  before:
-    kind: command
-    run: [sh, -c, 'cat > /dev/null; echo before >> "{fx}"; echo "{{}}"']
-    idempotent: false
-  review:
-    kind: flow
-    steps:
-      ask:
-        interrupt:
-          prompt: "Approve {{{{ input.amount }}}}?"
-          schema: {{type: object, required: [ok], properties: {{ok: {{type: boolean}}}}}}
-        output: {{$.ok: $.ok}}
-    output:
-      select: $.ok
-steps:
-  first:
-    agent: before
-    next: check
-  check:
-    agent: review
-    input: {{$.amount: $.amount}}
-    output: {{$.approved: $}}
-"#,
-            fx = fx.display()
-        ),
-    );
-    let store = ["--store", "sqlite:runs.db"];
-    let out = run(switchyard(dir.path())
-        .args(["run", "parent.yaml", "--input", r#"{"amount": 7}"#])
-        .args(store));
-    assert_eq!(out.code(), 3, "{}", out.stderr);
-    let id = run_id_from(&out.stderr);
-    // The decision is checked against the child's interrupt.
-    let bad = run(switchyard(dir.path())
-        .args(["resume", &id, "--decision", r#"{"ok": 1}"#])
-        .args(store));
-    assert_eq!(bad.code(), 2, "{}", bad.stderr);
-    assert!(bad.stderr.contains("interrupt step `ask`"), "{}", bad.stderr);
-    let ok = run(switchyard(dir.path())
-        .args(["resume", &id, "--decision", r#"{"ok": true}"#])
-        .args(store));
-    assert_eq!(ok.code(), 0, "{}", ok.stderr);
-    let output: Value = serde_json::from_str(&ok.stdout).expect("output JSON");
-    assert_eq!(output["approved"], json!(true));
-    // The step before the child ran once.
-    assert_eq!(std::fs::read_to_string(&fx).unwrap().lines().count(), 1);
-}
-
-/// A resumed run is replayed with the context it started with: `resume --context` is refused,
-/// not taken and ignored, and the run is left as it was.
-#[test]
-fn resume_refuses_a_context_and_keeps_the_run_s_own() {
-    let dir = TempDir::new("resume-context");
-    dir.write(
-        "ctx.yaml",
-        "flow: ctx\nsteps:\n  ask:\n    interrupt:\n      prompt: go?\n    next: done\n  done:\n    set:\n      $.who: =context.who\n",
-    );
-    let store = ["--store", "sqlite:runs.db"];
-    let out = run(switchyard(dir.path())
-        .args([
-            "run",
-            "ctx.yaml",
-            "--input",
-            "{}",
-            "--context",
-            r#"{"who": "first"}"#,
-        ])
-        .args(store));
-    assert_eq!(out.code(), 3, "{}", out.stderr);
-    let id = run_id_from(&out.stderr);
-    let refused = run(switchyard(dir.path())
-        .args([
-            "resume",
-            &id,
-            "--decision",
-            "{}",
-            "--context",
-            r#"{"who": "second"}"#,
-        ])
-        .args(store));
-    assert_eq!(refused.code(), 2, "{}", refused.stderr);
-    assert!(
-        refused.stderr.contains(
-            "--context is not taken by resume: a resumed run is replayed with the context it started with"
-        ),
-        "{}",
-        refused.stderr
-    );
-    let ok = run(switchyard(dir.path())
-        .args(["resume", &id, "--decision", "{}"])
-        .args(store));
-    assert_eq!(ok.code(), 0, "the run still waited: {}", ok.stderr);
-    let output: Value = serde_json::from_str(&ok.stdout).expect("output JSON");
-    assert_eq!(output["who"], json!("first"));
 }
 
 /// A batch refuses what would lose or misreport data: an output that is its own input (under

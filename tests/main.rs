@@ -7,11 +7,22 @@
 //! - [`cli`]: exit codes, output formats, `explain`, `--help`;
 //! - [`change_files`]: agent-change files checked like flows by `lint`, `run` and `batch`;
 //! - [`engine`]: runs and flow tests: every runtime semantic, through `run` and `test`;
+//! - [`engine_commands`]: `command` agents: stdin, argv, environment, idempotency keys,
+//!   failures, timeouts that kill the process group, capped output, secrets they print;
+//! - [`engine_context`]: `--context`, JSON texts that enter a run, `--allow` and
+//!   `--agent-change`;
+//! - [`batch_interrupts`]: interrupt steps through `run`, `batch`, `resume` and `runs cancel`;
+//! - [`batch_stores`]: `batch` on PostgreSQL, the memory store, and a store that fails or is
+//!   locked;
 //! - [`corpus`]: hostile inputs (alias bombs, deep nesting, huge and binary files);
 //! - [`fuzz`]: property tests over generated and mutated flows;
 //! - [`expressions`]: property test of expressions: payload values compare as their literals;
 //! - [`llm`] and [`http_agent`]: `llm` and `http` agents against local servers
 //!   ([`mock_server`]): limits, retries, structured output, secrets;
+//! - [`llm_cost`]: what `llm` calls cost: budgets, a batch's cost, a rate-limited batch of
+//!   2,000 items, an abandoned request;
+//! - [`llm_servers`]: servers people run locally: refused structured-output forms and their
+//!   fallback, permanent server errors;
 //! - [`redaction`]: secrets echoed back in other spellings reach no output, page or store;
 //! - [`payload_types`]: the payload's type through the graph on real and schema-less flows;
 //! - [`agent_loop_durable`]: agent loops through the binary and SQLite: a killed batch of loops,
@@ -47,6 +58,8 @@ mod agent_loop;
 mod agent_loop_durable;
 mod agent_loop_tests;
 mod batch;
+mod batch_interrupts;
+mod batch_stores;
 mod budget;
 mod change_files;
 mod cli;
@@ -57,6 +70,8 @@ mod cluster_worker;
 mod corpus;
 mod embed;
 mod engine;
+mod engine_commands;
+mod engine_context;
 mod expressions;
 mod fuzz;
 mod graph;
@@ -66,6 +81,8 @@ mod library;
 mod lint_agent_loops;
 mod lint_fixtures;
 mod llm;
+mod llm_cost;
+mod llm_servers;
 mod logs;
 mod memory_store;
 mod mock_server;

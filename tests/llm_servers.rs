@@ -11,7 +11,7 @@ use crate::llm::{flow_text, memory_engine, plan_of, run, run_ids, write_flow};
 use crate::mock_server::{self, Llm, Reply, classification};
 use crate::support::{self, TempDir};
 
-// ------------------------------------------------- servers people run locally (issue 17)
+// ------------------------------------------------- servers people run locally
 
 /// The `response_format` and the system message of a request.
 fn form_of(body: &Value) -> (Value, String) {

@@ -427,12 +427,18 @@ fn no_file_is_over_the_line_bound() {
     let mut long: Vec<String> = files
         .iter()
         .filter_map(|p| {
-            let n = std::fs::read_to_string(p).expect("a source file reads").lines().count();
+            let n = std::fs::read_to_string(p)
+                .expect("a source file reads")
+                .lines()
+                .count();
             (n > MAX_LINES).then(|| format!("{} ({n} lines)", p.strip_prefix(root).unwrap().display()))
         })
         .collect();
     long.sort();
-    assert!(long.is_empty(), "files over {MAX_LINES} lines, to split by concept: {long:?}");
+    assert!(
+        long.is_empty(),
+        "files over {MAX_LINES} lines, to split by concept: {long:?}"
+    );
 }
 
 /// The reader itself: the paths it finds, and what it skips.

@@ -7,6 +7,7 @@
 use serde_json::Value;
 
 use crate::record::{StepRecord, StepStatus};
+use crate::runtime::resume::{PendingCall, Question, pending_calls, question_of};
 
 /// One labelled line of a question: `prompt`, `call 1`, `decision schema`, `expires`, …
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -40,30 +41,24 @@ pub fn asks(s: &StepRecord) -> bool {
 /// the prompt give only the prompt.
 pub fn question(s: &StepRecord, now_ms: u64, command: Option<&str>) -> Vec<Line> {
     let mut out = Vec::new();
-    let result = s.result.as_deref();
-    let field = |k: &str| result.and_then(|r| r.get(k));
-    if let Some(prompt) = field("prompt").and_then(Value::as_str) {
-        out.push(Line::new("prompt", prompt.trim_end()));
-    }
-    // An agent loop's approval: the calls it proposed, in the model's order.
-    if let Some(c) = field("calls") {
-        out.extend(calls(Some(c)));
-    }
-    if let Some(schema) = field("schema") {
-        out.push(Line::new("decision schema", schema.to_string()));
-    }
-    if let Some(at) = field("expires_at").and_then(Value::as_u64) {
-        let when = httpdate::fmt_http_date(std::time::UNIX_EPOCH + std::time::Duration::from_millis(at));
-        if at >= now_ms {
-            out.push(Line::new("expires", format!("{when} (in {})", span(at - now_ms))));
-        } else {
-            out.push(Line::new(
-                "expired",
-                format!(
-                    "{when} ({} ago): a decision now fails the step with kind `timeout`",
-                    span(now_ms - at)
-                ),
-            ));
+    match question_of(s) {
+        Question::Approval(a) => {
+            if !a.prompt.is_empty() {
+                out.push(Line::new("prompt", a.prompt.trim_end()));
+            }
+            // The calls it proposed, in the model's order.
+            out.extend(call_lines(&a.calls));
+        }
+        Question::Interrupt(i) => {
+            if let Some(prompt) = &i.prompt {
+                out.push(Line::new("prompt", prompt.trim_end()));
+            }
+            if let Some(schema) = &i.schema {
+                out.push(Line::new("decision schema", schema.to_string()));
+            }
+            if let Some(at) = i.expires_at {
+                expiry(&mut out, at, now_ms);
+            }
         }
     }
     if let Some(command) = command {
@@ -73,7 +68,7 @@ pub fn question(s: &StepRecord, now_ms: u64, command: Option<&str>) -> Vec<Line>
             command: true,
         });
         if s.kind == "approval" {
-            let n = field("calls").and_then(Value::as_array).map_or(0, Vec::len);
+            let n = pending_calls(s.result.as_deref().and_then(|r| r.get("calls"))).len();
             let forms = r#"{"approve": true} | {"edit": {<arguments>}} | {"reject": "why"}"#;
             if n > 1 {
                 out.push(Line::new(
@@ -89,24 +84,39 @@ pub fn question(s: &StepRecord, now_ms: u64, command: Option<&str>) -> Vec<Line>
 }
 
 /// `call 1` · `refund {"amount":100}`: a line per call an approval holds (a list of
-/// `{tool, arguments}`), the arguments cut at 300 characters.
+/// `{tool, arguments}`, as [`pending_calls`] reads it), the arguments cut at 300 characters.
 pub fn calls(calls: Option<&Value>) -> Vec<Line> {
+    call_lines(&pending_calls(calls))
+}
+
+fn call_lines(calls: &[PendingCall]) -> Vec<Line> {
     calls
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
+        .iter()
         .enumerate()
         .map(|(i, c)| {
+            let tool = if c.tool.is_empty() { "?" } else { &c.tool };
             Line::new(
                 format!("call {}", i + 1),
-                format!(
-                    "{} {}",
-                    c["tool"].as_str().unwrap_or("?"),
-                    capped(&c["arguments"].to_string(), 300)
-                ),
+                format!("{tool} {}", capped(&c.arguments.to_string(), 300)),
             )
         })
         .collect()
+}
+
+/// When an interrupt's decision is due (`at`, Unix ms), told relative to `now_ms`.
+fn expiry(out: &mut Vec<Line>, at: u64, now_ms: u64) {
+    let when = httpdate::fmt_http_date(std::time::UNIX_EPOCH + std::time::Duration::from_millis(at));
+    if at >= now_ms {
+        out.push(Line::new("expires", format!("{when} (in {})", span(at - now_ms))));
+    } else {
+        out.push(Line::new(
+            "expired",
+            format!(
+                "{when} ({} ago): a decision now fails the step with kind `timeout`",
+                span(now_ms - at)
+            ),
+        ));
+    }
 }
 
 /// `text` on one line, at most `max` characters of it.

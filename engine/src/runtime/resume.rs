@@ -202,45 +202,7 @@ impl Waiting {
     /// [`RunOutcome`](crate::runtime::engine::RunOutcome) and for what `run` and `resume`
     /// print.
     pub fn waiting_for(&self) -> WaitingFor {
-        let result = self.step.result.as_deref();
-        let text = |key: &str| {
-            result
-                .and_then(|r| r.get(key))
-                .and_then(Value::as_str)
-                .map(str::to_string)
-        };
-        let question = if self.step.kind == "approval" {
-            let calls = result
-                .and_then(|r| r.get("calls"))
-                .and_then(Value::as_array)
-                .map_or(&[][..], Vec::as_slice)
-                .iter()
-                .map(|c| PendingCall {
-                    id: c
-                        .get("id")
-                        .and_then(Value::as_str)
-                        .unwrap_or_default()
-                        .to_string(),
-                    tool: c
-                        .get("tool")
-                        .and_then(Value::as_str)
-                        .unwrap_or_default()
-                        .to_string(),
-                    arguments: c.get("arguments").cloned().unwrap_or(Value::Null),
-                })
-                .collect();
-            Question::Approval(Approval {
-                agent: text("agent").unwrap_or_default(),
-                prompt: text("prompt").unwrap_or_default(),
-                calls,
-            })
-        } else {
-            Question::Interrupt(Interrupt {
-                prompt: text("prompt"),
-                schema: result.and_then(|r| r.get("schema")).cloned(),
-                expires_at: result.and_then(|r| r.get("expires_at")).and_then(Value::as_u64),
-            })
-        };
+        let question = question_of(&self.step);
         WaitingFor {
             run_id: self.run_id.clone(),
             flow: self.flow.clone(),
@@ -249,6 +211,56 @@ impl Waiting {
             question,
         }
     }
+}
+
+/// What waiting record `step` (an `interrupt` step's or an agent loop's `approval`, see
+/// [`Replay::waiting_interrupt`]) asks, read from its result: the one reading of that record,
+/// for the [`RunOutcome`](crate::runtime::engine::RunOutcome), `run`, `resume`, `runs show` and
+/// the run page.
+pub fn question_of(step: &StepRecord) -> Question {
+    let result = step.result.as_deref();
+    let text = |key: &str| {
+        result
+            .and_then(|r| r.get(key))
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    };
+    if step.kind == "approval" {
+        Question::Approval(Approval {
+            agent: text("agent").unwrap_or_default(),
+            prompt: text("prompt").unwrap_or_default(),
+            calls: pending_calls(result.and_then(|r| r.get("calls"))),
+        })
+    } else {
+        Question::Interrupt(Interrupt {
+            prompt: text("prompt"),
+            schema: result.and_then(|r| r.get("schema")).cloned(),
+            expires_at: result.and_then(|r| r.get("expires_at")).and_then(Value::as_u64),
+        })
+    }
+}
+
+/// The tool calls an approval holds (`[{id, tool, arguments}]`, in the model's order), as its
+/// record keeps them: proposed in its result while it waits, decided in its input after.
+pub fn pending_calls(calls: Option<&Value>) -> Vec<PendingCall> {
+    calls
+        .and_then(Value::as_array)
+        .map_or(&[][..], Vec::as_slice)
+        .iter()
+        .map(|c| PendingCall {
+            id: c
+                .get("id")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string(),
+            tool: c
+                .get("tool")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string(),
+            arguments: c.get("arguments").cloned().unwrap_or(Value::Null),
+        })
+        .collect()
 }
 
 /// What a run stopped `interrupted` waits for: a decision, given to

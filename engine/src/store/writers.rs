@@ -66,6 +66,11 @@ impl Writer {
         if !exists {
             return true;
         }
+        // A process that exited but whose parent has not reaped it yet (a zombie) still has
+        // its pid and start time, and holds nothing.
+        if process_state(self.pid).is_some_and(|s| s == 'Z' || s == 'X') {
+            return true;
+        }
         match (self.started, process_start(self.pid)) {
             (Some(then), Some(now)) => then != now,
             _ => false,
@@ -120,10 +125,19 @@ pub fn lock_holder(file: &std::fs::File) -> Option<u32> {
 /// The start time of process `pid` (field 22 of `/proc/PID/stat`, after the parenthesized
 /// command name, which may hold spaces and parentheses itself).
 fn process_start(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let after = &stat[stat.rfind(')')? + 1..];
     // Fields from the third (state) on: the start time is the 20th of them.
-    after.split_whitespace().nth(19)?.parse().ok()
+    stat_fields(pid)?.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// The state of process `pid` (field 3 of `/proc/PID/stat`: `R`, `S`, `Z` for a zombie, ...).
+fn process_state(pid: u32) -> Option<char> {
+    stat_fields(pid)?.split_whitespace().next()?.chars().next()
+}
+
+/// `/proc/PID/stat` from its third field on.
+fn stat_fields(pid: u32) -> Option<String> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    Some(stat[stat.rfind(')')? + 1..].to_string())
 }
 
 fn new_token() -> String {
@@ -166,6 +180,26 @@ mod tests {
             !elsewhere.is_gone(),
             "a process on another host cannot be told gone"
         );
+    }
+
+    #[test]
+    fn an_exited_child_not_yet_reaped_is_gone() {
+        let mut child = std::process::Command::new("true").spawn().expect("spawn true");
+        let pid = child.id();
+        let started = process_start(pid);
+        // Until this process waits for it, the child stays a zombie.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while process_state(pid) != Some('Z') {
+            assert!(std::time::Instant::now() < deadline, "the child never exited");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let zombie = Writer {
+            pid,
+            started,
+            ..Writer::this_process()
+        };
+        assert!(zombie.is_gone(), "a zombie holds nothing");
+        child.wait().expect("wait");
     }
 
     #[test]

@@ -378,3 +378,67 @@ fn a_budget_that_begins_late_is_not_overrun_by_float_drift() {
     );
     assert_eq!(server.hits().len(), 3, "the parent's call and two of the child's");
 }
+
+/// A run killed before it ended has no cost of its own yet: `runs show` tells what its
+/// finished steps spent, and says so, not `$0.0000`.
+#[test]
+fn a_killed_run_shows_what_its_finished_steps_spent() {
+    let server = server(100, 100);
+    let dir = TempDir::new("money-killed");
+    // The last step, `third`, goes on to a step that sleeps.
+    let flow = three_calls(&server.base_url()) + "    next: wait\n  wait:\n    agent: sleeper\n";
+    let flow = flow.replace(
+        "agents:\n",
+        "agents:\n  sleeper:\n    kind: command\n    run: [sleep, \"30\"]\n",
+    );
+    dir.write("flow.yaml", flow);
+    let mut child = switchyard(dir.path())
+        .args(["run", "flow.yaml", "--input", r#"{"text": "refund"}"#])
+        .args(STORE)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn run");
+    // Wait until the three model calls are recorded, then kill the run in its `sleep`.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the model steps never finished"
+        );
+        if dir.path().join("runs.db").exists() {
+            let list = run(switchyard(dir.path())
+                .args(["runs", "list", "--json"])
+                .args(STORE));
+            if let Some(row) = json_lines(&list.stdout).first() {
+                let id = row["id"].as_str().unwrap().to_owned();
+                let show = run(switchyard(dir.path())
+                    .args(["runs", "show", &id, "--json"])
+                    .args(STORE));
+                let doc: Value = serde_json::from_str(&show.stdout).unwrap_or(Value::Null);
+                if doc["steps"]
+                    .as_array()
+                    .is_some_and(|s| s.iter().any(|s| s["step"] == "third"))
+                {
+                    break;
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.kill().expect("SIGKILL");
+    child.wait().expect("wait");
+
+    let id = the_run(&dir);
+    let show = run(switchyard(dir.path()).args(["runs", "show", &id]).args(STORE));
+    assert_eq!(show.code(), 0, "{show:?}");
+    let cost = show
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("cost"))
+        .expect("a cost line");
+    assert!(
+        cost.contains("$0.0010") && cost.contains("tokens 300 in, 300 out") && cost.contains("so far"),
+        "{cost}"
+    );
+}

@@ -555,12 +555,20 @@ fn show(args: ShowArgs) -> u8 {
             );
         }
         let root = root_of(&**s, &run).await?;
+        // A run that has not ended has no usage of its own yet: what its finished steps
+        // spent (each with its iterations, branches, loop and child runs) is what is known.
+        let mut usage = run.usage;
+        let mut so_far = "";
         if run.finished_at.is_some() || run.status != RunStatus::Running {
             let _ = writeln!(out, "status    {}", run.status.as_str());
             let _ = writeln!(out, "duration  {} · {} steps", duration(&run), run.steps);
         } else {
             let steps = s.latest_steps(&run.id).await.map_err(|e| e.to_string())?;
             unfinished(&mut out, s, &run, &root, &steps, &args.store).await;
+            for st in steps.iter().filter(|st| !st.is_group() && !st.is_loop_part()) {
+                usage.add(st.usage);
+            }
+            so_far = " so far, in its finished steps";
         }
         let abandoned = abandoned_in_tree(&**s, &run.id).await?;
         let lower_bound = if abandoned > 0 {
@@ -572,11 +580,11 @@ fn show(args: ShowArgs) -> u8 {
         };
         let _ = writeln!(
             out,
-            "cost      {}{} · tokens {} in, {} out{lower_bound}",
-            run.usage.cost_usd,
-            crate::record::fmt_unknown(run.usage.cost_unknown_calls),
-            run.usage.input_tokens,
-            run.usage.output_tokens
+            "cost      {}{} · tokens {} in, {} out{so_far}{lower_bound}",
+            usage.cost_usd,
+            crate::record::fmt_unknown(usage.cost_unknown_calls),
+            usage.input_tokens,
+            usage.output_tokens
         );
         let _ = writeln!(out, "input     {}", run.input);
         if let Some(o) = &run.output {

@@ -379,7 +379,7 @@ impl<'p> Compiler<'p> {
                 || common.is_some_and(|c| c.idempotent.is_some())
                 || defaults.is_some_and(|d| d.idempotent.is_some());
             if !set_idempotent {
-                idempotent = m.server.idempotent.iter().any(|t| *t == m.tool);
+                idempotent = m.server.idempotent.contains(&m.tool);
             }
         }
         CallPlan {

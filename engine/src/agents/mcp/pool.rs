@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use super::process::ServerProcess;
-use super::sdk::{Client, ToolInfo};
+use super::sdk::{self, Client, ToolInfo};
 use crate::agents::net::Secrets;
 use crate::plan::{McpServerPlan, McpTransport, Schema};
 
@@ -159,7 +159,11 @@ pub async fn connection(plan: &McpServerPlan) -> Result<Arc<Connection>, Unavail
             plan.name
         )));
     }
-    let c = Arc::new(start(plan).await?);
+    let c = match start(plan, false).await {
+        Err(Unavailable::Start(why)) if sdk::wants_legacy(&why) => start(plan, true).await?,
+        other => other?,
+    };
+    let c = Arc::new(c);
     state.connection = Some(c.clone());
     Ok(c)
 }
@@ -205,7 +209,8 @@ pub async fn tools(plan: &McpServerPlan, c: &Connection) -> Result<Arc<Tools>, U
     Ok(tools)
 }
 
-async fn start(plan: &McpServerPlan) -> Result<Connection, Unavailable> {
+/// Starts (or reaches) the server; `legacy`: with the `initialize` handshake only.
+async fn start(plan: &McpServerPlan, legacy: bool) -> Result<Connection, Unavailable> {
     let mut secrets = Secrets::default();
     let fail =
         |why: String| Unavailable::Start(format!("MCP server `{}` could not be started: {why}", plan.name));
@@ -226,20 +231,21 @@ async fn start(plan: &McpServerPlan) -> Result<Connection, Unavailable> {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .push(process.clone());
-            let client = match tokio::time::timeout(START_TIMEOUT, Client::over_pipes(stdout, stdin)).await {
-                Ok(Ok(c)) => c,
-                Ok(Err(e)) => {
-                    let c = secrets.redact(&e);
-                    let tail = secrets.redact(&process.stderr_tail());
-                    process.end();
-                    let how = process.exited().unwrap_or_default();
-                    return Err(fail(join([c, how, tail])));
-                }
-                Err(_) => {
-                    process.end();
-                    return Err(fail(format!("no handshake within {} s", START_TIMEOUT.as_secs())));
-                }
-            };
+            let client =
+                match tokio::time::timeout(START_TIMEOUT, Client::over_pipes(stdout, stdin, legacy)).await {
+                    Ok(Ok(c)) => c,
+                    Ok(Err(e)) => {
+                        let c = secrets.redact(&e);
+                        let tail = secrets.redact(&process.stderr_tail());
+                        process.end();
+                        let how = process.exited().unwrap_or_default();
+                        return Err(fail(join([c, how, tail])));
+                    }
+                    Err(_) => {
+                        process.end();
+                        return Err(fail(format!("no handshake within {} s", START_TIMEOUT.as_secs())));
+                    }
+                };
             tracing::info!(server = %plan.name, pid = process.pid(), protocol = %client.protocol(), "mcp server started");
             Ok(Connection {
                 client,
@@ -257,7 +263,9 @@ async fn start(plan: &McpServerPlan) -> Result<Connection, Unavailable> {
             }
             let http = crate::agents::net::client().map_err(|e| fail(e.message))?;
             let client =
-                match tokio::time::timeout(START_TIMEOUT, Client::over_http(http, url, &resolved)).await {
+                match tokio::time::timeout(START_TIMEOUT, Client::over_http(http, url, &resolved, legacy))
+                    .await
+                {
                     Ok(Ok(c)) => c,
                     Ok(Err(e)) => return Err(fail(format!("{url}: {}", secrets.redact(&e)))),
                     Err(_) => {

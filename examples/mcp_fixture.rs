@@ -7,7 +7,9 @@
 //! each exercise one part of a client: text, structured content and its output schema, errors,
 //! progress, a crash mid-call, large and non-text results, annotations, a call counter and
 //! elicitation. When `MCP_FIXTURE_PIDS` names a file, the process appends its pid to it on
-//! start, so a test can count the servers started and check that none is left running.
+//! start, so a test can count the servers started and check that none is left running; when
+//! `MCP_FIXTURE_LOG` does, it appends `call TOOL` for each call and `cancelled slow` for a
+//! `slow` call cancelled.
 
 use std::io::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -167,6 +169,7 @@ impl Fixture {
                 () = tokio::time::sleep(wait) => {}
                 () = context.ct.cancelled() => {
                     eprintln!("mcp_fixture: slow cancelled");
+                    log("cancelled slow");
                     return Err(ErrorData::internal_error("cancelled", None));
                 }
             }
@@ -250,6 +253,7 @@ impl ServerHandler for Fixture {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let served = CALLS.fetch_add(1, Ordering::SeqCst) + 1;
+        log(&format!("call {}", request.name));
         let args = request.arguments.clone().unwrap_or_default();
         match request.name.as_ref() {
             "echo" => {
@@ -299,6 +303,17 @@ impl ServerHandler for Fixture {
             "elicit" => self.elicit(&request, &context).await,
             other => Err(ErrorData::invalid_params(format!("unknown tool `{other}`"), None)),
         }
+    }
+}
+
+/// Appends a line to the file `MCP_FIXTURE_LOG` names, if set: each call's tool, and each
+/// call cancelled, so that a test sees what reached the server.
+fn log(line: &str) {
+    let Some(path) = std::env::var_os("MCP_FIXTURE_LOG") else {
+        return;
+    };
+    if let Ok(mut file) = std::fs::OpenOptions::new().create(true).append(true).open(&path) {
+        let _ = writeln!(file, "{line}");
     }
 }
 

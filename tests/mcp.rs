@@ -2,6 +2,7 @@
 //! stdio and loopback Streamable HTTP, called by `kind: mcp` steps through the binary.
 
 use std::io::{BufRead as _, BufReader, Write as _};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
 use serde_json::{Value, json};
@@ -73,4 +74,323 @@ fn the_fixture_lists_its_tools_and_answers_over_stdio() {
     let started = fixture_pids(&pids);
     assert_eq!(started.len(), 1, "one process wrote its pid: {started:?}");
     assert!(!process_alive(started[0]), "the fixture has exited");
+}
+
+/// A directory with a flow whose `fx` server is the fixture over stdio, telling the test which
+/// processes started (`pids`) and which calls reached it (`log`).
+struct Fx {
+    dir: TempDir,
+    pids: PathBuf,
+    log: PathBuf,
+}
+
+impl Fx {
+    fn new(tag: &str) -> Fx {
+        let dir = TempDir::new(tag);
+        let pids = dir.path().join("pids");
+        let log = dir.path().join("calls.log");
+        Fx { dir, pids, log }
+    }
+
+    /// The `fx` server's definition: the fixture with `args`, and `extra` lines of its own.
+    fn server(&self, args: &str, extra: &str) -> String {
+        format!(
+            "mcp_servers:\n  fx:\n    command: [\"{}\"{args}]\n    env: {{MCP_FIXTURE_PIDS: \"{}\", MCP_FIXTURE_LOG: \"{}\"}}\n    tools: [\"*\"]\n{extra}",
+            mcp_fixture().display(),
+            self.pids.display(),
+            self.log.display()
+        )
+    }
+
+    /// Writes `flow.yaml`: the server (with `extra` lines) and `rest` (agents and steps).
+    fn flow(&self, extra: &str, rest: &str) -> PathBuf {
+        self.dir.write(
+            "flow.yaml",
+            format!("flow: mcp-test\n{}{rest}", self.server("", extra)),
+        )
+    }
+
+    fn run(&self, input: &str) -> Output {
+        run(switchyard(self.dir.path()).args(["run", "flow.yaml", "--input", input]))
+    }
+
+    /// The calls that reached a server, in order (`call echo`, `cancelled slow`).
+    fn calls(&self) -> Vec<String> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .map(String::from)
+            .collect()
+    }
+
+    fn started(&self) -> Vec<i32> {
+        fixture_pids(&self.pids)
+    }
+
+    /// Every server started has exited (waiting a moment for one that is being ended).
+    fn assert_none_alive(&self) {
+        let started = self.started();
+        assert!(!started.is_empty(), "a server was started");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        while started.iter().any(|p| process_alive(*p)) && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let alive: Vec<&i32> = started.iter().filter(|p| process_alive(**p)).collect();
+        assert!(alive.is_empty(), "servers left running: {alive:?}");
+    }
+}
+
+fn output(out: &Output) -> Value {
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", out.stdout))
+}
+
+/// One agent `call` of tool `tool` and one step calling it with the run's input.
+fn one_call(tool: &str, step_extra: &str) -> String {
+    format!(
+        "agents:\n  call: {{kind: mcp, server: fx, tool: {tool}}}\nsteps:\n  first:\n    agent: call\n    output: {{$.out: $}}\n{step_extra}"
+    )
+}
+
+#[test]
+fn text_structured_json_text_and_image_results() {
+    let fx = Fx::new("mcp-results");
+    fx.flow(
+        "",
+        "agents:\n  echo: {kind: mcp, server: fx, tool: echo}\n  add: {kind: mcp, server: fx, tool: add}\n  json: {kind: mcp, server: fx, tool: json_text}\n  image: {kind: mcp, server: fx, tool: image}\nsteps:\n  a: {agent: echo, input: {$.text: $.text}, output: {$.echo: $}, next: b}\n  b: {agent: add, input: {$.a: $.x, $.b: $.y}, output: {$.add: $}, next: c}\n  c: {agent: json, input: {}, output: {$.json: $}, next: d}\n  d: {agent: image, input: {}, output: {$.image: $}}\n",
+    );
+    let out = output(&fx.run(r#"{"text": "héllo", "x": 2, "y": 3}"#));
+    assert_eq!(
+        out["echo"],
+        json!({"structured": null, "content": ["héllo"], "is_error": false})
+    );
+    assert_eq!(out["add"]["structured"], json!({"sum": 5}));
+    assert_eq!(
+        out["json"]["structured"],
+        json!({"answer": 42, "items": ["a", "b"]})
+    );
+    assert_eq!(out["image"]["content"][0]["type"], "image", "{out}");
+    assert_eq!(out["image"]["content"][0]["mimeType"], "image/png", "{out}");
+    assert_eq!(
+        fx.calls(),
+        ["call echo", "call add", "call json_text", "call image"]
+    );
+    assert_eq!(fx.started().len(), 1, "one server for the four steps");
+    fx.assert_none_alive();
+}
+
+#[test]
+fn structured_content_that_breaks_its_output_schema_is_invalid_output() {
+    let fx = Fx::new("mcp-bad-output");
+    fx.flow("", &one_call("bad_output", "    input: {}\n"));
+    let out = fx.run("{}");
+    assert_eq!(out.code(), 1, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("error[invalid_output]")
+            && out.stderr.contains("`outputSchema`")
+            && out.stderr.contains("fx.bad_output"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn is_error_fails_the_step_with_the_tools_text() {
+    let fx = Fx::new("mcp-is-error");
+    fx.flow("", &one_call("fail", "    input: {}\n"));
+    let out = fx.run("{}");
+    assert_eq!(out.code(), 1, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("error[agent]") && out.stderr.contains("the tool failed on purpose"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn arguments_that_break_the_input_schema_are_never_sent() {
+    let fx = Fx::new("mcp-input-schema");
+    fx.flow(
+        "",
+        &one_call(
+            "add",
+            "    input: {$.a: $.a}\n    retry: {attempts: 3, backoff: 10ms}\n",
+        ),
+    );
+    let out = fx.run(r#"{"a": "two"}"#);
+    assert_eq!(out.code(), 1, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("error[agent]")
+            && out.stderr.contains("`inputSchema`")
+            && out.stderr.contains("it was not called"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        fx.calls().is_empty(),
+        "nothing reached the server: {:?}",
+        fx.calls()
+    );
+}
+
+#[test]
+fn a_tool_outside_the_allowlist_is_refused_by_lint() {
+    let fx = Fx::new("mcp-allowlist");
+    fx.dir.write(
+        "flow.yaml",
+        format!(
+            "flow: t\nmcp_servers:\n  fx:\n    command: [\"{}\"]\n    tools: [echo]\n{}",
+            mcp_fixture().display(),
+            one_call("add", "    input: {}\n")
+        ),
+    );
+    let out = fx.run("{}");
+    assert_eq!(out.code(), 2, "{}", out.stderr);
+    assert!(out.stderr.contains("SY510"), "{}", out.stderr);
+    assert!(fx.calls().is_empty());
+}
+
+#[test]
+fn progress_extends_the_timeout_and_silence_cancels_the_call() {
+    let fx = Fx::new("mcp-progress");
+    fx.flow(
+        "",
+        &one_call(
+            "slow",
+            "    input: {$.ms: $.ms, $.progress_every_ms: $.every}\n    timeout: 400ms\n",
+        ),
+    );
+    // 1.2 s of work, progress every 100 ms: never 400 ms without news.
+    let out = output(&fx.run(r#"{"ms": 1200, "every": 100}"#));
+    assert_eq!(out["out"]["content"], json!(["slept 1200 ms"]));
+
+    fx.flow(
+        "",
+        &one_call("slow", "    input: {$.ms: $.ms}\n    timeout: 400ms\n"),
+    );
+    let started = std::time::Instant::now();
+    let out = fx.run(r#"{"ms": 5000}"#);
+    assert_eq!(out.code(), 1, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("error[timeout]") && out.stderr.contains("the request was cancelled"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(4),
+        "not waited out"
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    while !fx.calls().contains(&"cancelled slow".to_string()) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(
+        fx.calls().contains(&"cancelled slow".to_string()),
+        "the server was told: {:?}",
+        fx.calls()
+    );
+}
+
+#[test]
+fn progress_extends_a_call_no_further_than_max_time() {
+    let fx = Fx::new("mcp-max-time");
+    fx.flow(
+        "    max_time: 800ms\n",
+        &one_call(
+            "slow",
+            "    input: {$.ms: $.ms, $.progress_every_ms: $.every}\n    timeout: 300ms\n",
+        ),
+    );
+    let out = fx.run(r#"{"ms": 5000, "every": 100}"#);
+    assert_eq!(out.code(), 1, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("error[timeout]") && out.stderr.contains("`max_time` of 800ms"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn a_server_that_crashes_mid_call_is_restarted_for_the_next_call() {
+    let fx = Fx::new("mcp-crash");
+    fx.flow(
+        "",
+        "agents:\n  crash: {kind: mcp, server: fx, tool: crash}\n  count: {kind: mcp, server: fx, tool: count}\nsteps:\n  first:\n    agent: crash\n    input: {}\n    output: {$.crashed: $}\n    next:\n      - to: second\n        on: always\n  second: {agent: count, input: {}, output: {$.count: $.structured.count, $.error: '=steps.first.error.message'}}\n",
+    );
+    let out = output(&fx.run("{}"));
+    assert_eq!(out["count"], 1, "a new process served the call: {out}");
+    let error = out["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("MCP server `fx` exited with code 3 during a call of `crash`"),
+        "{out}"
+    );
+    assert_eq!(fx.started().len(), 2, "started again once");
+    fx.assert_none_alive();
+}
+
+#[test]
+fn a_result_over_max_result_bytes_is_cut_and_says_so() {
+    let fx = Fx::new("mcp-big");
+    fx.flow(
+        "    max_result_bytes: 1KiB\n",
+        &one_call("big", "    input: {$.bytes: $.bytes}\n"),
+    );
+    let out = output(&fx.run(r#"{"bytes": 3000}"#));
+    let content = out["out"]["content"].as_array().expect("content");
+    assert_eq!(content[0].as_str().map(str::len), Some(1024), "{out}");
+    assert_eq!(content[1], "[result cut at 1024 bytes of 3000]");
+}
+
+#[test]
+fn both_protocol_revisions_over_stdio_and_streamable_http() {
+    // The stateless revision (server/discover) and the initialize handshake over stdio.
+    for args in ["", ", --legacy"] {
+        let fx = Fx::new("mcp-revisions");
+        fx.dir.write(
+            "flow.yaml",
+            format!(
+                "flow: t\n{}{}",
+                fx.server(args, ""),
+                one_call("echo", "    input: {$.text: $.text}\n")
+            ),
+        );
+        let out = output(&fx.run(r#"{"text": "hi"}"#));
+        assert_eq!(out["out"]["content"], json!(["hi"]), "args {args:?}");
+        let listed = run(switchyard(fx.dir.path()).args(["mcp", "list", "flow.yaml", "--json"]));
+        let listed: Value = serde_json::from_str(&listed.stdout).expect("JSON");
+        let expected = if args.is_empty() {
+            "2026-07-28"
+        } else {
+            "2025-11-25"
+        };
+        assert_eq!(listed["fx"]["protocol"], expected, "{listed}");
+    }
+    // Streamable HTTP on loopback.
+    for args in [
+        &["--http", "127.0.0.1:0"][..],
+        &["--legacy", "--http", "127.0.0.1:0"][..],
+    ] {
+        let mut server = Command::new(mcp_fixture())
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("the fixture starts");
+        let mut url = String::new();
+        BufReader::new(server.stdout.take().expect("piped"))
+            .read_line(&mut url)
+            .expect("the fixture prints its url");
+        let dir = TempDir::new("mcp-http");
+        dir.write(
+            "flow.yaml",
+            format!(
+                "flow: t\nmcp_servers:\n  web:\n    url: {}\n    headers: {{X-Team: blue}}\n    tools: [echo, add]\nagents:\n  add: {{kind: mcp, server: web, tool: add}}\nsteps:\n  first: {{agent: add, input: {{$.a: $.a, $.b: $.b}}, output: {{$.sum: $.structured.sum}}}}\n",
+                url.trim()
+            ),
+        );
+        let out = run(switchyard(dir.path()).args(["run", "flow.yaml", "--input", r#"{"a": 1, "b": 2}"#]));
+        let _ = server.kill();
+        let _ = server.wait();
+        assert_eq!(output(&out)["sum"], 3, "{args:?}");
+    }
 }

@@ -38,19 +38,36 @@ impl Connection {
         Some(self.describe_end())
     }
 
+    /// Waits a moment for a stdio server whose connection closed to be seen exiting, so that
+    /// what is told of its end says how.
+    pub async fn settle(&self) {
+        let Some(p) = &self.process else { return };
+        for _ in 0..50 {
+            if p.exited().is_some() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
     /// How the server's process ended (or that the connection closed), with its stderr.
     pub fn describe_end(&self) -> String {
+        let (how, tail) = self.end_parts();
+        if tail.is_empty() {
+            how
+        } else {
+            format!("{how}; its stderr ended with: {tail}")
+        }
+    }
+
+    /// How the server ended, and the tail of its stderr (secrets redacted; empty over HTTP).
+    pub fn end_parts(&self) -> (String, String) {
         match &self.process {
-            Some(p) => {
-                let how = p.exited().unwrap_or_else(|| "closed the connection".into());
-                let tail = self.secrets.redact(&p.stderr_tail());
-                if tail.is_empty() {
-                    how
-                } else {
-                    format!("{how}; its stderr ended with: {tail}")
-                }
-            }
-            None => "closed the connection".into(),
+            Some(p) => (
+                p.exited().unwrap_or_else(|| "closed the connection".into()),
+                self.secrets.redact(&p.stderr_tail()),
+            ),
+            None => ("closed the connection".into(), String::new()),
         }
     }
 }

@@ -264,17 +264,18 @@ fn progress_extends_the_timeout_and_silence_cancels_the_call() {
     let out = output(&fx.run(r#"{"ms": 1200, "every": 100}"#));
     assert_eq!(out["out"]["content"], json!(["slept 1200 ms"]));
 
+    // The step that times out is followed by a short call: the server is still there to read
+    // the cancellation when its handler runs.
     fx.flow(
         "",
-        &one_call("slow", "    input: {$.ms: $.ms}\n    timeout: 400ms\n"),
+        "agents:\n  slow: {kind: mcp, server: fx, tool: slow}\nsteps:\n  first:\n    agent: slow\n    input: {$.ms: $.ms}\n    timeout: 400ms\n    output: {}\n    next:\n      - {to: then, on: always}\n  then: {agent: slow, input: {$.ms: {value: 300}}, output: {$.error: '=steps.first.error.message'}}\n",
     );
     let started = std::time::Instant::now();
-    let out = fx.run(r#"{"ms": 5000}"#);
-    assert_eq!(out.code(), 1, "{}", out.stderr);
+    let out = output(&fx.run(r#"{"ms": 5000}"#));
+    let error = out["error"].as_str().unwrap_or_default();
     assert!(
-        out.stderr.contains("error[timeout]") && out.stderr.contains("the request was cancelled"),
-        "{}",
-        out.stderr
+        error.contains("MCP tool `fx.slow` timed out after 400ms without an answer or progress; the request was cancelled"),
+        "{out}"
     );
     assert!(
         started.elapsed() < std::time::Duration::from_secs(4),
@@ -393,4 +394,181 @@ fn both_protocol_revisions_over_stdio_and_streamable_http() {
         let _ = server.wait();
         assert_eq!(output(&out)["sum"], 3, "{args:?}");
     }
+}
+
+#[test]
+fn a_batch_of_200_items_starts_one_server_and_leaves_none() {
+    let fx = Fx::new("mcp-batch");
+    fx.flow("", &one_call("echo", "    input: {$.text: $.text}\n"));
+    let lines: String = (0..200)
+        .map(|i| format!("{{\"id\": {i}, \"text\": \"item {i}\"}}\n"))
+        .collect();
+    fx.dir.write("in.jsonl", lines);
+    let out = run(switchyard(fx.dir.path()).args([
+        "batch",
+        "flow.yaml",
+        "--input",
+        "in.jsonl",
+        "--output",
+        "out.jsonl",
+        "--concurrency",
+        "16",
+    ]));
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    let written = std::fs::read_to_string(fx.dir.path().join("out.jsonl")).expect("the output");
+    let lines: Vec<Value> = written
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    assert_eq!(lines.len(), 200);
+    assert_eq!(lines[7]["output"]["out"]["content"], json!(["item 7"]));
+    assert!(lines.iter().all(|l| l["status"] == "succeeded"));
+    assert_eq!(fx.started().len(), 1, "one server for the whole batch");
+    assert_eq!(fx.calls().len(), 200);
+    fx.assert_none_alive();
+}
+
+/// Starts `switchyard` with `args` in the fixture's directory and waits until the server
+/// logged `line`.
+fn start_until(fx: &Fx, args: &[&str], line: &str) -> std::process::Child {
+    let child = switchyard(fx.dir.path())
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("switchyard starts");
+    let deadline = std::time::Instant::now() + HANG;
+    while !fx.calls().iter().any(|l| l == line) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the server never logged {line}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    child
+}
+
+#[test]
+fn a_run_stopped_by_ctrl_c_mid_call_leaves_no_server() {
+    let fx = Fx::new("mcp-sigint");
+    fx.flow(
+        "",
+        "agents:\n  slow: {kind: mcp, server: fx, tool: slow}\nsteps:\n  first: {agent: slow, input: {$.ms: $.ms}, output: {}, next: second}\n  second: {agent: slow, input: {$.ms: $.ms}, output: {}}\n",
+    );
+    let child = start_until(
+        &fx,
+        &["run", "flow.yaml", "--input", r#"{"ms": 800}"#],
+        "call slow",
+    );
+    let (code, stderr) = interrupt(child);
+    assert_eq!(code, Some(130), "{stderr}");
+    assert_eq!(fx.calls(), ["call slow"], "paused before the second step");
+    fx.assert_none_alive();
+}
+
+/// A run killed (SIGKILL) while its step's `slow` call is in flight, then resumed.
+fn killed_mid_call(idempotent: bool) -> (Fx, Output) {
+    let fx = Fx::new("mcp-kill");
+    let extra = if idempotent {
+        "    idempotent: [slow]\n"
+    } else {
+        ""
+    };
+    fx.flow(extra, &one_call("slow", "    input: {$.ms: $.ms}\n"));
+    let store = ["--store", "sqlite:runs.db"];
+    let mut args = vec!["run", "flow.yaml", "--input", r#"{"ms": 1500}"#];
+    args.extend(store);
+    let mut child = start_until(&fx, &args, "call slow");
+    child.kill().expect("SIGKILL");
+    let _ = child.wait();
+    // Its server sees its stdin close and exits.
+    fx.assert_none_alive();
+    let list = run(switchyard(fx.dir.path())
+        .args(["runs", "list", "--json"])
+        .args(store));
+    let id = serde_json::from_str::<Value>(list.stdout.lines().next().expect("one run"))
+        .expect("a JSON line")["id"]
+        .as_str()
+        .expect("an id")
+        .to_string();
+    let out = run(switchyard(fx.dir.path()).args(["resume", &id]).args(store));
+    (fx, out)
+}
+
+#[test]
+fn a_call_cut_by_a_crash_is_in_doubt_unless_its_tool_is_idempotent() {
+    let (fx, out) = killed_mid_call(false);
+    assert_eq!(out.code(), 3, "{}", out.stderr);
+    assert!(out.stderr.contains("interrupted[in_doubt]"), "{}", out.stderr);
+    assert_eq!(fx.calls(), ["call slow"], "not sent again");
+
+    let (fx, out) = killed_mid_call(true);
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    let output: Value = serde_json::from_str(&out.stdout).expect("the output");
+    assert_eq!(output["out"]["content"], json!(["slept 1500 ms"]));
+    assert_eq!(fx.calls(), ["call slow", "call slow"], "sent again");
+}
+
+#[test]
+fn lint_mcp_names_a_server_that_cannot_start_and_tools_it_does_not_list() {
+    let dir = TempDir::new("mcp-lint-live");
+    dir.write(
+        "flow.yaml",
+        "flow: t\nmcp_servers:\n  gone:\n    command: [./no-such-server]\n    tools: [\"*\"]\nagents:\n  call: {kind: mcp, server: gone, tool: x}\nsteps:\n  first: {agent: call, output: {$.x: $}}\n",
+    );
+    let static_only = run(switchyard(dir.path()).args(["lint", "flow.yaml"]));
+    assert_eq!(static_only.code(), 0, "{}", static_only.stderr);
+    let out = run(switchyard(dir.path()).args(["lint", "--mcp", "flow.yaml"]));
+    assert_eq!(out.code(), 1, "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("flow.yaml:3:3: MCP server `gone` could not be started"),
+        "{}",
+        out.stderr
+    );
+
+    let fx = Fx::new("mcp-lint-live");
+    fx.flow("", &one_call("ech", "    input: {}\n"));
+    let out = run(switchyard(fx.dir.path()).args(["lint", "--mcp", "flow.yaml"]));
+    assert_eq!(out.code(), 1, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("flow.yaml:8:") && out.stderr.contains("MCP server `fx` lists no tool `ech`"),
+        "{}",
+        out.stderr
+    );
+    fx.flow("", &one_call("echo", "    input: {}\n"));
+    let out = run(switchyard(fx.dir.path()).args(["lint", "--mcp", "flow.yaml"]));
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    fx.assert_none_alive();
+}
+
+#[test]
+fn mcp_list_prints_tools_schemas_and_annotations() {
+    let fx = Fx::new("mcp-list");
+    fx.flow("", &one_call("echo", "    input: {}\n"));
+    let out = run(switchyard(fx.dir.path()).args(["mcp", "list", "flow.yaml"]));
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    assert!(
+        out.stdout.starts_with("fx (2026-07-28): 13 tools\n"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout
+            .contains("  destructive: Marked destructive.\n    input: {\"type\":\"object\",\"properties\":{}}\n    annotations: {\"readOnlyHint\":false,\"destructiveHint\":true}\n"),
+        "{}",
+        out.stdout
+    );
+    let out = run(switchyard(fx.dir.path()).args(["mcp", "list", "flow.yaml", "--json"]));
+    let listed: Value = serde_json::from_str(&out.stdout).expect("JSON");
+    let add = listed["fx"]["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .find(|t| t["name"] == "add")
+        .expect("add")
+        .clone();
+    assert_eq!(add["output_schema"]["required"], json!(["sum"]));
+    assert_eq!(add["annotations"], json!({"readOnlyHint": true}));
+    fx.assert_none_alive();
 }

@@ -629,3 +629,35 @@ fn mcp_list_prints_tools_schemas_and_annotations() {
     assert_eq!(add["annotations"], json!({"readOnlyHint": true}));
     fx.assert_none_alive();
 }
+
+#[test]
+fn a_plain_step_never_calls_a_tool_that_needs_approval() {
+    for (extra, tool, why) in [
+        ("    approve: [echo]\n", "echo", "`approve:` of MCP server `fx`"),
+        (
+            "    trust: trusted\n",
+            "destructive",
+            "trusted MCP server `fx` marks it destructive",
+        ),
+    ] {
+        let fx = Fx::new("mcp-approval");
+        fx.flow(extra, &one_call(tool, "    input: {}\n"));
+        let out = fx.run("{}");
+        assert_eq!(out.code(), 1, "{}", out.stderr);
+        assert!(
+            out.stderr
+                .contains(&format!("MCP tool `fx.{tool}` needs approval ({why}"))
+                && out.stderr.contains("it was not called"),
+            "{}",
+            out.stderr
+        );
+        assert!(fx.calls().is_empty(), "{:?}", fx.calls());
+    }
+    // Listed in `no_approval:`, a trusted server's destructive tool is called.
+    let fx = Fx::new("mcp-no-approval");
+    fx.flow(
+        "    trust: trusted\n    no_approval: [destructive]\n",
+        &one_call("destructive", "    input: {}\n"),
+    );
+    assert_eq!(output(&fx.run("{}"))["out"]["content"], json!(["destroyed"]));
+}

@@ -54,6 +54,12 @@ pub async fn call(plan: &McpPlan, input: &Value, cx: CallContext<'_>) -> Result<
             server.name
         )));
     }
+    if let Some(why) = needs_approval(server, tools.get(tool)) {
+        return Err(permanent(format!(
+            "MCP tool `{}.{tool}` needs approval ({why}), which a plain `mcp` step does not ask for; it was not called",
+            server.name
+        )));
+    }
     if let Some(Some(schema)) = tools.inputs.get(tool)
         && let Err(v) = schema.check(input)
     {
@@ -84,6 +90,23 @@ pub async fn call(plan: &McpPlan, input: &Value, cx: CallContext<'_>) -> Result<
     let mut value = shape(server, tool, result, output.as_deref())?;
     connection.secrets.redact_value(&mut value);
     Ok(value)
+}
+
+/// Why a call of `info` on `server` waits for a human (SPEC §6.4): the tool is in `approve:`,
+/// or the server is trusted, marks it destructive and `no_approval:` does not list it.
+pub fn needs_approval(server: &McpServerPlan, info: Option<&ToolInfo>) -> Option<String> {
+    let tool = info?.name.as_str();
+    if server.approve.iter().any(|t| t == tool || t == "*") {
+        return Some(format!("`approve:` of MCP server `{}`", server.name));
+    }
+    let destructive = info.is_some_and(|i| i.annotations.destructive == Some(true));
+    if server.trusted && destructive && !server.no_approval.iter().any(|t| t == tool || t == "*") {
+        return Some(format!(
+            "trusted MCP server `{}` marks it destructive and `no_approval:` does not list it",
+            server.name
+        ));
+    }
+    None
 }
 
 /// The result of a call as a step sees it. `is_error` fails the step with the text of its

@@ -661,3 +661,85 @@ fn a_plain_step_never_calls_a_tool_that_needs_approval() {
     );
     assert_eq!(output(&fx.run("{}"))["out"]["content"], json!(["destroyed"]));
 }
+
+#[test]
+fn a_server_that_keeps_dying_is_given_up_after_three_restarts() {
+    let fx = Fx::new("mcp-give-up");
+    let mut rest = "agents:\n  crash: {kind: mcp, server: fx, tool: crash}\nsteps:\n".to_string();
+    for i in 1..=5 {
+        let next = if i < 5 {
+            format!("\n    next:\n      - {{to: c{}, on: always}}", i + 1)
+        } else {
+            String::new()
+        };
+        rest.push_str(&format!(
+            "  c{i}:\n    agent: crash\n    input: {{}}\n    output: {{}}{next}\n"
+        ));
+    }
+    fx.flow("", &rest);
+    let out = fx.run("{}");
+    assert_eq!(out.code(), 1, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("step `c5`")
+            && out
+                .stderr
+                .contains("MCP server `fx` died 4 times and is not started again (last: exited with code 3"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(fx.started().len(), 4, "started, then 3 restarts");
+    assert_eq!(fx.calls().len(), 4);
+    fx.assert_none_alive();
+}
+
+#[test]
+fn allow_and_agent_changes_know_the_kind_mcp() {
+    let fx = Fx::new("mcp-allow");
+    fx.dir.write(
+        "flow.yaml",
+        format!(
+            "flow: t\nallow: [transform]\n{}{}",
+            fx.server("", ""),
+            one_call("echo", "    input: {$.text: $.text}\n")
+        ),
+    );
+    let out = fx.run(r#"{"text": "x"}"#);
+    assert_eq!(out.code(), 2, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("SY501") && out.stderr.contains("`mcp`"),
+        "{}",
+        out.stderr
+    );
+
+    fx.flow("", &one_call("echo", "    input: {$.text: $.text}\n"));
+    let out = run(switchyard(fx.dir.path()).args([
+        "run",
+        "flow.yaml",
+        "--input",
+        r#"{"text": "x"}"#,
+        "--allow",
+        "transform",
+    ]));
+    assert_eq!(out.code(), 1, "{}", out.stderr);
+    assert!(out.stderr.contains("error[capability]"), "{}", out.stderr);
+
+    fx.dir.write(
+        "change.yaml",
+        "- scope: global\n  mode: remove\n  agents: [call]\n",
+    );
+    let out = run(switchyard(fx.dir.path()).args([
+        "run",
+        "flow.yaml",
+        "--input",
+        r#"{"text": "x"}"#,
+        "--agent-change",
+        "change.yaml",
+    ]));
+    assert_eq!(out.code(), 1, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("error[capability]") && out.stderr.contains("removed by an agent change"),
+        "{}",
+        out.stderr
+    );
+    assert!(fx.calls().is_empty(), "{:?}", fx.calls());
+}

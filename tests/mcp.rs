@@ -743,3 +743,35 @@ fn allow_and_agent_changes_know_the_kind_mcp() {
     );
     assert!(fx.calls().is_empty(), "{:?}", fx.calls());
 }
+
+#[test]
+fn an_imported_server_runs_its_command_from_its_own_files_directory() {
+    let fx = Fx::new("mcp-import");
+    let lib = fx.dir.path().join("lib");
+    std::fs::create_dir_all(&lib).expect("lib/");
+    std::os::unix::fs::symlink(mcp_fixture(), lib.join("fx")).expect("a link to the fixture");
+    fx.dir.write(
+        "lib/servers.yaml",
+        format!(
+            "mcp_servers:\n  fx:\n    command: [./fx]\n    env: {{MCP_FIXTURE_LOG: \"{}\"}}\n    tools: [echo]\n",
+            fx.log.display()
+        ),
+    );
+    fx.dir.write(
+        "flows/flow.yaml",
+        format!(
+            "flow: t\nimports: [../lib/servers.yaml]\n{}",
+            one_call("echo", "    input: {$.text: $.text}\n")
+        ),
+    );
+    let out = run(switchyard(fx.dir.path()).args([
+        "run",
+        "flows/flow.yaml",
+        "--input",
+        r#"{"text": "x"}"#,
+        "--root",
+        ".",
+    ]));
+    assert_eq!(output(&out)["out"]["content"], json!(["x"]));
+    assert_eq!(fx.calls(), ["call echo"]);
+}

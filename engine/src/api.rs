@@ -122,6 +122,28 @@ impl Flow {
         &self.plan.root().name
     }
 
+    /// The root flow's `description:`.
+    pub fn description(&self) -> Option<&str> {
+        self.top()?.description.as_deref()
+    }
+
+    /// Where the root flow's `flow:` name is written: `FILE:LINE:COLUMN`.
+    pub fn name_location(&self) -> String {
+        match self.top() {
+            Some(f) => {
+                let file = self.project.sources.get(f.name.span.file);
+                let (line, column) = file.line_col(f.name.span.start as usize);
+                format!("{}:{line}:{column}", file.name)
+            }
+            None => self.name().to_string(),
+        }
+    }
+
+    /// The root flow as written: the project's first file.
+    fn top(&self) -> Option<&crate::model::Flow> {
+        self.project.flows.first()?.flow.as_ref()
+    }
+
     /// What lint warned of (a flow with errors does not load).
     pub fn warnings(&self) -> &[Diagnostic] {
         &self.warnings

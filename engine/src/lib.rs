@@ -34,6 +34,7 @@ mod record;
 mod report;
 mod runtime;
 mod schema;
+mod serve;
 mod source;
 mod store;
 mod syntax;
@@ -107,6 +108,9 @@ pub mod __private {
     }
     pub mod schema {
         pub use crate::schema::*;
+    }
+    pub mod serve {
+        pub use crate::serve::*;
     }
     pub mod source {
         pub use crate::source::*;

@@ -8,6 +8,7 @@ mod common;
 mod explain;
 mod graph;
 mod lint;
+mod mcp_serve;
 mod report;
 mod resume;
 mod run;
@@ -100,6 +101,20 @@ pub enum Command {
     /// Write a batch's report: one self-contained HTML page of its items (counts, cost, the
     /// slowest and the failed ones by error kind), each linked to its run's page.
     Report(report::Args),
+    /// The Model Context Protocol: serve flows as the tools of MCP clients.
+    Mcp(McpArgs),
+}
+
+#[derive(clap::Args, Debug)]
+pub struct McpArgs {
+    #[command(subcommand)]
+    pub command: McpCommand,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum McpCommand {
+    /// Serve flows as MCP tools, over stdio or Streamable HTTP: each call runs its flow.
+    Serve(mcp_serve::Args),
 }
 
 /// Parses the command line and runs the command.
@@ -174,6 +189,9 @@ pub fn main() -> ExitCode {
         Command::Runs(a) => runs::run(a),
         Command::Resume(a) => resume::resume(a),
         Command::Report(a) => report::run(a),
+        Command::Mcp(a) => match a.command {
+            McpCommand::Serve(a) => mcp_serve::run(a),
+        },
     };
     if let Some(e) = exporter {
         let (exported, dropped, why) = e.finish(std::time::Duration::from_secs(5));

@@ -84,6 +84,7 @@ mod llm;
 mod llm_cost;
 mod llm_servers;
 mod logs;
+mod mcp_serve;
 mod memory_store;
 mod mock_server;
 mod money;

@@ -49,6 +49,10 @@
 //! - [`transcripts`]: agent loops seen wherever they run: transcripts of iterations, branches
 //!   and child runs, the run page's timeline order and a waiting run's question, a batch page's
 //!   flow and start.
+//! - [`mcp_serve`]: `mcp serve` driven by the official MCP Python SDK over stdio and HTTP, in
+//!   both protocol revisions: tools and schemas, results, errors, a run that stops for a
+//!   human and the run tools, progress, cancellation, the token and Origin checks, origin `mcp`;
+//! - [`mcp_conformance`]: the official MCP conformance suite against `mcp serve --http`;
 //! - [`layers`]: `engine/src`'s modules use only the layers below their own, and no files
 //!   import each other;
 //! - [`library`]: the crate root as an application uses it: `examples/approve.rs` run to its
@@ -84,6 +88,7 @@ mod llm;
 mod llm_cost;
 mod llm_servers;
 mod logs;
+mod mcp_conformance;
 mod mcp_serve;
 mod memory_store;
 mod mock_server;

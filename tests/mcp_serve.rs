@@ -14,9 +14,10 @@ use serde_json::{Value, json};
 use crate::support::{BIN, TempDir, run, run_with_limit, switchyard};
 
 /// The pinned SDK, as `.ci/run` installs it.
-const INSTALL: &str = "python3 -m venv target/test-tools/py && target/test-tools/py/bin/pip install mcp==2.3.0";
+const INSTALL: &str =
+    "python3 -m venv target/test-tools/py && target/test-tools/py/bin/pip install mcp==2.3.0";
 
-fn fixture(name: &str) -> String {
+pub(crate) fn fixture(name: &str) -> String {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/mcp")
         .join(name)
@@ -53,7 +54,13 @@ fn client(dir: &TempDir, transport: &[&str], version: &str, ops: Value) -> Vec<V
         .env("NO_COLOR", "1")
         .stdin(Stdio::null());
     let out = run_with_limit(&mut cmd, Duration::from_secs(90));
-    assert_eq!(out.code(), 0, "the client failed:\n{}\n{}", out.stdout, out.stderr);
+    assert_eq!(
+        out.code(),
+        0,
+        "the client failed:\n{}\n{}",
+        out.stdout,
+        out.stderr
+    );
     let mut lines: Vec<Value> = out
         .stdout
         .lines()
@@ -90,10 +97,18 @@ fn stdio_serves_each_flow_as_a_tool_with_its_schemas_and_runs_it() {
     for (stateless, version) in [(false, "2025-11-25"), (true, "2026-07-28")] {
         let lines = client(&dir, &stdio(&[&greet, &broken], stateless), version, ops.clone());
         let tools = lines[0]["tools"].as_array().expect("tools");
-        let names: Vec<&str> = tools.iter().map(|t| t["name"].as_str().expect("a name")).collect();
+        let names: Vec<&str> = tools
+            .iter()
+            .map(|t| t["name"].as_str().expect("a name"))
+            .collect();
         assert_eq!(
             names,
-            ["greet", "broken", "switchyard_run_status", "switchyard_run_resume"]
+            [
+                "greet",
+                "broken",
+                "switchyard_run_status",
+                "switchyard_run_resume"
+            ]
         );
         assert_eq!(tools[0]["description"], "Greets a person by name.");
         assert_eq!(
@@ -152,7 +167,10 @@ fn a_run_that_stops_for_a_human_is_answered_by_the_run_tools() {
     );
     let stopped = &lines[0];
     assert_eq!(stopped["is_error"], false, "not an error: {stopped}");
-    let id = stopped["structured"]["run_id"].as_str().expect("a run id").to_string();
+    let id = stopped["structured"]["run_id"]
+        .as_str()
+        .expect("a run id")
+        .to_string();
     assert_eq!(stopped["structured"]["status"], "interrupted");
     let waiting = &stopped["structured"]["waiting_for"];
     assert_eq!(waiting["kind"], "interrupt", "{waiting}");
@@ -233,7 +251,9 @@ fn progress_notifications_name_each_finished_step() {
 }
 
 /// `mcp serve --http 127.0.0.1:0 ARGS...`, started: the process and its URL (told on stderr).
-fn serve_http(dir: &TempDir, args: &[&str]) -> (Child, String) {
+/// The caller stops it ([`stop`]).
+#[allow(clippy::zombie_processes)]
+pub(crate) fn serve_http(dir: &TempDir, args: &[&str]) -> (Child, String) {
     let mut child = switchyard(dir.path())
         .args(["mcp", "serve", "--http", "127.0.0.1:0"])
         .args(args)
@@ -246,8 +266,12 @@ fn serve_http(dir: &TempDir, args: &[&str]) -> (Child, String) {
     let mut line = String::new();
     loop {
         line.clear();
-        let n = stderr.read_line(&mut line).expect("stderr reads");
-        assert!(n > 0 && Instant::now() < deadline, "mcp serve said no URL; it said: {line}");
+        let n = stderr.read_line(&mut line).unwrap_or(0);
+        if n == 0 || Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("mcp serve said no URL; it said: {line}");
+        }
         if let Some(at) = line.find("http://") {
             let url = line[at..].split_whitespace().next().expect("a URL").to_string();
             // Keep draining stderr so the server never blocks on it.
@@ -282,10 +306,12 @@ fn post_status(url: &str, headers: &[(&str, &str)]) -> u16 {
     let mut head = [0u8; 12];
     stream.read_exact(&mut head).expect("a status line");
     let line = String::from_utf8_lossy(&head).to_string();
-    line[9..12].parse().unwrap_or_else(|_| panic!("a status code: {line}"))
+    line[9..12]
+        .parse()
+        .unwrap_or_else(|_| panic!("a status code: {line}"))
 }
 
-fn stop(mut child: Child) -> Option<i32> {
+pub(crate) fn stop(mut child: Child) -> Option<i32> {
     // SAFETY: signalling a child this test started.
     unsafe {
         libc::kill(child.id() as i32, libc::SIGTERM);
@@ -324,14 +350,24 @@ fn http_needs_the_token_and_refuses_other_origins() {
     let bearer = ("Authorization", "Bearer s3cret-token");
     assert_eq!(post_status(&url, &[]), 401, "no token");
     assert_eq!(post_status(&url, &[("Authorization", "Bearer wrong")]), 401);
-    assert_eq!(post_status(&url, &[bearer]), 200, "the token, whitespace around it ignored");
+    assert_eq!(
+        post_status(&url, &[bearer]),
+        200,
+        "the token, whitespace around it ignored"
+    );
     assert_eq!(
         post_status(&url, &[bearer, ("Origin", "https://evil.example")]),
         403,
         "another origin"
     );
-    assert_eq!(post_status(&url, &[bearer, ("Origin", "http://localhost:5173")]), 200);
-    assert_eq!(post_status(&url, &[bearer, ("Origin", "https://app.example.com")]), 200);
+    assert_eq!(
+        post_status(&url, &[bearer, ("Origin", "http://localhost:5173")]),
+        200
+    );
+    assert_eq!(
+        post_status(&url, &[bearer, ("Origin", "https://app.example.com")]),
+        200
+    );
 
     let ops = json!([
         {"op": "list"},
@@ -345,7 +381,12 @@ fn http_needs_the_token_and_refuses_other_origins() {
             transport.push("--discover");
         }
         let lines = client(&dir, &transport, version, ops.clone());
-        assert_eq!(lines[0]["tools"].as_array().map(Vec::len), Some(4), "{}", lines[0]);
+        assert_eq!(
+            lines[0]["tools"].as_array().map(Vec::len),
+            Some(4),
+            "{}",
+            lines[0]
+        );
         assert_eq!(lines[1]["structured"]["greeting"], "Hello, Ada!", "{}", lines[1]);
         assert_eq!(lines[2]["structured"]["status"], "interrupted", "{}", lines[2]);
         assert_eq!(
@@ -370,10 +411,7 @@ fn http_needs_the_token_and_refuses_other_origins() {
 fn what_cannot_be_served_is_refused_at_start() {
     let dir = TempDir::new("mcp-refused");
     let greet = fixture("greet.yaml");
-    dir.write(
-        "bad.yaml",
-        "flow: bad\nsteps:\n  a: {agent: nowhere}\n",
-    );
+    dir.write("bad.yaml", "flow: bad\nsteps:\n  a: {agent: nowhere}\n");
     let out = run(switchyard(dir.path()).args(["mcp", "serve", &greet, "bad.yaml"]));
     assert_eq!(out.code(), 2, "{out:?}");
     assert!(out.stderr.contains("bad.yaml:3:"), "names where: {}", out.stderr);
@@ -435,7 +473,10 @@ fn a_cancelled_call_cancels_its_run() {
     let mut line = String::new();
     stdout.read_line(&mut line).expect("an answer");
     assert!(line.contains("\"id\":1"), "{line}");
-    send(&mut stdin, json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    send(
+        &mut stdin,
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    );
     send(
         &mut stdin,
         json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "slow", "arguments": {}}}),
@@ -447,7 +488,10 @@ fn a_cancelled_call_cancels_its_run() {
         if let Some(l) = out.stdout.lines().next() {
             break serde_json::from_str::<Value>(l).expect("JSON");
         }
-        assert!(started.elapsed() < Duration::from_secs(20), "no run started: {out:?}");
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "no run started: {out:?}"
+        );
         std::thread::sleep(Duration::from_millis(50));
     };
     assert_eq!(running["status"], "running", "{running}");
@@ -457,7 +501,8 @@ fn a_cancelled_call_cancels_its_run() {
     );
     let id = running["id"].as_str().expect("an id").to_string();
     let ended = loop {
-        let out = run(switchyard(dir.path()).args(["runs", "show", &id, "--json", "--store", "sqlite:runs.db"]));
+        let out =
+            run(switchyard(dir.path()).args(["runs", "show", &id, "--json", "--store", "sqlite:runs.db"]));
         let v: Value = serde_json::from_str(&out.stdout).unwrap_or(Value::Null);
         if v["run"]["status"] != "running" && !v.is_null() {
             break v;
@@ -470,11 +515,17 @@ fn a_cancelled_call_cancels_its_run() {
         std::thread::sleep(Duration::from_millis(50));
     };
     assert_eq!(ended["run"]["status"], "cancelled", "{ended}");
-    assert!(started.elapsed() < Duration::from_secs(25), "before its 30 s step finished");
+    assert!(
+        started.elapsed() < Duration::from_secs(25),
+        "before its 30 s step finished"
+    );
     drop(stdin);
     let deadline = Instant::now() + Duration::from_secs(20);
     while child.try_wait().expect("waits").is_none() {
-        assert!(Instant::now() < deadline, "mcp serve did not end when stdin closed");
+        assert!(
+            Instant::now() < deadline,
+            "mcp serve did not end when stdin closed"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }

@@ -14,7 +14,8 @@ use crate::runtime::engine::RunOptions;
 use crate::serve::mcp::{Server, http};
 
 #[derive(clap::Args, Debug)]
-#[command(after_help = "Each flow is a tool named after its `flow:` name, with its `description`, its \
+#[command(
+    after_help = "Each flow is a tool named after its `flow:` name, with its `description`, its \
 `input.schema` as the tool's inputSchema and its `output.schema` as its outputSchema. A call runs the flow on \
 the store and answers with its output (structuredContent and the same JSON as text), or isError with the \
 error's kind and message. A run that stops for a human answers {run_id, status: \"interrupted\", waiting_for}; \
@@ -24,7 +25,8 @@ Over HTTP the endpoint is /mcp (the 2025-11-25 handshake and the stateless 2026-
 whose Origin is not a loopback one (nor --allow-origin) is refused with 403; with --token-file, one without \
 `Authorization: Bearer <token>` with 401. The address is loopback unless --bind.\n\n\
 Exit status: 0 when the client closed the session (stdio) or the server was stopped (Ctrl-C, SIGTERM), 1 when \
-serving failed, 2 a broken flow or usage.")]
+serving failed, 2 a broken flow or usage."
+)]
 pub struct Args {
     /// The flow files to serve, one tool each.
     #[arg(required = true, value_name = "FLOW")]
@@ -88,7 +90,9 @@ pub fn run(args: Args) -> u8 {
         Some(path) => match std::fs::read_to_string(path) {
             Ok(t) if !t.trim().is_empty() => Some(t.trim().to_string()),
             Ok(_) => return super::common::fail(format!("--token-file `{}` holds no token", path.display())),
-            Err(e) => return super::common::fail(format!("cannot read --token-file `{}`: {e}", path.display())),
+            Err(e) => {
+                return super::common::fail(format!("cannot read --token-file `{}`: {e}", path.display()));
+            }
         },
     };
     if let Some(addr) = &args.http
@@ -219,7 +223,12 @@ fn run_options(args: &Args) -> Result<RunOptions, String> {
         options = options.allow(kinds);
     }
     if let Some(hosts) = &args.allow_hosts {
-        options = options.allow_hosts(hosts.iter().map(|h| h.trim().to_string()).filter(|h| !h.is_empty()));
+        options = options.allow_hosts(
+            hosts
+                .iter()
+                .map(|h| h.trim().to_string())
+                .filter(|h| !h.is_empty()),
+        );
     }
     Ok(options)
 }

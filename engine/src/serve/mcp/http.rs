@@ -111,9 +111,7 @@ fn origin_allowed(origin: &str, allowed: &[String]) -> bool {
         None => rest.split(':').next().unwrap_or(""),
     };
     host.eq_ignore_ascii_case("localhost")
-        || host
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback())
+        || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 #[cfg(test)]

@@ -207,7 +207,10 @@ impl Server {
             STATUS_TOOL => Ok(self.status(&arguments).await),
             RESUME_TOOL => Ok(self.resume(&arguments, progress, cancel).await),
             _ => {
-                let flow = self.flows.get(name).ok_or_else(|| UnknownTool(name.to_string()))?;
+                let flow = self
+                    .flows
+                    .get(name)
+                    .ok_or_else(|| UnknownTool(name.to_string()))?;
                 Ok(self.run(flow, Value::Object(arguments), progress, cancel).await)
             }
         }
@@ -225,7 +228,13 @@ impl Server {
         }
     }
 
-    async fn run(&self, flow: &Flow, input: Value, progress: Option<&dyn Progress>, cancel: CancellationToken) -> Answer {
+    async fn run(
+        &self,
+        flow: &Flow,
+        input: Value,
+        progress: Option<&dyn Progress>,
+        cancel: CancellationToken,
+    ) -> Answer {
         let sy = self.switchyard();
         let events = progress.map(|_| sy.events());
         let run = sy.run_with(flow, input, self.config(cancel));
@@ -236,7 +245,10 @@ impl Server {
     }
 
     /// The root run `arguments.run_id` names, if it is a run of a flow served here.
-    async fn served_run(&self, arguments: &Map<String, Value>) -> Result<(crate::record::RunRecord, &Flow), Answer> {
+    async fn served_run(
+        &self,
+        arguments: &Map<String, Value>,
+    ) -> Result<(crate::record::RunRecord, &Flow), Answer> {
         let Some(id) = arguments.get("run_id").and_then(Value::as_str) else {
             return Err(Answer::refused("`run_id` is required: the run's id, as a string"));
         };
@@ -272,7 +284,12 @@ impl Server {
             RunStatus::Interrupted => {
                 match crate::runtime::resume::waiting_at(&*self.store, &record.id).await {
                     Ok(w) => v["waiting_for"] = w.map_or(Value::Null, |w| waiting_json(&w.waiting_for())),
-                    Err(e) => return Answer::refused(format!("could not read what run `{}` waits for: {e}", record.id)),
+                    Err(e) => {
+                        return Answer::refused(format!(
+                            "could not read what run `{}` waits for: {e}",
+                            record.id
+                        ));
+                    }
                 }
                 if let Some(e) = &record.error {
                     v["error"] = error_json(e);

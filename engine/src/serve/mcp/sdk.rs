@@ -90,7 +90,11 @@ impl Progress for Notifier {
 }
 
 fn tool(def: ToolDef) -> Tool {
-    let mut t = Tool::new(def.name, def.description.unwrap_or_default(), Arc::new(def.input_schema));
+    let mut t = Tool::new(
+        def.name,
+        def.description.unwrap_or_default(),
+        Arc::new(def.input_schema),
+    );
     if let Some(out) = def.output_schema {
         t = t.with_raw_output_schema(Arc::new(out));
     }
@@ -123,7 +127,11 @@ pub async fn serve_stdio(server: Arc<Server>) -> Result<(), String> {
 
 /// The Streamable HTTP service mounted at `/mcp`. `hosts`: the `Host` values accepted
 /// (`None`: any, for a non-loopback bind). Stopped with `shutdown`.
-pub(super) fn http_router(server: Arc<Server>, hosts: Option<Vec<String>>, shutdown: CancellationToken) -> axum::Router {
+pub(super) fn http_router(
+    server: Arc<Server>,
+    hosts: Option<Vec<String>>,
+    shutdown: CancellationToken,
+) -> axum::Router {
     let mut config = StreamableHttpServerConfig::default().with_cancellation_token(shutdown);
     config = match hosts {
         Some(h) => config.with_allowed_hosts(h),

@@ -229,7 +229,9 @@ pub(crate) fn decode_run(row: &AnyRow) -> Result<RunRecord, String> {
         agent_changes: opt_json(row, "agent_changes")?,
         origin: match get::<Option<String>>(row, "origin")? {
             None => None,
-            Some(o) => Some(crate::record::Origin::parse(&o).ok_or_else(|| format!("unknown run origin `{o}`"))?),
+            Some(o) => {
+                Some(crate::record::Origin::parse(&o).ok_or_else(|| format!("unknown run origin `{o}`"))?)
+            }
         },
     })
 }

@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use crate::agent_loop_durable::approval_flow;
+use crate::mock_server::{Llm, Reply};
 use crate::support::{BIN, TempDir, run, run_with_limit, switchyard};
 
 /// The pinned SDK, as `.ci/run` installs it.
@@ -528,4 +530,52 @@ fn a_cancelled_call_cancels_its_run() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+#[test]
+fn an_agent_loops_approval_is_answered_by_the_run_tools() {
+    let llm = Llm::start();
+    llm.script([
+        Reply::calls(1, &[("refund", r#"{"amount": 100}"#)]),
+        Reply::Answer("Refunded 100.".into()),
+    ]);
+    let dir = TempDir::new("mcp-approval");
+    let paid = dir.path().join("paid");
+    dir.write("refunds.yaml", approval_flow(&llm.base_url(), &paid));
+    let ops = json!([
+        {"op": "call", "name": "refunds", "args": {"text": "refund my order"}},
+        {"op": "call", "name": "switchyard_run_resume", "args": {"run_id": "$run_id", "decision": {"approve": "maybe"}}},
+        {"op": "call", "name": "switchyard_run_resume", "args": {"run_id": "$run_id", "decision": {"approve": true}}},
+    ]);
+    let lines = client(
+        &dir,
+        &stdio(&["--store", "sqlite:runs.db", "refunds.yaml"], false),
+        "2025-11-25",
+        ops,
+    );
+    let stopped = &lines[0]["structured"];
+    assert_eq!(stopped["status"], "interrupted", "{stopped}");
+    let waiting = &stopped["waiting_for"];
+    assert_eq!(waiting["kind"], "approval", "{waiting}");
+    assert_eq!(waiting["agent"], "agent");
+    assert_eq!(waiting["number"], "1.t1.approval");
+    assert_eq!(
+        waiting["calls"],
+        json!([{"id": "call_1_1", "tool": "refund", "arguments": {"amount": 100}}])
+    );
+    assert_eq!(lines[1]["is_error"], true, "{}", lines[1]);
+    assert!(
+        lines[1]["text"][0]
+            .as_str()
+            .expect("text")
+            .contains("each decision is"),
+        "{}",
+        lines[1]
+    );
+    let done = &lines[2];
+    assert_eq!(done["is_error"], false, "{done}");
+    assert_eq!(done["structured"]["reply"]["text"], "Refunded 100.", "{done}");
+    // Paid once, by the approved call: the refused decision ran nothing.
+    let paid = std::fs::read_to_string(&paid).expect("the approved call ran");
+    assert_eq!(paid.trim(), r#"{"amount":100}"#);
 }

@@ -579,3 +579,79 @@ fn an_agent_loops_approval_is_answered_by_the_run_tools() {
     let paid = std::fs::read_to_string(&paid).expect("the approved call ran");
     assert_eq!(paid.trim(), r#"{"amount":100}"#);
 }
+
+/// A `tools/call` of the stateless revision, posted whole: the response's body.
+fn stateless_call(url: &str, token: &str, tool: &str) -> String {
+    let rest = url.strip_prefix("http://").expect("an http URL");
+    let (authority, path) = rest.split_at(rest.find('/').expect("a path"));
+    let body = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
+    "name": tool, "arguments": {},
+    "_meta": {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities": {},
+    }}})
+    .to_string();
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nHost: {authority}\r\nContent-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\n\
+         Mcp-Method: tools/call\r\nMcp-Name: {tool}\r\nAuthorization: Bearer {token}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let mut stream = std::net::TcpStream::connect(authority).expect("connects");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("a timeout");
+    stream.write_all(request.as_bytes()).expect("writes");
+    let mut response = String::new();
+    let _ = stream.read_to_string(&mut response);
+    response
+}
+
+#[test]
+fn stopping_the_http_server_leaves_the_runs_in_flight_to_resume() {
+    let dir = TempDir::new("mcp-stop");
+    dir.write("token", "t0k");
+    dir.write(
+        "slow.yaml",
+        "flow: slow\nagents:\n  wait: {kind: mock, latency: 1500ms, returns: {ok: true}}\n\
+         steps:\n  first: {agent: wait, output: {$.first: $.ok}, next: second}\n  \
+         second: {agent: wait, output: {$.second: $.ok}}\n",
+    );
+    let (server, url) = serve_http(
+        &dir,
+        &["--token-file", "token", "--store", "sqlite:runs.db", "slow.yaml"],
+    );
+    let call = std::thread::spawn(move || stateless_call(&url, "t0k", "slow"));
+    let started = Instant::now();
+    let id = loop {
+        let out = run(switchyard(dir.path()).args(["runs", "list", "--json", "--store", "sqlite:runs.db"]));
+        if let Some(l) = out.stdout.lines().next() {
+            break serde_json::from_str::<Value>(l).expect("JSON")["id"]
+                .as_str()
+                .expect("an id")
+                .to_string();
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "no run started: {out:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(stop(server), Some(0), "SIGTERM stops it once the run paused");
+    let answer = call.join().expect("the call's thread");
+    assert!(
+        answer.contains("switchyard_run_resume continues it") && answer.contains("\"isError\":true"),
+        "the call is told: {answer}"
+    );
+    let show = run(switchyard(dir.path()).args(["runs", "show", &id, "--json", "--store", "sqlite:runs.db"]));
+    let shown: Value = serde_json::from_str(&show.stdout).expect("JSON");
+    assert_eq!(
+        shown["run"]["status"], "running",
+        "paused, not cancelled: {shown}"
+    );
+    let out = run(switchyard(dir.path()).args(["resume", &id, "--store", "sqlite:runs.db"]));
+    assert_eq!(out.code(), 0, "{out:?}");
+    let output: Value = serde_json::from_str(&out.stdout).expect("the output");
+    assert_eq!(output, json!({"first": true, "second": true}));
+}

@@ -24,8 +24,10 @@ origin `mcp`.\n\n\
 Over HTTP the endpoint is /mcp (the 2025-11-25 handshake and the stateless 2026-07-28 revision). A request \
 whose Origin is not a loopback one (nor --allow-origin) is refused with 403; with --token-file, one without \
 `Authorization: Bearer <token>` with 401. The address is loopback unless --bind.\n\n\
+Over HTTP, Ctrl-C or SIGTERM stops the server: the runs in flight stop at their next recorded point, \
+stay `running` and answer their calls that switchyard_run_resume continues them; a second Ctrl-C quits at once.\n\n\
 Exit status: 0 when the client closed the session (stdio) or the server was stopped (Ctrl-C, SIGTERM), 1 when \
-serving failed, 2 a broken flow or usage."
+serving failed, 2 a broken flow or usage, 130 quit by a second Ctrl-C."
 )]
 pub struct Args {
     /// The flow files to serve, one tool each.
@@ -178,20 +180,28 @@ async fn serve_http(server: Arc<Server>, addr: SocketAddr, options: http::HttpOp
         serde_json::json!({"url": format!("http://{local}/mcp")}),
     );
     let shutdown = tokio_util::sync::CancellationToken::new();
-    let stop = shutdown.clone();
+    let (stop, stopping) = (shutdown.clone(), server.clone());
     tokio::spawn(async move {
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-        let terminated = async {
-            match term.as_mut() {
-                Some(t) => {
-                    t.recv().await;
-                }
-                None => std::future::pending().await,
-            }
-        };
+        signalled(&mut term).await;
+        stderr::say(
+            Level::Warn,
+            "mcp_stopping",
+            "stopping: the runs in flight stop at their next recorded point (Ctrl-C again to quit now)",
+            serde_json::Value::Null,
+        );
+        stopping.stop_runs();
         tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            () = terminated => {}
+            () = stopping.drained() => {}
+            () = signalled(&mut term) => {
+                stderr::say(
+                    Level::Warn,
+                    "quit",
+                    "quit: runs still in flight are left `running`: `switchyard resume RUN_ID` continues them",
+                    serde_json::Value::Null,
+                );
+                std::process::exit(130);
+            }
         }
         stop.cancel();
     });
@@ -203,6 +213,22 @@ async fn serve_http(server: Arc<Server>, addr: SocketAddr, options: http::HttpOp
             stderr::error(format!("serving on {local} failed: {e}"));
             super::exit::FAILED
         }
+    }
+}
+
+/// Ctrl-C or SIGTERM.
+async fn signalled(term: &mut Option<tokio::signal::unix::Signal>) {
+    let terminated = async {
+        match term.as_mut() {
+            Some(t) => {
+                t.recv().await;
+            }
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = terminated => {}
     }
 }
 

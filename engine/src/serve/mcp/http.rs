@@ -27,7 +27,12 @@ pub struct HttpOptions {
     pub any_host: bool,
 }
 
-/// Serves `server` on `listener` until `shutdown` is cancelled.
+/// How long answers already made have to reach their clients once the server stops, before
+/// the sessions still open (a client's standing event stream) are closed.
+const ANSWERS_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Serves `server` on `listener` until `shutdown` is cancelled: then no connection is taken,
+/// the answers under way are written, and the sessions left are closed.
 pub async fn serve(
     server: Arc<Server>,
     listener: tokio::net::TcpListener,
@@ -35,11 +40,21 @@ pub async fn serve(
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
     let hosts = (!options.any_host).then(|| vec!["localhost".into(), "127.0.0.1".into(), "::1".into()]);
-    let router = super::sdk::http_router(server, hosts, shutdown.clone())
+    let sessions = CancellationToken::new();
+    let router = super::sdk::http_router(server, hosts, sessions.clone())
         .layer(from_fn_with_state(Arc::new(options), guard));
-    axum::serve(listener, router)
+    let closing = sessions.clone();
+    let stopped = shutdown.clone();
+    tokio::spawn(async move {
+        stopped.cancelled().await;
+        tokio::time::sleep(ANSWERS_GRACE).await;
+        closing.cancel();
+    });
+    let served = axum::serve(listener, router)
         .with_graceful_shutdown(shutdown.cancelled_owned())
-        .await
+        .await;
+    sessions.cancel();
+    served
 }
 
 /// Whether an address is a loopback one (what `--http` may name without `--bind`).

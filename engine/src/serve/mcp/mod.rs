@@ -89,6 +89,11 @@ pub struct Server {
     flows: IndexMap<String, Flow>,
     store: Arc<AnyStore>,
     options: RunOptions,
+    /// Cancelled when the server stops: the runs in flight pause at their next recorded point.
+    stopping: CancellationToken,
+    /// Calls in flight, and a wake-up for [`Server::drained`] as each ends.
+    in_flight: std::sync::atomic::AtomicUsize,
+    ended: tokio::sync::Notify,
 }
 
 impl Server {
@@ -138,7 +143,28 @@ impl Server {
             flows: by_name,
             store,
             options,
+            stopping: CancellationToken::new(),
+            in_flight: Default::default(),
+            ended: tokio::sync::Notify::new(),
         })
+    }
+
+    /// Stops the runs in flight at their next recorded point (the steps running finish and
+    /// are recorded): they stay `running` in the store, and their calls answer that
+    /// `switchyard_run_resume` continues them. Calls made after this are refused.
+    pub fn stop_runs(&self) {
+        self.stopping.cancel();
+    }
+
+    /// Waits until no call is in flight.
+    pub async fn drained(&self) {
+        loop {
+            let ended = self.ended.notified();
+            if self.in_flight.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+                return;
+            }
+            ended.await;
+        }
     }
 
     /// The served flows.
@@ -203,17 +229,26 @@ impl Server {
         cancel: CancellationToken,
     ) -> Result<Answer, UnknownTool> {
         let arguments = arguments.unwrap_or_default();
-        match name {
-            STATUS_TOOL => Ok(self.status(&arguments).await),
-            RESUME_TOOL => Ok(self.resume(&arguments, progress, cancel).await),
-            _ => {
-                let flow = self
-                    .flows
-                    .get(name)
-                    .ok_or_else(|| UnknownTool(name.to_string()))?;
-                Ok(self.run(flow, Value::Object(arguments), progress, cancel).await)
-            }
+        if name == STATUS_TOOL {
+            return Ok(self.status(&arguments).await);
         }
+        let flow = match name {
+            RESUME_TOOL => None,
+            _ => Some(
+                self.flows
+                    .get(name)
+                    .ok_or_else(|| UnknownTool(name.to_string()))?,
+            ),
+        };
+        // Counted before the check: a stop either sees this call or refuses it.
+        let _call = InFlight::enter(self);
+        if self.stopping.is_cancelled() {
+            return Ok(Answer::refused("the server is stopping: no run starts now"));
+        }
+        Ok(match flow {
+            None => self.resume(&arguments, progress, cancel).await,
+            Some(flow) => self.run(flow, Value::Object(arguments), progress, cancel).await,
+        })
     }
 
     fn switchyard(&self) -> Switchyard<AnyStore> {
@@ -224,7 +259,11 @@ impl Server {
         RunConfig {
             context: None,
             options: self.options.clone(),
-            controls: RunControls::with_cancel(cancel),
+            controls: RunControls {
+                cancel,
+                pause: self.stopping.child_token(),
+                released: None,
+            },
         }
     }
 
@@ -336,6 +375,23 @@ impl Server {
             Ok(outcome) => answer(outcome),
             Err(e) => Answer::refused(format!("run `{}` was not resumed: {e}", record.id)),
         }
+    }
+}
+
+/// A call in flight, counted until it ends.
+struct InFlight<'s>(&'s Server);
+
+impl<'s> InFlight<'s> {
+    fn enter(server: &'s Server) -> Self {
+        server.in_flight.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        InFlight(server)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        self.0.ended.notify_waiters();
     }
 }
 
@@ -471,6 +527,15 @@ fn answer(outcome: RunOutcome) -> Answer {
             }
             Answer::value(v)
         }
+        // Paused at a recorded point: the server is stopping.
+        RunStatus::Running => Answer {
+            text: format!(
+                "stopped: the server is stopping; run `{id}` is recorded up to its last finished step, and \
+                 {RESUME_TOOL} continues it"
+            ),
+            structured: Some(json!({"run_id": id, "status": "running"})),
+            is_error: true,
+        },
         status => {
             let (kind, message) = match &outcome.error {
                 Some(e) => (e.kind.as_str().to_string(), e.message.clone()),

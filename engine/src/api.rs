@@ -46,7 +46,7 @@ pub use crate::batch::{BatchError, BatchOptions, Progress, Summary as BatchSumma
 pub use crate::diag::{Diagnostic, Label, Rule, Severity};
 pub use crate::model::AgentKind;
 pub use crate::record::cost::Cost;
-pub use crate::record::{Change, Violation};
+pub use crate::record::{Change, Origin, Violation};
 pub use crate::record::{ErrorKind, StepError};
 pub use crate::record::{RunRecord, RunStatus, StepRecord, StepStatus, Usage};
 pub use crate::runtime::engine::{RunControls, RunOptions, RunOutcome};

@@ -559,7 +559,7 @@ fn error_json(e: &crate::record::StepError) -> Value {
 }
 
 /// What a stopped run waits for, as JSON: where (run, flow, step, number) and the question.
-pub fn waiting_json(w: &WaitingFor) -> Value {
+fn waiting_json(w: &WaitingFor) -> Value {
     let mut v = json!({"run_id": w.run_id, "flow": w.flow, "step": w.step, "number": w.number});
     match &w.question {
         Question::Interrupt(i) => {

@@ -379,7 +379,7 @@ fn run_items(db: &Path) -> HashMap<String, String> {
 
 /// A flow whose step `answer` is an agent loop `agent` with tools `refund` (a command that
 /// appends its input to `paid`; its calls need approval) and `lookup` (a mock).
-fn approval_flow(base_url: &str, paid: &Path) -> String {
+pub(crate) fn approval_flow(base_url: &str, paid: &Path) -> String {
     format!(
         r#"flow: refunds
 providers:

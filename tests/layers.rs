@@ -33,6 +33,8 @@ const LAYERS: &[&[&str]] = &[
     &["runtime"],
     &["lint", "report", "otel", "batch", "schema"],
     &["cluster", "api"],
+    // Serving flows to other programs (MCP) through the library's surface.
+    &["serve"],
     &["cli"],
 ];
 

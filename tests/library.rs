@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use switchyard::{
-    Event, Flow, NativeCall, Question, ResumeOptions, RunConfig, RunStatus, Switchyard, WaitingFor,
+    Event, Flow, NativeCall, Origin, Question, ResumeOptions, RunConfig, RunStatus, Switchyard, WaitingFor,
 };
 
 use crate::mock_server::{Llm, Reply};
@@ -84,6 +84,16 @@ async fn the_approve_example_reads_its_question_from_the_outcome_and_resumes_wit
         })
         .collect();
     assert_eq!(ends, ["interrupted", "succeeded"]);
+    // Started through the library: recorded with origin `api`.
+    let origins: Vec<Option<Origin>> = done
+        .events
+        .iter()
+        .filter_map(|call| match call.last() {
+            Some(Event::RunFinished(r)) => Some(r.origin),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(origins, [Some(Origin::Api), Some(Origin::Api)]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

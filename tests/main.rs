@@ -51,6 +51,10 @@
 //!   flow and start.
 //! - [`mcp`]: tools from MCP servers (the fixture server, `kind: mcp` steps, the pool of
 //!   servers, their shutdown, `lint --mcp` and `mcp list`);
+//! - [`mcp_serve`]: `mcp serve` driven by the official MCP Python SDK over stdio and HTTP, in
+//!   both protocol revisions: tools and schemas, results, errors, a run that stops for a
+//!   human and the run tools, progress, cancellation, the token and Origin checks, origin `mcp`;
+//! - [`mcp_conformance`]: the official MCP conformance suite against `mcp serve --http`;
 //! - [`layers`]: `engine/src`'s modules use only the layers below their own, and no files
 //!   import each other;
 //! - [`library`]: the crate root as an application uses it: `examples/approve.rs` run to its
@@ -87,6 +91,8 @@ mod llm_cost;
 mod llm_servers;
 mod logs;
 mod mcp;
+mod mcp_conformance;
+mod mcp_serve;
 mod memory_store;
 mod mock_server;
 mod money;

@@ -13,7 +13,7 @@ use serde_json::json;
 use sqlx::{AnyConnection, Connection};
 use switchyard::__private::record::cost::Cost;
 use switchyard::__private::record::{ErrorKind, StepError};
-use switchyard::__private::record::{RunRecord, RunStatus, StepRecord, StepStatus, Usage};
+use switchyard::__private::record::{Origin, RunRecord, RunStatus, StepRecord, StepStatus, Usage};
 use switchyard::__private::runtime::data::{Change, Violation};
 use switchyard::__private::store::memory::MemoryStore;
 use switchyard::__private::store::sql::{SCHEMA_VERSION, SqlOptions, SqlStore};
@@ -62,6 +62,7 @@ fn run(id: &str, flow: &str, started_at: u64, status: RunStatus, full: bool) -> 
         messages: full.then(|| json!([{"role": "user", "content": "hi"}])),
         now_us: full.then_some(1_764_633_600_123_456),
         agent_changes: full.then(|| json!([{"scope": "root", "mode": "remove", "agents": ["refund"]}])),
+        origin: full.then_some(Origin::Mcp),
     }
 }
 
@@ -864,6 +865,7 @@ async fn postgres_upgrades_a_schema_4_store() {
     let old = RunRecord {
         now_us: None,
         agent_changes: None,
+        origin: None,
         ..run("old", "f", 1_000, RunStatus::Interrupted, true)
     };
     store.create_run(&old).await.expect("create_run");
@@ -1178,10 +1180,12 @@ async fn stored_version(conn: &mut AnyConnection) -> i64 {
         .expect("a version")
 }
 
-/// Undoes migrations 9 (the agent changes a run started with), 8 (calls of unknown cost, a
+/// Undoes migrations 10 (what started each run), 9 (the agent changes a run started with), 8 (calls of unknown cost, a
 /// batch's cost cap), 7 (run writers), 6 (submitted batches) and 5 (runs without the `now`
 /// they saw).
 pub(crate) const SCHEMA_5_TO_4: &[&str] = &[
+    "ALTER TABLE runs DROP COLUMN origin",
+    "DELETE FROM schema_version WHERE version = 10",
     "ALTER TABLE runs DROP COLUMN agent_changes",
     "DELETE FROM schema_version WHERE version = 9",
     "DROP TABLE batch_spend",

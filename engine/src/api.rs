@@ -46,7 +46,7 @@ pub use crate::batch::{BatchError, BatchOptions, Progress, Summary as BatchSumma
 pub use crate::diag::{Diagnostic, Label, Rule, Severity};
 pub use crate::model::AgentKind;
 pub use crate::record::cost::Cost;
-pub use crate::record::{Change, Violation};
+pub use crate::record::{Change, Origin, Violation};
 pub use crate::record::{ErrorKind, StepError};
 pub use crate::record::{RunRecord, RunStatus, StepRecord, StepStatus, Usage};
 pub use crate::runtime::engine::{RunControls, RunOptions, RunOutcome};
@@ -120,6 +120,28 @@ impl Flow {
     /// The root flow's `flow:` name.
     pub fn name(&self) -> &str {
         &self.plan.root().name
+    }
+
+    /// The root flow's `description:`.
+    pub fn description(&self) -> Option<&str> {
+        self.top()?.description.as_deref()
+    }
+
+    /// Where the root flow's `flow:` name is written: `FILE:LINE:COLUMN`.
+    pub fn name_location(&self) -> String {
+        match self.top() {
+            Some(f) => {
+                let file = self.project.sources.get(f.name.span.file);
+                let (line, column) = file.line_col(f.name.span.start as usize);
+                format!("{}:{line}:{column}", file.name)
+            }
+            None => self.name().to_string(),
+        }
+    }
+
+    /// The root flow as written: the project's first file.
+    fn top(&self) -> Option<&crate::model::Flow> {
+        self.project.flows.first()?.flow.as_ref()
     }
 
     /// What lint warned of (a flow with errors does not load).

@@ -34,6 +34,7 @@ mod record;
 mod report;
 mod runtime;
 mod schema;
+mod serve;
 mod source;
 mod store;
 mod syntax;
@@ -41,7 +42,7 @@ mod syntax;
 pub use api::{
     AgentKind, Approval, BatchError, BatchOptions, BatchSummary, CancellationToken, Change, Cost, Diagnostic,
     Error, ErrorKind, Event, Events, FileId, Flow, FlowError, Interrupt, Label, NativeAgent, NativeCall,
-    NativeFuture, Natives, Otlp, PendingCall, Progress, Question, ResumeError, ResumeOptions, Rule,
+    NativeFuture, Natives, Origin, Otlp, PendingCall, Progress, Question, ResumeError, ResumeOptions, Rule,
     RunConfig, RunControls, RunOptions, RunOutcome, RunRecord, RunStatus, Severity, Span, StepError,
     StepRecord, StepStatus, StoreError, Switchyard, Usage, Violation, WaitingFor,
 };
@@ -107,6 +108,9 @@ pub mod __private {
     }
     pub mod schema {
         pub use crate::schema::*;
+    }
+    pub mod serve {
+        pub use crate::serve::*;
     }
     pub mod source {
         pub use crate::source::*;

@@ -319,6 +319,7 @@ impl RunArgs {
                 max_cost_usd: None,
                 shared_budget: None,
                 now: None,
+                origin: crate::record::Origin::Cli,
             },
         ))
     }

@@ -10,19 +10,6 @@ use crate::agents::mcp::{self, ToolInfo};
 use crate::plan::McpServerPlan;
 
 #[derive(clap::Args, Debug)]
-pub struct Args {
-    #[command(subcommand)]
-    pub command: McpCommand,
-}
-
-#[derive(clap::Subcommand, Debug)]
-pub enum McpCommand {
-    /// Start each MCP server a flow defines and print the tools it lists: their input and
-    /// output schemas and annotations.
-    List(ListArgs),
-}
-
-#[derive(clap::Args, Debug)]
 pub struct ListArgs {
     /// The flow file.
     pub flow: PathBuf,
@@ -31,13 +18,7 @@ pub struct ListArgs {
     pub json: bool,
 }
 
-pub fn run(args: Args) -> u8 {
-    match args.command {
-        McpCommand::List(a) => list(a),
-    }
-}
-
-fn list(args: ListArgs) -> u8 {
+pub fn list(args: ListArgs) -> u8 {
     let files = match super::lint::collect(std::slice::from_ref(&args.flow), None) {
         Ok(f) => f,
         Err(e) => return super::common::fail(e),

@@ -10,6 +10,7 @@ mod graph;
 mod lint;
 mod mcp_check;
 mod mcp_list;
+mod mcp_serve;
 mod report;
 mod resume;
 mod run;
@@ -102,8 +103,24 @@ pub enum Command {
     /// Write a batch's report: one self-contained HTML page of its items (counts, cost, the
     /// slowest and the failed ones by error kind), each linked to its run's page.
     Report(report::Args),
-    /// MCP servers of a flow: `mcp list`.
-    Mcp(mcp_list::Args),
+    /// The Model Context Protocol: list a flow's MCP servers and their tools, or serve flows
+    /// as the tools of MCP clients.
+    Mcp(McpArgs),
+}
+
+#[derive(clap::Args, Debug)]
+pub struct McpArgs {
+    #[command(subcommand)]
+    pub command: McpCommand,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum McpCommand {
+    /// Start each MCP server a flow defines and print the tools it lists: their input and
+    /// output schemas and annotations.
+    List(mcp_list::ListArgs),
+    /// Serve flows as MCP tools, over stdio or Streamable HTTP: each call runs its flow.
+    Serve(mcp_serve::Args),
 }
 
 /// Parses the command line and runs the command.
@@ -180,7 +197,10 @@ pub fn main() -> ExitCode {
         Command::Runs(a) => runs::run(a),
         Command::Resume(a) => resume::resume(a),
         Command::Report(a) => report::run(a),
-        Command::Mcp(a) => mcp_list::run(a),
+        Command::Mcp(a) => match a.command {
+            McpCommand::List(a) => mcp_list::list(a),
+            McpCommand::Serve(a) => mcp_serve::run(a),
+        },
     };
     drop(mcp_servers);
     if let Some(e) = exporter {

@@ -303,6 +303,7 @@ fn summary_json(r: &RunRecord) -> Value {
         "steps": r.steps,
         "cost_usd": r.usage.cost_usd,
         "error": r.error.as_ref().map(StepError::to_json),
+        "origin": r.origin,
     });
     if r.usage.cost_unknown_calls > 0 {
         v["cost_unknown_calls"] = r.usage.cost_unknown_calls.into();

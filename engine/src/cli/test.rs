@@ -164,6 +164,7 @@ pub async fn run_test(plan: &Arc<Plan>, t: &FlowTest, text: &str) -> Result<(), 
         allow: None,
         agent_changes: Arc::new(agent_changes),
         now: t.now.as_ref().map(|n| n.value),
+        origin: crate::record::Origin::Cli,
         ..RunOptions::default()
     };
     let input = t

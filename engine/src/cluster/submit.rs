@@ -313,5 +313,7 @@ fn queued_run(plan: &Plan, options: &SubmitOptions, id: &str, index: u64, input:
         item_index: Some(index),
         now_us: None,
         agent_changes: None,
+        // Submitted by `switchyard submit`.
+        origin: Some(record::Origin::Cli),
     }
 }

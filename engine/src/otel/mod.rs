@@ -1106,6 +1106,7 @@ mod tests {
             item_index: None,
             now_us: None,
             agent_changes: None,
+            origin: None,
         };
         let step = StepRecord {
             run_id: "r1".into(),

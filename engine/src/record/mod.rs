@@ -184,6 +184,43 @@ pub struct RunRecord {
     /// file. `None`: no changes (and every run recorded before schema 9).
     #[serde(default)]
     pub agent_changes: Option<Value>,
+    /// What started the run tree (`switchyard` commands, an MCP client, the library), kept by
+    /// every run of the tree. `None` on runs recorded before schema 10.
+    #[serde(default)]
+    pub origin: Option<Origin>,
+}
+
+/// What started a run tree: `runs list --json` shows it as `origin`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Origin {
+    /// An application through the library's API (`Switchyard::run`).
+    #[default]
+    Api,
+    /// A `switchyard` command: `run`, `batch`, `submit`, `test`.
+    Cli,
+    /// A tool call of an MCP client (`switchyard mcp serve`).
+    Mcp,
+}
+
+impl Origin {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Origin::Api => "api",
+            Origin::Cli => "cli",
+            Origin::Mcp => "mcp",
+        }
+    }
+
+    /// The origin a store's text names; `None` for text no origin has.
+    pub fn parse(text: &str) -> Option<Origin> {
+        match text {
+            "api" => Some(Origin::Api),
+            "cli" => Some(Origin::Cli),
+            "mcp" => Some(Origin::Mcp),
+            _ => None,
+        }
+    }
 }
 
 impl RunRecord {

@@ -199,6 +199,7 @@ impl Stored {
             item_index,
             now_us,
             agent_changes,
+            origin,
         } = run;
         Stored {
             seq,
@@ -227,6 +228,7 @@ impl Stored {
                 item_index: *item_index,
                 now_us: *now_us,
                 agent_changes: agent_changes.clone(),
+                origin: *origin,
             },
             input: text(input),
             output: output.as_ref().map(text),
@@ -528,6 +530,7 @@ mod tests {
             messages: None,
             now_us: None,
             agent_changes: None,
+            origin: None,
         }
     }
 

@@ -71,6 +71,9 @@ pub struct RunOptions {
     /// `--now` or a flow test's `now:`: the `now` of every new run tree started with these
     /// options (default: the time it starts). A resumed run keeps the `now` it recorded.
     pub(crate) now: Option<crate::expr::time::Timestamp>,
+    /// What starts the run trees (recorded with each run): the library's API unless a
+    /// command or the MCP server says otherwise.
+    pub(crate) origin: crate::record::Origin,
 }
 
 impl RunOptions {

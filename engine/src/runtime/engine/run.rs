@@ -516,6 +516,7 @@ impl<'e, S: Store> Run<'e, S> {
                 } else {
                     None
                 },
+                origin: Some(tree.options.origin),
             },
         };
         Run {

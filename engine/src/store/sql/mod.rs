@@ -55,7 +55,7 @@ pub const DEFAULT_URL: &str = "sqlite:.switchyard/runs.db";
 macro_rules! run_columns {
     () => {
         "id, flow, flow_hash, parent_run, parent_step, depth, status, input, output, error, started_at, \
-         finished_at, input_tokens, output_tokens, cost_usd, steps, context, batch, item_id, item_index, flow_path, messages, now_us, cost_unknown_calls, agent_changes"
+         finished_at, input_tokens, output_tokens, cost_usd, steps, context, batch, item_id, item_index, flow_path, messages, now_us, cost_unknown_calls, agent_changes, origin"
     };
 }
 

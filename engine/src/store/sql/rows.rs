@@ -45,6 +45,7 @@ pub(crate) struct RunRow {
     now_us: Option<i64>,
     cost_unknown_calls: i64,
     agent_changes: Option<String>,
+    origin: Option<&'static str>,
 }
 
 impl RunRow {
@@ -75,6 +76,7 @@ impl RunRow {
             now_us: r.now_us,
             cost_unknown_calls: int(r.usage.cost_unknown_calls, "cost_unknown_calls")?,
             agent_changes: r.agent_changes.as_ref().map(json).transpose()?,
+            origin: r.origin.map(crate::record::Origin::as_str),
         })
     }
 
@@ -105,6 +107,7 @@ impl RunRow {
             .bind(self.now_us)
             .bind(self.cost_unknown_calls)
             .bind(self.agent_changes.clone())
+            .bind(self.origin)
     }
 }
 
@@ -224,6 +227,12 @@ pub(crate) fn decode_run(row: &AnyRow) -> Result<RunRecord, String> {
         messages: opt_json(row, "messages")?,
         now_us: get(row, "now_us")?,
         agent_changes: opt_json(row, "agent_changes")?,
+        origin: match get::<Option<String>>(row, "origin")? {
+            None => None,
+            Some(o) => {
+                Some(crate::record::Origin::parse(&o).ok_or_else(|| format!("unknown run origin `{o}`"))?)
+            }
+        },
     })
 }
 

@@ -18,7 +18,7 @@ use crate::record::now_ms;
 use crate::store::StoreError;
 
 /// The newest schema this build reads and writes.
-pub const SCHEMA_VERSION: i64 = 9;
+pub const SCHEMA_VERSION: i64 = 10;
 
 struct Migration {
     version: i64,
@@ -239,6 +239,12 @@ const MIGRATIONS: &[Migration] = &[
         // on every run recorded before.
         statements: &["ALTER TABLE runs ADD COLUMN agent_changes TEXT"],
     },
+    Migration {
+        version: 10,
+        description: "what started each run (a command, an MCP client, the library)",
+        // `cli`, `mcp` or `api`; NULL on every run recorded before, whose origin is unknown.
+        statements: &["ALTER TABLE runs ADD COLUMN origin TEXT"],
+    },
 ];
 
 /// The store's schema version: 0 for an empty store. Reads only.
@@ -319,10 +325,10 @@ mod tests {
 
     #[test]
     fn newer_schema_names_both_versions() {
-        let err = check_not_newer(10, "/x/runs.db").expect_err("newer");
+        let err = check_not_newer(11, "/x/runs.db").expect_err("newer");
         assert_eq!(
             err.to_string(),
-            "the store at /x/runs.db was written by a newer switchyard (schema 10; this one knows up to 9)"
+            "the store at /x/runs.db was written by a newer switchyard (schema 11; this one knows up to 10)"
         );
         assert!(check_not_newer(1, "s").is_ok() && check_not_newer(0, "s").is_ok());
     }

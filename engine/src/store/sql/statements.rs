@@ -20,7 +20,7 @@ const SHAPES: usize = MAX_ROWS.trailing_zeros() as usize + 1;
 type Cache = [[OnceLock<String>; SHAPES]; 2];
 
 /// The columns of `runs` a run record fills, in bind order (`id` first).
-pub(crate) const RUN_COLUMNS: [&str; 25] = [
+pub(crate) const RUN_COLUMNS: [&str; 26] = [
     "id",
     "flow",
     "flow_hash",
@@ -46,6 +46,7 @@ pub(crate) const RUN_COLUMNS: [&str; 25] = [
     "now_us",
     "cost_unknown_calls",
     "agent_changes",
+    "origin",
 ];
 
 /// The columns of `steps` a step record fills, in bind order: the key, `seq` (its place in

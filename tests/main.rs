@@ -25,6 +25,8 @@
 //!   fallback, permanent server errors;
 //! - [`redaction`]: secrets echoed back in other spellings reach no output, page or store;
 //! - [`payload_types`]: the payload's type through the graph on real and schema-less flows;
+//! - [`agent_loop_requests`]: what an agent loop's requests ask of the model: the answer's
+//!   `response_format`;
 //! - [`agent_loop_durable`]: agent loops through the binary and SQLite: a killed batch of loops,
 //!   approvals end to end, and how `runs show` and `--trace` show a loop;
 //! - [`resume`]: what a stopped run records and tells: the flow hash over imports and called
@@ -56,6 +58,7 @@
 
 mod agent_loop;
 mod agent_loop_durable;
+mod agent_loop_requests;
 mod agent_loop_tests;
 mod batch;
 mod batch_interrupts;

@@ -178,16 +178,10 @@ impl<'e, S: Store> Run<'e, S> {
             _ => unreachable!("an agent loop's model is an llm agent or a mock"),
         };
         let mut transcript: Vec<Value> = match &model {
-            Model::Llm(m) => {
-                match m.loop_messages(
-                    input,
-                    &self.loop_cx(step, call, message, &base, 0),
-                    lp.until_tool.is_none(),
-                ) {
-                    Ok(t) => t,
-                    Err(e) => return StepOutcome::err(e),
-                }
-            }
+            Model::Llm(m) => match m.loop_messages(input, &self.loop_cx(step, call, message, &base, 0)) {
+                Ok(t) => t,
+                Err(e) => return StepOutcome::err(e),
+            },
             Model::Mock(_) => vec![json!({"role": "user", "content": input.to_string()})],
         };
         let mut tally = Tally::default();
@@ -198,6 +192,9 @@ impl<'e, S: Store> Run<'e, S> {
             .result_schema
             .as_deref()
             .or(call.agent.result_schema.as_deref());
+        // The answer is asked for in the schema's form unless the loop ends at a tool (whose
+        // result is the answer).
+        let form = (schema.filter(|_| lp.until_tool.is_none()), false);
         for turn_no in 1..=lp.max_iterations {
             if self.tree.pause.is_cancelled() {
                 let mut o = StepOutcome::ok(None);
@@ -242,7 +239,7 @@ impl<'e, S: Store> Run<'e, S> {
                         return tally.close(StepOutcome::err(e), &transcript, turn_no - 1);
                     }
                     let (turn, used, turn_notes, attempts) = self
-                        .ask(&model, &transcript, &definitions, step, call, message, &num)
+                        .ask(&model, &transcript, &definitions, form, step, call, message, &num)
                         .await;
                     tally.usage.add(used);
                     if let Some(n) = &turn_notes {
@@ -397,13 +394,15 @@ impl<'e, S: Store> Run<'e, S> {
     }
 
     /// One model turn, retried as the step's `retry` says; its tokens and cost count against
-    /// the budget as it finishes.
+    /// the budget as it finishes. `form` is what the request asks of the answer: the
+    /// `result_schema` to ask for, and whether calls come one at a time.
     #[allow(clippy::too_many_arguments)]
     async fn ask(
         &self,
         model: &Model<'_>,
         transcript: &[Value],
         definitions: &[Value],
+        form: (Option<&Schema>, bool),
         step: &StepPlan,
         call: &CallPlan,
         message: Option<&str>,
@@ -428,7 +427,7 @@ impl<'e, S: Store> Run<'e, S> {
             c.attempt = attempt;
             let (turn, used, turn_notes) = match model {
                 Model::Llm(m) => {
-                    let r = Box::pin(m.turn(transcript, definitions, &c)).await;
+                    let r = Box::pin(m.turn(transcript, definitions, form.0, form.1, &c)).await;
                     (r.turn, r.usage, r.notes)
                 }
                 Model::Mock(m) => {

@@ -1,10 +1,11 @@
 //! What an agent loop's requests ask of the model (SPEC §6.3), through the real `switchyard`
 //! binary against the local OpenAI-compatible server: a loop with `result_schema` asks for
 //! its answer with `response_format` beside its tools (in the provider's form, falling back
-//! as a single call does).
+//! as a single call does), and a tool's string result reaches the model as the text itself.
 
 use serde_json::{Value, json};
 
+use crate::agent_loop::tool_messages;
 use crate::mock_server::{self, Llm, Reply};
 use crate::support::{TempDir, run, switchyard};
 
@@ -136,4 +137,30 @@ fn a_loops_answer_form_follows_the_provider() {
     let body = &server.hits()[0].body;
     assert!(body.get("response_format").is_none(), "{body}");
     assert_eq!(system(body), "You help.");
+}
+
+/// A tool's string result is the `tool` message's content as it is, not JSON-quoted; an
+/// object stays its JSON text.
+#[test]
+fn a_string_result_reaches_the_model_as_its_text() {
+    let server = Llm::start();
+    server.script([
+        Reply::calls(1, &[("greet", "{}"), ("lookup", "{}")]),
+        Reply::Answer("done".into()),
+    ]);
+    let dir = TempDir::new("loop-string-result");
+    dir.write("requests.yaml", flow(&server.base_url(), "", ""));
+    let (output, stderr) = run_flow(&dir);
+    assert_eq!(output["reply"], json!({"text": "done"}), "{stderr}");
+    let hits = server.hits();
+    assert_eq!(
+        tool_messages(&hits[1].body),
+        [
+            ("call_1_1".to_owned(), "hello".to_owned()),
+            (
+                "call_1_2".to_owned(),
+                r#"{"order":7,"note":"a \"quoted\" word"}"#.to_owned()
+            ),
+        ]
+    );
 }

@@ -675,7 +675,11 @@ impl<'e, S: Store> Run<'e, S> {
         match error {
             None => {
                 let r = result.unwrap_or_else(|| Arc::new(Value::Null));
-                end.content = serde_json::to_string(&*r).expect("JSON values serialize");
+                // A string is the text itself; any other value, its JSON.
+                end.content = match &*r {
+                    Value::String(s) => s.clone(),
+                    v => serde_json::to_string(v).expect("JSON values serialize"),
+                };
                 end.result = Some(r);
             }
             Some(e) if interrupted => end.stop = Some((Some(RunStatus::Interrupted), e)),

@@ -1,7 +1,8 @@
 //! What an agent loop's requests ask of the model (SPEC §6.3), through the real `switchyard`
 //! binary against the local OpenAI-compatible server: a loop with `result_schema` asks for
 //! its answer with `response_format` beside its tools (in the provider's form, falling back
-//! as a single call does), and a tool's string result reaches the model as the text itself.
+//! as a single call does), a tool's string result reaches the model as the text itself, and
+//! `max_parallel_tools: 1` sends `parallel_tool_calls: false`.
 
 use serde_json::{Value, json};
 
@@ -163,4 +164,24 @@ fn a_string_result_reaches_the_model_as_its_text() {
             ),
         ]
     );
+}
+
+/// `max_parallel_tools: 1` tells the model to call one tool at a time
+/// (`parallel_tool_calls: false`) in every request; the default sends nothing.
+#[test]
+fn one_tool_at_a_time_is_told_to_the_model() {
+    let server = Llm::start();
+    server.script([Reply::calls(1, &[("greet", "{}")]), Reply::Answer("done".into())]);
+    let dir = TempDir::new("loop-parallel-tool-calls");
+    dir.write(
+        "requests.yaml",
+        flow(&server.base_url(), "", "    max_parallel_tools: 1"),
+    );
+    let (output, stderr) = run_flow(&dir);
+    assert_eq!(output["reply"], json!({"text": "done"}), "{stderr}");
+    let hits = server.hits();
+    assert_eq!(hits.len(), 2);
+    for h in &hits {
+        assert_eq!(h.body["parallel_tool_calls"], false, "{}", h.body);
+    }
 }

@@ -26,7 +26,7 @@
 //! - [`redaction`]: secrets echoed back in other spellings reach no output, page or store;
 //! - [`payload_types`]: the payload's type through the graph on real and schema-less flows;
 //! - [`agent_loop_requests`]: what an agent loop's requests ask of the model: the answer's
-//!   `response_format`, tool results as text;
+//!   `response_format`, tool results as text, one tool call at a time;
 //! - [`agent_loop_durable`]: agent loops through the binary and SQLite: a killed batch of loops,
 //!   approvals end to end, and how `runs show` and `--trace` show a loop;
 //! - [`resume`]: what a stopped run records and tells: the flow hash over imports and called

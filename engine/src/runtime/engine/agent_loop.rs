@@ -193,8 +193,11 @@ impl<'e, S: Store> Run<'e, S> {
             .as_deref()
             .or(call.agent.result_schema.as_deref());
         // The answer is asked for in the schema's form unless the loop ends at a tool (whose
-        // result is the answer).
-        let form = (schema.filter(|_| lp.until_tool.is_none()), false);
+        // result is the answer); one call at a time when only one may run at once.
+        let form = (
+            schema.filter(|_| lp.until_tool.is_none()),
+            lp.max_parallel_tools == 1,
+        );
         for turn_no in 1..=lp.max_iterations {
             if self.tree.pause.is_cancelled() {
                 let mut o = StepOutcome::ok(None);

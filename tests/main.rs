@@ -51,6 +51,8 @@
 //! - [`transcripts`]: agent loops seen wherever they run: transcripts of iterations, branches
 //!   and child runs, the run page's timeline order and a waiting run's question, a batch page's
 //!   flow and start.
+//! - [`mcp`]: tools from MCP servers (the fixture server, `kind: mcp` steps, the pool of
+//!   servers, their shutdown, `lint --mcp` and `mcp list`);
 //! - [`layers`]: `engine/src`'s modules use only the layers below their own, and no files
 //!   import each other;
 //! - [`library`]: the crate root as an application uses it: `examples/approve.rs` run to its
@@ -87,6 +89,7 @@ mod llm;
 mod llm_cost;
 mod llm_servers;
 mod logs;
+mod mcp;
 mod memory_store;
 mod mock_server;
 mod money;

@@ -159,8 +159,9 @@ impl<'e, S: Store> Run<'e, S> {
             match rec.status {
                 StepStatus::Succeeded | StepStatus::Failed => return self.replayed(call, rec),
                 StepStatus::Started | StepStatus::Interrupted => {
-                    // An attempt started and never finished: it may have had its effect.
-                    if !(call.idempotent || self.tree.resume.retry_in_doubt) {
+                    // An attempt started and never finished: it may have had its effect,
+                    // unless the engine abandoned it to ask a human what its server asked.
+                    if !(call.idempotent || self.tree.resume.retry_in_doubt || self.stopped_to_ask(number)) {
                         let mut o = StepOutcome::err(
                             StepError::new(
                                 ErrorKind::InDoubt,

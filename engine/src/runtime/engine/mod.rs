@@ -12,6 +12,7 @@
 
 mod agent_loop;
 mod child;
+mod elicit;
 mod foreach;
 mod invoke;
 mod limits;

@@ -20,6 +20,7 @@ use std::sync::Arc;
 use futures_util::stream::{self, StreamExt};
 use serde_json::{Map, Value, json};
 
+use super::loop_tools::{Offered, Tools};
 use super::{Run, StepOutcome, backoff};
 use crate::agents::llm::{self, ToolCall, Turn};
 use crate::agents::{self, CallContext, StepNumber};
@@ -147,27 +148,8 @@ impl<'e, S: Store> Run<'e, S> {
         if let Err(e) = Self::check_input(call, input) {
             return StepOutcome::err(e);
         }
-        // The tools the ceiling allows are offered; the others are unknown to the model.
-        let mut offered: Vec<(&ToolPlan, Arc<AgentPlan>)> = Vec::new();
-        let mut refused: Vec<(&ToolPlan, String)> = Vec::new();
-        for t in &lp.tools {
-            match self.agent_for(&t.call, false) {
-                Ok(a) => offered.push((t, a)),
-                Err(e) => refused.push((t, e.message)),
-            }
-        }
-        let definitions: Vec<Value> = offered
-            .iter()
-            .map(|(t, _)| {
-                let mut f = Map::new();
-                f.insert("name".into(), Value::String(t.name.clone()));
-                if let Some(d) = &t.description {
-                    f.insert("description".into(), Value::String(d.clone()));
-                }
-                f.insert("parameters".into(), t.parameters.clone());
-                json!({"type": "function", "function": f})
-            })
-            .collect();
+        let tools = self.loop_tools(lp);
+        let definitions = tools.definitions();
         let notes_cell = std::sync::Mutex::new(None);
         let model = match &agent.spec {
             AgentPlanSpec::Mock(m) => Model::Mock(m),
@@ -333,7 +315,7 @@ impl<'e, S: Store> Run<'e, S> {
                 }
             }
             // Calls that need a human first stop the turn before any of its calls runs.
-            let decisions = match self.approvals(step, name, lp, &turn, &num, &offered).await {
+            let decisions = match self.approvals(step, name, &turn, &num, &tools).await {
                 Ok(d) => d,
                 Err(o) => return tally.close(o, &transcript, turn_no),
             };
@@ -342,7 +324,7 @@ impl<'e, S: Store> Run<'e, S> {
             let mut calls = Vec::with_capacity(turn.calls.len());
             for (i, c) in turn.calls.iter().enumerate() {
                 let decision = decisions.get(i).and_then(Option::as_ref);
-                calls.push(self.tool_call(step, &offered, &refused, c, format!("{num}.{}", i + 1), decision));
+                calls.push(self.tool_call(step, &tools, c, format!("{num}.{}", i + 1), decision));
             }
             let ends: Vec<CallEnd> = stream::iter(calls)
                 .buffered(lp.max_parallel_tools)
@@ -495,16 +477,15 @@ impl<'e, S: Store> Run<'e, S> {
         &self,
         step: &StepPlan,
         agent: &str,
-        lp: &LoopPlan,
         turn: &Turn,
         num: &str,
-        offered: &[(&ToolPlan, Arc<AgentPlan>)],
+        tools: &Tools<'_>,
     ) -> Result<Vec<Option<Decision>>, StepOutcome> {
         let pending: Vec<usize> = turn
             .calls
             .iter()
             .enumerate()
-            .filter(|(_, c)| lp.approve.contains(&c.name) && offered.iter().any(|(t, _)| t.name == c.name))
+            .filter(|(_, c)| tools.offered(&c.name).is_some_and(|o| o.approve))
             .map(|(i, _)| i)
             .collect();
         let mut out: Vec<Option<Decision>> = turn.calls.iter().map(|_| None).collect();
@@ -604,8 +585,7 @@ impl<'e, S: Store> Run<'e, S> {
     async fn tool_call(
         &self,
         step: &StepPlan,
-        offered: &[(&ToolPlan, Arc<AgentPlan>)],
-        refused: &[(&ToolPlan, String)],
+        tools: &Tools<'_>,
         c: &ToolCall,
         num: String,
         decision: Option<&Decision>,
@@ -618,22 +598,18 @@ impl<'e, S: Store> Run<'e, S> {
             stop: None,
             failed: true,
         };
-        let Some((tool, _)) = offered.iter().find(|(t, _)| t.name == c.name) else {
-            let why = match refused.iter().find(|(t, _)| t.name == c.name) {
+        let Some(Offered { tool, .. }) = tools.offered(&c.name) else {
+            let why = match tools.refused.iter().find(|r| r.tool.name == c.name) {
                 _ if c.name.is_empty() => format!(
                     "the call names no tool (its `function.name` is missing or not a string); the tools are: {}",
-                    tool_names(offered)
+                    tools.names()
                 ),
-                Some((t, why)) => {
+                Some(r) => {
                     // Called after all: a refusal on record (a flow test's unmocked agent).
-                    let _ = self.agent_for(&t.call, true);
-                    format!("tool `{}` is not available here: {why}", c.name)
+                    let _ = self.agent_for(&r.tool.call, true);
+                    format!("tool `{}` is not available here: {}", c.name, r.why)
                 }
-                None => format!(
-                    "unknown tool `{}`; the tools are: {}",
-                    c.name,
-                    tool_names(offered)
-                ),
+                None => format!("unknown tool `{}`; the tools are: {}", c.name, tools.names()),
             };
             self.record_refusal(step, &num, c, &why, started).await;
             return failure(why);
@@ -933,18 +909,6 @@ fn kept_transcript(messages: &[Value]) -> Value {
     out.push(json!({"role": "note", "content": format!("{} messages not kept", messages.len() - 2 * half)}));
     out.extend(messages[messages.len() - half..].iter().map(cap));
     Value::Array(out)
-}
-
-/// The names of the tools offered, for the model: `kb_search, crm`, or `none`.
-fn tool_names(offered: &[(&ToolPlan, Arc<AgentPlan>)]) -> String {
-    if offered.is_empty() {
-        return "none".to_string();
-    }
-    offered
-        .iter()
-        .map(|(t, _)| t.name.as_str())
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 #[cfg(test)]

@@ -16,6 +16,7 @@ mod elicit;
 mod foreach;
 mod invoke;
 mod limits;
+mod loop_tools;
 mod parallel;
 mod route;
 mod run;

@@ -89,7 +89,7 @@ impl Tally {
 }
 
 /// A human's answer to one proposed call.
-enum Decision {
+pub(super) enum Decision {
     Approve,
     Edit(Value),
     Reject(String),
@@ -807,7 +807,7 @@ fn mock_turn(v: Value, num: &str) -> Result<Turn, StepError> {
 
 /// A decision for `n` pending calls: one object (for one call) or a list of `n`, each
 /// `{"approve": true}`, `{"edit": {<arguments>}}` or `{"reject": "why"}`.
-fn parse_decisions(given: &Value, n: usize) -> Result<Vec<Decision>, String> {
+pub(super) fn parse_decisions(given: &Value, n: usize) -> Result<Vec<Decision>, String> {
     let list: Vec<&Value> = match given {
         Value::Array(a) => a.iter().collect(),
         one if n == 1 => vec![one],

@@ -96,7 +96,7 @@ impl<'e, S: Store> Run<'e, S> {
 
     /// Whether call `number` stopped for a question (its attempt left `started` was abandoned
     /// by the engine, not cut by a crash): its last question on record waits for a decision.
-    pub(super) fn stopped_to_ask(&self, number: StepNumber<'_>) -> bool {
+    pub(super) fn asked_server(&self, number: StepNumber<'_>) -> bool {
         let Some(replay) = self.replay.as_ref() else {
             return false;
         };

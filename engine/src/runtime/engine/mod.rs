@@ -11,6 +11,7 @@
 //! expressions is [`super::eval`]; calling sub-agents is `crate::agents`.
 
 mod agent_loop;
+mod approve;
 mod child;
 mod elicit;
 mod foreach;

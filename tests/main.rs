@@ -53,6 +53,9 @@
 //!   flow and start.
 //! - [`mcp`]: tools from MCP servers (the fixture server, `kind: mcp` steps, the pool of
 //!   servers, their shutdown, `lint --mcp` and `mcp list`);
+//! - [`mcp_loop`]: MCP tools in agent loops (definitions from `tools/list`, tool messages,
+//!   names that collide), approvals of MCP calls, a server's questions answered by `resume`,
+//!   a loop killed with an MCP call in flight;
 //! - [`layers`]: `engine/src`'s modules use only the layers below their own, and no files
 //!   import each other;
 //! - [`library`]: the crate root as an application uses it: `examples/approve.rs` run to its
@@ -90,6 +93,7 @@ mod llm_cost;
 mod llm_servers;
 mod logs;
 mod mcp;
+mod mcp_loop;
 mod memory_store;
 mod mock_server;
 mod money;

@@ -10,6 +10,7 @@ pub mod command;
 pub mod elicit;
 pub mod http;
 pub mod llm;
+pub mod mcp;
 pub mod mock;
 pub mod native;
 pub mod net;

@@ -159,6 +159,8 @@ pub fn main() -> ExitCode {
             }
         },
     };
+    // Every MCP server the command starts ends with it, whichever way it ends.
+    let mcp_servers = crate::agents::mcp::ShutdownGuard::new();
     let code = match cli.command {
         Command::Lint(a) => lint::run(a),
         Command::Explain(a) => explain::run(a),
@@ -175,6 +177,7 @@ pub fn main() -> ExitCode {
         Command::Resume(a) => resume::resume(a),
         Command::Report(a) => report::run(a),
     };
+    drop(mcp_servers);
     if let Some(e) = exporter {
         let (exported, dropped, why) = e.finish(std::time::Duration::from_secs(5));
         if dropped > 0 {

@@ -96,10 +96,12 @@ fn shape(
         } else {
             cut_text(&text, 2000)
         };
+        // The tool's own words are kept apart: an agent loop tells the model them alone.
         return Err(StepError::new(
             ErrorKind::Agent,
             format!("MCP tool `{}.{tool}` failed: {text}", server.name),
-        ));
+        )
+        .with_details(json!({"is_error": true, "text": text})));
     }
     let structured = match result.structured {
         Some(s) => {

@@ -64,14 +64,19 @@ fn resume(dir: &TempDir, id: &str, decision: &str) -> crate::support::Output {
 
 /// `runs show RUN --json`.
 fn show_json(dir: &TempDir, id: &str) -> Value {
-    let out = run(switchyard(dir.path()).args(["runs", "show", id, "--json"]).args(STORE));
+    let out = run(switchyard(dir.path())
+        .args(["runs", "show", id, "--json"])
+        .args(STORE));
     assert_eq!(out.code(), 0, "{out:?}");
     serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", out.stdout))
 }
 
 /// The step records of a run, as `runs show --json` lists them.
 fn records(dir: &TempDir, id: &str) -> Vec<Value> {
-    show_json(dir, id)["steps"].as_array().cloned().unwrap_or_default()
+    show_json(dir, id)["steps"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
 }
 
 fn record<'a>(records: &'a [Value], number: &str) -> &'a Value {
@@ -108,16 +113,18 @@ fn an_agent_loop_calls_a_servers_tools() {
                 ("fixture__add", r#"{"a": 2, "b": 3}"#),
             ],
         ),
-        Reply::calls(
-            2,
-            &[("fixture__fail", "{}"), ("fixture__add", r#"{"a": "two"}"#)],
-        ),
+        Reply::calls(2, &[("fixture__fail", "{}"), ("fixture__add", r#"{"a": "two"}"#)]),
         Reply::Answer("done".into()),
     ]);
     let dir = TempDir::new("mcp-loop-calls");
     dir.write(
         "flow.yaml",
-        loop_flow(&llm.base_url(), "[fixture]", "    tools: [echo, add, fail, count]", ""),
+        loop_flow(
+            &llm.base_url(),
+            "[fixture]",
+            "    tools: [echo, add, fail, count]",
+            "",
+        ),
     );
     let out = run_flow(&dir);
     assert_eq!(out.code(), 0, "{out:?}");
@@ -142,7 +149,9 @@ fn an_agent_loop_calls_a_servers_tools() {
     let second = tool_messages(&hits[2].body);
     assert_eq!(second[2].1, "the tool failed on purpose", "{second:?}");
     assert!(
-        second[3].1.contains("the arguments of `fixture__add` do not match its parameters"),
+        second[3]
+            .1
+            .contains("the arguments of `fixture__add` do not match its parameters"),
         "{second:?}"
     );
     let recs = records(&dir, &id);
@@ -231,7 +240,12 @@ fn colliding_names_and_tools_outside_the_allowlist_are_lint_errors() {
 fn mcp_tools_wait_for_approval_as_the_server_and_agent_say() {
     let cases = [
         // (server YAML, agent YAML, tool called, waits)
-        ("    tools: [echo]\n    approve: [echo]", "", "fixture__echo", true),
+        (
+            "    tools: [echo]\n    approve: [echo]",
+            "",
+            "fixture__echo",
+            true,
+        ),
         (
             "    tools: [echo]",
             "    approve: [fixture.*]",
@@ -261,7 +275,10 @@ fn mcp_tools_wait_for_approval_as_the_server_and_agent_say() {
         };
         llm.script([Reply::calls(1, &[(tool, args)]), Reply::Answer("done".into())]);
         let dir = TempDir::new(&format!("mcp-loop-approve-{i}"));
-        dir.write("flow.yaml", loop_flow(&llm.base_url(), "[fixture]", server, agent));
+        dir.write(
+            "flow.yaml",
+            loop_flow(&llm.base_url(), "[fixture]", server, agent),
+        );
         let out = run_flow(&dir);
         if !waits {
             assert_eq!(out.code(), 0, "case {i}: {out:?}");
@@ -269,7 +286,8 @@ fn mcp_tools_wait_for_approval_as_the_server_and_agent_say() {
         }
         assert_eq!(out.code(), 3, "case {i}: {out:?}");
         assert!(
-            out.stderr.contains(&format!("waits for approval of a call of `{tool}`")),
+            out.stderr
+                .contains(&format!("waits for approval of a call of `{tool}`")),
             "case {i}: {}",
             out.stderr
         );
@@ -327,7 +345,8 @@ fn a_plain_steps_call_waits_for_approval() {
             .args(STORE));
         assert_eq!(out.code(), 3, "{out:?}");
         assert!(
-            out.stderr.contains("waits for approval of a call of `fixture.echo`"),
+            out.stderr
+                .contains("waits for approval of a call of `fixture.echo`"),
             "{}",
             out.stderr
         );
@@ -355,7 +374,8 @@ fn a_plain_steps_call_waits_for_approval() {
     let done = resume(&dir, &id, r#"{"reject": "not today"}"#);
     assert_eq!(done.code(), 1, "{done:?}");
     assert!(
-        done.stderr.contains("the call of `fixture.echo` was rejected: not today"),
+        done.stderr
+            .contains("the call of `fixture.echo` was rejected: not today"),
         "{}",
         done.stderr
     );
@@ -376,7 +396,8 @@ fn a_servers_question_during_a_plain_call_is_answered_by_resume() {
             .args(STORE));
         assert_eq!(out.code(), 3, "{out:?}");
         assert!(
-            out.stderr.contains("waits for an answer to MCP server `fixture` (tool `elicit`)")
+            out.stderr
+                .contains("waits for an answer to MCP server `fixture` (tool `elicit`)")
                 && out.stderr.contains("asks: Proceed?"),
             "{}",
             out.stderr
@@ -393,7 +414,10 @@ fn a_servers_question_during_a_plain_call_is_answered_by_resume() {
     let page = run(switchyard(dir.path())
         .args(["runs", "show", &id, "--format", "html"])
         .args(STORE));
-    assert!(page.stdout.contains("Proceed?"), "the run page shows the question");
+    assert!(
+        page.stdout.contains("Proceed?"),
+        "the run page shows the question"
+    );
     // A decision the schema refuses is refused before anything runs.
     let bad = resume(&dir, &id, r#"{"ok": "yes"}"#);
     assert_eq!(bad.code(), 2, "{bad:?}");
@@ -492,7 +516,9 @@ fn a_loop_killed_mid_call_resumes_in_doubt_or_sends_again() {
 
 /// The id of the one root run in the store of `dir`.
 fn run_id_from_list(dir: &TempDir) -> String {
-    let list = run(switchyard(dir.path()).args(["runs", "list", "--json"]).args(STORE));
+    let list = run(switchyard(dir.path())
+        .args(["runs", "list", "--json"])
+        .args(STORE));
     let first = list.stdout.lines().next().expect("a run");
     serde_json::from_str::<Value>(first).expect("a JSON line")["id"]
         .as_str()

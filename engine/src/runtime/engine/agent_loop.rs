@@ -148,7 +148,10 @@ impl<'e, S: Store> Run<'e, S> {
         if let Err(e) = Self::check_input(call, input) {
             return StepOutcome::err(e);
         }
-        let tools = self.loop_tools(lp);
+        let tools = match self.loop_tools(name, lp).await {
+            Ok(t) => t,
+            Err(e) => return StepOutcome::err(e),
+        };
         let definitions = tools.definitions();
         let notes_cell = std::sync::Mutex::new(None);
         let model = match &agent.spec {
@@ -654,10 +657,12 @@ impl<'e, S: Store> Run<'e, S> {
         match error {
             None => {
                 let r = result.unwrap_or_else(|| Arc::new(Value::Null));
-                // A string is the text itself; any other value, its JSON.
-                end.content = match &*r {
-                    Value::String(s) => s.clone(),
-                    v => serde_json::to_string(v).expect("JSON values serialize"),
+                end.content = match (&tool.call.agent.spec, &*r) {
+                    // An MCP tool's result: its text, else its structured value.
+                    (AgentPlanSpec::Mcp(_), r) => mcp_text(r),
+                    // A string is the text itself; any other value, its JSON.
+                    (_, Value::String(s)) => s.clone(),
+                    (_, v) => serde_json::to_string(v).expect("JSON values serialize"),
                 };
                 end.result = Some(r);
             }
@@ -671,6 +676,11 @@ impl<'e, S: Store> Run<'e, S> {
                     "{}. Do this task yourself instead of delegating it further.",
                     e.message
                 );
+            }
+            // An MCP tool's `is_error` result: what it says is the tool message.
+            Some(e) if let Some(text) = mcp_error_text(&tool.call.agent.spec, &e) => {
+                end.failed = true;
+                end.content = text;
             }
             Some(e) => {
                 end.failed = true;
@@ -737,6 +747,34 @@ impl<'e, S: Store> Run<'e, S> {
         self.record_part(step, num.to_string(), "tool", None, Some(input), &mut o, started)
             .await;
     }
+}
+
+/// What the model is told of an MCP tool's result (`{structured, content, is_error}`): the
+/// text of its content, else its structured value as JSON, else its content as JSON.
+fn mcp_text(result: &Value) -> String {
+    let texts: Vec<&str> = result
+        .get("content")
+        .and_then(Value::as_array)
+        .map(|c| c.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    if !texts.is_empty() {
+        return texts.join("\n");
+    }
+    match result.get("structured") {
+        Some(s) if !s.is_null() => serde_json::to_string(s).expect("JSON values serialize"),
+        _ => serde_json::to_string(result.get("content").unwrap_or(&Value::Null))
+            .expect("JSON values serialize"),
+    }
+}
+
+/// The text of an MCP tool's `is_error` result, from its error.
+fn mcp_error_text(spec: &AgentPlanSpec, e: &StepError) -> Option<String> {
+    let AgentPlanSpec::Mcp(_) = spec else { return None };
+    let d = e.details.as_ref()?;
+    if d.get("is_error") != Some(&Value::Bool(true)) {
+        return None;
+    }
+    d.get("text").and_then(Value::as_str).map(str::to_string)
 }
 
 /// Notes on a failed call's record what the model was told of it, as `answers.told`.

@@ -1,14 +1,17 @@
 //! The tools an agent loop offers its model (SPEC §6.3, §6.4): the flow's agents named in
-//! `tools:` that the capability ceiling allows, each with its definition, and whether a call
-//! of it waits for a human (`approve`). What is refused is kept, so that a call of it after
-//! all is told why.
+//! `tools:` and the MCP servers' tools (listed from each server when the loop starts, named
+//! `<server>__<tool>`), those the capability ceiling allows, each with its definition, and
+//! whether a call of it waits for a human. What is refused is kept, so that a call of it
+//! after all is told why.
 
 use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 
 use super::Run;
+use crate::agents::mcp::{self, Annotations, ToolInfo};
 use crate::plan::*;
+use crate::record::{ErrorKind, StepError};
 use crate::store::Store;
 
 /// A tool as the loop holds it: one of its plan's, or one made when the loop starts.
@@ -84,9 +87,10 @@ impl Tools<'_> {
 }
 
 impl<'e, S: Store> Run<'e, S> {
-    /// The tools loop `lp` offers: those the ceiling allows are offered, the others are
-    /// unknown to the model.
-    pub(super) fn loop_tools<'a>(&self, lp: &'a LoopPlan) -> Tools<'a> {
+    /// The tools loop `lp` of agent `agent` offers: those the ceiling allows are offered, the
+    /// others are unknown to the model. An MCP server's tools are listed from the server
+    /// (started if it is not running); one that cannot be listed fails the loop.
+    pub(super) async fn loop_tools<'a>(&self, agent: &str, lp: &'a LoopPlan) -> Result<Tools<'a>, StepError> {
         let mut tools = Tools {
             offered: Vec::new(),
             refused: Vec::new(),
@@ -103,6 +107,112 @@ impl<'e, S: Store> Run<'e, S> {
                 }),
             }
         }
-        tools
+        for s in &lp.servers {
+            let server = &s.server;
+            let listed = async {
+                let c = mcp::pool::connection(server).await?;
+                mcp::pool::tools(server, &c).await
+            }
+            .await
+            .map_err(|e| {
+                StepError::new(
+                    ErrorKind::Agent,
+                    format!(
+                        "agent loop `{agent}`: the tools of MCP server `{}` could not be listed: {e}",
+                        server.name
+                    ),
+                )
+            })?;
+            for info in &listed.list {
+                if !server.allows(&info.name) || s.only.as_ref().is_some_and(|o| *o != info.name) {
+                    continue;
+                }
+                let tool = Arc::new(mcp_tool(
+                    s,
+                    info,
+                    listed.inputs.get(&info.name).cloned().flatten(),
+                ));
+                if let Some(other) = tools.offered.iter().find(|o| o.tool.name == tool.name) {
+                    return Err(StepError::new(
+                        ErrorKind::Agent,
+                        format!(
+                            "agent loop `{agent}`: tool `{}` of MCP server `{}` would be offered as `{}`, the name of another of its tools{}",
+                            info.name,
+                            server.name,
+                            tool.name,
+                            match &other.tool.call.agent.spec {
+                                AgentPlanSpec::Mcp(m) => format!(" (`{}.{}`)", m.server.name, m.tool),
+                                _ => String::new(),
+                            }
+                        ),
+                    ));
+                }
+                let approve = needs_approval(server, &info.name, &info.annotations, &lp.approve);
+                match self.agent_for(&tool.call, false) {
+                    Ok(_) => tools.offered.push(Offered {
+                        approve,
+                        tool: ToolRef::Made(tool),
+                    }),
+                    Err(e) => tools.refused.push(Refused {
+                        tool: ToolRef::Made(tool),
+                        why: e.message,
+                    }),
+                }
+            }
+        }
+        Ok(tools)
     }
+}
+
+/// Tool `info` of the loop's server `s` as a tool of the loop: named `<server>__<tool>`,
+/// described and typed as the server lists it, called as a `kind: mcp` agent of that name.
+fn mcp_tool(s: &LoopServerPlan, info: &ToolInfo, input: Option<Arc<Schema>>) -> ToolPlan {
+    let name = mcp_tool_name(&s.server.name, &info.name);
+    let description = info.description.clone().or_else(|| info.title.clone());
+    let agent = AgentPlan {
+        name: name.clone(),
+        spec: AgentPlanSpec::Mcp(McpPlan {
+            server: s.server.clone(),
+            tool: info.name.clone(),
+        }),
+        result_schema: None,
+        input_schema: input,
+        description: description.clone(),
+    };
+    ToolPlan {
+        name,
+        description,
+        parameters: info.input_schema.clone(),
+        call: CallPlan {
+            agent: Arc::new(agent),
+            scope: None,
+            input: InputPlan::All,
+            output: OutputPlan::None,
+            message: None,
+            retry: s.retry.clone(),
+            timeout: s.timeout,
+            // A trusted server's read-only and idempotent tools are sent again after a
+            // crash too: `invoke` asks their annotations.
+            idempotent: s.server.idempotent.iter().any(|t| *t == info.name),
+        },
+    }
+}
+
+/// Whether a call of `tool` of `server` waits for a human (SPEC §6.4): the server's
+/// `approve:`, the agent's (`server.tool`, `server.*`), or, from a trusted server only, a
+/// `destructiveHint` not excused by `no_approval:`.
+pub(super) fn needs_approval(
+    server: &McpServerPlan,
+    tool: &str,
+    annotations: &Annotations,
+    agent: &[String],
+) -> bool {
+    let named = |list: &[String]| list.iter().any(|t| t == tool);
+    let by_agent = agent.iter().any(|a| {
+        a.split_once('.')
+            .is_some_and(|(s, t)| s == server.name && (t == "*" || t == tool))
+    });
+    named(&server.approve)
+        || by_agent
+        || (server.trusted && annotations.destructive == Some(true) && !named(&server.no_approval))
 }

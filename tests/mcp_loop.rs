@@ -128,7 +128,7 @@ fn an_agent_loop_calls_a_servers_tools() {
     );
     let out = run_flow(&dir);
     assert_eq!(out.code(), 0, "{out:?}");
-    let id = run_id_from(&out.stderr);
+    let id = run_id_from_list(&dir);
     let hits = llm.hits();
     assert_eq!(hits.len(), 3);
     let first = &hits[0].body;

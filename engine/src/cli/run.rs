@@ -142,8 +142,11 @@ fn approval_wait(text: &mut String, id: &str, w: &WaitingFor, a: &Approval, chil
     };
     let agent = if a.agent.is_empty() {
         String::new()
-    } else {
+    } else if crate::record::loop_split(&w.number).is_some() {
         format!(" by agent loop `{}`", a.agent)
+    } else {
+        // A plain step's call (SPEC §6.4).
+        format!(" by agent `{}`", a.agent)
     };
     writeln!(
         text,

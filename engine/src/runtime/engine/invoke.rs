@@ -203,6 +203,22 @@ impl<'e, S: Store> Run<'e, S> {
         if let Err(e) = Self::check_input(call, input) {
             return StepOutcome::err(e);
         }
+        // A plain step's MCP call that needs a human's approval waits for it (an agent loop's
+        // calls are approved by the loop, before they get here).
+        let approved;
+        let input = match &agent.spec {
+            AgentPlanSpec::Mcp(m) if part != "tool" && super::loop_tools::mcp_needs_approval(m).await => {
+                let tool = format!("{}.{}", m.server.name, m.tool);
+                match self.approve_call(step, number, &agent.name, &tool, input).await {
+                    super::approve::Approved::Call(v) => {
+                        approved = v;
+                        &approved
+                    }
+                    super::approve::Approved::Done(o) => return o,
+                }
+            }
+            _ => input,
+        };
         let policy = &call.retry;
         // Tokens and cost of every attempt, failed ones included.
         let mut used = Usage::default();

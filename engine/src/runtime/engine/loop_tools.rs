@@ -216,3 +216,26 @@ pub(super) fn needs_approval(
         || by_agent
         || (server.trusted && annotations.destructive == Some(true) && !named(&server.no_approval))
 }
+
+/// Whether a plain step's call of `m` waits for a human: the server's `approve:`, or a trusted
+/// server's `destructiveHint` not excused by `no_approval:` (read from its tools, the server
+/// started if it is not running; a server that cannot list them is left to the call to
+/// report).
+pub(super) async fn mcp_needs_approval(m: &McpPlan) -> bool {
+    let server = &m.server;
+    if server.approve.iter().any(|t| *t == m.tool) {
+        return true;
+    }
+    if !server.trusted {
+        return false;
+    }
+    let listed = async {
+        let c = mcp::pool::connection(server).await?;
+        mcp::pool::tools(server, &c).await
+    }
+    .await;
+    listed.is_ok_and(|l| {
+        l.get(&m.tool)
+            .is_some_and(|info| needs_approval(server, &m.tool, &info.annotations, &[]))
+    })
+}

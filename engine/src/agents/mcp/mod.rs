@@ -30,7 +30,15 @@ const DEFAULT_MAX_TIME_FACTOR: u32 = 10;
 
 /// A step's call of an MCP tool. `timeout` is the call's (the step's, its agent's, the flow's
 /// `defaults`, else the server's `timeout`).
-pub async fn call(plan: &McpPlan, input: &Value, cx: CallContext<'_>) -> Result<Value, StepError> {
+/// With an `elicitor`, what the server asks during the call is answered from it; a question
+/// it has no answer for abandons the call (the elicitor keeps the question, for the run to
+/// stop and ask).
+pub async fn call(
+    plan: &McpPlan,
+    input: &Value,
+    cx: CallContext<'_>,
+    elicitor: Option<&std::sync::Arc<crate::agents::elicit::Elicitor>>,
+) -> Result<Value, StepError> {
     let server = &*plan.server;
     let tool = plan.tool.as_str();
     if !server.allows(tool) {
@@ -69,7 +77,14 @@ pub async fn call(plan: &McpPlan, input: &Value, cx: CallContext<'_>) -> Result<
         .max(cx.timeout);
     let answer = connection
         .client
-        .call(tool, arguments.clone(), cx.timeout, Some(max_time), cx.cancel)
+        .call(
+            tool,
+            arguments.clone(),
+            cx.timeout,
+            Some(max_time),
+            cx.cancel,
+            elicitor,
+        )
         .await;
     let result = match answer {
         Ok(r) => r,
@@ -229,8 +244,12 @@ fn call_error(
             connection.describe_end()
         )),
         SdkError::InputRequired(_) => permanent(format!(
-            "MCP tool `{name}` asks for input (elicitation), which a plain `mcp` step does not answer"
+            "MCP tool `{name}` asks for input this client cannot give (only form elicitation is answered)"
         )),
+        SdkError::NeedsAnswer => StepError::new(
+            ErrorKind::Agent,
+            format!("MCP tool `{name}` asks for input a human must give"),
+        ),
         other => permanent(format!(
             "MCP tool `{name}`: {}",
             connection.secrets.redact(&other.to_string())

@@ -11,11 +11,13 @@
 
 use serde_json::{Value, json};
 
-use super::{Run, StepOutcome};
-use crate::agents::StepNumber;
+use std::sync::Arc;
+
+use super::{CallResult, Run, StepOutcome};
 use crate::agents::elicit::{Asked, Elicitor, Reply};
-use crate::plan::{Schema, StepPlan};
-use crate::record::{self, RunStatus, StepStatus};
+use crate::agents::{self, CallContext, StepNumber};
+use crate::plan::{McpPlan, Schema, StepPlan};
+use crate::record::{self, RunStatus, StepStatus, Usage};
 use crate::record::{ErrorKind, StepError};
 use crate::store::Store;
 
@@ -143,5 +145,36 @@ impl<'e, S: Store> Run<'e, S> {
         }));
         out.stop = Some(RunStatus::Interrupted);
         Some(out)
+    }
+}
+
+impl<'e, S: Store> Run<'e, S> {
+    /// A call of MCP tool `m` (a plain step's or an agent loop's), its server's questions
+    /// answered from the record; a question without an answer stops the run to ask it.
+    #[allow(clippy::result_large_err)]
+    pub(super) async fn mcp_call(
+        &self,
+        step: &StepPlan,
+        m: &McpPlan,
+        input: &Value,
+        cx: CallContext<'_>,
+        number: StepNumber<'_>,
+    ) -> CallResult {
+        let elicitor = match self.elicitor(step, number).await {
+            Ok(e) => Arc::new(e),
+            Err(e) => return Err((e, Usage::default(), None, false)),
+        };
+        let out = agents::mcp::call(m, input, cx, Some(&elicitor)).await;
+        if let Some(o) = self
+            .ask_human(step, number, &m.server.name, &m.tool, &elicitor)
+            .await
+        {
+            let e = o
+                .error
+                .unwrap_or_else(|| StepError::new(ErrorKind::Agent, "stopped to ask a human"));
+            return Err((e, Usage::default(), None, true));
+        }
+        out.map(|v| (v, Usage::default(), None))
+            .map_err(|e| (e, Usage::default(), None, false))
     }
 }

@@ -352,7 +352,7 @@ impl<'e, S: Store> Run<'e, S> {
             call_index,
             now: Some(self.tree.now),
         };
-        let call_future = self.dispatch(agent, input, cx, number);
+        let call_future = self.dispatch(step, agent, input, cx, number);
         // A call that never waits finishes on its first poll, and a timeout never fires on
         // such a call (tokio checks the future first): no timer for it.
         // An `llm` agent times each request itself: waiting for its provider's capacity is
@@ -417,6 +417,7 @@ impl<'e, S: Store> Run<'e, S> {
     #[allow(clippy::result_large_err)]
     async fn dispatch(
         &self,
+        step: &StepPlan,
         agent: &Arc<AgentPlan>,
         input: &Value,
         cx: CallContext<'_>,
@@ -436,7 +437,7 @@ impl<'e, S: Store> Run<'e, S> {
             }
             AgentPlanSpec::Flow(child) => self.child_run(*child, input.clone(), number).await,
             AgentPlanSpec::Native(n) => plain(self.engine.natives.call(&n.function, input, cx).await),
-            AgentPlanSpec::Mcp(m) => plain(Box::pin(agents::mcp::call(m, input, cx)).await),
+            AgentPlanSpec::Mcp(m) => Box::pin(self.mcp_call(step, m, input, cx, number)).await,
             AgentPlanSpec::Llm(l) => {
                 let notes = std::sync::Mutex::new(None);
                 let llm = match self.llm_agent(agent, l, &notes) {

@@ -379,7 +379,7 @@ impl<'p> Compiler<'p> {
                 || common.is_some_and(|c| c.idempotent.is_some())
                 || defaults.is_some_and(|d| d.idempotent.is_some());
             if !set_idempotent {
-                idempotent = m.server.idempotent.iter().any(|t| *t == m.tool);
+                idempotent = m.server.idempotent.contains(&m.tool);
             }
         }
         CallPlan {
@@ -859,66 +859,71 @@ fn retry_policy(r: &Retry) -> RetryPolicy {
 impl Compiler<'_> {
     /// An MCP server's plan, shared by every agent naming a definition with the same key.
     fn mcp_server(&mut self, id: FlowId, server: &McpServer) -> Arc<McpServerPlan> {
-        // The server's own file: a definition imported from a library names paths from there.
-        let file = self.project.sources.get(server.name.span.file);
-        let dir = file
-            .path
-            .as_deref()
-            .and_then(FsPath::parent)
-            .map(FsPath::to_path_buf)
-            .or_else(|| self.project.flow(id).path.parent().map(FsPath::to_path_buf))
-            .unwrap_or_default();
-        let dir = dir.canonicalize().unwrap_or(dir);
-        let transport = match &server.url {
-            Some(url) => McpTransport::Http {
-                url: url.value.clone(),
-                headers: server
-                    .headers
-                    .iter()
-                    .map(|(k, v)| (k.clone(), v.value.clone()))
-                    .collect(),
-            },
-            None => McpTransport::Stdio {
-                argv: server.command.iter().map(|a| a.value.clone()).collect(),
-                dir,
-                env: server
-                    .env
-                    .iter()
-                    .map(|(k, v)| (k.clone(), v.value.clone()))
-                    .collect(),
-            },
-        };
-        let names = |l: &[Sp<String>]| l.iter().map(|t| t.value.clone()).collect::<Vec<_>>();
-        let key = serde_json::to_string(&match &transport {
-            McpTransport::Stdio { argv, dir, env } => {
-                serde_json::json!({"argv": argv, "dir": dir.to_string_lossy(), "env": env})
-            }
-            McpTransport::Http { url, headers } => serde_json::json!({"url": url, "headers": headers}),
-        })
-        .expect("a key serializes");
-        let plan = McpServerPlan {
-            name: server.name.value.clone(),
-            transport,
-            tools: names(&server.tools),
-            approve: names(&server.approve),
-            no_approval: names(&server.no_approval),
-            trusted: server
-                .trust
-                .as_ref()
-                .is_some_and(|t| t.value == crate::model::Trust::Trusted),
-            idempotent: names(&server.idempotent),
-            timeout: server.timeout.as_ref().map(|t| t.value.0),
-            max_time: server.max_time.as_ref().map(|t| t.value.0),
-            max_result_bytes: server
-                .max_result_bytes
-                .as_ref()
-                .map_or(DEFAULT_MAX_MCP_RESULT, |s| s.value.0),
-            key: format!("{}:{key}", server.name.value),
-        };
+        let plan = mcp_server_plan(self.project, id, server);
         self.mcp_servers
             .entry(plan.key.clone())
             .or_insert_with(|| Arc::new(plan))
             .clone()
+    }
+}
+
+/// An MCP server definition as the runtime reaches it: a stdio server's `command` runs in the
+/// directory of the file that defines it (flow `id`'s when that file is not on disk).
+pub fn mcp_server_plan(project: &Project, id: FlowId, server: &McpServer) -> McpServerPlan {
+    let file = project.sources.get(server.name.span.file);
+    let dir = file
+        .path
+        .as_deref()
+        .and_then(FsPath::parent)
+        .map(FsPath::to_path_buf)
+        .or_else(|| project.flow(id).path.parent().map(FsPath::to_path_buf))
+        .unwrap_or_default();
+    let dir = dir.canonicalize().unwrap_or(dir);
+    let transport = match &server.url {
+        Some(url) => McpTransport::Http {
+            url: url.value.clone(),
+            headers: server
+                .headers
+                .iter()
+                .map(|(k, v)| (k.clone(), v.value.clone()))
+                .collect(),
+        },
+        None => McpTransport::Stdio {
+            argv: server.command.iter().map(|a| a.value.clone()).collect(),
+            dir,
+            env: server
+                .env
+                .iter()
+                .map(|(k, v)| (k.clone(), v.value.clone()))
+                .collect(),
+        },
+    };
+    let names = |l: &[Sp<String>]| l.iter().map(|t| t.value.clone()).collect::<Vec<_>>();
+    let key = serde_json::to_string(&match &transport {
+        McpTransport::Stdio { argv, dir, env } => {
+            serde_json::json!({"argv": argv, "dir": dir.to_string_lossy(), "env": env})
+        }
+        McpTransport::Http { url, headers } => serde_json::json!({"url": url, "headers": headers}),
+    })
+    .expect("a key serializes");
+    McpServerPlan {
+        name: server.name.value.clone(),
+        transport,
+        tools: names(&server.tools),
+        approve: names(&server.approve),
+        no_approval: names(&server.no_approval),
+        trusted: server
+            .trust
+            .as_ref()
+            .is_some_and(|t| t.value == crate::model::Trust::Trusted),
+        idempotent: names(&server.idempotent),
+        timeout: server.timeout.as_ref().map(|t| t.value.0),
+        max_time: server.max_time.as_ref().map(|t| t.value.0),
+        max_result_bytes: server
+            .max_result_bytes
+            .as_ref()
+            .map_or(DEFAULT_MAX_MCP_RESULT, |s| s.value.0),
+        key: format!("{}:{key}", server.name.value),
     }
 }
 

@@ -88,7 +88,12 @@ pub async fn call(
         .await;
     let result = match answer {
         Ok(r) => r,
-        Err(e) => return Err(call_error(server, tool, e, &connection, cx.timeout, max_time)),
+        Err(e) => {
+            if matches!(e, SdkError::Closed(_)) {
+                connection.settle().await;
+            }
+            return Err(call_error(server, tool, e, &connection, cx.timeout, max_time));
+        }
     };
     let output = tools.outputs.get(tool).cloned().flatten();
     let mut value = shape(server, tool, result, output.as_deref())?;
@@ -238,11 +243,18 @@ fn call_error(
                 connection.secrets.redact(&why)
             ),
         ),
-        SdkError::Closed(_) => permanent(format!(
-            "MCP server `{}` {} during a call of `{tool}`",
-            server.name,
-            connection.describe_end()
-        )),
+        SdkError::Closed(_) => {
+            let (how, tail) = connection.end_parts();
+            let tail = if tail.is_empty() {
+                String::new()
+            } else {
+                format!("; its stderr ended with: {tail}")
+            };
+            permanent(format!(
+                "MCP server `{}` {how} during a call of `{tool}`{tail}",
+                server.name
+            ))
+        }
         SdkError::InputRequired(_) => permanent(format!(
             "MCP tool `{name}` asks for input this client cannot give (only form elicitation is answered)"
         )),

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use super::process::ServerProcess;
-use super::sdk::{Client, ToolInfo};
+use super::sdk::{self, Client, ToolInfo};
 use crate::agents::net::Secrets;
 use crate::plan::{McpServerPlan, McpTransport, Schema};
 
@@ -38,19 +38,36 @@ impl Connection {
         Some(self.describe_end())
     }
 
+    /// Waits a moment for a stdio server whose connection closed to be seen exiting, so that
+    /// what is told of its end says how.
+    pub async fn settle(&self) {
+        let Some(p) = &self.process else { return };
+        for _ in 0..50 {
+            if p.exited().is_some() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
     /// How the server's process ended (or that the connection closed), with its stderr.
     pub fn describe_end(&self) -> String {
+        let (how, tail) = self.end_parts();
+        if tail.is_empty() {
+            how
+        } else {
+            format!("{how}; its stderr ended with: {tail}")
+        }
+    }
+
+    /// How the server ended, and the tail of its stderr (secrets redacted; empty over HTTP).
+    pub fn end_parts(&self) -> (String, String) {
         match &self.process {
-            Some(p) => {
-                let how = p.exited().unwrap_or_else(|| "closed the connection".into());
-                let tail = self.secrets.redact(&p.stderr_tail());
-                if tail.is_empty() {
-                    how
-                } else {
-                    format!("{how}; its stderr ended with: {tail}")
-                }
-            }
-            None => "closed the connection".into(),
+            Some(p) => (
+                p.exited().unwrap_or_else(|| "closed the connection".into()),
+                self.secrets.redact(&p.stderr_tail()),
+            ),
+            None => ("closed the connection".into(), String::new()),
         }
     }
 }
@@ -159,7 +176,11 @@ pub async fn connection(plan: &McpServerPlan) -> Result<Arc<Connection>, Unavail
             plan.name
         )));
     }
-    let c = Arc::new(start(plan).await?);
+    let c = match start(plan, false).await {
+        Err(Unavailable::Start(why)) if sdk::wants_legacy(&why) => start(plan, true).await?,
+        other => other?,
+    };
+    let c = Arc::new(c);
     state.connection = Some(c.clone());
     Ok(c)
 }
@@ -205,7 +226,8 @@ pub async fn tools(plan: &McpServerPlan, c: &Connection) -> Result<Arc<Tools>, U
     Ok(tools)
 }
 
-async fn start(plan: &McpServerPlan) -> Result<Connection, Unavailable> {
+/// Starts (or reaches) the server; `legacy`: with the `initialize` handshake only.
+async fn start(plan: &McpServerPlan, legacy: bool) -> Result<Connection, Unavailable> {
     let mut secrets = Secrets::default();
     let fail =
         |why: String| Unavailable::Start(format!("MCP server `{}` could not be started: {why}", plan.name));
@@ -226,20 +248,21 @@ async fn start(plan: &McpServerPlan) -> Result<Connection, Unavailable> {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .push(process.clone());
-            let client = match tokio::time::timeout(START_TIMEOUT, Client::over_pipes(stdout, stdin)).await {
-                Ok(Ok(c)) => c,
-                Ok(Err(e)) => {
-                    let c = secrets.redact(&e);
-                    let tail = secrets.redact(&process.stderr_tail());
-                    process.end();
-                    let how = process.exited().unwrap_or_default();
-                    return Err(fail(join([c, how, tail])));
-                }
-                Err(_) => {
-                    process.end();
-                    return Err(fail(format!("no handshake within {} s", START_TIMEOUT.as_secs())));
-                }
-            };
+            let client =
+                match tokio::time::timeout(START_TIMEOUT, Client::over_pipes(stdout, stdin, legacy)).await {
+                    Ok(Ok(c)) => c,
+                    Ok(Err(e)) => {
+                        let c = secrets.redact(&e);
+                        let tail = secrets.redact(&process.stderr_tail());
+                        process.end();
+                        let how = process.exited().unwrap_or_default();
+                        return Err(fail(join([c, how, tail])));
+                    }
+                    Err(_) => {
+                        process.end();
+                        return Err(fail(format!("no handshake within {} s", START_TIMEOUT.as_secs())));
+                    }
+                };
             tracing::info!(server = %plan.name, pid = process.pid(), protocol = %client.protocol(), "mcp server started");
             Ok(Connection {
                 client,
@@ -257,7 +280,9 @@ async fn start(plan: &McpServerPlan) -> Result<Connection, Unavailable> {
             }
             let http = crate::agents::net::client().map_err(|e| fail(e.message))?;
             let client =
-                match tokio::time::timeout(START_TIMEOUT, Client::over_http(http, url, &resolved)).await {
+                match tokio::time::timeout(START_TIMEOUT, Client::over_http(http, url, &resolved, legacy))
+                    .await
+                {
                     Ok(Ok(c)) => c,
                     Ok(Err(e)) => return Err(fail(format!("{url}: {}", secrets.redact(&e)))),
                     Err(_) => {

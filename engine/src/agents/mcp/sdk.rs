@@ -232,23 +232,34 @@ pub struct Client {
     running: RunningService<RoleClient, Handler>,
 }
 
-/// The revisions offered: the stateless one first, the `initialize` handshake as the fallback.
-fn lifecycle() -> ClientLifecycleMode {
+/// The revisions offered: the stateless one first (a server that does not know
+/// `server/discover` is asked again with the `initialize` handshake on the same connection), or
+/// only the `initialize` handshake of 2025-11-25 (`legacy`).
+fn lifecycle(legacy: bool) -> ClientLifecycleMode {
+    if legacy {
+        return ClientLifecycleMode::Initialize;
+    }
     ClientLifecycleMode::Auto {
         preferred_versions: vec![ProtocolVersion::V_2026_07_28],
         legacy_version: Some(ProtocolVersion::V_2025_11_25),
     }
 }
 
+/// Whether a failed start is a server that knows `server/discover` but none of the
+/// revisions offered there: worth a new connection with the `initialize` handshake.
+pub fn wants_legacy(start_error: &str) -> bool {
+    start_error.contains("no compatible protocol version")
+}
+
 impl Client {
     /// A session over a child's stdout (read) and stdin (written).
-    pub async fn over_pipes<R, W>(read: R, write: W) -> Result<Client, String>
+    pub async fn over_pipes<R, W>(read: R, write: W, legacy: bool) -> Result<Client, String>
     where
         R: AsyncRead + Send + Unpin + 'static,
         W: AsyncWrite + Send + Unpin + 'static,
     {
         let running = Handler::default()
-            .serve_with_lifecycle((read, write), lifecycle())
+            .serve_with_lifecycle((read, write), lifecycle(legacy))
             .await
             .map_err(|e| e.to_string())?;
         Ok(Client { running })
@@ -259,6 +270,7 @@ impl Client {
         http: reqwest::Client,
         url: &str,
         headers: &[(String, String)],
+        legacy: bool,
     ) -> Result<Client, String> {
         use rmcp::transport::StreamableHttpClientTransport;
         use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -274,7 +286,7 @@ impl Client {
         config.custom_headers = custom;
         let transport = StreamableHttpClientTransport::with_client(http, config);
         let running = Handler::default()
-            .serve_with_lifecycle(transport, lifecycle())
+            .serve_with_lifecycle(transport, lifecycle(legacy))
             .await
             .map_err(|e| e.to_string())?;
         Ok(Client { running })

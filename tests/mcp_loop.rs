@@ -385,11 +385,23 @@ fn a_plain_steps_call_waits_for_approval() {
 
 /// A server that asks for input during a plain step's call stops the run `interrupted` with
 /// its message and schema; `resume --decision` answers it (the call is sent again and the
-/// answer given to the server's question); `{"reject": ...}` declines.
+/// answer given to the server's question); `{"reject": ...}` declines. Over the stateless
+/// revision (an `input_required` result) and a session (`elicitation/create`) alike.
 #[test]
 fn a_servers_question_during_a_plain_call_is_answered_by_resume() {
-    let dir = TempDir::new("mcp-plain-elicit");
-    dir.write("flow.yaml", plain_flow("    tools: [elicit]", "elicit"));
+    for legacy in [false, true] {
+        servers_question_in_a_plain_call(legacy);
+    }
+}
+
+fn servers_question_in_a_plain_call(legacy: bool) {
+    let dir = TempDir::new(&format!("mcp-plain-elicit-{legacy}"));
+    let mut text = plain_flow("    tools: [elicit]", "elicit");
+    if legacy {
+        text = text.replacen("\"]\n", "\", --legacy]\n", 1);
+        assert!(text.contains("--legacy"), "{text}");
+    }
+    dir.write("flow.yaml", text);
     let start = || {
         let out = run(switchyard(dir.path())
             .args(["run", "flow.yaml", "--input", r#"{"message": "Proceed?"}"#])

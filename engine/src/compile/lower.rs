@@ -586,7 +586,7 @@ impl<'p> Compiler<'p> {
                         scope.defaults,
                         crate::model::AgentKind::Mcp,
                     );
-                    if !scope.defaults.is_some_and(|d| d.timeout.is_some())
+                    if scope.defaults.is_none_or(|d| d.timeout.is_none())
                         && let Some(t) = server.timeout
                     {
                         timeout = t;

@@ -131,7 +131,7 @@ impl std::fmt::Display for SdkError {
 #[derive(Clone, Default)]
 struct Handler {
     elicitations: Arc<AtomicU64>,
-    elicitors: Arc<std::sync::Mutex<Vec<(u64, Arc<Elicitor>)>>>,
+    elicitors: Arc<std::sync::Mutex<Vec<Registration>>>,
     next_call: Arc<AtomicU64>,
 }
 
@@ -160,6 +160,9 @@ fn elicit_result(reply: Option<Reply>) -> ElicitResult {
         None => ElicitResult::new(ElicitationAction::Cancel),
     }
 }
+
+/// A call in flight (by a number of its session) and its elicitor.
+type Registration = (u64, Arc<Elicitor>);
 
 /// A call's elicitor, registered with the session while the call is in flight.
 struct Registered<'a> {

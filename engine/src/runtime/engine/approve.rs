@@ -22,7 +22,7 @@ pub(super) enum Approved {
     Call(Value),
     /// The call is not made: the step's outcome (rejected, stopped to ask, or a record that
     /// could not be written).
-    Done(StepOutcome),
+    Done(Box<StepOutcome>),
 }
 
 /// The number of a plain step's approval part: `3.approval`, `3[2].approval`.
@@ -73,11 +73,13 @@ impl<'e, S: Store> Run<'e, S> {
             if o.error.is_none() {
                 o.stop = Some(RunStatus::Interrupted);
             }
-            return Approved::Done(o);
+            return Approved::Done(Box::new(o));
         };
         let decision = match parse_decisions(&given, 1) {
             Ok(mut d) => d.remove(0),
-            Err(why) => return Approved::Done(StepOutcome::err(StepError::new(ErrorKind::Agent, why))),
+            Err(why) => {
+                return Approved::Done(Box::new(StepOutcome::err(StepError::new(ErrorKind::Agent, why))));
+            }
         };
         if earlier.is_some_and(|r| r.status == StepStatus::Interrupted) {
             // The decision is on record before the call it allows is made.
@@ -86,19 +88,19 @@ impl<'e, S: Store> Run<'e, S> {
             self.record_part(step, part, "approval", None, Some(proposed), &mut o, started)
                 .await;
             if let Some(e) = o.error {
-                return Approved::Done(StepOutcome::err(e));
+                return Approved::Done(Box::new(StepOutcome::err(e)));
             }
         }
         match decision {
             Decision::Approve => Approved::Call(input.clone()),
             Decision::Edit(args) => Approved::Call(args),
-            Decision::Reject(why) => Approved::Done(StepOutcome::err(
+            Decision::Reject(why) => Approved::Done(Box::new(StepOutcome::err(
                 StepError::new(
                     ErrorKind::Agent,
                     format!("the call of `{tool}` was rejected: {why}"),
                 )
                 .with_details(json!({"rejected": why})),
-            )),
+            ))),
         }
     }
 

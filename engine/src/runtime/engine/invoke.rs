@@ -214,7 +214,7 @@ impl<'e, S: Store> Run<'e, S> {
                         approved = v;
                         &approved
                     }
-                    super::approve::Approved::Done(o) => return o,
+                    super::approve::Approved::Done(o) => return *o,
                 }
             }
             _ => input,

@@ -193,7 +193,7 @@ fn mcp_tool(s: &LoopServerPlan, info: &ToolInfo, input: Option<Arc<Schema>>) -> 
             timeout: s.timeout,
             // A trusted server's read-only and idempotent tools are sent again after a
             // crash too: `invoke` asks their annotations.
-            idempotent: s.server.idempotent.iter().any(|t| *t == info.name),
+            idempotent: s.server.idempotent.contains(&info.name),
         },
     }
 }
@@ -223,7 +223,7 @@ pub(super) fn needs_approval(
 /// report).
 pub(super) async fn mcp_needs_approval(m: &McpPlan) -> bool {
     let server = &m.server;
-    if server.approve.iter().any(|t| *t == m.tool) {
+    if server.approve.contains(&m.tool) {
         return true;
     }
     if !server.trusted {

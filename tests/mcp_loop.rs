@@ -182,6 +182,15 @@ fn a_loop_names_one_tool_of_a_server() {
     assert_eq!(out.code(), 0, "{out:?}");
     let hits = llm.hits();
     assert_eq!(tool_names(&hits[0].body), ["fixture__echo"]);
+    // The drawing shows the tool under the step, by the name the model is offered.
+    let graph = run(switchyard(dir.path()).args(["graph", "flow.yaml"]));
+    assert!(
+        graph
+            .stdout
+            .contains(r#"t_answer__fixture__echo("fixture__echo<br/>mcp")"#),
+        "{}",
+        graph.stdout
+    );
     assert!(
         tool_messages(&hits[1].body)[0]
             .1

@@ -257,12 +257,12 @@ fn progress_extends_the_timeout_and_silence_cancels_the_call() {
         "",
         &one_call(
             "slow",
-            "    input: {$.ms: $.ms, $.progress_every_ms: $.every}\n    timeout: 400ms\n",
+            "    input: {$.ms: $.ms, $.progress_every_ms: $.every}\n    timeout: 700ms\n",
         ),
     );
-    // 1.2 s of work, progress every 100 ms: never 400 ms without news.
-    let out = output(&fx.run(r#"{"ms": 1200, "every": 100}"#));
-    assert_eq!(out["out"]["content"], json!(["slept 1200 ms"]));
+    // 2 s of work, progress every 100 ms: never 700 ms without news.
+    let out = output(&fx.run(r#"{"ms": 2000, "every": 100}"#));
+    assert_eq!(out["out"]["content"], json!(["slept 2000 ms"]));
 
     // The step that times out is followed by a short call: the server is still there to read
     // the cancellation when its handler runs.
@@ -296,16 +296,16 @@ fn progress_extends_the_timeout_and_silence_cancels_the_call() {
 fn progress_extends_a_call_no_further_than_max_time() {
     let fx = Fx::new("mcp-max-time");
     fx.flow(
-        "    max_time: 800ms\n",
+        "    max_time: 1500ms\n",
         &one_call(
             "slow",
-            "    input: {$.ms: $.ms, $.progress_every_ms: $.every}\n    timeout: 300ms\n",
+            "    input: {$.ms: $.ms, $.progress_every_ms: $.every}\n    timeout: 700ms\n",
         ),
     );
     let out = fx.run(r#"{"ms": 5000, "every": 100}"#);
     assert_eq!(out.code(), 1, "{}", out.stderr);
     assert!(
-        out.stderr.contains("error[timeout]") && out.stderr.contains("`max_time` of 800ms"),
+        out.stderr.contains("error[timeout]") && out.stderr.contains("`max_time` of 1500ms"),
         "{}",
         out.stderr
     );
@@ -628,4 +628,148 @@ fn mcp_list_prints_tools_schemas_and_annotations() {
     assert_eq!(add["output_schema"]["required"], json!(["sum"]));
     assert_eq!(add["annotations"], json!({"readOnlyHint": true}));
     fx.assert_none_alive();
+}
+
+/// A plain step whose tool needs approval (`approve:`, or a trusted server's destructive
+/// tool) stops `interrupted` before the call, waiting for a decision (`tests/mcp_loop.rs`
+/// answers it); the tool is not called.
+#[test]
+fn a_plain_step_never_calls_a_tool_that_needs_approval() {
+    for (extra, tool) in [
+        ("    approve: [echo]\n", "echo"),
+        ("    trust: trusted\n", "destructive"),
+    ] {
+        let fx = Fx::new("mcp-approval");
+        fx.flow(extra, &one_call(tool, "    input: {}\n"));
+        let out = fx.run("{}");
+        assert_eq!(out.code(), 3, "{}", out.stderr);
+        assert!(
+            out.stderr
+                .contains(&format!("waits for approval of a call of `fx.{tool}`")),
+            "{}",
+            out.stderr
+        );
+        assert!(fx.calls().is_empty(), "{:?}", fx.calls());
+    }
+    // Listed in `no_approval:`, a trusted server's destructive tool is called.
+    let fx = Fx::new("mcp-no-approval");
+    fx.flow(
+        "    trust: trusted\n    no_approval: [destructive]\n",
+        &one_call("destructive", "    input: {}\n"),
+    );
+    assert_eq!(output(&fx.run("{}"))["out"]["content"], json!(["destroyed"]));
+}
+
+#[test]
+fn a_server_that_keeps_dying_is_given_up_after_three_restarts() {
+    let fx = Fx::new("mcp-give-up");
+    let mut rest = "agents:\n  crash: {kind: mcp, server: fx, tool: crash}\nsteps:\n".to_string();
+    for i in 1..=5 {
+        let next = if i < 5 {
+            format!("\n    next:\n      - {{to: c{}, on: always}}", i + 1)
+        } else {
+            String::new()
+        };
+        rest.push_str(&format!(
+            "  c{i}:\n    agent: crash\n    input: {{}}\n    output: {{}}{next}\n"
+        ));
+    }
+    fx.flow("", &rest);
+    let out = fx.run("{}");
+    assert_eq!(out.code(), 1, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("step `c5`")
+            && out
+                .stderr
+                .contains("MCP server `fx` died 4 times and is not started again (last: exited with code 3"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(fx.started().len(), 4, "started, then 3 restarts");
+    assert_eq!(fx.calls().len(), 4);
+    fx.assert_none_alive();
+}
+
+#[test]
+fn allow_and_agent_changes_know_the_kind_mcp() {
+    let fx = Fx::new("mcp-allow");
+    fx.dir.write(
+        "flow.yaml",
+        format!(
+            "flow: t\nallow: [transform]\n{}{}",
+            fx.server("", ""),
+            one_call("echo", "    input: {$.text: $.text}\n")
+        ),
+    );
+    let out = fx.run(r#"{"text": "x"}"#);
+    assert_eq!(out.code(), 2, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("SY501") && out.stderr.contains("`mcp`"),
+        "{}",
+        out.stderr
+    );
+
+    fx.flow("", &one_call("echo", "    input: {$.text: $.text}\n"));
+    let out = run(switchyard(fx.dir.path()).args([
+        "run",
+        "flow.yaml",
+        "--input",
+        r#"{"text": "x"}"#,
+        "--allow",
+        "transform",
+    ]));
+    assert_eq!(out.code(), 1, "{}", out.stderr);
+    assert!(out.stderr.contains("error[capability]"), "{}", out.stderr);
+
+    fx.dir.write(
+        "change.yaml",
+        "- scope: global\n  mode: remove\n  agents: [call]\n",
+    );
+    let out = run(switchyard(fx.dir.path()).args([
+        "run",
+        "flow.yaml",
+        "--input",
+        r#"{"text": "x"}"#,
+        "--agent-change",
+        "change.yaml",
+    ]));
+    assert_eq!(out.code(), 1, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("error[capability]") && out.stderr.contains("removed by an agent change"),
+        "{}",
+        out.stderr
+    );
+    assert!(fx.calls().is_empty(), "{:?}", fx.calls());
+}
+
+#[test]
+fn an_imported_server_runs_its_command_from_its_own_files_directory() {
+    let fx = Fx::new("mcp-import");
+    let lib = fx.dir.path().join("lib");
+    std::fs::create_dir_all(&lib).expect("lib/");
+    std::os::unix::fs::symlink(mcp_fixture(), lib.join("fx")).expect("a link to the fixture");
+    fx.dir.write(
+        "lib/servers.yaml",
+        format!(
+            "mcp_servers:\n  fx:\n    command: [./fx]\n    env: {{MCP_FIXTURE_LOG: \"{}\"}}\n    tools: [echo]\n",
+            fx.log.display()
+        ),
+    );
+    fx.dir.write(
+        "flows/flow.yaml",
+        format!(
+            "flow: t\nimports: [../lib/servers.yaml]\n{}",
+            one_call("echo", "    input: {$.text: $.text}\n")
+        ),
+    );
+    let out = run(switchyard(fx.dir.path()).args([
+        "run",
+        "flows/flow.yaml",
+        "--input",
+        r#"{"text": "x"}"#,
+        "--root",
+        ".",
+    ]));
+    assert_eq!(output(&out)["out"]["content"], json!(["x"]));
+    assert_eq!(fx.calls(), ["call echo"]);
 }

@@ -164,7 +164,9 @@ impl<'e, S: Store> Run<'e, S> {
             Ok(e) => Arc::new(e),
             Err(e) => return Err((e, Usage::default(), None, false)),
         };
-        let out = agents::mcp::call(m, input, cx, Some(&elicitor)).await;
+        // Approvals are the runtime's: a plain step asked before its attempts, a loop before
+        // its turn's calls.
+        let out = agents::mcp::call(m, input, cx, Some(&elicitor), true).await;
         if let Some(o) = self
             .ask_human(step, number, &m.server.name, &m.tool, &elicitor)
             .await

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use serde_json::{Map, Value, json};
 
 use super::Run;
-use crate::agents::mcp::{self, Annotations, ToolInfo};
+use crate::agents::mcp::{self, ToolInfo};
 use crate::plan::*;
 use crate::record::{ErrorKind, StepError};
 use crate::store::Store;
@@ -147,7 +147,7 @@ impl<'e, S: Store> Run<'e, S> {
                         ),
                     ));
                 }
-                let approve = needs_approval(server, &info.name, &info.annotations, &lp.approve);
+                let approve = needs_approval(server, info, &lp.approve);
                 match self.agent_for(&tool.call, false) {
                     Ok(_) => tools.offered.push(Offered {
                         approve,
@@ -198,23 +198,15 @@ fn mcp_tool(s: &LoopServerPlan, info: &ToolInfo, input: Option<Arc<Schema>>) -> 
     }
 }
 
-/// Whether a call of `tool` of `server` waits for a human (SPEC §6.4): the server's
-/// `approve:`, the agent's (`server.tool`, `server.*`), or, from a trusted server only, a
-/// `destructiveHint` not excused by `no_approval:`.
-pub(super) fn needs_approval(
-    server: &McpServerPlan,
-    tool: &str,
-    annotations: &Annotations,
-    agent: &[String],
-) -> bool {
-    let named = |list: &[String]| list.iter().any(|t| t == tool);
+/// Whether a call of `info` of `server` waits for a human (SPEC §6.4): the server's
+/// `approve:`, a trusted server's `destructiveHint` not excused by `no_approval:`
+/// ([`mcp::needs_approval`]), or the agent's `approve:` (`server.tool`, `server.*`).
+pub(super) fn needs_approval(server: &McpServerPlan, info: &ToolInfo, agent: &[String]) -> bool {
     let by_agent = agent.iter().any(|a| {
         a.split_once('.')
-            .is_some_and(|(s, t)| s == server.name && (t == "*" || t == tool))
+            .is_some_and(|(s, t)| s == server.name && (t == "*" || t == info.name))
     });
-    named(&server.approve)
-        || by_agent
-        || (server.trusted && annotations.destructive == Some(true) && !named(&server.no_approval))
+    by_agent || mcp::needs_approval(server, Some(info)).is_some()
 }
 
 /// Whether a plain step's call of `m` waits for a human: the server's `approve:`, or a trusted
@@ -223,19 +215,10 @@ pub(super) fn needs_approval(
 /// report).
 pub(super) async fn mcp_needs_approval(m: &McpPlan) -> bool {
     let server = &m.server;
-    if server.approve.contains(&m.tool) {
-        return true;
-    }
-    if !server.trusted {
-        return false;
-    }
     let listed = async {
         let c = mcp::pool::connection(server).await?;
         mcp::pool::tools(server, &c).await
     }
     .await;
-    listed.is_ok_and(|l| {
-        l.get(&m.tool)
-            .is_some_and(|info| needs_approval(server, &m.tool, &info.annotations, &[]))
-    })
+    listed.is_ok_and(|l| mcp::needs_approval(server, l.get(&m.tool)).is_some())
 }

@@ -40,9 +40,9 @@ mod syntax;
 
 pub use api::{
     AgentKind, Approval, BatchError, BatchOptions, BatchSummary, CancellationToken, Change, Cost, Diagnostic,
-    Error, ErrorKind, Event, Events, FileId, Flow, FlowError, Interrupt, Label, NativeAgent, NativeCall,
-    NativeFuture, Natives, Otlp, PendingCall, Progress, Question, ResumeError, ResumeOptions, Rule,
-    RunConfig, RunControls, RunOptions, RunOutcome, RunRecord, RunStatus, Severity, Span, StepError,
+    Elicitation, Error, ErrorKind, Event, Events, FileId, Flow, FlowError, Interrupt, Label, NativeAgent,
+    NativeCall, NativeFuture, Natives, Otlp, PendingCall, Progress, Question, ResumeError, ResumeOptions,
+    Rule, RunConfig, RunControls, RunOptions, RunOutcome, RunRecord, RunStatus, Severity, Span, StepError,
     StepRecord, StepStatus, StoreError, Switchyard, Usage, Violation, WaitingFor,
 };
 

@@ -126,7 +126,7 @@ impl std::fmt::Display for SdkError {
 /// (`elicitation/create`): answered by the [`Elicitor`] of the call in flight that registered
 /// first, declined when none did (counted, so that a call's error can say the server asked).
 /// A session's requests carry no link to the call that caused them: with several calls of one
-/// session in flight, the earliest one's elicitor answers. The stateless revision's
+/// session in flight, the earliest one's elicitor that has not stopped to ask answers. The stateless revision's
 /// `input_required` results are exact: they answer the call itself.
 #[derive(Clone, Default)]
 struct Handler {
@@ -214,7 +214,8 @@ impl ClientHandler for Handler {
             .elicitors
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .first()
+            .iter()
+            .find(|(_, e)| e.open().is_none())
             .map(|(_, e)| e.clone());
         match (first, asked(&request)) {
             (Some(elicitor), Some(asked)) => Ok(elicit_result(elicitor.answer(asked))),

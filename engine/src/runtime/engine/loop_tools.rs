@@ -222,3 +222,93 @@ pub(super) async fn mcp_needs_approval(m: &McpPlan) -> bool {
     .await;
     listed.is_ok_and(|l| mcp::needs_approval(server, l.get(&m.tool)).is_some())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agents::mcp::Annotations;
+
+    fn server(approve: &[&str], no_approval: &[&str], trusted: bool) -> McpServerPlan {
+        let names = |l: &[&str]| l.iter().map(|s| s.to_string()).collect();
+        McpServerPlan {
+            name: "repo".into(),
+            transport: McpTransport::Http {
+                url: "http://127.0.0.1:9/mcp".into(),
+                headers: Vec::new(),
+            },
+            tools: vec!["*".into()],
+            approve: names(approve),
+            no_approval: names(no_approval),
+            trusted,
+            idempotent: Vec::new(),
+            timeout: None,
+            max_time: None,
+            max_result_bytes: 1 << 20,
+            key: "repo".into(),
+        }
+    }
+
+    fn tool(name: &str, destructive: bool) -> ToolInfo {
+        ToolInfo {
+            name: name.into(),
+            title: None,
+            description: None,
+            input_schema: serde_json::json!({"type": "object"}),
+            output_schema: None,
+            annotations: Annotations {
+                destructive: Some(destructive),
+                ..Annotations::default()
+            },
+        }
+    }
+
+    #[test]
+    fn approval_comes_from_the_server_the_agent_or_trusted_annotations() {
+        let none: &[String] = &[];
+        assert!(needs_approval(
+            &server(&["commit"], &[], false),
+            &tool("commit", false),
+            none
+        ));
+        assert!(!needs_approval(
+            &server(&[], &[], false),
+            &tool("reset", true),
+            none
+        ));
+        assert!(needs_approval(
+            &server(&[], &[], true),
+            &tool("reset", true),
+            none
+        ));
+        assert!(!needs_approval(
+            &server(&[], &["reset"], true),
+            &tool("reset", true),
+            none
+        ));
+        let agent = ["repo.log".to_string(), "docs.*".to_string()];
+        assert!(needs_approval(
+            &server(&[], &[], false),
+            &tool("log", false),
+            &agent
+        ));
+        assert!(!needs_approval(
+            &server(&[], &[], false),
+            &tool("status", false),
+            &agent
+        ));
+        let all = ["repo.*".to_string()];
+        assert!(needs_approval(
+            &server(&[], &[], false),
+            &tool("status", false),
+            &all
+        ));
+    }
+
+    #[test]
+    fn names_are_server_and_tool_cut_to_64() {
+        assert_eq!(mcp_tool_name("repo", "git_log"), "repo__git_log");
+        let long = mcp_tool_name("repo", &"x".repeat(100));
+        assert_eq!(long.chars().count(), MAX_TOOL_NAME);
+        assert!(long.starts_with("repo__xxx"));
+    }
+}

@@ -315,6 +315,54 @@ fn mcp_tools_wait_for_approval_as_the_server_and_agent_say() {
     }
 }
 
+/// An edit decision's arguments reach the MCP tool, and the model is told of the edit; a
+/// rejection is the tool message and the server is not called.
+#[test]
+fn an_mcp_call_in_a_loop_is_edited_or_rejected() {
+    for (decision, told) in [
+        (
+            r#"{"edit": {"text": "edited"}}"#,
+            "the arguments were edited before the call ran",
+        ),
+        (
+            r#"{"reject": "not that"}"#,
+            "the call of `fixture__echo` was rejected: not that",
+        ),
+    ] {
+        let llm = Llm::start();
+        llm.script([
+            Reply::calls(1, &[("fixture__echo", r#"{"text": "proposed"}"#)]),
+            Reply::Answer("done".into()),
+        ]);
+        let dir = TempDir::new("mcp-loop-edit");
+        dir.write(
+            "flow.yaml",
+            loop_flow(
+                &llm.base_url(),
+                "[fixture]",
+                "    tools: [echo]\n    approve: [echo]",
+                "",
+            ),
+        );
+        let out = run_flow(&dir);
+        assert_eq!(out.code(), 3, "{out:?}");
+        let id = run_id_from(&out.stderr);
+        let done = resume(&dir, &id, decision);
+        assert_eq!(done.code(), 0, "{done:?}");
+        let message = &tool_messages(&llm.hits()[1].body)[0].1;
+        assert!(message.starts_with(told), "{message}");
+        let recs = records(&dir, &id);
+        let call = record(&recs, "1.t1.1");
+        if decision.contains("edit") {
+            assert!(message.ends_with("the result: edited"), "{message}");
+            assert_eq!(call["result"]["content"], json!(["edited"]));
+        } else {
+            assert_eq!(call["status"], "failed");
+            assert!(call.get("result").is_none_or(Value::is_null), "{call}");
+        }
+    }
+}
+
 /// A flow with a plain `kind: mcp` step `call` of `fixture.<tool>`, its input `input`.
 fn plain_flow(server: &str, tool: &str) -> String {
     format!(

@@ -401,7 +401,7 @@ async fn a_flow_tool_is_a_child_run_and_depth_is_a_tool_message() {
     let out = run(&engine, &path, json!({"text": "hi"})).await;
     assert_eq!(out.status, RunStatus::Succeeded, "{:?}", out.error);
     let tools = tool_messages(&server.hits()[1].body);
-    assert_eq!(tools[0].1, r#""About refund""#);
+    assert_eq!(tools[0].1, "About refund");
     let children = engine.store.children(&out.run_id).await.unwrap();
     assert_eq!(children.len(), 1);
     assert_eq!(children[0].parent_step.as_deref(), Some("1.t1.1"));

@@ -25,6 +25,8 @@
 //!   fallback, permanent server errors;
 //! - [`redaction`]: secrets echoed back in other spellings reach no output, page or store;
 //! - [`payload_types`]: the payload's type through the graph on real and schema-less flows;
+//! - [`agent_loop_requests`]: what an agent loop's requests ask of the model: the answer's
+//!   `response_format`, tool results as text, one tool call at a time;
 //! - [`agent_loop_durable`]: agent loops through the binary and SQLite: a killed batch of loops,
 //!   approvals end to end, and how `runs show` and `--trace` show a loop;
 //! - [`resume`]: what a stopped run records and tells: the flow hash over imports and called
@@ -55,6 +57,9 @@
 //!   both protocol revisions: tools and schemas, results, errors, a run that stops for a
 //!   human and the run tools, progress, cancellation, the token and Origin checks, origin `mcp`;
 //! - [`mcp_conformance`]: the official MCP conformance suite against `mcp serve --http`;
+//! - [`mcp_loop`]: MCP tools in agent loops (definitions from `tools/list`, tool messages,
+//!   names that collide), approvals of MCP calls, a server's questions answered by `resume`,
+//!   a loop killed with an MCP call in flight;
 //! - [`layers`]: `engine/src`'s modules use only the layers below their own, and no files
 //!   import each other;
 //! - [`library`]: the crate root as an application uses it: `examples/approve.rs` run to its
@@ -62,6 +67,7 @@
 
 mod agent_loop;
 mod agent_loop_durable;
+mod agent_loop_requests;
 mod agent_loop_tests;
 mod batch;
 mod batch_interrupts;
@@ -92,6 +98,7 @@ mod llm_servers;
 mod logs;
 mod mcp;
 mod mcp_conformance;
+mod mcp_loop;
 mod mcp_serve;
 mod memory_store;
 mod mock_server;

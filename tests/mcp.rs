@@ -630,24 +630,22 @@ fn mcp_list_prints_tools_schemas_and_annotations() {
     fx.assert_none_alive();
 }
 
+/// A plain step whose tool needs approval (`approve:`, or a trusted server's destructive
+/// tool) stops `interrupted` before the call, waiting for a decision (`tests/mcp_loop.rs`
+/// answers it); the tool is not called.
 #[test]
 fn a_plain_step_never_calls_a_tool_that_needs_approval() {
-    for (extra, tool, why) in [
-        ("    approve: [echo]\n", "echo", "`approve:` of MCP server `fx`"),
-        (
-            "    trust: trusted\n",
-            "destructive",
-            "trusted MCP server `fx` marks it destructive",
-        ),
+    for (extra, tool) in [
+        ("    approve: [echo]\n", "echo"),
+        ("    trust: trusted\n", "destructive"),
     ] {
         let fx = Fx::new("mcp-approval");
         fx.flow(extra, &one_call(tool, "    input: {}\n"));
         let out = fx.run("{}");
-        assert_eq!(out.code(), 1, "{}", out.stderr);
+        assert_eq!(out.code(), 3, "{}", out.stderr);
         assert!(
             out.stderr
-                .contains(&format!("MCP tool `fx.{tool}` needs approval ({why}"))
-                && out.stderr.contains("it was not called"),
+                .contains(&format!("waits for approval of a call of `fx.{tool}`")),
             "{}",
             out.stderr
         );

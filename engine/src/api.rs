@@ -51,7 +51,7 @@ pub use crate::record::{ErrorKind, StepError};
 pub use crate::record::{RunRecord, RunStatus, StepRecord, StepStatus, Usage};
 pub use crate::runtime::engine::{RunControls, RunOptions, RunOutcome};
 pub use crate::runtime::resume::{
-    Approval, Interrupt, PendingCall, Question, ResumeError, ResumeOptions, WaitingFor,
+    Approval, Elicitation, Interrupt, PendingCall, Question, ResumeError, ResumeOptions, WaitingFor,
 };
 pub use crate::source::{FileId, Span};
 pub use crate::store::StoreError;

@@ -41,10 +41,10 @@ mod syntax;
 
 pub use api::{
     AgentKind, Approval, BatchError, BatchOptions, BatchSummary, CancellationToken, Change, Cost, Diagnostic,
-    Error, ErrorKind, Event, Events, FileId, Flow, FlowError, Interrupt, Label, NativeAgent, NativeCall,
-    NativeFuture, Natives, Origin, Otlp, PendingCall, Progress, Question, ResumeError, ResumeOptions, Rule,
-    RunConfig, RunControls, RunOptions, RunOutcome, RunRecord, RunStatus, Severity, Span, StepError,
-    StepRecord, StepStatus, StoreError, Switchyard, Usage, Violation, WaitingFor,
+    Elicitation, Error, ErrorKind, Event, Events, FileId, Flow, FlowError, Interrupt, Label, NativeAgent,
+    NativeCall, NativeFuture, Natives, Origin, Otlp, PendingCall, Progress, Question, ResumeError,
+    ResumeOptions, Rule, RunConfig, RunControls, RunOptions, RunOutcome, RunRecord, RunStatus, Severity,
+    Span, StepError, StepRecord, StepStatus, StoreError, Switchyard, Usage, Violation, WaitingFor,
 };
 
 /// The engine's insides, for the `switchyard` binary, its benchmark and its integration

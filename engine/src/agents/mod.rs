@@ -7,6 +7,7 @@
 //! through [`provider`]; [`secrets`] tells which environment variables a plan needs.
 
 pub mod command;
+pub mod elicit;
 pub mod http;
 pub mod llm;
 pub mod mcp;

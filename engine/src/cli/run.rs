@@ -142,8 +142,11 @@ fn approval_wait(text: &mut String, id: &str, w: &WaitingFor, a: &Approval, chil
     };
     let agent = if a.agent.is_empty() {
         String::new()
-    } else {
+    } else if crate::record::loop_split(&w.number).is_some() {
         format!(" by agent loop `{}`", a.agent)
+    } else {
+        // A plain step's call (SPEC §6.4).
+        format!(" by agent `{}`", a.agent)
     };
     writeln!(
         text,
@@ -234,6 +237,11 @@ pub(crate) fn report(outcome: RunOutcome, store: &StoreArg) -> u8 {
                     };
                     match &w.question {
                         Question::Approval(a) => approval_wait(&mut text, id, w, a, &child),
+                        Question::Elicitation(e) => writeln!(
+                            text,
+                            "interrupted: run `{id}` waits for an answer to MCP server `{}` (tool `{}`) at step `{}`{child}\n  asks: {}\n  answer schema: {}\n  decision: a value of that schema, or {{\"reject\": \"why\"}} to decline",
+                            e.server, e.tool, w.step, e.message, e.schema
+                        ),
                         _ => writeln!(
                             text,
                             "interrupted: run `{id}` waits for a decision at interrupt step `{}`{child}",

@@ -570,8 +570,34 @@ impl<'p> Compiler<'p> {
         let key = format!("{}@{}", a.name.value, a.span.start);
         scope.lowering.push(key);
         let mut tools = Vec::new();
+        let mut servers = Vec::new();
         for t in &l.tools.list {
             let Some(&agent) = scope.agents.get(t.name.value.as_str()) else {
+                // An MCP server's tools: the server's name, or `server.tool`.
+                let (name, only) = match t.name.value.split_once('.') {
+                    Some((server, tool)) => (server, Some(tool.to_string())),
+                    None => (t.name.value.as_str(), None),
+                };
+                if let Some(&server) = scope.mcp_servers.get(name) {
+                    let server = self.mcp_server(scope.id, server);
+                    let (mut timeout, retry, _) = call_settings(
+                        (None, None, None),
+                        None,
+                        scope.defaults,
+                        crate::model::AgentKind::Mcp,
+                    );
+                    if scope.defaults.is_none_or(|d| d.timeout.is_none())
+                        && let Some(t) = server.timeout
+                    {
+                        timeout = t;
+                    }
+                    servers.push(LoopServerPlan {
+                        server,
+                        only,
+                        timeout,
+                        retry,
+                    });
+                }
                 continue;
             };
             if scope
@@ -625,6 +651,7 @@ impl<'p> Compiler<'p> {
                 .map_or(5, |m| usize::try_from(m.value.max(1)).unwrap_or(usize::MAX)),
             until_tool: l.until_tool.as_ref().map(|u| u.value.clone()),
             approve: l.approve.iter().map(|a| a.value.clone()).collect(),
+            servers,
         })
     }
 

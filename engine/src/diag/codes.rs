@@ -86,8 +86,9 @@ rules! {
     TOOL_CYCLE = "SY507", "tool-cycle", Error, "an agent loop whose tools include its own agent, directly or through other agent loops";
     LOOP_SETTING_WITHOUT_TOOLS = "SY508", "loop-setting-without-tools", Warning, "`max_iterations`, `max_parallel_tools`, `until_tool` or `approve` on an `llm` agent without `tools`";
     TOOL_INPUT_NOT_OBJECT = "SY509", "tool-input-not-object", Error, "a tool whose `input_schema` does not describe an object";
-    MCP_TOOL_NOT_ALLOWED = "SY510", "mcp-tool-not-allowed", Error, "an MCP tool named by an `mcp` agent, `approve`, `no_approval` or `idempotent` that its server's `tools:` allowlist leaves out";
+    MCP_TOOL_NOT_ALLOWED = "SY510", "mcp-tool-not-allowed", Error, "an MCP tool named by an `mcp` agent, an agent loop's `tools` (`server.tool`), `approve`, `no_approval` or `idempotent` that its server's `tools:` allowlist leaves out";
     SECRET_IN_MCP_TARGET = "SY511", "secret-in-mcp-target", Error, "a secret reference in an MCP server's `url` or `command`, where it would be seen and logged";
+    TOOL_NAME_COLLISION = "SY512", "tool-name-collision", Error, "two tools of an agent loop offered to the model under one name (`<server>__<tool>`, cut to 64 characters, or an agent of that name)";
 }
 
 /// The rule with this code (`SY201`) or name (`unknown-step`), case-insensitive.

@@ -458,7 +458,8 @@ pub struct LlmAgent {
     pub message_mode: Option<Sp<MessageMode>>,
     pub max_messages: Option<Sp<u64>>,
     /// Agents of the flow the model may call as tools, which makes the agent an agent loop
-    /// (SPEC §6.3): a list of names, or a map name → `{description}`.
+    /// (SPEC §6.3), and MCP servers or their tools (`repo`, `repo.git_log`; SPEC §6.4): a
+    /// list of names, or a map name → `{description}`.
     #[serde(default)]
     pub tools: Tools,
     /// Model turns at most; default 30. Reaching it fails the step with kind `limit`.
@@ -469,7 +470,8 @@ pub struct LlmAgent {
     pub max_parallel_tools: Option<Sp<u64>>,
     /// The loop ends when this tool's result lands; that result is the answer.
     pub until_tool: Option<Sp<String>>,
-    /// Tools whose calls wait for a human decision first.
+    /// Tools whose calls wait for a human decision first; an MCP server's as `repo.git_commit`
+    /// or `repo.*`.
     #[serde(default)]
     pub approve: Vec<Sp<String>>,
 }
@@ -496,7 +498,7 @@ impl JsonSchema for Tools {
     }
     fn json_schema(_: &mut SchemaGenerator) -> Schema {
         json_schema!({
-            "description": "agents of this flow the model may call: a list of names, or a map name → {description}",
+            "description": "agents of this flow the model may call, and MCP servers (`repo`: every tool its allowlist lets through) or their tools (`repo.git_log`), offered as `<server>__<tool>`: a list of names, or a map name → {description}",
             "oneOf": [
                 {"type": "array", "items": {"type": "string"}},
                 {

@@ -165,7 +165,7 @@ pub(super) fn calls(flow: &FlowPlan, prefix: &str) -> Vec<(String, FlowRef)> {
         }
         let step = flow.step(*n).map(|s| s.id.as_str());
         for t in tools.iter().filter(|t| Some(t.step) == step) {
-            if let AgentPlanSpec::Flow(child) = &t.call.agent.spec {
+            if let Some(AgentPlanSpec::Flow(child)) = t.call.map(|c| &c.agent.spec) {
                 push(t.id.clone(), *child);
             }
         }
@@ -204,7 +204,8 @@ pub(super) struct ToolNode<'a> {
     /// The tool's name (its agent's), then its agent's kind (`command`; `llm (model)`), and a
     /// line more when its calls wait for approval or its result ends the loop.
     pub label: String,
-    pub call: &'a CallPlan,
+    /// Its call; none for an MCP server's tools, listed when the loop starts.
+    pub call: Option<&'a CallPlan>,
 }
 
 /// The agent loop an agent is, if any.
@@ -228,18 +229,25 @@ pub(super) fn tools<'a>(flow: &'a FlowPlan, prefix: &str) -> Vec<ToolNode<'a>> {
         path: &str,
         out: &mut Vec<ToolNode<'a>>,
     ) {
-        for t in &lp.tools {
-            let mut id = format!("{base}__{}", t.name);
+        let unique = |name: &str, out: &[ToolNode<'a>]| {
+            let mut id = format!("{base}__{name}");
             let mut k = 2;
             while out.iter().any(|o| o.id == id) {
-                id = format!("{base}__{}_{k}", t.name);
+                id = format!("{base}__{name}_{k}");
                 k += 1;
             }
-            let path = if path.is_empty() || path.ends_with('/') {
-                format!("{path}{}", t.name)
+            id
+        };
+        let path_of = |name: &str| {
+            if path.is_empty() || path.ends_with('/') {
+                format!("{path}{name}")
             } else {
-                format!("{path}.{}", t.name)
-            };
+                format!("{path}.{name}")
+            }
+        };
+        for t in &lp.tools {
+            let id = unique(&t.name, out);
+            let path = path_of(&t.name);
             let agent = &t.call.agent;
             let mut label = match &agent.spec {
                 AgentPlanSpec::Llm(l) => format!("{}\nllm ({})", t.name, l.model),
@@ -257,10 +265,40 @@ pub(super) fn tools<'a>(flow: &'a FlowPlan, prefix: &str) -> Vec<ToolNode<'a>> {
                 step,
                 path: path.clone(),
                 label,
-                call: &t.call,
+                call: Some(&t.call),
             });
             if let Some(inner) = loop_of(&t.call) {
                 add(inner, &id, &id, step, &path, out);
+            }
+        }
+        // An MCP server's tools: those its allowlist names (or the one `server.tool`
+        // names), else one node for every tool it lists.
+        for s in &lp.servers {
+            let server = &s.server.name;
+            let names: Vec<String> = match &s.only {
+                Some(tool) => vec![tool.clone()],
+                None if s.server.tools.iter().any(|t| t == "*") => vec!["*".to_string()],
+                None => s.server.tools.clone(),
+            };
+            for tool in names {
+                let name = super::mcp_tool_name(server, &tool);
+                let id = unique(&name.replace('*', "all"), out);
+                let mut label = format!("{name}\nmcp");
+                let by_agent = lp
+                    .approve
+                    .iter()
+                    .any(|a| *a == format!("{server}.{tool}") || *a == format!("{server}.*"));
+                if s.server.approve.contains(&tool) || by_agent {
+                    label.push_str("\nwaits for approval");
+                }
+                out.push(ToolNode {
+                    id,
+                    from: from.to_string(),
+                    step,
+                    path: path_of(&name),
+                    label,
+                    call: None,
+                });
             }
         }
     }

@@ -673,8 +673,33 @@ pub struct LoopPlan {
     pub max_parallel_tools: usize,
     /// The tool whose result ends the loop and is its answer.
     pub until_tool: Option<String>,
-    /// Tools whose calls wait for a human decision.
+    /// Tools whose calls wait for a human decision: agents' names, and MCP tools as
+    /// `server.tool` or `server.*`.
     pub approve: Vec<String>,
+    /// The MCP servers whose tools the loop offers, in the order written (SPEC §6.4).
+    pub servers: Vec<LoopServerPlan>,
+}
+
+/// An MCP server's tools in an agent loop: every tool its allowlist lets through (a server
+/// named in `tools:`) or one of them (`server.tool`), listed from the server (`tools/list`)
+/// when the loop starts and offered as `<server>__<tool>` ([`mcp_tool_name`]).
+#[derive(Debug)]
+pub struct LoopServerPlan {
+    pub server: Arc<McpServerPlan>,
+    /// `server.tool`: that tool alone.
+    pub only: Option<String>,
+    /// Each call's: the server's `timeout`, else the flow's `defaults`.
+    pub timeout: Duration,
+    pub retry: RetryPolicy,
+}
+
+/// The most characters of a tool's name a model is offered (OpenAI's limit).
+pub const MAX_TOOL_NAME: usize = 64;
+
+/// The name a model is offered for tool `tool` of MCP server `server`: `<server>__<tool>`,
+/// cut to [`MAX_TOOL_NAME`] characters.
+pub fn mcp_tool_name(server: &str, tool: &str) -> String {
+    format!("{server}__{tool}").chars().take(MAX_TOOL_NAME).collect()
 }
 
 impl LoopPlan {

@@ -1,6 +1,6 @@
 //! The question a run stopped for a human asks, in one wording for every place that shows it:
 //! an `interrupt` step's prompt, decision schema and expiry (SPEC §3.6), an agent loop's
-//! proposed tool calls (SPEC §6.3), and, for the one the run tree waits at, the command that
+//! proposed tool calls (SPEC §6.3), an MCP server's question during a call (SPEC §6.4), and, for the one the run tree waits at, the command that
 //! answers it and the decision's shape. `runs show` prints the lines under the step; the run
 //! page shows them at its top. It says what to show, not how: no printing here.
 
@@ -28,10 +28,10 @@ impl Line {
     }
 }
 
-/// Whether record `s` stopped its run for a human: an `interrupt` step or an agent loop's
-/// approval, `interrupted`.
+/// Whether record `s` stopped its run for a human: an `interrupt` step, an approval or an MCP
+/// server's elicitation, `interrupted`.
 pub fn asks(s: &StepRecord) -> bool {
-    (s.kind == "interrupt" || s.kind == "approval") && s.status == StepStatus::Interrupted
+    crate::runtime::resume::asks_human(s) && s.status == StepStatus::Interrupted
 }
 
 /// The question of record `s` (see [`asks`]), from its result: the prompt, the proposed calls,
@@ -48,6 +48,14 @@ pub fn question(s: &StepRecord, now_ms: u64, command: Option<&str>) -> Vec<Line>
             }
             // The calls it proposed, in the model's order.
             out.extend(call_lines(&a.calls));
+        }
+        Question::Elicitation(e) => {
+            out.push(Line::new(
+                "asked by",
+                format!("MCP server `{}`, tool `{}`", e.server, e.tool),
+            ));
+            out.push(Line::new("prompt", e.message.trim_end()));
+            out.push(Line::new("decision schema", e.schema.to_string()));
         }
         Question::Interrupt(i) => {
             if let Some(prompt) = &i.prompt {
@@ -78,6 +86,12 @@ pub fn question(s: &StepRecord, now_ms: u64, command: Option<&str>) -> Vec<Line>
             } else {
                 out.push(Line::new("decision", forms));
             }
+        }
+        if s.kind == "elicitation" {
+            out.push(Line::new(
+                "decision",
+                r#"a value of the decision schema | {"reject": "why"} to decline"#,
+            ));
         }
     }
     out

@@ -103,7 +103,7 @@ impl Replay {
     pub fn decided_at(&self) -> u64 {
         self.parts
             .values()
-            .filter(|r| r.status == StepStatus::Succeeded && (r.kind == "interrupt" || r.kind == "approval"))
+            .filter(|r| r.status == StepStatus::Succeeded && asks_human(r))
             .map(|r| r.started_at)
             .max()
             .unwrap_or(0)
@@ -135,11 +135,16 @@ impl Replay {
     pub fn waiting_interrupt(&self) -> Option<&StepRecord> {
         self.parts
             .values()
-            .filter(|r| {
-                r.status == StepStatus::Interrupted && (r.kind == "interrupt" || r.kind == "approval")
-            })
+            .filter(|r| r.status == StepStatus::Interrupted && asks_human(r))
             .max_by_key(|r| r.started_at)
     }
+}
+
+/// Whether record `r` is of a part that stops its run for a human: an `interrupt` step, an
+/// approval (of an agent loop's calls, or of a plain `mcp` step's call) or an MCP server's
+/// elicitation.
+pub fn asks_human(r: &StepRecord) -> bool {
+    matches!(r.kind.as_str(), "interrupt" | "approval" | "elicitation")
 }
 
 /// The `interrupt` step a run tree waits at, and the run it belongs to.
@@ -231,6 +236,16 @@ pub fn question_of(step: &StepRecord) -> Question {
             prompt: text("prompt").unwrap_or_default(),
             calls: pending_calls(result.and_then(|r| r.get("calls"))),
         })
+    } else if step.kind == "elicitation" {
+        Question::Elicitation(Elicitation {
+            server: text("server").unwrap_or_default(),
+            tool: text("tool").unwrap_or_default(),
+            message: text("prompt").unwrap_or_default(),
+            schema: result
+                .and_then(|r| r.get("schema"))
+                .cloned()
+                .unwrap_or(Value::Null),
+        })
     } else {
         Question::Interrupt(Interrupt {
             prompt: text("prompt"),
@@ -286,8 +301,26 @@ pub struct WaitingFor {
 pub enum Question {
     /// An `interrupt` step.
     Interrupt(Interrupt),
-    /// An agent loop's tool calls that need approval (`approve:`).
+    /// Tool calls that need approval (`approve:`): an agent loop's, or a plain `mcp` step's
+    /// one call.
     Approval(Approval),
+    /// An MCP server that asked for input during a call (`elicitation/create`): the decision
+    /// is a value its schema accepts, or `{"reject": "why"}` to decline.
+    Elicitation(Elicitation),
+}
+
+/// What an MCP server asked during a tool call.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct Elicitation {
+    /// The server, as `mcp_servers:` names it.
+    pub server: String,
+    /// The tool whose call asked.
+    pub tool: String,
+    /// The server's message.
+    pub message: String,
+    /// The JSON Schema of the answer the server requested.
+    pub schema: Value,
 }
 
 /// An `interrupt` step's question.
@@ -363,6 +396,23 @@ pub enum ResumeError {
     },
     #[error("run `{id}` waits at interrupt step `{step}`: give the decision with --decision JSON")]
     NeedsDecision { id: String, step: String },
+    /// An MCP server asked for input during a call of step `step`.
+    #[error(
+        "run `{id}` waits for an answer to MCP server `{server}` (tool `{tool}`) at step `{step}`: give it with --decision JSON, a value of the schema it asked for, or `{{\"reject\": \"why\"}}` to decline (`switchyard runs show {id}` shows the question)"
+    )]
+    NeedsAnswer {
+        id: String,
+        step: String,
+        server: String,
+        tool: String,
+    },
+    /// A decision that is not an answer an MCP server's elicitation accepts.
+    #[error("the decision does not answer MCP server `{server}` at step `{step}`: {reason}")]
+    BadAnswer {
+        step: String,
+        server: String,
+        reason: String,
+    },
     /// An agent loop's approval needs a decision for each call it holds.
     #[error(
         "run `{id}` waits for approval of {calls} call(s) the agent loop of step `{step}` proposed: give the decision with --decision JSON, `{{\"approve\": true}}`, `{{\"edit\": {{<arguments>}}}}` or `{{\"reject\": \"why\"}}` (a list of them for several calls, in order; `switchyard runs show {id}` lists the calls)"

@@ -138,7 +138,7 @@ impl LlmAgent<'_> {
         let mut exchange: Vec<Value> = Vec::new();
         for round in 0..=repairs {
             let answer = loop {
-                let body = serde_json::to_vec(&self.request_body(&model, &messages, form))
+                let body = serde_json::to_vec(&self.request_body(&model, &messages, self.schema, form))
                     .expect("JSON values serialize");
                 let fallback = may_fall_back && form == Some(StructuredOutput::JsonSchema);
                 let sent = (&url, model.as_str(), &headers);
@@ -306,10 +306,17 @@ impl LlmAgent<'_> {
         Ok(out)
     }
 
-    /// The request: `form` says how the `result_schema` is asked for (`None`: no schema).
-    fn request_body(&self, model: &str, messages: &[Value], form: Option<StructuredOutput>) -> Value {
+    /// The request: `form` says how `schema` (the `result_schema`) is asked for (`None`: no
+    /// schema).
+    fn request_body(
+        &self,
+        model: &str,
+        messages: &[Value],
+        schema: Option<&Schema>,
+        form: Option<StructuredOutput>,
+    ) -> Value {
         let mut messages = messages.to_vec();
-        if let Some(schema) = self.schema
+        if let Some(schema) = schema
             && matches!(
                 form,
                 Some(StructuredOutput::JsonObject | StructuredOutput::Prompt)
@@ -326,7 +333,7 @@ impl LlmAgent<'_> {
         if let Some(n) = self.plan.max_tokens {
             body.insert("max_tokens".into(), json!(n));
         }
-        if let Some(schema) = self.schema {
+        if let Some(schema) = schema {
             match form {
                 Some(StructuredOutput::JsonSchema) | None => {
                     body.insert(

@@ -5,9 +5,11 @@
 //! the final answer's text. The engine runs the calls and answers each with a `tool` message
 //! naming its `tool_call_id`; that is [`crate::runtime`]'s part, as is the loop itself.
 //!
-//! A loop's requests ask for the `result_schema` in the system message rather than with
-//! `response_format`: a server that constrains the answer to a schema would stop the model
-//! from calling tools. The final answer is parsed and checked by the loop, with repairs.
+//! A loop's requests ask for the `result_schema` as a single call does, in the provider's
+//! structured-output form (`response_format` of type `json_schema` by default, sent beside
+//! `tools`: OpenAI's API takes both and constrains only the final answer, never a tool
+//! call); a loop that ends at its `until_tool` asks for none, its answer being that tool's
+//! result. The final answer is parsed and checked by the loop, with repairs.
 
 use serde_json::{Map, Value, json};
 
@@ -15,6 +17,8 @@ use super::answer::ToolCall;
 use super::{LlmAgent, Notes};
 use crate::agents::CallContext;
 use crate::agents::net::Secrets;
+use crate::model::StructuredOutput;
+use crate::plan::Schema;
 use crate::record::StepError;
 use crate::record::Usage;
 
@@ -95,22 +99,6 @@ impl Turn {
     }
 }
 
-/// A turn's request, in the protocol's field order.
-#[derive(serde::Serialize)]
-struct RequestBody<'a> {
-    model: &'a str,
-    messages: &'a [Value],
-    #[serde(skip_serializing_if = "Option::is_none")]
-    tools: Option<&'a [Value]>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    tool_choice: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    temperature: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    max_tokens: Option<u64>,
-    stream: bool,
-}
-
 /// A turn's outcome, the tokens and cost of its requests either way, and what it puts on the
 /// record (requests abandoned, as [`super::merge_notes`] reads them).
 pub struct TurnResult {
@@ -121,53 +109,79 @@ pub struct TurnResult {
 
 impl LlmAgent<'_> {
     /// The messages a loop starts from: those of a single call (system, conversation,
-    /// context, task), with the `result_schema` asked for in the system message when
-    /// `ask_schema`.
-    pub fn loop_messages(
-        &self,
-        input: &Value,
-        cx: &CallContext<'_>,
-        ask_schema: bool,
-    ) -> Result<Vec<Value>, StepError> {
-        let mut messages = self.messages(input, cx)?;
-        if ask_schema && let Some(schema) = self.schema {
-            super::ask_schema(&mut messages, &schema.value);
-        }
-        Ok(messages)
+    /// context, task). How the answer's `result_schema` is asked for is each request's
+    /// ([`LlmAgent::turn`]).
+    pub fn loop_messages(&self, input: &Value, cx: &CallContext<'_>) -> Result<Vec<Value>, StepError> {
+        self.messages(input, cx)
     }
 
     /// One request: the conversation so far and the tools offered (their definitions as the
     /// protocol writes them), under the provider's limits and retries and the step's
-    /// `timeout` per request.
-    pub async fn turn(&self, messages: &[Value], tools: &[Value], cx: &CallContext<'_>) -> TurnResult {
+    /// `timeout` per request. `answer` is the `result_schema` the final answer is asked for
+    /// with, in the provider's structured-output form as a single call asks for it
+    /// (`response_format` beside the tools; a server that refuses `json_schema` is asked
+    /// again with `json_object`, remembered); `one_at_a_time` sends
+    /// `parallel_tool_calls: false`.
+    pub async fn turn(
+        &self,
+        messages: &[Value],
+        tools: &[Value],
+        answer: Option<&Schema>,
+        one_at_a_time: bool,
+        cx: &CallContext<'_>,
+    ) -> TurnResult {
         let mut secrets = Secrets::default();
         let mut usage = Usage::default();
         let mut notes = Notes::default();
         let turn = async {
             let (url, model, headers) = self.endpoint(&mut secrets)?;
-            let state = self.providers.get(&self.plan.provider);
-            // Written from the conversation as it is: a loop's requests grow with every turn.
-            let body = serde_json::to_vec(&RequestBody {
-                model: &model,
-                messages,
-                tools: (!tools.is_empty()).then_some(tools),
-                tool_choice: (!tools.is_empty()).then_some("auto"),
-                temperature: self.plan.temperature,
-                max_tokens: self.plan.max_tokens,
-                stream: false,
-            })
-            .expect("JSON values serialize");
-            let sent = (&url, model.as_str(), &headers);
-            let answer = self
-                .request(&state, sent, body, cx, &secrets, &mut usage, &mut notes, false)
-                .await
-                .map_err(|e| match e {
-                    super::RequestError::Step(e) => e,
-                    super::RequestError::FormRefused { message, .. } => {
-                        StepError::new(crate::record::ErrorKind::Agent, message)
+            let p = &self.plan.provider;
+            let state = self.providers.get(p);
+            let mut form = answer.map(|_| {
+                p.structured_output
+                    .or_else(|| state.learned_form())
+                    .unwrap_or(StructuredOutput::JsonSchema)
+            });
+            loop {
+                // Written from the conversation as it is: a loop's requests grow with every turn.
+                let mut body = self.request_body(&model, messages, answer, form);
+                if !tools.is_empty() {
+                    let b = body.as_object_mut().expect("a request is an object");
+                    b.insert("tools".into(), Value::Array(tools.to_vec()));
+                    b.insert("tool_choice".into(), Value::String("auto".into()));
+                    if one_at_a_time {
+                        b.insert("parallel_tool_calls".into(), Value::Bool(false));
                     }
-                })?;
-            Ok(Turn::new(answer.content, answer.tool_calls, answer.finish_reason))
+                }
+                let body = serde_json::to_vec(&body).expect("JSON values serialize");
+                let fallback =
+                    p.structured_output.is_none() && form == Some(StructuredOutput::JsonSchema);
+                let sent = (&url, model.as_str(), &headers);
+                match self
+                    .request(&state, sent, body, cx, &secrets, &mut usage, &mut notes, fallback)
+                    .await
+                {
+                    Ok(answer) => {
+                        notes.form = form;
+                        return Ok(Turn::new(answer.content, answer.tool_calls, answer.finish_reason));
+                    }
+                    Err(super::RequestError::Step(e)) => return Err(e),
+                    Err(super::RequestError::FormRefused { status, message }) => {
+                        tracing::warn!(
+                            run_id = cx.run_id, step = cx.step, agent = self.name, provider = %p.name,
+                            status, message = %secrets.redact(&message),
+                            "the server refused `response_format` json_schema; asking with json_object from now on"
+                        );
+                        notes.refused = Some(json!({
+                            "form": StructuredOutput::JsonSchema.as_str(),
+                            "status": status,
+                            "message": message,
+                        }));
+                        form = Some(StructuredOutput::JsonObject);
+                        state.learn_form(StructuredOutput::JsonObject);
+                    }
+                }
+            }
         }
         .await;
         let turn = match turn {

@@ -30,8 +30,18 @@ const DEFAULT_MAX_TIME_FACTOR: u32 = 10;
 
 /// A step's call of an MCP tool. `timeout` is the call's (the step's, its agent's, the flow's
 /// `defaults`, else the server's `timeout`).
-pub async fn call(plan: &McpPlan, input: &Value, cx: CallContext<'_>) -> Result<Value, StepError> {
-    let (out, connection) = call_on(plan, input, cx).await;
+/// With an `elicitor`, what the server asks during the call is answered from it; a question
+/// it has no answer for abandons the call (the elicitor keeps the question, for the run to
+/// stop and ask). A tool that needs approval is refused unless `approved` (the runtime asked
+/// a human, or its agent loop did).
+pub async fn call(
+    plan: &McpPlan,
+    input: &Value,
+    cx: CallContext<'_>,
+    elicitor: Option<&std::sync::Arc<crate::agents::elicit::Elicitor>>,
+    approved: bool,
+) -> Result<Value, StepError> {
+    let (out, connection) = call_on(plan, input, cx, elicitor, approved).await;
     // What the server sent back may hold the secrets it was given: never in a record or log.
     match (out, connection) {
         (Ok(mut value), Some(c)) => {
@@ -47,6 +57,8 @@ async fn call_on(
     plan: &McpPlan,
     input: &Value,
     cx: CallContext<'_>,
+    elicitor: Option<&std::sync::Arc<crate::agents::elicit::Elicitor>>,
+    approved: bool,
 ) -> (Result<Value, StepError>, Option<std::sync::Arc<pool::Connection>>) {
     let server = &*plan.server;
     let tool = plan.tool.as_str();
@@ -73,7 +85,7 @@ async fn call_on(
         Ok(c) => c,
         Err(e) => return (Err(unavailable(e)), None),
     };
-    let out = call_tool(server, tool, arguments, &connection, cx).await;
+    let out = call_tool(server, tool, arguments, &connection, cx, (elicitor, approved)).await;
     (out, Some(connection))
 }
 
@@ -83,6 +95,7 @@ async fn call_tool(
     arguments: &serde_json::Map<String, Value>,
     connection: &pool::Connection,
     cx: CallContext<'_>,
+    (elicitor, approved): (Option<&std::sync::Arc<crate::agents::elicit::Elicitor>>, bool),
 ) -> Result<Value, StepError> {
     let tools = pool::tools(server, connection).await.map_err(unavailable)?;
     if tools.get(tool).is_none() {
@@ -91,7 +104,7 @@ async fn call_tool(
             server.name
         )));
     }
-    if let Some(why) = needs_approval(server, tools.get(tool)) {
+    if !approved && let Some(why) = needs_approval(server, tools.get(tool)) {
         return Err(permanent(format!(
             "MCP tool `{}.{tool}` needs approval ({why}), which a plain `mcp` step does not ask for; it was not called",
             server.name
@@ -113,7 +126,14 @@ async fn call_tool(
         .max(cx.timeout);
     let answer = connection
         .client
-        .call(tool, arguments.clone(), cx.timeout, Some(max_time), cx.cancel)
+        .call(
+            tool,
+            arguments.clone(),
+            cx.timeout,
+            Some(max_time),
+            cx.cancel,
+            elicitor,
+        )
         .await;
     let result = match answer {
         Ok(r) => r,
@@ -160,10 +180,12 @@ fn shape(
         } else {
             cut_text(&text, 2000)
         };
+        // The tool's own words are kept apart: an agent loop tells the model them alone.
         return Err(StepError::new(
             ErrorKind::Agent,
             format!("MCP tool `{}.{tool}` failed: {text}", server.name),
-        ));
+        )
+        .with_details(json!({"is_error": true, "text": text})));
     }
     let structured = match result.structured {
         Some(s) => {
@@ -298,8 +320,12 @@ fn call_error(
             ))
         }
         SdkError::InputRequired(_) => permanent(format!(
-            "MCP tool `{name}` asks for input (elicitation), which a plain `mcp` step does not answer"
+            "MCP tool `{name}` asks for input this client cannot give (only form elicitation is answered)"
         )),
+        SdkError::NeedsAnswer => StepError::new(
+            ErrorKind::Agent,
+            format!("MCP tool `{name}` asks for input a human must give"),
+        ),
         other => permanent(format!(
             "MCP tool `{name}`: {}",
             connection.secrets.redact(&other.to_string())

@@ -24,6 +24,15 @@ use serde_json::{Map, Value};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::sync::CancellationToken;
 
+use crate::agents::elicit::{Asked, Elicitor, Reply};
+
+/// The most times one call is sent again with answers to what its server asked.
+const MAX_INPUT_ROUNDS: usize = 8;
+
+fn to_json(r: &ElicitResult) -> Value {
+    serde_json::to_value(r).unwrap_or(Value::Null)
+}
+
 /// A tool as a server lists it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ToolInfo {
@@ -91,6 +100,9 @@ pub enum SdkError {
     /// The server asks the client for input before it can finish (the stateless revision's
     /// `input_required`): its requests as JSON.
     InputRequired(Value),
+    /// The server asked a question the call's elicitor has no answer for: the call was
+    /// abandoned, the question is the elicitor's.
+    NeedsAnswer,
     /// An answer that is not a tool's result.
     Unexpected(String),
 }
@@ -104,22 +116,88 @@ impl std::fmt::Display for SdkError {
             SdkError::Closed(e) => write!(f, "the connection closed before the answer: {e}"),
             SdkError::Protocol(e) => write!(f, "the server answered with an error: {e}"),
             SdkError::InputRequired(_) => write!(f, "the server asks for input (elicitation)"),
+            SdkError::NeedsAnswer => write!(f, "the server asks for input a human must give"),
             SdkError::Unexpected(e) => write!(f, "an unexpected answer: {e}"),
         }
     }
 }
 
-/// The client's side of the session: our name, and elicitation requests declined (counted,
-/// so that a call's error can say the server asked).
+/// The client's side of the session: our name, and what the server asks during calls
+/// (`elicitation/create`): answered by the [`Elicitor`] of the call in flight that registered
+/// first, declined when none did (counted, so that a call's error can say the server asked).
+/// A session's requests carry no link to the call that caused them: with several calls of one
+/// session in flight, the earliest one's elicitor that has not stopped to ask answers. The stateless revision's
+/// `input_required` results are exact: they answer the call itself.
 #[derive(Clone, Default)]
 struct Handler {
     elicitations: Arc<AtomicU64>,
+    elicitors: Arc<std::sync::Mutex<Vec<Registration>>>,
+    next_call: Arc<AtomicU64>,
+}
+
+/// A question of the server as an elicitor reads it; `None` for what a human cannot answer
+/// here (a URL to visit).
+fn asked(params: &ElicitRequestParams) -> Option<Asked> {
+    match params {
+        ElicitRequestParams::FormElicitationParams {
+            message,
+            requested_schema,
+            ..
+        } => Some(Asked {
+            message: message.clone(),
+            schema: serde_json::to_value(requested_schema).unwrap_or(Value::Null),
+        }),
+        _ => None,
+    }
+}
+
+/// A human's reply as MCP's answer: accepted content, or declined (the reason stays with us);
+/// no reply (the call stops to ask) cancels.
+fn elicit_result(reply: Option<Reply>) -> ElicitResult {
+    match reply {
+        Some(Reply::Accept(content)) => ElicitResult::new(ElicitationAction::Accept).with_content(content),
+        Some(Reply::Decline(_)) => ElicitResult::new(ElicitationAction::Decline),
+        None => ElicitResult::new(ElicitationAction::Cancel),
+    }
+}
+
+/// A call in flight (by a number of its session) and its elicitor.
+type Registration = (u64, Arc<Elicitor>);
+
+/// A call's elicitor, registered with the session while the call is in flight.
+struct Registered<'a> {
+    handler: &'a Handler,
+    id: u64,
+}
+
+impl Drop for Registered<'_> {
+    fn drop(&mut self) {
+        self.handler
+            .elicitors
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|(id, _)| *id != self.id);
+    }
+}
+
+impl Handler {
+    fn register(&self, elicitor: &Arc<Elicitor>) -> Registered<'_> {
+        let id = self.next_call.fetch_add(1, Ordering::Relaxed);
+        self.elicitors
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((id, elicitor.clone()));
+        Registered { handler: self, id }
+    }
 }
 
 impl ClientHandler for Handler {
     fn get_info(&self) -> ClientConfig {
+        let mut capabilities = ClientCapabilities::default();
+        // Form elicitation: a server's question stops the run for a human (SPEC §6.4).
+        capabilities.elicitation = serde_json::from_value(serde_json::json!({"form": {}})).ok();
         let mut info = ClientConfig::new(
-            ClientCapabilities::default(),
+            capabilities,
             Implementation::new("switchyard", env!("CARGO_PKG_VERSION")),
         );
         info.protocol_version = ProtocolVersion::V_2025_11_25;
@@ -128,11 +206,21 @@ impl ClientHandler for Handler {
 
     async fn create_elicitation(
         &self,
-        _request: ElicitRequestParams,
+        request: ElicitRequestParams,
         _context: RequestContext<RoleClient>,
     ) -> Result<ElicitResult, ErrorData> {
         self.elicitations.fetch_add(1, Ordering::Relaxed);
-        Ok(ElicitResult::new(ElicitationAction::Decline))
+        let first = self
+            .elicitors
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .find(|(_, e)| e.open().is_none())
+            .map(|(_, e)| e.clone());
+        match (first, asked(&request)) {
+            (Some(elicitor), Some(asked)) => Ok(elicit_result(elicitor.answer(asked))),
+            _ => Ok(ElicitResult::new(ElicitationAction::Decline)),
+        }
     }
 
     async fn on_progress(
@@ -256,7 +344,9 @@ impl Client {
 
     /// Calls `tool` with `arguments`. `timeout` runs from the request and again from each
     /// progress notification, never past `max_time`; `cancel` gives up. Either way the
-    /// request is cancelled at the server.
+    /// request is cancelled at the server. With an `elicitor`, what the server asks during
+    /// the call is answered from it; a question it has no answer for abandons the call
+    /// ([`SdkError::NeedsAnswer`]).
     pub async fn call(
         &self,
         tool: &str,
@@ -264,10 +354,67 @@ impl Client {
         timeout: Duration,
         max_time: Option<Duration>,
         cancel: &CancellationToken,
+        elicitor: Option<&Arc<Elicitor>>,
     ) -> Result<ToolResult, SdkError> {
+        let _registered = elicitor.map(|e| self.running.service().register(e));
+        let mut params = CallToolRequestParams::new(tool.to_string()).with_arguments(arguments);
+        // The stateless revision asks by answering `input_required`; the call is sent again
+        // with the answers, a few rounds at most.
+        for _ in 0..MAX_INPUT_ROUNDS {
+            let r = match self
+                .send_call(params.clone(), timeout, max_time, cancel, elicitor)
+                .await?
+            {
+                Ok(result) => return Ok(result),
+                Err(required) => required,
+            };
+            let Some(elicitor) = elicitor else {
+                return Err(SdkError::InputRequired(
+                    serde_json::to_value(&r.input_requests).unwrap_or(Value::Null),
+                ));
+            };
+            let mut responses = rmcp::model::InputResponses::new();
+            for (key, request) in r.input_requests.iter().flatten() {
+                let rmcp::model::InputRequest::Elicitation(e) = request else {
+                    return Err(SdkError::InputRequired(
+                        serde_json::to_value(&r.input_requests).unwrap_or(Value::Null),
+                    ));
+                };
+                let Some(asked) = asked(&e.params) else {
+                    responses.insert(
+                        key.clone(),
+                        to_json(&elicit_result(Some(Reply::Decline(String::new())))),
+                    );
+                    continue;
+                };
+                match elicitor.answer(asked) {
+                    Some(reply) => {
+                        responses.insert(key.clone(), to_json(&elicit_result(Some(reply))));
+                    }
+                    None => return Err(SdkError::NeedsAnswer),
+                }
+            }
+            params = params.with_input_responses(responses);
+            if let Some(state) = r.request_state {
+                params = params.with_request_state(state);
+            }
+        }
+        Err(SdkError::Unexpected(format!(
+            "the server asked for input more than {MAX_INPUT_ROUNDS} times in one call"
+        )))
+    }
+
+    /// One `tools/call` request: its result, or the input the server requires first.
+    async fn send_call(
+        &self,
+        params: CallToolRequestParams,
+        timeout: Duration,
+        max_time: Option<Duration>,
+        cancel: &CancellationToken,
+        elicitor: Option<&Arc<Elicitor>>,
+    ) -> Result<Result<ToolResult, rmcp::model::InputRequiredResult>, SdkError> {
         let mut options = PeerRequestOptions::with_timeout(timeout).reset_timeout_on_progress();
         options.max_total_timeout = max_time;
-        let params = CallToolRequestParams::new(tool.to_string()).with_arguments(arguments);
         let request = ClientRequest::CallToolRequest(Request::new(params));
         let peer = self.running.peer();
         let handle = peer
@@ -275,6 +422,12 @@ impl Client {
             .await
             .map_err(|e| SdkError::NotSent(e.to_string()))?;
         let id = handle.id.clone();
+        let stopped = async {
+            match elicitor {
+                Some(e) => e.stopped().await,
+                None => std::future::pending().await,
+            }
+        };
         let answer = tokio::select! {
             answer = handle.await_response() => answer,
             () = cancel.cancelled() => {
@@ -285,9 +438,17 @@ impl Client {
                 let _ = peer.notify_cancelled(param).await;
                 return Err(SdkError::Cancelled);
             }
+            () = stopped => {
+                let param = rmcp::model::CancelledNotificationParam::new(
+                    Some(id),
+                    Some("the run stopped to ask a human".into()),
+                );
+                let _ = peer.notify_cancelled(param).await;
+                return Err(SdkError::NeedsAnswer);
+            }
         };
         match answer {
-            Ok(ServerResult::CallToolResult(r)) => Ok(ToolResult {
+            Ok(ServerResult::CallToolResult(r)) => Ok(Ok(ToolResult {
                 content: r
                     .content
                     .iter()
@@ -295,15 +456,13 @@ impl Client {
                     .collect(),
                 structured: r.structured_content.clone(),
                 is_error: r.is_error.unwrap_or(false),
-            }),
-            Ok(ServerResult::InputRequiredResult(r)) => Err(SdkError::InputRequired(
-                serde_json::to_value(&r.input_requests).unwrap_or(Value::Null),
-            )),
-            Ok(ServerResult::EmptyResult(_)) => Ok(ToolResult {
+            })),
+            Ok(ServerResult::InputRequiredResult(r)) => Ok(Err(r)),
+            Ok(ServerResult::EmptyResult(_)) => Ok(Ok(ToolResult {
                 content: Vec::new(),
                 structured: None,
                 is_error: false,
-            }),
+            })),
             Ok(other) => Err(SdkError::Unexpected(
                 serde_json::to_string(&other).unwrap_or_default(),
             )),

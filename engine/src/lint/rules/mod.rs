@@ -10,6 +10,7 @@ pub mod expression_types;
 pub mod fallback;
 pub mod files;
 pub mod hosts;
+pub mod loop_mcp_tools;
 pub mod loop_without_tools;
 pub mod mcp_tools;
 pub mod payload_types;

@@ -49,6 +49,15 @@ pub fn check(cx: &FlowCx, out: &mut Vec<Diagnostic>) {
     for a in cx.agent_loops() {
         let AgentSpec::Llm(l) = &a.spec else { continue };
         for t in &l.tools.list {
+            // An MCP server's tools: the server, or `server.tool`.
+            let server = t
+                .name
+                .value
+                .split_once('.')
+                .map_or(t.name.value.as_str(), |(s, _)| s);
+            if cx.mcp_servers.contains_key(server) && !cx.agents.contains_key(t.name.value.as_str()) {
+                continue;
+            }
             if !cx.agents.contains_key(t.name.value.as_str()) && !unreadable(cx, &t.name.value) {
                 let d = unknown_agent(cx, &t.name);
                 out.push(Diagnostic {

@@ -1,4 +1,5 @@
-//! `until_tool` and `approve` entries that are not one of the agent loop's tools (SY506).
+//! `until_tool` and `approve` entries that are not one of the agent loop's tools (SY506). An
+//! `approve` entry may name an MCP tool of a server the loop lists: `server.tool`, `server.*`.
 
 use crate::diag::{Diagnostic, codes, did_you_mean};
 use crate::lint::rules::references::list;
@@ -19,6 +20,18 @@ pub fn agent(out: &mut Vec<Diagnostic>, a: &Agent) {
         .chain(l.approve.iter().map(|e| ("approve", e)));
     for (key, entry) in entries {
         if tools().any(|t| t == entry.value) {
+            continue;
+        }
+        // An MCP tool's approval: `server.tool` or `server.*` of a server the loop lists
+        // (whole, or one of its tools).
+        if key == "approve"
+            && let Some((server, tool)) = entry.value.split_once('.')
+            && tools().any(|t| {
+                t == server
+                    || t.split_once('.')
+                        .is_some_and(|(s, x)| s == server && (tool == "*" || x == tool))
+            })
+        {
             continue;
         }
         out.push(unknown(key, entry, &a.name.value, tools()));

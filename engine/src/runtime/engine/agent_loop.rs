@@ -20,6 +20,7 @@ use std::sync::Arc;
 use futures_util::stream::{self, StreamExt};
 use serde_json::{Map, Value, json};
 
+use super::loop_tools::{Offered, Tools};
 use super::{Run, StepOutcome, backoff};
 use crate::agents::llm::{self, ToolCall, Turn};
 use crate::agents::{self, CallContext, StepNumber};
@@ -88,7 +89,7 @@ impl Tally {
 }
 
 /// A human's answer to one proposed call.
-enum Decision {
+pub(super) enum Decision {
     Approve,
     Edit(Value),
     Reject(String),
@@ -147,27 +148,11 @@ impl<'e, S: Store> Run<'e, S> {
         if let Err(e) = Self::check_input(call, input) {
             return StepOutcome::err(e);
         }
-        // The tools the ceiling allows are offered; the others are unknown to the model.
-        let mut offered: Vec<(&ToolPlan, Arc<AgentPlan>)> = Vec::new();
-        let mut refused: Vec<(&ToolPlan, String)> = Vec::new();
-        for t in &lp.tools {
-            match self.agent_for(&t.call, false) {
-                Ok(a) => offered.push((t, a)),
-                Err(e) => refused.push((t, e.message)),
-            }
-        }
-        let definitions: Vec<Value> = offered
-            .iter()
-            .map(|(t, _)| {
-                let mut f = Map::new();
-                f.insert("name".into(), Value::String(t.name.clone()));
-                if let Some(d) = &t.description {
-                    f.insert("description".into(), Value::String(d.clone()));
-                }
-                f.insert("parameters".into(), t.parameters.clone());
-                json!({"type": "function", "function": f})
-            })
-            .collect();
+        let tools = match self.loop_tools(name, lp).await {
+            Ok(t) => t,
+            Err(e) => return StepOutcome::err(e),
+        };
+        let definitions = tools.definitions();
         let notes_cell = std::sync::Mutex::new(None);
         let model = match &agent.spec {
             AgentPlanSpec::Mock(m) => Model::Mock(m),
@@ -178,16 +163,10 @@ impl<'e, S: Store> Run<'e, S> {
             _ => unreachable!("an agent loop's model is an llm agent or a mock"),
         };
         let mut transcript: Vec<Value> = match &model {
-            Model::Llm(m) => {
-                match m.loop_messages(
-                    input,
-                    &self.loop_cx(step, call, message, &base, 0),
-                    lp.until_tool.is_none(),
-                ) {
-                    Ok(t) => t,
-                    Err(e) => return StepOutcome::err(e),
-                }
-            }
+            Model::Llm(m) => match m.loop_messages(input, &self.loop_cx(step, call, message, &base, 0)) {
+                Ok(t) => t,
+                Err(e) => return StepOutcome::err(e),
+            },
             Model::Mock(_) => vec![json!({"role": "user", "content": input.to_string()})],
         };
         let mut tally = Tally::default();
@@ -198,6 +177,12 @@ impl<'e, S: Store> Run<'e, S> {
             .result_schema
             .as_deref()
             .or(call.agent.result_schema.as_deref());
+        // The answer is asked for in the schema's form unless the loop ends at a tool (whose
+        // result is the answer); one call at a time when only one may run at once.
+        let form = (
+            schema.filter(|_| lp.until_tool.is_none()),
+            lp.max_parallel_tools == 1,
+        );
         for turn_no in 1..=lp.max_iterations {
             if self.tree.pause.is_cancelled() {
                 let mut o = StepOutcome::ok(None);
@@ -242,7 +227,7 @@ impl<'e, S: Store> Run<'e, S> {
                         return tally.close(StepOutcome::err(e), &transcript, turn_no - 1);
                     }
                     let (turn, used, turn_notes, attempts) = self
-                        .ask(&model, &transcript, &definitions, step, call, message, &num)
+                        .ask(&model, &transcript, &definitions, form, step, call, message, &num)
                         .await;
                     tally.usage.add(used);
                     if let Some(n) = &turn_notes {
@@ -333,7 +318,7 @@ impl<'e, S: Store> Run<'e, S> {
                 }
             }
             // Calls that need a human first stop the turn before any of its calls runs.
-            let decisions = match self.approvals(step, name, lp, &turn, &num, &offered).await {
+            let decisions = match self.approvals(step, name, &turn, &num, &tools).await {
                 Ok(d) => d,
                 Err(o) => return tally.close(o, &transcript, turn_no),
             };
@@ -342,7 +327,7 @@ impl<'e, S: Store> Run<'e, S> {
             let mut calls = Vec::with_capacity(turn.calls.len());
             for (i, c) in turn.calls.iter().enumerate() {
                 let decision = decisions.get(i).and_then(Option::as_ref);
-                calls.push(self.tool_call(step, &offered, &refused, c, format!("{num}.{}", i + 1), decision));
+                calls.push(self.tool_call(step, &tools, c, format!("{num}.{}", i + 1), decision));
             }
             let ends: Vec<CallEnd> = stream::iter(calls)
                 .buffered(lp.max_parallel_tools)
@@ -397,13 +382,15 @@ impl<'e, S: Store> Run<'e, S> {
     }
 
     /// One model turn, retried as the step's `retry` says; its tokens and cost count against
-    /// the budget as it finishes.
+    /// the budget as it finishes. `form` is what the request asks of the answer: the
+    /// `result_schema` to ask for, and whether calls come one at a time.
     #[allow(clippy::too_many_arguments)]
     async fn ask(
         &self,
         model: &Model<'_>,
         transcript: &[Value],
         definitions: &[Value],
+        form: (Option<&Schema>, bool),
         step: &StepPlan,
         call: &CallPlan,
         message: Option<&str>,
@@ -428,7 +415,7 @@ impl<'e, S: Store> Run<'e, S> {
             c.attempt = attempt;
             let (turn, used, turn_notes) = match model {
                 Model::Llm(m) => {
-                    let r = Box::pin(m.turn(transcript, definitions, &c)).await;
+                    let r = Box::pin(m.turn(transcript, definitions, form.0, form.1, &c)).await;
                     (r.turn, r.usage, r.notes)
                 }
                 Model::Mock(m) => {
@@ -493,16 +480,15 @@ impl<'e, S: Store> Run<'e, S> {
         &self,
         step: &StepPlan,
         agent: &str,
-        lp: &LoopPlan,
         turn: &Turn,
         num: &str,
-        offered: &[(&ToolPlan, Arc<AgentPlan>)],
+        tools: &Tools<'_>,
     ) -> Result<Vec<Option<Decision>>, StepOutcome> {
         let pending: Vec<usize> = turn
             .calls
             .iter()
             .enumerate()
-            .filter(|(_, c)| lp.approve.contains(&c.name) && offered.iter().any(|(t, _)| t.name == c.name))
+            .filter(|(_, c)| tools.offered(&c.name).is_some_and(|o| o.approve))
             .map(|(i, _)| i)
             .collect();
         let mut out: Vec<Option<Decision>> = turn.calls.iter().map(|_| None).collect();
@@ -602,8 +588,7 @@ impl<'e, S: Store> Run<'e, S> {
     async fn tool_call(
         &self,
         step: &StepPlan,
-        offered: &[(&ToolPlan, Arc<AgentPlan>)],
-        refused: &[(&ToolPlan, String)],
+        tools: &Tools<'_>,
         c: &ToolCall,
         num: String,
         decision: Option<&Decision>,
@@ -616,22 +601,18 @@ impl<'e, S: Store> Run<'e, S> {
             stop: None,
             failed: true,
         };
-        let Some((tool, _)) = offered.iter().find(|(t, _)| t.name == c.name) else {
-            let why = match refused.iter().find(|(t, _)| t.name == c.name) {
+        let Some(Offered { tool, .. }) = tools.offered(&c.name) else {
+            let why = match tools.refused.iter().find(|r| r.tool.name == c.name) {
                 _ if c.name.is_empty() => format!(
                     "the call names no tool (its `function.name` is missing or not a string); the tools are: {}",
-                    tool_names(offered)
+                    tools.names()
                 ),
-                Some((t, why)) => {
+                Some(r) => {
                     // Called after all: a refusal on record (a flow test's unmocked agent).
-                    let _ = self.agent_for(&t.call, true);
-                    format!("tool `{}` is not available here: {why}", c.name)
+                    let _ = self.agent_for(&r.tool.call, true);
+                    format!("tool `{}` is not available here: {}", c.name, r.why)
                 }
-                None => format!(
-                    "unknown tool `{}`; the tools are: {}",
-                    c.name,
-                    tool_names(offered)
-                ),
+                None => format!("unknown tool `{}`; the tools are: {}", c.name, tools.names()),
             };
             self.record_refusal(step, &num, c, &why, started).await;
             return failure(why);
@@ -676,7 +657,13 @@ impl<'e, S: Store> Run<'e, S> {
         match error {
             None => {
                 let r = result.unwrap_or_else(|| Arc::new(Value::Null));
-                end.content = serde_json::to_string(&*r).expect("JSON values serialize");
+                end.content = match (&tool.call.agent.spec, &*r) {
+                    // An MCP tool's result: its text, else its structured value.
+                    (AgentPlanSpec::Mcp(_), r) => mcp_text(r),
+                    // A string is the text itself; any other value, its JSON.
+                    (_, Value::String(s)) => s.clone(),
+                    (_, v) => serde_json::to_string(v).expect("JSON values serialize"),
+                };
                 end.result = Some(r);
             }
             Some(e) if interrupted => end.stop = Some((Some(RunStatus::Interrupted), e)),
@@ -689,6 +676,11 @@ impl<'e, S: Store> Run<'e, S> {
                     "{}. Do this task yourself instead of delegating it further.",
                     e.message
                 );
+            }
+            // An MCP tool's `is_error` result: what it says is the tool message.
+            Some(e) if let Some(text) = mcp_error_text(&tool.call.agent.spec, &e) => {
+                end.failed = true;
+                end.content = text;
             }
             Some(e) => {
                 end.failed = true;
@@ -755,6 +747,34 @@ impl<'e, S: Store> Run<'e, S> {
         self.record_part(step, num.to_string(), "tool", None, Some(input), &mut o, started)
             .await;
     }
+}
+
+/// What the model is told of an MCP tool's result (`{structured, content, is_error}`): the
+/// text of its content, else its structured value as JSON, else its content as JSON.
+fn mcp_text(result: &Value) -> String {
+    let texts: Vec<&str> = result
+        .get("content")
+        .and_then(Value::as_array)
+        .map(|c| c.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    if !texts.is_empty() {
+        return texts.join("\n");
+    }
+    match result.get("structured") {
+        Some(s) if !s.is_null() => serde_json::to_string(s).expect("JSON values serialize"),
+        _ => serde_json::to_string(result.get("content").unwrap_or(&Value::Null))
+            .expect("JSON values serialize"),
+    }
+}
+
+/// The text of an MCP tool's `is_error` result, from its error.
+fn mcp_error_text(spec: &AgentPlanSpec, e: &StepError) -> Option<String> {
+    let AgentPlanSpec::Mcp(_) = spec else { return None };
+    let d = e.details.as_ref()?;
+    if d.get("is_error") != Some(&Value::Bool(true)) {
+        return None;
+    }
+    d.get("text").and_then(Value::as_str).map(str::to_string)
 }
 
 /// Notes on a failed call's record what the model was told of it, as `answers.told`.
@@ -825,7 +845,7 @@ fn mock_turn(v: Value, num: &str) -> Result<Turn, StepError> {
 
 /// A decision for `n` pending calls: one object (for one call) or a list of `n`, each
 /// `{"approve": true}`, `{"edit": {<arguments>}}` or `{"reject": "why"}`.
-fn parse_decisions(given: &Value, n: usize) -> Result<Vec<Decision>, String> {
+pub(super) fn parse_decisions(given: &Value, n: usize) -> Result<Vec<Decision>, String> {
     let list: Vec<&Value> = match given {
         Value::Array(a) => a.iter().collect(),
         one if n == 1 => vec![one],
@@ -927,18 +947,6 @@ fn kept_transcript(messages: &[Value]) -> Value {
     out.push(json!({"role": "note", "content": format!("{} messages not kept", messages.len() - 2 * half)}));
     out.extend(messages[messages.len() - half..].iter().map(cap));
     Value::Array(out)
-}
-
-/// The names of the tools offered, for the model: `kb_search, crm`, or `none`.
-fn tool_names(offered: &[(&ToolPlan, Arc<AgentPlan>)]) -> String {
-    if offered.is_empty() {
-        return "none".to_string();
-    }
-    offered
-        .iter()
-        .map(|(t, _)| t.name.as_str())
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 #[cfg(test)]

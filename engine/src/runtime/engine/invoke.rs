@@ -159,9 +159,12 @@ impl<'e, S: Store> Run<'e, S> {
             match rec.status {
                 StepStatus::Succeeded | StepStatus::Failed => return self.replayed(call, rec),
                 StepStatus::Started | StepStatus::Interrupted => {
-                    // An attempt started and never finished: it may have had its effect.
+                    // An attempt started and never finished: it may have had its effect,
+                    // unless the engine abandoned it to ask a human (an approval, or what its
+                    // MCP server asked).
                     if !(call.idempotent
                         || self.tree.resume.retry_in_doubt
+                        || self.stopped_to_ask(number)
                         || Self::mcp_idempotent(call).await)
                     {
                         let mut o = StepOutcome::err(
@@ -200,6 +203,22 @@ impl<'e, S: Store> Run<'e, S> {
         if let Err(e) = Self::check_input(call, input) {
             return StepOutcome::err(e);
         }
+        // A plain step's MCP call that needs a human's approval waits for it (an agent loop's
+        // calls are approved by the loop, before they get here).
+        let approved;
+        let input = match &agent.spec {
+            AgentPlanSpec::Mcp(m) if part != "tool" && super::loop_tools::mcp_needs_approval(m).await => {
+                let tool = format!("{}.{}", m.server.name, m.tool);
+                match self.approve_call(step, number, &agent.name, &tool, input).await {
+                    super::approve::Approved::Call(v) => {
+                        approved = v;
+                        &approved
+                    }
+                    super::approve::Approved::Done(o) => return *o,
+                }
+            }
+            _ => input,
+        };
         let policy = &call.retry;
         // Tokens and cost of every attempt, failed ones included.
         let mut used = Usage::default();
@@ -333,7 +352,7 @@ impl<'e, S: Store> Run<'e, S> {
             call_index,
             now: Some(self.tree.now),
         };
-        let call_future = self.dispatch(agent, input, cx, number);
+        let call_future = self.dispatch(step, agent, input, cx, number);
         // A call that never waits finishes on its first poll, and a timeout never fires on
         // such a call (tokio checks the future first): no timer for it.
         // An `llm` agent times each request itself: waiting for its provider's capacity is
@@ -398,6 +417,7 @@ impl<'e, S: Store> Run<'e, S> {
     #[allow(clippy::result_large_err)]
     async fn dispatch(
         &self,
+        step: &StepPlan,
         agent: &Arc<AgentPlan>,
         input: &Value,
         cx: CallContext<'_>,
@@ -417,7 +437,7 @@ impl<'e, S: Store> Run<'e, S> {
             }
             AgentPlanSpec::Flow(child) => self.child_run(*child, input.clone(), number).await,
             AgentPlanSpec::Native(n) => plain(self.engine.natives.call(&n.function, input, cx).await),
-            AgentPlanSpec::Mcp(m) => plain(Box::pin(agents::mcp::call(m, input, cx)).await),
+            AgentPlanSpec::Mcp(m) => Box::pin(self.mcp_call(step, m, input, cx, number)).await,
             AgentPlanSpec::Llm(l) => {
                 let notes = std::sync::Mutex::new(None);
                 let llm = match self.llm_agent(agent, l, &notes) {

@@ -11,10 +11,13 @@
 //! expressions is [`super::eval`]; calling sub-agents is `crate::agents`.
 
 mod agent_loop;
+mod approve;
 mod child;
+mod elicit;
 mod foreach;
 mod invoke;
 mod limits;
+mod loop_tools;
 mod parallel;
 mod route;
 mod run;

@@ -312,6 +312,23 @@ impl<S: Store> Engine<S> {
                     step: w.step.step,
                 })
             }
+            (Some(w), None) if record.status == RunStatus::Interrupted && w.step.kind == "elicitation" => {
+                let text = |k: &str| {
+                    w.step
+                        .result
+                        .as_deref()
+                        .and_then(|r| r.get(k))
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_string()
+                };
+                Err(ResumeError::NeedsAnswer {
+                    id: record.id.clone(),
+                    server: text("server"),
+                    tool: text("tool"),
+                    step: w.step.step,
+                })
+            }
             (Some(w), None) if record.status == RunStatus::Interrupted => Err(ResumeError::NeedsDecision {
                 id: record.id.clone(),
                 step: w.step.step,
@@ -342,6 +359,20 @@ impl<S: Store> Engine<S> {
                         step: w.step.step,
                         reason,
                     }
+                })
+            }
+            (Some(w), Some(decision)) if w.step.kind == "elicitation" => {
+                let result = w.step.result.as_deref();
+                let server = result
+                    .and_then(|r| r.get("server"))
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string();
+                let schema = result.and_then(|r| r.get("schema")).unwrap_or(&Value::Null);
+                super::elicit::check_answer(decision, schema).map_err(|reason| ResumeError::BadAnswer {
+                    step: w.step.step,
+                    server,
+                    reason,
                 })
             }
             (Some(w), Some(decision)) => {

@@ -578,6 +578,13 @@ fn waiting_json(w: &WaitingFor) -> Value {
                 .map(|c| json!({"id": c.id, "tool": c.tool, "arguments": c.arguments}))
                 .collect();
         }
+        Question::Elicitation(e) => {
+            v["kind"] = "elicitation".into();
+            v["server"] = e.server.clone().into();
+            v["tool"] = e.tool.clone().into();
+            v["prompt"] = e.message.clone().into();
+            v["schema"] = e.schema.clone();
+        }
     }
     v
 }

@@ -49,6 +49,9 @@
 //! - [`transcripts`]: agent loops seen wherever they run: transcripts of iterations, branches
 //!   and child runs, the run page's timeline order and a waiting run's question, a batch page's
 //!   flow and start.
+//! - [`mcp_real`]: MCP servers people run (the reference everything server, the time server)
+//!   over stdio, `lint --mcp` and `mcp list` against them, and batches of thousands of calls
+//!   through one fixture server process, finished or stopped with SIGINT;
 //! - [`layers`]: `engine/src`'s modules use only the layers below their own, and no files
 //!   import each other;
 //! - [`library`]: the crate root as an application uses it: `examples/approve.rs` run to its
@@ -84,6 +87,7 @@ mod llm;
 mod llm_cost;
 mod llm_servers;
 mod logs;
+mod mcp_real;
 mod memory_store;
 mod mock_server;
 mod money;

@@ -95,7 +95,10 @@ fn proc_cpu(pid: u32) -> Result<(f64, f64), String> {
     let path = format!("/proc/{pid}/stat");
     let text = std::fs::read_to_string(&path).map_err(|e| format!("cannot read `{path}`: {e}"))?;
     // Fields after the command name (which may hold spaces) start at field 3 (the state).
-    let rest = text.rsplit_once(')').map(|(_, r)| r).ok_or_else(|| format!("`{path}`: {text}"))?;
+    let rest = text
+        .rsplit_once(')')
+        .map(|(_, r)| r)
+        .ok_or_else(|| format!("`{path}`: {text}"))?;
     let fields: Vec<&str> = rest.split_whitespace().collect();
     let tick = |i: usize| -> Result<f64, String> {
         fields
@@ -141,7 +144,11 @@ fn run_batch(cmd: &BatchCmd, flow: &Path, poll_rss: bool) -> Result<Measured, St
         let status = format!("/proc/{}/status", child.id());
         let mut hwm = 0u64;
         while !exited_unreaped(&child, false)? {
-            if let Some(v) = std::fs::read_to_string(&status).ok().as_deref().and_then(vm_hwm_kib) {
+            if let Some(v) = std::fs::read_to_string(&status)
+                .ok()
+                .as_deref()
+                .and_then(vm_hwm_kib)
+            {
                 hwm = hwm.max(v);
             }
             std::thread::sleep(Duration::from_millis(1));
@@ -185,7 +192,11 @@ fn read_pids(path: &Path) -> Result<Vec<u32>, String> {
     match std::fs::read_to_string(path) {
         Ok(text) => text
             .lines()
-            .map(|l| l.trim().parse().map_err(|_| format!("`{}`: bad pid `{l}`", path.display())))
+            .map(|l| {
+                l.trim()
+                    .parse()
+                    .map_err(|_| format!("`{}`: bad pid `{l}`", path.display()))
+            })
             .collect(),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
         Err(e) => Err(format!("cannot read `{}`: {e}", path.display())),
@@ -213,7 +224,9 @@ fn check_servers(pids_file: &Path) -> Result<usize, String> {
     let deadline = Instant::now() + Duration::from_secs(2);
     while pids.iter().any(|&p| alive(p)) {
         if Instant::now() >= deadline {
-            return Err(format!("fixture server {pids:?} still running after its batch exited"));
+            return Err(format!(
+                "fixture server {pids:?} still running after its batch exited"
+            ));
         }
         std::thread::sleep(Duration::from_millis(5));
     }
@@ -282,7 +295,10 @@ pub fn run(profile: &Profile, opts: &Options) -> Result<Vec<Report>, String> {
     let dir = &generated.path;
     let n = profile.w13_items;
     let half = n / 2;
-    let (input_n, input_half) = (dir.join(format!("in_{n}.jsonl")), dir.join(format!("in_{half}.jsonl")));
+    let (input_n, input_half) = (
+        dir.join(format!("in_{n}.jsonl")),
+        dir.join(format!("in_{half}.jsonl")),
+    );
     batch_bin::write_input(&input_n, n)?;
     batch_bin::write_input(&input_half, half)?;
     let cmd = |input: &Path, tag: &str| BatchCmd {
@@ -320,7 +336,8 @@ pub fn run(profile: &Profile, opts: &Options) -> Result<Vec<Report>, String> {
         check_servers(&pids)?;
         s.rate.push(n as f64 / m.exit.wall_s);
         s.cpu.push(m.own_cpu_s * 1e6 / n as f64);
-        s.marginal.push((m.own_cpu_s - h.own_cpu_s) * 1e6 / (n - half) as f64);
+        s.marginal
+            .push((m.own_cpu_s - h.own_cpu_s) * 1e6 / (n - half) as f64);
         s.server_cpu.push(m.children_cpu_s * 1e6 / n as f64);
     }
     let rss = run_batch(&at_n, &stdio_flow, true)?;
@@ -360,13 +377,17 @@ pub fn run(profile: &Profile, opts: &Options) -> Result<Vec<Report>, String> {
         let h = run_batch(&at_half, &http_flow, false)?;
         s.rate.push(n as f64 / m.exit.wall_s);
         s.cpu.push(m.own_cpu_s * 1e6 / n as f64);
-        s.marginal.push((m.own_cpu_s - h.own_cpu_s) * 1e6 / (n - half) as f64);
+        s.marginal
+            .push((m.own_cpu_s - h.own_cpu_s) * 1e6 / (n - half) as f64);
         s.server_cpu.push(server_cpu * 1e6 / n as f64);
     }
     let rss = run_batch(&at_n, &http_flow, true)?;
     let started = read_pids(&http_pids)?;
     if started.len() != 1 {
-        return Err(format!("{} fixture HTTP servers were started, not 1", started.len()));
+        return Err(format!(
+            "{} fixture HTTP servers were started, not 1",
+            started.len()
+        ));
     }
     drop(server);
     let peak_mb = rss.peak_kib.unwrap_or(0) as f64 / 1024.0;
@@ -387,16 +408,32 @@ pub fn run(profile: &Profile, opts: &Options) -> Result<Vec<Report>, String> {
     Ok(reports)
 }
 
-fn variant_reports(what: &str, n: usize, s: Samples, peak_mb: f64, variant: &str, stdio: bool) -> Vec<Report> {
+fn variant_reports(
+    what: &str,
+    n: usize,
+    s: Samples,
+    peak_mb: f64,
+    variant: &str,
+    stdio: bool,
+) -> Vec<Report> {
     let half = n / 2;
-    let target = |t: &str| if stdio { format!("; target {t}") } else { String::new() };
+    let target = |t: &str| {
+        if stdio {
+            format!("; target {t}")
+        } else {
+            String::new()
+        }
+    };
     let mut reports = vec![
         Report::new(
             ID,
             "items_per_s",
             n as u64,
             s.rate,
-            format!("{what}; N / wall, spawn to exit{}", target(&format!("≥ {TARGET_CALLS_S}"))),
+            format!(
+                "{what}; N / wall, spawn to exit{}",
+                target(&format!("≥ {TARGET_CALLS_S}"))
+            ),
         ),
         Report::new(
             ID,
@@ -415,7 +452,10 @@ fn variant_reports(what: &str, n: usize, s: Samples, peak_mb: f64, variant: &str
             "marginal_cpu_us_per_call",
             n as u64,
             s.marginal,
-            format!("{what}; (own CPU at N − own CPU at {half}) / {}: one more call, start-up taken out", n - half),
+            format!(
+                "{what}; (own CPU at N − own CPU at {half}) / {}: one more call, start-up taken out",
+                n - half
+            ),
         ),
         Report::new(
             ID,
@@ -423,7 +463,9 @@ fn variant_reports(what: &str, n: usize, s: Samples, peak_mb: f64, variant: &str
             n as u64,
             s.server_cpu,
             if stdio {
-                format!("{what}; the CPU of the children the batch reaped (cutime + cstime: the server) / N, for reading")
+                format!(
+                    "{what}; the CPU of the children the batch reaped (cutime + cstime: the server) / N, for reading"
+                )
             } else {
                 format!("{what}; the server's CPU over the batch (its /proc/PID/stat) / N, for reading")
             },
@@ -442,7 +484,9 @@ fn variant_reports(what: &str, n: usize, s: Samples, peak_mb: f64, variant: &str
             "servers_started",
             n as u64,
             s.servers,
-            format!("{what}; fixture pids written per batch (MCP_FIXTURE_PIDS), none alive after it; target 1"),
+            format!(
+                "{what}; fixture pids written per batch (MCP_FIXTURE_PIDS), none alive after it; target 1"
+            ),
         ));
     }
     for r in &mut reports {

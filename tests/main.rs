@@ -49,6 +49,8 @@
 //! - [`transcripts`]: agent loops seen wherever they run: transcripts of iterations, branches
 //!   and child runs, the run page's timeline order and a waiting run's question, a batch page's
 //!   flow and start.
+//! - [`mcp`]: tools from MCP servers (the fixture server, `kind: mcp` steps, the pool of
+//!   servers, their shutdown, `lint --mcp` and `mcp list`);
 //! - [`mcp_real`]: MCP servers people run (the reference everything server, the time server)
 //!   over stdio, `lint --mcp` and `mcp list` against them, and batches of thousands of calls
 //!   through one fixture server process, finished or stopped with SIGINT;
@@ -87,6 +89,7 @@ mod llm;
 mod llm_cost;
 mod llm_servers;
 mod logs;
+mod mcp;
 mod mcp_real;
 mod memory_store;
 mod mock_server;

@@ -297,3 +297,37 @@ pub fn proptest_config(cases: u32) -> proptest::test_runner::Config {
     }
     config
 }
+
+/// The MCP fixture server (`examples/mcp_fixture.rs`), beside the binary under test:
+/// `cargo test` builds the examples with the tests. A focused run (`cargo test --test main`)
+/// does not; build it once with `cargo build --example mcp_fixture`.
+pub fn mcp_fixture() -> PathBuf {
+    let bin = Path::new(BIN);
+    let dir = bin.parent().expect("the binary's directory");
+    let path = dir.join("examples").join("mcp_fixture");
+    assert!(
+        path.is_file(),
+        "{} is missing: `cargo test` builds it, or `cargo build --example mcp_fixture`",
+        path.display()
+    );
+    path
+}
+
+/// The pids a fixture server wrote to its `MCP_FIXTURE_PIDS` file, one per process started.
+pub fn fixture_pids(file: &Path) -> Vec<i32> {
+    std::fs::read_to_string(file)
+        .unwrap_or_default()
+        .lines()
+        .map(|line| line.trim().parse().expect("a pid per line"))
+        .collect()
+}
+
+/// Whether a process (or a zombie not yet reaped) has this pid.
+pub fn process_alive(pid: i32) -> bool {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The state follows the command's closing parenthesis; a zombie has exited.
+    match status.rsplit_once(") ") {
+        Some((_, rest)) => !rest.starts_with('Z'),
+        None => false,
+    }
+}

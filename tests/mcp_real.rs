@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::support::{self, Output, TempDir, interrupt, run_with_limit, switchyard};
+use crate::support::{
+    Output, TempDir, fixture_pids, interrupt, mcp_fixture, process_alive, run_with_limit, switchyard,
+};
 
 /// The folder of the flows below.
 fn real_dir() -> PathBuf {
@@ -47,7 +49,7 @@ fn require_time() {
 }
 
 /// Node and Python start slowly on a loaded machine: a real server's run gets longer than
-/// [`support::HANG`].
+/// [`crate::support::HANG`].
 const SLOW: Duration = Duration::from_secs(60);
 
 /// `switchyard ARGS...` in the flows' folder.
@@ -249,20 +251,6 @@ fn mcp_list_prints_the_tools_of_the_real_servers_with_their_schemas() {
 
 // ---------------------------------------------------------------- one server per batch
 
-/// The fixture server, built by cargo with the tests.
-fn fixture_bin() -> PathBuf {
-    let bin = Path::new(support::BIN)
-        .parent()
-        .expect("the binary's folder")
-        .join("examples/mcp_fixture");
-    assert!(
-        bin.exists(),
-        "`{}` is missing: build it with `cargo build --example mcp_fixture`",
-        bin.display()
-    );
-    bin
-}
-
 /// A flow of one `mcp` step calling the fixture's `add` over stdio; the fixture writes its pid
 /// to `pids`.
 fn add_flow(dir: &TempDir, pids: &Path) -> PathBuf {
@@ -286,7 +274,7 @@ steps:
     input: {{$.a: $.i, $.b: $.i}}
     output: {{$.sum: $.structured.sum}}
 ",
-            bin = json!(fixture_bin().display().to_string()),
+            bin = json!(mcp_fixture().display().to_string()),
             pids = json!(pids.display().to_string()),
         ),
     )
@@ -300,28 +288,12 @@ fn write_items(dir: &TempDir, n: usize) {
     dir.write("in.jsonl", text);
 }
 
-fn read_pids(path: &Path) -> Vec<u32> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .map(|l| l.trim().parse().expect("a pid per line"))
-        .collect()
-}
-
-/// Whether `pid` is a running process (a zombie has ended).
-fn alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| s.rsplit_once(')').map(|(_, r)| !r.trim_start().starts_with('Z')))
-        .unwrap_or(false)
-}
-
 /// Exactly one server was started, and none of those started is running.
 fn one_server_none_left(pids_file: &Path, when: &str) {
-    let pids = read_pids(pids_file);
+    let pids = fixture_pids(pids_file);
     assert_eq!(pids.len(), 1, "{when}: servers started: {pids:?}");
     let deadline = Instant::now() + Duration::from_secs(2);
-    while pids.iter().any(|&p| alive(p)) {
+    while pids.iter().any(|&p| process_alive(p)) {
         assert!(
             Instant::now() < deadline,
             "{when}: server {pids:?} still running after the batch ended"

@@ -1,11 +1,15 @@
 //! A small MCP server for the tests and the benchmark, written with the SDK's server side.
 //!
 //! It speaks stdio by default, and Streamable HTTP with `--http 127.0.0.1:PORT` (port 0 picks
-//! one; the server's URL, `http://ADDR/mcp`, is printed as the first line of stdout). Its tools
+//! one; the server's URL, `http://ADDR/mcp`, is printed as the first line of stdout). It
+//! speaks every protocol revision up to the stateless 2026-07-28, or with `--legacy` only
+//! those with the `initialize` handshake (up to 2025-11-25). Its tools
 //! each exercise one part of a client: text, structured content and its output schema, errors,
 //! progress, a crash mid-call, large and non-text results, annotations, a call counter and
 //! elicitation. When `MCP_FIXTURE_PIDS` names a file, the process appends its pid to it on
-//! start, so a test can count the servers started and check that none is left running.
+//! start, so a test can count the servers started and check that none is left running; when
+//! `MCP_FIXTURE_LOG` does, it appends `call TOOL` for each call and `cancelled slow` for a
+//! `slow` call cancelled.
 
 use std::io::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -13,7 +17,8 @@ use std::time::Duration;
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ElicitRequestParams, ListToolsResult,
-    PaginatedRequestParams, ProgressNotificationParam, ServerCapabilities, ServerConfig, Tool,
+    PaginatedRequestParams, ProgressNotificationParam, ProtocolVersion, ServerCapabilities, ServerConfig,
+    Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt as _};
@@ -27,7 +32,10 @@ const PNG: &str =
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==";
 
 #[derive(Clone)]
-struct Fixture;
+struct Fixture {
+    /// Speaks only the revisions with the `initialize` handshake (up to 2025-11-25).
+    legacy: bool,
+}
 
 fn tools() -> Vec<Tool> {
     let text = json!({
@@ -161,6 +169,7 @@ impl Fixture {
                 () = tokio::time::sleep(wait) => {}
                 () = context.ct.cancelled() => {
                     eprintln!("mcp_fixture: slow cancelled");
+                    log("cancelled slow");
                     return Err(ErrorData::internal_error("cancelled", None));
                 }
             }
@@ -216,6 +225,15 @@ impl Fixture {
 }
 
 impl ServerHandler for Fixture {
+    fn supported_protocol_versions(&self) -> std::borrow::Cow<'static, [ProtocolVersion]> {
+        let newest = if self.legacy {
+            ProtocolVersion::V_2025_11_25
+        } else {
+            ProtocolVersion::V_2026_07_28
+        };
+        std::borrow::Cow::Borrowed(ProtocolVersion::known_up_to(&newest))
+    }
+
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
             .with_instructions("switchyard's MCP test fixture")
@@ -235,6 +253,7 @@ impl ServerHandler for Fixture {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let served = CALLS.fetch_add(1, Ordering::SeqCst) + 1;
+        log(&format!("call {}", request.name));
         let args = request.arguments.clone().unwrap_or_default();
         match request.name.as_ref() {
             "echo" => {
@@ -287,6 +306,17 @@ impl ServerHandler for Fixture {
     }
 }
 
+/// Appends a line to the file `MCP_FIXTURE_LOG` names, if set: each call's tool, and each
+/// call cancelled, so that a test sees what reached the server.
+fn log(line: &str) {
+    let Some(path) = std::env::var_os("MCP_FIXTURE_LOG") else {
+        return;
+    };
+    if let Ok(mut file) = std::fs::OpenOptions::new().create(true).append(true).open(&path) {
+        let _ = writeln!(file, "{line}");
+    }
+}
+
 fn record_pid() {
     let Some(path) = std::env::var_os("MCP_FIXTURE_PIDS") else {
         return;
@@ -299,12 +329,12 @@ fn record_pid() {
     writeln!(file, "{}", std::process::id()).expect("the pid is written");
 }
 
-async fn serve_http(addr: &str) -> Result<(), Box<dyn std::error::Error>> {
+async fn serve_http(addr: &str, legacy: bool) -> Result<(), Box<dyn std::error::Error>> {
     use rmcp::transport::streamable_http_server::{
         StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
     };
     let service = StreamableHttpService::new(
-        || Ok(Fixture),
+        move || Ok(Fixture { legacy }),
         std::sync::Arc::new(LocalSessionManager::default()),
         StreamableHttpServerConfig::default().with_sse_keep_alive(None),
     );
@@ -321,16 +351,18 @@ async fn serve_http(addr: &str) -> Result<(), Box<dyn std::error::Error>> {
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     record_pid();
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    let legacy = args.iter().any(|a| a == "--legacy");
+    args.retain(|a| a != "--legacy");
     match args.as_slice() {
         [] => {
-            let running = Fixture.serve(rmcp::transport::stdio()).await?;
+            let running = Fixture { legacy }.serve(rmcp::transport::stdio()).await?;
             running.waiting().await?;
             Ok(())
         }
-        [flag, addr] if flag == "--http" => serve_http(addr).await,
+        [flag, addr] if flag == "--http" => serve_http(addr, legacy).await,
         _ => {
-            eprintln!("usage: mcp_fixture [--http 127.0.0.1:PORT]");
+            eprintln!("usage: mcp_fixture [--legacy] [--http 127.0.0.1:PORT]");
             std::process::exit(2);
         }
     }

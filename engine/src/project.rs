@@ -21,7 +21,7 @@ use sha2::{Digest, Sha256};
 use crate::diag::{Diagnostic, codes};
 use crate::glob::normalize;
 use crate::model::build::{self, Cx, Library};
-use crate::model::{Agent, AgentRef, AgentSpec, Flow, Provider, SchemaRef, Sp, StepKind};
+use crate::model::{Agent, AgentRef, AgentSpec, Flow, McpServer, Provider, SchemaRef, Sp, StepKind};
 use crate::source::{FileId, SourceFile, SourceMap, Span};
 use crate::syntax::{self, Limits, Node};
 
@@ -607,6 +607,42 @@ impl Project {
                 }
             }
         }
+    }
+
+    /// The MCP servers flow `id` sees: its own `mcp_servers:` and those of every file it
+    /// imports (transitively), as [`Project::visible_definitions`] finds agents, reporting
+    /// names defined twice with both places (SY204).
+    pub fn visible_mcp_servers(&self, id: FlowId, out: &mut Vec<Diagnostic>) -> IndexMap<&str, &McpServer> {
+        let mut servers: IndexMap<&str, &McpServer> = IndexMap::new();
+        let loaded = self.flow(id);
+        let Some(flow) = &loaded.flow else { return servers };
+        for (name, server) in &flow.mcp_servers {
+            servers.insert(name, server);
+        }
+        let mut seen = Vec::new();
+        let mut stack: Vec<LibId> = loaded.imports.iter().filter_map(|(_, l)| *l).collect();
+        stack.reverse();
+        while let Some(lib) = stack.pop() {
+            if seen.contains(&lib) {
+                continue;
+            }
+            seen.push(lib);
+            let l = &self.libraries[lib.0];
+            for (name, server) in &l.library.mcp_servers {
+                match servers.get(name.as_str()) {
+                    Some(first) => out.push(duplicate("MCP server", name, server.name.span, first.name.span)),
+                    None => {
+                        servers.insert(name, server);
+                    }
+                }
+            }
+            for (_, inner) in l.imports.iter().rev() {
+                if let Some(inner) = inner {
+                    stack.push(*inner);
+                }
+            }
+        }
+        servers
     }
 
     /// The flow with this id.

@@ -115,6 +115,7 @@ fn close_agents(root: &mut Value) {
             AgentKind::Transform => "TransformAgent",
             AgentKind::Mock => "MockAgent",
             AgentKind::Native => "NativeAgent",
+            AgentKind::Mcp => "McpAgent",
         };
         let own = defs.get(own_name).cloned().unwrap_or_default();
         let mut props = Map::new();

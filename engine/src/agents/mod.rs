@@ -9,6 +9,7 @@
 pub mod command;
 pub mod http;
 pub mod llm;
+pub mod mcp;
 pub mod mock;
 pub mod native;
 pub mod net;

@@ -75,6 +75,27 @@ fn refs_of(agent: &AgentPlan, flow: &str, out: &mut BTreeMap<String, Vec<String>
                 add(v, format!("`env.{k}` of agent `{}` in flow `{flow}`", agent.name));
             }
         }
+        AgentPlanSpec::Mcp(m) => {
+            let s = &m.server;
+            match &s.transport {
+                crate::plan::McpTransport::Stdio { env, .. } => {
+                    for (k, v) in env {
+                        add(
+                            v,
+                            format!("`env.{k}` of MCP server `{}` in flow `{flow}`", s.name),
+                        );
+                    }
+                }
+                crate::plan::McpTransport::Http { headers, .. } => {
+                    for (k, v) in headers {
+                        add(
+                            v,
+                            format!("header `{k}` of MCP server `{}` in flow `{flow}`", s.name),
+                        );
+                    }
+                }
+            }
+        }
         AgentPlanSpec::Flow(_)
         | AgentPlanSpec::Transform(_)
         | AgentPlanSpec::Mock(_)

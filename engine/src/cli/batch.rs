@@ -142,6 +142,8 @@ pub fn run(args: Args) -> u8 {
                         "quit: run the same command again to continue",
                         serde_json::Value::Null,
                     );
+                    // exit skips destructors: the MCP servers are ended here.
+                    crate::agents::mcp::shutdown();
                     std::process::exit(130);
                 }
             }

@@ -39,6 +39,10 @@ pub struct Args {
     /// the directory given on the command line).
     #[arg(long)]
     pub root: Option<PathBuf>,
+    /// Also start the MCP servers the flows define and check the tools they name against
+    /// what each server lists; a server that cannot be started or listed is an error.
+    #[arg(long)]
+    pub mcp: bool,
 }
 
 /// The files to check, each with its project root.
@@ -111,7 +115,8 @@ pub fn run(args: Args) -> u8 {
     };
     let errors = diags.iter().any(|d| d.is_error());
     let warnings = diags.iter().any(|d| !d.is_error());
-    let code = if errors || (args.deny_warnings && warnings) {
+    let live_ok = !args.mcp || errors || super::mcp_list::check_live(&project);
+    let code = if errors || !live_ok || (args.deny_warnings && warnings) {
         super::exit::FAILED
     } else {
         super::exit::OK

@@ -8,6 +8,7 @@ mod common;
 mod explain;
 mod graph;
 mod lint;
+mod mcp_list;
 mod report;
 mod resume;
 mod run;
@@ -100,6 +101,8 @@ pub enum Command {
     /// Write a batch's report: one self-contained HTML page of its items (counts, cost, the
     /// slowest and the failed ones by error kind), each linked to its run's page.
     Report(report::Args),
+    /// MCP servers of a flow: `mcp list`.
+    Mcp(mcp_list::Args),
 }
 
 /// Parses the command line and runs the command.
@@ -159,6 +162,8 @@ pub fn main() -> ExitCode {
             }
         },
     };
+    // Every MCP server the command starts ends with it, whichever way it ends.
+    let mcp_servers = crate::agents::mcp::ShutdownGuard::new();
     let code = match cli.command {
         Command::Lint(a) => lint::run(a),
         Command::Explain(a) => explain::run(a),
@@ -174,7 +179,9 @@ pub fn main() -> ExitCode {
         Command::Runs(a) => runs::run(a),
         Command::Resume(a) => resume::resume(a),
         Command::Report(a) => report::run(a),
+        Command::Mcp(a) => mcp_list::run(a),
     };
+    drop(mcp_servers);
     if let Some(e) = exporter {
         let (exported, dropped, why) = e.finish(std::time::Duration::from_secs(5));
         if dropped > 0 {

@@ -190,6 +190,8 @@ pub(super) fn pause_on_ctrl_c(controls: &RunControls) {
                     "quit: `switchyard resume RUN_ID` continues the run (`switchyard runs list` names it)",
                     Value::Null,
                 );
+                // exit skips destructors: the MCP servers are ended here.
+                crate::agents::mcp::shutdown();
                 std::process::exit(130);
             }
         }

@@ -251,6 +251,7 @@ fn mocks(plan: &Plan, t: &FlowTest, text: &str) -> Result<AgentChanges, String> 
                     | AgentPlanSpec::Http(_)
                     | AgentPlanSpec::Command(_)
                     | AgentPlanSpec::Native(_)
+                    | AgentPlanSpec::Mcp(_)
             ) {
                 entry.insert(agent.name.clone(), None);
             }

@@ -17,8 +17,8 @@ use crate::expr::template::Template;
 use crate::expr::value;
 use crate::expr::{self, Expr};
 use crate::model::{
-    Agent, AgentRef, AgentSpec, EdgeOn, Flow, InputSpec, Jitter, MessageMode, OutputSpec, Provider, Retry,
-    SchemaRef, Source, Sp, Step, StepKind, Tolerate,
+    Agent, AgentRef, AgentSpec, EdgeOn, Flow, InputSpec, Jitter, McpServer, MessageMode, OutputSpec,
+    Provider, Retry, SchemaRef, Source, Sp, Step, StepKind, Tolerate,
 };
 use crate::plan::*;
 use crate::project::{FlowId, Project};
@@ -28,6 +28,8 @@ use crate::source::FileId;
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
 /// Default cap on a command's stdout and an HTTP response body.
 pub const DEFAULT_MAX_OUTPUT: u64 = 16 << 20;
+/// Default cap on what one MCP tool call returns (`max_result_bytes`).
+pub const DEFAULT_MAX_MCP_RESULT: u64 = 1 << 20;
 /// Default `foreach` `max_items`.
 pub const DEFAULT_MAX_ITEMS: u64 = 10_000;
 
@@ -50,6 +52,7 @@ pub fn compile(
         hashes: HashMap::new(),
         errors: Vec::new(),
         parsed,
+        mcp_servers: HashMap::new(),
     };
     let root = c.flow_file(id);
     if !c.errors.is_empty() || root.is_none() {
@@ -81,6 +84,8 @@ struct Compiler<'p> {
     errors: Vec<Diagnostic>,
     /// What lint parsed, by text.
     parsed: ParseCache,
+    /// The MCP servers lowered so far, by their key: agents naming one definition share it.
+    mcp_servers: HashMap<String, Arc<McpServerPlan>>,
 }
 
 /// What one flow body can see while compiling.
@@ -90,6 +95,7 @@ struct Scope<'p> {
     text: &'p str,
     agents: IndexMap<&'p str, &'p Agent>,
     providers: IndexMap<&'p str, &'p Provider>,
+    mcp_servers: IndexMap<&'p str, &'p McpServer>,
     defaults: Option<&'p crate::model::Defaults>,
     /// The flow's hash, and its key in `by_key`: the file's covering hash, with a suffix
     /// naming the agent for an inline flow.
@@ -120,12 +126,14 @@ impl<'p> Compiler<'p> {
         let mut ignored = Vec::new();
         self.project
             .visible_definitions(id, &mut agents, &mut providers, &mut ignored);
+        let mcp_servers = self.project.visible_mcp_servers(id, &mut ignored);
         let scope = Scope {
             id,
             file: loaded.file,
             text: &self.project.sources.get(loaded.file).text,
             agents,
             providers,
+            mcp_servers,
             defaults: flow.defaults.as_ref(),
             key: hash,
             compiled_agents: HashMap::new(),
@@ -352,12 +360,28 @@ impl<'p> Compiler<'p> {
                 })
             }
         };
-        let (timeout, retry, idempotent) = call_settings(
+        let (mut timeout, retry, mut idempotent) = call_settings(
             (spec.timeout, spec.retry, spec.idempotent),
             agent_model.map(|a| &a.common),
             scope.defaults,
             agent.kind(),
         );
+        if let AgentPlanSpec::Mcp(m) = &agent.spec {
+            let common = agent_model.map(|a| &a.common);
+            let defaults = scope.defaults;
+            let set_timeout = spec.timeout.is_some()
+                || common.is_some_and(|c| c.timeout.is_some())
+                || defaults.is_some_and(|d| d.timeout.is_some());
+            if !set_timeout && let Some(t) = m.server.timeout {
+                timeout = t;
+            }
+            let set_idempotent = spec.idempotent.is_some()
+                || common.is_some_and(|c| c.idempotent.is_some())
+                || defaults.is_some_and(|d| d.idempotent.is_some());
+            if !set_idempotent {
+                idempotent = m.server.idempotent.contains(&m.tool);
+            }
+        }
         CallPlan {
             scope: spec.scope.and_then(|s| self.path(scope, s)),
             input: self.input(scope, spec.input),
@@ -457,6 +481,7 @@ impl<'p> Compiler<'p> {
                         text: scope.text,
                         agents,
                         providers: scope.providers.clone(),
+                        mcp_servers: scope.mcp_servers.clone(),
                         defaults: inline.defaults.as_ref().or(scope.defaults),
                         key: format!("{}#{}@{}", scope.key, a.name.value, a.span.start),
                         compiled_agents: HashMap::new(),
@@ -497,6 +522,23 @@ impl<'p> Compiler<'p> {
                     .map_or_else(|| a.name.value.clone(), |f| f.value.clone()),
                 at: self.at(a.name.span),
             }),
+            AgentSpec::Mcp(m) => {
+                let server = match scope.mcp_servers.get(m.server.value.as_str()) {
+                    Some(server) => self.mcp_server(scope.id, server),
+                    None => {
+                        self.errors.push(Diagnostic::new(
+                            &codes::UNKNOWN_MCP_SERVER,
+                            m.server.span,
+                            format!("unknown MCP server `{}`", m.server.value),
+                        ));
+                        Arc::new(unknown_mcp_server(&m.server.value))
+                    }
+                };
+                AgentPlanSpec::Mcp(McpPlan {
+                    server,
+                    tool: m.tool.value.clone(),
+                })
+            }
         };
         let plan = Arc::new(AgentPlan {
             name: a.name.value.clone(),
@@ -784,6 +826,98 @@ fn retry_policy(r: &Retry) -> RetryPolicy {
             .on
             .as_ref()
             .map_or(d.on, |on| on.iter().map(|s| s.value.clone()).collect()),
+    }
+}
+
+impl Compiler<'_> {
+    /// An MCP server's plan, shared by every agent naming a definition with the same key.
+    fn mcp_server(&mut self, id: FlowId, server: &McpServer) -> Arc<McpServerPlan> {
+        let plan = mcp_server_plan(self.project, id, server);
+        self.mcp_servers
+            .entry(plan.key.clone())
+            .or_insert_with(|| Arc::new(plan))
+            .clone()
+    }
+}
+
+/// An MCP server definition as the runtime reaches it: a stdio server's `command` runs in the
+/// directory of the file that defines it (flow `id`'s when that file is not on disk).
+pub fn mcp_server_plan(project: &Project, id: FlowId, server: &McpServer) -> McpServerPlan {
+    let file = project.sources.get(server.name.span.file);
+    let dir = file
+        .path
+        .as_deref()
+        .and_then(FsPath::parent)
+        .map(FsPath::to_path_buf)
+        .or_else(|| project.flow(id).path.parent().map(FsPath::to_path_buf))
+        .unwrap_or_default();
+    let dir = dir.canonicalize().unwrap_or(dir);
+    let transport = match &server.url {
+        Some(url) => McpTransport::Http {
+            url: url.value.clone(),
+            headers: server
+                .headers
+                .iter()
+                .map(|(k, v)| (k.clone(), v.value.clone()))
+                .collect(),
+        },
+        None => McpTransport::Stdio {
+            argv: server.command.iter().map(|a| a.value.clone()).collect(),
+            dir,
+            env: server
+                .env
+                .iter()
+                .map(|(k, v)| (k.clone(), v.value.clone()))
+                .collect(),
+        },
+    };
+    let names = |l: &[Sp<String>]| l.iter().map(|t| t.value.clone()).collect::<Vec<_>>();
+    let key = serde_json::to_string(&match &transport {
+        McpTransport::Stdio { argv, dir, env } => {
+            serde_json::json!({"argv": argv, "dir": dir.to_string_lossy(), "env": env})
+        }
+        McpTransport::Http { url, headers } => serde_json::json!({"url": url, "headers": headers}),
+    })
+    .expect("a key serializes");
+    McpServerPlan {
+        name: server.name.value.clone(),
+        transport,
+        tools: names(&server.tools),
+        approve: names(&server.approve),
+        no_approval: names(&server.no_approval),
+        trusted: server
+            .trust
+            .as_ref()
+            .is_some_and(|t| t.value == crate::model::Trust::Trusted),
+        idempotent: names(&server.idempotent),
+        timeout: server.timeout.as_ref().map(|t| t.value.0),
+        max_time: server.max_time.as_ref().map(|t| t.value.0),
+        max_result_bytes: server
+            .max_result_bytes
+            .as_ref()
+            .map_or(DEFAULT_MAX_MCP_RESULT, |s| s.value.0),
+        key: format!("{}:{key}", server.name.value),
+    }
+}
+
+/// The stand-in plan of a server lint should have found unknown.
+fn unknown_mcp_server(name: &str) -> McpServerPlan {
+    McpServerPlan {
+        name: name.to_string(),
+        transport: McpTransport::Stdio {
+            argv: Vec::new(),
+            dir: Default::default(),
+            env: Vec::new(),
+        },
+        tools: Vec::new(),
+        approve: Vec::new(),
+        no_approval: Vec::new(),
+        trusted: false,
+        idempotent: Vec::new(),
+        timeout: None,
+        max_time: None,
+        max_result_bytes: DEFAULT_MAX_MCP_RESULT,
+        key: String::new(),
     }
 }
 

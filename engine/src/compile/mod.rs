@@ -3,4 +3,6 @@
 //! compiles).
 
 mod lower;
-pub use lower::{DEFAULT_MAX_ITEMS, DEFAULT_MAX_OUTPUT, DEFAULT_TIMEOUT, compile};
+pub use lower::{
+    DEFAULT_MAX_ITEMS, DEFAULT_MAX_MCP_RESULT, DEFAULT_MAX_OUTPUT, DEFAULT_TIMEOUT, compile, mcp_server_plan,
+};

@@ -57,6 +57,7 @@ rules! {
     UNKNOWN_BRANCH = "SY212", "unknown-branch", Error, "a reference to a `parallel` branch that does not exist";
     UNKNOWN_CHANGE_TARGET = "SY213", "unknown-change-target", Error, "an agent-change file names an agent or flow that the flows it is checked with do not have";
     ERROR_KIND_NEVER_RAISED = "SY214", "error-kind-never-raised", Error, "a failure edge's `errors:` names a kind its step never fails with (a `foreach` fails with `limit`, `mapping` or `expression`)";
+    UNKNOWN_MCP_SERVER = "SY215", "unknown-mcp-server", Error, "an `mcp` agent whose `server` is not under `mcp_servers:`";
     WHILE_WITHOUT_BOUND = "SY301", "while-without-bound", Error, "a `while` loop without `max_iterations`";
     LIMIT_OUT_OF_RANGE = "SY302", "limit-out-of-range", Error, "a limit, count or bound outside its allowed range";
     JSONPATH_SYNTAX = "SY401", "jsonpath-syntax", Error, "a JSONPath that does not parse";
@@ -85,6 +86,8 @@ rules! {
     TOOL_CYCLE = "SY507", "tool-cycle", Error, "an agent loop whose tools include its own agent, directly or through other agent loops";
     LOOP_SETTING_WITHOUT_TOOLS = "SY508", "loop-setting-without-tools", Warning, "`max_iterations`, `max_parallel_tools`, `until_tool` or `approve` on an `llm` agent without `tools`";
     TOOL_INPUT_NOT_OBJECT = "SY509", "tool-input-not-object", Error, "a tool whose `input_schema` does not describe an object";
+    MCP_TOOL_NOT_ALLOWED = "SY510", "mcp-tool-not-allowed", Error, "an MCP tool named by an `mcp` agent, `approve`, `no_approval` or `idempotent` that its server's `tools:` allowlist leaves out";
+    SECRET_IN_MCP_TARGET = "SY511", "secret-in-mcp-target", Error, "a secret reference in an MCP server's `url` or `command`, where it would be seen and logged";
 }
 
 /// The rule with this code (`SY201`) or name (`unknown-step`), case-insensitive.

@@ -13,7 +13,9 @@ use indexmap::IndexMap;
 
 use crate::diag::{self, Diagnostic};
 use crate::expr::cache::ParseCache;
-use crate::model::{Agent, AgentKind, AgentRef, AgentSpec, Flow, Provider, SchemaRef, Step, StepKind, Tool};
+use crate::model::{
+    Agent, AgentKind, AgentRef, AgentSpec, Flow, McpServer, Provider, SchemaRef, Step, StepKind, Tool,
+};
 use crate::plan::Plan;
 use crate::project::{FlowId, Project};
 use crate::source::FileId;
@@ -29,6 +31,9 @@ pub struct FlowCx<'p> {
     /// flow's. The file that defines each is kept for duplicate reports.
     pub agents: IndexMap<&'p str, &'p Agent>,
     pub providers: IndexMap<&'p str, &'p Provider>,
+    /// MCP servers visible by name: the flow's own and its imports' (inline flows: the
+    /// enclosing file's).
+    pub mcp_servers: IndexMap<&'p str, &'p McpServer>,
     /// The agent kinds allowed here: the intersection of this flow's `allow` and every caller's
     /// that lint can see. `None` means all.
     pub allow: Option<BTreeSet<AgentKind>>,
@@ -360,6 +365,7 @@ fn lint_file_flow(
     let mut agents = IndexMap::new();
     let mut providers = IndexMap::new();
     project.visible_definitions(id, &mut agents, &mut providers, out);
+    let mcp_servers = project.visible_mcp_servers(id, out);
     let own_allow = flow
         .allow
         .as_ref()
@@ -372,6 +378,7 @@ fn lint_file_flow(
         text: &project.sources.get(loaded.file).text,
         agents,
         providers,
+        mcp_servers,
         allow: eff,
         inline: false,
     };
@@ -434,6 +441,7 @@ pub fn lint_flow(cx: &FlowCx, out: &mut Vec<Diagnostic>, parsed: &mut ParseCache
     }
     rules::tool_cycle::check(cx, out);
     rules::tool_input::check(cx, out);
+    rules::mcp_tools::check(cx, out);
     rules::hosts::check(cx, out);
     rules::secrets::check(cx, out);
     rules::shell::check(cx, out);
@@ -457,6 +465,7 @@ pub fn lint_flow(cx: &FlowCx, out: &mut Vec<Diagnostic>, parsed: &mut ParseCache
             text: cx.text,
             agents,
             providers: cx.providers.clone(),
+            mcp_servers: cx.mcp_servers.clone(),
             allow: intersect(own, cx.allow.clone()),
             inline: true,
         };

@@ -136,6 +136,9 @@ pub struct Flow {
     /// LLM endpoints.
     #[serde(default)]
     pub providers: IndexMap<String, Provider>,
+    /// MCP servers whose tools `mcp` agents (and agent loops) call (SPEC §6.4).
+    #[serde(default)]
+    pub mcp_servers: IndexMap<String, McpServer>,
     /// Named agents.
     #[serde(default)]
     pub agents: IndexMap<String, Agent>,
@@ -214,6 +217,66 @@ pub struct Provider {
     pub structured_output: Option<Sp<StructuredOutput>>,
 }
 
+/// An MCP server (SPEC §6.4): a program started over stdio (`command`) or a Streamable HTTP
+/// endpoint (`url`), and the tools of it a flow may call.
+#[derive(Clone, Debug, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct McpServer {
+    #[serde(skip)]
+    pub name: Sp<String>,
+    /// The program and its arguments, started over stdio; never through a shell. A path is
+    /// relative to the flow file's directory.
+    #[serde(default)]
+    pub command: Vec<Sp<String>>,
+    /// A Streamable HTTP endpoint, e.g. `http://127.0.0.1:8931/mcp`.
+    pub url: Option<Sp<String>>,
+    /// Environment of a stdio server (values may be secret references); only these and
+    /// `PATH`, `HOME`, `LANG`, `TMPDIR` reach it.
+    #[serde(default)]
+    pub env: IndexMap<String, Sp<String>>,
+    /// Request headers of an HTTP server (values may be secret references).
+    #[serde(default)]
+    pub headers: IndexMap<String, Sp<String>>,
+    /// The tools a flow may call: names, or `"*"` for every tool the server lists.
+    pub tools: Vec<Sp<String>>,
+    /// Tools whose calls wait for a human decision.
+    #[serde(default)]
+    pub approve: Vec<Sp<String>>,
+    /// Tools marked destructive by a trusted server that need no approval.
+    #[serde(default)]
+    pub no_approval: Vec<Sp<String>>,
+    /// Whether the server's annotations (read-only, destructive, idempotent) count; default
+    /// `untrusted`.
+    pub trust: Option<Sp<Trust>>,
+    /// Tools safe to call again after a crash cut a call.
+    #[serde(default)]
+    pub idempotent: Vec<Sp<String>>,
+    /// Per call; progress notifications extend it, up to `max_time`.
+    pub timeout: Option<Sp<Dur>>,
+    /// The longest a call may take, progress or not.
+    pub max_time: Option<Sp<Dur>>,
+    /// The largest result kept of a call (its content blocks); default 1MiB.
+    pub max_result_bytes: Option<Sp<Size>>,
+    /// The span of the whole definition.
+    #[serde(skip)]
+    pub span: Span,
+}
+
+impl McpServer {
+    /// Whether `tool` is in the allowlist (`"*"` allows every tool).
+    pub fn allows(&self, tool: &str) -> bool {
+        self.tools.iter().any(|t| t.value == "*" || t.value == tool)
+    }
+}
+
+/// Whether an MCP server's tool annotations are believed.
+#[derive(Clone, Debug, PartialEq, Eq, Copy, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Trust {
+    Trusted,
+    Untrusted,
+}
+
 /// How an `llm` call with a `result_schema` asks the provider for structured output.
 #[derive(Clone, Debug, PartialEq, Eq, Copy, JsonSchema)]
 #[serde(rename_all = "snake_case")]
@@ -262,10 +325,11 @@ pub enum AgentKind {
     Transform,
     Mock,
     Native,
+    Mcp,
 }
 
 impl AgentKind {
-    pub const ALL: [AgentKind; 7] = [
+    pub const ALL: [AgentKind; 8] = [
         AgentKind::Llm,
         AgentKind::Command,
         AgentKind::Http,
@@ -273,6 +337,7 @@ impl AgentKind {
         AgentKind::Transform,
         AgentKind::Mock,
         AgentKind::Native,
+        AgentKind::Mcp,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -284,6 +349,7 @@ impl AgentKind {
             AgentKind::Transform => "transform",
             AgentKind::Mock => "mock",
             AgentKind::Native => "native",
+            AgentKind::Mcp => "mcp",
         }
     }
 
@@ -292,9 +358,13 @@ impl AgentKind {
     }
 
     /// Whether steps calling this kind are idempotent unless they say otherwise (SPEC §3).
-    /// A `native` agent is the application's own code, which may have effects: not.
+    /// A `native` agent is the application's own code, which may have effects: not. An `mcp`
+    /// tool is idempotent only as its server's definition says (SPEC §6.4).
     pub fn idempotent_by_default(self) -> bool {
-        !matches!(self, AgentKind::Command | AgentKind::Http | AgentKind::Native)
+        !matches!(
+            self,
+            AgentKind::Command | AgentKind::Http | AgentKind::Native | AgentKind::Mcp
+        )
     }
 }
 
@@ -342,6 +412,7 @@ pub enum AgentSpec {
     Transform(TransformAgent),
     Mock(MockAgent),
     Native(NativeAgent),
+    Mcp(McpAgent),
 }
 
 impl AgentSpec {
@@ -354,6 +425,7 @@ impl AgentSpec {
             AgentSpec::Transform(_) => AgentKind::Transform,
             AgentSpec::Mock(_) => AgentKind::Mock,
             AgentSpec::Native(_) => AgentKind::Native,
+            AgentSpec::Mcp(_) => AgentKind::Mcp,
         }
     }
 }
@@ -497,6 +569,15 @@ pub struct TransformAgent {
 pub struct NativeAgent {
     /// The name the application registered the agent under; default the agent's own name.
     pub function: Option<Sp<String>>,
+}
+
+/// One tool of an MCP server, called with the step's input document as its arguments.
+#[derive(Clone, Debug, JsonSchema)]
+pub struct McpAgent {
+    /// A name from `mcp_servers`.
+    pub server: Sp<String>,
+    /// The tool: one of the server's `tools:`.
+    pub tool: Sp<String>,
 }
 
 #[derive(Clone, Debug, JsonSchema)]

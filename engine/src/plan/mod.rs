@@ -539,6 +539,7 @@ impl AgentPlan {
             AgentPlanSpec::Transform(_) => AgentKind::Transform,
             AgentPlanSpec::Mock(_) => AgentKind::Mock,
             AgentPlanSpec::Native(_) => AgentKind::Native,
+            AgentPlanSpec::Mcp(_) => AgentKind::Mcp,
         }
     }
 }
@@ -552,6 +553,65 @@ pub enum AgentPlanSpec {
     Transform(ValueTemplate),
     Mock(MockPlan),
     Native(NativePlan),
+    Mcp(McpPlan),
+}
+
+/// A `kind: mcp` agent: one tool of one server, called with the input document as its
+/// arguments (SPEC §6.4).
+#[derive(Debug)]
+pub struct McpPlan {
+    pub server: Arc<McpServerPlan>,
+    pub tool: String,
+}
+
+/// An MCP server as the runtime reaches it. Every agent naming one definition shares one
+/// `Arc` of it, and the process shares one running server per [`McpServerPlan::key`].
+#[derive(Debug)]
+pub struct McpServerPlan {
+    /// The name under `mcp_servers:`.
+    pub name: String,
+    pub transport: McpTransport,
+    /// The allowlist; `"*"` allows every tool the server lists.
+    pub tools: Vec<String>,
+    pub approve: Vec<String>,
+    pub no_approval: Vec<String>,
+    /// Whether the server's annotations count (`trust: trusted`).
+    pub trusted: bool,
+    /// Tools safe to call again after a crash cut a call.
+    pub idempotent: Vec<String>,
+    /// Per call, when the step, its agent and the flow's `defaults` set none.
+    pub timeout: Option<Duration>,
+    /// The longest a call may take, progress notifications or not.
+    pub max_time: Option<Duration>,
+    /// The largest result kept of a call.
+    pub max_result_bytes: u64,
+    /// What makes two definitions one server: the transport with its settings (secrets as
+    /// written, unresolved), and the flow file's directory for a stdio server.
+    pub key: String,
+}
+
+impl McpServerPlan {
+    /// Whether `tool` is in the allowlist.
+    pub fn allows(&self, tool: &str) -> bool {
+        self.tools.iter().any(|t| t == "*" || t == tool)
+    }
+}
+
+/// How an MCP server is reached.
+#[derive(Debug, Clone, PartialEq)]
+pub enum McpTransport {
+    /// A program started over stdio, in `dir` (the flow file's directory), with only `env`
+    /// (values may be secret references) and `PATH`, `HOME`, `LANG`, `TMPDIR`.
+    Stdio {
+        argv: Vec<String>,
+        dir: std::path::PathBuf,
+        env: Vec<(String, String)>,
+    },
+    /// Streamable HTTP; header values may be secret references.
+    Http {
+        url: String,
+        headers: Vec<(String, String)>,
+    },
 }
 
 /// A `native` agent: the application's own Rust code, looked up by name in the engine's

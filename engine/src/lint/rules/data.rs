@@ -490,7 +490,7 @@ impl<'p> Checker<'_, 'p> {
                     self.value_template(&v.0, &vars);
                 }
             }
-            AgentSpec::Http(_) | AgentSpec::Flow(_) | AgentSpec::Native(_) => {}
+            AgentSpec::Http(_) | AgentSpec::Flow(_) | AgentSpec::Native(_) | AgentSpec::Mcp(_) => {}
         }
     }
 

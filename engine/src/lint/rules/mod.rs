@@ -11,6 +11,7 @@ pub mod fallback;
 pub mod files;
 pub mod hosts;
 pub mod loop_without_tools;
+pub mod mcp_tools;
 pub mod payload_types;
 pub mod reachability;
 pub mod references;

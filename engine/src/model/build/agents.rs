@@ -103,6 +103,7 @@ pub fn agent_keys(kind: AgentKind) -> &'static [&'static str] {
         ],
         AgentKind::Transform => &["result"],
         AgentKind::Native => &["function"],
+        AgentKind::Mcp => &["server", "tool"],
         AgentKind::Mock => &[
             "returns",
             "sequence",
@@ -313,6 +314,14 @@ pub fn agent(cx: &mut Cx, name: Sp<String>, node: &Node) -> Option<Agent> {
         AgentKind::Native => AgentSpec::Native(NativeAgent {
             function: node.get("function").and_then(|n| string(cx, n)),
         }),
+        AgentKind::Mcp => {
+            let server = required(cx, "server");
+            let tool = required(cx, "tool");
+            AgentSpec::Mcp(McpAgent {
+                server: server.unwrap_or_else(|| Sp::new(String::new(), kind.span)),
+                tool: tool.unwrap_or_else(|| Sp::new(String::new(), kind.span)),
+            })
+        }
     };
     Some(Agent {
         name,

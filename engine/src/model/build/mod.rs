@@ -16,6 +16,7 @@ mod edges;
 mod flow_tests;
 mod limits;
 mod mappings;
+mod mcp_servers;
 mod providers;
 mod read;
 mod steps;
@@ -23,6 +24,7 @@ mod steps;
 pub use agents::{AGENT_COMMON_KEYS, agent, agent_keys};
 pub use cx::Cx;
 pub use flow_tests::parse_now;
+pub use mcp_servers::not_allowed as mcp_tool_not_allowed;
 pub use read::{IDENT_PATTERN, is_ident, parse_duration, parse_size};
 pub use steps::placeholder_kind;
 
@@ -31,6 +33,7 @@ use indexmap::IndexMap;
 use self::agents::{agent_kind, agents_of};
 use self::flow_tests::flow_test;
 use self::limits::{defaults, limits};
+use self::mcp_servers::mcp_servers;
 use self::providers::providers;
 use self::read::{check_keys, list, map, schema_ref, string, string_list, suggest_ident};
 use self::steps::steps;
@@ -44,6 +47,7 @@ use crate::syntax::{Node, Value};
 pub struct Library {
     pub imports: Vec<Sp<String>>,
     pub providers: IndexMap<String, Provider>,
+    pub mcp_servers: IndexMap<String, McpServer>,
     pub agents: IndexMap<String, Agent>,
     /// See [`Flow::unreadable_agents`].
     pub unreadable_agents: Vec<String>,
@@ -67,6 +71,7 @@ const FLOW_KEYS: &[&str] = &[
     "output",
     "imports",
     "providers",
+    "mcp_servers",
     "agents",
     "defaults",
     "limits",
@@ -76,7 +81,7 @@ const FLOW_KEYS: &[&str] = &[
     "steps",
     "tests",
 ];
-const LIBRARY_KEYS: &[&str] = &["description", "imports", "providers", "agents"];
+const LIBRARY_KEYS: &[&str] = &["description", "imports", "providers", "mcp_servers", "agents"];
 
 /// Lowers a flow file. `None` only when the document is not a mapping at all.
 pub fn flow(cx: &mut Cx, node: &Node) -> Option<Flow> {
@@ -144,6 +149,10 @@ fn flow_body(cx: &mut Cx, node: &Node, name: Sp<String>, top: bool) -> Flow {
             .get("providers")
             .map(|n| providers(cx, n))
             .unwrap_or_default(),
+        mcp_servers: match node.get("mcp_servers") {
+            Some(n) if top => mcp_servers(cx, n),
+            _ => IndexMap::new(),
+        },
         agents,
         unreadable_agents,
         defaults: node.get("defaults").and_then(|n| defaults(cx, n)),
@@ -175,6 +184,10 @@ pub fn library(cx: &mut Cx, node: &Node) -> Library {
         providers: node
             .get("providers")
             .map(|n| providers(cx, n))
+            .unwrap_or_default(),
+        mcp_servers: node
+            .get("mcp_servers")
+            .map(|n| mcp_servers(cx, n))
             .unwrap_or_default(),
         agents,
         unreadable_agents,

@@ -160,7 +160,10 @@ impl<'e, S: Store> Run<'e, S> {
                 StepStatus::Succeeded | StepStatus::Failed => return self.replayed(call, rec),
                 StepStatus::Started | StepStatus::Interrupted => {
                     // An attempt started and never finished: it may have had its effect.
-                    if !(call.idempotent || self.tree.resume.retry_in_doubt) {
+                    if !(call.idempotent
+                        || self.tree.resume.retry_in_doubt
+                        || Self::mcp_idempotent(call).await)
+                    {
                         let mut o = StepOutcome::err(
                             StepError::new(
                                 ErrorKind::InDoubt,
@@ -335,11 +338,13 @@ impl<'e, S: Store> Run<'e, S> {
         // such a call (tokio checks the future first): no timer for it.
         // An `llm` agent times each request itself: waiting for its provider's capacity is
         // not part of the step's `timeout`.
-        let timed = if never_waits(agent) || matches!(agent.spec, AgentPlanSpec::Llm(_)) {
-            Ok(call_future.await)
-        } else {
-            tokio::time::timeout(call.timeout, call_future).await
-        };
+        // An `mcp` call times itself too: progress notifications extend its timeout.
+        let timed =
+            if never_waits(agent) || matches!(agent.spec, AgentPlanSpec::Llm(_) | AgentPlanSpec::Mcp(_)) {
+                Ok(call_future.await)
+            } else {
+                tokio::time::timeout(call.timeout, call_future).await
+            };
         let out = match timed {
             Ok(r) => r,
             Err(_) => {
@@ -412,6 +417,7 @@ impl<'e, S: Store> Run<'e, S> {
             }
             AgentPlanSpec::Flow(child) => self.child_run(*child, input.clone(), number).await,
             AgentPlanSpec::Native(n) => plain(self.engine.natives.call(&n.function, input, cx).await),
+            AgentPlanSpec::Mcp(m) => plain(Box::pin(agents::mcp::call(m, input, cx)).await),
             AgentPlanSpec::Llm(l) => {
                 let notes = std::sync::Mutex::new(None);
                 let llm = match self.llm_agent(agent, l, &notes) {
@@ -460,6 +466,15 @@ impl<'e, S: Store> Run<'e, S> {
         })
     }
 
+    /// Whether an in-doubt `mcp` call may be sent again because its trusted server marks the
+    /// tool read-only or idempotent (SPEC §6.4); its `idempotent:` list is in `call.idempotent`.
+    async fn mcp_idempotent(call: &CallPlan) -> bool {
+        match &call.agent.spec {
+            AgentPlanSpec::Mcp(m) => agents::mcp::idempotent_by_annotations(m).await,
+            _ => false,
+        }
+    }
+
     /// The input document against the agent's `input_schema` (SPEC §6.3), before a call.
     pub(super) fn check_input(call: &CallPlan, input: &Value) -> Result<(), StepError> {
         match &call.agent.input_schema {
@@ -499,7 +514,10 @@ impl<'e, S: Store> Run<'e, S> {
 /// recorded as started before it is made.
 fn has_effects(agent: &AgentPlan, natives: &agents::native::Natives) -> bool {
     match &agent.spec {
-        AgentPlanSpec::Command(_) | AgentPlanSpec::Http(_) | AgentPlanSpec::Llm(_) => true,
+        AgentPlanSpec::Command(_)
+        | AgentPlanSpec::Http(_)
+        | AgentPlanSpec::Llm(_)
+        | AgentPlanSpec::Mcp(_) => true,
         AgentPlanSpec::Native(n) => natives.has_effects(&n.function),
         AgentPlanSpec::Flow(_) | AgentPlanSpec::Transform(_) | AgentPlanSpec::Mock(_) => false,
     }
@@ -510,7 +528,7 @@ fn has_effects(agent: &AgentPlan, natives: &agents::native::Natives) -> bool {
 fn holds_resources(agent: &AgentPlan) -> bool {
     matches!(
         agent.spec,
-        AgentPlanSpec::Command(_) | AgentPlanSpec::Llm(_) | AgentPlanSpec::Http(_)
+        AgentPlanSpec::Command(_) | AgentPlanSpec::Llm(_) | AgentPlanSpec::Http(_) | AgentPlanSpec::Mcp(_)
     )
 }
 

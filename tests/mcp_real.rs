@@ -73,11 +73,8 @@ fn a_text_tool_of_the_everything_server_answers_with_its_text_block() {
     let out = run_ok("everything_echo.yaml", &json!({"message": "hello, MCP"}));
     let said = &out["said"];
     assert_eq!(said["is_error"], false, "{out}");
-    assert_eq!(
-        said["content"],
-        json!([{"type": "text", "text": "Echo: hello, MCP"}]),
-        "{out}"
-    );
+    // Text blocks are kept as text.
+    assert_eq!(said["content"], json!(["Echo: hello, MCP"]), "{out}");
     // A text that is not JSON gives no structured value.
     assert!(said["structured"].is_null(), "{out}");
 }
@@ -108,12 +105,11 @@ fn an_image_of_the_everything_server_is_kept_as_its_block_in_content() {
     // The bytes are the server's PNG, base64 as the server sent them.
     let data = image["data"].as_str().unwrap_or_default();
     assert!(data.starts_with("iVBORw0KGgo"), "not a PNG: {image}");
-    assert!(
-        content
-            .iter()
-            .any(|b| b["type"] == "text" && b["text"] == "Here's the image you requested:"),
-        "the text block is kept beside it: {out}"
-    );
+    // The text blocks around it are kept, as text, in the server's order.
+    assert_eq!(content.len(), 3, "{out}");
+    assert_eq!(content[0], "Here's the image you requested:", "{out}");
+    assert_eq!(content[1]["type"], "image", "{out}");
+    assert_eq!(content[2], "The image above is the MCP logo.", "{out}");
 }
 
 #[test]
@@ -125,7 +121,7 @@ fn progress_of_a_long_running_tool_extends_its_timeout() {
     let out = run_ok("everything_progress.yaml", &json!({"duration": 3, "steps": 6}));
     assert!(started.elapsed() >= Duration::from_secs(3), "{out}");
     assert_eq!(
-        out["done"]["content"][0]["text"], "Long running operation completed. Duration: 3 seconds, Steps: 6.",
+        out["done"]["content"][0], "Long running operation completed. Duration: 3 seconds, Steps: 6.",
         "{out}"
     );
     // The same three seconds with one notification only, at the end: the timeout holds.
@@ -210,19 +206,26 @@ fn lint_mcp_checks_the_tools_against_what_the_real_servers_list() {
         let out = sy(&["lint", flow, "--mcp"]);
         assert_eq!(out.code(), 0, "`lint {flow} --mcp`: {out:?}");
     }
-    // A tool the server does not list: plain lint cannot know; `--mcp` asks the server.
-    let plain = sy(&["lint", "everything_unlisted.yaml", "--format", "json"]);
+    // A tool the server does not list: plain lint cannot know; `--mcp` asks the server, and
+    // names both places that use it.
+    let plain = sy(&["lint", "everything_unlisted.yaml"]);
     assert_eq!(plain.code(), 0, "{plain:?}");
-    let out = sy(&["lint", "everything_unlisted.yaml", "--mcp", "--format", "json"]);
+    let out = sy(&["lint", "everything_unlisted.yaml", "--mcp"]);
     assert_eq!(out.code(), 1, "{out:?}");
-    let diags = out.diagnostics();
-    let d = diags
-        .iter()
-        .find(|d| d.message.contains("no-such-tool"))
-        .unwrap_or_else(|| panic!("no diagnostic names the tool: {diags:?}"));
-    assert_eq!(d.severity, "error", "{d:?}");
-    assert!(d.file.ends_with("everything_unlisted.yaml"), "{d:?}");
-    assert!(d.line > 0 && d.column > 0, "{d:?}");
+    for place in [
+        "everything_unlisted.yaml:6:19: ",
+        "everything_unlisted.yaml:11:11: ",
+    ] {
+        assert!(
+            out.stderr.contains(&format!(
+                "{place}MCP server `everything` lists no tool `no-such-tool`"
+            )),
+            "`{place}` is not named:\n{}",
+            out.stderr
+        );
+    }
+    // What it lists is told, so that a typo is plain to see.
+    assert!(out.stderr.contains("`get-sum`"), "{}", out.stderr);
 }
 
 #[test]
@@ -231,22 +234,61 @@ fn mcp_list_prints_the_tools_of_the_real_servers_with_their_schemas() {
     require_time();
     let out = sy(&["mcp", "list", "everything_echo.yaml"]);
     assert_eq!(out.code(), 0, "{out:?}");
-    for expected in ["everything", "echo", "get-sum", "Message to echo", "readOnlyHint"] {
-        assert!(
-            out.stdout.contains(expected),
-            "`{expected}` missing:\n{}",
-            out.stdout
-        );
-    }
-    let out = sy(&["mcp", "list", "time_now.yaml"]);
-    assert_eq!(out.code(), 0, "{out:?}");
-    for expected in ["clock", "get_current_time", "convert_time", "timezone"] {
-        assert!(
-            out.stdout.contains(expected),
-            "`{expected}` missing:\n{}",
-            out.stdout
-        );
-    }
+    assert!(
+        out.stdout.starts_with("everything (2025-11-25): 13 tools\n"),
+        "{}",
+        out.stdout
+    );
+    // Every tool the server lists, those outside the allowlist marked.
+    assert!(
+        out.stdout.contains("\n  echo: Echoes back the input string\n"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains("\n  get-env (not allowed): "),
+        "{}",
+        out.stdout
+    );
+
+    let listed = |flow: &str| -> Value {
+        let out = sy(&["mcp", "list", flow, "--json"]);
+        assert_eq!(out.code(), 0, "{out:?}");
+        serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {out:?}"))
+    };
+    let tool = |listed: &Value, server: &str, name: &str| -> Value {
+        listed[server]["tools"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no tools of `{server}`: {listed}"))
+            .iter()
+            .find(|t| t["name"] == name)
+            .unwrap_or_else(|| panic!("no `{name}` in {listed}"))
+            .clone()
+    };
+    let everything = listed("everything_structured.yaml");
+    let weather = tool(&everything, "everything", "get-structured-content");
+    assert_eq!(
+        weather["input_schema"]["properties"]["location"]["enum"],
+        json!(["New York", "Chicago", "Los Angeles"]),
+        "{weather}"
+    );
+    assert_eq!(
+        weather["output_schema"]["required"],
+        json!(["temperature", "conditions", "humidity"]),
+        "{weather}"
+    );
+    assert_eq!(weather["annotations"]["readOnlyHint"], true, "{weather}");
+    // The Python server speaks the stateless revision, the Node one 2025-11-25.
+    let clock = listed("time_now.yaml");
+    assert_eq!(clock["clock"]["protocol"], "2026-07-28", "{clock}");
+    let now = tool(&clock, "clock", "get_current_time");
+    assert_eq!(now["input_schema"]["required"], json!(["timezone"]), "{now}");
+    assert_eq!(
+        now["output_schema"]["required"],
+        json!(["timezone", "datetime", "day_of_week", "is_dst"]),
+        "{now}"
+    );
+    tool(&clock, "clock", "convert_time");
 }
 
 // ---------------------------------------------------------------- one server per batch

@@ -5,8 +5,8 @@
 //! speaks every protocol revision up to the stateless 2026-07-28, or with `--legacy` only
 //! those with the `initialize` handshake (up to 2025-11-25). Its tools
 //! each exercise one part of a client: text, structured content and its output schema, errors,
-//! progress, a crash mid-call, large and non-text results, annotations, a call counter and
-//! elicitation. When `MCP_FIXTURE_PIDS` names a file, the process appends its pid to it on
+//! progress, a crash mid-call, large and non-text results, annotations, a call counter, an
+//! environment variable given back, and elicitation. When `MCP_FIXTURE_PIDS` names a file, the process appends its pid to it on
 //! start, so a test can count the servers started and check that none is left running; when
 //! `MCP_FIXTURE_LOG` does, it appends `call TOOL` for each call and `cancelled slow` for a
 //! `slow` call cancelled.
@@ -76,6 +76,7 @@ fn tools() -> Vec<Tool> {
         json!({
             "name": "slow",
             "description": "Sleeps `ms`, sending progress every `progress_every_ms`.",
+            "annotations": {"readOnlyHint": false, "idempotentHint": true},
             "inputSchema": {
                 "type": "object",
                 "properties": {
@@ -109,6 +110,15 @@ fn tools() -> Vec<Tool> {
             "annotations": {"readOnlyHint": true},
         }),
         json!({"name": "count", "description": "Calls this process has served.", "inputSchema": empty}),
+        json!({
+            "name": "env",
+            "description": "The value of an environment variable of the server (a server that leaks a secret).",
+            "inputSchema": {
+                "type": "object",
+                "properties": {"name": {"type": "string"}},
+                "required": ["name"],
+            },
+        }),
         json!({
             "name": "elicit",
             "description": "Asks the client a yes/no question and returns the answer.",
@@ -301,6 +311,10 @@ impl ServerHandler for Fixture {
                 "structuredContent": {"count": served, "pid": std::process::id()},
             })),
             "elicit" => self.elicit(&request, &context).await,
+            "env" => {
+                let name = args.get("name").and_then(Value::as_str).unwrap_or_default();
+                result(text(std::env::var(name).unwrap_or_default()))
+            }
             other => Err(ErrorData::invalid_params(format!("unknown tool `{other}`"), None)),
         }
     }

@@ -466,14 +466,10 @@ fn a_run_stopped_by_ctrl_c_mid_call_leaves_no_server() {
     fx.assert_none_alive();
 }
 
-/// A run killed (SIGKILL) while its step's `slow` call is in flight, then resumed.
-fn killed_mid_call(idempotent: bool) -> (Fx, Output) {
+/// A run killed (SIGKILL) while its step's `slow` call is in flight, then resumed; `extra`:
+/// lines of the server's definition.
+fn killed_mid_call(extra: &str) -> (Fx, Output) {
     let fx = Fx::new("mcp-kill");
-    let extra = if idempotent {
-        "    idempotent: [slow]\n"
-    } else {
-        ""
-    };
     fx.flow(extra, &one_call("slow", "    input: {$.ms: $.ms}\n"));
     let store = ["--store", "sqlite:runs.db"];
     let mut args = vec!["run", "flow.yaml", "--input", r#"{"ms": 1500}"#];
@@ -497,16 +493,77 @@ fn killed_mid_call(idempotent: bool) -> (Fx, Output) {
 
 #[test]
 fn a_call_cut_by_a_crash_is_in_doubt_unless_its_tool_is_idempotent() {
-    let (fx, out) = killed_mid_call(false);
+    // `slow` is marked idempotent by the fixture, which counts for nothing untrusted.
+    let (fx, out) = killed_mid_call("");
     assert_eq!(out.code(), 3, "{}", out.stderr);
     assert!(out.stderr.contains("interrupted[in_doubt]"), "{}", out.stderr);
     assert_eq!(fx.calls(), ["call slow"], "not sent again");
 
-    let (fx, out) = killed_mid_call(true);
-    assert_eq!(out.code(), 0, "{}", out.stderr);
-    let output: Value = serde_json::from_str(&out.stdout).expect("the output");
-    assert_eq!(output["out"]["content"], json!(["slept 1500 ms"]));
-    assert_eq!(fx.calls(), ["call slow", "call slow"], "sent again");
+    for extra in ["    idempotent: [slow]\n", "    trust: trusted\n"] {
+        let (fx, out) = killed_mid_call(extra);
+        assert_eq!(out.code(), 0, "{extra}: {}", out.stderr);
+        let output: Value = serde_json::from_str(&out.stdout).expect("the output");
+        assert_eq!(output["out"]["content"], json!(["slept 1500 ms"]));
+        let sent: Vec<String> = fx.calls().into_iter().filter(|c| c == "call slow").collect();
+        assert_eq!(sent.len(), 2, "{extra}: sent again");
+    }
+}
+
+#[test]
+fn the_whole_process_group_ends_even_when_the_server_already_exited() {
+    let fx = Fx::new("mcp-group");
+    let grandchild = fx.dir.path().join("grandchild");
+    // The server leaves a process of its own behind in its group; it exits when its stdin
+    // closes, the sleeping process does not.
+    fx.dir.write(
+        "flow.yaml",
+        format!(
+            "flow: t\nmcp_servers:\n  fx:\n    command: [sh, -c, 'sleep 60 & echo $! > \"{}\"; exec \"{}\"']\n    env: {{MCP_FIXTURE_PIDS: \"{}\"}}\n    tools: [\"*\"]\n{}",
+            grandchild.display(),
+            mcp_fixture().display(),
+            fx.pids.display(),
+            one_call("echo", "    input: {$.text: $.text}\n")
+        ),
+    );
+    let out = output(&fx.run(r#"{"text": "x"}"#));
+    assert_eq!(out["out"]["content"], json!(["x"]));
+    let sleeper: i32 = std::fs::read_to_string(&grandchild)
+        .expect("the grandchild's pid")
+        .trim()
+        .parse()
+        .expect("a pid");
+    assert!(!process_alive(sleeper), "the server's group was ended");
+    fx.assert_none_alive();
+}
+
+#[test]
+fn a_secret_a_server_gives_back_is_redacted() {
+    let fx = Fx::new("mcp-secret");
+    fx.dir.write(
+        "flow.yaml",
+        format!(
+            "flow: t\nmcp_servers:\n  fx:\n    command: [\"{}\"]\n    env: {{TOKEN: \"${{env:FX_TOKEN}}\"}}\n    tools: [\"*\"]\n{}",
+            mcp_fixture().display(),
+            one_call("env", "    input: {$.name: {value: TOKEN}}\n")
+        ),
+    );
+    let secret = "s3cr3t-value-0042";
+    let out = run(switchyard(fx.dir.path())
+        .args(["run", "flow.yaml", "--input", "{}", "--store", "sqlite:runs.db"])
+        .env("FX_TOKEN", secret));
+    let value = output(&out);
+    assert_eq!(value["out"]["content"], json!(["[redacted]"]), "{value}");
+    let stored = std::fs::read(fx.dir.path().join("runs.db")).expect("the store");
+    assert!(
+        !String::from_utf8_lossy(&stored).contains(secret),
+        "the secret is not in the store"
+    );
+    // Unset, the run is refused before anything starts, naming the variable.
+    let out = run(switchyard(fx.dir.path())
+        .args(["run", "flow.yaml", "--input", "{}"])
+        .env_remove("FX_TOKEN"));
+    assert_eq!(out.code(), 2, "{}", out.stderr);
+    assert!(out.stderr.contains("FX_TOKEN"), "{}", out.stderr);
 }
 
 #[test]
@@ -549,7 +606,7 @@ fn mcp_list_prints_tools_schemas_and_annotations() {
     let out = run(switchyard(fx.dir.path()).args(["mcp", "list", "flow.yaml"]));
     assert_eq!(out.code(), 0, "{}", out.stderr);
     assert!(
-        out.stdout.starts_with("fx (2026-07-28): 13 tools\n"),
+        out.stdout.starts_with("fx (2026-07-28): 14 tools\n"),
         "{}",
         out.stdout
     );
@@ -571,4 +628,150 @@ fn mcp_list_prints_tools_schemas_and_annotations() {
     assert_eq!(add["output_schema"]["required"], json!(["sum"]));
     assert_eq!(add["annotations"], json!({"readOnlyHint": true}));
     fx.assert_none_alive();
+}
+
+#[test]
+fn a_plain_step_never_calls_a_tool_that_needs_approval() {
+    for (extra, tool, why) in [
+        ("    approve: [echo]\n", "echo", "`approve:` of MCP server `fx`"),
+        (
+            "    trust: trusted\n",
+            "destructive",
+            "trusted MCP server `fx` marks it destructive",
+        ),
+    ] {
+        let fx = Fx::new("mcp-approval");
+        fx.flow(extra, &one_call(tool, "    input: {}\n"));
+        let out = fx.run("{}");
+        assert_eq!(out.code(), 1, "{}", out.stderr);
+        assert!(
+            out.stderr
+                .contains(&format!("MCP tool `fx.{tool}` needs approval ({why}"))
+                && out.stderr.contains("it was not called"),
+            "{}",
+            out.stderr
+        );
+        assert!(fx.calls().is_empty(), "{:?}", fx.calls());
+    }
+    // Listed in `no_approval:`, a trusted server's destructive tool is called.
+    let fx = Fx::new("mcp-no-approval");
+    fx.flow(
+        "    trust: trusted\n    no_approval: [destructive]\n",
+        &one_call("destructive", "    input: {}\n"),
+    );
+    assert_eq!(output(&fx.run("{}"))["out"]["content"], json!(["destroyed"]));
+}
+
+#[test]
+fn a_server_that_keeps_dying_is_given_up_after_three_restarts() {
+    let fx = Fx::new("mcp-give-up");
+    let mut rest = "agents:\n  crash: {kind: mcp, server: fx, tool: crash}\nsteps:\n".to_string();
+    for i in 1..=5 {
+        let next = if i < 5 {
+            format!("\n    next:\n      - {{to: c{}, on: always}}", i + 1)
+        } else {
+            String::new()
+        };
+        rest.push_str(&format!(
+            "  c{i}:\n    agent: crash\n    input: {{}}\n    output: {{}}{next}\n"
+        ));
+    }
+    fx.flow("", &rest);
+    let out = fx.run("{}");
+    assert_eq!(out.code(), 1, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("step `c5`")
+            && out
+                .stderr
+                .contains("MCP server `fx` died 4 times and is not started again (last: exited with code 3"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(fx.started().len(), 4, "started, then 3 restarts");
+    assert_eq!(fx.calls().len(), 4);
+    fx.assert_none_alive();
+}
+
+#[test]
+fn allow_and_agent_changes_know_the_kind_mcp() {
+    let fx = Fx::new("mcp-allow");
+    fx.dir.write(
+        "flow.yaml",
+        format!(
+            "flow: t\nallow: [transform]\n{}{}",
+            fx.server("", ""),
+            one_call("echo", "    input: {$.text: $.text}\n")
+        ),
+    );
+    let out = fx.run(r#"{"text": "x"}"#);
+    assert_eq!(out.code(), 2, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("SY501") && out.stderr.contains("`mcp`"),
+        "{}",
+        out.stderr
+    );
+
+    fx.flow("", &one_call("echo", "    input: {$.text: $.text}\n"));
+    let out = run(switchyard(fx.dir.path()).args([
+        "run",
+        "flow.yaml",
+        "--input",
+        r#"{"text": "x"}"#,
+        "--allow",
+        "transform",
+    ]));
+    assert_eq!(out.code(), 1, "{}", out.stderr);
+    assert!(out.stderr.contains("error[capability]"), "{}", out.stderr);
+
+    fx.dir.write(
+        "change.yaml",
+        "- scope: global\n  mode: remove\n  agents: [call]\n",
+    );
+    let out = run(switchyard(fx.dir.path()).args([
+        "run",
+        "flow.yaml",
+        "--input",
+        r#"{"text": "x"}"#,
+        "--agent-change",
+        "change.yaml",
+    ]));
+    assert_eq!(out.code(), 1, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("error[capability]") && out.stderr.contains("removed by an agent change"),
+        "{}",
+        out.stderr
+    );
+    assert!(fx.calls().is_empty(), "{:?}", fx.calls());
+}
+
+#[test]
+fn an_imported_server_runs_its_command_from_its_own_files_directory() {
+    let fx = Fx::new("mcp-import");
+    let lib = fx.dir.path().join("lib");
+    std::fs::create_dir_all(&lib).expect("lib/");
+    std::os::unix::fs::symlink(mcp_fixture(), lib.join("fx")).expect("a link to the fixture");
+    fx.dir.write(
+        "lib/servers.yaml",
+        format!(
+            "mcp_servers:\n  fx:\n    command: [./fx]\n    env: {{MCP_FIXTURE_LOG: \"{}\"}}\n    tools: [echo]\n",
+            fx.log.display()
+        ),
+    );
+    fx.dir.write(
+        "flows/flow.yaml",
+        format!(
+            "flow: t\nimports: [../lib/servers.yaml]\n{}",
+            one_call("echo", "    input: {$.text: $.text}\n")
+        ),
+    );
+    let out = run(switchyard(fx.dir.path()).args([
+        "run",
+        "flows/flow.yaml",
+        "--input",
+        r#"{"text": "x"}"#,
+        "--root",
+        ".",
+    ]));
+    assert_eq!(output(&out)["out"]["content"], json!(["x"]));
+    assert_eq!(fx.calls(), ["call echo"]);
 }

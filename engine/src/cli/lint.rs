@@ -115,7 +115,7 @@ pub fn run(args: Args) -> u8 {
     };
     let errors = diags.iter().any(|d| d.is_error());
     let warnings = diags.iter().any(|d| !d.is_error());
-    let live_ok = !args.mcp || errors || super::mcp_list::check_live(&project);
+    let live_ok = !args.mcp || errors || super::mcp_check::check_live(&project);
     let code = if errors || !live_ok || (args.deny_warnings && warnings) {
         super::exit::FAILED
     } else {

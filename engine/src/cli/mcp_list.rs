@@ -1,17 +1,13 @@
 //! `switchyard mcp list FLOW`: each MCP server a flow defines, started, with the tools it
-//! lists (schemas and annotations); and `lint --mcp`'s check of `tool:` and `tools:` names
-//! against what the servers list.
+//! lists (schemas and annotations).
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use serde_json::{Value, json};
 
+use super::mcp_check::servers;
 use crate::agents::mcp::{self, ToolInfo};
-use crate::model::{AgentSpec, McpServer};
 use crate::plan::McpServerPlan;
-use crate::project::{FlowId, Project};
-use crate::source::Span;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -39,30 +35,6 @@ pub fn run(args: Args) -> u8 {
     match args.command {
         McpCommand::List(a) => list(a),
     }
-}
-
-/// A server of the project, as written and as reached.
-struct Server<'p> {
-    model: &'p McpServer,
-    plan: McpServerPlan,
-}
-
-/// Every server the project's flows define or import, once per definition.
-fn servers(project: &Project) -> Vec<Server<'_>> {
-    let mut out: Vec<Server<'_>> = Vec::new();
-    for i in 0..project.flows.len() {
-        let mut ignored = Vec::new();
-        for server in project.visible_mcp_servers(FlowId(i), &mut ignored).into_values() {
-            if out.iter().any(|s| s.model.span == server.span) {
-                continue;
-            }
-            out.push(Server {
-                model: server,
-                plan: crate::compile::mcp_server_plan(project, FlowId(i), server),
-            });
-        }
-    }
-    out
 }
 
 fn list(args: ListArgs) -> u8 {
@@ -162,89 +134,4 @@ fn describe(t: &ToolInfo, server: &McpServerPlan) -> String {
         s.push_str(&format!("    annotations: {}\n", compact(&a)));
     }
     s
-}
-
-/// `lint --mcp`: starts every server the linted flows define and checks the tools named by
-/// `mcp` agents and by the allowlists against what each server lists. Prints each problem on
-/// stderr with its file, line and column; `false` when there was one.
-pub(super) fn check_live(project: &Project) -> bool {
-    let servers = servers(project);
-    if servers.is_empty() {
-        return true;
-    }
-    let rt = super::common::runtime();
-    let listed = rt.block_on(async {
-        let mut out = Vec::new();
-        for s in &servers {
-            out.push(mcp::list(&s.plan).await);
-        }
-        out
-    });
-    drop(rt);
-    mcp::shutdown();
-    // The tools each `mcp` agent names, by the server definition it resolves to.
-    let mut named: BTreeMap<(u32, u32), Vec<(String, Span)>> = BTreeMap::new();
-    for i in 0..project.flows.len() {
-        let Some(flow) = &project.flow(FlowId(i)).flow else {
-            continue;
-        };
-        let mut ignored = Vec::new();
-        let visible = project.visible_mcp_servers(FlowId(i), &mut ignored);
-        for agent in flow.agents.values() {
-            if let AgentSpec::Mcp(m) = &agent.spec
-                && let Some(server) = visible.get(m.server.value.as_str())
-            {
-                named
-                    .entry(key(server.span))
-                    .or_default()
-                    .push((m.tool.value.clone(), m.tool.span));
-            }
-        }
-    }
-    let mut ok = true;
-    for (s, result) in servers.iter().zip(listed) {
-        let tools = match result {
-            Ok((tools, _)) => tools,
-            Err(e) => {
-                ok = false;
-                super::stderr::error(format!("{}: {e}", at(project, s.model.name.span)));
-                continue;
-            }
-        };
-        let has = |name: &str| tools.iter().any(|t| t.name == name);
-        let lists = tools
-            .iter()
-            .map(|t| format!("`{}`", t.name))
-            .collect::<Vec<_>>()
-            .join(", ");
-        let wanted = s
-            .model
-            .tools
-            .iter()
-            .filter(|t| t.value != "*")
-            .map(|t| (t.value.clone(), t.span))
-            .chain(named.get(&key(s.model.span)).into_iter().flatten().cloned());
-        for (tool, span) in wanted {
-            if !has(&tool) {
-                ok = false;
-                super::stderr::error(format!(
-                    "{}: MCP server `{}` lists no tool `{tool}` (it lists: {lists})",
-                    at(project, span),
-                    s.plan.name
-                ));
-            }
-        }
-    }
-    ok
-}
-
-fn key(span: Span) -> (u32, u32) {
-    (span.file.0, span.start)
-}
-
-/// `file:line:col` of a span.
-fn at(project: &Project, span: Span) -> String {
-    let file = project.sources.get(span.file);
-    let (line, col) = file.line_col(span.start as usize);
-    format!("{}:{line}:{col}", file.name)
 }

@@ -8,6 +8,7 @@ mod common;
 mod explain;
 mod graph;
 mod lint;
+mod mcp_check;
 mod mcp_list;
 mod report;
 mod resume;

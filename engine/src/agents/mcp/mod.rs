@@ -31,31 +31,75 @@ const DEFAULT_MAX_TIME_FACTOR: u32 = 10;
 /// A step's call of an MCP tool. `timeout` is the call's (the step's, its agent's, the flow's
 /// `defaults`, else the server's `timeout`).
 pub async fn call(plan: &McpPlan, input: &Value, cx: CallContext<'_>) -> Result<Value, StepError> {
+    let (out, connection) = call_on(plan, input, cx).await;
+    // What the server sent back may hold the secrets it was given: never in a record or log.
+    match (out, connection) {
+        (Ok(mut value), Some(c)) => {
+            c.secrets.redact_value(&mut value);
+            Ok(value)
+        }
+        (Err(e), Some(c)) => Err(c.secrets.redact_error(e)),
+        (out, None) => out,
+    }
+}
+
+async fn call_on(
+    plan: &McpPlan,
+    input: &Value,
+    cx: CallContext<'_>,
+) -> (Result<Value, StepError>, Option<std::sync::Arc<pool::Connection>>) {
     let server = &*plan.server;
     let tool = plan.tool.as_str();
     if !server.allows(tool) {
-        return Err(permanent(format!(
-            "tool `{tool}` is not in the `tools:` of MCP server `{}`; it is never called",
-            server.name
-        )));
+        return (
+            Err(permanent(format!(
+                "tool `{tool}` is not in the `tools:` of MCP server `{}`; it is never called",
+                server.name
+            ))),
+            None,
+        );
     }
     let Value::Object(arguments) = input else {
-        return Err(permanent(format!(
-            "the arguments of MCP tool `{}.{tool}` are an object; the input document is {}",
-            server.name,
-            type_name(input)
-        )));
+        return (
+            Err(permanent(format!(
+                "the arguments of MCP tool `{}.{tool}` are an object; the input document is {}",
+                server.name,
+                type_name(input)
+            ))),
+            None,
+        );
     };
-    let connection = pool::connection(server).await.map_err(unavailable)?;
-    let tools = pool::tools(server, &connection).await.map_err(unavailable)?;
+    let connection = match pool::connection(server).await {
+        Ok(c) => c,
+        Err(e) => return (Err(unavailable(e)), None),
+    };
+    let out = call_tool(server, tool, arguments, &connection, cx).await;
+    (out, Some(connection))
+}
+
+async fn call_tool(
+    server: &McpServerPlan,
+    tool: &str,
+    arguments: &serde_json::Map<String, Value>,
+    connection: &pool::Connection,
+    cx: CallContext<'_>,
+) -> Result<Value, StepError> {
+    let tools = pool::tools(server, connection).await.map_err(unavailable)?;
     if tools.get(tool).is_none() {
         return Err(permanent(format!(
             "MCP server `{}` lists no tool `{tool}`",
             server.name
         )));
     }
+    if let Some(why) = needs_approval(server, tools.get(tool)) {
+        return Err(permanent(format!(
+            "MCP tool `{}.{tool}` needs approval ({why}), which a plain `mcp` step does not ask for; it was not called",
+            server.name
+        )));
+    }
+    let input = Value::Object(arguments.clone());
     if let Some(Some(schema)) = tools.inputs.get(tool)
-        && let Err(v) = schema.check(input)
+        && let Err(v) = schema.check(&input)
     {
         return Err(permanent(format!(
             "the arguments of MCP tool `{}.{tool}` do not match its `inputSchema` {v}; it was not called",
@@ -77,13 +121,28 @@ pub async fn call(plan: &McpPlan, input: &Value, cx: CallContext<'_>) -> Result<
             if matches!(e, SdkError::Closed(_)) {
                 connection.settle().await;
             }
-            return Err(call_error(server, tool, e, &connection, cx.timeout, max_time));
+            return Err(call_error(server, tool, e, connection, cx.timeout, max_time));
         }
     };
     let output = tools.outputs.get(tool).cloned().flatten();
-    let mut value = shape(server, tool, result, output.as_deref())?;
-    connection.secrets.redact_value(&mut value);
-    Ok(value)
+    shape(server, tool, result, output.as_deref())
+}
+
+/// Why a call of `info` on `server` waits for a human (SPEC §6.4): the tool is in `approve:`,
+/// or the server is trusted, marks it destructive and `no_approval:` does not list it.
+pub fn needs_approval(server: &McpServerPlan, info: Option<&ToolInfo>) -> Option<String> {
+    let tool = info?.name.as_str();
+    if server.approve.iter().any(|t| t == tool || t == "*") {
+        return Some(format!("`approve:` of MCP server `{}`", server.name));
+    }
+    let destructive = info.is_some_and(|i| i.annotations.destructive == Some(true));
+    if server.trusted && destructive && !server.no_approval.iter().any(|t| t == tool || t == "*") {
+        return Some(format!(
+            "trusted MCP server `{}` marks it destructive and `no_approval:` does not list it",
+            server.name
+        ));
+    }
+    None
 }
 
 /// The result of a call as a step sees it. `is_error` fails the step with the text of its

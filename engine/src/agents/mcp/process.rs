@@ -104,8 +104,8 @@ impl ServerProcess {
         let keep = tail.clone();
         tokio::spawn(async move {
             let mut lines = BufReader::new(stderr).lines();
+            // Kept for errors, which redact the server's secrets; never logged as it comes.
             while let Ok(Some(line)) = lines.next_line().await {
-                tracing::debug!(pid, line = %line, "mcp server stderr");
                 let mut t = keep.lock().unwrap_or_else(|e| e.into_inner());
                 if t.len() == TAIL_LINES {
                     t.pop_front();

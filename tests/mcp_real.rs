@@ -145,6 +145,101 @@ fn progress_of_a_long_running_tool_extends_its_timeout() {
     );
 }
 
+/// The everything server over Streamable HTTP on a free loopback port, killed when dropped.
+struct EverythingHttp {
+    child: Child,
+    url: String,
+}
+
+impl EverythingHttp {
+    fn start() -> Self {
+        require_everything();
+        // A port nobody holds now; the server binds it a moment later.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let child = std::process::Command::new(test_tools().join("node_modules/.bin/mcp-server-everything"))
+            .arg("streamableHttp")
+            .env("PORT", port.to_string())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("the everything server starts");
+        let server = EverythingHttp {
+            child,
+            url: format!("http://127.0.0.1:{port}/mcp"),
+        };
+        let deadline = Instant::now() + SLOW;
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "the everything server never listened on {port}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        server
+    }
+}
+
+impl Drop for EverythingHttp {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn the_everything_server_answers_over_streamable_http() {
+    let server = EverythingHttp::start();
+    let dir = TempDir::new("mcp-everything-http");
+    dir.write(
+        "http.yaml",
+        format!(
+            "flow: everything-http
+mcp_servers:
+  everything:
+    url: {url}
+    tools: [echo, get-structured-content]
+agents:
+  echo: {{kind: mcp, server: everything, tool: echo}}
+  weather: {{kind: mcp, server: everything, tool: get-structured-content}}
+steps:
+  say:
+    agent: echo
+    input: {{$.message: $.message}}
+    output: {{$.said: $.content}}
+    next: forecast
+  forecast:
+    agent: weather
+    input: {{$.location: {{value: New York}}}}
+    output: {{$.weather: $.structured}}
+",
+            url = server.url
+        ),
+    );
+    let out = run_with_limit(
+        switchyard(dir.path()).args(["run", "http.yaml", "--input", r#"{"message": "over HTTP"}"#]),
+        SLOW,
+    );
+    assert_eq!(out.code(), 0, "{out:?}");
+    let out: Value = serde_json::from_str(&out.stdout).expect("the output is JSON");
+    assert_eq!(out["said"], json!(["Echo: over HTTP"]), "{out}");
+    assert_eq!(
+        out["weather"],
+        json!({"temperature": 33, "conditions": "Cloudy", "humidity": 82}),
+        "{out}"
+    );
+    let listed = run_with_limit(switchyard(dir.path()).args(["mcp", "list", "http.yaml"]), SLOW);
+    assert_eq!(listed.code(), 0, "{listed:?}");
+    assert!(
+        listed.stdout.starts_with("everything (2025-11-25): 13 tools\n"),
+        "{}",
+        listed.stdout
+    );
+}
+
 // ---------------------------------------------------------------- the time server
 
 #[test]

@@ -257,12 +257,12 @@ fn progress_extends_the_timeout_and_silence_cancels_the_call() {
         "",
         &one_call(
             "slow",
-            "    input: {$.ms: $.ms, $.progress_every_ms: $.every}\n    timeout: 400ms\n",
+            "    input: {$.ms: $.ms, $.progress_every_ms: $.every}\n    timeout: 700ms\n",
         ),
     );
-    // 1.2 s of work, progress every 100 ms: never 400 ms without news.
-    let out = output(&fx.run(r#"{"ms": 1200, "every": 100}"#));
-    assert_eq!(out["out"]["content"], json!(["slept 1200 ms"]));
+    // 2 s of work, progress every 100 ms: never 700 ms without news.
+    let out = output(&fx.run(r#"{"ms": 2000, "every": 100}"#));
+    assert_eq!(out["out"]["content"], json!(["slept 2000 ms"]));
 
     // The step that times out is followed by a short call: the server is still there to read
     // the cancellation when its handler runs.
@@ -296,16 +296,16 @@ fn progress_extends_the_timeout_and_silence_cancels_the_call() {
 fn progress_extends_a_call_no_further_than_max_time() {
     let fx = Fx::new("mcp-max-time");
     fx.flow(
-        "    max_time: 800ms\n",
+        "    max_time: 1500ms\n",
         &one_call(
             "slow",
-            "    input: {$.ms: $.ms, $.progress_every_ms: $.every}\n    timeout: 300ms\n",
+            "    input: {$.ms: $.ms, $.progress_every_ms: $.every}\n    timeout: 700ms\n",
         ),
     );
     let out = fx.run(r#"{"ms": 5000, "every": 100}"#);
     assert_eq!(out.code(), 1, "{}", out.stderr);
     assert!(
-        out.stderr.contains("error[timeout]") && out.stderr.contains("`max_time` of 800ms"),
+        out.stderr.contains("error[timeout]") && out.stderr.contains("`max_time` of 1500ms"),
         "{}",
         out.stderr
     );

@@ -60,6 +60,9 @@
 //! - [`mcp_loop`]: MCP tools in agent loops (definitions from `tools/list`, tool messages,
 //!   names that collide), approvals of MCP calls, a server's questions answered by `resume`,
 //!   a loop killed with an MCP call in flight;
+//! - [`mcp_real`]: MCP servers people run (the reference everything server, the time server)
+//!   over stdio, `lint --mcp` and `mcp list` against them, and batches of thousands of calls
+//!   through one fixture server process, finished or stopped with SIGINT;
 //! - [`layers`]: `engine/src`'s modules use only the layers below their own, and no files
 //!   import each other;
 //! - [`library`]: the crate root as an application uses it: `examples/approve.rs` run to its
@@ -99,6 +102,7 @@ mod logs;
 mod mcp;
 mod mcp_conformance;
 mod mcp_loop;
+mod mcp_real;
 mod mcp_serve;
 mod memory_store;
 mod mock_server;

@@ -22,6 +22,7 @@ mod w10_long;
 mod w10w_while;
 mod w11_workers;
 mod w12_loops;
+mod w13_mcp;
 mod w1_chain;
 mod w2_branch;
 mod w3_foreach;
@@ -70,6 +71,7 @@ const WORKLOADS: &[(&str, RunFn)] = &[
     (w10w_while::ID, w10w_while::run),
     (w11_workers::ID, w11_workers::run),
     (w12_loops::ID, w12_loops::run),
+    (w13_mcp::ID, w13_mcp::run),
 ];
 
 /// Measured child processes: `--child NAME ARGS...`.

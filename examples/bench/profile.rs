@@ -39,6 +39,8 @@ pub struct Profile {
     pub w11_items: usize,
     /// W11: items of the zero-latency batch run by one worker.
     pub w11_zero_items: usize,
+    /// W13: items of the batch of MCP tool calls (each transport).
+    pub w13_items: usize,
 }
 
 impl Profile {
@@ -60,6 +62,7 @@ impl Profile {
         w12_loops: 20,
         w11_items: 2000,
         w11_zero_items: 20000,
+        w13_items: 10000,
     };
     /// W6, W8 and W5x (0.5 s of ideal wall) are cheap: the same sizes as `full`; the runtime
     /// workloads are smaller.
@@ -81,6 +84,7 @@ impl Profile {
         w12_loops: 20,
         w11_items: 640,
         w11_zero_items: 20000,
+        w13_items: 2000,
     };
 
     pub fn by_name(name: &str) -> Option<Profile> {

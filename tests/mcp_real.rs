@@ -234,7 +234,7 @@ steps:
     let listed = run_with_limit(switchyard(dir.path()).args(["mcp", "list", "http.yaml"]), SLOW);
     assert_eq!(listed.code(), 0, "{listed:?}");
     assert!(
-        listed.stdout.starts_with("everything (2025-11-25): 13 tools\n"),
+        listed.stdout.starts_with("everything (2025-11-25): 14 tools\n"),
         "{}",
         listed.stdout
     );
@@ -329,8 +329,10 @@ fn mcp_list_prints_the_tools_of_the_real_servers_with_their_schemas() {
     require_time();
     let out = sy(&["mcp", "list", "everything_echo.yaml"]);
     assert_eq!(out.code(), 0, "{out:?}");
+    // 14: the server offers `trigger-elicitation-request` to clients that, like switchyard,
+    // declare they answer questions (elicitation).
     assert!(
-        out.stdout.starts_with("everything (2025-11-25): 13 tools\n"),
+        out.stdout.starts_with("everything (2025-11-25): 14 tools\n"),
         "{}",
         out.stdout
     );

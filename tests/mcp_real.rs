@@ -375,6 +375,9 @@ fn mcp_list_prints_the_tools_of_the_real_servers_with_their_schemas() {
         "{weather}"
     );
     assert_eq!(weather["annotations"]["readOnlyHint"], true, "{weather}");
+    // What the allowlist keeps out is said in JSON too.
+    assert_eq!(weather["allowed"], true, "{weather}");
+    assert_eq!(tool(&everything, "everything", "get-env")["allowed"], false);
     // The Python server speaks the stateless revision, the Node one 2025-11-25.
     let clock = listed("time_now.yaml");
     assert_eq!(clock["clock"]["protocol"], "2026-07-28", "{clock}");

@@ -55,7 +55,7 @@ pub fn list(args: ListArgs) -> u8 {
             Ok((tools, protocol)) => {
                 all.insert(
                     s.plan.name.clone(),
-                    json!({"protocol": protocol, "tools": tools.iter().map(tool_json).collect::<Vec<_>>()}),
+                    json!({"protocol": protocol, "tools": tools.iter().map(|t| tool_json(t, &s.plan)).collect::<Vec<_>>()}),
                 );
                 text.push_str(&format!("{} ({protocol}): {} tools\n", s.plan.name, tools.len()));
                 for t in &tools {
@@ -85,9 +85,10 @@ pub fn list(args: ListArgs) -> u8 {
     }
 }
 
-fn tool_json(t: &ToolInfo) -> Value {
+fn tool_json(t: &ToolInfo, server: &McpServerPlan) -> Value {
     json!({
         "name": t.name,
+        "allowed": server.allows(&t.name),
         "title": t.title,
         "description": t.description,
         "input_schema": t.input_schema,

@@ -127,3 +127,60 @@ fn a_bundle_pattern_that_matches_nothing_or_leaves_the_root_is_a_lint_error() {
         out.stdout
     );
 }
+
+/// A stdio MCP server whose program sits in the project (`command: [./bin/fixture]`) goes in
+/// the bundle like a command's script: a worker with only the store starts it from there, once
+/// for the whole batch, and leaves it running nowhere.
+#[test]
+fn an_mcp_server_program_in_the_project_runs_on_a_worker_from_the_bundle() {
+    let pg = Pg::new("bundle_mcp");
+    let dir = TempDir::new("cluster-bundle-mcp");
+    let project = dir.path().join("project");
+    std::fs::create_dir_all(project.join("bin")).expect("project dir");
+    std::fs::copy(crate::support::mcp_fixture(), project.join("bin/fixture")).expect("copy the fixture");
+    let pids = dir.path().join("pids");
+    dir.write(
+        "project/served.yaml",
+        &format!(
+            "flow: served\nmcp_servers:\n  fx:\n    command: [./bin/fixture]\n    env: {{MCP_FIXTURE_PIDS: \"{}\"}}\n    tools: [add]\n\
+             agents:\n  add: {{kind: mcp, server: fx, tool: add}}\n\
+             steps:\n  s: {{agent: add, input: {{$.a: $.a, $.b: $.b}}, output: {{$.sum: $.structured.sum}}}}\n",
+            pids.display()
+        ),
+    );
+    let lines: String = (0..40)
+        .map(|i| format!("{{\"id\": \"i{i}\", \"a\": {i}, \"b\": 1}}\n"))
+        .collect();
+    dir.write("project/in.jsonl", &lines);
+    let url = pg.url("sy_bundle_mcp");
+    let submitted = submit(&dir, "served.yaml", &url, "served");
+    assert_eq!(submitted.code(), 0, "{}", submitted.stderr);
+    std::fs::remove_dir_all(&project).expect("remove the project");
+    let mut w = spawn_worker(&dir, &url, "w", &["--exit-when-idle"]);
+    assert!(
+        wait_exit(&mut w, Duration::from_secs(60), "the worker").success(),
+        "{}",
+        log_of(&dir, "w")
+    );
+    let rows = pg.query("SELECT item_id, status, output FROM runs WHERE batch = 'served'");
+    assert_eq!(rows.len(), 40);
+    for r in &rows {
+        assert_eq!(
+            r["status"].as_deref(),
+            Some("succeeded"),
+            "{r:?}\n{}",
+            log_of(&dir, "w")
+        );
+        let out: Value = serde_json::from_str(r["output"].as_deref().expect("output")).expect("JSON");
+        let i: i64 = r["item_id"].as_deref().expect("item")[1..]
+            .parse()
+            .expect("number");
+        assert_eq!(out["sum"], i + 1, "{out}");
+    }
+    let started = crate::support::fixture_pids(&pids);
+    assert_eq!(started.len(), 1, "one server for the worker: {started:?}");
+    assert!(
+        !crate::support::process_alive(started[0]),
+        "the server outlived its worker"
+    );
+}

@@ -3,7 +3,8 @@
 //!
 //! A bundle holds every file the flow was loaded from (the top flow, the flows it calls, the
 //! files it imports, its schema files), every file a `command` agent names by a literal
-//! argument (`run: [python3, tools/score.py]`), and every file its `bundle:` patterns match
+//! argument (`run: [python3, tools/score.py]`) and every file a stdio MCP server's `command:`
+//! names (relative to the flow file's directory, where it starts), and every file its `bundle:` patterns match
 //! (`bundle: [tools/*.py]`, relative to the flow file, under the project root, at most
 //! [`MAX_LISTED_BYTES`] per agent), each by its path relative to the project root. Files of
 //! a script's kind beside it or in the command's working directory that the bundle lacks are
@@ -180,6 +181,17 @@ impl Bundle {
             }
             ran.push((command.name.clone(), base, scripts));
         }
+        // A stdio MCP server's program and the files its arguments name, relative to the flow
+        // file's directory where it starts, go in like a command's scripts.
+        for server in mcp_servers(plan) {
+            let crate::plan::McpTransport::Stdio { argv, dir, .. } = &server.transport else {
+                continue;
+            };
+            let who = format!("MCP server `{}`", server.name);
+            for (rel, canonical) in named_args(&root, &who, argv.iter().map(String::as_str), dir)? {
+                add_file(&mut files, &rel, &canonical, &server.name)?;
+            }
+        }
         let unshipped = unshipped(&root, &ran, &files);
         let files: Vec<BundleFile> = files.into_values().collect();
         let hash = hash(BUNDLE_FORMAT, &top, &cwd, &files);
@@ -345,8 +357,20 @@ fn named_files(
     c: &crate::plan::CommandPlan,
     base: &Path,
 ) -> Result<Vec<(String, PathBuf)>, String> {
+    let args = c.run.iter().filter(|t| t.is_plain()).map(|t| t.text());
+    named_args(root, &format!("agent `{agent}`"), args, base)
+}
+
+/// The files that literal arguments name, relative to `base`: (path in the bundle, canonical
+/// path). `who` names what runs them in errors.
+fn named_args<'a>(
+    root: &Path,
+    who: &str,
+    args: impl Iterator<Item = &'a str>,
+    base: &Path,
+) -> Result<Vec<(String, PathBuf)>, String> {
     let mut out = Vec::new();
-    for arg in c.run.iter().filter(|t| t.is_plain()).map(|t| t.text()) {
+    for arg in args {
         if arg.is_empty() || arg.starts_with('-') || Path::new(arg).is_absolute() {
             continue;
         }
@@ -357,7 +381,7 @@ fn named_files(
         let canonical = candidate.canonicalize().unwrap_or(candidate.clone());
         let Some(rel) = relative(root, &canonical) else {
             return Err(format!(
-                "agent `{agent}` runs `{arg}`, which is `{}`, outside the project root `{}`: workers could not \
+                "{who} runs `{arg}`, which is `{}`, outside the project root `{}`: workers could not \
                  find it; pass `--root` with a directory that holds it",
                 canonical.display(),
                 root.display()
@@ -490,6 +514,28 @@ fn commands(plan: &Plan) -> Vec<&AgentPlan> {
                 StepPlanKind::While(w) => call(&w.body, &mut out),
                 StepPlanKind::Parallel(p) => p.branches.iter().for_each(|(_, c)| call(c, &mut out)),
                 _ => {}
+            }
+        }
+    }
+    out
+}
+
+/// Every MCP server a step's agent or an agent loop's tools reach, once each.
+fn mcp_servers(plan: &Plan) -> Vec<&crate::plan::McpServerPlan> {
+    let mut out: Vec<&crate::plan::McpServerPlan> = Vec::new();
+    for agent in commands(plan) {
+        let found: Vec<&crate::plan::McpServerPlan> = match &agent.spec {
+            AgentPlanSpec::Mcp(m) => vec![&*m.server],
+            AgentPlanSpec::Llm(l) => l
+                .agent_loop
+                .iter()
+                .flat_map(|lp| lp.servers.iter().map(|s| &*s.server))
+                .collect(),
+            _ => Vec::new(),
+        };
+        for server in found {
+            if !out.iter().any(|s| std::ptr::eq(*s, server)) {
+                out.push(server);
             }
         }
     }

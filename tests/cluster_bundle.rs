@@ -141,7 +141,7 @@ fn an_mcp_server_program_in_the_project_runs_on_a_worker_from_the_bundle() {
     let pids = dir.path().join("pids");
     dir.write(
         "project/served.yaml",
-        &format!(
+        format!(
             "flow: served\nmcp_servers:\n  fx:\n    command: [./bin/fixture]\n    env: {{MCP_FIXTURE_PIDS: \"{}\"}}\n    tools: [add]\n\
              agents:\n  add: {{kind: mcp, server: fx, tool: add}}\n\
              steps:\n  s: {{agent: add, input: {{$.a: $.a, $.b: $.b}}, output: {{$.sum: $.structured.sum}}}}\n",
@@ -151,7 +151,7 @@ fn an_mcp_server_program_in_the_project_runs_on_a_worker_from_the_bundle() {
     let lines: String = (0..40)
         .map(|i| format!("{{\"id\": \"i{i}\", \"a\": {i}, \"b\": 1}}\n"))
         .collect();
-    dir.write("project/in.jsonl", &lines);
+    dir.write("project/in.jsonl", lines);
     let url = pg.url("sy_bundle_mcp");
     let submitted = submit(&dir, "served.yaml", &url, "served");
     assert_eq!(submitted.code(), 0, "{}", submitted.stderr);

@@ -98,6 +98,7 @@ mod llm_servers;
 mod logs;
 mod mcp;
 mod mcp_conformance;
+mod mcp_flow_tests;
 mod mcp_lint_live;
 mod mcp_loop;
 mod mcp_serve;

@@ -99,6 +99,7 @@ mod logs;
 mod mcp;
 mod mcp_conformance;
 mod mcp_flow_tests;
+mod mcp_http_sessions;
 mod mcp_lint_live;
 mod mcp_loop;
 mod mcp_serve;

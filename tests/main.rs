@@ -108,6 +108,7 @@ mod mock_server;
 mod money;
 mod one_writer;
 mod otel;
+mod otel_mcp;
 mod payload_types;
 mod readme;
 mod redaction;

@@ -185,6 +185,13 @@ pub async fn connection(plan: &McpServerPlan) -> Result<Arc<Connection>, Unavail
     Ok(c)
 }
 
+/// The protocol revision of the server's live session, if it has one (starts nothing).
+pub fn protocol(plan: &McpServerPlan) -> Option<String> {
+    let slot = slot(plan);
+    let state = slot.state.try_lock().ok()?;
+    state.connection.as_ref().map(|c| c.client.protocol())
+}
+
 /// The server's tools, listed once per process (a restarted server is not asked again).
 pub async fn tools(plan: &McpServerPlan, c: &Connection) -> Result<Arc<Tools>, Unavailable> {
     let slot = slot(plan);

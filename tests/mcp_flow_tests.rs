@@ -52,3 +52,17 @@ fn a_flow_test_starts_no_mcp_server() {
     );
     assert!(out.stdout.contains("1 passed, 1 failed"), "{out:?}");
 }
+
+/// The repository's MCP example flow lints clean and its tests pass without its server
+/// (`uvx mcp-server-git`) being started.
+#[test]
+fn the_release_notes_flow_lints_and_tests_without_its_server() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let lint = run(switchyard(root).args(["lint", "flows/release-notes.yaml"]));
+    assert_eq!(lint.code(), 0, "{lint:?}");
+    let out = run(switchyard(root)
+        .args(["test", "flows/release-notes.yaml"])
+        .env("PATH", "/nonexistent"));
+    assert_eq!(out.code(), 0, "{out:?}");
+    assert!(out.stdout.contains("1 passed, 0 failed"), "{out:?}");
+}

@@ -84,3 +84,34 @@ fn lint_mcp_finds_loop_entries_naming_unlisted_tools() {
     }
     assert!(!out.stderr.contains("fixture.*"), "{}", out.stderr);
 }
+
+/// `mcp`, `mcp list` and `mcp serve` explain themselves, and `lint --help` tells `--mcp`.
+#[test]
+fn the_mcp_commands_help_explains_them() {
+    let dir = TempDir::new("mcp-help");
+    let help = |args: &[&str]| {
+        let out = run(switchyard(dir.path()).args(args));
+        assert_eq!(out.code(), 0, "{out:?}");
+        out.stdout
+    };
+    let mcp = help(&["mcp", "--help"]);
+    assert!(
+        mcp.contains("list") && mcp.contains("serve") && mcp.contains("lint --mcp"),
+        "{mcp}"
+    );
+    let list = help(&["mcp", "list", "--help"]);
+    assert!(
+        list.contains("(not allowed)") && list.contains("Exit status: 0"),
+        "{list}"
+    );
+    let serve = help(&["mcp", "serve", "--help"]);
+    assert!(
+        serve.contains("switchyard_run_resume") && serve.contains("Exit status: 0"),
+        "{serve}"
+    );
+    let lint = help(&["lint", "--help"]);
+    assert!(
+        lint.contains("--mcp") && lint.contains("agent loops name"),
+        "{lint}"
+    );
+}

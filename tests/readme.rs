@@ -93,7 +93,10 @@ fn the_readme_documents_every_json_field() {
 #[test]
 fn the_readme_mcp_tour_lints_clean() {
     let text = readme();
-    let start = text.find("```yaml\nflow: mcp-tour\n").expect("the README shows the MCP tour") + "```yaml\n".len();
+    let start = text
+        .find("```yaml\nflow: mcp-tour\n")
+        .expect("the README shows the MCP tour")
+        + "```yaml\n".len();
     let end = start + text[start..].find("```").expect("the block ends");
     let dir = TempDir::new("readme-mcp");
     let file = dir.write("tour.yaml", &text[start..end]);

@@ -9,7 +9,8 @@
 //! environment variable given back, and elicitation. When `MCP_FIXTURE_PIDS` names a file, the process appends its pid to it on
 //! start, so a test can count the servers started and check that none is left running; when
 //! `MCP_FIXTURE_LOG` does, it appends `call TOOL` for each call and `cancelled slow` for a
-//! `slow` call cancelled.
+//! `slow` call cancelled, and over HTTP `session opened ID` and `session closed ID` (a
+//! client's `DELETE` of its session).
 
 use std::io::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -343,6 +344,30 @@ fn record_pid() {
     writeln!(file, "{}", std::process::id()).expect("the pid is written");
 }
 
+/// Logs the sessions a client opens (the id an answer gives it) and closes (its `DELETE`).
+async fn log_sessions(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    const SESSION: &str = "mcp-session-id";
+    let id = |h: &axum::http::HeaderMap| h.get(SESSION).and_then(|v| v.to_str().ok()).map(String::from);
+    let closing = (request.method() == axum::http::Method::DELETE)
+        .then(|| id(request.headers()))
+        .flatten();
+    let asked = id(request.headers());
+    let response = next.run(request).await;
+    if let Some(closed) = closing {
+        if response.status().is_success() {
+            log(&format!("session closed {closed}"));
+        }
+    } else if asked.is_none()
+        && let Some(opened) = id(response.headers())
+    {
+        log(&format!("session opened {opened}"));
+    }
+    response
+}
+
 async fn serve_http(addr: &str, legacy: bool) -> Result<(), Box<dyn std::error::Error>> {
     use rmcp::transport::streamable_http_server::{
         StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
@@ -352,7 +377,9 @@ async fn serve_http(addr: &str, legacy: bool) -> Result<(), Box<dyn std::error::
         std::sync::Arc::new(LocalSessionManager::default()),
         StreamableHttpServerConfig::default().with_sse_keep_alive(None),
     );
-    let router = axum::Router::new().nest_service("/mcp", service);
+    let router = axum::Router::new()
+        .nest_service("/mcp", service)
+        .layer(axum::middleware::from_fn(log_sessions));
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
     println!("http://{bound}/mcp");

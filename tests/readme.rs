@@ -88,3 +88,21 @@ fn the_readme_documents_every_json_field() {
     );
     assert_eq!(documented, printed);
 }
+
+/// The README's tour of MCP servers is a whole flow that lints clean (lint starts no server).
+#[test]
+fn the_readme_mcp_tour_lints_clean() {
+    let text = readme();
+    let start = text
+        .find("```yaml\nflow: mcp-tour\n")
+        .expect("the README shows the MCP tour")
+        + "```yaml\n".len();
+    let end = start + text[start..].find("```").expect("the block ends");
+    let dir = TempDir::new("readme-mcp");
+    let file = dir.write("tour.yaml", &text[start..end]);
+    let lint = run(switchyard(dir.path())
+        .arg("lint")
+        .arg(&file)
+        .arg("--deny-warnings"));
+    assert_eq!(lint.code(), 0, "{}{}", lint.stdout, lint.stderr);
+}

@@ -39,8 +39,10 @@ pub struct Args {
     /// the directory given on the command line).
     #[arg(long)]
     pub root: Option<PathBuf>,
-    /// Also start the MCP servers the flows define and check the tools they name against
-    /// what each server lists; a server that cannot be started or listed is an error.
+    /// Also start the MCP servers the flows define and check against what each server lists:
+    /// the tools `mcp` agents, allowlists, `approve:` and agent loops name, and tools of a
+    /// `"*"` server that a loop would offer under another tool's name; a server that cannot be
+    /// started or listed is an error.
     #[arg(long)]
     pub mcp: bool,
 }

@@ -10,6 +10,14 @@ use crate::agents::mcp::{self, ToolInfo};
 use crate::plan::McpServerPlan;
 
 #[derive(clap::Args, Debug)]
+#[command(
+    after_long_help = "The servers are those the flow defines or imports, each started as a run would start it \
+(stdio: its command, from the flow file's directory; Streamable HTTP: its URL with its headers) and ended before \
+the command exits. Each tool is printed with its input schema, its output schema and annotations when it has them, \
+and `(not allowed)` when the server's `tools:` allowlist leaves it out.\n\n\
+Exit status: 0 every server listed its tools, 1 a server could not be started or listed (named on stderr), \
+2 a broken flow or usage."
+)]
 pub struct ListArgs {
     /// The flow file.
     pub flow: PathBuf,

@@ -109,6 +109,10 @@ pub enum Command {
 }
 
 #[derive(clap::Args, Debug)]
+#[command(
+    after_long_help = "A flow uses MCP servers' tools through `mcp_servers:` (see the README, \"Tools from MCP servers\"). \
+`switchyard lint --mcp FLOW` starts them and checks the tools the flow names against what they list."
+)]
 pub struct McpArgs {
     #[command(subcommand)]
     pub command: McpCommand,

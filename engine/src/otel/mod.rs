@@ -103,7 +103,24 @@ struct StepPart<'a> {
     /// response named.
     model: Option<&'a str>,
     response_model: Option<&'a str>,
+    /// Of an MCP call (a `kind: mcp` step's, a loop's MCP tool), what it noted
+    /// ([`crate::agents::mcp::call_notes`]).
+    mcp: McpNotes<'a>,
 }
+
+/// An MCP call's server, tool, transport, protocol revision and HTTP address and port.
+#[derive(Clone, Copy, Debug, Default)]
+struct McpNotes<'a> {
+    server: Option<&'a str>,
+    tool: Option<&'a str>,
+    transport: Option<&'a str>,
+    protocol: Option<&'a str>,
+    address: Option<&'a str>,
+    port: Option<&'a str>,
+}
+
+/// The notes' keys, in the order they are written and read.
+const MCP_NOTES: [&str; 6] = ["server", "tool", "transport", "protocol", "address", "port"];
 
 /// What a run tree's spans are made from: its runs' and records' fields, appended to byte
 /// buffers as the engine makes them — a copy of a few bytes on the run's thread, no
@@ -173,6 +190,10 @@ impl Tree {
         for k in ["tool", "call_id", "model", "response_model"] {
             put_opt(b, note(k));
         }
+        let mcp = s.answers.as_ref().and_then(|a| a.get("mcp"));
+        for k in MCP_NOTES {
+            put_opt(b, mcp.and_then(|m| m.get(k)).and_then(serde_json::Value::as_str));
+        }
         self.n_steps += 1;
     }
 
@@ -231,6 +252,14 @@ impl Tree {
                 call_id: r.opt(),
                 model: r.opt(),
                 response_model: r.opt(),
+                mcp: McpNotes {
+                    server: r.opt(),
+                    tool: r.opt(),
+                    transport: r.opt(),
+                    protocol: r.opt(),
+                    address: r.opt(),
+                    port: r.opt(),
+                },
             })
             .collect()
     }
@@ -848,6 +877,12 @@ const GEN_AI_PROVIDER: &str = "openai";
 
 /// The span id of the `chat` span under the record of a model call that is not a loop's turn
 /// (an `llm` step, iteration, branch or tool): made from the same record, so sent with it.
+/// The span id of a plain step's MCP call (`tools/call {tool}`).
+fn call_span_id(run: &str, number: &str, iteration: Option<u64>) -> [u8; 8] {
+    let iteration = iteration.map_or([0xff; 8], u64::to_le_bytes);
+    hash(6, &[b"tools/call", run.as_bytes(), number.as_bytes(), &iteration]).to_be_bytes()
+}
+
 fn chat_span_id(run: &str, number: &str, iteration: Option<u64>) -> [u8; 8] {
     let iteration = iteration.map_or([0xff; 8], u64::to_le_bytes);
     hash(5, &[b"chat", run.as_bytes(), number.as_bytes(), &iteration]).to_be_bytes()
@@ -901,6 +936,7 @@ fn encode_tree(tree: &Tree, enc: &mut Encoder, full: &mut dyn FnMut(&mut Encoder
             attributes: &attributes,
             route: None,
             error: r.error.filter(|_| r.status == RunStatus::Failed.as_str()),
+            client: false,
         });
         if enc.count() >= BATCH {
             full(enc);
@@ -959,6 +995,9 @@ fn encode_step<'a>(
             if let Some(id) = s.call_id {
                 attributes.push(("gen_ai.tool.call.id", id.into()));
             }
+            // An MCP tool's call: the MCP attributes on the `execute_tool` span itself, as the
+            // conventions ask when a GenAI span already traces the call.
+            mcp_attributes(&s.mcp, attributes);
         }
         ("approval", _) => wire::name(
             out,
@@ -1010,7 +1049,41 @@ fn encode_step<'a>(
         attributes,
         route: s.route,
         error: failed,
+        client: false,
     });
+    // A plain step's MCP call: its `tools/call {tool}` span under the record's.
+    if !tool && let Some(name) = s.mcp.tool {
+        attributes.clear();
+        let out = enc.name();
+        out.push_str("tools/call ");
+        out.push_str(name);
+        attributes.extend([
+            ("gen_ai.operation.name", "execute_tool".into()),
+            ("gen_ai.tool.name", name.into()),
+        ]);
+        mcp_attributes(&s.mcp, attributes);
+        attributes.extend([
+            ("switchyard.run_id", s.run_id.into()),
+            ("switchyard.flow", flow.into()),
+            ("switchyard.step", s.step.into()),
+        ]);
+        let failed = failed.filter(|(kind, _)| *kind != "mapping");
+        if let Some((kind, _)) = failed {
+            attributes.push(("error.type", kind.into()));
+        }
+        enc.span(&SpanIn {
+            trace_id: trace,
+            span_id: &call_span_id(s.run_id, s.number, s.iteration),
+            parent_span_id: &span_id,
+            start_ns: s.start_ns,
+            end_ns,
+            attributes,
+            route: None,
+            error: failed,
+            client: true,
+        });
+        return;
+    }
     // A model call that is not a turn: its `chat` span under the record's, at the record's
     // times (its requests, retries and repairs included, are the call).
     if turn || s.model.is_none() {
@@ -1038,7 +1111,34 @@ fn encode_step<'a>(
         attributes,
         route: None,
         error: failed,
+        client: false,
     });
+}
+
+/// OpenTelemetry's MCP attributes of a call (none when the record is no MCP call): the method,
+/// the transport, the protocol revision and an HTTP server's address and port. The session's
+/// id is not among them: the SDK does not tell it.
+fn mcp_attributes<'a>(m: &McpNotes<'a>, attributes: &mut Vec<(&'a str, Val<'a>)>) {
+    if m.tool.is_none() {
+        return;
+    }
+    attributes.push(("mcp.method.name", "tools/call".into()));
+    for (key, value) in [
+        ("network.transport", m.transport),
+        ("mcp.protocol.version", m.protocol),
+        ("server.address", m.address),
+        ("switchyard.mcp.server", m.server),
+    ] {
+        if let Some(v) = value {
+            attributes.push((key, v.into()));
+        }
+    }
+    if m.transport == Some("tcp") {
+        attributes.push(("network.protocol.name", "http".into()));
+    }
+    if let Some(port) = m.port.and_then(|p| p.parse::<u64>().ok()) {
+        attributes.push(("server.port", port.into()));
+    }
 }
 
 /// `chat {model}`, or `chat` when the model is not known (a flow test's mock).

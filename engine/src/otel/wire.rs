@@ -14,6 +14,8 @@ const LEN: u32 = 2;
 
 /// `SpanKind::SPAN_KIND_INTERNAL`.
 const SPAN_KIND_INTERNAL: u64 = 1;
+/// `SpanKind::SPAN_KIND_CLIENT`.
+const SPAN_KIND_CLIENT: u64 = 3;
 /// `StatusCode::STATUS_CODE_ERROR`.
 const STATUS_CODE_ERROR: u64 = 2;
 
@@ -124,6 +126,8 @@ pub(super) struct SpanIn<'a> {
     pub route: Option<&'a str>,
     /// An error status: the error's kind and message.
     pub error: Option<(&'a str, &'a str)>,
+    /// A call to another program (an MCP server): `SPAN_KIND_CLIENT`, else internal.
+    pub client: bool,
 }
 
 /// Spans written so far for the next request, and the buffers reused for each span.
@@ -160,7 +164,14 @@ impl Encoder {
         }
         bytes(b, 5, self.name.as_bytes());
         key(b, 6, VARINT);
-        varint(b, SPAN_KIND_INTERNAL);
+        varint(
+            b,
+            if s.client {
+                SPAN_KIND_CLIENT
+            } else {
+                SPAN_KIND_INTERNAL
+            },
+        );
         fixed64(b, 7, s.start_ns);
         fixed64(b, 8, s.end_ns);
         for (k, v) in s.attributes {
@@ -264,6 +275,7 @@ mod tests {
                 ],
                 route: (i == 0).then_some("next ü"),
                 error: (i == 1).then_some(("agent", "it broke")),
+                client: false,
             });
         }
         assert_eq!(enc.count(), 2);

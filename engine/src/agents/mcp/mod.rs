@@ -21,7 +21,7 @@ pub use self::sdk::{Annotations, ToolInfo};
 use self::sdk::{SdkError, ToolResult};
 use super::CallContext;
 use crate::model::fmt_duration;
-use crate::plan::{McpPlan, McpServerPlan};
+use crate::plan::{McpPlan, McpServerPlan, McpTransport};
 use crate::record::{ErrorKind, StepError};
 
 /// How long a call may be extended by progress notifications when the server sets no
@@ -380,6 +380,35 @@ pub async fn list(server: &McpServerPlan) -> Result<(Vec<ToolInfo>, String), Str
     let c = pool::connection(server).await.map_err(|e| e.to_string())?;
     let tools = pool::tools(server, &c).await.map_err(|e| e.to_string())?;
     Ok((tools.list.clone(), c.client.protocol()))
+}
+
+/// What a call of `m` notes on its record for its OpenTelemetry span (SPEC §13, OpenTelemetry's
+/// MCP conventions): the server, the tool, the transport (`pipe` for stdio, `tcp` for HTTP),
+/// the protocol revision the session agreed on, and an HTTP server's address and port.
+pub fn call_notes(m: &McpPlan) -> serde_json::Value {
+    let mut notes = serde_json::Map::new();
+    notes.insert("server".into(), m.server.name.clone().into());
+    notes.insert("tool".into(), m.tool.clone().into());
+    match &m.server.transport {
+        McpTransport::Stdio { .. } => {
+            notes.insert("transport".into(), "pipe".into());
+        }
+        McpTransport::Http { url, .. } => {
+            notes.insert("transport".into(), "tcp".into());
+            if let Ok(u) = reqwest::Url::parse(url) {
+                if let Some(host) = u.host_str() {
+                    notes.insert("address".into(), host.into());
+                }
+                if let Some(port) = u.port_or_known_default() {
+                    notes.insert("port".into(), port.to_string().into());
+                }
+            }
+        }
+    }
+    if let Some(p) = pool::protocol(&m.server).filter(|p| !p.is_empty()) {
+        notes.insert("protocol".into(), p.into());
+    }
+    serde_json::Value::Object(notes)
 }
 
 #[cfg(test)]

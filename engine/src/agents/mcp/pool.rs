@@ -185,6 +185,13 @@ pub async fn connection(plan: &McpServerPlan) -> Result<Arc<Connection>, Unavail
     Ok(c)
 }
 
+/// The protocol revision of the server's live session, if it has one (starts nothing).
+pub fn protocol(plan: &McpServerPlan) -> Option<String> {
+    let slot = slot(plan);
+    let state = slot.state.try_lock().ok()?;
+    state.connection.as_ref().map(|c| c.client.protocol())
+}
+
 /// The server's tools, listed once per process (a restarted server is not asked again).
 pub async fn tools(plan: &McpServerPlan, c: &Connection) -> Result<Arc<Tools>, Unavailable> {
     let slot = slot(plan);
@@ -279,19 +286,24 @@ async fn start(plan: &McpServerPlan, legacy: bool) -> Result<Connection, Unavail
                 resolved.push((k.clone(), v));
             }
             let http = crate::agents::net::client().map_err(|e| fail(e.message))?;
-            let client =
-                match tokio::time::timeout(START_TIMEOUT, Client::over_http(http, url, &resolved, legacy))
-                    .await
-                {
-                    Ok(Ok(c)) => c,
-                    Ok(Err(e)) => return Err(fail(format!("{url}: {}", secrets.redact(&e)))),
-                    Err(_) => {
-                        return Err(fail(format!(
-                            "{url}: no handshake within {} s",
-                            START_TIMEOUT.as_secs()
-                        )));
-                    }
-                };
+            // The session lives on the sessions' runtime, so that `shutdown` can end it
+            // (its `DELETE`) after the command's runtime is gone.
+            let url_owned = url.clone();
+            let session = sessions_runtime()
+                .spawn(async move { Client::over_http(http, &url_owned, &resolved, legacy).await });
+            let abort = session.abort_handle();
+            let client = match tokio::time::timeout(START_TIMEOUT, session).await {
+                Ok(Ok(Ok(c))) => c,
+                Ok(Err(e)) => return Err(fail(format!("{url}: {e}"))),
+                Ok(Ok(Err(e))) => return Err(fail(format!("{url}: {}", secrets.redact(&e)))),
+                Err(_) => {
+                    abort.abort();
+                    return Err(fail(format!(
+                        "{url}: no handshake within {} s",
+                        START_TIMEOUT.as_secs()
+                    )));
+                }
+            };
             tracing::info!(server = %plan.name, url = %url, protocol = %client.protocol(), "mcp server connected");
             Ok(Connection {
                 client,
@@ -310,10 +322,68 @@ fn join(parts: [String; 3]) -> String {
         .join("; ")
 }
 
-/// Ends every server the process started (stdin closed, SIGTERM, SIGKILL of each group) and
-/// starts none after. Blocking, needs no runtime; calling it again does nothing more.
+/// How long ending a Streamable HTTP session (its `DELETE`) may take at shutdown.
+const SESSION_END_GRACE: Duration = Duration::from_secs(3);
+
+/// The runtime Streamable HTTP sessions run on: its own thread, for the life of the process,
+/// so that a session outlives the runtime of the command that opened it and is ended by
+/// [`shutdown`].
+fn sessions_runtime() -> &'static tokio::runtime::Runtime {
+    static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    RUNTIME.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("mcp-sessions")
+            .enable_all()
+            .build()
+            .expect("a tokio runtime starts")
+    })
+}
+
+/// Ends each Streamable HTTP session: the session's transport closes, which sends the server
+/// the `DELETE` with its session id (a server that keeps no session is told nothing).
+fn end_sessions() {
+    let slots: Vec<Arc<Slot>> = pool()
+        .slots
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .values()
+        .cloned()
+        .collect();
+    if slots.is_empty() {
+        return;
+    }
+    let end = async move {
+        let mut ended = 0;
+        for slot in slots {
+            let Ok(mut state) = tokio::time::timeout(SESSION_END_GRACE, slot.state.lock()).await else {
+                continue;
+            };
+            let Some(c) = state.connection.take_if(|c| c.process.is_none()) else {
+                continue;
+            };
+            drop(state);
+            match Arc::try_unwrap(c) {
+                Ok(c) => c.client.close(SESSION_END_GRACE).await,
+                // A call still holds it (the command was cut mid-call): ask it to end.
+                Err(c) => c.client.cancel(),
+            }
+            ended += 1;
+        }
+        tracing::debug!(sessions = ended, "mcp sessions ended");
+    };
+    // On a thread of its own: `shutdown` may be called from inside another runtime.
+    std::thread::scope(|s| {
+        s.spawn(|| sessions_runtime().block_on(end));
+    });
+}
+
+/// Ends every server the process started (Streamable HTTP sessions closed; stdio servers:
+/// stdin closed, SIGTERM, SIGKILL of each group) and starts none after. Blocking, needs no
+/// runtime; calling it again does nothing more.
 pub fn shutdown() {
     pool().closed.store(true, Ordering::SeqCst);
+    end_sessions();
     let processes = std::mem::take(&mut *pool().processes.lock().unwrap_or_else(|e| e.into_inner()));
     if processes.is_empty() {
         return;

@@ -476,6 +476,11 @@ impl Client {
     pub async fn close(mut self, grace: Duration) {
         let _ = self.running.close_with_timeout(grace).await;
     }
+
+    /// Asks the session to end without waiting for it (another holder still has it).
+    pub fn cancel(&self) {
+        self.running.cancellation_token().cancel();
+    }
 }
 
 fn classify(e: ServiceError) -> SdkError {

@@ -148,7 +148,9 @@ impl<'e, S: Store> Run<'e, S> {
         if let Err(e) = Self::check_input(call, input) {
             return StepOutcome::err(e);
         }
-        let tools = match self.loop_tools(name, lp).await {
+        // A flow test's mock model starts no MCP server: calls of their tools are refused.
+        let servers = !matches!(agent.spec, AgentPlanSpec::Mock(_));
+        let tools = match self.loop_tools(name, lp, servers).await {
             Ok(t) => t,
             Err(e) => return StepOutcome::err(e),
         };
@@ -611,6 +613,18 @@ impl<'e, S: Store> Run<'e, S> {
                     // Called after all: a refusal on record (a flow test's unmocked agent).
                     let _ = self.agent_for(&r.tool.call, true);
                     format!("tool `{}` is not available here: {}", c.name, r.why)
+                }
+                None if let Some(server) = tools.unlisted.iter().find(|s| {
+                    c.name
+                        .strip_prefix(**s)
+                        .is_some_and(|rest| rest.starts_with("__"))
+                }) =>
+                {
+                    self.state.refuse(&c.name);
+                    format!(
+                        "tool `{}` of MCP server `{server}` is not mocked: a flow test starts no MCP server",
+                        c.name
+                    )
                 }
                 None => format!("unknown tool `{}`; the tools are: {}", c.name, tools.names()),
             };

@@ -167,6 +167,11 @@ impl<'e, S: Store> Run<'e, S> {
         // Approvals are the runtime's: a plain step asked before its attempts, a loop before
         // its turn's calls.
         let out = agents::mcp::call(m, input, cx, Some(&elicitor), true).await;
+        // What the call was, on its record, for its span (a loop's call merges its own).
+        self.answers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(number.to_string(), json!({"mcp": agents::mcp::call_notes(m)}));
         if let Some(o) = self
             .ask_human(step, number, &m.server.name, &m.tool, &elicitor)
             .await

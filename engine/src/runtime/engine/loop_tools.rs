@@ -48,6 +48,9 @@ pub(super) struct Refused<'a> {
 pub(super) struct Tools<'a> {
     pub offered: Vec<Offered<'a>>,
     pub refused: Vec<Refused<'a>>,
+    /// The MCP servers whose tools were not listed (a flow test's mock stands in for the
+    /// model, and a flow test starts no server): a call of one of their tools is refused.
+    pub unlisted: Vec<&'a str>,
 }
 
 impl Tools<'_> {
@@ -89,12 +92,23 @@ impl Tools<'_> {
 impl<'e, S: Store> Run<'e, S> {
     /// The tools loop `lp` of agent `agent` offers: those the ceiling allows are offered, the
     /// others are unknown to the model. An MCP server's tools are listed from the server
-    /// (started if it is not running); one that cannot be listed fails the loop.
-    pub(super) async fn loop_tools<'a>(&self, agent: &str, lp: &'a LoopPlan) -> Result<Tools<'a>, StepError> {
+    /// (started if it is not running); one that cannot be listed fails the loop. Without
+    /// `servers` (a flow test's mock model), no server is started and none of its tools is
+    /// offered.
+    pub(super) async fn loop_tools<'a>(
+        &self,
+        agent: &str,
+        lp: &'a LoopPlan,
+        servers: bool,
+    ) -> Result<Tools<'a>, StepError> {
         let mut tools = Tools {
             offered: Vec::new(),
             refused: Vec::new(),
+            unlisted: Vec::new(),
         };
+        if !servers {
+            tools.unlisted = lp.servers.iter().map(|s| s.server.name.as_str()).collect();
+        }
         for t in &lp.tools {
             match self.agent_for(&t.call, false) {
                 Ok(_) => tools.offered.push(Offered {
@@ -107,7 +121,7 @@ impl<'e, S: Store> Run<'e, S> {
                 }),
             }
         }
-        for s in &lp.servers {
+        for s in lp.servers.iter().filter(|_| servers) {
             let server = &s.server;
             let listed = async {
                 let c = mcp::pool::connection(server).await?;

@@ -575,24 +575,32 @@ fn lint_mcp_names_a_server_that_cannot_start_and_tools_it_does_not_list() {
     );
     let static_only = run(switchyard(dir.path()).args(["lint", "flow.yaml"]));
     assert_eq!(static_only.code(), 0, "{}", static_only.stderr);
+    let out = run(switchyard(dir.path()).args(["lint", "--mcp", "flow.yaml", "--format", "json"]));
+    assert_eq!(out.code(), 1, "{}", out.stderr);
+    let d = out.diagnostics();
+    assert_eq!(d.len(), 1, "{d:?}");
+    assert_eq!(
+        (d[0].code.as_str(), d[0].line, d[0].column),
+        ("SY513", 3, 3),
+        "{d:?}"
+    );
+    assert!(
+        d[0].message.starts_with("MCP server `gone` could not be started"),
+        "{d:?}"
+    );
+    // The human form names the server and the cause too.
     let out = run(switchyard(dir.path()).args(["lint", "--mcp", "flow.yaml"]));
     assert_eq!(out.code(), 1, "{}", out.stderr);
-    assert!(
-        out.stderr
-            .contains("flow.yaml:3:3: MCP server `gone` could not be started"),
-        "{}",
-        out.stderr
-    );
+    assert!(out.stdout.contains("SY513"), "{}", out.stdout);
 
     let fx = Fx::new("mcp-lint-live");
     fx.flow("", &one_call("ech", "    input: {}\n"));
-    let out = run(switchyard(fx.dir.path()).args(["lint", "--mcp", "flow.yaml"]));
+    let out = run(switchyard(fx.dir.path()).args(["lint", "--mcp", "flow.yaml", "--format", "json"]));
     assert_eq!(out.code(), 1, "{}", out.stderr);
-    assert!(
-        out.stderr.contains("flow.yaml:8:") && out.stderr.contains("MCP server `fx` lists no tool `ech`"),
-        "{}",
-        out.stderr
-    );
+    let d = out.diagnostics();
+    assert_eq!(d.len(), 1, "{d:?}");
+    assert_eq!((d[0].code.as_str(), d[0].line), ("SY514", 8), "{d:?}");
+    assert_eq!(d[0].message, "MCP server `fx` lists no tool `ech`");
     fx.flow("", &one_call("echo", "    input: {}\n"));
     let out = run(switchyard(fx.dir.path()).args(["lint", "--mcp", "flow.yaml"]));
     assert_eq!(out.code(), 0, "{}", out.stderr);

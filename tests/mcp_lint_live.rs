@@ -36,7 +36,15 @@ fn lint(dir: &TempDir, live: bool) -> crate::support::Output {
     if live {
         cmd.arg("--mcp");
     }
-    run(cmd.arg("flow.yaml"))
+    run(cmd.args(["flow.yaml", "--format", "json"]))
+}
+
+/// `code line:col message` of each diagnostic.
+fn found(out: &crate::support::Output) -> Vec<String> {
+    out.diagnostics()
+        .iter()
+        .map(|d| format!("{} {}:{}:{} {}", d.code, d.file, d.line, d.column, d.message))
+        .collect()
 }
 
 /// A flow's agent named like a `"*"` server's tool clashes with it only once the server
@@ -49,12 +57,12 @@ fn lint_mcp_finds_a_loops_clash_with_a_listed_tool() {
     assert_eq!(out.code(), 0, "{out:?}");
     let out = lint(&dir, true);
     assert_eq!(out.code(), 1, "{out:?}");
+    let found = found(&out);
     assert!(
-        out.stderr.contains(
-            "flow.yaml:15:28: agent loop `helper` would offer two tools as `fixture__echo` (the other is offered at flow.yaml:15:13)"
-        ),
-        "{}",
-        out.stderr
+        found.iter().any(|d| d.starts_with(
+            "SY512 flow.yaml:15:28 agent loop `helper` would offer two tools as `fixture__echo` (the other is offered at flow.yaml:15:13)"
+        )),
+        "{found:?}"
     );
 
     // Only the tools the loop takes from the server: no clash.
@@ -76,13 +84,14 @@ fn lint_mcp_finds_loop_entries_naming_unlisted_tools() {
     assert_eq!(out.code(), 0, "{out:?}");
     let out = lint(&dir, true);
     assert_eq!(out.code(), 1, "{out:?}");
-    for line in [
-        "flow.yaml:15:13: agent loop `helper`: `tools` names `fixture.ech`, but MCP server `fixture` lists no tool `ech`",
-        "flow.yaml:16:15: agent loop `helper`: `approve` names `fixture.comit`, but MCP server `fixture` lists no tool `comit`",
-    ] {
-        assert!(out.stderr.contains(line), "{line}\n{}", out.stderr);
-    }
-    assert!(!out.stderr.contains("fixture.*"), "{}", out.stderr);
+    let found = found(&out);
+    assert_eq!(
+        found,
+        [
+            "SY514 flow.yaml:15:13 agent loop `helper`: `tools` names `fixture.ech`, but MCP server `fixture` lists no tool `ech`",
+            "SY514 flow.yaml:16:15 agent loop `helper`: `approve` names `fixture.comit`, but MCP server `fixture` lists no tool `comit`",
+        ]
+    );
 }
 
 /// `mcp`, `mcp list` and `mcp serve` explain themselves, and `lint --help` tells `--mcp`.

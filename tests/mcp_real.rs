@@ -305,22 +305,27 @@ fn lint_mcp_checks_the_tools_against_what_the_real_servers_list() {
     // names both places that use it.
     let plain = sy(&["lint", "everything_unlisted.yaml"]);
     assert_eq!(plain.code(), 0, "{plain:?}");
-    let out = sy(&["lint", "everything_unlisted.yaml", "--mcp"]);
+    let out = sy(&["lint", "everything_unlisted.yaml", "--mcp", "--format", "json"]);
     assert_eq!(out.code(), 1, "{out:?}");
-    for place in [
-        "everything_unlisted.yaml:6:19: ",
-        "everything_unlisted.yaml:11:11: ",
-    ] {
-        assert!(
-            out.stderr.contains(&format!(
-                "{place}MCP server `everything` lists no tool `no-such-tool`"
-            )),
-            "`{place}` is not named:\n{}",
-            out.stderr
-        );
-    }
+    let found: Vec<(String, usize, usize, String)> = out
+        .diagnostics()
+        .into_iter()
+        .map(|d| (d.code, d.line, d.column, d.message))
+        .collect();
+    let unlisted = "MCP server `everything` lists no tool `no-such-tool`".to_string();
+    assert_eq!(
+        found,
+        [
+            ("SY514".to_string(), 6, 19, unlisted.clone()),
+            ("SY514".to_string(), 11, 11, unlisted)
+        ],
+    );
     // What it lists is told, so that a typo is plain to see.
-    assert!(out.stderr.contains("`get-sum`"), "{}", out.stderr);
+    let d = out.diagnostics();
+    assert!(
+        d[0].help.as_deref().unwrap_or_default().contains("`get-sum`"),
+        "{d:?}"
+    );
 }
 
 #[test]

@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 
 use crate::agents::mcp;
+use crate::diag::{Diagnostic, codes};
 use crate::model::{Agent, AgentSpec, McpServer};
 use crate::plan::{McpServerPlan, mcp_tool_name};
 use crate::project::{FlowId, Project};
@@ -37,12 +38,14 @@ pub(super) fn servers(project: &Project) -> Vec<Server<'_>> {
 }
 
 /// `lint --mcp`: starts every server the linted flows define and checks the tools named by
-/// `mcp` agents and by the allowlists against what each server lists. Prints each problem on
-/// stderr with its file, line and column; `false` when there was one.
-pub(super) fn check_live(project: &Project) -> bool {
+/// `mcp` agents and by the allowlists against what each server lists: a diagnostic for each
+/// problem (SY513 a server that cannot be started or listed, SY514 a tool it does not list,
+/// SY512 two tools of a loop under one name), rendered with the static ones.
+pub(super) fn check_live(project: &Project) -> Vec<Diagnostic> {
+    let mut out = Vec::new();
     let servers = servers(project);
     if servers.is_empty() {
-        return true;
+        return out;
     }
     let rt = super::common::runtime();
     let listed = rt.block_on(async {
@@ -73,15 +76,16 @@ pub(super) fn check_live(project: &Project) -> bool {
             }
         }
     }
-    let mut ok = true;
     // What each server that could be listed lists, by its definition.
     let mut lists: BTreeMap<(u32, u32), Vec<String>> = BTreeMap::new();
     for (s, result) in servers.iter().zip(listed) {
         let tools = match result {
             Ok((tools, _)) => tools,
             Err(e) => {
-                ok = false;
-                super::stderr::error(format!("{}: {e}", at(project, s.model.name.span)));
+                out.push(
+                    Diagnostic::new(&codes::MCP_SERVER_UNREACHABLE, s.model.name.span, format!("{e}"))
+                        .label("started and asked for its tools by `lint --mcp`"),
+                );
                 continue;
             }
         };
@@ -102,20 +106,24 @@ pub(super) fn check_live(project: &Project) -> bool {
             .chain(named.get(&key(s.model.span)).into_iter().flatten().cloned());
         for (tool, span) in wanted {
             if !has(&tool) {
-                ok = false;
-                super::stderr::error(format!(
-                    "{}: MCP server `{}` lists no tool `{tool}` (it lists: {lists})",
-                    at(project, span),
-                    s.plan.name
-                ));
+                let d = Diagnostic::new(
+                    &codes::MCP_TOOL_NOT_LISTED,
+                    span,
+                    format!("MCP server `{}` lists no tool `{tool}`", s.plan.name),
+                )
+                .label("not among the tools the server lists")
+                .help(
+                    match crate::diag::did_you_mean(&tool, tools.iter().map(|t| t.name.as_str())) {
+                        Some(h) => format!("{h} (it lists: {lists})"),
+                        None => format!("it lists: {lists}"),
+                    },
+                );
+                out.push(d);
             }
         }
     }
-    for problem in loop_problems(project, &lists) {
-        ok = false;
-        super::stderr::error(problem);
-    }
-    ok
+    out.extend(loop_problems(project, &lists));
+    out
 }
 
 /// The problems of every agent loop the project's flows see (their own agents and their
@@ -123,7 +131,7 @@ pub(super) fn check_live(project: &Project) -> bool {
 /// be listed is left out, already reported): a `server.tool` entry of `tools:` or `approve:`
 /// naming a tool the server does not list, and two tools offered under one name where one
 /// of them comes from a `"*"` server's listing (the other clashes static lint reports).
-fn loop_problems(project: &Project, lists: &BTreeMap<(u32, u32), Vec<String>>) -> Vec<String> {
+fn loop_problems(project: &Project, lists: &BTreeMap<(u32, u32), Vec<String>>) -> Vec<Diagnostic> {
     let mut out = Vec::new();
     let mut seen: Vec<*const Agent> = Vec::new();
     for i in 0..project.flows.len() {
@@ -138,11 +146,15 @@ fn loop_problems(project: &Project, lists: &BTreeMap<(u32, u32), Vec<String>>) -
             seen.push(std::ptr::from_ref(*agent));
             let listing = |entry| listing(entry, &servers, lists);
             let unlisted = |server: &str, tool: &str, span: Span, field: &str| {
-                format!(
-                    "{}: agent loop `{}`: `{field}` names `{server}.{tool}`, but MCP server `{server}` lists no tool `{tool}`",
-                    at(project, span),
-                    agent.name.value
+                Diagnostic::new(
+                    &codes::MCP_TOOL_NOT_LISTED,
+                    span,
+                    format!(
+                        "agent loop `{}`: `{field}` names `{server}.{tool}`, but MCP server `{server}` lists no tool `{tool}`",
+                        agent.name.value
+                    ),
                 )
+                .label("not among the tools the server lists")
             };
             // Each name offered, with its entry and whether a `"*"` listing made it.
             let mut names: Vec<(String, Span, bool)> = Vec::new();
@@ -171,12 +183,19 @@ fn loop_problems(project: &Project, lists: &BTreeMap<(u32, u32), Vec<String>>) -
                 };
                 for (name, wild) in offered {
                     match names.iter().find(|(n, _, _)| *n == name) {
-                        Some((_, first, first_wild)) if wild || *first_wild => out.push(format!(
-                            "{}: agent loop `{}` would offer two tools as `{name}` (the other is offered at {}): a model calls a tool by its name",
-                            at(project, t.name.span),
-                            agent.name.value,
-                            at(project, *first)
-                        )),
+                        Some((_, first, first_wild)) if wild || *first_wild => out.push(
+                            Diagnostic::new(
+                                &codes::TOOL_NAME_COLLISION,
+                                t.name.span,
+                                format!(
+                                    "agent loop `{}` would offer two tools as `{name}` (the other is offered at {}): a model calls a tool by its name",
+                                    agent.name.value,
+                                    at(project, *first)
+                                ),
+                            )
+                            .label(format!("offers `{name}` once the server lists its tools"))
+                            .with_secondary(*first, format!("`{name}` is offered here too")),
+                        ),
                         Some(_) => {}
                         None => names.push((name, t.name.span, wild)),
                     }

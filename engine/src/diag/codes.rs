@@ -89,6 +89,8 @@ rules! {
     MCP_TOOL_NOT_ALLOWED = "SY510", "mcp-tool-not-allowed", Error, "an MCP tool named by an `mcp` agent, an agent loop's `tools` (`server.tool`), `approve`, `no_approval` or `idempotent` that its server's `tools:` allowlist leaves out";
     SECRET_IN_MCP_TARGET = "SY511", "secret-in-mcp-target", Error, "a secret reference in an MCP server's `url` or `command`, where it would be seen and logged";
     TOOL_NAME_COLLISION = "SY512", "tool-name-collision", Error, "two tools of an agent loop offered to the model under one name (`<server>__<tool>`, cut to 64 characters, or an agent of that name)";
+    MCP_SERVER_UNREACHABLE = "SY513", "mcp-server-unreachable", Error, "an MCP server that `lint --mcp` cannot start, reach or list the tools of";
+    MCP_TOOL_NOT_LISTED = "SY514", "mcp-tool-not-listed", Error, "a tool named by an `mcp` agent, a server's `tools:` or `approve:`, or an agent loop's `tools`/`approve` that the live server does not list (`lint --mcp`)";
 }
 
 /// The rule with this code (`SY201`) or name (`unknown-step`), case-insensitive.

@@ -60,6 +60,8 @@
 //! - [`mcp_loop`]: MCP tools in agent loops (definitions from `tools/list`, tool messages,
 //!   names that collide), approvals of MCP calls, a server's questions answered by `resume`,
 //!   a loop killed with an MCP call in flight;
+//! - [`mcp_stranger`]: MCP features where they meet the rest: a plain step's approval in
+//!   `runs show` and the run page, bad server definitions, a loop of MCP tools over budget;
 //! - [`layers`]: `engine/src`'s modules use only the layers below their own, and no files
 //!   import each other;
 //! - [`library`]: the crate root as an application uses it: `examples/approve.rs` run to its
@@ -100,6 +102,7 @@ mod mcp;
 mod mcp_conformance;
 mod mcp_loop;
 mod mcp_serve;
+mod mcp_stranger;
 mod memory_store;
 mod mock_server;
 mod money;

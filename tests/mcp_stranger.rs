@@ -35,7 +35,9 @@ impl Fx {
     }
 
     fn sy(&self, args: &[&str]) -> Output {
-        run(switchyard(self.path()).env("SWITCHYARD_STORE", "sqlite:runs.db").args(args))
+        run(switchyard(self.path())
+            .env("SWITCHYARD_STORE", "sqlite:runs.db")
+            .args(args))
     }
 
     fn calls(&self) -> Vec<String> {
@@ -80,5 +82,95 @@ fn a_plain_steps_approval_is_shown_under_its_step() {
     );
     let page = fx.sy(&["runs", "show", &id, "--format", "html"]);
     assert_eq!(page.code(), 0, "{}", page.stderr);
-    assert!(!page.stdout.contains("not finished"), "the page shows no open step");
+    assert!(
+        !page.stdout.contains("not finished"),
+        "the page shows no open step"
+    );
+}
+
+/// A flow whose server `name` is `server` (its definition's lines) and one step calling its
+/// `echo`.
+fn echo_flow(server: &str) -> String {
+    format!(
+        "flow: stranger\nmcp_servers:\n  fx:\n{server}    tools: [echo]\nagents:\n  call: {{kind: mcp, server: fx, tool: echo}}\nsteps:\n  first: {{agent: call, input: {{$.text: {{value: hi}}}}, output: {{$.out: $.content}}}}\n"
+    )
+}
+
+/// A server that exits at once is started once per call, not once to see whether the call
+/// needs approval and again to make it; after a few failed starts a batch's calls fail
+/// without starting it again.
+#[test]
+fn a_server_that_cannot_start_is_started_once_per_call_and_then_given_up() {
+    let dir = TempDir::new("mcp-start-fails");
+    let starts = dir.path().join("starts");
+    dir.write(
+        "flow.yaml",
+        echo_flow(&format!(
+            "    command: [sh, -c, 'echo started >> \"{}\"; echo not-json; exit 1']\n",
+            starts.display()
+        )),
+    );
+    let count = || {
+        std::fs::read_to_string(&starts)
+            .unwrap_or_default()
+            .lines()
+            .count()
+    };
+    let out = run(switchyard(dir.path()).args(["run", "flow.yaml", "--input", "{}"]));
+    assert_eq!(out.code(), 1, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("MCP server `fx` could not be started"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(count(), 1, "started once");
+    std::fs::remove_file(&starts).expect("the starts file");
+    let input: String = (1..=12).map(|i| format!("{{\"id\": {i}}}\n")).collect();
+    dir.write("in.jsonl", input);
+    let out = run(switchyard(dir.path()).args([
+        "batch",
+        "flow.yaml",
+        "--input",
+        "in.jsonl",
+        "--output",
+        "out.jsonl",
+        "--concurrency",
+        "1",
+    ]));
+    assert_eq!(out.code(), 1, "{}", out.stderr);
+    assert_eq!(count(), 4, "a first start and three more, then given up");
+    let lines = std::fs::read_to_string(dir.path().join("out.jsonl")).expect("the output");
+    assert_eq!(lines.lines().count(), 12);
+    assert!(
+        lines
+            .lines()
+            .last()
+            .is_some_and(|l| l.contains("failed to start 4 times")),
+        "{lines}"
+    );
+}
+
+/// An HTTP server that refuses the connection is named with the cause in words: no type
+/// names of the SDK, and none of its own log lines.
+#[test]
+fn a_refused_http_server_is_named_with_its_cause() {
+    let dir = TempDir::new("mcp-refused");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    dir.write(
+        "flow.yaml",
+        echo_flow(&format!("    url: http://127.0.0.1:{port}/mcp\n")),
+    );
+    let out = run(switchyard(dir.path()).args(["run", "flow.yaml", "--input", "{}"]));
+    assert_eq!(out.code(), 1, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("MCP server `fx` could not be started")
+            && out.stderr.contains("Connection refused"),
+        "{}",
+        out.stderr
+    );
+    assert!(!out.stderr.contains("rmcp"), "{}", out.stderr);
+    assert!(!out.stderr.contains("ERROR"), "{}", out.stderr);
 }

@@ -174,3 +174,29 @@ fn a_refused_http_server_is_named_with_its_cause() {
     assert!(!out.stderr.contains("rmcp"), "{}", out.stderr);
     assert!(!out.stderr.contains("ERROR"), "{}", out.stderr);
 }
+
+/// An agent loop's MCP server is started (to list its tools) whenever the loop starts: a
+/// secret its `env:` needs is checked before the run, like a plain step's, not at the first
+/// turn.
+#[test]
+fn a_loops_server_secret_that_is_not_set_refuses_the_run() {
+    let dir = TempDir::new("mcp-loop-secret");
+    dir.write(
+        "flow.yaml",
+        format!(
+            "flow: stranger\nproviders:\n  local: {{base_url: \"http://127.0.0.1:9/v1\"}}\nmcp_servers:\n  fx:\n    command: [\"{}\"]\n    env: {{TOKEN: \"${{env:SY_STRANGER_SURELY_UNSET}}\"}}\n    tools: [\"*\"]\nagents:\n  helper: {{kind: llm, provider: local, model: m1, prompt: go, tools: [fx]}}\nsteps:\n  answer: {{agent: helper, output: {{$.reply: $}}}}\n",
+            mcp_fixture().display()
+        ),
+    );
+    let out = run(switchyard(dir.path())
+        .env_remove("SY_STRANGER_SURELY_UNSET")
+        .args(["run", "flow.yaml", "--input", "{}"]));
+    assert_eq!(out.code(), 2, "{}", out.stderr);
+    assert!(
+        out.stderr.contains(
+            "environment variable SY_STRANGER_SURELY_UNSET is not set, needed by `env.TOKEN` of MCP server `fx` in flow `stranger`"
+        ),
+        "{}",
+        out.stderr
+    );
+}

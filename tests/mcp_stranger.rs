@@ -200,3 +200,93 @@ fn a_loops_server_secret_that_is_not_set_refuses_the_run() {
         out.stderr
     );
 }
+
+/// `tools/call` of `tool` with `arguments` over the stateless revision, to `url`: the raw
+/// HTTP response (empty if the server went away first).
+fn stateless_call(url: &str, tool: &str, arguments: &str) -> String {
+    use std::io::{Read as _, Write as _};
+    let rest = url.strip_prefix("http://").expect("an http URL");
+    let (authority, path) = rest.split_at(rest.find('/').expect("a path"));
+    let body = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"{tool}","arguments":{arguments},"_meta":{{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{{"name":"t","version":"1"}},"io.modelcontextprotocol/clientCapabilities":{{}}}}}}}}"#
+    );
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nHost: {authority}\r\nContent-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\n\
+         Mcp-Method: tools/call\r\nMcp-Name: {tool}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let Ok(mut stream) = std::net::TcpStream::connect(authority) else {
+        return String::new();
+    };
+    let _ = stream.set_read_timeout(Some(std::time::Duration::from_secs(60)));
+    let _ = stream.write_all(request.as_bytes());
+    let mut response = String::new();
+    let _ = stream.read_to_string(&mut response);
+    response
+}
+
+/// `mcp serve --http` of a flow that itself calls an MCP server, quit at once by a second
+/// Ctrl-C while that server's call is in flight: the server ends with it, and the run is
+/// left for `resume` (in doubt: its call may have had its effect).
+#[test]
+fn a_served_flow_quit_mid_call_leaves_no_server_and_resumes() {
+    let dir = TempDir::new("mcp-serve-nested-quit");
+    let (pids, log) = (dir.path().join("pids"), dir.path().join("calls.log"));
+    dir.write(
+        "nest.yaml",
+        format!(
+            "flow: nest\nmcp_servers:\n  fx:\n    command: [\"{}\"]\n    env: {{MCP_FIXTURE_PIDS: \"{}\", MCP_FIXTURE_LOG: \"{}\"}}\n    tools: [slow, add]\nagents:\n  slow: {{kind: mcp, server: fx, tool: slow}}\n  add: {{kind: mcp, server: fx, tool: add}}\nsteps:\n  wait: {{agent: slow, input: {{$.ms: $.ms}}, output: {{}}, next: sum}}\n  sum: {{agent: add, input: {{$.a: $.a, $.b: $.b}}, output: {{$.sum: $.structured.sum}}}}\n",
+            mcp_fixture().display(),
+            pids.display(),
+            log.display()
+        ),
+    );
+    let (mut server, url) = crate::mcp_serve::serve_http(&dir, &["--store", "sqlite:runs.db", "nest.yaml"]);
+    let call = std::thread::spawn(move || stateless_call(&url, "nest", r#"{"a": 1, "b": 2, "ms": 5000}"#));
+    let started = std::time::Instant::now();
+    while !std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .contains("call slow")
+    {
+        assert!(
+            started.elapsed().as_secs() < 20,
+            "the slow call never reached the server"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    for _ in 0..2 {
+        // SAFETY: signalling a child this test started.
+        unsafe {
+            libc::kill(server.id() as i32, libc::SIGINT);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    }
+    let status = server.wait().expect("mcp serve exits");
+    assert_eq!(status.code(), Some(130), "quit at once");
+    let _ = call.join();
+    let started = fixture_pids(&pids);
+    assert_eq!(started.len(), 1, "{started:?}");
+    // Well before its 5 s call would have ended by itself.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+    while process_alive(started[0]) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(!process_alive(started[0]), "the server outlived mcp serve");
+    let sy = |args: &[&str]| {
+        run(switchyard(dir.path())
+            .args(args)
+            .args(["--store", "sqlite:runs.db"]))
+    };
+    let listed = sy(&["runs", "list", "--json"]);
+    let id = serde_json::from_str::<serde_json::Value>(listed.stdout.lines().next().unwrap_or("{}"))
+        .ok()
+        .and_then(|v| v["id"].as_str().map(String::from))
+        .unwrap_or_else(|| panic!("a run: {}", listed.stdout));
+    let out = sy(&["resume", &id]);
+    assert_eq!(out.code(), 3, "in doubt: {}", out.stderr);
+    assert!(out.stderr.contains("in_doubt"), "{}", out.stderr);
+    let out = sy(&["resume", &id, "--retry-in-doubt"]);
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    assert!(out.stdout.contains("\"sum\": 3"), "{}", out.stdout);
+}

@@ -290,3 +290,22 @@ fn a_served_flow_quit_mid_call_leaves_no_server_and_resumes() {
     assert_eq!(out.code(), 0, "{}", out.stderr);
     assert!(out.stdout.contains("\"sum\": 3"), "{}", out.stdout);
 }
+
+/// A plain step that waited for approval keeps its whole `retry`: the stop to ask was no
+/// attempt that failed.
+#[test]
+fn a_step_that_waited_for_approval_keeps_its_retries() {
+    let fx = Fx::new("mcp-approval-retry");
+    fx.flow(
+        "    approve: [fail]\n",
+        "agents:\n  call: {kind: mcp, server: fx, tool: fail}\nsteps:\n  first:\n    agent: call\n    input: {}\n    output: {}\n    retry: {attempts: 2, backoff: 10ms, on: [agent]}\n",
+    );
+    let out = fx.sy(&["run", "flow.yaml", "--input", "{}"]);
+    assert_eq!(out.code(), 3, "{}", out.stderr);
+    assert!(fx.calls().is_empty(), "{:?}", fx.calls());
+    let id = run_id_from(&out.stderr);
+    let out = fx.sy(&["resume", &id, "--decision", r#"{"approve": true}"#]);
+    assert_eq!(out.code(), 1, "{}", out.stderr);
+    assert!(out.stderr.contains("failed on purpose"), "{}", out.stderr);
+    assert_eq!(fx.calls(), ["call fail", "call fail"], "the call and its retry");
+}

@@ -309,3 +309,40 @@ fn a_step_that_waited_for_approval_keeps_its_retries() {
     assert!(out.stderr.contains("failed on purpose"), "{}", out.stderr);
     assert_eq!(fx.calls(), ["call fail", "call fail"], "the call and its retry");
 }
+
+/// A `foreach` whose iterations each wait for the approval of their call: the call `run`
+/// names is the one `resume --decision` decides, every time.
+#[test]
+fn the_approval_run_names_is_the_one_resume_decides() {
+    for round in 0..4 {
+        let fx = Fx::new("mcp-foreach-approval");
+        fx.flow(
+            "    approve: [echo]\n",
+            "agents:\n  call: {kind: mcp, server: fx, tool: echo}\nsteps:\n  each:\n    foreach: $.items\n    as: it\n    concurrency: 3\n    agent: call\n    input: {$.text: =it}\n    output: {$.out: $}\n",
+        );
+        let out = fx.sy(&["run", "flow.yaml", "--input", r#"{"items": ["a", "b", "c"]}"#]);
+        assert_eq!(out.code(), 3, "{}", out.stderr);
+        let id = run_id_from(&out.stderr);
+        let named = ["a", "b", "c"]
+            .into_iter()
+            .find(|t| out.stderr.contains(&format!(r#"fx.echo {{"text":"{t}"}}"#)))
+            .unwrap_or_else(|| panic!("names a call: {}", out.stderr));
+        let out = fx.sy(&["resume", &id, "--decision", r#"{"edit": {"text": "edited"}}"#]);
+        assert_eq!(out.code(), 3, "{}", out.stderr);
+        let shown = fx.sy(&["runs", "show", &id, "--json"]);
+        let shown: serde_json::Value = serde_json::from_str(&shown.stdout).expect("JSON");
+        let decided: Vec<&serde_json::Value> = shown["steps"]
+            .as_array()
+            .expect("steps")
+            .iter()
+            .filter(|s| s["kind"] == "approval" && s["status"] == "succeeded")
+            .collect();
+        assert_eq!(decided.len(), 1, "round {round}: {shown}");
+        let iteration = ["a", "b", "c"].iter().position(|t| *t == named).expect("an item");
+        assert_eq!(
+            decided[0]["number"],
+            format!("1[{iteration}].approval"),
+            "round {round}: `run` named `{named}`"
+        );
+    }
+}

@@ -64,6 +64,12 @@ fn a_plain_steps_approval_is_shown_under_its_step() {
     let shown = fx.sy(&["runs", "show", &id]);
     assert!(shown.stdout.contains("1.approval"), "{}", shown.stdout);
     assert!(!shown.stdout.contains("not finished"), "{}", shown.stdout);
+    let page = fx.sy(&["runs", "show", &id, "--format", "html"]);
+    assert!(
+        page.stdout
+            .contains("Waiting for approval of the call a step proposed"),
+        "the page asks for what the step waits for"
+    );
     let out = fx.sy(&["resume", &id, "--decision", r#"{"approve": true}"#]);
     assert_eq!(out.code(), 0, "{}", out.stderr);
     assert_eq!(fx.calls(), ["call echo"]);

@@ -63,6 +63,8 @@
 //! - [`mcp_real`]: MCP servers people run (the reference everything server, the time server)
 //!   over stdio, `lint --mcp` and `mcp list` against them, and batches of thousands of calls
 //!   through one fixture server process, finished or stopped with SIGINT;
+//! - [`mcp_stranger`]: MCP features where they meet the rest: a plain step's approval in
+//!   `runs show` and the run page, bad server definitions, a loop of MCP tools over budget;
 //! - [`layers`]: `engine/src`'s modules use only the layers below their own, and no files
 //!   import each other;
 //! - [`library`]: the crate root as an application uses it: `examples/approve.rs` run to its
@@ -107,6 +109,7 @@ mod mcp_lint_live;
 mod mcp_loop;
 mod mcp_real;
 mod mcp_serve;
+mod mcp_stranger;
 mod memory_store;
 mod mock_server;
 mod money;

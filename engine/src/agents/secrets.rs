@@ -13,7 +13,8 @@ use crate::plan::{AgentChanges, AgentPlan, AgentPlanSpec, Plan};
 /// Variables named by secret references that are not set (or not UTF-8) in this process's
 /// environment, each with the places that name it (`the api_key of provider `local``), sorted
 /// by name. Agents that `changes` replace or remove are not called and not checked, nor are
-/// the tools of agent loops, which the model may never call: theirs fail at the call.
+/// the tools of agent loops, which the model may never call: theirs fail at the call (a
+/// loop's MCP servers are checked: they are started, to list their tools, when it starts).
 pub fn missing_env(plan: &Plan, changes: &AgentChanges) -> Vec<(String, Vec<String>)> {
     let mut needed: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for (i, agent) in plan.step_agents() {
@@ -57,6 +58,11 @@ fn refs_of(agent: &AgentPlan, flow: &str, out: &mut BTreeMap<String, Vec<String>
                     format!("header `{h}` of provider `{}` in flow `{flow}`", p.name),
                 );
             }
+            // A loop's MCP servers are started to list their tools before its first turn,
+            // whatever the model calls.
+            for ls in l.agent_loop.iter().flat_map(|lp| &lp.servers) {
+                server_refs(&ls.server, flow, &mut add);
+            }
         }
         AgentPlanSpec::Http(h) => {
             add(
@@ -75,31 +81,33 @@ fn refs_of(agent: &AgentPlan, flow: &str, out: &mut BTreeMap<String, Vec<String>
                 add(v, format!("`env.{k}` of agent `{}` in flow `{flow}`", agent.name));
             }
         }
-        AgentPlanSpec::Mcp(m) => {
-            let s = &m.server;
-            match &s.transport {
-                crate::plan::McpTransport::Stdio { env, .. } => {
-                    for (k, v) in env {
-                        add(
-                            v,
-                            format!("`env.{k}` of MCP server `{}` in flow `{flow}`", s.name),
-                        );
-                    }
-                }
-                crate::plan::McpTransport::Http { headers, .. } => {
-                    for (k, v) in headers {
-                        add(
-                            v,
-                            format!("header `{k}` of MCP server `{}` in flow `{flow}`", s.name),
-                        );
-                    }
-                }
-            }
-        }
+        AgentPlanSpec::Mcp(m) => server_refs(&m.server, flow, &mut add),
         AgentPlanSpec::Flow(_)
         | AgentPlanSpec::Transform(_)
         | AgentPlanSpec::Mock(_)
         | AgentPlanSpec::Native(_) => {}
+    }
+}
+
+/// The references in MCP server `s`'s `env:` (stdio) or `headers:` (HTTP).
+fn server_refs(s: &crate::plan::McpServerPlan, flow: &str, add: &mut impl FnMut(&str, String)) {
+    match &s.transport {
+        crate::plan::McpTransport::Stdio { env, .. } => {
+            for (k, v) in env {
+                add(
+                    v,
+                    format!("`env.{k}` of MCP server `{}` in flow `{flow}`", s.name),
+                );
+            }
+        }
+        crate::plan::McpTransport::Http { headers, .. } => {
+            for (k, v) in headers {
+                add(
+                    v,
+                    format!("header `{k}` of MCP server `{}` in flow `{flow}`", s.name),
+                );
+            }
+        }
     }
 }
 

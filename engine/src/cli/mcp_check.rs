@@ -83,7 +83,7 @@ pub(super) fn check_live(project: &Project) -> Vec<Diagnostic> {
             Ok((tools, _)) => tools,
             Err(e) => {
                 out.push(
-                    Diagnostic::new(&codes::MCP_SERVER_UNREACHABLE, s.model.name.span, format!("{e}"))
+                    Diagnostic::new(&codes::MCP_SERVER_UNREACHABLE, s.model.name.span, e.to_string())
                         .label("started and asked for its tools by `lint --mcp`"),
                 );
                 continue;

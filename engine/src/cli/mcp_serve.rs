@@ -200,6 +200,8 @@ async fn serve_http(server: Arc<Server>, addr: SocketAddr, options: http::HttpOp
                     "quit: runs still in flight are left `running`: `switchyard resume RUN_ID` continues them",
                     serde_json::Value::Null,
                 );
+                // exit skips destructors: the MCP servers the flows call are ended here.
+                crate::agents::mcp::shutdown();
                 std::process::exit(130);
             }
         }

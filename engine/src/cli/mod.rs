@@ -284,10 +284,11 @@ fn init_logging(format: LogFormat, verbose: u8) {
     );
     use tracing_subscriber::EnvFilter;
     // sqlx's slow-statement warnings (a count over a million-run batch takes seconds) are
-    // for `-vv`, not for every command's stderr.
+    // for `-vv`, not for every command's stderr; so are the MCP SDK's own logs (a server that
+    // cannot be reached is told once, by the step's error).
     let level = match verbose {
-        0 => "warn,sqlx::query=error",
-        1 => "switchyard=info,warn,sqlx::query=error",
+        0 => "warn,sqlx::query=error,rmcp=off",
+        1 => "switchyard=info,warn,sqlx::query=error,rmcp=off",
         2 => "switchyard=debug,info",
         _ => "trace",
     };

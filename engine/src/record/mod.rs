@@ -332,9 +332,13 @@ pub fn loop_split(number: &str) -> Option<(&str, u64, &str)> {
     None
 }
 
-/// The key of the step, iteration or branch a loop part's loop is (`3[2]` for `3[2].t1.1`).
+/// The key of the step, iteration or branch a loop part's loop is (`3[2]` for `3[2].t1.1`);
+/// a plain `mcp` step's approval (`3.approval`, no turn) belongs to its step (`3`).
 pub fn loop_owner(number: &str) -> &str {
-    loop_split(number).map_or(number, |(o, ..)| o)
+    match loop_split(number) {
+        Some((o, ..)) => o,
+        None => number.strip_suffix(".approval").unwrap_or(number),
+    }
 }
 
 /// A loop part's place in its loop: turn by turn, the turn, its approval, then its calls
@@ -497,6 +501,8 @@ mod tests {
         assert_eq!(loop_split("4.2"), None);
         assert_eq!(loop_split("1.tx"), None);
         assert_eq!(loop_owner("5"), "5");
+        assert_eq!(loop_owner("5.approval"), "5");
+        assert_eq!(loop_owner("5[2].approval"), "5[2]");
         let mut parts = ["1.t2", "1.t1.10", "1.t1.2", "1.t1.approval", "1.t1"];
         parts.sort_by_key(|p| loop_order(p));
         assert_eq!(parts, ["1.t1", "1.t1.approval", "1.t1.2", "1.t1.10", "1.t2"]);

@@ -283,7 +283,9 @@ fn rows<'a>(
 /// What the run waits for: the question ([`question`](super::question::question): the prompt
 /// or the proposed calls, the decision's schema and forms) and the command that answers it.
 fn waiting(o: &mut String, run: &RunRecord, w: &Waiting, command: &str, now_ms: u64) {
-    let what = if w.step.kind == "approval" {
+    let what = if w.step.kind == "approval" && crate::record::loop_split(&w.step.number).is_none() {
+        "approval of the call a step proposed"
+    } else if w.step.kind == "approval" {
         "approval of the calls an agent loop proposed"
     } else {
         "a decision"

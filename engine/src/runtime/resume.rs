@@ -131,12 +131,21 @@ impl Replay {
     }
 
     /// The `interrupt` step the run stopped at: its latest record is `interrupted` and it is
-    /// not an in-doubt stop (those are agent steps).
+    /// not an in-doubt stop (those are agent steps). Of several (a `foreach`'s iterations
+    /// each stopped to ask), the one started last; of those started together, the first by
+    /// number: the same one whichever process reads the records, so that the question `run`
+    /// prints is the one `resume --decision` answers.
     pub fn waiting_interrupt(&self) -> Option<&StepRecord> {
         self.parts
             .values()
             .filter(|r| r.status == StepStatus::Interrupted && asks_human(r))
-            .max_by_key(|r| r.started_at)
+            .max_by_key(|r| {
+                (
+                    r.started_at,
+                    r.started_ns,
+                    std::cmp::Reverse((r.iteration, r.number.as_str())),
+                )
+            })
     }
 }
 

@@ -97,9 +97,10 @@ struct Slot {
 #[derive(Default)]
 struct SlotState {
     connection: Option<Arc<Connection>>,
-    /// Times it was started again after dying.
+    /// Times it was started again after dying, and starts that failed.
     restarts: u32,
-    /// Why it is no longer started, once it died more than [`MAX_RESTARTS`] times.
+    /// Why it is no longer started, once it died (or failed to start) more than
+    /// [`MAX_RESTARTS`] times.
     given_up: Option<String>,
     tools: Option<Arc<Tools>>,
 }
@@ -176,9 +177,25 @@ pub async fn connection(plan: &McpServerPlan) -> Result<Arc<Connection>, Unavail
             plan.name
         )));
     }
-    let c = match start(plan, false).await {
-        Err(Unavailable::Start(why)) if sdk::wants_legacy(&why) => start(plan, true).await?,
-        other => other?,
+    let started = match start(plan, false).await {
+        Err(Unavailable::Start(why)) if sdk::wants_legacy(&why) => start(plan, true).await,
+        other => other,
+    };
+    let c = match started {
+        Ok(c) => c,
+        // A server that cannot be started counts as one that died: past [`MAX_RESTARTS`] its
+        // calls fail at once, rather than each waiting for a start of its own that fails.
+        Err(e) => {
+            state.restarts += 1;
+            if state.restarts > MAX_RESTARTS {
+                let why = format!(
+                    "MCP server `{}` failed to start {} times and is not started again (last: {e})",
+                    plan.name, state.restarts
+                );
+                state.given_up = Some(why);
+            }
+            return Err(e);
+        }
     };
     let c = Arc::new(c);
     state.connection = Some(c.clone());

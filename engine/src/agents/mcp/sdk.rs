@@ -249,6 +249,30 @@ fn lifecycle(legacy: bool) -> ClientLifecycleMode {
     }
 }
 
+/// Why a start failed, in words: a transport's error as its own message and its first
+/// cause (a refused connection, a broken pipe), without the SDK's type names.
+fn start_error(e: &rmcp::service::ClientInitializeError) -> String {
+    let rmcp::service::ClientInitializeError::TransportError { error, context } = e else {
+        return e.to_string();
+    };
+    use rmcp::transport::streamable_http_client::StreamableHttpError;
+    let mut why = error.error.to_string();
+    // The HTTP client's error is held without being named as its cause.
+    let mut cause = match error.error.downcast_ref::<StreamableHttpError<reqwest::Error>>() {
+        Some(StreamableHttpError::Client(e)) => Some(e as &(dyn std::error::Error + 'static)),
+        _ => std::error::Error::source(&*error.error),
+    };
+    let mut root = None;
+    while let Some(c) = cause {
+        root = Some(c.to_string());
+        cause = c.source();
+    }
+    if let Some(root) = root.filter(|r| !why.contains(r.as_str())) {
+        why = format!("{why}: {root}");
+    }
+    format!("{why} ({context})")
+}
+
 /// Whether a failed start is a server that knows `server/discover` but none of the
 /// revisions offered there: worth a new connection with the `initialize` handshake.
 pub fn wants_legacy(start_error: &str) -> bool {
@@ -265,7 +289,7 @@ impl Client {
         let running = Handler::default()
             .serve_with_lifecycle((read, write), lifecycle(legacy))
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| start_error(&e))?;
         Ok(Client { running })
     }
 
@@ -292,7 +316,7 @@ impl Client {
         let running = Handler::default()
             .serve_with_lifecycle(transport, lifecycle(legacy))
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| start_error(&e))?;
         Ok(Client { running })
     }
 

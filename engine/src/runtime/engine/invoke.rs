@@ -151,6 +151,9 @@ impl<'e, S: Store> Run<'e, S> {
             }
         }
         let mut attempt = 0u32;
+        // Attempts that stopped to ask a human (an approval before the call, a question its
+        // MCP server asked during it): on record, but no failure, so no part of `retry`.
+        let mut asked = 0u32;
         if let Some(rec) = self
             .replay
             .as_ref()
@@ -162,9 +165,10 @@ impl<'e, S: Store> Run<'e, S> {
                     // An attempt started and never finished: it may have had its effect,
                     // unless the engine abandoned it to ask a human (an approval, or what its
                     // MCP server asked).
+                    let stopped_to_ask = self.stopped_to_ask(number);
                     if !(call.idempotent
                         || self.tree.resume.retry_in_doubt
-                        || self.stopped_to_ask(number)
+                        || stopped_to_ask
                         || Self::mcp_idempotent(call).await)
                     {
                         let mut o = StepOutcome::err(
@@ -189,6 +193,9 @@ impl<'e, S: Store> Run<'e, S> {
                         self.state.next_call(&call.agent.name);
                     }
                     attempt = rec.attempt;
+                    if stopped_to_ask {
+                        asked = rec.attempt;
+                    }
                 }
             }
         }
@@ -253,7 +260,7 @@ impl<'e, S: Store> Run<'e, S> {
                     let retryable = !permanent && policy.on.iter().any(|k| k == e.kind.as_str());
                     let again = retryable
                         && !interrupted
-                        && attempt < policy.attempts
+                        && attempt - asked < policy.attempts
                         && !self.tree.cancel.is_cancelled();
                     let mut o = StepOutcome::err(e);
                     used.add(usage);
@@ -261,7 +268,10 @@ impl<'e, S: Store> Run<'e, S> {
                     if interrupted {
                         o.stop = Some(RunStatus::Interrupted);
                     }
-                    (o, again.then(|| backoff(policy, attempt).max(wait_at_least)))
+                    (
+                        o,
+                        again.then(|| backoff(policy, attempt - asked).max(wait_at_least)),
+                    )
                 }
             };
             o.usage = used;

@@ -226,9 +226,15 @@ pub(super) fn needs_approval(server: &McpServerPlan, info: &ToolInfo, agent: &[S
 /// Whether a plain step's call of `m` waits for a human: the server's `approve:`, or a trusted
 /// server's `destructiveHint` not excused by `no_approval:` (read from its tools, the server
 /// started if it is not running; a server that cannot list them is left to the call to
-/// report).
+/// report). Only a trusted server's annotations count, so only such a server is started here.
 pub(super) async fn mcp_needs_approval(m: &McpPlan) -> bool {
     let server = &m.server;
+    if server.approve.iter().any(|t| *t == m.tool || t == "*") {
+        return true;
+    }
+    if !server.trusted {
+        return false;
+    }
     let listed = async {
         let c = mcp::pool::connection(server).await?;
         mcp::pool::tools(server, &c).await

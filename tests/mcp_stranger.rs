@@ -352,3 +352,62 @@ fn the_approval_run_names_is_the_one_resume_decides() {
         );
     }
 }
+
+/// A stdio client that closes stdin with a call in flight has gone: `mcp serve` cancels that
+/// call's run at once, records it `cancelled` and exits 0, rather than letting it run on for
+/// the SDK's drain and leaving it `running` when the process ends.
+#[test]
+fn a_stdio_client_gone_mid_call_cancels_its_run() {
+    use std::io::Write as _;
+    let dir = TempDir::new("mcp-serve-gone");
+    dir.write(
+        "slow.yaml",
+        "flow: slow\ndescription: waits\nagents:\n  wait: {kind: mock, latency: 20s, returns: {ok: true}}\nsteps:\n  w: {agent: wait, output: {$.r: $}}\n",
+    );
+    let mut child = switchyard(dir.path())
+        .args(["mcp", "serve", "slow.yaml", "--store", "sqlite:runs.db"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("mcp serve starts");
+    let mut stdin = child.stdin.take().expect("stdin");
+    for line in [
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"slow","arguments":{}}}"#,
+    ] {
+        writeln!(stdin, "{line}").expect("write to mcp serve");
+    }
+    stdin.flush().expect("flush");
+    // The run is under way before the client goes.
+    let started = std::time::Instant::now();
+    // `runs list --json`: one run per line.
+    let runs = || -> Vec<serde_json::Value> {
+        let out = run(switchyard(dir.path()).args(["runs", "list", "--json", "--store", "sqlite:runs.db"]));
+        out.stdout
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    };
+    while runs().is_empty() {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(20),
+            "no run started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    drop(stdin);
+    let gone = std::time::Instant::now();
+    let status = child.wait().expect("mcp serve exits");
+    assert!(status.success(), "{status:?}");
+    assert!(
+        gone.elapsed() < std::time::Duration::from_secs(4),
+        "mcp serve took {:?} after the client went (the SDK's drain is 5 s)",
+        gone.elapsed()
+    );
+    let runs = runs();
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert_eq!(runs[0]["status"], "cancelled", "{runs:?}");
+    assert_eq!(runs[0]["origin"], "mcp", "{runs:?}");
+}

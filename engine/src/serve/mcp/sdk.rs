@@ -21,9 +21,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Answer, Progress, Server, ToolDef};
 
-/// [`Server`] as the SDK's handler.
+/// [`Server`] as the SDK's handler, with the token cancelled when a stdio client closes stdin
+/// (never, over HTTP, where each request's own token says the client went away).
 #[derive(Clone)]
-struct Handler(Arc<Server>);
+struct Handler(Arc<Server>, CancellationToken);
 
 impl ServerHandler for Handler {
     fn get_info(&self) -> ServerConfig {
@@ -58,15 +59,28 @@ impl ServerHandler for Handler {
             peer: context.peer.clone(),
             token,
         });
+        // The run is cancelled when the client cancels the request or closes the session.
+        let cancel = self.1.child_token();
+        let watch = {
+            let (request, run) = (context.ct.clone(), cancel.clone());
+            tokio::spawn(async move {
+                tokio::select! {
+                    () = request.cancelled() => run.cancel(),
+                    () = run.cancelled() => {}
+                }
+            })
+        };
         let answer = self
             .0
             .call(
                 &request.name,
                 request.arguments,
                 progress.as_ref().map(|p| p as &dyn Progress),
-                context.ct.clone(),
+                cancel,
             )
-            .await
+            .await;
+        watch.abort();
+        let answer = answer
             .map_err(|unknown| ErrorData::invalid_params(format!("unknown tool `{}`", unknown.0), None))?;
         Ok(result(answer).into())
     }
@@ -112,17 +126,52 @@ fn result(answer: Answer) -> CallToolResult {
     r
 }
 
-/// Serves over stdin and stdout until the client closes stdin.
+/// Serves over stdin and stdout until the client closes stdin. A client that closes it with a
+/// call in flight has gone: that call's run is cancelled at once (not only after the SDK's
+/// drain), and this returns once every run has recorded its end.
 pub async fn serve_stdio(server: Arc<Server>) -> Result<(), String> {
-    let running = Handler(server)
-        .serve(rmcp::transport::stdio())
+    let gone = CancellationToken::new();
+    let (stdin, stdout) = rmcp::transport::stdio();
+    let stdin = EofWatch {
+        inner: stdin,
+        gone: gone.clone(),
+    };
+    let running = Handler(server.clone(), gone.clone())
+        .serve((stdin, stdout))
         .await
         .map_err(|e| format!("the MCP session did not start: {e}"))?;
-    running
+    let ended = running
         .waiting()
         .await
         .map(|_| ())
-        .map_err(|e| format!("the MCP session ended badly: {e}"))
+        .map_err(|e| format!("the MCP session ended badly: {e}"));
+    gone.cancel();
+    server.drained().await;
+    ended
+}
+
+/// Stdin that tells when it ends.
+struct EofWatch<R> {
+    inner: R,
+    gone: CancellationToken,
+}
+
+impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for EofWatch<R> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if matches!(polled, std::task::Poll::Ready(Ok(())))
+            && buf.filled().len() == before
+            && buf.remaining() > 0
+        {
+            self.gone.cancel();
+        }
+        polled
+    }
 }
 
 /// The Streamable HTTP service mounted at `/mcp`. `hosts`: the `Host` values accepted
@@ -137,7 +186,7 @@ pub(super) fn http_router(
         Some(h) => config.with_allowed_hosts(h),
         None => config.disable_allowed_hosts(),
     };
-    let handler = Handler(server);
+    let handler = Handler(server, CancellationToken::new());
     let service: StreamableHttpService<Handler, LocalSessionManager> =
         StreamableHttpService::new(move || Ok(handler.clone()), Arc::default(), config);
     axum::Router::new().nest_service("/mcp", service)

@@ -76,7 +76,7 @@ async fn call_on(
             Err(permanent(format!(
                 "the arguments of MCP tool `{}.{tool}` are an object; the input document is {}",
                 server.name,
-                type_name(input)
+                crate::expr::path::type_name(input)
             ))),
             None,
         );
@@ -344,17 +344,6 @@ fn unavailable(u: pool::Unavailable) -> StepError {
 /// An `agent` error that asking again cannot help.
 fn permanent(message: String) -> StepError {
     StepError::new(ErrorKind::Agent, message).with_details(json!({"retryable": false}))
-}
-
-fn type_name(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
 }
 
 /// Whether a plain step's call of `plan` may be sent again after a crash cut it (SPEC §7.3):

@@ -152,18 +152,7 @@ impl LlmAgent<'_> {
                         return Err(e);
                     }
                     Err(RequestError::FormRefused { status, message }) => {
-                        tracing::warn!(
-                            run_id = cx.run_id, step = cx.step, agent = self.name, provider = %p.name,
-                            status, message = %secrets.redact(&message),
-                            "the server refused `response_format` json_schema; asking with json_object from now on"
-                        );
-                        notes.refused = Some(json!({
-                            "form": StructuredOutput::JsonSchema.as_str(),
-                            "status": status,
-                            "message": message,
-                        }));
-                        form = Some(StructuredOutput::JsonObject);
-                        state.learn_form(StructuredOutput::JsonObject);
+                        form = Some(self.form_refused(&state, cx, secrets, status, message, notes));
                     }
                 }
             };
@@ -354,6 +343,32 @@ impl LlmAgent<'_> {
         }
         body.insert("stream".into(), Value::Bool(false));
         Value::Object(body)
+    }
+
+    /// The server refused `response_format` json_schema: says so, notes it for the step's
+    /// record and remembers for the provider that it takes `json_object`, the form asked with
+    /// from now on (returned).
+    fn form_refused(
+        &self,
+        state: &ProviderState,
+        cx: &CallContext<'_>,
+        secrets: &Secrets,
+        status: u16,
+        message: String,
+        notes: &mut Notes,
+    ) -> StructuredOutput {
+        tracing::warn!(
+            run_id = cx.run_id, step = cx.step, agent = self.name, provider = %self.plan.provider.name,
+            status, message = %secrets.redact(&message),
+            "the server refused `response_format` json_schema; asking with json_object from now on"
+        );
+        notes.refused = Some(json!({
+            "form": StructuredOutput::JsonSchema.as_str(),
+            "status": status,
+            "message": message,
+        }));
+        state.learn_form(StructuredOutput::JsonObject);
+        StructuredOutput::JsonObject
     }
 
     /// One completion, with the provider's limits and the retries of 429s and 5xx. Messages

@@ -154,8 +154,7 @@ impl LlmAgent<'_> {
                     }
                 }
                 let body = serde_json::to_vec(&body).expect("JSON values serialize");
-                let fallback =
-                    p.structured_output.is_none() && form == Some(StructuredOutput::JsonSchema);
+                let fallback = p.structured_output.is_none() && form == Some(StructuredOutput::JsonSchema);
                 let sent = (&url, model.as_str(), &headers);
                 match self
                     .request(&state, sent, body, cx, &secrets, &mut usage, &mut notes, fallback)
@@ -167,18 +166,7 @@ impl LlmAgent<'_> {
                     }
                     Err(super::RequestError::Step(e)) => return Err(e),
                     Err(super::RequestError::FormRefused { status, message }) => {
-                        tracing::warn!(
-                            run_id = cx.run_id, step = cx.step, agent = self.name, provider = %p.name,
-                            status, message = %secrets.redact(&message),
-                            "the server refused `response_format` json_schema; asking with json_object from now on"
-                        );
-                        notes.refused = Some(json!({
-                            "form": StructuredOutput::JsonSchema.as_str(),
-                            "status": status,
-                            "message": message,
-                        }));
-                        form = Some(StructuredOutput::JsonObject);
-                        state.learn_form(StructuredOutput::JsonObject);
+                        form = Some(self.form_refused(&state, cx, &secrets, status, message, &mut notes));
                     }
                 }
             }

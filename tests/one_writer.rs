@@ -465,6 +465,9 @@ struct ContinuedMeanwhile {
 }
 
 impl Store for ContinuedMeanwhile {
+    fn blobs(&self) -> std::sync::Arc<dyn switchyard::__private::store::blobs::Blobs> {
+        self.inner.blobs()
+    }
     async fn create_run(&self, run: &RunRecord) -> Result<(), StoreError> {
         self.inner.create_run(run).await
     }

@@ -63,7 +63,24 @@ fn run(id: &str, flow: &str, started_at: u64, status: RunStatus, full: bool) -> 
         now_us: full.then_some(1_764_633_600_123_456),
         agent_changes: full.then(|| json!([{"scope": "root", "mode": "remove", "agents": ["refund"]}])),
         origin: full.then_some(Origin::Mcp),
+        files: files(full),
     }
+}
+
+/// The files of a record with every optional field set, or none.
+fn files(full: bool) -> Vec<switchyard::__private::record::RunFile> {
+    if !full {
+        return Vec::new();
+    }
+    vec![switchyard::__private::record::RunFile {
+        number: "2.t1.1".into(),
+        file: switchyard::__private::record::FileRef {
+            file: format!("sha256:{}", "3a".repeat(32)),
+            name: "out/chart.png".into(),
+            media_type: "image/png".into(),
+            size: 48211,
+        },
+    }]
 }
 
 /// A step record with every optional field set (`full`) or none.
@@ -109,6 +126,7 @@ fn step(run_id: &str, number: &str, attempt: u32, status: StepStatus, full: bool
         child_run: full.then(|| "child".into()),
         route: full.then(|| "end".into()),
         answers: full.then(|| json!([{"answer": "prose", "repair_request": "JSON, please"}])),
+        files: files(full),
     }
 }
 
@@ -866,6 +884,7 @@ async fn postgres_upgrades_a_schema_4_store() {
         now_us: None,
         agent_changes: None,
         origin: None,
+        files: Vec::new(),
         ..run("old", "f", 1_000, RunStatus::Interrupted, true)
     };
     store.create_run(&old).await.expect("create_run");
@@ -1184,6 +1203,11 @@ async fn stored_version(conn: &mut AnyConnection) -> i64 {
 /// batch's cost cap), 7 (run writers), 6 (submitted batches) and 5 (runs without the `now`
 /// they saw).
 pub(crate) const SCHEMA_5_TO_4: &[&str] = &[
+    "DROP TABLE files",
+    "DROP TABLE file_chunks",
+    "ALTER TABLE runs DROP COLUMN files",
+    "ALTER TABLE steps DROP COLUMN files",
+    "DELETE FROM schema_version WHERE version = 11",
     "ALTER TABLE runs DROP COLUMN origin",
     "DELETE FROM schema_version WHERE version = 10",
     "ALTER TABLE runs DROP COLUMN agent_changes",

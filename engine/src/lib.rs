@@ -23,6 +23,7 @@ mod cluster;
 mod compile;
 mod diag;
 mod expr;
+mod files;
 mod glob;
 mod json;
 mod lint;
@@ -75,6 +76,9 @@ pub mod __private {
     }
     pub mod expr {
         pub use crate::expr::*;
+    }
+    pub mod files {
+        pub use crate::files::*;
     }
     pub mod glob {
         pub use crate::glob::*;

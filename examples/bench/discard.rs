@@ -9,6 +9,12 @@ use switchyard::__private::store::{RunFilter, Store, StoreError, Writer};
 pub struct DiscardStore;
 
 impl Store for DiscardStore {
+    fn blobs(&self) -> std::sync::Arc<dyn switchyard::__private::store::blobs::Blobs> {
+        static BLOBS: std::sync::OnceLock<std::sync::Arc<switchyard::__private::store::blobs::MemoryBlobs>> =
+            std::sync::OnceLock::new();
+        BLOBS.get_or_init(Default::default).clone()
+    }
+
     async fn create_run(&self, _run: &RunRecord) -> Result<(), StoreError> {
         Ok(())
     }

@@ -53,6 +53,8 @@ pub struct CallContext<'a> {
     pub call_index: u64,
     /// The run tree's `now`, for the templates of agent definitions.
     pub now: Option<crate::expr::time::Timestamp>,
+    /// Where the call stores the files it makes, and reads those of its input (SPEC §6.5).
+    pub files: &'a crate::files::FileSink,
 }
 
 /// A step's hierarchical number as agents see it: the step's (`1.3`, a `parallel` branch
@@ -168,6 +170,7 @@ mod tests {
             timeout: Duration::from_secs(1),
             call_index: 0,
             now: None,
+            files: &crate::files::FileSink::detached(),
         };
         assert_eq!(cx.idempotency_key(), "r9:2.3[4]");
     }

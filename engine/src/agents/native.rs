@@ -220,6 +220,7 @@ mod tests {
         assert!(natives.has_effects("other"));
         let context = Value::Null;
         let cancel = CancellationToken::new();
+        let files = crate::files::FileSink::detached();
         let cx = CallContext {
             run_id: "r1",
             step: "s",
@@ -231,6 +232,7 @@ mod tests {
             timeout: Duration::from_secs(1),
             call_index: 0,
             now: None,
+            files: &files,
         };
         let out = natives
             .call("double", &serde_json::json!({"n": 21}), cx)

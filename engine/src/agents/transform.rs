@@ -83,7 +83,14 @@ pub(crate) mod tests {
             timeout: Duration::from_secs(30),
             call_index,
             now: None,
+            files: detached_files(),
         }
+    }
+
+    /// A sink over memory for tests' calls, made once and kept.
+    pub(crate) fn detached_files() -> &'static crate::files::FileSink {
+        static SINK: std::sync::OnceLock<crate::files::FileSink> = std::sync::OnceLock::new();
+        SINK.get_or_init(crate::files::FileSink::detached)
     }
 
     pub(crate) fn expr_t(text: &str) -> ValueTemplate {

@@ -315,5 +315,6 @@ fn queued_run(plan: &Plan, options: &SubmitOptions, id: &str, index: u64, input:
         agent_changes: None,
         // Submitted by `switchyard submit`.
         origin: Some(record::Origin::Cli),
+        files: Vec::new(),
     }
 }

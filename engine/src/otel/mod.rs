@@ -1207,6 +1207,7 @@ mod tests {
             now_us: None,
             agent_changes: None,
             origin: None,
+            files: Vec::new(),
         };
         let step = StepRecord {
             run_id: "r1".into(),
@@ -1230,6 +1231,7 @@ mod tests {
             child_run: Some("r2".into()),
             route: Some("next".into()),
             answers: Some(serde_json::json!({"tool": "lookup", "call_id": "call_1", "told": "x"})),
+            files: Vec::new(),
         };
         let mut tree = Tree::default();
         tree.push_step(&step);

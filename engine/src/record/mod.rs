@@ -12,9 +12,11 @@ use serde_json::Value;
 
 pub mod cost;
 pub mod error;
+pub mod files;
 
 pub use cost::Cost;
 pub use error::{ErrorKind, StepError};
+pub use files::{FileRef, RunFile};
 
 /// Something an agent returned outside its output allowlist, dropped (SPEC §5.3). `path` is a
 /// path in the result.
@@ -188,6 +190,10 @@ pub struct RunRecord {
     /// every run of the tree. `None` on runs recorded before schema 10.
     #[serde(default)]
     pub origin: Option<Origin>,
+    /// The files its steps, iterations, branches, tool calls and child runs made (SPEC §6.5),
+    /// by record number; empty for runs recorded before schema 11.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<RunFile>,
 }
 
 /// What started a run tree: `runs list --json` shows it as `origin`.
@@ -276,6 +282,11 @@ pub struct StepRecord {
     /// repairs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub answers: Option<Value>,
+    /// The files this record's call made (SPEC §6.5): an agent's own, or a child run's,
+    /// numbered in the tree (a `flow` step's). Iterations, branches and loop parts have
+    /// records of their own for theirs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<RunFile>,
 }
 
 /// Where a step's parts hang, read from their records: a `foreach` or `while` iteration and a

@@ -71,6 +71,13 @@ macro_rules! delegate {
 }
 
 impl Store for AnyStore {
+    fn blobs(&self) -> std::sync::Arc<dyn super::blobs::Blobs> {
+        match self {
+            AnyStore::Memory(s) => s.blobs(),
+            AnyStore::Sql(s) => s.blobs(),
+        }
+    }
+
     fn keeps_steps(&self) -> bool {
         match self {
             AnyStore::Memory(s) => s.keeps_steps(),

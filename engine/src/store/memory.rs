@@ -26,6 +26,8 @@ pub struct MemoryStore {
     /// The writer of each run a `run` or `resume` of this process advances: the store lives
     /// in one process, so its holders need no lease.
     writers: Mutex<HashMap<String, Writer>>,
+    /// The bytes of files (SPEC §6.5).
+    blobs: Arc<super::blobs::MemoryBlobs>,
 }
 
 #[derive(Default, Debug)]
@@ -200,6 +202,7 @@ impl Stored {
             now_us,
             agent_changes,
             origin,
+            files,
         } = run;
         Stored {
             seq,
@@ -229,6 +232,7 @@ impl Stored {
                 now_us: *now_us,
                 agent_changes: agent_changes.clone(),
                 origin: *origin,
+                files: files.clone(),
             },
             input: text(input),
             output: output.as_ref().map(text),
@@ -265,6 +269,7 @@ impl Default for MemoryStore {
             next_seq: AtomicU64::new(0),
             forget_ended: false,
             writers: Mutex::default(),
+            blobs: Default::default(),
         }
     }
 }
@@ -327,6 +332,10 @@ impl MemoryStore {
 }
 
 impl Store for MemoryStore {
+    fn blobs(&self) -> Arc<dyn super::blobs::Blobs> {
+        self.blobs.clone()
+    }
+
     fn keeps_steps(&self) -> bool {
         !self.forget_ended
     }
@@ -531,6 +540,7 @@ mod tests {
             now_us: None,
             agent_changes: None,
             origin: None,
+            files: Vec::new(),
         }
     }
 

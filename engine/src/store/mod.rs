@@ -3,6 +3,7 @@
 //! on-disk formats, and they are versioned ([`sql::schema`]).
 
 pub mod any;
+pub mod blobs;
 pub mod memory;
 pub mod sql;
 pub mod writers;
@@ -154,6 +155,8 @@ pub trait Store: Send + Sync + 'static {
         writer: &Writer,
         lease: Duration,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    /// The bytes of the files its records refer to (SPEC §6.5), kept beside them.
+    fn blobs(&self) -> std::sync::Arc<dyn blobs::Blobs>;
     /// Gives `run_id` back, if `writer` holds it.
     fn give_back_run(
         &self,
@@ -211,6 +214,7 @@ pub(crate) mod tests {
             child_run: None,
             route: None,
             answers: None,
+            files: Vec::new(),
         }
     }
 

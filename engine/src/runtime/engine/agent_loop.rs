@@ -473,6 +473,7 @@ impl<'e, S: Store> Run<'e, S> {
             timeout: call.timeout,
             call_index,
             now: Some(self.tree.now),
+            files: &self.turn_files,
         }
     }
 

@@ -93,6 +93,7 @@ impl<'e, S: Store> Run<'e, S> {
                         .saturating_sub(rec.started_at),
                     store_failure: None,
                     waiting: None,
+                    files: rec.files,
                 }
             }
             earlier => {
@@ -134,6 +135,10 @@ impl<'e, S: Store> Run<'e, S> {
             }
         };
         let id = Some(out.run_id.clone());
+        if out.status == RunStatus::Succeeded && !out.files.is_empty() {
+            // The child's files, numbered in the tree already, are the calling step's.
+            self.made_files(number.to_string(), out.files);
+        }
         match out.status {
             RunStatus::Succeeded => Ok((out.output.unwrap_or(Value::Null), out.usage, id)),
             status => Err((

@@ -91,6 +91,7 @@ impl<'e, S: Store> Run<'e, S> {
         self.tree.spend(&rec.usage, true);
         o.child_run = rec.child_run.clone();
         o.replayed = true;
+        o.files = rec.files.clone();
         o
     }
 
@@ -247,6 +248,7 @@ impl<'e, S: Store> Run<'e, S> {
                     let mut o = StepOutcome::ok(Some(value));
                     used.add(usage);
                     o.child_run = child;
+                    o.files = self.take_made(&number.to_string());
                     (o, None)
                 }
                 Err((e, usage, child, interrupted)) => {
@@ -340,6 +342,7 @@ impl<'e, S: Store> Run<'e, S> {
                 child_run: None,
                 route: None,
                 answers: None,
+                files: Vec::new(),
             };
             if let Err(e) = self.record(rec).await {
                 return Err((e, Usage::default(), None, false));
@@ -350,6 +353,10 @@ impl<'e, S: Store> Run<'e, S> {
         // cancelled when the attempt times out; the others stop when their future is dropped,
         // and share the run's token.
         let own_token = holds_resources(agent).then(|| self.tree.cancel.child_token());
+        // What an earlier attempt of this call made is not this attempt's.
+        let key = number.to_string();
+        self.take_made(&key);
+        let files = crate::files::FileSink::new(self.engine.store.blobs(), self.file_limits.clone());
         let cx = CallContext {
             run_id: &self.record.id,
             step: &step.id,
@@ -361,6 +368,7 @@ impl<'e, S: Store> Run<'e, S> {
             timeout: call.timeout,
             call_index,
             now: Some(self.tree.now),
+            files: &files,
         };
         let call_future = self.dispatch(step, agent, input, cx, number);
         // A call that never waits finishes on its first poll, and a timeout never fires on
@@ -404,6 +412,17 @@ impl<'e, S: Store> Run<'e, S> {
             self.tree.spend(usage, false);
         }
         let (value, usage, child) = out?;
+        let made = files.take();
+        if !made.is_empty() {
+            let made = made
+                .into_iter()
+                .map(|file| crate::record::RunFile {
+                    number: key.clone(),
+                    file,
+                })
+                .collect();
+            self.made_files(key.clone(), made);
+        }
         if let Some(schema) = &agent.result_schema
             && let Err(v) = schema.check(&value)
         {

@@ -139,6 +139,8 @@ pub struct RunOutcome {
     /// run that stopped for another reason (an attempt in doubt: `error` says so), or when
     /// the store could not be read back (logged).
     pub waiting: Option<WaitingFor>,
+    /// The files the run and its child runs made, by record number (SPEC §6.5).
+    pub files: Vec<crate::record::RunFile>,
 }
 
 /// Runs plans against a store.
@@ -297,6 +299,8 @@ struct StepOutcome {
     replayed: bool,
     /// What the step's `llm` calls put on its record ([`StepRecord::answers`]).
     answers: Option<Value>,
+    /// The files the step's call made (a `flow` step's: its child run's), numbered.
+    files: Vec<crate::record::RunFile>,
 }
 
 impl StepOutcome {
@@ -319,6 +323,7 @@ impl StepOutcome {
             stop: None,
             replayed: false,
             answers: None,
+            files: Vec::new(),
         }
     }
 
@@ -361,6 +366,15 @@ struct Run<'e, S: Store> {
     /// answers, abandoned requests), by step number (`1.3[2]`), gathered over the step's
     /// attempts until its record takes them.
     answers: std::sync::Mutex<std::collections::HashMap<String, Value>>,
+    /// The files a call that succeeded made, by step number (`1.3[2]`), until its outcome
+    /// takes them.
+    made: std::sync::Mutex<std::collections::HashMap<String, Vec<crate::record::RunFile>>>,
+    /// The files of the run's records so far (replayed ones included), in the order recorded.
+    files: std::sync::Mutex<Vec<crate::record::RunFile>>,
+    /// `limits.max_file_bytes`, `limits.max_run_file_bytes`, and the bytes made so far.
+    file_limits: Arc<crate::files::FileLimits>,
+    /// The files of an agent loop's model turns, which read files (attachments) and make none.
+    turn_files: crate::files::FileSink,
     numbered: u64,
     path: Vec<String>,
     started: Instant,

@@ -506,6 +506,8 @@ impl<'e, S: Store> Run<'e, S> {
                 } else {
                     None
                 },
+                // Made again from the records as they replay.
+                files: Vec::new(),
                 ..earlier
             },
             None => RunRecord {
@@ -548,8 +550,11 @@ impl<'e, S: Store> Run<'e, S> {
                     None
                 },
                 origin: Some(tree.options.origin),
+                files: Vec::new(),
             },
         };
+        let file_limits = Arc::new(crate::files::FileLimits::default());
+        let turn_files = crate::files::FileSink::new(engine.store.blobs(), file_limits.clone());
         Run {
             engine,
             tree,
@@ -564,6 +569,10 @@ impl<'e, S: Store> Run<'e, S> {
             executed: AtomicU64::new(0),
             finished: AtomicU64::new(0),
             answers: Default::default(),
+            made: Default::default(),
+            files: Default::default(),
+            file_limits,
+            turn_files,
             numbered: 0,
             path: Vec::new(),
             started: Instant::now(),
@@ -670,6 +679,11 @@ impl<'e, S: Store> Run<'e, S> {
         let end = record::Stamp::now();
         self.record.finished_at = (!paused).then_some(end.ms());
         self.record.finished_ns = (!paused).then_some(end.ns());
+        self.record.files = {
+            let mut files = std::mem::take(&mut *self.files.lock().unwrap_or_else(|e| e.into_inner()));
+            crate::record::files::sort_run_files(&mut files);
+            files
+        };
         self.record.steps = if paused {
             self.finished.load(Ordering::Relaxed)
         } else {
@@ -720,6 +734,7 @@ impl<'e, S: Store> Run<'e, S> {
                 .saturating_sub(self.record.started_at),
             store_failure: self.store_failed(),
             waiting: None,
+            files: self.record.files.clone(),
         }
     }
 
@@ -817,6 +832,7 @@ impl<'e, S: Store> Run<'e, S> {
         if o.stop != Some(RunStatus::Running) {
             self.finished.fetch_add(1, Ordering::Relaxed);
         }
+        self.note_files(&o.files);
         if o.replayed {
             return;
         }
@@ -848,10 +864,40 @@ impl<'e, S: Store> Run<'e, S> {
             child_run: o.child_run.clone(),
             route: None,
             answers: o.answers.clone(),
+            files: o.files.clone(),
         };
         if let Err(e) = self.record(rec).await {
             o.error = Some(e);
         }
+    }
+
+    /// Adds the files of a record (made now, or replayed) to the run's.
+    pub(super) fn note_files(&self, files: &[crate::record::RunFile]) {
+        if !files.is_empty() {
+            self.files
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .extend_from_slice(files);
+        }
+    }
+
+    /// Notes the files a call numbered `number` made, for its outcome to take.
+    pub(super) fn made_files(&self, number: String, files: Vec<crate::record::RunFile>) {
+        self.made
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(number)
+            .or_default()
+            .extend(files);
+    }
+
+    /// The files the call numbered `number` made, taken.
+    pub(super) fn take_made(&self, number: &str) -> Vec<crate::record::RunFile> {
+        self.made
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(number)
+            .unwrap_or_default()
     }
 }
 /// Appends `n` in decimal (as `to_string` would), without the formatting machinery.

@@ -111,6 +111,7 @@ impl<'e, S: Store> Run<'e, S> {
                 duration_ms, route = route_name.as_deref().unwrap_or(""), "step finished"
             );
             self.finished.fetch_add(1, Ordering::Relaxed);
+            self.note_files(&outcome.files);
             if !recorded {
                 let end = record::Stamp::now();
                 let rec = || StepRecord {
@@ -136,6 +137,7 @@ impl<'e, S: Store> Run<'e, S> {
                     child_run: outcome.child_run,
                     route: route_name,
                     answers: outcome.answers,
+                    files: outcome.files,
                 };
                 // The run's last step: its end, written next and waited for, commits this too.
                 let last = outcome.stop.is_some() || !matches!(&route, Ok(Some(n)) if *n != flow.end);

@@ -15,6 +15,7 @@
 pub mod batches;
 mod dialect;
 mod error;
+pub mod files;
 pub mod limits;
 pub mod queue;
 mod rows;
@@ -55,14 +56,14 @@ pub const DEFAULT_URL: &str = "sqlite:.switchyard/runs.db";
 macro_rules! run_columns {
     () => {
         "id, flow, flow_hash, parent_run, parent_step, depth, status, input, output, error, started_at, \
-         finished_at, input_tokens, output_tokens, cost_usd, steps, context, batch, item_id, item_index, flow_path, messages, now_us, cost_unknown_calls, agent_changes, origin"
+         finished_at, input_tokens, output_tokens, cost_usd, steps, context, batch, item_id, item_index, flow_path, messages, now_us, cost_unknown_calls, agent_changes, origin, files"
     };
 }
 
 macro_rules! step_columns {
     () => {
         "run_id, number, attempt, iteration, step, kind, status, iterations, input, result, changes, \
-         violations, error, started_at, finished_at, input_tokens, output_tokens, cost_usd, child_run, route, answers, cost_unknown_calls"
+         violations, error, started_at, finished_at, input_tokens, output_tokens, cost_usd, child_run, route, answers, cost_unknown_calls, files"
     };
 }
 
@@ -124,6 +125,8 @@ pub struct SqlStore {
     /// The submitted runs this process holds leases of, and their child runs: run id → the
     /// fence its writes are made under ([`SqlStore::hold`]). Empty outside a worker.
     fences: std::sync::Mutex<std::collections::HashMap<String, Fence>>,
+    /// The bytes of files (SPEC §6.5), read and written on the pool, not through the writer.
+    blobs: Arc<files::SqlBlobs>,
 }
 
 impl std::fmt::Debug for SqlStore {
@@ -229,12 +232,17 @@ impl SqlStore {
             failed: std::collections::HashMap::new(),
         };
         let writer = tokio::spawn(writer.run(rx));
+        let blobs = Arc::new(files::SqlBlobs {
+            pool: pool.clone(),
+            ctx: ctx.clone(),
+        });
         Ok(SqlStore {
             pool,
             ctx,
             writes: tx,
             writer,
             fences: Default::default(),
+            blobs,
         })
     }
 
@@ -583,6 +591,10 @@ async fn prepare_on(
 }
 
 impl Store for SqlStore {
+    fn blobs(&self) -> Arc<dyn crate::store::blobs::Blobs> {
+        self.blobs.clone()
+    }
+
     async fn create_run(&self, run: &RunRecord) -> Result<(), StoreError> {
         self.write(Op::CreateRun(RunRow::encode(run)?)).await
     }

@@ -46,6 +46,7 @@ pub(crate) struct RunRow {
     cost_unknown_calls: i64,
     agent_changes: Option<String>,
     origin: Option<&'static str>,
+    files: Option<String>,
 }
 
 impl RunRow {
@@ -77,6 +78,7 @@ impl RunRow {
             cost_unknown_calls: int(r.usage.cost_unknown_calls, "cost_unknown_calls")?,
             agent_changes: r.agent_changes.as_ref().map(json).transpose()?,
             origin: r.origin.map(crate::record::Origin::as_str),
+            files: (!r.files.is_empty()).then(|| json(&r.files)).transpose()?,
         })
     }
 
@@ -108,6 +110,7 @@ impl RunRow {
             .bind(self.cost_unknown_calls)
             .bind(self.agent_changes.clone())
             .bind(self.origin)
+            .bind(self.files.clone())
     }
 }
 
@@ -136,6 +139,7 @@ pub(crate) struct StepRow {
     route: Option<String>,
     answers: Option<String>,
     cost_unknown_calls: i64,
+    files: Option<String>,
 }
 
 impl StepRow {
@@ -163,6 +167,7 @@ impl StepRow {
             route: s.route.clone(),
             answers: s.answers.as_ref().map(json).transpose()?,
             cost_unknown_calls: int(s.usage.cost_unknown_calls, "cost_unknown_calls")?,
+            files: (!s.files.is_empty()).then(|| json(&s.files)).transpose()?,
         })
     }
 
@@ -192,6 +197,7 @@ impl StepRow {
             .bind(self.route.clone())
             .bind(self.answers.clone())
             .bind(self.cost_unknown_calls)
+            .bind(self.files.clone())
     }
 }
 
@@ -233,6 +239,7 @@ pub(crate) fn decode_run(row: &AnyRow) -> Result<RunRecord, String> {
                 Some(crate::record::Origin::parse(&o).ok_or_else(|| format!("unknown run origin `{o}`"))?)
             }
         },
+        files: opt_json(row, "files")?.unwrap_or_default(),
     })
 }
 
@@ -271,6 +278,7 @@ pub(crate) fn decode_step(row: &AnyRow) -> Result<StepRecord, String> {
         child_run: get(row, "child_run")?,
         route: get(row, "route")?,
         answers: opt_json(row, "answers")?,
+        files: opt_json(row, "files")?.unwrap_or_default(),
     })
 }
 

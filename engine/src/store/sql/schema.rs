@@ -18,7 +18,7 @@ use crate::record::now_ms;
 use crate::store::StoreError;
 
 /// The newest schema this build reads and writes.
-pub const SCHEMA_VERSION: i64 = 10;
+pub const SCHEMA_VERSION: i64 = 11;
 
 struct Migration {
     version: i64,
@@ -245,6 +245,31 @@ const MIGRATIONS: &[Migration] = &[
         // `cli`, `mcp` or `api`; NULL on every run recorded before, whose origin is unknown.
         statements: &["ALTER TABLE runs ADD COLUMN origin TEXT"],
     },
+    Migration {
+        version: 11,
+        description: "files: bytes by content hash, and the files each run and step made",
+        // SPEC §6.5. A file's bytes are split in chunks (`crate::files::CHUNK`), so that no
+        // statement holds a whole large file; `files` gets its row in the transaction that
+        // writes the last chunk, so a file with a row is whole. `BYTEA` is `BLOB` on SQLite
+        // (see `run_migrations`). `runs.files` and `steps.files`: JSON lists of
+        // `{number, file, name, media_type, size}`, NULL when none.
+        statements: &[
+            "CREATE TABLE files (
+            hash TEXT PRIMARY KEY,
+            size BIGINT NOT NULL,
+            chunks BIGINT NOT NULL,
+            created_at BIGINT NOT NULL
+        )",
+            "CREATE TABLE file_chunks (
+            hash TEXT NOT NULL,
+            seq BIGINT NOT NULL,
+            data BYTEA NOT NULL,
+            PRIMARY KEY (hash, seq)
+        )",
+            "ALTER TABLE runs ADD COLUMN files TEXT",
+            "ALTER TABLE steps ADD COLUMN files TEXT",
+        ],
+    },
 ];
 
 /// The store's schema version: 0 for an empty store. Reads only.
@@ -298,7 +323,15 @@ pub(crate) async fn migrate(conn: &mut AnyConnection, ctx: &Ctx) -> Result<(), S
             m.description
         );
         for statement in m.statements {
-            sqlx::query(*statement).execute(&mut *tx).await.map_err(err)?;
+            // The one type the two databases spell differently.
+            let statement = match ctx.dialect {
+                Dialect::Sqlite => std::borrow::Cow::Owned(statement.replace("BYTEA", "BLOB")),
+                Dialect::Postgres => std::borrow::Cow::Borrowed(*statement),
+            };
+            sqlx::query(sqlx::AssertSqlSafe(statement.into_owned()))
+                .execute(&mut *tx)
+                .await
+                .map_err(err)?;
         }
         let applied_at = i64::try_from(now_ms()).unwrap_or(i64::MAX);
         sqlx::query("INSERT INTO schema_version (version, applied_at, description) VALUES ($1, $2, $3)")
@@ -325,10 +358,10 @@ mod tests {
 
     #[test]
     fn newer_schema_names_both_versions() {
-        let err = check_not_newer(11, "/x/runs.db").expect_err("newer");
+        let err = check_not_newer(12, "/x/runs.db").expect_err("newer");
         assert_eq!(
             err.to_string(),
-            "the store at /x/runs.db was written by a newer switchyard (schema 11; this one knows up to 10)"
+            "the store at /x/runs.db was written by a newer switchyard (schema 12; this one knows up to 11)"
         );
         assert!(check_not_newer(1, "s").is_ok() && check_not_newer(0, "s").is_ok());
     }

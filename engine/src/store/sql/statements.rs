@@ -20,7 +20,7 @@ const SHAPES: usize = MAX_ROWS.trailing_zeros() as usize + 1;
 type Cache = [[OnceLock<String>; SHAPES]; 2];
 
 /// The columns of `runs` a run record fills, in bind order (`id` first).
-pub(crate) const RUN_COLUMNS: [&str; 26] = [
+pub(crate) const RUN_COLUMNS: [&str; 27] = [
     "id",
     "flow",
     "flow_hash",
@@ -47,11 +47,12 @@ pub(crate) const RUN_COLUMNS: [&str; 26] = [
     "cost_unknown_calls",
     "agent_changes",
     "origin",
+    "files",
 ];
 
 /// The columns of `steps` a step record fills, in bind order: the key, `seq` (its place in
 /// the statement, see [`upsert_steps`]), the rest.
-pub(crate) const STEP_COLUMNS: [&str; 23] = [
+pub(crate) const STEP_COLUMNS: [&str; 24] = [
     "run_id",
     "number",
     "attempt",
@@ -75,6 +76,7 @@ pub(crate) const STEP_COLUMNS: [&str; 23] = [
     "route",
     "answers",
     "cost_unknown_calls",
+    "files",
 ];
 
 const STEP_KEY: usize = 4;
@@ -224,9 +226,9 @@ mod tests {
             sql.contains("v.column4, (SELECT COALESCE(MAX(s.seq), 0) FROM steps s) + v.column5, v.column6")
         );
         assert!(
-            sql.contains("$23), ($24, $25,")
+            sql.contains("$24), ($25, $26,")
                 && sql.ends_with(
-                    "answers = excluded.answers, cost_unknown_calls = excluded.cost_unknown_calls"
+                    "answers = excluded.answers, cost_unknown_calls = excluded.cost_unknown_calls, files = excluded.files"
                 ),
             "{sql}"
         );

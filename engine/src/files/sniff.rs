@@ -1,0 +1,163 @@
+//! Media types (SPEC §6.5): sniffed from the content for images — a `.png` holding SVG is
+//! SVG — else taken from the name's extension.
+
+/// How many leading bytes sniffing looks at.
+pub const HEAD: usize = 512;
+
+/// The media type of a file whose first bytes are `head` and whose name is `name`.
+pub fn media_type(head: &[u8], name: &str) -> String {
+    if let Some(m) = sniff_image(head) {
+        return m.to_string();
+    }
+    by_extension(name).to_string()
+}
+
+/// A media type a maker declared (a `Content-Type`, an MCP block's `mimeType`), corrected by
+/// the content for images: bytes that are an image are that image whatever was declared, and
+/// a declared image whose bytes are SVG is SVG.
+pub fn refine(declared: &str, head: &[u8]) -> String {
+    if let Some(m) = sniff_image(head) {
+        return m.to_string();
+    }
+    let base = declared
+        .split(';')
+        .next()
+        .unwrap_or(declared)
+        .trim()
+        .to_ascii_lowercase();
+    if base.starts_with("image/") && base != "image/svg+xml" {
+        // Declared an image, and it is none we know: not to be shown as one.
+        return "application/octet-stream".to_string();
+    }
+    base
+}
+
+/// Whether a media type is a raster image a page may show inline (never SVG, never HTML).
+pub fn is_raster_image(media_type: &str) -> bool {
+    matches!(
+        media_type,
+        "image/png" | "image/jpeg" | "image/gif" | "image/webp" | "image/bmp"
+    )
+}
+
+fn sniff_image(head: &[u8]) -> Option<&'static str> {
+    const PNG: &[u8] = b"\x89PNG\r\n\x1a\n";
+    if head.starts_with(PNG) {
+        return Some("image/png");
+    }
+    if head.starts_with(b"\xff\xd8\xff") {
+        return Some("image/jpeg");
+    }
+    if head.starts_with(b"GIF87a") || head.starts_with(b"GIF89a") {
+        return Some("image/gif");
+    }
+    if head.len() >= 12 && &head[..4] == b"RIFF" && &head[8..12] == b"WEBP" {
+        return Some("image/webp");
+    }
+    if head.starts_with(b"BM") && head.len() >= 14 {
+        return Some("image/bmp");
+    }
+    if looks_like_svg(head) {
+        return Some("image/svg+xml");
+    }
+    None
+}
+
+/// Text that opens (after a BOM, whitespace, an XML declaration, comments or a doctype) with
+/// an `<svg` element.
+fn looks_like_svg(head: &[u8]) -> bool {
+    let text = String::from_utf8_lossy(head);
+    let mut t = text.trim_start_matches('\u{feff}').trim_start();
+    loop {
+        if let Some(rest) = t.strip_prefix("<?") {
+            match rest.find("?>") {
+                Some(i) => t = rest[i + 2..].trim_start(),
+                None => return false,
+            }
+        } else if let Some(rest) = t.strip_prefix("<!--") {
+            match rest.find("-->") {
+                Some(i) => t = rest[i + 3..].trim_start(),
+                None => return false,
+            }
+        } else if t.len() >= 9 && t[..9].eq_ignore_ascii_case("<!doctype") {
+            match t.find('>') {
+                Some(i) => t = t[i + 1..].trim_start(),
+                None => return false,
+            }
+        } else {
+            break;
+        }
+    }
+    t.len() >= 4
+        && t[..4].eq_ignore_ascii_case("<svg")
+        && t[4..].starts_with(|c: char| c.is_whitespace() || c == '>' || c == '/')
+}
+
+/// The media type a name's extension says, `application/octet-stream` when it says none.
+pub fn by_extension(name: &str) -> &'static str {
+    let ext = name
+        .rsplit('/')
+        .next()
+        .and_then(|base| base.rsplit_once('.'))
+        .map(|(_, e)| e.to_ascii_lowercase())
+        .unwrap_or_default();
+    match ext.as_str() {
+        "txt" | "text" | "log" => "text/plain",
+        "md" | "markdown" => "text/markdown",
+        "csv" => "text/csv",
+        "tsv" => "text/tab-separated-values",
+        "json" => "application/json",
+        "jsonl" | "ndjson" => "application/x-ndjson",
+        "yaml" | "yml" => "application/yaml",
+        "xml" => "application/xml",
+        "html" | "htm" => "text/html",
+        "css" => "text/css",
+        "js" | "mjs" => "text/javascript",
+        "pdf" => "application/pdf",
+        "png" => "image/png",
+        "jpg" | "jpeg" => "image/jpeg",
+        "gif" => "image/gif",
+        "webp" => "image/webp",
+        "bmp" => "image/bmp",
+        "svg" => "image/svg+xml",
+        "wav" => "audio/wav",
+        "mp3" => "audio/mpeg",
+        "ogg" => "audio/ogg",
+        "mp4" => "video/mp4",
+        "zip" => "application/zip",
+        "gz" => "application/gzip",
+        "tar" => "application/x-tar",
+        _ => "application/octet-stream",
+    }
+}
+
+/// Whether a media type is text an `llm` agent can be sent as a text part.
+pub fn is_text(media_type: &str) -> bool {
+    media_type.starts_with("text/")
+        || matches!(
+            media_type,
+            "application/json" | "application/x-ndjson" | "application/yaml" | "application/xml"
+        )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn images_are_sniffed_whatever_their_name() {
+        assert_eq!(media_type(b"\x89PNG\r\n\x1a\n....", "a.txt"), "image/png");
+        assert_eq!(
+            media_type(b"<?xml version='1.0'?>\n<svg xmlns='x'>", "evil.png"),
+            "image/svg+xml"
+        );
+        assert_eq!(media_type(b"<!-- hi --><SVG>", "x"), "image/svg+xml");
+        assert_eq!(media_type(b"<svgfoo>", "x.txt"), "text/plain");
+        assert_eq!(media_type(b"hello", "a/b/notes.MD"), "text/markdown");
+        assert_eq!(media_type(b"hello", "noext"), "application/octet-stream");
+        assert_eq!(refine("image/png", b"<svg onload=alert(1)>"), "image/svg+xml");
+        assert_eq!(refine("image/png", b"not an image"), "application/octet-stream");
+        assert_eq!(refine("Text/Plain; charset=utf-8", b"hi"), "text/plain");
+        assert!(is_raster_image("image/png") && !is_raster_image("image/svg+xml"));
+    }
+}

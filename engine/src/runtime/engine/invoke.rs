@@ -248,10 +248,12 @@ impl<'e, S: Store> Run<'e, S> {
                     let mut o = StepOutcome::ok(Some(value));
                     used.add(usage);
                     o.child_run = child;
-                    o.files = self.take_made(&number.to_string());
+                    o.files = self.take_made(number);
                     (o, None)
                 }
                 Err((e, usage, child, interrupted)) => {
+                    // What the call made before it failed (a child run's) is no file of it.
+                    self.take_made(number);
                     // An agent may say that asking again cannot help (an HTTP 4xx), or how
                     // long to wait first (`Retry-After`).
                     let hint = |k: &str| e.details.as_ref().and_then(|d| d.get(k));
@@ -354,8 +356,7 @@ impl<'e, S: Store> Run<'e, S> {
         // and share the run's token.
         let own_token = holds_resources(agent).then(|| self.tree.cancel.child_token());
         // What an earlier attempt of this call made is not this attempt's.
-        let key = number.to_string();
-        self.take_made(&key);
+        self.take_made(number);
         let files = crate::files::FileSink::new(self.engine.store.blobs(), self.file_limits.clone());
         let cx = CallContext {
             run_id: &self.record.id,
@@ -414,6 +415,7 @@ impl<'e, S: Store> Run<'e, S> {
         let (value, usage, child) = out?;
         let made = files.take();
         if !made.is_empty() {
+            let key = number.to_string();
             let made = made
                 .into_iter()
                 .map(|file| crate::record::RunFile {

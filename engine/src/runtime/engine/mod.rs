@@ -369,6 +369,8 @@ struct Run<'e, S: Store> {
     /// The files a call that succeeded made, by step number (`1.3[2]`), until its outcome
     /// takes them.
     made: std::sync::Mutex<std::collections::HashMap<String, Vec<crate::record::RunFile>>>,
+    /// Whether `made` was ever written to.
+    made_any: std::sync::atomic::AtomicBool,
     /// The files of the run's records so far (replayed ones included), in the order recorded.
     files: std::sync::Mutex<Vec<crate::record::RunFile>>,
     /// `limits.max_file_bytes`, `limits.max_run_file_bytes`, and the bytes made so far.

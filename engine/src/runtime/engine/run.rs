@@ -3,7 +3,7 @@
 //! step records to the store (after one failed write, none more).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
 use serde_json::Value;
@@ -570,6 +570,7 @@ impl<'e, S: Store> Run<'e, S> {
             finished: AtomicU64::new(0),
             answers: Default::default(),
             made: Default::default(),
+            made_any: AtomicBool::new(false),
             files: Default::default(),
             file_limits,
             turn_files,
@@ -883,6 +884,7 @@ impl<'e, S: Store> Run<'e, S> {
 
     /// Notes the files a call numbered `number` made, for its outcome to take.
     pub(super) fn made_files(&self, number: String, files: Vec<crate::record::RunFile>) {
+        self.made_any.store(true, Ordering::Relaxed);
         self.made
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -892,11 +894,15 @@ impl<'e, S: Store> Run<'e, S> {
     }
 
     /// The files the call numbered `number` made, taken.
-    pub(super) fn take_made(&self, number: &str) -> Vec<crate::record::RunFile> {
+    /// Cheap for a run that never made a file: nothing is looked up.
+    pub(super) fn take_made(&self, number: crate::agents::StepNumber<'_>) -> Vec<crate::record::RunFile> {
+        if !self.made_any.load(Ordering::Relaxed) {
+            return Vec::new();
+        }
         self.made
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .remove(number)
+            .remove(&number.to_string())
             .unwrap_or_default()
     }
 }

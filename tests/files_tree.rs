@@ -55,13 +55,22 @@ fn numbered(run: &Value) -> Vec<(String, String)> {
 }
 
 fn owned(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-    pairs.iter().map(|(a, b)| ((*a).to_owned(), (*b).to_owned())).collect()
+    pairs
+        .iter()
+        .map(|(a, b)| ((*a).to_owned(), (*b).to_owned()))
+        .collect()
 }
 
 /// The id of the only (or latest) root run of the store in `dir`.
 fn only_run(dir: &TempDir) -> String {
-    let list = run(switchyard(dir.path()).args(["runs", "list", "--json"]).args(STORE));
-    let first = list.stdout.lines().next().unwrap_or_else(|| panic!("no run: {list:?}"));
+    let list = run(switchyard(dir.path())
+        .args(["runs", "list", "--json"])
+        .args(STORE));
+    let first = list
+        .stdout
+        .lines()
+        .next()
+        .unwrap_or_else(|| panic!("no run: {list:?}"));
     serde_json::from_str::<Value>(first).expect("a JSON line")["id"]
         .as_str()
         .expect("an id")
@@ -190,7 +199,11 @@ fn child_flow(latency: &str) -> String {
 }
 
 fn report(n: u64) -> Value {
-    file(format!("report {n}").as_bytes(), &format!("report-{n}.txt"), "text/plain")
+    file(
+        format!("report {n}").as_bytes(),
+        &format!("report-{n}.txt"),
+        "text/plain",
+    )
 }
 
 /// A step, a `foreach` over three child runs and a `parallel` step whose branches call the
@@ -206,11 +219,19 @@ fn a_runs_files_gather_its_steps_iterations_branches_and_child_runs() {
         "flow: parent\nagents:\n  child: {kind: flow, path: child.yaml}\n  pic:\n    kind: mock\n    returns: {file: {path: fixtures/p.bin, name: pic.bin}}\nsteps:\n  first: {agent: pic, output: {$.pic: $}, next: each}\n  each:\n    foreach: $.items\n    concurrency: 3\n    agent: child\n    output: {$.reports: $}\n    next: both\n  both:\n    parallel:\n      b: {agent: child, input: {$.n: {value: 20}}, output: {$.b: $}}\n      a: {agent: child, input: {$.n: {value: 10}}, output: {$.a: $}}\n",
     );
     let out = run(switchyard(dir.path())
-        .args(["run", "parent.yaml", "--input", r#"{"items": [{"n": 3}, {"n": 1}, {"n": 2}]}"#])
+        .args([
+            "run",
+            "parent.yaml",
+            "--input",
+            r#"{"items": [{"n": 3}, {"n": 1}, {"n": 2}]}"#,
+        ])
         .args(STORE));
     assert_eq!(out.code(), 0, "{out:?}");
     let output: Value = serde_json::from_str(&out.stdout).expect("JSON output");
-    assert_eq!(output["pic"], file(b"\x89binary", "pic.bin", "application/octet-stream"));
+    assert_eq!(
+        output["pic"],
+        file(b"\x89binary", "pic.bin", "application/octet-stream")
+    );
     assert_eq!(output["reports"], json!([report(3), report(1), report(2)]));
     assert_eq!((&output["a"], &output["b"]), (&report(10), &report(20)));
     let id = only_run(&dir);
@@ -266,16 +287,27 @@ fn a_foreach_of_child_runs_killed_and_resumed_lists_each_file_once() {
     // Two iterations are recorded (each with its file) before the kill.
     let t0 = Instant::now();
     let id = loop {
-        assert!(t0.elapsed() < Duration::from_secs(60), "no two iterations recorded");
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "no two iterations recorded"
+        );
         std::thread::sleep(Duration::from_millis(50));
-        let list = run(switchyard(dir.path()).args(["runs", "list", "--json"]).args(STORE));
-        let Some(line) = list.stdout.lines().next() else { continue };
-        let Ok(first) = serde_json::from_str::<Value>(line) else { continue };
+        let list = run(switchyard(dir.path())
+            .args(["runs", "list", "--json"])
+            .args(STORE));
+        let Some(line) = list.stdout.lines().next() else {
+            continue;
+        };
+        let Ok(first) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
         let id = first["id"].as_str().unwrap().to_owned();
         let shown = show(&dir, &id, &STORE);
-        let done = shown["steps"]
-            .as_array()
-            .map_or(0, |s| s.iter().filter(|s| s["files"].as_array().is_some_and(|f| !f.is_empty())).count());
+        let done = shown["steps"].as_array().map_or(0, |s| {
+            s.iter()
+                .filter(|s| s["files"].as_array().is_some_and(|f| !f.is_empty()))
+                .count()
+        });
         if done >= 2 {
             break id;
         }
@@ -327,10 +359,12 @@ fn a_batch_taken_over_from_a_killed_worker_lists_each_runs_files_once() {
     });
     w1.kill().expect("kill -9");
     w1.wait().expect("reaped");
-    let finished = |pg: &Pg| {
-        pg.count("SELECT COUNT(*) FROM runs WHERE parent_run IS NULL AND status = 'succeeded'")
-    };
-    assert!(finished(&pg) < N as i64, "the kill came too late to test a takeover");
+    let finished =
+        |pg: &Pg| pg.count("SELECT COUNT(*) FROM runs WHERE parent_run IS NULL AND status = 'succeeded'");
+    assert!(
+        finished(&pg) < N as i64,
+        "the kill came too late to test a takeover"
+    );
     let mut w2 = spawn_worker(&dir, &pg.url("sy_files_w2"), "w2", &lease);
     wait_for(Duration::from_secs(120), "the batch to finish", || {
         finished(&pg) == N as i64
@@ -344,7 +378,9 @@ fn a_batch_taken_over_from_a_killed_worker_lists_each_runs_files_once() {
     assert_eq!(ids.len(), N, "one run per item: {ids:?}");
     for row in ids {
         let id = row["id"].clone().expect("id");
-        let i: usize = row["item_id"].as_deref().unwrap()["item-".len()..].parse().unwrap();
+        let i: usize = row["item_id"].as_deref().unwrap()["item-".len()..]
+            .parse()
+            .unwrap();
         let shown = show(&dir, &id, &store);
         assert_eq!(shown["run"]["status"], "succeeded");
         let want: Vec<(String, String)> = (0..3)
@@ -367,9 +403,22 @@ fn a_flow_test_mocks_files_and_expects_their_names() {
     );
     let out = run(switchyard(dir.path()).args(["test", "flow.yaml"]));
     assert_eq!(out.code(), 1, "{out:?}");
-    assert!(out.stdout.contains("ok     flow.yaml :: the scan is a file"), "{}", out.stdout);
-    assert!(out.stdout.contains("FAILED flow.yaml :: a wrong name fails"), "{}", out.stdout);
-    assert!(out.stdout.contains("b.txt"), "{}", out.stdout);
+    assert!(
+        out.stdout.contains("ok     flow.yaml :: the scan is a file"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains("FAILED flow.yaml :: a wrong name fails"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout
+            .contains("output: `$.scan.doc.name` is \"b.txt\", expected \"a.txt\""),
+        "{}",
+        out.stdout
+    );
 }
 
 /// Mock files are checked before anything runs: a missing `path` (SY210, at the path), a mock
@@ -397,7 +446,12 @@ fn lint_checks_mock_files() {
                 28,
                 "cannot read `fixtures/none.png`: no such file".to_owned()
             ),
-            ("SY105".to_owned(), 8, 27, "a mock file needs `text` or `path`".to_owned()),
+            (
+                "SY105".to_owned(),
+                8,
+                27,
+                "a mock file needs `text` or `path`".to_owned()
+            ),
             (
                 "SY105".to_owned(),
                 8,

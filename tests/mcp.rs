@@ -620,7 +620,7 @@ fn mcp_list_prints_tools_schemas_and_annotations() {
     let out = run(switchyard(fx.dir.path()).args(["mcp", "list", "flow.yaml"]));
     assert_eq!(out.code(), 0, "{}", out.stderr);
     assert!(
-        out.stdout.starts_with("fx (2026-07-28): 14 tools\n"),
+        out.stdout.starts_with("fx (2026-07-28): 16 tools\n"),
         "{}",
         out.stdout
     );

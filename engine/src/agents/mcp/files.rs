@@ -11,8 +11,27 @@ use serde_json::{Map, Value, json};
 use crate::files::FileSink;
 use crate::record::{ErrorKind, StepError};
 
-/// `content` with its file blocks stored and replaced by references, in the same order.
-pub async fn store(tool: &str, content: Vec<Value>, files: &FileSink) -> Result<Vec<Value>, StepError> {
+/// `content` with its file blocks stored and replaced by references, in the same order. A
+/// block whose data holds a secret the server was given (`secret` says so of a text: the base64
+/// as sent, or the bytes when they are text) fails the call and nothing of it is stored: a
+/// secret never reaches the store.
+pub async fn store(
+    tool: &str,
+    content: Vec<Value>,
+    files: &FileSink,
+    secret: &(dyn Fn(&str) -> bool + Sync),
+) -> Result<Vec<Value>, StepError> {
+    let check = |kind: &str, data: &str, bytes: &[u8]| {
+        if secret(data) || std::str::from_utf8(bytes).is_ok_and(secret) {
+            return Err(StepError::new(
+                ErrorKind::Agent,
+                format!(
+                    "the {kind} data MCP tool `{tool}` returned holds a secret the server was given; it was not stored"
+                ),
+            ));
+        }
+        Ok(())
+    };
     let mut out = Vec::with_capacity(content.len());
     let mut k = 0u64;
     for block in content {
@@ -23,6 +42,7 @@ pub async fn store(tool: &str, content: Vec<Value>, files: &FileSink) -> Result<
                 let media_type = block.get("mimeType").and_then(Value::as_str).unwrap_or_default();
                 let data = block.get("data").and_then(Value::as_str).unwrap_or_default();
                 let bytes = decode(data).map_err(|e| bad_block(tool, kind, &e))?;
+                check(kind, data, &bytes)?;
                 let name = format!("{tool}-{k}.{}", extension(media_type));
                 let r = files.store_bytes(&bytes, name, Some(media_type)).await?;
                 out.push(json!({"type": kind, "file": r.to_value()}));
@@ -34,6 +54,7 @@ pub async fn store(tool: &str, content: Vec<Value>, files: &FileSink) -> Result<
                 let media_type = res.get("mimeType").and_then(Value::as_str);
                 let data = res.get("blob").and_then(Value::as_str).unwrap_or_default();
                 let bytes = decode(data).map_err(|e| bad_block(tool, kind, &e))?;
+                check(kind, data, &bytes)?;
                 let name = last_segment(uri)
                     .map(str::to_string)
                     .unwrap_or_else(|| format!("{tool}-{k}.{}", extension(media_type.unwrap_or_default())));
@@ -182,7 +203,7 @@ mod tests {
             json!({"type": "resource", "resource": {"uri": "file:///r/notes.txt", "blob": "aGk=", "mimeType": "text/plain"}}),
             json!({"type": "resource", "resource": {"uri": "file:///r/t.txt", "text": "inline"}}),
         ];
-        let out = store("snap", content, &sink).await.unwrap();
+        let out = store("snap", content, &sink, &|_| false).await.unwrap();
         assert_eq!(out[0], json!("a text"));
         assert_eq!(out[1]["type"], "image");
         assert_eq!(out[1]["file"]["name"], "snap-1.png");
@@ -202,11 +223,23 @@ mod tests {
         assert_eq!(describe(&out[0]), None);
 
         let bad = vec![json!({"type": "image", "data": "!!", "mimeType": "image/png"})];
-        let e = store("snap", bad, &sink).await.unwrap_err();
+        let e = store("snap", bad, &sink, &|_| false).await.unwrap_err();
         assert_eq!(e.kind, ErrorKind::Agent);
         assert_eq!(
             e.message,
             "the image data MCP tool `snap` returned is not base64: byte 0 is `!`"
         );
+
+        // "hunter2" as text, inside a blob resource: refused, nothing stored.
+        let leak =
+            vec![json!({"type": "resource", "resource": {"uri": "file:///env", "blob": "aHVudGVyMg=="}})];
+        let e = store("env", leak, &sink, &|t| t.contains("hunter2"))
+            .await
+            .unwrap_err();
+        assert_eq!(
+            e.message,
+            "the resource data MCP tool `env` returned holds a secret the server was given; it was not stored"
+        );
+        assert!(sink.take().is_empty());
     }
 }

@@ -149,7 +149,8 @@ async fn call_tool(
     if !result.is_error {
         // Images, audio and blob resources become files (SPEC §6.5) before the result is
         // capped: a reference is small.
-        result.content = files::store(tool, std::mem::take(&mut result.content), cx.files).await?;
+        let secret = |text: &str| connection.secrets.redact(text) != text;
+        result.content = files::store(tool, std::mem::take(&mut result.content), cx.files, &secret).await?;
     }
     let output = tools.outputs.get(tool).cloned().flatten();
     shape(server, tool, result, output.as_deref())

@@ -5,7 +5,7 @@
 //! speaks every protocol revision up to the stateless 2026-07-28, or with `--legacy` only
 //! those with the `initialize` handshake (up to 2025-11-25). Its tools
 //! each exercise one part of a client: text, structured content and its output schema, errors,
-//! progress, a crash mid-call, large and non-text results, annotations, a call counter, an
+//! progress, a crash mid-call, large and non-text results (image, audio, embedded resources), annotations, a call counter, an
 //! environment variable given back, and elicitation. When `MCP_FIXTURE_PIDS` names a file, the process appends its pid to it on
 //! start, so a test can count the servers started and check that none is left running; when
 //! `MCP_FIXTURE_LOG` does, it appends `call TOOL` for each call and `cancelled slow` for a
@@ -31,6 +31,12 @@ static CALLS: AtomicU64 = AtomicU64::new(0);
 /// A 1×1 PNG.
 const PNG: &str =
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==";
+
+/// "RIFF....WAVE" and nothing else: the 12 bytes a WAV file starts with.
+const WAV: &str = "UklGRgQAAABXQVZF";
+
+/// "%PDF-1.4 fixture\n".
+const PDF: &str = "JVBERi0xLjQgZml4dHVyZQo=";
 
 #[derive(Clone)]
 struct Fixture {
@@ -98,6 +104,12 @@ fn tools() -> Vec<Tool> {
             },
         }),
         json!({"name": "image", "description": "An image block.", "inputSchema": empty}),
+        json!({"name": "audio", "description": "A text block and an audio block.", "inputSchema": empty}),
+        json!({
+            "name": "resource",
+            "description": "An embedded blob resource and an embedded text resource.",
+            "inputSchema": empty,
+        }),
         json!({
             "name": "destructive",
             "description": "Marked destructive.",
@@ -304,6 +316,22 @@ impl ServerHandler for Fixture {
             }
             "image" => result(json!({
                 "content": [{"type": "image", "data": PNG, "mimeType": "image/png"}],
+            })),
+            "audio" => result(json!({
+                "content": [
+                    {"type": "text", "text": "a beep"},
+                    {"type": "audio", "data": WAV, "mimeType": "audio/wav"},
+                ],
+            })),
+            "resource" => result(json!({
+                "content": [
+                    {"type": "resource", "resource": {
+                        "uri": "file:///fixture/report.pdf", "mimeType": "application/pdf", "blob": PDF,
+                    }},
+                    {"type": "resource", "resource": {
+                        "uri": "file:///fixture/notes.txt", "mimeType": "text/plain", "text": "some notes",
+                    }},
+                ],
             })),
             "destructive" => result(text("destroyed")),
             "read_only" => result(text("read")),

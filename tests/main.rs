@@ -65,6 +65,10 @@
 //!   through one fixture server process, finished or stopped with SIGINT;
 //! - [`mcp_stranger`]: MCP features where they meet the rest: a plain step's approval in
 //!   `runs show` and the run page, bad server definitions, a loop of MCP tools over budget;
+//! - [`files_tree`]: files from MCP tools (a plain step, an agent loop's tool call) and from
+//!   mocks, gathered up the run tree (iterations, branches, child runs), once each after a
+//!   kill -9 and `resume` and after a worker's takeover on PostgreSQL; flow tests and lint of
+//!   mocked files;
 //! - [`layers`]: `engine/src`'s modules use only the layers below their own, and no files
 //!   import each other;
 //! - [`library`]: the crate root as an application uses it: `examples/approve.rs` run to its
@@ -90,6 +94,7 @@ mod engine;
 mod engine_commands;
 mod engine_context;
 mod expressions;
+mod files_tree;
 mod fuzz;
 mod graph;
 mod http_agent;

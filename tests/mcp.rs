@@ -169,8 +169,14 @@ fn text_structured_json_text_and_image_results() {
         out["json"]["structured"],
         json!({"answer": 42, "items": ["a", "b"]})
     );
+    // The image block became a file (SPEC §6.5): its reference, the bytes in the store.
     assert_eq!(out["image"]["content"][0]["type"], "image", "{out}");
-    assert_eq!(out["image"]["content"][0]["mimeType"], "image/png", "{out}");
+    assert_eq!(out["image"]["content"][0]["file"]["name"], "image-1.png", "{out}");
+    assert_eq!(
+        out["image"]["content"][0]["file"]["media_type"], "image/png",
+        "{out}"
+    );
+    assert_eq!(out["image"]["content"][0]["file"]["size"], 70, "{out}");
     assert_eq!(
         fx.calls(),
         ["call echo", "call add", "call json_text", "call image"]
@@ -614,7 +620,7 @@ fn mcp_list_prints_tools_schemas_and_annotations() {
     let out = run(switchyard(fx.dir.path()).args(["mcp", "list", "flow.yaml"]));
     assert_eq!(out.code(), 0, "{}", out.stderr);
     assert!(
-        out.stdout.starts_with("fx (2026-07-28): 14 tools\n"),
+        out.stdout.starts_with("fx (2026-07-28): 16 tools\n"),
         "{}",
         out.stdout
     );

@@ -91,7 +91,7 @@ fn structured_content_of_the_everything_server_is_the_structured_result() {
 }
 
 #[test]
-fn an_image_of_the_everything_server_is_kept_as_its_block_in_content() {
+fn an_image_of_the_everything_server_becomes_a_file_in_content() {
     require_everything();
     let out = run_ok("everything_image.yaml", &json!({}));
     let content = out["picture"]["content"]
@@ -101,10 +101,22 @@ fn an_image_of_the_everything_server_is_kept_as_its_block_in_content() {
         .iter()
         .find(|b| b["type"] == "image")
         .unwrap_or_else(|| panic!("no image block: {out}"));
-    assert_eq!(image["mimeType"], "image/png", "{image}");
-    // The bytes are the server's PNG, base64 as the server sent them.
-    let data = image["data"].as_str().unwrap_or_default();
-    assert!(data.starts_with("iVBORw0KGgo"), "not a PNG: {image}");
+    // The block became a file (SPEC §6.5): a reference, the bytes in the store. An image's
+    // media type is sniffed from its bytes: `image/png` says they are a PNG.
+    let file = &image["file"];
+    assert_eq!(file["name"], "get-tiny-image-1.png", "{image}");
+    assert_eq!(file["media_type"], "image/png", "{image}");
+    assert!(
+        file["file"]
+            .as_str()
+            .is_some_and(|h| h.starts_with("sha256:") && h.len() == 71),
+        "{image}"
+    );
+    assert!(file["size"].as_u64().is_some_and(|n| n > 8), "{image}");
+    assert!(
+        image.get("data").is_none(),
+        "no base64 left in the result: {image}"
+    );
     // The text blocks around it are kept, as text, in the server's order.
     assert_eq!(content.len(), 3, "{out}");
     assert_eq!(content[0], "Here's the image you requested:", "{out}");

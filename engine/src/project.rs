@@ -310,11 +310,13 @@ impl Project {
         let mut flow_paths = Vec::new();
         let mut schema_paths = Vec::new();
         let mut bundle_patterns = Vec::new();
+        let mut fixtures = Vec::new();
         if let Some(flow) = &self.flows[id.0].flow {
             let mut refs = Refs {
                 flows: &mut flow_paths,
                 schemas: &mut schema_paths,
                 bundles: &mut bundle_patterns,
+                fixtures: &mut fixtures,
             };
             collect_refs(flow, &mut refs);
         }
@@ -332,6 +334,10 @@ impl Project {
         }
         for spec in bundle_patterns {
             self.check_bundle_pattern(&dir, &spec);
+        }
+        // Mock files by path: read when the mock is called, so they must exist now.
+        for spec in fixtures {
+            self.resolve(&dir, &spec);
         }
         Some(id)
     }
@@ -1158,11 +1164,12 @@ fn is_library(bytes: &[u8]) -> bool {
             .any(|k| *k == "agents" || *k == "providers" || *k == "imports")
 }
 
-/// What a flow names by path: called flows, schema files, `bundle:` patterns.
+/// What a flow names by path: called flows, schema files, `bundle:` patterns, mock files.
 struct Refs<'a> {
     flows: &'a mut Vec<Sp<String>>,
     schemas: &'a mut Vec<Sp<String>>,
     bundles: &'a mut Vec<Sp<String>>,
+    fixtures: &'a mut Vec<Sp<String>>,
 }
 
 fn collect_refs(flow: &Flow, refs: &mut Refs<'_>) {
@@ -1186,11 +1193,23 @@ fn collect_refs(flow: &Flow, refs: &mut Refs<'_>) {
                 }
             }
             AgentSpec::Command(c) => refs.bundles.extend(c.bundle.iter().cloned()),
+            AgentSpec::Mock(m) => {
+                let specs = crate::model::mock_files::of_mock(m);
+                refs.fixtures
+                    .extend(specs.into_iter().filter_map(crate::model::mock_files::path));
+            }
             _ => {}
         }
     };
     for a in flow.agents.values() {
         agent(a, refs);
+    }
+    for t in &flow.tests {
+        for m in t.mocks.values() {
+            let specs = crate::model::mock_files::of_mock(m);
+            refs.fixtures
+                .extend(specs.into_iter().filter_map(crate::model::mock_files::path));
+        }
     }
     for step in flow.steps.values() {
         match &step.kind {

@@ -15,14 +15,21 @@
 //!    template, else `{}` — an empty object, so that a bare mock merged with `output: "*"`
 //!    changes nothing.
 //!
-//! It does no I/O and keeps no state of its own.
+//! A value of the result that is a mapping whose only key is `file`, itself a mapping
+//! (`{file: {text: "...", name: a.txt, media_type?}}` or `{file: {path: fixtures/x.png,
+//! name?, media_type?}}`, [`crate::model::mock_files`]), is a file the call makes: stored
+//! through `cx.files` and replaced by its reference. A `path` is relative to the flow file's
+//! directory and read at the call; `name` defaults to its last segment. Otherwise it does no
+//! I/O, and it keeps no state of its own.
 
 use serde_json::{Map, Value};
 
 use super::transform::eval_value_template;
 use super::{Agent, CallContext};
 use crate::expr::value::ValueTemplate;
+use crate::files::FileSink;
 use crate::plan::MockPlan;
+use crate::record::files::FileRef;
 use crate::record::{ErrorKind, StepError};
 
 /// A `mock` agent, borrowing its plan (the engine holds the plan in an `Arc` for the run).
@@ -45,9 +52,64 @@ impl Agent for MockAgent<'_> {
             return Err(err);
         }
         match pick(plan, cx.call_index) {
-            Some(template) => eval_value_template(template, input, &cx),
+            Some(template) => {
+                let mut value = eval_value_template(template, input, &cx)?;
+                make_files(&mut value, plan, cx.files).await?;
+                Ok(value)
+            }
             None => Ok(Value::Object(Map::new())),
         }
+    }
+}
+
+/// Stores the mock files in `value` through `files`, each replaced by its reference, in
+/// document order.
+async fn make_files(value: &mut Value, plan: &MockPlan, files: &FileSink) -> Result<(), StepError> {
+    let mut stack = vec![value];
+    let mut found = Vec::new();
+    while let Some(v) = stack.pop() {
+        match v {
+            Value::Object(m) if m.len() == 1 && m.get("file").is_some_and(Value::is_object) => found.push(v),
+            Value::Object(m) => stack.extend(m.values_mut().rev()),
+            Value::Array(a) => stack.extend(a.iter_mut().rev()),
+            _ => {}
+        }
+    }
+    for v in found {
+        let spec = v["file"].take();
+        *v = make_file(&spec, plan, files).await?.to_value();
+    }
+    Ok(())
+}
+
+async fn make_file(spec: &Value, plan: &MockPlan, files: &FileSink) -> Result<FileRef, StepError> {
+    let field = |k: &str| spec.get(k).and_then(Value::as_str);
+    let bad = |why: String| StepError::new(ErrorKind::Agent, format!("mock file: {why}"));
+    let media_type = field("media_type");
+    match (field("text"), field("path")) {
+        (Some(text), None) => {
+            let name = field("name").ok_or_else(|| bad("`text` needs a `name`".into()))?;
+            files
+                .store_bytes(text.as_bytes(), name.to_string(), media_type)
+                .await
+        }
+        (None, Some(path)) => {
+            let full = plan.dir.join(path);
+            let bytes = tokio::fs::read(&full)
+                .await
+                .map_err(|e| bad(format!("cannot read `{path}`: {e}")))?;
+            let name = match field("name") {
+                Some(n) => n.to_string(),
+                None => std::path::Path::new(path)
+                    .file_name()
+                    .map_or_else(|| path.to_string(), |n| n.to_string_lossy().into_owned()),
+            };
+            files.store_bytes(&bytes, name, media_type).await
+        }
+        _ => Err(bad(format!(
+            "`{}` has one of `text` and `path`, as strings",
+            serde_json::to_string(spec).unwrap_or_default()
+        ))),
     }
 }
 
@@ -111,6 +173,7 @@ mod tests {
             fail_times: 0,
             fail_rate: 0.0,
             seed: 0,
+            dir: std::path::PathBuf::new(),
         }
     }
 
@@ -235,6 +298,64 @@ mod tests {
             )
             .is_none()
         }));
+    }
+
+    #[tokio::test]
+    async fn mock_files_are_stored_and_become_references() {
+        let dir = std::env::temp_dir().join(format!("switchyard-mock-files-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("fixtures")).unwrap();
+        std::fs::write(dir.join("fixtures/scan.bin"), b"\x00\x01\x02").unwrap();
+        let p = MockPlan {
+            returns: Some(ValueTemplate::Literal(json!({
+                "a": {"file": {"text": "hello", "name": "a.txt"}},
+                "list": [{"file": {"path": "fixtures/scan.bin", "media_type": "application/x-test"}}],
+                "real": {"file": "sha256:00"},
+            }))),
+            dir: dir.clone(),
+            ..plan()
+        };
+        let cancel = CancellationToken::new();
+        let context = json!({});
+        let sink = crate::files::FileSink::detached();
+        let mut cx = test_cx(0, None, &context, &cancel);
+        cx.files = &sink;
+        let out = MockAgent(&p).call(&json!({}), cx).await.unwrap();
+        assert_eq!(
+            out["a"],
+            json!({"file": "sha256:2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824",
+                   "name": "a.txt", "media_type": "text/plain", "size": 5})
+        );
+        assert_eq!(out["list"][0]["name"], "scan.bin");
+        assert_eq!(out["list"][0]["media_type"], "application/x-test");
+        assert_eq!(out["list"][0]["size"], 3);
+        assert_eq!(
+            out["real"],
+            json!({"file": "sha256:00"}),
+            "a reference is left alone"
+        );
+        let made = sink.take();
+        assert_eq!(made.len(), 2);
+        assert_eq!(made[0].name, "a.txt");
+        assert_eq!(sink.read_bytes(&made[1]).await.unwrap(), b"\x00\x01\x02");
+
+        let p = MockPlan {
+            returns: Some(ValueTemplate::Literal(
+                json!({"file": {"path": "fixtures/none.png"}}),
+            )),
+            dir: dir.clone(),
+            ..plan()
+        };
+        let mut cx = test_cx(0, None, &context, &cancel);
+        cx.files = &sink;
+        let e = MockAgent(&p).call(&json!({}), cx).await.unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Agent);
+        assert!(
+            e.message
+                .starts_with("mock file: cannot read `fixtures/none.png`: "),
+            "{}",
+            e.message
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     // Latency is wall-clock time: these tests use short real waits and check lower bounds.

@@ -127,7 +127,8 @@ pub fn run(args: Args) -> u8 {
                 }
                 continue;
             }
-            let result = rt.block_on(run_test(&plan, t, &text));
+            let dir = project.flow(id).path.parent().unwrap_or(Path::new("."));
+            let result = rt.block_on(run_test(&plan, t, &text, dir));
             match result {
                 Ok(()) => {
                     passed += 1;
@@ -158,8 +159,9 @@ fn display(p: &Path) -> String {
 }
 
 /// Runs one test: mocks in, effectful agents that are not mocked out, then the expectations.
-pub async fn run_test(plan: &Arc<Plan>, t: &FlowTest, text: &str) -> Result<(), String> {
-    let agent_changes = mocks(plan, t, text)?;
+/// Mock files' paths are relative to `dir`, the flow file's directory.
+pub async fn run_test(plan: &Arc<Plan>, t: &FlowTest, text: &str, dir: &Path) -> Result<(), String> {
+    let agent_changes = mocks(plan, t, text, dir)?;
     let options = RunOptions {
         allow: None,
         agent_changes: Arc::new(agent_changes),
@@ -194,7 +196,7 @@ pub async fn run_test(plan: &Arc<Plan>, t: &FlowTest, text: &str) -> Result<(), 
 const NOT_MOCKED: &str =
     "not mocked: a test may not call `llm`, `http`, `command` or `native` agents; add it under `mocks:`";
 
-fn mocks(plan: &Plan, t: &FlowTest, text: &str) -> Result<AgentChanges, String> {
+fn mocks(plan: &Plan, t: &FlowTest, text: &str, dir: &Path) -> Result<AgentChanges, String> {
     let compile = |n: &crate::syntax::Node| -> Result<value::ValueTemplate, String> {
         let (v, errors) = value::compile(n, text);
         match errors.first() {
@@ -217,6 +219,7 @@ fn mocks(plan: &Plan, t: &FlowTest, text: &str) -> Result<AgentChanges, String> 
             fail_times: m.fail_times.as_ref().map_or(0, |f| f.value),
             fail_rate: m.fail_rate.as_ref().map_or(0.0, |f| f.value),
             seed: m.seed.as_ref().map_or(0, |s| s.value),
+            dir: dir.to_path_buf(),
         };
         mocked.insert(
             name.clone(),

@@ -668,6 +668,13 @@ impl<'p> Compiler<'p> {
             fail_times: m.fail_times.as_ref().map_or(0, |f| f.value),
             fail_rate: m.fail_rate.as_ref().map_or(0.0, |f| f.value),
             seed: m.seed.as_ref().map_or(0, |s| s.value),
+            dir: self
+                .project
+                .flow(scope.id)
+                .path
+                .parent()
+                .map(FsPath::to_path_buf)
+                .unwrap_or_default(),
         }
     }
 

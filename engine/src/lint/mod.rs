@@ -443,6 +443,7 @@ pub fn lint_flow(cx: &FlowCx, out: &mut Vec<Diagnostic>, parsed: &mut ParseCache
     rules::tool_input::check(cx, out);
     rules::mcp_tools::check(cx, out);
     rules::loop_mcp_tools::check(cx, out);
+    rules::mock_files::check(cx, out);
     rules::hosts::check(cx, out);
     rules::secrets::check(cx, out);
     rules::shell::check(cx, out);

@@ -10,6 +10,7 @@
 //! serialisation.
 
 pub mod build;
+pub mod mock_files;
 mod types;
 
 pub use types::*;

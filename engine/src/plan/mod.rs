@@ -750,6 +750,9 @@ pub struct MockPlan {
     pub fail_times: u64,
     pub fail_rate: f64,
     pub seed: u64,
+    /// The directory a mock file's `path` is relative to: the flow file's (a change file's
+    /// mocks: the current directory).
+    pub dir: std::path::PathBuf,
 }
 /// Agent changes resolved against a plan: for each flow (by index into `Plan::flows`),
 /// agent name → what to use instead (`None`: removed). Made from a change file

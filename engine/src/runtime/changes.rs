@@ -490,6 +490,7 @@ pub fn mock_plan<E>(
         fail_times: num("fail_times").map_or(0, |v| v as u64),
         fail_rate: num("fail_rate").unwrap_or(0.0),
         seed: num("seed").map_or(0, |v| v as u64),
+        dir: std::path::PathBuf::new(),
     })
 }
 

@@ -6,8 +6,10 @@
 //! ends them all ([`shutdown`]). This file is the call: the allowlist, the arguments checked
 //! against the tool's `inputSchema` before anything is sent, the timeout that progress
 //! extends, and the result `{structured, content, is_error}`, capped in size, its
-//! `structuredContent` checked against the tool's `outputSchema`.
+//! `structuredContent` checked against the tool's `outputSchema`, its images, audio and blob
+//! resources stored as files ([`files`]).
 
+pub mod files;
 pub mod pool;
 pub mod process;
 pub mod sdk;
@@ -135,7 +137,7 @@ async fn call_tool(
             elicitor,
         )
         .await;
-    let result = match answer {
+    let mut result = match answer {
         Ok(r) => r,
         Err(e) => {
             if matches!(e, SdkError::Closed(_)) {
@@ -144,6 +146,12 @@ async fn call_tool(
             return Err(call_error(server, tool, e, connection, cx.timeout, max_time));
         }
     };
+    if !result.is_error {
+        // Images, audio and blob resources become files (SPEC §6.5) before the result is
+        // capped: a reference is small.
+        let secret = |text: &str| connection.secrets.redact(text) != text;
+        result.content = files::store(tool, std::mem::take(&mut result.content), cx.files, &secret).await?;
+    }
     let output = tools.outputs.get(tool).cloned().flatten();
     shape(server, tool, result, output.as_deref())
 }

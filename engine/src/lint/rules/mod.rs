@@ -13,6 +13,7 @@ pub mod hosts;
 pub mod loop_mcp_tools;
 pub mod loop_without_tools;
 pub mod mcp_tools;
+pub mod mock_files;
 pub mod payload_types;
 pub mod reachability;
 pub mod references;

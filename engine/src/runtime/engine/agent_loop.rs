@@ -765,12 +765,21 @@ impl<'e, S: Store> Run<'e, S> {
 }
 
 /// What the model is told of an MCP tool's result (`{structured, content, is_error}`): the
-/// text of its content, else its structured value as JSON, else its content as JSON.
+/// text of its content (a file as `[file NAME (MEDIA_TYPE, SIZE bytes)]`), else its structured
+/// value as JSON, else its content as JSON.
 fn mcp_text(result: &Value) -> String {
-    let texts: Vec<&str> = result
+    let texts: Vec<String> = result
         .get("content")
         .and_then(Value::as_array)
-        .map(|c| c.iter().filter_map(Value::as_str).collect())
+        .map(|c| {
+            c.iter()
+                .filter_map(|b| {
+                    b.as_str()
+                        .map(str::to_string)
+                        .or_else(|| crate::agents::mcp::files::describe(b))
+                })
+                .collect()
+        })
         .unwrap_or_default();
     if !texts.is_empty() {
         return texts.join("\n");

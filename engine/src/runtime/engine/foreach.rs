@@ -246,7 +246,10 @@ impl<'e, S: Store> Run<'e, S> {
             .as_ref()
             .and_then(|r| r.finished(number, Some(index as u64)))
         {
-            return self.replayed(call, rec);
+            // Its files are the run's again, as a replayed step's are.
+            let o = self.replayed(call, rec);
+            self.note_files(&o.files);
+            return o;
         }
         let started = record::Stamp::now();
         let mut o = self

@@ -210,10 +210,10 @@ fn a_failing_store_stops_the_batch(dir: &TempDir, store: &str, expect: &[&str]) 
 #[test]
 fn a_full_disk_stops_a_batch_clearly_and_the_same_command_continues() {
     let dir = TempDir::new("batch-full");
-    // The store may grow to 32 pages of 4 KiB: it fills up part-way through the batch.
+    // The store may grow to 40 pages of 4 KiB: it fills up part-way through the batch.
     a_failing_store_stops_the_batch(
         &dir,
-        "sqlite:runs.db?max_pages=32",
+        "sqlite:runs.db?max_pages=40",
         &["the store failed", "is full"],
     );
 }

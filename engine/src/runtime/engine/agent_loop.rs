@@ -937,9 +937,9 @@ pub fn loop_of_step(step: &StepPlan) -> Option<&LoopPlan> {
     }
 }
 
-/// The transcript as a record keeps it: each text and each call's arguments capped (an attached
-/// image's data left out), and at
-/// most [`KEPT_MESSAGES`] messages (the first and the last, with a marker between).
+/// The transcript as a record keeps it: each text and each call's arguments capped (an
+/// attached image's data left out), and at most [`KEPT_MESSAGES`] messages (the first and
+/// the last, with a marker between).
 fn kept_transcript(messages: &[Value]) -> Value {
     let cap = |v: &Value| -> Value {
         let mut v = v.clone();

@@ -19,9 +19,11 @@ use crate::support::{TempDir, run, switchyard};
 const STORE: [&str; 2] = ["--store", "sqlite:runs.db"];
 
 /// A PNG as servers send it: the signature, then an IHDR chunk (1×1, RGBA).
-const PNG: &[u8] = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\0\0\x01\0\0\0\x01\x08\x06\0\0\0\x1f\x15\xc4\x89\0\0\0\0IEND\xaeB`\x82";
+const PNG: &[u8] =
+    b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\0\0\x01\0\0\0\x01\x08\x06\0\0\0\x1f\x15\xc4\x89\0\0\0\0IEND\xaeB`\x82";
 /// SVG, which its server labels `image/png`.
-const SVG: &[u8] = b"<?xml version=\"1.0\"?>\n<svg xmlns=\"http://www.w3.org/2000/svg\" onload=\"alert(1)\"/>";
+const SVG: &[u8] =
+    b"<?xml version=\"1.0\"?>\n<svg xmlns=\"http://www.w3.org/2000/svg\" onload=\"alert(1)\"/>";
 const NOTES: &[u8] = b"total: 48.20 EUR\nthank you";
 
 /// One request the server got.
@@ -145,7 +147,9 @@ fn run_flow(dir: &TempDir, flow: &str) -> (Value, Value) {
         .args(["run", "f.yaml", "--input", "{}"])
         .args(STORE));
     let output = serde_json::from_str(&out.stdout).unwrap_or(Value::Null);
-    let list = run(switchyard(dir.path()).args(["runs", "list", "--json"]).args(STORE));
+    let list = run(switchyard(dir.path())
+        .args(["runs", "list", "--json"])
+        .args(STORE));
     let first = list.stdout.lines().next().unwrap_or_default();
     let listed: Value = serde_json::from_str(first).unwrap_or_else(|e| panic!("{e}: {list:?}"));
     let id = listed["id"].as_str().expect("a run id").to_owned();
@@ -157,10 +161,7 @@ fn run_flow(dir: &TempDir, flow: &str) -> (Value, Value) {
 }
 
 fn provider(files: &Files) -> String {
-    format!(
-        "providers:\n  vision:\n    base_url: {}\n",
-        files.url("/v1")
-    )
+    format!("providers:\n  vision:\n    base_url: {}\n", files.url("/v1"))
 }
 
 #[test]

@@ -500,18 +500,27 @@ mod tests {
     #[test]
     fn file_names_come_from_content_disposition_then_the_url() {
         let d = |v: &str| disposition_filename(v.as_bytes());
-        assert_eq!(d("attachment; filename=\"invoice 7.png\"").as_deref(), Some("invoice 7.png"));
+        assert_eq!(
+            d("attachment; filename=\"invoice 7.png\"").as_deref(),
+            Some("invoice 7.png")
+        );
         assert_eq!(d("attachment; filename=plain.txt").as_deref(), Some("plain.txt"));
         assert_eq!(
             d("attachment; filename=\"fallback.png\"; filename*=UTF-8''caf%C3%A9.png").as_deref(),
             Some("café.png")
         );
         assert_eq!(d("inline; filename=\"a\\\"b.txt\"").as_deref(), Some("a\"b.txt"));
-        assert_eq!(d("attachment; filename=\"../../etc/passwd\"").as_deref(), Some("passwd"));
+        assert_eq!(
+            d("attachment; filename=\"../../etc/passwd\"").as_deref(),
+            Some("passwd")
+        );
         assert_eq!(d("attachment; filename=\"..\""), None);
         assert_eq!(d("attachment"), None);
         let u = |s: &str| url_name(&s.parse().unwrap());
-        assert_eq!(u("http://h.test/scans/page%201.png?x=1").as_deref(), Some("page 1.png"));
+        assert_eq!(
+            u("http://h.test/scans/page%201.png?x=1").as_deref(),
+            Some("page 1.png")
+        );
         assert_eq!(u("http://h.test/scans/"), None);
         assert_eq!(u("http://h.test/a%2Fb"), None);
         assert!(is_json_type("application/problem+json; charset=utf-8"));

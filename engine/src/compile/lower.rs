@@ -433,7 +433,10 @@ impl<'p> Compiler<'p> {
                     message_mode: l.message_mode.as_ref().map_or(MessageMode::None, |m| m.value),
                     max_messages: l.max_messages.as_ref().map(|m| m.value),
                     agent_loop: self.agent_loop(a, l, scope),
-                    attach: l.attach.as_ref().map(|t| self.value_template(scope, &t.0)),
+                    attach: l
+                        .attach
+                        .as_ref()
+                        .map(|t| Box::new(self.value_template(scope, &t.0))),
                     max_attach_bytes: l
                         .max_attach_bytes
                         .as_ref()

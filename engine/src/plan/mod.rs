@@ -660,7 +660,7 @@ pub struct LlmPlan {
     /// With `tools:`, the agent is an agent loop (SPEC §6.3).
     pub agent_loop: Option<LoopPlan>,
     /// `attach:`: the files sent with the user message (SPEC §6.5).
-    pub attach: Option<ValueTemplate>,
+    pub attach: Option<Box<ValueTemplate>>,
     /// All attachments of one call at most, in bytes (default 20MiB).
     pub max_attach_bytes: u64,
 }

@@ -175,7 +175,11 @@ mod tests {
         assert_eq!(references(&json!([r, null, r]), "a").unwrap().len(), 2);
         let e = references(&json!("scan.png"), "agent `a`").unwrap_err();
         assert_eq!(e.kind, ErrorKind::Agent);
-        assert!(e.message.starts_with("agent `a`: `attach` gives a string"), "{}", e.message);
+        assert!(
+            e.message.starts_with("agent `a`: `attach` gives a string"),
+            "{}",
+            e.message
+        );
         let pdf = FileRef::from_value(&r).map(|f| FileRef {
             media_type: "application/pdf".into(),
             ..f

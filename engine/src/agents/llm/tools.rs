@@ -114,7 +114,10 @@ impl LlmAgent<'_> {
     pub async fn loop_messages(&self, input: &Value, cx: &CallContext<'_>) -> Result<Vec<Value>, StepError> {
         let mut messages = self.messages(input, cx)?;
         let who = format!("agent `{}`", self.name);
-        super::attach::append(&mut messages, super::attach::parts(self.plan, &who, input, cx).await?);
+        super::attach::append(
+            &mut messages,
+            super::attach::parts(self.plan, &who, input, cx).await?,
+        );
         Ok(messages)
     }
 

@@ -14,6 +14,7 @@ use base64::Engine as _;
 use serde_json::{Value, json};
 use sha2::Digest;
 
+use crate::mock_server::{Llm, Reply};
 use crate::support::{TempDir, run, switchyard};
 
 const STORE: [&str; 2] = ["--store", "sqlite:runs.db"];
@@ -310,4 +311,58 @@ fn a_file_a_model_cannot_read_fails_with_kind_agent_before_any_request() {
         "step `describe`: agent `describe`: cannot attach file `logo.png` of type `image/svg+xml`: a model is sent raster images (png, jpeg, gif, webp, bmp) and text files only"
     );
     assert!(files.hits_on("/v1/chat/completions").is_empty());
+}
+
+/// An agent loop sends its attachments in its first user message, every turn (the
+/// conversation so far), and its recorded transcript keeps no image data.
+#[test]
+fn an_agent_loop_sends_its_attachments_in_its_first_message() {
+    let files = Files::start();
+    let model = Llm::start();
+    model.script([
+        Reply::calls(1, &[("greet", "{}")]),
+        Reply::Answer("a cat, greeted".into()),
+    ]);
+    let dir = TempDir::new("files-llm-loop");
+    let flow = format!(
+        "flow: describe\nproviders:\n  local:\n    base_url: {}\nagents:\n  get:\n    kind: http\n    method: GET\n    url: {}\n  helper:\n    kind: llm\n    provider: local\n    model: m1\n    prompt: Describe it.\n    tools: [greet]\n    attach: =input.scan\n  greet:\n    kind: mock\n    description: Says hello.\n    returns: hello\nstart: scan\nsteps:\n  scan:\n    agent: get\n    output: {{$.scan: $}}\n    next: answer\n  answer:\n    agent: helper\n    input: {{$.scan: $.scan}}\n    output: {{$.reply: $}}\n",
+        model.base_url(),
+        files.url("/scan"),
+    );
+    let (output, record) = run_flow(&dir, &flow);
+    assert_eq!(output["reply"], json!({"text": "a cat, greeted"}), "{record}");
+    let data = base64::engine::general_purpose::STANDARD.encode(PNG);
+    let hits = model.hits();
+    assert_eq!(hits.len(), 2);
+    for hit in &hits {
+        let first_user = hit.body["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["role"] == "user")
+            .expect("a user message");
+        assert_eq!(
+            first_user["content"],
+            json!([
+                {"type": "text", "text": "Describe it."},
+                {"type": "image_url", "image_url": {"url": format!("data:image/png;base64,{data}")}},
+            ])
+        );
+    }
+    let show = run(switchyard(dir.path())
+        .args([
+            "runs",
+            "show",
+            record["id"].as_str().unwrap(),
+            "--json",
+            "--transcript",
+        ])
+        .args(STORE));
+    assert_eq!(show.code(), 0, "{show:?}");
+    assert!(
+        show.stdout.contains("data:image/png;base64,… ("),
+        "{}",
+        show.stdout
+    );
+    assert!(!show.stdout.contains(&data), "the record keeps no image data");
 }

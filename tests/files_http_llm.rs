@@ -26,6 +26,8 @@ const PNG: &[u8] =
 const SVG: &[u8] =
     b"<?xml version=\"1.0\"?>\n<svg xmlns=\"http://www.w3.org/2000/svg\" onload=\"alert(1)\"/>";
 const NOTES: &[u8] = b"total: 48.20 EUR\nthank you";
+/// One byte over the default `max_file_bytes` (64 MiB).
+const BIG: usize = (64 << 20) + 1;
 
 /// One request the server got.
 #[derive(Clone, Debug)]
@@ -37,7 +39,7 @@ struct Hit {
 
 /// Routes: `/scan` (the PNG, named `invoice-7.png` by `Content-Disposition`), `/img/logo.png`
 /// (the SVG labelled `image/png`, no `Content-Disposition`), `/notes` (text, named by an RFC
-/// 5987 `filename*`), `/json` (a JSON body), `/upload` (takes a body, answers its size),
+/// 5987 `filename*`), `/json` (a JSON body), `/big.bin` (one byte over 64 MiB), `/upload` (takes a body, answers its size),
 /// `/v1/chat/completions` (answers `a cat`).
 #[derive(Clone)]
 struct Files {
@@ -119,6 +121,11 @@ async fn serve(
         )
             .into_response(),
         "/json" => axum::Json(json!({"plain": "json"})).into_response(),
+        "/big.bin" => (
+            [(header::CONTENT_TYPE, "application/octet-stream")],
+            vec![7u8; BIG],
+        )
+            .into_response(),
         "/upload" => axum::Json(json!({"received": body.len()})).into_response(),
         "/v1/chat/completions" => axum::Json(json!({
             "id": "c1",
@@ -365,4 +372,26 @@ fn an_agent_loop_sends_its_attachments_in_its_first_message() {
         show.stdout
     );
     assert!(!show.stdout.contains(&data), "the record keeps no image data");
+}
+
+/// A body over `max_file_bytes` fails the step with kind `limit` while it streams; nothing is
+/// listed.
+#[test]
+fn a_body_over_max_file_bytes_fails_with_kind_limit() {
+    let files = Files::start();
+    let dir = TempDir::new("files-http-big");
+    let url = files.url("/big.bin");
+    let flow = format!(
+        "flow: fetch\nagents:\n  get:\n    kind: http\n    method: GET\n    url: {url}\nsteps:\n  fetch:\n    agent: get\n    output: {{$.big: $}}\n"
+    );
+    let (_, record) = run_flow(&dir, &flow);
+    assert_eq!(record["status"], "failed", "{record}");
+    assert_eq!(record["error"]["kind"], "limit");
+    assert_eq!(
+        record["error"]["message"],
+        format!(
+            "step `fetch`: agent `get`: GET {url}: file `big.bin` is over the limit max_file_bytes (67108864 bytes)"
+        )
+    );
+    assert_eq!(record.get("files"), None);
 }

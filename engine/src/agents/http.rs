@@ -109,10 +109,14 @@ impl HttpAgent<'_> {
             value.set_sensitive(true);
             configured.insert(name, value);
         }
-        let body = self.body(input, cx, &who).await?;
         let client = net::client()?;
         let origin = url.origin();
         let mut send_body = !matches!(method, Method::GET | Method::HEAD);
+        let body = if send_body {
+            Some(self.body(input, cx, &who).await?)
+        } else {
+            None
+        };
         let mut redirects = 0usize;
         loop {
             self.hosts.check(&url, &who)?;
@@ -127,7 +131,7 @@ impl HttpAgent<'_> {
             if same_origin {
                 req = req.headers(configured.clone());
             }
-            if send_body {
+            if let Some(body) = body.as_ref().filter(|_| send_body) {
                 if !(same_origin && configured.contains_key(reqwest::header::CONTENT_TYPE)) {
                     req = req.header(reqwest::header::CONTENT_TYPE, body.content_type.clone());
                 }

@@ -147,12 +147,25 @@ async fn responses_are_capped_and_must_be_json() {
         message.contains("larger than 1024 bytes (max_response)"),
         "{message}"
     );
-    let out = run_flow(&capped("/text"), json!({})).await;
+    let out = run_flow(&capped("/bad-json"), json!({})).await;
     let (kind, message) = kind_and_message(&out);
     assert_eq!(kind, "invalid_output");
     assert!(
         message.contains("the response is not JSON") && message.ends_with("<html>not json</html>"),
         "{message}"
+    );
+    // A body of another type is a file, not bound by `max_response`.
+    let out = run_flow(&capped("/text"), json!({})).await;
+    assert_eq!(out.status, RunStatus::Succeeded, "{:?}", out.error);
+    let text = b"<html>not json</html>";
+    assert_eq!(
+        out.output.as_ref().map(|o| o["r"].clone()),
+        Some(json!({
+            "file": format!("sha256:{}", switchyard::__private::store::blobs::hex(&<sha2::Sha256 as sha2::Digest>::digest(text))),
+            "name": "text",
+            "media_type": "text/plain",
+            "size": text.len(),
+        }))
     );
 }
 

@@ -17,6 +17,7 @@
 //! - [`corpus`]: hostile inputs (alias bombs, deep nesting, huge and binary files);
 //! - [`fuzz`]: property tests over generated and mutated flows;
 //! - [`expressions`]: property test of expressions: payload values compare as their literals;
+//! - [`files_http_llm`]: files from and to `http` agents, attachments of `llm` agents;
 //! - [`llm`] and [`http_agent`]: `llm` and `http` agents against local servers
 //!   ([`mock_server`]): limits, retries, structured output, secrets;
 //! - [`llm_cost`]: what `llm` calls cost: budgets, a batch's cost, a rate-limited batch of
@@ -94,6 +95,7 @@ mod engine;
 mod engine_commands;
 mod engine_context;
 mod expressions;
+mod files_http_llm;
 mod files_tree;
 mod fuzz;
 mod graph;

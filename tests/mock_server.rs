@@ -421,7 +421,8 @@ pub struct ServiceState {
 /// Routes: `/echo` (the request back as JSON), `/status/{code}` (that status; 429 with
 /// `Retry-After: 1`), `/big/{bytes}` (a JSON string of that size), `/redirect/{n}` (`n`
 /// redirects, the last to `/echo`), `/away` (a redirect to the same server named `localhost`),
-/// `/text` (200 with a body that is not JSON), `/slow/{ms}` (answers after that long).
+/// `/text` (200 with a `text/plain` body), `/bad-json` (200 with a body that is not JSON,
+/// labelled JSON), `/slow/{ms}` (answers after that long).
 #[derive(Clone)]
 pub struct Service {
     pub addr: SocketAddr,
@@ -535,6 +536,11 @@ async fn service(
             (StatusCode::TEMPORARY_REDIRECT, [(header::LOCATION, to)]).into_response()
         }
         ["text"] => "<html>not json</html>".into_response(),
+        ["bad-json"] => (
+            [(header::CONTENT_TYPE, "application/json")],
+            "<html>not json</html>",
+        )
+            .into_response(),
         ["slow", ms] => {
             tokio::time::sleep(Duration::from_millis(ms.parse().unwrap_or(0))).await;
             axum::Json(json!({"slow": true})).into_response()

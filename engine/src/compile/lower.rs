@@ -433,6 +433,14 @@ impl<'p> Compiler<'p> {
                     message_mode: l.message_mode.as_ref().map_or(MessageMode::None, |m| m.value),
                     max_messages: l.max_messages.as_ref().map(|m| m.value),
                     agent_loop: self.agent_loop(a, l, scope),
+                    attach: l
+                        .attach
+                        .as_ref()
+                        .map(|t| Box::new(self.value_template(scope, &t.0))),
+                    max_attach_bytes: l
+                        .max_attach_bytes
+                        .as_ref()
+                        .map_or(crate::plan::DEFAULT_MAX_ATTACH_BYTES, |m| m.value.0),
                 })
             }
             AgentSpec::Command(c) => {
@@ -468,6 +476,7 @@ impl<'p> Compiler<'p> {
                     .map(|(k, v)| (k.clone(), v.value.clone()))
                     .collect(),
                 max_response: h.max_response.as_ref().map_or(DEFAULT_MAX_OUTPUT, |m| m.value.0),
+                body: h.body.as_ref().map(|t| self.value_template(scope, &t.0)),
             }),
             AgentSpec::Flow(f) => {
                 let callee = if let Some(inline) = &f.inline {

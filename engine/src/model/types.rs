@@ -474,6 +474,13 @@ pub struct LlmAgent {
     /// or `repo.*`.
     #[serde(default)]
     pub approve: Vec<Sp<String>>,
+    /// Files sent with the user message (SPEC §6.5): a value template over `input` that gives
+    /// a file reference or a list of them (`=input.scans`); raster images become image parts,
+    /// text files text parts; `null` sends none.
+    pub attach: Option<Any>,
+    /// The most bytes all attachments of one call may have; default 20MiB. Over it the step
+    /// fails with kind `limit` before any request.
+    pub max_attach_bytes: Option<Sp<Size>>,
 }
 
 /// An agent loop's tools, in the order written.
@@ -545,8 +552,12 @@ pub struct HttpAgent {
     /// Header values may be secret references.
     #[serde(default)]
     pub headers: IndexMap<String, Sp<String>>,
-    /// Largest response body accepted; default 16MiB.
+    /// Largest JSON response body accepted; default 16MiB. A body that is not JSON becomes a
+    /// file, bounded by `limits.max_file_bytes`.
     pub max_response: Option<Sp<Size>>,
+    /// What is sent: a value template over `input` (default: the input document as JSON). A
+    /// file reference (`=input.scan`) sends the file's bytes, of its media type.
+    pub body: Option<Any>,
 }
 
 #[derive(Clone, Debug, JsonSchema)]

@@ -659,7 +659,14 @@ pub struct LlmPlan {
     pub max_messages: Option<u64>,
     /// With `tools:`, the agent is an agent loop (SPEC §6.3).
     pub agent_loop: Option<LoopPlan>,
+    /// `attach:`: the files sent with the user message (SPEC §6.5).
+    pub attach: Option<Box<ValueTemplate>>,
+    /// All attachments of one call at most, in bytes (default 20MiB).
+    pub max_attach_bytes: u64,
 }
+
+/// `max_attach_bytes`' default: 20 MiB.
+pub const DEFAULT_MAX_ATTACH_BYTES: u64 = 20 << 20;
 
 /// An agent loop's bounds and tools.
 #[derive(Debug)]
@@ -740,6 +747,8 @@ pub struct HttpPlan {
     pub method: String,
     pub headers: Vec<(String, String)>,
     pub max_response: u64,
+    /// `body:`; `None` sends the input document.
+    pub body: Option<ValueTemplate>,
 }
 
 #[derive(Debug, Clone)]

@@ -5,7 +5,8 @@
 //! The request's messages are, in order: the rendered `system` template; the run's
 //! conversation as `message_mode` selects it ([`select_messages`]); a context message with
 //! the `context_paths` values (read from the payload by the engine); and the task — the
-//! rendered `prompt`, or, without one, the step's message and the input document as JSON.
+//! rendered `prompt`, or, without one, the step's message and the input document as JSON —
+//! with the files of `attach:` as parts after its text ([`attach`]).
 //!
 //! With `result_schema` the request asks for structured output in the provider's
 //! `structured_output` form: `json_schema` (`response_format` of that type, the default),
@@ -41,6 +42,7 @@ use std::time::{Duration, SystemTime};
 use serde_json::{Map, Value, json};
 
 mod answer;
+mod attach;
 mod conversation;
 mod tools;
 
@@ -123,6 +125,7 @@ impl LlmAgent<'_> {
         let who = format!("agent `{}`", self.name);
         let (url, model, headers) = self.endpoint(secrets)?;
         let mut messages = self.messages(input, cx)?;
+        attach::append(&mut messages, attach::parts(self.plan, &who, input, cx).await?);
         let state = self.providers.get(p);
         let repairs = self.plan.repair_attempts;
         // The form asked for: the provider's, else what an earlier call found it needs, else

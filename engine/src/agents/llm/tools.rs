@@ -109,10 +109,16 @@ pub struct TurnResult {
 
 impl LlmAgent<'_> {
     /// The messages a loop starts from: those of a single call (system, conversation,
-    /// context, task). How the answer's `result_schema` is asked for is each request's
-    /// ([`LlmAgent::turn`]).
-    pub fn loop_messages(&self, input: &Value, cx: &CallContext<'_>) -> Result<Vec<Value>, StepError> {
-        self.messages(input, cx)
+    /// context, task with its attachments). How the answer's `result_schema` is asked for is
+    /// each request's ([`LlmAgent::turn`]).
+    pub async fn loop_messages(&self, input: &Value, cx: &CallContext<'_>) -> Result<Vec<Value>, StepError> {
+        let mut messages = self.messages(input, cx)?;
+        let who = format!("agent `{}`", self.name);
+        super::attach::append(
+            &mut messages,
+            super::attach::parts(self.plan, &who, input, cx).await?,
+        );
+        Ok(messages)
     }
 
     /// One request: the conversation so far and the tools offered (their definitions as the

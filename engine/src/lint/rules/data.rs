@@ -6,8 +6,8 @@
 //!
 //! Scopes follow SPEC §5.1: `item`/`index` (or the `as` name) only inside `foreach`,
 //! `iteration` only inside `while`, `result` only where a step has one. Agent definitions
-//! (`result`, `returns`, `prompt`, `system`, `run`) see `input` (the agent's input document),
-//! `message` and `context`.
+//! (`result`, `returns`, `prompt`, `system`, `run`, `body`, `attach`) see `input` (the
+//! agent's input document), `message` and `context`.
 
 use std::borrow::Cow;
 use std::cell::OnceCell;
@@ -478,6 +478,9 @@ impl<'p> Checker<'_, 'p> {
                 for p in &l.context_paths {
                     self.path(p, Role::Read);
                 }
+                if let Some(t) = &l.attach {
+                    self.value_template(&t.0, &vars);
+                }
             }
             AgentSpec::Command(c) => {
                 for arg in &c.run {
@@ -490,7 +493,12 @@ impl<'p> Checker<'_, 'p> {
                     self.value_template(&v.0, &vars);
                 }
             }
-            AgentSpec::Http(_) | AgentSpec::Flow(_) | AgentSpec::Native(_) | AgentSpec::Mcp(_) => {}
+            AgentSpec::Http(h) => {
+                if let Some(t) = &h.body {
+                    self.value_template(&t.0, &vars);
+                }
+            }
+            AgentSpec::Flow(_) | AgentSpec::Native(_) | AgentSpec::Mcp(_) => {}
         }
     }
 

@@ -86,9 +86,11 @@ pub fn agent_keys(kind: AgentKind) -> &'static [&'static str] {
             "max_parallel_tools",
             "until_tool",
             "approve",
+            "attach",
+            "max_attach_bytes",
         ],
         AgentKind::Command => &["run", "env", "cwd", "max_output", "bundle"],
-        AgentKind::Http => &["url", "method", "headers", "max_response"],
+        AgentKind::Http => &["url", "method", "headers", "max_response", "body"],
         AgentKind::Flow => &[
             "path",
             "steps",
@@ -217,6 +219,8 @@ pub fn agent(cx: &mut Cx, name: Sp<String>, node: &Node) -> Option<Agent> {
                     .get("approve")
                     .map(|n| string_list(cx, n))
                     .unwrap_or_default(),
+                attach: node.get("attach").map(any),
+                max_attach_bytes: node.get("max_attach_bytes").and_then(|n| size(cx, n)),
             })
         }
         AgentKind::Command => {
@@ -268,6 +272,7 @@ pub fn agent(cx: &mut Cx, name: Sp<String>, node: &Node) -> Option<Agent> {
                     .map(|n| string_map(cx, n, "`headers`"))
                     .unwrap_or_default(),
                 max_response: node.get("max_response").and_then(|n| size(cx, n)),
+                body: node.get("body").map(any),
             })
         }
         AgentKind::Flow => {

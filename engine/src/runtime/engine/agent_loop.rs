@@ -165,7 +165,10 @@ impl<'e, S: Store> Run<'e, S> {
             _ => unreachable!("an agent loop's model is an llm agent or a mock"),
         };
         let mut transcript: Vec<Value> = match &model {
-            Model::Llm(m) => match m.loop_messages(input, &self.loop_cx(step, call, message, &base, 0)) {
+            Model::Llm(m) => match m
+                .loop_messages(input, &self.loop_cx(step, call, message, &base, 0))
+                .await
+            {
                 Ok(t) => t,
                 Err(e) => return StepOutcome::err(e),
             },
@@ -943,13 +946,28 @@ pub fn loop_of_step(step: &StepPlan) -> Option<&LoopPlan> {
     }
 }
 
-/// The transcript as a record keeps it: each text and each call's arguments capped, and at
-/// most [`KEPT_MESSAGES`] messages (the first and the last, with a marker between).
+/// The transcript as a record keeps it: each text and each call's arguments capped (an
+/// attached image's data left out), and at most [`KEPT_MESSAGES`] messages (the first and
+/// the last, with a marker between).
 fn kept_transcript(messages: &[Value]) -> Value {
     let cap = |v: &Value| -> Value {
         let mut v = v.clone();
-        if let Some(Value::String(s)) = v.get_mut("content") {
-            *s = llm::kept_within(s, KEPT_TEXT);
+        match v.get_mut("content") {
+            Some(Value::String(s)) => *s = llm::kept_within(s, KEPT_TEXT),
+            // Attachments (`attach:`): text kept as text is; an image's data not at all.
+            Some(Value::Array(parts)) => {
+                for p in parts {
+                    if let Some(Value::String(t)) = p.get_mut("text") {
+                        *t = llm::kept_within(t, KEPT_TEXT);
+                    }
+                    if let Some(Value::String(url)) = p.pointer_mut("/image_url/url")
+                        && let Some((head, data)) = url.split_once(";base64,")
+                    {
+                        *url = format!("{head};base64,… ({} characters not kept)", data.len());
+                    }
+                }
+            }
+            _ => {}
         }
         if let Some(Value::Array(calls)) = v.get_mut("tool_calls") {
             for c in calls {

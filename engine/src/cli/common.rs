@@ -173,6 +173,17 @@ pub struct RunArgs {
     /// `4096`; only narrows the flow's).
     #[arg(long, value_name = "SIZE", value_parser = parse_payload_size)]
     pub max_payload_bytes: Option<u64>,
+    /// The largest file a step may make or read through `file()` (`limits.max_file_bytes`:
+    /// `1MiB`, `4096`; only narrows the flow's).
+    #[arg(long, value_name = "SIZE", value_parser = parse_file_size)]
+    pub max_file_bytes: Option<u64>,
+    /// All the bytes of the files a run may make (`limits.max_run_file_bytes`; only narrows
+    /// the flow's).
+    #[arg(long, value_name = "SIZE", value_parser = parse_file_size)]
+    pub max_run_file_bytes: Option<u64>,
+    /// A directory `file("path")` may read from besides the project root (repeatable).
+    #[arg(long = "files-root", value_name = "DIR")]
+    pub files_roots: Vec<PathBuf>,
 }
 
 /// `--now`: RFC 3339, to the microsecond at most.
@@ -186,6 +197,10 @@ fn parse_timeout(s: &str) -> Result<std::time::Duration, String> {
         Some(_) => Err("a timeout of zero would stop every run before its first step".into()),
         None => Err(format!("`{s}` is not a duration (`250ms`, `30s`, `1.5m`, `2h`)")),
     }
+}
+
+fn parse_file_size(s: &str) -> Result<u64, String> {
+    crate::model::build::parse_size(s).ok_or_else(|| format!("`{s}` is not a size (`4096`, `64KiB`, `1MB`)"))
 }
 
 fn parse_payload_size(s: &str) -> Result<u64, String> {
@@ -206,6 +221,8 @@ impl RunArgs {
             max_depth: self.max_depth,
             timeout: self.timeout,
             max_payload_bytes: self.max_payload_bytes,
+            max_file_bytes: self.max_file_bytes,
+            max_run_file_bytes: self.max_run_file_bytes,
         };
         let looser = flow
             .narrow_limits(&flags)

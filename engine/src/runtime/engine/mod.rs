@@ -177,6 +177,8 @@ struct Lineage {
     hosts: Vec<Arc<[String]>>,
     /// The tightest cost budget on the way down the tree, if any.
     budget: Option<Budget>,
+    /// The parent run's file limits: a child run's files count against them too.
+    files: Option<Arc<crate::files::FileLimits>>,
 }
 
 /// Shared, immutable facts of one run tree.

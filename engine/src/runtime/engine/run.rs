@@ -452,6 +452,7 @@ impl<S: Store> Engine<S> {
             allow,
             hosts,
             budget,
+            files: None,
         };
         (tree, lineage)
     }
@@ -553,7 +554,18 @@ impl<'e, S: Store> Run<'e, S> {
                 files: Vec::new(),
             },
         };
-        let file_limits = Arc::new(crate::files::FileLimits::default());
+        let limits = &flow.limits;
+        let file_limits = Arc::new(crate::files::FileLimits {
+            max_file_bytes: limits.max_file_bytes,
+            max_run_file_bytes: limits.max_run_file_bytes,
+            run_bytes: AtomicU64::new(0),
+            names: (limits.max_file_bytes_name(), limits.max_run_file_bytes_name()),
+            parent: lineage.files.clone(),
+        });
+        // A resumed run goes on counting from the files its records made.
+        if let Some(replay) = &replay {
+            file_limits.count_made(replay.file_bytes());
+        }
         let turn_files = crate::files::FileSink::new(engine.store.blobs(), file_limits.clone());
         Run {
             engine,

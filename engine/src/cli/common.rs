@@ -235,6 +235,26 @@ impl RunArgs {
         }
     }
 
+    /// The directories `file()` reads under: the project root (`--root`, else the top flow's
+    /// directory), then each `--files-root`, canonical.
+    fn files_roots(&self, plan: &Plan) -> Result<Vec<PathBuf>, String> {
+        let project = match &plan.root().path {
+            Some(flow) => crate::project::root_of(flow, self.root.clone()),
+            None => crate::project::root_of(Path::new("flow.yaml"), self.root.clone()),
+        };
+        let mut roots = vec![project];
+        for r in &self.files_roots {
+            let real = r
+                .canonicalize()
+                .map_err(|e| format!("--files-root `{}`: {e}", r.display()))?;
+            if !real.is_dir() {
+                return Err(format!("--files-root `{}` is not a directory", r.display()));
+            }
+            roots.push(real);
+        }
+        Ok(roots)
+    }
+
     /// The context value and run options, validated.
     pub fn options(&self, plan: &Plan) -> Result<(Value, RunOptions), String> {
         self.options_for(plan, None)
@@ -337,6 +357,7 @@ impl RunArgs {
                 shared_budget: None,
                 now: None,
                 origin: crate::record::Origin::Cli,
+                files_roots: Arc::new(self.files_roots(plan)?),
             },
         ))
     }

@@ -787,6 +787,12 @@ impl<'e, S: Store> Run<'e, S> {
         written.map_err(|e| self.store_error(&e))
     }
 
+    /// The input an agent was called with: `built`, or what replaced it (`file()`
+    /// references in place of their markers).
+    pub(super) fn called_with<'a>(o: &mut StepOutcome, built: std::borrow::Cow<'a, Value>) -> std::borrow::Cow<'a, Value> {
+        o.resolved_input.take().map_or(built, std::borrow::Cow::Owned)
+    }
+
     /// The input document a step's record keeps: copied, if borrowed, only for a store that
     /// keeps step records.
     pub(super) fn recorded_input(&self, input: std::borrow::Cow<'_, Value>) -> Option<Value> {

@@ -67,12 +67,15 @@ pub struct CommandAgent<'p>(pub &'p CommandPlan);
 impl Agent for CommandAgent<'_> {
     async fn call(&self, input: &Value, cx: CallContext<'_>) -> Result<Value, StepError> {
         let plan = self.0;
-        let argv = render_argv(plan, input, &cx)?;
         let mut secrets = super::net::Secrets::default();
         let env = resolve_env(plan, &mut secrets)?;
-        let stdin = serde_json::to_vec(input).expect("a JSON value serializes");
         // Removed when the attempt ends, and when this call is dropped (a timeout, a cancel).
         let dirs = files::Dirs::create()?;
+        // The program reads its input's files under $SWITCHYARD_INPUT_DIR, its arguments too.
+        let rewritten = dirs.write_inputs(input, cx.files).await?;
+        let input = rewritten.as_ref().unwrap_or(input);
+        let argv = render_argv(plan, input, &cx)?;
+        let stdin = serde_json::to_vec(input).expect("a JSON value serializes");
         // A program may print what it was given: no secret value leaves the call.
         let result = match run(plan, &argv, env, stdin, &dirs, &cx).await {
             Ok(mut v) => {

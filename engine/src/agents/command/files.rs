@@ -13,9 +13,13 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use serde_json::Value;
+use std::collections::HashMap;
+
+use serde_json::{Map, Value, json};
 
 use crate::files::FileSink;
+use crate::files::names::Unique;
+use crate::record::files::{FileRef, refs_in};
 use crate::record::{ErrorKind, StepError};
 
 /// The directories of one attempt, removed when dropped.
@@ -76,6 +80,39 @@ impl Dirs {
         &self.output
     }
 
+    /// Writes every file of `input` (each [`FileRef`] in it, in document order) under `in/`,
+    /// its name made safe and distinct ([`Unique`]); the same bytes under the same name are
+    /// written once. Returns the document the program reads, each reference rewritten to
+    /// `{path, name, media_type, size}` with `path` absolute, or `None` when `input` holds no
+    /// file. The bytes are checked against their hash as they are written; a file missing
+    /// from the store fails the call with kind `agent`, naming its hash and its name.
+    pub async fn write_inputs(&self, input: &Value, sink: &FileSink) -> Result<Option<Value>, StepError> {
+        let mut refs = Vec::new();
+        refs_in(input, &mut refs);
+        if refs.is_empty() {
+            return Ok(None);
+        }
+        let mut names = Unique::new();
+        let mut written: HashMap<(String, String), Value> = HashMap::new();
+        for r in refs {
+            let key = (r.file.clone(), r.name.clone());
+            if written.contains_key(&key) {
+                continue;
+            }
+            let path = self.input.join(names.path_for(&r.name));
+            let size = write_input(&r, &path, sink).await?;
+            let mut m = Map::with_capacity(4);
+            m.insert("path".into(), Value::String(path.to_string_lossy().into_owned()));
+            m.insert("name".into(), Value::String(r.name));
+            m.insert("media_type".into(), Value::String(r.media_type));
+            m.insert("size".into(), Value::from(size));
+            written.insert(key, Value::Object(m));
+        }
+        let mut doc = input.clone();
+        rewrite(&mut doc, &written);
+        Ok(Some(doc))
+    }
+
     /// Stores the files the program wrote under `out/` and adds their references to `result`
     /// as `files`, in name order. A result without files is returned as it is; with files it
     /// must be a JSON object without a `files` member, else the call fails with kind
@@ -129,6 +166,64 @@ impl Dirs {
         }
         result.insert("files".into(), Value::Array(refs));
         Ok(Value::Object(result))
+    }
+}
+
+/// Writes the bytes of `r` to a new file at `path` (its directories made); returns their size.
+async fn write_input(r: &FileRef, path: &Path, sink: &FileSink) -> Result<u64, StepError> {
+    let missing = || {
+        StepError::new(
+            ErrorKind::Agent,
+            format!("input file `{}` ({}) is not in the store", r.name, r.file),
+        )
+        .with_details(json!({"file": r.file, "name": r.name}))
+    };
+    match sink.blobs().size(&r.file).await {
+        Ok(Some(_)) => {}
+        Ok(None) => return Err(missing()),
+        Err(e) => {
+            return Err(StepError::new(
+                ErrorKind::Agent,
+                format!("input file `{}` ({}): {e}", r.name, r.file),
+            ));
+        }
+    }
+    if let Some(dir) = path.parent() {
+        tokio::fs::create_dir_all(dir).await.map_err(|e| {
+            StepError::new(
+                ErrorKind::Agent,
+                format!("cannot write input file `{}`: {}: {e}", r.name, dir.display()),
+            )
+        })?;
+    }
+    sink.write_to_path(r, path).await.map_err(|e| StepError {
+        message: format!("input file `{}` ({}): {}", r.name, r.file, e.message),
+        ..e
+    })
+}
+
+/// Replaces each reference in `v` (as [`refs_in`] finds them) by what `written` has for it.
+fn rewrite(v: &mut Value, written: &HashMap<(String, String), Value>) {
+    if v.get("file").is_some()
+        && let Some(r) = FileRef::from_value(v)
+    {
+        if let Some(w) = written.get(&(r.file, r.name)) {
+            *v = w.clone();
+        }
+        return;
+    }
+    match v {
+        Value::Object(o) => {
+            for x in o.values_mut() {
+                rewrite(x, written);
+            }
+        }
+        Value::Array(a) => {
+            for x in a {
+                rewrite(x, written);
+            }
+        }
+        _ => {}
     }
 }
 

@@ -37,8 +37,13 @@ pub fn key() -> &'static str {
 
 /// Registers `file(string)`.
 pub fn register(env: &mut Env) {
-    env.add_overload("file", "string_to_file", vec![cel_types::STRING_TYPE], file_of_string)
-        .expect("`file` is registered once, on an environment without it");
+    env.add_overload(
+        "file",
+        "string_to_file",
+        vec![cel_types::STRING_TYPE],
+        file_of_string,
+    )
+    .expect("`file` is registered once, on an environment without it");
 }
 
 fn file_of_string<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
@@ -47,7 +52,8 @@ fn file_of_string<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, E
         .and_then(|a| a.downcast_ref::<CelString>())
         .map(|s| s.inner().to_owned())
         .expect("cel picks an overload only for arguments of its declared types");
-    let mut entries: std::collections::HashMap<CelMapKey<'static>, Box<dyn Val>> = std::collections::HashMap::new();
+    let mut entries: std::collections::HashMap<CelMapKey<'static>, Box<dyn Val>> =
+        std::collections::HashMap::new();
     entries.insert(CelMapKey::from(KEY.clone()), Box::new(CelString::from(path)));
     Ok(CowVal::owned(CelMap::from(entries)))
 }

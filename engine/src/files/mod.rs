@@ -302,7 +302,9 @@ impl FileSink {
         self.limits.charge(size).map_err(|(max, limit)| {
             StepError::new(
                 ErrorKind::Limit,
-                format!("file `{name}` ({size} bytes) takes the run's files over the limit {limit} ({max} bytes)"),
+                format!(
+                    "file `{name}` ({size} bytes) takes the run's files over the limit {limit} ({max} bytes)"
+                ),
             )
             .with_details(serde_json::json!({"limit": limit, "value": max, "file": name}))
         })

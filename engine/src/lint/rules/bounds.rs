@@ -144,10 +144,22 @@ pub fn check(cx: &FlowCx, out: &mut Vec<Diagnostic>) {
             );
         }
         if let Some(v) = &l.max_file_bytes {
-            size_range(out, v, "limits.max_file_bytes", (1, "1 byte"), (16 << 30, "16GiB"));
+            size_range(
+                out,
+                v,
+                "limits.max_file_bytes",
+                (1, "1 byte"),
+                (16 << 30, "16GiB"),
+            );
         }
         if let Some(v) = &l.max_run_file_bytes {
-            size_range(out, v, "limits.max_run_file_bytes", (1, "1 byte"), (1 << 40, "1TiB"));
+            size_range(
+                out,
+                v,
+                "limits.max_run_file_bytes",
+                (1, "1 byte"),
+                (1 << 40, "1TiB"),
+            );
         }
         if let Some(v) = &l.max_cost_usd {
             range_f(out, v, "limits.max_cost_usd", 0.0, 1e9);

@@ -44,10 +44,10 @@ impl<S: Store> Run<'_, S> {
             let name = Path::new(p)
                 .file_name()
                 .map_or_else(|| p.clone(), |n| n.to_string_lossy().into_owned());
-            let r: FileRef = sink
-                .store_path(real, name)
-                .await
-                .map_err(|e| StepError { message: format!("file(`{p}`): {}", e.message), ..e })?;
+            let r: FileRef = sink.store_path(real, name).await.map_err(|e| StepError {
+                message: format!("file(`{p}`): {}", e.message),
+                ..e
+            })?;
             done.insert(p.clone(), r.to_value());
         }
         replace(&mut doc, &done);
@@ -157,12 +157,23 @@ mod tests {
         assert_eq!(confine("data/a.txt", &roots).unwrap(), root.join("data/a.txt"));
         let e = confine("../other/b.txt", &roots).unwrap_err();
         assert_eq!(e.kind, ErrorKind::Mapping);
-        assert!(e.message.starts_with("file(`../other/b.txt`): the path is outside"), "{}", e.message);
+        assert!(
+            e.message
+                .starts_with("file(`../other/b.txt`): the path is outside"),
+            "{}",
+            e.message
+        );
         let abs = other.join("b.txt").display().to_string();
         assert!(confine(&abs, &roots).is_err());
         assert!(confine(&abs, &[root.clone(), other.clone()]).is_ok());
-        assert_eq!(confine("data", &roots).unwrap_err().message, "file(`data`): not a regular file");
-        assert_eq!(confine("nope", &roots).unwrap_err().message, "file(`nope`): no such file");
+        assert_eq!(
+            confine("data", &roots).unwrap_err().message,
+            "file(`data`): not a regular file"
+        );
+        assert_eq!(
+            confine("nope", &roots).unwrap_err().message,
+            "file(`nope`): no such file"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

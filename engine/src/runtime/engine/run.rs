@@ -789,7 +789,10 @@ impl<'e, S: Store> Run<'e, S> {
 
     /// The input an agent was called with: `built`, or what replaced it (`file()`
     /// references in place of their markers).
-    pub(super) fn called_with<'a>(o: &mut StepOutcome, built: std::borrow::Cow<'a, Value>) -> std::borrow::Cow<'a, Value> {
+    pub(super) fn called_with<'a>(
+        o: &mut StepOutcome,
+        built: std::borrow::Cow<'a, Value>,
+    ) -> std::borrow::Cow<'a, Value> {
         o.resolved_input.take().map_or(built, std::borrow::Cow::Owned)
     }
 

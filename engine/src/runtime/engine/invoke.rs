@@ -109,7 +109,8 @@ impl<'e, S: Store> Run<'e, S> {
     }
 
     /// Calls the agent of `call` with `input` (its retries, its replay on resume): the
-    /// `file()` references of `input` read and stored first, unless the step replays.
+    /// `file()` references of an input mapping read and stored first, unless the step
+    /// replays.
     pub(super) async fn invoke(
         &self,
         step: &StepPlan,
@@ -119,12 +120,14 @@ impl<'e, S: Store> Run<'e, S> {
         number: StepNumber<'_>,
         part: &'static str,
     ) -> StepOutcome {
-        let replays = self
-            .replay
-            .as_ref()
-            .and_then(|r| r.finished(number.step, number.iteration))
-            .is_some();
-        if !replays {
+        // Only an input mapping evaluates `file()`; a step that replays read its files before.
+        let reads_files = matches!(call.input, InputPlan::Map(_))
+            && self
+                .replay
+                .as_ref()
+                .and_then(|r| r.finished(number.step, number.iteration))
+                .is_none();
+        if reads_files {
             match self.input_files(input, number).await {
                 Err(e) => return StepOutcome::err(e),
                 Ok(Some((doc, files))) => {

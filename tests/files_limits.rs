@@ -439,3 +439,105 @@ steps:
     let out = lint_json(dir.path(), &["flow.yaml"]);
     assert_eq!(out.code(), 0, "{}", out.stdout);
 }
+
+#[test]
+fn a_child_runs_files_count_against_its_parent() {
+    let dir = TempDir::new("files-limits-child");
+    dir.write("a.bin", [1u8; 6]);
+    dir.write("b.bin", [2u8; 6]);
+    dir.write(
+        "child.yaml",
+        "\
+flow: child
+limits: {max_file_bytes: 1KiB}
+agents:
+  echo: {kind: transform, result: {got: =input}}
+steps:
+  take: {agent: echo, input: {$.f: '=file(\"b.bin\")'}, output: {$.got: $.got}}
+",
+    );
+    dir.write(
+        "flow.yaml",
+        "\
+flow: parent
+limits: {max_run_file_bytes: 10, max_file_bytes: 8}
+agents:
+  echo: {kind: transform, result: {got: =input}}
+  child: {kind: flow, path: child.yaml}
+steps:
+  first: {agent: echo, input: {$.f: '=file(\"a.bin\")'}, output: {}, next: nested}
+  nested: {agent: child, output: {}}
+",
+    );
+    let out = run_flow(&dir, &json!({}), &[]);
+    assert_eq!(out.code(), 1, "{}", out.stderr);
+    let (kind, message) = run_error(&out);
+    assert_eq!(kind, "limit", "{message}");
+    assert!(
+        message.ends_with(
+            "file(`b.bin`): file `b.bin` (6 bytes) takes the run's files over the limit limits.max_run_file_bytes (10 bytes)"
+        ),
+        "{message}"
+    );
+    // The parent's tighter `max_file_bytes` binds the child too.
+    dir.write("b.bin", [2u8; 9]);
+    dir.write("a.bin", [1u8; 1]);
+    let out = run_flow(&dir, &json!({}), &[]);
+    assert_eq!(out.code(), 1, "{}", out.stderr);
+    let (kind, message) = run_error(&out);
+    assert_eq!(kind, "limit", "{message}");
+    assert!(
+        message.ends_with("file(`b.bin`): file `b.bin` is over the limit limits.max_file_bytes (8 bytes)"),
+        "{message}"
+    );
+    // Within both, the parent lists the child's file as made by its `flow` step.
+    dir.write("b.bin", [2u8; 8]);
+    let out = run_flow(&dir, &json!({}), &[]);
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    let shown = latest_run(&dir);
+    let numbers: Vec<&str> = shown["run"]["files"]
+        .as_array()
+        .expect("files")
+        .iter()
+        .map(|f| f["number"].as_str().expect("a number"))
+        .collect();
+    assert_eq!(numbers, ["1", "2.1"], "{shown}");
+}
+
+#[test]
+fn file_stores_its_bytes_once_on_postgres_and_the_run_limit_holds_there() {
+    let pg = crate::cluster::Pg::new("files_limits");
+    let url = pg.url("files_limits");
+    let dir = TempDir::new("files-limits-pg");
+    dir.write("flow.yaml", TAKES);
+    dir.write("data/scan.png", PNG);
+    let take = |args: &[&str]| {
+        run(switchyard(dir.path())
+            .args(["run", "flow.yaml", "--store", &url])
+            .args(["--input", r#"{"path": "data/scan.png", "note": 1}"#])
+            .args(args))
+    };
+    for _ in 0..2 {
+        let out = take(&[]);
+        assert_eq!(out.code(), 0, "{}", out.stderr);
+        let output: Value = serde_json::from_str(&out.stdout).expect("the output");
+        assert_eq!(output["got"]["scan"]["file"], hash(PNG), "{output}");
+    }
+    // Two runs made the same bytes: stored once.
+    let rows = pg.query("SELECT hash, size FROM files");
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["hash"].as_deref(), Some(hash(PNG).as_str()));
+    assert_eq!(rows[0]["size"].as_deref(), Some(PNG.len().to_string().as_str()));
+    let out = take(&["--max-run-file-bytes", "10"]);
+    assert_eq!(out.code(), 1, "{}", out.stderr);
+    assert_eq!(
+        run_error(&out),
+        (
+            "limit".to_string(),
+            format!(
+                "step `take`: file(`data/scan.png`): file `scan.png` ({} bytes) takes the run's files over the limit --max-run-file-bytes (10 bytes)",
+                PNG.len()
+            )
+        )
+    );
+}

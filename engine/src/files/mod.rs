@@ -409,6 +409,29 @@ mod tests {
         assert_eq!(e.kind, ErrorKind::Limit);
     }
 
+    #[test]
+    fn a_child_counts_against_its_parents_and_the_tightest_file_limit_applies() {
+        let parent = Arc::new(FileLimits {
+            max_file_bytes: 8,
+            max_run_file_bytes: Some(10),
+            ..FileLimits::default()
+        });
+        let child = FileLimits {
+            max_file_bytes: 100,
+            max_run_file_bytes: None,
+            names: ("--max-file-bytes", "--max-run-file-bytes"),
+            parent: Some(parent.clone()),
+            ..FileLimits::default()
+        };
+        assert_eq!(child.file_limit(), (8, "limits.max_file_bytes"));
+        child.count_made(4);
+        assert_eq!(child.charge(6), Ok(()));
+        assert_eq!(child.charge(1), Err((10, "limits.max_run_file_bytes")));
+        // Refused bytes are counted nowhere.
+        assert_eq!(child.run_bytes.load(Ordering::Relaxed), 10);
+        assert_eq!(parent.run_bytes.load(Ordering::Relaxed), 10);
+    }
+
     #[tokio::test]
     async fn a_stream_is_stored_through_a_temporary_file() {
         let s = sink(1 << 20, None);

@@ -81,6 +81,11 @@ fn a_file_over_max_file_bytes_fails_its_step_with_kind_limit() {
     );
     let shown = latest_run(&dir);
     assert_eq!(shown["run"].get("files"), None, "no files: {shown}");
+    assert_eq!(
+        shown["run"]["error"]["details"],
+        json!({"limit": "max_file_bytes", "value": 8, "file": "a.bin"}),
+        "{shown}"
+    );
     // At the limit is within it.
     dir.write("flow.yaml", making_flow("{max_file_bytes: 8}", &[("a", 8)]));
     let out = run_flow(&dir, &json!({}), &[]);

@@ -292,7 +292,7 @@ impl FileSink {
                 ErrorKind::Limit,
                 format!("file `{name}` is over the limit {limit} ({max} bytes)"),
             )
-            .with_details(serde_json::json!({"limit": limit, "value": max, "file": name})));
+            .with_details(serde_json::json!({"limit": "max_file_bytes", "value": max, "file": name})));
         }
         Ok(())
     }
@@ -306,7 +306,7 @@ impl FileSink {
                     "file `{name}` ({size} bytes) takes the run's files over the limit {limit} ({max} bytes)"
                 ),
             )
-            .with_details(serde_json::json!({"limit": limit, "value": max, "file": name}))
+            .with_details(serde_json::json!({"limit": "max_run_file_bytes", "value": max, "file": name}))
         })
     }
 

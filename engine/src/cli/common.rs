@@ -173,6 +173,17 @@ pub struct RunArgs {
     /// `4096`; only narrows the flow's).
     #[arg(long, value_name = "SIZE", value_parser = parse_payload_size)]
     pub max_payload_bytes: Option<u64>,
+    /// The largest file a step may make or read through `file()` (`limits.max_file_bytes`:
+    /// `1MiB`, `4096`; only narrows the flow's).
+    #[arg(long, value_name = "SIZE", value_parser = parse_file_size)]
+    pub max_file_bytes: Option<u64>,
+    /// All the bytes of the files a run may make (`limits.max_run_file_bytes`; only narrows
+    /// the flow's).
+    #[arg(long, value_name = "SIZE", value_parser = parse_file_size)]
+    pub max_run_file_bytes: Option<u64>,
+    /// A directory `file("path")` may read from besides the project root (repeatable).
+    #[arg(long = "files-root", value_name = "DIR")]
+    pub files_roots: Vec<PathBuf>,
 }
 
 /// `--now`: RFC 3339, to the microsecond at most.
@@ -186,6 +197,10 @@ fn parse_timeout(s: &str) -> Result<std::time::Duration, String> {
         Some(_) => Err("a timeout of zero would stop every run before its first step".into()),
         None => Err(format!("`{s}` is not a duration (`250ms`, `30s`, `1.5m`, `2h`)")),
     }
+}
+
+fn parse_file_size(s: &str) -> Result<u64, String> {
+    crate::model::build::parse_size(s).ok_or_else(|| format!("`{s}` is not a size (`4096`, `64KiB`, `1MB`)"))
 }
 
 fn parse_payload_size(s: &str) -> Result<u64, String> {
@@ -206,6 +221,8 @@ impl RunArgs {
             max_depth: self.max_depth,
             timeout: self.timeout,
             max_payload_bytes: self.max_payload_bytes,
+            max_file_bytes: self.max_file_bytes,
+            max_run_file_bytes: self.max_run_file_bytes,
         };
         let looser = flow
             .narrow_limits(&flags)
@@ -216,6 +233,26 @@ impl RunArgs {
                 "{flag} is looser than the flow's limits.{field} ({flow}), which applies: the flag only narrows it"
             );
         }
+    }
+
+    /// The directories `file()` reads under: the project root (`--root`, else the top flow's
+    /// directory), then each `--files-root`, canonical.
+    fn files_roots(&self, plan: &Plan) -> Result<Vec<PathBuf>, String> {
+        let project = match &plan.root().path {
+            Some(flow) => crate::project::root_of(flow, self.root.clone()),
+            None => crate::project::root_of(Path::new("flow.yaml"), self.root.clone()),
+        };
+        let mut roots = vec![project];
+        for r in &self.files_roots {
+            let real = r
+                .canonicalize()
+                .map_err(|e| format!("--files-root `{}`: {e}", r.display()))?;
+            if !real.is_dir() {
+                return Err(format!("--files-root `{}` is not a directory", r.display()));
+            }
+            roots.push(real);
+        }
+        Ok(roots)
     }
 
     /// The context value and run options, validated.
@@ -320,6 +357,7 @@ impl RunArgs {
                 shared_budget: None,
                 now: None,
                 origin: crate::record::Origin::Cli,
+                files_roots: Arc::new(self.files_roots(plan)?),
             },
         ))
     }

@@ -25,7 +25,7 @@ pub enum RunsCommand {
     /// changes, violations and cost.
     Show(ShowArgs),
     /// Continue an interrupted run, or one a crash left running.
-    Resume(super::resume::ResumeArgs),
+    Resume(Box<super::resume::ResumeArgs>),
     /// Mark a run that is not running anywhere (interrupted, or left running by a crash) as
     /// cancelled, with its unfinished child runs.
     Cancel(CancelArgs),
@@ -101,7 +101,7 @@ pub fn run(args: Args) -> u8 {
     match args.command {
         RunsCommand::List(a) => list(a),
         RunsCommand::Show(a) => show(a),
-        RunsCommand::Resume(a) => super::resume::resume(a),
+        RunsCommand::Resume(a) => super::resume::resume(*a),
         RunsCommand::Cancel(a) => cancel(a),
         RunsCommand::Export(a) => super::batch::export(a),
     }

@@ -237,6 +237,12 @@ impl<'p> Compiler<'p> {
                     .and_then(|l| l.max_payload_bytes.as_ref())
                     .map_or(8 << 20, |v| v.value.0),
                 max_cost_usd: limits.and_then(|l| l.max_cost_usd.as_ref()).map(|v| v.value),
+                max_file_bytes: limits
+                    .and_then(|l| l.max_file_bytes.as_ref())
+                    .map_or(64 << 20, |v| v.value.0),
+                max_run_file_bytes: limits
+                    .and_then(|l| l.max_run_file_bytes.as_ref())
+                    .map(|v| v.value.0),
                 by_flag: Default::default(),
             },
             allow: flow

@@ -77,6 +77,7 @@ rules! {
     COMPARISON_NEVER_TRUE = "SY415", "comparison-never-true", Error, "a comparison or `in` between types that can never be equal, or an ordering CEL cannot do";
     ARITHMETIC_TYPE_MISMATCH = "SY416", "arithmetic-type-mismatch", Error, "arithmetic on types CEL has no operator for (a string times a number, ...)";
     CONDITION_NOT_BOOL = "SY417", "condition-not-bool", Error, "an `if:`, `while:`, operand of `&&`/`||`/`!` or `?:` condition whose value is known and is not a boolean";
+    ARGUMENT_TYPE_MISMATCH = "SY418", "argument-type-mismatch", Error, "a call whose argument has a known type the function does not take (`file(1)`)";
     CAPABILITY_NOT_ALLOWED = "SY501", "capability-not-allowed", Error, "an agent kind outside the flow's `allow` list";
     UNUSED_RESULT = "SY502", "unused-result", Warning, "an agent step whose result is neither mapped nor referenced";
     LITERAL_SECRET = "SY503", "literal-secret", Warning, "a literal that looks like a secret";

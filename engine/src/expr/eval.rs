@@ -380,6 +380,7 @@ fn root_env() -> Env {
     mixed::register(&mut env);
     order::register(&mut env);
     two_var::register(&mut env);
+    super::file::register(&mut env);
     env
 }
 

@@ -98,6 +98,7 @@ pub static FUNCTIONS: &[Function] = &[
     global("double", 1, 1, "`double(x)`"),
     global("duration", 1, 1, "`duration('1h30m')`"),
     global("dyn", 1, 1, "`dyn(x)`"),
+    global("file", 1, 1, "`file('data/scan.png')`"),
     global("int", 1, 1, "`int(x)`"),
     global("matches", 2, 2, "`matches(s, regex)`"),
     global("optional.none", 0, 0, "`optional.none()`"),

@@ -53,6 +53,8 @@ pub enum ProblemKind {
     /// after an index, a call or on a comprehension variable (static chains from a variable are
     /// checked by the variable references).
     UnknownField,
+    /// An argument whose type is known and is not one the function takes (`file(1)`).
+    ArgumentType,
 }
 
 /// A type problem: `start..end` are bytes of the expression text (the operator, or the field
@@ -483,6 +485,19 @@ impl Typer<'_> {
                 _,
             ) => Ty::String,
             ("indexOf" | "lastIndexOf", Some(_), _) => Ty::Int,
+            ("file", None, [a]) => {
+                if !a.is_any() && !a.members().contains(&Ty::String) {
+                    self.found.push(Found {
+                        id,
+                        kind: ProblemKind::ArgumentType,
+                        message: format!("`file` takes a path, a string, not {}", a.describe()),
+                        label: format!("{} here", a.describe()),
+                        help: "pass the path as a string: `file(\"data/scan.png\")`, `file(payload.path)`"
+                            .into(),
+                    });
+                }
+                Ty::Any
+            }
             _ => Ty::Any,
         }
     }

@@ -28,6 +28,8 @@ pub const DEFAULT_MAX_FILE_BYTES: u64 = 64 << 20;
 pub const CHUNK: usize = 256 << 10;
 
 /// The limits on the files of one run (SPEC §6.5): each file, and all files the run made.
+/// A child run's limits hold its parent's: a file the child makes counts against both, and
+/// the tightest `max_file_bytes` of the tree applies.
 #[derive(Debug)]
 pub struct FileLimits {
     /// `limits.max_file_bytes`.
@@ -36,6 +38,11 @@ pub struct FileLimits {
     pub max_run_file_bytes: Option<u64>,
     /// Bytes of the files the run made so far (a file made twice counts twice).
     pub run_bytes: AtomicU64,
+    /// How errors name the two limits: the flow's field (`limits.max_file_bytes`) or the
+    /// flag that narrowed it (`--max-file-bytes`).
+    pub names: (&'static str, &'static str),
+    /// The parent run's limits, for a child run.
+    pub parent: Option<Arc<FileLimits>>,
 }
 
 impl Default for FileLimits {
@@ -44,6 +51,55 @@ impl Default for FileLimits {
             max_file_bytes: DEFAULT_MAX_FILE_BYTES,
             max_run_file_bytes: None,
             run_bytes: AtomicU64::new(0),
+            names: ("limits.max_file_bytes", "limits.max_run_file_bytes"),
+            parent: None,
+        }
+    }
+}
+
+impl FileLimits {
+    /// The largest file allowed here: the tightest `max_file_bytes` up the tree, with the
+    /// name of the limit that sets it.
+    fn file_limit(&self) -> (u64, &'static str) {
+        let mut best = (self.max_file_bytes, self.names.0);
+        let mut up = self.parent.as_deref();
+        while let Some(p) = up {
+            if p.max_file_bytes < best.0 {
+                best = (p.max_file_bytes, p.names.0);
+            }
+            up = p.parent.as_deref();
+        }
+        best
+    }
+
+    /// Counts `size` bytes against this run and every run above it; when one of them would
+    /// go over its `max_run_file_bytes`, counts nothing and returns that limit and its name.
+    pub fn charge(&self, size: u64) -> Result<(), (u64, &'static str)> {
+        let mut charged: Vec<&FileLimits> = Vec::new();
+        let mut at = Some(self);
+        while let Some(l) = at {
+            let before = l.run_bytes.fetch_add(size, Ordering::Relaxed);
+            charged.push(l);
+            if let Some(max) = l.max_run_file_bytes
+                && before + size > max
+            {
+                for c in charged {
+                    c.run_bytes.fetch_sub(size, Ordering::Relaxed);
+                }
+                return Err((max, l.names.1));
+            }
+            at = l.parent.as_deref();
+        }
+        Ok(())
+    }
+
+    /// Counts bytes made before (a resumed run's replayed files) against this run and every
+    /// run above it, without checking the limits: they were within them when made.
+    pub fn count_made(&self, size: u64) {
+        let mut at = Some(self);
+        while let Some(l) = at {
+            l.run_bytes.fetch_add(size, Ordering::Relaxed);
+            at = l.parent.as_deref();
         }
     }
 }
@@ -230,33 +286,28 @@ impl FileSink {
     }
 
     fn check_size(&self, name: &str, size: u64) -> Result<(), StepError> {
-        let max = self.limits.max_file_bytes;
+        let (max, limit) = self.limits.file_limit();
         if size > max {
             return Err(StepError::new(
                 ErrorKind::Limit,
-                format!("file `{name}` is over the limit max_file_bytes ({max} bytes)"),
+                format!("file `{name}` is over the limit {limit} ({max} bytes)"),
             )
             .with_details(serde_json::json!({"limit": "max_file_bytes", "value": max, "file": name})));
         }
         Ok(())
     }
 
-    /// Counts `size` bytes against the run's `max_run_file_bytes`.
+    /// Counts `size` bytes against the run's `max_run_file_bytes` (and its parents').
     fn charge(&self, name: &str, size: u64) -> Result<(), StepError> {
-        let before = self.limits.run_bytes.fetch_add(size, Ordering::Relaxed);
-        if let Some(max) = self.limits.max_run_file_bytes
-            && before + size > max
-        {
-            self.limits.run_bytes.fetch_sub(size, Ordering::Relaxed);
-            return Err(StepError::new(
+        self.limits.charge(size).map_err(|(max, limit)| {
+            StepError::new(
                 ErrorKind::Limit,
                 format!(
-                    "file `{name}` ({size} bytes) takes the run's files over the limit max_run_file_bytes ({max} bytes)"
+                    "file `{name}` ({size} bytes) takes the run's files over the limit {limit} ({max} bytes)"
                 ),
             )
-            .with_details(serde_json::json!({"limit": "max_run_file_bytes", "value": max, "file": name})));
-        }
-        Ok(())
+            .with_details(serde_json::json!({"limit": "max_run_file_bytes", "value": max, "file": name}))
+        })
     }
 
     /// Whether the store has the bytes of `hash` already.
@@ -320,7 +371,7 @@ mod tests {
             Arc::new(FileLimits {
                 max_file_bytes: max_file,
                 max_run_file_bytes: max_run,
-                run_bytes: AtomicU64::new(0),
+                ..FileLimits::default()
             }),
         )
     }
@@ -356,6 +407,29 @@ mod tests {
             .await
             .unwrap_err();
         assert_eq!(e.kind, ErrorKind::Limit);
+    }
+
+    #[test]
+    fn a_child_counts_against_its_parents_and_the_tightest_file_limit_applies() {
+        let parent = Arc::new(FileLimits {
+            max_file_bytes: 8,
+            max_run_file_bytes: Some(10),
+            ..FileLimits::default()
+        });
+        let child = FileLimits {
+            max_file_bytes: 100,
+            max_run_file_bytes: None,
+            names: ("--max-file-bytes", "--max-run-file-bytes"),
+            parent: Some(parent.clone()),
+            ..FileLimits::default()
+        };
+        assert_eq!(child.file_limit(), (8, "limits.max_file_bytes"));
+        child.count_made(4);
+        assert_eq!(child.charge(6), Ok(()));
+        assert_eq!(child.charge(1), Err((10, "limits.max_run_file_bytes")));
+        // Refused bytes are counted nowhere.
+        assert_eq!(child.run_bytes.load(Ordering::Relaxed), 10);
+        assert_eq!(parent.run_bytes.load(Ordering::Relaxed), 10);
     }
 
     #[tokio::test]

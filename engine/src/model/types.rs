@@ -627,6 +627,10 @@ pub struct Limits {
     /// Default 8MiB.
     pub max_payload_bytes: Option<Sp<Size>>,
     pub max_cost_usd: Option<Sp<f64>>,
+    /// The largest file a step may make or read through `file()`; default 64MiB.
+    pub max_file_bytes: Option<Sp<Size>>,
+    /// All the bytes of the files a run makes (its child runs' included); no default.
+    pub max_run_file_bytes: Option<Sp<Size>>,
 }
 
 #[derive(Clone, Debug, JsonSchema)]

@@ -202,6 +202,10 @@ pub struct FlowLimits {
     pub timeout: Option<Duration>,
     pub max_payload_bytes: u64,
     pub max_cost_usd: Option<f64>,
+    /// The largest file a step may make, or read through `file()` (SPEC §6.5).
+    pub max_file_bytes: u64,
+    /// All the bytes of the files a run makes, its child runs' included.
+    pub max_run_file_bytes: Option<u64>,
     /// The limits a flag set (tighter than the flow's), so that their errors name the flag.
     pub by_flag: LimitFlags,
 }
@@ -212,6 +216,8 @@ pub struct LimitFlags {
     pub max_steps: bool,
     pub timeout: bool,
     pub max_payload_bytes: bool,
+    pub max_file_bytes: bool,
+    pub max_run_file_bytes: bool,
 }
 
 /// Limits given as flags (`--max-steps`, ...): each applies where it is tighter than the
@@ -222,6 +228,8 @@ pub struct NarrowLimits {
     pub max_depth: Option<u64>,
     pub timeout: Option<Duration>,
     pub max_payload_bytes: Option<u64>,
+    pub max_file_bytes: Option<u64>,
+    pub max_run_file_bytes: Option<u64>,
 }
 
 impl Default for FlowLimits {
@@ -232,6 +240,8 @@ impl Default for FlowLimits {
             timeout: None,
             max_payload_bytes: 8 << 20,
             max_cost_usd: None,
+            max_file_bytes: 64 << 20,
+            max_run_file_bytes: None,
             by_flag: LimitFlags::default(),
         }
     }
@@ -275,6 +285,24 @@ impl FlowLimits {
                 looser.push(("--max-payload-bytes", self.max_payload_bytes.to_string()));
             }
         }
+        if let Some(v) = flags.max_file_bytes {
+            if v < self.max_file_bytes {
+                self.max_file_bytes = v;
+                self.by_flag.max_file_bytes = true;
+            } else if v > self.max_file_bytes {
+                looser.push(("--max-file-bytes", self.max_file_bytes.to_string()));
+            }
+        }
+        if let Some(v) = flags.max_run_file_bytes {
+            match self.max_run_file_bytes {
+                Some(m) if m < v => looser.push(("--max-run-file-bytes", m.to_string())),
+                Some(m) if m == v => {}
+                _ => {
+                    self.max_run_file_bytes = Some(v);
+                    self.by_flag.max_run_file_bytes = true;
+                }
+            }
+        }
         looser
     }
 
@@ -300,6 +328,22 @@ impl FlowLimits {
             "--max-payload-bytes"
         } else {
             "limits.max_payload_bytes"
+        }
+    }
+
+    pub fn max_file_bytes_name(&self) -> &'static str {
+        if self.by_flag.max_file_bytes {
+            "--max-file-bytes"
+        } else {
+            "limits.max_file_bytes"
+        }
+    }
+
+    pub fn max_run_file_bytes_name(&self) -> &'static str {
+        if self.by_flag.max_run_file_bytes {
+            "--max-run-file-bytes"
+        } else {
+            "limits.max_run_file_bytes"
         }
     }
 }

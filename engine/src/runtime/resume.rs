@@ -120,6 +120,17 @@ impl Replay {
         })
     }
 
+    /// The bytes of the files the run's records made (each part's latest record): what a
+    /// resumed run counts against `max_run_file_bytes` before it makes more. A `flow` step's
+    /// record counts its child run's files; a child run that did not finish counts its own.
+    pub fn file_bytes(&self) -> u64 {
+        self.parts
+            .values()
+            .flat_map(|r| &r.files)
+            .map(|f| f.file.size)
+            .sum()
+    }
+
     /// The child run started by step `number` (`3`, or `3[2]` for an iteration).
     pub fn child(&self, number: &str) -> Option<&RunRecord> {
         self.children.get(number)

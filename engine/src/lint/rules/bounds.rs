@@ -2,7 +2,7 @@
 
 use crate::diag::{Diagnostic, codes};
 use crate::lint::FlowCx;
-use crate::model::{Agent, AgentRef, AgentSpec, MessageMode, Retry, Sp, StepKind};
+use crate::model::{Agent, AgentRef, AgentSpec, MessageMode, Retry, Size, Sp, StepKind};
 
 /// `max_iterations` range (SPEC §3.3), of a `while` loop and of an agent loop.
 pub const MAX_ITERATIONS: u64 = 100_000;
@@ -143,6 +143,24 @@ pub fn check(cx: &FlowCx, out: &mut Vec<Diagnostic>) {
                 .label("out of range"),
             );
         }
+        if let Some(v) = &l.max_file_bytes {
+            size_range(
+                out,
+                v,
+                "limits.max_file_bytes",
+                (1, "1 byte"),
+                (16 << 30, "16GiB"),
+            );
+        }
+        if let Some(v) = &l.max_run_file_bytes {
+            size_range(
+                out,
+                v,
+                "limits.max_run_file_bytes",
+                (1, "1 byte"),
+                (1 << 40, "1TiB"),
+            );
+        }
         if let Some(v) = &l.max_cost_usd {
             range_f(out, v, "limits.max_cost_usd", 0.0, 1e9);
         }
@@ -228,5 +246,19 @@ pub fn check(cx: &FlowCx, out: &mut Vec<Diagnostic>) {
         if let Some(m) = &l.max_items {
             range(out, m, "max_items", 1, MAX_ITEMS);
         }
+    }
+}
+
+/// A size limit outside `lo..=hi` (each a number of bytes and how it is written).
+fn size_range(out: &mut Vec<Diagnostic>, v: &Sp<Size>, what: &str, lo: (u64, &str), hi: (u64, &str)) {
+    if v.value.0 < lo.0 || v.value.0 > hi.0 {
+        out.push(
+            Diagnostic::new(
+                &codes::LIMIT_OUT_OF_RANGE,
+                v.span,
+                format!("`{what}` is {} bytes, outside {}..={}", v.value.0, lo.1, hi.1),
+            )
+            .label("out of range"),
+        );
     }
 }

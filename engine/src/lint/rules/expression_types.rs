@@ -1,7 +1,7 @@
 //! Types of expressions: comparisons that can never be true (SY415), arithmetic CEL has no
 //! operator for (SY416), `if:`/`while:` conditions and operands of `&&`, `||`, `!` and `?:`
-//! that are not booleans (SY417), and fields a
-//! known value cannot have past an index, a call or on a macro's variable (SY405, as for the
+//! that are not booleans (SY417), arguments of a type the function does not take (SY418), and
+//! fields a known value cannot have past an index, a call or on a macro's variable (SY405, as for the
 //! static field chains of variables).
 //!
 //! The types come from [`crate::expr::types`]; the types of the variables from the
@@ -28,6 +28,7 @@ pub fn check(
             ProblemKind::Arithmetic => &codes::ARITHMETIC_TYPE_MISMATCH,
             ProblemKind::NotBool => &codes::CONDITION_NOT_BOOL,
             ProblemKind::UnknownField => &codes::UNKNOWN_FIELD,
+            ProblemKind::ArgumentType => &codes::ARGUMENT_TYPE_MISMATCH,
         };
         out.push(
             Diagnostic::new(rule, span_of(p.start, p.end), p.message)

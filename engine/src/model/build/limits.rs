@@ -28,6 +28,8 @@ pub(super) fn limits(cx: &mut Cx, node: &Node) -> Option<Limits> {
             "timeout",
             "max_payload_bytes",
             "max_cost_usd",
+            "max_file_bytes",
+            "max_run_file_bytes",
         ],
     );
     Some(Limits {
@@ -36,6 +38,8 @@ pub(super) fn limits(cx: &mut Cx, node: &Node) -> Option<Limits> {
         timeout: node.get("timeout").and_then(|n| duration(cx, n)),
         max_payload_bytes: node.get("max_payload_bytes").and_then(|n| size(cx, n)),
         max_cost_usd: node.get("max_cost_usd").and_then(|n| f64_(cx, n)),
+        max_file_bytes: node.get("max_file_bytes").and_then(|n| size(cx, n)),
+        max_run_file_bytes: node.get("max_run_file_bytes").and_then(|n| size(cx, n)),
     })
 }
 

@@ -127,6 +127,7 @@ impl<'e, S: Store> Run<'e, S> {
                             by: "limits.max_cost_usd",
                         }),
                     ),
+                    files: Some(self.file_limits.clone()),
                 };
                 let resumed = earlier.zip(replay);
                 self.engine

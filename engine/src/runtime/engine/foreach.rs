@@ -279,7 +279,7 @@ impl<'e, S: Store> Run<'e, S> {
             number.to_string(),
             "iteration",
             Some(index as u64),
-            self.recorded_input(input),
+            self.recorded_input(Self::called_with(&mut o, input)),
             &mut o,
             started,
         )

@@ -108,7 +108,44 @@ impl<'e, S: Store> Run<'e, S> {
         Some(o)
     }
 
+    /// Calls the agent of `call` with `input` (its retries, its replay on resume): the
+    /// `file()` references of an input mapping read and stored first, unless the step
+    /// replays.
     pub(super) async fn invoke(
+        &self,
+        step: &StepPlan,
+        call: &CallPlan,
+        input: &Value,
+        message: Option<&str>,
+        number: StepNumber<'_>,
+        part: &'static str,
+    ) -> StepOutcome {
+        // Only an input mapping evaluates `file()`; a step that replays read its files before.
+        let reads_files = matches!(call.input, InputPlan::Map(_))
+            && self
+                .replay
+                .as_ref()
+                .and_then(|r| r.finished(number.step, number.iteration))
+                .is_none();
+        if reads_files {
+            match self.input_files(input, number).await {
+                Err(e) => return StepOutcome::err(e),
+                Ok(Some((doc, files))) => {
+                    let mut o = self.invoke_agent(step, call, &doc, message, number, part).await;
+                    if o.error.is_none() && !o.replayed {
+                        // Made by this step, before what its call made.
+                        o.files.splice(0..0, files);
+                    }
+                    o.resolved_input = Some(doc);
+                    return o;
+                }
+                Ok(None) => {}
+            }
+        }
+        self.invoke_agent(step, call, input, message, number, part).await
+    }
+
+    async fn invoke_agent(
         &self,
         step: &StepPlan,
         call: &CallPlan,

@@ -15,6 +15,7 @@ mod approve;
 mod child;
 mod elicit;
 mod foreach;
+mod input_files;
 mod invoke;
 mod limits;
 mod loop_tools;
@@ -77,6 +78,9 @@ pub struct RunOptions {
     /// What starts the run trees (recorded with each run): the library's API unless a
     /// command or the MCP server says otherwise.
     pub(crate) origin: crate::record::Origin,
+    /// The directories `file()` may read under, canonical, the project root first; empty:
+    /// the directory of the top flow.
+    pub(crate) files_roots: Arc<Vec<std::path::PathBuf>>,
 }
 
 impl RunOptions {
@@ -91,6 +95,13 @@ impl RunOptions {
     /// `allow_hosts` (a host must be in each list).
     pub fn allow_hosts(mut self, hosts: impl IntoIterator<Item = impl Into<String>>) -> Self {
         self.allow_hosts = Some(hosts.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// The directories `file("path")` may read under (canonical): the project root, which
+    /// relative paths start from, then each `--files-root`.
+    pub fn files_roots(mut self, roots: Vec<std::path::PathBuf>) -> Self {
+        self.files_roots = Arc::new(roots);
         self
     }
 
@@ -177,6 +188,8 @@ struct Lineage {
     hosts: Vec<Arc<[String]>>,
     /// The tightest cost budget on the way down the tree, if any.
     budget: Option<Budget>,
+    /// The parent run's file limits: a child run's files count against them too.
+    files: Option<Arc<crate::files::FileLimits>>,
 }
 
 /// Shared, immutable facts of one run tree.
@@ -301,6 +314,9 @@ struct StepOutcome {
     answers: Option<Value>,
     /// The files the step's call made (a `flow` step's: its child run's), numbered.
     files: Vec<crate::record::RunFile>,
+    /// The input the agent was called with when it differs from the one built (`file()`
+    /// references in place of their markers): what the record keeps.
+    resolved_input: Option<Value>,
 }
 
 impl StepOutcome {
@@ -324,6 +340,7 @@ impl StepOutcome {
             replayed: false,
             answers: None,
             files: Vec::new(),
+            resolved_input: None,
         }
     }
 

@@ -67,7 +67,8 @@ impl<'e, S: Store> Run<'e, S> {
                                 "cancelled: another branch failed (fail_fast)",
                             )),
                         };
-                        this.record_part(step, branch_number, "branch", None, Some(input.clone()), &mut o, started).await;
+                        let called = o.resolved_input.take().unwrap_or_else(|| input.clone());
+                        this.record_part(step, branch_number, "branch", None, Some(called), &mut o, started).await;
                         (i, o)
                     });
                 }

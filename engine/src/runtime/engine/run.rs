@@ -452,6 +452,7 @@ impl<S: Store> Engine<S> {
             allow,
             hosts,
             budget,
+            files: None,
         };
         (tree, lineage)
     }
@@ -553,7 +554,18 @@ impl<'e, S: Store> Run<'e, S> {
                 files: Vec::new(),
             },
         };
-        let file_limits = Arc::new(crate::files::FileLimits::default());
+        let limits = &flow.limits;
+        let file_limits = Arc::new(crate::files::FileLimits {
+            max_file_bytes: limits.max_file_bytes,
+            max_run_file_bytes: limits.max_run_file_bytes,
+            run_bytes: AtomicU64::new(0),
+            names: (limits.max_file_bytes_name(), limits.max_run_file_bytes_name()),
+            parent: lineage.files.clone(),
+        });
+        // A resumed run goes on counting from the files its records made.
+        if let Some(replay) = &replay {
+            file_limits.count_made(replay.file_bytes());
+        }
         let turn_files = crate::files::FileSink::new(engine.store.blobs(), file_limits.clone());
         Run {
             engine,
@@ -774,6 +786,15 @@ impl<'e, S: Store> Run<'e, S> {
             store.record_step(r).await
         };
         written.map_err(|e| self.store_error(&e))
+    }
+
+    /// The input an agent was called with: `built`, or what replaced it (`file()`
+    /// references in place of their markers).
+    pub(super) fn called_with<'a>(
+        o: &mut StepOutcome,
+        built: std::borrow::Cow<'a, Value>,
+    ) -> std::borrow::Cow<'a, Value> {
+        o.resolved_input.take().map_or(built, std::borrow::Cow::Owned)
     }
 
     /// The input document a step's record keeps: copied, if borrowed, only for a store that

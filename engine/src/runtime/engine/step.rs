@@ -248,7 +248,7 @@ impl<'e, S: Store> Run<'e, S> {
                 "agent",
             )
             .await;
-        outcome.input = self.recorded_input(input);
+        outcome.input = self.recorded_input(Self::called_with(&mut outcome, input));
         if outcome.error.is_none()
             && let Some(result) = outcome.result.take()
         {

@@ -94,7 +94,7 @@ impl<'e, S: Store> Run<'e, S> {
             let mut r = self
                 .invoke(step, call, &input, message.as_deref(), iter_number, "iteration")
                 .await;
-            let input = self.recorded_input(input);
+            let input = self.recorded_input(Self::called_with(&mut r, input));
             if r.error.is_none() {
                 // The output applies after every iteration: the payload threads through. The
                 // iteration's record holds the writes it made, and the loop's record none, so

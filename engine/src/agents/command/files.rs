@@ -11,6 +11,7 @@
 //! [`Dirs::take_outputs`].
 
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use std::collections::HashMap;
@@ -21,6 +22,22 @@ use crate::files::FileSink;
 use crate::files::names::Unique;
 use crate::record::files::{FileRef, refs_in};
 use crate::record::{ErrorKind, StepError};
+
+/// The directories of the calls in flight, for [`remove_live_dirs`].
+static LIVE: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+fn live() -> std::sync::MutexGuard<'static, Vec<PathBuf>> {
+    LIVE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Removes the directories of every call still in flight: for a process about to `exit`,
+/// which skips destructors (a second Ctrl-C). Their programs are killed with the process.
+pub fn remove_live_dirs() {
+    let dirs = std::mem::take(&mut *live());
+    for d in dirs {
+        remove_tree(&d);
+    }
+}
 
 /// The directories of one attempt, removed when dropped.
 pub(super) struct Dirs {
@@ -53,6 +70,7 @@ impl Dirs {
                 Err(e) => return Err(dir_error(&root, &e)),
             }
         };
+        live().push(root.clone());
         let dirs = Dirs {
             input: root.join("in"),
             output: root.join("out"),
@@ -67,7 +85,11 @@ impl Dirs {
     /// Removes the directories now, off the async threads; dropping them removes them too.
     pub async fn remove(mut self) {
         let root = std::mem::take(&mut self.root);
-        let _ = tokio::task::spawn_blocking(move || remove_tree(&root)).await;
+        let _ = tokio::task::spawn_blocking(move || {
+            remove_tree(&root);
+            forget(&root);
+        })
+        .await;
     }
 
     /// `$SWITCHYARD_INPUT_DIR`.
@@ -231,7 +253,16 @@ impl Drop for Dirs {
     fn drop(&mut self) {
         if !self.root.as_os_str().is_empty() {
             remove_tree(&self.root);
+            forget(&self.root);
         }
+    }
+}
+
+/// No longer a directory in flight.
+fn forget(root: &Path) {
+    let mut live = live();
+    if let Some(i) = live.iter().position(|d| d == root) {
+        live.swap_remove(i);
     }
 }
 

@@ -701,6 +701,14 @@ fn quitting_with_a_second_ctrl_c_removes_the_directories_of_commands_in_flight()
     sigint();
     let status = child.wait().expect("exits");
     assert_eq!(status.code(), Some(130));
-    let root = out_dir.parent().expect("the call's directory");
-    assert!(!root.exists(), "{} outlived the quit", root.display());
+    let in_dir = PathBuf::from(
+        out_dir
+            .to_str()
+            .and_then(|d| d.strip_suffix("-out"))
+            .map(|stem| format!("{stem}-in"))
+            .expect("…-out"),
+    );
+    for d in [&out_dir, &in_dir] {
+        assert!(!d.exists(), "{} outlived the quit", d.display());
+    }
 }

@@ -712,3 +712,41 @@ fn quitting_with_a_second_ctrl_c_removes_the_directories_of_commands_in_flight()
         assert!(!d.exists(), "{} outlived the quit", d.display());
     }
 }
+
+#[test]
+fn a_killed_engine_leaves_no_directories_of_its_commands_behind() {
+    let dir = TempDir::new("files-cmd");
+    let noted = dir.path().join("dir.txt");
+    let script = format!(
+        r#"printf x > "$SWITCHYARD_OUTPUT_DIR/x.txt"; printf "%s\n%s\n" "$SWITCHYARD_OUTPUT_DIR" "$SWITCHYARD_INPUT_DIR" > {noted}.tmp; mv {noted}.tmp {noted}; sleep 30"#,
+        noted = noted.display()
+    );
+    project(&dir, &one_command(&script, ""), &[]);
+    let mut child = switchyard(dir.path())
+        .args(["run", "flow.yaml", "--input", "{}", "--store", SQLITE])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("starts");
+    let deadline = std::time::Instant::now() + support::HANG;
+    while !noted.exists() {
+        assert!(std::time::Instant::now() < deadline, "the command never started");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let text = std::fs::read_to_string(&noted).expect("dir.txt");
+    let dirs: Vec<PathBuf> = text.lines().map(PathBuf::from).collect();
+    assert_eq!(dirs.len(), 2, "{text}");
+    assert!(dirs.iter().all(|d| d.is_dir()), "{dirs:?}");
+    child.kill().expect("kill -9");
+    child.wait().expect("reaped");
+    // The command's supervisor outlives the engine for a moment: it kills the program and
+    // has the directories removed.
+    let deadline = std::time::Instant::now() + support::HANG;
+    while dirs.iter().any(|d| d.exists()) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{dirs:?} outlived the killed engine"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}

@@ -21,9 +21,10 @@
 //! exits as the program did; the call reads what is left in the pipes for at most [`DRAIN`]
 //! and is done, even if a process that left the group holds them open. When the engine dies
 //! (`kill -9` of a batch), the supervisor learns it through `PR_SET_PDEATHSIG` and kills the
-//! group. That signal follows the *thread* that forked: the tokio worker threads that start
-//! commands live as long as the runtime, and a command still running when the runtime shuts
-//! down is killed with it.
+//! group, after starting (out of the group) the removal of the call's directories
+//! ([`Remover`]). That signal follows the *thread* that forked: the tokio worker threads that
+//! start commands live as long as the runtime, and a command still running when the runtime
+//! shuts down is killed with it.
 //!
 //! Secret values are never logged and never put in an error: errors name the variable only,
 //! and the resolved values of `env:` are redacted from the result and the error (stdout and
@@ -40,6 +41,8 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::{ChildStdin, Command};
 
 mod files;
+
+pub use files::remove_live_dirs;
 
 use super::transform::agent_vars;
 use super::{Agent, CallContext};
@@ -200,10 +203,11 @@ async fn run(
         .process_group(0)
         .kill_on_drop(true);
     let parent_gone = libc::SIGRTMIN();
+    let remover = Remover::new(&[dirs.output(), dirs.input()]);
     // SAFETY: `supervise` makes only async-signal-safe calls (no allocation, no locks), as
     // the code between `fork` and `exec` of a threaded process must.
     unsafe {
-        cmd.pre_exec(move || supervise(parent_gone));
+        cmd.pre_exec(move || supervise(parent_gone, &remover));
     }
 
     let mut child = cmd
@@ -342,7 +346,7 @@ fn watched_signals(parent_gone: libc::c_int) -> libc::sigset_t {
 ///
 /// The supervisor holds no file descriptor, so the program's pipes close as the program (and
 /// the rest of its group) close them, and `spawn` learns of a failed `exec` as it would without it.
-fn supervise(parent_gone: libc::c_int) -> io::Result<()> {
+fn supervise(parent_gone: libc::c_int, remover: &Remover) -> io::Result<()> {
     let watched = watched_signals(parent_gone);
     // SAFETY: only system calls on this (single-threaded, forked) process's own state.
     unsafe {
@@ -369,6 +373,7 @@ fn supervise(parent_gone: libc::c_int) -> io::Result<()> {
         #[cfg(target_os = "linux")]
         libc::prctl(libc::PR_SET_PDEATHSIG, parent_gone);
         if libc::getppid() != parent {
+            remover.after_the_group();
             libc::killpg(0, libc::SIGKILL);
         }
         close_all_fds();
@@ -381,6 +386,7 @@ fn supervise(parent_gone: libc::c_int) -> io::Result<()> {
                 }
             } else if signal == parent_gone {
                 if libc::getppid() != parent {
+                    remover.after_the_group();
                     libc::killpg(0, libc::SIGKILL);
                 }
             } else if signal > 0 {
@@ -408,6 +414,79 @@ fn supervise(parent_gone: libc::c_int) -> io::Result<()> {
         libc::sigprocmask(libc::SIG_UNBLOCK, &only, std::ptr::null_mut());
         libc::kill(me, signal);
         libc::_exit(128 + signal)
+    }
+}
+
+/// `rm -rf -- DIR...`, made ready before `fork`, for a supervisor whose engine died: the
+/// engine can no longer remove the call's directories, so a process of their own does.
+struct Remover {
+    /// `/bin/rm`, `/usr/bin/rm`.
+    programs: [std::ffi::CString; 2],
+    _args: Vec<std::ffi::CString>,
+    /// Pointers into `_args` (owned here, never moved), null-terminated.
+    argv: Vec<*const libc::c_char>,
+}
+
+// SAFETY: the pointers point into `_args`, which the struct owns and never changes; it is only
+// read, by the forked child.
+unsafe impl Send for Remover {}
+unsafe impl Sync for Remover {}
+
+impl Remover {
+    fn new(dirs: &[&Path]) -> Remover {
+        use std::os::unix::ffi::OsStrExt;
+        let c = |b: &[u8]| std::ffi::CString::new(b).expect("no NUL in a path we made");
+        let mut args = vec![c(b"rm"), c(b"-rf"), c(b"--")];
+        args.extend(dirs.iter().map(|d| c(d.as_os_str().as_bytes())));
+        let mut argv: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
+        argv.push(std::ptr::null());
+        Remover {
+            programs: [c(b"/bin/rm"), c(b"/usr/bin/rm")],
+            _args: args,
+            argv,
+        }
+    }
+
+    /// Between `fork` and `exec` (async-signal-safe calls only): forks a process that leaves
+    /// the group (so the group's kill spares it), waits for this supervisor to be gone (at
+    /// most two seconds), and then removes the directories.
+    unsafe fn after_the_group(&self) {
+        // SAFETY: fork, setsid, getppid, nanosleep, execve and _exit are async-signal-safe;
+        // `argv` and the program names were allocated before the first fork.
+        unsafe {
+            let tick = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 10_000_000,
+            };
+            let child = libc::fork();
+            if child < 0 {
+                return;
+            }
+            if child > 0 {
+                // Not killed with the group: wait (at most a second) until it has left it.
+                let group = libc::getpgrp();
+                for _ in 0..100 {
+                    if libc::getpgid(child) != group {
+                        break;
+                    }
+                    libc::nanosleep(&tick, std::ptr::null_mut());
+                }
+                return;
+            }
+            libc::setsid();
+            let supervisor = libc::getppid();
+            for _ in 0..200 {
+                if libc::getppid() != supervisor {
+                    break;
+                }
+                libc::nanosleep(&tick, std::ptr::null_mut());
+            }
+            let env: [*const libc::c_char; 1] = [std::ptr::null()];
+            for program in &self.programs {
+                libc::execve(program.as_ptr(), self.argv.as_ptr(), env.as_ptr());
+            }
+            libc::_exit(127);
+        }
     }
 }
 

@@ -219,6 +219,36 @@ impl ItemDirs {
     }
 }
 
+/// Writes the files of a batch's items under `DIR/<item>/` (`batch --files`, `collect
+/// --files`): every item is told in input order, whether it made files or not, so that each
+/// id gets the same directory on every start of the batch.
+pub struct ItemFiles {
+    dir: PathBuf,
+    dirs: ItemDirs,
+    blobs: std::sync::Arc<dyn Blobs>,
+}
+
+impl ItemFiles {
+    pub fn new(dir: PathBuf, blobs: std::sync::Arc<dyn Blobs>) -> Self {
+        ItemFiles {
+            dir,
+            dirs: ItemDirs::new(),
+            blobs,
+        }
+    }
+
+    /// Writes the files of the item `id` (none: nothing is written, but the id takes its
+    /// directory name); returns how many were written now.
+    pub async fn write(&mut self, id: &serde_json::Value, files: &[RunFile]) -> Result<usize, WriteError> {
+        let seg = self.dirs.dir_for(&id_text(id));
+        if files.is_empty() {
+            return Ok(0);
+        }
+        let w = write_files(&*self.blobs, files, &self.dir.join(seg)).await?;
+        Ok(w.iter().filter(|w| w.wrote).count())
+    }
+}
+
 /// The text an item's id is made into a directory from: a string as it is, anything else as
 /// its JSON.
 pub fn id_text(id: &serde_json::Value) -> String {

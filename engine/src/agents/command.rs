@@ -7,6 +7,7 @@
 //! `PATH` inherited from this process, the `env:` entries — which may replace `PATH` — with
 //! their `${env:NAME}` secret references resolved at the call ([`super::net::resolve_secret_refs`]), then
 //! `SWITCHYARD_RUN_ID`, `SWITCHYARD_STEP`, `SWITCHYARD_ATTEMPT`, `SWITCHYARD_IDEMPOTENCY_KEY`,
+//! `SWITCHYARD_INPUT_DIR` and `SWITCHYARD_OUTPUT_DIR` (the attempt's directories, [`files`]),
 //! which `env:` cannot override), its own process group, and the reading of its output: stdin is
 //! written while stdout and stderr are read, concurrently, so a child that writes much to stderr
 //! before reading stdin does not deadlock. stdout is capped at `max_output`; only the last
@@ -38,6 +39,8 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::{ChildStdin, Command};
 
+mod files;
+
 use super::transform::agent_vars;
 use super::{Agent, CallContext};
 use crate::expr::eval;
@@ -64,18 +67,26 @@ pub struct CommandAgent<'p>(pub &'p CommandPlan);
 impl Agent for CommandAgent<'_> {
     async fn call(&self, input: &Value, cx: CallContext<'_>) -> Result<Value, StepError> {
         let plan = self.0;
-        let argv = render_argv(plan, input, &cx)?;
         let mut secrets = super::net::Secrets::default();
         let env = resolve_env(plan, &mut secrets)?;
+        // Removed when the attempt ends, and when this call is dropped (a timeout, a cancel).
+        let dirs = files::Dirs::create()?;
+        // The program reads its input's files under $SWITCHYARD_INPUT_DIR, its arguments too.
+        let rewritten = dirs.write_inputs(input, cx.files).await?;
+        let input = rewritten.as_ref().unwrap_or(input);
+        let argv = render_argv(plan, input, &cx)?;
         let stdin = serde_json::to_vec(input).expect("a JSON value serializes");
         // A program may print what it was given: no secret value leaves the call.
-        match run(plan, &argv, env, stdin, &cx).await {
+        let result = match run(plan, &argv, env, stdin, &dirs, &cx).await {
             Ok(mut v) => {
                 secrets.redact_value(&mut v);
-                Ok(v)
+                // Only a program that succeeded has its files taken.
+                dirs.take_outputs(&argv[0], v, cx.files).await
             }
             Err(e) => Err(secrets.redact_error(e)),
-        }
+        };
+        dirs.remove().await;
+        result
     }
 }
 
@@ -164,6 +175,7 @@ async fn run(
     argv: &[String],
     env: Vec<(&str, String)>,
     stdin: Vec<u8>,
+    dirs: &files::Dirs,
     cx: &CallContext<'_>,
 ) -> Result<Value, StepError> {
     let program = argv[0].as_str();
@@ -176,7 +188,9 @@ async fn run(
         .env("SWITCHYARD_RUN_ID", cx.run_id)
         .env("SWITCHYARD_STEP", cx.step)
         .env("SWITCHYARD_ATTEMPT", cx.attempt.to_string())
-        .env("SWITCHYARD_IDEMPOTENCY_KEY", cx.idempotency_key());
+        .env("SWITCHYARD_IDEMPOTENCY_KEY", cx.idempotency_key())
+        .env("SWITCHYARD_INPUT_DIR", dirs.input())
+        .env("SWITCHYARD_OUTPUT_DIR", dirs.output());
     if let Some(dir) = &plan.cwd {
         cmd.current_dir(dir);
     }
@@ -894,7 +908,15 @@ mod tests {
             // Python would add LC_CTYPE to its own environment in the C locale.
             ("PYTHONCOERCECLOCALE".into(), "0".into()),
         ];
-        let got = call(&p, json!({})).await.unwrap();
+        let mut got = call(&p, json!({})).await.unwrap();
+        for var in ["SWITCHYARD_INPUT_DIR", "SWITCHYARD_OUTPUT_DIR"] {
+            let dir = got
+                .as_object_mut()
+                .and_then(|o| o.remove(var))
+                .unwrap_or_else(|| panic!("{var} is set"));
+            let dir = Path::new(dir.as_str().expect("a path"));
+            assert!(dir.is_absolute() && !dir.exists(), "{}", dir.display());
+        }
         let mut expected = json!({
             "GREETING": "hi ${not a ref} $HOME",
             // The program got the value; what it prints has the whole value the secret was
@@ -1101,6 +1123,127 @@ mod tests {
     async fn a_child_that_does_not_read_stdin_is_fine() {
         let input = json!({"s": "y".repeat(1_000_000)});
         assert_eq!(call(&plan(&["echo", "[1]"]), input).await.unwrap(), json!([1]));
+    }
+
+    /// Calls `plan` with a sink of its own; returns the result and what the sink holds.
+    async fn call_with_files(
+        plan: &CommandPlan,
+        input: Value,
+        sink: &crate::files::FileSink,
+    ) -> Result<Value, StepError> {
+        let context = json!({});
+        let cancel = CancellationToken::new();
+        let mut cx = test_cx(0, None, &context, &cancel);
+        cx.files = sink;
+        CommandAgent(plan).call(&input, cx).await
+    }
+
+    /// Writes `a.txt`, `sub/b/c.txt` and `B.txt` under the output directory, a symlink and an
+    /// empty directory, prints its path as `dir`.
+    const WRITE_FILES: &str = "cd \"$SWITCHYARD_OUTPUT_DIR\" && mkdir -p sub/b empty && printf A > a.txt && \
+                               printf C > sub/b/c.txt && printf BB > B.txt && ln -s a.txt link.txt && \
+                               printf '{\"dir\": \"%s\"}' \"$SWITCHYARD_OUTPUT_DIR\"";
+
+    #[tokio::test]
+    async fn files_written_to_the_output_directory_join_the_result_in_name_order() {
+        let sink = crate::files::FileSink::detached();
+        let got = call_with_files(&plan(&["sh", "-c", WRITE_FILES]), json!({}), &sink)
+            .await
+            .unwrap();
+        let dir = Path::new(got["dir"].as_str().expect("dir"));
+        assert!(!dir.exists(), "{} outlived the call", dir.display());
+        let names: Vec<&str> = got["files"]
+            .as_array()
+            .expect("files")
+            .iter()
+            .map(|f| f["name"].as_str().expect("name"))
+            .collect();
+        assert_eq!(names, ["B.txt", "a.txt", "sub/b/c.txt"]);
+        let made = sink.take();
+        assert_eq!(
+            made.iter().map(|f| f.to_value()).collect::<Vec<_>>(),
+            got["files"].as_array().expect("files").clone()
+        );
+        assert_eq!(sink.read_bytes(&made[2]).await.unwrap(), b"C");
+        assert_eq!(made[0].size, 2);
+        assert_eq!(made[1].media_type, "text/plain");
+    }
+
+    #[tokio::test]
+    async fn a_command_with_files_must_print_an_object_without_files() {
+        let sink = crate::files::FileSink::detached();
+        let write = "printf x > \"$SWITCHYARD_OUTPUT_DIR/x.txt\"; echo \"$1\"";
+        let err = call_with_files(&plan(&["sh", "-c", write, "sh", "[1]"]), json!({}), &sink)
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind, ErrorKind::InvalidOutput);
+        assert_eq!(
+            err.message,
+            "command `sh` wrote 1 file to $SWITCHYARD_OUTPUT_DIR but printed an array, not a JSON \
+             object (a command with files must print an object: its result gets them as `files`)"
+        );
+        let err = call_with_files(
+            &plan(&["sh", "-c", write, "sh", "{\"files\": []}"]),
+            json!({}),
+            &sink,
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(err.kind, ErrorKind::InvalidOutput);
+        assert_eq!(
+            err.message,
+            "command `sh` wrote 1 file to $SWITCHYARD_OUTPUT_DIR and printed an object with a `files` \
+             member of its own: the result's `files` is where the written files go"
+        );
+        assert!(sink.take().is_empty(), "nothing stored");
+        // Without files, any value and any `files` member are the program's own.
+        let got = call_with_files(&plan(&["echo", "{\"files\": 3}"]), json!({}), &sink)
+            .await
+            .unwrap();
+        assert_eq!(got, json!({"files": 3}));
+        let got = call_with_files(&plan(&["echo", "[2]"]), json!({}), &sink)
+            .await
+            .unwrap();
+        assert_eq!(got, json!([2]));
+    }
+
+    #[tokio::test]
+    async fn a_failed_or_timed_out_program_stores_nothing_and_its_directory_goes() {
+        let sink = crate::files::FileSink::detached();
+        let script = "printf x > \"$SWITCHYARD_OUTPUT_DIR/x.txt\"; echo \"$SWITCHYARD_OUTPUT_DIR\" > \"$1\"; \
+                      chmod 500 \"$SWITCHYARD_OUTPUT_DIR\"; exit 4";
+        let file = temp_path("failed-dir");
+        let err = call_with_files(
+            &plan(&["sh", "-c", script, "sh", file.to_str().expect("utf-8")]),
+            json!({}),
+            &sink,
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(err.kind, ErrorKind::Agent);
+        assert!(sink.take().is_empty());
+        let dir = std::fs::read_to_string(&file).expect("the program wrote its dir");
+        let _ = std::fs::remove_file(&file);
+        assert!(!Path::new(dir.trim()).exists(), "{dir} outlived the failed call");
+
+        let script =
+            "printf x > \"$SWITCHYARD_OUTPUT_DIR/x.txt\"; echo \"$SWITCHYARD_OUTPUT_DIR\" > \"$1\"; sleep 30";
+        let file = temp_path("timeout-dir");
+        let context = json!({});
+        let cancel = CancellationToken::new();
+        let mut cx = test_cx(0, None, &context, &cancel);
+        cx.files = &sink;
+        cx.timeout = Duration::from_millis(300);
+        let p = plan(&["sh", "-c", script, "sh", file.to_str().expect("utf-8")]);
+        let err = CommandAgent(&p).call(&json!({}), cx).await.unwrap_err();
+        assert_eq!(err.kind, ErrorKind::Timeout);
+        assert!(sink.take().is_empty());
+        let dir = std::fs::read_to_string(&file).expect("the program wrote its dir");
+        let _ = std::fs::remove_file(&file);
+        assert!(
+            !Path::new(dir.trim()).exists(),
+            "{dir} outlived the timed-out call"
+        );
     }
 
     #[test]

@@ -263,6 +263,8 @@ pub(super) async fn html_report(
     });
     let root = root_of(&**s, run).await?;
     let waiting = waiting_in(s, &root).await?;
+    let (files, _) = super::runs_files::files_of(&**s, run).await?;
+    let inline = super::runs_files::inline_bytes(&**s, &files).await;
     let report = crate::report::RunReport {
         run,
         steps: &steps,
@@ -270,6 +272,8 @@ pub(super) async fn html_report(
         layout,
         now_ms: now_ms(),
         waiting: waiting.as_ref().map(|w| (w, answer_command(&root, store))),
+        files: &files,
+        inline: &inline,
     };
     Ok(crate::report::run_html(&report))
 }
@@ -600,6 +604,8 @@ fn show(args: ShowArgs) -> u8 {
         if let Some(e) = &run.error {
             let _ = writeln!(out, "error     [{}] {}", e.kind, e.message);
         }
+        let (files, complete) = super::runs_files::files_of(&**s, &run).await?;
+        super::runs_files::files_lines(&mut out, &files, complete);
         out.push('\n');
         let waiting = waiting_in(s, &root).await?;
         let detail = super::trace::Detail {

@@ -76,6 +76,47 @@ pub(super) async fn files_of<S: Store + ?Sized>(s: &S, run: &RunRecord) -> Resul
     Ok((files, false))
 }
 
+/// `runs show`'s lines of a run's files: a count, then a line per file.
+pub(super) fn files_lines(out: &mut String, files: &[RunFile], complete: bool) {
+    if files.is_empty() {
+        return;
+    }
+    let bytes: u64 = files.iter().map(|f| f.file.size).sum();
+    let _ = writeln!(
+        out,
+        "files     {} ({bytes} bytes){}",
+        files.len(),
+        if complete { "" } else { " so far" }
+    );
+    for f in files {
+        let _ = writeln!(
+            out,
+            "  {:<8} {}  {} · {} bytes · {}",
+            f.number,
+            shown_name(&f.file.name),
+            f.file.media_type,
+            f.file.size,
+            f.file.file
+        );
+    }
+}
+
+/// The bytes of the images the run page inlines ([`crate::report::files::to_inline`]), read
+/// and checked against their hash; one the store cannot give is left out (listed, not shown).
+pub(super) async fn inline_bytes<S: Store + ?Sized>(
+    s: &S,
+    files: &[RunFile],
+) -> std::collections::HashMap<String, Vec<u8>> {
+    let blobs = s.blobs();
+    let mut out = std::collections::HashMap::new();
+    for hash in crate::report::files::to_inline(files) {
+        if let Ok(b) = blobs.read_bytes(&hash).await {
+            out.insert(hash, b);
+        }
+    }
+    out
+}
+
 /// A recorded name as one line of text: control characters escaped.
 pub(super) fn shown_name(name: &str) -> String {
     if !name.chars().any(char::is_control) {

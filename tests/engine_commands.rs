@@ -110,6 +110,8 @@ fn a_command_sees_only_its_env_path_and_the_switchyard_variables() {
         "SWITCHYARD_STEP",
         "SWITCHYARD_ATTEMPT",
         "SWITCHYARD_IDEMPOTENCY_KEY",
+        "SWITCHYARD_INPUT_DIR",
+        "SWITCHYARD_OUTPUT_DIR",
         "PWD",
         "OLDPWD",
         "SHLVL",

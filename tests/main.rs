@@ -9,6 +9,8 @@
 //! - [`engine`]: runs and flow tests: every runtime semantic, through `run` and `test`;
 //! - [`engine_commands`]: `command` agents: stdin, argv, environment, idempotency keys,
 //!   failures, timeouts that kill the process group, capped output, secrets they print;
+//! - [`files_command`]: files out of `command` agents (`$SWITCHYARD_OUTPUT_DIR`) and into
+//!   them (`$SWITCHYARD_INPUT_DIR`), by hash, on SQLite and PostgreSQL;
 //! - [`engine_context`]: `--context`, JSON texts that enter a run, `--allow` and
 //!   `--agent-change`;
 //! - [`batch_interrupts`]: interrupt steps through `run`, `batch`, `resume` and `runs cancel`;
@@ -90,6 +92,7 @@ mod engine;
 mod engine_commands;
 mod engine_context;
 mod expressions;
+mod files_command;
 mod fuzz;
 mod graph;
 mod http_agent;

@@ -93,6 +93,7 @@ mod engine_commands;
 mod engine_context;
 mod expressions;
 mod files_command;
+mod files_out;
 mod fuzz;
 mod graph;
 mod http_agent;

@@ -266,7 +266,7 @@ fn items_input(dir: &TempDir, n: usize, sleep: f64) {
 /// The store's file rows and their bytes: (files, SUM(size), bytes in chunks).
 fn stored(dir: &TempDir) -> (u64, u64, u64) {
     let out = sqlite(
-        &dir,
+        dir,
         "print(*db.execute('SELECT COUNT(*), COALESCE(SUM(size), 0) FROM files').fetchone(), \
          db.execute('SELECT COALESCE(SUM(LENGTH(data)), 0) FROM file_chunks').fetchone()[0])",
     );

@@ -19,6 +19,8 @@ const LAYERS: &[&[&str]] = &[
     &["source", "json", "glob", "alloc", "record"],
     // Diagnostics; the store, which keeps records and knows no flow.
     &["diag", "store"],
+    // Files agents make and read: hashed, limited, typed and named, their bytes the store's.
+    &["files"],
     &["syntax"],
     // The small languages inside a flow, parsed once: CEL (evaluation, types, functions,
     // strings, time), JSONPath, templates, value templates; static types of JSON values.
@@ -43,7 +45,10 @@ const PLANNED: &[&str] = &[];
 
 /// Arrows that run up, each until the work named beside it lands: (file, the path it uses, or
 /// a module path in front of it). None today; an entry that no longer exists fails the test.
-const UP_ALLOWED: &[(&str, &str)] = &[];
+const UP_ALLOWED: &[(&str, &str)] = &[
+    // The SQL store stores bytes in the chunks the file sink reads them in: one size for both.
+    ("store/sql/files.rs", "files::CHUNK"),
+];
 
 /// Files that import each other, until the work named beside them lands. None today.
 const CYCLE_ALLOWED: &[(&str, &str)] = &[];

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::common::{self, StoreArg, fail, lock_batch, root_of};
+use super::common::{self, StoreArg, Use, fail, lock_batch, root_of, with_store};
 use crate::record::{ErrorKind, StepError};
 use crate::record::{RunRecord, RunStatus, now_ms};
 use crate::store::{RunFilter, Store};
@@ -111,35 +111,6 @@ pub fn run(args: Args) -> u8 {
         RunsCommand::Files(a) => super::runs_files::files(a),
         RunsCommand::Prune(a) => super::runs_files::prune(a),
     }
-}
-
-/// How a command uses the store.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(super) enum Use {
-    Read,
-    Write,
-}
-
-/// Runs `f` with the opened store on a runtime, closing the store after. A store that is
-/// not there is not created ([`StoreArg::open_existing`]); one opened only to read may be
-/// read-only ([`StoreArg::open_to_read`]).
-pub(super) fn with_store<T>(
-    store: &StoreArg,
-    to: Use,
-    f: impl AsyncFnOnce(&Arc<crate::store::any::AnyStore>) -> T,
-) -> Result<T, common::Missing> {
-    let rt = common::runtime();
-    rt.block_on(async {
-        let store = Arc::new(match to {
-            Use::Read => store.open_to_read().await?,
-            Use::Write => store.open_existing().await?,
-        });
-        let out = f(&store).await;
-        if let Ok(s) = Arc::try_unwrap(store) {
-            s.close().await;
-        }
-        Ok(out)
-    })
 }
 
 fn list(args: ListArgs) -> u8 {

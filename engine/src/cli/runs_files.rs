@@ -7,8 +7,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::common::{StoreArg, fail};
-use super::runs::{Use, with_store};
+use super::common::{StoreArg, Use, fail, with_store};
 use crate::record::files::{RunFile, sort_run_files};
 use crate::record::{RunRecord, RunStatus, now_ms};
 use crate::store::Store;

@@ -10,9 +10,13 @@
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 
-use super::run::html;
 use crate::files::sniff::{is_raster_image, media_type};
 use crate::record::files::RunFile;
+
+/// Escapes text for HTML (as the run page does everywhere).
+fn html(s: &str) -> String {
+    crate::plan::svg::xml_text(s)
+}
 
 /// The largest image inlined as a thumbnail (512 KiB).
 pub const THUMB_MAX_BYTES: u64 = 512 << 10;

@@ -648,3 +648,67 @@ fn both_directories_are_set_and_empty_for_a_command_without_files() {
     // No files: the input reaches the program as it is, and the result has no `files`.
     assert_eq!(output["result"], json!({"x": {"file": "not a hash", "n": 1}}));
 }
+
+#[test]
+fn quitting_with_a_second_ctrl_c_removes_the_directories_of_commands_in_flight() {
+    use std::io::BufRead;
+    let dir = TempDir::new("files-cmd");
+    let noted = dir.path().join("dir.txt");
+    let script = format!(
+        r#"printf x > "$SWITCHYARD_OUTPUT_DIR/x.txt"; echo "$SWITCHYARD_OUTPUT_DIR" > {noted}.tmp; mv {noted}.tmp {noted}; sleep 30"#,
+        noted = noted.display()
+    );
+    project(&dir, &one_command(&script, ""), &[]);
+    let mut child = switchyard(dir.path())
+        .args(["run", "flow.yaml", "--input", "{}", "--store", SQLITE])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("starts");
+    let stderr = child.stderr.take().expect("piped");
+    let (lines_tx, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+            if lines_tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = std::time::Instant::now() + support::HANG;
+    while !noted.exists() {
+        assert!(std::time::Instant::now() < deadline, "the command never started");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let out_dir = PathBuf::from(std::fs::read_to_string(&noted).expect("dir.txt").trim());
+    assert!(out_dir.is_dir());
+    let sigint = || {
+        let status = std::process::Command::new("kill")
+            .args(["-INT", &child.id().to_string()])
+            .status()
+            .expect("kill");
+        assert!(status.success());
+    };
+    sigint();
+    // The second Ctrl-C once the first is taken: the run stops waiting for the step.
+    loop {
+        let line = lines
+            .recv_timeout(support::HANG)
+            .expect("the run says it is stopping");
+        if line.starts_with("stopping:") {
+            break;
+        }
+    }
+    sigint();
+    let status = child.wait().expect("exits");
+    assert_eq!(status.code(), Some(130));
+    let in_dir = PathBuf::from(
+        out_dir
+            .to_str()
+            .and_then(|d| d.strip_suffix("-out"))
+            .map(|stem| format!("{stem}-in"))
+            .expect("…-out"),
+    );
+    for d in [&out_dir, &in_dir] {
+        assert!(!d.exists(), "{} outlived the quit", d.display());
+    }
+}

@@ -41,6 +41,8 @@ use tokio::process::{ChildStdin, Command};
 
 mod files;
 
+pub use files::remove_live_dirs;
+
 use super::transform::agent_vars;
 use super::{Agent, CallContext};
 use crate::expr::eval;

@@ -148,8 +148,9 @@ pub fn run(args: Args) -> u8 {
                         "quit: run the same command again to continue",
                         serde_json::Value::Null,
                     );
-                    // exit skips destructors: the MCP servers are ended here.
+                    // exit skips destructors: the MCP servers are ended here, commands' directories removed.
                     crate::agents::mcp::shutdown();
+                    crate::agents::command::remove_live_dirs();
                     std::process::exit(130);
                 }
             }

@@ -200,8 +200,10 @@ async fn serve_http(server: Arc<Server>, addr: SocketAddr, options: http::HttpOp
                     "quit: runs still in flight are left `running`: `switchyard resume RUN_ID` continues them",
                     serde_json::Value::Null,
                 );
-                // exit skips destructors: the MCP servers the flows call are ended here.
+                // exit skips destructors: the MCP servers the flows call are ended here, commands'
+                // directories removed.
                 crate::agents::mcp::shutdown();
+                crate::agents::command::remove_live_dirs();
                 std::process::exit(130);
             }
         }

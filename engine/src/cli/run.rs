@@ -193,8 +193,9 @@ pub(super) fn pause_on_ctrl_c(controls: &RunControls) {
                     "quit: `switchyard resume RUN_ID` continues the run (`switchyard runs list` names it)",
                     Value::Null,
                 );
-                // exit skips destructors: the MCP servers are ended here.
+                // exit skips destructors: the MCP servers are ended here, commands' directories removed.
                 crate::agents::mcp::shutdown();
+                crate::agents::command::remove_live_dirs();
                 std::process::exit(130);
             }
         }

@@ -1,19 +1,20 @@
-//! A command's files (SPEC §6.5): each attempt gets a fresh directory under the system temp
-//! directory holding `out/` (`$SWITCHYARD_OUTPUT_DIR`, empty when the program starts) and `in/`
-//! (`$SWITCHYARD_INPUT_DIR`, the files of its input document); the whole directory is removed
-//! when the attempt ends, however it ends (a guard removes it when the call is dropped).
+//! A command's files (SPEC §6.5): each attempt gets two fresh directories under the system
+//! temp directory, `$SWITCHYARD_OUTPUT_DIR` (empty when the program starts) and
+//! `$SWITCHYARD_INPUT_DIR` (the files of its input document); both are removed when the
+//! attempt ends, however it ends (a guard removes them when the call is dropped, and
+//! [`remove_live_dirs`] before an `exit`).
 //!
-//! After a program that exited successfully, every regular file under `out/` (recursively;
-//! symlinks are neither followed nor taken) is stored through the call's
-//! [`FileSink`](crate::files::FileSink), named by its path relative to `out/` with `/`, in name
-//! order, and its reference goes into the result's `files`. This module knows nothing of
+//! After a program that exited successfully, every regular file under the output directory
+//! (recursively; symlinks are neither followed nor taken) is stored through the call's
+//! [`FileSink`](crate::files::FileSink), named by its path relative to the directory with `/`,
+//! in name order, and its reference goes into the result's `files`. This module knows nothing of
 //! processes: `command.rs` runs the program between [`Dirs::create`] and
 //! [`Dirs::take_outputs`].
 
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-
 use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde_json::{Map, Value, json};
 
@@ -22,16 +23,35 @@ use crate::files::names::Unique;
 use crate::record::files::{FileRef, refs_in};
 use crate::record::{ErrorKind, StepError};
 
+/// The directories of the calls in flight, for [`remove_live_dirs`].
+static LIVE: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+fn live() -> std::sync::MutexGuard<'static, Vec<PathBuf>> {
+    LIVE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Removes the directories of every call still in flight: for a process about to `exit`,
+/// which skips destructors (a second Ctrl-C). Their programs are killed with the process.
+pub fn remove_live_dirs() {
+    let dirs = std::mem::take(&mut *live());
+    for d in dirs {
+        remove_tree(&d);
+    }
+}
+
 /// The directories of one attempt, removed when dropped.
 pub(super) struct Dirs {
-    root: PathBuf,
     input: PathBuf,
     output: PathBuf,
+    /// Whether they are still ours to remove.
+    armed: bool,
 }
 
 impl Dirs {
-    /// A fresh directory (mode 0700) under the system temp directory, with `in/` and `out/`
-    /// inside, distinct from every other call's in this process and in others.
+    /// Two fresh directories (mode 0700) side by side under the system temp directory,
+    /// `switchyard-command-PID-N-SALT-in` and `-out`, distinct from every other call's in this
+    /// process and in others. Two, not one holding both: on some file systems every directory
+    /// removed costs a journal commit, and two are removed at once.
     pub fn create() -> Result<Self, StepError> {
         use std::os::unix::fs::DirBuilderExt;
         static N: AtomicU64 = AtomicU64::new(0);
@@ -39,35 +59,51 @@ impl Dirs {
         let mut builder = std::fs::DirBuilder::new();
         builder.mode(0o700);
         let mut tries = 0;
-        let root = loop {
+        loop {
             let n = N.fetch_add(1, Ordering::Relaxed);
-            let salt: u32 = rand::random();
-            let root = base.join(format!(
-                "switchyard-command-{}-{n}-{salt:08x}",
-                std::process::id()
-            ));
-            match builder.create(&root) {
-                Ok(()) => break root,
-                // A directory left by a process that had this pid: another name.
+            // Against directories left by an earlier process with this pid.
+            let salt = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default()
+                .subsec_nanos();
+            let stem = format!("switchyard-command-{}-{n}-{salt:08x}", std::process::id());
+            let output = base.join(format!("{stem}-out"));
+            let input = base.join(format!("{stem}-in"));
+            let made = builder.create(&output).and_then(|()| {
+                live().push(output.clone());
+                builder.create(&input).inspect_err(|_| {
+                    let _ = std::fs::remove_dir(&output);
+                    forget(&output);
+                })
+            });
+            match made {
+                Ok(()) => {
+                    live().push(input.clone());
+                    return Ok(Dirs {
+                        input,
+                        output,
+                        armed: true,
+                    });
+                }
+                // Left by a process that had this pid: other names.
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && tries < 16 => tries += 1,
-                Err(e) => return Err(dir_error(&root, &e)),
+                Err(e) => return Err(dir_error(&base, &e)),
             }
-        };
-        let dirs = Dirs {
-            input: root.join("in"),
-            output: root.join("out"),
-            root,
-        };
-        for d in [&dirs.input, &dirs.output] {
-            builder.create(d).map_err(|e| dir_error(d, &e))?;
         }
-        Ok(dirs)
     }
 
-    /// Removes the directories now, off the async threads; dropping them removes them too.
+    /// Removes the directories now, both at once, off the async threads; dropping them
+    /// removes them too.
     pub async fn remove(mut self) {
-        let root = std::mem::take(&mut self.root);
-        let _ = tokio::task::spawn_blocking(move || remove_tree(&root)).await;
+        self.armed = false;
+        let gone = |d: PathBuf| {
+            tokio::task::spawn_blocking(move || {
+                remove_tree(&d);
+                forget(&d);
+            })
+        };
+        let (a, b) = (gone(self.input.clone()), gone(self.output.clone()));
+        let _ = tokio::join!(a, b);
     }
 
     /// `$SWITCHYARD_INPUT_DIR`.
@@ -80,7 +116,8 @@ impl Dirs {
         &self.output
     }
 
-    /// Writes every file of `input` (each [`FileRef`] in it, in document order) under `in/`,
+    /// Writes every file of `input` (each [`FileRef`] in it, in document order) under the input
+    /// directory,
     /// its name made safe and distinct ([`Unique`]); the same bytes under the same name are
     /// written once. Returns the document the program reads, each reference rewritten to
     /// `{path, name, media_type, size}` with `path` absolute, or `None` when `input` holds no
@@ -113,7 +150,7 @@ impl Dirs {
         Ok(Some(doc))
     }
 
-    /// Stores the files the program wrote under `out/` and adds their references to `result`
+    /// Stores the files the program wrote under the output directory and adds their references to `result`
     /// as `files`, in name order. A result without files is returned as it is; with files it
     /// must be a JSON object without a `files` member, else the call fails with kind
     /// `invalid_output` (and nothing is stored).
@@ -229,9 +266,20 @@ fn rewrite(v: &mut Value, written: &HashMap<(String, String), Value>) {
 
 impl Drop for Dirs {
     fn drop(&mut self) {
-        if !self.root.as_os_str().is_empty() {
-            remove_tree(&self.root);
+        if self.armed {
+            for d in [&self.input, &self.output] {
+                remove_tree(d);
+                forget(d);
+            }
         }
+    }
+}
+
+/// No longer a directory in flight.
+fn forget(root: &Path) {
+    let mut live = live();
+    if let Some(i) = live.iter().position(|d| d == root) {
+        live.swap_remove(i);
     }
 }
 
@@ -293,10 +341,13 @@ fn walk(dir: &Path, prefix: &str, out: &mut Vec<(String, PathBuf)>) -> std::io::
     Ok(())
 }
 
-fn dir_error(dir: &Path, e: &std::io::Error) -> StepError {
+fn dir_error(base: &Path, e: &std::io::Error) -> StepError {
     StepError::new(
         ErrorKind::Agent,
-        format!("cannot create the command's directory {}: {e}", dir.display()),
+        format!(
+            "cannot create the command's directories in {}: {e}",
+            base.display()
+        ),
     )
 }
 

@@ -100,6 +100,7 @@ mod expressions;
 mod files_command;
 mod files_http_llm;
 mod files_limits;
+mod files_out;
 mod files_tree;
 mod fuzz;
 mod graph;

@@ -136,6 +136,17 @@ impl<'a> Session<'a> {
             .call("POST", &format!("/session/{}{path}", self.id), Some(body))
     }
 
+    /// GET of the session, or the WebDriver error it answered (`no such alert`, say).
+    pub(crate) fn try_get(&self, path: &str) -> Result<Value, String> {
+        let v = self
+            .d
+            .try_call("GET", &format!("/session/{}{path}", self.id), None)?;
+        match v["value"].get("error") {
+            Some(e) => Err(e.to_string()),
+            None => Ok(v["value"].clone()),
+        }
+    }
+
     fn get(&self, path: &str) -> Value {
         self.d.call("GET", &format!("/session/{}{path}", self.id), None)
     }

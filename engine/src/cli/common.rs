@@ -438,3 +438,32 @@ pub(super) fn lock_batch(
         other => other.to_string(),
     })
 }
+
+/// How a command uses the store.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Use {
+    Read,
+    Write,
+}
+
+/// Runs `f` with the opened store on a runtime, closing the store after. A store that is
+/// not there is not created ([`StoreArg::open_existing`]); one opened only to read may be
+/// read-only ([`StoreArg::open_to_read`]).
+pub(super) fn with_store<T>(
+    store: &StoreArg,
+    to: Use,
+    f: impl AsyncFnOnce(&Arc<crate::store::any::AnyStore>) -> T,
+) -> Result<T, Missing> {
+    let rt = runtime();
+    rt.block_on(async {
+        let store = Arc::new(match to {
+            Use::Read => store.open_to_read().await?,
+            Use::Write => store.open_existing().await?,
+        });
+        let out = f(&store).await;
+        if let Ok(s) = Arc::try_unwrap(store) {
+            s.close().await;
+        }
+        Ok(out)
+    })
+}

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::common::{self, StoreArg, fail, lock_batch, root_of};
+use super::common::{self, StoreArg, Use, fail, lock_batch, root_of, with_store};
 use crate::record::{ErrorKind, StepError};
 use crate::record::{RunRecord, RunStatus, now_ms};
 use crate::store::{RunFilter, Store};
@@ -32,6 +32,10 @@ pub enum RunsCommand {
     /// Write a batch's OUT.jsonl again from the store, running nothing (after `resume` of
     /// its interrupted items, say).
     Export(super::batch::ExportArgs),
+    /// List a run's files (those of its child runs too), or write them under a directory.
+    Files(super::runs_files::FilesArgs),
+    /// Remove stored file bytes that no record refers to, and print how many and how much.
+    Prune(super::runs_files::PruneArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -104,36 +108,9 @@ pub fn run(args: Args) -> u8 {
         RunsCommand::Resume(a) => super::resume::resume(*a),
         RunsCommand::Cancel(a) => cancel(a),
         RunsCommand::Export(a) => super::batch::export(a),
+        RunsCommand::Files(a) => super::runs_files::files(a),
+        RunsCommand::Prune(a) => super::runs_files::prune(a),
     }
-}
-
-/// How a command uses the store.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Use {
-    Read,
-    Write,
-}
-
-/// Runs `f` with the opened store on a runtime, closing the store after. A store that is
-/// not there is not created ([`StoreArg::open_existing`]); one opened only to read may be
-/// read-only ([`StoreArg::open_to_read`]).
-fn with_store<T>(
-    store: &StoreArg,
-    to: Use,
-    f: impl AsyncFnOnce(&Arc<crate::store::any::AnyStore>) -> T,
-) -> Result<T, common::Missing> {
-    let rt = common::runtime();
-    rt.block_on(async {
-        let store = Arc::new(match to {
-            Use::Read => store.open_to_read().await?,
-            Use::Write => store.open_existing().await?,
-        });
-        let out = f(&store).await;
-        if let Ok(s) = Arc::try_unwrap(store) {
-            s.close().await;
-        }
-        Ok(out)
-    })
 }
 
 fn list(args: ListArgs) -> u8 {
@@ -257,6 +234,8 @@ pub(super) async fn html_report(
     });
     let root = root_of(&**s, run).await?;
     let waiting = waiting_in(s, &root).await?;
+    let (files, _) = super::runs_files::files_of(&**s, run).await?;
+    let inline = super::runs_files::inline_bytes(&**s, &files).await;
     let report = crate::report::RunReport {
         run,
         steps: &steps,
@@ -264,6 +243,8 @@ pub(super) async fn html_report(
         layout,
         now_ms: now_ms(),
         waiting: waiting.as_ref().map(|w| (w, answer_command(&root, store))),
+        files: &files,
+        inline: &inline,
     };
     Ok(crate::report::run_html(&report))
 }
@@ -594,6 +575,8 @@ fn show(args: ShowArgs) -> u8 {
         if let Some(e) = &run.error {
             let _ = writeln!(out, "error     [{}] {}", e.kind, e.message);
         }
+        let (files, complete) = super::runs_files::files_of(&**s, &run).await?;
+        super::runs_files::files_lines(&mut out, &files, complete);
         out.push('\n');
         let waiting = waiting_in(s, &root).await?;
         let detail = super::trace::Detail {

@@ -2,6 +2,7 @@
 //! the style and the script inline. [`run`]: one run; [`batch`]: a batch's items.
 
 pub mod batch;
+pub mod files;
 pub mod question;
 pub mod run;
 

@@ -42,6 +42,10 @@ pub struct RunReport<'a> {
     /// The `interrupt` step or agent loop approval the run's tree waits at, and the command
     /// that answers it.
     pub waiting: Option<(&'a Waiting, String)>,
+    /// The run's files (those of its child runs too), by record number.
+    pub files: &'a [crate::record::files::RunFile],
+    /// The bytes of the images the page inlines ([`super::files::to_inline`]), by hash.
+    pub inline: &'a HashMap<String, Vec<u8>>,
 }
 
 /// Escapes text for HTML character data and attribute values (as for the SVG it holds:
@@ -410,6 +414,7 @@ td.name{font-family:ui-monospace,Menlo,Consolas,monospace}td.bar{width:40%;min-w
 .bar-fill.ok{background:#48bb78}.bar-fill.failed{background:#f56565}.bar-fill.interrupted,.bar-fill.running{background:#ecc94b}
 tr.note td{color:#718096;font-style:italic}.err{color:#c53030}
 #detail{white-space:pre-wrap}#detail h3{font-size:13px;margin:10px 0 4px;color:#4a5568}#detail pre{margin:0;padding:8px;background:#f7fafc;border:1px solid #e2e8f0;border-radius:4px;max-height:40vh;overflow:auto;font-size:12px}
+img.thumb{display:block;max-width:160px;max-height:120px;border:1px solid #e2e8f0}
 .muted{color:#718096}#waiting{border-color:#ecc94b}#waiting dd{white-space:pre-wrap}
 "#;
 
@@ -547,6 +552,8 @@ pub fn run_html(r: &RunReport) -> String {
         }
         o.push_str("</table></section>\n");
     }
+
+    super::files::section(&mut o, &run.id, r.files, r.inline);
 
     // The timeline.
     let mut list = Vec::new();

@@ -546,3 +546,83 @@ fn file_stores_its_bytes_once_on_postgres_and_the_run_limit_holds_there() {
         )
     );
 }
+
+/// A submitted batch's `file()` reads on the worker's machine: a worker started elsewhere
+/// reads relative paths under its first `--files-root`, and refuses one it was not given.
+#[test]
+fn a_worker_reads_file_paths_under_its_files_root() {
+    use crate::cluster::{Pg, log_of, spawn_worker, wait_exit};
+    let pg = Pg::new("filesroot");
+    let url = pg.url("sy_filesroot");
+    let dir = TempDir::new("files-root-submit");
+    dir.write("flow.yaml", TAKES);
+    dir.write(
+        "in.jsonl",
+        "{\"id\": 1, \"path\": \"data/scan.png\", \"note\": \"a\"}\n{\"id\": 2, \"path\": \"../secret.txt\", \"note\": \"b\"}\n",
+    );
+    let out = run(switchyard(dir.path()).args([
+        "submit",
+        "flow.yaml",
+        "--input",
+        "in.jsonl",
+        "--batch",
+        "fr",
+        "--store",
+        &url,
+    ]));
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    // The worker's machine: the file under its own root, and one outside it.
+    let elsewhere = TempDir::new("files-root-worker");
+    elsewhere.write("shared/data/scan.png", PNG);
+    elsewhere.write("secret.txt", "no");
+    let root = elsewhere.path().join("shared");
+    let mut w = spawn_worker(
+        &elsewhere,
+        &url,
+        "w",
+        &["--exit-when-idle", "--files-root", root.to_str().unwrap()],
+    );
+    let status = wait_exit(&mut w, std::time::Duration::from_secs(120), "the worker");
+    assert!(status.success(), "{}", log_of(&elsewhere, "w"));
+    let collect = run(switchyard(dir.path()).args([
+        "collect",
+        "--batch",
+        "fr",
+        "--output",
+        "out.jsonl",
+        "--store",
+        &url,
+    ]));
+    assert_eq!(collect.code(), 1, "{}", collect.stderr);
+    let lines: Vec<Value> = std::fs::read_to_string(dir.path().join("out.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines[0]["status"], "succeeded", "{}", lines[0]);
+    assert_eq!(lines[0]["output"]["got"]["scan"]["file"], hash(PNG));
+    assert_eq!(lines[0]["files"][0]["number"], "1");
+    assert_eq!(lines[1]["status"], "failed", "{}", lines[1]);
+    assert_eq!(lines[1]["error"]["kind"], "mapping");
+    let message = lines[1]["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("../secret.txt") && message.contains("outside"),
+        "{message}"
+    );
+    // A root that is not a directory is a usage error, before anything is claimed.
+    let bad = run(switchyard(elsewhere.path()).args([
+        "worker",
+        "--store",
+        &url,
+        "--files-root",
+        "secret.txt",
+        "--exit-when-idle",
+    ]));
+    assert_eq!(bad.code(), 2, "{}", bad.stderr);
+    assert!(
+        bad.stderr
+            .contains("--files-root `secret.txt` is not a directory"),
+        "{}",
+        bad.stderr
+    );
+}

@@ -44,6 +44,11 @@ pub struct Args {
     /// Exit (0) once there is nothing to claim and nothing held, instead of waiting for more.
     #[arg(long)]
     pub exit_when_idle: bool,
+    /// A directory `file("path")` in the batches' mappings reads under (repeatable; a relative
+    /// path is read under the first). Without one, under the project root the batch was
+    /// submitted from, if this machine has it.
+    #[arg(long = "files-root", value_name = "DIR")]
+    pub files_roots: Vec<std::path::PathBuf>,
     /// Seconds between progress lines on stderr (0: none).
     #[arg(long, default_value_t = 10)]
     pub progress_every: u64,
@@ -81,6 +86,20 @@ pub fn run(args: Args, exporter: Option<&crate::otel::Exporter>) -> u8 {
             return args.store.open_failed();
         }
     };
+    let mut files_roots = Vec::new();
+    for r in &args.files_roots {
+        match r.canonicalize() {
+            Ok(real) if real.is_dir() => files_roots.push(real),
+            Ok(_) => {
+                super::stderr::error(format!("--files-root `{}` is not a directory", r.display()));
+                return super::exit::USAGE;
+            }
+            Err(e) => {
+                super::stderr::error(format!("--files-root `{}`: {e}", r.display()));
+                return super::exit::USAGE;
+            }
+        }
+    }
     let options = WorkerOptions {
         id: worker::new_worker_id(),
         batch: args.batch.clone(),
@@ -89,6 +108,7 @@ pub fn run(args: Args, exporter: Option<&crate::otel::Exporter>) -> u8 {
         heartbeat,
         grace: args.grace,
         exit_when_idle: args.exit_when_idle,
+        files_roots: std::sync::Arc::new(files_roots),
     };
     if let Some(e) = exporter {
         e.set_worker(&options.id);

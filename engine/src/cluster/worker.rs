@@ -73,6 +73,10 @@ pub struct WorkerOptions {
     /// Exit once nothing is held and no submitted run (of `batch`, or of any batch) is queued
     /// or running, instead of waiting for more work.
     pub exit_when_idle: bool,
+    /// The directories `file("path")` reads under (`--files-root`, canonical): a submitted
+    /// run's steps read on the worker's machine, where the submitting machine's project root
+    /// may not exist.
+    pub files_roots: Arc<Vec<std::path::PathBuf>>,
 }
 
 /// What a worker did.
@@ -316,7 +320,7 @@ async fn work(
         while in_flight < options.concurrency && (!alone || in_flight == 0) {
             let Some(c) = ready.pop_front() else { break };
             let batch = c.record.batch.clone().unwrap_or_default();
-            start(&engine, &known[&batch], c, held, &done_tx);
+            start(&engine, &known[&batch], c, held, &done_tx, &options.files_roots);
             in_flight += 1;
         }
         let holding = in_flight + ready.len();
@@ -558,6 +562,7 @@ fn start(
     c: Claimed,
     held: &Arc<Mutex<HashMap<String, Held>>>,
     done: &mpsc::UnboundedSender<Finished>,
+    files_roots: &Arc<Vec<std::path::PathBuf>>,
 ) {
     let id = c.record.id.clone();
     let (own_pause, lost) = {
@@ -586,6 +591,7 @@ fn start(
     let plan = k.plan.clone();
     let options = RunOptions {
         shared_budget: Some(k.spend.clone()),
+        files_roots: files_roots.clone(),
         ..RunOptions::default()
     };
     let done = done.clone();

@@ -467,3 +467,52 @@ fn lint_checks_mock_files() {
         ]
     );
 }
+
+/// `submit` ships a mock's fixture files with the flow: a worker in another directory, without
+/// them, still makes the mocked files, and `collect --files` writes their bytes.
+#[test]
+fn a_submitted_batch_ships_its_mocks_fixture_files() {
+    let pg = Pg::new("mockship");
+    let url = pg.url("sy_mockship");
+    let dir = TempDir::new("files-mock-ship");
+    dir.write(
+        "flow.yaml",
+        "flow: shipped\nagents:\n  scan:\n    kind: mock\n    returns: {scan: {file: {path: fixtures/scan.bin, media_type: application/x-test}}}\nsteps:\n  s: {agent: scan, output: {$.scan: $.scan}}\n",
+    );
+    dir.write("fixtures/scan.bin", b"fixture bytes\x00\x01");
+    dir.write("in.jsonl", "{\"id\": \"a\"}\n{\"id\": \"b\"}\n");
+    let out = run(switchyard(dir.path()).args([
+        "submit",
+        "flow.yaml",
+        "--input",
+        "in.jsonl",
+        "--batch",
+        "ms",
+        "--store",
+        &url,
+    ]));
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    let elsewhere = TempDir::new("files-mock-ship-worker");
+    let mut w = spawn_worker(&elsewhere, &url, "w", &["--exit-when-idle"]);
+    assert!(wait_exit(&mut w, Duration::from_secs(120), "the worker").success());
+    let collect = run(switchyard(dir.path()).args([
+        "collect",
+        "--batch",
+        "ms",
+        "--output",
+        "out.jsonl",
+        "--files",
+        "got",
+        "--store",
+        &url,
+    ]));
+    assert_eq!(collect.code(), 0, "{}", collect.stderr);
+    for id in ["a", "b"] {
+        let bytes = std::fs::read(dir.path().join("got").join(id).join("scan.bin")).expect("written");
+        assert_eq!(bytes, b"fixture bytes\x00\x01");
+    }
+    let lines = std::fs::read_to_string(dir.path().join("out.jsonl")).unwrap();
+    let first: Value = serde_json::from_str(lines.lines().next().unwrap()).unwrap();
+    assert_eq!(first["output"]["scan"]["file"], sha(b"fixture bytes\x00\x01"));
+    assert_eq!(first["output"]["scan"]["media_type"], "application/x-test");
+}

@@ -192,6 +192,31 @@ impl Bundle {
                 add_file(&mut files, &rel, &canonical, &server.name)?;
             }
         }
+        // A mock's files (`{file: {path}}`, relative to its flow file's directory) go in too: a
+        // worker's mock reads them from the materialized bundle.
+        for agent in commands(plan) {
+            let AgentPlanSpec::Mock(m) = &agent.spec else {
+                continue;
+            };
+            let mut paths = Vec::new();
+            for t in m.returns.iter().chain(&m.sequence) {
+                mock_file_paths(t, &mut paths);
+            }
+            for path in paths {
+                let full = m.dir.join(path);
+                let canonical = full
+                    .canonicalize()
+                    .map_err(|e| format!("agent `{}`: mock file `{path}`: {e}", agent.name))?;
+                let rel = relative(&root, &canonical).ok_or_else(|| {
+                    format!(
+                        "agent `{}`: mock file `{path}` is outside the project root `{}`",
+                        agent.name,
+                        root.display()
+                    )
+                })?;
+                add_file(&mut files, &rel, &canonical, &agent.name)?;
+            }
+        }
         let unshipped = unshipped(&root, &ran, &files);
         let files: Vec<BundleFile> = files.into_values().collect();
         let hash = hash(BUNDLE_FORMAT, &top, &cwd, &files);
@@ -518,6 +543,44 @@ fn commands(plan: &Plan) -> Vec<&AgentPlan> {
         }
     }
     out
+}
+
+/// The literal `path`s of the mock file specs (`{file: {path: ...}}`) in `t`.
+fn mock_file_paths<'t>(t: &'t crate::expr::value::ValueTemplate, out: &mut Vec<&'t str>) {
+    use crate::expr::value::ValueTemplate;
+    fn literal<'v>(v: &'v serde_json::Value, out: &mut Vec<&'v str>) {
+        match v {
+            serde_json::Value::Object(o) => {
+                if let Some(p) = o
+                    .get("file")
+                    .and_then(|f| f.get("path"))
+                    .and_then(serde_json::Value::as_str)
+                {
+                    out.push(p);
+                }
+                o.values().for_each(|x| literal(x, out));
+            }
+            serde_json::Value::Array(a) => a.iter().for_each(|x| literal(x, out)),
+            _ => {}
+        }
+    }
+    match t {
+        ValueTemplate::Literal(v) => literal(v, out),
+        ValueTemplate::Expr(_) => {}
+        ValueTemplate::Array(items) => items.iter().for_each(|x| mock_file_paths(x, out)),
+        ValueTemplate::Object(entries) => {
+            for (k, v) in entries {
+                if k == "file"
+                    && let ValueTemplate::Object(spec) = v
+                    && let Some((_, ValueTemplate::Literal(serde_json::Value::String(p)))) =
+                        spec.iter().find(|(k, _)| k == "path")
+                {
+                    out.push(p);
+                }
+                mock_file_paths(v, out);
+            }
+        }
+    }
 }
 
 /// Every MCP server a step's agent or an agent loop's tools reach, once each.

@@ -533,6 +533,7 @@ impl BatchOptions {
             id_field: "id".into(),
             id_field_given: false,
             max_cost_usd: None,
+            files_dir: None,
             retry_failed: false,
             retry_in_doubt: false,
             allow_changed: false,

@@ -47,6 +47,10 @@ pub(super) struct Driver<'o, S: Store> {
     reorder: Reorder,
     in_flight: FuturesUnordered<Task>,
     out: Output,
+    /// `--files DIR`: each written line's files, under its item's directory.
+    files: Option<crate::files::out::ItemFiles>,
+    /// Lines written whose files are still to be written.
+    files_due: Vec<String>,
     concurrency: usize,
     input_done: bool,
     stopped: Option<String>,
@@ -59,6 +63,10 @@ impl<'o, S: Store> Driver<'o, S> {
     pub(super) fn new(options: &'o BatchOptions, items: Items<S>, out: Output) -> Result<Self, BatchError> {
         let lines = Lines::open(&options.input, &options.id_field)?;
         let concurrency = options.concurrency.max(1);
+        let files = options
+            .files_dir
+            .clone()
+            .map(|d| crate::files::out::ItemFiles::new(d, items.engine.store.blobs()));
         Ok(Driver {
             options,
             root: items.plan.root().clone(),
@@ -68,6 +76,8 @@ impl<'o, S: Store> Driver<'o, S> {
             // The reorder buffer: lines in input order, written from the front as they fill.
             reorder: Reorder::new((concurrency * 4).max(1024)),
             in_flight: FuturesUnordered::new(),
+            files,
+            files_due: Vec::new(),
             out,
             concurrency,
             input_done: false,
@@ -82,7 +92,14 @@ impl<'o, S: Store> Driver<'o, S> {
     pub(super) async fn drive(&mut self) -> Result<(), BatchError> {
         loop {
             self.start_items().await?;
-            self.reorder.write_ready(|text| self.out.write_line(text))?;
+            let mut due = self.files.is_some().then_some(&mut self.files_due);
+            self.reorder.write_ready(|text| {
+                if let Some(due) = due.as_deref_mut() {
+                    due.push(text.to_string());
+                }
+                self.out.write_line(text)
+            })?;
+            self.write_files().await?;
             if self.in_flight.is_empty() {
                 if self.input_done || self.stopped.is_some() || self.reorder.blocked() {
                     return Ok(());
@@ -93,6 +110,18 @@ impl<'o, S: Store> Driver<'o, S> {
                 self.place(seq, done);
             }
         }
+    }
+
+    /// Writes the files of the lines just written (`--files DIR`), in input order.
+    async fn write_files(&mut self) -> Result<(), BatchError> {
+        let Some(files) = &mut self.files else {
+            return Ok(());
+        };
+        for text in self.files_due.drain(..) {
+            let (id, list) = super::output::line_files(&text);
+            files.write(&id, &list).await?;
+        }
+        Ok(())
     }
 
     /// Reads lines and starts (or settles) their items while there is room.

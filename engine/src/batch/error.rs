@@ -60,6 +60,8 @@ pub enum BatchError {
          --allow-changed to resume them anyway"
     )]
     OtherAgentChanges { count: usize, first: String },
+    #[error("--files: {0}")]
+    Files(#[from] crate::files::out::WriteError),
     #[error("store: {0}")]
     Store(#[from] crate::store::StoreError),
     #[error(

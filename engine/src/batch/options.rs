@@ -22,6 +22,8 @@ pub struct BatchOptions {
     /// The batch's budget: checked before every agent call of its items in flight, and no
     /// item starts once it is spent.
     pub max_cost_usd: Option<f64>,
+    /// Write each item's files under `DIR/<id made safe>/` (`--files DIR`).
+    pub files_dir: Option<PathBuf>,
     /// Run failed items again (a new run each).
     pub retry_failed: bool,
     pub retry_in_doubt: bool,

@@ -10,6 +10,7 @@ use serde_json::Value;
 use super::error::BatchError;
 use super::options::BatchOptions;
 use crate::record::StepError;
+use crate::record::files::RunFile;
 use crate::record::cost::Cost;
 use crate::record::{RunRecord, Usage};
 use crate::runtime::engine::RunOutcome;
@@ -205,6 +206,20 @@ pub(super) fn same_file(a: &Path, b: &Path) -> bool {
     }
 }
 
+/// The id and the files of an output line (none when it has no `files`).
+pub(crate) fn line_files(text: &str) -> (Value, Vec<RunFile>) {
+    #[derive(serde::Deserialize)]
+    struct Line {
+        id: Value,
+        #[serde(default)]
+        files: Vec<RunFile>,
+    }
+    match serde_json::from_str::<Line>(text) {
+        Ok(l) => (l.id, l.files),
+        Err(_) => (Value::Null, Vec::new()),
+    }
+}
+
 /// The line of an item written from its run's record; `id` is the line's (the record keeps
 /// its text).
 pub(crate) fn record_line(r: &RunRecord, id: &Value) -> String {
@@ -217,6 +232,7 @@ pub(crate) fn record_line(r: &RunRecord, id: &Value) -> String {
         Some(&r.id),
         r.usage,
         ms,
+        &r.files,
     )
 }
 
@@ -229,14 +245,16 @@ pub(super) fn outcome_line(id: &Value, o: &RunOutcome) -> String {
         Some(&o.run_id),
         o.usage,
         o.duration_ms,
+        &o.files,
     )
 }
 
 /// The line of an item that failed without a run to show.
 pub(super) fn failed_line(id: &Value, e: &StepError, ms: u64) -> String {
-    item_line(id, "failed", None, Some(e), None, Usage::default(), ms)
+    item_line(id, "failed", None, Some(e), None, Usage::default(), ms, &[])
 }
 
+#[allow(clippy::too_many_arguments)]
 fn item_line(
     id: &Value,
     status: &str,
@@ -245,6 +263,7 @@ fn item_line(
     run_id: Option<&str>,
     usage: Usage,
     duration_ms: u64,
+    files: &[RunFile],
 ) -> String {
     /// The line, serialized straight from borrowed parts (no intermediate JSON value).
     #[derive(serde::Serialize)]
@@ -259,6 +278,9 @@ fn item_line(
         #[serde(skip_serializing_if = "crate::record::is_zero")]
         cost_unknown_calls: u64,
         duration_ms: u64,
+        /// The run's files (SPEC §6.5): written only when it made some.
+        #[serde(skip_serializing_if = "<[RunFile]>::is_empty")]
+        files: &'a [RunFile],
     }
     /// As [`StepError::to_json`]: `details` is always there.
     #[derive(serde::Serialize)]
@@ -280,6 +302,7 @@ fn item_line(
         cost_usd: usage.cost_usd,
         cost_unknown_calls: usage.cost_unknown_calls,
         duration_ms,
+        files,
     };
     serde_json::to_string(&line).expect("JSON values serialize")
 }

@@ -55,6 +55,11 @@ pub struct Args {
     /// under those they started with).
     #[arg(long)]
     pub allow_changed: bool,
+    /// Write each item's files under DIR/<id>/ (the id made a safe directory name; ids that
+    /// become the same name are suffixed `-2`, `-3` in input order). Run again, the batch
+    /// writes them again: a file already there with the same bytes is left as it is.
+    #[arg(long, value_name = "DIR")]
+    pub files: Option<PathBuf>,
     /// Seconds between progress lines when stderr is not a terminal (with
     /// `--log-format json`: JSON lines, and the summary is one too).
     #[arg(long, default_value_t = 10)]
@@ -113,6 +118,7 @@ pub fn run(args: Args) -> u8 {
         id_field: args.id_field.clone().unwrap_or_else(|| "id".to_string()),
         id_field_given: args.id_field.is_some(),
         max_cost_usd: args.max_cost_usd,
+        files_dir: args.files.clone(),
         retry_failed: args.retry_failed,
         retry_in_doubt: args.retry_in_doubt,
         allow_changed: args.allow_changed,

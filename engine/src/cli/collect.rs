@@ -32,6 +32,11 @@ pub struct Args {
     /// Wait for the items still queued or running (shows progress on stderr).
     #[arg(long)]
     pub wait: bool,
+    /// Write each item's files under DIR/<id>/ (the id made a safe directory name; ids that
+    /// become the same name are suffixed `-2`, `-3` in input order), streamed from the store;
+    /// a file already there with the same bytes is left as it is.
+    #[arg(long, value_name = "DIR")]
+    pub files: Option<PathBuf>,
     /// Write what has finished and leave out the rest.
     #[arg(long, conflicts_with = "wait")]
     pub partial: bool,
@@ -94,7 +99,7 @@ async fn collect(sql: &SqlStore, args: &Args) -> u8 {
     } else {
         batch
     };
-    match cluster_collect::collect(sql, &batch, &args.output, args.partial).await {
+    match cluster_collect::collect(sql, &batch, &args.output, args.partial, args.files.as_deref()).await {
         Ok(c) => {
             let mut text = format!(
                 "collect: {} of {} items written: {} succeeded, {} failed, {} interrupted, {} cancelled · {}{}\noutput: {}",
@@ -142,7 +147,7 @@ async fn collect(sql: &SqlStore, args: &Args) -> u8 {
             super::stderr::error(e);
             super::exit::INTERRUPTED
         }
-        Err(e @ CollectError::Output { .. }) => {
+        Err(e @ (CollectError::Output { .. } | CollectError::Files(_))) => {
             super::stderr::error(e);
             super::exit::FAILED
         }

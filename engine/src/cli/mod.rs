@@ -15,6 +15,7 @@ mod report;
 mod resume;
 mod run;
 mod runs;
+mod runs_files;
 mod schema;
 mod stderr;
 mod submit;
@@ -161,7 +162,10 @@ pub fn main() -> ExitCode {
         | Command::Batches(_) => true,
         Command::Runs(r) => matches!(
             r.command,
-            runs::RunsCommand::List(_) | runs::RunsCommand::Show(_) | runs::RunsCommand::Export(_)
+            runs::RunsCommand::List(_)
+                | runs::RunsCommand::Show(_)
+                | runs::RunsCommand::Export(_)
+                | runs::RunsCommand::Files(_)
         ),
         _ => false,
     };

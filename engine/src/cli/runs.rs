@@ -32,6 +32,10 @@ pub enum RunsCommand {
     /// Write a batch's OUT.jsonl again from the store, running nothing (after `resume` of
     /// its interrupted items, say).
     Export(super::batch::ExportArgs),
+    /// List a run's files (those of its child runs too), or write them under a directory.
+    Files(super::runs_files::FilesArgs),
+    /// Remove stored file bytes that no record refers to, and print how many and how much.
+    Prune(super::runs_files::PruneArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -104,12 +108,14 @@ pub fn run(args: Args) -> u8 {
         RunsCommand::Resume(a) => super::resume::resume(a),
         RunsCommand::Cancel(a) => cancel(a),
         RunsCommand::Export(a) => super::batch::export(a),
+        RunsCommand::Files(a) => super::runs_files::files(a),
+        RunsCommand::Prune(a) => super::runs_files::prune(a),
     }
 }
 
 /// How a command uses the store.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Use {
+pub(super) enum Use {
     Read,
     Write,
 }
@@ -117,7 +123,7 @@ enum Use {
 /// Runs `f` with the opened store on a runtime, closing the store after. A store that is
 /// not there is not created ([`StoreArg::open_existing`]); one opened only to read may be
 /// read-only ([`StoreArg::open_to_read`]).
-fn with_store<T>(
+pub(super) fn with_store<T>(
     store: &StoreArg,
     to: Use,
     f: impl AsyncFnOnce(&Arc<crate::store::any::AnyStore>) -> T,

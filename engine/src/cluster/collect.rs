@@ -50,6 +50,8 @@ pub enum CollectError {
     Incomplete { batch: String, runs: u64, items: u64 },
     #[error("{path}: {message}")]
     Output { path: String, message: String },
+    #[error("--files: {0}")]
+    Files(#[from] crate::files::out::WriteError),
 }
 
 /// Writes batch `batch`'s results to `output`. Without `partial`, an item that has not
@@ -59,6 +61,7 @@ pub async fn collect(
     batch: &SubmittedBatch,
     output: &Path,
     partial: bool,
+    files: Option<&Path>,
 ) -> Result<Collected, CollectError> {
     let out_err = |e: std::io::Error| CollectError::Output {
         path: output.display().to_string(),
@@ -67,7 +70,8 @@ pub async fn collect(
     let tmp = temporary_beside(output);
     let file = std::fs::File::create(&tmp).map_err(out_err)?;
     let mut out = std::io::BufWriter::with_capacity(1 << 16, file);
-    let written = write_all(store, batch, partial, &mut out).await;
+    let mut files = files.map(|d| crate::files::out::ItemFiles::new(d.to_path_buf(), store.blobs()));
+    let written = write_all(store, batch, partial, &mut out, files.as_mut()).await;
     let finished = match written {
         Ok(c) => out
             .into_inner()
@@ -100,6 +104,7 @@ async fn write_all(
     batch: &SubmittedBatch,
     partial: bool,
     out: &mut impl std::io::Write,
+    mut files: Option<&mut crate::files::out::ItemFiles>,
 ) -> Result<Collected, CollectError> {
     if !batch.complete && !partial {
         let runs = store.batch_counts(&batch.name, 0).await?.total();
@@ -126,6 +131,10 @@ async fn write_all(
                     });
                 }
                 c.unfinished += 1;
+                if let Some(f) = files.as_deref_mut() {
+                    // Its directory is kept for it, so that ids after it keep theirs.
+                    f.write(&id_value(&run, &id_path), &[]).await?;
+                }
                 continue;
             }
             RunStatus::Succeeded => c.succeeded += 1,
@@ -139,6 +148,9 @@ async fn write_all(
         let line = crate::batch::record_line(&run, &id);
         out.write_all(line.as_bytes()).map_err(out_err)?;
         out.write_all(b"\n").map_err(out_err)?;
+        if let Some(f) = files.as_deref_mut() {
+            f.write(&id, &run.files).await?;
+        }
         c.written += 1;
     }
     Ok(c)

@@ -112,6 +112,7 @@ pub async fn submit(
         id_field: options.id_field.clone(),
         id_field_given: options.id_field_given,
         max_cost_usd: None,
+        files_dir: None,
         retry_failed: false,
         retry_in_doubt: false,
         allow_changed: false,

@@ -8,6 +8,7 @@
 //! ([`crate::store::blobs`]).
 
 pub mod names;
+pub mod out;
 pub mod sniff;
 
 use std::path::Path;

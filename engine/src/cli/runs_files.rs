@@ -47,12 +47,16 @@ fn parse_age(s: &str) -> Result<Duration, String> {
     if s.trim() == "0" {
         return Ok(Duration::ZERO);
     }
-    crate::model::build::parse_duration(s).ok_or_else(|| format!("`{s}` is not a duration (`1h`, `30m`, `0s`)"))
+    crate::model::build::parse_duration(s)
+        .ok_or_else(|| format!("`{s}` is not a duration (`1h`, `30m`, `0s`)"))
 }
 
 /// A run's files: its record's once it ended, else those its records hold so far (its own
 /// and those of child runs whose calling step has not finished), and whether that is all.
-pub(super) async fn files_of<S: Store + ?Sized>(s: &S, run: &RunRecord) -> Result<(Vec<RunFile>, bool), String> {
+pub(super) async fn files_of<S: Store + ?Sized>(
+    s: &S,
+    run: &RunRecord,
+) -> Result<(Vec<RunFile>, bool), String> {
     if matches!(run.status, RunStatus::Succeeded | RunStatus::Failed) {
         return Ok((run.files.clone(), true));
     }
@@ -82,43 +86,53 @@ pub(super) fn shown_name(name: &str) -> String {
         return name.to_string();
     }
     name.chars()
-        .map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() })
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
         .collect()
 }
 
 /// `runs files`.
 pub(super) fn files(args: FilesArgs) -> u8 {
-    let out = with_store(&args.store, Use::Read, async |s| -> Result<(String, Option<String>), String> {
-        let run = s.get_run(&args.run_id).await.map_err(|e| e.to_string())?;
-        let (files, complete) = files_of(&**s, &run).await?;
-        let mut written = Vec::new();
-        let mut failed = None;
-        if let Some(dir) = &args.output {
-            let blobs = s.blobs();
-            match crate::files::out::write_files(&*blobs, &files, dir).await {
-                Ok(w) => written = w,
-                Err(e) => failed = Some(e.to_string()),
+    let out = with_store(
+        &args.store,
+        Use::Read,
+        async |s| -> Result<(String, Option<String>), String> {
+            let run = s.get_run(&args.run_id).await.map_err(|e| e.to_string())?;
+            let (files, complete) = files_of(&**s, &run).await?;
+            let mut written = Vec::new();
+            let mut failed = None;
+            if let Some(dir) = &args.output {
+                let blobs = s.blobs();
+                match crate::files::out::write_files(&*blobs, &files, dir).await {
+                    Ok(w) => written = w,
+                    Err(e) => failed = Some(e.to_string()),
+                }
             }
-        }
-        let text = if args.json {
-            let list: Vec<Value> = files
-                .iter()
-                .enumerate()
-                .map(|(i, f)| {
-                    let mut v = serde_json::to_value(f).expect("JSON values serialize");
-                    if let (Some(dir), Some(w)) = (&args.output, written.get(i)) {
-                        v["path"] = dir.join(&w.path).display().to_string().into();
-                    }
-                    v
-                })
-                .collect();
-            let doc = json!({"run": run.id, "status": run.status.as_str(), "complete": complete, "files": list});
-            serde_json::to_string_pretty(&doc).expect("JSON values serialize") + "\n"
-        } else {
-            listing(&run, &files, complete, &written, args.output.as_deref())
-        };
-        Ok((text, failed))
-    });
+            let text = if args.json {
+                let list: Vec<Value> = files
+                    .iter()
+                    .enumerate()
+                    .map(|(i, f)| {
+                        let mut v = serde_json::to_value(f).expect("JSON values serialize");
+                        if let (Some(dir), Some(w)) = (&args.output, written.get(i)) {
+                            v["path"] = dir.join(&w.path).display().to_string().into();
+                        }
+                        v
+                    })
+                    .collect();
+                let doc = json!({"run": run.id, "status": run.status.as_str(), "complete": complete, "files": list});
+                serde_json::to_string_pretty(&doc).expect("JSON values serialize") + "\n"
+            } else {
+                listing(&run, &files, complete, &written, args.output.as_deref())
+            };
+            Ok((text, failed))
+        },
+    );
     match out {
         Ok(Ok((text, None))) => {
             print!("{text}");
@@ -152,12 +166,7 @@ fn listing(
             run.status.as_str()
         )
     };
-    let _ = writeln!(
-        o,
-        "run {}: {} file(s), {bytes} bytes{state}",
-        run.id,
-        files.len()
-    );
+    let _ = writeln!(o, "run {}: {} file(s), {bytes} bytes{state}", run.id, files.len());
     if files.is_empty() {
         return o;
     }

@@ -45,7 +45,11 @@ pub struct Written {
 /// Writes `files` under `dir` (created if missing), in order, each under a safe name unique
 /// in `dir` (the same files in the same order get the same names every time). Stops at the
 /// first file that cannot be written: its partial bytes are removed, the files before it stay.
-pub async fn write_files(blobs: &dyn Blobs, files: &[RunFile], dir: &Path) -> Result<Vec<Written>, WriteError> {
+pub async fn write_files(
+    blobs: &dyn Blobs,
+    files: &[RunFile],
+    dir: &Path,
+) -> Result<Vec<Written>, WriteError> {
     let io = |path: &Path, e: std::io::Error| WriteError::Io {
         path: path.display().to_string(),
         message: e.to_string(),
@@ -84,7 +88,8 @@ fn make_dirs(dir: &Path, rel: &str) -> Result<(), WriteError> {
             Ok(_) => {
                 return Err(WriteError::Io {
                     path: at.display().to_string(),
-                    message: "it is in the way of a directory (a file or a symlink): not written through".into(),
+                    message: "it is in the way of a directory (a file or a symlink): not written through"
+                        .into(),
                 });
             }
             Err(_) => std::fs::create_dir(&at).map_err(|e| WriteError::Io {

@@ -66,12 +66,25 @@ fn write_batch_input(path: &Path, src: &Path, n: usize) -> Result<(), String> {
 
 /// One batch in a fresh folder `dir/name` (its own SQLite store): with `files`, `--files
 /// name/files`. Returns its exit, its peak RSS if `polled` (KiB), and the store's bytes.
-fn batch(bin: &Path, dir: &Path, input: &Path, name: &str, files: bool, polled: bool) -> Result<(batch_bin::Exit, u64, u64, PathBuf), String> {
+fn batch(
+    bin: &Path,
+    dir: &Path,
+    input: &Path,
+    name: &str,
+    files: bool,
+    polled: bool,
+) -> Result<(batch_bin::Exit, u64, u64, PathBuf), String> {
     let (cmd, _) = batch_bin::fresh_sqlite(bin, dir, input, name, IN_FLIGHT)?;
     let files_dir = cmd.cwd.join("files");
     let files_arg = files_dir.display().to_string();
-    let extra: Vec<&str> = if files { vec!["--files", &files_arg] } else { vec![] };
-    let flow = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/bench").join(FLOW);
+    let extra: Vec<&str> = if files {
+        vec!["--files", &files_arg]
+    } else {
+        vec![]
+    };
+    let flow = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples/bench")
+        .join(FLOW);
     let (exit, hwm) = if polled {
         batch_bin::run_polled_with(&cmd, &flow, &extra)?
     } else {
@@ -86,20 +99,32 @@ fn check_batch(out_dir: &Path, n: usize, files: bool) -> Result<(), String> {
     use sha2::Digest;
     let hex = |b: &[u8]| switchyard::__private::store::blobs::hex(&sha2::Sha256::digest(b));
     let same = format!("sha256:{}", hex(&file_bytes(0)));
-    let text = std::fs::read_to_string(out_dir.join("out.jsonl")).map_err(|e| format!("cannot read the output: {e}"))?;
+    let text = std::fs::read_to_string(out_dir.join("out.jsonl"))
+        .map_err(|e| format!("cannot read the output: {e}"))?;
     let lines: Vec<&str> = text.lines().collect();
     if lines.len() != n {
         return Err(format!("the output has {} lines for {n} items", lines.len()));
     }
     for (k, line) in lines.iter().enumerate() {
-        let v: Value = serde_json::from_str(line).map_err(|e| format!("output line {}: not JSON ({e})", k + 1))?;
+        let v: Value =
+            serde_json::from_str(line).map_err(|e| format!("output line {}: not JSON ({e})", k + 1))?;
         if v["id"].as_u64() != Some(k as u64) || v["status"] != "succeeded" {
-            return Err(format!("output line {}: expected item {k}, succeeded: {line}", k + 1));
+            return Err(format!(
+                "output line {}: expected item {k}, succeeded: {line}",
+                k + 1
+            ));
         }
-        let hash = if k % 2 == 0 { same.clone() } else { format!("sha256:{}", hex(&file_bytes(k))) };
+        let hash = if k % 2 == 0 {
+            same.clone()
+        } else {
+            format!("sha256:{}", hex(&file_bytes(k)))
+        };
         let f = &v["output"]["file"];
         if f["file"] != hash.as_str() || f["name"] != format!("{k}.bin").as_str() || f["size"] != FILE_BYTES {
-            return Err(format!("output line {}: file {f} (expected {hash}, `{k}.bin`, {FILE_BYTES} bytes)", k + 1));
+            return Err(format!(
+                "output line {}: file {f} (expected {hash}, `{k}.bin`, {FILE_BYTES} bytes)",
+                k + 1
+            ));
         }
         if files {
             let path = out_dir.join("files").join(k.to_string()).join(format!("{k}.bin"));
@@ -181,21 +206,27 @@ fn run_batch(dir: &Path, src: &Path, n: usize, opts: &Options) -> Result<Vec<Rep
             "store_bytes_per_item",
             n as u64,
             bytes,
-            format!("{what}; bytes of `runs.db` and its `-wal` after the process / N: records and the files' bytes, each distinct file once"),
+            format!(
+                "{what}; bytes of `runs.db` and its `-wal` after the process / N: records and the files' bytes, each distinct file once"
+            ),
         )),
         variant(Report::new(
             ID,
             "ms_write_out",
             n as u64,
             out_ms,
-            format!("{what}; wall with `--files DIR` (every item's file written out under DIR/<id>/) − wall without, ms"),
+            format!(
+                "{what}; wall with `--files DIR` (every item's file written out under DIR/<id>/) − wall without, ms"
+            ),
         )),
         variant(Report::new(
             ID,
             "peak_rss_mb",
             n as u64,
             vec![rss_n],
-            format!("{what}, with `--files DIR`; VmHWM of one untimed batch, MiB; target ≤ {TARGET_PEAK_RSS_MB} at any N"),
+            format!(
+                "{what}, with `--files DIR`; VmHWM of one untimed batch, MiB; target ≤ {TARGET_PEAK_RSS_MB} at any N"
+            ),
         )),
         variant(Report::new(
             ID,
@@ -215,12 +246,20 @@ struct SinkRun {
     peak_rss_kib: u64,
 }
 
-fn sink_child(dir: &Path, src: &Path, n: usize, name: &str, check: bool, keep: bool) -> Result<SinkRun, String> {
+fn sink_child(
+    dir: &Path,
+    src: &Path,
+    n: usize,
+    name: &str,
+    check: bool,
+    keep: bool,
+) -> Result<SinkRun, String> {
     let sub = dir.join(name);
     if sub.exists() {
         std::fs::remove_dir_all(&sub).map_err(|e| format!("cannot empty `{}`: {e}", sub.display()))?;
     }
-    std::fs::create_dir_all(sub.join("out")).map_err(|e| format!("cannot create `{}`: {e}", sub.display()))?;
+    std::fs::create_dir_all(sub.join("out"))
+        .map_err(|e| format!("cannot create `{}`: {e}", sub.display()))?;
     let out = util::run_child(&[
         "w14-sink",
         &src.display().to_string(),
@@ -286,7 +325,9 @@ fn run_sink(dir: &Path, src: &Path, n: usize, opts: &Options) -> Result<Vec<Repo
             "mb_per_s",
             n as u64,
             rate,
-            format!("{what}; bytes of the files made (duplicates included) / wall of the stores, MB = 10^6 bytes; target ≥ {TARGET_MB_S}"),
+            format!(
+                "{what}; bytes of the files made (duplicates included) / wall of the stores, MB = 10^6 bytes; target ≥ {TARGET_MB_S}"
+            ),
         )),
         variant(Report::new(
             ID,
@@ -304,7 +345,9 @@ fn run_sink(dir: &Path, src: &Path, n: usize, opts: &Options) -> Result<Vec<Repo
             "ms_write_out",
             n as u64,
             out_ms,
-            format!("{what}; then every file written out with FileSink::write_to_path (hash checked), one after the other, ms"),
+            format!(
+                "{what}; then every file written out with FileSink::write_to_path (hash checked), one after the other, ms"
+            ),
         )),
         variant(Report::new(
             ID,
@@ -318,7 +361,10 @@ fn run_sink(dir: &Path, src: &Path, n: usize, opts: &Options) -> Result<Vec<Repo
             "peak_rss_mb_2n",
             2 * n as u64,
             vec![rss_2n],
-            format!("the same at 2N = {} files (one untimed, checked process); flat: ≈ peak_rss_mb", 2 * n),
+            format!(
+                "the same at 2N = {} files (one untimed, checked process); flat: ≈ peak_rss_mb",
+                2 * n
+            ),
         )),
     ])
 }
@@ -393,7 +439,9 @@ pub fn child_sink(args: &[String]) -> Result<(), String> {
     let rt = util::tokio_runtime()?;
     let (refs, store_s, out_s) = rt.block_on(async {
         let url = format!("sqlite:{}", dir.join("runs.db").display());
-        let store = SqlStore::open(&url).await.map_err(|e| format!("cannot open `{url}`: {e}"))?;
+        let store = SqlStore::open(&url)
+            .await
+            .map_err(|e| format!("cannot open `{url}`: {e}"))?;
         let sink = Arc::new(FileSink::new(store.blobs(), Arc::new(FileLimits::default())));
         let t0 = Instant::now();
         let mut tasks = tokio::task::JoinSet::new();
@@ -434,7 +482,11 @@ pub fn child_sink(args: &[String]) -> Result<(), String> {
     Ok(())
 }
 
-fn check_child(src: &Path, dir: &Path, refs: &[switchyard::__private::record::files::FileRef]) -> Result<(), String> {
+fn check_child(
+    src: &Path,
+    dir: &Path,
+    refs: &[switchyard::__private::record::files::FileRef],
+) -> Result<(), String> {
     let mut seen = std::collections::HashSet::new();
     for (k, r) in refs.iter().enumerate() {
         if r.name != format!("{k}.bin") || r.size != FILE_BYTES as u64 {
@@ -446,14 +498,19 @@ fn check_child(src: &Path, dir: &Path, refs: &[switchyard::__private::record::fi
         }
         seen.insert(r.file.clone());
         let a = std::fs::read(src.join(&r.name)).map_err(|e| format!("cannot read source {k}: {e}"))?;
-        let b = std::fs::read(dir.join("out").join(&r.name)).map_err(|e| format!("cannot read output {k}: {e}"))?;
+        let b = std::fs::read(dir.join("out").join(&r.name))
+            .map_err(|e| format!("cannot read output {k}: {e}"))?;
         if a != b {
             return Err(format!("file {k} written out differs from its source"));
         }
     }
     let want = refs.len() / 2 + usize::from(!refs.is_empty());
     if seen.len() != want {
-        return Err(format!("{} distinct hashes for {} files (want {want})", seen.len(), refs.len()));
+        return Err(format!(
+            "{} distinct hashes for {} files (want {want})",
+            seen.len(),
+            refs.len()
+        ));
     }
     Ok(())
 }

@@ -381,11 +381,12 @@ fn check_store_bytes(store_bytes: u64, distinct: u64) -> Result<(), String> {
     Ok(())
 }
 
-/// The bytes of item `k`'s file: even items all the same, odd items their own (pseudo-random:
-/// nothing compresses or repeats).
+/// The bytes of item `k`'s file: even items all the same, odd items their own (a line of text,
+/// then pseudo-random bytes: nothing compresses or repeats).
 pub fn file_bytes(k: usize) -> Vec<u8> {
     let mut x = if k % 2 == 0 { 0x5eed } else { k as u64 } ^ 0x9e37_79b9_7f4a_7c15;
     let mut out = Vec::with_capacity(FILE_BYTES);
+    out.extend_from_slice(b"switchyard W14\n");
     while out.len() < FILE_BYTES {
         // splitmix64
         x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);

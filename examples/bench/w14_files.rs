@@ -114,7 +114,7 @@ fn check_batch(out_dir: &Path, n: usize, files: bool) -> Result<(), String> {
                 k + 1
             ));
         }
-        let hash = if k % 2 == 0 {
+        let hash = if k.is_multiple_of(2) {
             same.clone()
         } else {
             format!("sha256:{}", hex(&file_bytes(k)))
@@ -384,7 +384,7 @@ fn check_store_bytes(store_bytes: u64, distinct: u64) -> Result<(), String> {
 /// The bytes of item `k`'s file: even items all the same, odd items their own (a line of text,
 /// then pseudo-random bytes: nothing compresses or repeats).
 pub fn file_bytes(k: usize) -> Vec<u8> {
-    let mut x = if k % 2 == 0 { 0x5eed } else { k as u64 } ^ 0x9e37_79b9_7f4a_7c15;
+    let mut x = if k.is_multiple_of(2) { 0x5eed } else { k as u64 } ^ 0x9e37_79b9_7f4a_7c15;
     let mut out = Vec::with_capacity(FILE_BYTES);
     out.extend_from_slice(b"switchyard W14\n");
     while out.len() < FILE_BYTES {
@@ -404,7 +404,7 @@ fn write_sources(src: &Path, n: usize) -> Result<(), String> {
     let same = file_bytes(0);
     for k in 0..n {
         let path = src.join(format!("{k}.bin"));
-        let bytes = if k % 2 == 0 { same.clone() } else { file_bytes(k) };
+        let bytes = if k.is_multiple_of(2) { same.clone() } else { file_bytes(k) };
         std::fs::write(&path, bytes).map_err(|e| format!("cannot write `{}`: {e}", path.display()))?;
     }
     Ok(())
@@ -493,7 +493,7 @@ fn check_child(
         if r.name != format!("{k}.bin") || r.size != FILE_BYTES as u64 {
             return Err(format!("file {k}: unexpected reference {r:?}"));
         }
-        let shared = k % 2 == 0 && k > 0;
+        let shared = k.is_multiple_of(2) && k > 0;
         if shared != (refs[0].file == r.file && k > 0) {
             return Err(format!("file {k}: hash {} (file 0: {})", r.file, refs[0].file));
         }

@@ -185,7 +185,7 @@ fn run_batch(dir: &Path, src: &Path, n: usize, opts: &Options) -> Result<Vec<Rep
         2 * n
     );
     let what = format!(
-        "{n} items of `{FLOW}` (a `command` agent, `sh -c 'cat SRC > $SWITCHYARD_OUTPUT_DIR/NAME'`, one file of \
+        "{n} items of `{FLOW}` (a `command` agent, `sh` + `cat SRC > $SWITCHYARD_OUTPUT_DIR/k.bin`, one file of \
          {FILE_BYTES} bytes per item, even items the same bytes) through `switchyard batch --concurrency {IN_FLIGHT} \
          --store sqlite:DIR/runs.db --id-field i` (a fresh database per process; release binary, spawn to exit)"
     );

@@ -404,7 +404,11 @@ fn write_sources(src: &Path, n: usize) -> Result<(), String> {
     let same = file_bytes(0);
     for k in 0..n {
         let path = src.join(format!("{k}.bin"));
-        let bytes = if k.is_multiple_of(2) { same.clone() } else { file_bytes(k) };
+        let bytes = if k.is_multiple_of(2) {
+            same.clone()
+        } else {
+            file_bytes(k)
+        };
         std::fs::write(&path, bytes).map_err(|e| format!("cannot write `{}`: {e}", path.display()))?;
     }
     Ok(())

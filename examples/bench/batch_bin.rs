@@ -123,6 +123,11 @@ pub fn spawn(cmd: &BatchCmd) -> Result<(Child, Instant), String> {
 
 /// [`spawn`] with another flow file than [`FLOW`].
 pub fn spawn_flow(cmd: &BatchCmd, flow: &Path) -> Result<(Child, Instant), String> {
+    spawn_with(cmd, flow, &[])
+}
+
+/// [`spawn_flow`] with more arguments after the others (`--files DIR`).
+pub fn spawn_with(cmd: &BatchCmd, flow: &Path, extra: &[&str]) -> Result<(Child, Instant), String> {
     let log =
         std::fs::File::create(&cmd.log).map_err(|e| format!("cannot create `{}`: {e}", cmd.log.display()))?;
     let log2 = log
@@ -138,6 +143,7 @@ pub fn spawn_flow(cmd: &BatchCmd, flow: &Path) -> Result<(Child, Instant), Strin
         .arg("--concurrency")
         .arg(cmd.concurrency.to_string())
         .args(["--id-field", "i", "--store", &cmd.store])
+        .args(extra)
         .current_dir(&cmd.cwd)
         .env_remove("SWITCHYARD_STORE")
         .stdin(Stdio::null())
@@ -187,7 +193,12 @@ pub fn run(cmd: &BatchCmd) -> Result<Exit, String> {
 
 /// [`run`] with another flow file than [`FLOW`].
 pub fn run_flow(cmd: &BatchCmd, flow: &Path) -> Result<Exit, String> {
-    let (child, t0) = spawn_flow(cmd, flow)?;
+    run_with(cmd, flow, &[])
+}
+
+/// [`run_flow`] with more arguments ([`spawn_with`]).
+pub fn run_with(cmd: &BatchCmd, flow: &Path, extra: &[&str]) -> Result<Exit, String> {
+    let (child, t0) = spawn_with(cmd, flow, extra)?;
     let exit = reap(&child, t0, true)?.ok_or("wait4 returned nothing")?;
     if !exit.success() {
         return Err(format!(
@@ -212,7 +223,12 @@ pub fn run_polled(cmd: &BatchCmd) -> Result<(Exit, u64), String> {
 
 /// [`run_polled`] with another flow file than [`FLOW`].
 pub fn run_polled_flow(cmd: &BatchCmd, flow: &Path) -> Result<(Exit, u64), String> {
-    let (child, t0) = spawn_flow(cmd, flow)?;
+    run_polled_with(cmd, flow, &[])
+}
+
+/// [`run_polled_flow`] with more arguments ([`spawn_with`]).
+pub fn run_polled_with(cmd: &BatchCmd, flow: &Path, extra: &[&str]) -> Result<(Exit, u64), String> {
+    let (child, t0) = spawn_with(cmd, flow, extra)?;
     let status = format!("/proc/{}/status", child.id());
     let mut peak = 0u64;
     let exit = loop {

@@ -23,6 +23,7 @@ mod w10w_while;
 mod w11_workers;
 mod w12_loops;
 mod w13_mcp;
+mod w14_files;
 mod w1_chain;
 mod w2_branch;
 mod w3_foreach;
@@ -72,6 +73,7 @@ const WORKLOADS: &[(&str, RunFn)] = &[
     (w11_workers::ID, w11_workers::run),
     (w12_loops::ID, w12_loops::run),
     (w13_mcp::ID, w13_mcp::run),
+    (w14_files::ID, w14_files::run),
 ];
 
 /// Measured child processes: `--child NAME ARGS...`.
@@ -84,6 +86,7 @@ const CHILDREN: &[(&str, ChildFn)] = &[
     ("w6-phases", w6_build::child_phases),
     ("w8-phases", w8_lint::child_phases),
     ("w10w", w10w_while::child),
+    ("w14-sink", w14_files::child_sink),
 ];
 
 const USAGE: &str = "\

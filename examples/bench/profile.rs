@@ -41,6 +41,8 @@ pub struct Profile {
     pub w11_zero_items: usize,
     /// W13: items of the batch of MCP tool calls (each transport).
     pub w13_items: usize,
+    /// W14: items each making one file of 100 KiB (the RSS check also runs twice as many).
+    pub w14_items: usize,
 }
 
 impl Profile {
@@ -63,6 +65,7 @@ impl Profile {
         w11_items: 2000,
         w11_zero_items: 20000,
         w13_items: 10000,
+        w14_items: 10000,
     };
     /// W6, W8 and W5x (0.5 s of ideal wall) are cheap: the same sizes as `full`; the runtime
     /// workloads are smaller.
@@ -85,6 +88,7 @@ impl Profile {
         w11_items: 640,
         w11_zero_items: 20000,
         w13_items: 2000,
+        w14_items: 2000,
     };
 
     pub fn by_name(name: &str) -> Option<Profile> {

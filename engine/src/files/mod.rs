@@ -142,13 +142,20 @@ impl FileSink {
     /// `max_file_bytes`, or one that takes the run over `max_run_file_bytes`, fails with kind
     /// `limit` and is not stored.
     pub async fn store_path(&self, path: &Path, name: String) -> Result<FileRef, StepError> {
-        let file = tokio::fs::File::open(path).await.map_err(|e| {
+        // Read and hashed on one blocking thread, in one trip: a file of a few chunks costs
+        // less than the hops of reading it chunk by chunk from the async threads.
+        let (owned, (max, limit)) = (path.to_path_buf(), self.limits.file_limit());
+        let (hash, size, head, name) = tokio::task::spawn_blocking(move || {
+            let hashed = hash_file(&owned, &name, max, limit);
+            hashed.map(|(hash, size, head)| (hash, size, head, name))
+        })
+        .await
+        .map_err(|e| {
             StepError::new(
                 ErrorKind::Agent,
                 format!("cannot read file {}: {e}", path.display()),
             )
-        })?;
-        let (hash, size, head) = self.hash_reader(file, &name).await?;
+        })??;
         self.charge(&name, size)?;
         if self.stored(&hash, size).await? {
             // Bytes we have already: not read again.
@@ -256,46 +263,9 @@ impl FileSink {
             .map_err(|e| store_error(&file.name, e))
     }
 
-    /// Hashes what `reader` yields, chunk by chunk; fails as soon as it is over
-    /// `max_file_bytes`. Returns the hash, the size and the first bytes (for sniffing).
-    async fn hash_reader(
-        &self,
-        mut reader: impl AsyncRead + Unpin,
-        name: &str,
-    ) -> Result<(String, u64, Vec<u8>), StepError> {
-        let mut hasher = sha2::Sha256::new();
-        let mut size = 0u64;
-        let mut head = Vec::new();
-        let mut buf = vec![0u8; CHUNK];
-        loop {
-            let n = reader
-                .read(&mut buf)
-                .await
-                .map_err(|e| StepError::new(ErrorKind::Agent, format!("cannot read file `{name}`: {e}")))?;
-            if n == 0 {
-                break;
-            }
-            size += n as u64;
-            self.check_size(name, size)?;
-            if head.len() < sniff::HEAD {
-                let take = (sniff::HEAD - head.len()).min(n);
-                head.extend_from_slice(&buf[..take]);
-            }
-            hasher.update(&buf[..n]);
-        }
-        Ok((format!("sha256:{}", hex(&hasher.finalize())), size, head))
-    }
-
     fn check_size(&self, name: &str, size: u64) -> Result<(), StepError> {
         let (max, limit) = self.limits.file_limit();
-        if size > max {
-            return Err(StepError::new(
-                ErrorKind::Limit,
-                format!("file `{name}` is over the limit {limit} ({max} bytes)"),
-            )
-            .with_details(serde_json::json!({"limit": "max_file_bytes", "value": max, "file": name})));
-        }
-        Ok(())
+        check_size(name, size, max, limit)
     }
 
     /// Counts `size` bytes against the run's `max_run_file_bytes` (and its parents').
@@ -338,6 +308,56 @@ impl FileSink {
             .push(r.clone());
         r
     }
+}
+
+/// `max_file_bytes`: a file of `size` bytes (so far) over `max` fails with kind `limit`.
+/// Fails with kind `limit` when `size` is over `max`, the limit named `limit`.
+fn check_size(name: &str, size: u64, max: u64, limit: &str) -> Result<(), StepError> {
+    if size > max {
+        return Err(StepError::new(
+            ErrorKind::Limit,
+            format!("file `{name}` is over the limit {limit} ({max} bytes)"),
+        )
+        .with_details(serde_json::json!({"limit": "max_file_bytes", "value": max, "file": name})));
+    }
+    Ok(())
+}
+
+/// Hashes the file at `path` chunk by chunk (blocking); fails as soon as it is over `max`
+/// bytes. Returns the hash, the size and the first bytes (for sniffing).
+fn hash_file(path: &Path, name: &str, max: u64, limit: &str) -> Result<(String, u64, Vec<u8>), StepError> {
+    use std::io::Read;
+    let mut file = std::fs::File::open(path).map_err(|e| {
+        StepError::new(
+            ErrorKind::Agent,
+            format!("cannot read file {}: {e}", path.display()),
+        )
+    })?;
+    let mut hasher = sha2::Sha256::new();
+    let mut size = 0u64;
+    let mut head = Vec::new();
+    let mut buf = vec![0u8; CHUNK];
+    loop {
+        let n = match file.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                return Err(StepError::new(
+                    ErrorKind::Agent,
+                    format!("cannot read file `{name}`: {e}"),
+                ));
+            }
+        };
+        size += n as u64;
+        check_size(name, size, max, limit)?;
+        if head.len() < sniff::HEAD {
+            let take = (sniff::HEAD - head.len()).min(n);
+            head.extend_from_slice(&buf[..take]);
+        }
+        hasher.update(&buf[..n]);
+    }
+    Ok((format!("sha256:{}", hex(&hasher.finalize())), size, head))
 }
 
 fn store_error(what: &str, e: crate::store::StoreError) -> StepError {

@@ -79,7 +79,7 @@ fn looks_like_svg(head: &[u8]) -> bool {
                 Some(i) => t = rest[i + 3..].trim_start(),
                 None => return false,
             }
-        } else if t.len() >= 9 && t[..9].eq_ignore_ascii_case("<!doctype") {
+        } else if t.get(..9).is_some_and(|p| p.eq_ignore_ascii_case("<!doctype")) {
             match t.find('>') {
                 Some(i) => t = t[i + 1..].trim_start(),
                 None => return false,
@@ -88,8 +88,8 @@ fn looks_like_svg(head: &[u8]) -> bool {
             break;
         }
     }
-    t.len() >= 4
-        && t[..4].eq_ignore_ascii_case("<svg")
+    // `get`: bytes that are not text may put a character across the cut.
+    t.get(..4).is_some_and(|p| p.eq_ignore_ascii_case("<svg"))
         && t[4..].starts_with(|c: char| c.is_whitespace() || c == '>' || c == '/')
 }
 
@@ -143,6 +143,27 @@ pub fn is_text(media_type: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn binary_bytes_with_a_character_across_a_cut_are_not_svg() {
+        // Valid UTF-8 whose 4th and 9th bytes fall inside a three-byte character.
+        assert_eq!(
+            media_type("<sv€ and more".as_bytes(), "a.bin"),
+            "application/octet-stream"
+        );
+        assert_eq!(
+            media_type("abc€def".as_bytes(), "a.bin"),
+            "application/octet-stream"
+        );
+        assert_eq!(
+            media_type("<!doctyp€>".as_bytes(), "a.bin"),
+            "application/octet-stream"
+        );
+        assert_eq!(
+            media_type(b"\x85\xbd\x14hello world", "a.bin"),
+            "application/octet-stream"
+        );
+    }
 
     #[test]
     fn images_are_sniffed_whatever_their_name() {

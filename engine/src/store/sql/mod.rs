@@ -232,10 +232,11 @@ impl SqlStore {
             failed: std::collections::HashMap::new(),
         };
         let writer = tokio::spawn(writer.run(rx));
-        let blobs = Arc::new(files::SqlBlobs {
-            pool: pool.clone(),
-            ctx: ctx.clone(),
-        });
+        let blobs = Arc::new(files::SqlBlobs::new(
+            pool.clone(),
+            ctx.clone(),
+            options.synchronous,
+        ));
         Ok(SqlStore {
             pool,
             ctx,

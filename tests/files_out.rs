@@ -492,7 +492,13 @@ steps:
     agent: bad
 "#;
 
-fn prune_keeps_referenced_files(dir: &TempDir, store: &str, count_files: impl Fn() -> u64) {
+/// `backdate` moves every stored file's time two minutes back, past `runs prune`'s floor.
+fn prune_keeps_referenced_files(
+    dir: &TempDir,
+    store: &str,
+    count_files: impl Fn() -> u64,
+    backdate: impl Fn(),
+) {
     dir.write("make.py", MAKE);
     dir.write("flow.yaml", ORPHAN_FLOW);
     let input = json!({"keep": [["kept.txt", "kept bytes"]], "bad": [["orphan.txt", "orphan bytes!"]]});
@@ -508,10 +514,18 @@ fn prune_keeps_referenced_files(dir: &TempDir, store: &str, count_files: impl Fn
     assert!(out.stderr.contains("invalid_output"), "{}", out.stderr);
     assert_eq!(count_files(), 2);
 
-    // Within the grace period nothing goes.
+    // Within the grace period nothing goes, nor within the floor of a minute.
     let p = run(switchyard(dir.path()).args(["runs", "prune", "--store", store]));
     assert_eq!(p.code(), 0, "{}", p.stderr);
     assert!(p.stdout.starts_with("removed 0 file(s), 0 bytes"), "{}", p.stdout);
+    let p = run(switchyard(dir.path()).args(["runs", "prune", "--older-than", "0s", "--store", store]));
+    assert!(
+        p.stdout
+            .starts_with("removed 0 file(s), 0 bytes: stored more than 1m ago"),
+        "{}",
+        p.stdout
+    );
+    backdate();
     let p =
         run(switchyard(dir.path()).args(["runs", "prune", "--older-than", "0s", "--json", "--store", store]));
     assert_eq!(p.code(), 0, "{}", p.stderr);
@@ -542,16 +556,31 @@ fn prune_keeps_referenced_files(dir: &TempDir, store: &str, count_files: impl Fn
 #[test]
 fn runs_prune_removes_bytes_on_no_record_and_keeps_the_rest_on_sqlite() {
     let dir = TempDir::new("files-prune");
-    prune_keeps_referenced_files(&dir, SQLITE, || stored(&dir).0);
+    prune_keeps_referenced_files(
+        &dir,
+        SQLITE,
+        || stored(&dir).0,
+        || {
+            sqlite(
+                &dir,
+                "db.execute('UPDATE files SET created_at = created_at - 120000')",
+            );
+        },
+    );
 }
 
 #[test]
 fn runs_prune_removes_bytes_on_no_record_and_keeps_the_rest_on_postgres() {
     let pg = Pg::new("fprune");
     let dir = TempDir::new("files-prune-pg");
-    prune_keeps_referenced_files(&dir, &pg.url("sy_fprune"), || {
-        pg.count("SELECT COUNT(*) FROM files") as u64
-    });
+    prune_keeps_referenced_files(
+        &dir,
+        &pg.url("sy_fprune"),
+        || pg.count("SELECT COUNT(*) FROM files") as u64,
+        || {
+            pg.query("UPDATE files SET created_at = created_at - 120000");
+        },
+    );
 }
 
 /// A real 3×2 RGB PNG.

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use super::common::{StoreArg, Use, fail, with_store};
 use crate::record::files::{RunFile, sort_run_files};
-use crate::record::{RunRecord, RunStatus, now_ms};
+use crate::record::{RunRecord, RunStatus};
 use crate::store::Store;
 
 #[derive(clap::Args, Debug)]
@@ -31,8 +31,8 @@ pub struct FilesArgs {
 
 #[derive(clap::Args, Debug)]
 pub struct PruneArgs {
-    /// Only bytes stored longer ago than this (`1h`, `30m`, `0s`): a file being made now is
-    /// on no record yet.
+    /// Only bytes stored (or made again) longer ago than this (`1h`, `30m`): a file being made
+    /// now is on no record yet. Never less than a minute, whatever is given.
     #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = parse_age)]
     pub older_than: Duration,
     /// What was removed as JSON: `{"files": N, "bytes": N}`.
@@ -248,9 +248,9 @@ fn listing(
 
 /// `runs prune`.
 pub(super) fn prune(args: PruneArgs) -> u8 {
-    let before = now_ms().saturating_sub(args.older_than.as_millis() as u64);
+    let older_than = args.older_than;
     let out = with_store(&args.store, Use::Write, async |s| {
-        s.blobs().prune(before).await.map_err(|e| e.to_string())
+        s.blobs().prune(older_than).await.map_err(|e| e.to_string())
     });
     match out {
         Ok(Ok(p)) => {
@@ -261,7 +261,7 @@ pub(super) fn prune(args: PruneArgs) -> u8 {
                     "removed {} file(s), {} bytes: stored more than {} ago, on no record",
                     p.files,
                     p.bytes,
-                    crate::model::fmt_duration(args.older_than)
+                    crate::model::fmt_duration(args.older_than.max(crate::store::blobs::PRUNE_FLOOR))
                 );
             }
             super::exit::OK

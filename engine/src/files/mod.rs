@@ -283,12 +283,7 @@ impl FileSink {
 
     /// Whether the store has the bytes of `hash` already.
     async fn stored(&self, hash: &str, _size: u64) -> Result<bool, StepError> {
-        Ok(self
-            .blobs
-            .size(hash)
-            .await
-            .map_err(|e| store_error(hash, e))?
-            .is_some())
+        self.blobs.reuse(hash).await.map_err(|e| store_error(hash, e))
     }
 
     fn made(&self, hash: String, name: String, size: u64, head: &[u8], media_type: Option<&str>) -> FileRef {

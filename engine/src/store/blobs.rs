@@ -16,6 +16,13 @@ use sha2::Digest;
 
 use super::StoreError;
 
+/// Bytes stored or marked in use this recently are never pruned, whatever `--older-than` says.
+pub const PRUNE_FLOOR: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// How stale a reused file's mark may get before [`Blobs::reuse`] writes it again: well within
+/// [`PRUNE_FLOOR`], so a mark is a write only for bytes not made for a while.
+pub const REUSE_MARK: std::time::Duration = std::time::Duration::from_secs(10);
+
 pub type BlobFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
 
 /// What `prune` removed.
@@ -39,9 +46,14 @@ pub trait Blobs: Send + Sync {
     /// the hash as they go; returns how many were written. Missing bytes, or bytes that do not
     /// match their hash, are an error (what was written before is the caller's to discard).
     fn read_to<'a>(&'a self, hash: &'a str, out: &'a mut (dyn std::io::Write + Send)) -> BlobFuture<'a, u64>;
-    /// Removes the bytes that no run or step record refers to and that were stored before
-    /// `before_ms` (Unix milliseconds; a file being made now is not referred to yet).
-    fn prune(&self, before_ms: u64) -> BlobFuture<'_, Pruned>;
+    /// Whether the bytes of `hash` are stored; if so, marks them in use now, as if stored now
+    /// (at most every [`REUSE_MARK`]): a file made again from bytes an earlier attempt left
+    /// on no record is not pruned before the record that refers to it lands.
+    fn reuse<'a>(&'a self, hash: &'a str) -> BlobFuture<'a, bool>;
+    /// Removes the bytes that no run or step record refers to and that were stored (or
+    /// marked in use) longer than `older_than` ago — never less than [`PRUNE_FLOOR`], the
+    /// time a file being made now has to reach its record — by the database's clock.
+    fn prune(&self, older_than: std::time::Duration) -> BlobFuture<'_, Pruned>;
 }
 
 impl dyn Blobs {
@@ -170,8 +182,12 @@ impl Blobs for MemoryBlobs {
         })
     }
 
+    fn reuse<'a>(&'a self, hash: &'a str) -> BlobFuture<'a, bool> {
+        Box::pin(async move { Ok(self.get(hash).is_some()) })
+    }
+
     /// Removes nothing: the memory store's files live as long as its records, in one process.
-    fn prune(&self, _before_ms: u64) -> BlobFuture<'_, Pruned> {
+    fn prune(&self, _older_than: std::time::Duration) -> BlobFuture<'_, Pruned> {
         Box::pin(async move { Ok(Pruned::default()) })
     }
 }

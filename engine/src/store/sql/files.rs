@@ -75,7 +75,15 @@ impl SqlBlobs {
                 .fetch_optional(&mut *tx)
                 .await?;
             if have.is_some() {
-                return Ok(Ok(()));
+                // Stored meanwhile by another process: in use now, as `reuse` marks it.
+                sqlx::query(sqlx::AssertSqlSafe(format!(
+                    "UPDATE files SET created_at = {} WHERE hash = $1",
+                    self.ctx.dialect.now_ms()
+                )))
+                .bind(hash)
+                .execute(&mut *tx)
+                .await?;
+                return tx.commit().await.map(Ok);
             }
             let mut seq = 0i64;
             let mut total = 0u64;
@@ -97,13 +105,14 @@ impl SqlBlobs {
                     "file {hash} changed while it was stored ({size} bytes when hashed, {total} when stored)"
                 ))));
             }
-            sqlx::query(
-                "INSERT INTO files (hash, size, chunks, created_at) VALUES ($1, $2, $3, $4) ON CONFLICT (hash) DO NOTHING",
-            )
+            // Timed by the database's clock, as `prune` and `reuse` compare it.
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "INSERT INTO files (hash, size, chunks, created_at) VALUES ($1, $2, $3, {}) ON CONFLICT (hash) DO NOTHING",
+                self.ctx.dialect.now_ms()
+            )))
             .bind(hash)
             .bind(i64::try_from(size).unwrap_or(i64::MAX))
             .bind(seq)
-            .bind(i64::try_from(crate::record::now_ms()).unwrap_or(i64::MAX))
             .execute(&mut *tx)
             .await?;
             tx.commit().await.map(Ok)
@@ -179,6 +188,36 @@ impl Blobs for SqlBlobs {
         })
     }
 
+    fn reuse<'a>(&'a self, hash: &'a str) -> BlobFuture<'a, bool> {
+        Box::pin(async move {
+            const WHAT: &str = "reading a file";
+            let err = |e: sqlx::Error| self.ctx.error(WHAT, &e);
+            let now = self.ctx.dialect.now_ms();
+            let row: Option<(i64, i64)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                "SELECT created_at, {now} FROM files WHERE hash = $1"
+            )))
+            .bind(hash)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(err)?;
+            let Some((marked, now_ms)) = row else {
+                return Ok(false);
+            };
+            if now_ms.saturating_sub(marked) < super::super::blobs::REUSE_MARK.as_millis() as i64 {
+                return Ok(true);
+            }
+            // A write only for bytes not made for a while; none when `prune` took them first.
+            let marked = sqlx::query(sqlx::AssertSqlSafe(format!(
+                "UPDATE files SET created_at = {now} WHERE hash = $1"
+            )))
+            .bind(hash)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| self.ctx.error("marking a file in use", &e))?;
+            Ok(marked.rows_affected() > 0)
+        })
+    }
+
     fn put_path<'a>(&'a self, hash: &'a str, size: u64, path: &'a Path) -> BlobFuture<'a, ()> {
         Box::pin(async move {
             let file = std::fs::File::open(path)
@@ -243,8 +282,11 @@ impl Blobs for SqlBlobs {
         })
     }
 
-    fn prune(&self, before_ms: u64) -> BlobFuture<'_, Pruned> {
+    fn prune(&self, older_than: std::time::Duration) -> BlobFuture<'_, Pruned> {
         Box::pin(async move {
+            let older_than = older_than.max(super::super::blobs::PRUNE_FLOOR);
+            let older_ms = i64::try_from(older_than.as_millis()).unwrap_or(i64::MAX);
+            let now = self.ctx.dialect.now_ms();
             const WHAT: &str = "pruning files";
             let err = |e: sqlx::Error| self.ctx.error(WHAT, &e);
             // Conservative: a hash written anywhere in a record (its files, input, output,
@@ -266,12 +308,13 @@ impl Blobs for SqlBlobs {
                     }
                 }
             }
-            let stale: Vec<(String, i64)> =
-                sqlx::query_as("SELECT hash, size FROM files WHERE created_at < $1")
-                    .bind(i64::try_from(before_ms).unwrap_or(i64::MAX))
-                    .fetch_all(&self.pool)
-                    .await
-                    .map_err(err)?;
+            let stale: Vec<(String, i64)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                "SELECT hash, size FROM files WHERE created_at < {now} - $1"
+            )))
+            .bind(older_ms)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(err)?;
             let mut pruned = Pruned::default();
             for (hash, size) in stale.into_iter().filter(|(h, _)| !referred.contains(h)) {
                 let mut conn = self.pool.acquire().await.map_err(err)?;
@@ -279,11 +322,19 @@ impl Blobs for SqlBlobs {
                     .begin_with(self.ctx.dialect.begin_write())
                     .await
                     .map_err(err)?;
-                sqlx::query("DELETE FROM files WHERE hash = $1")
-                    .bind(&hash)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(err)?;
+                // Checked again under the write lock: bytes marked in use since are kept.
+                let gone = sqlx::query(sqlx::AssertSqlSafe(format!(
+                    "DELETE FROM files WHERE hash = $1 AND created_at < {now} - $2"
+                )))
+                .bind(&hash)
+                .bind(older_ms)
+                .execute(&mut *tx)
+                .await
+                .map_err(err)?;
+                if gone.rows_affected() == 0 {
+                    tx.rollback().await.map_err(err)?;
+                    continue;
+                }
                 sqlx::query("DELETE FROM file_chunks WHERE hash = $1")
                     .bind(&hash)
                     .execute(&mut *tx)
@@ -354,6 +405,40 @@ mod tests {
             held.push(c);
         }
         levels
+    }
+
+    /// Moves every file's mark two minutes back, past `prune`'s floor.
+    async fn backdate(s: &SqlStore) {
+        sqlx::query("UPDATE files SET created_at = created_at - 120000")
+            .execute(&s.pool)
+            .await
+            .expect("backdate");
+    }
+
+    #[tokio::test]
+    async fn bytes_made_again_are_marked_in_use_and_outlive_a_prune() {
+        use std::time::Duration;
+        let (s, dir) = store("reuse").await;
+        let blobs = crate::store::Store::blobs(&s);
+        let h = hash(b"orphan");
+        blobs.put_bytes(&h, b"orphan").await.expect("put");
+        // Fresh bytes are within the floor, whatever the grace.
+        assert_eq!(blobs.prune(Duration::ZERO).await.expect("prune").files, 0);
+        backdate(&s).await;
+        // Made again: marked in use now, so a prune that had found them stale keeps them.
+        assert!(blobs.reuse(&h).await.expect("reuse"));
+        assert_eq!(blobs.prune(Duration::ZERO).await.expect("prune").files, 0);
+        backdate(&s).await;
+        let pruned = blobs.prune(Duration::ZERO).await.expect("prune");
+        assert_eq!((pruned.files, pruned.bytes), (1, 6));
+        assert!(!blobs.reuse(&h).await.expect("reuse"));
+        let rest: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM file_chunks")
+            .fetch_one(&s.pool)
+            .await
+            .expect("count");
+        assert_eq!(rest, 0);
+        s.close().await;
+        let _ = std::fs::remove_dir_all(dir);
     }
 
     #[tokio::test]

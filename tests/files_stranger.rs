@@ -65,3 +65,144 @@ fn directories_a_killed_switchyard_left_are_removed_by_the_next_one() {
     assert_eq!(out.code(), 0, "{}", out.stderr);
     assert_eq!(command_dirs(&tmp), [live, "switchyard-command-notes".to_string()]);
 }
+
+/// `sha256:` and the hex digest of `bytes`.
+fn hash(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(bytes);
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    format!("sha256:{hex}")
+}
+
+/// Runs `code` with `db`, the SQLite store `runs.db` of `dir`, and commits.
+fn sqlite(dir: &TempDir, code: &str) {
+    let script = format!("import sqlite3\ndb = sqlite3.connect('runs.db')\n{code}\ndb.commit()\n");
+    let out = std::process::Command::new("python3")
+        .args(["-c", &script])
+        .current_dir(dir.path())
+        .output()
+        .expect("python3 runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn files_pointed_at_a_file_is_refused_before_any_run_starts() {
+    let dir = TempDir::new("files-stranger");
+    dir.write("flow.yaml", ONE_FILE);
+    dir.write("in.jsonl", "{\"id\": 1}\n{\"id\": 2}\n");
+    dir.write("taken", "a file, not a directory");
+    let out = run(switchyard(dir.path()).args([
+        "batch",
+        "flow.yaml",
+        "--input",
+        "in.jsonl",
+        "--output",
+        "out.jsonl",
+        "--files",
+        "taken",
+        "--store",
+        "sqlite:runs.db",
+    ]));
+    assert_eq!(out.code(), 2, "{}", out.stderr);
+    assert_eq!(
+        out.stderr.trim(),
+        "error: --files: cannot write taken: it is there and is not a directory"
+    );
+    // Nothing ran: no output, no run, no file; the file in the way is as it was.
+    assert!(!dir.path().join("out.jsonl").exists());
+    assert!(!dir.path().join("runs.db").exists());
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("taken")).unwrap(),
+        "a file, not a directory"
+    );
+
+    // `runs files --output` at a file says the same, and writes nothing.
+    let ran =
+        run(switchyard(dir.path()).args(["run", "flow.yaml", "--input", "{}", "--store", "sqlite:runs.db"]));
+    assert_eq!(ran.code(), 0, "{}", ran.stderr);
+    let list = run(switchyard(dir.path()).args(["runs", "list", "--json", "--store", "sqlite:runs.db"]));
+    let id =
+        serde_json::from_str::<serde_json::Value>(list.stdout.lines().next().expect("a run")).unwrap()["id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+    let out = run(switchyard(dir.path()).args([
+        "runs",
+        "files",
+        &id,
+        "--output",
+        "taken",
+        "--store",
+        "sqlite:runs.db",
+    ]));
+    assert_eq!(out.code(), 2, "{}", out.stderr);
+    assert_eq!(
+        out.stderr.trim(),
+        "error: --output: cannot write taken: it is there and is not a directory"
+    );
+    assert_eq!(out.stdout, "");
+}
+
+#[test]
+fn a_damaged_file_stops_the_writing_and_the_count_and_name_say_what_happened() {
+    let dir = TempDir::new("files-stranger");
+    dir.write(
+        "flow.yaml",
+        r#"flow: two_files
+agents:
+  tool:
+    kind: command
+    run: [python3, -c, 'import os, sys; sys.stdin.read(); d = os.environ["SWITCHYARD_OUTPUT_DIR"]; open(d + "/a.txt", "w").write("first"); open(d + "/b\nc.txt", "w").write("second"); print("{}")']
+steps:
+  only:
+    agent: tool
+    output: {$.result: $}
+"#,
+    );
+    let ran =
+        run(switchyard(dir.path()).args(["run", "flow.yaml", "--input", "{}", "--store", "sqlite:runs.db"]));
+    assert_eq!(ran.code(), 0, "{}", ran.stderr);
+    let list = run(switchyard(dir.path()).args(["runs", "list", "--json", "--store", "sqlite:runs.db"]));
+    let id =
+        serde_json::from_str::<serde_json::Value>(list.stdout.lines().next().expect("a run")).unwrap()["id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+    let b = hash(b"second");
+    sqlite(
+        &dir,
+        &format!("db.execute(\"UPDATE file_chunks SET data = ? WHERE hash = '{b}'\", (b'Second',))"),
+    );
+    let out = run(switchyard(dir.path()).args([
+        "runs",
+        "files",
+        &id,
+        "--output",
+        "out",
+        "--store",
+        "sqlite:runs.db",
+    ]));
+    assert_eq!(out.code(), 1, "{}\n{}", out.stdout, out.stderr);
+    // `a.txt` was written before `b\nc.txt` stopped the writing, and the count says so.
+    assert!(
+        out.stdout
+            .contains("wrote 1 file(s) under out (0 there already with the same bytes)"),
+        "{}",
+        out.stdout
+    );
+    assert_eq!(std::fs::read(dir.path().join("out/a.txt")).unwrap(), b"first");
+    let mut names: Vec<String> = std::fs::read_dir(dir.path().join("out"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["a.txt"], "no partial file is left");
+    // The error is one line: the name's newline escaped, the hash named.
+    let err = out.stderr.trim_end();
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with(&format!("error: file `b\\nc.txt` ({b}): ")),
+        "{err}"
+    );
+    assert!(err.ends_with("the store is damaged"), "{err}");
+}

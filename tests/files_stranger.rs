@@ -206,3 +206,56 @@ steps:
     );
     assert!(err.ends_with("the store is damaged"), "{err}");
 }
+
+#[test]
+fn lint_wants_max_attach_bytes_of_at_least_one_byte_like_the_other_file_limits() {
+    let dir = TempDir::new("files-stranger");
+    dir.write(
+        "flow.yaml",
+        r#"flow: attach
+providers:
+  local: {base_url: "http://127.0.0.1:9/v1"}
+agents:
+  read:
+    kind: llm
+    provider: local
+    model: m
+    prompt: Read it.
+    attach: =input.scan
+    max_attach_bytes: 0
+  wide:
+    kind: llm
+    provider: local
+    model: m
+    prompt: Read it.
+    attach: =input.scan
+    max_attach_bytes: 17GiB
+steps:
+  read: {agent: read, output: {$.text: $}, next: wide}
+  wide: {agent: wide, output: {$.wide: $}}
+"#,
+    );
+    let out = crate::support::lint_json(dir.path(), &["flow.yaml"]);
+    let found: Vec<(String, usize, usize, String)> = out
+        .diagnostics()
+        .into_iter()
+        .map(|d| (d.code, d.line, d.column, d.message))
+        .collect();
+    assert_eq!(
+        found,
+        [
+            (
+                "SY302".to_string(),
+                11,
+                23,
+                "`max_attach_bytes` is 0 bytes, outside 1 byte..=16GiB".to_string()
+            ),
+            (
+                "SY302".to_string(),
+                18,
+                23,
+                "`max_attach_bytes` is 18253611008 bytes, outside 1 byte..=16GiB".to_string()
+            ),
+        ]
+    );
+}

@@ -259,3 +259,34 @@ steps:
         ]
     );
 }
+
+#[test]
+fn a_binary_file_whose_first_bytes_are_not_text_is_stored_not_a_panic() {
+    // Random bytes, a gzip header: the sniffer reads them as text with replacement characters
+    // and must not cut one in half.
+    let dir = TempDir::new("files-stranger");
+    dir.write(
+        "flow.yaml",
+        r#"flow: binary
+agents:
+  tool:
+    kind: command
+    run: [python3, -c, 'import os, sys; sys.stdin.read(); d = os.environ["SWITCHYARD_OUTPUT_DIR"]; open(d + "/a.bin", "wb").write(b"abcdefg\xffhijk"); open(d + "/b.gz", "wb").write(bytes([0x1f, 0x8b, 8, 0, 0xa5, 0xd2, 0x9c, 1, 0xff, 3])); print("{}")']
+steps:
+  only:
+    agent: tool
+    output: {$.result: $}
+"#,
+    );
+    let out =
+        run(switchyard(dir.path()).args(["run", "flow.yaml", "--input", "{}", "--store", "sqlite:runs.db"]));
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    let output: serde_json::Value = serde_json::from_str(&out.stdout).expect("JSON");
+    assert_eq!(
+        output["result"]["files"],
+        serde_json::json!([
+            {"file": hash(b"abcdefg\xffhijk"), "name": "a.bin", "media_type": "application/octet-stream", "size": 12},
+            {"file": hash(&[0x1f, 0x8b, 8, 0, 0xa5, 0xd2, 0x9c, 1, 0xff, 3]), "name": "b.gz", "media_type": "application/gzip", "size": 10},
+        ])
+    );
+}

@@ -79,7 +79,7 @@ fn looks_like_svg(head: &[u8]) -> bool {
                 Some(i) => t = rest[i + 3..].trim_start(),
                 None => return false,
             }
-        } else if t.len() >= 9 && t[..9].eq_ignore_ascii_case("<!doctype") {
+        } else if starts_with_ascii_ci(t, "<!doctype") {
             match t.find('>') {
                 Some(i) => t = t[i + 1..].trim_start(),
                 None => return false,
@@ -88,9 +88,15 @@ fn looks_like_svg(head: &[u8]) -> bool {
             break;
         }
     }
-    t.len() >= 4
-        && t[..4].eq_ignore_ascii_case("<svg")
-        && t[4..].starts_with(|c: char| c.is_whitespace() || c == '>' || c == '/')
+    starts_with_ascii_ci(t, "<svg") && t[4..].starts_with(|c: char| c.is_whitespace() || c == '>' || c == '/')
+}
+
+/// Whether `t` opens with `prefix` (ASCII), case aside; compared as bytes, so that text whose
+/// first characters are not ASCII (the bytes of a binary file) is no reason to panic.
+fn starts_with_ascii_ci(t: &str, prefix: &str) -> bool {
+    t.as_bytes()
+        .get(..prefix.len())
+        .is_some_and(|b| b.eq_ignore_ascii_case(prefix.as_bytes()))
 }
 
 /// The media type a name's extension says, `application/octet-stream` when it says none.
@@ -143,6 +149,22 @@ pub fn is_text(media_type: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bytes_that_are_not_text_are_no_svg_and_no_panic() {
+        // A replacement character across the 4th or 9th byte of the text made of them.
+        for head in [
+            &b"abcdefg\xffhijk"[..],
+            b"ab\xff\xfe<svg>",
+            b"\x1f\x8b\x08\x00\xa5\xd2\x9c\x01\xff\x03",
+        ] {
+            assert_eq!(sniff_image(head), None, "{head:?}");
+        }
+        assert!(looks_like_svg(
+            b"<!DOCTYPE svg>\n<svg xmlns='http://www.w3.org/2000/svg'/>"
+        ));
+        assert!(!looks_like_svg("<!doctyp\u{e9}>".as_bytes()));
+    }
 
     #[test]
     fn images_are_sniffed_whatever_their_name() {

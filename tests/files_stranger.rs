@@ -290,3 +290,32 @@ steps:
         ])
     );
 }
+
+#[test]
+fn a_text_file_that_opens_with_bm_is_text_not_a_bitmap() {
+    // `BM` alone made any such text `image/bmp`: shown as a broken thumbnail on the run page
+    // and sent to a model as an image.
+    let dir = TempDir::new("files-stranger");
+    dir.write(
+        "flow.yaml",
+        r#"flow: cars
+agents:
+  tool:
+    kind: command
+    run: [sh, -c, 'cat >/dev/null; printf "BMW sales rose in March, Audi fell.\n" > "$SWITCHYARD_OUTPUT_DIR/cars.txt"; echo "{}"']
+steps:
+  only:
+    agent: tool
+    output: {$.result: $}
+"#,
+    );
+    let out =
+        run(switchyard(dir.path()).args(["run", "flow.yaml", "--input", "{}", "--store", "sqlite:runs.db"]));
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    let output: serde_json::Value = serde_json::from_str(&out.stdout).expect("JSON");
+    let text = b"BMW sales rose in March, Audi fell.\n";
+    assert_eq!(
+        output["result"]["files"],
+        serde_json::json!([{"file": hash(text), "name": "cars.txt", "media_type": "text/plain", "size": text.len()}])
+    );
+}

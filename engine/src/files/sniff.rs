@@ -54,13 +54,24 @@ fn sniff_image(head: &[u8]) -> Option<&'static str> {
     if head.len() >= 12 && &head[..4] == b"RIFF" && &head[8..12] == b"WEBP" {
         return Some("image/webp");
     }
-    if head.starts_with(b"BM") && head.len() >= 14 {
+    if is_bmp(head) {
         return Some("image/bmp");
     }
     if looks_like_svg(head) {
         return Some("image/svg+xml");
     }
     None
+}
+
+/// `BM`, then (after the file header's 12 bytes) the size of a DIB header of a known kind:
+/// `BM` alone is how much text opens (`BMW sales rose…`).
+fn is_bmp(head: &[u8]) -> bool {
+    head.len() >= 18
+        && head.starts_with(b"BM")
+        && matches!(
+            u32::from_le_bytes([head[14], head[15], head[16], head[17]]),
+            12 | 40 | 52 | 56 | 64 | 108 | 124
+        )
 }
 
 /// Text that opens (after a BOM, whitespace, an XML declaration, comments or a doctype) with
@@ -149,6 +160,20 @@ pub fn is_text(media_type: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn text_that_opens_with_bm_is_no_bitmap() {
+        assert_eq!(
+            media_type(b"BMW sales rose in March, Audi fell.\n", "cars.txt"),
+            "text/plain"
+        );
+        assert_eq!(media_type(b"BM", "x.bmp"), "image/bmp");
+        // A 1x1 24-bit BMP: a 14-byte file header, then a 40-byte BITMAPINFOHEADER.
+        let mut bmp = b"BM\x3a\0\0\0\0\0\0\0\x36\0\0\0\x28\0\0\0".to_vec();
+        bmp.extend_from_slice(&[1, 0, 0, 0, 1, 0, 0, 0, 1, 0, 24, 0]);
+        assert_eq!(media_type(&bmp, "x.dat"), "image/bmp");
+        assert!(is_raster_image(&media_type(&bmp, "x.dat")));
+    }
 
     #[test]
     fn bytes_that_are_not_text_are_no_svg_and_no_panic() {

@@ -390,7 +390,7 @@ fn a_body_over_max_file_bytes_fails_with_kind_limit() {
     assert_eq!(
         record["error"]["message"],
         format!(
-            "step `fetch`: agent `get`: GET {url}: file `big.bin` is over the limit max_file_bytes (67108864 bytes)"
+            "step `fetch`: agent `get`: GET {url}: file `big.bin` is over the limit limits.max_file_bytes (67108864 bytes)"
         )
     );
     assert_eq!(record.get("files"), None);

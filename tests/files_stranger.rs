@@ -319,3 +319,60 @@ steps:
         serde_json::json!([{"file": hash(text), "name": "cars.txt", "media_type": "text/plain", "size": text.len()}])
     );
 }
+
+#[test]
+fn a_mock_file_that_is_a_fifo_or_a_directory_is_refused_not_waited_on() {
+    let dir = TempDir::new("files-stranger");
+    std::fs::create_dir(dir.path().join("adir")).expect("dir");
+    let made = std::process::Command::new("mkfifo")
+        .arg(dir.path().join("pipe"))
+        .status()
+        .expect("mkfifo");
+    assert!(made.success());
+    let flow = |path: &str| {
+        format!(
+            r#"flow: scans
+agents:
+  scanner: {{kind: mock, returns: {{x: 1}}}}
+steps:
+  scan: {{agent: scanner, output: {{$.scan: $}}}}
+tests:
+  - name: the scan is stored
+    input: {{}}
+    mocks:
+      scanner:
+        returns: {{f: {{file: {{path: {path}}}}}}}
+    expect: {{status: succeeded}}
+"#
+        )
+    };
+    for path in ["adir", "pipe"] {
+        dir.write("flow.yaml", flow(path));
+        let out = crate::support::lint_json(dir.path(), &["flow.yaml"]);
+        let found: Vec<(String, usize, usize, String)> = out
+            .diagnostics()
+            .into_iter()
+            .map(|d| (d.code, d.line, d.column, d.message))
+            .collect();
+        assert_eq!(
+            found,
+            [(
+                "SY210".to_string(),
+                11,
+                36,
+                format!("cannot read `{path}`: not a regular file")
+            )],
+            "{path}"
+        );
+        // `test` refuses it in the same words, at once (a FIFO no longer blocks it).
+        let tested = run(switchyard(dir.path()).args(["test", "flow.yaml"]));
+        assert_eq!(tested.code(), 2, "{}\n{}", tested.stdout, tested.stderr);
+        assert!(
+            tested
+                .stderr
+                .contains(&format!("cannot read `{path}`: not a regular file")),
+            "{}",
+            tested.stderr
+        );
+    }
+}

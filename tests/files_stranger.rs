@@ -205,6 +205,29 @@ steps:
         "{err}"
     );
     assert!(err.ends_with("the store is damaged"), "{err}");
+
+    // Bytes of another length say so, not that chunks are missing.
+    sqlite(
+        &dir,
+        &format!("db.execute(\"UPDATE file_chunks SET data = ? WHERE hash = '{b}'\", (b'second!',))"),
+    );
+    let out = run(switchyard(dir.path()).args([
+        "runs",
+        "files",
+        &id,
+        "--output",
+        "out2",
+        "--store",
+        "sqlite:runs.db",
+    ]));
+    assert_eq!(out.code(), 1, "{}\n{}", out.stdout, out.stderr);
+    assert!(
+        out.stderr.trim_end().ends_with(&format!(
+            "the bytes stored for file {b} are 7 bytes, not 6: the store is damaged"
+        )),
+        "{}",
+        out.stderr
+    );
 }
 
 #[test]

@@ -72,6 +72,8 @@
 //!   mocks, gathered up the run tree (iterations, branches, child runs), once each after a
 //!   kill -9 and `resume` and after a worker's takeover on PostgreSQL; flow tests and lint of
 //!   mocked files;
+//! - [`files_stranger`]: files together with the rest: the directories a killed switchyard
+//!   left, `--files` and `--output` pointed at a file, a damaged store read back;
 //! - [`layers`]: `engine/src`'s modules use only the layers below their own, and no files
 //!   import each other;
 //! - [`library`]: the crate root as an application uses it: `examples/approve.rs` run to its
@@ -101,6 +103,7 @@ mod files_command;
 mod files_http_llm;
 mod files_limits;
 mod files_out;
+mod files_stranger;
 mod files_tree;
 mod fuzz;
 mod graph;

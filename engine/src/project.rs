@@ -335,9 +335,22 @@ impl Project {
         for spec in bundle_patterns {
             self.check_bundle_pattern(&dir, &spec);
         }
-        // Mock files by path: read when the mock is called, so they must exist now.
+        // Mock files by path: read when the mock is called, so they must exist now, and be
+        // files (a FIFO would block the call, a directory cannot be read).
         for spec in fixtures {
-            self.resolve(&dir, &spec);
+            if let Some(p) = self.resolve(&dir, &spec)
+                && !p.is_file()
+            {
+                self.diags.push(
+                    Diagnostic::new(
+                        &codes::MISSING_FILE,
+                        spec.span,
+                        format!("cannot read `{}`: not a regular file", spec.value),
+                    )
+                    .label("not a regular file")
+                    .help("a mock file's `path` names a file whose bytes the mock returns"),
+                );
+            }
         }
         Some(id)
     }

@@ -95,6 +95,13 @@ async fn make_file(spec: &Value, plan: &MockPlan, files: &FileSink) -> Result<Fi
         }
         (None, Some(path)) => {
             let full = plan.dir.join(path);
+            // A FIFO would block the call for good, a directory fails less clearly.
+            match tokio::fs::metadata(&full).await {
+                Ok(m) if !m.is_file() => {
+                    return Err(bad(format!("cannot read `{path}`: not a regular file")));
+                }
+                _ => {}
+            }
             let bytes = tokio::fs::read(&full)
                 .await
                 .map_err(|e| bad(format!("cannot read `{path}`: {e}")))?;
@@ -355,6 +362,17 @@ mod tests {
             "{}",
             e.message
         );
+
+        // A directory (or a FIFO, which would block the read for good) is no file.
+        let p = MockPlan {
+            returns: Some(ValueTemplate::Literal(json!({"file": {"path": "fixtures"}}))),
+            dir: dir.clone(),
+            ..plan()
+        };
+        let mut cx = test_cx(0, None, &context, &cancel);
+        cx.files = &sink;
+        let e = MockAgent(&p).call(&json!({}), cx).await.unwrap_err();
+        assert_eq!(e.message, "mock file: cannot read `fixtures`: not a regular file");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

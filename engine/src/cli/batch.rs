@@ -107,6 +107,12 @@ pub fn run(args: Args) -> u8 {
             return super::exit::USAGE;
         }
     };
+    if let Some(dir) = &args.files
+        && let Err(e) = crate::files::out::prepare_dir(dir)
+    {
+        super::stderr::error(format!("--files: {e}"));
+        return super::exit::USAGE;
+    }
     let rt = common::runtime();
     let Some(store) = open_store(&rt, &args.store) else {
         return args.store.open_failed();

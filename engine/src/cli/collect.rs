@@ -87,6 +87,12 @@ pub(crate) fn shared_store(
 }
 
 async fn collect(sql: &SqlStore, args: &Args) -> u8 {
+    if let Some(dir) = &args.files
+        && let Err(e) = crate::files::out::prepare_dir(dir)
+    {
+        super::stderr::error(format!("--files: {e}"));
+        return super::exit::USAGE;
+    }
     let batch = match find(sql, &args.batch).await {
         Ok(b) => b,
         Err(code) => return code,

@@ -144,13 +144,18 @@ pub(super) fn files(args: FilesArgs) -> u8 {
         async |s| -> Result<(String, Option<String>), String> {
             let run = s.get_run(&args.run_id).await.map_err(|e| e.to_string())?;
             let (files, complete) = files_of(&**s, &run).await?;
+            if let Some(dir) = &args.output
+                && !files.is_empty()
+            {
+                crate::files::out::prepare_dir(dir).map_err(|e| format!("--output: {e}"))?;
+            }
             let mut written = Vec::new();
             let mut failed = None;
             if let Some(dir) = &args.output {
                 let blobs = s.blobs();
-                match crate::files::out::write_files(&*blobs, &files, dir).await {
-                    Ok(w) => written = w,
-                    Err(e) => failed = Some(e.to_string()),
+                if let Err(e) = crate::files::out::write_files_into(&*blobs, &files, dir, &mut written).await
+                {
+                    failed = Some(e.to_string());
                 }
             }
             let text = if args.json {

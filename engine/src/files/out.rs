@@ -50,14 +50,22 @@ pub async fn write_files(
     files: &[RunFile],
     dir: &Path,
 ) -> Result<Vec<Written>, WriteError> {
-    let io = |path: &Path, e: std::io::Error| WriteError::Io {
-        path: path.display().to_string(),
-        message: e.to_string(),
-    };
-    std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
+    let mut out = Vec::with_capacity(files.len());
+    write_files_into(blobs, files, dir, &mut out).await?;
+    Ok(out)
+}
+
+/// [`write_files`], pushing each file onto `out` as it is written: when it stops at a file
+/// that cannot be written, `out` holds those before it (what was written, and where).
+pub async fn write_files_into(
+    blobs: &dyn Blobs,
+    files: &[RunFile],
+    dir: &Path,
+    out: &mut Vec<Written>,
+) -> Result<(), WriteError> {
+    make_dir(dir)?;
     let mut names = Unique::new();
     let mut swept = HashSet::new();
-    let mut out = Vec::with_capacity(files.len());
     for f in files {
         let rel = names.path_for(&f.file.name);
         let target = dir.join(&rel);
@@ -74,7 +82,41 @@ pub async fn write_files(
         };
         out.push(Written { path: rel, wrote });
     }
-    Ok(out)
+    Ok(())
+}
+
+/// Makes sure `dir` is a directory files can be written under, creating it (and its parents)
+/// if missing: a path that is not a directory, or a directory that cannot be written to, is an
+/// error before anything is run (`batch --files`, `collect --files`, `runs files --output`).
+pub fn prepare_dir(dir: &Path) -> Result<(), WriteError> {
+    make_dir(dir)?;
+    // Written to as the files will be: a temporary file made and removed.
+    let probe = dir.join(format!("{PARTIAL_PREFIX}{}-probe", std::process::id()));
+    let _ = std::fs::remove_file(&probe);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&probe)
+        .map_err(|e| WriteError::Io {
+            path: dir.display().to_string(),
+            message: format!("cannot write in it: {e}"),
+        })?;
+    let _ = std::fs::remove_file(&probe);
+    Ok(())
+}
+
+/// `dir`, created with its parents if missing; a path that is there and is not a directory
+/// is an error that says so.
+fn make_dir(dir: &Path) -> Result<(), WriteError> {
+    let err = |message: String| WriteError::Io {
+        path: dir.display().to_string(),
+        message,
+    };
+    match std::fs::metadata(dir) {
+        Ok(m) if m.is_dir() => Ok(()),
+        Ok(_) => Err(err("it is there and is not a directory".into())),
+        Err(_) => std::fs::create_dir_all(dir).map_err(|e| err(e.to_string())),
+    }
 }
 
 /// Creates the directories of `rel` under `dir`, refusing to go through a symlink or a file.
@@ -168,7 +210,20 @@ async fn write_one(blobs: &dyn Blobs, f: &RunFile, parent: &Path, target: &Path)
         .read_to(&f.file.file, &mut w)
         .await
         .map_err(|e| WriteError::Store {
-            name: f.file.name.clone(),
+            // One line of text: a name's control characters escaped (`new\nline.txt`).
+            name: f
+                .file
+                .name
+                .chars()
+                .flat_map(|c| {
+                    let one: Vec<char> = if c.is_control() {
+                        c.escape_default().collect()
+                    } else {
+                        vec![c]
+                    };
+                    one
+                })
+                .collect(),
             hash: f.file.file.clone(),
             message: e.to_string(),
         })?;

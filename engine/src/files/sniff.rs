@@ -54,13 +54,24 @@ fn sniff_image(head: &[u8]) -> Option<&'static str> {
     if head.len() >= 12 && &head[..4] == b"RIFF" && &head[8..12] == b"WEBP" {
         return Some("image/webp");
     }
-    if head.starts_with(b"BM") && head.len() >= 14 {
+    if is_bmp(head) {
         return Some("image/bmp");
     }
     if looks_like_svg(head) {
         return Some("image/svg+xml");
     }
     None
+}
+
+/// `BM`, then (after the file header's 12 bytes) the size of a DIB header of a known kind:
+/// `BM` alone is how much text opens (`BMW sales rose…`).
+fn is_bmp(head: &[u8]) -> bool {
+    head.len() >= 18
+        && head.starts_with(b"BM")
+        && matches!(
+            u32::from_le_bytes([head[14], head[15], head[16], head[17]]),
+            12 | 40 | 52 | 56 | 64 | 108 | 124
+        )
 }
 
 /// Text that opens (after a BOM, whitespace, an XML declaration, comments or a doctype) with
@@ -79,7 +90,7 @@ fn looks_like_svg(head: &[u8]) -> bool {
                 Some(i) => t = rest[i + 3..].trim_start(),
                 None => return false,
             }
-        } else if t.get(..9).is_some_and(|p| p.eq_ignore_ascii_case("<!doctype")) {
+        } else if starts_with_ascii_ci(t, "<!doctype") {
             match t.find('>') {
                 Some(i) => t = t[i + 1..].trim_start(),
                 None => return false,
@@ -88,9 +99,15 @@ fn looks_like_svg(head: &[u8]) -> bool {
             break;
         }
     }
-    // `get`: bytes that are not text may put a character across the cut.
-    t.get(..4).is_some_and(|p| p.eq_ignore_ascii_case("<svg"))
-        && t[4..].starts_with(|c: char| c.is_whitespace() || c == '>' || c == '/')
+    starts_with_ascii_ci(t, "<svg") && t[4..].starts_with(|c: char| c.is_whitespace() || c == '>' || c == '/')
+}
+
+/// Whether `t` opens with `prefix` (ASCII), case aside; compared as bytes, so that text whose
+/// first characters are not ASCII (the bytes of a binary file) is no reason to panic.
+fn starts_with_ascii_ci(t: &str, prefix: &str) -> bool {
+    t.as_bytes()
+        .get(..prefix.len())
+        .is_some_and(|b| b.eq_ignore_ascii_case(prefix.as_bytes()))
 }
 
 /// The media type a name's extension says, `application/octet-stream` when it says none.
@@ -163,6 +180,36 @@ mod tests {
             media_type(b"\x85\xbd\x14hello world", "a.bin"),
             "application/octet-stream"
         );
+    }
+
+    #[test]
+    fn text_that_opens_with_bm_is_no_bitmap() {
+        assert_eq!(
+            media_type(b"BMW sales rose in March, Audi fell.\n", "cars.txt"),
+            "text/plain"
+        );
+        assert_eq!(media_type(b"BM", "x.bmp"), "image/bmp");
+        // A 1x1 24-bit BMP: a 14-byte file header, then a 40-byte BITMAPINFOHEADER.
+        let mut bmp = b"BM\x3a\0\0\0\0\0\0\0\x36\0\0\0\x28\0\0\0".to_vec();
+        bmp.extend_from_slice(&[1, 0, 0, 0, 1, 0, 0, 0, 1, 0, 24, 0]);
+        assert_eq!(media_type(&bmp, "x.dat"), "image/bmp");
+        assert!(is_raster_image(&media_type(&bmp, "x.dat")));
+    }
+
+    #[test]
+    fn bytes_that_are_not_text_are_no_svg_and_no_panic() {
+        // A replacement character across the 4th or 9th byte of the text made of them.
+        for head in [
+            &b"abcdefg\xffhijk"[..],
+            b"ab\xff\xfe<svg>",
+            b"\x1f\x8b\x08\x00\xa5\xd2\x9c\x01\xff\x03",
+        ] {
+            assert_eq!(sniff_image(head), None, "{head:?}");
+        }
+        assert!(looks_like_svg(
+            b"<!DOCTYPE svg>\n<svg xmlns='http://www.w3.org/2000/svg'/>"
+        ));
+        assert!(!looks_like_svg("<!doctyp\u{e9}>".as_bytes()));
     }
 
     #[test]

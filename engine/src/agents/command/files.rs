@@ -2,7 +2,8 @@
 //! temp directory, `$SWITCHYARD_OUTPUT_DIR` (empty when the program starts) and
 //! `$SWITCHYARD_INPUT_DIR` (the files of its input document); both are removed when the
 //! attempt ends, however it ends (a guard removes them when the call is dropped, and
-//! [`remove_live_dirs`] before an `exit`).
+//! [`remove_live_dirs`] before an `exit`). Those a switchyard killed between its program's exit
+//! and their removal left behind are removed by the next process's first call ([`sweep_dead`]).
 //!
 //! After a program that exited successfully, every regular file under the output directory
 //! (recursively; symlinks are neither followed nor taken) is stored through the call's
@@ -55,7 +56,9 @@ impl Dirs {
     pub fn create() -> Result<Self, StepError> {
         use std::os::unix::fs::DirBuilderExt;
         static N: AtomicU64 = AtomicU64::new(0);
+        static SWEPT: std::sync::Once = std::sync::Once::new();
         let base = std::env::temp_dir();
+        SWEPT.call_once(|| sweep_dead(&base));
         let mut builder = std::fs::DirBuilder::new();
         builder.mode(0o700);
         let mut tries = 0;
@@ -275,6 +278,59 @@ impl Drop for Dirs {
     }
 }
 
+/// Removes the directories that processes no longer alive left under `base`
+/// (`switchyard-command-PID-…-in`, `-out`): a switchyard killed (`kill -9`) after its
+/// program exited and before it removed them, when no supervisor is left to do it. Only
+/// directories of this user whose pid names no process are touched.
+fn sweep_dead(base: &Path) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return;
+    };
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(pid) = left_by(&name.to_string_lossy()) else {
+            continue;
+        };
+        if pid == std::process::id() || process_exists(pid) {
+            continue;
+        }
+        let path = e.path();
+        match std::fs::symlink_metadata(&path) {
+            Ok(m) if m.is_dir() && m.uid() == uid => remove_tree(&path),
+            _ => {}
+        }
+    }
+}
+
+/// The pid in a command directory's name (`switchyard-command-PID-N-SALT-in` or `-out`).
+fn left_by(name: &str) -> Option<u32> {
+    let rest = name.strip_prefix("switchyard-command-")?;
+    let rest = rest.strip_suffix("-in").or_else(|| rest.strip_suffix("-out"))?;
+    let mut parts = rest.split('-');
+    let pid = parts.next()?.parse::<u32>().ok()?;
+    let n = parts.next()?;
+    let salt = parts.next()?;
+    let well_formed = parts.next().is_none()
+        && !n.is_empty()
+        && n.bytes().all(|b| b.is_ascii_digit())
+        && salt.len() == 8
+        && salt.bytes().all(|b| b.is_ascii_hexdigit());
+    (well_formed && pid > 0).then_some(pid)
+}
+
+/// Whether a process with this pid exists (one of another user's counts).
+fn process_exists(pid: u32) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return true;
+    };
+    // SAFETY: signal 0 only checks that the process exists and may be signalled.
+    let r = unsafe { libc::kill(pid, 0) };
+    r == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+}
+
 /// No longer a directory in flight.
 fn forget(root: &Path) {
     let mut live = live();
@@ -356,5 +412,22 @@ fn count(n: usize) -> String {
         "1 file".into()
     } else {
         format!("{n} files")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_command_directories_name_their_pid() {
+        assert_eq!(left_by("switchyard-command-6532-156-1cea7ea2-in"), Some(6532));
+        assert_eq!(left_by("switchyard-command-6532-156-1cea7ea2-out"), Some(6532));
+        assert_eq!(left_by("switchyard-command-6532-156-1cea7ea2"), None);
+        assert_eq!(left_by("switchyard-command-6532-156-1cea7e-in"), None);
+        assert_eq!(left_by("switchyard-command-x-156-1cea7ea2-in"), None);
+        assert_eq!(left_by("switchyard-command-0-1-1cea7ea2-in"), None);
+        assert_eq!(left_by("switchyard-out-names-6532"), None);
+        assert!(process_exists(std::process::id()));
     }
 }

@@ -91,6 +91,10 @@ pub fn agent(out: &mut Vec<Diagnostic>, a: &Agent) {
             if let Some(m) = &l.max_parallel_tools {
                 range(out, m, "max_parallel_tools", 1, 100_000);
             }
+            // As `limits.max_file_bytes`: 0 would refuse every attachment.
+            if let Some(m) = &l.max_attach_bytes {
+                size_range(out, m, "max_attach_bytes", (1, "1 byte"), (16 << 30, "16GiB"));
+            }
             let mode = l
                 .message_mode
                 .as_ref()

@@ -272,10 +272,16 @@ impl Blobs for SqlBlobs {
                 out.write_all(&data)
                     .map_err(|e| StoreError::Other(format!("cannot write file {hash}: {e}")))?;
             }
-            if expected != chunks || check.written != size as u64 {
+            if expected != chunks {
                 return Err(StoreError::Other(format!(
                     "{}: the bytes stored for file {hash} are incomplete (chunk {expected} of {chunks}): the store is damaged",
                     self.ctx.store
+                )));
+            }
+            if check.written != size as u64 {
+                return Err(StoreError::Other(format!(
+                    "{}: the bytes stored for file {hash} are {} bytes, not {size}: the store is damaged",
+                    self.ctx.store, check.written
                 )));
             }
             check.finish(&self.ctx.store)

@@ -46,6 +46,10 @@ pub fn register(env: &mut Env) {
     .expect("`file` is registered once, on an environment without it");
 }
 
+/// Whether this process made a marker yet: until it has, no value can hold one (no input can
+/// spell the key), and [`has_marker`] looks at nothing.
+static MADE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 fn file_of_string<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
     let path = args
         .first()
@@ -55,6 +59,7 @@ fn file_of_string<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, E
     let mut entries: std::collections::HashMap<CelMapKey<'static>, Box<dyn Val>> =
         std::collections::HashMap::new();
     entries.insert(CelMapKey::from(KEY.clone()), Box::new(CelString::from(path)));
+    MADE.store(true, std::sync::atomic::Ordering::Relaxed);
     Ok(CowVal::owned(CelMap::from(entries)))
 }
 
@@ -68,14 +73,20 @@ pub fn path_of(v: &Value) -> Option<&str> {
 
 /// A marker, as `file(path)` makes it (for tests and for the runtime's own checks).
 pub fn marker(path: &str) -> Value {
+    MADE.store(true, std::sync::atomic::Ordering::Relaxed);
     serde_json::json!({ key(): path })
 }
 
-/// Whether `v` holds a marker anywhere.
+/// Whether `v` holds a marker anywhere: walked only once this process made one, so a flow
+/// without `file()` pays nothing for it.
 pub fn has_marker(v: &Value) -> bool {
+    MADE.load(std::sync::atomic::Ordering::Relaxed) && walk(v)
+}
+
+fn walk(v: &Value) -> bool {
     match v {
-        Value::Object(m) => path_of(v).is_some() || m.values().any(has_marker),
-        Value::Array(a) => a.iter().any(has_marker),
+        Value::Object(m) => path_of(v).is_some() || m.values().any(walk),
+        Value::Array(a) => a.iter().any(walk),
         _ => false,
     }
 }

@@ -651,6 +651,9 @@ impl<S: Store> Holding<S> {
     /// Gives the run back after this process ran it.
     async fn give_back(mut self) {
         self.renewing.abort();
+        // Awaited, so that the task has dropped its clone of the store by the time the call
+        // returns: `Switchyard::close` right after must find the store free.
+        let _ = (&mut self.renewing).await;
         if let Err(e) = self.store.give_back_run(&self.id, &self.writer).await {
             // Its lease lapses, or the process is found gone: the run is free then.
             tracing::warn!(run_id = %self.id, "could not give the run back: {e}");

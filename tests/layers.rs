@@ -35,6 +35,8 @@ const LAYERS: &[&[&str]] = &[
     &["runtime"],
     &["lint", "report", "otel", "batch", "schema"],
     &["cluster", "api"],
+    // Decisions at batch scale: the inbox the engine fills, answered and continued.
+    &["inbox"],
     // Serving flows to other programs (MCP) through the library's surface.
     &["serve"],
     &["cli"],

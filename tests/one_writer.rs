@@ -468,6 +468,9 @@ impl Store for ContinuedMeanwhile {
     fn blobs(&self) -> std::sync::Arc<dyn switchyard::__private::store::blobs::Blobs> {
         self.inner.blobs()
     }
+    fn inbox(&self) -> std::sync::Arc<dyn switchyard::__private::store::inbox::Inbox> {
+        self.inner.inbox()
+    }
     async fn create_run(&self, run: &RunRecord) -> Result<(), StoreError> {
         self.inner.create_run(run).await
     }

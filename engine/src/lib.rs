@@ -25,6 +25,7 @@ mod diag;
 mod expr;
 mod files;
 mod glob;
+mod inbox;
 mod json;
 mod lint;
 mod model;

@@ -14,6 +14,11 @@ impl Store for DiscardStore {
             std::sync::OnceLock::new();
         BLOBS.get_or_init(Default::default).clone()
     }
+    fn inbox(&self) -> std::sync::Arc<dyn switchyard::__private::store::inbox::Inbox> {
+        static INBOX: std::sync::OnceLock<std::sync::Arc<switchyard::__private::store::inbox::MemoryInbox>> =
+            std::sync::OnceLock::new();
+        INBOX.get_or_init(Default::default).clone()
+    }
 
     async fn create_run(&self, _run: &RunRecord) -> Result<(), StoreError> {
         Ok(())

@@ -123,6 +123,7 @@ impl<S: Store> Items<S> {
             decision_for: None,
             allow_changed: options.allow_changed,
             lost: None,
+            answered: false,
         };
         Items {
             engine,

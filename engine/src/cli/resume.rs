@@ -155,6 +155,7 @@ fn resume_run(run_id: &str, decision: Option<Value>, args: &ResumeArgs) -> u8 {
         decision_for: None,
         allow_changed: args.allow_changed,
         lost: None,
+        answered: false,
     };
     let config = RunConfig {
         context: None,
@@ -220,6 +221,7 @@ fn resume_submitted(
         decision_for: None,
         allow_changed: true,
         lost: None,
+        answered: false,
     };
     let engine = Engine::new(store.clone());
     let holder = format!("resume-{}", crate::cluster::worker::new_worker_id());
@@ -429,6 +431,7 @@ async fn continue_batch(store: &Arc<AnyStore>, name: &str, decision: Option<Valu
             decision_for: None,
             allow_changed: true,
             lost: None,
+            answered: false,
         };
         todo.push((r, resume));
     }

@@ -667,6 +667,9 @@ impl<'p> Compiler<'p> {
             until_tool: l.until_tool.as_ref().map(|u| u.value.clone()),
             approve: l.approve.iter().map(|a| a.value.clone()).collect(),
             servers,
+            // Set from `approve_expires:` / `on_expire:` once the model reads them.
+            approve_expires: None,
+            reject_on_expire: false,
         })
     }
 

@@ -729,6 +729,11 @@ pub struct LoopPlan {
     pub approve: Vec<String>,
     /// The MCP servers whose tools the loop offers, in the order written (SPEC §6.4).
     pub servers: Vec<LoopServerPlan>,
+    /// `approve_expires`: how long an approval waits before it is settled (SPEC §15).
+    pub approve_expires: Option<Duration>,
+    /// `on_expire: reject`: an expired approval rejects the calls (the model is told)
+    /// instead of failing the step with kind `timeout`.
+    pub reject_on_expire: bool,
 }
 
 /// An MCP server's tools in an agent loop: every tool its allowlist lets through (a server

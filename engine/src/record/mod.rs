@@ -13,6 +13,7 @@ use serde_json::Value;
 pub mod cost;
 pub mod error;
 pub mod files;
+pub mod inbox;
 
 pub use cost::Cost;
 pub use error::{ErrorKind, StepError};

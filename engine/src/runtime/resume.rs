@@ -14,6 +14,7 @@ use std::collections::HashMap;
 use serde_json::Value;
 
 use crate::record::{RunRecord, RunStatus, StepRecord, StepStatus};
+use crate::store::inbox::Answer;
 use crate::store::{Store, StoreError};
 
 /// What the caller of a resume decided: built from `Default` with the methods below.
@@ -33,6 +34,9 @@ pub struct ResumeOptions {
     /// §12): replay what is recorded, and fail with kind `lost`, saying this, where the run would
     /// make a call (an attempt in doubt still stops it `in_doubt` first).
     pub(crate) lost: Option<String>,
+    /// The caller knows an inbox item of the tree was answered (decided or expired) and is
+    /// not applied yet: the run is continued without a decision given here (SPEC §15).
+    pub(crate) answered: bool,
 }
 
 impl ResumeOptions {
@@ -52,6 +56,13 @@ impl ResumeOptions {
         self
     }
 
+    /// Continue a run whose question was answered in the inbox (SPEC §15): no decision is
+    /// given here, the recorded one applies.
+    pub fn answered(mut self, yes: bool) -> Self {
+        self.answered = yes;
+        self
+    }
+
     /// `--allow-changed`: resume even though the flow (or a file it imports or calls)
     /// changed since the run started.
     pub fn allow_changed(mut self, yes: bool) -> Self {
@@ -67,6 +78,9 @@ pub struct Replay {
     parts: HashMap<(String, Option<u64>), StepRecord>,
     /// Child runs by the number of the step that started them (`3`, `3[2]`).
     children: HashMap<String, RunRecord>,
+    /// The settled inbox items of the run's parts (SPEC §15): decided or expired, by
+    /// (number, iteration).
+    answers: HashMap<(String, Option<u64>), Answer>,
 }
 
 impl Replay {
@@ -84,7 +98,21 @@ impl Replay {
             .into_iter()
             .filter_map(|c| c.parent_step.clone().map(|p| (p, c)))
             .collect();
-        Ok(Replay { parts, children })
+        let answers = if store.keeps_steps() {
+            store.inbox().answers(run_id).await?
+        } else {
+            HashMap::new()
+        };
+        Ok(Replay {
+            parts,
+            children,
+            answers,
+        })
+    }
+
+    /// The settled inbox item of part `number` (`iteration`), if it was decided or expired.
+    pub fn answer(&self, number: &str, iteration: Option<u64>) -> Option<&Answer> {
+        self.answers.get(&(number.to_string(), iteration))
     }
 
     /// The latest record of a step part.

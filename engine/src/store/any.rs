@@ -78,6 +78,13 @@ impl Store for AnyStore {
         }
     }
 
+    fn inbox(&self) -> std::sync::Arc<dyn super::inbox::Inbox> {
+        match self {
+            AnyStore::Memory(s) => s.inbox(),
+            AnyStore::Sql(s) => s.inbox(),
+        }
+    }
+
     fn keeps_steps(&self) -> bool {
         match self {
             AnyStore::Memory(s) => s.keeps_steps(),

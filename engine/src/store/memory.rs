@@ -28,6 +28,7 @@ pub struct MemoryStore {
     writers: Mutex<HashMap<String, Writer>>,
     /// The bytes of files (SPEC §6.5).
     blobs: Arc<super::blobs::MemoryBlobs>,
+    inbox: Arc<super::inbox::MemoryInbox>,
 }
 
 #[derive(Default, Debug)]
@@ -270,6 +271,7 @@ impl Default for MemoryStore {
             forget_ended: false,
             writers: Mutex::default(),
             blobs: Default::default(),
+            inbox: Default::default(),
         }
     }
 }
@@ -334,6 +336,10 @@ impl MemoryStore {
 impl Store for MemoryStore {
     fn blobs(&self) -> Arc<dyn super::blobs::Blobs> {
         self.blobs.clone()
+    }
+
+    fn inbox(&self) -> Arc<dyn super::inbox::Inbox> {
+        self.inbox.clone()
     }
 
     fn keeps_steps(&self) -> bool {

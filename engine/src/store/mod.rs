@@ -4,6 +4,7 @@
 
 pub mod any;
 pub mod blobs;
+pub mod inbox;
 pub mod memory;
 pub mod sql;
 pub mod writers;
@@ -157,6 +158,8 @@ pub trait Store: Send + Sync + 'static {
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
     /// The bytes of the files its records refer to (SPEC §6.5), kept beside them.
     fn blobs(&self) -> std::sync::Arc<dyn blobs::Blobs>;
+    /// The questions runs wait at and the decisions that answer them (SPEC §15).
+    fn inbox(&self) -> std::sync::Arc<dyn inbox::Inbox>;
     /// Gives `run_id` back, if `writer` holds it.
     fn give_back_run(
         &self,

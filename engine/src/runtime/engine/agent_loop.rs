@@ -512,11 +512,29 @@ impl<'e, S: Store> Run<'e, S> {
             // other: another approval left waiting (a foreach's other iteration, another child
             // run) stops again to be asked on its own, rather than take a decision made for
             // other calls.
-            Some(rec) if rec.status == StepStatus::Interrupted => self
-                .tree
-                .resume
-                .decision_at(&self.record.id, &part, rec.iteration)
-                .cloned(),
+            Some(rec) if rec.status == StepStatus::Interrupted => match self.given(&part, rec.iteration) {
+                Some(super::inbox::Given::Decision(d)) => Some(d),
+                // Expired without a decision (SPEC §15): the calls are rejected, the model
+                // told, with `on_expire: reject`; otherwise the step fails.
+                Some(super::inbox::Given::Expired) => match loop_of_step(step) {
+                    Some(lp) if lp.reject_on_expire => Some(Value::Array(
+                        pending
+                            .iter()
+                            .map(|_| json!({"reject": "the approval expired without a decision"}))
+                            .collect(),
+                    )),
+                    _ => {
+                        return Err(StepOutcome::err(StepError::new(
+                            ErrorKind::Timeout,
+                            format!(
+                                "the approval of the calls agent loop `{agent}` of step `{}` proposed expired without a decision",
+                                step.id
+                            ),
+                        )));
+                    }
+                },
+                None => None,
+            },
             _ => None,
         };
         let proposed: Vec<Value> = pending
@@ -529,7 +547,22 @@ impl<'e, S: Store> Run<'e, S> {
             })
             .collect();
         let Some(given) = given else {
-            // Stop and ask: the record holds the proposed calls, in the model's order.
+            // Stop and ask: the record holds the proposed calls, in the model's order, each
+            // with the schema of its arguments (for an edit), and when the question expires.
+            let asked: Vec<Value> = pending
+                .iter()
+                .zip(&proposed)
+                .map(|(&i, p)| {
+                    let mut p = p.clone();
+                    if let Some(o) = tools.offered(&turn.calls[i].name) {
+                        p["input_schema"] = o.tool.parameters.clone();
+                    }
+                    p
+                })
+                .collect();
+            let expires_at = loop_of_step(step)
+                .and_then(|lp| lp.approve_expires)
+                .map(|d| record::now_ms().saturating_add(u64::try_from(d.as_millis()).unwrap_or(u64::MAX)));
             let mut o = StepOutcome::ok(Some(json!({
                 "prompt": format!(
                     "agent loop `{agent}` of step `{}` wants to call {}: approve, edit or reject each",
@@ -547,8 +580,13 @@ impl<'e, S: Store> Run<'e, S> {
                     }
                 ),
                 "agent": agent,
-                "calls": proposed,
+                "calls": asked,
             })));
+            if let (Some(at), Some(Value::Object(r))) = (expires_at, o.result.as_deref().cloned()) {
+                let mut r = r;
+                r.insert("expires_at".into(), at.into());
+                o.result = Some(std::sync::Arc::new(Value::Object(r)));
+            }
             o.stop = Some(RunStatus::Interrupted);
             let started = record::Stamp::now();
             self.record_part(step, part, "approval", None, None, &mut o, started)

@@ -49,11 +49,16 @@ impl<'e, S: Store> Run<'e, S> {
             Some(rec) if rec.status == StepStatus::Succeeded => {
                 Some(rec.result.as_deref().cloned().unwrap_or(Value::Null))
             }
-            Some(rec) if rec.status == StepStatus::Interrupted => self
-                .tree
-                .resume
-                .decision_at(&self.record.id, &part, None)
-                .cloned(),
+            Some(rec) if rec.status == StepStatus::Interrupted => match self.given(&part, None) {
+                Some(super::inbox::Given::Decision(d)) => Some(d),
+                Some(super::inbox::Given::Expired) => {
+                    return Approved::Done(Box::new(StepOutcome::err(StepError::new(
+                        ErrorKind::Timeout,
+                        format!("the approval of the call of `{tool}` expired without a decision"),
+                    ))));
+                }
+                None => None,
+            },
             _ => None,
         };
         let Some(given) = given else {
@@ -63,7 +68,10 @@ impl<'e, S: Store> Run<'e, S> {
                     step.id
                 ),
                 "agent": agent,
-                "calls": proposed,
+                "calls": [{
+                    "id": "call_1", "tool": tool, "arguments": input,
+                    "input_schema": super::inbox::agent_input_schema(step),
+                }],
             })));
             o.stop = Some(RunStatus::Interrupted);
             let started = record::Stamp::now();

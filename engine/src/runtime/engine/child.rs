@@ -128,6 +128,7 @@ impl<'e, S: Store> Run<'e, S> {
                         }),
                     ),
                     files: Some(self.file_limits.clone()),
+                    root: Some(Arc::new(self.root_of())),
                 };
                 let resumed = earlier.zip(replay);
                 self.engine

@@ -76,9 +76,15 @@ impl<'e, S: Store> Run<'e, S> {
                     answers.push((asked, reply));
                 }
                 StepStatus::Interrupted => {
-                    let Some(given) = self.tree.resume.decision_at(&self.record.id, &num, None) else {
-                        break;
+                    let given = match self.given(&num, None) {
+                        Some(super::inbox::Given::Decision(d)) => d,
+                        // A server's question has no expiry; an expired item declines it.
+                        Some(super::inbox::Given::Expired) => {
+                            serde_json::json!({"reject": "the question expired without an answer"})
+                        }
+                        None => break,
                     };
+                    let given = &given;
                     let question = rec.result.as_deref().cloned().unwrap_or(Value::Null);
                     let asked = asked_of(Some(&question));
                     let mut o = StepOutcome::ok(Some(given.clone()));

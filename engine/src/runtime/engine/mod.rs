@@ -15,6 +15,7 @@ mod approve;
 mod child;
 mod elicit;
 mod foreach;
+mod inbox;
 mod input_files;
 mod invoke;
 mod limits;
@@ -190,6 +191,8 @@ struct Lineage {
     budget: Option<Budget>,
     /// The parent run's file limits: a child run's files count against them too.
     files: Option<Arc<crate::files::FileLimits>>,
+    /// The root run of the tree, for a child run's inbox items (`None` in the root).
+    root: Option<Arc<inbox::RootOf>>,
 }
 
 /// Shared, immutable facts of one run tree.
@@ -216,6 +219,9 @@ struct Tree {
     carry: Option<u64>,
     /// Model calls of the whole tree whose cost is unknown (no `usage` reported).
     unknown_calls: AtomicU64,
+    /// An inbox item a run of the tree added as it stopped was answered before the stop
+    /// was on record: the tree is resumed again at once ([`Run::answered_meanwhile`]).
+    answered: std::sync::atomic::AtomicBool,
 }
 
 /// How a caller stops runs: [`RunControls::cancel`] ends them `cancelled`;
@@ -399,6 +405,8 @@ struct Run<'e, S: Store> {
     started: Instant,
     /// Resuming: the run's records, replayed instead of calling again.
     replay: Option<Arc<Replay>>,
+    /// The parts recorded as stopped to ask a human, for the inbox ([`Run::note_asked`]).
+    asked: std::sync::Mutex<Vec<inbox::Asked>>,
     /// The store holds the run's starting record as it is already (a submitted run claimed
     /// for the first time): its start is not written again.
     start_recorded: bool,

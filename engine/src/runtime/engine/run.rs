@@ -151,7 +151,48 @@ impl<S: Store> Engine<S> {
             run.record.item_id = Some(item.id);
             run.record.item_index = Some(item.index);
         }
-        run.execute().await
+        let outcome = run.execute().await;
+        self.again_if_answered(&tree, outcome, &state).await
+    }
+
+    /// A root run that stopped `interrupted` while one of its questions was answered (between
+    /// the item's add and the stop's record, by another process): nothing else would continue
+    /// it, so it is resumed here at once, and the recorded answer applies.
+    async fn again_if_answered(
+        &self,
+        tree: &Arc<Tree>,
+        outcome: RunOutcome,
+        state: &Arc<AgentState>,
+    ) -> RunOutcome {
+        if outcome.status != RunStatus::Interrupted || !tree.answered.load(Ordering::Relaxed) {
+            return outcome;
+        }
+        let controls = RunControls {
+            cancel: tree.cancel.clone(),
+            pause: tree.pause.clone(),
+            released: None,
+        };
+        let resume = ResumeOptions {
+            allow_changed: true,
+            answered: true,
+            ..ResumeOptions::default()
+        };
+        let again = Box::pin(self.resume(
+            tree.plan.clone(),
+            &outcome.run_id,
+            tree.options.clone(),
+            resume,
+            state.clone(),
+            controls,
+        ))
+        .await;
+        match again {
+            Ok(o) => o,
+            Err(e) => {
+                tracing::warn!(run_id = %outcome.run_id, "could not continue the run its answer was given to: {e}");
+                outcome
+            }
+        }
     }
 
     /// A root run's outcome with what it waits for ([`RunOutcome::waiting`]), read back
@@ -275,7 +316,8 @@ impl<S: Store> Engine<S> {
         // its start would write, but its `now`, which is its claim's start to the
         // millisecond either way ([`recorded_now`]).
         run.start_recorded = fresh;
-        Ok(run.execute().await)
+        let outcome = run.execute().await;
+        Ok(self.again_if_answered(&tree, outcome, &state).await)
     }
 
     /// A run waiting at an `interrupt` (its own or a descendant's) needs a decision that
@@ -289,6 +331,18 @@ impl<S: Store> Engine<S> {
     ) -> Result<Option<(String, String, Option<u64>)>, ResumeError> {
         // The waiting interrupt: in this run, or down the chain of interrupted children.
         let waiting = crate::runtime::resume::waiting_interrupt(&*self.store, record, replay).await?;
+        // Answered in the inbox (SPEC §15): the recorded answer applies, none is needed here.
+        if resume.decision.is_none()
+            && let Some(w) = &waiting
+        {
+            if resume.answered {
+                return Ok(None);
+            }
+            let answers = self.store.inbox().answers(&w.run_id).await?;
+            if answers.contains_key(&(w.step.number.clone(), w.step.iteration)) {
+                return Ok(None);
+            }
+        }
         let target = waiting
             .as_ref()
             .filter(|_| resume.decision.is_some())
@@ -443,6 +497,7 @@ impl<S: Store> Engine<S> {
             spent_nano: AtomicU64::new(0),
             carry,
             unknown_calls: AtomicU64::new(0),
+            answered: AtomicBool::new(false),
         });
         let lineage = Lineage {
             parent_run: None,
@@ -453,6 +508,7 @@ impl<S: Store> Engine<S> {
             hosts,
             budget,
             files: None,
+            root: None,
         };
         (tree, lineage)
     }
@@ -591,6 +647,7 @@ impl<'e, S: Store> Run<'e, S> {
             started: Instant::now(),
             replay,
             start_recorded: false,
+            asked: Default::default(),
         }
     }
 
@@ -710,11 +767,19 @@ impl<'e, S: Store> Run<'e, S> {
         }
         // After a failed store write the run's end is not recorded either: it stays `running`,
         // to be resumed once the store works, rather than ending `failed` for the store's sake.
+        // The inbox first: a run on record as waiting has its items (SPEC §15).
+        let added = match status {
+            RunStatus::Interrupted if self.store_failed().is_none() => self.settle_inbox(true).await,
+            RunStatus::Succeeded | RunStatus::Failed | RunStatus::Cancelled => self.settle_inbox(false).await,
+            _ => Vec::new(),
+        };
         if self.store_failed().is_some() {
             tracing::warn!(run_id = %self.record.id, "the store failed: the end of the run is not recorded");
         } else if let Err(e) = self.engine.store.update_run(&self.record).await {
             tracing::error!(run_id = %self.record.id, error = %e, "could not record the end of the run");
             self.store_error(&e);
+        } else {
+            self.answered_meanwhile(&added).await;
         }
         if let Some(o) = &self.engine.observer {
             if self.store_failed().is_some() {
@@ -780,6 +845,7 @@ impl<'e, S: Store> Run<'e, S> {
         {
             o.step(&r);
         }
+        self.note_asked(&r);
         let written = if queued {
             store.queue_step(r).await
         } else {

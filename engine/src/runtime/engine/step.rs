@@ -71,29 +71,41 @@ impl<'e, S: Store> Run<'e, S> {
                 let decision = match earlier {
                     Some(rec) if rec.status == StepStatus::Succeeded => rec.result.clone(),
                     // The decision answers the stop `resume` found waiting, no other.
-                    Some(rec) if rec.status == StepStatus::Interrupted => {
-                        match self.tree.resume.decision_at(&self.record.id, number, None) {
-                            Some(d) => {
-                                if let Some(expires) = i.expires {
-                                    let waited = record::now_ms().saturating_sub(rec.started_at);
-                                    if u128::from(waited) > expires.as_millis() {
-                                        let mut o = StepOutcome::err(StepError::new(
-                                            ErrorKind::Timeout,
-                                            format!(
-                                                "the decision for interrupt step `{}` came after it expired ({} after it stopped)",
-                                                step.id,
-                                                fmt_duration(expires)
-                                            ),
-                                        ));
-                                        o.input = Some(input);
-                                        return o;
-                                    }
-                                }
-                                Some(Arc::new(d.clone()))
-                            }
-                            None => None,
+                    Some(rec) if rec.status == StepStatus::Interrupted => match self.given(number, None) {
+                        Some(super::inbox::Given::Expired) => {
+                            let mut o = StepOutcome::err(StepError::new(
+                                ErrorKind::Timeout,
+                                format!(
+                                    "the question of interrupt step `{}` expired without a decision{}",
+                                    step.id,
+                                    i.expires
+                                        .map(|e| format!(" ({} after it stopped)", fmt_duration(e)))
+                                        .unwrap_or_default()
+                                ),
+                            ));
+                            o.input = Some(input);
+                            return o;
                         }
-                    }
+                        Some(super::inbox::Given::Decision(d)) => {
+                            if let Some(expires) = i.expires {
+                                let waited = record::now_ms().saturating_sub(rec.started_at);
+                                if u128::from(waited) > expires.as_millis() {
+                                    let mut o = StepOutcome::err(StepError::new(
+                                        ErrorKind::Timeout,
+                                        format!(
+                                            "the decision for interrupt step `{}` came after it expired ({} after it stopped)",
+                                            step.id,
+                                            fmt_duration(expires)
+                                        ),
+                                    ));
+                                    o.input = Some(input);
+                                    return o;
+                                }
+                            }
+                            Some(Arc::new(d))
+                        }
+                        None => None,
+                    },
                     _ => None,
                 };
                 if let Some(decision) = decision {

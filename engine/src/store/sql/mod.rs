@@ -16,6 +16,7 @@ pub mod batches;
 mod dialect;
 mod error;
 pub mod files;
+pub mod inbox;
 pub mod limits;
 pub mod queue;
 mod rows;
@@ -127,6 +128,8 @@ pub struct SqlStore {
     fences: std::sync::Mutex<std::collections::HashMap<String, Fence>>,
     /// The bytes of files (SPEC §6.5), read and written on the pool, not through the writer.
     blobs: Arc<files::SqlBlobs>,
+    /// The inbox (SPEC §15), read and written on the pool.
+    inbox: Arc<inbox::SqlInbox>,
 }
 
 impl std::fmt::Debug for SqlStore {
@@ -237,6 +240,10 @@ impl SqlStore {
             ctx.clone(),
             options.synchronous,
         ));
+        let inbox = Arc::new(inbox::SqlInbox {
+            pool: pool.clone(),
+            ctx: ctx.clone(),
+        });
         Ok(SqlStore {
             pool,
             ctx,
@@ -244,6 +251,7 @@ impl SqlStore {
             writer,
             fences: Default::default(),
             blobs,
+            inbox,
         })
     }
 
@@ -594,6 +602,10 @@ async fn prepare_on(
 impl Store for SqlStore {
     fn blobs(&self) -> Arc<dyn crate::store::blobs::Blobs> {
         self.blobs.clone()
+    }
+
+    fn inbox(&self) -> Arc<dyn crate::store::inbox::Inbox> {
+        self.inbox.clone()
     }
 
     async fn create_run(&self, run: &RunRecord) -> Result<(), StoreError> {

@@ -18,7 +18,7 @@ use crate::record::now_ms;
 use crate::store::StoreError;
 
 /// The newest schema this build reads and writes.
-pub const SCHEMA_VERSION: i64 = 11;
+pub const SCHEMA_VERSION: i64 = 12;
 
 struct Migration {
     version: i64,
@@ -268,6 +268,68 @@ const MIGRATIONS: &[Migration] = &[
         )",
             "ALTER TABLE runs ADD COLUMN files TEXT",
             "ALTER TABLE steps ADD COLUMN files TEXT",
+        ],
+    },
+    Migration {
+        version: 12,
+        description: "the inbox: the questions runs wait at, and the decisions that answer them",
+        // SPEC §15. A question's shape (flow, step, kind, decision schema) is kept once, in
+        // `inbox_shapes`; each waiting part is a row of `inbox` (`iteration` -1 when none,
+        // `calls` JSON or NULL); `decisions` is append-only; `inbox_bulk` keeps each bulk
+        // preview's items until it is applied.
+        statements: &[
+            "CREATE TABLE inbox_shapes (
+            shape TEXT PRIMARY KEY,
+            flow TEXT NOT NULL,
+            step TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            schema TEXT NOT NULL
+        )",
+            "CREATE TABLE inbox (
+            id TEXT PRIMARY KEY,
+            run_id TEXT NOT NULL,
+            root_run TEXT NOT NULL,
+            number TEXT NOT NULL,
+            iteration BIGINT NOT NULL,
+            shape TEXT NOT NULL,
+            batch TEXT,
+            item TEXT,
+            question TEXT NOT NULL,
+            calls TEXT,
+            created_at BIGINT NOT NULL,
+            expires_at BIGINT,
+            state TEXT NOT NULL,
+            settled_at BIGINT
+        )",
+            "CREATE INDEX inbox_by_state ON inbox (state, created_at)",
+            "CREATE INDEX inbox_by_expiry ON inbox (state, expires_at)",
+            "CREATE INDEX inbox_by_run ON inbox (run_id)",
+            "CREATE INDEX inbox_by_root ON inbox (root_run)",
+            "CREATE TABLE decisions (
+            id TEXT PRIMARY KEY,
+            item_id TEXT NOT NULL,
+            run_id TEXT NOT NULL,
+            root_run TEXT NOT NULL,
+            actor TEXT NOT NULL,
+            via TEXT NOT NULL,
+            decision TEXT NOT NULL,
+            reason TEXT,
+            edited TEXT,
+            bulk_id TEXT,
+            at BIGINT NOT NULL
+        )",
+            "CREATE INDEX decisions_by_item ON decisions (item_id)",
+            "CREATE INDEX decisions_by_at ON decisions (at, id)",
+            "CREATE INDEX decisions_by_root ON decisions (root_run, at)",
+            "CREATE TABLE inbox_bulk (
+            token TEXT PRIMARY KEY,
+            filter TEXT NOT NULL,
+            decision TEXT,
+            items TEXT NOT NULL,
+            created_at BIGINT NOT NULL,
+            applied_at BIGINT,
+            bulk_id TEXT
+        )",
         ],
     },
 ];

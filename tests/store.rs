@@ -602,7 +602,7 @@ async fn a_full_disk_fails_clearly_and_keeps_what_was_recorded() {
     let url = format!("sqlite:{}", path.display());
     // A size cap (in pages) stands in for a tiny filesystem: SQLite reports SQLITE_FULL either way.
     let options = SqlOptions {
-        max_pages: Some(48),
+        max_pages: Some(60),
         ..Default::default()
     };
     let store = SqlStore::open_with(&url, options).await.expect("opens");
@@ -1203,6 +1203,11 @@ async fn stored_version(conn: &mut AnyConnection) -> i64 {
 /// batch's cost cap), 7 (run writers), 6 (submitted batches) and 5 (runs without the `now`
 /// they saw).
 pub(crate) const SCHEMA_5_TO_4: &[&str] = &[
+    "DROP TABLE inbox_bulk",
+    "DROP TABLE decisions",
+    "DROP TABLE inbox",
+    "DROP TABLE inbox_shapes",
+    "DELETE FROM schema_version WHERE version = 12",
     "DROP TABLE files",
     "DROP TABLE file_chunks",
     "ALTER TABLE runs DROP COLUMN files",

@@ -27,6 +27,9 @@ pub(crate) struct Earlier {
     runs: VecDeque<RunRecord>,
     until: u64,
     fresh: bool,
+    /// The root runs whose inbox items were answered (decided or expired, SPEC §15), read
+    /// once at the first interrupted run: they are resumed, the answer applies.
+    answered: Option<std::collections::HashSet<String>>,
 }
 
 impl Earlier {
@@ -37,6 +40,7 @@ impl Earlier {
             runs: VecDeque::new(),
             until: 0,
             fresh: false,
+            answered: None,
         }
     }
 
@@ -88,6 +92,29 @@ impl Earlier {
             }
         }
         Ok(latest)
+    }
+}
+
+impl Earlier {
+    /// Whether interrupted run `run_id` of the batch has an inbox item answered since it
+    /// stopped (decided or expired): a batch run again resumes it.
+    pub(crate) async fn answered<S: Store>(&mut self, store: &S, run_id: &str) -> Result<bool, BatchError> {
+        if self.answered.is_none() {
+            let mut roots = std::collections::HashSet::new();
+            for state in [
+                crate::record::inbox::ItemState::Decided,
+                crate::record::inbox::ItemState::Expired,
+            ] {
+                let q = crate::store::inbox::ItemQuery {
+                    state: Some(state),
+                    batch: Some(self.batch.clone()),
+                    ..Default::default()
+                };
+                roots.extend(store.inbox().list(&q).await?.into_iter().map(|i| i.root_run));
+            }
+            self.answered = Some(roots);
+        }
+        Ok(self.answered.as_ref().is_some_and(|r| r.contains(run_id)))
     }
 }
 
@@ -148,6 +175,7 @@ pub(super) fn decide(
     previous: Option<RunRecord>,
     options: &BatchOptions,
     root: &crate::plan::FlowPlan,
+    answered: bool,
 ) -> Result<Action, BatchError> {
     if let Some(prev) = &previous
         && prev.item_id.as_deref() != Some(line.id.as_str())
@@ -178,6 +206,8 @@ pub(super) fn decide(
             RunStatus::Interrupted if in_doubt && options.retry_in_doubt => {
                 return Ok(Action::Resume(prev.id));
             }
+            // Its question was answered in the inbox: the answer applies now.
+            RunStatus::Interrupted if answered => return Ok(Action::Resume(prev.id)),
             status => {
                 let text = record_line(&prev, &line.id_value);
                 return Ok(Action::Write(status, text, prev.usage));

@@ -150,7 +150,13 @@ impl<'o, S: Store> Driver<'o, S> {
     async fn start_item(&mut self, mut line: Line) -> Result<(), BatchError> {
         let seq = self.reorder.push();
         let previous = self.earlier.latest(&*self.items.engine.store, line.index).await?;
-        let action = decide(&mut line, previous, self.options, &self.root)?;
+        let answered = match &previous {
+            Some(p) if p.status == crate::record::RunStatus::Interrupted => {
+                self.earlier.answered(&*self.items.engine.store, &p.id).await?
+            }
+            _ => false,
+        };
+        let action = decide(&mut line, previous, self.options, &self.root, answered)?;
         let runs = matches!(action, Action::Start(_) | Action::Resume(_));
         // The budget stops only what would spend: items written from the store still are.
         if let Some(cap) = &self.items.cap

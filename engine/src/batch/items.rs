@@ -123,7 +123,8 @@ impl<S: Store> Items<S> {
             decision_for: None,
             allow_changed: options.allow_changed,
             lost: None,
-            answered: false,
+            // An interrupted run is resumed only when its question was answered (SPEC §15).
+            answered: true,
         };
         Items {
             engine,

@@ -213,7 +213,7 @@ fn a_full_disk_stops_a_batch_clearly_and_the_same_command_continues() {
     // The store may grow to 40 pages of 4 KiB: it fills up part-way through the batch.
     a_failing_store_stops_the_batch(
         &dir,
-        "sqlite:runs.db?max_pages=40",
+        "sqlite:runs.db?max_pages=52",
         &["the store failed", "is full"],
     );
 }

@@ -124,6 +124,9 @@ impl<S: Store> Items<S> {
             allow_changed: options.allow_changed,
             lost: None,
             answered: false,
+            record_answer: false,
+            actor: None,
+            reason: None,
         };
         Items {
             engine,

@@ -686,6 +686,7 @@ const TESTED: &[&str] = &[
     "tool-cycle",
     "loop-setting-without-tools",
     "tool-input-not-object",
+    "expiry-without-approval",
 ];
 
 macro_rules! rule_tests {
@@ -760,6 +761,7 @@ rule_tests! {
     tool_cycle => "tool-cycle",
     loop_setting_without_tools => "loop-setting-without-tools",
     tool_input_not_object => "tool-input-not-object",
+    expiry_without_approval => "expiry-without-approval",
 }
 
 /// Rules of `switchyard explain --list` that have no fixture folder yet because the binary does

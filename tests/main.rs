@@ -76,6 +76,9 @@
 //!   left, `--files` and `--output` pointed at a file, a damaged store read back;
 //! - [`layers`]: `engine/src`'s modules use only the layers below their own, and no files
 //!   import each other;
+//! - [`inbox_expiry`]: an agent loop's approval with `approve_expires`: an inbox item whose
+//!   schema takes the three decisions, rejected (the model told) or failed `timeout` once it
+//!   expired, a late decision refused;
 //! - [`library`]: the crate root as an application uses it: `examples/approve.rs` run to its
 //!   question and resumed, an approval's pending calls in the outcome, event streams that end.
 
@@ -108,6 +111,7 @@ mod files_tree;
 mod fuzz;
 mod graph;
 mod http_agent;
+mod inbox_expiry;
 mod layers;
 mod library;
 mod lint_agent_loops;

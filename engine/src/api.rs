@@ -46,6 +46,7 @@ pub use crate::batch::{BatchError, BatchOptions, Progress, Summary as BatchSumma
 pub use crate::diag::{Diagnostic, Label, Rule, Severity};
 pub use crate::model::AgentKind;
 pub use crate::record::cost::Cost;
+pub use crate::record::inbox::{DecisionRow, Via};
 pub use crate::record::{Change, Origin, Violation};
 pub use crate::record::{ErrorKind, StepError};
 pub use crate::record::{RunRecord, RunStatus, StepRecord, StepStatus, Usage};
@@ -55,6 +56,7 @@ pub use crate::runtime::resume::{
 };
 pub use crate::source::{FileId, Span};
 pub use crate::store::StoreError;
+pub use crate::store::inbox::Refusal;
 pub use tokio_util::sync::CancellationToken;
 
 /// A flow file loaded, linted and compiled: ready to run, as often as wanted.
@@ -458,6 +460,11 @@ impl<S: Store> Switchyard<S> {
         config: RunConfig,
     ) -> Result<RunOutcome, Error> {
         self.check(flow, &config.options)?;
+        // Questions whose expiry passed are settled first (SPEC §15): a decision comes too
+        // late for them, and a resume without one continues as their expiry says.
+        if self.store.keeps_steps() {
+            self.store.inbox().expire_due().await.map_err(ResumeError::from)?;
+        }
         // The run as this process first sees it: if it is not the same once taken, another
         // process continued it meanwhile, and what this resume was asked does not apply.
         let seen = self.store.get_run(run_id).await.map_err(ResumeError::from)?;
@@ -471,27 +478,122 @@ impl<S: Store> Switchyard<S> {
                 id: run_id.to_string(),
                 status: now.status.as_str(),
             }),
-            Ok(_) => {
+            Ok(now) => {
                 let engine = self.engine_with(streams.clone());
-                match engine
-                    .resume(
-                        flow.plan.clone(),
-                        run_id,
-                        config.options,
-                        resume,
-                        Arc::new(AgentState::default()),
-                        config.controls,
-                    )
-                    .await
-                {
-                    Ok(outcome) => Ok(engine.with_waiting(outcome).await),
+                let answered = if resume.decision.is_some() {
+                    self.record_answer(&engine, &flow.plan, &now, &resume).await
+                } else {
+                    Ok(())
+                };
+                match answered {
                     Err(e) => Err(e),
+                    Ok(()) => match engine
+                        .resume(
+                            flow.plan.clone(),
+                            run_id,
+                            config.options,
+                            resume,
+                            Arc::new(AgentState::default()),
+                            config.controls,
+                        )
+                        .await
+                    {
+                        Ok(outcome) => Ok(engine.with_waiting(outcome).await),
+                        Err(e) => Err(e),
+                    },
                 }
             }
         };
         holding.give_back().await;
         close(streams);
         Ok(outcome?)
+    }
+
+    /// Records the decision `resume` gives in the inbox (SPEC §15), via `library`: checked as
+    /// the resume will check it, then against its item's own schema, then applied in the
+    /// store's transaction, which refuses an item decided before or expired. A run that waits
+    /// at no item (stopped before the inbox) has nothing to record. A decision the caller
+    /// recorded itself (the command line's) is only refused when its item expired: never an
+    /// approval after the expiry.
+    async fn record_answer(
+        &self,
+        engine: &crate::runtime::engine::Engine<S>,
+        plan: &Plan,
+        record: &RunRecord,
+        resume: &ResumeOptions,
+    ) -> Result<(), ResumeError> {
+        let Some(decision) = &resume.decision else {
+            return Ok(());
+        };
+        if !self.store.keeps_steps() {
+            return Ok(());
+        }
+        let Some(waiting) = crate::runtime::resume::waiting_at(&*self.store, &record.id).await? else {
+            // Nothing waits: the resume says so.
+            return Ok(());
+        };
+        let (number, iteration) = (waiting.step.number.clone(), waiting.step.iteration);
+        let id = crate::record::inbox::item_id(&waiting.run_id, &number, iteration);
+        engine.check_waiting(plan, record, Some(waiting), resume)?;
+        let inbox = self.store.inbox();
+        let Some(item) = inbox.get(&id).await? else {
+            return Ok(());
+        };
+        if !resume.record_answer {
+            return match (item.state, item.expires_at) {
+                (crate::record::inbox::ItemState::Expired, Some(at)) => Err(ResumeError::Refused {
+                    id: record.id.clone(),
+                    item: item.id,
+                    refusal: crate::store::inbox::Refusal::Expired { at },
+                }),
+                _ => Ok(()),
+            };
+        }
+        if item.state == crate::record::inbox::ItemState::Waiting {
+            let schema = crate::plan::Schema::new(item.schema.clone());
+            let checked = match &schema {
+                Ok(s) => s.check(decision).map_err(|v| (v.pointer, v.message)),
+                Err(e) => Err((String::new(), format!("the item's schema does not compile: {e}"))),
+            };
+            if let Err((pointer, reason)) = checked {
+                return Err(ResumeError::BadAnswerSchema {
+                    item: item.id,
+                    step: item.step,
+                    pointer: if pointer.is_empty() { "/".into() } else { pointer },
+                    reason,
+                });
+            }
+        }
+        let answer = crate::store::inbox::NewDecision {
+            item_id: item.id.clone(),
+            actor: resume.actor.clone().unwrap_or_else(os_user),
+            via: crate::record::inbox::Via::Library,
+            edited: crate::record::inbox::edited(&item, decision),
+            decision: decision.clone(),
+            reason: resume.reason.clone(),
+            bulk_id: None,
+        };
+        match inbox.decide(vec![answer]).await?.pop() {
+            Some(Ok(_)) => Ok(()),
+            Some(Err(refusal)) => Err(ResumeError::Refused {
+                id: record.id.clone(),
+                item: item.id,
+                refusal,
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// The decisions recorded for run `run_id` (and the runs of its tree), in the order they
+    /// were made (SPEC §15): who, how, what and when.
+    pub async fn decisions(&self, run_id: &str) -> Result<Vec<DecisionRow>, StoreError> {
+        self.store
+            .inbox()
+            .log(&crate::store::inbox::LogQuery {
+                run: Some(run_id.to_string()),
+                ..Default::default()
+            })
+            .await
     }
 
     /// Runs the flow over a JSONL file, as `switchyard batch` does: one run per line, output
@@ -758,4 +860,14 @@ impl Otlp {
     pub fn finish(&self, within: std::time::Duration) -> (u64, u64, Option<String>) {
         self.0.finish(within)
     }
+}
+
+/// The OS user (`$USER`, else `$LOGNAME`, else `unknown`): who answers when the application
+/// names no one.
+fn os_user() -> String {
+    std::env::var("USER")
+        .or_else(|_| std::env::var("LOGNAME"))
+        .ok()
+        .filter(|n| !n.trim().is_empty())
+        .unwrap_or_else(|| "unknown".to_string())
 }

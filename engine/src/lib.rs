@@ -42,11 +42,12 @@ mod store;
 mod syntax;
 
 pub use api::{
-    AgentKind, Approval, BatchError, BatchOptions, BatchSummary, CancellationToken, Change, Cost, Diagnostic,
-    Elicitation, Error, ErrorKind, Event, Events, FileId, Flow, FlowError, Interrupt, Label, NativeAgent,
-    NativeCall, NativeFuture, Natives, Origin, Otlp, PendingCall, Progress, Question, ResumeError,
-    ResumeOptions, Rule, RunConfig, RunControls, RunOptions, RunOutcome, RunRecord, RunStatus, Severity,
-    Span, StepError, StepRecord, StepStatus, StoreError, Switchyard, Usage, Violation, WaitingFor,
+    AgentKind, Approval, BatchError, BatchOptions, BatchSummary, CancellationToken, Change, Cost,
+    DecisionRow, Diagnostic, Elicitation, Error, ErrorKind, Event, Events, FileId, Flow, FlowError,
+    Interrupt, Label, NativeAgent, NativeCall, NativeFuture, Natives, Origin, Otlp, PendingCall, Progress,
+    Question, Refusal, ResumeError, ResumeOptions, Rule, RunConfig, RunControls, RunOptions, RunOutcome,
+    RunRecord, RunStatus, Severity, Span, StepError, StepRecord, StepStatus, StoreError, Switchyard, Usage,
+    Via, Violation, WaitingFor,
 };
 
 /// The engine's insides, for the `switchyard` binary, its benchmark and its integration

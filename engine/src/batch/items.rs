@@ -125,6 +125,9 @@ impl<S: Store> Items<S> {
             lost: None,
             // An interrupted run is resumed only when its question was answered (SPEC §15).
             answered: true,
+            record_answer: false,
+            actor: None,
+            reason: None,
         };
         Items {
             engine,

@@ -156,6 +156,9 @@ fn resume_run(run_id: &str, decision: Option<Value>, args: &ResumeArgs) -> u8 {
         allow_changed: args.allow_changed,
         lost: None,
         answered: false,
+        record_answer: false,
+        actor: None,
+        reason: None,
     };
     let config = RunConfig {
         context: None,
@@ -199,6 +202,10 @@ fn resume_submitted(
     let AnyStore::Sql(sql) = &*store else {
         return fail("a submitted run lives in a SQL store");
     };
+    // Questions whose expiry passed are settled first, as `Switchyard::resume` does (SPEC §15).
+    if let Err(e) = rt.block_on(store.inbox().expire_due()) {
+        return fail(e);
+    }
     let Some(name) = record.batch.clone() else {
         return fail(format!("run `{}` is submitted but names no batch", record.id));
     };
@@ -222,6 +229,9 @@ fn resume_submitted(
         allow_changed: true,
         lost: None,
         answered: false,
+        record_answer: false,
+        actor: None,
+        reason: None,
     };
     let engine = Engine::new(store.clone());
     let holder = format!("resume-{}", crate::cluster::worker::new_worker_id());
@@ -432,6 +442,9 @@ async fn continue_batch(store: &Arc<AnyStore>, name: &str, decision: Option<Valu
             allow_changed: true,
             lost: None,
             answered: false,
+            record_answer: false,
+            actor: None,
+            reason: None,
         };
         todo.push((r, resume));
     }

@@ -667,9 +667,11 @@ impl<'p> Compiler<'p> {
             until_tool: l.until_tool.as_ref().map(|u| u.value.clone()),
             approve: l.approve.iter().map(|a| a.value.clone()).collect(),
             servers,
-            // Set from `approve_expires:` / `on_expire:` once the model reads them.
-            approve_expires: None,
-            reject_on_expire: false,
+            approve_expires: l.approve_expires.as_ref().map(|d| d.value.0),
+            reject_on_expire: l
+                .on_expire
+                .as_ref()
+                .is_some_and(|o| o.value == crate::model::OnExpire::Reject),
         })
     }
 

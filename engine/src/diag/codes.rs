@@ -85,13 +85,14 @@ rules! {
     HOST_NOT_ALLOWED = "SY505", "host-not-allowed", Error, "an `http` agent or LLM provider whose host is outside the flow's `allow_hosts`";
     UNKNOWN_TOOL = "SY506", "unknown-tool", Error, "an `until_tool` or `approve` entry that is not one of the agent loop's tools";
     TOOL_CYCLE = "SY507", "tool-cycle", Error, "an agent loop whose tools include its own agent, directly or through other agent loops";
-    LOOP_SETTING_WITHOUT_TOOLS = "SY508", "loop-setting-without-tools", Warning, "`max_iterations`, `max_parallel_tools`, `until_tool` or `approve` on an `llm` agent without `tools`";
+    LOOP_SETTING_WITHOUT_TOOLS = "SY508", "loop-setting-without-tools", Warning, "`max_iterations`, `max_parallel_tools`, `until_tool`, `approve`, `approve_expires` or `on_expire` on an `llm` agent without `tools`";
     TOOL_INPUT_NOT_OBJECT = "SY509", "tool-input-not-object", Error, "a tool whose `input_schema` does not describe an object";
     MCP_TOOL_NOT_ALLOWED = "SY510", "mcp-tool-not-allowed", Error, "an MCP tool named by an `mcp` agent, an agent loop's `tools` (`server.tool`), `approve`, `no_approval` or `idempotent` that its server's `tools:` allowlist leaves out";
     SECRET_IN_MCP_TARGET = "SY511", "secret-in-mcp-target", Error, "a secret reference in an MCP server's `url` or `command`, where it would be seen and logged";
     TOOL_NAME_COLLISION = "SY512", "tool-name-collision", Error, "two tools of an agent loop offered to the model under one name (`<server>__<tool>`, cut to 64 characters, or an agent of that name)";
     MCP_SERVER_UNREACHABLE = "SY513", "mcp-server-unreachable", Error, "an MCP server that `lint --mcp` cannot start, reach or list the tools of";
     MCP_TOOL_NOT_LISTED = "SY514", "mcp-tool-not-listed", Error, "a tool named by an `mcp` agent, a server's `tools:` or `approve:`, or an agent loop's `tools`/`approve` that the live server does not list (`lint --mcp`)";
+    EXPIRY_WITHOUT_APPROVAL = "SY515", "expiry-without-approval", Warning, "`approve_expires` or `on_expire` on an agent loop that asks for no approval, or `on_expire` without `approve_expires`";
 }
 
 /// The rule with this code (`SY201`) or name (`unknown-step`), case-insensitive.

@@ -281,6 +281,9 @@ fn lint(project: &Project, keep_parsed: bool) -> (Vec<Diagnostic>, ParseCache) {
             rules::bounds::agent(&mut out, a);
             rules::unknown_tool::agent(&mut out, a);
             rules::loop_without_tools::agent(&mut out, a, &project.sources.get(lib.file).text);
+            rules::expiry_without_approval::agent(&mut out, a, &project.sources.get(lib.file).text, |s| {
+                l.mcp_servers.get(s)
+            });
         }
         rules::secrets::tokens(lib.file, &project.sources.get(lib.file).text, &mut out);
     }
@@ -438,6 +441,7 @@ pub fn lint_flow(cx: &FlowCx, out: &mut Vec<Diagnostic>, parsed: &mut ParseCache
     for a in cx.defined_agents() {
         rules::unknown_tool::agent(out, a);
         rules::loop_without_tools::agent(out, a, cx.text);
+        rules::expiry_without_approval::agent(out, a, cx.text, |s| cx.mcp_servers.get(s).copied());
     }
     rules::tool_cycle::check(cx, out);
     rules::tool_input::check(cx, out);

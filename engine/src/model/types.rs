@@ -439,6 +439,16 @@ pub enum MessageMode {
     Bookend,
 }
 
+/// What an agent loop's approval that expired without a decision does (`on_expire:`).
+#[derive(Clone, Debug, PartialEq, Eq, Copy, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum OnExpire {
+    /// The step fails with kind `timeout`.
+    Fail,
+    /// The calls are rejected: the model is told, and the loop goes on.
+    Reject,
+}
+
 #[derive(Clone, Debug, JsonSchema)]
 pub struct LlmAgent {
     /// A name from `providers`.
@@ -474,6 +484,12 @@ pub struct LlmAgent {
     /// or `repo.*`.
     #[serde(default)]
     pub approve: Vec<Sp<String>>,
+    /// How long an approval waits for a decision (SPEC §15), e.g. `72h`; unset, it waits
+    /// until answered.
+    pub approve_expires: Option<Sp<Dur>>,
+    /// What an approval that expired without a decision does: `fail` (the default) fails the
+    /// step with kind `timeout`; `reject` rejects the calls and tells the model so.
+    pub on_expire: Option<Sp<OnExpire>>,
     /// Files sent with the user message (SPEC §6.5): a value template over `input` that gives
     /// a file reference or a list of them (`=input.scans`); raster images become image parts,
     /// text files text parts; `null` sends none.

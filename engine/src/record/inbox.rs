@@ -235,6 +235,32 @@ pub fn random_bytes<const N: usize>() -> [u8; N] {
     out
 }
 
+/// What an approval's decision edited: `[{call, tool, before, after}]` for each `edit`,
+/// `None` when nothing was.
+pub fn edited(item: &InboxItem, decision: &Value) -> Option<Value> {
+    if item.kind != "approval" {
+        return None;
+    }
+    let each: Vec<&Value> = match decision {
+        Value::Array(a) => a.iter().collect(),
+        one => vec![one],
+    };
+    let edits: Vec<Value> = each
+        .iter()
+        .zip(&item.calls)
+        .filter_map(|(d, c)| {
+            let after = d.get("edit")?;
+            Some(serde_json::json!({
+                "call": c.get("id").cloned().unwrap_or(Value::Null),
+                "tool": c.get("tool").cloned().unwrap_or(Value::Null),
+                "before": c.get("arguments").cloned().unwrap_or(Value::Null),
+                "after": after,
+            }))
+        })
+        .collect();
+    (!edits.is_empty()).then_some(Value::Array(edits))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

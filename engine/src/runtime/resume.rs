@@ -37,6 +37,13 @@ pub struct ResumeOptions {
     /// The caller knows an inbox item of the tree was answered (decided or expired) and is
     /// not applied yet: the run is continued without a decision given here (SPEC §15).
     pub(crate) answered: bool,
+    /// Record `decision` in the inbox before resuming (SPEC §15), as the library's answer:
+    /// set by [`ResumeOptions::decision`]. The command line records its own answers.
+    pub(crate) record_answer: bool,
+    /// Who answers: recorded with the decision (default the OS user).
+    pub(crate) actor: Option<String>,
+    /// Why, recorded with the decision.
+    pub(crate) reason: Option<String>,
 }
 
 impl ResumeOptions {
@@ -44,8 +51,26 @@ impl ResumeOptions {
     /// `interrupt` step, a value its `schema` accepts; for an agent loop's approval,
     /// `{"approve": true}`, `{"edit": {<arguments>}}` or `{"reject": "why"}`, or a list of
     /// them, one per pending call in order. Checked before anything runs.
+    ///
+    /// The decision is an answer like `switchyard inbox decide`: recorded in the inbox (via
+    /// `library`, by [`ResumeOptions::actor`]) before the run continues, and refused when the
+    /// question was decided before or expired ([`ResumeError::Refused`]).
     pub fn decision(mut self, decision: Value) -> Self {
         self.decision = Some(decision);
+        self.record_answer = true;
+        self
+    }
+
+    /// Who gives the decision, as the inbox records it; default the OS user (`$USER`, else
+    /// `$LOGNAME`).
+    pub fn actor(mut self, name: impl Into<String>) -> Self {
+        self.actor = Some(name.into());
+        self
+    }
+
+    /// Why, recorded with the decision.
+    pub fn reason(mut self, reason: impl Into<String>) -> Self {
+        self.reason = Some(reason.into());
         self
     }
 
@@ -478,6 +503,24 @@ pub enum ResumeError {
          `switchyard runs show {id}` shows where it is"
     )]
     MovedOn { id: String, status: &'static str },
+    /// The decision does not match the decision schema of the inbox item it answers.
+    #[error(
+        "the decision does not match the schema of inbox item `{item}` (step `{step}`) at `{pointer}`: {reason}"
+    )]
+    BadAnswerSchema {
+        item: String,
+        step: String,
+        pointer: String,
+        reason: String,
+    },
+    /// The inbox refused the decision (SPEC §15): the question was decided before (by whom,
+    /// how and when), expired, or closed. Nothing was resumed.
+    #[error("the decision for run `{id}` (inbox item `{item}`) was not recorded: {refusal}")]
+    Refused {
+        id: String,
+        item: String,
+        refusal: crate::store::inbox::Refusal,
+    },
     #[error("the decision does not match the `schema` of interrupt step `{step}` {reason}")]
     BadDecision {
         step: String,

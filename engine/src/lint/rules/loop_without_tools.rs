@@ -32,6 +32,8 @@ pub fn agent(out: &mut Vec<Diagnostic>, a: &Agent, text: &str) {
         ),
         ("until_tool", l.until_tool.as_ref().map(|u| u.span)),
         ("approve", l.approve.first().map(|e| e.span)),
+        ("approve_expires", l.approve_expires.as_ref().map(|d| d.span)),
+        ("on_expire", l.on_expire.as_ref().map(|o| o.span)),
     ];
     let empty = if l.tools.span.is_some() {
         "an empty `tools`"
@@ -57,7 +59,7 @@ pub fn agent(out: &mut Vec<Diagnostic>, a: &Agent, text: &str) {
 /// The span of `key` written as the key of the value at `value`: the last `key` before it
 /// followed by nothing but a colon, quotes, blanks and comments (and, for a list, its
 /// opening). A `key` inside a comment in between is not it.
-fn key_before(text: &str, value: Span, key: &str) -> Option<Span> {
+pub(super) fn key_before(text: &str, value: Span, key: &str) -> Option<Span> {
     let before = text.get(..value.start as usize)?;
     let (at, _) = before
         .rmatch_indices(key)

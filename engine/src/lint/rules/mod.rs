@@ -6,6 +6,7 @@ pub mod change_targets;
 pub mod cycles;
 pub mod data;
 pub mod error_kind_never_raised;
+pub mod expiry_without_approval;
 pub mod expression_types;
 pub mod fallback;
 pub mod files;

@@ -86,6 +86,8 @@ pub fn agent_keys(kind: AgentKind) -> &'static [&'static str] {
             "max_parallel_tools",
             "until_tool",
             "approve",
+            "approve_expires",
+            "on_expire",
             "attach",
             "max_attach_bytes",
         ],
@@ -219,6 +221,15 @@ pub fn agent(cx: &mut Cx, name: Sp<String>, node: &Node) -> Option<Agent> {
                     .get("approve")
                     .map(|n| string_list(cx, n))
                     .unwrap_or_default(),
+                approve_expires: node.get("approve_expires").and_then(|n| duration(cx, n)),
+                on_expire: node.get("on_expire").and_then(|n| {
+                    enum_(
+                        cx,
+                        n,
+                        "`on_expire`",
+                        &[("fail", OnExpire::Fail), ("reject", OnExpire::Reject)],
+                    )
+                }),
                 attach: node.get("attach").map(any),
                 max_attach_bytes: node.get("max_attach_bytes").and_then(|n| size(cx, n)),
             })

@@ -351,7 +351,7 @@ impl<S: Store> Engine<S> {
         Ok(target)
     }
 
-    fn check_waiting(
+    pub(crate) fn check_waiting(
         &self,
         plan: &Plan,
         record: &RunRecord,

@@ -42,6 +42,8 @@
 //!   warning when they are not;
 //! - [`cluster_worker`]: a worker's heartbeat from its lease, and the runs it gives back when
 //!   it cannot run their bundle;
+//! - [`inbox_workers`]: decisions on PostgreSQL continued by workers exactly once each, expiry
+//!   settled by a running worker, a worker killed with decided runs in hand;
 //! - [`cluster_limits`]: a provider's rate limit and `max_concurrency` held by three workers
 //!   together;
 //! - [`one_writer`]: one writer per run: two `resume`s of one run raced on SQLite and
@@ -112,6 +114,7 @@ mod fuzz;
 mod graph;
 mod http_agent;
 mod inbox_expiry;
+mod inbox_workers;
 mod layers;
 mod library;
 mod lint_agent_loops;

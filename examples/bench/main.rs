@@ -24,6 +24,7 @@ mod w11_workers;
 mod w12_loops;
 mod w13_mcp;
 mod w14_files;
+mod w15_inbox;
 mod w1_chain;
 mod w2_branch;
 mod w3_foreach;
@@ -74,6 +75,7 @@ const WORKLOADS: &[(&str, RunFn)] = &[
     (w12_loops::ID, w12_loops::run),
     (w13_mcp::ID, w13_mcp::run),
     (w14_files::ID, w14_files::run),
+    (w15_inbox::ID, w15_inbox::run),
 ];
 
 /// Measured child processes: `--child NAME ARGS...`.

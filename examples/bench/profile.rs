@@ -43,6 +43,8 @@ pub struct Profile {
     pub w13_items: usize,
     /// W14: items each making one file of 100 KiB (the RSS check also runs twice as many).
     pub w14_items: usize,
+    /// W15: waiting items in the inbox (as many interrupted runs).
+    pub w15_items: usize,
 }
 
 impl Profile {
@@ -66,6 +68,7 @@ impl Profile {
         w11_zero_items: 20000,
         w13_items: 10000,
         w14_items: 10000,
+        w15_items: 100_000,
     };
     /// W6, W8 and W5x (0.5 s of ideal wall) are cheap: the same sizes as `full`; the runtime
     /// workloads are smaller.
@@ -89,6 +92,7 @@ impl Profile {
         w11_zero_items: 20000,
         w13_items: 2000,
         w14_items: 2000,
+        w15_items: 100_000,
     };
 
     pub fn by_name(name: &str) -> Option<Profile> {

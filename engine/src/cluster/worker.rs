@@ -20,6 +20,11 @@
 //!   store answers.
 //! - **Drain** (SIGTERM): no more claims; held runs have `--grace` to finish; then they pause at
 //!   their next recorded point, and every lease still held is given back.
+//! - **Expiry** (SPEC §15): every heartbeat settles the inbox's questions whose expiry passed
+//!   ([`SqlStore::expire_questions`]): their runs are queued again and claimed like runs
+//!   whose question was decided, and fail `timeout` (or reject) where they waited.
+//! - **Answers**: a run that stopped `interrupted` is given back at once; one whose question
+//!   was answered before the give-back is queued again by it ([`SqlStore::release`]).
 //! - A store migrated by a newer switchyard (found by the heartbeat, or refused by a fenced
 //!   write) stops the worker: it writes nothing in the old shape.
 //! - **Provider limits** are held with the other workers of the store ([`WorkerLimits`],
@@ -729,6 +734,7 @@ async fn heartbeat(
         {
             tracing::warn!(worker = %options.id, error = %e, "could not renew the provider slots");
         }
+        settle_expired(sql, &options.id).await;
         match sql.heartbeat(&options.id, &snapshot, options.lease).await {
             Ok(beat) => {
                 last_ok = Instant::now();
@@ -769,6 +775,18 @@ async fn heartbeat(
                 }
             }
         }
+    }
+}
+
+/// Questions whose expiry passed (SPEC §15): marked expired, their runs queued again in the
+/// same transaction, and claimed like decided ones; no one needs to resume them. Every worker
+/// does it every heartbeat (one `UPDATE` when nothing is due); two at once settle each item
+/// once, the second finding it no longer waiting.
+async fn settle_expired(sql: &SqlStore, worker: &str) {
+    match sql.expire_questions().await {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(worker = %worker, expired = n, "questions expired: their runs continue"),
+        Err(e) => tracing::warn!(worker = %worker, error = %e, "could not settle expired questions"),
     }
 }
 

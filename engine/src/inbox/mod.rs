@@ -242,7 +242,17 @@ pub async fn select(
         return Ok((items, Vec::new()));
     };
     let now = store.inbox().now().await?;
-    let mut inputs: HashMap<String, Value> = HashMap::new();
+    // The root runs' inputs, a chunk of runs per statement (not a read per item).
+    let mut roots: Vec<String> = Vec::new();
+    {
+        let mut seen = std::collections::HashSet::new();
+        for i in &items {
+            if seen.insert(i.root_run.as_str()) {
+                roots.push(i.root_run.clone());
+            }
+        }
+    }
+    let mut inputs: HashMap<String, Value> = store.inbox().inputs(&roots).await?;
     let mut out = Vec::new();
     let mut failed = Vec::new();
     for item in items {
@@ -452,6 +462,9 @@ pub enum Continued {
     Failed(String),
 }
 
+/// The flows [`continue_runs`] loaded, by file: each loaded once.
+type Loaded = tokio::sync::Mutex<HashMap<String, Result<Arc<Flow>, String>>>;
+
 /// Continues the root runs of `items` here, `concurrency` at a time, each from its recorded
 /// flow file (loaded once per file), so the recorded answers apply; submitted runs are the
 /// workers' (queued again by the store when the answer was recorded). Returns each root run
@@ -469,7 +482,7 @@ pub async fn continue_runs(
         }
     }
     let switchyard = Arc::new(Switchyard::with_store(store.clone()));
-    let flows: Arc<tokio::sync::Mutex<HashMap<String, Result<Arc<Flow>, String>>>> = Arc::default();
+    let flows: Arc<Loaded> = Arc::default();
     let places = Arc::new(tokio::sync::Semaphore::new(concurrency.max(1)));
     let mut running = tokio::task::JoinSet::new();
     for (n, run_id) in roots.iter().enumerate() {
@@ -502,7 +515,7 @@ pub async fn continue_runs(
 async fn continue_one(
     store: &Arc<AnyStore>,
     switchyard: &Switchyard<AnyStore>,
-    flows: &tokio::sync::Mutex<HashMap<String, Result<Arc<Flow>, String>>>,
+    flows: &Loaded,
     run_id: &str,
     root: Option<std::path::PathBuf>,
 ) -> Continued {

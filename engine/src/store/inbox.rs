@@ -148,6 +148,10 @@ pub trait Inbox: Send + Sync {
     fn mark_bulk<'a>(&'a self, token: &'a str, bulk_id: &'a str) -> BlobFuture<'a, bool>;
     /// The store's clock, Unix ms.
     fn now(&self) -> BlobFuture<'_, u64>;
+    /// The inputs of the runs `run_ids`, as many as one statement per chunk reads: what a
+    /// filter over `input` sees. A run missing from the answer is read by the caller
+    /// (a store without the runs at hand answers none).
+    fn inputs<'a>(&'a self, run_ids: &'a [String]) -> BlobFuture<'a, HashMap<String, Value>>;
 }
 
 /// The inbox of a memory store.
@@ -416,5 +420,10 @@ impl Inbox for MemoryInbox {
 
     fn now(&self) -> BlobFuture<'_, u64> {
         Box::pin(async move { Ok(crate::record::now_ms()) })
+    }
+
+    fn inputs<'a>(&'a self, _run_ids: &'a [String]) -> BlobFuture<'a, HashMap<String, Value>> {
+        // The memory store's runs are its own: read one by one, in memory.
+        Box::pin(async move { Ok(HashMap::new()) })
     }
 }

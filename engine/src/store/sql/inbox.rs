@@ -258,12 +258,18 @@ impl SqlInbox {
 
     /// Queues again the submitted runs among `roots` that wait `interrupted` and that no
     /// process holds: the workers continue them.
+    ///
+    /// Every interrupted run named is locked, held or not (the lease is tested in `SET`, not
+    /// in `WHERE`): a worker giving a run back at this moment either committed first, and
+    /// this sees its lease gone, or waits for this commit, and its release then finds the
+    /// answer and queues the run itself ([`SqlStore::release`](super::SqlStore::release)).
     async fn requeue(&self, roots: &[String], conn: &mut sqlx::AnyConnection) -> Result<(), sqlx::Error> {
         let now = self.ctx.dialect.now_ms();
         for chunk in roots.chunks(CHUNK) {
             let sql = format!(
-                "UPDATE runs SET status = 'queued' WHERE id IN ({}) AND status = 'interrupted' \
-                 AND lease_epoch IS NOT NULL AND (lease_owner IS NULL OR lease_until < {now})",
+                "UPDATE runs SET status = CASE WHEN lease_owner IS NULL OR lease_until < {now} \
+                 THEN 'queued' ELSE status END WHERE id IN ({}) AND status = 'interrupted' \
+                 AND lease_epoch IS NOT NULL",
                 self.params(1, chunk.len())
             );
             let mut q = sqlx::query(AssertSqlSafe(sql));
@@ -387,6 +393,43 @@ impl SqlInbox {
             out[n] = Err(self.refusal(&id, &mut conn).await?);
         }
         Ok(out)
+    }
+}
+
+impl SqlInbox {
+    /// Marks the waiting items whose expiry passed (by the database's clock) `expired` and
+    /// queues their submitted runs again, in one transaction; returns their ids. With
+    /// nothing due it is one `UPDATE` that finds nothing (by `inbox_by_expiry`): cheap enough
+    /// for every worker's heartbeat.
+    pub async fn expire(&self) -> Result<Vec<String>, StoreError> {
+        const WHAT: &str = "settling expired questions";
+        let err = |e: sqlx::Error| self.ctx.error(WHAT, &e);
+        let now = self.ctx.dialect.now_ms();
+        let mut conn = self.pool.acquire().await.map_err(err)?;
+        let mut tx = conn
+            .begin_with(self.ctx.dialect.begin_write())
+            .await
+            .map_err(err)?;
+        let rows = sqlx::query(AssertSqlSafe(format!(
+            "UPDATE inbox SET state = 'expired', settled_at = {now} \
+             WHERE state = 'waiting' AND expires_at IS NOT NULL AND expires_at <= {now} RETURNING id, root_run"
+        )))
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(err)?;
+        let mut ids = Vec::with_capacity(rows.len());
+        let mut seen = std::collections::HashSet::new();
+        let mut roots = Vec::new();
+        for r in rows {
+            ids.push(r.try_get::<String, _>("id").map_err(err)?);
+            let root: String = r.try_get("root_run").map_err(err)?;
+            if seen.insert(root.clone()) {
+                roots.push(root);
+            }
+        }
+        self.requeue(&roots, &mut tx).await.map_err(err)?;
+        tx.commit().await.map_err(err)?;
+        Ok(ids)
     }
 }
 
@@ -558,33 +601,7 @@ impl Inbox for SqlInbox {
 
     fn expire_due(&self) -> BlobFuture<'_, Vec<InboxItem>> {
         Box::pin(async move {
-            const WHAT: &str = "settling expired questions";
-            let err = |e: sqlx::Error| self.ctx.error(WHAT, &e);
-            let now = self.ctx.dialect.now_ms();
-            let mut conn = self.pool.acquire().await.map_err(err)?;
-            let mut tx = conn
-                .begin_with(self.ctx.dialect.begin_write())
-                .await
-                .map_err(err)?;
-            let rows = sqlx::query(AssertSqlSafe(format!(
-                "UPDATE inbox SET state = 'expired', settled_at = {now} \
-                 WHERE state = 'waiting' AND expires_at IS NOT NULL AND expires_at <= {now} RETURNING id, root_run"
-            )))
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(err)?;
-            let mut ids = Vec::with_capacity(rows.len());
-            let mut roots = Vec::new();
-            for r in rows {
-                ids.push(r.try_get::<String, _>("id").map_err(err)?);
-                let root: String = r.try_get("root_run").map_err(err)?;
-                if !roots.contains(&root) {
-                    roots.push(root);
-                }
-            }
-            self.requeue(&roots, &mut tx).await.map_err(err)?;
-            tx.commit().await.map_err(err)?;
-            drop(conn);
+            let ids = self.expire().await?;
             if ids.is_empty() {
                 return Ok(Vec::new());
             }
@@ -723,6 +740,30 @@ impl Inbox for SqlInbox {
                 .await
                 .map_err(|e| self.ctx.error("reading the store's clock", &e))?;
             Ok(uint(at))
+        })
+    }
+
+    fn inputs<'a>(&'a self, run_ids: &'a [String]) -> BlobFuture<'a, HashMap<String, Value>> {
+        Box::pin(async move {
+            const WHAT: &str = "reading the inputs of waiting runs";
+            let err = |e: sqlx::Error| self.ctx.error(WHAT, &e);
+            let mut out = HashMap::with_capacity(run_ids.len());
+            for chunk in run_ids.chunks(CHUNK) {
+                let sql = format!(
+                    "SELECT id, input FROM runs WHERE id IN ({})",
+                    self.params(1, chunk.len())
+                );
+                let q = chunk
+                    .iter()
+                    .fold(sqlx::query(AssertSqlSafe(sql)), |q, id| q.bind(id.clone()));
+                for r in q.fetch_all(&self.pool).await.map_err(err)? {
+                    let id: String = r.try_get("id").map_err(err)?;
+                    let text: String = r.try_get("input").map_err(err)?;
+                    let input = parse_json(&text, "column `input`").map_err(|m| self.corrupt(WHAT, m))?;
+                    out.insert(id, input);
+                }
+            }
+            Ok(out)
         })
     }
 }

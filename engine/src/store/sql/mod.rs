@@ -599,6 +599,14 @@ async fn prepare_on(
     Ok(())
 }
 
+impl SqlStore {
+    /// Settles the questions whose expiry passed ([`inbox::SqlInbox::expire`]): how many.
+    /// What a worker does every heartbeat.
+    pub async fn expire_questions(&self) -> Result<usize, StoreError> {
+        Ok(self.inbox.expire().await?.len())
+    }
+}
+
 impl Store for SqlStore {
     fn blobs(&self) -> Arc<dyn crate::store::blobs::Blobs> {
         self.blobs.clone()

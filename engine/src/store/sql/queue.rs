@@ -460,7 +460,8 @@ impl SqlStore {
     /// worker takes them at once, without counting a recovery (or, of a run stopped
     /// `interrupted`, a `resume` at once). The epoch moves on: whatever
     /// this worker might still write of them is refused. Their records stay: a claim
-    /// resumes them from their last recorded step.
+    /// resumes them from their last recorded step. A run stopped `interrupted` whose
+    /// question was answered meanwhile is queued again in the same transaction.
     pub async fn release(&self, worker: &str, runs: &[(String, i64)]) -> Result<(), StoreError> {
         const WHAT: &str = "giving back leases";
         let err = |e: sqlx::Error| self.ctx.error(WHAT, &e);
@@ -480,6 +481,27 @@ impl SqlStore {
             .execute(&mut *tx)
             .await
             .map_err(err)?;
+        }
+        // A run that stopped `interrupted` while one of its questions was answered after the
+        // engine last looked (decided or expired between its check and this release) is
+        // queued again here: the answer's own transaction found the lease still held and
+        // left it. The answer's requeue locks the run's row first ([`super::inbox`]), so
+        // of the two one sees the other's commit. A settled item counts while its part has
+        // no finished record (an answer given to an earlier stop was applied then).
+        for chunk in runs.chunks(SUBMIT_CHUNK) {
+            let params: Vec<String> = (1..=chunk.len()).map(|i| self.ctx.dialect.param(i)).collect();
+            let sql = format!(
+                "UPDATE runs SET status = 'queued' WHERE id IN ({}) AND status = 'interrupted' \
+                 AND lease_epoch IS NOT NULL AND lease_owner IS NULL AND EXISTS (SELECT 1 FROM inbox i \
+                 WHERE i.root_run = runs.id AND i.state IN ('decided', 'expired') AND NOT EXISTS \
+                 (SELECT 1 FROM steps s WHERE s.run_id = i.run_id AND s.number = i.number \
+                 AND s.iteration = i.iteration AND s.status IN ('succeeded', 'failed')))",
+                params.join(", ")
+            );
+            let q = chunk
+                .iter()
+                .fold(sqlx::query(AssertSqlSafe(sql)), |q, (id, _)| q.bind(id.clone()));
+            q.execute(&mut *tx).await.map_err(err)?;
         }
         tx.commit().await.map_err(err)
     }

@@ -144,6 +144,7 @@ mod redaction;
 mod report;
 mod resume;
 mod resume_changes;
+mod serve;
 mod snapshots;
 mod store;
 mod support;

@@ -512,6 +512,9 @@ pub async fn continue_runs(
     out.into_iter().map(|(_, id, c)| (id, c)).collect()
 }
 
+/// Flow files loaded by [`continue_runs`], by path: each loaded once (or why it did not load).
+type Loaded = tokio::sync::Mutex<HashMap<String, Result<Arc<Flow>, String>>>;
+
 async fn continue_one(
     store: &Arc<AnyStore>,
     switchyard: &Switchyard<AnyStore>,

@@ -79,9 +79,6 @@ pub mod __private {
     pub mod expr {
         pub use crate::expr::*;
     }
-    pub mod inbox {
-        pub use crate::inbox::*;
-    }
     pub mod files {
         pub use crate::files::*;
     }

@@ -14,7 +14,7 @@ pub mod filter;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::api::{Flow, RunConfig, Switchyard};
 use crate::plan::Schema;
@@ -511,9 +511,6 @@ pub async fn continue_runs(
     out.sort_by_key(|(n, _, _)| *n);
     out.into_iter().map(|(_, id, c)| (id, c)).collect()
 }
-
-/// Flow files loaded by [`continue_runs`], by path: each loaded once (or why it did not load).
-type Loaded = tokio::sync::Mutex<HashMap<String, Result<Arc<Flow>, String>>>;
 
 async fn continue_one(
     store: &Arc<AnyStore>,

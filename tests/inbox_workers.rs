@@ -410,3 +410,69 @@ fn a_worker_killed_mid_way_and_its_successor_apply_no_decision_twice() {
         log_of(&dir, "w2")
     );
 }
+
+/// The give-back race: a question answered after the engine last looked but while the worker
+/// still holds the run is left by the answer (the run is held), and queued by the give-back.
+#[test]
+fn an_answer_given_while_the_worker_still_holds_the_run_is_not_lost() {
+    let pg = Pg::new("inbox_race");
+    let dir = TempDir::new("inbox-workers-race");
+    let fx = dir.path().join("effects");
+    let flow = dir.write("gate.yaml", gate_flow(&fx, None, "0"));
+    write_input(&dir, 1);
+    let url = pg.url("sy_inbox_race");
+    let out = submit(&dir, &flow, &url, "r", &[]);
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    let mut w = spawn_worker(&dir, &url, "w1", &["--exit-when-idle"]);
+    assert!(
+        wait_exit(&mut w, Duration::from_secs(60), "worker 1").success(),
+        "{}",
+        log_of(&dir, "w1")
+    );
+    assert_eq!(waiting_items(&pg), 1);
+    // The instant between the run's stop and its give-back: its worker holds it.
+    pg.query("UPDATE runs SET lease_owner = 'w-held', lease_until = 9000000000000000 WHERE batch = 'r'");
+    let rows = pg.query("SELECT id, lease_epoch FROM runs WHERE batch = 'r'");
+    let id = rows[0]["id"].clone().expect("the run");
+    let epoch: i64 = rows[0]["lease_epoch"]
+        .as_deref()
+        .expect("an epoch")
+        .parse()
+        .expect("a number");
+    let me = Actor {
+        name: "tester".into(),
+        via: Via::Api,
+    };
+    with_store(&url, async |store| {
+        inbox::decide(store, &id, json!({"approved": true}), None, &me)
+            .await
+            .expect("decided");
+    });
+    assert_eq!(
+        count_status(&pg, "r", "interrupted"),
+        1,
+        "held: the answer leaves it"
+    );
+    with_store(&url, async |store| {
+        let AnyStore::Sql(sql) = store else {
+            panic!("a SQL store")
+        };
+        sql.release("w-held", &[(id.clone(), epoch)])
+            .await
+            .expect("given back");
+    });
+    assert_eq!(
+        count_status(&pg, "r", "queued"),
+        1,
+        "the give-back found the answer"
+    );
+    let mut w = spawn_worker(&dir, &url, "w2", &["--exit-when-idle"]);
+    assert!(
+        wait_exit(&mut w, Duration::from_secs(60), "worker 2").success(),
+        "{}",
+        log_of(&dir, "w2")
+    );
+    assert_eq!(count_status(&pg, "r", "succeeded"), 1, "{}", log_of(&dir, "w2"));
+    assert_eq!(effects(&fx).values().copied().collect::<Vec<_>>(), vec![1]);
+    assert_eq!(pg.count("SELECT COALESCE(MAX(recoveries), 0) FROM runs"), 0);
+}

@@ -227,6 +227,7 @@ where
         if groups.len() != 3 || total != n as u64 {
             return Err(format!("groups: {} shapes, {total} items", groups.len()));
         }
+        eprintln!("W15 {}: {s:.3} s", if rep == 0 { "warm-up" } else { "sample" });
         if rep > 0 {
             samples.push(s);
         }
@@ -259,6 +260,7 @@ where
                 failed.len()
             ));
         }
+        eprintln!("W15 {}: {s:.3} s", if rep == 0 { "warm-up" } else { "sample" });
         if rep > 0 {
             samples.push(s);
         }
@@ -286,6 +288,7 @@ where
         if p.matched != n.div_ceil(2) || p.shapes != 3 {
             return Err(format!("preview: {} matched, {} shapes", p.matched, p.shapes));
         }
+        eprintln!("W15 {}: {s:.3} s", if rep == 0 { "warm-up" } else { "sample" });
         if rep > 0 {
             samples.push(s);
         }
@@ -314,6 +317,7 @@ where
         .map_err(|e| e.to_string())?;
     let s = secs(t);
     let after = admin(commits).await?.unwrap_or(0);
+    eprintln!("W15 apply: {s:.3} s, {} commits", after - before);
     let approvals = (0..n).filter(|i| i % 2 == 0 && i % 3 == 2).count();
     if applied.applied.len() != matched - approvals || applied.refused.len() != approvals {
         return Err(format!(

@@ -61,6 +61,9 @@
 //! - [`mcp_serve`]: `mcp serve` driven by the official MCP Python SDK over stdio and HTTP, in
 //!   both protocol revisions: tools and schemas, results, errors, a run that stops for a
 //!   human and the run tools, progress, cancellation, the token and Origin checks, origin `mcp`;
+//! - [`serve`]: `switchyard serve` over loopback HTTP: tokens, scopes, sessions and `Origin`;
+//!   decisions (one answer wins, schema violations record nothing), bulk, runs started once
+//!   per idempotency key, server-sent events, decided runs continued by the server;
 //! - [`mcp_conformance`]: the official MCP conformance suite against `mcp serve --http`;
 //! - [`mcp_loop`]: MCP tools in agent loops (definitions from `tools/list`, tool messages,
 //!   names that collide), approvals of MCP calls, a server's questions answered by `resume`,

@@ -512,3 +512,53 @@ fn runs_start_once_per_key_and_stream_their_steps() {
     assert_eq!(get(&at, "/v1/runs/rnone/events", &[READER]).status, 404);
     stop(server);
 }
+
+#[test]
+fn a_bulk_decision_applies_to_the_items_its_preview_counted() {
+    let dir = TempDir::new("serve-bulk");
+    let calls = dir.path().join("calls");
+    dir.write("approve.yaml", approve_flow(&calls));
+    let run_id = interrupted_run(&dir);
+    let (server, at) = serve(&dir, &[]);
+    let decision = json!({"approved": true});
+    let preview = post(
+        &at,
+        "/v1/inbox/bulk",
+        &[],
+        &json!({"filter": "input.amount < 100", "decision": decision, "preview": true}),
+    );
+    assert_eq!(preview.status, 200, "{}", preview.body);
+    let p = preview.json();
+    assert_eq!(
+        (p["matched"].as_u64(), p["shapes"].as_u64()),
+        (Some(1), Some(1)),
+        "{p}"
+    );
+    let token = p["token"].as_str().expect("a token");
+    let other = post(
+        &at,
+        "/v1/inbox/bulk",
+        &[],
+        &json!({"token": token, "decision": {"approved": false}}),
+    );
+    assert_eq!(
+        other.status, 409,
+        "another decision than the one previewed: {}",
+        other.body
+    );
+    let applied = post(
+        &at,
+        "/v1/inbox/bulk",
+        &[],
+        &json!({"token": token, "decision": decision}),
+    )
+    .json();
+    assert_eq!(applied["applied"].as_array().map(Vec::len), Some(1), "{applied}");
+    assert_eq!(applied["refused"], json!([]));
+    let done = wait_for_end(&at, &run_id, ("X-None", "-"));
+    assert_eq!(done["run"]["status"], "succeeded", "{done}");
+    let log = get(&at, "/v1/decisions", &[]).json();
+    assert_eq!(log["decisions"][0]["bulk_id"], applied["bulk_id"], "{log}");
+    stop(server);
+    assert_eq!(std::fs::read_to_string(&calls).expect("the step ran"), "ran\n");
+}

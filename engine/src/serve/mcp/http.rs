@@ -14,6 +14,7 @@ use axum::response::{IntoResponse, Response};
 use tokio_util::sync::CancellationToken;
 
 use super::Server;
+use crate::serve::http::auth::{bearer, same};
 
 /// How the endpoint is guarded.
 #[derive(Clone, Debug, Default)]
@@ -92,17 +93,6 @@ async fn guard(State(options): State<Arc<HttpOptions>>, request: Request, next: 
         }
     }
     next.run(request).await
-}
-
-/// The token of an `Authorization: Bearer <token>` value (the scheme in any case).
-fn bearer(value: &str) -> Option<&str> {
-    let (scheme, token) = value.trim().split_once(' ')?;
-    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
-}
-
-/// Compares in time that depends on the lengths only.
-fn same(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// A loopback origin (`http://localhost:3000`, `http://127.0.0.1`, `http://[::1]:8080`), or

@@ -283,7 +283,7 @@ async fn a_schema_8_store_is_upgraded_by_resume() {
     let id = run_id_from(&out.stderr);
     let db = dir.path().join("runs.db");
     let mut conn = crate::store::raw(&db).await;
-    for sql in &crate::store::SCHEMA_5_TO_4[..2] {
+    for sql in &crate::store::SCHEMA_5_TO_4[5..7] {
         sqlx::query(*sql).execute(&mut conn).await.expect(sql);
     }
     sqlx::Connection::close(conn).await.expect("close");

@@ -1203,6 +1203,11 @@ async fn stored_version(conn: &mut AnyConnection) -> i64 {
 /// batch's cost cap), 7 (run writers), 6 (submitted batches) and 5 (runs without the `now`
 /// they saw).
 pub(crate) const SCHEMA_5_TO_4: &[&str] = &[
+    "DROP TABLE inbox_bulk",
+    "DROP TABLE decisions",
+    "DROP TABLE inbox",
+    "DROP TABLE inbox_shapes",
+    "DELETE FROM schema_version WHERE version = 12",
     "DROP TABLE files",
     "DROP TABLE file_chunks",
     "ALTER TABLE runs DROP COLUMN files",

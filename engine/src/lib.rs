@@ -84,6 +84,9 @@ pub mod __private {
     pub mod glob {
         pub use crate::glob::*;
     }
+    pub mod inbox {
+        pub use crate::inbox::*;
+    }
     pub mod json {
         pub use crate::json::*;
     }

@@ -131,11 +131,23 @@ fn a_late_decision_fails_the_step_and_a_changed_flow_is_refused() {
             "--allow-changed",
         ])
         .args(store));
-    assert_eq!(late.code(), 1, "{}", late.stderr);
+    // A late answer is refused (SPEC §15) and not recorded; what settles the question (here
+    // `inbox list`) continues the run, whose step fails `timeout`.
+    assert_eq!(late.code(), 2, "{}", late.stderr);
     assert!(
-        late.stderr.contains("error[timeout]") && late.stderr.contains("after it expired"),
+        late.stderr.contains("was not decided here: expired at "),
         "{}",
         late.stderr
+    );
+    dir.write("refund.yaml", text);
+    let settled = run(switchyard(dir.path())
+        .args(["inbox", "list", "--json"])
+        .args(store));
+    assert_eq!(settled.code(), 0, "{}", settled.stderr);
+    assert!(
+        settled.stderr.contains(&id) && settled.stderr.contains("failed: [timeout]"),
+        "{}",
+        settled.stderr
     );
 }
 

@@ -32,6 +32,9 @@
 //!   `response_format`, tool results as text, one tool call at a time;
 //! - [`agent_loop_durable`]: agent loops through the binary and SQLite: a killed batch of loops,
 //!   approvals end to end, and how `runs show` and `--trace` show a loop;
+//! - [`inbox_cli`]: the inbox on the command line (SPEC §15): a bulk answer applied to exactly
+//!   the previewed items, two `inbox decide`s raced, answers refused (schema, second, late),
+//!   expiry settled by `inbox list`, `resume --decision` recorded, the decisions log;
 //! - [`resume`]: what a stopped run records and tells: the flow hash over imports and called
 //!   flows, the question of an interrupt and how to answer it;
 //! - [`resume_changes`]: a stopped or killed run resumes under the agent changes it started
@@ -116,6 +119,7 @@ mod files_tree;
 mod fuzz;
 mod graph;
 mod http_agent;
+mod inbox_cli;
 mod inbox_expiry;
 mod inbox_workers;
 mod layers;

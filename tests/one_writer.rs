@@ -121,8 +121,9 @@ fn finish(child: Child) -> (i32, String) {
 }
 
 /// Two `resume ID --decision D` of run `id` started together: exactly one continues the run
-/// (exit 0); the other is refused with exit 2, naming the process that runs it, or — when it
-/// came only after the first one ended — saying the run is no longer waiting.
+/// (exit 0); the other is refused with exit 2, naming the process that runs it, or who
+/// answered first, or — when it came only after the first one ended — saying the run is no
+/// longer waiting.
 fn race_two_resumes(dir: &Path, store: &str, id: &str, decision: &str) {
     let a = start_resume(dir, store, id, decision);
     let b = start_resume(dir, store, id, decision);
@@ -137,7 +138,9 @@ fn race_two_resumes(dir: &Path, store: &str, id: &str, decision: &str) {
     let refused = lost_err.contains(&format!("run `{id}` is being run by another process (pid "))
         && lost_err.contains(", host ")
         || lost_err.contains(&format!("run `{id}` already ended succeeded"))
-        || lost_err.contains(&format!("run `{id}` was continued by another process meanwhile"));
+        || lost_err.contains(&format!("run `{id}` was continued by another process meanwhile"))
+        // The decision is recorded first (SPEC §15): the second one is refused as an answer.
+        || lost_err.contains("was not decided here: already decided by ");
     assert!(refused, "the refusal says why: {lost_err}");
 }
 

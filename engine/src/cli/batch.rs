@@ -132,6 +132,8 @@ pub fn run(args: Args) -> u8 {
         sync_output: store.is_durable(),
         export_only: false,
     };
+    // Questions whose expiry passed are settled before the batch reads its items' runs.
+    settle_expired(&rt, &store, &args);
     let progress = Arc::new(Progress::default());
     let controls = RunControls::default();
     let switchyard = Switchyard::with_store(store.clone());
@@ -183,6 +185,7 @@ pub fn run(args: Args) -> u8 {
         let _ = ticker.await;
         out
     });
+    settle_expired(&rt, &store, &args);
     close_store(&rt, store);
     // Everything is written and the store closed: the workers have nothing left to finish,
     // so the process need not wait for them to wind down.
@@ -195,6 +198,20 @@ pub fn run(args: Args) -> u8 {
         }
     };
     report(&args, &summary, controls.pause.is_cancelled())
+}
+
+/// Settles the questions whose expiry passed (SPEC §15): their runs continue here, their
+/// steps failing `timeout`. One indexed statement when nothing expired; a failure is told and
+/// does not stop the batch.
+fn settle_expired(rt: &tokio::runtime::Runtime, store: &Arc<AnyStore>, args: &Args) {
+    if let Err(e) = rt.block_on(super::inbox::settle(store, args.common.root.clone())) {
+        super::stderr::say(
+            super::stderr::Level::Warn,
+            "inbox_expiry_failed",
+            &format!("could not settle expired questions: {e}"),
+            serde_json::Value::Null,
+        );
+    }
 }
 
 /// The batch's store ([`StoreArg::open_for_batch`]), or `None` once the error is printed.

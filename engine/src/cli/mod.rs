@@ -5,8 +5,10 @@ mod batch;
 mod batches;
 mod collect;
 mod common;
+mod decisions;
 mod explain;
 mod graph;
+mod inbox;
 mod lint;
 mod mcp_check;
 mod mcp_list;
@@ -102,6 +104,11 @@ pub enum Command {
     Runs(runs::Args),
     /// Continue a stored run (the same as `runs resume`).
     Resume(resume::ResumeArgs),
+    /// The questions runs wait at (`interrupt` steps, approvals): list, show and answer them,
+    /// one at a time or by a filter.
+    Inbox(inbox::Args),
+    /// The audit of recorded answers: who decided what, how and when.
+    Decisions(decisions::Args),
     /// Write a batch's report: one self-contained HTML page of its items (counts, cost, the
     /// slowest and the failed ones by error kind), each linked to its run's page.
     Report(report::Args),
@@ -163,7 +170,8 @@ pub fn main() -> ExitCode {
         | Command::Explain(_)
         | Command::Graph(_)
         | Command::Schema(_)
-        | Command::Batches(_) => true,
+        | Command::Batches(_)
+        | Command::Decisions(_) => true,
         Command::Runs(r) => matches!(
             r.command,
             runs::RunsCommand::List(_)
@@ -208,6 +216,8 @@ pub fn main() -> ExitCode {
         Command::Batches(a) => batches::run(a),
         Command::Runs(a) => runs::run(a),
         Command::Resume(a) => resume::resume(a),
+        Command::Inbox(a) => inbox::run(a),
+        Command::Decisions(a) => decisions::run(a),
         Command::Report(a) => report::run(a),
         Command::Serve(a) => serve::run(a),
         Command::Mcp(a) => match a.command {

@@ -30,6 +30,10 @@ process, --concurrency at a time, each under a lease of its own as a worker woul
 `in_doubt` only with --retry-in-doubt, a run waiting at an `interrupt` step or an agent loop's approval only with \
 --decision (the same decision for each, checked against each run's question); the others are listed and left as \
 they are. Runs a worker holds right now are left to it.\n\n\
+--decision is an answer like `switchyard inbox decide`: it is checked against the question's schema and \
+recorded (with --actor, default the OS user, and --reason) before the run continues; an answer to a question \
+decided before (by whom, when) or expired is refused (exit 2). A run that stopped before the inbox existed \
+records nothing and resumes as given.\n\n\
 A resumed run keeps the context it started with: --context is refused. It keeps the agent changes it \
 started with too (--agent-change, recorded with the run): they apply again without the flag, and an \
 --agent-change other than those is refused (exit 2).\n\n\
@@ -52,6 +56,12 @@ pub struct ResumeArgs {
     /// with --batch, the answer for each run of the batch that waits for one.
     #[arg(long)]
     pub decision: Option<String>,
+    /// Who gives --decision, recorded with it in the inbox's log (default the OS user).
+    #[arg(long, requires = "decision")]
+    pub actor: Option<String>,
+    /// Why, recorded with --decision.
+    #[arg(long, requires = "decision")]
+    pub reason: Option<String>,
     /// Call again attempts that started and never finished, even of steps that are not idempotent.
     #[arg(long)]
     pub retry_in_doubt: bool,
@@ -147,6 +157,29 @@ fn resume_run(run_id: &str, decision: Option<Value>, args: &ResumeArgs) -> u8 {
         Ok(o) => o,
         Err(e) => return fail(e),
     };
+    if let Some(d) = &decision
+        && crate::runtime::resume::resumable(record.status)
+    {
+        let root_flow = flow.plan().root();
+        if record.flow_hash != root_flow.hash && !args.allow_changed {
+            return fail(crate::runtime::resume::ResumeError::Changed {
+                id: record.id.clone(),
+                flow: record.flow.clone(),
+                recorded: record.flow_hash.clone(),
+                now: root_flow.hash.clone(),
+            });
+        }
+        let engine = Engine::new(store.clone());
+        if let Err(e) = rt.block_on(record_answer(
+            &engine,
+            flow.plan(),
+            &record.id,
+            d,
+            &answerer(args),
+        )) {
+            return fail(e);
+        }
+    }
     let switchyard = Switchyard::with_store(store.clone());
     let resume = ResumeOptions {
         retry_in_doubt: args.retry_in_doubt,
@@ -171,6 +204,71 @@ fn resume_run(run_id: &str, decision: Option<Value>, args: &ResumeArgs) -> u8 {
     });
     drop(switchyard);
     conclude(&rt, store, outcome.map_err(|e| e.to_string()), args)
+}
+
+/// Who answers with `--decision`, and why.
+struct Answerer {
+    actor: crate::inbox::Actor,
+    reason: Option<String>,
+}
+
+fn answerer(args: &ResumeArgs) -> Answerer {
+    Answerer {
+        actor: super::inbox::actor(args.actor.as_deref()),
+        reason: args.reason.clone(),
+    }
+}
+
+/// `resume --decision` is an answer like `inbox decide` (SPEC §15): recorded for the item of
+/// the part run `run_id` waits at (the one the engine gives the decision to, its own or a
+/// child run's), checked against its schema, before the run continues. A run that waits at
+/// no item (it stopped before the inbox existed, or for another reason) records nothing, and
+/// the engine checks the decision as it always did.
+async fn record_answer(
+    engine: &Engine<AnyStore>,
+    plan: &Plan,
+    run_id: &str,
+    decision: &Value,
+    by: &Answerer,
+) -> Result<(), String> {
+    use crate::inbox::{self, DecideError};
+    let store = &*engine.store;
+    // The engine's own check first: a decision it refuses is not an answer to record.
+    let record = store.get_run(run_id).await.map_err(|e| e.to_string())?;
+    if engine
+        .check_decision_for(plan, &record, decision.clone())
+        .await
+        .is_err()
+    {
+        // Nothing is recorded; the resume refuses the decision in the same words (or says
+        // the run was continued by another process meanwhile, which is why it no longer waits).
+        return Ok(());
+    }
+    let Some(w) = crate::runtime::resume::waiting_at(store, run_id)
+        .await
+        .map_err(|e| e.to_string())?
+    else {
+        return Ok(());
+    };
+    let id = crate::record::inbox::item_id(&w.run_id, &w.step.number, w.step.iteration);
+    match store.inbox().get(&id).await {
+        Ok(Some(_)) => {}
+        Ok(None) => return Ok(()),
+        Err(e) => return Err(e.to_string()),
+    }
+    match inbox::decide(store, &id, decision.clone(), by.reason.clone(), &by.actor).await {
+        Ok(_) => Ok(()),
+        // Worded as `resume` always worded it for an interrupt.
+        Err(DecideError::Invalid {
+            step,
+            pointer,
+            reason,
+            ..
+        }) if w.step.kind == "interrupt" => Err(format!(
+            "the decision does not match the `schema` of interrupt step `{step}` at `{pointer}`: {reason}"
+        )),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 /// Reports a resumed run's end (with the question it waits at, if it stopped at one) and
@@ -245,7 +343,7 @@ fn resume_submitted(
             plan,
             &record.id,
             options,
-            (resume, controls),
+            (resume, controls, &answerer(args)),
         )
         .await
         {
@@ -298,7 +396,7 @@ async fn run_leased(
     plan: Arc<Plan>,
     id: &str,
     options: RunOptions,
-    (resume, controls): (ResumeOptions, RunControls),
+    (resume, controls, by): (ResumeOptions, RunControls, &Answerer),
 ) -> Result<RunOutcome, NotRun> {
     let AnyStore::Sql(sql) = &**store else {
         return Err(NotRun::Failed("a submitted run lives in a SQL store".into()));
@@ -308,8 +406,17 @@ async fn run_leased(
         Ok(None) => return Err(NotRun::Held),
         Err(e) => return Err(NotRun::Failed(e.to_string())),
     };
-    sql.hold(id, epoch);
     let held = vec![(id.to_string(), epoch)];
+    // Recorded under this process's lease: the store does not queue the run for the workers.
+    if let Some(d) = &resume.decision
+        && let Err(e) = record_answer(engine, &plan, id, d, by).await
+    {
+        if let Err(e) = sql.release(holder, &held).await {
+            super::stderr::error(format!("could not give back the lease of run `{id}`: {e}"));
+        }
+        return Err(NotRun::Failed(e));
+    }
+    sql.hold(id, epoch);
     let renew = {
         let store = store.clone();
         let holder = holder.to_string();
@@ -450,6 +557,7 @@ async fn continue_batch(store: &Arc<AnyStore>, name: &str, decision: Option<Valu
     }
     let engine = Engine::new(store.clone());
     let holder = format!("resume-{}", crate::cluster::worker::new_worker_id());
+    let by = Arc::new(answerer(args));
     let places = Arc::new(tokio::sync::Semaphore::new(
         usize::try_from(args.concurrency).unwrap_or(8),
     ));
@@ -468,15 +576,25 @@ async fn continue_batch(store: &Arc<AnyStore>, name: &str, decision: Option<Valu
             continue;
         }
         let controls = controls.clone();
-        let (store, engine, holder, plan, options) = (
+        let (store, engine, holder, plan, options, by) = (
             store.clone(),
             engine.clone(),
             holder.clone(),
             plan.clone(),
             options.clone(),
+            by.clone(),
         );
         running.spawn(async move {
-            let out = run_leased(&store, &engine, &holder, plan, &r.id, options, (resume, controls)).await;
+            let out = run_leased(
+                &store,
+                &engine,
+                &holder,
+                plan,
+                &r.id,
+                options,
+                (resume, controls, &by),
+            )
+            .await;
             drop(place);
             (r, out)
         });

@@ -320,6 +320,21 @@ impl<S: Store> Engine<S> {
         Ok(self.again_if_answered(&tree, outcome, &state).await)
     }
 
+    /// Checks `decision` against what stored run `record` waits for, as a resume given it
+    /// would, and resumes nothing: for a caller that records the answer before it resumes
+    /// (`resume --decision`, SPEC §15), so a refused decision is refused in the same words.
+    pub async fn check_decision_for(
+        &self,
+        plan: &Plan,
+        record: &RunRecord,
+        decision: Value,
+    ) -> Result<(), ResumeError> {
+        let replay = Replay::load(&*self.store, &record.id).await?;
+        let waiting = crate::runtime::resume::waiting_interrupt(&*self.store, record, &replay).await?;
+        let resume = ResumeOptions::default().decision(decision);
+        self.check_waiting(plan, record, waiting, &resume)
+    }
+
     /// A run waiting at an `interrupt` (its own or a descendant's) needs a decision that
     /// matches the step's `schema`; a decision needs such a run.
     async fn check_decision(

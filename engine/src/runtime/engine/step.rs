@@ -87,7 +87,15 @@ impl<'e, S: Store> Run<'e, S> {
                             return o;
                         }
                         Some(super::inbox::Given::Decision(d)) => {
-                            if let Some(expires) = i.expires {
+                            // A decision the inbox recorded was taken before the expiry, by the
+                            // store's clock: the run may continue later than that.
+                            let recorded = matches!(
+                                self.replay.as_ref().and_then(|r| r.answer(number, None)),
+                                Some(crate::store::inbox::Answer::Decided(_))
+                            );
+                            if let Some(expires) = i.expires
+                                && !recorded
+                            {
                                 let waited = record::now_ms().saturating_sub(rec.started_at);
                                 if u128::from(waited) > expires.as_millis() {
                                     let mut o = StepOutcome::err(StepError::new(

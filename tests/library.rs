@@ -258,7 +258,7 @@ async fn a_library_decision_is_recorded_in_the_inbox_and_a_second_one_is_refused
             ResumeOptions::default()
                 .decision(json!({"edit": {"amount": 40}}))
                 .actor("ana")
-                .reason("the order was 40"),
+                .reason("the order was 40 <script>alert(1)</script>"),
             RunConfig::default(),
         )
         .await
@@ -279,7 +279,7 @@ async fn a_library_decision_is_recorded_in_the_inbox_and_a_second_one_is_refused
             "ana",
             Via::Library,
             stopped.run_id.as_str(),
-            Some("the order was 40")
+            Some("the order was 40 <script>alert(1)</script>")
         )
     );
     assert_eq!(row.decision, json!({"edit": {"amount": 40}}));
@@ -290,6 +290,65 @@ async fn a_library_decision_is_recorded_in_the_inbox_and_a_second_one_is_refused
         )
     );
     assert_eq!(row.bulk_id, None);
+    // `runs show` prints it, as text and in `--json`.
+    let store_arg = ["--store".to_string(), store.clone()];
+    let show = crate::support::run(
+        crate::support::switchyard(dir.path())
+            .args(["runs", "show", &stopped.run_id])
+            .args(&store_arg),
+    );
+    assert_eq!(show.code(), 0, "{show:?}");
+    assert!(
+        show.stdout.contains(" ana via library: {\"edit\":{\"amount\":40}}\n    reason: the order was 40 <script>alert(1)</script>\n    edited refund (call_1_1): {\"amount\":100} → {\"amount\":40}\n"),
+        "{}",
+        show.stdout
+    );
+    let json = crate::support::run(
+        crate::support::switchyard(dir.path())
+            .args(["runs", "show", &stopped.run_id, "--json"])
+            .args(&store_arg),
+    );
+    let doc: Value = serde_json::from_str(&json.stdout).expect("json");
+    assert_eq!(doc["decisions"][0]["actor"], "ana", "{}", json.stdout);
+    assert_eq!(doc["decisions"][0]["via"], "library");
+    assert_eq!(doc["decisions"][0]["edited"][0]["after"], json!({"amount": 40}));
+    // The run page: the decision, its reason escaped, its edit as before → after.
+    let page = crate::support::run(
+        crate::support::switchyard(dir.path())
+            .args(["runs", "show", &stopped.run_id, "--format", "html"])
+            .args(&store_arg),
+    );
+    assert_eq!(page.code(), 0, "{page:?}");
+    assert!(
+        page.stdout
+            .contains("<section id=\"decisions\"><h2>Decisions</h2>"),
+        "{}",
+        page.stdout
+    );
+    assert!(
+        page.stdout.contains(" by ana via library</dd>"),
+        "{}",
+        page.stdout
+    );
+    assert!(
+        page.stdout
+            .contains("<dd>the order was 40 &lt;script&gt;alert(1)&lt;/script&gt;</dd>"),
+        "{}",
+        page.stdout
+    );
+    assert!(
+        !page.stdout.contains("<script>alert(1)"),
+        "hostile text reached the page unescaped"
+    );
+    assert!(
+        page.stdout
+            .contains("<dt>edited refund</dt><dd>{&quot;amount&quot;:100} → {&quot;amount&quot;:40}</dd>")
+            || page
+                .stdout
+                .contains("<dt>edited refund</dt><dd>{\"amount\":100} → {\"amount\":40}</dd>"),
+        "{}",
+        page.stdout
+    );
 
     // A second run, answered elsewhere first (as `inbox decide` would): the library's
     // answer is refused with who decided, and the run is not continued here.

@@ -14,7 +14,7 @@ pub mod filter;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::api::{Flow, RunConfig, Switchyard};
 use crate::plan::Schema;

@@ -13,7 +13,8 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
 use switchyard::{
-    Event, Flow, NativeCall, Question, ResumeOptions, RunOutcome, RunStatus, Switchyard, WaitingFor,
+    DecisionRow, Event, Flow, NativeCall, Question, ResumeOptions, RunOutcome, RunStatus, Switchyard,
+    WaitingFor,
 };
 
 /// What [`approve`] saw: the question the run stopped at, the resumed run's outcome, the
@@ -24,6 +25,8 @@ pub struct Approved {
     pub outcome: RunOutcome,
     pub events: Vec<Vec<Event>>,
     pub refunds: Vec<Value>,
+    /// The decisions the inbox recorded for the run: the one given here, via `library`.
+    pub decisions: Vec<DecisionRow>,
 }
 
 /// Runs the flow at `path` on `input`, recorded in the store at `store`; it stops at its
@@ -89,6 +92,20 @@ pub async fn approve(
         .await
         .map_err(|e| e.to_string())?;
     events.push(second.await.map_err(|e| e.to_string())?);
+    // The decision is on record, as the inbox keeps it: who, how, what and when.
+    let decisions = switchyard
+        .decisions(&stopped.run_id)
+        .await
+        .map_err(|e| e.to_string())?;
+    for d in &decisions {
+        eprintln!(
+            "decided by {} via {} at {} ms: {}",
+            d.actor,
+            d.via.as_str(),
+            d.at,
+            d.decision
+        );
+    }
     switchyard.close().await;
     let refunds = refunds.lock().expect("not poisoned").clone();
     Ok(Approved {
@@ -96,6 +113,7 @@ pub async fn approve(
         outcome,
         events,
         refunds,
+        decisions,
     })
 }
 

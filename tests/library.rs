@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use switchyard::{
-    Event, Flow, NativeCall, Origin, Question, ResumeOptions, RunConfig, RunStatus, Switchyard, WaitingFor,
+    Error, Event, Flow, NativeCall, Origin, Question, Refusal, ResumeError, ResumeOptions, RunConfig,
+    RunStatus, Switchyard, Via, WaitingFor,
 };
 
 use crate::mock_server::{Llm, Reply};
@@ -73,6 +74,14 @@ async fn the_approve_example_reads_its_question_from_the_outcome_and_resumes_wit
     let out = done.outcome.output.clone().unwrap();
     assert_eq!(out["approval"], json!({"approved": true, "note": "fine"}));
     assert_eq!(done.refunds, vec![json!({"customer": "C-9", "amount": 40})]);
+    // The decision is on record in the inbox, via `library`.
+    assert_eq!(done.decisions.len(), 1, "{:?}", done.decisions);
+    assert_eq!(done.decisions[0].via, Via::Library);
+    assert_eq!(
+        done.decisions[0].decision,
+        json!({"approved": true, "note": "fine"})
+    );
+    assert!(!done.decisions[0].actor.is_empty());
 
     // Each call's stream ended after its run's last event: the stop, then the end.
     let ends: Vec<String> = done
@@ -214,6 +223,175 @@ async fn a_run_stopped_for_approval_names_each_pending_call_in_its_outcome() {
         .unwrap();
     assert_eq!(done.status, RunStatus::Succeeded, "{:?}", done.error);
     assert_eq!(*paid.lock().unwrap(), [json!({"amount": 100})]);
+}
+
+/// A decision given to `Switchyard::resume` is an answer like `inbox decide`: recorded in the
+/// inbox via `library`, by the actor the application names, with its reason and what it
+/// edited (before → after), and read back with `Switchyard::decisions`. A second answer to a
+/// question decided elsewhere is refused, naming who decided, and nothing runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_library_decision_is_recorded_in_the_inbox_and_a_second_one_is_refused() {
+    let server = Llm::start();
+    server.script([
+        Reply::calls(1, &[("refund", r#"{"amount": 100}"#)]),
+        Reply::Answer("Refunded 40.".into()),
+        Reply::calls(1, &[("refund", r#"{"amount": 9}"#)]),
+    ]);
+    let dir = TempDir::new("library-decision");
+    let path = dir.write("refunds.yaml", approval_flow(&server.base_url()));
+    let flow = Flow::load(&path).expect("the flow loads");
+    let store = format!("sqlite:{}", dir.path().join("runs.db").display());
+    let mut sy = Switchyard::open(&store).await.unwrap();
+    let paid = Arc::new(Mutex::new(Vec::new()));
+    let log = paid.clone();
+    sy.register("refund", move |input: Value, _call: NativeCall| {
+        log.lock().unwrap().push(input);
+        async { Ok(json!({"refunded": true})) }
+    });
+
+    let stopped = sy.run(&flow, json!({"text": "refund my order"})).await.unwrap();
+    assert_eq!(stopped.status, RunStatus::Interrupted, "{:?}", stopped.error);
+    let done = sy
+        .resume(
+            &flow,
+            &stopped.run_id,
+            ResumeOptions::default()
+                .decision(json!({"edit": {"amount": 40}}))
+                .actor("ana")
+                .reason("the order was 40 <script>alert(1)</script>"),
+            RunConfig::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(done.status, RunStatus::Succeeded, "{:?}", done.error);
+    assert_eq!(*paid.lock().unwrap(), [json!({"amount": 40})]);
+    let rows = sy.decisions(&stopped.run_id).await.unwrap();
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    let row = &rows[0];
+    assert_eq!(
+        (
+            row.actor.as_str(),
+            row.via,
+            row.run_id.as_str(),
+            row.reason.as_deref()
+        ),
+        (
+            "ana",
+            Via::Library,
+            stopped.run_id.as_str(),
+            Some("the order was 40 <script>alert(1)</script>")
+        )
+    );
+    assert_eq!(row.decision, json!({"edit": {"amount": 40}}));
+    assert_eq!(
+        row.edited,
+        Some(
+            json!([{"call": "call_1_1", "tool": "refund", "before": {"amount": 100}, "after": {"amount": 40}}])
+        )
+    );
+    assert_eq!(row.bulk_id, None);
+    // `runs show` prints it, as text and in `--json`.
+    let store_arg = ["--store".to_string(), store.clone()];
+    let show = crate::support::run(
+        crate::support::switchyard(dir.path())
+            .args(["runs", "show", &stopped.run_id])
+            .args(&store_arg),
+    );
+    assert_eq!(show.code(), 0, "{show:?}");
+    assert!(
+        show.stdout.contains(" ana via library: {\"edit\":{\"amount\":40}}\n    reason: the order was 40 <script>alert(1)</script>\n    edited refund (call_1_1): {\"amount\":100} → {\"amount\":40}\n"),
+        "{}",
+        show.stdout
+    );
+    let json = crate::support::run(
+        crate::support::switchyard(dir.path())
+            .args(["runs", "show", &stopped.run_id, "--json"])
+            .args(&store_arg),
+    );
+    let doc: Value = serde_json::from_str(&json.stdout).expect("json");
+    assert_eq!(doc["decisions"][0]["actor"], "ana", "{}", json.stdout);
+    assert_eq!(doc["decisions"][0]["via"], "library");
+    assert_eq!(doc["decisions"][0]["edited"][0]["after"], json!({"amount": 40}));
+    // The run page: the decision, its reason escaped, its edit as before → after.
+    let page = crate::support::run(
+        crate::support::switchyard(dir.path())
+            .args(["runs", "show", &stopped.run_id, "--format", "html"])
+            .args(&store_arg),
+    );
+    assert_eq!(page.code(), 0, "{page:?}");
+    assert!(
+        page.stdout
+            .contains("<section id=\"decisions\"><h2>Decisions</h2>"),
+        "{}",
+        page.stdout
+    );
+    assert!(
+        page.stdout.contains(" by ana via library</dd>"),
+        "{}",
+        page.stdout
+    );
+    assert!(
+        page.stdout
+            .contains("<dd>the order was 40 &lt;script&gt;alert(1)&lt;/script&gt;</dd>"),
+        "{}",
+        page.stdout
+    );
+    assert!(
+        !page.stdout.contains("<script>alert(1)"),
+        "hostile text reached the page unescaped"
+    );
+    assert!(
+        page.stdout
+            .contains("<dt>edited refund</dt><dd>{&quot;amount&quot;:100} → {&quot;amount&quot;:40}</dd>")
+            || page
+                .stdout
+                .contains("<dt>edited refund</dt><dd>{\"amount\":100} → {\"amount\":40}</dd>"),
+        "{}",
+        page.stdout
+    );
+
+    // A second run, answered elsewhere first (as `inbox decide` would): the library's
+    // answer is refused with who decided, and the run is not continued here.
+    let again = sy.run(&flow, json!({"text": "and this one"})).await.unwrap();
+    assert_eq!(again.status, RunStatus::Interrupted, "{:?}", again.error);
+    let w = again.waiting.clone().expect("waits");
+    let item = switchyard::__private::record::inbox::item_id(&w.run_id, &w.number, None);
+    let inbox = switchyard::__private::store::Store::inbox(&**switchyard::__private::api_store(&sy));
+    let first = inbox
+        .decide(vec![switchyard::__private::store::inbox::NewDecision {
+            item_id: item.clone(),
+            actor: "bob".into(),
+            via: Via::Cli,
+            decision: json!({"reject": "no"}),
+            reason: None,
+            edited: None,
+            bulk_id: None,
+        }])
+        .await
+        .unwrap();
+    assert!(first[0].is_ok(), "{first:?}");
+    let refused = sy
+        .resume(
+            &flow,
+            &again.run_id,
+            ResumeOptions::default().decision(json!({"approve": true})),
+            RunConfig::default(),
+        )
+        .await
+        .expect_err("a second answer is refused");
+    match &refused {
+        Error::Resume(ResumeError::Refused {
+            refusal: Refusal::Decided { actor, via, .. },
+            ..
+        }) => assert_eq!((actor.as_str(), *via), ("bob", Via::Cli)),
+        other => panic!("refused as decided: {other:?}"),
+    }
+    assert!(
+        refused.to_string().contains("already decided by bob (cli) at "),
+        "{refused}"
+    );
+    assert_eq!(paid.lock().unwrap().len(), 1, "nothing more was paid");
+    assert_eq!(sy.decisions(&again.run_id).await.unwrap().len(), 1);
 }
 
 const TWO_STEPS: &str = r#"

@@ -545,8 +545,8 @@ impl<S: Store> Switchyard<S> {
     /// the resume will check it, then against its item's own schema, then applied in the
     /// store's transaction, which refuses an item decided before or expired. A run that waits
     /// at no item (stopped before the inbox) has nothing to record. A decision the caller
-    /// recorded itself (the command line's) is only refused when its item expired: never an
-    /// approval after the expiry.
+    /// recorded itself (the command line's) is only refused when it approves calls whose
+    /// question expired: never an approval after the expiry.
     async fn record_answer(
         &self,
         engine: &crate::runtime::engine::Engine<S>,
@@ -572,12 +572,16 @@ impl<S: Store> Switchyard<S> {
             return Ok(());
         };
         if !resume.record_answer {
+            // An `interrupt`'s late decision fails its step `timeout` (SPEC §3.6); an
+            // approval's would run the calls, so it is refused.
             return match (item.state, item.expires_at) {
-                (crate::record::inbox::ItemState::Expired, Some(at)) => Err(ResumeError::Refused {
-                    id: record.id.clone(),
-                    item: item.id,
-                    refusal: crate::store::inbox::Refusal::Expired { at },
-                }),
+                (crate::record::inbox::ItemState::Expired, Some(at)) if item.kind == "approval" => {
+                    Err(ResumeError::Refused {
+                        id: record.id.clone(),
+                        item: item.id,
+                        refusal: crate::store::inbox::Refusal::Expired { at },
+                    })
+                }
                 _ => Ok(()),
             };
         }

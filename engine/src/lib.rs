@@ -150,6 +150,11 @@ pub mod __private {
         switchyard.engine()
     }
 
+    /// The store a [`Switchyard`](crate::Switchyard) runs on.
+    pub fn api_store<S: crate::store::Store>(switchyard: &crate::Switchyard<S>) -> &Arc<S> {
+        switchyard.store()
+    }
+
     /// A loaded flow's compiled plan.
     pub fn plan_of(flow: &crate::Flow) -> &Arc<crate::plan::Plan> {
         flow.plan()

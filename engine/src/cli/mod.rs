@@ -17,6 +17,7 @@ mod report;
 mod resume;
 mod run;
 mod runs;
+mod runs_decisions;
 mod runs_files;
 mod schema;
 mod serve;

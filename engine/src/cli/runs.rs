@@ -236,6 +236,7 @@ pub(super) async fn html_report(
     let waiting = waiting_in(s, &root).await?;
     let (files, _) = super::runs_files::files_of(&**s, run).await?;
     let inline = super::runs_files::inline_bytes(&**s, &files).await;
+    let decisions = super::runs_decisions::of_run(&**s, &run.id).await?;
     let report = crate::report::RunReport {
         run,
         steps: &steps,
@@ -245,6 +246,7 @@ pub(super) async fn html_report(
         waiting: waiting.as_ref().map(|w| (w, answer_command(&root, store))),
         files: &files,
         inline: &inline,
+        decisions: &decisions,
     };
     Ok(crate::report::run_html(&report))
 }
@@ -509,7 +511,9 @@ fn show(args: ShowArgs) -> u8 {
         if args.json || args.format == ShowFormat::Json {
             let steps = s.latest_steps(&run.id).await.map_err(|e| e.to_string())?;
             let children = s.children(&run.id).await.map_err(|e| e.to_string())?;
-            let mut doc = serde_json::json!({"run": run, "steps": steps, "children": children});
+            let decisions = super::runs_decisions::of_run(&**s, &run.id).await?;
+            let mut doc =
+                serde_json::json!({"run": run, "steps": steps, "children": children, "decisions": decisions});
             if args.transcript {
                 doc["transcripts"] = transcripts_in_tree(&**s, &run.id).await?.into();
             }
@@ -578,6 +582,7 @@ fn show(args: ShowArgs) -> u8 {
         let (files, complete) = super::runs_files::files_of(&**s, &run).await?;
         super::runs_files::files_lines(&mut out, &files, complete);
         out.push('\n');
+        super::runs_decisions::lines(&mut out, &super::runs_decisions::of_run(&**s, &run.id).await?);
         let waiting = waiting_in(s, &root).await?;
         let detail = super::trace::Detail {
             answer: waiting.as_ref().map(|w| (w, answer_command(&root, &args.store))),

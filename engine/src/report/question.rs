@@ -103,6 +103,37 @@ pub fn calls(calls: Option<&Value>) -> Vec<Line> {
     call_lines(&pending_calls(calls))
 }
 
+/// The lines of one recorded decision (SPEC §15): who, how and when, the decision, the
+/// reason, each edit as before → after, and its bulk operation.
+pub fn decision_lines(d: &crate::record::inbox::DecisionRow) -> Vec<Line> {
+    let mut out = vec![
+        Line::new(
+            "decided",
+            format!(
+                "{} by {} via {}",
+                crate::record::inbox::format_ms(d.at),
+                d.actor,
+                d.via.as_str()
+            ),
+        ),
+        Line::new("decision", d.decision.to_string()),
+    ];
+    if let Some(r) = &d.reason {
+        out.push(Line::new("reason", r.clone()));
+    }
+    for e in d.edited.as_ref().and_then(Value::as_array).into_iter().flatten() {
+        let json = |k: &str| e.get(k).map_or_else(|| "null".to_string(), Value::to_string);
+        out.push(Line::new(
+            format!("edited {}", e.get("tool").and_then(Value::as_str).unwrap_or("?")),
+            format!("{} → {}", json("before"), json("after")),
+        ));
+    }
+    if let Some(b) = &d.bulk_id {
+        out.push(Line::new("bulk", b.clone()));
+    }
+    out
+}
+
 fn call_lines(calls: &[PendingCall]) -> Vec<Line> {
     calls
         .iter()

@@ -46,6 +46,8 @@ pub struct RunReport<'a> {
     pub files: &'a [crate::record::files::RunFile],
     /// The bytes of the images the page inlines ([`super::files::to_inline`]), by hash.
     pub inline: &'a HashMap<String, Vec<u8>>,
+    /// The decisions recorded for the run (SPEC §15), in the order made.
+    pub decisions: &'a [crate::record::inbox::DecisionRow],
 }
 
 /// Escapes text for HTML character data and attribute values (as for the SVG it holds:
@@ -520,6 +522,17 @@ pub fn run_html(r: &RunReport) -> String {
 
     if let Some((w, command)) = &r.waiting {
         waiting(&mut o, run, w, command, r.now_ms);
+    }
+    if !r.decisions.is_empty() {
+        o.push_str("<section id=\"decisions\"><h2>Decisions</h2>");
+        for d in r.decisions {
+            o.push_str("<dl class=\"decision\">");
+            for l in super::question::decision_lines(d) {
+                let _ = write!(o, "<dt>{}</dt><dd>{}</dd>", html(&l.label), html(&l.text));
+            }
+            o.push_str("</dl>");
+        }
+        o.push_str("</section>\n");
     }
 
     // The flow, with the route taken.

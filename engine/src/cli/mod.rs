@@ -17,6 +17,7 @@ mod run;
 mod runs;
 mod runs_files;
 mod schema;
+mod serve;
 mod stderr;
 mod submit;
 mod test;
@@ -107,6 +108,9 @@ pub enum Command {
     /// The Model Context Protocol: list a flow's MCP servers and their tools, or serve flows
     /// as the tools of MCP clients.
     Mcp(McpArgs),
+    /// Serve a store's inbox, runs and batches over HTTP: a JSON API under /v1, live events
+    /// and pages.
+    Serve(serve::Args),
 }
 
 #[derive(clap::Args, Debug)]
@@ -205,6 +209,7 @@ pub fn main() -> ExitCode {
         Command::Runs(a) => runs::run(a),
         Command::Resume(a) => resume::resume(a),
         Command::Report(a) => report::run(a),
+        Command::Serve(a) => serve::run(a),
         Command::Mcp(a) => match a.command {
             McpCommand::List(a) => mcp_list::list(a),
             McpCommand::Serve(a) => mcp_serve::run(a),

@@ -106,6 +106,8 @@ const SCRIPT: &str = r#"
     if (!groups.length) box.appendChild(el('p', 'muted', 'Nothing waits.'));
     $('total').textContent = '(' + total + ')';
     for (var i = 0; i < rows.length; i++) if (rows[i].id === keep) { mark(i); break; }
+    // When the list was last drawn (ms since the page's start): what a reader waits for.
+    document.body.setAttribute('data-rendered', String(Math.round(performance.now())));
   }
 
   function mark(k){
@@ -142,6 +144,7 @@ const SCRIPT: &str = r#"
   function show(it, input){
     item = it; view = {};
     var s = $('item'); s.textContent = '';
+    document.body.setAttribute('data-shown', it.id);
     var h = el('h2', null, 'Item ' + it.id);
     h.appendChild(el('span', 'status ' + (it.state || 'waiting'), it.state || 'waiting'));
     s.appendChild(h);

@@ -37,8 +37,6 @@ const HOME_BODY: &str = r#"<section><h2>Waiting for a decision</h2><p id="inbox-
 <section><h2>Batches</h2><div id="batches"><p class="muted">loading…</p></div></section>
 <section><h2>Runs <span class="muted" id="updated"></span></h2><table id="runs"><tr><th>run</th><th>flow</th><th>status</th><th>started</th><th>steps</th><th>batch</th><th>cost</th></tr></table><p class="err" id="runs-error"></p></section>"#;
 
-/// Shared by the live pages: a link (same-origin path, its parts encoded) and a status badge.
-
 const HOME_SCRIPT: &str = concat!(
     r#"(function(){"#,
     r#"

@@ -141,8 +141,9 @@ var SY = (function(){
 "#;
 
 /// `/login`: the form that hands the server a token once; the server answers with a session
-/// cookie. `error` says why the last one was refused.
-pub fn login_html(nonce: &str, error: Option<&str>) -> String {
+/// cookie and sends the browser on to `next` (a path of the server). `error` says why the
+/// page is shown again.
+pub fn login_html(nonce: &str, error: Option<&str>, next: &str) -> String {
     let err = error
         .map(|e| format!("<p class=\"err\" id=\"login-error\">{}</p>", html(e)))
         .unwrap_or_default();
@@ -150,8 +151,10 @@ pub fn login_html(nonce: &str, error: Option<&str>) -> String {
         "<section><h2>Sign in with a token</h2>{err}\
          <form method=\"post\" action=\"/login\" id=\"login\">\
          <label class=\"field\"><span>token</span><input type=\"password\" name=\"token\" id=\"token\" autocomplete=\"off\" required></label>\
+         <input type=\"hidden\" name=\"next\" value=\"{}\">\
          <button class=\"primary\" type=\"submit\">sign in</button></form>\
-         <p class=\"muted\">The token is sent once; the server keeps a session (an HttpOnly cookie) for this browser.</p></section>"
+         <p class=\"muted\">The token is sent once; the server keeps a session (an HttpOnly cookie) for this browser.</p></section>",
+        html(next)
     );
     page(
         nonce,

@@ -311,6 +311,8 @@ const SCRIPT: &str = r#"
       var msg = el('p', null, (p.matched || 0) + ' item(s) match, in ' + (p.shapes || 0) + ' question shape(s).');
       msg.id = 'bulk-count';
       box.appendChild(msg);
+      if (p.unfit && p.unfit.length) box.appendChild(el('p', 'err', p.unfit.length + ' of them do not fit this decision\'s schema and would be refused.'));
+      if (p.filter_failed && p.filter_failed.length) box.appendChild(el('p', 'err', 'the filter could not be read on ' + p.filter_failed.length + ' item(s): ' + p.filter_failed[0].reason));
       (p.samples || []).slice(0, 5).forEach(function(s){
         box.appendChild(el('div', 'muted mono', typeof s === 'string' ? s : ((s.id || '') + ' ' + (s.question || ''))));
       });

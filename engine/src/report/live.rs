@@ -230,6 +230,7 @@ if (window.EventSource) {
   var es = new EventSource('/v1/batches/' + encodeURIComponent(name) + '/events');
   $('live').textContent = '(live)';
   es.onmessage = refresh;
+  es.addEventListener('counts', refresh);
   es.onerror = function(){ if (es.readyState === 2) { es.close(); $('live').textContent = ''; } };
 }
 })();"#

@@ -57,7 +57,7 @@ pub fn page(nonce: &str, title: &str, attrs: &[(&str, &str)], body: &str, script
         o,
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
-         <meta name=\"referrer\" content=\"no-referrer\">\
+         <meta name=\"referrer\" content=\"same-origin\"><link rel=\"icon\" href=\"data:,\">\
          <title>{}</title><style nonce=\"{nonce}\">{STYLE}</style></head><body",
         html(title)
     );

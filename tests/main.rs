@@ -137,6 +137,7 @@ mod redaction;
 mod report;
 mod resume;
 mod resume_changes;
+mod serve;
 mod serve_pages;
 mod snapshots;
 mod store;

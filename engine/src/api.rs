@@ -265,6 +265,9 @@ pub enum Error {
     /// An `${env:NAME}` a flow's agents need is not set (one line each).
     #[error("{0}")]
     Secrets(String),
+    /// A run of this id is recorded or being run already.
+    #[error("run `{0}` exists already")]
+    Exists(String),
     #[error(transparent)]
     Resume(#[from] ResumeError),
     #[error(transparent)]
@@ -422,12 +425,41 @@ impl<S: Store> Switchyard<S> {
     /// process's from before it starts to its end (SPEC §7.3, one writer per run): a `resume`
     /// of it meanwhile is refused.
     pub async fn run_with(&self, flow: &Flow, input: Value, config: RunConfig) -> Result<RunOutcome, Error> {
+        self.run_as(flow, input, config, crate::record::new_run_id())
+            .await
+    }
+
+    /// [`Switchyard::run_with`] under the run id `id` (a caller's idempotency key made an
+    /// id): refused with [`Error::Exists`] when a run of that id is recorded already or
+    /// another process holds it, so that one id never starts two runs.
+    pub async fn run_as(
+        &self,
+        flow: &Flow,
+        input: Value,
+        config: RunConfig,
+        id: String,
+    ) -> Result<RunOutcome, Error> {
         self.check(flow, &config.options)?;
         let context = config.context.unwrap_or_else(|| json!({}));
-        let id = crate::record::new_run_id();
         let holding = Holding::take(&self.store, &id, &config.controls)
             .await
-            .map_err(|e| Error::Store(e.to_string()))?;
+            .map_err(|e| match e {
+                StoreError::Held { .. } => Error::Exists(id.clone()),
+                e => Error::Store(e.to_string()),
+            })?;
+        // Checked under the hold: a run of this id that ended and gave its hold back is
+        // recorded, and is not started again.
+        match self.store.get_run(&id).await {
+            Err(StoreError::NotFound(_)) => {}
+            Ok(_) => {
+                holding.give_back().await;
+                return Err(Error::Exists(id));
+            }
+            Err(e) => {
+                holding.give_back().await;
+                return Err(Error::Store(e.to_string()));
+            }
+        }
         let streams = self.streams();
         let engine = self.engine_with(streams.clone());
         let outcome = engine

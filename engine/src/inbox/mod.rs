@@ -489,7 +489,7 @@ pub async fn continue_runs(
         }
     }
     let switchyard = Arc::new(Switchyard::with_store(store.clone()));
-    let flows: Arc<tokio::sync::Mutex<HashMap<String, Result<Arc<Flow>, String>>>> = Arc::default();
+    let flows: Arc<Loaded> = Arc::default();
     let places = Arc::new(tokio::sync::Semaphore::new(concurrency.max(1)));
     let mut running = tokio::task::JoinSet::new();
     for (n, run_id) in roots.iter().enumerate() {
@@ -519,10 +519,13 @@ pub async fn continue_runs(
     out.into_iter().map(|(_, id, c)| (id, c)).collect()
 }
 
+/// Flow files loaded by [`continue_runs`], by path: each loaded once (or why it did not load).
+type Loaded = tokio::sync::Mutex<HashMap<String, Result<Arc<Flow>, String>>>;
+
 async fn continue_one(
     store: &Arc<AnyStore>,
     switchyard: &Switchyard<AnyStore>,
-    flows: &tokio::sync::Mutex<HashMap<String, Result<Arc<Flow>, String>>>,
+    flows: &Loaded,
     run_id: &str,
     root: Option<std::path::PathBuf>,
 ) -> Continued {

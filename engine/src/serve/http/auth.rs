@@ -8,6 +8,9 @@
 //! SECRET`; the UI sends it once to `POST /login` and keeps a session cookie. Without a
 //! tokens file (loopback only) every request is allowed, as the OS user.
 
+// A refused request is an axum `Response`, returned as handlers return it.
+#![allow(clippy::result_large_err)]
+
 use std::collections::HashMap;
 use std::sync::Mutex;
 

@@ -54,6 +54,7 @@ impl AppState {
             continuing: tx,
             starting: Mutex::default(),
             stopping: CancellationToken::new(),
+            closing: CancellationToken::new(),
             tasks: tokio_util::task::TaskTracker::new(),
         });
         (
@@ -76,6 +77,9 @@ pub struct Work {
     pub(crate) starting: Mutex<HashSet<String>>,
     /// Cancelled when the server stops: runs in flight pause at their next recorded point.
     pub(crate) stopping: CancellationToken,
+    /// Cancelled when the server is told to stop: event streams end, so that the requests
+    /// in flight can finish.
+    pub(crate) closing: CancellationToken,
     pub(crate) tasks: tokio_util::task::TaskTracker,
 }
 
@@ -124,7 +128,13 @@ pub async fn serve(
     let continuing = tokio::spawn(continue_loop(state.clone(), background));
     let settling = tokio::spawn(settle(state.clone(), shutdown.clone()));
     let served = axum::serve(listener, router(state))
-        .with_graceful_shutdown(shutdown.clone().cancelled_owned())
+        .with_graceful_shutdown({
+            let (shutdown, work) = (shutdown.clone(), work.clone());
+            async move {
+                shutdown.cancelled().await;
+                work.closing.cancel();
+            }
+        })
         .await;
     work.stopping.cancel();
     settling.abort();

@@ -152,6 +152,7 @@ mod report;
 mod resume;
 mod resume_changes;
 mod serve;
+mod serve_pages;
 mod snapshots;
 mod store;
 mod support;

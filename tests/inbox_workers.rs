@@ -232,7 +232,12 @@ fn workers_continue_exactly_the_decided_runs_once_each() {
     // Continued, not recovered: a requeued run is no takeover.
     assert_eq!(pg.count("SELECT COALESCE(MAX(recoveries), 0) FROM runs"), 0);
     assert_eq!(waiting_items(&pg), 10);
-    assert_eq!(pg.count("SELECT COUNT(*) FROM decisions"), 19);
+    // 20 answers recorded: `resume --decision`'s (via `cli`) among them; the refused one is not.
+    assert_eq!(pg.count("SELECT COUNT(*) FROM decisions"), 20);
+    assert_eq!(
+        pg.count("SELECT COUNT(*) FROM decisions d JOIN runs r ON r.id = d.root_run WHERE r.item_id = 'item-0' AND d.via = 'cli'"),
+        1
+    );
     let row = batch_row(&dir, &url, "g");
     assert_eq!(
         (

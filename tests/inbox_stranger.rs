@@ -88,3 +88,28 @@ fn control_characters_of_a_question_a_reason_and_an_actor_are_escaped_on_the_ter
         assert!(printed.contains("no\\u{1b}[2J"), "{printed}");
     }
 }
+
+#[test]
+fn an_answer_given_without_user_or_logname_is_recorded_under_the_os_user() {
+    let dir = TempDir::new("inbox-stranger-actor");
+    dir.write("ask.yaml", FLOW);
+    let out = sy(&dir, &["run", "ask.yaml", "--input", r#"{"q": "ok"}"#]);
+    assert_eq!(out.code(), 3, "{out:?}");
+    let run_id = crate::support::run_id_from(&out.stderr);
+    let expected = std::process::Command::new("id")
+        .arg("-un")
+        .output()
+        .expect("`id -un`");
+    let expected = String::from_utf8(expected.stdout).unwrap().trim().to_string();
+    assert!(!expected.is_empty());
+
+    let decide = run(switchyard(dir.path())
+        .args(["inbox", "decide", &run_id, "--decision", r#"{"approved": true}"#])
+        .args(STORE)
+        .env_remove("USER")
+        .env_remove("LOGNAME"));
+    assert_eq!(decide.code(), 0, "{decide:?}");
+    let log = sy(&dir, &["decisions", "log", "--jsonl"]);
+    let row: serde_json::Value = serde_json::from_str(log.stdout.trim()).expect("one row");
+    assert_eq!(row["actor"], expected.as_str(), "{log:?}");
+}

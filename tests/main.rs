@@ -121,6 +121,7 @@ mod graph;
 mod http_agent;
 mod inbox_cli;
 mod inbox_expiry;
+mod inbox_stranger;
 mod inbox_workers;
 mod layers;
 mod library;

@@ -6,6 +6,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::common::{self, StoreArg};
+use super::runs_decisions::plain;
 use crate::record::inbox::format_ms;
 use crate::store::Store;
 use crate::store::inbox::LogQuery;
@@ -103,18 +104,18 @@ fn log(args: LogArgs) -> u8 {
             "{}  {}  {} ({})  item {}  run {}  {}{}{}",
             format_ms(d.at),
             d.id,
-            d.actor,
+            plain(&d.actor),
             d.via.as_str(),
             d.item_id,
             d.run_id,
             serde_json::to_string(&d.decision).unwrap_or_else(|_| Value::Null.to_string()),
             d.reason
                 .as_deref()
-                .map(|r| format!("  reason: {r}"))
+                .map(|r| format!("  reason: {}", plain(r)))
                 .unwrap_or_default(),
             d.bulk_id
                 .as_deref()
-                .map(|b| format!("  bulk {b}"))
+                .map(|b| format!("  bulk {}", plain(b)))
                 .unwrap_or_default(),
         );
     }

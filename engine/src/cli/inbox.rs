@@ -11,6 +11,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use super::common::{self, StoreArg};
+use super::runs_decisions::plain;
 use super::stderr::{self, Level};
 use crate::inbox::filter::{Filter, FilterError};
 use crate::inbox::{self, Actor, BulkError, Continued, DecideError};
@@ -458,7 +459,7 @@ fn print_groups(groups: &[GroupCount], items: &[InboxItem], per_group: Option<us
 
 /// Text on one line, cut at 160 characters.
 fn one_line(s: &str) -> String {
-    let flat: String = s.split_whitespace().collect::<Vec<_>>().join(" ");
+    let flat = plain(&s.split_whitespace().collect::<Vec<_>>().join(" "));
     if flat.chars().count() > 160 {
         format!("{}…", flat.chars().take(159).collect::<String>())
     } else {
@@ -571,13 +572,14 @@ fn print_item(
     if let Some(s) = item.settled_at {
         println!("settled   {}", format_ms(s));
     }
-    println!("question  {}", item.question);
+    let question: Vec<String> = item.question.split('\n').map(plain).collect();
+    println!("question  {}", question.join("\n          "));
     println!("schema    {}", pretty(&item.schema));
     for (n, c) in item.calls.iter().enumerate() {
         println!(
             "call {}    {}({})",
             n + 1,
-            c.get("tool").and_then(Value::as_str).unwrap_or("?"),
+            plain(c.get("tool").and_then(Value::as_str).unwrap_or("?")),
             pretty(c.get("arguments").unwrap_or(&Value::Null))
         );
     }
@@ -586,10 +588,13 @@ fn print_item(
         println!(
             "decided   {} by {} ({}) at {}{}{}",
             pretty(&d.decision),
-            d.actor,
+            plain(&d.actor),
             d.via.as_str(),
             format_ms(d.at),
-            d.reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default(),
+            d.reason
+                .as_deref()
+                .map(|r| format!(": {}", plain(r)))
+                .unwrap_or_default(),
             d.bulk_id
                 .as_deref()
                 .map(|b| format!(" [bulk {b}]"))

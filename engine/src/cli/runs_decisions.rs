@@ -64,7 +64,7 @@ pub fn lines(out: &mut String, rows: &[DecisionRow]) {
 }
 
 /// `s` with its control characters escaped (`\n`, `\u{1b}`).
-fn plain(s: &str) -> String {
+pub(super) fn plain(s: &str) -> String {
     s.chars()
         .map(|c| {
             if c.is_control() {

@@ -602,7 +602,7 @@ impl<S: Store> Switchyard<S> {
         }
         let answer = crate::store::inbox::NewDecision {
             item_id: item.id.clone(),
-            actor: resume.actor.clone().unwrap_or_else(os_user),
+            actor: resume.actor.clone().unwrap_or_else(crate::record::inbox::os_user),
             via: crate::record::inbox::Via::Library,
             edited: crate::record::inbox::edited(&item, decision),
             decision: decision.clone(),
@@ -896,14 +896,4 @@ impl Otlp {
     pub fn finish(&self, within: std::time::Duration) -> (u64, u64, Option<String>) {
         self.0.finish(within)
     }
-}
-
-/// The OS user (`$USER`, else `$LOGNAME`, else `unknown`): who answers when the application
-/// names no one.
-fn os_user() -> String {
-    std::env::var("USER")
-        .or_else(|_| std::env::var("LOGNAME"))
-        .ok()
-        .filter(|n| !n.trim().is_empty())
-        .unwrap_or_else(|| "unknown".to_string())
 }

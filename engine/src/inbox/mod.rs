@@ -37,27 +37,11 @@ pub struct Actor {
 impl Actor {
     /// The OS user (`$USER`, else `$LOGNAME`, else `unknown`), answering on the command line.
     pub fn os_user() -> Actor {
-        let name = std::env::var("USER")
-            .or_else(|_| std::env::var("LOGNAME"))
-            .ok()
-            .filter(|n| !n.trim().is_empty())
-            .or_else(passwd_name)
-            .unwrap_or_else(|| "unknown".to_string());
-        Actor { name, via: Via::Cli }
+        Actor {
+            name: crate::record::inbox::os_user(),
+            via: Via::Cli,
+        }
     }
-}
-
-/// The name `/etc/passwd` gives this process's user, for when neither `USER` nor `LOGNAME`
-/// is set (a service, a container, cron).
-fn passwd_name() -> Option<String> {
-    // SAFETY: getuid has no preconditions and cannot fail.
-    let uid = unsafe { libc::getuid() }.to_string();
-    let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
-    passwd.lines().find_map(|line| {
-        let mut fields = line.split(':');
-        let name = fields.next()?;
-        (fields.nth(1)? == uid && !name.is_empty()).then(|| name.to_string())
-    })
 }
 
 /// Why an answer was not recorded.

@@ -196,6 +196,30 @@ pub fn new_id(prefix: char) -> String {
     id
 }
 
+/// The OS user who answers when no actor is named: `$USER`, else `$LOGNAME`, else the name
+/// `/etc/passwd` gives this process's user (a service, a container, cron set neither), else
+/// `unknown`.
+pub fn os_user() -> String {
+    std::env::var("USER")
+        .or_else(|_| std::env::var("LOGNAME"))
+        .ok()
+        .filter(|n| !n.trim().is_empty())
+        .or_else(passwd_name)
+        .unwrap_or_else(|| "unknown".to_string())
+}
+
+/// The name `/etc/passwd` gives this process's user.
+fn passwd_name() -> Option<String> {
+    // SAFETY: getuid has no preconditions and cannot fail.
+    let uid = unsafe { libc::getuid() }.to_string();
+    let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
+    passwd.lines().find_map(|line| {
+        let mut fields = line.split(':');
+        let name = fields.next()?;
+        (fields.nth(1)? == uid && !name.is_empty()).then(|| name.to_string())
+    })
+}
+
 /// A time in Unix milliseconds as RFC 3339 UTC (`2026-12-05T10:04:03.120Z`).
 pub fn format_ms(ms: u64) -> String {
     i64::try_from(ms)

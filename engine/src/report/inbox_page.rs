@@ -56,7 +56,7 @@ const SCRIPT: &str = r#"
 
   function load(){
     var f = filterText();
-    var q = f ? '?filter=' + encodeURIComponent(f) : '';
+    var q = '?items=' + listed + (f ? '&filter=' + encodeURIComponent(f) : '');
     $('filter-error').textContent = '';
     return api('GET', '/v1/inbox' + q).then(render, function(e){
       $('filter-error').textContent = e.message;

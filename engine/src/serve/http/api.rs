@@ -89,6 +89,8 @@ struct InboxQuery {
     flow: Option<String>,
     step: Option<String>,
     filter: Option<String>,
+    /// At most this many items listed per group (all when absent); `count` counts them all.
+    items: Option<usize>,
 }
 
 fn filter_of(text: Option<&str>) -> Result<Option<Filter>, Response> {
@@ -119,8 +121,9 @@ fn brief(i: &InboxItem) -> Value {
     })
 }
 
-/// `GET /v1/inbox?batch=&flow=&step=&filter=`: the waiting items by question shape, as
-/// `inbox list --json` prints them (times in Unix ms).
+/// `GET /v1/inbox?batch=&flow=&step=&filter=&items=`: the waiting items by question shape,
+/// as `inbox list --json` prints them (times in Unix ms); `items` caps the items listed per
+/// group (the inbox page asks for the first 200).
 async fn inbox_groups(
     State(state): State<AppState>,
     who: Authed,
@@ -138,9 +141,15 @@ async fn inbox_groups(
     let (items, failed) = inbox::select(&*state.store, &items_q, filter.as_ref())
         .await
         .map_err(store_error)?;
+    let cap = q.items.unwrap_or(usize::MAX);
+    let mut by_shape: std::collections::HashMap<&str, Vec<&InboxItem>> = std::collections::HashMap::new();
+    for i in &items {
+        by_shape.entry(i.shape.as_str()).or_default().push(i);
+    }
     let mut groups: Vec<(String, Value, Vec<Value>)> = Vec::new();
     for g in crate::store::inbox::group_items(&items) {
-        let members: Vec<&InboxItem> = items.iter().filter(|i| i.shape == g.shape).collect();
+        let mut members: Vec<&InboxItem> = by_shape.remove(g.shape.as_str()).unwrap_or_default();
+        members.truncate(cap);
         let question = members.first().map(|i| i.question.clone()).unwrap_or_default();
         groups.push((
             g.shape.clone(),

@@ -49,7 +49,9 @@ fn parse_json(text: &str, what: &str) -> Result<Value, String> {
     crate::json::from_str(text).map_err(|e| format!("{what}: {}", e.cause()))
 }
 
-fn decode_item(row: &AnyRow) -> Result<InboxItem, String> {
+/// Decodes an item row; `schemas` keeps each shape's schema parsed once, since every item
+/// of a shape repeats it.
+fn decode_item(row: &AnyRow, schemas: &mut HashMap<String, Value>) -> Result<InboxItem, String> {
     let get_s = |c: &str| {
         row.try_get::<String, _>(c)
             .map_err(|e| format!("column `{c}`: {e}"))
@@ -84,7 +86,17 @@ fn decode_item(row: &AnyRow) -> Result<InboxItem, String> {
         item: get_os("item")?,
         kind: get_s("kind")?,
         question: get_s("question")?,
-        schema: parse_json(&get_s("schema")?, "column `schema`")?,
+        schema: {
+            let shape = get_s("shape")?;
+            match schemas.get(&shape) {
+                Some(v) => v.clone(),
+                None => {
+                    let v = parse_json(&get_s("schema")?, "column `schema`")?;
+                    schemas.insert(shape, v.clone());
+                    v
+                }
+            }
+        },
         calls,
         shape: get_s("shape")?,
         created_at: uint(get_i("created_at")?),
@@ -210,8 +222,9 @@ impl SqlInbox {
             .fetch_all(&self.pool)
             .await
             .map_err(|e| self.ctx.error(WHAT, &e))?;
+        let mut schemas = HashMap::new();
         rows.iter()
-            .map(|r| decode_item(r).map_err(|m| self.corrupt(WHAT, m)))
+            .map(|r| decode_item(r, &mut schemas).map_err(|m| self.corrupt(WHAT, m)))
             .collect()
     }
 

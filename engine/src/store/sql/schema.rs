@@ -420,10 +420,13 @@ mod tests {
 
     #[test]
     fn newer_schema_names_both_versions() {
-        let err = check_not_newer(12, "/x/runs.db").expect_err("newer");
+        let err = check_not_newer(SCHEMA_VERSION + 1, "/x/runs.db").expect_err("newer");
         assert_eq!(
             err.to_string(),
-            "the store at /x/runs.db was written by a newer switchyard (schema 12; this one knows up to 11)"
+            format!(
+                "the store at /x/runs.db was written by a newer switchyard (schema {}; this one knows up to {SCHEMA_VERSION})",
+                SCHEMA_VERSION + 1
+            )
         );
         assert!(check_not_newer(1, "s").is_ok() && check_not_newer(0, "s").is_ok());
     }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::cluster::{Pg, log_of, spawn_worker, wait_exit};
-use crate::support::{TempDir, lint_json, run, switchyard};
+use crate::support::{TempDir, lint_json, run_with_limit, switchyard};
 
 fn flow(bundle: &str) -> String {
     format!(
@@ -37,11 +37,16 @@ fn project(dir: &TempDir) {
 
 fn submit(dir: &TempDir, flow: &str, url: &str, batch: &str) -> crate::support::Output {
     let project = dir.path().join("project");
-    run(switchyard(&project)
-        .args([
-            "submit", flow, "--input", "in.jsonl", "--batch", batch, "--store", url, "--root",
-        ])
-        .arg(&project))
+    // A bundle may hold a program of tens of megabytes (the MCP fixture): its upload is given
+    // a minute on a loaded machine rather than the usual limit.
+    run_with_limit(
+        switchyard(&project)
+            .args([
+                "submit", flow, "--input", "in.jsonl", "--batch", batch, "--store", url, "--root",
+            ])
+            .arg(&project),
+        Duration::from_secs(60),
+    )
 }
 
 #[test]

@@ -560,9 +560,13 @@ impl<'e, S: Store> Run<'e, S> {
                     p
                 })
                 .collect();
-            let expires_at = loop_of_step(step)
-                .and_then(|lp| lp.approve_expires)
-                .map(|d| record::now_ms().saturating_add(u64::try_from(d.as_millis()).unwrap_or(u64::MAX)));
+            // The part's record is stamped now, and its expiry counts from that stamp.
+            let started = record::Stamp::now();
+            let expires_at = loop_of_step(step).and_then(|lp| lp.approve_expires).map(|d| {
+                started
+                    .ms()
+                    .saturating_add(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+            });
             let mut o = StepOutcome::ok(Some(json!({
                 "prompt": format!(
                     "agent loop `{agent}` of step `{}` wants to call {}: approve, edit or reject each",
@@ -588,7 +592,6 @@ impl<'e, S: Store> Run<'e, S> {
                 o.result = Some(std::sync::Arc::new(Value::Object(r)));
             }
             o.stop = Some(RunStatus::Interrupted);
-            let started = record::Stamp::now();
             self.record_part(step, part, "approval", None, None, &mut o, started)
                 .await;
             o.result = None;

@@ -467,3 +467,13 @@ pub(super) fn with_store<T>(
         Ok(out)
     })
 }
+
+/// An `--http` address: `127.0.0.1:PORT`, `[::1]:PORT` or `localhost:PORT` (`serve`, `mcp serve`).
+pub(crate) fn parse_addr(s: &str) -> Result<std::net::SocketAddr, String> {
+    if let Some(port) = s.strip_prefix("localhost:") {
+        let port: u16 = port.parse().map_err(|_| format!("`{port}` is not a port"))?;
+        return Ok(std::net::SocketAddr::from(([127, 0, 0, 1], port)));
+    }
+    s.parse()
+        .map_err(|_| format!("`{s}` is not an address with a port (`127.0.0.1:8787`)"))
+}

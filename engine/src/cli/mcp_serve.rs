@@ -35,7 +35,7 @@ pub struct Args {
     pub flows: Vec<PathBuf>,
     /// Serve Streamable HTTP at this address (`127.0.0.1:8931`; port 0 picks one, told on
     /// stderr) instead of stdio.
-    #[arg(long, value_name = "ADDR", value_parser = parse_addr)]
+    #[arg(long, value_name = "ADDR", value_parser = super::common::parse_addr)]
     pub http: Option<SocketAddr>,
     /// A file holding the bearer token HTTP requests must carry (whitespace around it ignored).
     #[arg(long, value_name = "FILE", requires = "http")]
@@ -59,16 +59,6 @@ pub struct Args {
     pub allow_hosts: Option<Vec<String>>,
     #[command(flatten)]
     pub store: StoreArg,
-}
-
-/// `127.0.0.1:PORT`, `[::1]:PORT` or `localhost:PORT`.
-fn parse_addr(s: &str) -> Result<SocketAddr, String> {
-    if let Some(port) = s.strip_prefix("localhost:") {
-        let port: u16 = port.parse().map_err(|_| format!("`{port}` is not a port"))?;
-        return Ok(SocketAddr::from(([127, 0, 0, 1], port)));
-    }
-    s.parse()
-        .map_err(|_| format!("`{s}` is not an address with a port (`127.0.0.1:8931`)"))
 }
 
 pub fn run(args: Args) -> u8 {

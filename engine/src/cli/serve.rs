@@ -27,7 +27,7 @@ resumable. Exit status: 0 stopped, 1 serving failed, 2 usage."
 )]
 pub struct Args {
     /// The address to listen on; port 0 picks one (told on stderr).
-    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8787", value_parser = parse_addr)]
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8787", value_parser = super::common::parse_addr)]
     pub http: SocketAddr,
     /// The tokens file (see below); needed for a non-loopback address.
     #[arg(long, value_name = "FILE")]
@@ -41,16 +41,6 @@ pub struct Args {
     pub bind_any: bool,
     #[command(flatten)]
     pub store: StoreArg,
-}
-
-/// `127.0.0.1:PORT`, `[::1]:PORT` or `localhost:PORT`.
-fn parse_addr(s: &str) -> Result<SocketAddr, String> {
-    if let Some(port) = s.strip_prefix("localhost:") {
-        let port: u16 = port.parse().map_err(|_| format!("`{port}` is not a port"))?;
-        return Ok(SocketAddr::from(([127, 0, 0, 1], port)));
-    }
-    s.parse()
-        .map_err(|_| format!("`{s}` is not an address with a port (`127.0.0.1:8787`)"))
 }
 
 pub fn run(args: Args) -> u8 {

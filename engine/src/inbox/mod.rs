@@ -180,20 +180,11 @@ pub async fn decide(
     actor: &Actor,
 ) -> Result<(InboxItem, DecisionRow), DecideError> {
     let item = find(store, id).await?;
-    if item.state != ItemState::Waiting {
-        // Refused as the store would refuse it, with who and when.
-        return match store
-            .inbox()
-            .decide(vec![answer(&item, decision, reason, actor, None)])
-            .await?
-            .pop()
-        {
-            Some(Ok(row)) => Ok((item, row)),
-            Some(Err(refusal)) => Err(DecideError::Refused { id: item.id, refusal }),
-            None => Err(DecideError::NotFound(id.to_string())),
-        };
+    // An item no longer waiting is refused by the store, with who and when; only a waiting
+    // one needs its schema checked first.
+    if item.state == ItemState::Waiting {
+        Schemas::default().check(&item, &decision)?;
     }
-    Schemas::default().check(&item, &decision)?;
     match store
         .inbox()
         .decide(vec![answer(&item, decision, reason, actor, None)])

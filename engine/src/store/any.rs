@@ -112,6 +112,10 @@ impl Store for AnyStore {
         delegate!(self, s => s.queue_step(step))
     }
 
+    async fn flush(&self, run_id: &str) -> Result<(), StoreError> {
+        delegate!(self, s => s.flush(run_id))
+    }
+
     async fn get_run(&self, id: &str) -> Result<RunRecord, StoreError> {
         delegate!(self, s => s.get_run(id))
     }

@@ -80,8 +80,9 @@ pub struct RunFilter {
     pub batches: Vec<String>,
 }
 
-/// Where run and step records go. Every write commits before it returns: the engine moves
-/// on only after a step's record is stored.
+/// Where run and step records go. A write commits before it returns, unless it is queued
+/// ([`Store::queue_step`]): a queued write commits with the next awaited write or
+/// [`Store::flush`], in order.
 pub trait Store: Send + Sync + 'static {
     /// Stores a new run, or replaces the record of an existing one.
     fn create_run(&self, run: &RunRecord) -> impl Future<Output = Result<(), StoreError>> + Send;
@@ -106,6 +107,13 @@ pub trait Store: Send + Sync + 'static {
     /// [`Store::record_step`] without waiting for the commit, as [`Store::queue_run`].
     fn queue_step(&self, step: StepRecord) -> impl Future<Output = Result<(), StoreError>> + Send {
         self.record_step(step)
+    }
+    /// Waits until every write queued before it is committed: the barrier before an effect
+    /// that no awaited write precedes. Fails as the next awaited write of run `run_id` would:
+    /// an earlier queued write of the run failed, or (a submitted run) its lease was lost.
+    fn flush(&self, run_id: &str) -> impl Future<Output = Result<(), StoreError>> + Send {
+        let _ = run_id;
+        async { Ok(()) }
     }
     fn get_run(&self, id: &str) -> impl Future<Output = Result<RunRecord, StoreError>> + Send;
     /// Runs matching `filter`, newest first.

@@ -231,6 +231,11 @@ impl<'e, S: Store> Run<'e, S> {
                     if let Err(e) = self.check_budget().await {
                         return tally.close(StepOutcome::err(e), &transcript, turn_no - 1);
                     }
+                    // A model turn has no `started` record: what came before it (the last
+                    // turn and its tool calls, queued) is committed before it is paid for.
+                    if let Err(e) = self.barrier().await {
+                        return tally.close(StepOutcome::err(e), &transcript, turn_no - 1);
+                    }
                     let (turn, used, turn_notes, attempts) = self
                         .ask(&model, &transcript, &definitions, form, step, call, message, &num)
                         .await;

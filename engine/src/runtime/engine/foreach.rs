@@ -117,10 +117,14 @@ impl<'e, S: Store> Run<'e, S> {
                 }
                 // An iteration is polled once as it starts: one that finishes then (a
                 // transform body, say) is taken at once and never joins the window's set.
+                // The first window always starts whole: an iteration that stops to ask a
+                // human does not keep the others started with it from asking too, however
+                // fast it got there (a queued record is not waited for).
                 let mut done = None;
                 while done.is_none()
                     && !stopped
-                    && halt.is_none()
+                    && (halt.is_none()
+                        || (next < f.concurrency && matches!(halt, Some((RunStatus::Interrupted, _)))))
                     && in_flight.len() < f.concurrency
                     && next < items.len()
                 {

@@ -211,6 +211,10 @@ impl<'e, S: Store> Run<'e, S> {
             if items.is_empty() {
                 return Vec::new();
             }
+            // The records of the parts the items ask about are committed before the items.
+            if self.barrier().await.is_err() {
+                return Vec::new();
+            }
             if let Err(e) = inbox.add(&items).await {
                 tracing::error!(run_id = %self.record.id, error = %e, "could not add the run's questions to the inbox");
                 self.store_error(&e);

@@ -265,6 +265,7 @@ impl<'e, S: Store> Run<'e, S> {
             _ => input,
         };
         let policy = &call.retry;
+        let effects = has_effects(&agent, &self.engine.natives);
         // Tokens and cost of every attempt, failed ones included.
         let mut used = Usage::default();
         loop {
@@ -317,6 +318,7 @@ impl<'e, S: Store> Run<'e, S> {
             };
             o.usage = used;
             o.attempts = attempt;
+            o.effects = effects;
             let Some(wait) = retry else {
                 o.answers = self.take_answers(number);
                 return o;

@@ -209,6 +209,11 @@ struct Tree {
     resume: ResumeOptions,
     /// The first store write that failed in this tree: the run's end may not be on record.
     store_failure: std::sync::Mutex<Option<String>>,
+    /// Step records of the tree's runs queued so far, and how many of them a commit is
+    /// known to cover ([`Run::barrier`]): one writer commits a store's writes in order, so
+    /// a commit covers whatever any run of the tree queued before it.
+    queued: std::sync::atomic::AtomicU64,
+    committed: std::sync::atomic::AtomicU64,
     /// What the agent calls of the whole tree have cost so far, in 10⁻⁹ USD.
     spent_nano: AtomicU64,
     /// Resumed from `running`: its last holder stopped without recording a stop, so the
@@ -318,6 +323,10 @@ struct StepOutcome {
     replayed: bool,
     /// What the step's `llm` calls put on its record ([`StepRecord::answers`]).
     answers: Option<Value>,
+    /// The step called an agent with effects: its record is waited for, so that a crash
+    /// after the call's effect leaves as short a time as can be in which the call is on
+    /// record only as started (and a resume finds it in doubt).
+    effects: bool,
     /// The files the step's call made (a `flow` step's: its child run's), numbered.
     files: Vec<crate::record::RunFile>,
     /// The input the agent was called with when it differs from the one built (`file()`
@@ -345,6 +354,7 @@ impl StepOutcome {
             stop: None,
             replayed: false,
             answers: None,
+            effects: false,
             files: Vec::new(),
             resolved_input: None,
         }

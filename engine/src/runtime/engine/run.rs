@@ -509,6 +509,8 @@ impl<S: Store> Engine<S> {
             released: controls.released,
             resume,
             store_failure: std::sync::Mutex::new(None),
+            queued: Default::default(),
+            committed: Default::default(),
             spent_nano: AtomicU64::new(0),
             carry,
             unknown_calls: AtomicU64::new(0),
@@ -861,12 +863,36 @@ impl<'e, S: Store> Run<'e, S> {
             o.step(&r);
         }
         self.note_asked(&r);
-        let written = if queued {
-            store.queue_step(r).await
+        if queued {
+            self.tree.queued.fetch_add(1, Ordering::AcqRel);
+            store.queue_step(r).await.map_err(|e| self.store_error(&e))
         } else {
-            store.record_step(r).await
-        };
-        written.map_err(|e| self.store_error(&e))
+            // An awaited write commits every write queued before it.
+            let covered = self.tree.queued.load(Ordering::Acquire);
+            store.record_step(r).await.map_err(|e| self.store_error(&e))?;
+            self.tree.committed.fetch_max(covered, Ordering::AcqRel);
+            Ok(())
+        }
+    }
+
+    /// Waits until every record of the run queued so far is committed (at once when one is
+    /// known to be): the barrier before an effect that no awaited write precedes, such as an
+    /// agent loop's model turn. Fails, as a write would, once a write of the tree failed.
+    pub(super) async fn barrier(&self) -> Result<(), StepError> {
+        if let Some(why) = self.store_failed() {
+            return Err(StepError::new(ErrorKind::Agent, format!("store: {why}")));
+        }
+        let covered = self.tree.queued.load(Ordering::Acquire);
+        if self.tree.committed.load(Ordering::Acquire) >= covered {
+            return Ok(());
+        }
+        self.engine
+            .store
+            .flush(&self.record.id)
+            .await
+            .map_err(|e| self.store_error(&e))?;
+        self.tree.committed.fetch_max(covered, Ordering::AcqRel);
+        Ok(())
     }
 
     /// The input an agent was called with: `built`, or what replaced it (`file()`
@@ -886,6 +912,20 @@ impl<'e, S: Store> Run<'e, S> {
 
     pub(super) async fn record(&self, rec: impl FnOnce() -> StepRecord) -> Result<(), StepError> {
         self.record_with(rec, false).await
+    }
+
+    /// Records a step part: waited for after a call with effects (`effects`), queued
+    /// otherwise. A queued record commits with the run's next awaited write or barrier,
+    /// which come before any effect: an attempt's `started` record, [`Run::barrier`] before
+    /// a model turn, the run's end. Work without effects in between (a transform, a mock, a
+    /// `set`) is not held up by the store; a crash in it loses only work that a resume does
+    /// again, with the same outcome.
+    pub(super) async fn record_after(
+        &self,
+        effects: bool,
+        rec: impl FnOnce() -> StepRecord,
+    ) -> Result<(), StepError> {
+        self.record_with(rec, !effects).await
     }
 
     pub(super) fn store_failed(&self) -> Option<String> {
@@ -969,7 +1009,7 @@ impl<'e, S: Store> Run<'e, S> {
             answers: o.answers.clone(),
             files: o.files.clone(),
         };
-        if let Err(e) = self.record(rec).await {
+        if let Err(e) = self.record_after(o.effects, rec).await {
             o.error = Some(e);
         }
     }

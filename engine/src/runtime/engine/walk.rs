@@ -141,7 +141,7 @@ impl<'e, S: Store> Run<'e, S> {
                 };
                 // The run's last step: its end, written next and waited for, commits this too.
                 let last = outcome.stop.is_some() || !matches!(&route, Ok(Some(n)) if *n != flow.end);
-                if let Err(e) = self.record_with(rec, last).await {
+                if let Err(e) = self.record_with(rec, last || !outcome.effects).await {
                     return Err((RunStatus::Failed, e));
                 }
             }

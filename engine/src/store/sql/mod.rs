@@ -233,6 +233,7 @@ impl SqlStore {
             ctx: ctx.clone(),
             max_batch: options.max_batch.max(1),
             failed: std::collections::HashMap::new(),
+            conn: Default::default(),
         };
         let writer = tokio::spawn(writer.run(rx));
         let blobs = Arc::new(files::SqlBlobs::new(
@@ -310,6 +311,7 @@ impl SqlStore {
             Op::CreateRun(r) => (&r.id, r.parent_run.as_ref()),
             Op::UpdateRun(r) => (&r.id, None),
             Op::Step(s) => (&s.run_id, None),
+            Op::Flush(id) => (id, None),
         };
         if let Some(f) = fences.get(id) {
             return Some(f.clone());
@@ -634,6 +636,10 @@ impl Store for SqlStore {
 
     async fn queue_step(&self, step: StepRecord) -> Result<(), StoreError> {
         self.queue(Op::Step(StepRow::encode(&step)?)).await
+    }
+
+    async fn flush(&self, run_id: &str) -> Result<(), StoreError> {
+        self.write(Op::Flush(run_id.to_string())).await
     }
 
     async fn get_run(&self, id: &str) -> Result<RunRecord, StoreError> {

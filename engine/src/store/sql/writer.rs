@@ -30,7 +30,8 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use sqlx::{AnyConnection, AnyPool, AssertSqlSafe, Connection, Row};
+use sqlx::pool::PoolConnection;
+use sqlx::{Any, AnyConnection, AnyPool, AssertSqlSafe, Connection, Row};
 use tokio::sync::{mpsc, oneshot};
 
 use super::Dialect;
@@ -48,6 +49,10 @@ pub(crate) enum Op {
     UpdateRun(RunRow),
     /// `record_step`: insert, or replace the record with the same key.
     Step(StepRow),
+    /// `flush` of a run: writes nothing; answered once every write queued before it is
+    /// committed (they are in earlier groups, or in this one), or with the error a write of
+    /// the run would get (an earlier queued write of it failed, its lease was lost).
+    Flush(String),
 }
 
 impl Op {
@@ -61,6 +66,7 @@ impl Op {
                     s.number, s.attempt, s.run_id
                 )
             }
+            Op::Flush(id) => format!("committing the records of run `{id}`"),
         }
     }
 }
@@ -88,6 +94,9 @@ pub(crate) struct Writer {
     /// Runs a queued write of which failed, with the error and the lease epoch it was made
     /// under: their later writes (under that epoch) are refused.
     pub failed: HashMap<String, (String, Option<i64>)>,
+    /// The connection of the last commit, kept for the next (in a mutex only so that the
+    /// writer's futures, which borrow it, may move between threads).
+    pub conn: std::sync::Mutex<Option<PoolConnection<Any>>>,
 }
 
 impl Op {
@@ -95,6 +104,7 @@ impl Op {
         match self {
             Op::CreateRun(r) | Op::UpdateRun(r) => &r.id,
             Op::Step(s) => &s.run_id,
+            Op::Flush(id) => id,
         }
     }
 }
@@ -151,11 +161,26 @@ impl Writer {
                     "a grouped commit failed at {i}; replaying it one by one"
                 );
                 let mut outcomes = Vec::with_capacity(reqs.len());
+                // Runs a write of which failed here: their flushes later in the group fail.
+                let mut lost: HashMap<&str, String> = HashMap::new();
                 for req in &reqs {
-                    outcomes.push(match self.transaction(&[req]).await {
+                    if let Op::Flush(id) = &req.op
+                        && let Some(why) = lost.get(id.as_str())
+                    {
+                        outcomes.push(Err(StoreError::Other(format!(
+                            "{}: an earlier write of the run failed: {why}",
+                            req.op.describe()
+                        ))));
+                        continue;
+                    }
+                    let outcome = match self.transaction(&[req]).await {
                         Ok(mut one) => one.pop().unwrap_or(Ok(())),
                         Err((_, e)) => Err(self.error(&req.op, &e)),
-                    });
+                    };
+                    if let Err(e) = &outcome {
+                        lost.entry(req.op.run_id()).or_insert_with(|| e.to_string());
+                    }
+                    outcomes.push(outcome);
                 }
                 outcomes
             }
@@ -193,21 +218,48 @@ impl Writer {
         &self,
         reqs: &[&Request],
     ) -> Result<Vec<Result<(), StoreError>>, (usize, sqlx::Error)> {
-        let mut conn = self.pool.acquire().await.map_err(|e| (reqs.len(), e))?;
         let fenced = reqs.iter().any(|r| r.fence.is_some());
         let ops: Vec<&Op> = reqs.iter().map(|r| &r.op).collect();
         let plan = (!fenced).then(|| Plan::new(&ops, self.ctx.dialect));
         if let Some(plan) = &plan
+            && plan.statements() == 0
+        {
+            // Flushes alone: what was queued before them is in earlier groups, committed.
+            return Ok(reqs.iter().map(|_| Ok(())).collect());
+        }
+        // The writer keeps the connection of its last commit: its prepared statements
+        // (one per statement shape) stay prepared. After a failure it goes back to the pool,
+        // which checks it before handing it out again.
+        let held = self.conn.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let mut conn = match held {
+            Some(conn) => conn,
+            None => self.pool.acquire().await.map_err(|e| (reqs.len(), e))?,
+        };
+        let done = self.writes(&mut conn, reqs, plan.as_ref()).await;
+        if done.is_ok() {
+            *self.conn.lock().unwrap_or_else(|p| p.into_inner()) = Some(conn);
+        }
+        done
+    }
+
+    /// [`Writer::transaction`] on `conn`.
+    async fn writes(
+        &self,
+        conn: &mut PoolConnection<Any>,
+        reqs: &[&Request],
+        plan: Option<&Plan<'_>>,
+    ) -> Result<Vec<Result<(), StoreError>>, (usize, sqlx::Error)> {
+        if let Some(plan) = plan
             && plan.statements() == 1
         {
             // One statement is a transaction of its own: no BEGIN and COMMIT round trips.
-            return plan.execute(&mut conn).await;
+            return plan.execute(conn).await;
         }
         let mut tx = conn
             .begin_with(self.ctx.dialect.begin_write())
             .await
             .map_err(|e| (reqs.len(), e))?;
-        let executed = match &plan {
+        let executed = match plan {
             Some(plan) => plan.execute(&mut tx).await,
             None => self.fenced(&mut tx, reqs).await,
         };
@@ -332,14 +384,17 @@ impl<'a> Plan<'a> {
             })
             .collect();
         let key = |op: &'a Op| match op {
-            Op::CreateRun(r) => Key::Create(&r.id),
-            Op::UpdateRun(r) if created.contains(r.id.as_str()) => Key::Create(&r.id),
-            Op::UpdateRun(r) => Key::Update(&r.id),
-            Op::Step(s) => Key::Step(&s.run_id, &s.number, s.attempt, s.iteration),
+            Op::CreateRun(r) => Some(Key::Create(&r.id)),
+            Op::UpdateRun(r) if created.contains(r.id.as_str()) => Some(Key::Create(&r.id)),
+            Op::UpdateRun(r) => Some(Key::Update(&r.id)),
+            Op::Step(s) => Some(Key::Step(&s.run_id, &s.number, s.attempt, s.iteration)),
+            Op::Flush(_) => None,
         };
         let mut last = HashMap::with_capacity(ops.len());
         for (i, op) in ops.iter().enumerate() {
-            last.insert(key(op), i);
+            if let Some(k) = key(op) {
+                last.insert(k, i);
+            }
         }
         let mut plan = Plan {
             ops,
@@ -350,8 +405,12 @@ impl<'a> Plan<'a> {
             kept: Vec::with_capacity(ops.len()),
         };
         let mut seen = HashSet::with_capacity(ops.len());
-        for op in ops {
-            let key = key(op);
+        for (i, op) in ops.iter().enumerate() {
+            // A flush writes nothing: its outcome is its own.
+            let Some(key) = key(op) else {
+                plan.kept.push(i);
+                continue;
+            };
             let kept = last[&key];
             plan.kept.push(kept);
             // In the place of the first request for the key, as if the later ones replaced it.
@@ -376,7 +435,7 @@ impl<'a> Plan<'a> {
     fn run(&self, i: usize) -> &'a RunRow {
         match self.ops[i] {
             Op::CreateRun(r) | Op::UpdateRun(r) => r,
-            Op::Step(_) => unreachable!("op {i} is a step"),
+            Op::Step(_) | Op::Flush(_) => unreachable!("op {i} is not a run"),
         }
     }
 

@@ -638,11 +638,15 @@ impl Store for SqlStore {
 
     async fn get_run(&self, id: &str) -> Result<RunRecord, StoreError> {
         let what = format!("reading run `{id}`");
-        let row: Option<AnyRow> = sqlx::query(concat!("SELECT ", run_columns!(), " FROM runs WHERE id = $1"))
-            .bind(id)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(|e| self.ctx.error(&what, &e))?;
+        let row: Option<AnyRow> = sqlx::query(concat!(
+            "SELECT ",
+            run_columns!(),
+            " FROM run_records WHERE id = $1"
+        ))
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(|e| self.ctx.error(&what, &e))?;
         let row = row.ok_or_else(|| StoreError::NotFound(id.to_string()))?;
         decode_run(&row).map_err(|m| self.corrupt(&what, m))
     }
@@ -677,7 +681,7 @@ impl Store for SqlStore {
         let sql = concat!(
             "SELECT ",
             run_columns!(),
-            " FROM runs WHERE parent_run = $1 ORDER BY started_at, id"
+            " FROM run_records WHERE parent_run = $1 ORDER BY started_at, id"
         );
         self.fetch_runs(
             sql.to_string(),
@@ -694,7 +698,7 @@ impl Store for SqlStore {
         let rows = sqlx::query(concat!(
             "SELECT ",
             run_columns!(),
-            " FROM runs WHERE batch = $1 AND item_index >= $2 ORDER BY item_index, started_at, id LIMIT $3"
+            " FROM run_records WHERE batch = $1 AND item_index >= $2 ORDER BY item_index, started_at, id LIMIT $3"
         ))
         .bind(batch.to_string())
         .bind(from)
@@ -720,14 +724,15 @@ impl Store for SqlStore {
     }
 }
 
-/// `SELECT` of runs matching `filter` (with `status` in its place), by start time.
+/// `SELECT` of runs matching `filter` (with `status` in its place), by start time. The status
+/// is written out, not bound: a query for running runs then reads `runs_running`, the index
+/// of those alone.
 fn list_query(filter: &RunFilter, status: Option<RunStatus>, order: &str) -> (String, Vec<String>) {
-    let mut sql = String::from(concat!("SELECT ", run_columns!(), " FROM runs"));
+    let mut sql = String::from(concat!("SELECT ", run_columns!(), " FROM run_records"));
     let mut binds = Vec::new();
     let mut conds = Vec::new();
     if let Some(s) = status {
-        binds.push(s.as_str().to_string());
-        conds.push(format!("status = ${}", binds.len()));
+        conds.push(format!("status = '{}'", s.as_str()));
     }
     if let Some(f) = &filter.flow {
         binds.push(f.clone());
@@ -771,15 +776,15 @@ mod tests {
         let (sql, binds) = list_query(&f, f.status, "DESC");
         assert!(
             sql.ends_with(
-                " FROM runs WHERE status = $1 AND flow = $2 AND parent_run IS NULL AND batch IN ($3, $4) \
+                " FROM run_records WHERE status = 'failed' AND flow = $1 AND parent_run IS NULL AND batch IN ($2, $3) \
                  ORDER BY started_at DESC, id DESC LIMIT 3"
             ),
             "{sql}"
         );
-        assert_eq!(binds, ["failed", "triage", "/a/out.jsonl", "/b/out.jsonl"]);
+        assert_eq!(binds, ["triage", "/a/out.jsonl", "/b/out.jsonl"]);
         let (sql, binds) = list_query(&RunFilter::default(), None, "ASC");
         assert!(
-            sql.ends_with(" FROM runs ORDER BY started_at ASC, id ASC"),
+            sql.ends_with(" FROM run_records ORDER BY started_at ASC, id ASC"),
             "{sql}"
         );
         assert!(binds.is_empty());

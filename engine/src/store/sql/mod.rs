@@ -694,21 +694,37 @@ impl Store for SqlStore {
     async fn batch_runs(&self, batch: &str, from: u64, limit: usize) -> Result<Vec<RunRecord>, StoreError> {
         let what = format!("reading the runs of batch `{batch}`");
         let from = i64::try_from(from).unwrap_or(i64::MAX);
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let rows = sqlx::query(concat!(
-            "SELECT ",
-            run_columns!(),
-            " FROM run_records WHERE batch = $1 AND item_index >= $2 ORDER BY item_index, started_at, id LIMIT $3"
-        ))
-        .bind(batch.to_string())
-        .bind(from)
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(|e| self.ctx.error(&what, &e))?;
-        rows.iter()
-            .map(|r| decode_run(r).map_err(|m| self.corrupt(&what, m)))
-            .collect()
+        let limit_sql = i64::try_from(limit).unwrap_or(i64::MAX);
+        // Head by head (a batch has one unless its flow changed), each read in input order
+        // through `runs_by_head`, then merged: no page sorts the whole batch.
+        let heads: Vec<i64> = sqlx::query_scalar("SELECT id FROM run_heads WHERE batch = $1 ORDER BY id")
+            .bind(batch.to_string())
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| self.ctx.error(&what, &e))?;
+        let mut runs = Vec::new();
+        for head in heads {
+            let rows = sqlx::query(concat!(
+                "SELECT ",
+                run_columns!(),
+                " FROM run_records WHERE head = $1 AND item_index >= $2 \
+                 ORDER BY item_index, started_at, id LIMIT $3"
+            ))
+            .bind(head)
+            .bind(from)
+            .bind(limit_sql)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| self.ctx.error(&what, &e))?;
+            for r in &rows {
+                runs.push(decode_run(r).map_err(|m| self.corrupt(&what, m))?);
+            }
+        }
+        runs.sort_by(|a, b| {
+            (a.item_index, a.started_at, &a.id).cmp(&(b.item_index, b.started_at, &b.id))
+        });
+        runs.truncate(limit);
+        Ok(runs)
     }
 
     async fn take_run(&self, run_id: &str, writer: &RunWriter, lease: Duration) -> Result<(), StoreError> {

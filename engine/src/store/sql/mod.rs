@@ -720,9 +720,7 @@ impl Store for SqlStore {
                 runs.push(decode_run(r).map_err(|m| self.corrupt(&what, m))?);
             }
         }
-        runs.sort_by(|a, b| {
-            (a.item_index, a.started_at, &a.id).cmp(&(b.item_index, b.started_at, &b.id))
-        });
+        runs.sort_by(|a, b| (a.item_index, a.started_at, &a.id).cmp(&(b.item_index, b.started_at, &b.id)));
         runs.truncate(limit);
         Ok(runs)
     }

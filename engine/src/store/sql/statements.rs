@@ -201,7 +201,10 @@ pub(crate) async fn write_heads<'h>(
     for h in heads {
         unique.entry(h.id).or_insert(h);
     }
-    let heads: Vec<&RunHead> = unique.into_values().collect();
+    // In id order: two transactions inserting the same new heads wait for each other in
+    // one order (PostgreSQL), never in a cycle.
+    let mut heads: Vec<&RunHead> = unique.into_values().collect();
+    heads.sort_unstable_by_key(|h| h.id);
     for chunk in chunks(heads.len()).map(|r| &heads[r]) {
         let q = chunk
             .iter()
@@ -315,7 +318,11 @@ mod tests {
             "{sql}"
         );
         assert!(
-            sql.contains("v.column4, (SELECT COALESCE(MAX(s.seq), 0) FROM steps s) + v.column5, v.column6")
+            sql.contains(
+                "v.column4, (SELECT COALESCE(MAX(s.seq), 0) FROM steps s WHERE s.run_id = v.column1) \
+                 + ROW_NUMBER() OVER (PARTITION BY v.column1 ORDER BY v.column5), v.column6"
+            ),
+            "{sql}"
         );
         assert!(
             sql.contains("$24), ($25, $26,")
@@ -331,9 +338,9 @@ mod tests {
         );
         assert!(upsert_steps(Sqlite, 2).contains("(?, ?, ?,"));
         assert!(
-            update_runs(Postgres, 1).starts_with("UPDATE runs SET flow = v.column2, flow_hash = v.column3")
+            update_runs(Postgres, 1).starts_with("UPDATE runs SET head = v.column2, parent_run = v.column3")
         );
-        assert!(upsert_runs(Sqlite, 1).contains("ON CONFLICT (id) DO UPDATE SET flow = excluded.flow"));
+        assert!(upsert_runs(Sqlite, 1).contains("ON CONFLICT (id) DO UPDATE SET head = excluded.head"));
         assert_eq!(
             existing_runs(Postgres, 2),
             "SELECT id FROM runs WHERE id IN ($1, $2)"

@@ -119,35 +119,20 @@ impl RunHead {
     /// length-prefixed, absent ones marked) with bit 62 set: positive, and above the ids
     /// migration 13 gave the heads of older runs (1, 2, ...).
     pub(crate) fn new(r: &RunRecord) -> RunHead {
-        use sha2::{Digest, Sha256};
-        let mut h = Sha256::new();
-        for field in [
-            Some(r.flow.as_str()),
-            Some(r.flow_hash.as_str()),
-            r.flow_path.as_deref(),
-            r.batch.as_deref(),
-            r.origin.map(crate::record::Origin::as_str),
-        ] {
-            match field {
-                None => h.update([0u8]),
-                Some(s) => {
-                    h.update([1u8]);
-                    h.update((s.len() as u64).to_be_bytes());
-                    h.update(s.as_bytes());
-                }
-            }
-        }
-        let digest = h.finalize();
-        let mut first = [0u8; 8];
-        first.copy_from_slice(&digest[..8]);
-        let id = (u64::from_be_bytes(first) & ((1 << 62) - 1)) | (1 << 62);
+        let origin = r.origin.map(crate::record::Origin::as_str);
         RunHead {
-            id: i64::try_from(id).unwrap_or(i64::MAX),
+            id: head_id([
+                Some(r.flow.as_str()),
+                Some(r.flow_hash.as_str()),
+                r.flow_path.as_deref(),
+                r.batch.as_deref(),
+                origin,
+            ]),
             flow: r.flow.clone(),
             flow_hash: r.flow_hash.clone(),
             flow_path: r.flow_path.clone(),
             batch: r.batch.clone(),
-            origin: r.origin.map(crate::record::Origin::as_str),
+            origin,
         }
     }
 
@@ -170,6 +155,27 @@ impl RunHead {
             && row.try_get::<Option<String>, _>("batch")? == self.batch
             && row.try_get::<Option<String>, _>("origin")?.as_deref() == self.origin)
     }
+}
+
+/// See [`RunHead::new`].
+fn head_id(fields: [Option<&str>; 5]) -> i64 {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    for field in fields {
+        match field {
+            None => h.update([0u8]),
+            Some(s) => {
+                h.update([1u8]);
+                h.update((s.len() as u64).to_be_bytes());
+                h.update(s.as_bytes());
+            }
+        }
+    }
+    let digest = h.finalize();
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest[..8]);
+    let id = (u64::from_be_bytes(first) & ((1 << 62) - 1)) | (1 << 62);
+    i64::try_from(id).unwrap_or(i64::MAX)
 }
 
 /// A step record ready to bind.
@@ -426,6 +432,20 @@ mod tests {
             assert_eq!(step_status(s.as_str()), Some(s));
         }
         assert_eq!(step_status("nope"), None);
+    }
+
+    #[test]
+    fn head_ids_are_above_migrated_ones_and_tell_absent_from_empty() {
+        let id = |batch: Option<&str>| head_id([Some("f"), Some("h"), None, batch, Some("cli")]);
+        for b in [None, Some(""), Some("out.jsonl")] {
+            assert!(id(b) >= 1 << 62, "{b:?}");
+        }
+        assert_eq!(id(Some("out.jsonl")), id(Some("out.jsonl")));
+        assert_ne!(id(None), id(Some("")));
+        assert_ne!(
+            head_id([Some("ab"), Some("c"), None, None, None]),
+            head_id([Some("a"), Some("bc"), None, None, None])
+        );
     }
 
     #[test]

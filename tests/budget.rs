@@ -439,7 +439,7 @@ fn workers_hold_a_submitted_batchs_cap_together() {
     let asked = server.hits().len() as f64 * PER_CALL;
     assert!(asked <= bound, "the server was asked {asked} USD worth");
     assert_eq!(
-        pg.count("SELECT COUNT(DISTINCT lease_owner) FROM runs WHERE batch = 'capped'"),
+        pg.count("SELECT COUNT(DISTINCT lease_owner) FROM run_records WHERE batch = 'capped'"),
         2,
         "both workers ran the batch"
     );

@@ -245,8 +245,8 @@ pub fn signal(child: &Child, sig: &str) {
 /// Statuses of each item's latest run: item id → (status, error kind).
 fn latest(pg: &Pg, batch: &str) -> HashMap<String, (String, Option<String>)> {
     let rows = pg.query(&format!(
-        "SELECT item_id, status, error FROM runs r WHERE batch = '{batch}' AND parent_run IS NULL \
-         AND NOT EXISTS (SELECT 1 FROM runs o WHERE o.batch = r.batch AND o.item_index = r.item_index \
+        "SELECT item_id, status, error FROM run_records r WHERE batch = '{batch}' AND parent_run IS NULL \
+         AND NOT EXISTS (SELECT 1 FROM run_records o WHERE o.batch = r.batch AND o.item_index = r.item_index \
          AND o.started_at > r.started_at)"
     ));
     rows.into_iter()
@@ -312,7 +312,7 @@ fn two_workers_run_a_submitted_batch_once_each_item() {
     assert_eq!(fx.len(), N);
     assert!(fx.values().all(|n| *n == 1), "{fx:?}");
     // Both took part, each run was held by one.
-    let owners = pg.count("SELECT COUNT(DISTINCT lease_owner) FROM runs WHERE batch = 'b1'");
+    let owners = pg.count("SELECT COUNT(DISTINCT lease_owner) FROM run_records WHERE batch = 'b1'");
     assert_eq!(owners, 2, "{}\n{}", log_of(&dir, "a"), log_of(&dir, "b"));
     let sum = pg.query("SELECT output FROM runs WHERE item_id = 'item-7'");
     let output: Value = serde_json::from_str(sum[0]["output"].as_deref().expect("output")).expect("json");
@@ -399,7 +399,10 @@ fn a_changed_line_is_refused_and_a_bad_line_fails_at_submit() {
     let dup = submit(&dir, &flow, &url, "other", &[]);
     assert_eq!(dup.code(), 2, "{}", dup.stderr);
     assert!(dup.stderr.contains("duplicate ids"), "{}", dup.stderr);
-    assert_eq!(pg.count("SELECT COUNT(*) FROM runs WHERE batch = 'other'"), 0);
+    assert_eq!(
+        pg.count("SELECT COUNT(*) FROM run_records WHERE batch = 'other'"),
+        0
+    );
     // A changed flow is refused for the same batch.
     std::fs::write(&flow, side_effect_flow(&fx, "0.001")).expect("rewrite");
     dir.write(
@@ -517,7 +520,7 @@ steps:
         log_of(&dir, "w")
     );
     let outputs: HashMap<String, Value> = pg
-        .query("SELECT item_id, output FROM runs WHERE batch = 'bundled' AND parent_run IS NULL")
+        .query("SELECT item_id, output FROM run_records WHERE batch = 'bundled' AND parent_run IS NULL")
         .into_iter()
         .map(|r| {
             (
@@ -870,7 +873,7 @@ fn sigterm_drains_gives_back_what_is_held_and_exits_zero() {
     // `batches` counts the runs the drain gave back (still `running` on record, no lease) as
     // queued for the next worker, not as running with no live worker to run them.
     let given_back = pg.count(
-        "SELECT COUNT(*) FROM runs WHERE batch = 'd' AND parent_run IS NULL AND status = 'running' \
+        "SELECT COUNT(*) FROM run_records WHERE batch = 'd' AND parent_run IS NULL AND status = 'running' \
          AND lease_owner IS NULL",
     );
     assert!(
@@ -878,7 +881,8 @@ fn sigterm_drains_gives_back_what_is_held_and_exits_zero() {
         "the drain gave nothing back: {}",
         log_of(&dir, "first")
     );
-    let queued = pg.count("SELECT COUNT(*) FROM runs WHERE batch = 'd' AND status = 'queued'") + given_back;
+    let queued =
+        pg.count("SELECT COUNT(*) FROM run_records WHERE batch = 'd' AND status = 'queued'") + given_back;
     let batches = |json: bool| {
         let out = run(switchyard(dir.path())
             .args(["batches", "d", "--store", &url])
@@ -991,7 +995,7 @@ fn resume_batch_continues_the_stopped_runs_it_is_told_how_to() {
     assert_eq!(out.code(), 0, "{}", out.stderr);
     let cmd = |args: &[&str]| run(switchyard(dir.path()).args(args).args(["--store", &url]));
     let interrupted =
-        || pg.count("SELECT COUNT(*) FROM runs WHERE batch = 'gates' AND status = 'interrupted'");
+        || pg.count("SELECT COUNT(*) FROM run_records WHERE batch = 'gates' AND status = 'interrupted'");
     let lease = ["--concurrency", "8", "--lease", "2s", "--heartbeat", "400ms"];
 
     // A worker stops the gated items at their interrupt and dies while the others are in
@@ -1027,7 +1031,7 @@ fn resume_batch_continues_the_stopped_runs_it_is_told_how_to() {
     signal(&w2, "TERM");
     assert!(wait_exit(&mut w2, Duration::from_secs(30), "worker 2").success());
     let in_doubt = pg.count(
-        "SELECT COUNT(*) FROM runs WHERE batch = 'gates' AND status = 'interrupted' AND error LIKE '%in_doubt%'",
+        "SELECT COUNT(*) FROM run_records WHERE batch = 'gates' AND status = 'interrupted' AND error LIKE '%in_doubt%'",
     );
     assert_eq!(in_doubt, 4, "{}", log_of(&dir, "w2"));
 
@@ -1059,7 +1063,7 @@ fn resume_batch_continues_the_stopped_runs_it_is_told_how_to() {
 
     // One run, by its id: from the batch's bundle, under a lease of its own.
     let one = pg.query(
-        "SELECT id FROM runs WHERE batch = 'gates' AND error LIKE '%in_doubt%' ORDER BY item_index LIMIT 1",
+        "SELECT id FROM run_records WHERE batch = 'gates' AND error LIKE '%in_doubt%' ORDER BY item_index LIMIT 1",
     );
     let one = one[0]["id"].clone().expect("a run in doubt");
     let single = cmd(&["resume", &one, "--retry-in-doubt"]);
@@ -1200,7 +1204,8 @@ steps:
         stderr.contains("left as they are: 3 not started (Ctrl-C)"),
         "{stderr}"
     );
-    let in_doubt = || pg.count("SELECT COUNT(*) FROM runs WHERE batch = 'asked' AND error LIKE '%in_doubt%'");
+    let in_doubt =
+        || pg.count("SELECT COUNT(*) FROM run_records WHERE batch = 'asked' AND error LIKE '%in_doubt%'");
     assert_eq!(in_doubt(), 0);
 
     let rest = resume().wait_with_output().expect("exits");

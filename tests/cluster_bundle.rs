@@ -68,7 +68,7 @@ fn a_command_importing_a_sibling_module_runs_on_a_worker_when_its_bundle_lists_i
         "{}",
         unlisted.stderr
     );
-    pg.query("DELETE FROM runs WHERE batch = 'unlisted'");
+    pg.query("DELETE FROM runs WHERE head IN (SELECT id FROM run_heads WHERE batch = 'unlisted')");
     // The project is gone and the worker runs elsewhere: it has only the store.
     std::fs::remove_dir_all(dir.path().join("project")).expect("remove the project");
     let mut w = spawn_worker(&dir, &url, "w", &["--exit-when-idle"]);
@@ -77,7 +77,7 @@ fn a_command_importing_a_sibling_module_runs_on_a_worker_when_its_bundle_lists_i
         "{}",
         log_of(&dir, "w")
     );
-    let rows = pg.query("SELECT item_id, status, output FROM runs WHERE batch = 'listed'");
+    let rows = pg.query("SELECT item_id, status, output FROM run_records WHERE batch = 'listed'");
     let outputs: HashMap<String, Value> = rows
         .iter()
         .map(|r| {
@@ -167,7 +167,7 @@ fn an_mcp_server_program_in_the_project_runs_on_a_worker_from_the_bundle() {
         "{}",
         log_of(&dir, "w")
     );
-    let rows = pg.query("SELECT item_id, status, output FROM runs WHERE batch = 'served'");
+    let rows = pg.query("SELECT item_id, status, output FROM run_records WHERE batch = 'served'");
     assert_eq!(rows.len(), 40);
     for r in &rows {
         assert_eq!(

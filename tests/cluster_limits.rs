@@ -76,14 +76,14 @@ fn run_three_workers(tag: &str, flow_text: &str, n: usize) {
     };
     assert_eq!(
         pg.count(
-            "SELECT COUNT(*) FROM runs WHERE batch = 'b' AND status = 'succeeded' AND parent_run IS NULL"
+            "SELECT COUNT(*) FROM run_records WHERE batch = 'b' AND status = 'succeeded' AND parent_run IS NULL"
         ),
         n as i64,
         "{}",
         logs()
     );
     assert_eq!(
-        pg.count("SELECT COUNT(DISTINCT lease_owner) FROM runs WHERE batch = 'b'"),
+        pg.count("SELECT COUNT(DISTINCT lease_owner) FROM run_records WHERE batch = 'b'"),
         3,
         "every worker ran some of the batch\n{}",
         logs()
@@ -176,7 +176,7 @@ fn a_killed_workers_slot_comes_back_after_its_lease() {
     assert!(status.success(), "{}", log_of(&dir, "w2"));
     assert_eq!(
         pg.count(
-            "SELECT COUNT(*) FROM runs WHERE batch = 'b' AND status = 'succeeded' AND parent_run IS NULL"
+            "SELECT COUNT(*) FROM run_records WHERE batch = 'b' AND status = 'succeeded' AND parent_run IS NULL"
         ),
         N as i64,
         "{}",

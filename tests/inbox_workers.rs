@@ -71,7 +71,7 @@ fn with_store<T>(url: &str, f: impl AsyncFnOnce(&AnyStore) -> T) -> T {
 /// Item id → (status, error kind) of each root run of batch `batch`.
 fn statuses(pg: &Pg, batch: &str) -> HashMap<String, (String, Option<String>)> {
     pg.query(&format!(
-        "SELECT item_id, status, error FROM runs WHERE batch = '{batch}' AND parent_run IS NULL"
+        "SELECT item_id, status, error FROM run_records WHERE batch = '{batch}' AND parent_run IS NULL"
     ))
     .into_iter()
     .map(|r| {
@@ -89,7 +89,7 @@ fn statuses(pg: &Pg, batch: &str) -> HashMap<String, (String, Option<String>)> {
 
 fn count_status(pg: &Pg, batch: &str, status: &str) -> i64 {
     pg.count(&format!(
-        "SELECT COUNT(*) FROM runs WHERE batch = '{batch}' AND parent_run IS NULL AND status = '{status}'"
+        "SELECT COUNT(*) FROM run_records WHERE batch = '{batch}' AND parent_run IS NULL AND status = '{status}'"
     ))
 }
 
@@ -142,7 +142,7 @@ fn workers_continue_exactly_the_decided_runs_once_each() {
     );
 
     let run_of: HashMap<usize, String> = pg
-        .query("SELECT id, item_id FROM runs WHERE batch = 'g' AND parent_run IS NULL")
+        .query("SELECT id, item_id FROM run_records WHERE batch = 'g' AND parent_run IS NULL")
         .into_iter()
         .map(|r| {
             (
@@ -216,7 +216,7 @@ fn workers_continue_exactly_the_decided_runs_once_each() {
     assert!(fx.iter().all(|(id, n)| *n == 1 && item_no(id) < 20), "{fx:?}");
     // Each decision as given: the refused ones too went on (the flow does not route on it).
     let outputs: HashMap<usize, Value> = pg
-        .query("SELECT item_id, output FROM runs WHERE batch = 'g' AND status = 'succeeded'")
+        .query("SELECT item_id, output FROM run_records WHERE batch = 'g' AND status = 'succeeded'")
         .into_iter()
         .map(|r| {
             (
@@ -382,7 +382,7 @@ fn a_worker_killed_mid_way_and_its_successor_apply_no_decision_twice() {
         "every run ended or stopped in doubt",
         || {
             pg.count(
-                "SELECT COUNT(*) FROM runs WHERE batch = 'k' AND parent_run IS NULL \
+                "SELECT COUNT(*) FROM run_records WHERE batch = 'k' AND parent_run IS NULL \
              AND (status = 'succeeded' OR (status = 'interrupted' AND error LIKE '%in_doubt%'))",
             ) == N as i64
         },
@@ -436,8 +436,8 @@ fn an_answer_given_while_the_worker_still_holds_the_run_is_not_lost() {
     );
     assert_eq!(waiting_items(&pg), 1);
     // The instant between the run's stop and its give-back: its worker holds it.
-    pg.query("UPDATE runs SET lease_owner = 'w-held', lease_until = 9000000000000000 WHERE batch = 'r'");
-    let rows = pg.query("SELECT id, lease_epoch FROM runs WHERE batch = 'r'");
+    pg.query("UPDATE runs SET lease_owner = 'w-held', lease_until = 9000000000000000 WHERE head IN (SELECT id FROM run_heads WHERE batch = 'r')");
+    let rows = pg.query("SELECT id, lease_epoch FROM run_records WHERE batch = 'r'");
     let id = rows[0]["id"].clone().expect("the run");
     let epoch: i64 = rows[0]["lease_epoch"]
         .as_deref()

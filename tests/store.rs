@@ -1244,10 +1244,46 @@ async fn stored_version(conn: &mut AnyConnection) -> i64 {
         .expect("a version")
 }
 
-/// Undoes migrations 10 (what started each run), 9 (the agent changes a run started with), 8 (calls of unknown cost, a
+/// Undoes migrations 13 (run heads, steps without a rowid), 12 (the inbox), 11 (files),
+/// 10 (what started each run), 9 (the agent changes a run started with), 8 (calls of unknown cost, a
 /// batch's cost cap), 7 (run writers), 6 (submitted batches) and 5 (runs without the `now`
 /// they saw).
 pub(crate) const SCHEMA_5_TO_4: &[&str] = &[
+    "ALTER TABLE runs ADD COLUMN flow TEXT",
+    "ALTER TABLE runs ADD COLUMN flow_hash TEXT",
+    "ALTER TABLE runs ADD COLUMN flow_path TEXT",
+    "ALTER TABLE runs ADD COLUMN batch TEXT",
+    "ALTER TABLE runs ADD COLUMN origin TEXT",
+    "UPDATE runs SET flow = (SELECT h.flow FROM run_heads h WHERE h.id = runs.head), \
+     flow_hash = (SELECT h.flow_hash FROM run_heads h WHERE h.id = runs.head), \
+     flow_path = (SELECT h.flow_path FROM run_heads h WHERE h.id = runs.head), \
+     batch = (SELECT h.batch FROM run_heads h WHERE h.id = runs.head), \
+     origin = (SELECT h.origin FROM run_heads h WHERE h.id = runs.head)",
+    "DROP VIEW run_records",
+    "DROP INDEX runs_claim",
+    "DROP INDEX runs_running",
+    "DROP INDEX runs_by_head",
+    "ALTER TABLE runs DROP COLUMN head",
+    "DROP TABLE run_heads",
+    "CREATE INDEX runs_by_status ON runs (status, started_at)",
+    "CREATE INDEX runs_by_flow ON runs (flow, started_at)",
+    "CREATE INDEX runs_by_batch ON runs (batch, item_index)",
+    "CREATE INDEX runs_claim ON runs (batch, item_index) \
+     WHERE lease_epoch IS NOT NULL AND status IN ('queued', 'running')",
+    "CREATE TABLE steps_12 (run_id TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE, \
+     number TEXT NOT NULL, attempt BIGINT NOT NULL, iteration BIGINT NOT NULL, seq BIGINT NOT NULL, \
+     step TEXT NOT NULL, kind TEXT NOT NULL, status TEXT NOT NULL, iterations BIGINT, input TEXT, \
+     result TEXT, changes TEXT NOT NULL, violations TEXT NOT NULL, error TEXT, started_at BIGINT NOT NULL, \
+     finished_at BIGINT, input_tokens BIGINT NOT NULL, output_tokens BIGINT NOT NULL, \
+     cost_usd DOUBLE PRECISION NOT NULL, child_run TEXT, route TEXT, answers TEXT, \
+     cost_unknown_calls BIGINT, files TEXT, PRIMARY KEY (run_id, number, attempt, iteration))",
+    "INSERT INTO steps_12 SELECT run_id, number, attempt, iteration, seq, step, kind, status, iterations, \
+     input, result, COALESCE(changes, '[]'), COALESCE(violations, '[]'), error, started_at, finished_at, \
+     input_tokens, output_tokens, cost_usd, child_run, route, answers, cost_unknown_calls, files FROM steps",
+    "DROP TABLE steps",
+    "ALTER TABLE steps_12 RENAME TO steps",
+    "CREATE INDEX steps_by_seq ON steps (seq)",
+    "DELETE FROM schema_version WHERE version = 13",
     "DROP TABLE inbox_bulk",
     "DROP TABLE decisions",
     "DROP TABLE inbox",
@@ -1365,4 +1401,109 @@ async fn a_schema_3_store_is_upgraded_by_runs_list() {
         .expect("a count");
     conn.close().await.expect("close");
     assert_eq!(count, 2, "the continued batch ran no item again");
+}
+
+/// A store of schema 12 (each run holding its flow, flow hash, flow file and batch; steps with
+/// a rowid and a store-wide `seq`) is brought up to date when a command opens it: its runs
+/// list and show exactly as before, and its batch continues without running its finished
+/// items again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schema_12_store_upgrades_with_its_runs_intact() {
+    let dir = TempDir::new("store-schema-12");
+    dir.write("flow.yaml", crate::support::CLEAN_FLOW);
+    dir.write("in.jsonl", "{\"k\": 1}\n{\"k\": 2}\n");
+    let db = dir.path().join("runs.db");
+    let url = format!("sqlite:{}", db.display());
+    let batch = |dir: &TempDir| {
+        crate::support::run(crate::support::switchyard(dir.path()).args([
+            "batch",
+            "flow.yaml",
+            "--input",
+            "in.jsonl",
+            "--output",
+            "out.jsonl",
+            "--store",
+            &url,
+        ]))
+    };
+    let out = batch(&dir);
+    assert_eq!(out.code(), 0, "{out:?}");
+    let shown = |dir: &TempDir| {
+        let out = crate::support::run(
+            crate::support::switchyard(dir.path()).args(["runs", "list", "--json", "--store", &url]),
+        );
+        assert_eq!(out.code(), 0, "{out:?}");
+        let mut all = vec![out.stdout.clone()];
+        for line in out.stdout.lines() {
+            let run: serde_json::Value = serde_json::from_str(line).expect("JSON");
+            let id = run["id"].as_str().expect("an id");
+            let out = crate::support::run(
+                crate::support::switchyard(dir.path()).args(["runs", "show", id, "--json", "--store", &url]),
+            );
+            assert_eq!(out.code(), 0, "{out:?}");
+            all.push(out.stdout);
+        }
+        all
+    };
+    let before = shown(&dir);
+    assert_eq!(before.len(), 3, "{before:?}");
+    assert!(
+        before[1].contains("\"changes\"") && before[1].contains("\"fetched\""),
+        "{}",
+        before[1]
+    );
+
+    let to_12 = SCHEMA_5_TO_4
+        .iter()
+        .position(|s| *s == "DELETE FROM schema_version WHERE version = 13")
+        .expect("the downgrade of version 13")
+        + 1;
+    let mut conn = raw(&db).await;
+    for sql in &SCHEMA_5_TO_4[..to_12] {
+        sqlx::query(*sql).execute(&mut conn).await.expect(sql);
+    }
+    assert_eq!(stored_version(&mut conn).await, 12);
+    let batches: Vec<Option<String>> = sqlx::query_scalar("SELECT batch FROM runs")
+        .fetch_all(&mut conn)
+        .await
+        .expect("the runs' batches");
+    assert_eq!(batches.len(), 2);
+    assert!(
+        batches
+            .iter()
+            .all(|b| b.as_deref().is_some_and(|b| b.ends_with("out.jsonl"))),
+        "{batches:?}"
+    );
+    let old_shape: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM sqlite_master WHERE name IN ('steps_by_seq', 'runs_by_batch', 'run_heads', 'run_records')",
+    )
+    .fetch_one(&mut conn)
+    .await
+    .expect("the schema");
+    assert_eq!(old_shape, 2, "schema 12's indexes, and no heads");
+    conn.close().await.expect("close");
+
+    assert_eq!(shown(&dir), before);
+    let mut conn = raw(&db).await;
+    assert_eq!(stored_version(&mut conn).await, SCHEMA_VERSION);
+    let heads: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM run_heads")
+        .fetch_one(&mut conn)
+        .await
+        .expect("the heads");
+    assert_eq!(heads, 1, "the batch's two runs share one head");
+    conn.close().await.expect("close");
+
+    dir.write("in.jsonl", "{\"k\": 1}\n{\"k\": 2}\n{\"k\": 3}\n");
+    let out = batch(&dir);
+    assert_eq!(out.code(), 0, "{out:?}");
+    assert!(
+        format!("{}{}", out.stdout, out.stderr)
+            .contains("3 items: 3 succeeded, 0 failed, 0 interrupted (2 from an earlier start)"),
+        "{out:?}"
+    );
+    let after = shown(&dir);
+    assert_eq!(after.len(), 4);
+    for old in &before[1..] {
+        assert!(after.contains(old), "{old}");
+    }
 }

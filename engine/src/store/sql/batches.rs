@@ -123,7 +123,7 @@ impl super::SqlStore {
              SUM(CASE WHEN finished_at >= $2 AND lease_epoch > 0 THEN 1 ELSE 0 END) AS recent FROM ( \
                SELECT status, finished_at, lease_epoch, lease_owner, ROW_NUMBER() OVER ( \
                  PARTITION BY item_index ORDER BY started_at DESC, id DESC) AS latest \
-               FROM runs WHERE batch = $1 AND parent_run IS NULL) items \
+               FROM run_records WHERE batch = $1 AND parent_run IS NULL) items \
              WHERE latest = 1 GROUP BY 1",
         )
         .bind(name.to_string())
@@ -154,7 +154,7 @@ impl super::SqlStore {
         let cost = sqlx::query(sqlx::AssertSqlSafe(format!(
             // PostgreSQL sums BIGINTs as NUMERIC, which the Any driver does not read.
             "SELECT {} AS cost, CAST(SUM(COALESCE(cost_unknown_calls, 0)) AS BIGINT) AS unknown \
-             FROM runs WHERE batch = $1 AND parent_run IS NULL",
+             FROM run_records WHERE batch = $1 AND parent_run IS NULL",
             sum_nanos("cost_usd")
         )))
         .bind(name.to_string())

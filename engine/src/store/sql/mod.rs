@@ -644,11 +644,15 @@ impl Store for SqlStore {
 
     async fn get_run(&self, id: &str) -> Result<RunRecord, StoreError> {
         let what = format!("reading run `{id}`");
-        let row: Option<AnyRow> = sqlx::query(concat!("SELECT ", run_columns!(), " FROM runs WHERE id = $1"))
-            .bind(id)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(|e| self.ctx.error(&what, &e))?;
+        let row: Option<AnyRow> = sqlx::query(concat!(
+            "SELECT ",
+            run_columns!(),
+            " FROM run_records WHERE id = $1"
+        ))
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(|e| self.ctx.error(&what, &e))?;
         let row = row.ok_or_else(|| StoreError::NotFound(id.to_string()))?;
         decode_run(&row).map_err(|m| self.corrupt(&what, m))
     }
@@ -683,7 +687,7 @@ impl Store for SqlStore {
         let sql = concat!(
             "SELECT ",
             run_columns!(),
-            " FROM runs WHERE parent_run = $1 ORDER BY started_at, id"
+            " FROM run_records WHERE parent_run = $1 ORDER BY started_at, id"
         );
         self.fetch_runs(
             sql.to_string(),
@@ -696,21 +700,35 @@ impl Store for SqlStore {
     async fn batch_runs(&self, batch: &str, from: u64, limit: usize) -> Result<Vec<RunRecord>, StoreError> {
         let what = format!("reading the runs of batch `{batch}`");
         let from = i64::try_from(from).unwrap_or(i64::MAX);
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let rows = sqlx::query(concat!(
-            "SELECT ",
-            run_columns!(),
-            " FROM runs WHERE batch = $1 AND item_index >= $2 ORDER BY item_index, started_at, id LIMIT $3"
-        ))
-        .bind(batch.to_string())
-        .bind(from)
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(|e| self.ctx.error(&what, &e))?;
-        rows.iter()
-            .map(|r| decode_run(r).map_err(|m| self.corrupt(&what, m)))
-            .collect()
+        let limit_sql = i64::try_from(limit).unwrap_or(i64::MAX);
+        // Head by head (a batch has one unless its flow changed), each read in input order
+        // through `runs_by_head`, then merged: no page sorts the whole batch.
+        let heads: Vec<i64> = sqlx::query_scalar("SELECT id FROM run_heads WHERE batch = $1 ORDER BY id")
+            .bind(batch.to_string())
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| self.ctx.error(&what, &e))?;
+        let mut runs = Vec::new();
+        for head in heads {
+            let rows = sqlx::query(concat!(
+                "SELECT ",
+                run_columns!(),
+                " FROM run_records WHERE head = $1 AND item_index >= $2 \
+                 ORDER BY item_index, started_at, id LIMIT $3"
+            ))
+            .bind(head)
+            .bind(from)
+            .bind(limit_sql)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| self.ctx.error(&what, &e))?;
+            for r in &rows {
+                runs.push(decode_run(r).map_err(|m| self.corrupt(&what, m))?);
+            }
+        }
+        runs.sort_by(|a, b| (a.item_index, a.started_at, &a.id).cmp(&(b.item_index, b.started_at, &b.id)));
+        runs.truncate(limit);
+        Ok(runs)
     }
 
     async fn take_run(&self, run_id: &str, writer: &RunWriter, lease: Duration) -> Result<(), StoreError> {
@@ -726,14 +744,15 @@ impl Store for SqlStore {
     }
 }
 
-/// `SELECT` of runs matching `filter` (with `status` in its place), by start time.
+/// `SELECT` of runs matching `filter` (with `status` in its place), by start time. The status
+/// is written out, not bound: a query for running runs then reads `runs_running`, the index
+/// of those alone.
 fn list_query(filter: &RunFilter, status: Option<RunStatus>, order: &str) -> (String, Vec<String>) {
-    let mut sql = String::from(concat!("SELECT ", run_columns!(), " FROM runs"));
+    let mut sql = String::from(concat!("SELECT ", run_columns!(), " FROM run_records"));
     let mut binds = Vec::new();
     let mut conds = Vec::new();
     if let Some(s) = status {
-        binds.push(s.as_str().to_string());
-        conds.push(format!("status = ${}", binds.len()));
+        conds.push(format!("status = '{}'", s.as_str()));
     }
     if let Some(f) = &filter.flow {
         binds.push(f.clone());
@@ -777,15 +796,15 @@ mod tests {
         let (sql, binds) = list_query(&f, f.status, "DESC");
         assert!(
             sql.ends_with(
-                " FROM runs WHERE status = $1 AND flow = $2 AND parent_run IS NULL AND batch IN ($3, $4) \
+                " FROM run_records WHERE status = 'failed' AND flow = $1 AND parent_run IS NULL AND batch IN ($2, $3) \
                  ORDER BY started_at DESC, id DESC LIMIT 3"
             ),
             "{sql}"
         );
-        assert_eq!(binds, ["failed", "triage", "/a/out.jsonl", "/b/out.jsonl"]);
+        assert_eq!(binds, ["triage", "/a/out.jsonl", "/b/out.jsonl"]);
         let (sql, binds) = list_query(&RunFilter::default(), None, "ASC");
         assert!(
-            sql.ends_with(" FROM runs ORDER BY started_at ASC, id ASC"),
+            sql.ends_with(" FROM run_records ORDER BY started_at ASC, id ASC"),
             "{sql}"
         );
         assert!(binds.is_empty());

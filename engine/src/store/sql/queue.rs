@@ -20,7 +20,7 @@ use sqlx::{AssertSqlSafe, Connection, Row};
 
 use super::batches::{SubmittedBatch, WorkerRow, decode_batch};
 use super::rows::{RunRow, decode_run, sum_nanos, summed};
-use super::statements::RUN_COLUMNS;
+use super::statements::{RUN_COLUMNS, write_heads};
 use super::{SqlStore, StoreError};
 use crate::record::RunRecord;
 use crate::record::cost::Cost;
@@ -72,6 +72,9 @@ pub struct StoredBundle {
 
 /// The chunk of queued runs one insert writes.
 pub const SUBMIT_CHUNK: usize = 512;
+
+/// How many claimed runs one read gives back.
+const CLAIM_READ: usize = 512;
 
 impl SqlStore {
     /// Stores a flow bundle unless one of the same hash is stored.
@@ -265,6 +268,12 @@ impl SqlStore {
     pub async fn insert_submitted(&self, runs: &[RunRecord]) -> Result<(), StoreError> {
         let what = "recording submitted runs";
         for chunk in runs.chunks(SUBMIT_CHUNK) {
+            let encoded: Vec<RunRow> = chunk.iter().map(RunRow::encode).collect::<Result<_, _>>()?;
+            let mut conn = self.pool.acquire().await.map_err(|e| self.ctx.error(what, &e))?;
+            let mut tx = conn.begin().await.map_err(|e| self.ctx.error(what, &e))?;
+            write_heads(&mut tx, self.ctx.dialect, encoded.iter().map(|r| &r.head))
+                .await
+                .map_err(|e| self.ctx.error(what, &e))?;
             let cols = RUN_COLUMNS.len() + 1;
             let rows: Vec<String> = (0..chunk.len())
                 .map(|r| {
@@ -279,12 +288,11 @@ impl SqlStore {
                 rows.join(", ")
             );
             let mut q = sqlx::query(AssertSqlSafe(sql));
-            for r in chunk {
-                q = RunRow::encode(r)?.bind_to(q).bind(0i64);
+            for r in &encoded {
+                q = r.bind_to(q).bind(0i64);
             }
-            q.execute(&self.pool)
-                .await
-                .map_err(|e| self.ctx.error(what, &e))?;
+            q.execute(&mut *tx).await.map_err(|e| self.ctx.error(what, &e))?;
+            tx.commit().await.map_err(|e| self.ctx.error(what, &e))?;
         }
         Ok(())
     }
@@ -341,7 +349,11 @@ impl SqlStore {
     ) -> Result<Vec<Claimed>, StoreError> {
         const WHAT: &str = "claiming queued runs";
         let now = self.ctx.dialect.now_ms();
-        let only = if batch.is_some() { " AND batch = $4" } else { "" };
+        let only = if batch.is_some() {
+            " AND head IN (SELECT id FROM run_heads WHERE batch = $4)"
+        } else {
+            ""
+        };
         let (which, n) = match kind {
             Claim::Shared => (
                 format!(
@@ -361,15 +373,14 @@ impl SqlStore {
             // may be evaluated again per row, and then take more than `n` runs.
             "WITH picked AS MATERIALIZED (SELECT id FROM runs WHERE lease_epoch IS NOT NULL \
              AND status IN ('queued', 'running') AND {which}{only} \
-             ORDER BY batch, item_index LIMIT $3{lock}) \
+             ORDER BY head, item_index LIMIT $3{lock}) \
              UPDATE runs SET status = 'running', lease_owner = $1, lease_until = {now} + $2, \
              started_at = CASE WHEN lease_epoch = 0 THEN {now} ELSE started_at END, \
              recoveries = COALESCE(recoveries, 0) + CASE WHEN status = 'running' AND lease_owner IS NOT NULL THEN 1 ELSE 0 END, \
              lease_epoch = lease_epoch + 1 \
              WHERE id IN (SELECT id FROM picked) \
-             RETURNING {cols}, lease_epoch, recoveries",
+             RETURNING id",
             lock = self.ctx.dialect.claim_lock_clause(),
-            cols = RUN_COLUMNS.join(", "),
         );
         let mut q = sqlx::query(AssertSqlSafe(sql))
             .bind(worker.to_string())
@@ -379,17 +390,30 @@ impl SqlStore {
             q = q.bind(b.to_string());
         }
         let err = |e: sqlx::Error| self.ctx.error(WHAT, &e);
-        let rows = match self.ctx.dialect.async_commit() {
-            None => q.fetch_all(&self.pool).await.map_err(err)?,
-            Some(set) => {
-                let mut conn = self.pool.acquire().await.map_err(err)?;
-                let mut tx = conn.begin().await.map_err(err)?;
-                sqlx::query(set).execute(&mut *tx).await.map_err(err)?;
-                let rows = q.fetch_all(&mut *tx).await.map_err(err)?;
-                tx.commit().await.map_err(err)?;
-                rows
-            }
-        };
+        let mut conn = self.pool.acquire().await.map_err(err)?;
+        let mut tx = conn.begin().await.map_err(err)?;
+        if let Some(set) = self.ctx.dialect.async_commit() {
+            sqlx::query(set).execute(&mut *tx).await.map_err(err)?;
+        }
+        let ids: Vec<String> = q
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(err)?
+            .iter()
+            .map(|r| r.try_get("id"))
+            .collect::<Result<_, _>>()
+            .map_err(err)?;
+        // The claimed runs as records, with what they share from their heads.
+        let mut rows = Vec::with_capacity(ids.len());
+        for chunk in ids.chunks(CLAIM_READ) {
+            let params: Vec<String> = (1..=chunk.len()).map(|i| self.ctx.dialect.param(i)).collect();
+            let read = format!("SELECT * FROM run_records WHERE id IN ({})", params.join(", "));
+            let q = chunk
+                .iter()
+                .fold(sqlx::query(AssertSqlSafe(read)), |q, id| q.bind(id.clone()));
+            rows.extend(q.fetch_all(&mut *tx).await.map_err(err)?);
+        }
+        tx.commit().await.map_err(err)?;
         let mut claimed: Vec<Claimed> = rows
             .iter()
             .map(|r| decode_claimed(r).map_err(|m| self.corrupt(WHAT, m)))
@@ -561,7 +585,11 @@ impl SqlStore {
     /// How many submitted runs (of batch `batch`, or of any) are queued or running.
     pub async fn unfinished_submitted(&self, batch: Option<&str>) -> Result<u64, StoreError> {
         const WHAT: &str = "counting unfinished submitted runs";
-        let only = if batch.is_some() { " AND batch = $1" } else { "" };
+        let only = if batch.is_some() {
+            " AND head IN (SELECT id FROM run_heads WHERE batch = $1)"
+        } else {
+            ""
+        };
         let mut q = sqlx::query_scalar::<_, i64>(AssertSqlSafe(format!(
             "SELECT COUNT(*) FROM runs WHERE lease_epoch IS NOT NULL AND status IN ('queued', 'running'){only}"
         )));

@@ -21,8 +21,7 @@ pub(crate) type AnyQuery = Query<'static, Any, AnyArguments>;
 #[derive(Debug)]
 pub(crate) struct RunRow {
     pub id: String,
-    flow: String,
-    flow_hash: String,
+    pub head: RunHead,
     pub parent_run: Option<String>,
     parent_step: Option<String>,
     depth: i64,
@@ -37,15 +36,12 @@ pub(crate) struct RunRow {
     cost_usd: f64,
     steps: i64,
     context: Option<String>,
-    batch: Option<String>,
     item_id: Option<String>,
     item_index: Option<i64>,
-    flow_path: Option<String>,
     messages: Option<String>,
     now_us: Option<i64>,
     cost_unknown_calls: i64,
     agent_changes: Option<String>,
-    origin: Option<&'static str>,
     files: Option<String>,
 }
 
@@ -53,8 +49,7 @@ impl RunRow {
     pub(crate) fn encode(r: &RunRecord) -> Result<RunRow, StoreError> {
         Ok(RunRow {
             id: r.id.clone(),
-            flow: r.flow.clone(),
-            flow_hash: r.flow_hash.clone(),
+            head: RunHead::new(r),
             parent_run: r.parent_run.clone(),
             parent_step: r.parent_step.clone(),
             depth: int(u64::from(r.depth), "depth")?,
@@ -69,15 +64,12 @@ impl RunRow {
             cost_usd: r.usage.cost_usd.usd(),
             steps: int(r.steps, "steps")?,
             context: (!r.context.is_null()).then(|| json(&r.context)).transpose()?,
-            batch: r.batch.clone(),
             item_id: r.item_id.clone(),
             item_index: r.item_index.map(|i| int(i, "item_index")).transpose()?,
-            flow_path: r.flow_path.clone(),
             messages: r.messages.as_ref().map(json).transpose()?,
             now_us: r.now_us,
             cost_unknown_calls: int(r.usage.cost_unknown_calls, "cost_unknown_calls")?,
             agent_changes: r.agent_changes.as_ref().map(json).transpose()?,
-            origin: r.origin.map(crate::record::Origin::as_str),
             files: (!r.files.is_empty()).then(|| json(&r.files)).transpose()?,
         })
     }
@@ -85,8 +77,7 @@ impl RunRow {
     /// Binds the row's values in the order of [`RUN_COLUMNS`](super::statements::RUN_COLUMNS).
     pub(crate) fn bind_to(&self, q: AnyQuery) -> AnyQuery {
         q.bind(self.id.clone())
-            .bind(self.flow.clone())
-            .bind(self.flow_hash.clone())
+            .bind(self.head.id)
             .bind(self.parent_run.clone())
             .bind(self.parent_step.clone())
             .bind(self.depth)
@@ -101,17 +92,90 @@ impl RunRow {
             .bind(self.cost_usd)
             .bind(self.steps)
             .bind(self.context.clone())
-            .bind(self.batch.clone())
             .bind(self.item_id.clone())
             .bind(self.item_index)
-            .bind(self.flow_path.clone())
             .bind(self.messages.clone())
             .bind(self.now_us)
             .bind(self.cost_unknown_calls)
             .bind(self.agent_changes.clone())
-            .bind(self.origin)
             .bind(self.files.clone())
     }
+}
+
+/// What the runs of one batch share, stored once in `run_heads` and named by `runs.head`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct RunHead {
+    /// Derived from the rest: see [`RunHead::new`].
+    pub id: i64,
+    pub flow: String,
+    pub flow_hash: String,
+    pub flow_path: Option<String>,
+    pub batch: Option<String>,
+    pub origin: Option<&'static str>,
+}
+
+impl RunHead {
+    /// The head of run `r`. Its id is the first 62 bits of the SHA-256 of its fields (each
+    /// length-prefixed, absent ones marked) with bit 62 set: positive, and above the ids
+    /// migration 13 gave the heads of older runs (1, 2, ...).
+    pub(crate) fn new(r: &RunRecord) -> RunHead {
+        let origin = r.origin.map(crate::record::Origin::as_str);
+        RunHead {
+            id: head_id([
+                Some(r.flow.as_str()),
+                Some(r.flow_hash.as_str()),
+                r.flow_path.as_deref(),
+                r.batch.as_deref(),
+                origin,
+            ]),
+            flow: r.flow.clone(),
+            flow_hash: r.flow_hash.clone(),
+            flow_path: r.flow_path.clone(),
+            batch: r.batch.clone(),
+            origin,
+        }
+    }
+
+    /// Binds the head in the order of [`HEAD_COLUMNS`](super::statements::HEAD_COLUMNS).
+    pub(crate) fn bind_to(&self, q: AnyQuery) -> AnyQuery {
+        q.bind(self.id)
+            .bind(self.flow.clone())
+            .bind(self.flow_hash.clone())
+            .bind(self.flow_path.clone())
+            .bind(self.batch.clone())
+            .bind(self.origin)
+    }
+
+    /// Whether a stored head (read with the columns of [`HEAD_COLUMNS`](super::statements::HEAD_COLUMNS)) is this one.
+    pub(crate) fn matches(&self, row: &AnyRow) -> Result<bool, sqlx::Error> {
+        Ok(row.try_get::<i64, _>("id")? == self.id
+            && row.try_get::<String, _>("flow")? == self.flow
+            && row.try_get::<String, _>("flow_hash")? == self.flow_hash
+            && row.try_get::<Option<String>, _>("flow_path")? == self.flow_path
+            && row.try_get::<Option<String>, _>("batch")? == self.batch
+            && row.try_get::<Option<String>, _>("origin")?.as_deref() == self.origin)
+    }
+}
+
+/// See [`RunHead::new`].
+fn head_id(fields: [Option<&str>; 5]) -> i64 {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    for field in fields {
+        match field {
+            None => h.update([0u8]),
+            Some(s) => {
+                h.update([1u8]);
+                h.update((s.len() as u64).to_be_bytes());
+                h.update(s.as_bytes());
+            }
+        }
+    }
+    let digest = h.finalize();
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest[..8]);
+    let id = (u64::from_be_bytes(first) & ((1 << 62) - 1)) | (1 << 62);
+    i64::try_from(id).unwrap_or(i64::MAX)
 }
 
 /// A step record ready to bind.
@@ -127,8 +191,8 @@ pub(crate) struct StepRow {
     iterations: Option<i64>,
     input: Option<String>,
     result: Option<String>,
-    changes: String,
-    violations: String,
+    changes: Option<String>,
+    violations: Option<String>,
     error: Option<String>,
     started_at: i64,
     finished_at: Option<i64>,
@@ -155,8 +219,10 @@ impl StepRow {
             iterations: s.iterations.map(|i| int(i, "iterations")).transpose()?,
             input: s.input.as_ref().map(json).transpose()?,
             result: s.result.as_ref().map(json).transpose()?,
-            changes: json(&s.changes)?,
-            violations: json(&s.violations)?,
+            changes: (!s.changes.is_empty()).then(|| json(&s.changes)).transpose()?,
+            violations: (!s.violations.is_empty())
+                .then(|| json(&s.violations))
+                .transpose()?,
             error: s.error.as_ref().map(json).transpose()?,
             started_at: int(s.started_at, "started_at")?,
             finished_at: s.finished_at.map(|t| int(t, "finished_at")).transpose()?,
@@ -265,8 +331,8 @@ pub(crate) fn decode_step(row: &AnyRow) -> Result<StepRecord, String> {
             .transpose()?,
         input: opt_json(row, "input")?,
         result: opt_json(row, "result")?,
-        changes: from_json(&get::<String>(row, "changes")?, "changes")?,
-        violations: from_json(&get::<String>(row, "violations")?, "violations")?,
+        changes: opt_json(row, "changes")?.unwrap_or_default(),
+        violations: opt_json(row, "violations")?.unwrap_or_default(),
         error: opt_json(row, "error")?,
         started_at: uint(get(row, "started_at")?, "started_at")?,
         finished_at: get::<Option<i64>>(row, "finished_at")?
@@ -366,6 +432,20 @@ mod tests {
             assert_eq!(step_status(s.as_str()), Some(s));
         }
         assert_eq!(step_status("nope"), None);
+    }
+
+    #[test]
+    fn head_ids_are_above_migrated_ones_and_tell_absent_from_empty() {
+        let id = |batch: Option<&str>| head_id([Some("f"), Some("h"), None, batch, Some("cli")]);
+        for b in [None, Some(""), Some("out.jsonl")] {
+            assert!(id(b) >= 1 << 62, "{b:?}");
+        }
+        assert_eq!(id(Some("out.jsonl")), id(Some("out.jsonl")));
+        assert_ne!(id(None), id(Some("")));
+        assert_ne!(
+            head_id([Some("ab"), Some("c"), None, None, None]),
+            head_id([Some("a"), Some("bc"), None, None, None])
+        );
     }
 
     #[test]

@@ -18,7 +18,7 @@ use crate::record::now_ms;
 use crate::store::StoreError;
 
 /// The newest schema this build reads and writes.
-pub const SCHEMA_VERSION: i64 = 12;
+pub const SCHEMA_VERSION: i64 = 13;
 
 struct Migration {
     version: i64,
@@ -332,6 +332,96 @@ const MIGRATIONS: &[Migration] = &[
         )",
         ],
     },
+    Migration {
+        version: 13,
+        description: "what the runs of a batch share kept once; steps keyed by run, ordered per run",
+        // What every run of a batch repeats (its flow, the flow's hash and file, the batch,
+        // what started it) is one row of `run_heads`; `runs.head` names it. A head's id is
+        // derived from its content (`rows::RunHead`) and the writer checks that a stored head
+        // matches what it names; heads moved here from older runs are numbered from 1, below
+        // every derived id. `run_records` reads a run as one row, as `runs` did.
+        //
+        // `steps` is keyed by its primary key alone (no second copy of the key; `WITHOUT
+        // ROWID` on SQLite), and `seq` orders the records of one run, read from the run's own
+        // rows; store-wide `seq`s carried over keep their order within each run. Empty
+        // `changes` and `violations` are NULL.
+        //
+        // Indexes: a run's batch, or its flow, is found through its head (`runs_by_head`);
+        // `runs_running` holds only the runs still running (what a resume looks for); lists
+        // by other statuses read the runs.
+        statements: &[
+            "CREATE TABLE run_heads (
+            id BIGINT PRIMARY KEY NOT NULL,
+            flow TEXT NOT NULL,
+            flow_hash TEXT NOT NULL,
+            flow_path TEXT,
+            batch TEXT,
+            origin TEXT
+        )",
+            "INSERT INTO run_heads (id, flow, flow_hash, flow_path, batch, origin)
+            SELECT ROW_NUMBER() OVER (ORDER BY flow, flow_hash, flow_path, batch, origin),
+            flow, flow_hash, flow_path, batch, origin
+            FROM (SELECT DISTINCT flow, flow_hash, flow_path, batch, origin FROM runs) d",
+            "ALTER TABLE runs ADD COLUMN head BIGINT",
+            "UPDATE runs SET head = (SELECT h.id FROM run_heads h WHERE h.flow = runs.flow
+            AND h.flow_hash = runs.flow_hash AND h.flow_path IS NOT DISTINCT FROM runs.flow_path
+            AND h.batch IS NOT DISTINCT FROM runs.batch AND h.origin IS NOT DISTINCT FROM runs.origin)",
+            "DROP INDEX runs_by_status",
+            "DROP INDEX runs_by_flow",
+            "DROP INDEX runs_by_batch",
+            "DROP INDEX runs_claim",
+            "ALTER TABLE runs DROP COLUMN flow",
+            "ALTER TABLE runs DROP COLUMN flow_hash",
+            "ALTER TABLE runs DROP COLUMN flow_path",
+            "ALTER TABLE runs DROP COLUMN batch",
+            "ALTER TABLE runs DROP COLUMN origin",
+            "CREATE INDEX runs_by_head ON runs (head, item_index)",
+            "CREATE INDEX runs_running ON runs (started_at) WHERE status = 'running'",
+            "CREATE INDEX runs_claim ON runs (head, item_index) \
+             WHERE lease_epoch IS NOT NULL AND status IN ('queued', 'running')",
+            "CREATE VIEW run_records AS SELECT r.id, h.flow, h.flow_hash, r.parent_run, r.parent_step,
+            r.depth, r.status, r.input, r.output, r.error, r.started_at, r.finished_at,
+            r.input_tokens, r.output_tokens, r.cost_usd, r.steps, h.batch, r.item_id, r.item_index,
+            r.context, h.flow_path, r.messages, r.now_us, r.lease_epoch, r.lease_owner,
+            r.lease_until, r.recoveries, r.cost_unknown_calls, r.agent_changes, h.origin, r.files,
+            r.head
+            FROM runs r JOIN run_heads h ON h.id = r.head",
+            "CREATE TABLE steps_13 (
+            run_id TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+            number TEXT NOT NULL,
+            attempt BIGINT NOT NULL,
+            iteration BIGINT NOT NULL,
+            seq BIGINT NOT NULL,
+            step TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            status TEXT NOT NULL,
+            iterations BIGINT,
+            input TEXT,
+            result TEXT,
+            changes TEXT,
+            violations TEXT,
+            error TEXT,
+            started_at BIGINT NOT NULL,
+            finished_at BIGINT,
+            input_tokens BIGINT NOT NULL,
+            output_tokens BIGINT NOT NULL,
+            cost_usd DOUBLE PRECISION NOT NULL,
+            child_run TEXT,
+            route TEXT,
+            answers TEXT,
+            cost_unknown_calls BIGINT,
+            files TEXT,
+            PRIMARY KEY (run_id, number, attempt, iteration)
+        ) WITHOUT ROWID",
+            "INSERT INTO steps_13 SELECT run_id, number, attempt, iteration, seq, step, kind, status,
+            iterations, input, result, CASE WHEN changes = '[]' THEN NULL ELSE changes END,
+            CASE WHEN violations = '[]' THEN NULL ELSE violations END, error, started_at,
+            finished_at, input_tokens, output_tokens, cost_usd, child_run, route, answers,
+            cost_unknown_calls, files FROM steps",
+            "DROP TABLE steps",
+            "ALTER TABLE steps_13 RENAME TO steps",
+        ],
+    },
 ];
 
 /// The store's schema version: 0 for an empty store. Reads only.
@@ -385,12 +475,13 @@ pub(crate) async fn migrate(conn: &mut AnyConnection, ctx: &Ctx) -> Result<(), S
             m.description
         );
         for statement in m.statements {
-            // The one type the two databases spell differently.
+            // The one type the two databases spell differently; PostgreSQL tables have no
+            // rowid to leave out.
             let statement = match ctx.dialect {
-                Dialect::Sqlite => std::borrow::Cow::Owned(statement.replace("BYTEA", "BLOB")),
-                Dialect::Postgres => std::borrow::Cow::Borrowed(*statement),
+                Dialect::Sqlite => statement.replace("BYTEA", "BLOB"),
+                Dialect::Postgres => statement.replace(") WITHOUT ROWID", ")"),
             };
-            sqlx::query(sqlx::AssertSqlSafe(statement.into_owned()))
+            sqlx::query(sqlx::AssertSqlSafe(statement))
                 .execute(&mut *tx)
                 .await
                 .map_err(err)?;

@@ -11,6 +11,7 @@ use std::ops::Range;
 use std::sync::OnceLock;
 
 use super::Dialect;
+use super::rows::RunHead;
 
 /// The most rows one statement writes.
 pub(crate) const MAX_ROWS: usize = 512;
@@ -19,11 +20,11 @@ const SHAPES: usize = MAX_ROWS.trailing_zeros() as usize + 1;
 /// Built statements, by database and shape.
 type Cache = [[OnceLock<String>; SHAPES]; 2];
 
-/// The columns of `runs` a run record fills, in bind order (`id` first).
-pub(crate) const RUN_COLUMNS: [&str; 27] = [
+/// The columns of `runs` a run record fills, in bind order (`id` first). The run's flow,
+/// batch and origin are in its head ([`HEAD_COLUMNS`]).
+pub(crate) const RUN_COLUMNS: [&str; 23] = [
     "id",
-    "flow",
-    "flow_hash",
+    "head",
     "parent_run",
     "parent_step",
     "depth",
@@ -38,17 +39,17 @@ pub(crate) const RUN_COLUMNS: [&str; 27] = [
     "cost_usd",
     "steps",
     "context",
-    "batch",
     "item_id",
     "item_index",
-    "flow_path",
     "messages",
     "now_us",
     "cost_unknown_calls",
     "agent_changes",
-    "origin",
     "files",
 ];
+
+/// The columns of `run_heads`, in bind order.
+pub(crate) const HEAD_COLUMNS: [&str; 6] = ["id", "flow", "flow_hash", "flow_path", "batch", "origin"];
 
 /// The columns of `steps` a step record fills, in bind order: the key, `seq` (its place in
 /// the statement, see [`upsert_steps`]), the rest.
@@ -129,19 +130,23 @@ pub(crate) fn update_runs(dialect: Dialect, rows: usize) -> &'static str {
 }
 
 /// Inserts `rows` step records, or replaces those with the same (run, number, attempt,
-/// iteration), keeping their `seq`. A new record's `seq` is the largest recorded before the
-/// statement plus the record's place in it (bound where `seq` goes): store-wide record order,
-/// read under the write lock, so a run another process wrote before (one that crashed, or
-/// whose lease ran out) continues after it. Both databases evaluate the subquery before
-/// inserting: SQLite materializes a `SELECT` that reads the table it inserts into, and
-/// PostgreSQL reads the statement's snapshot.
+/// iteration), keeping their `seq`. A new record's `seq` is the largest its run has before the
+/// statement (read through the primary key) plus its rank among the statement's records of
+/// that run, by their place in it (bound where `seq` goes): the run's record order, read under
+/// the write lock, so a run another process wrote before (one that crashed, or whose lease
+/// ran out) continues after it. Both databases evaluate the subquery before inserting: SQLite
+/// materializes a `SELECT` that reads the table it inserts into, and PostgreSQL reads the
+/// statement's snapshot.
 pub(crate) fn upsert_steps(dialect: Dialect, rows: usize) -> &'static str {
     static CACHE: Cache = [const { [const { OnceLock::new() }; SHAPES] }; 2];
     cached(&CACHE, dialect, rows, |dialect, rows| {
         let select: Vec<String> = (1..=STEP_COLUMNS.len())
             .map(|i| {
                 if i == STEP_SEQ + 1 {
-                    format!("(SELECT COALESCE(MAX(s.seq), 0) FROM steps s) + v.column{i}")
+                    format!(
+                        "(SELECT COALESCE(MAX(s.seq), 0) FROM steps s WHERE s.run_id = v.column1) \
+                         + ROW_NUMBER() OVER (PARTITION BY v.column1 ORDER BY v.column{i})"
+                    )
                 } else {
                     format!("v.column{i}")
                 }
@@ -156,6 +161,96 @@ pub(crate) fn upsert_steps(dialect: Dialect, rows: usize) -> &'static str {
             excluded(&STEP_COLUMNS[STEP_SEQ + 1..]),
         )
     })
+}
+
+/// Inserts `rows` run heads; a head stored already is left as it is (and checked with
+/// [`stored_heads`]).
+pub(crate) fn insert_heads(dialect: Dialect, rows: usize) -> &'static str {
+    static CACHE: Cache = [const { [const { OnceLock::new() }; SHAPES] }; 2];
+    cached(&CACHE, dialect, rows, |dialect, rows| {
+        format!(
+            "INSERT INTO run_heads ({}) VALUES {} ON CONFLICT (id) DO NOTHING",
+            HEAD_COLUMNS.join(", "),
+            values(dialect, HEAD_COLUMNS.len(), rows),
+        )
+    })
+}
+
+/// The stored heads of `rows` ids.
+pub(crate) fn stored_heads(dialect: Dialect, rows: usize) -> String {
+    let params: Vec<String> = (1..=rows).map(|i| dialect.param(i)).collect();
+    format!(
+        "SELECT {} FROM run_heads WHERE id IN ({})",
+        HEAD_COLUMNS.join(", "),
+        params.join(", ")
+    )
+}
+
+/// Stores the heads of the runs a commit writes, before the runs: each head once. A head
+/// this process has not written before is read back and compared, so that two heads whose
+/// ids collide fail the commit instead of one naming the other's runs.
+pub(crate) async fn write_heads<'h>(
+    conn: &mut sqlx::AnyConnection,
+    dialect: Dialect,
+    heads: impl Iterator<Item = &'h RunHead>,
+) -> Result<(), sqlx::Error> {
+    use std::collections::{HashMap, HashSet};
+    use std::sync::Mutex;
+    static CHECKED: Mutex<Option<HashSet<i64>>> = Mutex::new(None);
+    let mut unique: HashMap<i64, &RunHead> = HashMap::new();
+    for h in heads {
+        unique.entry(h.id).or_insert(h);
+    }
+    // In id order: two transactions inserting the same new heads wait for each other in
+    // one order (PostgreSQL), never in a cycle.
+    let mut heads: Vec<&RunHead> = unique.into_values().collect();
+    heads.sort_unstable_by_key(|h| h.id);
+    for chunk in chunks(heads.len()).map(|r| &heads[r]) {
+        let q = chunk
+            .iter()
+            .fold(sqlx::query(insert_heads(dialect, chunk.len())), |q, h| {
+                h.bind_to(q)
+            });
+        q.execute(&mut *conn).await?;
+    }
+    let unchecked: Vec<&RunHead> = {
+        let checked = CHECKED.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        heads
+            .into_iter()
+            .filter(|h| !checked.as_ref().is_some_and(|c| c.contains(&h.id)))
+            .collect()
+    };
+    for chunk in unchecked.chunks(MAX_ROWS) {
+        let rows = chunk
+            .iter()
+            .fold(
+                sqlx::query(sqlx::AssertSqlSafe(stored_heads(dialect, chunk.len()))),
+                |q, h| q.bind(h.id),
+            )
+            .fetch_all(&mut *conn)
+            .await?;
+        for h in chunk {
+            let mut found = false;
+            for row in &rows {
+                if sqlx::Row::try_get::<i64, _>(row, "id")? == h.id {
+                    found = h.matches(row)?;
+                }
+            }
+            if !found {
+                return Err(sqlx::Error::Protocol(format!(
+                    "run head {} is stored with other contents than flow `{}` (hash {}) of batch {:?}: \
+                     two heads share an id",
+                    h.id, h.flow, h.flow_hash, h.batch
+                )));
+            }
+        }
+        CHECKED
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get_or_insert_with(HashSet::new)
+            .extend(chunk.iter().map(|h| h.id));
+    }
+    Ok(())
 }
 
 /// `SELECT id FROM runs WHERE id IN (...)` for `rows` ids: which runs exist.
@@ -223,7 +318,11 @@ mod tests {
             "{sql}"
         );
         assert!(
-            sql.contains("v.column4, (SELECT COALESCE(MAX(s.seq), 0) FROM steps s) + v.column5, v.column6")
+            sql.contains(
+                "v.column4, (SELECT COALESCE(MAX(s.seq), 0) FROM steps s WHERE s.run_id = v.column1) \
+                 + ROW_NUMBER() OVER (PARTITION BY v.column1 ORDER BY v.column5), v.column6"
+            ),
+            "{sql}"
         );
         assert!(
             sql.contains("$24), ($25, $26,")
@@ -239,9 +338,9 @@ mod tests {
         );
         assert!(upsert_steps(Sqlite, 2).contains("(?, ?, ?,"));
         assert!(
-            update_runs(Postgres, 1).starts_with("UPDATE runs SET flow = v.column2, flow_hash = v.column3")
+            update_runs(Postgres, 1).starts_with("UPDATE runs SET head = v.column2, parent_run = v.column3")
         );
-        assert!(upsert_runs(Sqlite, 1).contains("ON CONFLICT (id) DO UPDATE SET flow = excluded.flow"));
+        assert!(upsert_runs(Sqlite, 1).contains("ON CONFLICT (id) DO UPDATE SET head = excluded.head"));
         assert_eq!(
             existing_runs(Postgres, 2),
             "SELECT id FROM runs WHERE id IN ($1, $2)"

@@ -37,7 +37,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::Dialect;
 use super::error::Ctx;
 use super::rows::{RunRow, StepRow};
-use super::statements::{chunks, existing_runs, update_runs, upsert_runs, upsert_steps};
+use super::statements::{chunks, existing_runs, update_runs, upsert_runs, upsert_steps, write_heads};
 use crate::store::StoreError;
 
 /// One write.
@@ -425,9 +425,11 @@ impl<'a> Plan<'a> {
         plan
     }
 
-    /// How many statements [`Plan::execute`] runs (when no update misses its run).
+    /// How many statements [`Plan::execute`] runs (when no update misses its run), at least:
+    /// the runs' heads take one or more.
     fn statements(&self) -> usize {
-        chunks(self.creates.len()).count()
+        usize::from(!self.creates.is_empty() || !self.updates.is_empty())
+            + chunks(self.creates.len()).count()
             + chunks(self.updates.len()).count()
             + chunks(self.steps.len()).count()
     }
@@ -451,6 +453,12 @@ impl<'a> Plan<'a> {
         conn: &mut AnyConnection,
     ) -> Result<Vec<Result<(), StoreError>>, (usize, sqlx::Error)> {
         let mut missing: HashSet<&str> = HashSet::new();
+        let runs = self.creates.iter().chain(&self.updates);
+        if let Some(&first) = runs.clone().next() {
+            write_heads(conn, self.dialect, runs.map(|&i| &self.run(i).head))
+                .await
+                .map_err(|e| (first, e))?;
+        }
         for chunk in chunks(self.creates.len()).map(|r| &self.creates[r]) {
             let q = chunk
                 .iter()

@@ -228,15 +228,15 @@ impl Writer {
             return Ok(reqs.iter().map(|_| Ok(())).collect());
         }
         // The writer keeps the connection of its last commit: its prepared statements
-        // (one per statement shape) stay prepared. After a failure it goes back to the pool,
-        // which checks it before handing it out again.
+        // (one per statement shape) stay prepared. After a failure it goes back to the pool.
         let held = self.conn.lock().unwrap_or_else(|p| p.into_inner()).take();
         let mut conn = match held {
             Some(conn) => conn,
             None => self.pool.acquire().await.map_err(|e| (reqs.len(), e))?,
         };
         let done = self.writes(&mut conn, reqs, plan.as_ref()).await;
-        if done.is_ok() {
+        // A store of one connection (SQLite in memory) lends it to readers between commits.
+        if done.is_ok() && self.pool.options().get_max_connections() > 1 {
             *self.conn.lock().unwrap_or_else(|p| p.into_inner()) = Some(conn);
         }
         done

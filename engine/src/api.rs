@@ -32,7 +32,7 @@ use crate::agents::AgentState;
 use crate::diag::render;
 use crate::plan::Plan;
 use crate::project::Project;
-use crate::runtime::observe::{Fanout, Observer};
+use crate::runtime::observe::{Fanout, Observer, Watch};
 use crate::store::any::AnyStore;
 use crate::store::{Store, Writer};
 
@@ -855,13 +855,14 @@ impl Subscribers {
 }
 
 impl Observer for Subscribers {
-    fn run_started(&self, run: &RunRecord) {
+    fn run_started(&self, run: &RunRecord, _: &Watch) -> Watch {
         self.send(|| Event::RunStarted(run.clone()));
+        None
     }
-    fn step(&self, step: &StepRecord) {
+    fn step(&self, _: &Watch, step: &StepRecord) {
         self.send(|| Event::StepFinished(step.clone()));
     }
-    fn run_ended(&self, run: &RunRecord) {
+    fn run_ended(&self, _: &Watch, run: &RunRecord) {
         self.send(|| Event::RunFinished(run.clone()));
     }
 }

@@ -41,7 +41,7 @@ mod wire;
 use wire::{Encoder, SpanIn, Val};
 
 use crate::record::{self, RunRecord, RunStatus, StepRecord, StepStatus};
-use crate::runtime::observe::Observer;
+use crate::runtime::observe::{Observer, Watch};
 
 /// Finished trees waiting for the exporter's thread, at most.
 const QUEUE: usize = 4096;
@@ -136,8 +136,6 @@ struct Tree {
     n_runs: usize,
     n_steps: usize,
     n_started: usize,
-    /// The child runs of the tree, whose entries in [`Trees::root_of`] go with it.
-    children: Vec<String>,
     /// The root run's id: the trace's.
     root: String,
 }
@@ -346,11 +344,11 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// The trees the run's tasks and the exporter's thread share: finished ones on their way to
+/// the exporter's thread, and emptied ones on their way back. A tree being filled is not
+/// here: its runs hold it ([`Open`]), so a record finds its tree without a lookup.
 #[derive(Default)]
 struct Trees {
-    /// The root run of each child run in `open`; a root run is its own tree's key.
-    root_of: HashMap<String, String>,
-    open: HashMap<String, Tree>,
     /// Trees whose root ended, for the exporter's thread, which takes them all at once: it
     /// is woken once a request's worth of records waits (or after [`LINGER`]), never per
     /// run, so a run's end costs no thread wake-up.
@@ -363,20 +361,40 @@ struct Trees {
     spare: Vec<Tree>,
 }
 
-/// Spare trees kept at most, and the largest buffer a spare keeps.
-const SPARE: usize = 256;
-const SPARE_BYTES: usize = 64 * 1024;
+/// Spare trees kept at most (enough for a request's worth of trees of two records, so that
+/// a run's tree is seldom allocated anew), and the largest buffer a spare keeps.
+const SPARE: usize = 1024;
+const SPARE_BYTES: usize = 16 * 1024;
+
+/// A run tree being filled: the watch ([`Watch`]) every run of the tree holds. Its lock is
+/// taken by the tree's own runs only (several at once under a `foreach` of child runs), never
+/// by the exporter's thread.
+struct Open {
+    /// `None` once the root ended, paused or was lost: what comes after is not exported.
+    tree: Mutex<Option<Tree>>,
+    /// Started after [`Exporter::finish`]: its records are counted as dropped when it ends.
+    late: bool,
+}
+
+impl Open {
+    fn of(watch: &Watch) -> Option<&Open> {
+        watch.as_deref().and_then(|w| w.downcast_ref::<Open>())
+    }
+
+    fn with(&self, f: impl FnOnce(&mut Tree)) {
+        if let Some(tree) = self.tree.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+            f(tree);
+        }
+    }
+
+    fn take(&self) -> Option<Tree> {
+        self.tree.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+}
 
 impl Trees {
-    /// Lets go of the tree of root run `root` without exporting it; its buffers are kept
-    /// for the next tree.
-    fn discard(&mut self, root: &str) {
-        let Some(tree) = self.open.remove(root) else {
-            return;
-        };
-        for child in &tree.children {
-            self.root_of.remove(child);
-        }
+    /// Keeps the buffers of a tree let go of without exporting it, for the next tree.
+    fn discard(&mut self, tree: Tree) {
         if self.spare.len() < SPARE
             && let Some(tree) = tree.recycled()
         {
@@ -408,7 +426,6 @@ impl Tree {
         self.runs.clear();
         self.steps.clear();
         self.started.clear();
-        self.children.clear();
         self.root.clear();
         self.n_runs = 0;
         self.n_steps = 0;
@@ -515,14 +532,18 @@ impl Exporter {
                     return;
                 };
                 let mut enc = Encoder::default();
+                // The queue's vector, swapped with the shared one: emptied here and given back,
+                // so that queueing a tree does not grow a new vector on the runs' thread.
+                let mut taken = Vec::new();
                 loop {
-                    let (taken, closed) = {
+                    let closed = {
                         let mut t = trees.lock().unwrap_or_else(|p| p.into_inner());
                         if !t.closed && t.finished_records < BATCH {
                             t = wake.wait_timeout(t, LINGER).unwrap_or_else(|p| p.into_inner()).0;
                         }
                         t.finished_records = 0;
-                        (std::mem::take(&mut t.finished), t.closed)
+                        std::mem::swap(&mut t.finished, &mut taken);
+                        t.closed
                     };
                     // Spans are made here, off the runs' threads; a request goes as soon as it
                     // is full, and once woken (a request's worth, or after a quiet while)
@@ -536,7 +557,7 @@ impl Exporter {
                     let mut t = trees.lock().unwrap_or_else(|p| p.into_inner());
                     let room = SPARE.saturating_sub(t.spare.len());
                     t.spare
-                        .extend(taken.into_iter().take(room).filter_map(Tree::recycled));
+                        .extend(taken.drain(..).take(room).filter_map(Tree::recycled));
                     drop(t);
                     if enc.count() > 0 {
                         full(&mut enc);
@@ -570,13 +591,9 @@ impl Exporter {
     pub fn finish(&self, within: Duration) -> (u64, u64, Option<String>) {
         {
             let mut t = self.trees.lock().unwrap_or_else(|p| p.into_inner());
-            if !t.closed {
-                // Trees whose root never ended here are left to the process that goes on
-                // with them: it ends their records, and is handed those made here.
-                t.root_of.clear();
-                t.open.clear();
-                t.closed = true;
-            }
+            // Trees whose root never ended here are left to the process that goes on with
+            // them: it ends their records, and is handed those made here.
+            t.closed = true;
         }
         self.wake.notify_one();
         if let Some(done) = self.done.lock().unwrap_or_else(|p| p.into_inner()).take()
@@ -660,75 +677,70 @@ async fn post(url: &str, (body, n): (Vec<u8>, usize), stats: &ExportStats) {
 }
 
 impl Observer for Exporter {
-    fn run_started(&self, run: &RunRecord) {
-        let mut t = self.trees.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(parent) = &run.parent_run else {
-            if !t.open.contains_key(&run.id) {
-                let tree = t.new_tree(&run.id);
-                t.open.insert(run.id.clone(), tree);
-            }
-            if let Some(tree) = t.open.get_mut(&run.id) {
-                tree.push_started(run);
-            }
-            return;
-        };
-        let root = match t.root_of.get(parent) {
-            Some(r) => r.clone(),
-            None => parent.clone(),
-        };
-        t.root_of.insert(run.id.clone(), root.clone());
-        if !t.open.contains_key(&root) {
-            let tree = t.new_tree(&root);
-            t.open.insert(root.clone(), tree);
+    fn run_started(&self, run: &RunRecord, above: &Watch) -> Watch {
+        // A child run joins its parent's tree.
+        if run.parent_run.is_some()
+            && let Some(open) = Open::of(above)
+        {
+            open.with(|tree| tree.push_started(run));
+            return above.clone();
         }
-        if let Some(tree) = t.open.get_mut(&root) {
-            tree.children.push(run.id.clone());
-            tree.push_started(run);
-        }
+        // A root run (or, never from the engine, a child run started by a run not watched
+        // here) starts a tree of its own.
+        let root = run.parent_run.as_deref().unwrap_or(&run.id);
+        let (mut tree, late) = {
+            let mut t = self.trees.lock().unwrap_or_else(|p| p.into_inner());
+            (t.new_tree(root), t.closed)
+        };
+        tree.push_started(run);
+        Some(Arc::new(Open {
+            tree: Mutex::new(Some(tree)),
+            late,
+        }))
     }
 
-    fn step(&self, s: &StepRecord) {
+    fn step(&self, watch: &Watch, s: &StepRecord) {
         // An `interrupted` record is a stop, not an end: the process that resumes the part
         // finishes its record, and its span.
         if s.status != StepStatus::Interrupted {
-            self.push_step(s);
+            self.push_step(watch, s);
         }
     }
 
-    fn replayed(&self, s: &StepRecord) {
-        self.push_step(s);
+    fn replayed(&self, watch: &Watch, s: &StepRecord) {
+        self.push_step(watch, s);
     }
 
-    fn run_ended(&self, run: &RunRecord) {
+    fn run_ended(&self, watch: &Watch, run: &RunRecord) {
+        let Some(open) = Open::of(watch) else {
+            return;
+        };
         // Only an end finishes a run's record: a run stopped `interrupted` or paused is ended
         // by whoever goes on with it.
         let ended = matches!(
             run.status,
             RunStatus::Succeeded | RunStatus::Failed | RunStatus::Cancelled
         );
+        if run.parent_run.is_some() {
+            if ended {
+                open.with(|tree| tree.push_run(run));
+            }
+            return;
+        }
+        let Some(mut tree) = open.take() else {
+            return;
+        };
         let wake = {
             let mut t = self.trees.lock().unwrap_or_else(|p| p.into_inner());
-            let Trees { root_of, open, .. } = &mut *t;
-            if run.parent_run.is_some() {
-                if ended && let Some(tree) = root_of.get(&run.id).and_then(|root| open.get_mut(root)) {
-                    tree.push_run(run);
-                }
-                return;
-            }
-            if run.status == RunStatus::Running {
+            if run.status == RunStatus::Running || (t.closed && !open.late) {
                 // Paused: nothing of it was stopped on record, so the next holder is handed
-                // its records as they replay.
-                t.discard(&run.id);
+                // its records as they replay. Open as the exporter finished: left to the
+                // process that goes on with it.
+                t.discard(tree);
                 return;
             }
-            let Some(mut tree) = open.remove(&run.id) else {
-                return;
-            };
             if ended {
                 tree.push_run(run);
-            }
-            for child in &tree.children {
-                root_of.remove(child);
             }
             Self::queue(&mut t, tree, &self.stats)
         };
@@ -737,32 +749,29 @@ impl Observer for Exporter {
         }
     }
 
-    fn run_unrecorded(&self, run: &RunRecord) {
+    fn run_unrecorded(&self, watch: &Watch, run: &RunRecord) {
         // Lost (its lease taken over) or cut off by the store: this process exports nothing
         // of the tree; the next holder is handed what was recorded of it.
-        if run.parent_run.is_none() {
-            let mut t = self.trees.lock().unwrap_or_else(|p| p.into_inner());
-            t.discard(&run.id);
+        if run.parent_run.is_none()
+            && let Some(tree) = Open::of(watch).and_then(Open::take)
+        {
+            self.trees.lock().unwrap_or_else(|p| p.into_inner()).discard(tree);
         }
     }
 }
 
 impl Exporter {
-    fn push_step(&self, s: &StepRecord) {
-        let mut t = self.trees.lock().unwrap_or_else(|p| p.into_inner());
-        let Trees { root_of, open, .. } = &mut *t;
-        let tree = match open.get_mut(&s.run_id) {
-            Some(tree) => tree,
-            None => match root_of.get(&s.run_id).and_then(|root| open.get_mut(root)) {
-                Some(tree) => tree,
-                None => return,
-            },
-        };
-        if tree.n_steps >= TREE_RECORDS {
-            self.stats.dropped.fetch_add(1, Ordering::Relaxed);
+    fn push_step(&self, watch: &Watch, s: &StepRecord) {
+        let Some(open) = Open::of(watch) else {
             return;
-        }
-        tree.push_step(s);
+        };
+        open.with(|tree| {
+            if tree.n_steps >= TREE_RECORDS {
+                self.stats.dropped.fetch_add(1, Ordering::Relaxed);
+            } else {
+                tree.push_step(s);
+            }
+        });
     }
 }
 

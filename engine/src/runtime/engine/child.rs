@@ -49,10 +49,10 @@ impl<'e, S: Store> Run<'e, S> {
                     continue;
                 }
             };
-            o.run_started(&run);
-            replay.finished_since(since).for_each(|r| o.replayed(r));
+            let watch = o.run_started(&run, &self.watch);
+            replay.finished_since(since).for_each(|r| o.replayed(&watch, r));
             runs.extend(replay.children().cloned());
-            o.run_ended(&run);
+            o.run_ended(&watch, &run);
         }
     }
 
@@ -129,6 +129,7 @@ impl<'e, S: Store> Run<'e, S> {
                     ),
                     files: Some(self.file_limits.clone()),
                     root: Some(Arc::new(self.root_of())),
+                    watch: self.watch.clone(),
                 };
                 let resumed = earlier.zip(replay);
                 self.engine

@@ -193,6 +193,8 @@ struct Lineage {
     files: Option<Arc<crate::files::FileLimits>>,
     /// The root run of the tree, for a child run's inbox items (`None` in the root).
     root: Option<Arc<inbox::RootOf>>,
+    /// What the observer keeps of the run that started this one (`None` in the root).
+    watch: crate::runtime::observe::Watch,
 }
 
 /// Shared, immutable facts of one run tree.
@@ -420,6 +422,8 @@ struct Run<'e, S: Store> {
     /// The store holds the run's starting record as it is already (a submitted run claimed
     /// for the first time): its start is not written again.
     start_recorded: bool,
+    /// What the observer keeps of this run, handed back with its records.
+    watch: crate::runtime::observe::Watch,
 }
 impl<'e, S: Store> Run<'e, S> {
     fn vars<'a>(&'a self, locals: &'a [(&'a str, &'a Value)]) -> Vars<'a> {

@@ -526,6 +526,7 @@ impl<S: Store> Engine<S> {
             budget,
             files: None,
             root: None,
+            watch: None,
         };
         (tree, lineage)
     }
@@ -665,6 +666,7 @@ impl<'e, S: Store> Run<'e, S> {
             replay,
             start_recorded: false,
             asked: Default::default(),
+            watch: None,
         }
     }
 
@@ -677,11 +679,13 @@ impl<'e, S: Store> Run<'e, S> {
             return self.finish(RunStatus::Failed, None, Some(e)).await;
         }
         if let Some(o) = &self.engine.observer {
-            o.run_started(&self.record);
+            self.watch = o.run_started(&self.record, &self.lineage.watch);
             if let Some(since) = self.tree.carry
                 && let Some(replay) = &self.replay
             {
-                replay.finished_since(since).for_each(|r| o.replayed(r));
+                replay
+                    .finished_since(since)
+                    .for_each(|r| o.replayed(&self.watch, r));
             }
         }
         tracing::info!(run_id = %self.record.id, flow = %self.flow.name, depth = self.lineage.depth, "run started");
@@ -800,9 +804,9 @@ impl<'e, S: Store> Run<'e, S> {
         }
         if let Some(o) = &self.engine.observer {
             if self.store_failed().is_some() {
-                o.run_unrecorded(&self.record);
+                o.run_unrecorded(&self.watch, &self.record);
             } else {
-                o.run_ended(&self.record);
+                o.run_ended(&self.watch, &self.record);
             }
         }
         let output = self.record.output.take();
@@ -848,7 +852,7 @@ impl<'e, S: Store> Run<'e, S> {
             if let Some(o) = observer {
                 let r = rec();
                 if r.status != StepStatus::Started {
-                    o.step(&r);
+                    o.step(&self.watch, &r);
                 }
             }
             return Ok(());
@@ -860,7 +864,7 @@ impl<'e, S: Store> Run<'e, S> {
         if let Some(o) = observer
             && r.status != StepStatus::Started
         {
-            o.step(&r);
+            o.step(&self.watch, &r);
         }
         self.note_asked(&r);
         if queued {

@@ -1022,7 +1022,10 @@ async fn a_flush_commits_what_was_queued_and_reports_a_lost_write() {
         err.to_string().contains("an earlier write of the run failed"),
         "{err}"
     );
-    store.flush("f1").await.expect("another run's flush is not affected");
+    store
+        .flush("f1")
+        .await
+        .expect("another run's flush is not affected");
     reader.close().await;
     store.close().await;
 }

@@ -974,3 +974,115 @@ fn a_decision_answers_one_approval_not_every_waiting_one() {
     // Each ticket's turn 1 asked once, turn 2 once.
     assert_eq!(server.hits().len(), 4);
 }
+
+// ------------------------------------------------------------------ write-behind, with barriers
+
+/// The records of a loop's turn and of its tool calls without effects (a `mock`) are queued,
+/// not waited for, and committed before the next model turn is asked: the engine killed by
+/// the model as its second turn arrives is resumed from that turn, and the first is asked once.
+#[test]
+fn a_loops_records_are_committed_before_its_next_turn_is_asked() {
+    let server = Llm::start();
+    let dir = TempDir::new("loop-barrier");
+    let engine: std::sync::Arc<std::sync::Mutex<Option<u32>>> = Default::default();
+    let victim = engine.clone();
+    server.respond_with(move |body| {
+        let msgs = body["messages"].as_array().unwrap();
+        if !msgs.iter().any(|m| m["role"] == "tool") {
+            return Reply::calls(1, &[("double", r#"{"n": 21}"#)]);
+        }
+        // The second turn: the first process dies before it gets an answer.
+        if let Some(pid) = victim.lock().unwrap().take() {
+            // At once, as the request arrives: a record still in the writer's queue is lost.
+            // SAFETY: a signal to the child this test spawned and has not reaped.
+            let killed = unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            assert_eq!(killed, 0);
+            return Reply::Slow(Duration::from_secs(5), "too late".into());
+        }
+        Reply::Answer("42".into())
+    });
+    dir.write(
+        "loop.yaml",
+        format!(
+            r#"flow: barrier
+providers:
+  local:
+    base_url: {}
+agents:
+  helper:
+    kind: llm
+    provider: local
+    model: m1
+    prompt: "Double it."
+    tools: [double]
+  double:
+    kind: mock
+    description: Doubles a number.
+    input_schema: {{type: object, required: [n], properties: {{n: {{type: integer}}}}}}
+    returns: {{v: =input.n * 2}}
+steps:
+  answer:
+    agent: helper
+    output: {{$.reply: $}}
+"#,
+            server.base_url()
+        ),
+    );
+    let mut child = switchyard(dir.path())
+        .args(["run", "loop.yaml", "--input", "{}"])
+        .args(STORE)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawns");
+    *engine.lock().unwrap() = Some(child.id());
+    let status = child.wait().expect("waits");
+    assert_eq!(status.code(), None, "killed by the model: {status:?}");
+    let list = run(switchyard(dir.path())
+        .args(["runs", "list", "--json"])
+        .args(STORE));
+    let id = serde_json::from_str::<Value>(list.stdout.lines().next().expect("a run")).unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let resumed = run(switchyard(dir.path()).args(["resume", &id]).args(STORE));
+    assert_eq!(resumed.code(), 0, "{resumed:?}");
+    let first_turns = server
+        .hits()
+        .iter()
+        .filter(|h| {
+            !h.body["messages"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|m| m["role"] == "tool")
+        })
+        .count();
+    assert_eq!(first_turns, 1, "the first turn was on record: not asked again");
+    let show = run(switchyard(dir.path())
+        .args(["runs", "show", &id, "--json"])
+        .args(STORE));
+    let doc: Value = serde_json::from_str(&show.stdout).unwrap();
+    let numbers: Vec<String> = doc["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            format!(
+                "{} {}",
+                s["number"].as_str().unwrap(),
+                s["status"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert_eq!(
+        numbers,
+        [
+            "1.t1 succeeded",
+            "1.t1.1 succeeded",
+            "1.t2 succeeded",
+            "1 succeeded"
+        ]
+    );
+    assert_eq!(doc["run"]["output"]["reply"]["text"], "42");
+}

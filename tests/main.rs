@@ -156,6 +156,7 @@ mod serve;
 mod serve_pages;
 mod snapshots;
 mod store;
+mod store_queue;
 mod support;
 mod time;
 mod transcripts;

@@ -24,7 +24,7 @@ use crate::support::TempDir;
 // ---------------------------------------------------------------- records
 
 /// A run with every optional field set (`full`) or none.
-fn run(id: &str, flow: &str, started_at: u64, status: RunStatus, full: bool) -> RunRecord {
+pub(crate) fn run(id: &str, flow: &str, started_at: u64, status: RunStatus, full: bool) -> RunRecord {
     RunRecord {
         id: id.into(),
         flow: flow.into(),
@@ -84,7 +84,7 @@ fn files(full: bool) -> Vec<switchyard::__private::record::RunFile> {
 }
 
 /// A step record with every optional field set (`full`) or none.
-fn step(run_id: &str, number: &str, attempt: u32, status: StepStatus, full: bool) -> StepRecord {
+pub(crate) fn step(run_id: &str, number: &str, attempt: u32, status: StepStatus, full: bool) -> StepRecord {
     StepRecord {
         run_id: run_id.into(),
         number: number.into(),
@@ -926,108 +926,6 @@ async fn postgres_upgrades_a_schema_4_store() {
     .expect("a version");
     conn.close().await.expect("close");
     assert_eq!(version, SCHEMA_VERSION);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn queued_writes_commit_before_the_next_awaited_one_and_a_failed_one_stops_its_run() {
-    let dir = TempDir::new("store-queued");
-    let url = format!("sqlite:{}", dir.path().join("runs.db").display());
-    let store = SqlStore::open(&url).await.expect("opens");
-    // Queued: not waited for, committed by the next awaited write.
-    store
-        .queue_run(&run("q1", "f", 1, RunStatus::Running, false))
-        .await
-        .expect("queued");
-    store
-        .queue_step(step("q1", "1", 1, StepStatus::Succeeded, true))
-        .await
-        .expect("queued");
-    store
-        .update_run(&run("q1", "f", 1, RunStatus::Succeeded, false))
-        .await
-        .expect("commits all three");
-    assert_eq!(store.steps("q1").await.expect("steps").len(), 1);
-    assert_eq!(
-        store.get_run("q1").await.expect("get_run").status,
-        RunStatus::Succeeded
-    );
-    // A queued write that fails (a step of a run that does not exist) refuses the run's
-    // later writes, so that its records never skip one.
-    store
-        .queue_step(step("ghost", "1", 1, StepStatus::Succeeded, false))
-        .await
-        .expect("queued");
-    // Once a later awaited write (of another run) returns, the queued one has been tried.
-    store
-        .create_run(&run("q2", "f", 3, RunStatus::Running, false))
-        .await
-        .expect("another run");
-    let err = store
-        .create_run(&run("ghost", "f", 2, RunStatus::Running, false))
-        .await
-        .expect_err("refused after a lost write");
-    assert!(
-        err.to_string().contains("an earlier write of the run failed"),
-        "{err}"
-    );
-    assert!(matches!(
-        store.get_run("ghost").await,
-        Err(StoreError::NotFound(_))
-    ));
-    // Other runs are not affected.
-    store
-        .create_run(&run("q2", "f", 3, RunStatus::Running, false))
-        .await
-        .expect("another run");
-    store.close().await;
-}
-
-/// `flush` is the barrier before an effect: once it returns, every write queued before it is
-/// committed (another connection reads it); after a queued write of a run failed, the run's
-/// flush fails as its next write would, and other runs' flushes do not.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_flush_commits_what_was_queued_and_reports_a_lost_write() {
-    let dir = TempDir::new("store-flush");
-    let url = format!("sqlite:{}", dir.path().join("runs.db").display());
-    let store = SqlStore::open(&url).await.expect("opens");
-    let reader = SqlStore::open(&url).await.expect("a second store on the file");
-    store
-        .queue_run(&run("f1", "f", 1, RunStatus::Running, false))
-        .await
-        .expect("queued");
-    for n in ["1", "2", "3"] {
-        store
-            .queue_step(step("f1", n, 1, StepStatus::Succeeded, true))
-            .await
-            .expect("queued");
-    }
-    store.flush("f1").await.expect("flushed");
-    let numbers: Vec<String> = reader
-        .steps("f1")
-        .await
-        .expect("steps")
-        .into_iter()
-        .map(|s| s.number)
-        .collect();
-    assert_eq!(numbers, ["1", "2", "3"]);
-    // Nothing queued: a flush answers at once, and writes nothing.
-    store.flush("f1").await.expect("nothing to flush");
-    // A lost queued write: a step of a run that does not exist.
-    store
-        .queue_step(step("ghost", "1", 1, StepStatus::Succeeded, false))
-        .await
-        .expect("queued");
-    let err = store.flush("ghost").await.expect_err("the run lost a write");
-    assert!(
-        err.to_string().contains("an earlier write of the run failed"),
-        "{err}"
-    );
-    store
-        .flush("f1")
-        .await
-        .expect("another run's flush is not affected");
-    reader.close().await;
-    store.close().await;
 }
 
 /// A PostgreSQL store that cannot be opened says why at once: the server's refusal, or its own

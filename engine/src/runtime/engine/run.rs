@@ -838,6 +838,12 @@ impl<'e, S: Store> Run<'e, S> {
     }
 
     /// Records a step part, waiting for the commit unless `queued` ([`Store::queue_step`]).
+    /// A record is queued when no effect follows it before the next awaited write or
+    /// [`Run::barrier`] (an attempt's `started` record, the barrier before a model turn, the
+    /// run's end): work without effects in between (a transform, a mock, a `set`) is not
+    /// held up by the store, and a crash in it loses only work a resume does again, with the
+    /// same outcome. The record of a call with effects is waited for, so that a crash after
+    /// the effect finds the call in doubt for no longer than a commit takes.
     /// The record is built only for a store that keeps steps ([`Store::keeps_steps`]).
     /// Once a store write of this tree failed, nothing more is written: a record made after
     /// a lost one (a step failed *because* the store failed) would tell a resume a wrong story.
@@ -879,9 +885,10 @@ impl<'e, S: Store> Run<'e, S> {
         }
     }
 
-    /// Waits until every record of the run queued so far is committed (at once when one is
-    /// known to be): the barrier before an effect that no awaited write precedes, such as an
-    /// agent loop's model turn. Fails, as a write would, once a write of the tree failed.
+    /// Waits until every record the run's tree queued so far is committed (at once when a
+    /// commit is known to cover them): the barrier before an effect that no awaited write
+    /// precedes, such as an agent loop's model turn. Fails, as a write would, once a write
+    /// of the tree failed.
     pub(super) async fn barrier(&self) -> Result<(), StepError> {
         if let Some(why) = self.store_failed() {
             return Err(StepError::new(ErrorKind::Agent, format!("store: {why}")));
@@ -916,20 +923,6 @@ impl<'e, S: Store> Run<'e, S> {
 
     pub(super) async fn record(&self, rec: impl FnOnce() -> StepRecord) -> Result<(), StepError> {
         self.record_with(rec, false).await
-    }
-
-    /// Records a step part: waited for after a call with effects (`effects`), queued
-    /// otherwise. A queued record commits with the run's next awaited write or barrier,
-    /// which come before any effect: an attempt's `started` record, [`Run::barrier`] before
-    /// a model turn, the run's end. Work without effects in between (a transform, a mock, a
-    /// `set`) is not held up by the store; a crash in it loses only work that a resume does
-    /// again, with the same outcome.
-    pub(super) async fn record_after(
-        &self,
-        effects: bool,
-        rec: impl FnOnce() -> StepRecord,
-    ) -> Result<(), StepError> {
-        self.record_with(rec, !effects).await
     }
 
     pub(super) fn store_failed(&self) -> Option<String> {
@@ -1013,7 +1006,7 @@ impl<'e, S: Store> Run<'e, S> {
             answers: o.answers.clone(),
             files: o.files.clone(),
         };
-        if let Err(e) = self.record_after(o.effects, rec).await {
+        if let Err(e) = self.record_with(rec, !o.effects).await {
             o.error = Some(e);
         }
     }

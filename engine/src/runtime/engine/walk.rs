@@ -139,7 +139,8 @@ impl<'e, S: Store> Run<'e, S> {
                     answers: outcome.answers,
                     files: outcome.files,
                 };
-                // The run's last step: its end, written next and waited for, commits this too.
+                // Queued after a step without effects ([`Run::record_with`]), and after the
+                // run's last step: its end, written next and waited for, commits it too.
                 let last = outcome.stop.is_some() || !matches!(&route, Ok(Some(n)) if *n != flow.end);
                 if let Err(e) = self.record_with(rec, last || !outcome.effects).await {
                     return Err((RunStatus::Failed, e));

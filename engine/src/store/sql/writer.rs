@@ -69,6 +69,14 @@ impl Op {
             Op::Flush(id) => format!("committing the records of run `{id}`"),
         }
     }
+
+    /// The error of a write refused because an earlier write of its run failed (`why`).
+    fn refused(&self, why: &str) -> StoreError {
+        StoreError::Other(format!(
+            "{}: not written, an earlier write of the run failed: {why}",
+            self.describe()
+        ))
+    }
 }
 
 /// The lease a write of a submitted run is made under (SPEC §12): the root run holding it
@@ -130,10 +138,7 @@ impl Writer {
                     .filter(|(_, at)| *at == epoch)
                 {
                     let req = batch.remove(i);
-                    let e = StoreError::Other(format!(
-                        "{}: not written, an earlier write of the run failed: {why}",
-                        req.op.describe()
-                    ));
+                    let e = req.op.refused(why);
                     if let Some(done) = req.done {
                         let _ = done.send(Err(e));
                     }
@@ -167,10 +172,7 @@ impl Writer {
                     if let Op::Flush(id) = &req.op
                         && let Some(why) = lost.get(id.as_str())
                     {
-                        outcomes.push(Err(StoreError::Other(format!(
-                            "{}: an earlier write of the run failed: {why}",
-                            req.op.describe()
-                        ))));
+                        outcomes.push(Err(req.op.refused(why)));
                         continue;
                     }
                     let outcome = match self.transaction(&[req]).await {

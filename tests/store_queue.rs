@@ -109,3 +109,38 @@ async fn a_flush_commits_what_was_queued_and_reports_a_lost_write() {
     reader.close().await;
     store.close().await;
 }
+
+/// Queued writes with no awaited write after them are not held for one: the writer commits
+/// them after a short wait of its own, so another process reads them without a flush.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queued_writes_alone_are_committed_after_a_short_wait() {
+    let dir = TempDir::new("store-linger");
+    let url = format!("sqlite:{}", dir.path().join("runs.db").display());
+    let store = SqlStore::open(&url).await.expect("opens");
+    let reader = SqlStore::open(&url).await.expect("a second store on the file");
+    store
+        .queue_run(&run("l1", "f", 1, RunStatus::Running, false))
+        .await
+        .expect("queued");
+    store
+        .queue_step(step("l1", "1", 1, StepStatus::Succeeded, true))
+        .await
+        .expect("queued");
+    // Well past the writer's wait (50 ms), well short of anything a test would time out on.
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        match reader.steps("l1").await {
+            Ok(steps) if steps.len() == 1 => break,
+            _ if std::time::Instant::now() < until => {
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+            other => panic!("the queued writes were not committed within 5 s: {other:?}"),
+        }
+    }
+    assert_eq!(
+        reader.get_run("l1").await.expect("get_run").status,
+        RunStatus::Running
+    );
+    reader.close().await;
+    store.close().await;
+}

@@ -24,8 +24,8 @@
 //!   recording the turn, starting, recording and answering two tool calls, writing the next
 //!   request;
 //! - CPU per turn and per tool call, from the child's CPU time (`wait4`) of the same batch
-//!   in two more shapes run in the same repetition: 4 turns × 6 tools (12 more tool calls per
-//!   loop) and 7 turns × 2 tools (3 more turns and 6 more tool calls per loop).
+//!   in two more shapes run in the same repetition: 4 turns × 8 tools (18 more tool calls per
+//!   loop) and 16 turns × 2 tools (12 more turns and 24 more tool calls per loop).
 //!
 //! Memory: the child's peak RSS (`VmHWM`, polled) in an untimed run at N, and the same command
 //! on 1 item: `kib_per_loop_in_flight` = the difference / (N − 1).
@@ -76,10 +76,13 @@ struct Shape {
 
 impl Shape {
     const MAIN: Shape = Shape { turns: 4, tools: 2 };
-    /// 12 more tool calls per loop than [`Shape::MAIN`], the same turns.
-    const MORE_TOOLS: Shape = Shape { turns: 4, tools: 6 };
-    /// 3 more turns and 6 more tool calls per loop than [`Shape::MAIN`].
-    const MORE_TURNS: Shape = Shape { turns: 7, tools: 2 };
+    /// 18 more tool calls per loop than [`Shape::MAIN`], the same turns (8 a turn: one wave
+    /// of the flow's `max_parallel_tools`).
+    const MORE_TOOLS: Shape = Shape { turns: 4, tools: 8 };
+    /// 12 more turns and 24 more tool calls per loop than [`Shape::MAIN`]: enough turns that
+    /// their CPU stands out of a process's CPU from one run to the next (with 3 more turns it
+    /// did not). Fewer than the 21 turns after which the loop is told to wrap up.
+    const MORE_TURNS: Shape = Shape { turns: 16, tools: 2 };
 
     fn tool_calls(self) -> u32 {
         (self.turns - 1) * self.tools
@@ -967,7 +970,7 @@ fn measure(batch: &Batch<'_>, n: usize, store: StoreKind, s: &mut Samples) -> Re
     let polled = batch.run(main, n, true, store)?;
     let one = batch.run(main, 1, true, store)?;
     let nf = n as f64;
-    // Per loop: MORE_TOOLS has 12 more tool calls; MORE_TURNS 3 more turns and 6 more calls.
+    // Per loop: MORE_TOOLS has 18 more tool calls; MORE_TURNS 12 more turns and 24 more calls.
     let extra_calls = f64::from(Shape::MORE_TOOLS.tool_calls() - main.tool_calls());
     let per_call = (tools.exit.cpu_s - m.exit.cpu_s) * 1e6 / (nf * extra_calls);
     let extra_turns = f64::from(Shape::MORE_TURNS.turns - main.turns);
@@ -1271,8 +1274,13 @@ impl Samples {
                 "cpu_us_per_tool_call",
                 self.per_call,
                 format!(
-                    "(child CPU of 4 turns × 6 tools − of 4 × 2) / (N × 12), µs (wait4 rusage, user + system, every \
-                     thread); target ≤ {TARGET_US_PER_TOOL_CALL}"
+                    "(child CPU of {} turns × {} tools − of {} × {}) / (N × {}), µs (wait4 rusage, user + system, every \
+                     thread); target ≤ {TARGET_US_PER_TOOL_CALL}",
+                    Shape::MORE_TOOLS.turns,
+                    Shape::MORE_TOOLS.tools,
+                    Shape::MAIN.turns,
+                    Shape::MAIN.tools,
+                    Shape::MORE_TOOLS.tool_calls() - Shape::MAIN.tool_calls(),
                 ),
             ),
             (
@@ -1283,7 +1291,15 @@ impl Samples {
             (
                 "cpu_us_per_turn",
                 self.per_turn,
-                "((child CPU of 7 turns × 2 tools − of 4 × 2) / N − 6 × cpu_us_per_tool_call) / 3, µs".to_string(),
+                format!(
+                    "((child CPU of {} turns × {} tools − of {} × {}) / N − {} × cpu_us_per_tool_call) / {}, µs",
+                    Shape::MORE_TURNS.turns,
+                    Shape::MORE_TURNS.tools,
+                    Shape::MAIN.turns,
+                    Shape::MAIN.tools,
+                    Shape::MORE_TURNS.tool_calls() - Shape::MAIN.tool_calls(),
+                    Shape::MORE_TURNS.turns - Shape::MAIN.turns,
+                ),
             ),
             (
                 "turn_pct_of_latency",

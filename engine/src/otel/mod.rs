@@ -207,8 +207,36 @@ impl Tree {
         self.n_runs + self.n_steps
     }
 
-    fn runs(&self) -> Vec<RunPart<'_>> {
-        let mut r = Reader(&self.runs);
+    /// The tree as the exporter's thread would read it.
+    #[cfg(test)]
+    fn view(&self) -> TreeView<'_> {
+        TreeView {
+            root: &self.root,
+            runs: &self.runs,
+            steps: &self.steps,
+            started: &self.started,
+            n_runs: self.n_runs,
+            n_steps: self.n_steps,
+            n_started: self.n_started,
+        }
+    }
+}
+
+/// A finished tree's buffers, read where they lie: in the tree, or copied into [`Finished`].
+#[derive(Clone, Copy)]
+struct TreeView<'a> {
+    root: &'a str,
+    runs: &'a [u8],
+    steps: &'a [u8],
+    started: &'a [u8],
+    n_runs: usize,
+    n_steps: usize,
+    n_started: usize,
+}
+
+impl<'a> TreeView<'a> {
+    fn runs(&self) -> Vec<RunPart<'a>> {
+        let mut r = Reader(self.runs);
         (0..self.n_runs)
             .map(|_| RunPart {
                 id: r.str(),
@@ -228,8 +256,8 @@ impl Tree {
             .collect()
     }
 
-    fn steps(&self) -> Vec<StepPart<'_>> {
-        let mut r = Reader(&self.steps);
+    fn steps(&self) -> Vec<StepPart<'a>> {
+        let mut r = Reader(self.steps);
         (0..self.n_steps)
             .map(|_| StepPart {
                 run_id: r.str(),
@@ -263,8 +291,15 @@ impl Tree {
     }
 }
 
-fn put_u64(b: &mut Vec<u8>, v: u64) {
-    b.extend_from_slice(&v.to_le_bytes());
+/// A number as a varint (seven bits a byte, low first): most of a record's numbers (lengths,
+/// tokens, counts) take one byte, so a run's capture writes about half the bytes it would at
+/// eight a number — and bytes written are what the capture costs on the run's thread.
+fn put_u64(b: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        b.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    b.push(v as u8);
 }
 
 fn put_str(b: &mut Vec<u8>, s: &str) {
@@ -316,15 +351,27 @@ impl<'a> Reader<'a> {
     }
 
     fn u64(&mut self) -> u64 {
-        let t = self.take(8);
-        let mut b = [0u8; 8];
-        b[..t.len()].copy_from_slice(t);
-        u64::from_le_bytes(b)
+        let mut v = 0u64;
+        for shift in (0..64).step_by(7) {
+            let Some((&byte, rest)) = self.0.split_first() else {
+                break;
+            };
+            self.0 = rest;
+            v |= u64::from(byte & 0x7f) << shift;
+            if byte < 0x80 {
+                break;
+            }
+        }
+        v
+    }
+
+    fn bytes(&mut self) -> &'a [u8] {
+        let n = usize::try_from(self.u64()).unwrap_or(usize::MAX);
+        self.take(n)
     }
 
     fn str(&mut self) -> &'a str {
-        let n = usize::try_from(self.u64()).unwrap_or(usize::MAX);
-        std::str::from_utf8(self.take(n)).unwrap_or("")
+        std::str::from_utf8(self.bytes()).unwrap_or("")
     }
 
     fn flag(&mut self) -> bool {
@@ -344,27 +391,79 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// The trees the run's tasks and the exporter's thread share: finished ones on their way to
-/// the exporter's thread, and emptied ones on their way back. A tree being filled is not
-/// here: its runs hold it ([`Open`]), so a record finds its tree without a lookup.
+/// What the runs' tasks and the exporter's thread share: finished trees on their way to the
+/// exporter's thread, and the emptied trees of ended runs for the next runs. A tree being
+/// filled is not here: its runs hold it ([`Open`]), so a record finds its tree without a
+/// lookup.
 #[derive(Default)]
 struct Trees {
-    /// Trees whose root ended, for the exporter's thread, which takes them all at once: it
-    /// is woken once a request's worth of records waits (or after [`LINGER`]), never per
-    /// run, so a run's end costs no thread wake-up.
-    finished: Vec<Tree>,
-    finished_records: usize,
+    /// The trees whose root ended, copied out, for the exporter's thread, which takes them
+    /// all at once: it is woken once a request's worth of records waits (or after
+    /// [`LINGER`]), never per run, so a run's end costs no thread wake-up.
+    finished: Finished,
     /// No more trees come ([`Exporter::finish`]).
     closed: bool,
-    /// Emptied trees the exporter's thread gives back, so that a new run's buffers are
-    /// reused, not grown again (and freed by another thread than the one that made them).
+    /// Emptied trees, taken last in first out: a new run fills the buffers an ended run just
+    /// emptied, still in the core's cache. (Buffers that went round the exporter's thread
+    /// first came back cold, and filling them cost more than the rest of the capture.)
     spare: Vec<Tree>,
 }
 
-/// Spare trees kept at most (enough for a request's worth of trees of two records, so that
-/// a run's tree is seldom allocated anew), and the largest buffer a spare keeps.
-const SPARE: usize = 1024;
+/// Spare trees kept at most, and the largest buffer a spare keeps.
+const SPARE: usize = 256;
 const SPARE_BYTES: usize = 16 * 1024;
+/// The most bytes of finished trees [`Finished`] keeps room for once emptied.
+const FINISHED_BYTES: usize = 4 << 20;
+
+/// Finished trees, each copied into one buffer as it ends, so that its own buffers go back
+/// to the spares at once: root, record counts, then the three buffers, each length-prefixed.
+#[derive(Default)]
+struct Finished {
+    bytes: Vec<u8>,
+    trees: usize,
+    records: usize,
+}
+
+impl Finished {
+    fn push(&mut self, tree: &Tree) {
+        let b = &mut self.bytes;
+        put_str(b, &tree.root);
+        for n in [tree.n_runs, tree.n_steps, tree.n_started] {
+            put_u64(b, n as u64);
+        }
+        for part in [&tree.runs, &tree.steps, &tree.started] {
+            put_u64(b, part.len() as u64);
+            b.extend_from_slice(part);
+        }
+        self.trees += 1;
+        self.records += tree.records();
+    }
+
+    fn views(&self) -> impl Iterator<Item = TreeView<'_>> {
+        let mut r = Reader(&self.bytes);
+        (0..self.trees).map(move |_| {
+            let root = r.str();
+            let (n_runs, n_steps, n_started) = (r.u64(), r.u64(), r.u64());
+            let count = |n: u64| usize::try_from(n).unwrap_or(0);
+            TreeView {
+                root,
+                n_runs: count(n_runs),
+                n_steps: count(n_steps),
+                n_started: count(n_started),
+                runs: r.bytes(),
+                steps: r.bytes(),
+                started: r.bytes(),
+            }
+        })
+    }
+
+    fn clear(&mut self) {
+        self.bytes.clear();
+        self.bytes.shrink_to(FINISHED_BYTES);
+        self.trees = 0;
+        self.records = 0;
+    }
+}
 
 /// A run tree being filled: the watch ([`Watch`]) every run of the tree holds. Its lock is
 /// taken by the tree's own runs only (several at once under a `foreach` of child runs), never
@@ -532,16 +631,15 @@ impl Exporter {
                     return;
                 };
                 let mut enc = Encoder::default();
-                // The queue's vector, swapped with the shared one: emptied here and given back,
-                // so that queueing a tree does not grow a new vector on the runs' thread.
-                let mut taken = Vec::new();
+                // The queue's buffer, swapped with the shared one: emptied here and given back,
+                // so that queueing a tree does not grow a new buffer on the runs' threads.
+                let mut taken = Finished::default();
                 loop {
                     let closed = {
                         let mut t = trees.lock().unwrap_or_else(|p| p.into_inner());
-                        if !t.closed && t.finished_records < BATCH {
+                        if !t.closed && t.finished.records < BATCH {
                             t = wake.wait_timeout(t, LINGER).unwrap_or_else(|p| p.into_inner()).0;
                         }
-                        t.finished_records = 0;
                         std::mem::swap(&mut t.finished, &mut taken);
                         t.closed
                     };
@@ -551,14 +649,10 @@ impl Exporter {
                     let mut full = |enc: &mut Encoder| {
                         rt.block_on(post(&url, enc.request(&resource.attributes()), &stats))
                     };
-                    for tree in &taken {
+                    for tree in taken.views() {
                         encode_tree(tree, &mut enc, &mut full);
                     }
-                    let mut t = trees.lock().unwrap_or_else(|p| p.into_inner());
-                    let room = SPARE.saturating_sub(t.spare.len());
-                    t.spare
-                        .extend(taken.drain(..).take(room).filter_map(Tree::recycled));
-                    drop(t);
+                    taken.clear();
                     if enc.count() > 0 {
                         full(&mut enc);
                     }
@@ -617,15 +711,22 @@ impl Exporter {
         )
     }
 
-    /// Hands a finished tree to the exporter's thread, or counts its records as dropped when
-    /// [`QUEUE`] trees wait already (or the exporter has finished); true when a request's
-    /// worth of records waits, and the thread should be woken.
+    /// Hands a finished tree to the exporter's thread (a copy: its buffers are kept for the
+    /// next tree), or counts its records as dropped when [`QUEUE`] trees wait already (or the
+    /// exporter has finished); true when a request's worth of records waits, and the thread
+    /// should be woken.
     fn queue(t: &mut Trees, tree: Tree, stats: &ExportStats) -> bool {
         let n = tree.records();
+        let queued = Self::hand_over(t, &tree, n, stats);
+        t.discard(tree);
+        queued
+    }
+
+    fn hand_over(t: &mut Trees, tree: &Tree, n: usize, stats: &ExportStats) -> bool {
         if n == 0 {
             return false;
         }
-        if t.closed || t.finished.len() >= QUEUE {
+        if t.closed || t.finished.trees >= QUEUE {
             stats.dropped.fetch_add(n as u64, Ordering::Relaxed);
             *stats.last_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(if t.closed {
                 "the exporter had finished".into()
@@ -635,11 +736,10 @@ impl Exporter {
             return false;
         }
         stats.handed.fetch_add(n as u64, Ordering::Relaxed);
+        let before = t.finished.records;
         t.finished.push(tree);
-        let before = t.finished_records;
-        t.finished_records += n;
         // Once, as the count reaches a request's worth: the thread then takes them all.
-        before < BATCH && t.finished_records >= BATCH
+        before < BATCH && t.finished.records >= BATCH
     }
 }
 
@@ -853,8 +953,8 @@ struct Lineage<'a> {
 }
 
 impl<'a> Lineage<'a> {
-    fn of(tree: &'a Tree) -> Lineage<'a> {
-        let mut r = Reader(&tree.started);
+    fn of(tree: TreeView<'a>) -> Lineage<'a> {
+        let mut r = Reader(tree.started);
         let all: Vec<_> = (0..tree.n_started)
             .map(|_| (r.str(), (r.str(), r.str())))
             .collect();
@@ -899,11 +999,11 @@ fn chat_span_id(run: &str, number: &str, iteration: Option<u64>) -> [u8; 8] {
 
 /// Writes the spans of a finished run tree into `enc`, calling `full` whenever a request's
 /// worth ([`BATCH`]) is written.
-fn encode_tree(tree: &Tree, enc: &mut Encoder, full: &mut dyn FnMut(&mut Encoder)) {
+fn encode_tree(tree: TreeView<'_>, enc: &mut Encoder, full: &mut dyn FnMut(&mut Encoder)) {
     let runs = tree.runs();
     let steps = tree.steps();
     let lineage = Lineage::of(tree);
-    let trace = trace_id(&tree.root);
+    let trace = trace_id(tree.root);
     let mut attributes: Vec<(&str, Val<'_>)> = Vec::with_capacity(16);
     for r in &runs {
         // A child run's span is a child of the record that started it.
@@ -1246,7 +1346,12 @@ mod tests {
         tree.push_step(&step);
         tree.push_run(&run);
         tree.push_step(&step);
-        let runs = tree.runs();
+        let mut finished = Finished::default();
+        finished.push(&tree);
+        finished.push(&tree);
+        let views: Vec<TreeView<'_>> = finished.views().collect();
+        assert_eq!(views.len(), 2);
+        let runs = views[1].runs();
         assert_eq!(runs.len(), 1);
         let r = runs[0];
         assert_eq!(
@@ -1259,7 +1364,8 @@ mod tests {
             (10_000_000, Some(20_000_000), (3, 4), 0.25)
         );
         assert_eq!((r.batch, r.item_id), (Some("b"), None));
-        let steps = tree.steps();
+        assert_eq!(views[1].steps().len(), 2);
+        let steps = tree.view().steps();
         assert_eq!(steps.len(), 2);
         for s in steps {
             assert_eq!(
@@ -1276,6 +1382,21 @@ mod tests {
                 (Some("lookup"), Some("call_1"), None, None)
             );
         }
+    }
+
+    #[test]
+    fn numbers_read_back_as_written_and_a_short_buffer_reads_as_empty() {
+        let values = [0, 1, 127, 128, 300, 16_383, 16_384, u64::from(u32::MAX), u64::MAX];
+        let mut b = Vec::new();
+        for v in values {
+            put_u64(&mut b, v);
+        }
+        put_str(&mut b, "ü");
+        let mut r = Reader(&b);
+        for v in values {
+            assert_eq!(r.u64(), v);
+        }
+        assert_eq!((r.str(), r.u64(), r.str()), ("ü", 0, ""));
     }
 
     #[test]
@@ -1344,7 +1465,7 @@ mod tests {
             )
         });
         let mut enc = Encoder::default();
-        encode_tree(&tree, &mut enc, &mut |_| panic!("not a request's worth"));
+        encode_tree(tree.view(), &mut enc, &mut |_| panic!("not a request's worth"));
         let (body, n) = enc.request(&[]);
         assert_eq!(n, 3);
         let req = ExportTraceServiceRequest::decode(body.as_slice()).expect("decodes");

@@ -95,6 +95,10 @@ pub(crate) struct Request {
     pub done: Option<oneshot::Sender<Result<(), StoreError>>>,
 }
 
+/// How long queued writes alone wait for a write that is waited for ([`Writer::linger`]):
+/// longer than a fast tool call takes, short next to anything a person would notice.
+const LINGER: std::time::Duration = std::time::Duration::from_millis(50);
+
 pub(crate) struct Writer {
     pub pool: AnyPool,
     pub ctx: Ctx,
@@ -122,7 +126,30 @@ impl Writer {
     pub(crate) async fn run(mut self, mut rx: mpsc::Receiver<Request>) {
         let mut batch = Vec::with_capacity(self.max_batch);
         while rx.recv_many(&mut batch, self.max_batch).await > 0 {
+            self.linger(&mut rx, &mut batch).await;
             self.commit(&mut batch).await;
+        }
+    }
+
+    /// Queued writes alone do not make a commit at once: they wait, up to [`LINGER`], for a
+    /// write somebody waits for (which commits them with it), or for a full batch. An agent
+    /// loop's turn and its tool calls are then one commit (with the barrier before the next
+    /// turn), not one each. Nothing waits on them meanwhile; a crash in the wait loses only
+    /// what a queued write may lose (work without effects, redone by a resume).
+    async fn linger(&self, rx: &mut mpsc::Receiver<Request>, batch: &mut Vec<Request>) {
+        if batch.iter().any(|r| r.done.is_some()) {
+            return;
+        }
+        let until = tokio::time::Instant::now() + LINGER;
+        while batch.len() < self.max_batch {
+            let from = batch.len();
+            let room = self.max_batch - from;
+            match tokio::time::timeout_at(until, rx.recv_many(batch, room)).await {
+                // Every sender is gone: commit what there is.
+                Ok(0) | Err(_) => return,
+                Ok(_) if batch[from..].iter().any(|r| r.done.is_some()) => return,
+                Ok(_) => {}
+            }
         }
     }
 
@@ -166,12 +193,11 @@ impl Writer {
                     "a grouped commit failed at {i}; replaying it one by one"
                 );
                 let mut outcomes = Vec::with_capacity(reqs.len());
-                // Runs a write of which failed here: their flushes later in the group fail.
+                // Runs a write of which failed here: their later writes in the group are not
+                // made (a run's records never skip one), their flushes fail.
                 let mut lost: HashMap<&str, String> = HashMap::new();
                 for req in &reqs {
-                    if let Op::Flush(id) = &req.op
-                        && let Some(why) = lost.get(id.as_str())
-                    {
+                    if let Some(why) = lost.get(req.op.run_id()) {
                         outcomes.push(Err(req.op.refused(why)));
                         continue;
                     }

@@ -121,7 +121,7 @@ pub fn run(profile: &Profile, opts: &Options) -> Result<Vec<Report>, String> {
 const TARGET_OVERHEAD_PCT: f64 = 5.0;
 /// Pairs of repetitions (plain and traced) for the exporter's overhead: a repetition takes a
 /// few ms, and a pair's ratio swings by ±10% here from one pair to the next, so the median
-/// needs many (with 10 it moved by 5 points from one harness run to the next).
+/// needs many (with 10, one build's median moved by up to 15 points between harness runs).
 const PAIRS: usize = 50;
 
 /// A loopback OTLP/HTTP collector that takes every request (and keeps nothing), on a runtime

@@ -1235,6 +1235,20 @@ async fn parent_index_sql(conn: &mut AnyConnection) -> String {
         .expect("the index")
 }
 
+/// `switchyard batch flow.yaml --input in.jsonl --output out.jsonl --store URL` in `dir`.
+fn batch_in(dir: &TempDir, url: &str) -> crate::support::Output {
+    crate::support::run(crate::support::switchyard(dir.path()).args([
+        "batch",
+        "flow.yaml",
+        "--input",
+        "in.jsonl",
+        "--output",
+        "out.jsonl",
+        "--store",
+        url,
+    ]))
+}
+
 /// A store of schema 3 (runs indexed by parent, top-level runs included) is brought up to date
 /// by `runs list`: the index then holds only runs that have a parent, and the batch's runs
 /// still list, show, and let the batch continue without running its items again.
@@ -1245,18 +1259,7 @@ async fn a_schema_3_store_is_upgraded_by_runs_list() {
     dir.write("in.jsonl", "{\"k\": 1}\n{\"k\": 2}\n");
     let db = dir.path().join("runs.db");
     let url = format!("sqlite:{}", db.display());
-    let batch = |dir: &TempDir| {
-        crate::support::run(crate::support::switchyard(dir.path()).args([
-            "batch",
-            "flow.yaml",
-            "--input",
-            "in.jsonl",
-            "--output",
-            "out.jsonl",
-            "--store",
-            &url,
-        ]))
-    };
+    let batch = |dir: &TempDir| batch_in(dir, &url);
     let out = batch(&dir);
     assert_eq!(out.code(), 0, "{out:?}");
     let mut conn = raw(&db).await;
@@ -1315,18 +1318,7 @@ async fn a_schema_12_store_upgrades_with_its_runs_intact() {
     dir.write("in.jsonl", "{\"k\": 1}\n{\"k\": 2}\n");
     let db = dir.path().join("runs.db");
     let url = format!("sqlite:{}", db.display());
-    let batch = |dir: &TempDir| {
-        crate::support::run(crate::support::switchyard(dir.path()).args([
-            "batch",
-            "flow.yaml",
-            "--input",
-            "in.jsonl",
-            "--output",
-            "out.jsonl",
-            "--store",
-            &url,
-        ]))
-    };
+    let batch = |dir: &TempDir| batch_in(dir, &url);
     let out = batch(&dir);
     assert_eq!(out.code(), 0, "{out:?}");
     let shown = |dir: &TempDir| {

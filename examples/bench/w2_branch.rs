@@ -146,13 +146,14 @@ fn sink() -> Result<(String, tokio::runtime::Runtime), String> {
     Ok((format!("http://{addr}"), rt))
 }
 
-/// `--child w2-repeat RUNS REPEAT [discard]`: REPEAT checked batches of RUNS runs, for a
-/// profiler, on the memory store or (`discard`) a store that keeps nothing; prints the median.
+/// `--child w2-repeat RUNS REPEAT [discard|otlp]`: REPEAT checked batches of RUNS runs, for
+/// a profiler, on the memory store, on a store that keeps nothing (`discard`), or on the
+/// memory store with every span exported to a loopback collector (`otlp`); prints the median.
 pub fn child_repeat(args: &[String]) -> Result<(), String> {
-    let (runs, repeat, discard) = match args {
-        [r, n] => (r, n, false),
-        [r, n, d] if d == "discard" => (r, n, true),
-        _ => return Err("usage: --child w2-repeat RUNS REPEAT [discard]".into()),
+    let (runs, repeat, mode) = match args {
+        [r, n] => (r, n, ""),
+        [r, n, m] if m == "discard" || m == "otlp" => (r, n, m.as_str()),
+        _ => return Err("usage: --child w2-repeat RUNS REPEAT [discard|otlp]".into()),
     };
     let runs: usize = runs.parse().map_err(|_| format!("bad run count `{runs}`"))?;
     let repeat: usize = repeat
@@ -160,15 +161,29 @@ pub fn child_repeat(args: &[String]) -> Result<(), String> {
         .map_err(|_| format!("bad repeat count `{repeat}`"))?;
     let plan = util::load_plan(FLOW)?;
     let rt = util::tokio_runtime()?;
+    let mut exporter = None;
+    let mut _sink = None;
+    if mode == "otlp" {
+        let (url, rt) = sink()?;
+        exporter = Some(switchyard::__private::otel::Exporter::start(&url)?);
+        _sink = Some(rt);
+    }
     let mut t = Vec::with_capacity(repeat);
     for _ in 0..repeat {
-        let (secs, outcomes) = if discard {
-            rt.block_on(batch::<DiscardStore>(&plan, runs))
-        } else {
-            rt.block_on(batch::<MemoryStore>(&plan, runs))
+        let (secs, outcomes) = match (mode, &exporter) {
+            ("discard", _) => rt.block_on(batch::<DiscardStore>(&plan, runs)),
+            (_, Some(e)) => {
+                let observer: Arc<dyn switchyard::__private::runtime::observe::Observer> = e.clone();
+                rt.block_on(batch_observed(&plan, runs, Some(observer)))
+            }
+            _ => rt.block_on(batch::<MemoryStore>(&plan, runs)),
         };
         check(&outcomes)?;
         t.push(secs * 1e6 / runs as f64);
+    }
+    if let Some(e) = exporter {
+        let (exported, dropped, _) = e.finish(std::time::Duration::from_secs(10));
+        eprintln!("{exported} spans exported, {dropped} dropped");
     }
     println!("us_per_run={}", median(&t));
     Ok(())

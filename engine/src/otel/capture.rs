@@ -1,9 +1,9 @@
 //! What a run tree's spans are made from, captured on the runs' threads and read back on the
 //! exporter's: each run's and record's fields appended to byte buffers as the engine makes
-//! them (numbers as varints), a finished tree's bytes copied out into [`Finished`] for the
+//! them (a fixed header a record, then its strings), a finished tree's bytes copied out into [`Finished`] for the
 //! exporter's thread, and the emptied tree kept for the next run.
 
-use crate::record::{self, RunRecord, StepRecord};
+use crate::record::{self, RunRecord, RunStatus, StepRecord, StepStatus};
 
 /// A run as its span needs it, read from its tree's buffer.
 #[derive(Clone, Copy, Debug)]
@@ -69,12 +69,14 @@ pub(super) struct McpNotes<'a> {
     pub(super) port: Option<&'a str>,
 }
 
-/// The notes' keys, in the order they are written and read.
-const MCP_NOTES: [&str; 6] = ["server", "tool", "transport", "protocol", "address", "port"];
-
 /// What a run tree's spans are made from: its runs' and records' fields, appended to byte
 /// buffers as the engine makes them — a copy of a few bytes on the run's thread, no
 /// allocation per field — and read back on the exporter's thread.
+///
+/// A record is a fixed-width header (which of its optional fields it has, as bits, then its
+/// numbers, little-endian), built on the stack and appended in one copy, followed by its
+/// strings, each after its length. Optional fields it lacks take no bytes, and the run id of a
+/// record of the root run is not written: a record costs a handful of copies whatever it holds.
 #[derive(Default)]
 pub(super) struct Tree {
     /// The runs that ended here, for their spans.
@@ -90,64 +92,206 @@ pub(super) struct Tree {
     pub(super) root: String,
 }
 
+/// A record's optional fields, as bits of its header's first word.
+mod has {
+    /// The record's run is not the root: its id follows.
+    pub(super) const OTHER_RUN: u32 = 1;
+    pub(super) const END: u32 = 1 << 1;
+    pub(super) const ITERATION: u32 = 1 << 2;
+    /// Tokens, cost or model calls of unknown cost: the four numbers follow the header.
+    pub(super) const USAGE: u32 = 1 << 3;
+    pub(super) const ERROR: u32 = 1 << 4;
+    pub(super) const ROUTE: u32 = 1 << 5;
+    /// A run's: the run that started it, the record that did, its batch and item.
+    pub(super) const PARENT_RUN: u32 = 1 << 6;
+    pub(super) const PARENT_STEP: u32 = 1 << 7;
+    pub(super) const BATCH: u32 = 1 << 8;
+    pub(super) const ITEM: u32 = 1 << 9;
+    /// A step record's notes: the first of [`NOTES`] bits, one per note, in that order.
+    pub(super) const NOTE: u32 = 1 << 10;
+}
+
+/// A step record's notes, in the order of their bits and strings: of a tool call, the tool
+/// and the call's id; of a model call, the model asked for and the one that answered; then
+/// the MCP call's notes ([`MCP_NOTES`]).
+const NOTES: [&str; 4] = ["tool", "call_id", "model", "response_model"];
+/// The notes' keys, in the order they are written and read.
+const MCP_NOTES: [&str; 6] = ["server", "tool", "transport", "protocol", "address", "port"];
+
+/// A step record's header: bits, attempt, status, start, end and iteration.
+const STEP_HEAD: usize = 4 + 4 + 1 + 8 + 8 + 8;
+/// A run's header: bits, status, start and end.
+const RUN_HEAD: usize = 4 + 1 + 8 + 8;
+
+fn step_status_code(s: StepStatus) -> u8 {
+    match s {
+        StepStatus::Started => 0,
+        StepStatus::Succeeded => 1,
+        StepStatus::Failed => 2,
+        StepStatus::Interrupted => 3,
+    }
+}
+
+fn run_status_code(s: RunStatus) -> u8 {
+    match s {
+        RunStatus::Queued => 0,
+        RunStatus::Running => 1,
+        RunStatus::Succeeded => 2,
+        RunStatus::Failed => 3,
+        RunStatus::Interrupted => 4,
+        RunStatus::Cancelled => 5,
+    }
+}
+
+const STEP_STATUSES: [StepStatus; 4] = [
+    StepStatus::Started,
+    StepStatus::Succeeded,
+    StepStatus::Failed,
+    StepStatus::Interrupted,
+];
+const RUN_STATUSES: [RunStatus; 6] = [
+    RunStatus::Queued,
+    RunStatus::Running,
+    RunStatus::Succeeded,
+    RunStatus::Failed,
+    RunStatus::Interrupted,
+    RunStatus::Cancelled,
+];
+
+fn usage_bit(u: &record::Usage) -> u32 {
+    let none =
+        u.input_tokens == 0 && u.output_tokens == 0 && u.cost_usd.usd() == 0.0 && u.cost_unknown_calls == 0;
+    if none { 0 } else { has::USAGE }
+}
+
+fn put_usage(b: &mut Vec<u8>, u: &record::Usage) {
+    let mut h = [0u8; 32];
+    h[0..8].copy_from_slice(&u.input_tokens.to_le_bytes());
+    h[8..16].copy_from_slice(&u.output_tokens.to_le_bytes());
+    h[16..24].copy_from_slice(&u.cost_usd.usd().to_bits().to_le_bytes());
+    h[24..32].copy_from_slice(&u.cost_unknown_calls.to_le_bytes());
+    b.extend_from_slice(&h);
+}
+
 impl Tree {
     pub(super) fn push_run(&mut self, run: &RunRecord) {
+        let other = run.id != self.root;
+        let mut bits = usage_bit(&run.usage);
+        for (bit, on) in [
+            (has::OTHER_RUN, other),
+            (has::END, run.finished_at.is_some()),
+            (has::ERROR, run.error.is_some()),
+            (has::PARENT_RUN, run.parent_run.is_some()),
+            (has::PARENT_STEP, run.parent_step.is_some()),
+            (has::BATCH, run.batch.is_some()),
+            (has::ITEM, run.item_id.is_some()),
+        ] {
+            if on {
+                bits |= bit;
+            }
+        }
+        let mut h = [0u8; RUN_HEAD];
+        h[0..4].copy_from_slice(&bits.to_le_bytes());
+        h[4] = run_status_code(run.status);
+        h[5..13].copy_from_slice(&record::nanos(run.started_at, run.started_ns).to_le_bytes());
+        if let Some(at) = run.finished_at {
+            h[13..21].copy_from_slice(&record::nanos(at, run.finished_ns).to_le_bytes());
+        }
         let b = &mut self.runs;
-        put_str(b, &run.id);
+        b.extend_from_slice(&h);
+        if bits & has::USAGE != 0 {
+            put_usage(b, &run.usage);
+        }
+        if other {
+            put_str(b, &run.id);
+        }
         put_str(b, &run.flow);
-        put_opt(b, run.parent_run.as_deref());
-        put_opt(b, run.parent_step.as_deref());
-        put_str(b, run.status.as_str());
-        put_error(b, run.error.as_ref());
-        put_u64(b, record::nanos(run.started_at, run.started_ns));
-        put_opt_u64(b, run.finished_at.map(|at| record::nanos(at, run.finished_ns)));
-        put_u64(b, run.usage.input_tokens);
-        put_u64(b, run.usage.output_tokens);
-        put_u64(b, run.usage.cost_usd.usd().to_bits());
-        put_u64(b, run.usage.cost_unknown_calls);
-        put_opt(b, run.batch.as_deref());
-        put_opt(b, run.item_id.as_deref());
+        for s in [&run.parent_run, &run.parent_step] {
+            put_some(b, s.as_deref());
+        }
+        if let Some(e) = &run.error {
+            put_str(b, e.kind.as_str());
+            put_str(b, &e.message);
+        }
+        for s in [&run.batch, &run.item_id] {
+            put_some(b, s.as_deref());
+        }
         self.n_runs += 1;
     }
 
     pub(super) fn push_step(&mut self, s: &StepRecord) {
+        let other = s.run_id != self.root;
+        let mut bits = usage_bit(&s.usage);
+        for (bit, on) in [
+            (has::OTHER_RUN, other),
+            (has::END, s.finished_at.is_some()),
+            (has::ITERATION, s.iteration.is_some()),
+            (has::ERROR, s.error.is_some()),
+            (has::ROUTE, s.route.is_some()),
+        ] {
+            if on {
+                bits |= bit;
+            }
+        }
+        // What the record's notes say of its call (the agent loop's `named`, an `llm` call's
+        // `Notes`, an MCP call's `mcp`): most records have none.
+        let mut notes: [Option<&str>; NOTES.len() + MCP_NOTES.len()] = [None; 10];
+        if let Some(a) = &s.answers {
+            let mcp = a.get("mcp");
+            let found = NOTES
+                .iter()
+                .map(|k| a.get(k))
+                .chain(MCP_NOTES.iter().map(|k| mcp.and_then(|m| m.get(k))));
+            for (i, (slot, v)) in notes.iter_mut().zip(found).enumerate() {
+                *slot = v.and_then(serde_json::Value::as_str);
+                if slot.is_some() {
+                    bits |= has::NOTE << i;
+                }
+            }
+        }
+        let mut h = [0u8; STEP_HEAD];
+        h[0..4].copy_from_slice(&bits.to_le_bytes());
+        h[4..8].copy_from_slice(&s.attempt.to_le_bytes());
+        h[8] = step_status_code(s.status);
+        h[9..17].copy_from_slice(&record::nanos(s.started_at, s.started_ns).to_le_bytes());
+        if let Some(at) = s.finished_at {
+            h[17..25].copy_from_slice(&record::nanos(at, s.finished_ns).to_le_bytes());
+        }
+        if let Some(i) = s.iteration {
+            h[25..33].copy_from_slice(&i.to_le_bytes());
+        }
         let b = &mut self.steps;
-        put_str(b, &s.run_id);
+        b.extend_from_slice(&h);
+        if bits & has::USAGE != 0 {
+            put_usage(b, &s.usage);
+        }
+        if other {
+            put_str(b, &s.run_id);
+        }
         put_str(b, &s.number);
         put_str(b, &s.step);
         put_str(b, &s.kind);
-        put_u64(b, u64::from(s.attempt));
-        put_str(b, s.status.as_str());
-        put_opt_u64(b, s.iteration);
-        put_u64(b, record::nanos(s.started_at, s.started_ns));
-        put_opt_u64(b, s.finished_at.map(|at| record::nanos(at, s.finished_ns)));
-        put_u64(b, s.usage.input_tokens);
-        put_u64(b, s.usage.output_tokens);
-        put_u64(b, s.usage.cost_usd.usd().to_bits());
-        put_u64(b, s.usage.cost_unknown_calls);
-        put_error(b, s.error.as_ref());
-        put_opt(b, s.route.as_deref());
-        // What the record's notes say of its call (the agent loop's `named`, an `llm`
-        // call's `Notes`).
-        let note = |k: &str| {
-            s.answers
-                .as_ref()
-                .and_then(|a| a.get(k))
-                .and_then(serde_json::Value::as_str)
-        };
-        for k in ["tool", "call_id", "model", "response_model"] {
-            put_opt(b, note(k));
+        if let Some(e) = &s.error {
+            put_str(b, e.kind.as_str());
+            put_str(b, &e.message);
         }
-        let mcp = s.answers.as_ref().and_then(|a| a.get("mcp"));
-        for k in MCP_NOTES {
-            put_opt(b, mcp.and_then(|m| m.get(k)).and_then(serde_json::Value::as_str));
+        put_some(b, s.route.as_deref());
+        if s.answers.is_some() {
+            for n in notes {
+                put_some(b, n);
+            }
         }
         self.n_steps += 1;
     }
 
     pub(super) fn push_started(&mut self, run: &RunRecord) {
         let b = &mut self.started;
-        put_str(b, &run.id);
+        if run.id == self.root {
+            b.push(0);
+        } else {
+            b.push(1);
+            put_str(b, &run.id);
+        }
         put_str(b, run.parent_step.as_deref().unwrap_or(""));
         put_str(b, &run.flow);
         self.n_started += 1;
@@ -188,20 +332,28 @@ impl<'a> TreeView<'a> {
     pub(super) fn runs(&self) -> Vec<RunPart<'a>> {
         let mut r = Reader(self.runs);
         (0..self.n_runs)
-            .map(|_| RunPart {
-                id: r.str(),
-                flow: r.str(),
-                parent_run: r.opt(),
-                parent_step: r.opt(),
-                status: r.str(),
-                error: r.error(),
-                start_ns: r.u64(),
-                end_ns: r.opt_u64(),
-                tokens: (r.u64(), r.u64()),
-                cost_usd: f64::from_bits(r.u64()),
-                cost_unknown_calls: r.u64(),
-                batch: r.opt(),
-                item_id: r.opt(),
+            .map(|_| {
+                let h = r.take(RUN_HEAD);
+                let bits = le32(h, 0);
+                let (tokens, cost_usd, cost_unknown_calls) = r.usage(bits);
+                let on = |bit: u32| bits & bit != 0;
+                RunPart {
+                    id: if on(has::OTHER_RUN) { r.str() } else { self.root },
+                    flow: r.str(),
+                    parent_run: r.str_if(on(has::PARENT_RUN)),
+                    parent_step: r.str_if(on(has::PARENT_STEP)),
+                    status: RUN_STATUSES
+                        .get(usize::from(h.get(4).copied().unwrap_or(0)))
+                        .map_or("", |s| s.as_str()),
+                    error: on(has::ERROR).then(|| (r.str(), r.str())),
+                    start_ns: le64(h, 5),
+                    end_ns: on(has::END).then(|| le64(h, 13)),
+                    tokens,
+                    cost_usd,
+                    cost_unknown_calls,
+                    batch: r.str_if(on(has::BATCH)),
+                    item_id: r.str_if(on(has::ITEM)),
+                }
             })
             .collect()
     }
@@ -209,83 +361,94 @@ impl<'a> TreeView<'a> {
     pub(super) fn steps(&self) -> Vec<StepPart<'a>> {
         let mut r = Reader(self.steps);
         (0..self.n_steps)
-            .map(|_| StepPart {
-                run_id: r.str(),
-                number: r.str(),
-                step: r.str(),
-                kind: r.str(),
-                attempt: u32::try_from(r.u64()).unwrap_or(u32::MAX),
-                status: r.str(),
-                iteration: r.opt_u64(),
-                start_ns: r.u64(),
-                end_ns: r.opt_u64(),
-                tokens: (r.u64(), r.u64()),
-                cost_usd: f64::from_bits(r.u64()),
-                cost_unknown_calls: r.u64(),
-                error: r.error(),
-                route: r.opt(),
-                tool: r.opt(),
-                call_id: r.opt(),
-                model: r.opt(),
-                response_model: r.opt(),
-                mcp: McpNotes {
-                    server: r.opt(),
-                    tool: r.opt(),
-                    transport: r.opt(),
-                    protocol: r.opt(),
-                    address: r.opt(),
-                    port: r.opt(),
-                },
+            .map(|_| {
+                let h = r.take(STEP_HEAD);
+                let bits = le32(h, 0);
+                let (tokens, cost_usd, cost_unknown_calls) = r.usage(bits);
+                let on = |bit: u32| bits & bit != 0;
+                let run_id = if on(has::OTHER_RUN) { r.str() } else { self.root };
+                let (number, step, kind) = (r.str(), r.str(), r.str());
+                let error = on(has::ERROR).then(|| (r.str(), r.str()));
+                let route = r.str_if(on(has::ROUTE));
+                let mut note = (0..).map(|i| r.str_if(on(has::NOTE << i)));
+                let mut next = || note.next().flatten();
+                StepPart {
+                    run_id,
+                    number,
+                    step,
+                    kind,
+                    attempt: le32(h, 4),
+                    status: STEP_STATUSES
+                        .get(usize::from(h.get(8).copied().unwrap_or(0)))
+                        .map_or("", |s| s.as_str()),
+                    iteration: on(has::ITERATION).then(|| le64(h, 25)),
+                    start_ns: le64(h, 9),
+                    end_ns: on(has::END).then(|| le64(h, 17)),
+                    tokens,
+                    cost_usd,
+                    cost_unknown_calls,
+                    error,
+                    route,
+                    tool: next(),
+                    call_id: next(),
+                    model: next(),
+                    response_model: next(),
+                    mcp: McpNotes {
+                        server: next(),
+                        tool: next(),
+                        transport: next(),
+                        protocol: next(),
+                        address: next(),
+                        port: next(),
+                    },
+                }
+            })
+            .collect()
+    }
+
+    /// The runs that started here: each one's id, the number its steps are numbered under,
+    /// and its flow.
+    pub(super) fn started(&self) -> Vec<(&'a str, (&'a str, &'a str))> {
+        let mut r = Reader(self.started);
+        (0..self.n_started)
+            .map(|_| {
+                let id = if r.take(1) == [1] { r.str() } else { self.root };
+                (id, (r.str(), r.str()))
             })
             .collect()
     }
 }
 
-/// A number as a varint (seven bits a byte, low first): most of a record's numbers (lengths,
-/// tokens, counts) take one byte, so a run's capture writes about half the bytes it would at
-/// eight a number — and bytes written are what the capture costs on the run's thread.
-fn put_u64(b: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        b.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    b.push(v as u8);
+/// The little-endian number at `at` of a header (0 past its end: a short header is a bug).
+fn le64(h: &[u8], at: usize) -> u64 {
+    h.get(at..at + 8)
+        .and_then(|b| b.try_into().ok())
+        .map_or(0, u64::from_le_bytes)
 }
 
+fn le32(h: &[u8], at: usize) -> u32 {
+    h.get(at..at + 4)
+        .and_then(|b| b.try_into().ok())
+        .map_or(0, u32::from_le_bytes)
+}
+
+/// A string after its length (four bytes, little-endian).
 fn put_str(b: &mut Vec<u8>, s: &str) {
-    put_u64(b, s.len() as u64);
-    b.extend_from_slice(s.as_bytes());
+    // No string of a record comes near 4 GiB; one that did is cut, not misread.
+    let n = s.len().min(u32::MAX as usize);
+    b.extend_from_slice(&(n as u32).to_le_bytes());
+    b.extend_from_slice(&s.as_bytes()[..n]);
 }
 
-fn put_opt(b: &mut Vec<u8>, s: Option<&str>) {
-    match s {
-        Some(s) => {
-            b.push(1);
-            put_str(b, s);
-        }
-        None => b.push(0),
+/// A string whose presence a header bit says: nothing when absent.
+fn put_some(b: &mut Vec<u8>, s: Option<&str>) {
+    if let Some(s) = s {
+        put_str(b, s);
     }
 }
 
-fn put_opt_u64(b: &mut Vec<u8>, v: Option<u64>) {
-    match v {
-        Some(v) => {
-            b.push(1);
-            put_u64(b, v);
-        }
-        None => b.push(0),
-    }
-}
-
-fn put_error(b: &mut Vec<u8>, e: Option<&crate::record::StepError>) {
-    match e {
-        Some(e) => {
-            b.push(1);
-            put_str(b, e.kind.as_str());
-            put_str(b, &e.message);
-        }
-        None => b.push(0),
-    }
+fn put_u64(b: &mut Vec<u8>, v: u64) {
+    b.extend_from_slice(&v.to_le_bytes());
 }
 
 /// Reads back what the `put_` functions wrote, in the same order. The buffers are only ever
@@ -301,43 +464,35 @@ impl<'a> Reader<'a> {
     }
 
     pub(super) fn u64(&mut self) -> u64 {
-        let mut v = 0u64;
-        for shift in (0..64).step_by(7) {
-            let Some((&byte, rest)) = self.0.split_first() else {
-                break;
-            };
-            self.0 = rest;
-            v |= u64::from(byte & 0x7f) << shift;
-            if byte < 0x80 {
-                break;
-            }
-        }
-        v
+        le64(self.take(8), 0)
     }
 
     pub(super) fn bytes(&mut self) -> &'a [u8] {
-        let n = usize::try_from(self.u64()).unwrap_or(usize::MAX);
-        self.take(n)
+        let n = le32(self.take(4), 0);
+        self.take(usize::try_from(n).unwrap_or(usize::MAX))
+    }
+
+    /// A buffer after its length (eight bytes).
+    fn part(&mut self) -> &'a [u8] {
+        let n = self.u64();
+        self.take(usize::try_from(n).unwrap_or(usize::MAX))
     }
 
     pub(super) fn str(&mut self) -> &'a str {
         std::str::from_utf8(self.bytes()).unwrap_or("")
     }
 
-    pub(super) fn flag(&mut self) -> bool {
-        self.take(1).first() == Some(&1)
+    fn str_if(&mut self, on: bool) -> Option<&'a str> {
+        on.then(|| self.str())
     }
 
-    pub(super) fn opt(&mut self) -> Option<&'a str> {
-        self.flag().then(|| self.str())
-    }
-
-    pub(super) fn opt_u64(&mut self) -> Option<u64> {
-        self.flag().then(|| self.u64())
-    }
-
-    pub(super) fn error(&mut self) -> Option<(&'a str, &'a str)> {
-        self.flag().then(|| (self.str(), self.str()))
+    /// A record's tokens, cost and calls of unknown cost, when its header has them.
+    fn usage(&mut self, bits: u32) -> ((u64, u64), f64, u64) {
+        if bits & has::USAGE == 0 {
+            return ((0, 0), 0.0, 0);
+        }
+        let (i, o) = (self.u64(), self.u64());
+        ((i, o), f64::from_bits(self.u64()), self.u64())
     }
 }
 
@@ -362,6 +517,7 @@ impl Finished {
         for n in [tree.n_runs, tree.n_steps, tree.n_started] {
             put_u64(b, n as u64);
         }
+        // A tree's buffers may pass 4 GiB, unlike a string of one record: eight bytes of length.
         for part in [&tree.runs, &tree.steps, &tree.started] {
             put_u64(b, part.len() as u64);
             b.extend_from_slice(part);
@@ -381,9 +537,9 @@ impl Finished {
                 n_runs: count(n_runs),
                 n_steps: count(n_steps),
                 n_started: count(n_started),
-                runs: r.bytes(),
-                steps: r.bytes(),
-                started: r.bytes(),
+                runs: r.part(),
+                steps: r.part(),
+                started: r.part(),
             }
         })
     }
@@ -419,33 +575,29 @@ impl Tree {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::{RunStatus, StepStatus};
+    use crate::record::{ErrorKind, StepError, Usage, cost::Cost};
 
-    #[test]
-    fn records_read_back_from_a_tree_as_written() {
-        let run = RunRecord {
-            id: "r1".into(),
+    fn run(id: &str, parent: Option<&str>) -> RunRecord {
+        RunRecord {
+            id: id.into(),
             flow: "f".into(),
             flow_hash: "h".into(),
-            parent_run: None,
-            parent_step: None,
+            parent_run: parent.map(Into::into),
+            parent_step: parent.map(|_| "2[1]".into()),
             depth: 0,
             status: RunStatus::Failed,
             input: serde_json::Value::Null,
             output: None,
-            error: Some(crate::record::StepError::new(
-                crate::record::ErrorKind::Agent,
-                "bad ünïcode",
-            )),
+            error: Some(StepError::new(ErrorKind::Agent, "bad ünïcode")),
             started_at: 10,
             finished_at: Some(20),
             started_ns: None,
             finished_ns: None,
-            usage: crate::record::Usage {
+            usage: Usage {
                 input_tokens: 3,
                 output_tokens: 4,
-                cost_usd: crate::record::cost::Cost::from_nanos(250_000_000),
-                cost_unknown_calls: 0,
+                cost_usd: Cost::from_nanos(250_000_000),
+                cost_unknown_calls: 1,
             },
             steps: 1,
             flow_path: None,
@@ -458,9 +610,12 @@ mod tests {
             agent_changes: None,
             origin: None,
             files: Vec::new(),
-        };
-        let step = StepRecord {
-            run_id: "r1".into(),
+        }
+    }
+
+    fn step(run_id: &str) -> StepRecord {
+        StepRecord {
+            run_id: run_id.into(),
             number: "1.2".into(),
             step: "s".into(),
             kind: "agent".into(),
@@ -478,56 +633,119 @@ mod tests {
             started_ns: Some(11_000_123),
             finished_ns: None,
             usage: Default::default(),
-            child_run: Some("r2".into()),
+            child_run: None,
             route: Some("next".into()),
             answers: Some(serde_json::json!({"tool": "lookup", "call_id": "call_1", "told": "x"})),
             files: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn records_read_back_from_a_tree_as_written() {
+        let mut tree = Tree {
+            root: "r1".into(),
+            ..Tree::default()
         };
-        let mut tree = Tree::default();
-        tree.push_step(&step);
-        tree.push_run(&run);
-        tree.push_step(&step);
+        // A record of the root run (its id not written) and of a child run (written).
+        tree.push_step(&step("r1"));
+        tree.push_run(&run("r2", Some("r1")));
+        tree.push_step(&step("r2"));
+        let mut plain = step("r1");
+        plain.iteration = None;
+        plain.route = None;
+        plain.answers = None;
+        plain.finished_at = Some(12);
+        plain.finished_ns = Some(12_000_007);
+        plain.error = Some(StepError::new(ErrorKind::Timeout, "late"));
+        plain.usage.output_tokens = 9;
+        plain.answers = Some(serde_json::json!({"mcp": {"server": "files", "port": "8080"}}));
+        tree.push_step(&plain);
+        tree.push_started(&run("r1", None));
+        tree.push_started(&run("r2", Some("r1")));
         let mut finished = Finished::default();
         finished.push(&tree);
         finished.push(&tree);
         let views: Vec<TreeView<'_>> = finished.views().collect();
         assert_eq!(views.len(), 2);
-        let runs = views[1].runs();
-        assert_eq!(runs.len(), 1);
-        let r = runs[0];
-        assert_eq!(
-            (r.id, r.flow, r.parent_run, r.status),
-            ("r1", "f", None, "failed")
-        );
-        assert_eq!(r.error, Some(("agent", "bad ünïcode")));
-        assert_eq!(
-            (r.start_ns, r.end_ns, r.tokens, r.cost_usd),
-            (10_000_000, Some(20_000_000), (3, 4), 0.25)
-        );
-        assert_eq!((r.batch, r.item_id), (Some("b"), None));
-        assert_eq!(views[1].steps().len(), 2);
-        let steps = tree.view().steps();
-        assert_eq!(steps.len(), 2);
-        for s in steps {
+        for view in [views[1], tree.view()] {
+            let runs = view.runs();
+            assert_eq!(runs.len(), 1);
+            let r = runs[0];
             assert_eq!(
-                (s.run_id, s.number, s.step, s.kind, s.attempt),
-                ("r1", "1.2", "s", "agent", 2)
+                (r.id, r.flow, r.parent_run, r.parent_step, r.status),
+                ("r2", "f", Some("r1"), Some("2[1]"), "failed")
             );
+            assert_eq!(r.error, Some(("agent", "bad ünïcode")));
             assert_eq!(
-                (s.status, s.iteration, s.start_ns, s.end_ns),
-                ("succeeded", Some(7), 11_000_123, None)
+                (r.start_ns, r.end_ns, r.tokens, r.cost_usd, r.cost_unknown_calls),
+                (10_000_000, Some(20_000_000), (3, 4), 0.25, 1)
             );
-            assert_eq!((s.error, s.route), (None, Some("next")));
+            assert_eq!((r.batch, r.item_id), (Some("b"), None));
+            let steps = view.steps();
+            assert_eq!(steps.len(), 3);
+            for (s, run_id) in steps[..2].iter().zip(["r1", "r2"]) {
+                assert_eq!(
+                    (s.run_id, s.number, s.step, s.kind, s.attempt),
+                    (run_id, "1.2", "s", "agent", 2)
+                );
+                assert_eq!(
+                    (s.status, s.iteration, s.start_ns, s.end_ns),
+                    ("succeeded", Some(7), 11_000_123, None)
+                );
+                assert_eq!(
+                    (s.error, s.route, s.tokens, s.cost_usd),
+                    (None, Some("next"), (0, 0), 0.0)
+                );
+                assert_eq!(
+                    (s.tool, s.call_id, s.model, s.response_model),
+                    (Some("lookup"), Some("call_1"), None, None)
+                );
+                assert_eq!(s.mcp.server, None);
+            }
+            let p = steps[2];
             assert_eq!(
-                (s.tool, s.call_id, s.model, s.response_model),
-                (Some("lookup"), Some("call_1"), None, None)
+                (p.run_id, p.iteration, p.route, p.end_ns, p.tokens),
+                ("r1", None, None, Some(12_000_007), (0, 9))
             );
+            assert_eq!(p.error, Some(("timeout", "late")));
+            assert_eq!((p.tool, p.call_id), (None, None));
+            assert_eq!(
+                (p.mcp.server, p.mcp.tool, p.mcp.transport, p.mcp.port),
+                (Some("files"), None, None, Some("8080"))
+            );
+            assert_eq!(view.started(), [("r1", ("", "f")), ("r2", ("2[1]", "f"))]);
         }
     }
 
     #[test]
-    fn numbers_read_back_as_written_and_a_short_buffer_reads_as_empty() {
-        let values = [0, 1, 127, 128, 300, 16_383, 16_384, u64::from(u32::MAX), u64::MAX];
+    fn every_status_reads_back_as_written() {
+        let mut tree = Tree::default();
+        for status in STEP_STATUSES {
+            let mut s = step("r");
+            s.status = status;
+            tree.push_step(&s);
+        }
+        for status in RUN_STATUSES {
+            let mut r = run("r", None);
+            r.status = status;
+            tree.push_run(&r);
+        }
+        let view = tree.view();
+        let steps: Vec<&str> = view.steps().iter().map(|s| s.status).collect();
+        let runs: Vec<&str> = view.runs().iter().map(|r| r.status).collect();
+        assert_eq!(steps, STEP_STATUSES.map(StepStatus::as_str));
+        assert_eq!(runs, RUN_STATUSES.map(RunStatus::as_str));
+        for (i, s) in STEP_STATUSES.into_iter().enumerate() {
+            assert_eq!(usize::from(step_status_code(s)), i);
+        }
+        for (i, s) in RUN_STATUSES.into_iter().enumerate() {
+            assert_eq!(usize::from(run_status_code(s)), i);
+        }
+    }
+
+    #[test]
+    fn numbers_and_strings_read_back_and_a_short_buffer_reads_as_empty() {
+        let values = [0, 1, 127, 128, 300, u64::from(u32::MAX), u64::MAX];
         let mut b = Vec::new();
         for v in values {
             put_u64(&mut b, v);
@@ -538,5 +756,7 @@ mod tests {
             assert_eq!(r.u64(), v);
         }
         assert_eq!((r.str(), r.u64(), r.str()), ("ü", 0, ""));
+        // A header cut short reads as zeros, never past its end.
+        assert_eq!((le64(&[1, 2], 0), le32(&[7; 6], 4)), (0, 0));
     }
 }

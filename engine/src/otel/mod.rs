@@ -39,7 +39,7 @@ use std::time::Duration;
 mod capture;
 mod wire;
 
-use capture::{Finished, McpNotes, Reader, StepPart, Tree, TreeView};
+use capture::{Finished, McpNotes, StepPart, Tree, TreeView};
 use wire::{Encoder, SpanIn, Val};
 
 use crate::record::{RunRecord, RunStatus, StepRecord, StepStatus};
@@ -546,10 +546,7 @@ struct Lineage<'a> {
 
 impl<'a> Lineage<'a> {
     fn of(tree: TreeView<'a>) -> Lineage<'a> {
-        let mut r = Reader(tree.started);
-        let all: Vec<_> = (0..tree.n_started)
-            .map(|_| (r.str(), (r.str(), r.str())))
-            .collect();
+        let all = tree.started();
         let index = if all.len() > 16 {
             all.iter().copied().collect()
         } else {

@@ -118,10 +118,11 @@ const NOTES: [&str; 4] = ["tool", "call_id", "model", "response_model"];
 /// The notes' keys, in the order they are written and read.
 const MCP_NOTES: [&str; 6] = ["server", "tool", "transport", "protocol", "address", "port"];
 
-/// A step record's header: bits, attempt, status, start, end and iteration.
-const STEP_HEAD: usize = 4 + 4 + 1 + 8 + 8 + 8;
-/// A run's header: bits, status, start and end.
-const RUN_HEAD: usize = 4 + 1 + 8 + 8;
+/// A step record's header: bits, attempt, status, start, end, iteration, and the lengths of
+/// its number, step id and kind (which follow it, in that order).
+const STEP_HEAD: usize = 4 + 4 + 1 + 8 + 8 + 8 + 3 * 4;
+/// A run's header: bits, status, start, end, and the length of its flow (which follows it).
+const RUN_HEAD: usize = 4 + 1 + 8 + 8 + 4;
 
 fn step_status_code(s: StepStatus) -> u8 {
     match s {
@@ -197,15 +198,17 @@ impl Tree {
         if let Some(at) = run.finished_at {
             h[13..21].copy_from_slice(&record::nanos(at, run.finished_ns).to_le_bytes());
         }
+        let flow = cut(&run.flow);
+        h[21..25].copy_from_slice(&(flow.len() as u32).to_le_bytes());
         let b = &mut self.runs;
         b.extend_from_slice(&h);
+        b.extend_from_slice(flow);
         if bits & has::USAGE != 0 {
             put_usage(b, &run.usage);
         }
         if other {
             put_str(b, &run.id);
         }
-        put_str(b, &run.flow);
         for s in [&run.parent_run, &run.parent_step] {
             put_some(b, s.as_deref());
         }
@@ -260,17 +263,21 @@ impl Tree {
         if let Some(i) = s.iteration {
             h[25..33].copy_from_slice(&i.to_le_bytes());
         }
+        let strings = [cut(&s.number), cut(&s.step), cut(&s.kind)];
+        for (at, string) in [33, 37, 41].into_iter().zip(strings) {
+            h[at..at + 4].copy_from_slice(&(string.len() as u32).to_le_bytes());
+        }
         let b = &mut self.steps;
         b.extend_from_slice(&h);
+        for string in strings {
+            b.extend_from_slice(string);
+        }
         if bits & has::USAGE != 0 {
             put_usage(b, &s.usage);
         }
         if other {
             put_str(b, &s.run_id);
         }
-        put_str(b, &s.number);
-        put_str(b, &s.step);
-        put_str(b, &s.kind);
         if let Some(e) = &s.error {
             put_str(b, e.kind.as_str());
             put_str(b, &e.message);
@@ -335,11 +342,12 @@ impl<'a> TreeView<'a> {
             .map(|_| {
                 let h = r.take(RUN_HEAD);
                 let bits = le32(h, 0);
+                let flow = r.str_of(le32(h, 21));
                 let (tokens, cost_usd, cost_unknown_calls) = r.usage(bits);
                 let on = |bit: u32| bits & bit != 0;
                 RunPart {
                     id: if on(has::OTHER_RUN) { r.str() } else { self.root },
-                    flow: r.str(),
+                    flow,
                     parent_run: r.str_if(on(has::PARENT_RUN)),
                     parent_step: r.str_if(on(has::PARENT_STEP)),
                     status: RUN_STATUSES
@@ -364,10 +372,12 @@ impl<'a> TreeView<'a> {
             .map(|_| {
                 let h = r.take(STEP_HEAD);
                 let bits = le32(h, 0);
+                let number = r.str_of(le32(h, 33));
+                let step = r.str_of(le32(h, 37));
+                let kind = r.str_of(le32(h, 41));
                 let (tokens, cost_usd, cost_unknown_calls) = r.usage(bits);
                 let on = |bit: u32| bits & bit != 0;
                 let run_id = if on(has::OTHER_RUN) { r.str() } else { self.root };
-                let (number, step, kind) = (r.str(), r.str(), r.str());
                 let error = on(has::ERROR).then(|| (r.str(), r.str()));
                 let route = r.str_if(on(has::ROUTE));
                 let mut note = (0..).map(|i| r.str_if(on(has::NOTE << i)));
@@ -432,12 +442,17 @@ fn le32(h: &[u8], at: usize) -> u32 {
         .map_or(0, u32::from_le_bytes)
 }
 
+/// A string's bytes, as many as a length of four bytes counts: no string of a record comes
+/// near 4 GiB, and one that did would be cut, not misread.
+fn cut(s: &str) -> &[u8] {
+    &s.as_bytes()[..s.len().min(u32::MAX as usize)]
+}
+
 /// A string after its length (four bytes, little-endian).
 fn put_str(b: &mut Vec<u8>, s: &str) {
-    // No string of a record comes near 4 GiB; one that did is cut, not misread.
-    let n = s.len().min(u32::MAX as usize);
-    b.extend_from_slice(&(n as u32).to_le_bytes());
-    b.extend_from_slice(&s.as_bytes()[..n]);
+    let s = cut(s);
+    b.extend_from_slice(&(s.len() as u32).to_le_bytes());
+    b.extend_from_slice(s);
 }
 
 /// A string whose presence a header bit says: nothing when absent.
@@ -445,10 +460,6 @@ fn put_some(b: &mut Vec<u8>, s: Option<&str>) {
     if let Some(s) = s {
         put_str(b, s);
     }
-}
-
-fn put_u64(b: &mut Vec<u8>, v: u64) {
-    b.extend_from_slice(&v.to_le_bytes());
 }
 
 /// Reads back what the `put_` functions wrote, in the same order. The buffers are only ever
@@ -472,14 +483,14 @@ impl<'a> Reader<'a> {
         self.take(usize::try_from(n).unwrap_or(usize::MAX))
     }
 
-    /// A buffer after its length (eight bytes).
-    fn part(&mut self) -> &'a [u8] {
-        let n = self.u64();
-        self.take(usize::try_from(n).unwrap_or(usize::MAX))
-    }
-
     pub(super) fn str(&mut self) -> &'a str {
         std::str::from_utf8(self.bytes()).unwrap_or("")
+    }
+
+    /// A string of `n` bytes whose length was written elsewhere (a header's).
+    fn str_of(&mut self, n: u32) -> &'a str {
+        let bytes = self.take(usize::try_from(n).unwrap_or(usize::MAX));
+        std::str::from_utf8(bytes).unwrap_or("")
     }
 
     fn str_if(&mut self, on: bool) -> Option<&'a str> {
@@ -496,13 +507,17 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// A finished tree's header: its root's length, its three counts and its three buffers'
+/// lengths.
+const TREE_HEAD: usize = 4 + 6 * 8;
 /// The largest buffer a spare tree keeps.
 pub(super) const SPARE_BYTES: usize = 16 * 1024;
 /// The most bytes of finished trees [`Finished`] keeps room for once emptied.
 pub(super) const FINISHED_BYTES: usize = 4 << 20;
 
 /// Finished trees, each copied into one buffer as it ends, so that its own buffers go back
-/// to the spares at once: root, record counts, then the three buffers, each length-prefixed.
+/// to the spares at once: a header (the root's length, the record counts, the buffers'
+/// lengths), then the root and the three buffers.
 #[derive(Default)]
 pub(super) struct Finished {
     pub(super) bytes: Vec<u8>,
@@ -512,14 +527,22 @@ pub(super) struct Finished {
 
 impl Finished {
     pub(super) fn push(&mut self, tree: &Tree) {
-        let b = &mut self.bytes;
-        put_str(b, &tree.root);
-        for n in [tree.n_runs, tree.n_steps, tree.n_started] {
-            put_u64(b, n as u64);
+        let root = cut(&tree.root);
+        let parts = [&tree.runs, &tree.steps, &tree.started];
+        let mut h = [0u8; TREE_HEAD];
+        h[0..4].copy_from_slice(&(root.len() as u32).to_le_bytes());
+        // A tree's buffers may pass 4 GiB, unlike a string of one record: eight bytes each.
+        let numbers = [tree.n_runs, tree.n_steps, tree.n_started]
+            .into_iter()
+            .chain(parts.iter().map(|p| p.len()));
+        for (i, n) in numbers.enumerate() {
+            h[4 + 8 * i..12 + 8 * i].copy_from_slice(&(n as u64).to_le_bytes());
         }
-        // A tree's buffers may pass 4 GiB, unlike a string of one record: eight bytes of length.
-        for part in [&tree.runs, &tree.steps, &tree.started] {
-            put_u64(b, part.len() as u64);
+        let b = &mut self.bytes;
+        b.reserve(TREE_HEAD + root.len() + parts.iter().map(|p| p.len()).sum::<usize>());
+        b.extend_from_slice(&h);
+        b.extend_from_slice(root);
+        for part in parts {
             b.extend_from_slice(part);
         }
         self.trees += 1;
@@ -529,17 +552,16 @@ impl Finished {
     pub(super) fn views(&self) -> impl Iterator<Item = TreeView<'_>> {
         let mut r = Reader(&self.bytes);
         (0..self.trees).map(move |_| {
-            let root = r.str();
-            let (n_runs, n_steps, n_started) = (r.u64(), r.u64(), r.u64());
-            let count = |n: u64| usize::try_from(n).unwrap_or(0);
+            let h = r.take(TREE_HEAD);
+            let n = |i: usize| usize::try_from(le64(h, 4 + 8 * i)).unwrap_or(usize::MAX);
             TreeView {
-                root,
-                n_runs: count(n_runs),
-                n_steps: count(n_steps),
-                n_started: count(n_started),
-                runs: r.part(),
-                steps: r.part(),
-                started: r.part(),
+                root: r.str_of(le32(h, 0)),
+                n_runs: n(0),
+                n_steps: n(1),
+                n_started: n(2),
+                runs: r.take(n(3)),
+                steps: r.take(n(4)),
+                started: r.take(n(5)),
             }
         })
     }
@@ -554,7 +576,7 @@ impl Finished {
 
 impl Tree {
     /// Emptied for reuse, or `None` when its buffers grew too big to keep.
-    pub(super) fn recycled(mut self) -> Option<Tree> {
+    pub(super) fn recycled(mut self: Box<Self>) -> Option<Box<Tree>> {
         if self.runs.capacity() > SPARE_BYTES
             || self.steps.capacity() > SPARE_BYTES
             || self.started.capacity() > SPARE_BYTES
@@ -748,7 +770,7 @@ mod tests {
         let values = [0, 1, 127, 128, 300, u64::from(u32::MAX), u64::MAX];
         let mut b = Vec::new();
         for v in values {
-            put_u64(&mut b, v);
+            b.extend_from_slice(&v.to_le_bytes());
         }
         put_str(&mut b, "ü");
         let mut r = Reader(&b);

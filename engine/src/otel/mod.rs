@@ -69,20 +69,51 @@ struct Trees {
     finished: Finished,
     /// No more trees come ([`Exporter::finish`]).
     closed: bool,
-    /// Emptied trees, taken last in first out: a new run fills the buffers an ended run just
-    /// emptied, still in the core's cache. (Buffers that went round the exporter's thread
-    /// first came back cold, and filling them cost more than the rest of the capture.)
-    spare: Vec<Tree>,
 }
 
-/// Spare trees kept at most.
-const SPARE: usize = 256;
+/// Spare trees kept at most, per thread.
+const SPARE: usize = 64;
+
+thread_local! {
+    /// Emptied trees of the runs that ended on this thread, taken last in first out: a new run
+    /// fills the buffers an ended run just emptied, still in the core's cache, and takes no
+    /// lock to find them. (Buffers that went round the exporter's thread first came back
+    /// cold, and filling them cost more than the rest of the capture.)
+    // Boxed: a tree moves in and out of its runs' watch as a pointer, not as its fields.
+    #[allow(clippy::vec_box)]
+    static SPARES: std::cell::RefCell<Vec<Box<Tree>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Keeps the buffers of a tree let go of (copied out, or not exported) for the next tree.
+fn discard(tree: Box<Tree>) {
+    if let Some(tree) = tree.recycled() {
+        SPARES.with_borrow_mut(|spares| {
+            if spares.len() < SPARE {
+                spares.push(tree);
+            }
+        });
+    }
+}
+
+/// An empty tree for root run `root`: a spare one when this thread has one.
+fn new_tree(root: &str) -> Box<Tree> {
+    let mut tree = SPARES.with_borrow_mut(Vec::pop).unwrap_or_else(|| {
+        Box::new(Tree {
+            runs: Vec::with_capacity(256),
+            steps: Vec::with_capacity(1024),
+            started: Vec::with_capacity(128),
+            ..Tree::default()
+        })
+    });
+    tree.root.push_str(root);
+    tree
+}
 /// A run tree being filled: the watch ([`Watch`]) every run of the tree holds. Its lock is
 /// taken by the tree's own runs only (several at once under a `foreach` of child runs), never
 /// by the exporter's thread.
 struct Open {
     /// `None` once the root ended, paused or was lost: what comes after is not exported.
-    tree: Mutex<Option<Tree>>,
+    tree: Mutex<Option<Box<Tree>>>,
     /// Started after [`Exporter::finish`]: its records are counted as dropped when it ends.
     late: bool,
 }
@@ -98,30 +129,8 @@ impl Open {
         }
     }
 
-    fn take(&self) -> Option<Tree> {
+    fn take(&self) -> Option<Box<Tree>> {
         self.tree.lock().unwrap_or_else(|p| p.into_inner()).take()
-    }
-}
-
-impl Trees {
-    /// Keeps the buffers of a tree let go of without exporting it, for the next tree.
-    fn discard(&mut self, tree: Tree) {
-        if self.spare.len() < SPARE
-            && let Some(tree) = tree.recycled()
-        {
-            self.spare.push(tree);
-        }
-    }
-
-    fn new_tree(&mut self, root: &str) -> Tree {
-        let mut tree = self.spare.pop().unwrap_or_else(|| Tree {
-            runs: Vec::with_capacity(256),
-            steps: Vec::with_capacity(1024),
-            started: Vec::with_capacity(128),
-            ..Tree::default()
-        });
-        tree.root.push_str(root);
-        tree
     }
 }
 
@@ -174,6 +183,8 @@ pub struct Exporter {
     wake: Arc<std::sync::Condvar>,
     stats: Arc<ExportStats>,
     done: Mutex<Option<std::sync::mpsc::Receiver<()>>>,
+    /// [`Trees::closed`], read without its lock as a run starts.
+    closed: std::sync::atomic::AtomicBool,
 }
 
 /// The traces URL of an OTLP/HTTP endpoint: as given when it names a path, else with
@@ -215,6 +226,7 @@ impl Exporter {
             wake: wake.clone(),
             stats: stats.clone(),
             done: Mutex::new(Some(done_rx)),
+            closed: std::sync::atomic::AtomicBool::new(false),
         });
         std::thread::Builder::new()
             .name("otlp-export".into())
@@ -280,6 +292,7 @@ impl Exporter {
             // Trees whose root never ended here are left to the process that goes on with
             // them: it ends their records, and is handed those made here.
             t.closed = true;
+            self.closed.store(true, Ordering::Relaxed);
         }
         self.wake.notify_one();
         if let Some(done) = self.done.lock().unwrap_or_else(|p| p.into_inner()).take()
@@ -307,14 +320,8 @@ impl Exporter {
     /// next tree), or counts its records as dropped when [`QUEUE`] trees wait already (or the
     /// exporter has finished); true when a request's worth of records waits, and the thread
     /// should be woken.
-    fn queue(t: &mut Trees, tree: Tree, stats: &ExportStats) -> bool {
+    fn queue(t: &mut Trees, tree: &Tree, stats: &ExportStats) -> bool {
         let n = tree.records();
-        let queued = Self::hand_over(t, &tree, n, stats);
-        t.discard(tree);
-        queued
-    }
-
-    fn hand_over(t: &mut Trees, tree: &Tree, n: usize, stats: &ExportStats) -> bool {
         if n == 0 {
             return false;
         }
@@ -380,10 +387,8 @@ impl Observer for Exporter {
         // A root run (or, never from the engine, a child run started by a run not watched
         // here) starts a tree of its own.
         let root = run.parent_run.as_deref().unwrap_or(&run.id);
-        let (mut tree, late) = {
-            let mut t = self.trees.lock().unwrap_or_else(|p| p.into_inner());
-            (t.new_tree(root), t.closed)
-        };
+        let late = self.closed.load(Ordering::Relaxed);
+        let mut tree = new_tree(root);
         tree.push_started(run);
         Some(Arc::new(Open {
             tree: Mutex::new(Some(tree)),
@@ -422,20 +427,22 @@ impl Observer for Exporter {
         let Some(mut tree) = open.take() else {
             return;
         };
+        if run.status == RunStatus::Running {
+            // Paused: nothing of it was stopped on record, so the next holder is handed its
+            // records as they replay.
+            discard(tree);
+            return;
+        }
+        if ended {
+            tree.push_run(run);
+        }
         let wake = {
             let mut t = self.trees.lock().unwrap_or_else(|p| p.into_inner());
-            if run.status == RunStatus::Running || (t.closed && !open.late) {
-                // Paused: nothing of it was stopped on record, so the next holder is handed
-                // its records as they replay. Open as the exporter finished: left to the
-                // process that goes on with it.
-                t.discard(tree);
-                return;
-            }
-            if ended {
-                tree.push_run(run);
-            }
-            Self::queue(&mut t, tree, &self.stats)
+            // Open as the exporter finished: left to the process that goes on with it.
+            (!t.closed || open.late) && Self::queue(&mut t, &tree, &self.stats)
         };
+        // Copied out: its buffers are kept for the next tree.
+        discard(tree);
         if wake {
             self.wake.notify_one();
         }
@@ -447,7 +454,7 @@ impl Observer for Exporter {
         if run.parent_run.is_none()
             && let Some(tree) = Open::of(watch).and_then(Open::take)
         {
-            self.trees.lock().unwrap_or_else(|p| p.into_inner()).discard(tree);
+            discard(tree);
         }
     }
 }

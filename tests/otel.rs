@@ -1,8 +1,8 @@
 //! `--otlp-endpoint` (SPEC §13): traces received on a loopback OTLP/HTTP endpoint, decoded
 //! with the official protobuf definitions (`opentelemetry-proto`): the span tree of a run with a
 //! `foreach`, a child flow and a failure edge — parents, attributes, route events — one trace
-//! per batch item, and a run that goes on when the collector is down, its spans counted as
-//! dropped.
+//! per batch item (many run trees filled at once among them), and a run that goes on when the
+//! collector is down, its spans counted as dropped.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -977,4 +977,135 @@ fn a_workers_spans_name_the_worker() {
         assert_eq!(resource_attr(r, "service.name").as_deref(), Some("switchyard"));
         assert!(resource_attr(r, "host.name").is_some_and(|h| id.starts_with(&h)));
     }
+}
+
+/// A batch whose items each run child flows three at a time (so that many run trees are filled
+/// at once, on every thread of the runtime, their child runs ending on other threads than
+/// their root): every span comes once, in its item's trace, under the right parent.
+#[test]
+fn concurrent_run_trees_each_send_every_span_once_under_its_parent() {
+    const ITEMS: usize = 120;
+    let c = Collector::start();
+    let dir = TempDir::new("otel-fan");
+    dir.write(
+        "fan.yaml",
+        r#"flow: fan
+agents:
+  child:
+    kind: flow
+    agents:
+      wait:
+        kind: mock
+        latency: 2ms
+        returns: {v: =input.n * 10}
+    steps:
+      call:
+        agent: wait
+        input: {$.n: $.n}
+        output: {$.v: $.v}
+        next: done
+      done:
+        set: {$.ok: =true}
+steps:
+  each:
+    foreach: $.ns
+    concurrency: 3
+    agent: child
+    output: {$.vs: $}
+"#,
+    );
+    let input: String = (0..ITEMS)
+        .map(|i| {
+            let ns: Vec<String> = (i..i + 4).map(|n| format!("{{\"n\": {n}}}")).collect();
+            format!("{{\"id\": \"i{i}\", \"ns\": [{}]}}\n", ns.join(", "))
+        })
+        .collect();
+    dir.write("in.jsonl", &input);
+    let out = run(switchyard(dir.path())
+        .args([
+            "batch",
+            "fan.yaml",
+            "--input",
+            "in.jsonl",
+            "--output",
+            "out.jsonl",
+        ])
+        .args(["--concurrency", "32", "--otlp-endpoint", &c.url]));
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    assert!(!out.stderr.contains("dropped"), "{}", out.stderr);
+    let spans = c.spans();
+    // Per item: its run, `each`, 4 iterations, 4 child runs of 2 steps each.
+    assert_eq!(spans.len(), ITEMS * (1 + 1 + 4 + 4 * 3), "spans received");
+    let mut ids: Vec<&[u8]> = spans.iter().map(|s| &s.span_id[..]).collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), spans.len(), "a span id came twice");
+    let by_id: HashMap<&[u8], &Span> = spans.iter().map(|s| (&s.span_id[..], s)).collect();
+    let mut traces: HashMap<&[u8], Vec<&Span>> = HashMap::new();
+    for s in &spans {
+        traces.entry(&s.trace_id[..]).or_default().push(s);
+    }
+    assert_eq!(traces.len(), ITEMS, "one trace per item");
+    let mut items = Vec::new();
+    for (trace, spans) in &traces {
+        let roots: Vec<&&Span> = spans.iter().filter(|s| s.parent_span_id.is_empty()).collect();
+        assert_eq!(roots.len(), 1, "one root span per trace");
+        let root = roots[0];
+        assert_eq!(root.name, "run fan");
+        let item = attr(root, "switchyard.item_id").expect("the root names its item");
+        let i: u64 = item.trim_start_matches('i').parse().expect("an item id");
+        items.push(i);
+        for s in spans.iter().filter(|s| !s.parent_span_id.is_empty()) {
+            let parent = by_id
+                .get(&s.parent_span_id[..])
+                .unwrap_or_else(|| panic!("{}: its parent was not sent", s.name));
+            assert_eq!(
+                &parent.trace_id[..],
+                *trace,
+                "{} under a span of another trace",
+                s.name
+            );
+            let expected = match s.name.as_str() {
+                "step each" => "run fan",
+                "run child" => "iteration each",
+                "step call" | "step done" => "run child",
+                n if n.starts_with("iteration each [") => "step each",
+                other => panic!("unexpected span {other}"),
+            };
+            assert!(
+                parent.name.starts_with(expected),
+                "{} under {}",
+                s.name,
+                parent.name
+            );
+            // A child run's steps name the run they are of, and it is their parent's.
+            if parent.name == "run child" {
+                assert_eq!(attr(s, "switchyard.run_id"), attr(parent, "switchyard.run_id"));
+            }
+            assert_eq!(
+                attr(s, "switchyard.status").as_deref(),
+                Some("succeeded"),
+                "{}",
+                s.name
+            );
+        }
+        // Each iteration called one child run, under it; iterations 0 to 3 each once.
+        let mut iterations: Vec<u64> = Vec::new();
+        for it in spans.iter().filter(|s| s.name.starts_with("iteration each [")) {
+            let under = spans
+                .iter()
+                .filter(|s| s.name == "run child" && s.parent_span_id == it.span_id)
+                .count();
+            assert_eq!(under, 1, "{}: child runs under it", it.name);
+            iterations.push(
+                attr(it, "switchyard.iteration")
+                    .and_then(|k| k.parse().ok())
+                    .expect("an iteration number"),
+            );
+        }
+        iterations.sort_unstable();
+        assert_eq!(iterations, [0, 1, 2, 3]);
+    }
+    items.sort_unstable();
+    assert_eq!(items, (0..ITEMS as u64).collect::<Vec<_>>());
 }

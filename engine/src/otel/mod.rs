@@ -69,6 +69,9 @@ struct Trees {
     finished: Finished,
     /// No more trees come ([`Exporter::finish`]).
     closed: bool,
+    /// Spans handed to the exporter's thread so far (counted here, under the lock a tree's
+    /// end takes anyway, rather than in [`ExportStats`]).
+    handed: u64,
 }
 
 /// Spare trees kept at most, per thread.
@@ -139,8 +142,6 @@ impl Open {
 pub struct ExportStats {
     pub exported: AtomicU64,
     pub dropped: AtomicU64,
-    /// Spans handed to the exporter's thread.
-    pub handed: AtomicU64,
     /// Spans of those whose request ended, taken or not.
     pub settled: AtomicU64,
     /// Why the last spans were dropped.
@@ -303,8 +304,9 @@ impl Exporter {
         }
         // Spans still queued or in a request the collector has not answered are not exported
         // either: they are counted with the dropped ones.
+        let handed = self.trees.lock().unwrap_or_else(|p| p.into_inner()).handed;
         let settled = self.stats.settled.load(Ordering::Relaxed);
-        let unsent = self.stats.handed.load(Ordering::Relaxed).saturating_sub(settled);
+        let unsent = handed.saturating_sub(settled);
         (
             self.stats.exported.load(Ordering::Relaxed),
             self.stats.dropped.load(Ordering::Relaxed) + unsent,
@@ -334,7 +336,7 @@ impl Exporter {
             });
             return false;
         }
-        stats.handed.fetch_add(n as u64, Ordering::Relaxed);
+        t.handed += n as u64;
         let before = t.finished.records;
         t.finished.push(tree);
         // Once, as the count reaches a request's worth: the thread then takes them all.

@@ -165,6 +165,14 @@ fn usage_bit(u: &record::Usage) -> u32 {
     if none { 0 } else { has::USAGE }
 }
 
+/// The header bits of the fields that are there.
+fn bits_of<const N: usize>(fields: [(u32, bool); N]) -> u32 {
+    fields
+        .into_iter()
+        .filter(|&(_, on)| on)
+        .fold(0, |bits, (bit, _)| bits | bit)
+}
+
 fn put_usage(b: &mut Vec<u8>, u: &record::Usage) {
     let mut h = [0u8; 32];
     h[0..8].copy_from_slice(&u.input_tokens.to_le_bytes());
@@ -177,20 +185,16 @@ fn put_usage(b: &mut Vec<u8>, u: &record::Usage) {
 impl Tree {
     pub(super) fn push_run(&mut self, run: &RunRecord) {
         let other = run.id != self.root;
-        let mut bits = usage_bit(&run.usage);
-        for (bit, on) in [
-            (has::OTHER_RUN, other),
-            (has::END, run.finished_at.is_some()),
-            (has::ERROR, run.error.is_some()),
-            (has::PARENT_RUN, run.parent_run.is_some()),
-            (has::PARENT_STEP, run.parent_step.is_some()),
-            (has::BATCH, run.batch.is_some()),
-            (has::ITEM, run.item_id.is_some()),
-        ] {
-            if on {
-                bits |= bit;
-            }
-        }
+        let bits = usage_bit(&run.usage)
+            | bits_of([
+                (has::OTHER_RUN, other),
+                (has::END, run.finished_at.is_some()),
+                (has::ERROR, run.error.is_some()),
+                (has::PARENT_RUN, run.parent_run.is_some()),
+                (has::PARENT_STEP, run.parent_step.is_some()),
+                (has::BATCH, run.batch.is_some()),
+                (has::ITEM, run.item_id.is_some()),
+            ]);
         let mut h = [0u8; RUN_HEAD];
         h[0..4].copy_from_slice(&bits.to_le_bytes());
         h[4] = run_status_code(run.status);
@@ -224,18 +228,14 @@ impl Tree {
 
     pub(super) fn push_step(&mut self, s: &StepRecord) {
         let other = s.run_id != self.root;
-        let mut bits = usage_bit(&s.usage);
-        for (bit, on) in [
-            (has::OTHER_RUN, other),
-            (has::END, s.finished_at.is_some()),
-            (has::ITERATION, s.iteration.is_some()),
-            (has::ERROR, s.error.is_some()),
-            (has::ROUTE, s.route.is_some()),
-        ] {
-            if on {
-                bits |= bit;
-            }
-        }
+        let mut bits = usage_bit(&s.usage)
+            | bits_of([
+                (has::OTHER_RUN, other),
+                (has::END, s.finished_at.is_some()),
+                (has::ITERATION, s.iteration.is_some()),
+                (has::ERROR, s.error.is_some()),
+                (has::ROUTE, s.route.is_some()),
+            ]);
         // What the record's notes say of its call (the agent loop's `named`, an `llm` call's
         // `Notes`, an MCP call's `mcp`): most records have none.
         let mut notes: [Option<&str>; NOTES.len() + MCP_NOTES.len()] = [None; 10];

@@ -90,7 +90,9 @@ thread_local! {
 /// Keeps the buffers of a tree let go of (copied out, or not exported) for the next tree.
 fn discard(tree: Box<Tree>) {
     if let Some(tree) = tree.recycled() {
-        SPARES.with_borrow_mut(|spares| {
+        // A thread being torn down keeps nothing (its spares are gone already).
+        let _ = SPARES.try_with(|spares| {
+            let mut spares = spares.borrow_mut();
             if spares.len() < SPARE {
                 spares.push(tree);
             }
@@ -100,7 +102,8 @@ fn discard(tree: Box<Tree>) {
 
 /// An empty tree for root run `root`: a spare one when this thread has one.
 fn new_tree(root: &str) -> Box<Tree> {
-    let mut tree = SPARES.with_borrow_mut(Vec::pop).unwrap_or_else(|| {
+    let spare = SPARES.try_with(|spares| spares.borrow_mut().pop()).ok().flatten();
+    let mut tree = spare.unwrap_or_else(|| {
         Box::new(Tree {
             runs: Vec::with_capacity(256),
             steps: Vec::with_capacity(1024),

@@ -74,8 +74,9 @@ pub(super) struct McpNotes<'a> {
 /// allocation per field — and read back on the exporter's thread.
 ///
 /// A record is a fixed-width header (which of its optional fields it has, as bits, then its
-/// numbers, little-endian), built on the stack and appended in one copy, followed by its
-/// strings, each after its length. Optional fields it lacks take no bytes, and the run id of a
+/// numbers, little-endian, and the lengths of the strings every record of its sort has),
+/// built on the stack and appended in one copy, followed by its strings: those, then any
+/// others, each after its length. Optional fields it lacks take no bytes, and the run id of a
 /// record of the root run is not written: a record costs a handful of copies whatever it holds.
 #[derive(Default)]
 pub(super) struct Tree {
@@ -83,7 +84,7 @@ pub(super) struct Tree {
     pub(super) runs: Vec<u8>,
     pub(super) steps: Vec<u8>,
     /// Every run of the tree that started here, whether or not it ends here: its id, the
-    /// number its steps are numbered under, and its flow ([`Tree::lineage`]).
+    /// number its steps are numbered under, and its flow ([`TreeView::started`]).
     pub(super) started: Vec<u8>,
     pub(super) n_runs: usize,
     pub(super) n_steps: usize,
@@ -107,7 +108,8 @@ mod has {
     pub(super) const PARENT_STEP: u32 = 1 << 7;
     pub(super) const BATCH: u32 = 1 << 8;
     pub(super) const ITEM: u32 = 1 << 9;
-    /// A step record's notes: the first of [`NOTES`] bits, one per note, in that order.
+    /// A step record's notes: the first of ten bits, one per note of [`NOTES`](super::NOTES)
+    /// and then of [`MCP_NOTES`](super::MCP_NOTES), in that order.
     pub(super) const NOTE: u32 = 1 << 10;
 }
 
@@ -238,7 +240,7 @@ impl Tree {
             ]);
         // What the record's notes say of its call (the agent loop's `named`, an `llm` call's
         // `Notes`, an MCP call's `mcp`): most records have none.
-        let mut notes: [Option<&str>; NOTES.len() + MCP_NOTES.len()] = [None; 10];
+        let mut notes = [None::<&str>; NOTES.len() + MCP_NOTES.len()];
         if let Some(a) = &s.answers {
             let mcp = a.get("mcp");
             let found = NOTES

@@ -637,30 +637,16 @@ mod tests {
         }
     }
 
+    /// Record `1.2` (attempt 2, iteration 7) of run `run_id`, with a route and a tool call's notes.
     fn step(run_id: &str) -> StepRecord {
         StepRecord {
             run_id: run_id.into(),
-            number: "1.2".into(),
             step: "s".into(),
-            kind: "agent".into(),
-            attempt: 2,
-            status: StepStatus::Succeeded,
-            iteration: Some(7),
-            iterations: None,
-            input: None,
-            result: None,
-            changes: Vec::new(),
-            violations: Vec::new(),
-            error: None,
             started_at: 11,
-            finished_at: None,
             started_ns: Some(11_000_123),
-            finished_ns: None,
-            usage: Default::default(),
-            child_run: None,
             route: Some("next".into()),
             answers: Some(serde_json::json!({"tool": "lookup", "call_id": "call_1", "told": "x"})),
-            files: Vec::new(),
+            ..crate::store::tests::step("1.2", 2, Some(7), StepStatus::Succeeded)
         }
     }
 

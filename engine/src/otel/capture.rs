@@ -78,6 +78,13 @@ pub(super) struct McpNotes<'a> {
 /// built on the stack and appended in one copy, followed by its strings: those, then any
 /// others, each after its length. Optional fields it lacks take no bytes, and the run id of a
 /// record of the root run is not written: a record costs a handful of copies whatever it holds.
+///
+/// The header is kept small, since every byte of it is copied twice more on the run's thread
+/// (into [`Finished`], then out of the core's cache to the exporter's): times are
+/// nanoseconds after the tree's [`base`](Tree::base) and durations, as four bytes each, an
+/// attempt and the three lengths one byte each; a record whose numbers do not fit writes them
+/// whole after the header instead ([`has::WIDE_TIMES`], [`has::WIDE_ATTEMPT`],
+/// [`has::LONG_NAMES`]).
 #[derive(Default)]
 pub(super) struct Tree {
     /// The runs that ended here, for their spans.
@@ -91,6 +98,8 @@ pub(super) struct Tree {
     pub(super) n_started: usize,
     /// The root run's id: the trace's.
     pub(super) root: String,
+    /// Unix nanoseconds its records' times are counted from: the root run's start.
+    pub(super) base: u64,
 }
 
 /// A record's optional fields, as bits of its header's first word.
@@ -111,6 +120,14 @@ mod has {
     /// A step record's notes: the first of ten bits, one per note of [`NOTES`](super::NOTES)
     /// and then of [`MCP_NOTES`](super::MCP_NOTES), in that order.
     pub(super) const NOTE: u32 = 1 << 10;
+    /// The start is before the tree's base or more than four seconds after it, or the end
+    /// more than four seconds after the start: both follow the header as Unix nanoseconds.
+    pub(super) const WIDE_TIMES: u32 = 1 << 20;
+    /// A step record's attempt is past 255: it follows as four bytes.
+    pub(super) const WIDE_ATTEMPT: u32 = 1 << 21;
+    /// One of a step record's number, id and kind is longer than 255 bytes: the three
+    /// lengths follow as four bytes each.
+    pub(super) const LONG_NAMES: u32 = 1 << 22;
 }
 
 /// A step record's notes, in the order of their bits and strings: of a tool call, the tool
@@ -120,11 +137,12 @@ const NOTES: [&str; 4] = ["tool", "call_id", "model", "response_model"];
 /// The notes' keys, in the order they are written and read.
 const MCP_NOTES: [&str; 6] = ["server", "tool", "transport", "protocol", "address", "port"];
 
-/// A step record's header: bits, attempt, status, start, end, iteration, and the lengths of
-/// its number, step id and kind (which follow it, in that order).
-const STEP_HEAD: usize = 4 + 4 + 1 + 8 + 8 + 8 + 3 * 4;
-/// A run's header: bits, status, start, end, and the length of its flow (which follows it).
-const RUN_HEAD: usize = 4 + 1 + 8 + 8 + 4;
+/// A step record's header: bits, status, attempt, the lengths of its number, step id and kind
+/// (which follow it, in that order, after the header's extensions), start and duration.
+const STEP_HEAD: usize = 4 + 1 + 1 + 3 + 4 + 4;
+/// A run's header: bits, status, start, duration, and the length of its flow (which follows
+/// it, after the header's extension).
+const RUN_HEAD: usize = 4 + 1 + 4 + 4 + 4;
 
 fn step_status_code(s: StepStatus) -> u8 {
     match s {
@@ -175,6 +193,29 @@ fn bits_of<const N: usize>(fields: [(u32, bool); N]) -> u32 {
         .fold(0, |bits, (bit, _)| bits | bit)
 }
 
+/// A record's start and end as the header's two four-byte numbers (start after `base`,
+/// duration), or `None` when they do not fit ([`has::WIDE_TIMES`]).
+fn narrow_times(base: u64, start: u64, end: Option<u64>) -> Option<[u8; 8]> {
+    let after = u32::try_from(start.checked_sub(base)?).ok()?;
+    let took = match end {
+        Some(end) => u32::try_from(end.checked_sub(start)?).ok()?,
+        None => 0,
+    };
+    let mut t = [0u8; 8];
+    t[..4].copy_from_slice(&after.to_le_bytes());
+    t[4..].copy_from_slice(&took.to_le_bytes());
+    Some(t)
+}
+
+/// The times of a record whose header has [`has::WIDE_TIMES`]: its start and end (0 when it
+/// has none), whole.
+fn put_wide_times(b: &mut Vec<u8>, start: u64, end: Option<u64>) {
+    let mut t = [0u8; 16];
+    t[..8].copy_from_slice(&start.to_le_bytes());
+    t[8..].copy_from_slice(&end.unwrap_or(0).to_le_bytes());
+    b.extend_from_slice(&t);
+}
+
 fn put_usage(b: &mut Vec<u8>, u: &record::Usage) {
     let mut h = [0u8; 32];
     h[0..8].copy_from_slice(&u.input_tokens.to_le_bytes());
@@ -187,6 +228,9 @@ fn put_usage(b: &mut Vec<u8>, u: &record::Usage) {
 impl Tree {
     pub(super) fn push_run(&mut self, run: &RunRecord) {
         let other = run.id != self.root;
+        let start = record::nanos(run.started_at, run.started_ns);
+        let end = run.finished_at.map(|at| record::nanos(at, run.finished_ns));
+        let times = narrow_times(self.base, start, end);
         let bits = usage_bit(&run.usage)
             | bits_of([
                 (has::OTHER_RUN, other),
@@ -196,18 +240,21 @@ impl Tree {
                 (has::PARENT_STEP, run.parent_step.is_some()),
                 (has::BATCH, run.batch.is_some()),
                 (has::ITEM, run.item_id.is_some()),
+                (has::WIDE_TIMES, times.is_none()),
             ]);
         let mut h = [0u8; RUN_HEAD];
         h[0..4].copy_from_slice(&bits.to_le_bytes());
         h[4] = run_status_code(run.status);
-        h[5..13].copy_from_slice(&record::nanos(run.started_at, run.started_ns).to_le_bytes());
-        if let Some(at) = run.finished_at {
-            h[13..21].copy_from_slice(&record::nanos(at, run.finished_ns).to_le_bytes());
+        if let Some(t) = times {
+            h[5..13].copy_from_slice(&t);
         }
         let flow = cut(&run.flow);
-        h[21..25].copy_from_slice(&(flow.len() as u32).to_le_bytes());
+        h[13..17].copy_from_slice(&(flow.len() as u32).to_le_bytes());
         let b = &mut self.runs;
         b.extend_from_slice(&h);
+        if times.is_none() {
+            put_wide_times(b, start, end);
+        }
         b.extend_from_slice(flow);
         if bits & has::USAGE != 0 {
             put_usage(b, &run.usage);
@@ -230,13 +277,22 @@ impl Tree {
 
     pub(super) fn push_step(&mut self, s: &StepRecord) {
         let other = s.run_id != self.root;
+        let start = record::nanos(s.started_at, s.started_ns);
+        let end = s.finished_at.map(|at| record::nanos(at, s.finished_ns));
+        let times = narrow_times(self.base, start, end);
+        let names = [cut(&s.number), cut(&s.step), cut(&s.kind)];
+        let short = names.iter().all(|n| n.len() <= usize::from(u8::MAX));
+        let attempt = u8::try_from(s.attempt).ok();
         let mut bits = usage_bit(&s.usage)
             | bits_of([
                 (has::OTHER_RUN, other),
-                (has::END, s.finished_at.is_some()),
+                (has::END, end.is_some()),
                 (has::ITERATION, s.iteration.is_some()),
                 (has::ERROR, s.error.is_some()),
                 (has::ROUTE, s.route.is_some()),
+                (has::WIDE_TIMES, times.is_none()),
+                (has::WIDE_ATTEMPT, attempt.is_none()),
+                (has::LONG_NAMES, !short),
             ]);
         // What the record's notes say of its call (the agent loop's `named`, an `llm` call's
         // `Notes`, an MCP call's `mcp`): most records have none.
@@ -256,23 +312,34 @@ impl Tree {
         }
         let mut h = [0u8; STEP_HEAD];
         h[0..4].copy_from_slice(&bits.to_le_bytes());
-        h[4..8].copy_from_slice(&s.attempt.to_le_bytes());
-        h[8] = step_status_code(s.status);
-        h[9..17].copy_from_slice(&record::nanos(s.started_at, s.started_ns).to_le_bytes());
-        if let Some(at) = s.finished_at {
-            h[17..25].copy_from_slice(&record::nanos(at, s.finished_ns).to_le_bytes());
+        h[4] = step_status_code(s.status);
+        h[5] = attempt.unwrap_or(0);
+        if short {
+            for (at, name) in names.iter().enumerate() {
+                h[6 + at] = name.len() as u8;
+            }
         }
-        if let Some(i) = s.iteration {
-            h[25..33].copy_from_slice(&i.to_le_bytes());
-        }
-        let strings = [cut(&s.number), cut(&s.step), cut(&s.kind)];
-        for (at, string) in [33, 37, 41].into_iter().zip(strings) {
-            h[at..at + 4].copy_from_slice(&(string.len() as u32).to_le_bytes());
+        if let Some(t) = times {
+            h[9..17].copy_from_slice(&t);
         }
         let b = &mut self.steps;
         b.extend_from_slice(&h);
-        for string in strings {
-            b.extend_from_slice(string);
+        if times.is_none() {
+            put_wide_times(b, start, end);
+        }
+        if attempt.is_none() {
+            b.extend_from_slice(&s.attempt.to_le_bytes());
+        }
+        if !short {
+            for name in names {
+                b.extend_from_slice(&(name.len() as u32).to_le_bytes());
+            }
+        }
+        if let Some(i) = s.iteration {
+            b.extend_from_slice(&i.to_le_bytes());
+        }
+        for name in names {
+            b.extend_from_slice(name);
         }
         if bits & has::USAGE != 0 {
             put_usage(b, &s.usage);
@@ -315,6 +382,7 @@ impl Tree {
     pub(super) fn view(&self) -> TreeView<'_> {
         TreeView {
             root: &self.root,
+            base: self.base,
             runs: &self.runs,
             steps: &self.steps,
             started: &self.started,
@@ -329,6 +397,7 @@ impl Tree {
 #[derive(Clone, Copy)]
 pub(super) struct TreeView<'a> {
     pub(super) root: &'a str,
+    pub(super) base: u64,
     pub(super) runs: &'a [u8],
     pub(super) steps: &'a [u8],
     pub(super) started: &'a [u8],
@@ -344,7 +413,8 @@ impl<'a> TreeView<'a> {
             .map(|_| {
                 let h = r.take(RUN_HEAD);
                 let bits = le32(h, 0);
-                let flow = r.str_of(le32(h, 21));
+                let (start_ns, end_ns) = r.times(self.base, h, 5, bits);
+                let flow = r.str_of(le32(h, 13));
                 let (tokens, cost_usd, cost_unknown_calls) = r.usage(bits);
                 let on = |bit: u32| bits & bit != 0;
                 RunPart {
@@ -353,11 +423,11 @@ impl<'a> TreeView<'a> {
                     parent_run: r.str_if(on(has::PARENT_RUN)),
                     parent_step: r.str_if(on(has::PARENT_STEP)),
                     status: RUN_STATUSES
-                        .get(usize::from(h.get(4).copied().unwrap_or(0)))
+                        .get(usize::from(byte(h, 4)))
                         .map_or("", |s| s.as_str()),
                     error: on(has::ERROR).then(|| (r.str(), r.str())),
-                    start_ns: le64(h, 5),
-                    end_ns: on(has::END).then(|| le64(h, 13)),
+                    start_ns,
+                    end_ns,
                     tokens,
                     cost_usd,
                     cost_unknown_calls,
@@ -374,11 +444,22 @@ impl<'a> TreeView<'a> {
             .map(|_| {
                 let h = r.take(STEP_HEAD);
                 let bits = le32(h, 0);
-                let number = r.str_of(le32(h, 33));
-                let step = r.str_of(le32(h, 37));
-                let kind = r.str_of(le32(h, 41));
-                let (tokens, cost_usd, cost_unknown_calls) = r.usage(bits);
                 let on = |bit: u32| bits & bit != 0;
+                let (start_ns, end_ns) = r.times(self.base, h, 9, bits);
+                let attempt = if on(has::WIDE_ATTEMPT) {
+                    le32(r.take(4), 0)
+                } else {
+                    u32::from(byte(h, 5))
+                };
+                let lengths = if on(has::LONG_NAMES) {
+                    let l = r.take(12);
+                    [le32(l, 0), le32(l, 4), le32(l, 8)]
+                } else {
+                    [6, 7, 8].map(|at| u32::from(byte(h, at)))
+                };
+                let iteration = on(has::ITERATION).then(|| r.u64());
+                let [number, step, kind] = lengths.map(|n| r.str_of(n));
+                let (tokens, cost_usd, cost_unknown_calls) = r.usage(bits);
                 let run_id = if on(has::OTHER_RUN) { r.str() } else { self.root };
                 let error = on(has::ERROR).then(|| (r.str(), r.str()));
                 let route = r.str_if(on(has::ROUTE));
@@ -389,13 +470,13 @@ impl<'a> TreeView<'a> {
                     number,
                     step,
                     kind,
-                    attempt: le32(h, 4),
+                    attempt,
                     status: STEP_STATUSES
-                        .get(usize::from(h.get(8).copied().unwrap_or(0)))
+                        .get(usize::from(byte(h, 4)))
                         .map_or("", |s| s.as_str()),
-                    iteration: on(has::ITERATION).then(|| le64(h, 25)),
-                    start_ns: le64(h, 9),
-                    end_ns: on(has::END).then(|| le64(h, 17)),
+                    iteration,
+                    start_ns,
+                    end_ns,
                     tokens,
                     cost_usd,
                     cost_unknown_calls,
@@ -436,6 +517,10 @@ fn le64(h: &[u8], at: usize) -> u64 {
     h.get(at..at + 8)
         .and_then(|b| b.try_into().ok())
         .map_or(0, u64::from_le_bytes)
+}
+
+fn byte(h: &[u8], at: usize) -> u8 {
+    h.get(at).copied().unwrap_or(0)
 }
 
 fn le32(h: &[u8], at: usize) -> u32 {
@@ -499,6 +584,18 @@ impl<'a> Reader<'a> {
         on.then(|| self.str())
     }
 
+    /// A record's start and end: from header `h`'s two numbers at `at` (after `base`, and the
+    /// duration), or whole after the header when it has [`has::WIDE_TIMES`].
+    fn times(&mut self, base: u64, h: &[u8], at: usize, bits: u32) -> (u64, Option<u64>) {
+        let (start, end) = if bits & has::WIDE_TIMES != 0 {
+            (self.u64(), self.u64())
+        } else {
+            let start = base.saturating_add(u64::from(le32(h, at)));
+            (start, start.saturating_add(u64::from(le32(h, at + 4))))
+        };
+        (start, (bits & has::END != 0).then_some(end))
+    }
+
     /// A record's tokens, cost and calls of unknown cost, when its header has them.
     fn usage(&mut self, bits: u32) -> ((u64, u64), f64, u64) {
         if bits & has::USAGE == 0 {
@@ -509,9 +606,9 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// A finished tree's header: its root's length, its three counts and its three buffers'
-/// lengths.
-const TREE_HEAD: usize = 4 + 6 * 8;
+/// A finished tree's header: its base time, its root's length, its three counts and its three
+/// buffers' lengths (four bytes each: [`Finished::fits`]).
+const TREE_HEAD: usize = 8 + 4 + 6 * 4;
 /// The largest buffer a spare tree keeps.
 pub(super) const SPARE_BYTES: usize = 16 * 1024;
 /// The most bytes of finished trees [`Finished`] keeps room for once emptied.
@@ -528,17 +625,33 @@ pub(super) struct Finished {
 }
 
 impl Finished {
+    /// Whether `tree`'s counts and buffers' lengths fit its header here (one that does not,
+    /// past 4 GiB, is dropped rather than queued).
+    pub(super) fn fits(tree: &Tree) -> bool {
+        [
+            tree.n_runs,
+            tree.n_steps,
+            tree.n_started,
+            tree.runs.len(),
+            tree.steps.len(),
+            tree.started.len(),
+        ]
+        .into_iter()
+        .all(|n| u32::try_from(n).is_ok())
+    }
+
+    /// Copies `tree` in; one that does not [`fit`](Self::fits) is a bug of the caller.
     pub(super) fn push(&mut self, tree: &Tree) {
         let root = cut(&tree.root);
         let parts = [&tree.runs, &tree.steps, &tree.started];
         let mut h = [0u8; TREE_HEAD];
-        h[0..4].copy_from_slice(&(root.len() as u32).to_le_bytes());
-        // A tree's buffers may pass 4 GiB, unlike a string of one record: eight bytes each.
+        h[0..8].copy_from_slice(&tree.base.to_le_bytes());
+        h[8..12].copy_from_slice(&(root.len() as u32).to_le_bytes());
         let numbers = [tree.n_runs, tree.n_steps, tree.n_started]
             .into_iter()
             .chain(parts.iter().map(|p| p.len()));
         for (i, n) in numbers.enumerate() {
-            h[4 + 8 * i..12 + 8 * i].copy_from_slice(&(n as u64).to_le_bytes());
+            h[12 + 4 * i..16 + 4 * i].copy_from_slice(&(n as u32).to_le_bytes());
         }
         let b = &mut self.bytes;
         b.reserve(TREE_HEAD + root.len() + parts.iter().map(|p| p.len()).sum::<usize>());
@@ -555,9 +668,10 @@ impl Finished {
         let mut r = Reader(&self.bytes);
         (0..self.trees).map(move |_| {
             let h = r.take(TREE_HEAD);
-            let n = |i: usize| usize::try_from(le64(h, 4 + 8 * i)).unwrap_or(usize::MAX);
+            let n = |i: usize| usize::try_from(le32(h, 12 + 4 * i)).unwrap_or(usize::MAX);
             TreeView {
-                root: r.str_of(le32(h, 0)),
+                base: le64(h, 0),
+                root: r.str_of(le32(h, 8)),
                 n_runs: n(0),
                 n_steps: n(1),
                 n_started: n(2),
@@ -589,6 +703,7 @@ impl Tree {
         self.steps.clear();
         self.started.clear();
         self.root.clear();
+        self.base = 0;
         self.n_runs = 0;
         self.n_steps = 0;
         self.n_started = 0;
@@ -724,6 +839,75 @@ mod tests {
                 (Some("files"), None, None, Some("8080"))
             );
             assert_eq!(view.started(), [("r1", ("", "f")), ("r2", ("2[1]", "f"))]);
+        }
+    }
+
+    #[test]
+    fn numbers_too_wide_for_a_header_follow_it_whole() {
+        let base = 5_000_000_000;
+        let mut tree = Tree {
+            root: "r1".into(),
+            base,
+            ..Tree::default()
+        };
+        let long = "7.".repeat(200) + "1";
+        let mut wide = step("r1");
+        // Before the base, and ending five seconds later; attempt and number past a byte.
+        wide.started_at = 4_000;
+        wide.started_ns = Some(4_000_000_001);
+        wide.finished_at = Some(9_000);
+        wide.finished_ns = Some(9_000_000_002);
+        wide.attempt = 300;
+        wide.number = long.clone();
+        let mut narrow = step("r1");
+        narrow.started_at = 5_001;
+        narrow.started_ns = Some(5_001_000_003);
+        narrow.finished_at = Some(5_002);
+        narrow.finished_ns = Some(5_002_000_004);
+        tree.push_step(&wide);
+        tree.push_step(&narrow);
+        let mut late = run("r1", None);
+        late.started_at = 5_000;
+        late.started_ns = Some(5_000_000_000);
+        late.finished_at = Some(60_000);
+        late.finished_ns = None;
+        tree.push_run(&late);
+        let mut finished = Finished::default();
+        assert!(Finished::fits(&tree));
+        finished.push(&tree);
+        let views: Vec<TreeView<'_>> = finished.views().collect();
+        for view in [views[0], tree.view()] {
+            let steps = view.steps();
+            let got: Vec<_> = steps
+                .iter()
+                .map(|s| (s.number, s.attempt, s.iteration, s.start_ns, s.end_ns, s.route))
+                .collect();
+            assert_eq!(
+                got,
+                [
+                    (
+                        long.as_str(),
+                        300,
+                        Some(7),
+                        4_000_000_001,
+                        Some(9_000_000_002),
+                        Some("next")
+                    ),
+                    (
+                        "1.2",
+                        2,
+                        Some(7),
+                        5_001_000_003,
+                        Some(5_002_000_004),
+                        Some("next")
+                    ),
+                ]
+            );
+            let r = view.runs()[0];
+            assert_eq!(
+                (r.start_ns, r.end_ns, r.flow),
+                (5_000_000_000, Some(60_000_000_000), "f")
+            );
         }
     }
 

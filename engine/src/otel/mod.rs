@@ -39,7 +39,7 @@ use std::time::Duration;
 mod capture;
 mod wire;
 
-use capture::{Finished, McpNotes, StepPart, Tree, TreeView};
+use capture::{Finished, McpNotes, RunPart, StepPart, Tree, TreeView};
 use wire::{Encoder, SpanIn, Val};
 
 use crate::record::{RunRecord, RunStatus, StepRecord, StepStatus};
@@ -100,8 +100,9 @@ fn discard(tree: Box<Tree>) {
     }
 }
 
-/// An empty tree for root run `root`: a spare one when this thread has one.
-fn new_tree(root: &str) -> Box<Tree> {
+/// An empty tree for root run `root`, its records' times counted from `base`: a spare one
+/// when this thread has one.
+fn new_tree(root: &str, base: u64) -> Box<Tree> {
     let spare = SPARES.try_with(|spares| spares.borrow_mut().pop()).ok().flatten();
     let mut tree = spare.unwrap_or_else(|| {
         Box::new(Tree {
@@ -112,6 +113,7 @@ fn new_tree(root: &str) -> Box<Tree> {
         })
     });
     tree.root.push_str(root);
+    tree.base = base;
     tree
 }
 /// A run tree being filled: the watch ([`Watch`]) every run of the tree holds. Its lock is
@@ -330,12 +332,14 @@ impl Exporter {
         if n == 0 {
             return false;
         }
-        if t.closed || t.finished.trees >= QUEUE {
+        if t.closed || t.finished.trees >= QUEUE || !Finished::fits(tree) {
             stats.dropped.fetch_add(n as u64, Ordering::Relaxed);
             *stats.last_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(if t.closed {
                 "the exporter had finished".into()
-            } else {
+            } else if t.finished.trees >= QUEUE {
                 "the export queue was full".into()
+            } else {
+                "a run tree was too big to export".into()
             });
             return false;
         }
@@ -393,8 +397,12 @@ impl Observer for Exporter {
         // here) starts a tree of its own.
         let root = run.parent_run.as_deref().unwrap_or(&run.id);
         let late = self.closed.load(Ordering::Relaxed);
-        let mut tree = new_tree(root);
-        tree.push_started(run);
+        let mut tree = new_tree(root, crate::record::nanos(run.started_at, run.started_ns));
+        // The root's own start is told by its run's record, or, if it does not end here, at
+        // its stop ([`Observer::run_ended`]).
+        if run.id != root {
+            tree.push_started(run);
+        }
         Some(Arc::new(Open {
             tree: Mutex::new(Some(tree)),
             late,
@@ -440,6 +448,8 @@ impl Observer for Exporter {
         }
         if ended {
             tree.push_run(run);
+        } else {
+            tree.push_started(run);
         }
         let wake = {
             let mut t = self.trees.lock().unwrap_or_else(|p| p.into_inner());
@@ -557,8 +567,15 @@ struct Lineage<'a> {
 }
 
 impl<'a> Lineage<'a> {
-    fn of(tree: TreeView<'a>) -> Lineage<'a> {
-        let all = tree.started();
+    /// The runs that started in `tree`, of which `runs` ended there: the root is among them
+    /// by its record, unless it did not end here.
+    fn of(tree: TreeView<'a>, runs: &[RunPart<'a>]) -> Lineage<'a> {
+        let mut all = tree.started();
+        if !all.iter().any(|(id, _)| *id == tree.root)
+            && let Some(root) = runs.iter().find(|r| r.id == tree.root)
+        {
+            all.push((root.id, (root.parent_step.unwrap_or(""), root.flow)));
+        }
         let index = if all.len() > 16 {
             all.iter().copied().collect()
         } else {
@@ -585,14 +602,14 @@ impl<'a> Lineage<'a> {
 /// (a gateway, vLLM, llama.cpp's server).
 const GEN_AI_PROVIDER: &str = "openai";
 
-/// The span id of the `chat` span under the record of a model call that is not a loop's turn
-/// (an `llm` step, iteration, branch or tool): made from the same record, so sent with it.
 /// The span id of a plain step's MCP call (`tools/call {tool}`).
 fn call_span_id(run: &str, number: &str, iteration: Option<u64>) -> [u8; 8] {
     let iteration = iteration.map_or([0xff; 8], u64::to_le_bytes);
     hash(6, &[b"tools/call", run.as_bytes(), number.as_bytes(), &iteration]).to_be_bytes()
 }
 
+/// The span id of the `chat` span under the record of a model call that is not a loop's turn
+/// (an `llm` step, iteration, branch or tool): made from the same record, so sent with it.
 fn chat_span_id(run: &str, number: &str, iteration: Option<u64>) -> [u8; 8] {
     let iteration = iteration.map_or([0xff; 8], u64::to_le_bytes);
     hash(5, &[b"chat", run.as_bytes(), number.as_bytes(), &iteration]).to_be_bytes()
@@ -603,7 +620,7 @@ fn chat_span_id(run: &str, number: &str, iteration: Option<u64>) -> [u8; 8] {
 fn encode_tree(tree: TreeView<'_>, enc: &mut Encoder, full: &mut dyn FnMut(&mut Encoder)) {
     let runs = tree.runs();
     let steps = tree.steps();
-    let lineage = Lineage::of(tree);
+    let lineage = Lineage::of(tree, &runs);
     let trace = trace_id(tree.root);
     let mut attributes: Vec<(&str, Val<'_>)> = Vec::with_capacity(16);
     for r in &runs {

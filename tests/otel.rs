@@ -413,6 +413,11 @@ fn a_loop_resumed_after_an_approval_in_another_process_continues_its_trace_once(
         ["1", "1.t2.1", "1.t2.approval", "1.t3", "run"],
         "{second:?}"
     );
+    // The stopped process's spans name the flow as the finishing one's do (its root, not
+    // ended there, is known from its stop, not from a run record).
+    for s in &all {
+        assert_eq!(attr(s, "switchyard.flow").as_deref(), Some("refunds"), "{s:?}");
+    }
     // No span id twice, one trace.
     let mut ids: Vec<&Vec<u8>> = all.iter().map(|s| &s.span_id).collect();
     ids.sort();

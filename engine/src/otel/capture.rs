@@ -120,8 +120,9 @@ mod has {
     /// A step record's notes: the first of ten bits, one per note of [`NOTES`](super::NOTES)
     /// and then of [`MCP_NOTES`](super::MCP_NOTES), in that order.
     pub(super) const NOTE: u32 = 1 << 10;
-    /// The start is before the tree's base or more than four seconds after it, or the end
-    /// more than four seconds after the start: both follow the header as Unix nanoseconds.
+    /// The start is before the tree's base or more than 2^32 ns (about 4.3 s) after it, or
+    /// the end is before the start or that long after it: both follow the header as Unix
+    /// nanoseconds.
     pub(super) const WIDE_TIMES: u32 = 1 << 20;
     /// A step record's attempt is past 255: it follows as four bytes.
     pub(super) const WIDE_ATTEMPT: u32 = 1 << 21;

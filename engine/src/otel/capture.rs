@@ -1,7 +1,7 @@
 //! What a run tree's spans are made from, captured on the runs' threads and read back on the
 //! exporter's: each run's and record's fields appended to byte buffers as the engine makes
-//! them (a fixed header a record, then its strings), a finished tree's bytes copied out into [`Finished`] for the
-//! exporter's thread, and the emptied tree kept for the next run.
+//! them (a fixed header a record, then its strings), a finished tree's bytes copied out into
+//! [`Finished`] for the exporter's thread, and the emptied tree kept for the next run.
 
 use crate::record::{self, RunRecord, RunStatus, StepRecord, StepStatus};
 

@@ -571,7 +571,20 @@ fn a_worker_frozen_past_its_lease_sends_nothing_of_the_runs_it_lost() {
     let mut ids: Vec<&Vec<u8>> = all.iter().map(|s| &s.span_id).collect();
     ids.sort();
     ids.dedup();
-    assert_eq!(ids.len(), all.len(), "a span id sent twice");
+    let twice = |s: &Span| all.iter().filter(|o| o.span_id == s.span_id).count() > 1;
+    let sent_twice: Vec<(&str, &str, Option<String>, &[u8])> = s1
+        .iter()
+        .map(|s| ("worker 1", s))
+        .chain(s2.iter().map(|s| ("worker 2", s)))
+        .filter(|(_, s)| twice(s))
+        .map(|(w, s)| (w, s.name.as_str(), attr(s, "switchyard.number"), &s.trace_id[..4]))
+        .collect();
+    assert_eq!(
+        ids.len(),
+        all.len(),
+        "a span id sent twice: {sent_twice:?}\nworker 1: {log1}\nworker 2: {}",
+        log_of(&dir, "w2")
+    );
     // Every run's span once, a success.
     let roots: Vec<&&Span> = all.iter().filter(|s| s.parent_span_id.is_empty()).collect();
     let mut items: Vec<String> = roots
@@ -614,6 +627,81 @@ fn a_worker_frozen_past_its_lease_sends_nothing_of_the_runs_it_lost() {
         );
     }
     assert!(!s1.is_empty(), "worker 1 sent nothing of the runs it ended");
+}
+
+/// A worker frozen past its lease with no other worker beside it, thawed while its runs are
+/// still in flight: whether its heartbeat renews the leases first or its claim takes the runs
+/// back, each run is carried on by one execution, ends once and is sent once — a run taken
+/// back while its first execution is still stopping waits for that one to let go.
+#[test]
+fn a_lone_worker_frozen_past_its_lease_runs_and_sends_each_run_once() {
+    use crate::cluster::{Pg, log_of, signal, spawn_worker, submit, wait_exit, wait_for, write_input};
+    const N: usize = 4;
+    let pg = Pg::new("otel_alone");
+    let dir = TempDir::new("otel-alone");
+    let flow = dir.write("slow.yaml", SLOW_FLOW.replace("sleep 1;", "sleep 2;"));
+    write_input(&dir, N);
+    let out = submit(&dir, &flow, &pg.url("sy_alone_submit"), "alone", &[]);
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    let c = Collector::start();
+    let args = [
+        "--concurrency",
+        "16",
+        "--lease",
+        "1s",
+        "--heartbeat",
+        "200ms",
+        "--grace",
+        "5s",
+        "--otlp-endpoint",
+        &c.url,
+    ];
+    let mut w = spawn_worker(&dir, &pg.url("sy_alone_w"), "w", &args);
+    // Frozen once every run is in its two-second call, for longer than a lease.
+    wait_for(Duration::from_secs(60), "every run in its call", || {
+        pg.count("SELECT COUNT(*) FROM steps WHERE step = 'prepare'") >= N as i64
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    signal(&w, "STOP");
+    std::thread::sleep(Duration::from_millis(1600));
+    signal(&w, "CONT");
+    wait_for(Duration::from_secs(120), "the batch to end", || {
+        pg.count("SELECT COUNT(*) FROM runs WHERE status = 'succeeded' AND parent_run IS NULL") == N as i64
+    });
+    signal(&w, "TERM");
+    assert!(
+        wait_exit(&mut w, Duration::from_secs(30), "the worker").success(),
+        "{}",
+        log_of(&dir, "w")
+    );
+    let log = log_of(&dir, "w");
+    let spans = c.spans();
+    let mut ids: Vec<&Vec<u8>> = spans.iter().map(|s| &s.span_id).collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), spans.len(), "a span id sent twice: {log}");
+    let roots: Vec<&Span> = spans.iter().filter(|s| s.parent_span_id.is_empty()).collect();
+    assert_eq!(roots.len(), N, "{log}");
+    for r in &roots {
+        assert_eq!(attr(r, "switchyard.status").as_deref(), Some("succeeded"));
+        assert_eq!(spans.iter().filter(|s| s.trace_id == r.trace_id).count(), 7);
+    }
+    // Each run ended once: one execution carried it on, one `run finished` line.
+    for r in &roots {
+        let id = attr(r, "switchyard.run_id").expect("a run id");
+        let ended = log
+            .lines()
+            .filter(|l| l.contains("run finished") && l.contains(&id) && l.contains("succeeded"))
+            .count();
+        assert_eq!(ended, 1, "run {id} ended {ended} times: {log}");
+    }
+    // A run whose lease ran out and came back in the worker's own claim says so.
+    let taken_back = pg.count("SELECT COUNT(*) FROM runs WHERE recoveries > 0");
+    let said = log
+        .lines()
+        .filter(|l| l.contains("it goes on here") || l.contains("it starts once that one has"))
+        .count();
+    assert_eq!(said as i64, taken_back, "{log}");
 }
 
 /// A loop stopped at an approval (first process), resumed with the decision by a second

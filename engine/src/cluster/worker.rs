@@ -9,6 +9,11 @@
 //!   worker took it over. The heartbeat renews the held leases every `--heartbeat`; a held run
 //!   the heartbeat no longer finds this worker's is paused here (its writes are refused
 //!   anyway) and counted as dropped.
+//! - **Taken back**: a run whose lease ran out while this process was stopped or starved
+//!   may come back in this worker's own claim while it still runs here ([`take`]). One
+//!   execution carries it on either way: if no one else held it meanwhile, the execution in
+//!   flight goes on under the new lease; else that one is stale (its writes are refused) and
+//!   the new claim starts once it has let go.
 //! - **Recoveries**: a run claimed from a worker whose lease ran out more times than its
 //!   batch's `--max-recoveries` is replayed with `ResumeOptions::lost`: it fails with kind
 //!   `lost` where it would call (an attempt in doubt still stops it `in_doubt`). A run whose
@@ -136,6 +141,9 @@ struct Held {
     lost: bool,
     /// Why the run is given up as lost when it starts (taken over too many times).
     given_up: Option<String>,
+    /// Claimed again while a stale execution of it still runs here: started once that one
+    /// settles ([`take`]).
+    again: Option<Box<(Claimed, Held)>>,
 }
 
 /// What a run's task hands back.
@@ -208,7 +216,11 @@ pub async fn run(
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .drain()
-        .map(|(id, h)| (id, h.epoch))
+        .map(|(id, h)| {
+            // A claim waiting for a stale execution to let go is the one the store holds.
+            let epoch = h.again.as_ref().map_or(h.epoch, |a| a.0.epoch);
+            (id, epoch)
+        })
         .collect();
     if !rest.is_empty() {
         for (id, _) in &rest {
@@ -368,11 +380,17 @@ async fn work(
             f = done_rx.recv() => {
                 if let Some(f) = f {
                     in_flight -= 1;
-                    settle(f, held, sql, options, stats).await;
+                    let mut again: Vec<Claimed> = settle(f, held, sql, options, stats).await.into_iter().collect();
                     // Everything else that ended meanwhile, without waiting.
                     while let Ok(f) = done_rx.try_recv() {
                         in_flight -= 1;
-                        settle(f, held, sql, options, stats).await;
+                        again.extend(settle(f, held, sql, options, stats).await);
+                    }
+                    // Runs claimed again while a stale execution of them let go.
+                    if draining.is_some() {
+                        give_back(again.into_iter().map(|c| c.record.id).collect(), held, sql, options, stats).await;
+                    } else {
+                        ready.extend(again);
                     }
                 }
             }
@@ -431,8 +449,7 @@ async fn work(
                                     }
                                 }
                             }
-                            take(sql, &known[&batch], &c, &pause, held, stats);
-                            ready.push_back(c);
+                            take(sql, known[&batch].max_recoveries, c, &pause, held, &mut ready, stats);
                         }
                     }
                     Err(e) => {
@@ -496,7 +513,9 @@ async fn drain_rest(
         match tokio::time::timeout_at(deadline, done_rx.recv()).await {
             Ok(Some(f)) => {
                 *in_flight -= 1;
-                settle(f, held, sql, options, stats).await;
+                if let Some(c) = settle(f, held, sql, options, stats).await {
+                    give_back(vec![c.record.id], held, sql, options, stats).await;
+                }
             }
             _ => break,
         }
@@ -529,35 +548,63 @@ async fn learn(
 }
 
 /// Holds claimed run `c` here: its writes fenced by the epoch it was claimed at, its lease
-/// renewed by the heartbeat, until it is started ([`start`]) or given back. A run taken over
-/// more times than the batch allows is marked to be given up as lost.
+/// renewed by the heartbeat, until it is started ([`start`]) or given back; a new one goes
+/// to `ready`. A run taken over more times than the batch allows is marked to be given up as
+/// lost.
+///
+/// A run already held here came back because its lease ran out (this process was stopped or
+/// starved past it) and this claim found it before the heartbeat renewed it. Claimed ahead
+/// and not started, the newer claim takes the older's place. Running here, one execution
+/// carries it on: if no one else held it meanwhile (the epoch moved by this claim alone), the
+/// execution in flight goes on under the new epoch; else that execution is stale (its writes
+/// are refused), so it is paused, and the new claim waits in [`Held::again`] until it lets go
+/// ([`settle`]).
 fn take(
     sql: &SqlStore,
-    k: &Known,
-    c: &Claimed,
+    max_recoveries: u64,
+    c: Claimed,
     pause: &CancellationToken,
     held: &Arc<Mutex<HashMap<String, Held>>>,
+    ready: &mut VecDeque<Claimed>,
     stats: &Arc<WorkerStats>,
 ) {
     let id = c.record.id.clone();
-    sql.hold(&id, c.epoch);
-    let lost = (c.recoveries > k.max_recoveries).then(|| {
+    let given_up = (c.recoveries > max_recoveries).then(|| {
         format!(
             "the run was taken over from workers that stopped holding it {} times (the batch's --max-recoveries is {}): \
              given up rather than crash another worker",
-            c.recoveries, k.max_recoveries
+            c.recoveries, max_recoveries
         )
     });
-    held.lock().unwrap_or_else(|p| p.into_inner()).insert(
-        id,
-        Held {
-            epoch: c.epoch,
-            pause: pause.child_token(),
-            lost: false,
-            given_up: lost,
-        },
-    );
-    stats.held.fetch_add(1, Ordering::Relaxed);
+    let fresh = Held {
+        epoch: c.epoch,
+        pause: pause.child_token(),
+        lost: false,
+        given_up,
+        again: None,
+    };
+    let mut held = held.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(h) = held.get_mut(&id) else {
+        sql.hold(&id, c.epoch);
+        held.insert(id, fresh);
+        stats.held.fetch_add(1, Ordering::Relaxed);
+        ready.push_back(c);
+        return;
+    };
+    if let Some(waiting) = ready.iter_mut().find(|r| r.record.id == id) {
+        sql.hold(&id, c.epoch);
+        *h = fresh;
+        *waiting = c;
+    } else if !h.lost && h.again.is_none() && c.epoch == h.epoch + 1 {
+        tracing::info!(run_id = %id, "the run's lease ran out while it ran here, and no one took it: it goes on here");
+        sql.hold(&id, c.epoch);
+        h.epoch = c.epoch;
+    } else {
+        tracing::warn!(run_id = %id, "the run was claimed again while a stale execution of it stops here: it starts once that one has");
+        h.lost = true;
+        h.pause.cancel();
+        h.again = Some(Box::new((c, fresh)));
+    }
 }
 
 /// Starts held run `c` on a task of its own.
@@ -637,19 +684,50 @@ async fn give_back(
     }
 }
 
-/// Counts a run that ended here and lets go of it; gives back the lease of one that stopped
-/// unfinished.
+/// Lets go of a run whose execution here ended ([`count_end`]). A claim of the run that
+/// waited for this execution to let go ([`Held::again`]) is held from now on and returned,
+/// to be started.
 async fn settle(
-    f: Finished,
+    mut f: Finished,
     held: &Arc<Mutex<HashMap<String, Held>>>,
     sql: &SqlStore,
     options: &WorkerOptions,
     stats: &Arc<WorkerStats>,
+) -> Option<Claimed> {
+    let (lost, again) = {
+        let mut held = held.lock().unwrap_or_else(|p| p.into_inner());
+        let h = held.remove(&f.id);
+        sql.let_go(&f.id);
+        let lost = h.as_ref().is_some_and(|h| h.lost);
+        // The epoch it ended under: a newer one when it went on under a claim of this
+        // worker's ([`take`]).
+        if let Some(h) = &h {
+            f.epoch = h.epoch;
+        }
+        let again = h.and_then(|h| h.again).map(|again| {
+            let (c, h) = *again;
+            sql.hold(&f.id, c.epoch);
+            held.insert(f.id.clone(), h);
+            c
+        });
+        (lost, again)
+    };
+    if again.is_none() {
+        stats.held.fetch_sub(1, Ordering::Relaxed);
+    }
+    count_end(f, lost, sql, options, stats).await;
+    again
+}
+
+/// Counts a run whose execution here ended (`lost`: its lease was found gone); gives back the
+/// lease of one that stopped unfinished.
+async fn count_end(
+    f: Finished,
+    lost: bool,
+    sql: &SqlStore,
+    options: &WorkerOptions,
+    stats: &Arc<WorkerStats>,
 ) {
-    let h = held.lock().unwrap_or_else(|p| p.into_inner()).remove(&f.id);
-    sql.let_go(&f.id);
-    stats.held.fetch_sub(1, Ordering::Relaxed);
-    let lost = h.as_ref().is_some_and(|h| h.lost);
     let unfinished = match &f.outcome {
         Ok(o) if o.store_failure.is_some() => {
             let why = o.store_failure.clone().unwrap_or_default();
@@ -726,8 +804,11 @@ async fn heartbeat(
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .iter()
-            .filter(|(_, h)| !h.lost)
-            .map(|(id, h)| (id.clone(), h.epoch))
+            .flat_map(|(id, h)| {
+                let own = (!h.lost).then(|| (id.clone(), h.epoch));
+                own.into_iter()
+                    .chain(h.again.as_ref().map(|a| (id.clone(), a.0.epoch)))
+            })
             .collect();
         if let Some(limits) = &limits
             && let Err(e) = limits.renew().await
@@ -750,13 +831,17 @@ async fn heartbeat(
                 }
                 let mut held = held.lock().unwrap_or_else(|p| p.into_inner());
                 for (id, epoch) in &snapshot {
-                    if !beat.kept.iter().any(|(k, e)| k == id && e == epoch)
-                        && let Some(h) = held.get_mut(id)
-                        && h.epoch == *epoch
-                    {
+                    if beat.kept.iter().any(|(k, e)| k == id && e == epoch) {
+                        continue;
+                    }
+                    let Some(h) = held.get_mut(id) else { continue };
+                    if h.epoch == *epoch && !h.lost {
                         tracing::warn!(run_id = %id, "the run's lease is no longer this worker's: dropping it");
                         h.lost = true;
                         h.pause.cancel();
+                    } else if h.again.as_ref().is_some_and(|a| a.0.epoch == *epoch) {
+                        tracing::warn!(run_id = %id, "the run's lease was taken over before it started here: dropping it");
+                        h.again = None;
                     }
                 }
             }
@@ -807,6 +892,7 @@ pub fn new_worker_id() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::record::RunRecord;
     use crate::store::writers::lease_holder_process as holder_process;
 
     /// [`new_worker_id`]'s shape is what `lease_holder_process` reads back.
@@ -819,5 +905,108 @@ mod tests {
             Some((4242, "db-2.example".to_string()))
         );
         assert_eq!(holder_process("w7"), None);
+    }
+
+    fn claimed(id: &str, epoch: i64) -> Claimed {
+        Claimed {
+            record: RunRecord {
+                id: id.into(),
+                flow: "f".into(),
+                flow_hash: "h".into(),
+                parent_run: None,
+                parent_step: None,
+                depth: 0,
+                status: RunStatus::Running,
+                input: serde_json::Value::Null,
+                output: None,
+                error: None,
+                started_at: 0,
+                finished_at: None,
+                started_ns: None,
+                finished_ns: None,
+                usage: Default::default(),
+                steps: 0,
+                flow_path: None,
+                context: serde_json::Value::Null,
+                messages: None,
+                batch: Some("b".into()),
+                item_id: None,
+                item_index: Some(0),
+                now_us: None,
+                agent_changes: None,
+                origin: None,
+                files: Vec::new(),
+            },
+            epoch,
+            recoveries: 0,
+        }
+    }
+
+    /// A run claimed again by the worker that holds it: claimed ahead, the newer claim takes
+    /// the older's place; running, it goes on under the new epoch when no one held it
+    /// meanwhile, else the new claim waits for the stale execution and starts after it.
+    #[tokio::test]
+    async fn a_run_claimed_again_here_is_carried_on_by_one_execution() {
+        let sql = SqlStore::open("sqlite::memory:").await.expect("a store");
+        let held: Arc<Mutex<HashMap<String, Held>>> = Arc::default();
+        let stats = Arc::new(WorkerStats::default());
+        let pause = CancellationToken::new();
+        let mut ready = VecDeque::new();
+        let epoch_of = |id: &str| held.lock().unwrap().get(id).map(|h| h.epoch);
+
+        take(&sql, 3, claimed("a", 1), &pause, &held, &mut ready, &stats);
+        take(&sql, 3, claimed("a", 2), &pause, &held, &mut ready, &stats);
+        assert_eq!(ready.len(), 1, "one claim of `a` waits to start");
+        assert_eq!(ready[0].epoch, 2);
+        assert_eq!((epoch_of("a"), sql.fence_epoch("a")), (Some(2), Some(2)));
+        assert_eq!(stats.held.load(Ordering::Relaxed), 1);
+
+        // Started (out of `ready`); its lease ran out and this worker's claim took it back.
+        ready.clear();
+        take(&sql, 3, claimed("a", 3), &pause, &held, &mut ready, &stats);
+        assert!(ready.is_empty(), "the execution in flight goes on: {ready:?}");
+        assert_eq!((epoch_of("a"), sql.fence_epoch("a")), (Some(3), Some(3)));
+        // Its end is settled under the epoch it went on with; nothing waits after it.
+        let ended = Finished {
+            id: "a".into(),
+            epoch: 2,
+            outcome: Err(ResumeError::Store(StoreError::LeaseLost { run: "a".into() })),
+        };
+        let options = WorkerOptions {
+            id: "w".into(),
+            batch: None,
+            concurrency: 4,
+            lease: Duration::from_secs(1),
+            heartbeat: Duration::from_millis(200),
+            grace: Duration::from_secs(1),
+            exit_when_idle: false,
+            files_roots: Arc::default(),
+        };
+        assert!(settle(ended, &held, &sql, &options, &stats).await.is_none());
+        assert_eq!((epoch_of("a"), sql.fence_epoch("a")), (None, None));
+        assert_eq!(stats.held.load(Ordering::Relaxed), 0);
+
+        // Another worker held `b` meanwhile (epoch 1 here, 3 now): the execution here is
+        // stale; it is paused, and the claim starts once it has let go.
+        take(&sql, 3, claimed("b", 1), &pause, &held, &mut ready, &stats);
+        let b_pause = held.lock().unwrap()["b"].pause.clone();
+        ready.clear();
+        take(&sql, 3, claimed("b", 3), &pause, &held, &mut ready, &stats);
+        assert!(ready.is_empty());
+        assert!(b_pause.is_cancelled(), "the stale execution is paused");
+        assert_eq!((epoch_of("b"), sql.fence_epoch("b")), (Some(1), Some(1)));
+        let stale = Finished {
+            id: "b".into(),
+            epoch: 1,
+            outcome: Err(ResumeError::Store(StoreError::LeaseLost { run: "b".into() })),
+        };
+        let next = settle(stale, &held, &sql, &options, &stats)
+            .await
+            .expect("the waiting claim");
+        assert_eq!(next.epoch, 3);
+        assert_eq!((epoch_of("b"), sql.fence_epoch("b")), (Some(3), Some(3)));
+        assert!(!held.lock().unwrap()["b"].pause.is_cancelled());
+        assert_eq!(stats.held.load(Ordering::Relaxed), 1);
+        assert_eq!(stats.dropped.load(Ordering::Relaxed), 2);
     }
 }

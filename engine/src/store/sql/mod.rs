@@ -280,16 +280,30 @@ impl SqlStore {
     /// From now on, writes of run `run_id` (a submitted root run this process claimed at lease
     /// epoch `epoch`) and of the child runs it starts are made only while the store still
     /// holds that epoch for it: once another worker took it over, they fail with
-    /// [`StoreError::LeaseLost`] and write nothing.
+    /// [`StoreError::LeaseLost`] and write nothing. Held already (claimed again by this
+    /// worker, under a newer epoch), the run and its child runs are fenced by the new epoch.
     pub fn hold(&self, run_id: &str, epoch: i64) {
+        let mut fences = self.fences.lock().unwrap_or_else(|p| p.into_inner());
+        if fences.contains_key(run_id) {
+            for f in fences.values_mut().filter(|f| &*f.root == run_id) {
+                f.epoch = epoch;
+            }
+        }
         let fence = Fence {
             root: run_id.into(),
             epoch,
         };
+        fences.insert(run_id.to_string(), fence);
+    }
+
+    /// The epoch writes of run `run_id` are fenced by, if any.
+    #[cfg(test)]
+    pub(crate) fn fence_epoch(&self, run_id: &str) -> Option<i64> {
         self.fences
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(run_id.to_string(), fence);
+            .get(run_id)
+            .map(|f| f.epoch)
     }
 
     /// Forgets the fence of root run `run_id` and of its child runs ([`SqlStore::hold`]).

@@ -960,7 +960,7 @@ input:
 agents:
   side:
     kind: command
-    run: [sh, -c, 'read -r x; printf "%s\n" "$x" >> "{effects}"; sleep 3; printf "%s" "$x"']
+    run: [sh, -c, 'read -r x; [ -n "$x" ] || exit 1; printf "%s\n" "$x" >> "{effects}"; sleep 3; printf "%s" "$x"']
     idempotent: false
 steps:
   route:
@@ -1144,7 +1144,7 @@ fn ctrl_c_stops_resume_batch_at_a_recorded_point() {
 agents:
   side:
     kind: command
-    run: [sh, -c, 'read -r x; printf "%s\n" "$x" >> "{effects}"; sleep 1; printf "%s" "$x"']
+    run: [sh, -c, 'read -r x; [ -n "$x" ] || exit 1; printf "%s\n" "$x" >> "{effects}"; sleep 1; printf "%s" "$x"']
     idempotent: false
 steps:
   approve:

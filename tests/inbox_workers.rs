@@ -23,7 +23,8 @@ use crate::support::{TempDir, run, switchyard};
 
 /// Every item waits at `approve` (its question expiring after `expires`, if given), then a
 /// non-idempotent command appends the payload to `effects` (every execution counted) and
-/// sleeps `sleep` seconds.
+/// sleeps `sleep` seconds. A command whose worker was killed before it wrote the input reads
+/// nothing, and records nothing.
 fn gate_flow(effects: &Path, expires: Option<&str>, sleep: &str) -> String {
     let expires = expires
         .map(|e| format!("\n      expires: {e}"))
@@ -35,7 +36,7 @@ input:
 agents:
   side:
     kind: command
-    run: [sh, -c, 'read -r x; printf "%s\n" "$x" >> "{effects}"; sleep {sleep}; printf "%s" "$x"']
+    run: [sh, -c, 'read -r x; [ -n "$x" ] || exit 1; printf "%s\n" "$x" >> "{effects}"; sleep {sleep}; printf "%s" "$x"']
     idempotent: false
 steps:
   approve:

@@ -78,9 +78,11 @@ pub fn run(profile: &Profile, opts: &Options) -> Result<Vec<Report>, String> {
     }
     let (exported, dropped, why) = exporter.finish(std::time::Duration::from_secs(10));
     let expected = (PAIRS * runs * 4) as u64;
-    if exported + dropped != expected {
+    // A dropped span is work not done: the overhead would read low.
+    if exported != expected {
         return Err(format!(
-            "W2 otlp: {exported} spans exported and {dropped} dropped, of {expected}"
+            "W2 otlp: {exported} spans exported and {dropped} dropped ({}), of {expected}",
+            why.as_deref().unwrap_or("no reason given")
         ));
     }
     eprintln!(

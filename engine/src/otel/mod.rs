@@ -26,7 +26,7 @@
 //! ([`Observer::replayed`]) and sends them.
 //!
 //! Nothing of it waits on the collector: finished trees go through a bounded queue to a thread
-//! of the exporter's own, woken once a request's worth waits (or after a quiet while), which
+//! of the exporter's own, woken once several requests' worth waits (or after a quiet while), which
 //! writes their spans and posts them in batches; a full queue, a tree too big to hold, or a
 //! collector that does not answer drops spans, and [`Exporter::finish`] (called before the
 //! process exits, within a few seconds) says how many and why.
@@ -45,15 +45,20 @@ use wire::{Encoder, SpanIn, Val};
 use crate::record::{RunRecord, RunStatus, StepRecord, StepStatus};
 use crate::runtime::observe::{Observer, Watch};
 
-/// Finished trees waiting for the exporter's thread, at most.
-const QUEUE: usize = 4096;
-/// How long finished trees wait for the exporter's thread when fewer than a request's worth
-/// of records are waiting.
+/// Finished trees waiting for the exporter's thread, at most: twice the [`WAKE`] of trees of
+/// one record, so that a thread slow to wake still loses none.
+const QUEUE: usize = 32 * 1024;
+/// How long finished trees wait for the exporter's thread when fewer than [`WAKE`] records
+/// are waiting.
 const LINGER: Duration = Duration::from_millis(200);
 /// The most records one run tree keeps for its spans; the rest are dropped (and counted).
 const TREE_RECORDS: usize = 50_000;
 /// Spans per request.
 const BATCH: usize = 2048;
+/// Records waiting that wake the exporter's thread (which then sends them all, [`BATCH`]
+/// spans a request). Each wake-up costs the runs' thread: on W2, waking every 2,048 records
+/// instead cost about 0.7 points more of overhead. At most [`QUEUE`] trees wait.
+const WAKE: usize = 8 * BATCH;
 /// How long one request may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -64,7 +69,7 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 #[derive(Default)]
 struct Trees {
     /// The trees whose root ended, copied out, for the exporter's thread, which takes them
-    /// all at once: it is woken once a request's worth of records waits (or after
+    /// all at once: it is woken once [`WAKE`] records wait (or after
     /// [`LINGER`]), never per run, so a run's end costs no thread wake-up.
     finished: Finished,
     /// No more trees come ([`Exporter::finish`]).
@@ -247,14 +252,14 @@ impl Exporter {
                 loop {
                     let closed = {
                         let mut t = trees.lock().unwrap_or_else(|p| p.into_inner());
-                        if !t.closed && t.finished.records < BATCH {
+                        if !t.closed && t.finished.records < WAKE {
                             t = wake.wait_timeout(t, LINGER).unwrap_or_else(|p| p.into_inner()).0;
                         }
                         std::mem::swap(&mut t.finished, &mut taken);
                         t.closed
                     };
                     // Spans are made here, off the runs' threads; a request goes as soon as it
-                    // is full, and once woken (a request's worth, or after a quiet while)
+                    // is full, and once woken (`WAKE` records, or after a quiet while)
                     // all the rest goes too.
                     let mut full = |enc: &mut Encoder| {
                         rt.block_on(post(&url, enc.request(&resource.attributes()), &stats))
@@ -325,7 +330,7 @@ impl Exporter {
 
     /// Hands a finished tree to the exporter's thread (a copy: its buffers are kept for the
     /// next tree), or counts its records as dropped when [`QUEUE`] trees wait already (or the
-    /// exporter has finished); true when a request's worth of records waits, and the thread
+    /// exporter has finished); true when [`WAKE`] records wait, and the thread
     /// should be woken.
     fn queue(t: &mut Trees, tree: &Tree, stats: &ExportStats) -> bool {
         let n = tree.records();
@@ -346,8 +351,8 @@ impl Exporter {
         t.handed += n as u64;
         let before = t.finished.records;
         t.finished.push(tree);
-        // Once, as the count reaches a request's worth: the thread then takes them all.
-        before < BATCH && t.finished.records >= BATCH
+        // Once, as the count reaches `WAKE`: the thread then takes them all.
+        before < WAKE && t.finished.records >= WAKE
     }
 }
 

@@ -510,43 +510,13 @@ impl Store for MemoryStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::{StepStatus, Usage};
+    use crate::record::StepStatus;
+    use crate::store::tests::run;
 
     fn step(run_id: &str) -> StepRecord {
         StepRecord {
             run_id: run_id.into(),
             ..crate::store::tests::step("1", 1, None, StepStatus::Succeeded)
-        }
-    }
-
-    fn run(id: &str, status: RunStatus) -> RunRecord {
-        RunRecord {
-            id: id.into(),
-            flow: "f".into(),
-            flow_hash: "h".into(),
-            parent_run: None,
-            parent_step: None,
-            depth: 0,
-            status,
-            input: serde_json::json!({"n": 1}),
-            output: None,
-            error: None,
-            started_at: 1,
-            finished_at: None,
-            started_ns: None,
-            finished_ns: None,
-            usage: Usage::default(),
-            steps: 0,
-            context: serde_json::Value::Null,
-            batch: None,
-            item_id: None,
-            item_index: None,
-            flow_path: None,
-            messages: None,
-            now_us: None,
-            agent_changes: None,
-            origin: None,
-            files: Vec::new(),
         }
     }
 

@@ -201,6 +201,38 @@ pub(crate) mod tests {
     use super::*;
     use crate::record::{StepStatus, Usage};
 
+    /// A root run record `id` in `status`, of flow `f` (tests of the stores and workers).
+    pub(crate) fn run(id: &str, status: RunStatus) -> RunRecord {
+        RunRecord {
+            id: id.into(),
+            flow: "f".into(),
+            flow_hash: "h".into(),
+            parent_run: None,
+            parent_step: None,
+            depth: 0,
+            status,
+            input: serde_json::json!({"n": 1}),
+            output: None,
+            error: None,
+            started_at: 1,
+            finished_at: None,
+            started_ns: None,
+            finished_ns: None,
+            usage: Usage::default(),
+            steps: 0,
+            context: serde_json::Value::Null,
+            batch: None,
+            item_id: None,
+            item_index: None,
+            flow_path: None,
+            messages: None,
+            now_us: None,
+            agent_changes: None,
+            origin: None,
+            files: Vec::new(),
+        }
+    }
+
     /// A step record of run `r` (tests of the stores).
     pub(crate) fn step(number: &str, attempt: u32, iteration: Option<u64>, status: StepStatus) -> StepRecord {
         StepRecord {

@@ -243,7 +243,7 @@ pub fn signal(child: &Child, sig: &str) {
 }
 
 /// Statuses of each item's latest run: item id → (status, error kind).
-fn latest(pg: &Pg, batch: &str) -> HashMap<String, (String, Option<String>)> {
+pub fn latest(pg: &Pg, batch: &str) -> HashMap<String, (String, Option<String>)> {
     let rows = pg.query(&format!(
         "SELECT item_id, status, error FROM run_records r WHERE batch = '{batch}' AND parent_run IS NULL \
          AND NOT EXISTS (SELECT 1 FROM run_records o WHERE o.batch = r.batch AND o.item_index = r.item_index \

@@ -41,7 +41,8 @@ pub struct Claimed {
     pub record: RunRecord,
     /// The lease epoch it was claimed at: its writes are made under it.
     pub epoch: i64,
-    /// How many times it was taken over from a worker whose lease ran out (this claim included).
+    /// How many times it was taken over from a worker whose lease ran out (this claim
+    /// included); a worker that takes back a run of its own does not count.
     pub recoveries: u64,
 }
 
@@ -376,7 +377,8 @@ impl SqlStore {
              ORDER BY head, item_index LIMIT $3{lock}) \
              UPDATE runs SET status = 'running', lease_owner = $1, lease_until = {now} + $2, \
              started_at = CASE WHEN lease_epoch = 0 THEN {now} ELSE started_at END, \
-             recoveries = COALESCE(recoveries, 0) + CASE WHEN status = 'running' AND lease_owner IS NOT NULL THEN 1 ELSE 0 END, \
+             recoveries = COALESCE(recoveries, 0) + CASE WHEN status = 'running' AND lease_owner IS NOT NULL \
+             AND lease_owner <> $1 THEN 1 ELSE 0 END, \
              lease_epoch = lease_epoch + 1 \
              WHERE id IN (SELECT id FROM picked) \
              RETURNING id",

@@ -9,11 +9,11 @@
 //!   worker took it over. The heartbeat renews the held leases every `--heartbeat`; a held run
 //!   the heartbeat no longer finds this worker's is paused here (its writes are refused
 //!   anyway) and counted as dropped.
-//! - **Taken back**: a run whose lease ran out while this process was stopped or starved
-//!   may come back in this worker's own claim while it still runs here ([`take`]). One
-//!   execution carries it on either way: if no one else held it meanwhile, the execution in
-//!   flight goes on under the new lease; else that one is stale (its writes are refused) and
-//!   the new claim starts once it has let go.
+//! - **Taken back**: after this process was stopped or starved past its leases, claims wait
+//!   for the heartbeat to renew them in place. A run may still come back in this worker's own
+//!   claim while it runs here ([`take`]); one execution carries it on either way: if no one
+//!   else held it meanwhile, the execution in flight goes on under the new lease; else that
+//!   one is stale (its writes are refused) and the new claim starts once it has let go.
 //! - **Recoveries**: a run claimed from a worker whose lease ran out more times than its
 //!   batch's `--max-recoveries` is replayed with `ResumeOptions::lost`: it fails with kind
 //!   `lost` where it would call (an attempt in doubt still stops it `in_doubt`). A run whose
@@ -196,6 +196,7 @@ pub async fn run(
         let (budgets, stop) = (budgets.clone(), stop_all.clone());
         async move { budgets.keep_fresh(stop).await }
     });
+    let renewed = Arc::new(Mutex::new(Instant::now()));
     let heart = tokio::spawn(heartbeat(
         store.clone(),
         options.clone(),
@@ -203,9 +204,10 @@ pub async fn run(
         limits.clone(),
         fatal.clone(),
         stop_all.clone(),
+        renewed.clone(),
     ));
     let outcome = work(
-        &store, sql, &options, &load, &stop, &stop_all, &held, &fatal, &stats, &budgets,
+        &store, sql, &options, &load, &stop, &stop_all, &held, &fatal, &stats, &budgets, &renewed,
     )
     .await;
     stop_all.cancel();
@@ -254,6 +256,7 @@ async fn work(
     fatal: &Arc<Mutex<Option<WorkerError>>>,
     stats: &Arc<WorkerStats>,
     budgets: &WorkerBudgets,
+    renewed: &Mutex<Instant>,
 ) -> Result<(), WorkerError> {
     let engine = Engine::new(store.clone());
     let mut known: HashMap<String, Known> = HashMap::new();
@@ -353,8 +356,16 @@ async fn work(
         // claimed ahead.
         let worth = holding == 0 || room >= ahead;
         if draining.is_none() && claiming.is_none() && room > 0 && worth && Instant::now() >= next_claim {
-            claim_started = Instant::now();
-            claiming = Some(Box::pin(claim_round(sql, options, holding == 0, room)));
+            // Not while the held leases may have run out (this process was stopped or starved
+            // past them): the claim would find the runs still running here and take them back;
+            // the heartbeat renews them in place first ([`take`] copes when it does not).
+            let stale = renewed.lock().unwrap_or_else(|p| p.into_inner()).elapsed() >= options.lease;
+            if stale {
+                next_claim = Instant::now() + (options.heartbeat / 4).max(Duration::from_millis(10));
+            } else {
+                claim_started = Instant::now();
+                claiming = Some(Box::pin(claim_round(sql, options, holding == 0, room)));
+            }
         }
         // Idle: nothing held, nothing being claimed, the last claim found nothing, and nothing
         // left unfinished that a lease running out would free.
@@ -780,9 +791,9 @@ async fn count_end(
     }
 }
 
-/// Renews the held runs' leases and this worker's provider slots every `heartbeat`; cancels
-/// held runs whose lease is gone; stops the worker when the store was migrated by a newer
-/// switchyard.
+/// Renews the held runs' leases and this worker's provider slots every `heartbeat` (the time
+/// of the last renewal in `renewed`, which claims wait on); cancels held runs whose lease is
+/// gone; stops the worker when the store was migrated by a newer switchyard.
 async fn heartbeat(
     store: Arc<AnyStore>,
     options: WorkerOptions,
@@ -790,6 +801,7 @@ async fn heartbeat(
     limits: Option<Arc<WorkerLimits>>,
     fatal: Arc<Mutex<Option<WorkerError>>>,
     stop: CancellationToken,
+    renewed: Arc<Mutex<Instant>>,
 ) {
     let AnyStore::Sql(sql) = &*store else {
         return;
@@ -819,6 +831,7 @@ async fn heartbeat(
         match sql.heartbeat(&options.id, &snapshot, options.lease).await {
             Ok(beat) => {
                 last_ok = Instant::now();
+                *renewed.lock().unwrap_or_else(|p| p.into_inner()) = last_ok;
                 if beat.schema_version > sql::SCHEMA_VERSION {
                     *fatal.lock().unwrap_or_else(|p| p.into_inner()) =
                         Some(WorkerError::Store(StoreError::NewerSchema {

@@ -932,6 +932,15 @@ mod tests {
         }
     }
 
+    /// An execution of run `id` under `epoch` that ended refused by the fence.
+    fn lease_lost(id: &str, epoch: i64) -> Finished {
+        Finished {
+            id: id.into(),
+            epoch,
+            outcome: Err(ResumeError::Store(StoreError::LeaseLost { run: id.into() })),
+        }
+    }
+
     /// A run claimed again by the worker that holds it: claimed ahead, the newer claim takes
     /// the older's place; running, it goes on under the new epoch when no one held it
     /// meanwhile, else the new claim waits for the stale execution and starts after it.
@@ -957,11 +966,7 @@ mod tests {
         assert!(ready.is_empty(), "the execution in flight goes on: {ready:?}");
         assert_eq!((epoch_of("a"), sql.fence_epoch("a")), (Some(3), Some(3)));
         // Its end is settled under the epoch it went on with; nothing waits after it.
-        let ended = Finished {
-            id: "a".into(),
-            epoch: 2,
-            outcome: Err(ResumeError::Store(StoreError::LeaseLost { run: "a".into() })),
-        };
+        let ended = lease_lost("a", 2);
         let options = WorkerOptions {
             id: "w".into(),
             batch: None,
@@ -985,11 +990,7 @@ mod tests {
         assert!(ready.is_empty());
         assert!(b_pause.is_cancelled(), "the stale execution is paused");
         assert_eq!((epoch_of("b"), sql.fence_epoch("b")), (Some(1), Some(1)));
-        let stale = Finished {
-            id: "b".into(),
-            epoch: 1,
-            outcome: Err(ResumeError::Store(StoreError::LeaseLost { run: "b".into() })),
-        };
+        let stale = lease_lost("b", 1);
         let next = settle(stale, &held, &sql, &options, &stats)
             .await
             .expect("the waiting claim");

@@ -45,9 +45,10 @@ use wire::{Encoder, SpanIn, Val};
 use crate::record::{RunRecord, RunStatus, StepRecord, StepStatus};
 use crate::runtime::observe::{Observer, Watch};
 
-/// Finished trees waiting for the exporter's thread, at most: twice the [`WAKE`] of trees of
-/// one record, so that a thread slow to wake still loses none.
-const QUEUE: usize = 32 * 1024;
+/// Finished trees waiting for the exporter's thread, at most: twice [`WAKE`], the most trees
+/// that can wait when the thread is woken (a tree holds one record at least), so that a
+/// thread slow to wake still loses none.
+const QUEUE: usize = 2 * WAKE;
 /// How long finished trees wait for the exporter's thread when fewer than [`WAKE`] records
 /// are waiting.
 const LINGER: Duration = Duration::from_millis(200);

@@ -1,7 +1,8 @@
 //! What a run tree's spans are made from, captured on the runs' threads and read back on the
-//! exporter's: each run's and record's fields appended to byte buffers as the engine makes
-//! them (a fixed header a record, then its strings), a finished tree's bytes copied out into
-//! [`Finished`] for the exporter's thread, and the emptied tree kept for the next run.
+//! exporter's: each run's and record's fields appended to the tree's byte buffer as the engine
+//! makes them (a fixed header a record, then its strings), a finished tree's bytes copied out
+//! into [`Finished`] for the exporter's thread in one copy, and the emptied tree kept for the
+//! next run.
 
 use crate::record::{self, RunRecord, RunStatus, StepRecord, StepStatus};
 
@@ -69,14 +70,15 @@ pub(super) struct McpNotes<'a> {
     pub(super) port: Option<&'a str>,
 }
 
-/// What a run tree's spans are made from: its runs' and records' fields, appended to byte
-/// buffers as the engine makes them — a copy of a few bytes on the run's thread, no
+/// What a run tree's spans are made from: its runs' and records' fields, appended to one byte
+/// buffer as the engine makes them — a copy of a few bytes on the run's thread, no
 /// allocation per field — and read back on the exporter's thread.
 ///
-/// A record is a fixed-width header (which of its optional fields it has, as bits, then its
-/// numbers, little-endian, and the lengths of the strings every record of its sort has),
-/// built on the stack and appended in one copy, followed by its strings: those, then any
-/// others, each after its length. Optional fields it lacks take no bytes, and the run id of a
+/// The buffer holds the root run's id, then the records in the order they were made. A
+/// record is a fixed-width header (its sort, which of its optional fields it has, as bits,
+/// then its numbers, little-endian, and the lengths of the strings every record of its sort
+/// has), built on the stack and appended in one copy, followed by its strings: those, then
+/// any others, each after its length. Optional fields it lacks take no bytes, and the run id of a
 /// record of the root run is not written: a record costs a handful of copies whatever it holds.
 ///
 /// The header is kept small, since every byte of it is copied twice more on the run's thread
@@ -85,21 +87,28 @@ pub(super) struct McpNotes<'a> {
 /// attempt and the three lengths one byte each; a record whose numbers do not fit writes them
 /// whole after the header instead ([`has::WIDE_TIMES`], [`has::WIDE_ATTEMPT`],
 /// [`has::LONG_NAMES`]).
+///
+/// Three sorts of record: a run that ended here ([`sort::RUN`]), a step record
+/// ([`sort::STEP`]), and a run of the tree that started here, whether or not it ends here
+/// ([`sort::STARTED`]: its id, the number its steps are numbered under, and its flow).
 #[derive(Default)]
 pub(super) struct Tree {
-    /// The runs that ended here, for their spans.
-    pub(super) runs: Vec<u8>,
-    pub(super) steps: Vec<u8>,
-    /// Every run of the tree that started here, whether or not it ends here: its id, the
-    /// number its steps are numbered under, and its flow ([`TreeView::started`]).
-    pub(super) started: Vec<u8>,
+    /// The root run's id (the trace's), then the records.
+    bytes: Vec<u8>,
+    /// The length of the root run's id at the start of [`bytes`](Self::bytes).
+    root_len: usize,
     pub(super) n_runs: usize,
     pub(super) n_steps: usize,
     pub(super) n_started: usize,
-    /// The root run's id: the trace's.
-    pub(super) root: String,
     /// Unix nanoseconds its records' times are counted from: the root run's start.
-    pub(super) base: u64,
+    base: u64,
+}
+
+/// A record's sort: the first byte of its header.
+mod sort {
+    pub(super) const RUN: u8 = 1;
+    pub(super) const STEP: u8 = 2;
+    pub(super) const STARTED: u8 = 3;
 }
 
 /// A record's optional fields, as bits of its header's first word.
@@ -138,12 +147,13 @@ const NOTES: [&str; 4] = ["tool", "call_id", "model", "response_model"];
 /// The notes' keys, in the order they are written and read.
 const MCP_NOTES: [&str; 6] = ["server", "tool", "transport", "protocol", "address", "port"];
 
-/// A step record's header: bits, status, attempt, the lengths of its number, step id and kind
-/// (which follow it, in that order, after the header's extensions), start and duration.
-const STEP_HEAD: usize = 4 + 1 + 1 + 3 + 4 + 4;
-/// A run's header: bits, status, start, duration, and the length of its flow (which follows
-/// it, after the header's extension).
-const RUN_HEAD: usize = 4 + 1 + 4 + 4 + 4;
+/// A step record's header: sort, bits, status, attempt, the lengths of its number, step id
+/// and kind (which follow it, in that order, after the header's extensions), start and
+/// duration.
+const STEP_HEAD: usize = 1 + 4 + 1 + 1 + 3 + 4 + 4;
+/// A run's header: sort, bits, status, start, duration, and the length of its flow (which
+/// follows it, after the header's extension).
+const RUN_HEAD: usize = 1 + 4 + 1 + 4 + 4 + 4;
 
 fn step_status_code(s: StepStatus) -> u8 {
     match s {
@@ -182,7 +192,7 @@ const RUN_STATUSES: [RunStatus; 6] = [
 
 fn usage_bit(u: &record::Usage) -> u32 {
     let none =
-        u.input_tokens == 0 && u.output_tokens == 0 && u.cost_usd.usd() == 0.0 && u.cost_unknown_calls == 0;
+        u.input_tokens == 0 && u.output_tokens == 0 && u.cost_usd.is_zero() && u.cost_unknown_calls == 0;
     if none { 0 } else { has::USAGE }
 }
 
@@ -208,6 +218,63 @@ fn narrow_times(base: u64, start: u64, end: Option<u64>) -> Option<[u8; 8]> {
     Some(t)
 }
 
+/// What follows a step record's header when it has any of [`has::WIDE_TIMES`],
+/// [`has::WIDE_ATTEMPT`], [`has::LONG_NAMES`] and [`has::ITERATION`] (few have): those, in
+/// that order.
+#[inline(never)]
+fn put_step_extensions(
+    b: &mut Vec<u8>,
+    s: &StepRecord,
+    bits: u32,
+    start: u64,
+    end: Option<u64>,
+    names: [&[u8]; 3],
+) {
+    if bits & has::WIDE_TIMES != 0 {
+        put_wide_times(b, start, end);
+    }
+    if bits & has::WIDE_ATTEMPT != 0 {
+        b.extend_from_slice(&s.attempt.to_le_bytes());
+    }
+    if bits & has::LONG_NAMES != 0 {
+        for name in names {
+            b.extend_from_slice(&(name.len() as u32).to_le_bytes());
+        }
+    }
+    if let Some(i) = s.iteration {
+        b.extend_from_slice(&i.to_le_bytes());
+    }
+}
+
+/// What a step record's notes say of its call (the agent loop's `named`, an `llm` call's
+/// `Notes`, an MCP call's `mcp`), in the order of [`NOTES`] and then [`MCP_NOTES`]: most
+/// records have none.
+fn notes(answers: &serde_json::Value) -> impl Iterator<Item = Option<&str>> {
+    let mcp = answers.get("mcp");
+    NOTES
+        .iter()
+        .map(|k| answers.get(k))
+        .chain(MCP_NOTES.iter().map(move |k| mcp.and_then(|m| m.get(k))))
+        .map(|v| v.and_then(serde_json::Value::as_str))
+}
+
+/// The header bits of a step record's notes ([`has::NOTE`]).
+#[inline(never)]
+fn note_bits(answers: &serde_json::Value) -> u32 {
+    notes(answers)
+        .enumerate()
+        .filter(|(_, n)| n.is_some())
+        .fold(0, |bits, (i, _)| bits | (has::NOTE << i))
+}
+
+/// A step record's notes, those it has ([`note_bits`]).
+#[inline(never)]
+fn put_notes(b: &mut Vec<u8>, answers: &serde_json::Value) {
+    for n in notes(answers) {
+        put_some(b, n);
+    }
+}
+
 /// The times of a record whose header has [`has::WIDE_TIMES`]: its start and end (0 when it
 /// has none), whole.
 fn put_wide_times(b: &mut Vec<u8>, start: u64, end: Option<u64>) {
@@ -227,8 +294,30 @@ fn put_usage(b: &mut Vec<u8>, u: &record::Usage) {
 }
 
 impl Tree {
+    /// An empty tree for root run `root`, its records' times counted from `base`.
+    pub(super) fn new(root: &str, base: u64) -> Tree {
+        let mut tree = Tree {
+            bytes: Vec::with_capacity(1024),
+            ..Tree::default()
+        };
+        tree.start(root, base);
+        tree
+    }
+
+    /// Starts this emptied tree ([`clear`](Self::clear)) again, for root run `root`.
+    pub(super) fn start(&mut self, root: &str, base: u64) {
+        self.bytes.extend_from_slice(cut(root));
+        self.root_len = self.bytes.len();
+        self.base = base;
+    }
+
+    /// The root run's id.
+    fn root(&self) -> &[u8] {
+        &self.bytes[..self.root_len]
+    }
+
     pub(super) fn push_run(&mut self, run: &RunRecord) {
-        let other = run.id != self.root;
+        let other = run.id.as_bytes() != self.root();
         let start = record::nanos(run.started_at, run.started_ns);
         let end = run.finished_at.map(|at| record::nanos(at, run.finished_ns));
         let times = narrow_times(self.base, start, end);
@@ -244,14 +333,15 @@ impl Tree {
                 (has::WIDE_TIMES, times.is_none()),
             ]);
         let mut h = [0u8; RUN_HEAD];
-        h[0..4].copy_from_slice(&bits.to_le_bytes());
-        h[4] = run_status_code(run.status);
+        h[0] = sort::RUN;
+        h[1..5].copy_from_slice(&bits.to_le_bytes());
+        h[5] = run_status_code(run.status);
         if let Some(t) = times {
-            h[5..13].copy_from_slice(&t);
+            h[6..14].copy_from_slice(&t);
         }
         let flow = cut(&run.flow);
-        h[13..17].copy_from_slice(&(flow.len() as u32).to_le_bytes());
-        let b = &mut self.runs;
+        h[14..18].copy_from_slice(&(flow.len() as u32).to_le_bytes());
+        let b = &mut self.bytes;
         b.extend_from_slice(&h);
         if times.is_none() {
             put_wide_times(b, start, end);
@@ -277,14 +367,14 @@ impl Tree {
     }
 
     pub(super) fn push_step(&mut self, s: &StepRecord) {
-        let other = s.run_id != self.root;
+        let other = s.run_id.as_bytes() != self.root();
         let start = record::nanos(s.started_at, s.started_ns);
         let end = s.finished_at.map(|at| record::nanos(at, s.finished_ns));
         let times = narrow_times(self.base, start, end);
         let names = [cut(&s.number), cut(&s.step), cut(&s.kind)];
         let short = names.iter().all(|n| n.len() <= usize::from(u8::MAX));
         let attempt = u8::try_from(s.attempt).ok();
-        let mut bits = usage_bit(&s.usage)
+        let bits = usage_bit(&s.usage)
             | bits_of([
                 (has::OTHER_RUN, other),
                 (has::END, end.is_some()),
@@ -294,50 +384,27 @@ impl Tree {
                 (has::WIDE_TIMES, times.is_none()),
                 (has::WIDE_ATTEMPT, attempt.is_none()),
                 (has::LONG_NAMES, !short),
-            ]);
-        // What the record's notes say of its call (the agent loop's `named`, an `llm` call's
-        // `Notes`, an MCP call's `mcp`): most records have none.
-        let mut notes = [None::<&str>; NOTES.len() + MCP_NOTES.len()];
-        if let Some(a) = &s.answers {
-            let mcp = a.get("mcp");
-            let found = NOTES
-                .iter()
-                .map(|k| a.get(k))
-                .chain(MCP_NOTES.iter().map(|k| mcp.and_then(|m| m.get(k))));
-            for (i, (slot, v)) in notes.iter_mut().zip(found).enumerate() {
-                *slot = v.and_then(serde_json::Value::as_str);
-                if slot.is_some() {
-                    bits |= has::NOTE << i;
-                }
-            }
-        }
+            ])
+            | s.answers.as_ref().map_or(0, note_bits);
         let mut h = [0u8; STEP_HEAD];
-        h[0..4].copy_from_slice(&bits.to_le_bytes());
-        h[4] = step_status_code(s.status);
-        h[5] = attempt.unwrap_or(0);
+        h[0] = sort::STEP;
+        h[1..5].copy_from_slice(&bits.to_le_bytes());
+        h[5] = step_status_code(s.status);
+        h[6] = attempt.unwrap_or(0);
         if short {
             for (at, name) in names.iter().enumerate() {
-                h[6 + at] = name.len() as u8;
+                h[7 + at] = name.len() as u8;
             }
         }
         if let Some(t) = times {
-            h[9..17].copy_from_slice(&t);
+            h[10..18].copy_from_slice(&t);
         }
-        let b = &mut self.steps;
+        let b = &mut self.bytes;
+        // Room for what most records hold, at once: the header and the three names.
+        b.reserve(STEP_HEAD + names.iter().map(|n| n.len()).sum::<usize>());
         b.extend_from_slice(&h);
-        if times.is_none() {
-            put_wide_times(b, start, end);
-        }
-        if attempt.is_none() {
-            b.extend_from_slice(&s.attempt.to_le_bytes());
-        }
-        if !short {
-            for name in names {
-                b.extend_from_slice(&(name.len() as u32).to_le_bytes());
-            }
-        }
-        if let Some(i) = s.iteration {
-            b.extend_from_slice(&i.to_le_bytes());
+        if bits & (has::WIDE_TIMES | has::WIDE_ATTEMPT | has::LONG_NAMES | has::ITERATION) != 0 {
+            put_step_extensions(b, s, bits, start, end, names);
         }
         for name in names {
             b.extend_from_slice(name);
@@ -353,20 +420,17 @@ impl Tree {
             put_str(b, &e.message);
         }
         put_some(b, s.route.as_deref());
-        if s.answers.is_some() {
-            for n in notes {
-                put_some(b, n);
-            }
+        if let Some(a) = &s.answers {
+            put_notes(b, a);
         }
         self.n_steps += 1;
     }
 
     pub(super) fn push_started(&mut self, run: &RunRecord) {
-        let b = &mut self.started;
-        if run.id == self.root {
-            b.push(0);
-        } else {
-            b.push(1);
+        let other = run.id.as_bytes() != self.root();
+        let b = &mut self.bytes;
+        b.extend_from_slice(&[sort::STARTED, u8::from(other)]);
+        if other {
             put_str(b, &run.id);
         }
         put_str(b, run.parent_step.as_deref().unwrap_or(""));
@@ -382,134 +446,180 @@ impl Tree {
     #[cfg(test)]
     pub(super) fn view(&self) -> TreeView<'_> {
         TreeView {
-            root: &self.root,
+            root: std::str::from_utf8(self.root()).unwrap_or(""),
             base: self.base,
-            runs: &self.runs,
-            steps: &self.steps,
-            started: &self.started,
+            records: &self.bytes[self.root_len..],
             n_runs: self.n_runs,
             n_steps: self.n_steps,
             n_started: self.n_started,
         }
     }
+
+    /// Emptied for the next tree, its buffer kept unless it grew past [`SPARE_BYTES`].
+    pub(super) fn clear(&mut self) {
+        if self.bytes.capacity() > SPARE_BYTES {
+            self.bytes = Vec::with_capacity(1024);
+        } else {
+            self.bytes.clear();
+        }
+        self.root_len = 0;
+        self.base = 0;
+        self.n_runs = 0;
+        self.n_steps = 0;
+        self.n_started = 0;
+    }
 }
 
-/// A finished tree's buffers, read where they lie: in the tree, or copied into [`Finished`].
+/// A finished tree's records, read where they lie: in the tree, or copied into [`Finished`].
 #[derive(Clone, Copy)]
 pub(super) struct TreeView<'a> {
     pub(super) root: &'a str,
     pub(super) base: u64,
-    pub(super) runs: &'a [u8],
-    pub(super) steps: &'a [u8],
-    pub(super) started: &'a [u8],
+    /// The records, after the root's id.
+    pub(super) records: &'a [u8],
     pub(super) n_runs: usize,
     pub(super) n_steps: usize,
     pub(super) n_started: usize,
 }
 
+/// A run of a tree that started in the tree's process: its id, and the number its steps are
+/// numbered under and its flow.
+pub(super) type Started<'a> = (&'a str, (&'a str, &'a str));
+
+/// A tree's records, by sort, each in the order it was made.
+#[derive(Default)]
+pub(super) struct Parts<'a> {
+    pub(super) runs: Vec<RunPart<'a>>,
+    pub(super) steps: Vec<StepPart<'a>>,
+    pub(super) started: Vec<Started<'a>>,
+}
+
 impl<'a> TreeView<'a> {
+    /// Every record, read in one pass.
+    pub(super) fn parts(&self) -> Parts<'a> {
+        let mut parts = Parts {
+            runs: Vec::with_capacity(self.n_runs),
+            steps: Vec::with_capacity(self.n_steps),
+            started: Vec::with_capacity(self.n_started),
+        };
+        let mut r = Reader(self.records);
+        while let [sort, ..] = *r.0 {
+            r.take(1);
+            match sort {
+                sort::RUN => parts.runs.push(self.run(&mut r)),
+                sort::STEP => parts.steps.push(self.step(&mut r)),
+                sort::STARTED => parts.started.push(self.started_run(&mut r)),
+                // Only ever written by `Tree`: a byte of no sort is a bug, and what follows
+                // it cannot be read.
+                _ => break,
+            }
+        }
+        parts
+    }
+
+    #[cfg(test)]
     pub(super) fn runs(&self) -> Vec<RunPart<'a>> {
-        let mut r = Reader(self.runs);
-        (0..self.n_runs)
-            .map(|_| {
-                let h = r.take(RUN_HEAD);
-                let bits = le32(h, 0);
-                let (start_ns, end_ns) = r.times(self.base, h, 5, bits);
-                let flow = r.str_of(le32(h, 13));
-                let (tokens, cost_usd, cost_unknown_calls) = r.usage(bits);
-                let on = |bit: u32| bits & bit != 0;
-                RunPart {
-                    id: if on(has::OTHER_RUN) { r.str() } else { self.root },
-                    flow,
-                    parent_run: r.str_if(on(has::PARENT_RUN)),
-                    parent_step: r.str_if(on(has::PARENT_STEP)),
-                    status: RUN_STATUSES
-                        .get(usize::from(byte(h, 4)))
-                        .map_or("", |s| s.as_str()),
-                    error: on(has::ERROR).then(|| (r.str(), r.str())),
-                    start_ns,
-                    end_ns,
-                    tokens,
-                    cost_usd,
-                    cost_unknown_calls,
-                    batch: r.str_if(on(has::BATCH)),
-                    item_id: r.str_if(on(has::ITEM)),
-                }
-            })
-            .collect()
+        self.parts().runs
     }
 
+    #[cfg(test)]
     pub(super) fn steps(&self) -> Vec<StepPart<'a>> {
-        let mut r = Reader(self.steps);
-        (0..self.n_steps)
-            .map(|_| {
-                let h = r.take(STEP_HEAD);
-                let bits = le32(h, 0);
-                let on = |bit: u32| bits & bit != 0;
-                let (start_ns, end_ns) = r.times(self.base, h, 9, bits);
-                let attempt = if on(has::WIDE_ATTEMPT) {
-                    le32(r.take(4), 0)
-                } else {
-                    u32::from(byte(h, 5))
-                };
-                let lengths = if on(has::LONG_NAMES) {
-                    let l = r.take(12);
-                    [le32(l, 0), le32(l, 4), le32(l, 8)]
-                } else {
-                    [6, 7, 8].map(|at| u32::from(byte(h, at)))
-                };
-                let iteration = on(has::ITERATION).then(|| r.u64());
-                let [number, step, kind] = lengths.map(|n| r.str_of(n));
-                let (tokens, cost_usd, cost_unknown_calls) = r.usage(bits);
-                let run_id = if on(has::OTHER_RUN) { r.str() } else { self.root };
-                let error = on(has::ERROR).then(|| (r.str(), r.str()));
-                let route = r.str_if(on(has::ROUTE));
-                let mut note = (0..).map(|i| r.str_if(on(has::NOTE << i)));
-                let mut next = || note.next().flatten();
-                StepPart {
-                    run_id,
-                    number,
-                    step,
-                    kind,
-                    attempt,
-                    status: STEP_STATUSES
-                        .get(usize::from(byte(h, 4)))
-                        .map_or("", |s| s.as_str()),
-                    iteration,
-                    start_ns,
-                    end_ns,
-                    tokens,
-                    cost_usd,
-                    cost_unknown_calls,
-                    error,
-                    route,
-                    tool: next(),
-                    call_id: next(),
-                    model: next(),
-                    response_model: next(),
-                    mcp: McpNotes {
-                        server: next(),
-                        tool: next(),
-                        transport: next(),
-                        protocol: next(),
-                        address: next(),
-                        port: next(),
-                    },
-                }
-            })
-            .collect()
+        self.parts().steps
     }
 
-    /// The runs that started here: each one's id, the number its steps are numbered under,
-    /// and its flow.
-    pub(super) fn started(&self) -> Vec<(&'a str, (&'a str, &'a str))> {
-        let mut r = Reader(self.started);
-        (0..self.n_started)
-            .map(|_| {
-                let id = if r.take(1) == [1] { r.str() } else { self.root };
-                (id, (r.str(), r.str()))
-            })
-            .collect()
+    #[cfg(test)]
+    pub(super) fn started(&self) -> Vec<Started<'a>> {
+        self.parts().started
+    }
+
+    /// A run's record, after its sort.
+    fn run(&self, r: &mut Reader<'a>) -> RunPart<'a> {
+        let h = r.take(RUN_HEAD - 1);
+        let bits = le32(h, 0);
+        let (start_ns, end_ns) = r.times(self.base, h, 5, bits);
+        let flow = r.str_of(le32(h, 13));
+        let (tokens, cost_usd, cost_unknown_calls) = r.usage(bits);
+        let on = |bit: u32| bits & bit != 0;
+        RunPart {
+            id: if on(has::OTHER_RUN) { r.str() } else { self.root },
+            flow,
+            parent_run: r.str_if(on(has::PARENT_RUN)),
+            parent_step: r.str_if(on(has::PARENT_STEP)),
+            status: RUN_STATUSES
+                .get(usize::from(byte(h, 4)))
+                .map_or("", |s| s.as_str()),
+            error: on(has::ERROR).then(|| (r.str(), r.str())),
+            start_ns,
+            end_ns,
+            tokens,
+            cost_usd,
+            cost_unknown_calls,
+            batch: r.str_if(on(has::BATCH)),
+            item_id: r.str_if(on(has::ITEM)),
+        }
+    }
+
+    /// A step record, after its sort.
+    fn step(&self, r: &mut Reader<'a>) -> StepPart<'a> {
+        let h = r.take(STEP_HEAD - 1);
+        let bits = le32(h, 0);
+        let on = |bit: u32| bits & bit != 0;
+        let (start_ns, end_ns) = r.times(self.base, h, 9, bits);
+        let attempt = if on(has::WIDE_ATTEMPT) {
+            le32(r.take(4), 0)
+        } else {
+            u32::from(byte(h, 5))
+        };
+        let lengths = if on(has::LONG_NAMES) {
+            let l = r.take(12);
+            [le32(l, 0), le32(l, 4), le32(l, 8)]
+        } else {
+            [6, 7, 8].map(|at| u32::from(byte(h, at)))
+        };
+        let iteration = on(has::ITERATION).then(|| r.u64());
+        let [number, step, kind] = lengths.map(|n| r.str_of(n));
+        let (tokens, cost_usd, cost_unknown_calls) = r.usage(bits);
+        let run_id = if on(has::OTHER_RUN) { r.str() } else { self.root };
+        let error = on(has::ERROR).then(|| (r.str(), r.str()));
+        let route = r.str_if(on(has::ROUTE));
+        let mut note = (0..).map(|i| r.str_if(on(has::NOTE << i)));
+        let mut next = || note.next().flatten();
+        StepPart {
+            run_id,
+            number,
+            step,
+            kind,
+            attempt,
+            status: STEP_STATUSES
+                .get(usize::from(byte(h, 4)))
+                .map_or("", |s| s.as_str()),
+            iteration,
+            start_ns,
+            end_ns,
+            tokens,
+            cost_usd,
+            cost_unknown_calls,
+            error,
+            route,
+            tool: next(),
+            call_id: next(),
+            model: next(),
+            response_model: next(),
+            mcp: McpNotes {
+                server: next(),
+                tool: next(),
+                transport: next(),
+                protocol: next(),
+                address: next(),
+                port: next(),
+            },
+        }
+    }
+
+    /// A run that started here, after its sort.
+    fn started_run(&self, r: &mut Reader<'a>) -> Started<'a> {
+        let id = if r.take(1) == [1] { r.str() } else { self.root };
+        (id, (r.str(), r.str()))
     }
 }
 
@@ -607,17 +717,17 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// A finished tree's header: its base time, its root's length, its three counts and its three
-/// buffers' lengths (four bytes each: [`Finished::fits`]).
-const TREE_HEAD: usize = 8 + 4 + 6 * 4;
+/// A finished tree's header: its base time, its root's length, its three counts and the
+/// length of its bytes (four bytes each: [`Finished::fits`]).
+const TREE_HEAD: usize = 8 + 4 + 4 * 4;
 /// The largest buffer a spare tree keeps.
 pub(super) const SPARE_BYTES: usize = 16 * 1024;
 /// The most bytes of finished trees [`Finished`] keeps room for once emptied.
 pub(super) const FINISHED_BYTES: usize = 4 << 20;
 
-/// Finished trees, each copied into one buffer as it ends, so that its own buffers go back
-/// to the spares at once: a header (the root's length, the record counts, the buffers'
-/// lengths), then the root and the three buffers.
+/// Finished trees, each copied into one buffer as it ends, so that its own buffer is emptied
+/// for the next tree at once: a header (the base time, the root's length, the record counts,
+/// the bytes' length), then the tree's bytes (the root's id and the records).
 #[derive(Default)]
 pub(super) struct Finished {
     pub(super) bytes: Vec<u8>,
@@ -626,41 +736,36 @@ pub(super) struct Finished {
 }
 
 impl Finished {
-    /// Whether `tree`'s counts and buffers' lengths fit its header here (one that does not,
-    /// past 4 GiB, is dropped rather than queued).
+    /// Empty, with room for [`FINISHED_BYTES`]: the pages are only taken as trees fill them,
+    /// and a queue that starts small would be copied over and over as it grows.
+    pub(super) fn new() -> Finished {
+        Finished {
+            bytes: Vec::with_capacity(FINISHED_BYTES),
+            ..Finished::default()
+        }
+    }
+
+    /// Whether `tree`'s counts and length fit its header here (one that does not, past
+    /// 4 GiB, is dropped rather than queued).
     pub(super) fn fits(tree: &Tree) -> bool {
-        [
-            tree.n_runs,
-            tree.n_steps,
-            tree.n_started,
-            tree.runs.len(),
-            tree.steps.len(),
-            tree.started.len(),
-        ]
-        .into_iter()
-        .all(|n| u32::try_from(n).is_ok())
+        [tree.n_runs, tree.n_steps, tree.n_started, tree.bytes.len()]
+            .into_iter()
+            .all(|n| u32::try_from(n).is_ok())
     }
 
     /// Copies `tree` in; one that does not [`fit`](Self::fits) is a bug of the caller.
     pub(super) fn push(&mut self, tree: &Tree) {
-        let root = cut(&tree.root);
-        let parts = [&tree.runs, &tree.steps, &tree.started];
         let mut h = [0u8; TREE_HEAD];
         h[0..8].copy_from_slice(&tree.base.to_le_bytes());
-        h[8..12].copy_from_slice(&(root.len() as u32).to_le_bytes());
-        let numbers = [tree.n_runs, tree.n_steps, tree.n_started]
-            .into_iter()
-            .chain(parts.iter().map(|p| p.len()));
-        for (i, n) in numbers.enumerate() {
-            h[12 + 4 * i..16 + 4 * i].copy_from_slice(&(n as u32).to_le_bytes());
-        }
+        h[8..12].copy_from_slice(&(tree.root_len as u32).to_le_bytes());
+        h[12..16].copy_from_slice(&(tree.n_runs as u32).to_le_bytes());
+        h[16..20].copy_from_slice(&(tree.n_steps as u32).to_le_bytes());
+        h[20..24].copy_from_slice(&(tree.n_started as u32).to_le_bytes());
+        h[24..28].copy_from_slice(&(tree.bytes.len() as u32).to_le_bytes());
         let b = &mut self.bytes;
-        b.reserve(TREE_HEAD + root.len() + parts.iter().map(|p| p.len()).sum::<usize>());
+        b.reserve(TREE_HEAD + tree.bytes.len());
         b.extend_from_slice(&h);
-        b.extend_from_slice(root);
-        for part in parts {
-            b.extend_from_slice(part);
-        }
+        b.extend_from_slice(&tree.bytes);
         self.trees += 1;
         self.records += tree.records();
     }
@@ -669,16 +774,15 @@ impl Finished {
         let mut r = Reader(&self.bytes);
         (0..self.trees).map(move |_| {
             let h = r.take(TREE_HEAD);
-            let n = |i: usize| usize::try_from(le32(h, 12 + 4 * i)).unwrap_or(usize::MAX);
+            let n = |at: usize| usize::try_from(le32(h, at)).unwrap_or(usize::MAX);
+            let mut bytes = Reader(r.take(n(24)));
             TreeView {
                 base: le64(h, 0),
-                root: r.str_of(le32(h, 8)),
-                n_runs: n(0),
-                n_steps: n(1),
-                n_started: n(2),
-                runs: r.take(n(3)),
-                steps: r.take(n(4)),
-                started: r.take(n(5)),
+                root: bytes.str_of(le32(h, 8)),
+                records: bytes.0,
+                n_runs: n(12),
+                n_steps: n(16),
+                n_started: n(20),
             }
         })
     }
@@ -688,27 +792,6 @@ impl Finished {
         self.bytes.shrink_to(FINISHED_BYTES);
         self.trees = 0;
         self.records = 0;
-    }
-}
-
-impl Tree {
-    /// Emptied for reuse, or `None` when its buffers grew too big to keep.
-    pub(super) fn recycled(mut self: Box<Self>) -> Option<Box<Tree>> {
-        if self.runs.capacity() > SPARE_BYTES
-            || self.steps.capacity() > SPARE_BYTES
-            || self.started.capacity() > SPARE_BYTES
-        {
-            return None;
-        }
-        self.runs.clear();
-        self.steps.clear();
-        self.started.clear();
-        self.root.clear();
-        self.base = 0;
-        self.n_runs = 0;
-        self.n_steps = 0;
-        self.n_started = 0;
-        Some(self)
     }
 }
 
@@ -768,10 +851,7 @@ mod tests {
 
     #[test]
     fn records_read_back_from_a_tree_as_written() {
-        let mut tree = Tree {
-            root: "r1".into(),
-            ..Tree::default()
-        };
+        let mut tree = Tree::new("r1", 0);
         // A record of the root run (its id not written) and of a child run (written).
         tree.push_step(&step("r1"));
         tree.push_run(&run("r2", Some("r1")));
@@ -846,11 +926,7 @@ mod tests {
     #[test]
     fn numbers_too_wide_for_a_header_follow_it_whole() {
         let base = 5_000_000_000;
-        let mut tree = Tree {
-            root: "r1".into(),
-            base,
-            ..Tree::default()
-        };
+        let mut tree = Tree::new("r1", base);
         let long = "7.".repeat(200) + "1";
         let mut wide = step("r1");
         // Before the base, and ending five seconds later; attempt and number past a byte.
@@ -914,7 +990,7 @@ mod tests {
 
     #[test]
     fn every_status_reads_back_as_written() {
-        let mut tree = Tree::default();
+        let mut tree = Tree::new("", 0);
         for status in STEP_STATUSES {
             let mut s = step("r");
             s.status = status;

@@ -39,7 +39,7 @@ use std::time::Duration;
 mod capture;
 mod wire;
 
-use capture::{Finished, McpNotes, RunPart, StepPart, Tree, TreeView};
+use capture::{Finished, McpNotes, Parts, RunPart, Started, StepPart, Tree, TreeView};
 use wire::{Encoder, SpanIn, Val};
 
 use crate::record::{RunRecord, RunStatus, StepRecord, StepStatus};
@@ -84,50 +84,70 @@ struct Trees {
 const SPARE: usize = 64;
 
 thread_local! {
-    /// Emptied trees of the runs that ended on this thread, taken last in first out: a new run
-    /// fills the buffers an ended run just emptied, still in the core's cache, and takes no
-    /// lock to find them. (Buffers that went round the exporter's thread first came back
-    /// cold, and filling them cost more than the rest of the capture.)
-    // Boxed: a tree moves in and out of its runs' watch as a pointer, not as its fields.
-    #[allow(clippy::vec_box)]
-    static SPARES: std::cell::RefCell<Vec<Box<Tree>>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// The watches of the trees that ended on this thread, taken last in first out once their
+    /// runs let go of them: a new run fills the buffer an ended run just emptied, still in
+    /// the core's cache, and neither allocates its watch nor takes a lock to find it.
+    /// (Buffers that went round the exporter's thread first came back cold, and filling them
+    /// cost more than the rest of the capture.)
+    static SPARES: std::cell::RefCell<Vec<Arc<Open>>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// Keeps the buffers of a tree let go of (copied out, or not exported) for the next tree.
-fn discard(tree: Box<Tree>) {
-    if let Some(tree) = tree.recycled() {
-        // A thread being torn down keeps nothing (its spares are gone already).
-        let _ = SPARES.try_with(|spares| {
-            let mut spares = spares.borrow_mut();
-            if spares.len() < SPARE {
-                spares.push(tree);
-            }
-        });
-    }
-}
-
-/// An empty tree for root run `root`, its records' times counted from `base`: a spare one
-/// when this thread has one.
-fn new_tree(root: &str, base: u64) -> Box<Tree> {
-    let spare = SPARES.try_with(|spares| spares.borrow_mut().pop()).ok().flatten();
-    let mut tree = spare.unwrap_or_else(|| {
-        Box::new(Tree {
-            runs: Vec::with_capacity(256),
-            steps: Vec::with_capacity(1024),
-            started: Vec::with_capacity(128),
-            ..Tree::default()
-        })
+/// Keeps the watch of a tree that ended (emptied) for a next tree on this thread.
+fn keep_spare(watch: &Watch) {
+    let Some(open) = watch.clone().and_then(|w| Arc::downcast::<Open>(w).ok()) else {
+        return;
+    };
+    // A thread being torn down keeps nothing (its spares are gone already).
+    let _ = SPARES.try_with(|spares| {
+        let mut spares = spares.borrow_mut();
+        if spares.len() < SPARE {
+            spares.push(open);
+        }
     });
-    tree.root.push_str(root);
-    tree.base = base;
-    tree
 }
+
+/// The watch of a new tree for root run `root`, its records' times counted from `base`: a
+/// spare one when this thread has one its runs let go of.
+fn open_tree(root: &str, base: u64, late: bool) -> Arc<Open> {
+    let spare = SPARES
+        .try_with(|spares| {
+            let mut spares = spares.borrow_mut();
+            // One still held (a run that has not let go of its watch yet) is left to it.
+            while let Some(mut open) = spares.pop() {
+                if let Some(o) = Arc::get_mut(&mut open) {
+                    let slot = o.slot.get_mut().unwrap_or_else(|p| p.into_inner());
+                    slot.tree.start(root, base);
+                    slot.open = true;
+                    slot.late = late;
+                    return Some(open);
+                }
+            }
+            None
+        })
+        .ok()
+        .flatten();
+    spare.unwrap_or_else(|| {
+        Arc::new(Open {
+            slot: Mutex::new(Slot {
+                tree: Tree::new(root, base),
+                open: true,
+                late,
+            }),
+        })
+    })
+}
+
 /// A run tree being filled: the watch ([`Watch`]) every run of the tree holds. Its lock is
 /// taken by the tree's own runs only (several at once under a `foreach` of child runs), never
 /// by the exporter's thread.
 struct Open {
-    /// `None` once the root ended, paused or was lost: what comes after is not exported.
-    tree: Mutex<Option<Box<Tree>>>,
+    slot: Mutex<Slot>,
+}
+
+struct Slot {
+    tree: Tree,
+    /// False once the root ended, paused or was lost: what comes after is not exported.
+    open: bool,
     /// Started after [`Exporter::finish`]: its records are counted as dropped when it ends.
     late: bool,
 }
@@ -137,14 +157,15 @@ impl Open {
         watch.as_deref().and_then(|w| w.downcast_ref::<Open>())
     }
 
-    fn with(&self, f: impl FnOnce(&mut Tree)) {
-        if let Some(tree) = self.tree.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
-            f(tree);
-        }
+    fn lock(&self) -> std::sync::MutexGuard<'_, Slot> {
+        self.slot.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn take(&self) -> Option<Box<Tree>> {
-        self.tree.lock().unwrap_or_else(|p| p.into_inner()).take()
+    fn with(&self, f: impl FnOnce(&mut Tree)) {
+        let mut slot = self.lock();
+        if slot.open {
+            f(&mut slot.tree);
+        }
     }
 }
 
@@ -224,7 +245,10 @@ impl Exporter {
         let url = traces_url(endpoint)?;
         let (done_tx, done_rx) = std::sync::mpsc::channel();
         let stats = Arc::new(ExportStats::default());
-        let trees = Arc::new(Mutex::new(Trees::default()));
+        let trees = Arc::new(Mutex::new(Trees {
+            finished: Finished::new(),
+            ..Trees::default()
+        }));
         let wake = Arc::new(std::sync::Condvar::new());
         let resource = Arc::new(Resource {
             host: crate::store::writers::host_name(),
@@ -249,7 +273,7 @@ impl Exporter {
                 let mut enc = Encoder::default();
                 // The queue's buffer, swapped with the shared one: emptied here and given back,
                 // so that queueing a tree does not grow a new buffer on the runs' threads.
-                let mut taken = Finished::default();
+                let mut taken = Finished::new();
                 loop {
                     let closed = {
                         let mut t = trees.lock().unwrap_or_else(|p| p.into_inner());
@@ -403,16 +427,13 @@ impl Observer for Exporter {
         // here) starts a tree of its own.
         let root = run.parent_run.as_deref().unwrap_or(&run.id);
         let late = self.closed.load(Ordering::Relaxed);
-        let mut tree = new_tree(root, crate::record::nanos(run.started_at, run.started_ns));
+        let open = open_tree(root, crate::record::nanos(run.started_at, run.started_ns), late);
         // The root's own start is told by its run's record, or, if it does not end here, at
         // its stop ([`Observer::run_ended`]).
         if run.id != root {
-            tree.push_started(run);
+            open.with(|tree| tree.push_started(run));
         }
-        Some(Arc::new(Open {
-            tree: Mutex::new(Some(tree)),
-            late,
-        }))
+        Some(open)
     }
 
     fn step(&self, watch: &Watch, s: &StepRecord) {
@@ -443,27 +464,29 @@ impl Observer for Exporter {
             }
             return;
         }
-        let Some(mut tree) = open.take() else {
-            return;
-        };
-        if run.status == RunStatus::Running {
+        let wake = {
+            let mut slot = open.lock();
+            if !slot.open {
+                return;
+            }
+            slot.open = false;
             // Paused: nothing of it was stopped on record, so the next holder is handed its
             // records as they replay.
-            discard(tree);
-            return;
-        }
-        if ended {
-            tree.push_run(run);
-        } else {
-            tree.push_started(run);
-        }
-        let wake = {
-            let mut t = self.trees.lock().unwrap_or_else(|p| p.into_inner());
-            // Open as the exporter finished: left to the process that goes on with it.
-            (!t.closed || open.late) && Self::queue(&mut t, &tree, &self.stats)
+            let wake = run.status != RunStatus::Running && {
+                if ended {
+                    slot.tree.push_run(run);
+                } else {
+                    slot.tree.push_started(run);
+                }
+                let mut t = self.trees.lock().unwrap_or_else(|p| p.into_inner());
+                // Open as the exporter finished: left to the process that goes on with it.
+                (!t.closed || slot.late) && Self::queue(&mut t, &slot.tree, &self.stats)
+            };
+            // Copied out: its buffer is kept for the next tree.
+            slot.tree.clear();
+            wake
         };
-        // Copied out: its buffers are kept for the next tree.
-        discard(tree);
+        keep_spare(watch);
         if wake {
             self.wake.notify_one();
         }
@@ -473,9 +496,15 @@ impl Observer for Exporter {
         // Lost (its lease taken over) or cut off by the store: this process exports nothing
         // of the tree; the next holder is handed what was recorded of it.
         if run.parent_run.is_none()
-            && let Some(tree) = Open::of(watch).and_then(Open::take)
+            && let Some(open) = Open::of(watch)
         {
-            discard(tree);
+            let mut slot = open.lock();
+            if slot.open {
+                slot.open = false;
+                slot.tree.clear();
+                drop(slot);
+                keep_spare(watch);
+            }
         }
     }
 }
@@ -567,7 +596,7 @@ fn parent_span_id(run: &str, prefix: &str, number: &str, iteration: Option<u64>)
 
 /// The runs that started in a tree's process: each one's step-number prefix and flow.
 struct Lineage<'a> {
-    all: Vec<(&'a str, (&'a str, &'a str))>,
+    all: Vec<Started<'a>>,
     /// For trees of many runs.
     index: HashMap<&'a str, (&'a str, &'a str)>,
 }
@@ -575,10 +604,9 @@ struct Lineage<'a> {
 impl<'a> Lineage<'a> {
     /// The runs that started in `tree`, of which `runs` ended there: the root is among them
     /// by its record, unless it did not end here.
-    fn of(tree: TreeView<'a>, runs: &[RunPart<'a>]) -> Lineage<'a> {
-        let mut all = tree.started();
-        if !all.iter().any(|(id, _)| *id == tree.root)
-            && let Some(root) = runs.iter().find(|r| r.id == tree.root)
+    fn of(root: &str, mut all: Vec<Started<'a>>, runs: &[RunPart<'a>]) -> Lineage<'a> {
+        if !all.iter().any(|(id, _)| *id == root)
+            && let Some(root) = runs.iter().find(|r| r.id == root)
         {
             all.push((root.id, (root.parent_step.unwrap_or(""), root.flow)));
         }
@@ -624,9 +652,8 @@ fn chat_span_id(run: &str, number: &str, iteration: Option<u64>) -> [u8; 8] {
 /// Writes the spans of a finished run tree into `enc`, calling `full` whenever a request's
 /// worth ([`BATCH`]) is written.
 fn encode_tree(tree: TreeView<'_>, enc: &mut Encoder, full: &mut dyn FnMut(&mut Encoder)) {
-    let runs = tree.runs();
-    let steps = tree.steps();
-    let lineage = Lineage::of(tree, &runs);
+    let Parts { runs, steps, started } = tree.parts();
+    let lineage = Lineage::of(tree.root, started, &runs);
     let trace = trace_id(tree.root);
     let mut attributes: Vec<(&str, Val<'_>)> = Vec::with_capacity(16);
     for r in &runs {
@@ -904,6 +931,43 @@ fn chat_attributes<'a>(s: &StepPart<'a>, attributes: &mut Vec<(&'a str, Val<'a>)
 mod tests {
     use super::*;
 
+    /// The address of a watch's tree, and its root and count of records.
+    fn slot_of(watch: &Watch) -> (usize, String, usize) {
+        let open = Open::of(watch).expect("a tree's watch");
+        let slot = open.lock();
+        let root = slot.tree.view().root.to_string();
+        (std::ptr::from_ref(open) as usize, root, slot.tree.records())
+    }
+
+    #[test]
+    fn a_spare_tree_is_taken_again_only_once_its_runs_let_go_of_it_and_empty() {
+        let record = |run_id: &str| StepRecord {
+            run_id: run_id.into(),
+            ..crate::store::tests::step("1", 1, None, StepStatus::Succeeded)
+        };
+        let first: Watch = Some(open_tree("r1", 0, false));
+        Open::of(&first).unwrap().with(|t| t.push_step(&record("r1")));
+        let (at, root, records) = slot_of(&first);
+        assert_eq!((root.as_str(), records), ("r1", 1));
+        // Ended, but its run still holds it: the next tree is another.
+        Open::of(&first).unwrap().lock().tree.clear();
+        keep_spare(&first);
+        let second: Watch = Some(open_tree("r2", 0, false));
+        assert_ne!(slot_of(&second).0, at);
+        // The first tree's record never reaches the second.
+        Open::of(&first).unwrap().with(|t| t.push_step(&record("r1")));
+        assert_eq!(slot_of(&second).2, 0);
+        // Let go of: the next tree takes it, emptied, for its own root.
+        let (at, _, _) = slot_of(&second);
+        Open::of(&second).unwrap().lock().tree.clear();
+        keep_spare(&second);
+        drop(second);
+        let third: Watch = Some(open_tree("r3", 0, true));
+        assert_eq!(slot_of(&third), (at, "r3".to_string(), 0));
+        let slot = Open::of(&third).unwrap().lock();
+        assert!(slot.open && slot.late);
+    }
+
     #[test]
     fn a_records_parent_follows_from_its_key_alone() {
         // In root run `r`: a step, a loop's turn and its tool call, an iteration, a turn of
@@ -955,8 +1019,7 @@ mod tests {
             finished_ns: Some(6_000_002),
             ..crate::store::tests::step(number, 1, None, StepStatus::Succeeded)
         };
-        let mut tree = Tree::default();
-        tree.root.push('r');
+        let mut tree = Tree::new("r", 0);
         tree.push_step(&StepRecord {
             run_id: "r".into(),
             ..part("1.t1", "turn", serde_json::json!({}))

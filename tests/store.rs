@@ -1391,7 +1391,7 @@ async fn a_schema_12_store_upgrades_with_its_runs_intact() {
     assert_eq!(out.code(), 0, "{out:?}");
     assert!(
         format!("{}{}", out.stdout, out.stderr)
-            .contains("3 items: 3 succeeded, 0 failed, 0 interrupted (2 from an earlier start)"),
+            .contains("3 items (2 from an earlier start): 3 succeeded, 0 failed, 0 interrupted"),
         "{out:?}"
     );
     let after = shown(&dir);

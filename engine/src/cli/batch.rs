@@ -249,18 +249,19 @@ fn report(args: &Args, s: &Summary, paused: bool) -> u8 {
     let mut msg = String::new();
     let _ = writeln!(
         msg,
-        "batch: {} items: {} succeeded, {} failed, {} interrupted{}{} in {}{}, {}{}{}",
+        "batch: {} items{}: {} succeeded, {} failed, {} interrupted{} in {}{}, {}{}{}",
         s.total,
+        // Of all the items, not of the interrupted ones beside which it used to stand.
+        if s.reused > 0 {
+            format!(" ({} from an earlier start)", s.reused)
+        } else {
+            String::new()
+        },
         s.succeeded,
         s.failed,
         s.interrupted,
         if s.unfinished > 0 {
             format!(", {} unfinished", s.unfinished)
-        } else {
-            String::new()
-        },
-        if s.reused > 0 {
-            format!(" ({} from an earlier start)", s.reused)
         } else {
             String::new()
         },

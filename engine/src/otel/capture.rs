@@ -246,33 +246,28 @@ fn put_step_extensions(
     }
 }
 
+/// A step record's notes, in the order of [`NOTES`] and then [`MCP_NOTES`].
+type Notes<'a> = [Option<&'a str>; NOTES.len() + MCP_NOTES.len()];
+
 /// What a step record's notes say of its call (the agent loop's `named`, an `llm` call's
-/// `Notes`, an MCP call's `mcp`), in the order of [`NOTES`] and then [`MCP_NOTES`]: most
-/// records have none.
-fn notes(answers: &serde_json::Value) -> impl Iterator<Item = Option<&str>> {
+/// `Notes`, an MCP call's `mcp`), looked up once, out of the way of the records that have
+/// none (most), and the header bits of those it has ([`has::NOTE`]).
+#[inline(never)]
+fn notes(answers: &serde_json::Value) -> (Notes<'_>, u32) {
     let mcp = answers.get("mcp");
-    NOTES
+    let found = NOTES
         .iter()
         .map(|k| answers.get(k))
-        .chain(MCP_NOTES.iter().map(move |k| mcp.and_then(|m| m.get(k))))
-        .map(|v| v.and_then(serde_json::Value::as_str))
-}
-
-/// The header bits of a step record's notes ([`has::NOTE`]).
-#[inline(never)]
-fn note_bits(answers: &serde_json::Value) -> u32 {
-    notes(answers)
-        .enumerate()
-        .filter(|(_, n)| n.is_some())
-        .fold(0, |bits, (i, _)| bits | (has::NOTE << i))
-}
-
-/// A step record's notes, those it has ([`note_bits`]).
-#[inline(never)]
-fn put_notes(b: &mut Vec<u8>, answers: &serde_json::Value) {
-    for n in notes(answers) {
-        put_some(b, n);
+        .chain(MCP_NOTES.iter().map(|k| mcp.and_then(|m| m.get(k))));
+    let mut notes: Notes<'_> = [None; NOTES.len() + MCP_NOTES.len()];
+    let mut bits = 0;
+    for (i, (slot, v)) in notes.iter_mut().zip(found).enumerate() {
+        *slot = v.and_then(serde_json::Value::as_str);
+        if slot.is_some() {
+            bits |= has::NOTE << i;
+        }
     }
+    (notes, bits)
 }
 
 /// The times of a record whose header has [`has::WIDE_TIMES`]: its start and end (0 when it
@@ -297,7 +292,7 @@ impl Tree {
     /// An empty tree for root run `root`, its records' times counted from `base`.
     pub(super) fn new(root: &str, base: u64) -> Tree {
         let mut tree = Tree {
-            bytes: Vec::with_capacity(1024),
+            bytes: Vec::with_capacity(TREE_BYTES),
             ..Tree::default()
         };
         tree.start(root, base);
@@ -374,6 +369,7 @@ impl Tree {
         let names = [cut(&s.number), cut(&s.step), cut(&s.kind)];
         let short = names.iter().all(|n| n.len() <= usize::from(u8::MAX));
         let attempt = u8::try_from(s.attempt).ok();
+        let notes = s.answers.as_ref().map(notes);
         let bits = usage_bit(&s.usage)
             | bits_of([
                 (has::OTHER_RUN, other),
@@ -385,7 +381,7 @@ impl Tree {
                 (has::WIDE_ATTEMPT, attempt.is_none()),
                 (has::LONG_NAMES, !short),
             ])
-            | s.answers.as_ref().map_or(0, note_bits);
+            | notes.map_or(0, |(_, bits)| bits);
         let mut h = [0u8; STEP_HEAD];
         h[0] = sort::STEP;
         h[1..5].copy_from_slice(&bits.to_le_bytes());
@@ -420,8 +416,8 @@ impl Tree {
             put_str(b, &e.message);
         }
         put_some(b, s.route.as_deref());
-        if let Some(a) = &s.answers {
-            put_notes(b, a);
+        for n in notes.iter().flat_map(|(n, _)| n) {
+            put_some(b, *n);
         }
         self.n_steps += 1;
     }
@@ -458,7 +454,7 @@ impl Tree {
     /// Emptied for the next tree, its buffer kept unless it grew past [`SPARE_BYTES`].
     pub(super) fn clear(&mut self) {
         if self.bytes.capacity() > SPARE_BYTES {
-            self.bytes = Vec::with_capacity(1024);
+            self.bytes = Vec::with_capacity(TREE_BYTES);
         } else {
             self.bytes.clear();
         }
@@ -720,6 +716,8 @@ impl<'a> Reader<'a> {
 /// A finished tree's header: its base time, its root's length, its three counts and the
 /// length of its bytes (four bytes each: [`Finished::fits`]).
 const TREE_HEAD: usize = 8 + 4 + 4 * 4;
+/// The room a new tree's buffer starts with.
+const TREE_BYTES: usize = 1024;
 /// The largest buffer a spare tree keeps.
 pub(super) const SPARE_BYTES: usize = 16 * 1024;
 /// The most bytes of finished trees [`Finished`] keeps room for once emptied.
